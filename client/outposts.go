@@ -1,0 +1,64 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// OutpostsService manages outposts. Wherever an outpost is named, its name
+// or its id is accepted.
+type OutpostsService struct{ c *Client }
+
+// List returns every outpost, following pages to the end.
+func (s *OutpostsService) List(ctx context.Context) (*api.OutpostList, error) {
+	all := &api.OutpostList{Items: []api.Outpost{}}
+	cursor := ""
+	for {
+		var q url.Values
+		if cursor != "" {
+			q = url.Values{"cursor": {cursor}}
+		}
+		var page api.OutpostList
+		if err := s.c.do(ctx, http.MethodGet, "/v1/outposts", q, nil, &page); err != nil {
+			return nil, err
+		}
+		all.Items = append(all.Items, page.Items...)
+		all.Total, all.Cursor = page.Total, page.Cursor
+		if !page.HasNextPage || page.Cursor == "" || page.Cursor == cursor {
+			return all, nil
+		}
+		cursor = page.Cursor
+	}
+}
+
+// Get returns one outpost with its live queue depth and claim count.
+func (s *OutpostsService) Get(ctx context.Context, nameOrID string) (*api.Outpost, error) {
+	var o api.Outpost
+	if err := s.c.do(ctx, http.MethodGet, "/v1/outposts/"+url.PathEscape(nameOrID), nil, nil, &o); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// Create registers an outpost (orchestrator scope).
+func (s *OutpostsService) Create(ctx context.Context, req api.CreateOutpostRequest) (*api.Outpost, error) {
+	var o api.Outpost
+	if err := s.c.do(ctx, http.MethodPost, "/v1/outposts", nil, req, &o); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// Delete removes an outpost (orchestrator scope). Without force the server
+// refuses (409) while sessions are claimed; with force it ends every
+// unfinished session of the outpost.
+func (s *OutpostsService) Delete(ctx context.Context, nameOrID string, force bool) error {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	return s.c.do(ctx, http.MethodDelete, "/v1/outposts/"+url.PathEscape(nameOrID), q, nil, nil)
+}

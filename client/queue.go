@@ -1,0 +1,136 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// QueueService is the fleet API: the queue of sessions waiting for, or held
+// by, workers and orchestrators.
+type QueueService struct{ c *Client }
+
+// QueueFilter selects queue entries. Zero fields do not filter.
+type QueueFilter struct {
+	// Outpost is an outpost name or id.
+	Outpost string
+	// Phase is api.PhasePending or api.PhaseClaimed.
+	Phase      string
+	AcceptorID string
+	// First is the page size, 1–200; zero means the server default (100).
+	First int
+	// Cursor continues from an earlier answer's cursor.
+	Cursor string
+}
+
+func (f QueueFilter) values() url.Values {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("outpost", f.Outpost)
+	set("phase", f.Phase)
+	set("acceptor_id", f.AcceptorID)
+	set("cursor", f.Cursor)
+	if f.First > 0 {
+		q.Set("first", strconv.Itoa(f.First))
+	}
+	return q
+}
+
+// List returns one page of queue entries. While the answer's HasNextPage is
+// true, pass its Cursor in the next filter; when it is false, its Cursor is
+// where to start a Watch.
+func (s *QueueService) List(ctx context.Context, f QueueFilter) (*api.QueueList, error) {
+	var l api.QueueList
+	if err := s.c.do(ctx, http.MethodGet, "/v1/queue", f.values(), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Get returns one queue entry; IsNotFound(err) once it is gone.
+func (s *QueueService) Get(ctx context.Context, sessionID string) (*api.QueueEntry, error) {
+	var e api.QueueEntry
+	if err := s.c.do(ctx, http.MethodGet, "/v1/queue/"+url.PathEscape(sessionID), nil, nil, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Claim claims a session for acceptorID, or renews the claim when
+// acceptorID already holds it. The answer carries the connect token, the
+// gateway URL and the claim deadline. IsConflict(err) when another acceptor
+// holds it.
+func (s *QueueService) Claim(ctx context.Context, sessionID, acceptorID string) (*api.QueueEntry, error) {
+	var e api.QueueEntry
+	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/claim", nil,
+		api.ClaimRequest{AcceptorID: acceptorID}, &e)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Release gives a claim back so the session requeues at once.
+// IsConflict(err) when acceptorID does not hold the claim.
+func (s *QueueService) Release(ctx context.Context, sessionID, acceptorID string) (*api.QueueEntry, error) {
+	var e api.QueueEntry
+	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/release", nil,
+		api.ClaimRequest{AcceptorID: acceptorID}, &e)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Watch streams the changes of outpost's queue (all outposts when empty)
+// after cursor and calls fn for each, in order. An empty cursor replays from
+// the beginning, so list first and watch from the list's final cursor.
+//
+// Watch returns nil when the server ends the stream, which it does within
+// five minutes: callers loop, passing the cursor of the last event they
+// processed. It returns fn's error as is when fn fails, and ctx.Err() when
+// ctx ends. The connection is not retried here.
+func (s *QueueService) Watch(ctx context.Context, outpost, cursor string, fn func(api.WatchEvent) error) error {
+	q := url.Values{"watch": {"true"}}
+	if outpost != "" {
+		q.Set("outpost", outpost)
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	resp, err := s.c.openStream(ctx, "/v1/queue", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var fnErr error
+	err = readSSE(resp.Body, func(e sseEvent) error {
+		var ev api.WatchEvent
+		if err := json.Unmarshal([]byte(e.Data), &ev); err != nil {
+			return fmt.Errorf("decode watch event: %w", err)
+		}
+		if err := fn(ev); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return &transportError{op: "watch queue", err: err}
+	}
+	return nil
+}

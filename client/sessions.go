@@ -1,0 +1,194 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// SessionsService creates, reads, ends and follows sessions.
+type SessionsService struct{ c *Client }
+
+// SessionFilter selects sessions. Zero fields do not filter.
+type SessionFilter struct {
+	// Outpost is an outpost name or id.
+	Outpost string
+	// Status is a session status such as api.StatusRunning.
+	Status string
+	// Query keeps sessions whose title contains it.
+	Query string
+	// First is the page size, 1–200; zero means the server default (50).
+	First int
+	// Cursor continues from an earlier answer's cursor.
+	Cursor string
+}
+
+// Create starts a session; it waits in its outpost's queue until claimed.
+func (s *SessionsService) Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodPost, "/v1/sessions", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Get returns one session.
+func (s *SessionsService) Get(ctx context.Context, id string) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodGet, sessionPath(id), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// List returns one page of sessions, newest first.
+func (s *SessionsService) List(ctx context.Context, f SessionFilter) (*api.SessionList, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"outpost": f.Outpost, "status": f.Status, "q": f.Query, "cursor": f.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.First > 0 {
+		q.Set("first", strconv.Itoa(f.First))
+	}
+	var out api.SessionList
+	if err := s.c.do(ctx, http.MethodGet, "/v1/sessions", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Terminate ends a session; reason may be empty.
+func (s *SessionsService) Terminate(ctx context.Context, id, reason string) (*api.Session, error) {
+	var out api.Session
+	err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/terminate", nil, api.TerminateRequest{Reason: reason}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Events returns one page of a session's transcript: events with a sequence
+// number above after, at most limit of them (zero means the server default).
+func (s *SessionsService) Events(ctx context.Context, id string, after int64, limit int) (*api.EventList, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.EventList
+	if err := s.c.do(ctx, http.MethodGet, sessionPath(id)+"/events", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// maxFollowFailures is how many reconnects in a row may fail, without a
+// single event in between, before Follow gives up.
+const maxFollowFailures = 10
+
+// Follow streams a session's transcript after sequence number after and
+// calls fn for each event, live, until the session's end event, which is
+// passed to fn too; then it returns nil. When the stream breaks it
+// reconnects and resumes after the last event seen, so fn sees each
+// numbered event once. Spilled output chunks (Seq 0) are passed on but are
+// not replayed after a reconnect.
+//
+// It returns fn's error as is when fn fails, ctx.Err() when ctx ends, and the
+// last error when the server refuses the stream (4xx) or stays unreachable.
+func (s *SessionsService) Follow(ctx context.Context, id string, after int64, fn func(api.Event) error) error {
+	last := after
+	failures := 0
+	for {
+		progressed, ended, err := s.followOnce(ctx, id, &last, fn)
+		var fe *followFnError
+		switch {
+		case ended:
+			return nil
+		case errors.As(err, &fe):
+			return fe.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && !temporary(err):
+			return err
+		}
+		if progressed {
+			failures = 0
+			continue
+		}
+		failures++
+		if failures > maxFollowFailures {
+			if err == nil {
+				err = fmt.Errorf("follow session %s: the stream keeps ending without events", id)
+			}
+			return err
+		}
+		if err := sleepCtx(ctx, s.c.retry.delay(failures)); err != nil {
+			return err
+		}
+	}
+}
+
+// followFnError marks an error returned by Follow's callback.
+type followFnError struct{ err error }
+
+func (e *followFnError) Error() string { return e.err.Error() }
+
+func (s *SessionsService) followOnce(ctx context.Context, id string, last *int64, fn func(api.Event) error) (progressed, ended bool, err error) {
+	q := url.Values{}
+	hdr := http.Header{}
+	if *last > 0 {
+		q.Set("after", strconv.FormatInt(*last, 10))
+		hdr.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
+	}
+	resp, err := s.c.openStream(ctx, sessionPath(id)+"/events", q, hdr)
+	if err != nil {
+		return false, false, err
+	}
+	defer resp.Body.Close()
+	err = readSSE(resp.Body, func(e sseEvent) error {
+		var ev api.Event
+		if err := json.Unmarshal([]byte(e.Data), &ev); err != nil {
+			return fmt.Errorf("decode session event: %w", err)
+		}
+		if ev.Seq > 0 && ev.Seq <= *last {
+			return nil // replayed after a reconnect
+		}
+		progressed = true
+		if err := fn(ev); err != nil {
+			return &followFnError{err: err}
+		}
+		if ev.Seq > 0 {
+			*last = ev.Seq
+		}
+		if ev.Type == api.EventEnd {
+			ended = true
+			return errEnded
+		}
+		return nil
+	})
+	switch {
+	case ended:
+		return progressed, true, nil
+	case err == nil:
+		return progressed, false, nil
+	}
+	var fe *followFnError
+	if errors.As(err, &fe) || ctx.Err() != nil {
+		return progressed, false, err
+	}
+	return progressed, false, &transportError{op: "follow session " + id, err: err}
+}
+
+var errEnded = errors.New("session ended")
+
+func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }

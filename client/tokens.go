@@ -1,0 +1,35 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// TokensService manages API tokens; it needs the admin scope.
+type TokensService struct{ c *Client }
+
+// Create issues a token. The answer's Secret is shown only this once.
+func (s *TokensService) Create(ctx context.Context, req api.CreateTokenRequest) (*api.CreateTokenResponse, error) {
+	var t api.CreateTokenResponse
+	if err := s.c.do(ctx, http.MethodPost, "/v1/tokens", nil, req, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// List returns every token, without secrets.
+func (s *TokensService) List(ctx context.Context) (*api.TokenList, error) {
+	var l api.TokenList
+	if err := s.c.do(ctx, http.MethodGet, "/v1/tokens", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Revoke revokes a token at once.
+func (s *TokensService) Revoke(ctx context.Context, id string) error {
+	return s.c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil, nil)
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/client"
+)
+
+// config is the saved login: config.json in the user config directory.
+type config struct {
+	Server string `json:"server"`
+	Token  string `json:"token"`
+}
+
+func configPath(f *Factory) (string, error) {
+	dir, err := f.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("find the user config directory: %w", err)
+	}
+	return filepath.Join(dir, "outpost", "config.json"), nil
+}
+
+// loadConfig reads the saved login; a missing file is an empty config.
+func loadConfig(f *Factory) (config, error) {
+	var cfg config
+	path, err := configPath(f)
+	if err != nil {
+		return cfg, nil // no config directory: nothing saved
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s is not valid JSON (fix it or run 'outpost login' again): %w", path, err)
+	}
+	return cfg, nil
+}
+
+// saveConfig writes the login readable by its owner only.
+func saveConfig(f *Factory, cfg config) (string, error) {
+	path, err := configPath(f)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "config.json.*")
+	if err != nil {
+		return "", fmt.Errorf("save login: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("save login: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("save login: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", fmt.Errorf("save login: %w", err)
+	}
+	return path, nil
+}
+
+// NewCmdLogin returns `outpost login`.
+func NewCmdLogin(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "login --server URL --token TOKEN",
+		Short: "Save the server URL and token for later commands",
+		Long: `Save the server URL and API token to config.json in the user config directory
+(mode 0600), so later commands need neither --server nor --token.`,
+		Example: `  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
+  OUTPOST_TOKEN=... outpost login --server https://outpost.example.com`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			server, token := f.Server, f.Token
+			if server == "" {
+				server = f.Getenv("OUTPOST_SERVER")
+			}
+			if token == "" {
+				token = f.Getenv("OUTPOST_TOKEN")
+			}
+			if server == "" {
+				server = DefaultServer
+			}
+			if token == "" {
+				return usageErrorf("login needs a token: pass --token or set OUTPOST_TOKEN")
+			}
+			if _, err := client.New(server, token); err != nil {
+				return usageError{err}
+			}
+			path, err := saveConfig(f, config{Server: server, Token: token})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(f.IO.Out, "Saved the login for %s to %s.\n", server, path)
+			return nil
+		},
+	}
+}

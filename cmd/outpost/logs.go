@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// eventsPage is how many events one page of `sessions logs` asks for.
+const eventsPage = 1000
+
+func newCmdSessionsLogs(f *Factory) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a session's transcript",
+		Long: `Print a session's transcript: status changes with their reasons, "$ command"
+for each exec call, its output, and results with exit codes. With -f, follow
+the session live until it ends; the exit status is then 1 if it ended in error.
+With -o json, print one event per line.`,
+		Example: "  outpost sessions logs sess_123\n  outpost sessions logs -f sess_123\n  outpost sessions logs sess_123 -o json | jq .type",
+		Args:    exactArgs(1, "a session id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			if follow {
+				return followTranscript(cmd.Context(), f, c, args[0])
+			}
+			emit := eventWriter(f)
+			var after int64
+			for {
+				page, err := c.Sessions.Events(cmd.Context(), args[0], after, eventsPage)
+				if err != nil {
+					return err
+				}
+				for _, ev := range page.Items {
+					if err := emit(ev); err != nil {
+						return err
+					}
+				}
+				if !page.HasNextPage || page.Next <= after {
+					return nil
+				}
+				after = page.Next
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the session live until it ends")
+	return cmd
+}
+
+// eventWriter returns the function that prints an event in the chosen
+// output format.
+func eventWriter(f *Factory) func(api.Event) error {
+	if f.JSON() {
+		enc := json.NewEncoder(f.IO.Out)
+		return func(ev api.Event) error { return enc.Encode(ev) }
+	}
+	return newTranscriptPrinter(f.IO.Out, time.Local).print
+}
+
+// followTranscript prints a session's events live until its end event, and
+// fails when the session ended in error, so scripts can tell.
+func followTranscript(ctx context.Context, f *Factory, c *client.Client, id string) error {
+	emit := eventWriter(f)
+	var end *api.Event
+	err := c.Sessions.Follow(ctx, id, 0, func(ev api.Event) error {
+		if ev.Type == api.EventEnd {
+			end = &ev
+		}
+		return emit(ev)
+	})
+	if err != nil {
+		return err
+	}
+	if end != nil && end.Status == api.StatusError {
+		return fmt.Errorf("session %s ended in error%s", id, reasonText(end.Reason))
+	}
+	return nil
+}
+
+func readAll(r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, fmt.Errorf("no standard input")
+	}
+	return io.ReadAll(io.LimitReader(r, 16<<20))
+}

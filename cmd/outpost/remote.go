@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/internal/remote"
+)
+
+// NewCmdRemote returns `outpost remote`, whose `serve` is the per-session
+// process a worker or orchestrator starts under the spawn contract.
+func NewCmdRemote(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "remote",
+		Short: "Serve one session's tool calls on this machine",
+	}
+	var logLevel string
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Dial the gateway and run one session's tool calls",
+		Long: `Dial the gateway and run one session's tool calls in the current directory.
+Workers start it for you. An orchestrator that claims sessions itself starts
+it with a clean environment holding OUTPOST_GATEWAY_URL, OUTPOST_CONNECT_TOKEN
+and OUTPOST_SESSION_ID (from the claim) and OUTPOST_STATE_DIR (a directory of
+its own per session). It exits 0 when the session ends or sleeps.`,
+		Example: `  env -i PATH="$PATH" HOME="$HOME" \
+    OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway OUTPOST_CONNECT_TOKEN=... \
+    OUTPOST_SESSION_ID=sess_... OUTPOST_STATE_DIR=/var/lib/outpost/sess_... \
+    outpost remote serve`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			level, err := parseLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			opts, err := remote.OptionsFromEnv()
+			if err != nil {
+				return err
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+			err = remote.Serve(cmd.Context(), opts)
+			if errors.Is(err, context.Canceled) {
+				return fmt.Errorf("stopped by a signal before session %s ended", opts.SessionID)
+			}
+			return err
+		},
+	}
+	serve.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(serve)
+	return cmd
+}

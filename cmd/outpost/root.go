@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/client"
+)
+
+// Exit codes of the outpost command.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// DefaultServer is the server URL used when none is configured.
+const DefaultServer = "http://127.0.0.1:7420"
+
+// Output formats of -o/--output.
+const (
+	outputHuman = "human"
+	outputJSON  = "json"
+)
+
+// IOStreams are the standard streams a command reads and writes.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// Factory carries what every command needs: its streams, its environment,
+// and the global flags, from which it builds API clients.
+type Factory struct {
+	IO IOStreams
+	// Getenv reads the environment; tests replace it.
+	Getenv func(string) string
+	// UserConfigDir returns the directory config.json lives under (in its
+	// "outpost" subdirectory).
+	UserConfigDir func() (string, error)
+	// UserHomeDir returns the home directory for default data dirs.
+	UserHomeDir func() (string, error)
+	// Getwd returns the current directory.
+	Getwd func() (string, error)
+
+	// Global flags, set by the root command.
+	Server string
+	Token  string
+	Output string
+}
+
+// NewSystemFactory returns a Factory of the real process: os streams and
+// environment.
+func NewSystemFactory() *Factory {
+	return &Factory{
+		IO:            IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
+		Getenv:        os.Getenv,
+		UserConfigDir: os.UserConfigDir,
+		UserHomeDir:   os.UserHomeDir,
+		Getwd:         os.Getwd,
+	}
+}
+
+// Endpoint returns the server URL and token to use: each from its flag,
+// else the environment (OUTPOST_SERVER, OUTPOST_TOKEN), else the saved
+// login, the server falling back to DefaultServer.
+func (f *Factory) Endpoint() (server, token string, err error) {
+	server, token = f.Server, f.Token
+	if server == "" {
+		server = f.Getenv("OUTPOST_SERVER")
+	}
+	if token == "" {
+		token = f.Getenv("OUTPOST_TOKEN")
+	}
+	if server == "" || token == "" {
+		cfg, err := loadConfig(f)
+		if err != nil {
+			return "", "", err
+		}
+		// A saved token belongs to the saved server only.
+		if server == "" || strings.TrimSuffix(server, "/") == strings.TrimSuffix(cfg.Server, "/") {
+			if server == "" {
+				server = cfg.Server
+			}
+			if token == "" {
+				token = cfg.Token
+			}
+		}
+	}
+	if server == "" {
+		server = DefaultServer
+	}
+	return server, token, nil
+}
+
+// Client returns an API client for the configured server and token.
+func (f *Factory) Client() (*client.Client, error) {
+	server, token, err := f.Endpoint()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
+}
+
+// JSON reports whether -o json was asked for.
+func (f *Factory) JSON() bool { return f.Output == outputJSON }
+
+// NewCmdRoot returns the outpost command with every subcommand.
+func NewCmdRoot(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "outpost",
+		Short: "Run AI-agent sessions on machines you control",
+		Long: `Outpost runs AI-agent sessions on machines you control. A server keeps named
+queues of sessions ("outposts"); workers on your machines claim sessions and
+run their tool calls locally.`,
+		Example: `  outpost server
+  outpost login --server http://127.0.0.1:7420 --token $ADMIN_TOKEN
+  outpost worker start --outpost dev
+  outpost sessions create --outpost dev --file session.yaml --follow`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if f.Output != outputHuman && f.Output != outputJSON {
+				return usageErrorf("--output must be %q or %q, not %q", outputHuman, outputJSON, f.Output)
+			}
+			return nil
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
+	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login)")
+	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+
+	cmd.AddCommand(
+		NewCmdVersion(f),
+		NewCmdServer(f, nil),
+		NewCmdRemote(f),
+		NewCmdWorker(f, nil),
+		NewCmdOutposts(f),
+		NewCmdSessions(f),
+		NewCmdTokens(f),
+		NewCmdLogin(f),
+	)
+	return cmd
+}
+
+// Main runs the outpost command with args and returns the exit code. Errors
+// are written to f.IO.ErrOut as one sentence.
+func Main(ctx context.Context, args []string, f *Factory) int {
+	cmd := NewCmdRoot(f)
+	cmd.SetArgs(args)
+	cmd.SetIn(f.IO.In)
+	cmd.SetOut(f.IO.Out)
+	cmd.SetErr(f.IO.ErrOut)
+	c, err := cmd.ExecuteContextC(ctx)
+	if err == nil || errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return exitOK
+	}
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		fmt.Fprintf(f.IO.ErrOut, "error: %s\nRun '%s --help' for usage.\n", err, c.CommandPath())
+		return exitUsage
+	}
+	fmt.Fprintf(f.IO.ErrOut, "error: %s\n", userMessage(f, err))
+	return exitError
+}
+
+// usageError is a mistake in how a command was called.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// isCobraUsageError recognizes the errors cobra returns for unknown
+// commands, which do not pass through the flag error function.
+func isCobraUsageError(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "unknown command") || strings.HasPrefix(s, "unknown flag") ||
+		strings.HasPrefix(s, "unknown shorthand flag") || strings.Contains(s, "required flag(s)")
+}
+
+// userMessage turns err into the sentence people see, with a hint of what
+// to do for the failures that have an obvious fix.
+func userMessage(f *Factory, err error) string {
+	msg := strings.TrimSpace(err.Error())
+	var ce *client.Error
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case client.IsUnauthorized(err):
+		return strings.TrimSuffix(msg, ".") + "; pass --token, set OUTPOST_TOKEN or run 'outpost login'."
+	case client.IsForbidden(err):
+		return strings.TrimSuffix(msg, ".") + "; use a token with the scope this needs."
+	case errors.As(err, &ce):
+		return msg
+	case errors.As(err, &ue) || errors.As(err, &ne):
+		server, _, _ := f.Endpoint()
+		return fmt.Sprintf("cannot reach the Outpost server at %s (is 'outpost server' running? set --server or OUTPOST_SERVER): %s", server, msg)
+	}
+	return msg
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			if n == 0 {
+				return usageErrorf("%s takes no arguments", cmd.CommandPath())
+			}
+			return usageErrorf("%s needs %s", cmd.CommandPath(), names)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/outpost-sh/outpost/internal/server"
+)
+
+// ServerOptions are the settings of `outpost server`.
+type ServerOptions struct {
+	Listen     string
+	DataDir    string
+	PublicURL  string
+	ClaimTTL   time.Duration
+	AdminToken string
+	LogLevel   string
+}
+
+// NewCmdServer returns `outpost server`. runF replaces the run in tests.
+func NewCmdServer(f *Factory, runF func(context.Context, *ServerOptions) error) *cobra.Command {
+	opts := &ServerOptions{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the Outpost control plane",
+		Long: `Run the Outpost control plane: the REST API, the fleet queue, the gateway remotes
+dial, and the agent loop of every running session. On its first start it
+creates an admin token and prints it once.
+
+Each flag not given is read from its environment variable: OUTPOST_LISTEN,
+OUTPOST_DATA_DIR, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL. OUTPOST_ADMIN_TOKEN,
+when set, is the admin token.`,
+		Example: `  outpost server
+  outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com
+  OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := opts.resolve(cmd.Flags(), f); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServer(cmd.Context(), f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address to listen on (env OUTPOST_LISTEN)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
+	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
+	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
+	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// resolve fills the settings whose flags were not given from the
+// environment, then from defaults.
+func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
+	fromEnv := func(flag, env string, dst *string) {
+		if v := f.Getenv(env); !fl.Changed(flag) && v != "" {
+			*dst = v
+		}
+	}
+	fromEnv("listen", "OUTPOST_LISTEN", &o.Listen)
+	fromEnv("data-dir", "OUTPOST_DATA_DIR", &o.DataDir)
+	fromEnv("public-url", "OUTPOST_PUBLIC_URL", &o.PublicURL)
+	if v := f.Getenv("OUTPOST_CLAIM_TTL"); !fl.Changed("claim-ttl") && v != "" {
+		d, err := parseSeconds(v)
+		if err != nil {
+			return usageErrorf("OUTPOST_CLAIM_TTL=%q is not a duration such as 300s or 5m", v)
+		}
+		o.ClaimTTL = d
+	}
+	if o.ClaimTTL <= 0 {
+		return usageErrorf("--claim-ttl must be positive")
+	}
+	if o.DataDir == "" {
+		dir, err := defaultServerDataDir(f)
+		if err != nil {
+			return err
+		}
+		o.DataDir = dir
+	}
+	o.AdminToken = f.Getenv("OUTPOST_ADMIN_TOKEN")
+	if _, err := parseLogLevel(o.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+// defaultServerDataDir is $XDG_DATA_HOME/outpost, else
+// ~/.local/share/outpost.
+func defaultServerDataDir(f *Factory) (string, error) {
+	if x := f.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "outpost"), nil
+	}
+	home, err := f.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the home directory for the data dir (set --data-dir): %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "outpost"), nil
+}
+
+// parseSeconds parses a Go duration or a bare number of seconds.
+func parseSeconds(s string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Duration(n) * time.Second, nil
+	}
+	return time.ParseDuration(s)
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToLower(s))); err != nil {
+		return 0, usageErrorf("--log-level must be debug, info, warn or error, not %q", s)
+	}
+	return l, nil
+}
+
+func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
+	level, _ := parseLogLevel(o.LogLevel)
+	logger := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	srv, err := server.New(ctx, server.Options{
+		Listen:     o.Listen,
+		DataDir:    o.DataDir,
+		PublicURL:  o.PublicURL,
+		ClaimTTL:   o.ClaimTTL,
+		AdminToken: o.AdminToken,
+		Logger:     logger,
+		Stdout:     f.IO.Out,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// NewCmdSessions returns `outpost sessions`.
+func NewCmdSessions(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sessions",
+		Aliases: []string{"session"},
+		Short:   "Create, list, show, follow and end sessions",
+	}
+	cmd.AddCommand(NewCmdSessionsCreate(f, nil), newCmdSessionsList(f), newCmdSessionsGet(f),
+		newCmdSessionsLogs(f), newCmdSessionsTerminate(f))
+	return cmd
+}
+
+// SessionsCreateOptions are the settings of `outpost sessions create`.
+type SessionsCreateOptions struct {
+	File    string
+	Outpost string
+	Title   string
+	Prompt  string
+	Follow  bool
+	// Request is built from File and the flags by resolve.
+	Request api.CreateSessionRequest
+}
+
+// NewCmdSessionsCreate returns `outpost sessions create`. runF replaces the
+// run in tests.
+func NewCmdSessionsCreate(f *Factory, runF func(context.Context, *SessionsCreateOptions) error) *cobra.Command {
+	opts := &SessionsCreateOptions{}
+	cmd := &cobra.Command{
+		Use:   "create --outpost NAME --file SESSION.yaml",
+		Short: "Create a session and print its id",
+		Long: `Create a session from a YAML or JSON file holding the fields of a session
+request (outpost, title, prompt, repos, agent, env, secrets, limits); an
+unknown field is an error. --outpost, --title and --prompt override the file.
+With --follow, print the transcript until the session ends.`,
+		Example: `  outpost sessions create --outpost dev --file session.yaml
+  outpost sessions create --file session.json --title "nightly build" --follow
+  cat session.yaml | outpost sessions create --file -`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := opts.resolve(f); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runSessionsCreate(cmd.Context(), f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.File, "file", "", "session file, YAML or JSON (- for standard input)")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id (overrides the file)")
+	fl.StringVar(&opts.Title, "title", "", "title (overrides the file)")
+	fl.StringVar(&opts.Prompt, "prompt", "", "prompt (overrides the file)")
+	fl.BoolVar(&opts.Follow, "follow", false, "print the transcript until the session ends")
+	return cmd
+}
+
+func (o *SessionsCreateOptions) resolve(f *Factory) error {
+	if o.File != "" {
+		var b []byte
+		var err error
+		if o.File == "-" {
+			b, err = readAll(f.IO.In)
+		} else {
+			b, err = os.ReadFile(o.File)
+		}
+		if err != nil {
+			return fmt.Errorf("read session file: %w", err)
+		}
+		if o.Request, err = parseSessionFile(o.File, b); err != nil {
+			return err
+		}
+	}
+	for _, kv := range []struct {
+		flag string
+		dst  *string
+	}{{o.Outpost, &o.Request.Outpost}, {o.Title, &o.Request.Title}, {o.Prompt, &o.Request.Prompt}} {
+		if kv.flag != "" {
+			*kv.dst = kv.flag
+		}
+	}
+	if o.Request.Outpost == "" {
+		return usageErrorf("sessions create needs an outpost: pass --outpost or set outpost in the file")
+	}
+	return nil
+}
+
+// parseSessionFile decodes a YAML or JSON session request, refusing unknown
+// fields so that a typo is not silently ignored.
+func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
+	var req api.CreateSessionRequest
+	if err := yaml.UnmarshalStrict(b, &req); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")
+		return req, fmt.Errorf("%s is not a valid session file: %s", name, msg)
+	}
+	return req, nil
+}
+
+func runSessionsCreate(ctx context.Context, f *Factory, o *SessionsCreateOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.Sessions.Create(ctx, o.Request)
+	if err != nil {
+		return err
+	}
+	id := s.Metadata.SessionID
+	switch {
+	case f.JSON() && !o.Follow:
+		return printJSON(f.IO.Out, s)
+	case !o.Follow:
+		fmt.Fprintln(f.IO.Out, id)
+		return nil
+	}
+	fmt.Fprintf(f.IO.ErrOut, "Created session %s; following it (Ctrl-C stops following, not the session).\n", id)
+	return followTranscript(ctx, f, c, id)
+}
+
+func newCmdSessionsList(f *Factory) *cobra.Command {
+	var filter client.SessionFilter
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List sessions, newest first",
+		Example: "  outpost sessions list\n  outpost sessions list --outpost dev --status running --limit 10 -o json",
+		Args:    exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			l, err := c.Sessions.List(cmd.Context(), filter)
+			if err != nil {
+				return err
+			}
+			if f.JSON() {
+				return printJSON(f.IO.Out, l)
+			}
+			now := time.Now()
+			t := newTable(f.IO.Out, "ID", "OUTPOST", "STATUS", "CREATED", "TITLE")
+			for _, s := range l.Items {
+				outpost := s.Spec.Outpost
+				if outpost == "" {
+					outpost = s.Metadata.OutpostID
+				}
+				t.row(s.Metadata.SessionID, outpost, statusText(s.Status.Status, s.Status.StatusDetail),
+					ago(s.Metadata.CreatedAt, now), truncate(s.Spec.Title, 50))
+			}
+			return t.flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&filter.Outpost, "outpost", "", "only sessions of this outpost")
+	fl.StringVar(&filter.Status, "status", "", "only sessions with this status (new, claimed, running, suspended, exit, error)")
+	fl.IntVar(&filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
+	return cmd
+}
+
+func newCmdSessionsGet(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "get ID",
+		Short:   "Show one session",
+		Example: "  outpost sessions get sess_123\n  outpost sessions get sess_123 -o json",
+		Args:    exactArgs(1, "a session id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Sessions.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if f.JSON() {
+				return printJSON(f.IO.Out, s)
+			}
+			now := time.Now()
+			acceptor := ""
+			if s.Status.AcceptorID != nil {
+				acceptor = *s.Status.AcceptorID
+			}
+			repos := make([]string, 0, len(s.Spec.Repos))
+			for _, r := range s.Spec.Repos {
+				repos = append(repos, r.URL)
+			}
+			return fields(f.IO.Out,
+				"ID", s.Metadata.SessionID, "Title", s.Spec.Title, "Outpost", s.Spec.Outpost,
+				"Status", statusText(s.Status.Status, s.Status.StatusDetail), "Reason", s.Status.Reason,
+				"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
+				"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
+				"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10))
+		},
+	}
+}
+
+func newCmdSessionsTerminate(f *Factory) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:     "terminate ID",
+		Short:   "End a session",
+		Example: `  outpost sessions terminate sess_123 --reason "wrong branch"`,
+		Args:    exactArgs(1, "a session id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Sessions.Terminate(cmd.Context(), args[0], reason)
+			if err != nil {
+				return err
+			}
+			if f.JSON() {
+				return printJSON(f.IO.Out, s)
+			}
+			fmt.Fprintf(f.IO.Out, "Session %s is %s.\n", s.Metadata.SessionID, statusText(s.Status.Status, s.Status.StatusDetail))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the session")
+	return cmd
+}

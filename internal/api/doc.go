@@ -1,0 +1,12 @@
+// Package api holds every wire type of Outpost: the REST objects of the
+// control plane and the fleet API, the gateway frames spoken between the
+// control plane and a remote, and the arguments and results of the tools a
+// remote runs. A JSON field name is spelled here and nowhere else.
+//
+// Timestamps on fleet objects are Unix seconds, as the public fleet API
+// contract has them.
+package api
+
+// Version is the protocol version of the gateway frames. A remote and a
+// control plane with different versions refuse each other with a clear error.
+const Version = 1

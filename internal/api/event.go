@@ -1,0 +1,60 @@
+package api
+
+import "encoding/json"
+
+// Event types of a session transcript.
+const (
+	EventStatus             = "status"
+	EventClaim              = "claim"
+	EventRelease            = "release"
+	EventRemoteConnected    = "remote_connected"
+	EventRemoteDisconnected = "remote_disconnected"
+	EventCall               = "call"
+	EventOutput             = "output"
+	EventResult             = "result"
+	EventResume             = "resume"
+	EventEnd                = "end"
+)
+
+// Event is one entry of a session's durable, ordered transcript.
+//
+// Output past a call's transcript cap is written to a file beside the
+// transcript; such chunks reach live followers with Seq 0 and Spilled set,
+// and are not replayed.
+type Event struct {
+	Seq       int64  `json:"seq"`
+	SessionID string `json:"session_id"`
+	Time      int64  `json:"time_ms"`
+	Type      string `json:"type"`
+
+	// Status events.
+	Status       string `json:"status,omitempty"`
+	StatusDetail string `json:"status_detail,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+
+	// Claim and release events.
+	AcceptorID string `json:"acceptor_id,omitempty"`
+
+	// Remote connected.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+
+	// Call, output and result events.
+	CallSeq  int64           `json:"call_seq,omitempty"`
+	Tool     string          `json:"tool,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Stream   string          `json:"stream,omitempty"`
+	Text     string          `json:"text,omitempty"`
+	Spilled  bool            `json:"spilled,omitempty"`
+	OK       *bool           `json:"ok,omitempty"`
+	ExitCode *int            `json:"exit_code,omitempty"`
+	Value    json.RawMessage `json:"value,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// EventList is the answer of GET /v1/sessions/{id}/events.
+type EventList struct {
+	Items []Event `json:"items"`
+	// Next is the `after` value for the next page.
+	Next        int64 `json:"next"`
+	HasNextPage bool  `json:"has_next_page"`
+}

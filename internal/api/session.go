@@ -1,0 +1,146 @@
+package api
+
+import "encoding/json"
+
+// Session statuses (status.status), as the public sessions API has them.
+const (
+	StatusNew       = "new"
+	StatusClaimed   = "claimed"
+	StatusRunning   = "running"
+	StatusExit      = "exit"
+	StatusError     = "error"
+	StatusSuspended = "suspended"
+	StatusResuming  = "resuming"
+)
+
+// Session status details (status.status_detail).
+const (
+	DetailWorking            = "working"
+	DetailWaitingForUser     = "waiting_for_user"
+	DetailFinished           = "finished"
+	DetailInactivity         = "inactivity"
+	DetailUserRequest        = "user_request"
+	DetailUsageLimitExceeded = "usage_limit_exceeded"
+	DetailError              = "error"
+	DetailWaitingForMachine  = "waiting_for_machine"
+	DetailOutpostDeleted     = "outpost_deleted"
+)
+
+// Agent kinds (spec.agent.kind).
+const (
+	AgentScript   = "script"
+	AgentLLM      = "llm"
+	AgentExternal = "external"
+)
+
+// IsFinal reports whether a session status is one a session never leaves.
+func IsFinal(status string) bool { return status == StatusExit || status == StatusError }
+
+// Session is one agent session.
+type Session struct {
+	Metadata SessionMetadata `json:"metadata"`
+	Spec     SessionSpec     `json:"spec"`
+	Status   SessionStatus   `json:"status"`
+}
+
+// SessionMetadata identifies a session.
+type SessionMetadata struct {
+	SessionID string `json:"session_id"`
+	OutpostID string `json:"outpost_id"`
+	CreatedAt int64  `json:"created_at"`
+	UpdatedAt int64  `json:"updated_at"`
+}
+
+// SessionSpec is what the session was asked to do. Secrets are write-only:
+// only their names are shown.
+type SessionSpec struct {
+	Outpost     string            `json:"outpost"`
+	Title       string            `json:"title"`
+	Prompt      string            `json:"prompt"`
+	Repos       []Repo            `json:"repos"`
+	Agent       Agent             `json:"agent"`
+	Env         map[string]string `json:"env"`
+	SecretNames []string          `json:"secret_names"`
+	Limits      Limits            `json:"limits"`
+}
+
+// SessionStatus is the live state of a session.
+type SessionStatus struct {
+	Status       string `json:"status"`
+	StatusDetail string `json:"status_detail"`
+	// Reason says in a sentence why the session is in this state.
+	Reason     string  `json:"reason"`
+	AcceptorID *string `json:"acceptor_id"`
+	// LastSeq is the sequence number of the last tool call whose result the
+	// control plane holds.
+	LastSeq   int64  `json:"last_seq"`
+	StartedAt *int64 `json:"started_at"`
+	EndedAt   *int64 `json:"ended_at"`
+	// Capabilities are those reported by the remote serving the session.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// Repo is a git repository cloned into repos/<name> at session start.
+type Repo struct {
+	URL  string `json:"url"`
+	Name string `json:"name"`
+	Ref  string `json:"ref,omitempty"`
+}
+
+// Agent says what drives the session.
+type Agent struct {
+	Kind        string `json:"kind"`
+	StopOnError bool   `json:"stop_on_error,omitempty"`
+	Steps       []Step `json:"steps,omitempty"`
+}
+
+// Step is one tool call of a script agent.
+type Step struct {
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args"`
+}
+
+// Limits bound a session.
+type Limits struct {
+	MaxDurationS int64 `json:"max_duration_s,omitempty"`
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	Outpost string            `json:"outpost"`
+	Title   string            `json:"title"`
+	Prompt  string            `json:"prompt"`
+	Repos   []Repo            `json:"repos"`
+	Agent   Agent             `json:"agent"`
+	Env     map[string]string `json:"env"`
+	Secrets map[string]string `json:"secrets"`
+	Limits  Limits            `json:"limits"`
+}
+
+// TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.
+type TerminateRequest struct {
+	Reason string `json:"reason"`
+}
+
+// SessionList is a page of sessions, newest first.
+type SessionList struct {
+	Items       []Session `json:"items"`
+	Cursor      string    `json:"cursor"`
+	HasNextPage bool      `json:"has_next_page"`
+	Total       int       `json:"total"`
+}
+
+// Capabilities describe the machine a remote runs on.
+type Capabilities struct {
+	OS               string   `json:"os"`
+	Arch             string   `json:"arch"`
+	CPUs             int      `json:"cpus"`
+	MemoryBytes      int64    `json:"memory_bytes"`
+	Hostname         string   `json:"hostname"`
+	Git              string   `json:"git"`
+	ChromePath       string   `json:"chrome_path"`
+	FFmpeg           string   `json:"ffmpeg"`
+	PasswordlessSudo bool     `json:"passwordless_sudo"`
+	Tools            []string `json:"tools"`
+	RemoteVersion    string   `json:"remote_version"`
+}

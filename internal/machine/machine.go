@@ -1,0 +1,188 @@
+// Package machine describes the machine a remote or a worker runs on: its
+// OS, CPUs, memory and the optional programs (git, Chrome, ffmpeg, sudo) that
+// tools may use. A missing optional program is an empty field, not an error.
+package machine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// Version is the version of this build of the remote. Release builds set it
+// with -ldflags "-X github.com/outpost-sh/outpost/internal/machine.Version=…".
+var Version = "dev"
+
+// probeTimeout bounds each external program Detect runs.
+const probeTimeout = 3 * time.Second
+
+// Tools lists the tool names a remote of this build supports.
+func Tools() []string {
+	return []string{api.ToolExec, api.ToolReadFile, api.ToolWriteFile, api.ToolEditFile, api.ToolListDir, api.ToolGitClone}
+}
+
+// Detect reports the capabilities of this machine. It never fails: whatever
+// cannot be found is left empty.
+func Detect(ctx context.Context) api.Capabilities {
+	c := api.Capabilities{
+		OS:            runtime.GOOS,
+		Arch:          runtime.GOARCH,
+		CPUs:          runtime.NumCPU(),
+		MemoryBytes:   memoryBytes(),
+		Tools:         Tools(),
+		RemoteVersion: Version,
+	}
+	c.Hostname, _ = os.Hostname()
+	c.Git = firstLine(probe(ctx, "git", "--version"))
+	c.ChromePath = chromePath()
+	c.FFmpeg = firstLine(probe(ctx, "ffmpeg", "-version"))
+	c.PasswordlessSudo = passwordlessSudo(ctx)
+	return c
+}
+
+// RequireGit returns an error with an install hint when git cannot be run.
+func RequireGit(ctx context.Context) error {
+	if _, err := exec.LookPath("git"); err != nil {
+		return fmt.Errorf("git is required but was not found in PATH: %s", gitHint())
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "git", "--version").CombinedOutput(); err != nil {
+		return fmt.Errorf("git is required but `git --version` failed: %w: %s (%s)", err, bytes.TrimSpace(out), gitHint())
+	}
+	return nil
+}
+
+func gitHint() string {
+	switch runtime.GOOS {
+	case "darwin":
+		return "install it with `xcode-select --install` or `brew install git`"
+	case "windows":
+		return "install it from https://git-scm.com/download/win"
+	default:
+		return "install it with your package manager, e.g. `apt-get install git` or `dnf install git`"
+	}
+}
+
+// probe runs name with args and returns its standard output, or "" when the
+// program is missing or fails.
+func probe(ctx context.Context, name string, args ...string) string {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(s)
+}
+
+// memoryBytes reads MemTotal from /proc/meminfo; 0 elsewhere.
+func memoryBytes() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	return parseMemTotal(f)
+}
+
+func parseMemTotal(r io.Reader) int64 {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// chromeNames are the programs looked up in PATH for Chrome or Chromium.
+var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
+
+// chromeMacPaths are the standard macOS application bundle binaries.
+var chromeMacPaths = []string{
+	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+	"/Applications/Chromium.app/Contents/MacOS/Chromium",
+}
+
+// chromePath returns OUTPOST_CHROME_PATH when it names an existing file,
+// else the first standard Chrome or Chromium found, else "".
+func chromePath() string {
+	if p := os.Getenv("OUTPOST_CHROME_PATH"); p != "" {
+		if exists(p) {
+			return p
+		}
+		return ""
+	}
+	for _, n := range chromeNames {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	if runtime.GOOS == "darwin" {
+		for _, p := range chromeMacPaths {
+			if exists(p) {
+				return p
+			}
+		}
+		if home, err := os.UserHomeDir(); err == nil {
+			for _, p := range chromeMacPaths {
+				if hp := filepath.Join(home, p); exists(hp) {
+					return hp
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func exists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// passwordlessSudo reports whether `sudo -n true` succeeds quickly.
+func passwordlessSudo(ctx context.Context) bool {
+	path, err := exec.LookPath("sudo")
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "-n", "true")
+	cmd.WaitDelay = time.Second
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return false
+	}
+	return err == nil
+}

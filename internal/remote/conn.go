@@ -1,0 +1,242 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+const (
+	// handshakeTimeout bounds dialing and waiting for welcome.
+	handshakeTimeout = 30 * time.Second
+	// writeTimeout bounds one frame write.
+	writeTimeout = 30 * time.Second
+	// pingInterval is how often a quiet connection is checked.
+	pingInterval = 20 * time.Second
+	// maxFrameBytes is the largest frame accepted from the gateway.
+	maxFrameBytes = 64 << 20
+)
+
+// rejection is a refusal by the gateway: an HTTP 401/403/404 or an error
+// frame.
+type rejection struct{ msg string }
+
+func (r *rejection) Error() string { return "gateway refused the remote: " + r.msg }
+
+// connect runs one connection: dial, hello, resend results, welcome, then
+// calls until the connection fails or the session ends. welcomed reports
+// whether the gateway accepted the remote.
+func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	c, resp, err := websocket.Dial(dctx, s.opts.GatewayURL, &websocket.DialOptions{
+		HTTPClient: s.opts.HTTPClient,
+		HTTPHeader: http.Header{
+			"Authorization":     {"Bearer " + s.opts.ConnectToken},
+			api.HeaderSessionID: {s.opts.SessionID},
+		},
+	})
+	if err != nil {
+		if resp != nil {
+			switch resp.StatusCode {
+			case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+				return false, &rejection{msg: httpMessage(resp)}
+			}
+		}
+		return false, fmt.Errorf("dial gateway: %w", err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(maxFrameBytes)
+
+	hello, resend := s.hello()
+	if err := writeFrame(dctx, c, hello); err != nil {
+		return false, fmt.Errorf("send hello: %w", err)
+	}
+	for _, f := range resend {
+		if err := writeFrame(dctx, c, f); err != nil {
+			return false, fmt.Errorf("resend result %d: %w", f.Seq, err)
+		}
+	}
+	f, err := readFrame(dctx, c)
+	if err != nil {
+		return false, s.frameErr(ctx, c, "read welcome", err)
+	}
+	switch f.Type {
+	case api.FrameWelcome:
+		s.welcome(f)
+	case api.FrameEnd:
+		c.Close(websocket.StatusNormalClosure, "session ended")
+		return false, errEnd
+	case api.FrameError:
+		return false, &rejection{msg: f.Reason}
+	default:
+		return false, fmt.Errorf("gateway sent %q before welcome", f.Type)
+	}
+	s.log.Info("connected to the gateway", "executed", hello.Executed, "running", hello.Running, "last_seq", hello.LastSeq)
+
+	connCtx, cancelConn := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancelConn()
+		c.CloseNow()
+		wg.Wait()
+	}()
+	wg.Go(func() {
+		if err := s.writeLoop(connCtx, c); err != nil && connCtx.Err() == nil {
+			s.log.Warn("gateway write failed", "err", err)
+		}
+		cancelConn()
+	})
+	wg.Go(func() { pingLoop(connCtx, c); cancelConn() })
+
+	for {
+		f, err := readFrame(connCtx, c)
+		if err != nil {
+			return true, s.frameErr(ctx, c, "read frame", err)
+		}
+		switch f.Type {
+		case api.FrameCall:
+			s.handleCall(f)
+		case api.FrameAck:
+			s.handleAck(f.Seq)
+		case api.FrameCancel:
+			s.handleCancel(f.Seq)
+		case api.FrameWelcome:
+			s.welcome(f)
+		case api.FrameEnd:
+			s.log.Info("gateway ended the session", "reason", f.Reason)
+			c.Close(websocket.StatusNormalClosure, "session ended")
+			return true, errEnd
+		case api.FrameError:
+			return true, &rejection{msg: f.Reason}
+		default:
+			s.log.Warn("ignoring an unknown frame", "type", f.Type)
+		}
+	}
+}
+
+// frameErr turns a read error into what connect returns; on a version
+// mismatch it tells the gateway why the remote leaves.
+func (s *session) frameErr(ctx context.Context, c *websocket.Conn, op string, err error) error {
+	if errors.Is(err, ErrVersion) {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = writeFrame(wctx, c, api.Frame{V: api.Version, Type: api.FrameError, Reason: err.Error()})
+		c.Close(websocket.StatusPolicyViolation, "protocol version mismatch")
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// writeLoop sends the outbox to the gateway until ctx ends or a write fails.
+func (s *session) writeLoop(ctx context.Context, c *websocket.Conn) error {
+	var buf []byte
+	for {
+		it, ok := s.out.pop()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.out.notify:
+				continue
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		var err error
+		if it.output != nil {
+			buf = it.output.AppendBinary(buf[:0])
+			err = c.Write(wctx, websocket.MessageBinary, buf)
+			if err != nil {
+				s.out.unpop(it)
+			}
+		} else if f, ok := s.takeResult(it.resultSeq); ok {
+			err = writeFrame(wctx, c, f)
+			if err != nil {
+				s.requeueResult(it.resultSeq)
+			}
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// pingLoop returns when a ping goes unanswered or ctx ends.
+func pingLoop(ctx context.Context, c *websocket.Conn) {
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingInterval)
+		err := c.Ping(pctx)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func writeFrame(ctx context.Context, c *websocket.Conn, f api.Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return c.Write(ctx, websocket.MessageText, b)
+}
+
+// readFrame reads the next JSON frame, skipping binary messages.
+func readFrame(ctx context.Context, c *websocket.Conn) (api.Frame, error) {
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			return api.Frame{}, err
+		}
+		if typ != websocket.MessageText {
+			continue
+		}
+		var f api.Frame
+		if err := json.Unmarshal(b, &f); err != nil {
+			return api.Frame{}, fmt.Errorf("malformed frame from the gateway: %w", err)
+		}
+		if f.V != api.Version {
+			msg := fmt.Sprintf("the gateway sent a %q frame of protocol version %d but this remote speaks version %d; upgrade the older of the two", f.Type, f.V, api.Version)
+			if f.Reason != "" {
+				msg += " (gateway says: " + f.Reason + ")"
+			}
+			return api.Frame{}, fmt.Errorf("%w: %s", ErrVersion, msg)
+		}
+		return f, nil
+	}
+}
+
+// httpMessage is the status and error message of a refused handshake.
+func httpMessage(resp *http.Response) string {
+	msg := resp.Status
+	if resp.Body == nil {
+		return msg
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	var er api.ErrorResponse
+	if json.Unmarshal(b, &er) == nil && er.Error.Message != "" {
+		return msg + ": " + er.Error.Message
+	}
+	if t := strings.TrimSpace(string(b)); t != "" {
+		return msg + ": " + t
+	}
+	return msg
+}

@@ -1,0 +1,115 @@
+package remote
+
+import (
+	"sync"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+const (
+	// maxChunk is the largest output frame payload.
+	maxChunk = 64 << 10
+	// maxBuffered is how much output may wait for the gateway; more is
+	// dropped with a marker line.
+	maxBuffered = 8 << 20
+)
+
+// dropMarker replaces output dropped because too much was buffered.
+const dropMarker = "\n[outpost: output dropped: more than 8 MiB was buffered while the gateway was unreachable]\n"
+
+// outItem is either a chunk of output or the seq of a result to send.
+type outItem struct {
+	output    *api.OutputFrame
+	resultSeq int64
+	// size is what the item counts against maxBuffered.
+	size int
+}
+
+type streamKey struct {
+	seq    int64
+	stream string
+}
+
+// outbox is the FIFO of frames waiting for the gateway. Output waits here
+// while the remote is disconnected, up to maxBuffered bytes. Results are
+// queued by seq only; the result itself lives in the session's done set and
+// the journal, so it is never dropped.
+type outbox struct {
+	mu      sync.Mutex
+	items   []outItem
+	bytes   int
+	dropped map[streamKey]bool
+	notify  chan struct{}
+}
+
+func newOutbox() *outbox {
+	return &outbox{dropped: map[streamKey]bool{}, notify: make(chan struct{}, 1)}
+}
+
+func (o *outbox) signal() {
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pushOutput queues a copy of data as output of seq on stream, in chunks of
+// at most maxChunk bytes.
+func (o *outbox) pushOutput(seq int64, stream string, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	key := streamKey{seq, stream}
+	for len(data) > 0 {
+		n := min(len(data), maxChunk)
+		if o.bytes+n > maxBuffered {
+			if !o.dropped[key] {
+				o.dropped[key] = true
+				o.items = append(o.items, outItem{output: &api.OutputFrame{Seq: seq, Stream: stream, Data: []byte(dropMarker)}})
+			}
+			break
+		}
+		o.items = append(o.items, outItem{output: &api.OutputFrame{Seq: seq, Stream: stream, Data: append([]byte(nil), data[:n]...)}, size: n})
+		o.bytes += n
+		data = data[n:]
+	}
+	o.signal()
+}
+
+// pushResult queues the result of seq, after the output already queued.
+func (o *outbox) pushResult(seq int64) {
+	o.mu.Lock()
+	o.items = append(o.items, outItem{resultSeq: seq})
+	o.mu.Unlock()
+	o.signal()
+}
+
+// pop takes the oldest item, if any.
+func (o *outbox) pop() (outItem, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.items) == 0 {
+		return outItem{}, false
+	}
+	it := o.items[0]
+	o.items[0] = outItem{}
+	o.items = o.items[1:]
+	o.bytes -= it.size
+	if len(o.items) == 0 {
+		o.items = nil
+		o.bytes = 0
+		clear(o.dropped)
+	}
+	return it, true
+}
+
+// unpop puts an item back at the head after a failed send.
+func (o *outbox) unpop(it outItem) {
+	o.mu.Lock()
+	o.items = append([]outItem{it}, o.items...)
+	o.bytes += it.size
+	o.mu.Unlock()
+	o.signal()
+}

@@ -1,0 +1,365 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
+)
+
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 10 * time.Second
+	// maxRejections is how many refusals in a row Serve accepts before it
+	// gives up with ErrRejected.
+	maxRejections = 3
+)
+
+// restartedError answers a call that was running when a previous remote
+// process died.
+const restartedError = "the remote restarted while this call was running; it may have partly run"
+
+// errEnd reports that the gateway ended the session.
+var errEnd = errors.New("session ended")
+
+// Serve serves one session until the gateway ends it (it then returns nil),
+// ctx is cancelled, or the gateway keeps rejecting the remote (ErrRejected).
+// Connection losses are retried with exponential backoff; running calls keep
+// running meanwhile.
+func Serve(ctx context.Context, opts Options) error {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	s, err := newSession(ctx, opts)
+	if err != nil {
+		return err
+	}
+	callCtx, stopCalls := context.WithCancel(ctx)
+	s.callCtx = callCtx
+	defer func() {
+		stopCalls()
+		s.wg.Wait()
+	}()
+
+	attempt, rejections := 0, 0
+	for {
+		welcomed, err := s.connect(ctx)
+		switch {
+		case errors.Is(err, errEnd):
+			s.log.Info("session ended by the control plane")
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrVersion):
+			return err
+		}
+		if welcomed {
+			attempt, rejections = 0, 0
+		}
+		var rej *rejection
+		if errors.As(err, &rej) {
+			rejections++
+			if rejections >= maxRejections {
+				return fmt.Errorf("%w: %s", ErrRejected, rej.msg)
+			}
+		}
+		delay := backoff(attempt)
+		attempt++
+		s.log.Warn("gateway connection lost; reconnecting", "err", err, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the delay before reconnect attempt n: full jitter over an
+// exponential bound from backoffMin to backoffMax.
+func backoff(n int) time.Duration {
+	d := backoffMax
+	if n < 20 {
+		d = min(backoffMin<<n, backoffMax)
+	}
+	return rand.N(d + 1)
+}
+
+// session is the state of one session across connections.
+type session struct {
+	opts    Options
+	log     *slog.Logger
+	caps    api.Capabilities
+	journal *journal
+	out     *outbox
+	baseEnv []string
+
+	callCtx context.Context
+	wg      sync.WaitGroup // running calls
+
+	mu        sync.Mutex
+	running   map[int64]context.CancelFunc
+	done      map[int64]*doneEntry // results not yet acknowledged
+	lastSeq   int64
+	env       map[string]string
+	secrets   map[string]string
+	secretSet *secretSet
+}
+
+// doneEntry is a result waiting for its ack.
+type doneEntry struct {
+	frame api.Frame
+	// queued is set while the result's seq waits in the outbox.
+	queued bool
+}
+
+func newSession(ctx context.Context, opts Options) (*session, error) {
+	j, err := openJournal(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := j.load()
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		opts:    opts,
+		log:     opts.Logger.With("session_id", opts.SessionID),
+		journal: j,
+		out:     newOutbox(),
+		baseEnv: cleanEnv(os.Environ()),
+		running: map[int64]context.CancelFunc{},
+		done:    map[int64]*doneEntry{},
+		lastSeq: st.LastSeq,
+	}
+	if opts.Capabilities != nil {
+		s.caps = *opts.Capabilities
+	} else {
+		s.caps = machine.Detect(ctx)
+	}
+	for seq, f := range st.Done {
+		s.done[seq] = &doneEntry{frame: f}
+	}
+	for _, rec := range st.Interrupted {
+		f := api.Frame{V: api.Version, Type: api.FrameResult, Seq: rec.Seq, Tool: rec.Tool, Error: restartedError}
+		if err := j.done(f); err != nil {
+			s.log.Error("journal an interrupted call", "seq", rec.Seq, "err", err)
+		}
+		s.done[rec.Seq] = &doneEntry{frame: f}
+		s.log.Warn("a call was running when the remote stopped; reporting it as failed", "seq", rec.Seq, "tool", rec.Tool)
+	}
+	return s, nil
+}
+
+// hello returns the hello frame and the results to resend right after it:
+// every unacknowledged result not already waiting in the outbox.
+func (s *session) hello() (api.Frame, []api.Frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	caps := s.caps
+	f := api.Frame{
+		V:            api.Version,
+		Type:         api.FrameHello,
+		SessionID:    s.opts.SessionID,
+		Capabilities: &caps,
+		LastSeq:      s.lastSeq,
+	}
+	var resend []api.Frame
+	for seq, e := range s.done {
+		f.Executed = append(f.Executed, seq)
+		if !e.queued {
+			resend = append(resend, e.frame)
+		}
+	}
+	for seq := range s.running {
+		f.Running = append(f.Running, seq)
+	}
+	slices.Sort(f.Executed)
+	slices.Sort(f.Running)
+	slices.SortFunc(resend, func(a, b api.Frame) int { return int(a.Seq - b.Seq) })
+	return f, resend
+}
+
+// welcome takes the session's environment and secrets.
+func (s *session) welcome(f api.Frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.env = f.Env
+	s.secrets = f.Secrets
+	s.secretSet = newSecretSet(f.Secrets)
+}
+
+// takeResult returns the result of seq for sending, if it is still unacked.
+func (s *session) takeResult(seq int64) (api.Frame, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.done[seq]
+	if !ok {
+		return api.Frame{}, false
+	}
+	e.queued = false
+	return e.frame, true
+}
+
+// requeueResult puts seq back at the head of the outbox after a failed send.
+func (s *session) requeueResult(seq int64) {
+	s.mu.Lock()
+	e, ok := s.done[seq]
+	if ok {
+		e.queued = true
+	}
+	s.mu.Unlock()
+	if ok {
+		s.out.unpop(outItem{resultSeq: seq})
+	}
+}
+
+// handleCall starts a call, resends its result, or ignores a duplicate.
+func (s *session) handleCall(f api.Frame) {
+	if f.Seq <= 0 {
+		s.log.Warn("ignoring a call without a seq", "tool", f.Tool)
+		return
+	}
+	s.mu.Lock()
+	s.lastSeq = max(s.lastSeq, f.Seq)
+	if e, ok := s.done[f.Seq]; ok {
+		resend := !e.queued
+		e.queued = true
+		s.mu.Unlock()
+		if resend {
+			s.log.Info("call already done; resending its result", "seq", f.Seq)
+			s.out.pushResult(f.Seq)
+		}
+		return
+	}
+	if _, ok := s.running[f.Seq]; ok {
+		s.mu.Unlock()
+		s.log.Debug("call already running", "seq", f.Seq)
+		return
+	}
+	if s.journal.isAcked(f.Seq) {
+		s.mu.Unlock()
+		s.log.Warn("ignoring a call whose result was already acknowledged", "seq", f.Seq)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.callCtx)
+	s.running[f.Seq] = cancel
+	env := mergeEnv(s.baseEnv, s.env, s.secrets)
+	set := s.secretSet
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		s.runCall(ctx, f, env, set)
+	}()
+}
+
+// runCall journals, runs and answers one call.
+func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *secretSet) {
+	log := s.log.With("seq", f.Seq, "tool", f.Tool)
+	log.Info("call started")
+	start := time.Now()
+	res := api.Frame{V: api.Version, Type: api.FrameResult, Seq: f.Seq, Tool: f.Tool}
+	rec := startedRecord{Seq: f.Seq, Tool: f.Tool, Args: f.Args, StartedAt: start.UTC()}
+	if err := s.journal.started(rec); err != nil {
+		res.Error = fmt.Sprintf("the remote could not journal the call, so it did not run it: %v", err)
+	} else {
+		c := newCallEnv(s, f, env, set)
+		value, err := runTool(ctx, c, f.Tool, f.Args)
+		c.flush()
+		res.OK = err == nil
+		if err != nil {
+			res.Error = set.redactString(err.Error())
+		}
+		if value != nil {
+			res.Value = set.redactJSON(mustJSON(value))
+		}
+	}
+	if err := s.journal.done(res); err != nil {
+		log.Error("journal the result", "err", err)
+	}
+	s.mu.Lock()
+	delete(s.running, f.Seq)
+	s.done[f.Seq] = &doneEntry{frame: res, queued: true}
+	s.mu.Unlock()
+	s.out.pushResult(f.Seq)
+	log.Info("call finished", "ok", res.OK, "error", res.Error, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// handleAck forgets an acknowledged result.
+func (s *session) handleAck(seq int64) {
+	s.mu.Lock()
+	_, ok := s.done[seq]
+	delete(s.done, seq)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := s.journal.acked(seq); err != nil {
+		s.log.Error("journal an ack", "seq", seq, "err", err)
+	}
+}
+
+// handleCancel stops a running call.
+func (s *session) handleCancel(seq int64) {
+	s.mu.Lock()
+	cancel, ok := s.running[seq]
+	s.mu.Unlock()
+	if ok {
+		s.log.Info("cancelling call", "seq", seq)
+		cancel()
+	}
+}
+
+// cleanEnv drops the remote's own credentials from an environment.
+func cleanEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == EnvConnectToken || k == EnvGatewayURL {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// mergeEnv returns base with the variables of each overlay set, later
+// overlays winning.
+func mergeEnv(base []string, overlays ...map[string]string) []string {
+	out := slices.Clone(base)
+	idx := make(map[string]int, len(out))
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		idx[k] = i
+	}
+	for _, m := range overlays {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			kv := k + "=" + m[k]
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+			} else {
+				idx[k] = len(out)
+				out = append(out, kv)
+			}
+		}
+	}
+	return out
+}

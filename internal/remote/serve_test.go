@@ -1,0 +1,480 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+const (
+	testToken   = "connect-token"
+	testSession = "sess-1"
+	waitTimeout = 15 * time.Second
+)
+
+// testGateway is a minimal gateway: it checks the remote's headers and hands
+// each accepted connection to the test.
+type testGateway struct {
+	t      *testing.T
+	srv    *httptest.Server
+	conns  chan *gwConn
+	reject atomic.Int32 // HTTP status to refuse with; 0 accepts
+	dials  atomic.Int32
+}
+
+func newTestGateway(t *testing.T) *testGateway {
+	g := &testGateway{t: t, conns: make(chan *gwConn, 16)}
+	g.srv = httptest.NewServer(http.HandlerFunc(g.serveHTTP))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+func (g *testGateway) url() string {
+	return "ws" + strings.TrimPrefix(g.srv.URL, "http") + api.GatewayPath
+}
+
+func (g *testGateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	g.dials.Add(1)
+	if code := int(g.reject.Load()); code != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(api.ErrorResponse{Error: api.ErrorBody{Code: api.CodeUnauthorized, Message: "connect token revoked"}})
+		return
+	}
+	if r.URL.Path != api.GatewayPath || r.Header.Get("Authorization") != "Bearer "+testToken || r.Header.Get(api.HeaderSessionID) != testSession {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(maxFrameBytes)
+	gc := &gwConn{c: c, frames: make(chan api.Frame, 256), out: map[streamKey]string{}, outc: make(chan struct{}, 1), closed: make(chan struct{})}
+	go gc.readLoop()
+	g.conns <- gc
+	<-gc.closed
+}
+
+// accept waits for the next connection.
+func (g *testGateway) accept(t *testing.T) *gwConn {
+	t.Helper()
+	select {
+	case gc := <-g.conns:
+		return gc
+	case <-time.After(waitTimeout):
+		t.Fatal("the remote did not connect")
+		return nil
+	}
+}
+
+// gwConn is one remote connection seen from the gateway.
+type gwConn struct {
+	c      *websocket.Conn
+	frames chan api.Frame
+	closed chan struct{}
+
+	mu   sync.Mutex
+	out  map[streamKey]string // output received, by call and stream
+	outc chan struct{}        // signalled on new output
+}
+
+func (gc *gwConn) readLoop() {
+	defer close(gc.closed)
+	for {
+		typ, b, err := gc.c.Read(context.Background())
+		if err != nil {
+			return
+		}
+		if typ == websocket.MessageBinary {
+			o, err := api.ParseOutputFrame(b)
+			if err != nil {
+				return
+			}
+			gc.mu.Lock()
+			gc.out[streamKey{o.Seq, o.Stream}] += string(o.Data)
+			gc.mu.Unlock()
+			select {
+			case gc.outc <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		var f api.Frame
+		if err := json.Unmarshal(b, &f); err != nil {
+			return
+		}
+		gc.frames <- f
+	}
+}
+
+func (gc *gwConn) send(t *testing.T, f api.Frame) {
+	t.Helper()
+	if f.V == 0 {
+		f.V = api.Version
+	}
+	b, _ := json.Marshal(f)
+	if err := gc.c.Write(context.Background(), websocket.MessageText, b); err != nil {
+		t.Fatalf("send %s: %v", f.Type, err)
+	}
+}
+
+// next returns the next JSON frame, which must be of type typ.
+func (gc *gwConn) next(t *testing.T, typ string) api.Frame {
+	t.Helper()
+	select {
+	case f := <-gc.frames:
+		if f.Type != typ {
+			t.Fatalf("got a %q frame %+v, want %q", f.Type, f, typ)
+		}
+		if f.V != api.Version {
+			t.Fatalf("frame v = %d", f.V)
+		}
+		return f
+	case <-gc.closed:
+		if len(gc.frames) > 0 {
+			return gc.next(t, typ)
+		}
+		t.Fatalf("connection closed while waiting for %q", typ)
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %q", typ)
+	}
+	return api.Frame{}
+}
+
+// handshake reads hello and answers welcome.
+func (gc *gwConn) handshake(t *testing.T, env, secrets map[string]string) api.Frame {
+	t.Helper()
+	hello := gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{Type: api.FrameWelcome, Env: env, Secrets: secrets})
+	return hello
+}
+
+// output returns the output of seq on stream received so far.
+func (gc *gwConn) output(seq int64, stream string) string {
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	return gc.out[streamKey{seq, stream}]
+}
+
+// waitOutput waits until the output of seq on stream contains want.
+func (gc *gwConn) waitOutput(t *testing.T, seq int64, stream, want string) string {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		if got := gc.output(seq, stream); strings.Contains(got, want) {
+			return got
+		}
+		select {
+		case <-gc.outc:
+		case <-deadline:
+			t.Fatalf("output of %d never showed %q; got %q", seq, want, gc.output(seq, stream))
+		}
+	}
+}
+
+// startServe runs Serve in the background; the returned channel yields its
+// error.
+func startServe(t *testing.T, g *testGateway, stateDir, workDir string) (<-chan error, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	caps := api.Capabilities{OS: "test", Tools: []string{api.ToolExec}}
+	go func() {
+		defer close(done)
+		errc <- Serve(ctx, Options{
+			GatewayURL:   g.url(),
+			ConnectToken: testToken,
+			SessionID:    testSession,
+			StateDir:     stateDir,
+			WorkDir:      workDir,
+			Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Capabilities: &caps,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return errc, cancel
+}
+
+func waitErr(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatal("Serve did not return")
+		return nil
+	}
+}
+
+func execCall(seq int64, command string) api.Frame {
+	return api.Frame{Type: api.FrameCall, Seq: seq, Tool: api.ToolExec, Args: mustJSON(api.ExecArgs{Command: command})}
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+func TestServeRoundTrip(t *testing.T) {
+	g := newTestGateway(t)
+	state, work := t.TempDir(), t.TempDir()
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	hello := gc.handshake(t, map[string]string{"MY_ENV": "plain"}, map[string]string{"API_KEY": "sk-live-123456"})
+	if hello.SessionID != testSession || hello.Capabilities == nil || hello.Capabilities.OS != "test" || len(hello.Executed)+len(hello.Running) != 0 {
+		t.Fatalf("hello = %+v", hello)
+	}
+
+	gc.send(t, execCall(1, `echo "$MY_ENV"; printf 'key=%s\n' "$API_KEY"; echo "$API_KEY" >&2; exit 2`))
+	res := gc.next(t, api.FrameResult)
+	if res.Seq != 1 || res.OK || res.Error != "exit code 2" {
+		t.Fatalf("result = %+v", res)
+	}
+	var er api.ExecResult
+	if err := json.Unmarshal(res.Value, &er); err != nil {
+		t.Fatal(err)
+	}
+	if er.ExitCode != 2 || !strings.Contains(er.Tail, "key=[REDACTED:API_KEY]") {
+		t.Errorf("exec result = %+v", er)
+	}
+	// Output precedes its result, so all of it is here.
+	out, stderr := gc.output(1, api.StreamStdout), gc.output(1, api.StreamStderr)
+	if out != "plain\nkey=[REDACTED:API_KEY]\n" || stderr != "[REDACTED:API_KEY]\n" || strings.Contains(string(res.Value), "sk-live") {
+		t.Errorf("stdout = %q, stderr = %q, value = %s", out, stderr, res.Value)
+	}
+
+	// A file tool, then an unknown tool.
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: 2, Tool: api.ToolWriteFile, Args: mustJSON(api.WriteFileArgs{Path: "x.txt", Content: "sk-live-123456"})})
+	if res := gc.next(t, api.FrameResult); res.Seq != 2 || !res.OK {
+		t.Fatalf("write_file result = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: 3, Tool: api.ToolReadFile, Args: mustJSON(api.ReadFileArgs{Path: "x.txt"})})
+	if res := gc.next(t, api.FrameResult); !res.OK || !strings.Contains(string(res.Value), "[REDACTED:API_KEY]") || strings.Contains(string(res.Value), "sk-live") {
+		t.Fatalf("read_file result = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: 4, Tool: "nope"})
+	if res := gc.next(t, api.FrameResult); res.OK || !strings.Contains(res.Error, "unknown tool") {
+		t.Fatalf("unknown tool result = %+v", res)
+	}
+
+	for seq := int64(1); seq <= 4; seq++ {
+		gc.send(t, api.Frame{Type: api.FrameAck, Seq: seq})
+	}
+	gc.send(t, api.Frame{Type: api.FrameEnd, Reason: "done"})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatalf("Serve = %v, want nil after end", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(state, "journal"))
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), extAcked) {
+			t.Errorf("journal still holds %s after acks", e.Name())
+		}
+	}
+}
+
+func TestServeReconnectsMidCall(t *testing.T) {
+	g := newTestGateway(t)
+	state, work := t.TempDir(), t.TempDir()
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+
+	gc.send(t, execCall(1, `echo run >> ran; echo started; while [ ! -f release ]; do sleep 0.02; done; echo finished`))
+	gc.waitOutput(t, 1, api.StreamStdout, "started")
+	gc.c.CloseNow() // the gateway drops the remote mid-call
+
+	gc2 := g.accept(t)
+	hello := gc2.handshake(t, nil, nil)
+	if len(hello.Running) != 1 || hello.Running[0] != 1 || len(hello.Executed) != 0 || hello.LastSeq != 1 {
+		t.Fatalf("hello after reconnect = %+v, want call 1 running", hello)
+	}
+	gc2.send(t, execCall(1, `echo run >> ran`)) // a duplicate call is ignored while it runs
+	if err := os.WriteFile(filepath.Join(work, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gc2.waitOutput(t, 1, api.StreamStdout, "finished")
+	res := gc2.next(t, api.FrameResult)
+	if res.Seq != 1 || !res.OK {
+		t.Fatalf("result = %+v", res)
+	}
+	gc2.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+	gc2.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-gc2.frames:
+		t.Errorf("extra frame after the result: %+v", f)
+	default:
+	}
+	if n := countLines(t, filepath.Join(work, "ran")); n != 1 {
+		t.Errorf("the command ran %d times", n)
+	}
+}
+
+func TestServeResendsJournaledResultAfterRestart(t *testing.T) {
+	g := newTestGateway(t)
+	state, work := t.TempDir(), t.TempDir()
+	errc, cancel := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	gc.send(t, execCall(7, `echo run >> ran; echo hi`))
+	first := gc.next(t, api.FrameResult)
+	if !first.OK {
+		t.Fatalf("result = %+v", first)
+	}
+	cancel() // the remote stops before the ack
+	if err := waitErr(t, errc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Serve = %v", err)
+	}
+
+	errc, _ = startServe(t, g, state, work)
+	gc = g.accept(t)
+	hello := gc.next(t, api.FrameHello)
+	if len(hello.Executed) != 1 || hello.Executed[0] != 7 || hello.LastSeq != 7 {
+		t.Fatalf("hello = %+v, want 7 executed", hello)
+	}
+	again := gc.next(t, api.FrameResult) // resent right after hello
+	if again.Seq != 7 || string(again.Value) != string(first.Value) {
+		t.Fatalf("resent %+v, want %+v", again, first)
+	}
+	gc.send(t, api.Frame{Type: api.FrameWelcome})
+	gc.send(t, execCall(7, `echo run >> ran; echo hi`)) // the control plane asks again
+	if res := gc.next(t, api.FrameResult); res.Seq != 7 || string(res.Value) != string(first.Value) {
+		t.Fatalf("answer to a repeated call = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 7})
+	gc.send(t, execCall(7, `echo run >> ran`)) // acked: ignored
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if n := countLines(t, filepath.Join(work, "ran")); n != 1 {
+		t.Errorf("the command ran %d times", n)
+	}
+}
+
+func TestServeAnswersCallInterruptedByRestart(t *testing.T) {
+	state, work := t.TempDir(), t.TempDir()
+	j, err := openJournal(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.started(startedRecord{Seq: 3, Tool: api.ToolExec, Args: mustJSON(api.ExecArgs{Command: "true"})}); err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGateway(t)
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	hello := gc.next(t, api.FrameHello)
+	if len(hello.Executed) != 1 || hello.Executed[0] != 3 || len(hello.Running) != 0 {
+		t.Fatalf("hello = %+v", hello)
+	}
+	res := gc.next(t, api.FrameResult)
+	if res.Seq != 3 || res.OK || res.Error != restartedError {
+		t.Fatalf("result = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameWelcome})
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: 3, Tool: api.ToolExec, Args: mustJSON(api.ExecArgs{Command: "true"})})
+	if res := gc.next(t, api.FrameResult); res.Seq != 3 || res.Error != restartedError {
+		t.Fatalf("answer to the repeated call = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeCancel(t *testing.T) {
+	g := newTestGateway(t)
+	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	gc.send(t, execCall(1, `echo started; sleep 30`))
+	gc.waitOutput(t, 1, api.StreamStdout, "started")
+	gc.send(t, api.Frame{Type: api.FrameCancel, Seq: 1})
+	if res := gc.next(t, api.FrameResult); res.OK || res.Error != "cancelled" {
+		t.Fatalf("result = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeRejected(t *testing.T) {
+	g := newTestGateway(t)
+	g.reject.Store(http.StatusUnauthorized)
+	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
+	err := waitErr(t, errc)
+	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "connect token revoked") {
+		t.Fatalf("Serve = %v, want ErrRejected with the server's message", err)
+	}
+	if n := g.dials.Load(); n != maxRejections {
+		t.Errorf("dialed %d times, want %d", n, maxRejections)
+	}
+}
+
+func TestServeVersionMismatch(t *testing.T) {
+	g := newTestGateway(t)
+	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
+	gc := g.accept(t)
+	gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{V: api.Version + 1, Type: api.FrameWelcome})
+	err := waitErr(t, errc)
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "protocol version") {
+		t.Fatalf("Serve = %v, want ErrVersion", err)
+	}
+	if f := gc.next(t, api.FrameError); !strings.Contains(f.Reason, "version") {
+		t.Errorf("error frame = %+v", f)
+	}
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	t.Setenv(EnvGatewayURL, "")
+	t.Setenv(EnvConnectToken, "tok")
+	t.Setenv(EnvSessionID, "")
+	_, err := OptionsFromEnv()
+	if err == nil || !strings.Contains(err.Error(), EnvGatewayURL) || !strings.Contains(err.Error(), EnvSessionID) || strings.Contains(err.Error(), EnvConnectToken+",") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Setenv(EnvGatewayURL, "ws://127.0.0.1:7420/v1/gateway")
+	t.Setenv(EnvSessionID, "s1")
+	t.Setenv(EnvStateDir, "")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	o, err := OptionsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if o.ConnectToken != "tok" || o.WorkDir != wd || !strings.HasSuffix(o.StateDir, filepath.Join("outpost", "sessions", "s1")) {
+		t.Errorf("options = %+v", o)
+	}
+	t.Setenv(EnvSessionID, "../escape")
+	if _, err := OptionsFromEnv(); err == nil {
+		t.Error("a session id with a slash was accepted")
+	}
+}

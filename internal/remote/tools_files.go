@@ -1,0 +1,177 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// maxReadFile is the largest file read_file and edit_file accept.
+const maxReadFile = 10 << 20
+
+func runReadFile(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ReadFileArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.Path == "" {
+		return nil, errors.New("bad arguments: path is required")
+	}
+	b, err := readLimited(c.path(a.Path))
+	if err != nil {
+		return nil, err
+	}
+	return api.ReadFileResult{Content: string(b), Size: int64(len(b))}, nil
+}
+
+// readLimited reads a regular file of at most maxReadFile bytes.
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("read %s: it is a directory; use list_dir", path)
+	}
+	if st.Size() > maxReadFile {
+		return nil, fmt.Errorf("read %s: the file is %d bytes, over the 10 MiB limit; read part of it with exec (head, tail, sed -n)", path, st.Size())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxReadFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxReadFile {
+		return nil, fmt.Errorf("read %s: the file is over the 10 MiB limit; read part of it with exec (head, tail, sed -n)", path)
+	}
+	return b, nil
+}
+
+func runWriteFile(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.WriteFileArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.Path == "" {
+		return nil, errors.New("bad arguments: path is required")
+	}
+	if err := writeAtomic(c.path(a.Path), []byte(a.Content)); err != nil {
+		return nil, err
+	}
+	return api.WriteFileResult{Bytes: int64(len(a.Content))}, nil
+}
+
+// writeAtomic replaces path with data through a temporary file and a rename,
+// creating parent directories and keeping an existing file's mode. A symlink
+// is followed.
+func writeAtomic(path string, data []byte) error {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target // write through a symlink, not over it
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	mode := fs.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("write %s: it is a directory", path)
+		}
+		mode = st.Mode().Perm()
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func runEditFile(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.EditFileArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.Path == "" {
+		return nil, errors.New("bad arguments: path is required")
+	}
+	if a.Old == "" {
+		return nil, errors.New("bad arguments: old must not be empty")
+	}
+	path := c.path(a.Path)
+	b, err := readLimited(path)
+	if err != nil {
+		return nil, fmt.Errorf("edit: %w", err)
+	}
+	content := string(b)
+	switch n := strings.Count(content, a.Old); n {
+	case 1:
+	case 0:
+		return nil, fmt.Errorf("edit %s: old text not found (0 matches); it must match exactly once, including whitespace", path)
+	default:
+		return nil, fmt.Errorf("edit %s: old text matches %d times; it must match exactly once: include more surrounding lines", path, n)
+	}
+	i := strings.Index(content, a.Old)
+	if err := writeAtomic(path, []byte(content[:i]+a.New+content[i+len(a.Old):])); err != nil {
+		return nil, fmt.Errorf("edit: %w", err)
+	}
+	return api.EditFileResult{Line: 1 + strings.Count(content[:i], "\n")}, nil
+}
+
+func runListDir(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ListDirArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	path := c.path(a.Path)
+	entries, err := os.ReadDir(path) // sorted by name
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", path, err)
+	}
+	res := api.ListDirResult{Entries: make([]api.DirEntry, 0, len(entries))}
+	for _, e := range entries {
+		d := api.DirEntry{Name: e.Name(), Type: "other"}
+		switch t := e.Type(); {
+		case t.IsRegular():
+			d.Type = "file"
+			if info, err := e.Info(); err == nil {
+				d.Size = info.Size()
+			}
+		case t.IsDir():
+			d.Type = "dir"
+		case t&fs.ModeSymlink != 0:
+			d.Type = "symlink"
+		}
+		res.Entries = append(res.Entries, d)
+	}
+	return res, nil
+}

@@ -1,0 +1,159 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+var (
+	repoNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	shaRE      = regexp.MustCompile(`^[0-9a-fA-F]{7,40}$`)
+)
+
+func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.GitCloneArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.URL == "" {
+		return nil, errors.New("bad arguments: url is required")
+	}
+	if strings.HasPrefix(a.URL, "-") {
+		return nil, fmt.Errorf("bad arguments: url %q must not start with '-'", a.URL)
+	}
+	if !repoNameRE.MatchString(a.Name) || a.Name == "." || a.Name == ".." {
+		return nil, fmt.Errorf("bad arguments: repo name %q must start with a letter or digit and hold only letters, digits, '.', '_' and '-'", a.Name)
+	}
+	if strings.HasPrefix(a.Ref, "-") {
+		return nil, fmt.Errorf("bad arguments: ref %q must not start with '-'", a.Ref)
+	}
+	g := &git{c: c}
+	dir := filepath.Join(c.workDir, "repos", a.Name)
+	res := api.GitCloneResult{Path: dir}
+
+	if isGitRepo(ctx, g, dir) {
+		res.Reused = true
+		if err := g.run(ctx, dir, "remote", "set-url", "origin", a.URL); err != nil {
+			return nil, err
+		}
+		if err := g.run(ctx, dir, "fetch", "--prune", "--tags", "origin"); err != nil {
+			return nil, err
+		}
+		if a.Ref != "" {
+			if err := g.checkout(ctx, dir, a.Ref); err != nil {
+				return nil, err
+			}
+			// A branch that tracks origin moves to what was just fetched.
+			if _, err := g.output(ctx, dir, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}"); err == nil {
+				if err := g.run(ctx, dir, "merge", "--ff-only", "@{upstream}"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	} else {
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			return nil, fmt.Errorf("git_clone: %s exists and is not a git repository; pick another name or remove it", dir)
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, fmt.Errorf("git_clone: %w", err)
+		}
+		if a.Ref != "" && !shaRE.MatchString(a.Ref) {
+			if err := g.run(ctx, "", "clone", "--branch", a.Ref, "--", a.URL, dir); err != nil {
+				return nil, err
+			}
+		} else {
+			if err := g.run(ctx, "", "clone", "--", a.URL, dir); err != nil {
+				return nil, err
+			}
+			if a.Ref != "" {
+				if err := g.checkout(ctx, dir, a.Ref); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	head, err := g.output(ctx, dir, "rev-parse", "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	res.Head = head
+	return res, nil
+}
+
+func isGitRepo(ctx context.Context, g *git, dir string) bool {
+	if _, err := os.Stat(dir); err != nil {
+		return false
+	}
+	top, err := g.output(ctx, dir, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return false
+	}
+	// dir must be the top of its own repository, not inside the workspace's.
+	want, err1 := filepath.EvalSymlinks(dir)
+	got, err2 := filepath.EvalSymlinks(top)
+	return err1 == nil && err2 == nil && want == got
+}
+
+// git runs git for a call, streaming its output as the call's output.
+type git struct{ c *callEnv }
+
+func (g *git) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	if dir == "" {
+		cmd.Dir = g.c.workDir
+	}
+	cmd.Env = mergeEnv(g.c.env, map[string]string{"GIT_TERMINAL_PROMPT": "0"})
+	cmd.WaitDelay = pipeWaitDelay
+	killProcessGroup(cmd)
+	return cmd
+}
+
+// run runs git, streaming stdout and stderr.
+func (g *git) run(ctx context.Context, dir string, args ...string) error {
+	cmd := g.command(ctx, dir, args...)
+	cmd.Stdout = g.c.stdout
+	cmd.Stderr = g.c.stderr
+	fmt.Fprintf(g.c.stderr, "$ git %s\n", strings.Join(args, " "))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("git %s: %w", args[0], err)
+	}
+	return nil
+}
+
+// output runs git quietly and returns its trimmed stdout.
+func (g *git) output(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := g.command(ctx, dir, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// checkout checks out ref, fetching it by name when the clone lacks it (a
+// commit not on any branch, a pull request ref).
+func (g *git) checkout(ctx context.Context, dir, ref string) error {
+	if _, err := g.output(ctx, dir, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err == nil {
+		return g.run(ctx, dir, "checkout", "--quiet", ref, "--")
+	}
+	if _, err := g.output(ctx, dir, "rev-parse", "--verify", "--quiet", "origin/"+ref+"^{commit}"); err == nil {
+		return g.run(ctx, dir, "checkout", "--quiet", "-b", ref, "--track", "origin/"+ref)
+	}
+	if err := g.run(ctx, dir, "fetch", "origin", ref); err != nil {
+		return fmt.Errorf("git_clone: ref %q not found: %w", ref, err)
+	}
+	return g.run(ctx, dir, "checkout", "--quiet", "--detach", "FETCH_HEAD")
+}

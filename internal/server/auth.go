@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// principal is the caller behind an API token.
+type principal struct {
+	tokenID   string
+	scopes    []string
+	outpostID string // "" when not limited
+}
+
+// has reports whether the principal holds scope, counting the implications:
+// admin implies everything, orchestrator implies machine, sessions.write
+// implies sessions.read.
+func (p principal) has(scope string) bool {
+	for _, s := range p.scopes {
+		switch {
+		case s == scope, s == api.ScopeAdmin:
+			return true
+		case s == api.ScopeOrchestrator && scope == api.ScopeMachine:
+			return true
+		case s == api.ScopeSessionsWrite && scope == api.ScopeSessionsRead:
+			return true
+		}
+	}
+	return false
+}
+
+// hasAny reports whether the principal holds one of scopes.
+func (p principal) hasAny(scopes ...string) bool {
+	return slices.ContainsFunc(scopes, p.has)
+}
+
+// allowsOutpost reports whether the principal may act on an outpost.
+func (p principal) allowsOutpost(outpostID string) bool {
+	return p.outpostID == "" || p.outpostID == outpostID
+}
+
+// checkOutpost answers 403 when the token is limited to another outpost.
+func (p principal) checkOutpost(outpostID string) error {
+	if !p.allowsOutpost(outpostID) {
+		return errForbidden("This token is limited to another outpost.")
+	}
+	return nil
+}
+
+type principalKey struct{}
+
+func principalFrom(ctx context.Context) principal {
+	p, _ := ctx.Value(principalKey{}).(principal)
+	return p
+}
+
+// bearer returns the bearer token of a request, or "".
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// authenticate resolves the request's API token.
+func (s *Server) authenticate(r *http.Request) (principal, error) {
+	secret := bearer(r)
+	if secret == "" {
+		return principal{}, errUnauthorized("An API token is required: send it as 'Authorization: Bearer <token>'.")
+	}
+	t, err := s.store.TokenByHash(r.Context(), hashSecret(secret))
+	if errors.Is(err, store.ErrNotFound) {
+		return principal{}, errUnauthorized("The API token is not valid.")
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	now := s.now()
+	if t.RevokedAt != nil {
+		return principal{}, errUnauthorized("The API token has been revoked.")
+	}
+	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
+		return principal{}, errUnauthorized("The API token has expired.")
+	}
+	return principal{tokenID: t.ID, scopes: t.Scopes, outpostID: t.OutpostID}, nil
+}
+
+// handler is an HTTP handler that returns an error to be written as JSON.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+// authed wraps h: the caller must present a valid token holding one of
+// scopes.
+func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { s.metrics.requestDuration.WithLabelValues(r.Method).Observe(time.Since(start).Seconds()) }()
+		p, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if !p.hasAny(scopes...) {
+			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// TestAuthMatrix calls every endpoint with no token, a token of the wrong
+// scope, a token limited to another outpost, and the right token.
+func TestAuthMatrix(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("home")
+	ts.outpost("other")
+	sess := ts.session("home")
+	id := sess.Metadata.SessionID
+
+	scoped := func(scope string) string { return ts.token([]string{scope}, "home") }
+	elsewhere := func(scope string) string { return ts.token([]string{scope}, "other") }
+
+	type endpoint struct {
+		method, path string
+		body         any
+		scope        string // the scope that is right
+		wrongScope   string // "" when no scope is wrong
+		want         int
+		outposted    bool // does a token limited to another outpost get 403
+	}
+	n := 0
+	uniq := func() string { n++; return fmt.Sprintf("o%d", n) }
+	eps := []endpoint{
+		{method: "GET", path: "/v1/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
+		{method: "POST", path: "/v1/outposts", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, outposted: true},
+		{method: "DELETE", path: "/v1/outposts/{new}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 204, outposted: true},
+		{method: "GET", path: "/v1/queue?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
+		{method: "GET", path: "/v1/queue/" + id, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
+		{method: "POST", path: "/v1/queue/{claimable}/claim", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
+		{method: "POST", path: "/v1/queue/{claimed}/release", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
+		{method: "POST", path: "/v1/sessions", body: map[string]any{"outpost": "home", "agent": map[string]any{"kind": "script"}}, scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 201, outposted: true},
+		{method: "GET", path: "/v1/sessions", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200},
+		{method: "GET", path: "/v1/sessions/" + id, scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, outposted: true},
+		{method: "GET", path: "/v1/sessions/" + id + "/events", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, outposted: true},
+		{method: "POST", path: "/v1/sessions/{new-session}/terminate", scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 200, outposted: true},
+		{method: "POST", path: "/v1/tokens", body: api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201},
+		{method: "GET", path: "/v1/tokens", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
+		// The bare and devins prefixes reach the same handlers.
+		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
+		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
+		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
+	}
+	machine := ts.token([]string{api.ScopeMachine}, "")
+	resolve := func(path string) string {
+		switch {
+		case strings.Contains(path, "{new}"):
+			name := uniq()
+			ts.outpost(name)
+			return strings.Replace(path, "{new}", name, 1)
+		case strings.Contains(path, "{claimable}"):
+			return strings.Replace(path, "{claimable}", ts.session("home").Metadata.SessionID, 1)
+		case strings.Contains(path, "{claimed}"):
+			s := ts.session("home").Metadata.SessionID
+			ts.mustDo(200, "POST", "/v1/queue/"+s+"/claim", machine, api.ClaimRequest{AcceptorID: "x"}, nil)
+			return strings.Replace(path, "{claimed}", s, 1)
+		case strings.Contains(path, "{new-session}"):
+			return strings.Replace(path, "{new-session}", ts.session("home").Metadata.SessionID, 1)
+		case strings.Contains(path, "{token}"):
+			var tok api.CreateTokenResponse
+			ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)
+			return strings.Replace(path, "{token}", tok.ID, 1)
+		}
+		return path
+	}
+	body := func(ep endpoint) any {
+		if ep.method == "POST" && ep.path == "/v1/outposts" {
+			return api.CreateOutpostRequest{Name: uniq(), Platform: "linux"}
+		}
+		return ep.body
+	}
+	for _, ep := range eps {
+		name := ep.method + " " + ep.path
+		if got := ts.do(ep.method, resolve(ep.path), "", body(ep), nil); got != 401 {
+			t.Errorf("%s without a token: %d, want 401", name, got)
+		}
+		if got := ts.do(ep.method, resolve(ep.path), "opt_not-a-real-token", body(ep), nil); got != 401 {
+			t.Errorf("%s with a bad token: %d, want 401", name, got)
+		}
+		// Reading outposts is open to every scope but admin-only ones, so
+		// those rows have no wrong scope.
+		if ep.wrongScope != "" {
+			wrong := ts.token([]string{ep.wrongScope}, "")
+			if got := ts.do(ep.method, resolve(ep.path), wrong, body(ep), nil); got != 403 {
+				t.Errorf("%s with scope %s: %d, want 403", name, ep.wrongScope, got)
+			}
+		}
+		if ep.outposted {
+			if got := ts.do(ep.method, resolve(ep.path), elsewhere(ep.scope), body(ep), nil); got != 403 {
+				t.Errorf("%s with a token for another outpost: %d, want 403", name, got)
+			}
+		}
+		right := scoped(ep.scope)
+		if ep.scope == api.ScopeAdmin || strings.HasPrefix(ep.path, "/v1/outposts") && ep.method != "GET" {
+			right = ts.token([]string{ep.scope}, "")
+		}
+		if got := ts.do(ep.method, resolve(ep.path), right, body(ep), nil); got != ep.want {
+			t.Errorf("%s with scope %s: %d, want %d", name, ep.scope, got, ep.want)
+		}
+	}
+}
+
+func TestScopeImplications(t *testing.T) {
+	t.Parallel()
+	p := principal{scopes: []string{api.ScopeOrchestrator}}
+	if !p.has(api.ScopeMachine) || p.has(api.ScopeSessionsRead) {
+		t.Fatal("orchestrator must imply machine and nothing else")
+	}
+	p = principal{scopes: []string{api.ScopeSessionsWrite}}
+	if !p.has(api.ScopeSessionsRead) || p.has(api.ScopeMachine) {
+		t.Fatal("sessions.write must imply sessions.read and nothing else")
+	}
+	p = principal{scopes: []string{api.ScopeAdmin}}
+	for _, s := range api.Scopes {
+		if !p.has(s) {
+			t.Fatalf("admin must imply %s", s)
+		}
+	}
+}
+
+func TestExpiredAndRevokedTokens(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	var tok api.CreateTokenResponse
+	ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)
+	ts.mustDo(200, "GET", "/v1/sessions", tok.Secret, nil, nil)
+	ts.mustDo(204, "DELETE", "/v1/tokens/"+tok.ID, ts.admin, nil, nil)
+	ts.mustDo(401, "GET", "/v1/sessions", tok.Secret, nil, nil)
+	ts.mustDo(404, "DELETE", "/v1/tokens/tok_nosuch", ts.admin, nil, nil)
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"slices"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+func unixPtr(t *time.Time) *int64 {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	v := t.Unix()
+	return &v
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
+	return api.Outpost{
+		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
+		Spec:     api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description},
+		Status:   api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
+	}
+}
+
+func toAPIEntry(e store.QueueEntry) api.QueueEntry {
+	out := api.QueueEntry{
+		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix()},
+		Spec:     api.QueueSpec{Kind: e.Kind, Platform: e.Platform},
+		Status:   api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus},
+	}
+	if e.Phase == api.PhaseClaimed {
+		out.Status.AcceptorID = strPtr(e.AcceptorID)
+		out.Status.ClaimDeadline = unixPtr(&e.ClaimDeadline)
+	}
+	return out
+}
+
+func toAPISession(s store.Session) api.Session {
+	spec := s.Spec
+	spec.SecretNames = nil
+	for name := range s.Secrets {
+		spec.SecretNames = append(spec.SecretNames, name)
+	}
+	slices.Sort(spec.SecretNames)
+	if spec.Repos == nil {
+		spec.Repos = []api.Repo{}
+	}
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	if spec.SecretNames == nil {
+		spec.SecretNames = []string{}
+	}
+	return api.Session{
+		Metadata: api.SessionMetadata{SessionID: s.ID, OutpostID: s.OutpostID, CreatedAt: s.CreatedAt.Unix(), UpdatedAt: s.UpdatedAt.Unix()},
+		Spec:     spec,
+		Status: api.SessionStatus{
+			Status:       s.Status,
+			StatusDetail: s.StatusDetail,
+			Reason:       s.Reason,
+			LastSeq:      s.LastSeq,
+			StartedAt:    unixPtr(s.StartedAt),
+			EndedAt:      unixPtr(s.EndedAt),
+			Capabilities: s.Capabilities,
+		},
+	}
+}
+
+func toAPIToken(t store.Token) api.Token {
+	return api.Token{
+		ID: t.ID, Name: t.Name, Scopes: t.Scopes, OutpostID: t.OutpostID,
+		CreatedAt: t.CreatedAt.Unix(), ExpiresAt: unixPtr(t.ExpiresAt), RevokedAt: unixPtr(t.RevokedAt),
+	}
+}
+
+// queueSessionStatus maps a session status to the coarse status queue
+// entries show.
+func queueSessionStatus(status string) string {
+	switch status {
+	case api.StatusRunning:
+		return api.QueueSessionRunning
+	case api.StatusSuspended:
+		return api.QueueSessionSuspended
+	case api.StatusExit, api.StatusError:
+		return api.QueueSessionTerminated
+	default:
+		return api.QueueSessionPending
+	}
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	after := int64(0)
+	if v := q.Get("after"); v != "" {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 0 {
+			return errBadRequest("after must be a non-negative event sequence number.")
+		}
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if v := r.Header.Get("Last-Event-ID"); v != "" {
+			if id, err := strconv.ParseInt(v, 10, 64); err == nil && id > after {
+				after = id
+			}
+		}
+		return s.followEvents(w, r, sess.ID, after)
+	}
+	limit, err := parseFirst(q.Get("limit"), 500, 1000)
+	if err != nil {
+		return err
+	}
+	evs, err := s.store.ListEvents(ctx, sess.ID, after, limit+1)
+	if err != nil {
+		return fmt.Errorf("list events: %w", err)
+	}
+	list := api.EventList{Items: evs, Next: after}
+	if len(evs) > limit {
+		list.Items, list.HasNextPage = evs[:limit], true
+	}
+	if list.Items == nil {
+		list.Items = []api.Event{}
+	}
+	if n := len(list.Items); n > 0 {
+		list.Next = list.Items[n-1].Seq
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// followEvents streams a session's transcript after a sequence number,
+// then its live events, until the end event. Live output past the
+// transcript cap arrives with seq 0 and is not replayed.
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID string, after int64) error {
+	ctx := r.Context()
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return errors.New("response writer cannot flush")
+	}
+	sub := s.topics.subscribe(sessionID) // before replay, so nothing slips between
+	defer s.topics.unsubscribe(sessionID, sub)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+
+	var buf []byte
+	send := func(ev api.Event) (ended bool, err error) {
+		if ev.Seq != 0 {
+			if ev.Seq <= after {
+				return false, nil
+			}
+			after = ev.Seq
+			buf = fmt.Appendf(buf[:0], "id: %d\n", ev.Seq)
+		} else {
+			buf = buf[:0]
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return false, err
+		}
+		buf = append(buf, "data: "...)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+		_, err = w.Write(buf)
+		return ev.Type == api.EventEnd, err
+	}
+
+	for {
+		evs, err := s.store.ListEvents(ctx, sessionID, after, 500)
+		if err != nil {
+			return nil
+		}
+		for _, ev := range evs {
+			if ended, err := send(ev); err != nil || ended {
+				flusher.Flush()
+				return nil
+			}
+		}
+		flusher.Flush()
+		if len(evs) < 500 {
+			break
+		}
+	}
+	keepalive := time.NewTicker(s.opts.KeepaliveInterval)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.lagged:
+			return nil // the client resumes from its last id
+		case ev := <-sub.ch:
+			ended, err := send(ev)
+			// Drain what is already queued before flushing.
+			for !ended && err == nil && len(sub.ch) > 0 {
+				ended, err = send(<-sub.ch)
+			}
+			flusher.Flush()
+			if err != nil || ended {
+				return nil
+			}
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return nil
+			}
+			flusher.Flush()
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// gatewayReadLimit bounds one gateway message.
+const gatewayReadLimit = 32 << 20
+
+// connectClaim checks a connect token against the session's current claim.
+func (s *Server) connectClaim(ctx context.Context, r *http.Request) (store.ConnectToken, store.QueueEntry, error) {
+	secret := bearer(r)
+	if secret == "" {
+		return store.ConnectToken{}, store.QueueEntry{}, errUnauthorized("A connect token is required: send it as 'Authorization: Bearer <token>'.")
+	}
+	ct, err := s.store.LookupConnectToken(ctx, hashSecret(secret))
+	if errors.Is(err, store.ErrNotFound) {
+		return ct, store.QueueEntry{}, errUnauthorized("The connect token is not valid.")
+	}
+	if err != nil {
+		return ct, store.QueueEntry{}, fmt.Errorf("look up connect token: %w", err)
+	}
+	if sid := r.Header.Get(api.HeaderSessionID); sid != "" && sid != ct.SessionID {
+		return ct, store.QueueEntry{}, errUnauthorized("The connect token belongs to another session.")
+	}
+	e, err := s.store.GetQueueEntry(ctx, ct.SessionID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return ct, e, fmt.Errorf("get queue entry: %w", err)
+	}
+	if err != nil || e.Deleted || e.Phase != api.PhaseClaimed || e.Epoch != ct.Epoch || !s.now().Before(e.ClaimDeadline) {
+		return ct, e, errUnauthorized("The connect token is no longer valid: the claim lapsed or moved to another machine.")
+	}
+	return ct, e, nil
+}
+
+// gateway serves one remote's WebSocket for the life of its connection.
+func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
+	ct, e, err := s.connectClaim(r.Context(), r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		s.log.Warn("gateway accept", "session", ct.SessionID, "err", err)
+		return
+	}
+	ws.SetReadLimit(gatewayReadLimit)
+	c := &remoteConn{sessionID: ct.SessionID, epoch: ct.Epoch, acceptorID: e.AcceptorID, ws: ws, done: make(chan struct{})}
+	defer func() {
+		close(c.done)
+		s.hub.detach(c)
+		c.close(websocket.StatusNormalClosure, "")
+	}()
+	ctx := r.Context()
+	hello, err := readHello(ctx, ws, ct.SessionID)
+	if err != nil {
+		s.log.Warn("gateway hello", "session", ct.SessionID, "err", err)
+		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: err.Error()})
+		c.close(websocket.StatusProtocolError, err.Error())
+		return
+	}
+	sess, err := s.onHello(ctx, c, hello)
+	if err != nil {
+		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
+		return
+	}
+	if api.IsFinal(sess.Status) {
+		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
+	} else if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: sess.Spec.Env, Secrets: sess.Secrets}); err != nil {
+		return
+	}
+	// Attach only after welcome: the runner sends calls to attached
+	// connections, and the remote needs the welcome first.
+	s.hub.attach(c)
+	s.metrics.remotes.Inc()
+	defer s.metrics.remotes.Dec()
+	// A claim may have moved between the token check and attach.
+	if cur, err := s.store.GetQueueEntry(ctx, ct.SessionID); err != nil || cur.Epoch != ct.Epoch {
+		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
+		return
+	}
+	if !api.IsFinal(sess.Status) {
+		s.ensureRunner(sess.ID)
+	}
+	s.readLoop(ctx, c)
+	if ctx.Err() == nil {
+		s.recordDisconnect(c)
+	}
+}
+
+func readHello(ctx context.Context, ws *websocket.Conn, sessionID string) (api.Frame, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		return api.Frame{}, fmt.Errorf("read hello: %w", err)
+	}
+	var f api.Frame
+	if typ != websocket.MessageText || json.Unmarshal(data, &f) != nil || f.Type != api.FrameHello {
+		return api.Frame{}, errors.New("the first gateway frame must be a JSON hello")
+	}
+	if f.V != api.Version {
+		return api.Frame{}, fmt.Errorf("gateway protocol version %d is not supported; this server speaks version %d: run a matching outpost binary", f.V, api.Version)
+	}
+	if f.SessionID != "" && f.SessionID != sessionID {
+		return api.Frame{}, errors.New("hello names another session than the connect token")
+	}
+	return f, nil
+}
+
+// onHello records the remote's arrival and moves the session to running.
+func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame) (store.Session, error) {
+	now := s.now()
+	var out store.Session
+	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		out = sess
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, nil
+		}
+		var m store.Mutation
+		if hello.Capabilities != nil {
+			sess.Capabilities = hello.Capabilities
+		}
+		m.Events = append(m.Events, api.Event{Type: api.EventRemoteConnected, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
+			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.acceptorID)})
+		if sess.Status == api.StatusResuming {
+			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
+				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds.", c.acceptorID, sess.LastSeq)})
+		}
+		if sess.Status != api.StatusRunning {
+			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
+			m.Events = append(m.Events, statusEvent(sess, now))
+		}
+		if sess.StartedAt == nil {
+			sess.StartedAt = &now
+		}
+		sess.UpdatedAt = now
+		e.SessionStatus = queueSessionStatus(sess.Status)
+		e.UpdatedAt = now
+		m.Session, m.Entry = &sess, &e
+		out = sess
+		return m, nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("record remote of session %s: %w", c.sessionID, err)
+	}
+	s.committed(c.sessionID, m)
+	return out, nil
+}
+
+func (s *Server) recordDisconnect(c *remoteConn) {
+	ev := []api.Event{{Type: api.EventRemoteDisconnected, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID,
+		Reason: "The remote's connection closed; it may reconnect."}}
+	sess, err := s.store.GetSession(context.Background(), c.sessionID)
+	if err != nil || api.IsFinal(sess.Status) {
+		return
+	}
+	if err := s.store.AppendEvents(context.Background(), c.sessionID, ev); err != nil {
+		s.log.Warn("record disconnect", "session", c.sessionID, "err", err)
+		return
+	}
+	s.topics.publish(c.sessionID, ev...)
+}
+
+// message is one gateway message handed from the reading goroutine.
+type message struct {
+	typ  websocket.MessageType
+	data []byte
+}
+
+// readLoop handles the remote's frames until the connection ends. Output
+// is batched into transcript events; results go to the session's runner.
+func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
+	msgs := make(chan message, 64)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			typ, data, err := c.ws.Read(ctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case msgs <- message{typ, data}:
+			case <-c.done:
+				return
+			}
+		}
+	}()
+	out := s.outputFor(c.sessionID)
+	flush := time.NewTicker(100 * time.Millisecond)
+	defer flush.Stop()
+	defer out.flush(context.WithoutCancel(ctx))
+	for {
+		select {
+		case <-flush.C:
+			out.flush(ctx)
+		case m, ok := <-msgs:
+			if !ok {
+				if err := <-readErr; websocket.CloseStatus(err) == -1 && ctx.Err() == nil {
+					s.log.Debug("gateway read", "session", c.sessionID, "err", err)
+				}
+				return
+			}
+			if m.typ == websocket.MessageBinary {
+				f, err := api.ParseOutputFrame(m.data)
+				if err != nil {
+					s.log.Warn("gateway output frame", "session", c.sessionID, "err", err)
+					continue
+				}
+				out.add(ctx, f)
+				continue
+			}
+			var f api.Frame
+			if err := json.Unmarshal(m.data, &f); err != nil {
+				s.log.Warn("gateway frame", "session", c.sessionID, "err", err)
+				continue
+			}
+			switch f.Type {
+			case api.FrameResult:
+				out.finish(ctx, f.Seq)
+				s.deliverResult(c, f)
+			default:
+				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
+			}
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// maxBodyBytes bounds every request body.
+const maxBodyBytes = 1 << 20
+
+// httpError is an error with the status and code a client should see. Its
+// message is a whole sentence safe to show.
+type httpError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+func errBadRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf(format, args...)}
+}
+
+func errNotFound(format string, args ...any) error {
+	return &httpError{http.StatusNotFound, api.CodeNotFound, fmt.Sprintf(format, args...)}
+}
+
+func errConflict(format string, args ...any) error {
+	return &httpError{http.StatusConflict, api.CodeConflict, fmt.Sprintf(format, args...)}
+}
+
+func errForbidden(format string, args ...any) error {
+	return &httpError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf(format, args...)}
+}
+
+func errUnauthorized(format string, args ...any) error {
+	return &httpError{http.StatusUnauthorized, api.CodeUnauthorized, fmt.Sprintf(format, args...)}
+}
+
+// writeJSON writes v with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// writeError answers err as the JSON error envelope. Errors that are not
+// httpErrors are logged and answered as a generic 500, so internals never
+// leak.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+	case errors.Is(err, store.ErrNotFound):
+		he = &httpError{http.StatusNotFound, api.CodeNotFound, "The requested object does not exist."}
+	case errors.Is(err, store.ErrConflict):
+		he = &httpError{http.StatusConflict, api.CodeConflict, "The request conflicts with the current state."}
+	case r.Context().Err() != nil:
+		return // the client went away
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		he = &httpError{http.StatusInternalServerError, api.CodeInternal, "The server failed to handle the request; see its log."}
+	}
+	writeJSON(w, he.status, api.ErrorResponse{Error: api.ErrorBody{Code: he.code, Message: he.message}})
+}
+
+// decode reads a JSON body into v strictly: one object, no unknown fields,
+// at most maxBodyBytes.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &httpError{http.StatusUnsupportedMediaType, api.CodeBadRequest, "The request body must be JSON (Content-Type: application/json)."}
+	}
+	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		var syntax *json.SyntaxError
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooBig):
+			return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", maxBodyBytes)}
+		case errors.Is(err, io.EOF):
+			return errBadRequest("The request body is empty; a JSON object is required.")
+		case errors.As(err, &syntax):
+			return errBadRequest("The request body is not valid JSON (at byte %d).", syntax.Offset)
+		case errors.As(err, &typeErr):
+			return errBadRequest("Field %q has the wrong type: expected %s.", typeErr.Field, typeErr.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return errBadRequest("The request has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		default:
+			return errBadRequest("The request body could not be read: %v.", err)
+		}
+	}
+	if dec.More() {
+		return errBadRequest("The request body must hold exactly one JSON object.")
+	}
+	return nil
+}
+
+// decodeOptional is decode for bodies that may be empty.
+func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	return decode(w, r, v)
+}

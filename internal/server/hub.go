@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// remoteConn is one remote's gateway connection.
+type remoteConn struct {
+	sessionID  string
+	epoch      int64
+	acceptorID string
+	ws         *websocket.Conn
+	done       chan struct{} // closed when the connection is finished
+	closeOnce  sync.Once
+}
+
+// send writes one JSON frame.
+func (c *remoteConn) send(ctx context.Context, f api.Frame) error {
+	f.V = api.Version
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encode %s frame: %w", f.Type, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("send %s frame to session %s: %w", f.Type, c.sessionID, err)
+	}
+	return nil
+}
+
+// close ends the connection with a status and reason the remote logs.
+func (c *remoteConn) close(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() {
+		go func() { _ = c.ws.Close(code, reason) }() // Close waits for the peer; never block the caller
+	})
+}
+
+// hub tracks the one live connection of each session.
+type hub struct {
+	mu      sync.Mutex // guards conns
+	conns   map[string]*remoteConn
+	changed *notifier
+}
+
+func newHub() *hub { return &hub{conns: map[string]*remoteConn{}, changed: newNotifier()} }
+
+// attach makes c the session's connection, closing any older one.
+func (h *hub) attach(c *remoteConn) {
+	h.mu.Lock()
+	prev := h.conns[c.sessionID]
+	h.conns[c.sessionID] = c
+	h.mu.Unlock()
+	if prev != nil && prev != c {
+		prev.close(websocket.StatusPolicyViolation, "replaced by a newer connection for this session")
+	}
+	h.changed.notify()
+}
+
+// detach forgets c if it is still the session's connection.
+func (h *hub) detach(c *remoteConn) {
+	h.mu.Lock()
+	if h.conns[c.sessionID] == c {
+		delete(h.conns, c.sessionID)
+	}
+	h.mu.Unlock()
+	h.changed.notify()
+}
+
+// get returns the session's live connection, or nil.
+func (h *hub) get(sessionID string) *remoteConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns[sessionID]
+}
+
+// fence closes the session's connection if it belongs to a claim older
+// than minEpoch: its connect token died with that claim.
+func (h *hub) fence(sessionID string, minEpoch int64) {
+	h.mu.Lock()
+	c := h.conns[sessionID]
+	if c != nil && c.epoch < minEpoch {
+		delete(h.conns, sessionID)
+	} else {
+		c = nil
+	}
+	h.mu.Unlock()
+	if c != nil {
+		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
+		h.changed.notify()
+	}
+}
+
+// end tells the session's remote that the session is over.
+func (h *hub) end(sessionID, reason string) {
+	if c := h.get(sessionID); c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: reason})
+	}
+}
+
+// closeAll closes every connection (server shutdown); remotes reconnect.
+func (h *hub) closeAll() {
+	h.mu.Lock()
+	conns := h.conns
+	h.conns = map[string]*remoteConn{}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.close(websocket.StatusGoingAway, "the server is shutting down")
+	}
+	h.changed.notify()
+}

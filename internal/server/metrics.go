@@ -1,0 +1,53 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the control plane's Prometheus metrics, on its own registry.
+type metrics struct {
+	registry        *prometheus.Registry
+	requestDuration *prometheus.HistogramVec
+	sessionsCreated prometheus.Counter
+	sessionsEnded   *prometheus.CounterVec
+	claims          *prometheus.CounterVec
+	remotes         prometheus.Gauge
+	toolCalls       *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outpost_http_request_duration_seconds",
+			Help:    "Duration of authenticated API requests.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"method"}),
+		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outpost_sessions_created_total", Help: "Sessions created.",
+		}),
+		sessionsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_sessions_ended_total", Help: "Sessions ended, by final status and detail.",
+		}, []string{"status", "detail"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_claims_total", Help: "Claim attempts by outcome (claimed, renewed, conflict, lapsed, released).",
+		}, []string{"outcome"}),
+		remotes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outpost_gateway_remotes", Help: "Remotes connected to the gateway.",
+		}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_tool_calls_total", Help: "Tool call results by tool and outcome.",
+		}, []string{"tool", "ok"}),
+	}
+	m.registry.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.toolCalls,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// dnsLabel is what an outpost name must be.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// resolveOutpost finds an outpost by name or id and checks the caller may
+// see it. A token limited to another outpost gets 403 without learning
+// whether the name exists.
+func (s *Server) resolveOutpost(ctx context.Context, ref string) (store.Outpost, error) {
+	p := principalFrom(ctx)
+	o, err := s.store.GetOutpost(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		if p.outpostID != "" {
+			return store.Outpost{}, errForbidden("This token is limited to another outpost.")
+		}
+		return store.Outpost{}, errNotFound("Outpost %q does not exist.", ref)
+	}
+	if err != nil {
+		return store.Outpost{}, fmt.Errorf("get outpost %s: %w", ref, err)
+	}
+	if err := p.checkOutpost(o.ID); err != nil {
+		return store.Outpost{}, err
+	}
+	return o, nil
+}
+
+func (s *Server) apiOutpost(ctx context.Context, o store.Outpost) (api.Outpost, error) {
+	depth, claims, err := s.store.OutpostStats(ctx, o.ID, s.now())
+	if err != nil {
+		return api.Outpost{}, fmt.Errorf("outpost stats %s: %w", o.ID, err)
+	}
+	return toAPIOutpost(o, depth, claims), nil
+}
+
+func (s *Server) listOutposts(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	all, err := s.store.ListOutposts(r.Context())
+	if err != nil {
+		return fmt.Errorf("list outposts: %w", err)
+	}
+	list := api.OutpostList{Items: []api.Outpost{}}
+	for _, o := range all {
+		if !p.allowsOutpost(o.ID) {
+			continue
+		}
+		ao, err := s.apiOutpost(r.Context(), o)
+		if err != nil {
+			return err
+		}
+		list.Items = append(list.Items, ao)
+	}
+	list.Total = len(list.Items)
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateOutpostRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if !dnsLabel.MatchString(req.Name) {
+		return errBadRequest("Outpost name %q is not a DNS label: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit.", req.Name)
+	}
+	if req.Platform == "" {
+		req.Platform = api.PlatformLinux
+	}
+	switch req.Platform {
+	case api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows:
+	default:
+		return errBadRequest("Platform %q is not one of linux, macos, windows.", req.Platform)
+	}
+	if len(req.Description) > 1024 {
+		return errBadRequest("The description is longer than 1024 characters.")
+	}
+	if p := principalFrom(r.Context()); p.outpostID != "" {
+		return errForbidden("A token limited to one outpost cannot create outposts.")
+	}
+	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description, CreatedAt: s.now()}
+	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return errConflict("An outpost named %q already exists.", req.Name)
+		}
+		return fmt.Errorf("create outpost: %w", err)
+	}
+	s.log.Info("outpost created", "outpost", o.Name, "id", o.ID, "platform", o.Platform)
+	writeJSON(w, http.StatusCreated, toAPIOutpost(o, 0, 0))
+	return nil
+}
+
+func (s *Server) getOutpost(w http.ResponseWriter, r *http.Request) error {
+	o, err := s.resolveOutpost(r.Context(), r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	ao, err := s.apiOutpost(r.Context(), o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ao)
+	return nil
+}
+
+func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	force := r.URL.Query().Get("force")
+	if force != "" && force != "true" && force != "false" {
+		return errBadRequest("force must be true or false.")
+	}
+	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID})
+	if err != nil {
+		return fmt.Errorf("list queue of %s: %w", o.ID, err)
+	}
+	claimed := 0
+	for _, e := range entries {
+		if e.Phase == api.PhaseClaimed && e.SessionStatus != api.QueueSessionTerminated {
+			claimed++
+		}
+	}
+	if claimed > 0 && force != "true" {
+		return errConflict("Outpost %q has %d claimed session(s); end them first or delete with ?force=true.", o.Name, claimed)
+	}
+	for _, e := range entries {
+		reason := fmt.Sprintf("Outpost %q was deleted.", o.Name)
+		if err := s.endSession(ctx, e.SessionID, api.StatusExit, api.DetailOutpostDeleted, reason); err != nil {
+			return err
+		}
+		// A claimed entry's holder releases it when its remote exits; the
+		// outpost is gone, so drop the entry now.
+		if err := s.dropEntry(ctx, e.SessionID); err != nil {
+			return err
+		}
+	}
+	if err := s.store.DeleteOutpost(ctx, o.ID); err != nil {
+		return fmt.Errorf("delete outpost %s: %w", o.ID, err)
+	}
+	s.log.Info("outpost deleted", "outpost", o.Name, "id", o.ID, "ended_sessions", len(entries))
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

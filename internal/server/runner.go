@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// runner drives one session's agent: it decides the tool calls, sends each
+// to whichever remote is connected, and records results. It outlives
+// remote reconnects and machine changes; it ends with the session or the
+// server.
+type runner struct {
+	s         *Server
+	sessionID string
+	cancel    context.CancelFunc
+	results   chan resultMsg
+	// early holds results that arrived before their call was awaited
+	// (a remote resending after a server restart). Owned by run.
+	early map[int64]resultMsg
+}
+
+// resultMsg is a result frame and the connection it came on.
+type resultMsg struct {
+	conn  *remoteConn
+	frame api.Frame
+}
+
+// step is one planned tool call.
+type step struct {
+	tool     string
+	args     json.RawMessage
+	required bool // a failure ends the session whatever stop_on_error says
+}
+
+// ensureRunner starts the session's runner unless it runs already.
+func (s *Server) ensureRunner(sessionID string) *runner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.runners[sessionID]; r != nil {
+		return r
+	}
+	if s.runCtx == nil || s.runCtx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	r := &runner{s: s, sessionID: sessionID, cancel: cancel, results: make(chan resultMsg, 64), early: map[int64]resultMsg{}}
+	s.runners[sessionID] = r
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		r.run(ctx)
+		s.mu.Lock()
+		if s.runners[sessionID] == r {
+			delete(s.runners, sessionID)
+		}
+		s.mu.Unlock()
+	}()
+	return r
+}
+
+// stopRunner stops the session's runner, if any.
+func (s *Server) stopRunner(sessionID string) {
+	s.mu.Lock()
+	r := s.runners[sessionID]
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+	}
+	s.dropOutput(sessionID)
+}
+
+// deliverResult hands a result frame to the session's runner. A result
+// nobody waits for (the session ended) is acknowledged so the remote
+// forgets it.
+func (s *Server) deliverResult(c *remoteConn, f api.Frame) {
+	s.mu.Lock()
+	r := s.runners[c.sessionID]
+	s.mu.Unlock()
+	if r != nil {
+		select {
+		case r.results <- resultMsg{c, f}:
+			return
+		case <-c.done:
+			return
+		}
+	}
+	_ = c.send(context.Background(), api.Frame{Type: api.FrameAck, Seq: f.Seq})
+}
+
+// plan lists the session's tool calls: a clone of each repo, then the
+// script's steps. Call sequence numbers are plan positions from 1.
+func plan(sess store.Session) []step {
+	var steps []step
+	for _, r := range sess.Spec.Repos {
+		args, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
+		steps = append(steps, step{tool: api.ToolGitClone, args: args, required: true})
+	}
+	for _, st := range sess.Spec.Agent.Steps {
+		steps = append(steps, step{tool: st.Tool, args: st.Args, required: sess.Spec.Agent.StopOnError})
+	}
+	return steps
+}
+
+func (r *runner) run(ctx context.Context) {
+	s := r.s
+	sess, err := s.store.GetSession(ctx, r.sessionID)
+	if err != nil || api.IsFinal(sess.Status) {
+		return
+	}
+	if max := sess.Spec.Limits.MaxDurationS; max > 0 && sess.StartedAt != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, sess.StartedAt.Add(time.Duration(max)*time.Second))
+		defer cancel()
+	}
+	calls, err := s.store.ListCalls(ctx, r.sessionID)
+	if err != nil {
+		r.fail(ctx, err)
+		return
+	}
+	done := map[int64]store.Call{}
+	for _, c := range calls {
+		done[c.Seq] = c
+	}
+	steps := plan(sess)
+	failed := 0
+	for i, st := range steps {
+		seq := int64(i + 1)
+		c, ok := done[seq]
+		if !ok || !c.Done {
+			if !ok {
+				if err := r.record(ctx, seq, st); err != nil {
+					r.fail(ctx, err)
+					return
+				}
+			}
+			if c, err = r.execute(ctx, seq, st); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+		}
+		if !c.OK {
+			failed++
+			if st.required {
+				what := fmt.Sprintf("Step %d (%s) failed: %s", seq, st.tool, c.Error)
+				if st.tool == api.ToolGitClone {
+					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
+				}
+				_ = s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusError, api.DetailError, what)
+				return
+			}
+		}
+	}
+	reason := fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed)
+	_ = s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusExit, api.DetailFinished, reason)
+}
+
+// fail ends the session when the runner cannot go on, unless the runner
+// stops because the session ended or the server is stopping.
+func (r *runner) fail(ctx context.Context, err error) {
+	if errors.Is(err, context.DeadlineExceeded) && r.s.runCtx.Err() == nil {
+		sess, gerr := r.s.store.GetSession(context.WithoutCancel(ctx), r.sessionID)
+		if gerr == nil && !api.IsFinal(sess.Status) {
+			reason := fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS)
+			_ = r.s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusExit, api.DetailUsageLimitExceeded, reason)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	r.s.log.Error("session runner failed", "session", r.sessionID, "err", err)
+	_ = r.s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusError, api.DetailError, "The control plane failed to run the session; see its log.")
+}
+
+// record writes a call and its transcript event before it is sent.
+func (r *runner) record(ctx context.Context, seq int64, st step) error {
+	now := r.s.now()
+	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		return store.Mutation{
+			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
+			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: st.args}},
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record call %d: %w", seq, err)
+	}
+	r.s.committed(r.sessionID, m)
+	return nil
+}
+
+// execute sends call seq to the connected remote and waits for its result,
+// resending on each new connection until a result arrives. The remote's
+// journal makes a resend harmless: a call it ran already is answered from
+// the journal, one still running is not started again.
+func (r *runner) execute(ctx context.Context, seq int64, st step) (store.Call, error) {
+	for {
+		if msg, ok := r.early[seq]; ok {
+			delete(r.early, seq)
+			return r.complete(ctx, seq, st, msg)
+		}
+		conn, err := r.waitConn(ctx)
+		if err != nil {
+			return store.Call{}, err
+		}
+		if err := conn.send(ctx, api.Frame{Type: api.FrameCall, Seq: seq, Tool: st.tool, Args: st.args}); err != nil {
+			if ctx.Err() != nil {
+				return store.Call{}, ctx.Err()
+			}
+			<-conn.done
+			continue
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return store.Call{}, ctx.Err()
+			case <-conn.done:
+				break wait
+			case msg := <-r.results:
+				switch {
+				case msg.frame.Seq == seq:
+					return r.complete(ctx, seq, st, msg)
+				case msg.frame.Seq > seq:
+					r.early[msg.frame.Seq] = msg
+				default: // an old result the store holds already
+					_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: msg.frame.Seq})
+				}
+			}
+		}
+	}
+}
+
+// waitConn returns the session's live connection, waiting for one.
+func (r *runner) waitConn(ctx context.Context) (*remoteConn, error) {
+	for {
+		wake := r.s.hub.changed.wait()
+		if c := r.s.hub.get(r.sessionID); c != nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+// complete stores a call's result durably, then acknowledges it to the
+// remote, which may then forget it.
+func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg) (store.Call, error) {
+	now := r.s.now()
+	f := msg.frame
+	call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, Done: true, OK: f.OK, Value: f.Value, Error: f.Error, CreatedAt: now, DoneAt: &now}
+	ev := api.Event{Type: api.EventResult, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, OK: &call.OK, Value: f.Value, Error: f.Error}
+	if st.tool == api.ToolExec {
+		var res api.ExecResult
+		if json.Unmarshal(f.Value, &res) == nil {
+			code := res.ExitCode
+			ev.ExitCode = &code
+		}
+	}
+	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		sess.LastSeq = max(sess.LastSeq, seq)
+		sess.UpdatedAt = now
+		return store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}, nil
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("record result of call %d: %w", seq, err)
+	}
+	r.s.metrics.toolCalls.WithLabelValues(st.tool, fmt.Sprint(f.OK)).Inc()
+	r.s.committed(r.sessionID, m)
+	_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: seq})
+	return call, nil
+}

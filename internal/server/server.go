@@ -1,0 +1,335 @@
+// Package server is Outpost's control plane: the REST and fleet API, the
+// gateway remotes dial into, and the agent loop of every running session.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sqlite"
+)
+
+// Options configure a Server. Zero values mean the documented default.
+type Options struct {
+	// Listen is the TCP address to serve on; "" means 127.0.0.1:7420.
+	// Port 0 picks a free port (see Server.URL).
+	Listen string
+	// DataDir holds the database, the admin token file and spilled output;
+	// required.
+	DataDir string
+	// PublicURL is the base URL workers are told; "" means http://<listen
+	// address>. The gateway URL is derived from it.
+	PublicURL string
+	// ClaimTTL is how long a claim holds without renewal; 0 means 300s.
+	ClaimTTL time.Duration
+	// AdminToken, when set, is the admin token (instead of a generated one).
+	AdminToken string
+	// WatchMaxDuration bounds each queue watch stream; 0 means 4m30s.
+	WatchMaxDuration time.Duration
+	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
+	KeepaliveInterval time.Duration
+	// OutputCapBytes is how much output of one call the transcript keeps;
+	// the rest goes to a file beside it. 0 means 1 MiB.
+	OutputCapBytes int64
+	// Store replaces the embedded SQLite store (for tests of other stores).
+	Store store.Store
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Stdout receives the one-time admin token notice; nil means os.Stdout.
+	Stdout io.Writer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is a running control plane.
+type Server struct {
+	opts       Options
+	log        *slog.Logger
+	store      store.Store
+	listener   net.Listener
+	publicURL  string
+	gatewayURL string
+	adminToken string
+	now        func() time.Time
+	metrics    *metrics
+	http       *http.Server
+
+	queueChanged *notifier
+	topics       *topics
+	hub          *hub
+	output       *outputSpill
+
+	// runCtx is canceled when the server stops; every runner derives from it.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex                // guards the following
+	runners map[string]*runner        // by session id
+	outputs map[string]*sessionOutput // by session id
+}
+
+// New opens the store, creates the admin token on first start and binds
+// the listener. Call Serve to start serving.
+func New(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:7420"
+	}
+	if opts.ClaimTTL <= 0 {
+		opts.ClaimTTL = 300 * time.Second
+	}
+	if opts.WatchMaxDuration <= 0 {
+		opts.WatchMaxDuration = 270 * time.Second
+	}
+	if opts.KeepaliveInterval <= 0 {
+		opts.KeepaliveInterval = 15 * time.Second
+	}
+	if opts.OutputCapBytes <= 0 {
+		opts.OutputCapBytes = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.DataDir == "" {
+		return nil, errors.New("server: a data directory is required")
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("server: create data dir: %w", err)
+	}
+	s := &Server{
+		opts:         opts,
+		log:          opts.Logger,
+		now:          opts.Now,
+		metrics:      newMetrics(),
+		queueChanged: newNotifier(),
+		topics:       newTopics(),
+		runners:      map[string]*runner{},
+	}
+	s.hub = newHub()
+	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
+	s.store = opts.Store
+	if s.store == nil {
+		st, err := sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"))
+		if err != nil {
+			return nil, fmt.Errorf("server: open database: %w", err)
+		}
+		s.store = st
+	}
+	if err := s.bootstrapAdmin(ctx); err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		s.store.Close()
+		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
+	}
+	s.listener = ln
+	s.publicURL = strings.TrimRight(opts.PublicURL, "/")
+	if s.publicURL == "" {
+		s.publicURL = "http://" + ln.Addr().String()
+	}
+	gw, err := gatewayURL(s.publicURL)
+	if err != nil {
+		ln.Close()
+		s.store.Close()
+		return nil, err
+	}
+	s.gatewayURL = gw
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// gatewayURL derives the WebSocket gateway URL from the public URL.
+func gatewayURL(public string) (string, error) {
+	u, err := url.Parse(public)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("server: public URL %q is not an absolute URL", public)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("server: public URL %q must start with http:// or https://", public)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + api.GatewayPath
+	return u.String(), nil
+}
+
+// URL is the base URL clients use.
+func (s *Server) URL() string { return s.publicURL }
+
+// AdminToken is the admin token when it was given by option or generated on
+// this first start; otherwise "".
+func (s *Server) AdminToken() string { return s.adminToken }
+
+// bootstrapAdmin creates the admin token on first start.
+func (s *Server) bootstrapAdmin(ctx context.Context) error {
+	secret := s.opts.AdminToken
+	if secret != "" {
+		_, err := s.store.TokenByHash(ctx, hashSecret(secret))
+		if err == nil {
+			s.adminToken = secret
+			return nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("server: look up admin token: %w", err)
+		}
+	} else {
+		n, err := s.store.CountTokens(ctx)
+		if err != nil {
+			return fmt.Errorf("server: count tokens: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		secret = newSecret("opt_")
+	}
+	t := store.Token{
+		ID:        newID("tok_"),
+		Name:      "admin",
+		Hash:      hashSecret(secret),
+		Scopes:    []string{api.ScopeAdmin},
+		CreatedAt: s.now(),
+	}
+	if err := s.store.CreateToken(ctx, t); err != nil {
+		return fmt.Errorf("server: create admin token: %w", err)
+	}
+	s.adminToken = secret
+	if s.opts.AdminToken != "" {
+		return nil
+	}
+	path := filepath.Join(s.opts.DataDir, "admin-token")
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("server: write %s: %w", path, err)
+	}
+	fmt.Fprintf(s.opts.Stdout, "Admin token (shown once; also saved to %s):\n  %s\n", path, secret)
+	return nil
+}
+
+// Serve serves until ctx ends, then shuts down gracefully: it stops
+// accepting, ends streams, stops runners and closes the store.
+func (s *Server) Serve(ctx context.Context) error {
+	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.http.BaseContext = func(net.Listener) context.Context { return s.runCtx }
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.listener) }()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.sweep(s.runCtx)
+	}()
+	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	s.log.Info("outpost server shutting down")
+	// Streams and runners watch runCtx: cancel it first so Shutdown does
+	// not wait on long-lived responses.
+	s.runCancel()
+	s.hub.closeAll()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(shutCtx); err != nil {
+		s.log.Warn("http shutdown", "err", err)
+	}
+	s.wg.Wait()
+	if err := s.store.Close(); err != nil {
+		return fmt.Errorf("server: close store: %w", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("server: serve: %w", serveErr)
+	}
+	return nil
+}
+
+// routes builds the HTTP handler.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.store.Ping(r.Context()); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, api.ErrorResponse{Error: api.ErrorBody{Code: api.CodeUnavailable, Message: "The database does not answer."}})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", s.metrics.handler())
+
+	read := []string{api.ScopeMachine, api.ScopeSessionsRead}
+	for _, prefix := range []string{"/v1/outposts", "/opbeta/outposts/outposts", "/opbeta/outposts/pools", "/opbeta/outposts"} {
+		mux.HandleFunc("GET "+prefix, s.authed(s.listOutposts, read...))
+		mux.HandleFunc("POST "+prefix, s.authed(s.createOutpost, api.ScopeOrchestrator))
+		mux.HandleFunc("GET "+prefix+"/{outpost}", s.authed(s.getOutpost, read...))
+		mux.HandleFunc("DELETE "+prefix+"/{outpost}", s.authed(s.deleteOutpost, api.ScopeOrchestrator))
+	}
+	for _, prefix := range []string{"/v1/queue", "/opbeta/outposts/devins"} {
+		mux.HandleFunc("GET "+prefix, s.authed(s.listQueue, api.ScopeMachine))
+		mux.HandleFunc("GET "+prefix+"/{session}", s.authed(s.getQueueEntry, api.ScopeMachine))
+		mux.HandleFunc("POST "+prefix+"/{session}/claim", s.authed(s.claimHandler, api.ScopeMachine))
+		mux.HandleFunc("POST "+prefix+"/{session}/release", s.authed(s.releaseHandler, api.ScopeMachine))
+	}
+	mux.HandleFunc("POST /v1/sessions", s.authed(s.createSession, api.ScopeSessionsWrite))
+	mux.HandleFunc("GET /v1/sessions", s.authed(s.listSessions, api.ScopeSessionsRead))
+	mux.HandleFunc("GET /v1/sessions/{session}", s.authed(s.getSession, api.ScopeSessionsRead))
+	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
+	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
+
+	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
+
+	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
+
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errNotFound("No such endpoint: %s %s.", r.Method, r.URL.Path))
+	})
+	return s.withRecover(mux)
+}
+
+// withRecover turns a panic in a handler into a 500 so it never reaches a
+// user as a dropped connection.
+func (s *Server) withRecover(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				s.writeError(w, r, errors.New("panic"))
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}

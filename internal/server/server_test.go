@@ -1,0 +1,164 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// testServer is a real server on loopback.
+type testServer struct {
+	t     *testing.T
+	srv   *Server
+	url   string
+	admin string
+}
+
+func startServer(t *testing.T, opts Options) *testServer {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	opts.Listen = "127.0.0.1:0"
+	opts.Stdout = io.Discard
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("new server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &testServer{t: t, srv: srv, url: srv.URL(), admin: srv.AdminToken()}
+}
+
+// do sends a request and decodes a JSON answer into out (when non-nil).
+func (ts *testServer) do(method, path, token string, body any, out any) int {
+	ts.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			ts.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, ts.url+path, rd)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ts.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 {
+		var e api.ErrorResponse
+		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+			ts.t.Errorf("%s %s: status %d without a JSON error envelope: %s", method, path, resp.StatusCode, raw)
+		}
+	}
+	if out != nil && resp.StatusCode < 300 && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			ts.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// mustDo is do that fails the test on an unexpected status.
+func (ts *testServer) mustDo(want int, method, path, token string, body, out any) {
+	ts.t.Helper()
+	if got := ts.do(method, path, token, body, out); got != want {
+		ts.t.Fatalf("%s %s: status %d, want %d", method, path, got, want)
+	}
+}
+
+func (ts *testServer) token(scopes []string, outpost string) string {
+	ts.t.Helper()
+	var resp api.CreateTokenResponse
+	ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Name: "t", Scopes: scopes, Outpost: outpost}, &resp)
+	return resp.Secret
+}
+
+func (ts *testServer) outpost(name string) api.Outpost {
+	ts.t.Helper()
+	var o api.Outpost
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: name, Platform: "linux"}, &o)
+	return o
+}
+
+func (ts *testServer) session(outpost string) api.Session {
+	ts.t.Helper()
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, map[string]any{
+		"outpost": outpost, "title": "t",
+		"agent": map[string]any{"kind": "script", "steps": []any{map[string]any{"tool": "exec", "args": map[string]any{"command": "true"}}}},
+	}, &s)
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthAndReady(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(200, "GET", "/healthz", "", nil, nil)
+	ts.mustDo(200, "GET", "/readyz", "", nil, nil)
+	ts.mustDo(200, "GET", "/metrics", "", nil, nil)
+}
+
+func TestAdminTokenFromOption(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := startServer(t, Options{DataDir: dir, AdminToken: "opt_fixed-admin-token-for-test"})
+	if ts.admin != "opt_fixed-admin-token-for-test" {
+		t.Fatalf("admin token %q", ts.admin)
+	}
+	ts.mustDo(200, "GET", "/v1/tokens", ts.admin, nil, nil)
+	ts.mustDo(401, "GET", "/v1/tokens", "opt_wrong", nil, nil)
+}
+
+func jsonString(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}

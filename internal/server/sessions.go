@@ -1,0 +1,293 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+var (
+	repoName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+// Bounds on a session request.
+const (
+	maxTitle     = 200
+	maxPrompt    = 200_000
+	maxSteps     = 1000
+	maxRepos     = 50
+	maxEnvValue  = 64 << 10
+	maxEnvVars   = 200
+	maxStepTimeS = 7 * 24 * 3600
+)
+
+// validateSession checks a create request and fills defaults. It returns
+// a 400 naming the first problem.
+func validateSession(req *api.CreateSessionRequest) error {
+	if req.Outpost == "" {
+		return errBadRequest("outpost is required: name the outpost whose machines should run the session.")
+	}
+	if len(req.Title) > maxTitle {
+		return errBadRequest("title is longer than %d characters.", maxTitle)
+	}
+	if len(req.Prompt) > maxPrompt {
+		return errBadRequest("prompt is longer than %d bytes.", maxPrompt)
+	}
+	if len(req.Repos) > maxRepos {
+		return errBadRequest("A session can have at most %d repos.", maxRepos)
+	}
+	seen := map[string]bool{}
+	for i := range req.Repos {
+		r := &req.Repos[i]
+		if strings.TrimSpace(r.URL) == "" {
+			return errBadRequest("repos[%d].url is required.", i)
+		}
+		if r.Name == "" {
+			r.Name = strings.TrimSuffix(path.Base(strings.TrimRight(r.URL, "/")), ".git")
+		}
+		if !repoName.MatchString(r.Name) || r.Name == "." || r.Name == ".." || strings.Contains(r.Name, "..") {
+			return errBadRequest("repos[%d].name %q is not allowed: use letters, digits, '.', '_' and '-' (no '/' or '..').", i, r.Name)
+		}
+		if seen[r.Name] {
+			return errBadRequest("Two repos are named %q.", r.Name)
+		}
+		seen[r.Name] = true
+		if strings.HasPrefix(r.Ref, "-") {
+			return errBadRequest("repos[%d].ref %q is not a valid git ref.", i, r.Ref)
+		}
+	}
+	switch req.Agent.Kind {
+	case api.AgentScript:
+	case "":
+		return errBadRequest("agent.kind is required (script).")
+	case api.AgentLLM, api.AgentExternal:
+		return errBadRequest("agent.kind %q is not available on this server yet; use script.", req.Agent.Kind)
+	default:
+		return errBadRequest("agent.kind %q is unknown; use script.", req.Agent.Kind)
+	}
+	if len(req.Agent.Steps) > maxSteps {
+		return errBadRequest("A script can have at most %d steps.", maxSteps)
+	}
+	for i, st := range req.Agent.Steps {
+		args, ok := api.NewToolArgs(st.Tool)
+		if !ok {
+			return errBadRequest("agent.steps[%d].tool %q is unknown; tools are %s.", i, st.Tool, strings.Join(api.ToolNames(), ", "))
+		}
+		if len(st.Args) == 0 || string(st.Args) == "null" {
+			req.Agent.Steps[i].Args = json.RawMessage("{}")
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(st.Args))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(args); err != nil {
+			return errBadRequest("agent.steps[%d].args do not fit tool %s: %v.", i, st.Tool, err)
+		}
+		if ex, ok := args.(*api.ExecArgs); ok {
+			if (ex.Command == "") == (len(ex.Argv) == 0) {
+				return errBadRequest("agent.steps[%d]: exec needs exactly one of command and argv.", i)
+			}
+			if ex.TimeoutS < 0 || ex.TimeoutS > maxStepTimeS {
+				return errBadRequest("agent.steps[%d]: timeout_s must be from 0 to %d.", i, maxStepTimeS)
+			}
+		}
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if err := validateEnv("secrets", req.Secrets); err != nil {
+		return err
+	}
+	for k, v := range req.Secrets {
+		if v == "" {
+			return errBadRequest("secrets.%s is empty.", k)
+		}
+	}
+	if req.Limits.MaxDurationS < 0 {
+		return errBadRequest("limits.max_duration_s must not be negative.")
+	}
+	return nil
+}
+
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return errBadRequest("%s has more than %d variables.", field, maxEnvVars)
+	}
+	for k, v := range env {
+		if !envName.MatchString(k) || strings.HasPrefix(k, "OUTPOST_") {
+			return errBadRequest("%s name %q is not a valid environment variable name (OUTPOST_* is reserved).", field, k)
+		}
+		if len(v) > maxEnvValue || strings.ContainsRune(v, 0) {
+			return errBadRequest("%s.%s is too long or holds a NUL byte.", field, k)
+		}
+	}
+	return nil
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.CreateSessionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := validateSession(&req); err != nil {
+		return err
+	}
+	o, err := s.resolveOutpost(ctx, req.Outpost)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	sess := store.Session{
+		ID:        newID("ses_"),
+		OutpostID: o.ID,
+		Spec: api.SessionSpec{
+			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
+			Agent: req.Agent, Env: req.Env, Limits: req.Limits,
+		},
+		Secrets:   req.Secrets,
+		Status:    api.StatusNew,
+		Reason:    fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	entry := &store.QueueEntry{
+		SessionID: sess.ID, OutpostID: o.ID, Kind: api.KindNew, Platform: o.Platform,
+		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
+	}
+	events := []api.Event{statusEvent(sess, now)}
+	if err := s.store.CreateSession(ctx, sess, entry, events); err != nil {
+		return fmt.Errorf("create session: %w", err)
+	}
+	s.metrics.sessionsCreated.Inc()
+	s.queueChanged.notify()
+	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", sess.Spec.Title)
+	writeJSON(w, http.StatusCreated, toAPISession(sess))
+	return nil
+}
+
+// sessionFor loads a session the caller may see.
+func (s *Server) sessionFor(ctx context.Context, id string) (store.Session, error) {
+	sess, err := s.store.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Session{}, errNotFound("Session %s does not exist.", id)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if err := principalFrom(ctx).checkOutpost(sess.OutpostID); err != nil {
+		return store.Session{}, err
+	}
+	return sess, nil
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.sessionFor(r.Context(), r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	out := toAPISession(sess)
+	if e, err := s.store.GetQueueEntry(r.Context(), sess.ID); err == nil && e.Phase == api.PhaseClaimed && !e.Deleted {
+		out.Status.AcceptorID = strPtr(e.AcceptorID)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// sessionCursor encodes a keyset position in the newest-first list.
+func sessionCursor(sess store.Session) string {
+	raw := strconv.FormatInt(sess.CreatedAt.UnixMilli(), 10) + ":" + sess.ID
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func parseSessionCursor(c string) (time.Time, string, error) {
+	bad := errBadRequest("The cursor %q is not one this server issued.", c)
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	ms, id, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return time.Time{}, "", bad
+	}
+	v, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	return time.UnixMilli(v).UTC(), id, nil
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	q := r.URL.Query()
+	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q")}
+	var err error
+	if f.OutpostID, err = s.queueOutpostFilter(ctx, q.Get("outpost")); err != nil {
+		return err
+	}
+	if f.Limit, err = parseFirst(q.Get("first"), 50, 200); err != nil {
+		return err
+	}
+	if c := q.Get("cursor"); c != "" {
+		if f.BeforeCreated, f.BeforeID, err = parseSessionCursor(c); err != nil {
+			return err
+		}
+	}
+	limit := f.Limit
+	f.Limit++
+	rows, total, err := s.store.ListSessions(ctx, f)
+	if err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	list := api.SessionList{Items: []api.Session{}, Total: total}
+	if len(rows) > limit {
+		rows, list.HasNextPage = rows[:limit], true
+	}
+	for _, sess := range rows {
+		list.Items = append(list.Items, toAPISession(sess))
+	}
+	if len(rows) > 0 {
+		list.Cursor = sessionCursor(rows[len(rows)-1])
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) terminateSession(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.TerminateRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	reason := "Terminated by a user."
+	if req.Reason != "" {
+		if len(req.Reason) > 1000 {
+			return errBadRequest("reason is longer than 1000 characters.")
+		}
+		reason = "Terminated by a user: " + req.Reason
+	}
+	if err := s.endSession(ctx, sess.ID, api.StatusExit, api.DetailUserRequest, reason); err != nil {
+		return err
+	}
+	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPISession(sess))
+	return nil
+}

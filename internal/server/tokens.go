@@ -1,0 +1,81 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.CreateTokenRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Scopes) == 0 {
+		return errBadRequest("scopes is required; scopes are %v.", api.Scopes)
+	}
+	for _, sc := range req.Scopes {
+		if !slices.Contains(api.Scopes, sc) {
+			return errBadRequest("Scope %q is unknown; scopes are %v.", sc, api.Scopes)
+		}
+	}
+	if len(req.Name) > 200 {
+		return errBadRequest("name is longer than 200 characters.")
+	}
+	if req.ExpiresInS < 0 {
+		return errBadRequest("expires_in_s must not be negative.")
+	}
+	now := s.now()
+	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))), CreatedAt: now}
+	if req.Outpost != "" {
+		o, err := s.resolveOutpost(ctx, req.Outpost)
+		if err != nil {
+			return err
+		}
+		t.OutpostID = o.ID
+	}
+	if req.ExpiresInS > 0 {
+		exp := now.Add(time.Duration(req.ExpiresInS) * time.Second)
+		t.ExpiresAt = &exp
+	}
+	secret := newSecret("opt_")
+	t.Hash = hashSecret(secret)
+	if err := s.store.CreateToken(ctx, t); err != nil {
+		return fmt.Errorf("create token: %w", err)
+	}
+	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "outpost", t.OutpostID)
+	writeJSON(w, http.StatusCreated, api.CreateTokenResponse{Token: toAPIToken(t), Secret: secret})
+	return nil
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
+	all, err := s.store.ListTokens(r.Context())
+	if err != nil {
+		return fmt.Errorf("list tokens: %w", err)
+	}
+	list := api.TokenList{Items: []api.Token{}}
+	for _, t := range all {
+		list.Items = append(list.Items, toAPIToken(t))
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("token")
+	if err := s.store.RevokeToken(r.Context(), id, s.now()); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errNotFound("Token %s does not exist.", id)
+		}
+		return fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	s.log.Info("token revoked", "id", id)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,211 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
+// taken.
+func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (id, name, platform, description, created_at)
+			VALUES (?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, mapErr(err))
+	}
+	return nil
+}
+
+const outpostCols = `id, name, platform, description, created_at`
+
+func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
+	var o store.Outpost
+	var created int64
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created)
+	o.CreatedAt = fromMS(created)
+	return o, err
+}
+
+// GetOutpost finds an outpost by id or, failing that, by name.
+func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost, error) {
+	// An id match wins over a name match.
+	row := s.r.QueryRowContext(ctx, `SELECT `+outpostCols+` FROM outposts
+		WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1`, idOrName)
+	o, err := scanOutpost(row)
+	if err != nil {
+		return store.Outpost{}, fmt.Errorf("sqlite: get outpost %s: %w", idOrName, mapErr(err))
+	}
+	return o, nil
+}
+
+// ListOutposts returns every outpost, ordered by name.
+func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+outpostCols+` FROM outposts ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list outposts: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Outpost
+	for rows.Next() {
+		o, err := scanOutpost(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list outposts: %w", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list outposts: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteOutpost removes an outpost; store.ErrNotFound when absent. Its
+// sessions and queue entries are left to the caller.
+func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `DELETE FROM outposts WHERE id = ?`, id))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: delete outpost %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// OutpostStats counts the outpost's pending entries and its claims whose
+// deadline is after now; tombstones count toward neither.
+func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error) {
+	err = s.r.QueryRowContext(ctx, `SELECT
+			COALESCE(SUM(phase = ?2), 0),
+			COALESCE(SUM(phase = ?3 AND claim_deadline > ?4), 0)
+		FROM queue WHERE outpost_id = ?1 AND deleted = 0`,
+		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&queueDepth, &activeClaims)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlite: outpost stats %s: %w", outpostID, err)
+	}
+	return queueDepth, activeClaims, nil
+}
+
+// mustAffect turns a result that touched no row into sql.ErrNoRows.
+func mustAffect(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return sql.ErrNoRows
+	}
+	return nil
+}
+
+// LookupConnectToken finds a connect token by hash.
+func (s *Store) LookupConnectToken(ctx context.Context, hash string) (store.ConnectToken, error) {
+	var c store.ConnectToken
+	var created int64
+	err := s.r.QueryRowContext(ctx, `SELECT hash, session_id, epoch, created_at FROM connect_tokens WHERE hash = ?`, hash).
+		Scan(&c.Hash, &c.SessionID, &c.Epoch, &created)
+	if err != nil {
+		return store.ConnectToken{}, fmt.Errorf("sqlite: lookup connect token: %w", mapErr(err))
+	}
+	c.CreatedAt = fromMS(created)
+	return c, nil
+}
+
+// CreateToken inserts an API token; store.ErrConflict when its id or hash is
+// taken.
+func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
+	scopes, err := marshal(t.Scopes)
+	if err != nil {
+		return fmt.Errorf("sqlite: create token %s: %w", t.ID, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.Name, t.Hash, scopes, t.OutpostID, ms(t.CreatedAt), ptrMS(t.ExpiresAt), ptrMS(t.RevokedAt))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: create token %s: %w", t.ID, mapErr(err))
+	}
+	return nil
+}
+
+const tokenCols = `id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at`
+
+func scanToken(sc interface{ Scan(...any) error }) (store.Token, error) {
+	var t store.Token
+	var scopes string
+	var created int64
+	var expires, revoked sql.NullInt64
+	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked); err != nil {
+		return store.Token{}, err
+	}
+	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
+		return store.Token{}, fmt.Errorf("token %s scopes: %w", t.ID, err)
+	}
+	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromMS(created), fromPtrMS(expires), fromPtrMS(revoked)
+	return t, nil
+}
+
+// TokenByHash finds a token by the hash of its secret.
+func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
+	t, err := scanToken(s.r.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM tokens WHERE hash = ?`, hash))
+	if err != nil {
+		return store.Token{}, fmt.Errorf("sqlite: token by hash: %w", mapErr(err))
+	}
+	return t, nil
+}
+
+// ListTokens returns every token, newest first.
+func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM tokens ORDER BY created_at DESC, id DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list tokens: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list tokens: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeToken marks a token revoked at now; store.ErrNotFound when absent.
+// Revoking a revoked token keeps its first revocation time.
+func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`,
+			now.UnixMilli(), id))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: revoke token %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// CountTokens counts tokens, revoked ones included.
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: count tokens: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,221 @@
+// Package store keeps Outpost's durable state: outposts, sessions with their
+// queue entries, transcripts, tool calls and tokens. The control plane's
+// state machine lives in the server; a Store persists it atomically. SQLite
+// is the embedded implementation; PostgreSQL fills the same interface and
+// passes the same suite (package storetest).
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// Errors a Store returns; wrap-compatible with errors.Is.
+var (
+	// ErrNotFound: no such row.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique key is taken (e.g. an outpost name).
+	ErrConflict = errors.New("conflict")
+)
+
+// Outpost is a stored outpost.
+type Outpost struct {
+	ID          string
+	Name        string
+	Platform    string
+	Description string
+	CreatedAt   time.Time
+}
+
+// Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.
+type Session struct {
+	ID        string
+	OutpostID string
+	Spec      api.SessionSpec
+	// Secrets are write-only through the API; only the gateway reads them.
+	Secrets      map[string]string
+	Status       string
+	StatusDetail string
+	Reason       string
+	// LastSeq is the highest call sequence number whose result is stored.
+	LastSeq      int64
+	Capabilities *api.Capabilities
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	StartedAt    *time.Time
+	EndedAt      *time.Time
+}
+
+// QueueEntry is a session's stored place in its outpost's queue.
+type QueueEntry struct {
+	SessionID string
+	OutpostID string
+	Kind      string // api.KindNew or api.KindResume
+	Platform  string
+	Phase     string // api.PhasePending or api.PhaseClaimed
+	// AcceptorID is "" when unclaimed.
+	AcceptorID    string
+	ClaimDeadline time.Time // zero when unclaimed
+	// Epoch grows each time the claim passes to a new holder (not on
+	// renewal); connect tokens of older epochs are dead.
+	Epoch         int64
+	SessionStatus string // api.QueueSession*
+	// Rev is the global change counter at this entry's last change; the
+	// store assigns it. Cursors are revs.
+	Rev       int64
+	Deleted   bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Call is one tool call of a session, keyed by (SessionID, Seq).
+type Call struct {
+	SessionID string
+	Seq       int64
+	Tool      string
+	Args      json.RawMessage
+	Done      bool
+	OK        bool
+	Value     json.RawMessage
+	Error     string
+	CreatedAt time.Time
+	DoneAt    *time.Time
+}
+
+// Token is a stored API token; only its hash is kept.
+type Token struct {
+	ID        string
+	Name      string
+	Hash      string // hex SHA-256 of the secret
+	Scopes    []string
+	OutpostID string // "" when not limited to one outpost
+	CreatedAt time.Time
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
+}
+
+// ConnectToken lets one remote speak for one session while the claim of
+// epoch Epoch holds.
+type ConnectToken struct {
+	Hash      string
+	SessionID string
+	Epoch     int64
+	CreatedAt time.Time
+}
+
+// Mutation is what one UpdateSession transaction writes. Nil and empty
+// fields write nothing.
+type Mutation struct {
+	// Session replaces the stored session when set.
+	Session *Session
+	// Entry replaces the stored queue entry when set; the store assigns a
+	// new Rev (written back into it).
+	Entry *QueueEntry
+	// Events are appended to the transcript; the store assigns Seq and
+	// SessionID (written back into the slice).
+	Events []api.Event
+	// Calls are inserted, or replace the stored call with the same Seq.
+	Calls []Call
+	// ConnectTokens are inserted.
+	ConnectTokens []ConnectToken
+}
+
+// QueueFilter selects queue entries. Rows are ordered by Rev ascending.
+type QueueFilter struct {
+	OutpostID  string // "" for all
+	Phase      string // "" for all
+	AcceptorID string // "" for all
+	// AfterRev returns rows with Rev > AfterRev.
+	AfterRev int64
+	// Limit caps the rows returned; 0 means no cap.
+	Limit int
+	// IncludeDeleted returns tombstones too (for watch replay).
+	IncludeDeleted bool
+}
+
+// SessionFilter selects sessions, newest first.
+type SessionFilter struct {
+	OutpostID string
+	Status    string
+	// Title matches sessions whose title contains it, case-insensitively.
+	Title string
+	// BeforeCreated and BeforeID page: rows strictly older than the pair
+	// (CreatedAt, ID) in (created_at DESC, id DESC) order. Zero for the first page.
+	BeforeCreated time.Time
+	BeforeID      string
+	Limit         int
+}
+
+// Store is Outpost's durable state. Every method is safe for concurrent use.
+type Store interface {
+	// CreateOutpost inserts an outpost; ErrConflict when the name is taken.
+	CreateOutpost(ctx context.Context, o Outpost) error
+	// GetOutpost finds an outpost by id or by name.
+	GetOutpost(ctx context.Context, idOrName string) (Outpost, error)
+	// ListOutposts returns every outpost, ordered by name.
+	ListOutposts(ctx context.Context) ([]Outpost, error)
+	// DeleteOutpost removes an outpost; ErrNotFound when absent.
+	DeleteOutpost(ctx context.Context, id string) error
+	// OutpostStats counts pending non-deleted entries, and claimed entries
+	// whose deadline is after now.
+	OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error)
+
+	// CreateSession inserts a session, its queue entry and its first events
+	// in one transaction. The entry's Rev and the events' Seq are assigned.
+	CreateSession(ctx context.Context, s Session, e *QueueEntry, events []api.Event) error
+	// GetSession returns one session.
+	GetSession(ctx context.Context, id string) (Session, error)
+	// ListSessions returns a page of sessions and the total matching the
+	// filter's OutpostID, Status and Title.
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, int, error)
+	// GetQueueEntry returns one queue entry, tombstones included.
+	GetQueueEntry(ctx context.Context, sessionID string) (QueueEntry, error)
+	// UpdateSession runs fn on the current session and queue entry inside
+	// one write transaction, then writes what fn returns. An error from fn
+	// aborts the transaction and is returned as is. The returned Mutation
+	// carries the assigned revs and seqs.
+	UpdateSession(ctx context.Context, id string, fn func(s Session, e QueueEntry) (Mutation, error)) (Mutation, error)
+
+	// ListQueue returns entries matching f and the total matching f's
+	// OutpostID, Phase and AcceptorID (ignoring AfterRev and Limit,
+	// excluding tombstones).
+	ListQueue(ctx context.Context, f QueueFilter) ([]QueueEntry, int, error)
+	// MaxRev is the highest Rev assigned so far (0 when none).
+	MaxRev(ctx context.Context) (int64, error)
+	// LapsedClaims returns ids of claimed, non-deleted entries whose
+	// deadline is at or before now.
+	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
+	// ActiveSessions returns ids of sessions whose status is not final.
+	ActiveSessions(ctx context.Context) ([]string, error)
+
+	// AppendEvents appends events to a session's transcript in one
+	// transaction, assigning Seq (written back into the slice).
+	AppendEvents(ctx context.Context, sessionID string, events []api.Event) error
+	// ListEvents returns up to limit events with Seq > after, in order.
+	ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]api.Event, error)
+	// ListCalls returns every call of a session in Seq order.
+	ListCalls(ctx context.Context, sessionID string) ([]Call, error)
+
+	// LookupConnectToken finds a connect token by hash.
+	LookupConnectToken(ctx context.Context, hash string) (ConnectToken, error)
+
+	// CreateToken inserts an API token.
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash finds a token by the hash of its secret.
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	// ListTokens returns every token, newest first.
+	ListTokens(ctx context.Context) ([]Token, error)
+	// RevokeToken marks a token revoked at now; ErrNotFound when absent.
+	RevokeToken(ctx context.Context, id string, now time.Time) error
+	// CountTokens counts tokens, revoked ones included.
+	CountTokens(ctx context.Context) (int, error)
+
+	// Ping checks the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store.
+	Close() error
+}

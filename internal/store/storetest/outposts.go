@@ -1,0 +1,69 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+func testOutposts(t *testing.T, s store.Store) {
+	a, b := newOutpost("op-a", "zeta"), newOutpost("op-b", "alpha")
+	b.Platform, b.CreatedAt = api.PlatformMacOS, at(time.Hour)
+	must(t, "create a", s.CreateOutpost(ctx(t), a))
+	must(t, "create b", s.CreateOutpost(ctx(t), b))
+
+	got, err := s.GetOutpost(ctx(t), "op-a")
+	must(t, "get by id", err)
+	equal(t, "get by id", got, a)
+	got, err = s.GetOutpost(ctx(t), "alpha")
+	must(t, "get by name", err)
+	equal(t, "get by name", got, b)
+
+	_, err = s.GetOutpost(ctx(t), "nope")
+	wantErr(t, "get missing", err, store.ErrNotFound)
+	wantErr(t, "duplicate name", s.CreateOutpost(ctx(t), newOutpost("op-c", "zeta")), store.ErrConflict)
+	wantErr(t, "duplicate id", s.CreateOutpost(ctx(t), newOutpost("op-a", "other")), store.ErrConflict)
+
+	list, err := s.ListOutposts(ctx(t))
+	must(t, "list", err)
+	equal(t, "list by name", list, []store.Outpost{b, a})
+
+	must(t, "delete", s.DeleteOutpost(ctx(t), "op-b"))
+	wantErr(t, "delete again", s.DeleteOutpost(ctx(t), "op-b"), store.ErrNotFound)
+	_, err = s.GetOutpost(ctx(t), "op-b")
+	wantErr(t, "get deleted", err, store.ErrNotFound)
+	list, err = s.ListOutposts(ctx(t))
+	must(t, "list", err)
+	equal(t, "list after delete", list, []store.Outpost{a})
+	// The deleted name is free again.
+	must(t, "reuse name", s.CreateOutpost(ctx(t), newOutpost("op-d", "alpha")))
+}
+
+func testOutpostStats(t *testing.T, s store.Store) {
+	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "op")))
+	now := at(time.Hour)
+	for _, id := range []string{"p1", "p2", "live", "lapsed", "gone", "gone-claimed"} {
+		create(t, s, newSession(id, "op", id, 0))
+	}
+	create(t, s, newSession("other", "op2", "other", 0))
+	setEntry(t, s, "live", claim("acc", now.Add(time.Second)))
+	setEntry(t, s, "lapsed", claim("acc", now))
+	setEntry(t, s, "gone", func(e *store.QueueEntry) { e.Deleted = true })
+	setEntry(t, s, "gone-claimed", func(e *store.QueueEntry) {
+		claim("acc", now.Add(time.Minute))(e)
+		e.Deleted = true
+	})
+
+	depth, active, err := s.OutpostStats(ctx(t), "op", now)
+	must(t, "stats", err)
+	if depth != 2 || active != 1 {
+		t.Errorf("stats = depth %d, active %d; want 2, 1", depth, active)
+	}
+	depth, active, err = s.OutpostStats(ctx(t), "empty", now)
+	must(t, "stats of empty", err)
+	if depth != 0 || active != 0 {
+		t.Errorf("stats of empty = depth %d, active %d; want 0, 0", depth, active)
+	}
+}

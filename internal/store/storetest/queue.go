@@ -1,0 +1,113 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+func testListQueue(t *testing.T, s store.Store) {
+	// After setup, in rev order: p1 (A pending), c1 (A claimed by acc1),
+	// p2 (B pending), gone (A tombstone), c2 (A claimed by acc2).
+	entries := map[string]store.QueueEntry{}
+	for _, sp := range []struct{ id, outpost string }{{"p1", "A"}, {"c1", "A"}, {"p2", "B"}, {"gone", "A"}, {"c2", "A"}} {
+		create(t, s, newSession(sp.id, sp.outpost, sp.id, 0))
+	}
+	for _, id := range []string{"p1", "p2"} {
+		entries[id] = setEntry(t, s, id, func(e *store.QueueEntry) { e.Kind = api.KindResume })
+	}
+	entries["c1"] = setEntry(t, s, "c1", claim("acc1", at(time.Minute)))
+	entries["p2"] = setEntry(t, s, "p2", func(e *store.QueueEntry) { e.UpdatedAt = at(time.Second) })
+	entries["gone"] = setEntry(t, s, "gone", func(e *store.QueueEntry) { e.Deleted = true })
+	entries["c2"] = setEntry(t, s, "c2", claim("acc2", at(time.Minute)))
+	pick := func(ids ...string) []store.QueueEntry {
+		var out []store.QueueEntry
+		for _, id := range ids {
+			out = append(out, entries[id])
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		f     store.QueueFilter
+		ids   []string
+		total int
+	}{
+		{store.QueueFilter{}, []string{"p1", "c1", "p2", "c2"}, 4},
+		{store.QueueFilter{OutpostID: "A"}, []string{"p1", "c1", "c2"}, 3},
+		{store.QueueFilter{Phase: api.PhasePending}, []string{"p1", "p2"}, 2},
+		{store.QueueFilter{Phase: api.PhaseClaimed, OutpostID: "A"}, []string{"c1", "c2"}, 2},
+		{store.QueueFilter{AcceptorID: "acc1"}, []string{"c1"}, 1},
+		{store.QueueFilter{OutpostID: "nope"}, nil, 0},
+		{store.QueueFilter{AfterRev: entries["c1"].Rev}, []string{"p2", "c2"}, 4},
+		{store.QueueFilter{Limit: 2}, []string{"p1", "c1"}, 4},
+		{store.QueueFilter{AfterRev: entries["p1"].Rev, Limit: 1}, []string{"c1"}, 4},
+		{store.QueueFilter{IncludeDeleted: true}, []string{"p1", "c1", "p2", "gone", "c2"}, 4},
+		{store.QueueFilter{IncludeDeleted: true, OutpostID: "A", AfterRev: entries["p2"].Rev}, []string{"gone", "c2"}, 3},
+		{store.QueueFilter{AfterRev: entries["c2"].Rev}, nil, 4},
+	} {
+		got, total, err := s.ListQueue(ctx(t), tc.f)
+		what := fmt.Sprintf("ListQueue(%+v)", tc.f)
+		must(t, what, err)
+		equal(t, what, got, pick(tc.ids...))
+		if total != tc.total {
+			t.Errorf("%s total = %d, want %d", what, total, tc.total)
+		}
+	}
+	gone, err := s.GetQueueEntry(ctx(t), "gone")
+	must(t, "get tombstone", err)
+	if !gone.Deleted {
+		t.Error("tombstone not marked deleted")
+	}
+	rev, err := s.MaxRev(ctx(t))
+	must(t, "max rev", err)
+	if rev != entries["c2"].Rev {
+		t.Errorf("MaxRev = %d, want %d", rev, entries["c2"].Rev)
+	}
+}
+
+func testLapsedClaims(t *testing.T, s store.Store) {
+	now := at(time.Hour)
+	for _, id := range []string{"before", "at", "after", "pending", "deleted"} {
+		create(t, s, newSession(id, "op", id, 0))
+	}
+	setEntry(t, s, "before", claim("acc", now.Add(-time.Minute)))
+	setEntry(t, s, "at", claim("acc", now))
+	setEntry(t, s, "after", claim("acc", now.Add(time.Millisecond)))
+	setEntry(t, s, "deleted", func(e *store.QueueEntry) {
+		claim("acc", now.Add(-time.Minute))(e)
+		e.Deleted = true
+	})
+	ids, err := s.LapsedClaims(ctx(t), now)
+	must(t, "lapsed claims", err)
+	slices.Sort(ids)
+	equal(t, "lapsed claims", ids, []string{"at", "before"})
+
+	ids, err = s.LapsedClaims(ctx(t), base)
+	must(t, "lapsed claims", err)
+	if len(ids) != 0 {
+		t.Errorf("lapsed claims at base = %v, want none", ids)
+	}
+}
+
+func testActiveSessions(t *testing.T, s store.Store) {
+	ids, err := s.ActiveSessions(ctx(t))
+	must(t, "active sessions of empty store", err)
+	if len(ids) != 0 {
+		t.Errorf("active sessions of empty store = %v", ids)
+	}
+	for i, st := range []string{api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusExit,
+		api.StatusError, api.StatusSuspended, api.StatusResuming} {
+		sess := newSession(st, "op", st, time.Duration(i)*time.Second)
+		sess.Status = st
+		create(t, s, sess)
+	}
+	ids, err = s.ActiveSessions(ctx(t))
+	must(t, "active sessions", err)
+	slices.Sort(ids)
+	equal(t, "active sessions", ids, []string{api.StatusClaimed, api.StatusNew, api.StatusResuming,
+		api.StatusRunning, api.StatusSuspended})
+}

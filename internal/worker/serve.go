@@ -1,0 +1,290 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+const (
+	// killDelay is how long a remote asked to stop has before it is killed.
+	killDelay = 5 * time.Second
+	// confirmWindow is how long the queue's session status may lag a
+	// remote's exit; confirmEvery is how often it is read meanwhile.
+	confirmWindow = 5 * time.Second
+	confirmEvery  = 500 * time.Millisecond
+	// releaseTimeout bounds the release of a claim, which runs even after
+	// the worker's context ended.
+	releaseTimeout = 15 * time.Second
+	// minRenewWait and unknownDeadlineWait bound the wait between renewals.
+	minRenewWait        = time.Second
+	unknownDeadlineWait = time.Minute
+)
+
+// errStart marks a remote that could not be started at all; the next
+// session would fail the same way, so the worker stops.
+var errStart = errors.New("cannot start the remote")
+
+// remoteProc is a running remote and the writers of its output.
+type remoteProc struct {
+	cmd       *exec.Cmd
+	stdout    *lineWriter
+	stderr    *lineWriter
+	logFile   *os.File
+	exited    chan error // receives cmd.Wait's result once
+	stateDir  string
+	startedAt time.Time
+	claimLost bool
+	// stopped is set when the worker stopped the remote; the session is then
+	// not expected to end, so its status is read once, not waited for.
+	stopped bool
+}
+
+// serve runs a remote for a claimed session until it exits, renewing the
+// claim meanwhile, then confirms the session's end and releases the claim.
+func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
+	id := claim.Metadata.SessionID
+	log := w.log.With("session", id)
+	log.Info("claimed session", "kind", claim.Spec.Kind)
+	// Renewals during the grace period and the final release must outlive ctx.
+	bg := context.WithoutCancel(ctx)
+
+	p, err := w.start(claim)
+	if err != nil {
+		w.release(bg, id, log)
+		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
+	}
+	defer p.logFile.Close()
+	log.Info("remote started", "pid", p.cmd.Process.Pid, "state_dir", p.stateDir)
+
+	renewCtx, stopRenew := context.WithCancel(bg)
+	lost := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.renew(renewCtx, claim, lost, log)
+	}()
+	exitErr := w.wait(ctx, p, lost, log)
+	stopRenew()
+	wg.Wait()
+	p.stdout.flush()
+	p.stderr.flush()
+
+	if p.claimLost {
+		log.Warn("session abandoned: the claim was lost", "exit", exitErr)
+		return fmt.Errorf("lost the claim on session %s", id)
+	}
+	window := confirmWindow
+	if p.stopped {
+		window = 0
+	}
+	status := w.confirmEnd(bg, id, window)
+	w.release(bg, id, log)
+	ended := status == api.QueueSessionTerminated || status == api.QueueSessionSuspended || status == "gone"
+	log.Info("session done", "session_status", status, "remote_exit", exitString(exitErr),
+		"duration", time.Since(p.startedAt).Round(time.Second))
+	if !ended {
+		if exitErr == nil {
+			exitErr = errors.New("exited cleanly")
+		}
+		return fmt.Errorf("remote for session %s stopped before the session ended (%s, session status %q); the session goes back to the queue",
+			id, exitString(exitErr), status)
+	}
+	return nil
+}
+
+// start starts the remote under the spawn contract.
+func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
+	id := claim.Metadata.SessionID
+	if claim.Status.GatewayURL == "" || claim.Status.ConnectToken == "" {
+		return nil, errors.New("the claim answer has no gateway_url or connect_token")
+	}
+	if !filepath.IsLocal(id) || strings.ContainsAny(id, `/\`) {
+		return nil, fmt.Errorf("session id %q cannot name a state directory", id)
+	}
+	stateDir := filepath.Join(w.opts.DataDir, "sessions", id)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(w.opts.Dir, "repos"), 0o755); err != nil {
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(stateDir, "remote.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open remote log: %w", err)
+	}
+	mu := new(sync.Mutex)
+	newWriter := func(stream string) *lineWriter {
+		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
+	}
+	rc := w.opts.RemoteCommand
+	cmd := exec.Command(rc[0], rc[1:]...)
+	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
+	cmd.Dir = w.opts.Dir
+	p := &remoteProc{cmd: cmd, stdout: newWriter("stdout"), stderr: newWriter("stderr"), logFile: logFile,
+		exited: make(chan error, 1), stateDir: stateDir}
+	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	// Children that keep the output pipes open must not hold up Wait.
+	cmd.WaitDelay = killDelay
+	isolate(cmd)
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", rc[0], err)
+	}
+	p.startedAt = time.Now()
+	go func() { p.exited <- cmd.Wait() }() // received by wait or stop, always
+	return p, nil
+}
+
+// wait returns the remote's exit error once it exits. When the claim is
+// lost it stops the remote at once; when ctx ends it gives the remote the
+// grace period first.
+func (w *worker) wait(ctx context.Context, p *remoteProc, lost <-chan struct{}, log *slog.Logger) error {
+	select {
+	case err := <-p.exited:
+		return err
+	case <-lost:
+	case <-ctx.Done():
+		log.Info("shutting down: waiting for the session's remote to finish", "grace_period", w.opts.GracePeriod)
+		grace := time.NewTimer(w.opts.GracePeriod)
+		defer grace.Stop()
+		select {
+		case err := <-p.exited:
+			return err
+		case <-lost:
+		case <-grace.C:
+			log.Warn("grace period over: stopping the remote")
+			return w.stop(p, log)
+		}
+	}
+	p.claimLost = true
+	log.Warn("the claim was lost: stopping the remote")
+	return w.stop(p, log)
+}
+
+// stop asks the remote to exit, kills it after killDelay, and returns its
+// exit error.
+func (w *worker) stop(p *remoteProc, log *slog.Logger) error {
+	p.stopped = true
+	if err := terminate(p.cmd); err != nil {
+		log.Debug("signal remote", "err", err)
+	}
+	t := time.NewTimer(killDelay)
+	defer t.Stop()
+	select {
+	case err := <-p.exited:
+		return err
+	case <-t.C:
+	}
+	log.Warn("remote did not exit: killing it")
+	if err := kill(p.cmd); err != nil {
+		log.Debug("kill remote", "err", err)
+	}
+	return <-p.exited
+}
+
+// renew re-claims the session at about a third of the time left before the
+// claim deadline, until ctx ends. It closes lost when the server says the
+// claim is no longer this worker's.
+func (w *worker) renew(ctx context.Context, claim *api.QueueEntry, lost chan<- struct{}, log *slog.Logger) {
+	id := claim.Metadata.SessionID
+	deadline := claimDeadline(claim)
+	for {
+		if err := sleep(ctx, renewWait(deadline, time.Now())); err != nil {
+			return
+		}
+		e, err := w.c.Queue.Claim(ctx, id, w.acceptor)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case client.IsConflict(err) || client.IsNotFound(err):
+			log.Warn("claim renewal refused", "err", err)
+			close(lost)
+			return
+		case err != nil:
+			log.Warn("cannot renew the claim; retrying", "err", err, "claim_deadline", deadline.Format(time.TimeOnly))
+			continue
+		}
+		deadline = claimDeadline(e)
+		log.Debug("claim renewed", "claim_deadline", deadline.Format(time.TimeOnly), "session_status", e.Status.SessionStatus)
+	}
+}
+
+// renewWait is the wait before the next renewal of a claim that lapses at
+// deadline (zero: unknown).
+func renewWait(deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return unknownDeadlineWait
+	}
+	return max(deadline.Sub(now)/3, minRenewWait)
+}
+
+func claimDeadline(e *api.QueueEntry) time.Time {
+	if e == nil || e.Status.ClaimDeadline == nil {
+		return time.Time{}
+	}
+	return time.Unix(*e.Status.ClaimDeadline, 0)
+}
+
+// confirmEnd reads the queue entry until it shows the session suspended or
+// terminated, or is gone ("gone"), for up to window, because the status
+// can lag the remote's exit. It returns the last status read.
+func (w *worker) confirmEnd(ctx context.Context, id string, window time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, window+releaseTimeout)
+	defer cancel()
+	until := time.Now().Add(window)
+	status := "unknown"
+	for {
+		e, err := w.c.Queue.Get(ctx, id)
+		switch {
+		case client.IsNotFound(err):
+			return "gone"
+		case err == nil:
+			status = e.Status.SessionStatus
+			if status == api.QueueSessionTerminated || status == api.QueueSessionSuspended {
+				return status
+			}
+		}
+		if time.Now().After(until) || sleep(ctx, confirmEvery) != nil {
+			return status
+		}
+	}
+}
+
+// release gives the claim back, ignoring answers that mean it is no longer
+// held. It uses its own timeout so that shutdown never drops it.
+func (w *worker) release(ctx context.Context, id string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	_, err := w.c.Queue.Release(ctx, id, w.acceptor)
+	switch {
+	case err == nil:
+		log.Info("claim released")
+	case client.IsConflict(err) || client.IsNotFound(err):
+		log.Debug("claim already gone", "err", err)
+	default:
+		log.Warn("cannot release the claim; it lapses at its deadline", "err", err)
+	}
+}
+
+func exitString(err error) string {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "exit 0"
+	case errors.As(err, &ee):
+		return ee.ProcessState.String()
+	}
+	return err.Error()
+}

@@ -1,0 +1,247 @@
+// Package worker serves the sessions of one outpost on this machine: it
+// lists and watches the outpost's queue, claims one pending session at a
+// time, runs `outpost remote serve` for it under the spawn contract, renews
+// the claim while the remote runs, and releases it when the session ends.
+//
+// Run is the whole worker; `outpost worker start` and `outpost up` call it.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
+)
+
+// Defaults of Options fields left zero.
+const (
+	DefaultPollInterval = 5 * time.Second
+	DefaultGracePeriod  = 30 * time.Second
+)
+
+// Options configure a worker.
+type Options struct {
+	// Client talks to the Outpost server with a token of the outposts.machine
+	// scope. Required. The token never reaches the remote.
+	Client *client.Client
+	// Outpost is the name or id of the outpost to serve. It may be empty only
+	// when SessionID is set; the session's outpost is used then.
+	Outpost string
+	// SessionID, when set, makes the worker claim and serve just this session
+	// and then return.
+	SessionID string
+	// AcceptorID identifies this worker in claims. Empty means the id saved in
+	// DataDir/acceptor-id, generated on first use. Never share one between
+	// machines.
+	AcceptorID string
+	// Dir is the workspace the remote runs in; session repositories live in
+	// Dir/repos. Empty means the current directory.
+	Dir string
+	// DataDir holds the worker's acceptor-id file and a state directory per
+	// session (DataDir/sessions/<id>). Empty means ~/.outpost/worker.
+	DataDir string
+	// Once makes the worker return after serving one session.
+	Once bool
+	// PollInterval is how often the queue is listed while watching it is not
+	// possible. Zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// GracePeriod is how long a running remote may go on after ctx ends
+	// before it is killed. Zero means DefaultGracePeriod.
+	GracePeriod time.Duration
+	// RemoteCommand starts a remote; the spawn contract's variables are its
+	// only environment. Empty means [this executable, "remote", "serve"].
+	RemoteCommand []string
+	// Logger receives the worker's log. Nil discards it.
+	Logger *slog.Logger
+	// Stdout, when set, receives the remote's output lines prefixed with the
+	// session id; otherwise they go to Logger. They are always written to
+	// the session's remote.log too.
+	Stdout io.Writer
+}
+
+// ErrPlatformMismatch is returned by Run when the outpost's platform is not
+// this machine's.
+var ErrPlatformMismatch = errors.New("outpost platform does not match this machine")
+
+// platformError says which platforms differ; it matches ErrPlatformMismatch.
+type platformError struct{ outpost, want, have string }
+
+func (e *platformError) Error() string {
+	return fmt.Sprintf("outpost %q serves %s sessions but this machine runs %s: start the worker on a %s machine or use an outpost created with --platform %s",
+		e.outpost, e.want, e.have, e.want, e.have)
+}
+
+func (e *platformError) Unwrap() error { return ErrPlatformMismatch }
+
+// worker is one running worker; its fields are set once by newWorker.
+type worker struct {
+	opts     Options
+	c        *client.Client
+	log      *slog.Logger
+	outpost  api.Outpost
+	platform string // this machine's platform, e.g. api.PlatformLinux
+	acceptor string
+}
+
+// Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
+// SessionID, until one session has been served. When ctx ends while a
+// session runs, its remote gets GracePeriod to finish before it is killed,
+// and the claim is released regardless.
+func Run(ctx context.Context, opts Options) error {
+	w, err := newWorker(ctx, opts)
+	if err != nil {
+		if isCanceled(ctx, err) {
+			return nil
+		}
+		return err
+	}
+	if opts.SessionID != "" {
+		err = w.runSession(ctx, opts.SessionID)
+	} else {
+		err = w.runQueue(ctx)
+	}
+	if isCanceled(ctx, err) {
+		return nil
+	}
+	return err
+}
+
+func newWorker(ctx context.Context, opts Options) (*worker, error) {
+	if opts.Client == nil {
+		return nil, errors.New("worker: Options.Client is required")
+	}
+	if opts.Outpost == "" && opts.SessionID == "" {
+		return nil, errors.New("an outpost is required: pass --outpost NAME-OR-ID")
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.GracePeriod <= 0 {
+		opts.GracePeriod = DefaultGracePeriod
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if opts.Dir == "" {
+		if opts.Dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("find the working directory: %w", err)
+		}
+	}
+	if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
+		return nil, err
+	}
+	if opts.DataDir == "" {
+		if opts.DataDir, err = DefaultDataDir(); err != nil {
+			return nil, err
+		}
+	}
+	// The remote runs in Dir, so its state dir must not be relative.
+	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
+		return nil, err
+	}
+	if len(opts.RemoteCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the outpost executable to start remotes with: %w", err)
+		}
+		opts.RemoteCommand = []string{exe, "remote", "serve"}
+	}
+	w := &worker{opts: opts, c: opts.Client, log: opts.Logger, platform: HostPlatform()}
+
+	outpost := opts.Outpost
+	if outpost == "" {
+		e, err := w.c.Queue.Get(ctx, opts.SessionID)
+		if err != nil {
+			return nil, fmt.Errorf("look up session %s in the queue: %w", opts.SessionID, err)
+		}
+		outpost = e.Metadata.OutpostID
+	}
+	o, err := w.c.Outposts.Get(ctx, outpost)
+	if err != nil {
+		return nil, fmt.Errorf("look up outpost %q: %w", outpost, err)
+	}
+	w.outpost = *o
+	if p := outpostPlatform(o); p != w.platform {
+		return nil, &platformError{outpost: o.Spec.Name, want: p, have: w.platform}
+	}
+	if err := machine.RequireGit(ctx); err != nil {
+		return nil, err
+	}
+	caps := machine.Detect(ctx)
+	w.log.Info("machine detected", "os", caps.OS, "arch", caps.Arch, "cpus", caps.CPUs,
+		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath),
+		"passwordless_sudo", caps.PasswordlessSudo)
+
+	if w.acceptor = opts.AcceptorID; w.acceptor == "" {
+		if w.acceptor, err = LoadAcceptorID(opts.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
+		"platform", w.platform, "acceptor_id", w.acceptor, "dir", opts.Dir)
+	return w, nil
+}
+
+// HostPlatform returns this machine's outpost platform: "linux", "macos" or
+// "windows" (other systems report runtime.GOOS).
+func HostPlatform() string {
+	if runtime.GOOS == "darwin" {
+		return api.PlatformMacOS
+	}
+	return runtime.GOOS
+}
+
+// outpostPlatform is an outpost's platform, an empty one meaning linux.
+func outpostPlatform(o *api.Outpost) string {
+	if o.Spec.Platform == "" {
+		return api.PlatformLinux
+	}
+	return o.Spec.Platform
+}
+
+// DefaultDataDir returns ~/.outpost/worker.
+func DefaultDataDir() (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
+	}
+	return filepath.Join(home, ".outpost", "worker"), nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// isCanceled reports whether err is only the end of ctx, which is a clean
+// exit rather than a failure.
+func isCanceled(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err()))
+}
+
+// sanitize keeps letters, digits and dashes of s, lowercased.
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			b.WriteRune(r)
+		case r == '.' || r == '_':
+			b.WriteByte('-')
+		}
+	}
+	return strings.Trim(b.String(), "-")
+}

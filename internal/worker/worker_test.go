@@ -1,0 +1,261 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+const testTimeout = 20 * time.Second
+
+func testContext(t *testing.T) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx, cancel
+}
+
+// syncBuffer is a bytes.Buffer safe for the remote's writers and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func requireUnix(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS == "windows" {
+		t.Skip("the fake remotes are shell commands")
+	}
+}
+
+func TestRemoteEnvIsClean(t *testing.T) {
+	t.Parallel()
+	host := map[string]string{
+		"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LANG": "C.UTF-8", "DISPLAY": ":0",
+		"OUTPOST_CHROME_PATH": "/usr/bin/chromium",
+		"OUTPOST_TOKEN":       "secret", "OUTPOST_SERVER": "http://x", "AWS_SECRET_ACCESS_KEY": "k",
+		"OUTPOST_WORKER_ACCEPTOR_ID": "w", "TZ": "",
+	}
+	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
+	claim := pendingEntry("sess-1")
+	claim.Status.GatewayURL, claim.Status.ConnectToken = "wss://gw", "ct-9"
+
+	got := RemoteEnv(claim, "/data/sessions/sess-1", lookup)
+	want := []string{
+		"DISPLAY=:0", "HOME=/home/u", "LANG=C.UTF-8",
+		"OUTPOST_CHROME_PATH=/usr/bin/chromium", "OUTPOST_CONNECT_TOKEN=ct-9",
+		"OUTPOST_GATEWAY_URL=wss://gw", "OUTPOST_SESSION_ID=sess-1",
+		"OUTPOST_STATE_DIR=/data/sessions/sess-1", "PATH=/usr/bin", "USER=u",
+	}
+	if runtime.GOOS != "windows" && !slices.Equal(got, want) {
+		t.Errorf("RemoteEnv =\n%q\nwant\n%q", got, want)
+	}
+	for _, kv := range got {
+		if strings.Contains(kv, "secret") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "OUTPOST_TOKEN") {
+			t.Errorf("RemoteEnv leaks %q", kv)
+		}
+	}
+}
+
+func TestAcceptorIDPersisted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "worker")
+	id1, err := LoadAcceptorID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(id1, "worker-") || len(id1) < len("worker-x-12345678") {
+		t.Errorf("acceptor id %q, want worker-<host>-<random>", id1)
+	}
+	id2, err := LoadAcceptorID(dir)
+	if err != nil || id2 != id1 {
+		t.Fatalf("second load = %q, %v; want %q", id2, err, id1)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "acceptor-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600 {
+		t.Errorf("acceptor-id mode %v, want 0600", fi.Mode().Perm())
+	}
+	if other, _ := LoadAcceptorID(t.TempDir()); other == id1 {
+		t.Errorf("two data dirs share acceptor id %q", other)
+	}
+}
+
+func TestPlatformMismatchRefused(t *testing.T) {
+	t.Parallel()
+	other := api.PlatformWindows
+	if HostPlatform() == api.PlatformWindows {
+		other = api.PlatformLinux
+	}
+	fs, c := newFakeServer(t, other)
+	fs.add(pendingEntry("sess-1"))
+	ctx, _ := testContext(t)
+	err := Run(ctx, Options{Client: c, Outpost: "dev", DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t)})
+	if !errors.Is(err, ErrPlatformMismatch) || !strings.Contains(err.Error(), other) {
+		t.Fatalf("Run = %v, want a platform mismatch naming %s", err, other)
+	}
+	if claims, _ := fs.snapshot(); len(claims) != 0 {
+		t.Errorf("claims = %q, want none", claims)
+	}
+}
+
+func TestServesListedSessionWithCleanEnv(t *testing.T) {
+	requireUnix(t)
+	t.Setenv("OUTPOST_TOKEN", "do-not-leak")
+	t.Setenv("SOME_OTHER_VAR", "do-not-leak")
+	fs, c := newFakeServer(t, HostPlatform())
+	fs.add(pendingEntry("sess-1"))
+	ctx, _ := testContext(t)
+	dataDir, dir := t.TempDir(), t.TempDir()
+	var out syncBuffer
+
+	opts := Options{Client: c, Outpost: "dev", DataDir: dataDir, Dir: dir, Once: true, Logger: testLogger(t), Stdout: &out,
+		RemoteCommand: []string{"sh", "-c", `env > "$OUTPOST_STATE_DIR/env.txt"; pwd; echo oops >&2; printf partial`}}
+	if err := Run(ctx, opts); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	claims, releases := fs.snapshot()
+	if len(claims) != 1 || len(releases) != 1 || claims[0] != releases[0] || !strings.HasPrefix(claims[0], "sess-1 worker-") {
+		t.Fatalf("claims %q, releases %q", claims, releases)
+	}
+	stateDir := filepath.Join(dataDir, "sessions", "sess-1")
+	env, err := os.ReadFile(filepath.Join(stateDir, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"OUTPOST_CONNECT_TOKEN=ct-1\n", "OUTPOST_SESSION_ID=sess-1\n",
+		"OUTPOST_GATEWAY_URL=ws://gateway.test/v1/gateway\n", "OUTPOST_STATE_DIR=" + stateDir + "\n"} {
+		if !strings.Contains(string(env), want) {
+			t.Errorf("remote env lacks %q:\n%s", want, env)
+		}
+	}
+	if strings.Contains(string(env), "do-not-leak") || strings.Contains(string(env), "worker-secret-token") {
+		t.Errorf("remote env leaks the worker's environment:\n%s", env)
+	}
+	for _, want := range []string{"[sess-1] " + dir + "\n", "[sess-1] oops\n", "[sess-1] partial\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("worker stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+	if logged, _ := os.ReadFile(filepath.Join(stateDir, "remote.log")); !strings.Contains(string(logged), "oops\n") {
+		t.Errorf("remote.log = %q", logged)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "repos")); err != nil || !fi.IsDir() {
+		t.Errorf("workspace repos dir: %v", err)
+	}
+
+	// A second run keeps the acceptor id and claims from the watch.
+	ev := pendingEntry("sess-2")
+	fs.mu.Lock()
+	delete(fs.entries, "sess-1")
+	fs.watchEvents = []api.WatchEvent{{Type: api.WatchModified, Object: *ev, Cursor: "c2"}}
+	fs.mu.Unlock()
+	opts.RemoteCommand = []string{"true"}
+	if err := Run(ctx, opts); err != nil {
+		t.Fatalf("second Run = %v", err)
+	}
+	claims, _ = fs.snapshot()
+	if len(claims) != 2 || !strings.HasPrefix(claims[1], "sess-2 ") || claims[1][len("sess-2 "):] != claims[0][len("sess-1 "):] {
+		t.Errorf("claims across runs = %q, want sess-2 claimed by the same acceptor", claims)
+	}
+}
+
+func TestLostClaimKillsRemote(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	fs, c := newFakeServer(t, HostPlatform())
+	fs.ttl = 2 * time.Second // renew after a second
+	fs.refuseRenewals = true
+	fs.add(pendingEntry("sess-1"))
+	ctx, _ := testContext(t)
+	err := Run(ctx, Options{Client: c, Outpost: "op-1", SessionID: "sess-1", AcceptorID: "w-lost",
+		DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
+		RemoteCommand: []string{"sleep", "60"}})
+	if err == nil || !strings.Contains(err.Error(), "lost the claim") {
+		t.Fatalf("Run = %v, want a lost claim", err)
+	}
+	if _, releases := fs.snapshot(); len(releases) != 0 {
+		t.Errorf("released a claim it no longer held: %q", releases)
+	}
+}
+
+func TestShutdownReleasesClaim(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	fs, c := newFakeServer(t, HostPlatform())
+	fs.statusAfterExit = api.QueueSessionRunning
+	fs.add(pendingEntry("sess-1"))
+	ctx, cancel := testContext(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: c, Outpost: "dev", AcceptorID: "w-stop", DataDir: t.TempDir(), Dir: t.TempDir(),
+			GracePeriod: 50 * time.Millisecond, Logger: testLogger(t), Stdout: io.Discard,
+			RemoteCommand: []string{"sleep", "60"}})
+	}()
+	select {
+	case <-fs.claimed:
+	case <-ctx.Done():
+		t.Fatal("no claim")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel = %v, want a clean exit", err)
+	}
+	if _, releases := fs.snapshot(); !slices.Equal(releases, []string{"sess-1 w-stop"}) {
+		t.Errorf("releases = %q, want the claim released despite the canceled context", releases)
+	}
+}
+
+func TestRenewWait(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		deadline time.Time
+		want     time.Duration
+	}{
+		{time.Time{}, unknownDeadlineWait},
+		{now.Add(300 * time.Second), 100 * time.Second},
+		{now.Add(time.Second), minRenewWait},
+		{now.Add(-time.Minute), minRenewWait},
+	} {
+		if got := renewWait(tc.deadline, now); got != tc.want {
+			t.Errorf("renewWait(%v) = %v, want %v", tc.deadline, got, tc.want)
+		}
+	}
+}
