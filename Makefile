@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin/outpost
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/outpost-sh/outpost/internal/version.Version=$(VERSION)
+LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION)
 
 .PHONY: build test lint bench up clean
 

@@ -150,6 +150,7 @@ run their tool calls locally.`,
 		NewCmdSessions(f),
 		NewCmdTokens(f),
 		NewCmdLogin(f),
+		NewCmdUp(f),
 	)
 	return cmd
 }

@@ -77,6 +77,8 @@ func Session(outpost, repoURL string) api.CreateSessionRequest {
 		Prompt:  "Run the tests, change foo to bar in the README and show the diff.",
 		Repos:   []api.Repo{{URL: repoURL, Name: "demo", Ref: "main"}},
 		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+			// A worker reuses repos/demo between runs: start from a clean tree.
+			step(api.ToolExec, api.ExecArgs{Command: "git checkout -q -- .", Cwd: "repos/demo", TimeoutS: 60}),
 			step(api.ToolExec, api.ExecArgs{Command: "make test", Cwd: "repos/demo", TimeoutS: 60}),
 			step(api.ToolEditFile, api.EditFileArgs{Path: "repos/demo/README.md", Old: "foo", New: "bar"}),
 			step(api.ToolExec, api.ExecArgs{Command: "git --no-pager diff --color=never", Cwd: "repos/demo", TimeoutS: 60}),

@@ -23,7 +23,7 @@ func TestMakeRepo(t *testing.T) {
 		t.Fatalf("second MakeRepo: %q %v", again, err)
 	}
 	s := Session("local", bare)
-	if s.Repos[0].URL != bare || len(s.Agent.Steps) != 3 {
+	if s.Repos[0].URL != bare || len(s.Agent.Steps) != 4 {
 		t.Fatalf("session %+v", s)
 	}
 }

@@ -148,7 +148,7 @@ func (r *runner) run(ctx context.Context) {
 		if !c.OK {
 			failed++
 			if st.required {
-				what := fmt.Sprintf("Step %d (%s) failed: %s", seq, st.tool, c.Error)
+				what := fmt.Sprintf("Call %d (%s) failed: %s", seq, st.tool, c.Error)
 				if st.tool == api.ToolGitClone {
 					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
 				}

@@ -108,8 +108,8 @@ func TestScriptSessionEndToEnd(t *testing.T) {
 			t.Errorf("transcript lacks a %s event: %s", want, joined)
 		}
 	}
-	if len(results) != 5 {
-		t.Errorf("results for %d calls, want 5 (clone + 4 steps): %v", len(results), results)
+	if len(results) != 6 {
+		t.Errorf("results for %d calls, want 6 (clone + 5 steps): %v", len(results), results)
 	}
 	for seq, n := range results {
 		if n != 1 {
