@@ -25,7 +25,7 @@ func newCmdSessionsLogs(f *Factory) *cobra.Command {
 for each exec call, its output, and results with exit codes. With -f, follow
 the session live until it ends; the exit status is then 1 if it ended in error.
 With -o json, print one event per line.`,
-		Example: "  outpost sessions logs sess_123\n  outpost sessions logs -f sess_123\n  outpost sessions logs sess_123 -o json | jq .type",
+		Example: "  outpost sessions logs ses_123\n  outpost sessions logs -f ses_123\n  outpost sessions logs ses_123 -o json | jq .type",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.Client()

@@ -177,7 +177,7 @@ func newCmdSessionsGet(f *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use:     "get ID",
 		Short:   "Show one session",
-		Example: "  outpost sessions get sess_123\n  outpost sessions get sess_123 -o json",
+		Example: "  outpost sessions get ses_123\n  outpost sessions get ses_123 -o json",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.Client()
@@ -215,7 +215,7 @@ func newCmdSessionsTerminate(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "terminate ID",
 		Short:   "End a session",
-		Example: `  outpost sessions terminate sess_123 --reason "wrong branch"`,
+		Example: `  outpost sessions terminate ses_123 --reason "wrong branch"`,
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.Client()

@@ -53,7 +53,7 @@ stops claiming, gives the running session --grace-period to finish, then
 releases its claim so the session goes back to the queue.`,
 		Example: `  outpost worker start --outpost dev
   cd ~/work && OUTPOST_TOKEN=... outpost worker start --outpost gpu-h200 --server https://outpost.example.com
-  outpost worker start --outpost dev --session sess_123 --acceptor-id orchestrator-7`,
+  outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
