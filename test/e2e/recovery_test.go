@@ -154,3 +154,37 @@ func TestWorkerSIGTERMReleases(t *testing.T) {
 		t.Fatalf("entry after worker stop: %d %+v", code, e.Status)
 	}
 }
+
+// TestTerminateAndLimits terminates a session in the middle of a call and
+// lets another hit its max_duration_s; the worker serves both in turn and
+// each ends with the right detail.
+func TestTerminateAndLimits(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "ends")
+	startWorker(t, c, "ends", token)
+	long := createSession(t, c, api.CreateSessionRequest{
+		Outpost: "ends", Title: "to terminate",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("sleep 600")}},
+	})
+	waitEvent(t, c, long, "the call to start", func(ev api.Event) bool { return ev.Type == api.EventCall })
+	if code := c.api("POST", "/v1/sessions/"+long+"/terminate", c.admin, api.TerminateRequest{Reason: "enough"}, nil); code != 200 {
+		t.Fatalf("terminate: %d", code)
+	}
+	s := c.waitFinal(long, 10*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailUserRequest || !strings.Contains(s.Status.Reason, "enough") {
+		t.Fatalf("terminated session: %+v", s.Status)
+	}
+	waitFor(t, 30*time.Second, "the worker to release the terminated session", func() bool {
+		return c.api("GET", "/v1/queue/"+long, c.admin, nil, nil) == 404
+	})
+
+	limited := createSession(t, c, api.CreateSessionRequest{
+		Outpost: "ends", Title: "over its limit", Limits: api.Limits{MaxDurationS: 1},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("sleep 600")}},
+	})
+	s = c.waitFinal(limited, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailUsageLimitExceeded || !strings.Contains(s.Status.Reason, "max_duration_s") {
+		t.Fatalf("limited session: %+v", s.Status)
+	}
+}
