@@ -61,6 +61,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unknown session events", "GET", "/v1/sessions/ses_nosuch/events", ``, 404},
 		{"bad after", "GET", "/v1/sessions/ses_nosuch/events?after=-1", ``, 404},
 		{"bad session cursor", "GET", "/v1/sessions?cursor=bm8tY29sb24", ``, 400},
+		{"bad status filter", "GET", "/v1/sessions?status=sleeping", ``, 400},
 		{"unknown endpoint", "GET", "/v1/nothing", ``, 404},
 		{"bad force", "DELETE", "/v1/outposts/base?force=maybe", ``, 400},
 	}

@@ -139,30 +139,28 @@ func decodeAcceptor(w http.ResponseWriter, r *http.Request) (string, error) {
 }
 
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	id := r.PathValue("session")
-	acceptor, err := decodeAcceptor(w, r)
-	if err != nil {
-		return err
-	}
-	if _, err := s.entryFor(ctx, id); err != nil {
-		return err
-	}
-	res, err := s.claim(ctx, id, acceptor)
-	if errors.Is(err, errGone) {
-		return errNotFound("Session %s is not in any queue.", id)
-	}
-	if err != nil {
-		return err
-	}
-	out := toAPIEntry(res.entry)
-	out.Status.ConnectToken = res.token
-	out.Status.GatewayURL = s.gatewayURL
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return s.claimAction(w, r, func(ctx context.Context, id, acceptor string) (api.QueueEntry, error) {
+		res, err := s.claim(ctx, id, acceptor)
+		if err != nil {
+			return api.QueueEntry{}, err
+		}
+		out := toAPIEntry(res.entry)
+		out.Status.ConnectToken = res.token
+		out.Status.GatewayURL = s.gatewayURL
+		return out, nil
+	})
 }
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
+	return s.claimAction(w, r, func(ctx context.Context, id, acceptor string) (api.QueueEntry, error) {
+		e, err := s.release(ctx, id, acceptor)
+		return toAPIEntry(e), err
+	})
+}
+
+// claimAction decodes {"acceptor_id"}, checks the caller may see the entry
+// and runs act, answering 404 when the entry is gone meanwhile.
+func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id, acceptor string) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
 	acceptor, err := decodeAcceptor(w, r)
@@ -172,14 +170,14 @@ func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.entryFor(ctx, id); err != nil {
 		return err
 	}
-	e, err := s.release(ctx, id, acceptor)
+	out, err := act(ctx, id, acceptor)
 	if errors.Is(err, errGone) {
 		return errNotFound("Session %s is not in any queue.", id)
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toAPIEntry(e))
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -233,6 +233,11 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query()
 	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q")}
+	switch f.Status {
+	case "", api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusExit, api.StatusError, api.StatusSuspended, api.StatusResuming:
+	default:
+		return errBadRequest("status %q is unknown; use new, claimed, running, resuming, suspended, exit or error.", f.Status)
+	}
 	var err error
 	if f.OutpostID, err = s.queueOutpostFilter(ctx, q.Get("outpost")); err != nil {
 		return err

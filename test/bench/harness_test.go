@@ -17,7 +17,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
+
 	"log/slog"
 	"net"
 	"net/http"
@@ -421,4 +421,4 @@ func machineInfo() string {
 	return fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), runtime.Version())
 }
 
-var _ = io.Discard
+
