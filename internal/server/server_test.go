@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +30,9 @@ func startServer(t *testing.T, opts Options) *testServer {
 		opts.DataDir = t.TempDir()
 	}
 	opts.Listen = "127.0.0.1:0"
-	opts.Stdout = io.Discard
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -161,4 +165,36 @@ func TestAdminTokenFromOption(t *testing.T) {
 func jsonString(v any) (string, error) {
 	b, err := json.Marshal(v)
 	return string(b), err
+}
+
+func TestAdminTokenCreatedOnceAndSaved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var first bytes.Buffer
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := New(ctx, Options{DataDir: dir, Listen: "127.0.0.1:0", Stdout: &first, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := srv.AdminToken()
+	if token == "" || !strings.Contains(first.String(), token) {
+		t.Fatalf("first start did not print the admin token: %q", first.String())
+	}
+	srv.listener.Close()
+	srv.store.Close()
+	fi, err := os.Stat(filepath.Join(dir, "admin-token"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin-token file: %v %v", fi, err)
+	}
+	saved, _ := os.ReadFile(filepath.Join(dir, "admin-token"))
+	if strings.TrimSpace(string(saved)) != token {
+		t.Fatalf("admin-token file holds %q", saved)
+	}
+	var second bytes.Buffer
+	ts := startServer(t, Options{DataDir: dir, Stdout: &second})
+	if ts.admin != "" || second.Len() != 0 {
+		t.Fatalf("second start made or printed a token: %q %q", ts.admin, second.String())
+	}
+	ts.mustDo(200, "GET", "/v1/tokens", token, nil, nil)
 }

@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-
 	"log/slog"
 	"net"
 	"net/http"
@@ -420,5 +419,3 @@ func machineInfo() string {
 	}
 	return fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), runtime.Version())
 }
-
-
