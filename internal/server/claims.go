@@ -214,16 +214,22 @@ func (s *Server) committed(sessionID string, m store.Mutation) {
 	}
 }
 
-// sweep requeues lapsed claims until ctx ends.
+// sweep requeues lapsed claims, and every fifth round ends sessions past
+// their limits, until ctx ends.
 func (s *Server) sweep(ctx context.Context) {
-	interval := min(time.Second, s.opts.ClaimTTL/4)
+	interval := min(s.opts.SweepInterval, s.opts.ClaimTTL/4)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var lastLimits time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastLimits) >= 5*s.opts.SweepInterval {
+			lastLimits = time.Now()
+			s.enforceLimits(ctx)
 		}
 		ids, err := s.store.LapsedClaims(ctx, s.now())
 		if err != nil {
@@ -261,4 +267,30 @@ func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
 		s.committed(sessionID, m)
 	}
 	return nil
+}
+
+// enforceLimits ends sessions past limits.max_duration_s that no runner is
+// watching (their remote is gone, or the server restarted meanwhile).
+func (s *Server) enforceLimits(ctx context.Context) {
+	ids, err := s.store.ActiveSessions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("list active sessions", "err", err)
+		}
+		return
+	}
+	now := s.now()
+	for _, id := range ids {
+		sess, err := s.store.GetSession(ctx, id)
+		if err != nil || sess.StartedAt == nil || sess.Spec.Limits.MaxDurationS <= 0 {
+			continue
+		}
+		if now.Before(sess.StartedAt.Add(time.Duration(sess.Spec.Limits.MaxDurationS) * time.Second)) {
+			continue
+		}
+		reason := fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS)
+		if err := s.endSession(ctx, id, api.StatusExit, api.DetailUsageLimitExceeded, reason); err != nil && ctx.Err() == nil {
+			s.log.Warn("end session past its limit", "session", id, "err", err)
+		}
+	}
 }

@@ -37,6 +37,9 @@ type Options struct {
 	ClaimTTL time.Duration
 	// AdminToken, when set, is the admin token (instead of a generated one).
 	AdminToken string
+	// SweepInterval is how often lapsed claims are requeued (and, five
+	// times slower, session limits checked); 0 means 1s.
+	SweepInterval time.Duration
 	// WatchMaxDuration bounds each queue watch stream; 0 means 4m30s.
 	WatchMaxDuration time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
@@ -90,6 +93,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.ClaimTTL <= 0 {
 		opts.ClaimTTL = 300 * time.Second
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = time.Second
 	}
 	if opts.WatchMaxDuration <= 0 {
 		opts.WatchMaxDuration = 270 * time.Second

@@ -419,3 +419,8 @@ func machineInfo() string {
 	}
 	return fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), runtime.Version())
 }
+
+// apiScript is a create request for a script session without steps.
+func apiScript(outpost, title string) api.CreateSessionRequest {
+	return api.CreateSessionRequest{Outpost: outpost, Title: title, Agent: api.Agent{Kind: api.AgentScript}}
+}

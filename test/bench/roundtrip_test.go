@@ -25,11 +25,7 @@ const roundTripWarmup = 10
 
 // roundTripTools are the no-op-ish tools measured, with the direct
 // equivalent each is compared against.
-var roundTripTools = []struct {
-	name   string
-	step   func(emptyDir string) api.Step
-	direct func(emptyDir string) error
-}{
+var roundTripTools = []rtTool{
 	{
 		name:   "list_dir",
 		step:   func(dir string) api.Step { return step(api.ToolListDir, fmt.Sprintf(`{"path":%q}`, dir)) },
@@ -40,6 +36,13 @@ var roundTripTools = []struct {
 		step:   func(string) api.Step { return step(api.ToolExec, `{"argv":["true"]}`) },
 		direct: func(string) error { return exec.Command("true").Run() },
 	},
+}
+
+// rtTool is a tool measured by the round-trip benchmarks.
+type rtTool struct {
+	name   string
+	step   func(emptyDir string) api.Step
+	direct func(emptyDir string) error
 }
 
 // roundTrip is what one session of N identical calls showed a live
@@ -136,9 +139,25 @@ func reportRoundTrip(b *testing.B, name string, rt roundTrip, direct dist) {
 // The first 10 calls are left out. The same tool run directly in this
 // process is the baseline.
 func BenchmarkToolRoundTrip(b *testing.B) {
-	n := min(envInt("OUTPOST_BENCH_CALLS", 1000), 1000)
-	for _, tool := range roundTripTools {
-		b.Run(tool.name, func(b *testing.B) {
+	for _, n := range roundTripSizes() {
+		for _, tool := range roundTripTools {
+			benchRoundTrip(b, n, tool)
+		}
+	}
+}
+
+// roundTripSizes are the session lengths measured: 100 and 1000 steps, or
+// OUTPOST_BENCH_CALLS (at most 1000, the server's limit).
+func roundTripSizes() []int {
+	if n := envInt("OUTPOST_BENCH_CALLS", 0); n > 0 {
+		return []int{min(max(n, roundTripWarmup+10), 1000)}
+	}
+	return []int{100, 1000}
+}
+
+func benchRoundTrip(b *testing.B, n int, tool rtTool) {
+	{
+		b.Run(fmt.Sprintf("%s/steps=%d", tool.name, n), func(b *testing.B) {
 			for range b.N {
 				c := startCluster(b, "")
 				ws := b.TempDir()
@@ -165,7 +184,7 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				reportRoundTrip(b, tool.name, rt, direct)
+				reportRoundTrip(b, fmt.Sprintf("%s, %d-step session,", tool.name, n), rt, direct)
 			}
 		})
 	}
@@ -222,7 +241,12 @@ func (t *timedStore) snapshot() map[string][]time.Duration {
 // put the server's data dir and the remote's journal on disk or on tmpfs
 // (/dev/shm), which shows what the fsyncs of each cost.
 func BenchmarkToolRoundTripInProcess(b *testing.B) {
-	n := min(envInt("OUTPOST_BENCH_CALLS", 1000), 1000)
+	for _, n := range roundTripSizes() {
+		benchInProcess(b, n)
+	}
+}
+
+func benchInProcess(b *testing.B, n int) {
 	layouts := []struct {
 		name                    string
 		serverTmpfs, journTmpfs bool
@@ -234,7 +258,7 @@ func BenchmarkToolRoundTripInProcess(b *testing.B) {
 	}
 	for _, tool := range roundTripTools {
 		for _, lay := range layouts {
-			b.Run(tool.name+"/"+lay.name, func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/steps=%d/%s", tool.name, n, lay.name), func(b *testing.B) {
 				if (lay.serverTmpfs || lay.journTmpfs) && !isDir("/dev/shm") {
 					b.Skip("no /dev/shm")
 				}
@@ -337,7 +361,7 @@ func runInProcess(b *testing.B, n int, mkStep func(string) api.Step, direct func
 	}
 	after := ts.snapshot()
 
-	name := fmt.Sprintf("%s (server data %s, journal %s)", mkStep("").Tool, where(serverTmpfs), where(journalTmpfs))
+	name := fmt.Sprintf("%s, %d-step session (server data %s, journal %s)", mkStep("").Tool, n, where(serverTmpfs), where(journalTmpfs))
 	reportRoundTrip(b, name, rt, base)
 	calls := float64(n)
 	var writes time.Duration
