@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
 )
@@ -39,6 +40,10 @@ var ErrRejected = errors.New("gateway rejected the remote")
 // version than this remote.
 var ErrVersion = errors.New("gateway protocol version mismatch")
 
+// ErrUnreachable is returned by Serve when the gateway could not be reached
+// for Options.GiveUpAfter. The claim then lapses and the session moves on.
+var ErrUnreachable = errors.New("gateway unreachable")
+
 // Options configure Serve.
 type Options struct {
 	// GatewayURL is the full ws:// or wss:// gateway endpoint, e.g.
@@ -60,6 +65,11 @@ type Options struct {
 	HTTPClient *http.Client
 	// Capabilities are reported in hello. Nil means machine.Detect.
 	Capabilities *api.Capabilities
+	// GiveUpAfter is how long the remote keeps trying to reach the
+	// gateway, counted from its start or from the loss of its last
+	// welcomed connection, before it gives up with ErrUnreachable. Zero
+	// means 10 minutes.
+	GiveUpAfter time.Duration
 }
 
 // OptionsFromEnv builds Options from OUTPOST_GATEWAY_URL,
@@ -133,6 +143,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.SessionID == "" {
 		missing = append(missing, "SessionID")
+	}
+	if o.GiveUpAfter <= 0 {
+		o.GiveUpAfter = 10 * time.Minute
 	}
 	if len(missing) > 0 {
 		return o, fmt.Errorf("remote options: %s required", strings.Join(missing, ", "))

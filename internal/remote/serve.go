@@ -52,6 +52,7 @@ func Serve(ctx context.Context, opts Options) error {
 	}()
 
 	attempt, rejections := 0, 0
+	lastUp := time.Now()
 	for {
 		welcomed, err := s.connect(ctx)
 		switch {
@@ -65,6 +66,10 @@ func Serve(ctx context.Context, opts Options) error {
 		}
 		if welcomed {
 			attempt, rejections = 0, 0
+			lastUp = time.Now()
+		}
+		if down := time.Since(lastUp); down > opts.GiveUpAfter {
+			return fmt.Errorf("%w: no welcome from %s for %s: %v", ErrUnreachable, opts.GatewayURL, down.Round(time.Second), err)
 		}
 		var rej *rejection
 		if errors.As(err, &rej) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -476,5 +478,27 @@ func TestOptionsFromEnv(t *testing.T) {
 	t.Setenv(EnvSessionID, "../escape")
 	if _, err := OptionsFromEnv(); err == nil {
 		t.Error("a session id with a slash was accepted")
+	}
+}
+
+// TestServeGivesUpWhenUnreachable: a gateway that never answers (here a
+// closed port) makes Serve return ErrUnreachable after GiveUpAfter, so the
+// claim can lapse and the session move on.
+func TestServeGivesUpWhenUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = Serve(ctx, Options{
+		GatewayURL: "ws://" + addr + "/v1/gateway", ConnectToken: "opc_x", SessionID: "ses_x",
+		StateDir: t.TempDir(), WorkDir: t.TempDir(), GiveUpAfter: 300 * time.Millisecond,
+		Capabilities: &api.Capabilities{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Serve = %v, want ErrUnreachable", err)
 	}
 }

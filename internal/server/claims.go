@@ -34,12 +34,16 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 		if e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errGone
 		}
-		switch e.SessionStatus {
-		case api.QueueSessionSuspended, api.QueueSessionTerminated:
-			return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
-		}
 		var m store.Mutation
 		held := e.Phase == api.PhaseClaimed && now.Before(e.ClaimDeadline)
+		switch e.SessionStatus {
+		case api.QueueSessionSuspended, api.QueueSessionTerminated:
+			// Never handed out; but its holder may keep renewing until
+			// its remote has exited and it releases.
+			if !held || e.AcceptorID != acceptor {
+				return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
+			}
+		}
 		if held && e.AcceptorID != acceptor {
 			return store.Mutation{}, errConflict("Session %s is claimed by another acceptor.", sessionID)
 		}
@@ -179,8 +183,8 @@ func (s *Server) endSession(ctx context.Context, sessionID, status, detail, reas
 	s.metrics.sessionsEnded.WithLabelValues(status, detail).Inc()
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
 	s.committed(sessionID, m)
+	s.stopRunner(sessionID) // first, so no call follows the end frame
 	s.hub.end(sessionID, reason)
-	s.stopRunner(sessionID)
 	return nil
 }
 
@@ -217,7 +221,7 @@ func (s *Server) committed(sessionID string, m store.Mutation) {
 // sweep requeues lapsed claims, and every fifth round ends sessions past
 // their limits, until ctx ends.
 func (s *Server) sweep(ctx context.Context) {
-	interval := min(s.opts.SweepInterval, s.opts.ClaimTTL/4)
+	interval := max(min(s.opts.SweepInterval, s.opts.ClaimTTL/4), time.Millisecond)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastLimits time.Time
@@ -227,8 +231,8 @@ func (s *Server) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if time.Since(lastLimits) >= 5*s.opts.SweepInterval {
-			lastLimits = time.Now()
+		if now := s.now(); now.Sub(lastLimits) >= 5*s.opts.SweepInterval {
+			lastLimits = now
 			s.enforceLimits(ctx)
 		}
 		ids, err := s.store.LapsedClaims(ctx, s.now())

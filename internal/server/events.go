@@ -96,22 +96,42 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 		return ev.Type == api.EventEnd, err
 	}
 
-	for {
-		evs, err := s.store.ListEvents(ctx, sessionID, after, 500)
-		if err != nil {
-			return nil
-		}
-		for _, ev := range evs {
-			if ended, err := send(ev); err != nil || ended {
-				flusher.Flush()
-				return nil
+	// replay sends stored events after the last one sent, up to and
+	// including upTo (0: all). Events are published after they commit, and
+	// not always in order, so a live event past a gap first replays the gap.
+	replay := func(upTo int64) (ended bool, err error) {
+		for {
+			evs, err := s.store.ListEvents(ctx, sessionID, after, 500)
+			if err != nil {
+				return false, err
+			}
+			for _, ev := range evs {
+				if upTo > 0 && ev.Seq > upTo {
+					return false, nil
+				}
+				if ended, err := send(ev); err != nil || ended {
+					return ended, err
+				}
+			}
+			if len(evs) < 500 {
+				return false, nil
 			}
 		}
-		flusher.Flush()
-		if len(evs) < 500 {
-			break
-		}
 	}
+	deliver := func(ev api.Event) (bool, error) {
+		if ev.Seq > after+1 {
+			if ended, err := replay(ev.Seq - 1); err != nil || ended {
+				return ended, err
+			}
+		}
+		return send(ev)
+	}
+
+	if ended, err := replay(0); err != nil || ended {
+		flusher.Flush()
+		return nil
+	}
+	flusher.Flush()
 	keepalive := time.NewTicker(s.opts.KeepaliveInterval)
 	defer keepalive.Stop()
 	for {
@@ -121,10 +141,10 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 		case <-sub.lagged:
 			return nil // the client resumes from its last id
 		case ev := <-sub.ch:
-			ended, err := send(ev)
+			ended, err := deliver(ev)
 			// Drain what is already queued before flushing.
 			for !ended && err == nil && len(sub.ch) > 0 {
-				ended, err = send(<-sub.ch)
+				ended, err = deliver(<-sub.ch)
 			}
 			flusher.Flush()
 			if err != nil || ended {

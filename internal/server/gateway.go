@@ -17,6 +17,9 @@ import (
 // gatewayReadLimit bounds one gateway message.
 const gatewayReadLimit = 32 << 20
 
+// errStaleClaim refuses a remote whose claim lapsed or moved.
+var errStaleClaim = errors.New("the claim this remote served has lapsed or moved to another machine")
+
 // connectClaim checks a connect token against the session's current claim.
 func (s *Server) connectClaim(ctx context.Context, r *http.Request) (store.ConnectToken, store.QueueEntry, error) {
 	secret := bearer(r)
@@ -50,6 +53,11 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if !s.track() {
+		s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The server is shutting down; reconnect shortly."})
+		return
+	}
+	defer s.wg.Done()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Warn("gateway accept", "session", ct.SessionID, "err", err)
@@ -58,8 +66,8 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(gatewayReadLimit)
 	c := &remoteConn{sessionID: ct.SessionID, epoch: ct.Epoch, acceptorID: e.AcceptorID, ws: ws, done: make(chan struct{})}
 	defer func() {
+		s.hub.detach(c) // first, so runners stop choosing this connection
 		close(c.done)
-		s.hub.detach(c)
 		c.close(websocket.StatusNormalClosure, "")
 	}()
 	ctx := r.Context()
@@ -71,6 +79,11 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess, err := s.onHello(ctx, c, hello)
+	if errors.Is(err, errStaleClaim) {
+		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: errStaleClaim.Error()})
+		c.close(websocket.StatusPolicyViolation, errStaleClaim.Error())
+		return
+	}
 	if err != nil {
 		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
 		return
@@ -127,6 +140,10 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame) (s
 		out = sess
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, nil
+		}
+		// The claim may have lapsed or moved since the token was checked.
+		if e.Deleted || e.Phase != api.PhaseClaimed || e.Epoch != c.epoch || !now.Before(e.ClaimDeadline) {
+			return store.Mutation{}, errStaleClaim
 		}
 		var m store.Mutation
 		if hello.Capabilities != nil {
@@ -231,7 +248,7 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			switch f.Type {
 			case api.FrameResult:
 				out.finish(ctx, f.Seq)
-				s.deliverResult(c, f)
+				s.deliverResult(ctx, c, f)
 			default:
 				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
 			}

@@ -188,3 +188,45 @@ func TestLimitWithoutRemote(t *testing.T) {
 		return got.Status.StatusDetail == api.DetailUsageLimitExceeded
 	})
 }
+
+// TestNoCallAfterEnd terminates a session while its remote runs a call:
+// the late result is acknowledged but recorded nowhere, no further call
+// is sent, the transcript ends with the end event, and the holder can
+// still renew until it releases.
+func TestNoCallAfterEnd(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("end")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"end","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
+	id := s.Metadata.SessionID
+	claim := ts.claimFor(id, "m")
+	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	r.expect(api.FrameCall)
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/terminate", ts.admin, nil, nil)
+	r.expect(api.FrameEnd)
+	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
+	if ack := r.expect(api.FrameAck); ack.Seq != 1 {
+		t.Fatalf("ack %+v", ack)
+	}
+	var evs api.EventList
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events", ts.admin, nil, &evs)
+	if last := evs.Items[len(evs.Items)-1]; last.Type != api.EventEnd {
+		t.Fatalf("transcript goes on after the end: last event %+v", last)
+	}
+	for _, ev := range evs.Items {
+		if ev.Type == api.EventResult || ev.Type == api.EventCall && ev.CallSeq == 2 {
+			t.Fatalf("event recorded after the end: %+v", ev)
+		}
+	}
+	var e api.QueueEntry
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/claim", ts.admin, api.ClaimRequest{AcceptorID: "m"}, &e)
+	if e.Status.SessionStatus != api.QueueSessionTerminated {
+		t.Fatalf("renewal of an ended session: %+v", e.Status)
+	}
+	ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", ts.admin, api.ClaimRequest{AcceptorID: "other"}, nil)
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m"}, nil)
+	ts.mustDo(404, "GET", "/v1/queue/"+id, ts.admin, nil, nil)
+}

@@ -122,6 +122,8 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 	if force != "" && force != "true" && force != "false" {
 		return errBadRequest("force must be true or false.")
 	}
+	s.outpostsMu.Lock()
+	defer s.outpostsMu.Unlock()
 	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID})
 	if err != nil {
 		return fmt.Errorf("list queue of %s: %w", o.ID, err)

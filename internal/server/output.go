@@ -190,7 +190,7 @@ func (o *sessionOutput) finish(ctx context.Context, seq int64) {
 		}
 		if c.spilled > 0 {
 			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.s.now().UnixMilli(), CallSeq: seq, Spilled: true,
-				Text: fmt.Sprintf("[%d more bytes of output are kept in %s]", c.spilled, c.path)})
+				Text: fmt.Sprintf("[%d more bytes of output are kept on the server in output/%s/%d.log under its data directory]", c.spilled, o.sessionID, seq)})
 		}
 		o.closeCallLocked(seq)
 	}

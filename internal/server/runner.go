@@ -20,10 +20,14 @@ type runner struct {
 	sessionID string
 	cancel    context.CancelFunc
 	results   chan resultMsg
+	done      chan struct{} // closed when run has returned
 	// early holds results that arrived before their call was awaited
 	// (a remote resending after a server restart). Owned by run.
 	early map[int64]resultMsg
 }
+
+// errSessionEnded stops a runner whose session ended under it.
+var errSessionEnded = errors.New("session ended")
 
 // resultMsg is a result frame and the connection it came on.
 type resultMsg struct {
@@ -38,22 +42,25 @@ type step struct {
 	required bool // a failure ends the session whatever stop_on_error says
 }
 
-// ensureRunner starts the session's runner unless it runs already.
+// ensureRunner starts the session's runner unless it runs already. It
+// returns nil when the server is stopping.
 func (s *Server) ensureRunner(sessionID string) *runner {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.runners[sessionID]; r != nil {
 		return r
 	}
-	if s.runCtx == nil || s.runCtx.Err() != nil {
+	if s.stopping || s.runCtx == nil || s.runCtx.Err() != nil {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(s.runCtx)
-	r := &runner{s: s, sessionID: sessionID, cancel: cancel, results: make(chan resultMsg, 64), early: map[int64]resultMsg{}}
+	r := &runner{s: s, sessionID: sessionID, cancel: cancel, results: make(chan resultMsg),
+		done: make(chan struct{}), early: map[int64]resultMsg{}}
 	s.runners[sessionID] = r
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(r.done)
 		defer cancel()
 		r.run(ctx)
 		s.mu.Lock()
@@ -76,22 +83,64 @@ func (s *Server) stopRunner(sessionID string) {
 	s.dropOutput(sessionID)
 }
 
-// deliverResult hands a result frame to the session's runner. A result
-// nobody waits for (the session ended) is acknowledged so the remote
-// forgets it.
-func (s *Server) deliverResult(c *remoteConn, f api.Frame) {
-	s.mu.Lock()
-	r := s.runners[c.sessionID]
-	s.mu.Unlock()
-	if r != nil {
+// deliverResult hands a result frame to the session's runner, starting one
+// if none runs. The hand-over is unbuffered, so a result is either taken by
+// a running runner or not at all. A result is acknowledged only once it is
+// stored, or when the session is over and nobody will ever want it.
+func (s *Server) deliverResult(ctx context.Context, c *remoteConn, f api.Frame) {
+	for range 3 {
+		s.mu.Lock()
+		r := s.runners[c.sessionID]
+		s.mu.Unlock()
+		if r == nil {
+			sess, err := s.store.GetSession(ctx, c.sessionID)
+			if err != nil {
+				return // the remote resends it after it reconnects
+			}
+			if api.IsFinal(sess.Status) {
+				_ = c.send(ctx, api.Frame{Type: api.FrameAck, Seq: f.Seq})
+				return
+			}
+			if r = s.ensureRunner(c.sessionID); r == nil {
+				return // stopping
+			}
+		}
 		select {
 		case r.results <- resultMsg{c, f}:
 			return
-		case <-c.done:
+		case <-r.done:
+		case <-ctx.Done():
 			return
 		}
 	}
-	_ = c.send(context.Background(), api.Frame{Type: api.FrameAck, Seq: f.Seq})
+}
+
+// retry runs op until it succeeds or ctx ends, backing off between tries;
+// the store's failures are usually brief (a busy database).
+func (r *runner) retry(ctx context.Context, what string, op func() error) error {
+	delay := 50 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || errors.Is(err, errSessionEnded) || ctx.Err() != nil {
+			return err
+		}
+		r.s.log.Warn("session runner: retrying", "session", r.sessionID, "op", what, "err", err, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// end gives the session its final status, retrying on store failures.
+func (r *runner) end(ctx context.Context, status, detail, reason string) {
+	_ = r.retry(context.WithoutCancel(r.s.runCtx), "end session", func() error {
+		return r.s.endSession(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+	})
 }
 
 // plan lists the session's tool calls: a clone of each repo, then the
@@ -110,8 +159,11 @@ func plan(sess store.Session) []step {
 
 func (r *runner) run(ctx context.Context) {
 	s := r.s
-	sess, err := s.store.GetSession(ctx, r.sessionID)
-	if err != nil || api.IsFinal(sess.Status) {
+	var sess store.Session
+	if err := r.retry(ctx, "load session", func() (err error) {
+		sess, err = s.store.GetSession(ctx, r.sessionID)
+		return err
+	}); err != nil || api.IsFinal(sess.Status) {
 		return
 	}
 	if max := sess.Spec.Limits.MaxDurationS; max > 0 && sess.StartedAt != nil {
@@ -119,8 +171,11 @@ func (r *runner) run(ctx context.Context) {
 		ctx, cancel = context.WithDeadline(ctx, sess.StartedAt.Add(time.Duration(max)*time.Second))
 		defer cancel()
 	}
-	calls, err := s.store.ListCalls(ctx, r.sessionID)
-	if err != nil {
+	var calls []store.Call
+	if err := r.retry(ctx, "load calls", func() (err error) {
+		calls, err = s.store.ListCalls(ctx, r.sessionID)
+		return err
+	}); err != nil {
 		r.fail(ctx, err)
 		return
 	}
@@ -135,11 +190,12 @@ func (r *runner) run(ctx context.Context) {
 		c, ok := done[seq]
 		if !ok || !c.Done {
 			if !ok {
-				if err := r.record(ctx, seq, st); err != nil {
+				if err := r.retry(ctx, "record call", func() error { return r.record(ctx, seq, st) }); err != nil {
 					r.fail(ctx, err)
 					return
 				}
 			}
+			var err error
 			if c, err = r.execute(ctx, seq, st); err != nil {
 				r.fail(ctx, err)
 				return
@@ -152,37 +208,41 @@ func (r *runner) run(ctx context.Context) {
 				if st.tool == api.ToolGitClone {
 					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
 				}
-				_ = s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusError, api.DetailError, what)
+				r.end(ctx, api.StatusError, api.DetailError, what)
 				return
 			}
 		}
 	}
-	reason := fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed)
-	_ = s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusExit, api.DetailFinished, reason)
+	r.end(ctx, api.StatusExit, api.DetailFinished, fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed))
 }
 
 // fail ends the session when the runner cannot go on, unless the runner
 // stops because the session ended or the server is stopping.
 func (r *runner) fail(ctx context.Context, err error) {
-	if errors.Is(err, context.DeadlineExceeded) && r.s.runCtx.Err() == nil {
+	switch {
+	case errors.Is(err, errSessionEnded):
+		return
+	case errors.Is(err, context.DeadlineExceeded) && r.s.runCtx.Err() == nil:
 		sess, gerr := r.s.store.GetSession(context.WithoutCancel(ctx), r.sessionID)
 		if gerr == nil && !api.IsFinal(sess.Status) {
-			reason := fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS)
-			_ = r.s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusExit, api.DetailUsageLimitExceeded, reason)
+			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded,
+				fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS))
 		}
 		return
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		return
 	}
 	r.s.log.Error("session runner failed", "session", r.sessionID, "err", err)
-	_ = r.s.endSession(context.WithoutCancel(ctx), r.sessionID, api.StatusError, api.DetailError, "The control plane failed to run the session; see its log.")
+	r.end(ctx, api.StatusError, api.DetailError, "The control plane failed to run the session; see its log.")
 }
 
 // record writes a call and its transcript event before it is sent.
 func (r *runner) record(ctx context.Context, seq int64, st step) error {
 	now := r.s.now()
 	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, errSessionEnded
+		}
 		return store.Mutation{
 			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
 			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: st.args}},
@@ -209,13 +269,12 @@ func (r *runner) execute(ctx context.Context, seq int64, st step) (store.Call, e
 		if err != nil {
 			return store.Call{}, err
 		}
-		if err := conn.send(ctx, api.Frame{Type: api.FrameCall, Seq: seq, Tool: st.tool, Args: st.args}); err != nil {
-			if ctx.Err() != nil {
-				return store.Call{}, ctx.Err()
-			}
-			<-conn.done
-			continue
+		if err := ctx.Err(); err != nil {
+			return store.Call{}, err
 		}
+		// A failed send breaks the connection; the wait below sees it end
+		// (and keeps taking results meanwhile) and resends on the next one.
+		_ = conn.send(ctx, api.Frame{Type: api.FrameCall, Seq: seq, Tool: st.tool, Args: st.args})
 	wait:
 		for {
 			select {
@@ -267,10 +326,18 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 		}
 	}
 	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, errSessionEnded
+		}
 		sess.LastSeq = max(sess.LastSeq, seq)
 		sess.UpdatedAt = now
 		return store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}, nil
 	})
+	if errors.Is(err, errSessionEnded) {
+		// Nobody needs the result any more; let the remote forget it.
+		_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: seq})
+		return store.Call{}, err
+	}
 	if err != nil {
 		return store.Call{}, fmt.Errorf("record result of call %d: %w", seq, err)
 	}

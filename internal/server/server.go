@@ -80,9 +80,17 @@ type Server struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex                // guards the following
-	runners map[string]*runner        // by session id
-	outputs map[string]*sessionOutput // by session id
+	// outpostsMu orders outpost deletion against session creation: a
+	// session is created under the read lock, so a delete (write lock)
+	// never misses one and no session is left on a deleted outpost. A
+	// PostgreSQL store shared by several servers will need this in the
+	// store's transactions instead.
+	outpostsMu sync.RWMutex
+
+	mu       sync.Mutex                // guards the following
+	stopping bool                      // no new gateway connections or runners
+	runners  map[string]*runner        // by session id
+	outputs  map[string]*sessionOutput // by session id
 }
 
 // New opens the store, creates the admin token on first start and binds
@@ -258,6 +266,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.log.Info("outpost server shutting down")
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	// Streams and runners watch runCtx: cancel it first so Shutdown does
 	// not wait on long-lived responses.
 	s.runCancel()
@@ -275,6 +286,18 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("server: serve: %w", serveErr)
 	}
 	return nil
+}
+
+// track counts a gateway connection in wg unless the server is stopping,
+// so shutdown waits for its last writes before closing the store.
+func (s *Server) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // routes builds the HTTP handler.

@@ -145,6 +145,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := validateSession(&req); err != nil {
 		return err
 	}
+	s.outpostsMu.RLock()
+	defer s.outpostsMu.RUnlock()
 	o, err := s.resolveOutpost(ctx, req.Outpost)
 	if err != nil {
 		return err

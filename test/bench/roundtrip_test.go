@@ -130,8 +130,8 @@ func reportRoundTrip(b *testing.B, name string, rt roundTrip, direct dist) {
 }
 
 // BenchmarkToolRoundTrip measures per-call latency through the whole real
-// system: a script session of N identical steps (OUTPOST_BENCH_CALLS,
-// default and maximum 1000) on a real server, worker and remote. A live
+// system: a script session of N identical steps (N = 100 and 1000, or
+// OUTPOST_BENCH_CALLS, at most 1000) on a real server, worker and remote. A live
 // follower timestamps every call and result event; one call's time is the
 // gap between the results of consecutive calls (the server records the
 // call, sends it over the gateway, the remote journals and runs it, sends
@@ -156,38 +156,36 @@ func roundTripSizes() []int {
 }
 
 func benchRoundTrip(b *testing.B, n int, tool rtTool) {
-	{
-		b.Run(fmt.Sprintf("%s/steps=%d", tool.name, n), func(b *testing.B) {
-			for range b.N {
-				c := startCluster(b, "")
-				ws := b.TempDir()
-				empty := filepath.Join(ws, "empty")
-				if err := os.Mkdir(empty, 0o755); err != nil {
-					b.Fatal(err)
-				}
-				direct, err := directBaseline(n, func() error { return tool.direct(empty) })
-				if err != nil {
-					b.Fatal(err)
-				}
-				c.startWorker(ws)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				steps := make([]api.Step, n)
-				for i := range steps {
-					steps[i] = tool.step(empty)
-				}
-				sess, err := c.script(ctx, "roundtrip-"+tool.name, steps...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rt, err := measureRoundTrip(ctx, c.admin, sess.Metadata.SessionID, n)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				reportRoundTrip(b, fmt.Sprintf("%s, %d-step session,", tool.name, n), rt, direct)
+	b.Run(fmt.Sprintf("%s/steps=%d", tool.name, n), func(b *testing.B) {
+		for range b.N {
+			c := startCluster(b, "")
+			ws := b.TempDir()
+			empty := filepath.Join(ws, "empty")
+			if err := os.Mkdir(empty, 0o755); err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			direct, err := directBaseline(n, func() error { return tool.direct(empty) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.startWorker(ws)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			steps := make([]api.Step, n)
+			for i := range steps {
+				steps[i] = tool.step(empty)
+			}
+			sess, err := c.script(ctx, "roundtrip-"+tool.name, steps...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rt, err := measureRoundTrip(ctx, c.admin, sess.Metadata.SessionID, n)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			reportRoundTrip(b, fmt.Sprintf("%s, %d-step session,", tool.name, n), rt, direct)
+		}
+	})
 }
 
 // timedStore wraps a store and keeps the duration of every write.
