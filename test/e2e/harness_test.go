@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "outpost")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/outpost")
+	args := append(append([]string{"build"}, buildFlags...), "-o", binary, "../../cmd/outpost")
+	build := exec.Command("go", args...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build outpost:", err)
@@ -87,6 +88,9 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 	}()
 	t.Cleanup(func() {
 		p.stop(syscall.SIGTERM, 20*time.Second)
+		if strings.Contains(p.out.String(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector found a data race in %s", name)
+		}
 		if t.Failed() {
 			t.Logf("--- output of %s ---\n%s", name, p.out.String())
 		}
