@@ -90,8 +90,15 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	}
 	if api.IsFinal(sess.Status) {
 		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
-	} else if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: sess.Spec.Env, Secrets: sess.Secrets}); err != nil {
-		return
+	} else {
+		full, err := s.store.GetSession(ctx, sess.ID) // with its env and secrets
+		if err != nil {
+			s.log.Error("gateway welcome", "session", sess.ID, "err", err)
+			return
+		}
+		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets}); err != nil {
+			return
+		}
 	}
 	// Attach only after welcome: the runner sends calls to attached
 	// connections, and the remote needs the welcome first.

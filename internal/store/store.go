@@ -151,6 +151,9 @@ type SessionFilter struct {
 }
 
 // Store is Outpost's durable state. Every method is safe for concurrent use.
+//
+// Revs are assigned in commit order: a reader never sees rev N+1 committed
+// before rev N (watch cursors rely on it).
 type Store interface {
 	// CreateOutpost inserts an outpost; ErrConflict when the name is taken.
 	CreateOutpost(ctx context.Context, o Outpost) error
@@ -178,6 +181,11 @@ type Store interface {
 	// one write transaction, then writes what fn returns. An error from fn
 	// aborts the transaction and is returned as is. The returned Mutation
 	// carries the assigned revs and seqs.
+	//
+	// A session's Spec and Secrets never change after CreateSession: fn
+	// sees them zero (so a write does not pay for decoding a long script),
+	// and Mutation.Session writes every other field. fn runs while the
+	// store's writer is held: it must be quick and call no Store method.
 	UpdateSession(ctx context.Context, id string, fn func(s Session, e QueueEntry) (Mutation, error)) (Mutation, error)
 
 	// ListQueue returns entries matching f and the total matching f's

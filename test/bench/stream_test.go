@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,11 +41,28 @@ func BenchmarkStream(b *testing.B) {
 
 // memWatch samples the peak RSS of the server and of the worker's remote.
 type memWatch struct {
-	mu                  sync.Mutex
-	serverHWM, remoteHW int64
-	remoteRSS           int64 // largest VmRSS sample of the remote
-	remotePID           int
-	samples             []string
+	mu                   sync.Mutex
+	serverHWM, remoteHW  int64
+	remoteRSS            int64 // largest VmRSS sample of the remote
+	remotePID            int
+	serverCPU, remoteCPU time.Duration // user+system CPU time, last sample
+}
+
+// procCPU reads the user+system CPU time of a process.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which ends with the last ')'.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil // USER_HZ = 100
 }
 
 func (m *memWatch) run(ctx context.Context, serverPID, workerPID int) {
@@ -66,6 +85,9 @@ func (m *memWatch) sample(serverPID, workerPID int) {
 	if hwm, _, err := procMem(serverPID); err == nil {
 		m.serverHWM = max(m.serverHWM, hwm)
 	}
+	if cpu, err := procCPU(serverPID); err == nil {
+		m.serverCPU = cpu
+	}
 	if m.remotePID == 0 {
 		for _, pid := range children(workerPID) {
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "outpost" {
@@ -78,6 +100,9 @@ func (m *memWatch) sample(serverPID, workerPID int) {
 			m.remoteHW = max(m.remoteHW, hwm)
 			m.remoteRSS = max(m.remoteRSS, rss)
 		}
+		if cpu, err := procCPU(m.remotePID); err == nil {
+			m.remoteCPU = cpu
+		}
 	}
 }
 
@@ -86,8 +111,11 @@ func runStream(b *testing.B, size int64) {
 	ws := b.TempDir()
 	w := c.startWorker(ws)
 	idleHWM, _, _ := procMem(c.server.cmd.Process.Pid)
+	idleCPU, _ := procCPU(c.server.cmd.Process.Pid)
+	var self0, self1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	mem := &memWatch{}
@@ -139,13 +167,20 @@ func runStream(b *testing.B, size int64) {
 		return false
 	})
 	if _, err := f.wait(ctx); err != nil {
-		b.Fatal(err)
+		st, gerr := c.admin.Sessions.Get(context.Background(), sess.Metadata.SessionID)
+		if gerr == nil {
+			b.Logf("session %s: %s/%s: %s", sess.Metadata.SessionID, st.Status.Status, st.Status.StatusDetail, st.Status.Reason)
+		}
+		b.Logf("follower saw %d output bytes; result seen: %v", stored.Load()+spilled.Load(), !resAt.IsZero())
+		b.Fatalf("follow: %v", err)
 	}
 	if err := c.waitGone(ctx, sess.Metadata.SessionID); err != nil {
 		b.Fatal(err)
 	}
 	stopWatch()
 	<-watched
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
+	selfCPU := time.Duration(self1.Utime.Nano()+self1.Stime.Nano()-self0.Utime.Nano()-self0.Stime.Nano()) * time.Nanosecond
 	if first.IsZero() || resAt.IsZero() {
 		b.Fatal("no output or no result seen")
 	}
@@ -198,6 +233,8 @@ func runStream(b *testing.B, size int64) {
 	b.Logf("first output → result: %s; follower rate %.0f MB/s; call → result: %s (%.0f MB/s of output written)",
 		rd(span), rate, rd(resAt.Sub(callAt)), e2e)
 	b.Logf("peak RSS (VmHWM): server %.1f MiB (idle before: %.1f MiB), remote %.1f MiB", mib(mem.serverHWM), mib(idleHWM), mib(mem.remoteHW))
+	b.Logf("CPU time during the session: server %s, remote %s (until its last sample, ≤10 ms before exit), this process (the follower) %s; wall %s on %d CPUs",
+		rd(mem.serverCPU-idleCPU), rd(mem.remoteCPU), rd(selfCPU), rd(resAt.Sub(callAt)), runtime.NumCPU())
 	goal := "MET"
 	if rate < 200 || got < size {
 		goal = "MISSED"

@@ -42,6 +42,47 @@ func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 	return s, nil
 }
 
+// stateCols are the columns of a session that change after creation.
+const stateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
+	started_at, ended_at`
+
+// scanState reads stateCols: a session without its immutable spec and
+// secrets, which write transactions neither need nor rewrite.
+func scanState(sc interface{ Scan(...any) error }) (store.Session, error) {
+	var s store.Session
+	var caps sql.NullString
+	var created, updated int64
+	var started, ended sql.NullInt64
+	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
+		&caps, &created, &updated, &started, &ended); err != nil {
+		return store.Session{}, err
+	}
+	if caps.Valid {
+		s.Capabilities = new(api.Capabilities)
+		if err := json.Unmarshal([]byte(caps.String), s.Capabilities); err != nil {
+			return store.Session{}, fmt.Errorf("session %s capabilities: %w", s.ID, err)
+		}
+	}
+	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
+	s.StartedAt, s.EndedAt = fromPtrMS(started), fromPtrMS(ended)
+	return s, nil
+}
+
+// updateState writes the columns of s that change after creation.
+func updateState(ctx context.Context, tx *sql.Tx, s *store.Session) error {
+	var caps any
+	if s.Capabilities != nil {
+		b, err := marshal(s.Capabilities)
+		if err != nil {
+			return fmt.Errorf("capabilities: %w", err)
+		}
+		caps = b
+	}
+	return mustAffect(tx.ExecContext(ctx, `UPDATE sessions SET status = ?2, status_detail = ?3, reason = ?4, last_seq = ?5,
+		capabilities_json = ?6, updated_at = ?7, started_at = ?8, ended_at = ?9 WHERE id = ?1`,
+		s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt)))
+}
+
 // writeSession inserts s, or replaces the stored row when replace is set.
 func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, replace bool) error {
 	spec, err := marshal(s.Spec)
@@ -165,7 +206,7 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 	var m store.Mutation
 	var fnErr error
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		sess, err := scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+		sess, err := scanState(tx.QueryRowContext(ctx, `SELECT `+stateCols+` FROM sessions WHERE id = ?`, id))
 		if err != nil {
 			return err
 		}
@@ -194,7 +235,7 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 func applyMutation(ctx context.Context, tx *sql.Tx, id string, m *store.Mutation) error {
 	if m.Session != nil {
 		m.Session.ID = id
-		if err := writeSession(ctx, tx, m.Session, true); err != nil {
+		if err := updateState(ctx, tx, m.Session); err != nil {
 			return err
 		}
 	}
