@@ -86,7 +86,9 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 
 	connCtx, cancelConn := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	s.out.setConnected(true)
 	defer func() {
+		s.out.setConnected(false)
 		cancelConn()
 		c.CloseNow()
 		wg.Wait()

@@ -1,35 +1,51 @@
 package remote
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
-// The journal keeps one small file per call and state under
-// StateDir/journal: <seq>.started (the call, written before it runs),
-// <seq>.done (its result frame, written when it finishes) and, once the
-// control plane has acknowledged the result, an empty <seq>.acked that
-// replaces both. Every file is written to a temporary name, fsynced and
-// renamed, and the directory is fsynced, so a crash leaves either the old
-// state or the new.
+// The journal is one append-only file, StateDir/journal/journal.log, of
+// JSON lines: a "started" record before a call runs, a "done" record with
+// its whole result frame when it finishes, and an "acked" record once the
+// control plane holds the result. Loading replays the lines (a torn last
+// line from a crash is ignored) and rewrites the file with only what is
+// still needed, so it stays small.
+//
+// Only "done" records are synced to disk before the result is sent: a
+// process crash loses nothing written, and after a machine crash a call
+// whose start was not synced is the rarer loss. Acks need no sync: a lost
+// ack only makes the remote resend a result the server ignores.
 type journal struct {
-	dir string
+	path string
+
+	mu   sync.Mutex // guards f and acks
+	f    *os.File
+	acks map[int64]bool
 }
 
-// startedRecord is the content of a <seq>.started file.
+// startedRecord is a call about to run.
 type startedRecord struct {
 	Seq       int64           `json:"seq"`
 	Tool      string          `json:"tool"`
 	Args      json.RawMessage `json:"args,omitempty"`
 	StartedAt time.Time       `json:"started_at"`
+}
+
+// journalLine is one line of the journal.
+type journalLine struct {
+	Kind    string         `json:"k"` // "started", "done" or "acked"
+	Seq     int64          `json:"seq"`
+	Started *startedRecord `json:"started,omitempty"`
+	Result  *api.Frame     `json:"result,omitempty"`
 }
 
 // journalState is what a journal holds when it is opened.
@@ -43,139 +59,77 @@ type journalState struct {
 	LastSeq int64
 }
 
-const (
-	extStarted = ".started"
-	extDone    = ".done"
-	extAcked   = ".acked"
-	tmpPrefix  = ".tmp-"
-)
-
 func openJournal(stateDir string) (*journal, error) {
 	dir := filepath.Join(stateDir, "journal")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	return &journal{dir: dir}, nil
+	return &journal{path: filepath.Join(dir, "journal.log"), acks: map[int64]bool{}}, nil
 }
 
-// load reads the journal, removing leftovers of interrupted writes.
+// load replays the journal and compacts it; it must be called once, before
+// anything is recorded.
 func (j *journal) load() (journalState, error) {
 	st := journalState{Done: map[int64]api.Frame{}}
-	entries, err := os.ReadDir(j.dir)
-	if err != nil {
+	started := map[int64]startedRecord{}
+	raw, err := os.ReadFile(j.path)
+	if err != nil && !os.IsNotExist(err) {
 		return st, fmt.Errorf("load journal: %w", err)
 	}
-	started := map[int64]bool{}
-	acked := map[int64]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, tmpPrefix) {
-			_ = os.Remove(filepath.Join(j.dir, name))
-			continue
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		var l journalLine
+		if len(line) == 0 || json.Unmarshal(line, &l) != nil {
+			continue // a torn write at a crash
 		}
-		ext := filepath.Ext(name)
-		seq, err := strconv.ParseInt(strings.TrimSuffix(name, ext), 10, 64)
-		if err != nil {
-			continue
-		}
-		st.LastSeq = max(st.LastSeq, seq)
-		switch ext {
-		case extAcked:
-			acked[seq] = true
-		case extStarted:
-			started[seq] = true
-		case extDone:
-			var f api.Frame
-			if err := j.readJSON(name, &f); err != nil {
-				return st, err
+		st.LastSeq = max(st.LastSeq, l.Seq)
+		switch l.Kind {
+		case "started":
+			if l.Started != nil {
+				started[l.Seq] = *l.Started
 			}
-			st.Done[seq] = f
+		case "done":
+			if l.Result != nil {
+				st.Done[l.Seq] = *l.Result
+			}
+		case "acked":
+			j.acks[l.Seq] = true
 		}
 	}
-	for seq := range acked {
+	for seq := range j.acks {
 		delete(st.Done, seq)
 		delete(started, seq)
-		j.removeCall(seq)
 	}
-	for seq := range started {
-		if _, ok := st.Done[seq]; ok {
-			continue
+	for seq, rec := range started {
+		if _, ok := st.Done[seq]; !ok {
+			st.Interrupted = append(st.Interrupted, rec)
 		}
-		var rec startedRecord
-		if err := j.readJSON(strconv.FormatInt(seq, 10)+extStarted, &rec); err != nil {
-			return st, err
-		}
-		st.Interrupted = append(st.Interrupted, rec)
+	}
+	if err := j.compact(st, started); err != nil {
+		return st, err
 	}
 	return st, nil
 }
 
-func (j *journal) readJSON(name string, v any) error {
-	b, err := os.ReadFile(filepath.Join(j.dir, name))
+// compact rewrites the journal with only live records and opens it for
+// appending.
+func (j *journal) compact(st journalState, started map[int64]startedRecord) error {
+	tmp := j.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("load journal: %w", err)
+		return fmt.Errorf("compact journal: %w", err)
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("load journal: %s: %w", name, err)
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for seq := range j.acks {
+		_ = enc.Encode(journalLine{Kind: "acked", Seq: seq})
 	}
-	return nil
-}
-
-// started records that a call is about to run.
-func (j *journal) started(rec startedRecord) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("journal call %d: %w", rec.Seq, err)
+	for seq, rec := range started {
+		_ = enc.Encode(journalLine{Kind: "started", Seq: seq, Started: &rec})
 	}
-	if err := j.write(strconv.FormatInt(rec.Seq, 10)+extStarted, b); err != nil {
-		return fmt.Errorf("journal call %d: %w", rec.Seq, err)
+	for seq, fr := range st.Done {
+		_ = enc.Encode(journalLine{Kind: "done", Seq: seq, Result: &fr})
 	}
-	return nil
-}
-
-// done records a call's result frame.
-func (j *journal) done(f api.Frame) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return fmt.Errorf("journal result %d: %w", f.Seq, err)
-	}
-	if err := j.write(strconv.FormatInt(f.Seq, 10)+extDone, b); err != nil {
-		return fmt.Errorf("journal result %d: %w", f.Seq, err)
-	}
-	return nil
-}
-
-// acked records that the control plane holds a result, and drops the call's
-// other files.
-func (j *journal) acked(seq int64) error {
-	if err := j.write(strconv.FormatInt(seq, 10)+extAcked, nil); err != nil {
-		return fmt.Errorf("journal ack %d: %w", seq, err)
-	}
-	j.removeCall(seq)
-	return nil
-}
-
-// isAcked reports whether seq's result was acknowledged.
-func (j *journal) isAcked(seq int64) bool {
-	_, err := os.Stat(filepath.Join(j.dir, strconv.FormatInt(seq, 10)+extAcked))
-	return err == nil
-}
-
-func (j *journal) removeCall(seq int64) {
-	base := filepath.Join(j.dir, strconv.FormatInt(seq, 10))
-	for _, ext := range []string{extStarted, extDone} {
-		_ = os.Remove(base + ext)
-	}
-}
-
-// write replaces name with data durably.
-func (j *journal) write(name string, data []byte) error {
-	f, err := os.CreateTemp(j.dir, tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
+	err = w.Flush()
 	if err == nil {
 		err = f.Sync()
 	}
@@ -183,13 +137,86 @@ func (j *journal) write(name string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(j.dir, name))
+		err = os.Rename(tmp, j.path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(j.path))
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
+		return fmt.Errorf("compact journal: %w", err)
+	}
+	j.f, err = os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open journal: %w", err)
+	}
+	return nil
+}
+
+// append writes one line, syncing it when sync is set.
+func (j *journal) append(l journalLine, sync bool) error {
+	b, err := json.Marshal(l)
+	if err != nil {
 		return err
 	}
-	return syncDir(j.dir)
+	b = append(b, '\n')
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return fmt.Errorf("journal is not open")
+	}
+	if _, err := j.f.Write(b); err != nil {
+		return err
+	}
+	if sync {
+		return j.f.Sync()
+	}
+	return nil
+}
+
+// started records that a call is about to run.
+func (j *journal) started(rec startedRecord) error {
+	if err := j.append(journalLine{Kind: "started", Seq: rec.Seq, Started: &rec}, false); err != nil {
+		return fmt.Errorf("journal call %d: %w", rec.Seq, err)
+	}
+	return nil
+}
+
+// done records a call's result frame durably.
+func (j *journal) done(f api.Frame) error {
+	if err := j.append(journalLine{Kind: "done", Seq: f.Seq, Result: &f}, true); err != nil {
+		return fmt.Errorf("journal result %d: %w", f.Seq, err)
+	}
+	return nil
+}
+
+// acked records that the control plane holds a result.
+func (j *journal) acked(seq int64) error {
+	if err := j.append(journalLine{Kind: "acked", Seq: seq}, false); err != nil {
+		return fmt.Errorf("journal ack %d: %w", seq, err)
+	}
+	j.mu.Lock()
+	j.acks[seq] = true
+	j.mu.Unlock()
+	return nil
+}
+
+// isAcked reports whether seq's result was acknowledged.
+func (j *journal) isAcked(seq int64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.acks[seq]
+}
+
+// close closes the journal file.
+func (j *journal) close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
 }
 
 func syncDir(dir string) error {
@@ -198,7 +225,7 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+	if err := d.Sync(); err != nil && !os.IsPermission(err) {
 		return err
 	}
 	return nil

@@ -9,8 +9,10 @@ import (
 const (
 	// maxChunk is the largest output frame payload.
 	maxChunk = 64 << 10
-	// maxBuffered is how much output may wait for the gateway; more is
-	// dropped with a marker line.
+	// maxBuffered is how much output may wait for the gateway. While the
+	// gateway is connected a writer past it waits (the command's pipe
+	// fills and the command slows to the gateway's pace); while it is not,
+	// more is dropped with a marker line.
 	maxBuffered = 8 << 20
 )
 
@@ -35,15 +37,28 @@ type streamKey struct {
 // queued by seq only; the result itself lives in the session's done set and
 // the journal, so it is never dropped.
 type outbox struct {
-	mu      sync.Mutex
-	items   []outItem
-	bytes   int
-	dropped map[streamKey]bool
-	notify  chan struct{}
+	mu        sync.Mutex // guards the following
+	items     []outItem
+	bytes     int
+	dropped   map[streamKey]bool
+	connected bool
+	space     *sync.Cond // signalled when bytes shrink or the connection changes
+	notify    chan struct{}
 }
 
 func newOutbox() *outbox {
-	return &outbox{dropped: map[streamKey]bool{}, notify: make(chan struct{}, 1)}
+	o := &outbox{dropped: map[streamKey]bool{}, notify: make(chan struct{}, 1)}
+	o.space = sync.NewCond(&o.mu)
+	return o
+}
+
+// setConnected records whether a gateway connection is draining the
+// outbox, waking writers that wait for room.
+func (o *outbox) setConnected(c bool) {
+	o.mu.Lock()
+	o.connected = c
+	o.mu.Unlock()
+	o.space.Broadcast()
 }
 
 func (o *outbox) signal() {
@@ -64,6 +79,10 @@ func (o *outbox) pushOutput(seq int64, stream string, data []byte) {
 	key := streamKey{seq, stream}
 	for len(data) > 0 {
 		n := min(len(data), maxChunk)
+		for o.connected && o.bytes+n > maxBuffered {
+			o.signal()
+			o.space.Wait()
+		}
 		if o.bytes+n > maxBuffered {
 			if !o.dropped[key] {
 				o.dropped[key] = true
@@ -101,6 +120,9 @@ func (o *outbox) pop() (outItem, bool) {
 		o.items = nil
 		o.bytes = 0
 		clear(o.dropped)
+	}
+	if it.size > 0 {
+		o.space.Broadcast()
 	}
 	return it, true
 }

@@ -49,6 +49,7 @@ func Serve(ctx context.Context, opts Options) error {
 	defer func() {
 		stopCalls()
 		s.wg.Wait()
+		_ = s.journal.close()
 	}()
 
 	attempt, rejections := 0, 0

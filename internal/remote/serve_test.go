@@ -289,12 +289,16 @@ func TestServeRoundTrip(t *testing.T) {
 	if err := waitErr(t, errc); err != nil {
 		t.Fatalf("Serve = %v, want nil after end", err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(state, "journal"))
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), extAcked) {
-			t.Errorf("journal still holds %s after acks", e.Name())
-		}
+	// Reopened, the journal holds nothing to resend and remembers the acks.
+	j, err := openJournal(state)
+	if err != nil {
+		t.Fatal(err)
 	}
+	st, err := j.load()
+	if err != nil || len(st.Done) != 0 || len(st.Interrupted) != 0 || !j.isAcked(4) {
+		t.Fatalf("journal after acks: %+v, %v, acked(4)=%v", st, err, j.isAcked(4))
+	}
+	j.close()
 }
 
 func TestServeReconnectsMidCall(t *testing.T) {
@@ -385,9 +389,13 @@ func TestServeAnswersCallInterruptedByRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := j.load(); err != nil {
+		t.Fatal(err)
+	}
 	if err := j.started(startedRecord{Seq: 3, Tool: api.ToolExec, Args: mustJSON(api.ExecArgs{Command: "true"})}); err != nil {
 		t.Fatal(err)
 	}
+	j.close()
 	g := newTestGateway(t)
 	errc, _ := startServe(t, g, state, work)
 	gc := g.accept(t)

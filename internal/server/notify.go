@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
 )
@@ -60,6 +61,7 @@ func (t *topics) subscribe(sessionID string) *subscriber {
 }
 
 func (t *topics) unsubscribe(sessionID string, sub *subscriber) {
+	sub.once.Do(func() { close(sub.lagged) }) // release a publisher waiting on it
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.subs[sessionID], sub)
@@ -68,17 +70,46 @@ func (t *topics) unsubscribe(sessionID string, sub *subscriber) {
 	}
 }
 
-// publish hands events to every follower of the session without blocking.
+// lagGrace is how long publish waits for a full follower before it drops
+// it; the dropped follower resumes from the store.
+const lagGrace = 100 * time.Millisecond
+
+// publish hands events to every follower of the session. A follower whose
+// buffer stays full for lagGrace is dropped (its lagged channel closes).
 func (t *topics) publish(sessionID string, events ...api.Event) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	subs := make([]*subscriber, 0, len(t.subs[sessionID]))
 	for sub := range t.subs[sessionID] {
+		subs = append(subs, sub)
+	}
+	t.mu.Unlock()
+	for _, sub := range subs {
 		for _, ev := range events {
-			select {
-			case sub.ch <- ev:
-			default:
-				sub.once.Do(func() { close(sub.lagged) })
+			if !sub.offer(ev) {
+				break
 			}
 		}
 	}
+}
+
+// offer delivers ev, waiting up to lagGrace for room; false when the
+// subscriber is, or is now, dropped.
+func (sub *subscriber) offer(ev api.Event) bool {
+	select {
+	case sub.ch <- ev:
+		return true
+	case <-sub.lagged:
+		return false
+	default:
+	}
+	timer := time.NewTimer(lagGrace)
+	defer timer.Stop()
+	select {
+	case sub.ch <- ev:
+		return true
+	case <-sub.lagged:
+	case <-timer.C:
+		sub.once.Do(func() { close(sub.lagged) })
+	}
+	return false
 }

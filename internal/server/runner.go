@@ -195,10 +195,22 @@ func (r *runner) run(ctx context.Context) {
 					return
 				}
 			}
+			// The next call is recorded in the same transaction as this
+			// result: one commit per call.
+			var next *step
+			if i+1 < len(steps) {
+				if _, known := done[seq+1]; !known {
+					next = &steps[i+1]
+				}
+			}
 			var err error
-			if c, err = r.execute(ctx, seq, st); err != nil {
+			var recordedNext bool
+			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
 				r.fail(ctx, err)
 				return
+			}
+			if recordedNext {
+				done[seq+1] = store.Call{Seq: seq + 1}
 			}
 		}
 		if !c.OK {
@@ -259,18 +271,18 @@ func (r *runner) record(ctx context.Context, seq int64, st step) error {
 // resending on each new connection until a result arrives. The remote's
 // journal makes a resend harmless: a call it ran already is answered from
 // the journal, one still running is not started again.
-func (r *runner) execute(ctx context.Context, seq int64, st step) (store.Call, error) {
+func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (store.Call, bool, error) {
 	for {
 		if msg, ok := r.early[seq]; ok {
 			delete(r.early, seq)
-			return r.complete(ctx, seq, st, msg)
+			return r.complete(ctx, seq, st, msg, next)
 		}
 		conn, err := r.waitConn(ctx)
 		if err != nil {
-			return store.Call{}, err
+			return store.Call{}, false, err
 		}
 		if err := ctx.Err(); err != nil {
-			return store.Call{}, err
+			return store.Call{}, false, err
 		}
 		// A failed send breaks the connection; the wait below sees it end
 		// (and keeps taking results meanwhile) and resends on the next one.
@@ -279,13 +291,13 @@ func (r *runner) execute(ctx context.Context, seq int64, st step) (store.Call, e
 		for {
 			select {
 			case <-ctx.Done():
-				return store.Call{}, ctx.Err()
+				return store.Call{}, false, ctx.Err()
 			case <-conn.done:
 				break wait
 			case msg := <-r.results:
 				switch {
 				case msg.frame.Seq == seq:
-					return r.complete(ctx, seq, st, msg)
+					return r.complete(ctx, seq, st, msg, next)
 				case msg.frame.Seq > seq:
 					r.early[msg.frame.Seq] = msg
 				default: // an old result the store holds already
@@ -311,9 +323,10 @@ func (r *runner) waitConn(ctx context.Context) (*remoteConn, error) {
 	}
 }
 
-// complete stores a call's result durably, then acknowledges it to the
-// remote, which may then forget it.
-func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg) (store.Call, error) {
+// complete stores a call's result durably, with the next call's record
+// when the script goes on, then acknowledges the result to the remote,
+// which may then forget it. It reports whether next was recorded.
+func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg, next *step) (store.Call, bool, error) {
 	now := r.s.now()
 	f := msg.frame
 	call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, Done: true, OK: f.OK, Value: f.Value, Error: f.Error, CreatedAt: now, DoneAt: &now}
@@ -325,24 +338,34 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			ev.ExitCode = &code
 		}
 	}
-	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if api.IsFinal(sess.Status) {
-			return store.Mutation{}, errSessionEnded
-		}
-		sess.LastSeq = max(sess.LastSeq, seq)
-		sess.UpdatedAt = now
-		return store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}, nil
+	recordNext := next != nil && (f.OK || !st.required)
+	var m store.Mutation
+	err := r.retry(ctx, "record result", func() (err error) {
+		m, err = r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			if api.IsFinal(sess.Status) {
+				return store.Mutation{}, errSessionEnded
+			}
+			sess.LastSeq = max(sess.LastSeq, seq)
+			sess.UpdatedAt = now
+			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}
+			if recordNext {
+				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
+				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: next.args})
+			}
+			return m, nil
+		})
+		return err
 	})
 	if errors.Is(err, errSessionEnded) {
 		// Nobody needs the result any more; let the remote forget it.
 		_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: seq})
-		return store.Call{}, err
+		return store.Call{}, false, err
 	}
 	if err != nil {
-		return store.Call{}, fmt.Errorf("record result of call %d: %w", seq, err)
+		return store.Call{}, false, fmt.Errorf("record result of call %d: %w", seq, err)
 	}
 	r.s.metrics.toolCalls.WithLabelValues(st.tool, fmt.Sprint(f.OK)).Inc()
 	r.s.committed(r.sessionID, m)
 	_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: seq})
-	return call, nil
+	return call, recordNext, nil
 }

@@ -1,0 +1,63 @@
+package remote
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// TestJournalReplayAndCompaction writes calls in every state, tears the
+// last line as a crash would, and reopens: the state is rebuilt and the
+// file shrinks to what is still needed.
+func TestJournalReplayAndCompaction(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	j, err := openJournal(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.load(); err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(1); seq <= 50; seq++ {
+		must(t, j.started(startedRecord{Seq: seq, Tool: api.ToolExec}))
+		if seq <= 49 {
+			must(t, j.done(api.Frame{Type: api.FrameResult, Seq: seq, OK: true}))
+		}
+		if seq <= 48 {
+			must(t, j.acked(seq))
+		}
+	}
+	j.close()
+	path := filepath.Join(state, "journal", "journal.log")
+	before, _ := os.Stat(path)
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"k":"done","seq":50,"result":{"ty`) // torn by a crash
+	f.Close()
+
+	j2, _ := openJournal(state)
+	st, err := j2.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.close()
+	if len(st.Done) != 1 || !st.Done[49].OK || len(st.Interrupted) != 1 || st.Interrupted[0].Seq != 50 || st.LastSeq != 50 {
+		t.Fatalf("state after reload: %+v", st)
+	}
+	if !j2.isAcked(48) || j2.isAcked(49) {
+		t.Fatal("acks not remembered")
+	}
+	after, _ := os.Stat(path)
+	if after.Size() >= before.Size() {
+		t.Fatalf("journal not compacted: %d bytes before, %d after", before.Size(), after.Size())
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
