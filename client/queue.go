@@ -115,7 +115,7 @@ func (s *QueueService) Watch(ctx context.Context, outpost, cursor string, fn fun
 	var fnErr error
 	err = readSSE(resp.Body, func(e sseEvent) error {
 		var ev api.WatchEvent
-		if err := json.Unmarshal([]byte(e.Data), &ev); err != nil {
+		if err := json.Unmarshal(e.Data, &ev); err != nil {
 			return fmt.Errorf("decode watch event: %w", err)
 		}
 		if err := fn(ev); err != nil {

@@ -157,7 +157,7 @@ func (s *SessionsService) followOnce(ctx context.Context, id string, last *int64
 	defer resp.Body.Close()
 	err = readSSE(resp.Body, func(e sseEvent) error {
 		var ev api.Event
-		if err := json.Unmarshal([]byte(e.Data), &ev); err != nil {
+		if err := json.Unmarshal(e.Data, &ev); err != nil {
 			return fmt.Errorf("decode session event: %w", err)
 		}
 		if ev.Seq > 0 && ev.Seq <= *last {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,25 +75,28 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 
-	var buf []byte
+	// One buffer and encoder for the whole stream; HTML escaping is off
+	// because output is text, not markup, and escaping it costs time.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	send := func(ev api.Event) (ended bool, err error) {
+		buf.Reset()
 		if ev.Seq != 0 {
 			if ev.Seq <= after {
 				return false, nil
 			}
 			after = ev.Seq
-			buf = fmt.Appendf(buf[:0], "id: %d\n", ev.Seq)
-		} else {
-			buf = buf[:0]
+			buf.WriteString("id: ")
+			buf.WriteString(strconv.FormatInt(ev.Seq, 10))
+			buf.WriteByte('\n')
 		}
-		b, err := json.Marshal(ev)
-		if err != nil {
+		buf.WriteString("data: ")
+		if err := enc.Encode(ev); err != nil { // ends the line
 			return false, err
 		}
-		buf = append(buf, "data: "...)
-		buf = append(buf, b...)
-		buf = append(buf, "\n\n"...)
-		_, err = w.Write(buf)
+		buf.WriteByte('\n')
+		_, err = w.Write(buf.Bytes())
 		return ev.Type == api.EventEnd, err
 	}
 

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -197,10 +199,31 @@ func (s *Server) recordDisconnect(c *remoteConn) {
 	s.topics.publish(c.sessionID, ev...)
 }
 
-// message is one gateway message handed from the reading goroutine.
+// message is one gateway message handed from the reading goroutine. Its
+// buffer comes from msgBuffers and goes back once the message is handled.
 type message struct {
-	typ  websocket.MessageType
-	data []byte
+	typ websocket.MessageType
+	buf *[]byte
+}
+
+// msgBuffers recycles message buffers, so streaming output does not
+// allocate a fresh buffer per chunk.
+var msgBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
+
+// readMessage reads one whole message into a pooled buffer.
+func readMessage(ctx context.Context, ws *websocket.Conn) (message, error) {
+	typ, r, err := ws.Reader(ctx)
+	if err != nil {
+		return message{}, err
+	}
+	bp := msgBuffers.Get().(*[]byte)
+	buf := bytes.NewBuffer((*bp)[:0])
+	if _, err := buf.ReadFrom(r); err != nil {
+		msgBuffers.Put(bp)
+		return message{}, err
+	}
+	*bp = buf.Bytes()
+	return message{typ: typ, buf: bp}, nil
 }
 
 // readLoop handles the remote's frames until the connection ends. Output
@@ -211,13 +234,13 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 	go func() {
 		defer close(msgs)
 		for {
-			typ, data, err := c.ws.Read(ctx)
+			m, err := readMessage(ctx, c.ws)
 			if err != nil {
 				readErr <- err
 				return
 			}
 			select {
-			case msgs <- message{typ, data}:
+			case msgs <- m:
 			case <-c.done:
 				return
 			}
@@ -239,16 +262,19 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 				return
 			}
 			if m.typ == websocket.MessageBinary {
-				f, err := api.ParseOutputFrame(m.data)
+				f, err := api.ParseOutputFrame(*m.buf)
 				if err != nil {
 					s.log.Warn("gateway output frame", "session", c.sessionID, "err", err)
-					continue
+				} else {
+					out.add(ctx, f) // copies what it keeps
 				}
-				out.add(ctx, f)
+				msgBuffers.Put(m.buf)
 				continue
 			}
 			var f api.Frame
-			if err := json.Unmarshal(m.data, &f); err != nil {
+			err := json.Unmarshal(*m.buf, &f)
+			msgBuffers.Put(m.buf)
+			if err != nil {
 				s.log.Warn("gateway frame", "session", c.sessionID, "err", err)
 				continue
 			}
