@@ -20,10 +20,12 @@ import (
 // line from a crash is ignored) and rewrites the file with only what is
 // still needed, so it stays small.
 //
-// Only "done" records are synced to disk before the result is sent: a
-// process crash loses nothing written, and after a machine crash a call
-// whose start was not synced is the rarer loss. Acks need no sync: a lost
-// ack only makes the remote resend a result the server ignores.
+// Records are written, not synced: a crash of the remote process loses
+// nothing written (the kernel has it), which is what reconnects and
+// restarts need. A crash of the whole machine can lose the last records;
+// a call whose result was lost that way is reported as interrupted, like
+// a call running at the moment of the crash. Syncing every result cost a
+// third of a tool call's round trip (docs/benchmarks.md).
 type journal struct {
 	path string
 
@@ -152,8 +154,8 @@ func (j *journal) compact(st journalState, started map[int64]startedRecord) erro
 	return nil
 }
 
-// append writes one line, syncing it when sync is set.
-func (j *journal) append(l journalLine, sync bool) error {
+// append writes one line.
+func (j *journal) append(l journalLine) error {
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
@@ -164,26 +166,21 @@ func (j *journal) append(l journalLine, sync bool) error {
 	if j.f == nil {
 		return fmt.Errorf("journal is not open")
 	}
-	if _, err := j.f.Write(b); err != nil {
-		return err
-	}
-	if sync {
-		return j.f.Sync()
-	}
-	return nil
+	_, err = j.f.Write(b)
+	return err
 }
 
 // started records that a call is about to run.
 func (j *journal) started(rec startedRecord) error {
-	if err := j.append(journalLine{Kind: "started", Seq: rec.Seq, Started: &rec}, false); err != nil {
+	if err := j.append(journalLine{Kind: "started", Seq: rec.Seq, Started: &rec}); err != nil {
 		return fmt.Errorf("journal call %d: %w", rec.Seq, err)
 	}
 	return nil
 }
 
-// done records a call's result frame durably.
+// done records a call's result frame.
 func (j *journal) done(f api.Frame) error {
-	if err := j.append(journalLine{Kind: "done", Seq: f.Seq, Result: &f}, true); err != nil {
+	if err := j.append(journalLine{Kind: "done", Seq: f.Seq, Result: &f}); err != nil {
 		return fmt.Errorf("journal result %d: %w", f.Seq, err)
 	}
 	return nil
@@ -191,7 +188,7 @@ func (j *journal) done(f api.Frame) error {
 
 // acked records that the control plane holds a result.
 func (j *journal) acked(seq int64) error {
-	if err := j.append(journalLine{Kind: "acked", Seq: seq}, false); err != nil {
+	if err := j.append(journalLine{Kind: "acked", Seq: seq}); err != nil {
 		return fmt.Errorf("journal ack %d: %w", seq, err)
 	}
 	j.mu.Lock()

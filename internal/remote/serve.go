@@ -275,7 +275,7 @@ func (s *session) handleCall(f api.Frame) {
 // runCall journals, runs and answers one call.
 func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *secretSet) {
 	log := s.log.With("seq", f.Seq, "tool", f.Tool)
-	log.Info("call started")
+	log.Debug("call started")
 	start := time.Now()
 	res := api.Frame{V: api.Version, Type: api.FrameResult, Seq: f.Seq, Tool: f.Tool}
 	rec := startedRecord{Seq: f.Seq, Tool: f.Tool, Args: f.Args, StartedAt: start.UTC()}
@@ -301,7 +301,11 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *s
 	s.done[f.Seq] = &doneEntry{frame: res, queued: true}
 	s.mu.Unlock()
 	s.out.pushResult(f.Seq)
-	log.Info("call finished", "ok", res.OK, "error", res.Error, "duration", time.Since(start).Round(time.Millisecond))
+	level := slog.LevelDebug
+	if !res.OK {
+		level = slog.LevelInfo
+	}
+	log.Log(context.Background(), level, "call finished", "ok", res.OK, "error", res.Error, "duration", time.Since(start).Round(time.Millisecond))
 }
 
 // handleAck forgets an acknowledged result.
