@@ -14,17 +14,17 @@ const (
 // is set.
 type ExecArgs struct {
 	// Command is a shell command line, run by `sh -c`.
-	Command string `json:"command,omitempty"`
+	Command string `json:"command,omitempty" jsonschema:"Shell command line, run by sh -c in the working directory. Set exactly one of command and argv."`
 	// Argv is a program and its arguments, run without a shell.
-	Argv []string `json:"argv,omitempty"`
+	Argv []string `json:"argv,omitempty" jsonschema:"Program and its arguments, run without a shell; argv[0] must not be empty. Set exactly one of command and argv."`
 	// Cwd is the working directory, relative to the workspace unless absolute.
-	Cwd string `json:"cwd,omitempty"`
+	Cwd string `json:"cwd,omitempty" jsonschema:"Working directory, relative to the workspace unless absolute; default the workspace."`
 	// Env adds to the session's environment.
-	Env map[string]string `json:"env,omitempty"`
+	Env map[string]string `json:"env,omitempty" jsonschema:"Environment variables added to the session's environment for this command."`
 	// TimeoutS kills the command after this many seconds; 0 means 600.
-	TimeoutS int64 `json:"timeout_s,omitempty"`
+	TimeoutS int64 `json:"timeout_s,omitempty" jsonschema:"Seconds after which the command and its children are killed; 0 or absent means 600."`
 	// Stdin is written to the command's standard input.
-	Stdin string `json:"stdin,omitempty"`
+	Stdin string `json:"stdin,omitempty" jsonschema:"Text written to the command's standard input."`
 }
 
 // ExecResult is what exec returns.
@@ -40,7 +40,7 @@ type ExecResult struct {
 // ReadFileArgs reads a text file.
 type ReadFileArgs struct {
 	// Path is relative to the workspace unless absolute.
-	Path string `json:"path"`
+	Path string `json:"path" jsonschema:"File to read, relative to the workspace unless absolute."`
 }
 
 // ReadFileResult is what read_file returns.
@@ -51,8 +51,10 @@ type ReadFileResult struct {
 
 // WriteFileArgs writes a file, creating parent directories.
 type WriteFileArgs struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
+	// Path is relative to the workspace unless absolute.
+	Path string `json:"path" jsonschema:"File to write, relative to the workspace unless absolute; parent directories are created."`
+	// Content replaces the file's content.
+	Content string `json:"content" jsonschema:"The file's whole new content; an empty string leaves an empty file."`
 }
 
 // WriteFileResult is what write_file returns.
@@ -62,9 +64,12 @@ type WriteFileResult struct {
 
 // EditFileArgs replaces Old with New in a file; Old must occur exactly once.
 type EditFileArgs struct {
-	Path string `json:"path"`
-	Old  string `json:"old"`
-	New  string `json:"new"`
+	// Path is relative to the workspace unless absolute.
+	Path string `json:"path" jsonschema:"File to edit, relative to the workspace unless absolute."`
+	// Old is the text to replace; it must occur exactly once.
+	Old string `json:"old" jsonschema:"Text to replace, matched exactly (whitespace included); it must occur exactly once in the file and must not be empty."`
+	// New replaces Old.
+	New string `json:"new" jsonschema:"Replacement text; an empty string deletes old."`
 }
 
 // EditFileResult is what edit_file returns.
@@ -75,7 +80,9 @@ type EditFileResult struct {
 
 // ListDirArgs lists a directory.
 type ListDirArgs struct {
-	Path string `json:"path"`
+	// Path is relative to the workspace unless absolute; empty means the
+	// workspace itself.
+	Path string `json:"path,omitempty" jsonschema:"Directory to list, relative to the workspace unless absolute; empty or absent lists the workspace."`
 }
 
 // DirEntry is one entry of a directory listing.
@@ -93,9 +100,13 @@ type ListDirResult struct {
 // GitCloneArgs clones a repository into repos/<name>, or fetches it when it
 // is already there.
 type GitCloneArgs struct {
-	URL  string `json:"url"`
-	Name string `json:"name"`
-	Ref  string `json:"ref,omitempty"`
+	// URL is the repository to clone.
+	URL string `json:"url" jsonschema:"Repository URL or path to clone from; must not start with '-'."`
+	// Name is the directory under repos/ in the workspace.
+	Name string `json:"name" jsonschema:"Directory name under repos/ in the workspace: a letter or digit, then letters, digits, '.', '_' or '-'."`
+	// Ref is a branch, tag or commit to check out; empty means the default
+	// branch on a new clone and the current checkout on a reused one.
+	Ref string `json:"ref,omitempty" jsonschema:"Branch, tag or commit to check out; absent means the remote's default branch on a new clone, and the current checkout on a reused one."`
 }
 
 // GitCloneResult is what git_clone returns.
