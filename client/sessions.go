@@ -75,6 +75,16 @@ func (s *SessionsService) Terminate(ctx context.Context, id, reason string) (*ap
 	return &out, nil
 }
 
+// Send delivers a user message to an llm session, which reads it at its
+// next turn, and returns the transcript event recording it.
+func (s *SessionsService) Send(ctx context.Context, id, text string) (*api.Event, error) {
+	var out api.Event
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/messages", nil, api.MessageRequest{Text: text}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Events returns one page of a session's transcript: events with a sequence
 // number above after, at most limit of them (zero means the server default).
 func (s *SessionsService) Events(ctx context.Context, id string, after int64, limit int) (*api.EventList, error) {

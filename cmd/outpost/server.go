@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/server"
 )
 
@@ -24,6 +25,8 @@ type ServerOptions struct {
 	ClaimTTL   time.Duration
 	AdminToken string
 	LogLevel   string
+	// LLM configures the model provider of llm sessions.
+	LLM llm.Config
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -59,6 +62,9 @@ when set, is the admin token.`,
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
+	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
+	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
 	return cmd
 }
 
@@ -91,6 +97,17 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		o.DataDir = dir
 	}
 	o.AdminToken = f.Getenv("OUTPOST_ADMIN_TOKEN")
+	env := llm.ConfigFromEnv(f.Getenv)
+	if o.LLM.Provider == "" {
+		o.LLM.Provider = env.Provider
+	}
+	if o.LLM.BaseURL == "" {
+		o.LLM.BaseURL = env.BaseURL
+	}
+	if o.LLM.Model == "" {
+		o.LLM.Model = env.Model
+	}
+	o.LLM.APIKey = env.APIKey
 	if _, err := parseLogLevel(o.LogLevel); err != nil {
 		return err
 	}
@@ -129,7 +146,17 @@ func parseLogLevel(s string) (slog.Level, error) {
 func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 	level, _ := parseLogLevel(o.LogLevel)
 	logger := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	var provider llm.Provider
+	if o.LLM.Provider != "" {
+		p, err := llm.New(o.LLM)
+		if err != nil {
+			return usageErrorf("model provider: %v", err)
+		}
+		provider = p
+		logger.Info("model provider configured", "provider", o.LLM.Provider, "base_url", o.LLM.BaseURL, "model", o.LLM.Model)
+	}
 	srv, err := server.New(ctx, server.Options{
+		LLM:        provider,
 		Listen:     o.Listen,
 		DataDir:    o.DataDir,
 		PublicURL:  o.PublicURL,

@@ -23,7 +23,7 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 		Short:   "Create, list, show, follow and end sessions",
 	}
 	cmd.AddCommand(NewCmdSessionsCreate(f, nil), newCmdSessionsList(f), newCmdSessionsGet(f),
-		newCmdSessionsLogs(f), newCmdSessionsTerminate(f))
+		newCmdSessionsLogs(f), newCmdSessionsTerminate(f), newCmdSessionsSend(f))
 	return cmd
 }
 
@@ -205,7 +205,8 @@ func newCmdSessionsGet(f *Factory) *cobra.Command {
 				"Status", statusText(s.Status.Status, s.Status.StatusDetail), "Reason", s.Status.Reason,
 				"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
 				"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
-				"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10))
+				"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
+				"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens))
 		},
 	}
 }
@@ -235,4 +236,28 @@ func newCmdSessionsTerminate(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the session")
 	return cmd
+}
+
+func newCmdSessionsSend(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "send ID TEXT",
+		Short:   "Send a message to an llm session; the model reads it at its next turn",
+		Example: "  outpost sessions send ses_123 \"Also update the changelog.\"",
+		Args:    exactArgs(2, "a session id and the message"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			ev, err := c.Sessions.Send(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if f.JSON() {
+				return printJSON(f.IO.Out, ev)
+			}
+			fmt.Fprintf(f.IO.Out, "Message %d sent to session %s.\n", ev.Seq, args[0])
+			return nil
+		},
+	}
 }

@@ -58,6 +58,12 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 		return p.note(ev, "remote disconnected"+reasonText(ev.Reason))
 	case api.EventResume:
 		return p.note(ev, "resumed"+reasonText(ev.Reason))
+	case api.EventMessage:
+		text := ev.Role + ": " + ev.Text
+		for _, tc := range ev.ToolCalls {
+			text += "\n  → " + tc.Tool + " " + tc.Arguments
+		}
+		return p.note(ev, text)
 	case api.EventEnd:
 		return p.note(ev, "session ended: "+statusText(ev.Status, ev.StatusDetail)+reasonText(ev.Reason))
 	}

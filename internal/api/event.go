@@ -14,7 +14,26 @@ const (
 	EventResult             = "result"
 	EventResume             = "resume"
 	EventEnd                = "end"
+	// EventMessage is a conversation message: the prompt and messages of
+	// the user, and the model's answers with the tool calls they ask for.
+	EventMessage = "message"
 )
+
+// Message roles on EventMessage events.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// ToolCallRef is a tool call a model asked for, on an assistant message.
+// Arguments are kept as the model wrote them, valid JSON or not.
+type ToolCallRef struct {
+	ID        string `json:"id"`
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
+	// CallSeq is the session call that runs it.
+	CallSeq int64 `json:"call_seq"`
+}
 
 // Event is one entry of a session's durable, ordered transcript.
 //
@@ -37,6 +56,11 @@ type Event struct {
 
 	// Remote connected.
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+
+	// Message events.
+	Role      string        `json:"role,omitempty"`
+	ToolCalls []ToolCallRef `json:"tool_calls,omitempty"`
+	Usage     *Usage        `json:"usage,omitempty"`
 
 	// Call, output and result events.
 	CallSeq  int64           `json:"call_seq,omitempty"`

@@ -78,6 +78,8 @@ type SessionStatus struct {
 	EndedAt   *int64 `json:"ended_at"`
 	// Capabilities are those reported by the remote serving the session.
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// Usage counts model calls and tokens of llm sessions.
+	Usage Usage `json:"usage"`
 }
 
 // Repo is a git repository cloned into repos/<name> at session start.
@@ -89,9 +91,26 @@ type Repo struct {
 
 // Agent says what drives the session.
 type Agent struct {
-	Kind        string `json:"kind"`
-	StopOnError bool   `json:"stop_on_error,omitempty"`
-	Steps       []Step `json:"steps,omitempty"`
+	Kind string `json:"kind"`
+	// StopOnError ends a script at its first failed step.
+	StopOnError bool `json:"stop_on_error,omitempty"`
+	// Steps are a script's tool calls.
+	Steps []Step `json:"steps,omitempty"`
+
+	// Model names the model of an llm agent; "" means the server's default.
+	Model string `json:"model,omitempty"`
+	// Temperature and TopP are an llm agent's sampling parameters; unset
+	// leaves the provider's defaults.
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	// MaxSteps bounds an llm agent's model calls; 0 means 50.
+	MaxSteps int `json:"max_steps,omitempty"`
+	// MaxOutputTokens caps each model answer; 0 means the provider's default.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// Interactive makes an llm agent wait for the user
+	// (status_detail waiting_for_user) when the model answers without tool
+	// calls, instead of finishing.
+	Interactive bool `json:"interactive,omitempty"`
 }
 
 // Step is one tool call of a script agent.
@@ -102,7 +121,25 @@ type Step struct {
 
 // Limits bound a session.
 type Limits struct {
+	// MaxDurationS ends the session this long after it started running.
 	MaxDurationS int64 `json:"max_duration_s,omitempty"`
+	// MaxTokens ends an llm session once its prompt and completion tokens
+	// reach it.
+	MaxTokens int64 `json:"max_tokens,omitempty"`
+	// IdleS ends a session that waits for the user this long; 0 means 3600.
+	IdleS int64 `json:"idle_s,omitempty"`
+}
+
+// Usage counts a session's model use.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	ModelCalls       int64 `json:"model_calls"`
+}
+
+// MessageRequest is the body of POST /v1/sessions/{id}/messages.
+type MessageRequest struct {
+	Text string `json:"text"`
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions.

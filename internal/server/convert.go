@@ -71,6 +71,7 @@ func toAPISession(s store.Session) api.Session {
 			StartedAt:    unixPtr(s.StartedAt),
 			EndedAt:      unixPtr(s.EndedAt),
 			Capabilities: s.Capabilities,
+			Usage:        s.Usage,
 		},
 	}
 }

@@ -184,46 +184,13 @@ func (r *runner) run(ctx context.Context) {
 		done[c.Seq] = c
 	}
 	steps := plan(sess)
-	failed := 0
-	for i, st := range steps {
-		seq := int64(i + 1)
-		c, ok := done[seq]
-		if !ok || !c.Done {
-			if !ok {
-				if err := r.retry(ctx, "record call", func() error { return r.record(ctx, seq, st) }); err != nil {
-					r.fail(ctx, err)
-					return
-				}
-			}
-			// The next call is recorded in the same transaction as this
-			// result: one commit per call.
-			var next *step
-			if i+1 < len(steps) {
-				if _, known := done[seq+1]; !known {
-					next = &steps[i+1]
-				}
-			}
-			var err error
-			var recordedNext bool
-			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
-				r.fail(ctx, err)
-				return
-			}
-			if recordedNext {
-				done[seq+1] = store.Call{Seq: seq + 1}
-			}
-		}
-		if !c.OK {
-			failed++
-			if st.required {
-				what := fmt.Sprintf("Call %d (%s) failed: %s", seq, st.tool, c.Error)
-				if st.tool == api.ToolGitClone {
-					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
-				}
-				r.end(ctx, api.StatusError, api.DetailError, what)
-				return
-			}
-		}
+	failed, ok := r.runSteps(ctx, steps, done)
+	if !ok {
+		return
+	}
+	if sess.Spec.Agent.Kind == api.AgentLLM {
+		r.runLLM(ctx, sess, done)
+		return
 	}
 	r.end(ctx, api.StatusExit, api.DetailFinished, fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed))
 }
@@ -368,4 +335,51 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 	r.s.committed(r.sessionID, m)
 	_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: seq})
 	return call, recordNext, nil
+}
+
+// runSteps runs planned calls in order, skipping those with a stored
+// result. It returns how many failed, and false when the session ended or
+// the runner must stop.
+func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]store.Call) (failed int, goOn bool) {
+	for i, st := range steps {
+		seq := int64(i + 1)
+		c, ok := done[seq]
+		if !ok || !c.Done {
+			if !ok {
+				if err := r.retry(ctx, "record call", func() error { return r.record(ctx, seq, st) }); err != nil {
+					r.fail(ctx, err)
+					return failed, false
+				}
+			}
+			// The next call is recorded in the same transaction as this
+			// result: one commit per call.
+			var next *step
+			if i+1 < len(steps) {
+				if _, known := done[seq+1]; !known {
+					next = &steps[i+1]
+				}
+			}
+			var err error
+			var recordedNext bool
+			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
+				r.fail(ctx, err)
+				return failed, false
+			}
+			if recordedNext {
+				done[seq+1] = store.Call{Seq: seq + 1}
+			}
+		}
+		if !c.OK {
+			failed++
+			if st.required {
+				what := fmt.Sprintf("Call %d (%s) failed: %s", seq, st.tool, c.Error)
+				if st.tool == api.ToolGitClone {
+					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
+				}
+				r.end(ctx, api.StatusError, api.DetailError, what)
+				return failed, false
+			}
+		}
+	}
+	return failed, true
 }

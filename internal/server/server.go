@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 )
@@ -47,6 +48,12 @@ type Options struct {
 	// OutputCapBytes is how much output of one call the transcript keeps;
 	// the rest goes to a file beside it. 0 means 1 MiB.
 	OutputCapBytes int64
+	// LLM is the model provider of llm sessions; nil means llm sessions
+	// are refused.
+	LLM llm.Provider
+	// ToolResultLimit is how many characters of one tool result a model
+	// sees; the whole result stays on the transcript. 0 means 16000.
+	ToolResultLimit int
 	// Store replaces the embedded SQLite store (for tests of other stores).
 	Store store.Store
 	// Logger receives the server's logs; nil means slog.Default().
@@ -71,6 +78,7 @@ type Server struct {
 	http       *http.Server
 
 	queueChanged *notifier
+	userMessages *notifier // wakes llm runners waiting for the user
 	topics       *topics
 	hub          *hub
 	output       *outputSpill
@@ -111,6 +119,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.KeepaliveInterval <= 0 {
 		opts.KeepaliveInterval = 15 * time.Second
 	}
+	if opts.ToolResultLimit <= 0 {
+		opts.ToolResultLimit = 16000
+	}
 	if opts.OutputCapBytes <= 0 {
 		opts.OutputCapBytes = 1 << 20
 	}
@@ -135,6 +146,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		now:          opts.Now,
 		metrics:      newMetrics(),
 		queueChanged: newNotifier(),
+		userMessages: newNotifier(),
 		topics:       newTopics(),
 		runners:      map[string]*runner{},
 	}
@@ -333,6 +345,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}", s.authed(s.getSession, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
 
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))

@@ -71,12 +71,22 @@ func validateSession(req *api.CreateSessionRequest) error {
 	}
 	switch req.Agent.Kind {
 	case api.AgentScript:
+	case api.AgentLLM:
+		if strings.TrimSpace(req.Prompt) == "" {
+			return errBadRequest("An llm session needs a prompt: the task for the model.")
+		}
+		if len(req.Agent.Steps) > 0 {
+			return errBadRequest("agent.steps belong to script sessions; an llm session has a prompt.")
+		}
+		if req.Agent.MaxSteps < 0 || req.Agent.MaxOutputTokens < 0 || req.Limits.MaxTokens < 0 || req.Limits.IdleS < 0 {
+			return errBadRequest("agent.max_steps, agent.max_output_tokens, limits.max_tokens and limits.idle_s must not be negative.")
+		}
 	case "":
-		return errBadRequest("agent.kind is required (script).")
-	case api.AgentLLM, api.AgentExternal:
-		return errBadRequest("agent.kind %q is not available on this server yet; use script.", req.Agent.Kind)
+		return errBadRequest("agent.kind is required (script or llm).")
+	case api.AgentExternal:
+		return errBadRequest("agent.kind %q is not available on this server yet; use script or llm.", req.Agent.Kind)
 	default:
-		return errBadRequest("agent.kind %q is unknown; use script.", req.Agent.Kind)
+		return errBadRequest("agent.kind %q is unknown; use script or llm.", req.Agent.Kind)
 	}
 	if len(req.Agent.Steps) > maxSteps {
 		return errBadRequest("A script can have at most %d steps.", maxSteps)
@@ -144,6 +154,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := validateSession(&req); err != nil {
 		return err
+	}
+	if req.Agent.Kind == api.AgentLLM && s.opts.LLM == nil {
+		return errBadRequest("This server has no model provider configured: start it with OUTPOST_LLM_PROVIDER (openai or anthropic), OUTPOST_LLM_BASE_URL, OUTPOST_LLM_API_KEY and OUTPOST_LLM_MODEL.")
 	}
 	s.outpostsMu.RLock()
 	defer s.outpostsMu.RUnlock()
@@ -296,5 +309,39 @@ func (s *Server) terminateSession(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	writeJSON(w, http.StatusOK, toAPISession(sess))
+	return nil
+}
+
+// sendMessage records a user message; an llm session reads it at its next
+// turn.
+func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.MessageRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Text) == "" || len(req.Text) > maxPrompt {
+		return errBadRequest("text is required (at most %d bytes).", maxPrompt)
+	}
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	if sess.Spec.Agent.Kind != api.AgentLLM {
+		return errConflict("Session %s runs a %s agent, which takes no messages.", sess.ID, sess.Spec.Agent.Kind)
+	}
+	now := s.now()
+	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(cur.Status) {
+			return store.Mutation{}, errConflict("Session %s has ended (%s).", sess.ID, cur.Status)
+		}
+		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: req.Text, Time: now.UnixMilli()}}}, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.committed(sess.ID, m)
+	s.userMessages.notify()
+	writeJSON(w, http.StatusAccepted, m.Events[0])
 	return nil
 }

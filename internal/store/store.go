@@ -44,10 +44,12 @@ type Session struct {
 	// LastSeq is the highest call sequence number whose result is stored.
 	LastSeq      int64
 	Capabilities *api.Capabilities
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	StartedAt    *time.Time
-	EndedAt      *time.Time
+	// Usage counts an llm session's model calls and tokens.
+	Usage     api.Usage
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	StartedAt *time.Time
+	EndedAt   *time.Time
 }
 
 // QueueEntry is a session's stored place in its outpost's queue.

@@ -154,6 +154,7 @@ type cluster struct {
 	addr    string
 	server  *proc
 	extra   []string
+	srvEnv  []string // extra environment of the server
 }
 
 const adminToken = "opt_e2e-admin-token-0123456789"
@@ -161,7 +162,13 @@ const adminToken = "opt_e2e-admin-token-0123456789"
 // startCluster starts `outpost server` on a free loopback port.
 func startCluster(t *testing.T, extraArgs ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, admin: adminToken, dataDir: t.TempDir(), addr: freeAddr(t), extra: extraArgs}
+	return startClusterEnv(t, nil, extraArgs...)
+}
+
+// startClusterEnv is startCluster with extra server environment.
+func startClusterEnv(t *testing.T, env []string, extraArgs ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, admin: adminToken, dataDir: t.TempDir(), addr: freeAddr(t), extra: extraArgs, srvEnv: env}
 	c.url = "http://" + c.addr
 	c.startServer()
 	return c
@@ -170,7 +177,7 @@ func startCluster(t *testing.T, extraArgs ...string) *cluster {
 func (c *cluster) startServer() {
 	c.t.Helper()
 	args := append([]string{"server", "--listen", c.addr, "--data-dir", c.dataDir}, c.extra...)
-	c.server = start(c.t, "server", []string{"OUTPOST_ADMIN_TOKEN=" + c.admin}, args...)
+	c.server = start(c.t, "server", append([]string{"OUTPOST_ADMIN_TOKEN=" + c.admin}, c.srvEnv...), args...)
 	waitFor(c.t, 20*time.Second, "server ready", func() bool {
 		resp, err := http.Get(c.url + "/readyz")
 		if err != nil {

@@ -13,16 +13,19 @@ import (
 )
 
 const sessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
-	capabilities_json, created_at, updated_at, started_at, ended_at`
+	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json`
 
 func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
-	var caps sql.NullString
+	var caps, usage sql.NullString
 	var created, updated int64
 	var started, ended sql.NullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage); err != nil {
+		return store.Session{}, err
+	}
+	if err := scanUsage(usage, &s); err != nil {
 		return store.Session{}, err
 	}
 	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
@@ -44,17 +47,20 @@ func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 
 // stateCols are the columns of a session that change after creation.
 const stateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at`
+	started_at, ended_at, usage_json`
 
 // scanState reads stateCols: a session without its immutable spec and
 // secrets, which write transactions neither need nor rewrite.
 func scanState(sc interface{ Scan(...any) error }) (store.Session, error) {
 	var s store.Session
-	var caps sql.NullString
+	var caps, usage sql.NullString
 	var created, updated int64
 	var started, ended sql.NullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage); err != nil {
+		return store.Session{}, err
+	}
+	if err := scanUsage(usage, &s); err != nil {
 		return store.Session{}, err
 	}
 	if caps.Valid {
@@ -68,6 +74,26 @@ func scanState(sc interface{ Scan(...any) error }) (store.Session, error) {
 	return s, nil
 }
 
+// scanUsage decodes the usage column (NULL before any model call).
+func scanUsage(v sql.NullString, s *store.Session) error {
+	if !v.Valid {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(v.String), &s.Usage); err != nil {
+		return fmt.Errorf("session %s usage: %w", s.ID, err)
+	}
+	return nil
+}
+
+// usageValue encodes a usage for its column: NULL while there is none.
+func usageValue(u api.Usage) (any, error) {
+	if u == (api.Usage{}) {
+		return nil, nil
+	}
+	b, err := marshal(u)
+	return b, err
+}
+
 // updateState writes the columns of s that change after creation.
 func updateState(ctx context.Context, tx *sql.Tx, s *store.Session) error {
 	var caps any
@@ -78,9 +104,13 @@ func updateState(ctx context.Context, tx *sql.Tx, s *store.Session) error {
 		}
 		caps = b
 	}
+	usage, err := usageValue(s.Usage)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
 	return mustAffect(tx.ExecContext(ctx, `UPDATE sessions SET status = ?2, status_detail = ?3, reason = ?4, last_seq = ?5,
-		capabilities_json = ?6, updated_at = ?7, started_at = ?8, ended_at = ?9 WHERE id = ?1`,
-		s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt)))
+		capabilities_json = ?6, updated_at = ?7, started_at = ?8, ended_at = ?9, usage_json = ?10 WHERE id = ?1`,
+		s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage))
 }
 
 // writeSession inserts s, or replaces the stored row when replace is set.
@@ -99,16 +129,20 @@ func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, replace boo
 			return fmt.Errorf("capabilities: %w", err)
 		}
 	}
+	usage, err := usageValue(s.Usage)
+	if err != nil {
+		return fmt.Errorf("usage: %w", err)
+	}
 	args := []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt)}
+		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage}
 	if replace {
 		return mustAffect(tx.ExecContext(ctx, `UPDATE sessions SET outpost_id = ?2, title_fold = ?3, spec_json = ?4,
 			secrets_json = ?5, status = ?6, status_detail = ?7, reason = ?8, last_seq = ?9, capabilities_json = ?10,
-			created_at = ?11, updated_at = ?12, started_at = ?13, ended_at = ?14 WHERE id = ?1`, args...))
+			created_at = ?11, updated_at = ?12, started_at = ?13, ended_at = ?14, usage_json = ?15 WHERE id = ?1`, args...))
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
-		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	return err
 }
 

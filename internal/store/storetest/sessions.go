@@ -32,6 +32,7 @@ func fullSession(id string) store.Session {
 		StatusDetail: api.DetailWorking,
 		Reason:       "running",
 		LastSeq:      7,
+		Usage:        api.Usage{PromptTokens: 1200, CompletionTokens: 340, ModelCalls: 3},
 		Capabilities: &api.Capabilities{OS: "linux", Arch: "amd64", CPUs: 8, MemoryBytes: 1 << 34,
 			Hostname: "h", Git: "2.45", Tools: []string{"shell", "read"}, RemoteVersion: "1.2.3"},
 		CreatedAt: base,

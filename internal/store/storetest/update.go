@@ -21,6 +21,7 @@ func testUpdateSessionWrites(t *testing.T, s store.Store) {
 		cur.Status, cur.StatusDetail, cur.StartedAt = api.StatusClaimed, api.DetailWorking, ptr(at(time.Second))
 		cur.UpdatedAt = at(time.Second)
 		cur.Capabilities = &api.Capabilities{OS: "linux", CPUs: 2}
+		cur.Usage = api.Usage{PromptTokens: 10, CompletionTokens: 2, ModelCalls: 1}
 		claim("acc-1", at(time.Minute))(&e)
 		return store.Mutation{
 			Session: &cur,

@@ -1,0 +1,164 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// openAIDefaultBaseURL is OpenAI's public API.
+const openAIDefaultBaseURL = "https://api.openai.com/v1"
+
+// openAIBackend speaks Chat Completions through openai-go.
+type openAIBackend struct {
+	svc openai.ChatCompletionService
+	// completionTokens sends MaxTokens as max_completion_tokens, which
+	// OpenAI's own API wants (its reasoning models reject max_tokens);
+	// other servers get the widely supported max_tokens.
+	completionTokens bool
+}
+
+func newOpenAI(baseURL, apiKey string, hc *http.Client) *openAIBackend {
+	if baseURL == "" {
+		baseURL = openAIDefaultBaseURL
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(baseURL),
+		option.WithHTTPClient(hc),
+		option.WithMaxRetries(0), // Complete retries
+		option.WithMiddleware(errorMiddleware(ProviderOpenAI)),
+	}
+	if apiKey != "" {
+		opts = append(opts, option.WithAPIKey(apiKey))
+	}
+	u, err := url.Parse(baseURL)
+	official := err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
+	// NewChatCompletionService, unlike NewClient, takes only these options:
+	// no OPENAI_* environment variable leaks in.
+	return &openAIBackend{svc: openai.NewChatCompletionService(opts...), completionTokens: official}
+}
+
+func (b *openAIBackend) complete(ctx context.Context, req Request) (Response, error) {
+	params, err := b.params(req)
+	if err != nil {
+		return Response{}, &Error{Provider: ProviderOpenAI, Message: err.Error()}
+	}
+	res, err := b.svc.New(ctx, params)
+	if err != nil {
+		return Response{}, err
+	}
+	return openAIResponse(res)
+}
+
+// params translates req into Chat Completions parameters.
+func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, error) {
+	p := openai.ChatCompletionNewParams{Model: req.Model}
+	if req.System != "" {
+		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
+	}
+	for _, m := range req.Messages {
+		p.Messages = append(p.Messages, openAIMessage(m))
+	}
+	for _, t := range req.Tools {
+		fields, err := schemaObject(t)
+		if err != nil {
+			return p, err
+		}
+		params := make(shared.FunctionParameters, len(fields))
+		for k, v := range fields {
+			params[k] = v
+		}
+		def := shared.FunctionDefinitionParam{Name: t.Name, Parameters: params}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+	if req.Temperature != nil {
+		p.Temperature = openai.Float(*req.Temperature)
+	}
+	if req.TopP != nil {
+		p.TopP = openai.Float(*req.TopP)
+	}
+	if req.MaxTokens > 0 {
+		if b.completionTokens {
+			p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		} else {
+			p.MaxTokens = openai.Int(int64(req.MaxTokens))
+		}
+	}
+	return p, nil
+}
+
+// openAIMessage translates one message; assistant tool calls are replayed
+// with their arguments exactly as the model sent them.
+func openAIMessage(m Message) openai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case RoleSystem:
+		return openai.SystemMessage(m.Text)
+	case RoleAssistant:
+		a := openai.ChatCompletionAssistantMessageParam{}
+		if m.Text != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = openai.String(m.Text)
+		}
+		for _, tc := range m.ToolCalls {
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: tc.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name:      tc.Name,
+						Arguments: string(tc.Arguments),
+					},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	case RoleTool:
+		text := m.Text
+		if m.IsError && !strings.HasPrefix(strings.ToLower(text), "error") {
+			text = "Error: " + text
+		}
+		return openai.ToolMessage(text, m.ToolCallID)
+	default: // RoleUser; validate has rejected the rest
+		return openai.UserMessage(m.Text)
+	}
+}
+
+// openAIResponse translates the first choice of a completion.
+func openAIResponse(res *openai.ChatCompletion) (Response, error) {
+	if res == nil || len(res.Choices) == 0 {
+		return Response{}, &Error{Provider: ProviderOpenAI, Message: "response has no choices"}
+	}
+	choice := res.Choices[0]
+	msg := Message{Role: RoleAssistant, Text: choice.Message.Content}
+	if msg.Text == "" && choice.Message.Refusal != "" {
+		msg.Text = choice.Message.Refusal
+	}
+	for i, tc := range choice.Message.ToolCalls {
+		call := ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: json.RawMessage(tc.Function.Arguments)}
+		if tc.Type == "custom" {
+			call.Name, call.Arguments = tc.Custom.Name, json.RawMessage(tc.Custom.Input)
+		}
+		// Some servers send the arguments as an object, not as a string.
+		if raw := strings.TrimSpace(tc.Function.JSON.Arguments.Raw()); len(call.Arguments) == 0 && strings.HasPrefix(raw, "{") {
+			call.Arguments = json.RawMessage(raw)
+		}
+		if call.ID == "" { // some local servers leave it out
+			call.ID = "call_" + strconv.Itoa(i)
+		}
+		msg.ToolCalls = append(msg.ToolCalls, call)
+	}
+	resp := Response{
+		Message:    msg,
+		Usage:      Usage{PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens},
+		StopReason: choice.FinishReason,
+	}
+	return resp, nil
+}

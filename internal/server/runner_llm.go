@@ -1,0 +1,408 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Defaults of an llm agent.
+const (
+	defaultMaxSteps = 50
+	defaultIdle     = time.Hour
+)
+
+// conversation is an llm session's messages, rebuilt from its transcript:
+// the transcript is the one durable record of the conversation, so a
+// restarted server or a new machine continues where it was.
+type conversation struct {
+	limit    int // characters of one tool result shown to the model
+	msgs     []llm.Message
+	lastSeen int64 // the last transcript event applied
+	lastCall int64 // the highest call seq seen
+	steps    int   // model calls made
+	// pending maps the calls of the last assistant message that have no
+	// result yet to their tool-call ids.
+	pending map[int64]string
+	// deferred holds user messages that arrived while tool calls were
+	// outstanding; providers need results right after the calls.
+	deferred []llm.Message
+	output   map[int64]*strings.Builder // output of running exec calls
+}
+
+func newConversation(limit int) *conversation {
+	return &conversation{limit: limit, pending: map[int64]string{}, output: map[int64]*strings.Builder{}}
+}
+
+// apply folds one transcript event into the conversation.
+func (c *conversation) apply(ev api.Event) {
+	c.lastSeen = max(c.lastSeen, ev.Seq)
+	switch ev.Type {
+	case api.EventMessage:
+		switch ev.Role {
+		case api.RoleUser:
+			m := llm.Message{Role: llm.RoleUser, Text: ev.Text}
+			if len(c.pending) > 0 {
+				c.deferred = append(c.deferred, m)
+			} else {
+				c.msgs = append(c.msgs, m)
+			}
+		case api.RoleAssistant:
+			c.steps++
+			m := llm.Message{Role: llm.RoleAssistant, Text: ev.Text}
+			for _, tc := range ev.ToolCalls {
+				m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Tool, Arguments: json.RawMessage(tc.Arguments)})
+				c.pending[tc.CallSeq] = tc.ID
+				c.lastCall = max(c.lastCall, tc.CallSeq)
+			}
+			c.msgs = append(c.msgs, m)
+		}
+	case api.EventOutput:
+		if _, ok := c.pending[ev.CallSeq]; ok {
+			b := c.output[ev.CallSeq]
+			if b == nil {
+				b = &strings.Builder{}
+				c.output[ev.CallSeq] = b
+			}
+			if b.Len() < 4*c.limit {
+				b.WriteString(ev.Text)
+			}
+		}
+	case api.EventResult:
+		id, ok := c.pending[ev.CallSeq]
+		if !ok {
+			return
+		}
+		delete(c.pending, ev.CallSeq)
+		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK})
+		delete(c.output, ev.CallSeq)
+		if len(c.pending) == 0 {
+			c.msgs = append(c.msgs, c.deferred...)
+			c.deferred = nil
+		}
+	}
+}
+
+// resultText renders a call's result for the model, cut to the limit; the
+// whole result stays on the transcript.
+func (c *conversation) resultText(ev api.Event) string {
+	var b strings.Builder
+	if out := c.output[ev.CallSeq]; out != nil {
+		b.WriteString(out.String())
+	}
+	switch {
+	case ev.ExitCode != nil:
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "[exit code %d]", *ev.ExitCode)
+	case ev.Error != "":
+		b.WriteString(ev.Error)
+	case len(ev.Value) > 0:
+		b.Write(ev.Value)
+	}
+	if ev.Error != "" && ev.ExitCode != nil {
+		fmt.Fprintf(&b, " %s", ev.Error)
+	}
+	text := b.String()
+	if len(text) > c.limit {
+		cut := len(text) - c.limit
+		text = text[:c.limit] + fmt.Sprintf("\n[%d more characters cut; the whole result is on the session's transcript]", cut)
+	}
+	return text
+}
+
+// lastAssistantDone reports whether the model's last answer asked for no
+// tool calls (the model is done or waits for the user).
+func (c *conversation) lastAssistantDone() bool {
+	for i := len(c.msgs) - 1; i >= 0; i-- {
+		switch c.msgs[i].Role {
+		case llm.RoleAssistant:
+			return len(c.msgs[i].ToolCalls) == 0
+		case llm.RoleUser:
+			return false
+		}
+	}
+	return false
+}
+
+// catchUp applies the transcript events written since the last one seen.
+func (r *runner) catchUp(ctx context.Context, conv *conversation) error {
+	for {
+		evs, err := r.s.store.ListEvents(ctx, r.sessionID, conv.lastSeen, 500)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			conv.apply(ev)
+		}
+		if len(evs) < 500 {
+			return nil
+		}
+	}
+}
+
+// systemPrompt tells the model its task, machine, workspace, tools and rules.
+func systemPrompt(sess store.Session) string {
+	var b strings.Builder
+	b.WriteString("You are an agent working on a machine of the outpost " + sess.Spec.Outpost + ".\n")
+	if c := sess.Capabilities; c != nil {
+		fmt.Fprintf(&b, "The machine: %s/%s, %d CPUs, %s.\n", c.OS, c.Arch, c.CPUs, c.Git)
+	}
+	b.WriteString("Your working directory is the session's workspace; relative paths are relative to it.\n")
+	if len(sess.Spec.Repos) > 0 {
+		b.WriteString("The repositories are cloned already:\n")
+		for _, repo := range sess.Spec.Repos {
+			fmt.Fprintf(&b, "- repos/%s (from %s)\n", repo.Name, repo.URL)
+		}
+	}
+	b.WriteString("Use the tools to do the task. Run commands with exec, read and change files with the file tools. " +
+		"Check your work (build, run the tests) before you finish. When you are done, answer with a short summary and no tool calls.\n")
+	if sess.Spec.Agent.Interactive {
+		b.WriteString("When you need the user, ask in plain text without tool calls and wait for the answer.\n")
+	}
+	return b.String()
+}
+
+// modelTools are the tools offered to models: the remote's, with schemas
+// generated from the types the remote decodes.
+func modelTools() []llm.Tool {
+	var tools []llm.Tool
+	for _, t := range api.Tools() {
+		tools = append(tools, llm.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return tools
+}
+
+// runLLM drives an llm session: the model plans, the remote executes.
+func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]store.Call) {
+	s := r.s
+	if s.opts.LLM == nil {
+		r.end(ctx, api.StatusError, api.DetailError, "This server has no model provider configured (OUTPOST_LLM_PROVIDER).")
+		return
+	}
+	conv := newConversation(s.opts.ToolResultLimit)
+	for seq := range done { // the clones come first
+		conv.lastCall = max(conv.lastCall, seq)
+	}
+	if err := r.retry(ctx, "load transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+		r.fail(ctx, err)
+		return
+	}
+	if conv.lastSeen > 0 && len(conv.msgs) == 0 {
+		// First start: the prompt opens the conversation.
+		if err := r.retry(ctx, "record prompt", func() error {
+			return r.appendEvents(ctx, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: sess.Spec.Prompt, Time: s.now().UnixMilli()})
+		}); err != nil {
+			r.fail(ctx, err)
+			return
+		}
+	}
+	maxSteps := sess.Spec.Agent.MaxSteps
+	if maxSteps <= 0 {
+		maxSteps = defaultMaxSteps
+	}
+	tools := modelTools()
+	system := systemPrompt(sess)
+	for {
+		if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+			r.fail(ctx, err)
+			return
+		}
+		// Calls of the last answer still without a result (a restart, a
+		// new machine) run first, in order.
+		if len(conv.pending) > 0 {
+			if err := r.runPending(ctx, conv, done); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+			continue
+		}
+		if conv.lastAssistantDone() {
+			if !sess.Spec.Agent.Interactive {
+				r.end(ctx, api.StatusExit, api.DetailFinished, "The agent finished.")
+				return
+			}
+			if err := r.waitForUser(ctx, conv, sess); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+			continue
+		}
+		cur, err := s.store.GetSession(ctx, r.sessionID)
+		if err != nil {
+			r.fail(ctx, err)
+			return
+		}
+		if conv.steps >= maxSteps {
+			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The agent reached its limit of %d model calls (agent.max_steps).", maxSteps))
+			return
+		}
+		if max := sess.Spec.Limits.MaxTokens; max > 0 && cur.Usage.PromptTokens+cur.Usage.CompletionTokens >= max {
+			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The session used its %d tokens (limits.max_tokens).", max))
+			return
+		}
+		resp, err := s.opts.LLM.Complete(ctx, llm.Request{
+			Model: sess.Spec.Agent.Model, System: system, Messages: conv.msgs, Tools: tools,
+			Temperature: sess.Spec.Agent.Temperature, TopP: sess.Spec.Agent.TopP, MaxTokens: sess.Spec.Agent.MaxOutputTokens,
+		})
+		if err != nil {
+			var le *llm.Error
+			if errors.As(err, &le) && ctx.Err() == nil {
+				r.end(ctx, api.StatusError, api.DetailError, "The model provider failed: "+le.Message)
+				return
+			}
+			r.fail(ctx, err)
+			return
+		}
+		if err := r.recordAnswer(ctx, conv, resp); err != nil {
+			r.fail(ctx, err)
+			return
+		}
+	}
+}
+
+// recordAnswer writes the model's answer, its usage and the calls it asks
+// for in one transaction. Calls whose arguments are not valid, or of tools
+// that do not exist, get their error result at once: the model reads it
+// and can correct itself.
+func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response) error {
+	now := r.s.now()
+	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: resp.Message.Text, Time: now.UnixMilli(),
+		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
+	var calls []store.Call
+	var after []api.Event
+	seq := conv.lastCall
+	for _, tc := range resp.Message.ToolCalls {
+		seq++
+		msg.ToolCalls = append(msg.ToolCalls, api.ToolCallRef{ID: tc.ID, Tool: tc.Name, Arguments: string(tc.Arguments), CallSeq: seq})
+		problem := toolCallProblem(tc)
+		args := json.RawMessage(tc.Arguments)
+		if !json.Valid(args) {
+			args = nil
+		}
+		call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: tc.Name, Args: args, CreatedAt: now}
+		after = append(after, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: tc.Name, Args: args})
+		if problem != "" {
+			ok := false
+			call.Done, call.Error, call.DoneAt = true, problem, &now
+			after = append(after, api.Event{Type: api.EventResult, Time: now.UnixMilli(), CallSeq: seq, Tool: tc.Name, OK: &ok, Error: problem})
+		}
+		calls = append(calls, call)
+	}
+	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, errSessionEnded
+		}
+		sess.Usage.PromptTokens += resp.Usage.PromptTokens
+		sess.Usage.CompletionTokens += resp.Usage.CompletionTokens
+		sess.Usage.ModelCalls++
+		sess.UpdatedAt = now
+		return store.Mutation{Session: &sess, Calls: calls, Events: append([]api.Event{msg}, after...)}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record model answer: %w", err)
+	}
+	r.s.committed(r.sessionID, m)
+	return nil
+}
+
+// toolCallProblem says why a model's tool call cannot run, or "".
+func toolCallProblem(tc llm.ToolCall) string {
+	args, ok := api.NewToolArgs(tc.Name)
+	if !ok {
+		return fmt.Sprintf("There is no tool %q; the tools are %s.", tc.Name, strings.Join(api.ToolNames(), ", "))
+	}
+	raw := tc.Arguments
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(args); err != nil {
+		return fmt.Sprintf("The arguments of %s are not valid: %v. Send a JSON object matching the tool's schema.", tc.Name, err)
+	}
+	return ""
+}
+
+// runPending executes the calls of the last answer that have no result.
+func (r *runner) runPending(ctx context.Context, conv *conversation, done map[int64]store.Call) error {
+	calls, err := r.s.store.ListCalls(ctx, r.sessionID)
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if _, ok := conv.pending[c.Seq]; !ok || c.Done {
+			continue
+		}
+		if _, _, err := r.execute(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, nil); err != nil {
+			return err
+		}
+	}
+	return r.catchUp(ctx, conv)
+}
+
+// waitForUser parks the session as waiting_for_user until a message comes
+// or the idle limit passes.
+func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store.Session) error {
+	idle := defaultIdle
+	if sess.Spec.Limits.IdleS > 0 {
+		idle = time.Duration(sess.Spec.Limits.IdleS) * time.Second
+	}
+	if err := r.setDetail(ctx, api.DetailWaitingForUser, "Waiting for a message from the user."); err != nil {
+		return err
+	}
+	deadline := time.NewTimer(idle)
+	defer deadline.Stop()
+	for {
+		wake := r.s.userMessages.wait()
+		before := len(conv.msgs)
+		if err := r.catchUp(ctx, conv); err != nil {
+			return err
+		}
+		if len(conv.msgs) > before {
+			return r.setDetail(ctx, api.DetailWorking, "Working on the user's message.")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			r.end(ctx, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No message from the user for %s (limits.idle_s).", idle))
+			return errSessionEnded
+		case <-wake:
+		}
+	}
+}
+
+// setDetail changes a running session's status detail.
+func (r *runner) setDetail(ctx context.Context, detail, reason string) error {
+	now := r.s.now()
+	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, errSessionEnded
+		}
+		sess.StatusDetail, sess.Reason, sess.UpdatedAt = detail, reason, now
+		return store.Mutation{Session: &sess, Events: []api.Event{statusEvent(sess, now)}}, nil
+	})
+	if err != nil {
+		return err
+	}
+	r.s.committed(r.sessionID, m)
+	return nil
+}
+
+// appendEvents writes events to the transcript and publishes them.
+func (r *runner) appendEvents(ctx context.Context, evs ...api.Event) error {
+	if err := r.s.store.AppendEvents(ctx, r.sessionID, evs); err != nil {
+		return err
+	}
+	r.s.topics.publish(r.sessionID, evs...)
+	return nil
+}

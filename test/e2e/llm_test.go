@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// fakeOpenAI is an OpenAI-compatible Chat Completions server on loopback
+// that plays back scripted model turns and records every request.
+type fakeOpenAI struct {
+	t     *testing.T
+	srv   *httptest.Server
+	mu    sync.Mutex // guards the following
+	reqs  []map[string]any
+	turns []func(req map[string]any) map[string]any
+}
+
+func newFakeOpenAI(t *testing.T, turns ...func(req map[string]any) map[string]any) *fakeOpenAI {
+	f := &fakeOpenAI{t: t, turns: turns}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.Error(w, `{"error":{"message":"no such path"}}`, 404)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var req map[string]any
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, `{"error":{"message":"bad json"}}`, 400)
+			return
+		}
+		f.mu.Lock()
+		f.reqs = append(f.reqs, req)
+		n := len(f.reqs)
+		var turn func(map[string]any) map[string]any
+		if n <= len(f.turns) {
+			turn = f.turns[n-1]
+		}
+		f.mu.Unlock()
+		if turn == nil {
+			http.Error(w, `{"error":{"message":"the script has no more turns"}}`, 500)
+			return
+		}
+		msg := turn(req)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": fmt.Sprintf("chatcmpl-%d", n), "object": "chat.completion", "created": time.Now().Unix(), "model": req["model"],
+			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish(msg)}},
+			"usage":   map[string]any{"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+		})
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func finish(msg map[string]any) string {
+	if _, ok := msg["tool_calls"]; ok {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+func (f *fakeOpenAI) requests() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]map[string]any(nil), f.reqs...)
+}
+
+func toolCall(id, name, args string) map[string]any {
+	return map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+		"id": id, "type": "function", "function": map[string]any{"name": name, "arguments": args}}}}
+}
+
+func say(text string) map[string]any { return map[string]any{"role": "assistant", "content": text} }
+
+// lastMessage returns the last message of a request.
+func lastMessage(req map[string]any) map[string]any {
+	msgs, _ := req["messages"].([]any)
+	if len(msgs) == 0 {
+		return nil
+	}
+	m, _ := msgs[len(msgs)-1].(map[string]any)
+	return m
+}
+
+// TestLLMSession runs an llm session against a fake OpenAI-compatible
+// server: the model runs a command on the worker, sends malformed
+// arguments and gets a tool error, then finishes. The requests carry the
+// model, the tool schemas and the results in order.
+func TestLLMSession(t *testing.T) {
+	t.Parallel()
+	var sawResult, sawToolError string
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any {
+			return toolCall("call_1", "exec", `{"command":"echo hello from the model > note.txt && cat note.txt"}`)
+		},
+		func(req map[string]any) map[string]any {
+			m := lastMessage(req)
+			sawResult, _ = m["content"].(string)
+			return toolCall("call_2", "write_file", `{"path": "x.txt", "content": `) // malformed
+		},
+		func(req map[string]any) map[string]any {
+			m := lastMessage(req)
+			sawToolError, _ = m["content"].(string)
+			return say("All done: note.txt says hello.")
+		},
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1",
+		"OUTPOST_LLM_API_KEY=sk-test", "OUTPOST_LLM_MODEL=fake-model"})
+	token := setupOutpost(t, c, "models")
+	_, workspace := startWorker(t, c, "models", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "models", Title: "llm", Prompt: "Write a note saying hello.",
+		Agent: api.Agent{Kind: api.AgentLLM}})
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
+	}
+	if u := s.Status.Usage; u.ModelCalls != 3 || u.PromptTokens != 300 || u.CompletionTokens != 30 {
+		t.Errorf("usage %+v, want 3 calls, 300 + 30 tokens", u)
+	}
+	note, err := os.ReadFile(filepath.Join(workspace, "note.txt"))
+	if err != nil || strings.TrimSpace(string(note)) != "hello from the model" {
+		t.Fatalf("note.txt on the worker: %q %v", note, err)
+	}
+	if !strings.Contains(sawResult, "hello from the model") || !strings.Contains(sawResult, "[exit code 0]") {
+		t.Errorf("the model got %q as the exec result", sawResult)
+	}
+	if !strings.Contains(sawToolError, "not valid") {
+		t.Errorf("the model got %q for malformed arguments", sawToolError)
+	}
+	reqs := fake.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model requests, want 3", len(reqs))
+	}
+	first := reqs[0]
+	if first["model"] != "fake-model" {
+		t.Errorf("model %v", first["model"])
+	}
+	tools, _ := first["tools"].([]any)
+	names := map[string]bool{}
+	for _, tl := range tools {
+		fn, _ := tl.(map[string]any)["function"].(map[string]any)
+		names[fn["name"].(string)] = true
+		if fn["parameters"] == nil {
+			t.Errorf("tool %v has no schema", fn["name"])
+		}
+	}
+	for _, n := range api.ToolNames() {
+		if !names[n] {
+			t.Errorf("tool %s not offered to the model", n)
+		}
+	}
+	msgs, _ := first["messages"].([]any)
+	if len(msgs) != 2 || msgs[0].(map[string]any)["role"] != "system" || msgs[1].(map[string]any)["content"] != "Write a note saying hello." {
+		t.Errorf("first request messages %v", msgs)
+	}
+	var roles []string
+	for _, m := range reqs[2]["messages"].([]any) {
+		roles = append(roles, m.(map[string]any)["role"].(string))
+	}
+	if strings.Join(roles, ",") != "system,user,assistant,tool,assistant,tool" {
+		t.Errorf("message order in the last request: %v", roles)
+	}
+	var assistant int
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventMessage && ev.Role == api.RoleAssistant {
+			assistant++
+		}
+	}
+	if assistant != 3 {
+		t.Errorf("%d assistant messages on the transcript, want 3", assistant)
+	}
+}
+
+// TestLLMConversation waits for the user in an interactive session, then
+// delivers a message sent with the CLI at the next turn.
+func TestLLMConversation(t *testing.T) {
+	t.Parallel()
+	var sawUser string
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any { return say("Which file should I create?") },
+		func(req map[string]any) map[string]any {
+			sawUser, _ = lastMessage(req)["content"].(string)
+			return toolCall("call_1", "write_file", `{"path":"answer.txt","content":"42"}`)
+		},
+		func(req map[string]any) map[string]any { return say("Created answer.txt.") },
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1",
+		"OUTPOST_LLM_MODEL=fake-model"})
+	token := setupOutpost(t, c, "chat")
+	_, workspace := startWorker(t, c, "chat", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "chat", Title: "chat", Prompt: "Create a file.",
+		Agent: api.Agent{Kind: api.AgentLLM, Interactive: true}, Limits: api.Limits{IdleS: 60}})
+	waitFor(t, 30*time.Second, "the agent to wait for the user", func() bool {
+		return c.session(id).Status.StatusDetail == api.DetailWaitingForUser
+	})
+	run(t, c.env(c.admin), "sessions", "send", id, "Call it answer.txt.")
+	waitFor(t, 30*time.Second, "answer.txt", func() bool {
+		b, err := os.ReadFile(filepath.Join(workspace, "answer.txt"))
+		return err == nil && string(b) == "42"
+	})
+	if sawUser != "Call it answer.txt." {
+		t.Errorf("the model got %q as the user's message", sawUser)
+	}
+	waitFor(t, 30*time.Second, "the agent to wait again", func() bool {
+		s := c.session(id)
+		return s.Status.StatusDetail == api.DetailWaitingForUser && s.Status.Usage.ModelCalls == 3
+	})
+	if code := c.api("POST", "/v1/sessions/"+id+"/terminate", c.admin, nil, nil); code != 200 {
+		t.Fatalf("terminate: %d", code)
+	}
+}
+
+// TestLLMProviderFailure: a provider that keeps answering 500 ends the
+// session in error, with the provider's message as the reason.
+func TestLLMProviderFailure(t *testing.T) {
+	t.Parallel()
+	fake := newFakeOpenAI(t) // no turns: every request gets a 500
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	token := setupOutpost(t, c, "broken")
+	startWorker(t, c, "broken", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "broken", Prompt: "hi", Agent: api.Agent{Kind: api.AgentLLM}})
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusError || !strings.Contains(s.Status.Reason, "the script has no more turns") {
+		t.Fatalf("session after provider failures: %+v", s.Status)
+	}
+	if n := len(fake.requests()); n < 2 {
+		t.Errorf("%d requests: a 500 must be retried", n)
+	}
+}
+
+// TestLLMServerKill9BetweenTurns kills the server with SIGKILL while the
+// model's first tool call runs, and restarts it: the session goes on from
+// the transcript without asking the model for its first turn again.
+func TestLLMServerKill9BetweenTurns(t *testing.T) {
+	t.Parallel()
+	gate := filepath.Join(t.TempDir(), "gate")
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any {
+			return toolCall("call_1", "exec", fmt.Sprintf(`{"command":"while [ ! -e %s ]; do sleep 0.05; done; echo gate-open"}`, gate))
+		},
+		func(req map[string]any) map[string]any { return say("Finished after the restart.") },
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	token := setupOutpost(t, c, "durable-llm")
+	startWorker(t, c, "durable-llm", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "durable-llm", Prompt: "wait for the gate", Agent: api.Agent{Kind: api.AgentLLM}})
+	waitEvent(t, c, id, "the tool call to start", func(ev api.Event) bool { return ev.Type == api.EventCall })
+	c.server.kill9()
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.startServer()
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session after restart: %+v", s.Status)
+	}
+	reqs := fake.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2 (the first turn is not asked again)", len(reqs))
+	}
+	if m := lastMessage(reqs[1]); m["role"] != "tool" || !strings.Contains(fmt.Sprint(m["content"]), "gate-open") {
+		t.Fatalf("the second request ends with %v", m)
+	}
+}
