@@ -29,7 +29,9 @@ func newAnthropic(baseURL, apiKey string, hc *http.Client, timeout time.Duration
 		// environment: the Config is all there is.
 		option.WithoutEnvironmentDefaults(),
 		option.WithHTTPClient(hc),
-		option.WithMaxRetries(0), // Complete retries
+		// Must stay 0: Complete retries, and errorMiddleware turns error
+		// statuses into errors the SDK would otherwise retry, 4xx included.
+		option.WithMaxRetries(0),
 		option.WithMiddleware(errorMiddleware(ProviderAnthropic)),
 		// Complete bounds each attempt itself. Setting the SDK's timeout too
 		// keeps Messages.New from refusing large max_tokens values with

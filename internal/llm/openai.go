@@ -32,7 +32,9 @@ func newOpenAI(baseURL, apiKey string, hc *http.Client) *openAIBackend {
 	opts := []option.RequestOption{
 		option.WithBaseURL(baseURL),
 		option.WithHTTPClient(hc),
-		option.WithMaxRetries(0), // Complete retries
+		// Must stay 0: Complete retries, and errorMiddleware turns error
+		// statuses into errors the SDK would otherwise retry, 4xx included.
+		option.WithMaxRetries(0),
 		option.WithMiddleware(errorMiddleware(ProviderOpenAI)),
 	}
 	if apiKey != "" {
