@@ -151,6 +151,7 @@ run their tool calls locally.`,
 		NewCmdTokens(f),
 		NewCmdLogin(f),
 		NewCmdUp(f),
+		NewCmdMCP(f),
 	)
 	return cmd
 }

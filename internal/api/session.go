@@ -181,3 +181,14 @@ type Capabilities struct {
 	Tools            []string `json:"tools"`
 	RemoteVersion    string   `json:"remote_version"`
 }
+
+// ToolResult answers a tool call made from outside (POST
+// /v1/sessions/{id}/tools/{tool}, MCP): the call's result with the output
+// the transcript holds for it.
+type ToolResult struct {
+	Seq    int64           `json:"seq"`
+	OK     bool            `json:"ok"`
+	Output string          `json:"output,omitempty"`
+	Value  json.RawMessage `json:"value,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}

@@ -20,7 +20,8 @@ type runner struct {
 	sessionID string
 	cancel    context.CancelFunc
 	results   chan resultMsg
-	done      chan struct{} // closed when run has returned
+	external  chan externalReq // calls of an outside agent
+	done      chan struct{}    // closed when run has returned
 	// early holds results that arrived before their call was awaited
 	// (a remote resending after a server restart). Owned by run.
 	early map[int64]resultMsg
@@ -55,7 +56,7 @@ func (s *Server) ensureRunner(sessionID string) *runner {
 	}
 	ctx, cancel := context.WithCancel(s.runCtx)
 	r := &runner{s: s, sessionID: sessionID, cancel: cancel, results: make(chan resultMsg),
-		done: make(chan struct{}), early: map[int64]resultMsg{}}
+		external: make(chan externalReq), done: make(chan struct{}), early: map[int64]resultMsg{}}
 	s.runners[sessionID] = r
 	s.wg.Add(1)
 	go func() {
@@ -188,8 +189,12 @@ func (r *runner) run(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if sess.Spec.Agent.Kind == api.AgentLLM {
+	switch sess.Spec.Agent.Kind {
+	case api.AgentLLM:
 		r.runLLM(ctx, sess, done)
+		return
+	case api.AgentExternal:
+		r.runExternal(ctx, sess, done)
 		return
 	}
 	r.end(ctx, api.StatusExit, api.DetailFinished, fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed))
@@ -216,7 +221,7 @@ func (r *runner) fail(ctx context.Context, err error) {
 }
 
 // record writes a call and its transcript event before it is sent.
-func (r *runner) record(ctx context.Context, seq int64, st step) error {
+func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64, err error) {
 	now := r.s.now()
 	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
@@ -228,10 +233,10 @@ func (r *runner) record(ctx context.Context, seq int64, st step) error {
 		}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("record call %d: %w", seq, err)
+		return 0, fmt.Errorf("record call %d: %w", seq, err)
 	}
 	r.s.committed(r.sessionID, m)
-	return nil
+	return m.Events[0].Seq, nil
 }
 
 // execute sends call seq to the connected remote and waits for its result,
@@ -346,7 +351,7 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 		c, ok := done[seq]
 		if !ok || !c.Done {
 			if !ok {
-				if err := r.retry(ctx, "record call", func() error { return r.record(ctx, seq, st) }); err != nil {
+				if err := r.retry(ctx, "record call", func() error { _, err := r.record(ctx, seq, st); return err }); err != nil {
 					r.fail(ctx, err)
 					return failed, false
 				}

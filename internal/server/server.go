@@ -346,6 +346,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))
+	mcpH := s.mcpHandler()
+	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		if _, err := s.sessionFor(r.Context(), r.PathValue("session")); err != nil {
+			return err
+		}
+		mcpH.ServeHTTP(w, r)
+		return nil
+	}, api.ScopeSessionsWrite))
 
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))

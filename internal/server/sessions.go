@@ -81,12 +81,17 @@ func validateSession(req *api.CreateSessionRequest) error {
 		if req.Agent.MaxSteps < 0 || req.Agent.MaxOutputTokens < 0 || req.Limits.MaxTokens < 0 || req.Limits.IdleS < 0 {
 			return errBadRequest("agent.max_steps, agent.max_output_tokens, limits.max_tokens and limits.idle_s must not be negative.")
 		}
-	case "":
-		return errBadRequest("agent.kind is required (script or llm).")
 	case api.AgentExternal:
-		return errBadRequest("agent.kind %q is not available on this server yet; use script or llm.", req.Agent.Kind)
+		if len(req.Agent.Steps) > 0 {
+			return errBadRequest("agent.steps belong to script sessions; an outside agent sends its own tool calls.")
+		}
+		if req.Limits.IdleS < 0 {
+			return errBadRequest("limits.idle_s must not be negative.")
+		}
+	case "":
+		return errBadRequest("agent.kind is required (script, llm or external).")
 	default:
-		return errBadRequest("agent.kind %q is unknown; use script or llm.", req.Agent.Kind)
+		return errBadRequest("agent.kind %q is unknown; use script, llm or external.", req.Agent.Kind)
 	}
 	if len(req.Agent.Steps) > maxSteps {
 		return errBadRequest("A script can have at most %d steps.", maxSteps)

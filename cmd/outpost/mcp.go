@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+)
+
+// NewCmdMCP returns `outpost mcp`: a stdio MCP server bridged to a
+// session's MCP endpoint, for MCP clients that only launch subprocesses.
+func NewCmdMCP(f *Factory) *cobra.Command {
+	var session string
+	cmd := &cobra.Command{
+		Use:   "mcp --session ID",
+		Short: "Bridge stdio MCP to an external session's tools",
+		Long: `Serve MCP on standard input and output, forwarding every request to the MCP
+endpoint of an external session (/v1/sessions/ID/mcp): its tools run on the
+machine that serves the session. The token needs the sessions.write scope.`,
+		Example: `  outpost mcp --session ses_123
+  # in an MCP client's configuration:
+  #   {"command": "outpost", "args": ["mcp", "--session", "ses_123"],
+  #    "env": {"OUTPOST_SERVER": "https://outpost.example.com", "OUTPOST_TOKEN": "opt_..."}}`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if session == "" {
+				return usageErrorf("mcp needs --session ID")
+			}
+			return runMCPBridge(cmd.Context(), f, session)
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "the external session whose tools to serve")
+	return cmd
+}
+
+// bearerTransport adds the API token to every request.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(r)
+}
+
+func runMCPBridge(ctx context.Context, f *Factory, session string) error {
+	server, token, err := f.Endpoint()
+	if err != nil {
+		return err
+	}
+	endpoint := strings.TrimRight(server, "/") + "/v1/sessions/" + session + "/mcp"
+	upstream := mcp.NewClient(&mcp.Implementation{Name: "outpost-mcp-bridge", Version: version}, nil)
+	cs, err := upstream.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: endpoint, DisableStandaloneSSE: true,
+		HTTPClient: &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", endpoint, err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("list the session's tools: %w", err)
+	}
+	local := mcp.NewServer(&mcp.Implementation{Name: "outpost", Title: "Outpost session " + session, Version: version}, nil)
+	for _, t := range tools.Tools {
+		name := t.Name
+		local.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: req.Params.Arguments})
+			})
+	}
+	return local.Run(ctx, &mcp.StdioTransport{})
+}
