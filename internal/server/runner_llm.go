@@ -64,6 +64,16 @@ func (c *conversation) apply(ev api.Event) {
 			}
 			c.msgs = append(c.msgs, m)
 		}
+	case api.EventResume:
+		// The session moved to another machine: the model is told, as a
+		// user note, derived from the transcript like everything else.
+		m := llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason +
+			" Anything outside the repositories' committed state may differ on this machine; check before you go on."}
+		if len(c.pending) > 0 {
+			c.deferred = append(c.deferred, m)
+		} else {
+			c.msgs = append(c.msgs, m)
+		}
 	case api.EventOutput:
 		if _, ok := c.pending[ev.CallSeq]; ok {
 			b := c.output[ev.CallSeq]

@@ -273,3 +273,128 @@ func TestLLMServerKill9BetweenTurns(t *testing.T) {
 		t.Fatalf("the second request ends with %v", m)
 	}
 }
+
+// TestLLMToolErrors: an unknown tool and a command that times out come
+// back to the model as tool errors, and the session goes on.
+func TestLLMToolErrors(t *testing.T) {
+	t.Parallel()
+	var unknown, timedOut map[string]any
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any { return toolCall("c1", "teleport", `{}`) },
+		func(req map[string]any) map[string]any {
+			unknown = lastMessage(req)
+			return toolCall("c2", "exec", `{"command":"sleep 30","timeout_s":1}`)
+		},
+		func(req map[string]any) map[string]any {
+			timedOut = lastMessage(req)
+			return say("Gave up.")
+		},
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	token := setupOutpost(t, c, "errors")
+	startWorker(t, c, "errors", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "errors", Prompt: "try things", Agent: api.Agent{Kind: api.AgentLLM}})
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session: %+v", s.Status)
+	}
+	if txt := fmt.Sprint(unknown["content"]); unknown["role"] != "tool" || !strings.Contains(txt, "no tool") {
+		t.Errorf("unknown tool answer %v", unknown)
+	}
+	if txt := strings.ToLower(fmt.Sprint(timedOut["content"])); timedOut["role"] != "tool" || !strings.Contains(txt, "error") || !strings.Contains(txt, "time") {
+		t.Errorf("timed-out tool answer %v", timedOut)
+	}
+}
+
+// TestLLMTerminateDuringModelCall terminates a session while the model is
+// thinking: the request is abandoned and the session ends at once.
+func TestLLMTerminateDuringModelCall(t *testing.T) {
+	t.Parallel()
+	called := make(chan struct{}, 1)
+	abandoned := make(chan struct{}, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // the server notices a client gone only once the body is read
+		called <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			abandoned <- struct{}{}
+		case <-time.After(60 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + slow.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	token := setupOutpost(t, c, "slow")
+	startWorker(t, c, "slow", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "slow", Prompt: "think hard", Agent: api.Agent{Kind: api.AgentLLM}})
+	select {
+	case <-called:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was never called")
+	}
+	start := time.Now()
+	if code := c.api("POST", "/v1/sessions/"+id+"/terminate", c.admin, nil, nil); code != 200 {
+		t.Fatalf("terminate: %d", code)
+	}
+	s := c.waitFinal(id, 10*time.Second)
+	if s.Status.StatusDetail != api.DetailUserRequest {
+		t.Fatalf("session: %+v", s.Status)
+	}
+	select {
+	case <-abandoned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the model request was not abandoned")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("terminate took %s", d)
+	}
+}
+
+// TestLLMAnthropic runs a session against a fake Anthropic Messages API:
+// tool_use and tool_result blocks, the system prompt apart, usage counted.
+func TestLLMAnthropic(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reqs []map[string]any
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/messages" {
+			http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"no such path"}}`, 404)
+			return
+		}
+		var req map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		reqs = append(reqs, req)
+		n := len(reqs)
+		mu.Unlock()
+		content := []any{map[string]any{"type": "tool_use", "id": "toolu_1", "name": "exec", "input": map[string]any{"command": "echo from-claude"}}}
+		stop := "tool_use"
+		if n > 1 {
+			content, stop = []any{map[string]any{"type": "text", "text": "Done."}}, "end_turn"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": fmt.Sprintf("msg_%d", n), "type": "message", "role": "assistant",
+			"model": req["model"], "content": content, "stop_reason": stop, "usage": map[string]any{"input_tokens": 50, "output_tokens": 5}})
+	}))
+	defer fake.Close()
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=anthropic", "OUTPOST_LLM_BASE_URL=" + fake.URL, "OUTPOST_LLM_API_KEY=k", "OUTPOST_LLM_MODEL=claude-test"})
+	token := setupOutpost(t, c, "claude")
+	startWorker(t, c, "claude", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "claude", Prompt: "say hello", Agent: api.Agent{Kind: api.AgentLLM}})
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.Usage.ModelCalls != 2 || s.Status.Usage.PromptTokens != 100 {
+		t.Fatalf("session: %+v", s.Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reqs) != 2 || reqs[0]["model"] != "claude-test" || reqs[0]["system"] == nil {
+		t.Fatalf("requests %v", reqs)
+	}
+	msgs, _ := reqs[1]["messages"].([]any)
+	if len(msgs) != 3 {
+		t.Fatalf("second request messages %v", msgs)
+	}
+	last, _ := json.Marshal(msgs[2])
+	if !strings.Contains(string(last), `"tool_use_id":"toolu_1"`) || !strings.Contains(string(last), "from-claude") {
+		t.Errorf("tool result block %s", last)
+	}
+}
