@@ -27,6 +27,8 @@ type ServerOptions struct {
 	LogLevel   string
 	// LLM configures the model provider of llm sessions.
 	LLM llm.Config
+	// ToolResultLimit is how many characters of a tool result a model sees.
+	ToolResultLimit int
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -62,6 +64,7 @@ when set, is the admin token.`,
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
@@ -88,6 +91,9 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ClaimTTL <= 0 {
 		return usageErrorf("--claim-ttl must be positive")
+	}
+	if o.ToolResultLimit < 1000 {
+		return usageErrorf("--tool-result-limit must be at least 1000 characters")
 	}
 	if o.DataDir == "" {
 		dir, err := defaultServerDataDir(f)
@@ -156,7 +162,8 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		logger.Info("model provider configured", "provider", o.LLM.Provider, "base_url", o.LLM.BaseURL, "model", o.LLM.Model)
 	}
 	srv, err := server.New(ctx, server.Options{
-		LLM:        provider,
+		LLM:             provider,
+		ToolResultLimit: o.ToolResultLimit,
 		Listen:     o.Listen,
 		DataDir:    o.DataDir,
 		PublicURL:  o.PublicURL,
