@@ -164,13 +164,13 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 	srv, err := server.New(ctx, server.Options{
 		LLM:             provider,
 		ToolResultLimit: o.ToolResultLimit,
-		Listen:     o.Listen,
-		DataDir:    o.DataDir,
-		PublicURL:  o.PublicURL,
-		ClaimTTL:   o.ClaimTTL,
-		AdminToken: o.AdminToken,
-		Logger:     logger,
-		Stdout:     f.IO.Out,
+		Listen:          o.Listen,
+		DataDir:         o.DataDir,
+		PublicURL:       o.PublicURL,
+		ClaimTTL:        o.ClaimTTL,
+		AdminToken:      o.AdminToken,
+		Logger:          logger,
+		Stdout:          f.IO.Out,
 	})
 	if err != nil {
 		return err
