@@ -30,7 +30,7 @@ const probeTimeout = 3 * time.Second
 
 // Tools lists the tool names a remote of this build supports.
 func Tools() []string {
-	return []string{api.ToolExec, api.ToolReadFile, api.ToolWriteFile, api.ToolEditFile, api.ToolListDir, api.ToolGitClone}
+	return api.ToolNames()
 }
 
 // Detect reports the capabilities of this machine. It never fails: whatever
