@@ -48,6 +48,8 @@ type Client struct {
 	Sessions *SessionsService
 	// Tokens manages API tokens (admin scope).
 	Tokens *TokensService
+	// Artifacts lists and downloads the files sessions uploaded.
+	Artifacts *ArtifactsService
 }
 
 // Option configures a Client.
@@ -91,6 +93,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Queue = &QueueService{c: c}
 	c.Sessions = &SessionsService{c: c}
 	c.Tokens = &TokensService{c: c}
+	c.Artifacts = &ArtifactsService{c: c}
 	return c, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -53,7 +54,7 @@ func runMCPBridge(ctx context.Context, f *Factory, session string) error {
 	if err != nil {
 		return err
 	}
-	endpoint := strings.TrimRight(server, "/") + "/v1/sessions/" + session + "/mcp"
+	endpoint := strings.TrimRight(server, "/") + "/v1/sessions/" + url.PathEscape(session) + "/mcp"
 	upstream := mcp.NewClient(&mcp.Implementation{Name: "outpost-mcp-bridge", Version: version}, nil)
 	cs, err := upstream.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint: endpoint, DisableStandaloneSSE: true,

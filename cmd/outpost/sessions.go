@@ -23,7 +23,8 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 		Short:   "Create, list, show, follow and end sessions",
 	}
 	cmd.AddCommand(NewCmdSessionsCreate(f, nil), newCmdSessionsList(f), newCmdSessionsGet(f),
-		newCmdSessionsLogs(f), newCmdSessionsTerminate(f), newCmdSessionsSend(f))
+		newCmdSessionsLogs(f), newCmdSessionsTerminate(f), newCmdSessionsSend(f),
+		newCmdSessionsArtifacts(f))
 	return cmd
 }
 
@@ -206,7 +207,8 @@ func newCmdSessionsGet(f *Factory) *cobra.Command {
 				"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
 				"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
 				"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
-				"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens))
+				"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens),
+				"Machine", machineText(s.Status.Capabilities))
 		},
 	}
 }
@@ -260,4 +262,23 @@ func newCmdSessionsSend(f *Factory) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// machineText summarises the capabilities of a session's machine.
+func machineText(c *api.Capabilities) string {
+	if c == nil {
+		return "-"
+	}
+	orNone := func(v string) string {
+		if v == "" {
+			return "none"
+		}
+		return v
+	}
+	sudo := "no"
+	if c.PasswordlessSudo {
+		sudo = "yes"
+	}
+	return fmt.Sprintf("%s/%s on %s, %d CPUs, %.1f GiB; git %s; chrome %s; ffmpeg %s; passwordless sudo %s",
+		c.OS, c.Arch, orNone(c.Hostname), c.CPUs, float64(c.MemoryBytes)/(1<<30), orNone(c.Git), orNone(c.ChromePath), orNone(c.FFmpeg), sudo)
 }

@@ -17,6 +17,8 @@ const (
 	// EventMessage is a conversation message: the prompt and messages of
 	// the user, and the model's answers with the tool calls they ask for.
 	EventMessage = "message"
+	// EventArtifact records an artifact stored by a call.
+	EventArtifact = "artifact"
 )
 
 // Message roles on EventMessage events.
@@ -58,7 +60,10 @@ type Event struct {
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
 
 	// Message events.
-	Role      string        `json:"role,omitempty"`
+	Role string `json:"role,omitempty"`
+	// Seen is, on an assistant message, the last transcript event the model
+	// had seen when it answered.
+	Seen      int64         `json:"seen,omitempty"`
 	ToolCalls []ToolCallRef `json:"tool_calls,omitempty"`
 	Usage     *Usage        `json:"usage,omitempty"`
 
@@ -73,6 +78,9 @@ type Event struct {
 	ExitCode *int            `json:"exit_code,omitempty"`
 	Value    json.RawMessage `json:"value,omitempty"`
 	Error    string          `json:"error,omitempty"`
+
+	// Artifact events: an artifact stored by call CallSeq.
+	Artifact *Artifact `json:"artifact,omitempty"`
 }
 
 // EventList is the answer of GET /v1/sessions/{id}/events.

@@ -67,6 +67,9 @@ type Frame struct {
 
 	// end, error
 	Reason string `json:"reason,omitempty"`
+
+	// artifact, artifact_ack
+	Artifact *ArtifactFrame `json:"artifact,omitempty"`
 }
 
 // Output streams.

@@ -51,7 +51,9 @@ var toolTable = []toolDef{
 		}),
 	tool[ReadFileArgs](ToolReadFile,
 		"Read a text file and return its content and size in bytes. path is relative to the workspace unless absolute. "+
-			"Files over 10 MiB are refused: read part of them with exec (head, tail, sed -n); directories are refused: use list_dir.",
+			"start_line and end_line (1-based, inclusive) return only those lines. Files over 10 MiB are refused: read part of "+
+			"them with exec (head, tail, sed -n); directories are refused: use list_dir; binary files (a NUL byte in the "+
+			"first 8 KiB) are refused: use exec with xxd or base64.",
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
 		}),
@@ -81,6 +83,160 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "url").MinLength = jsonschema.Ptr(1)
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+		}),
+	tool[BrowserNavigateArgs](ToolBrowserNavigate,
+		"Load a URL in the session's headless browser (started on first use, one per session, closed when the session "+
+			"ends) and wait for the page to load; return the final URL (after redirects) and the page title.",
+		func(s *jsonschema.Schema) {
+			prop(s, "url").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[BrowserClickArgs](ToolBrowserClick,
+		"Click the first element matching a CSS selector in the browser's page, waiting up to the call's timeout for it to be visible.",
+		func(s *jsonschema.Schema) {
+			prop(s, "selector").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[BrowserTypeArgs](ToolBrowserType,
+		"Focus the first element matching a CSS selector in the browser's page and type text into it, key by key.",
+		func(s *jsonschema.Schema) {
+			prop(s, "selector").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[BrowserPressArgs](ToolBrowserPress,
+		"Press one key (a character or a name such as Enter, Tab, Escape, Backspace, ArrowDown) in the browser's focused element.",
+		func(s *jsonschema.Schema) {
+			prop(s, "key").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[BrowserScreenshotArgs](ToolBrowserScreenshot,
+		"Take a PNG screenshot of the browser's viewport, or of the whole page with full_page, and return the file's path, "+
+			"size and pixel dimensions.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+		}),
+	tool[BrowserTextArgs](ToolBrowserText,
+		"Return the readable text (as rendered, without markup) of the browser's page or of the first element matching a "+
+			"CSS selector; long text is truncated to 100 000 characters.",
+		nil),
+	tool[BrowserEvalArgs](ToolBrowserEval,
+		"Evaluate a JavaScript expression in the browser's page (awaiting a promise) and return its value as JSON.",
+		func(s *jsonschema.Schema) {
+			prop(s, "expression").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[BrowserConsoleArgs](ToolBrowserConsole,
+		"Return the browser's console messages and uncaught page errors collected since the previous browser_console call.",
+		nil),
+	tool[RecordStartArgs](ToolRecordStart,
+		"Start recording the browser's screen into a video (MP4, or WebM when name ends in .webm) with ffmpeg; "+
+			"stop it with record_stop. Only one recording runs at a time.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+		}),
+	tool[RecordStopArgs](ToolRecordStop,
+		"Stop the running screen recording and return the video file's path, size, duration and frame count.",
+		nil),
+	tool[UploadArtifactArgs](ToolUploadArtifact,
+		"Upload a file from the remote machine to the control plane as an artifact of the session, to be listed and "+
+			"downloaded later (GET /v1/sessions/{id}/artifacts, outpost sessions artifacts); return its name, size, content "+
+			"type and SHA-256. path is relative to the workspace unless absolute; name defaults to the file's base name and "+
+			"replaces an artifact of the same name. Files over 100 MiB are refused, as is more than 1 GiB per session.",
+		func(s *jsonschema.Schema) {
+			prop(s, "path").MinLength = jsonschema.Ptr(1)
+			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
+		}),
+	tool[ShellStartArgs](ToolShellStart,
+		"Start a persistent shell (bash, else sh) named name in the workspace, on a terminal, with the session's "+
+			"environment; it lives until shell_kill or the end of the session. Return its program and process id.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+		}),
+	tool[ShellRunArgs](ToolShellRun,
+		"Run a command in a persistent shell and wait for it: its output is the call's output, and the result holds its "+
+			"exit code. cd, exported variables and functions persist between runs. A command still running after "+
+			"timeout_s seconds (default 600) keeps running and the result says so: follow it with shell_read, answer its "+
+			"prompts with shell_write, stop it with shell_interrupt. Output beyond 1 MiB not yet read is dropped, oldest first.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)
+		}),
+	tool[ShellWriteArgs](ToolShellWrite,
+		"Write raw text to a persistent shell's terminal, e.g. to answer a prompt of the running command (end it with a "+
+			"newline to submit a line); read what follows with shell_read.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+			prop(s, "text").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[ShellReadArgs](ToolShellRead,
+		"Return, as the call's output, what a persistent shell printed since the last shell_run or shell_read, optionally "+
+			"waiting wait_ms for some; the result says whether a command is still running and, once it finished, its exit code.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+			prop(s, "wait_ms").Minimum = jsonschema.Ptr(0.0)
+			prop(s, "wait_ms").Maximum = jsonschema.Ptr(60000.0)
+		}),
+	tool[ShellInterruptArgs](ToolShellInterrupt,
+		"Send Ctrl-C (SIGINT) to the foreground process group of a persistent shell, stopping the command it runs.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+		}),
+	tool[ShellKillArgs](ToolShellKill,
+		"Kill a persistent shell and the processes it runs, and forget its name.",
+		func(s *jsonschema.Schema) {
+			prop(s, "name").Pattern = ShellNamePattern
+		}),
+	tool[ApplyPatchArgs](ToolApplyPatch,
+		"Apply a unified diff (git diff style; several files, new, deleted and renamed files allowed) to the workspace, "+
+			"all or nothing: a patch that does not apply cleanly changes nothing and the error says where it failed. "+
+			"Return the files touched. Needs git.",
+		func(s *jsonschema.Schema) {
+			prop(s, "patch").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[GlobArgs](ToolGlob,
+		"List the files and directories matching a glob pattern ('**' matches any number of directories), sorted, at most 1000; "+
+			".git directories are skipped unless the pattern names them.",
+		func(s *jsonschema.Schema) {
+			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[GrepArgs](ToolGrep,
+		"Search the files under path for lines matching a regular expression and return each match's file, 1-based line "+
+			"and text (long lines cut to 500 characters), at most max_matches (default 200); the result says when there were "+
+			"more. .git, binary files and files over 1 MiB are skipped.",
+		func(s *jsonschema.Schema) {
+			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
+			prop(s, "max_matches").Minimum = jsonschema.Ptr(0.0)
+		}),
+	tool[GitStatusArgs](ToolGitStatus,
+		"Report the state of a clone under repos/<repo>: its branch (empty when HEAD is detached), HEAD commit, upstream "+
+			"and how far ahead and behind it, whether the work tree is clean, and each changed, untracked or unmerged path "+
+			"with git's index and work-tree status letters (at most 1000).",
+		func(s *jsonschema.Schema) {
+			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+		}),
+	tool[GitDiffArgs](ToolGitDiff,
+		"Return the unified diff of a clone under repos/<repo>: unstaged changes (work tree against index), or staged "+
+			"ones (index against HEAD) when staged is set, optionally limited to paths. Diffs over 256 KiB are cut and "+
+			"marked truncated.",
+		func(s *jsonschema.Schema) {
+			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+		}),
+	tool[GitCheckoutArgs](ToolGitCheckout,
+		"Check out a branch, tag or commit in a clone under repos/<repo> (a branch only on origin is checked out tracking "+
+			"it), or with create make a new branch named ref at the current commit; return the branch and HEAD commit.",
+		func(s *jsonschema.Schema) {
+			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+			prop(s, "ref").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[GitCommitArgs](ToolGitCommit,
+		"Commit in a clone under repos/<repo>: stage every change (all) or the given paths first, then commit what is "+
+			"staged with message; return the new commit's sha and branch. Author and committer are the session's "+
+			"GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL when set, else Outpost Agent <agent@outpost.invalid>.",
+		func(s *jsonschema.Schema) {
+			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+			prop(s, "message").MinLength = jsonschema.Ptr(1)
+		}),
+	tool[GitPushArgs](ToolGitPush,
+		"Push a branch of a clone under repos/<repo> (default the checked-out one) to the branch of the same name on a "+
+			"remote (default origin), never forced; set_upstream makes it the branch's upstream. Https remotes "+
+			"authenticate with the session's secret GIT_TOKEN_<HOST> (github.com is GIT_TOKEN_GITHUB_COM) or GIT_TOKEN.",
+		func(s *jsonschema.Schema) {
+			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 		}),
 }
 

@@ -41,12 +41,18 @@ type ExecResult struct {
 type ReadFileArgs struct {
 	// Path is relative to the workspace unless absolute.
 	Path string `json:"path" jsonschema:"File to read, relative to the workspace unless absolute."`
+	// StartLine is the first line returned, 1-based; 0 means 1.
+	StartLine int `json:"start_line,omitempty" jsonschema:"First line to return, 1-based; 0 or absent means the first line."`
+	// EndLine is the last line returned, inclusive; 0 means the last.
+	EndLine int `json:"end_line,omitempty" jsonschema:"Last line to return, 1-based and inclusive; 0 or absent means the last line."`
 }
 
 // ReadFileResult is what read_file returns.
 type ReadFileResult struct {
 	Content string `json:"content"`
 	Size    int64  `json:"size"`
+	// TotalLines is the file's line count, set when a line range was asked for.
+	TotalLines int `json:"total_lines,omitempty"`
 }
 
 // WriteFileArgs writes a file, creating parent directories.

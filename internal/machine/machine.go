@@ -133,6 +133,11 @@ var chromeMacPaths = []string{
 	"/Applications/Chromium.app/Contents/MacOS/Chromium",
 }
 
+// ChromePath returns the Chrome or Chromium the browser tools use:
+// OUTPOST_CHROME_PATH when it names an existing file, else the first
+// standard Chrome or Chromium found, else "".
+func ChromePath() string { return chromePath() }
+
 // chromePath returns OUTPOST_CHROME_PATH when it names an existing file,
 // else the first standard Chrome or Chromium found, else "".
 func chromePath() string {

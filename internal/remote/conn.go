@@ -92,6 +92,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 		cancelConn()
 		c.CloseNow()
 		wg.Wait()
+		s.abortUploads()
 	}()
 	wg.Go(func() {
 		if err := s.writeLoop(connCtx, c); err != nil && connCtx.Err() == nil {
@@ -113,6 +114,8 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 			s.handleAck(f.Seq)
 		case api.FrameCancel:
 			s.handleCancel(f.Seq)
+		case api.FrameArtifactAck:
+			s.handleArtifactAck(f)
 		case api.FrameWelcome:
 			s.welcome(f)
 		case api.FrameEnd:
@@ -158,6 +161,11 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn) error {
 		if it.output != nil {
 			buf = it.output.AppendBinary(buf[:0])
 			err = c.Write(wctx, websocket.MessageBinary, buf)
+			if err != nil {
+				s.out.unpop(it)
+			}
+		} else if it.artifact != nil {
+			err = writeArtifact(wctx, c, it.artifact, &buf)
 			if err != nil {
 				s.out.unpop(it)
 			}

@@ -23,6 +23,8 @@ const dropMarker = "\n[outpost: output dropped: more than 8 MiB was buffered whi
 type outItem struct {
 	output    *api.OutputFrame
 	resultSeq int64
+	// artifact is a frame of an artifact upload (see artifacts.go).
+	artifact *artifactItem
 	// size is what the item counts against maxBuffered.
 	size int
 }

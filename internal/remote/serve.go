@@ -48,7 +48,9 @@ func Serve(ctx context.Context, opts Options) error {
 	s.callCtx = callCtx
 	defer func() {
 		stopCalls()
+		closeShells(opts.WorkDir)
 		s.wg.Wait()
+		s.browser.close()
 		_ = s.journal.close()
 	}()
 
@@ -113,6 +115,9 @@ type session struct {
 
 	callCtx context.Context
 	wg      sync.WaitGroup // running calls
+
+	// browser is the session's browser, started by the first browser tool.
+	browser browserHost
 
 	mu        sync.Mutex
 	running   map[int64]context.CancelFunc
@@ -204,6 +209,9 @@ func (s *session) welcome(f api.Frame) {
 	s.env = f.Env
 	s.secrets = f.Secrets
 	s.secretSet = newSecretSet(f.Secrets)
+	if err := writeGitCredentials(s.opts.StateDir, f.Secrets); err != nil {
+		s.log.Warn("write the git credential helper", "err", err)
+	}
 }
 
 // takeResult returns the result of seq for sending, if it is still unacked.

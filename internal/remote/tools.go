@@ -63,6 +63,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 type callEnv struct {
 	seq     int64
 	workDir string
+	// stateDir is the session's state directory (journal, browser profile,
+	// screenshots).
+	stateDir string
 	// env is the environment of processes the call starts.
 	env []string
 	// timeout is the call frame's timeout; zero means none.
@@ -71,19 +74,24 @@ type callEnv struct {
 
 	stdout, stderr *streamWriter
 	tail           *tailBuffer
+
+	// browser is the session's browser, shared by its calls.
+	browser *browserHost
 }
 
 func newCallEnv(s *session, f api.Frame, env []string, set *secretSet) *callEnv {
 	tail := &tailBuffer{}
 	return &callEnv{
-		seq:     f.Seq,
-		workDir: s.opts.WorkDir,
-		env:     env,
-		timeout: time.Duration(f.TimeoutS) * time.Second,
-		log:     s.log.With("seq", f.Seq),
-		stdout:  &streamWriter{seq: f.Seq, stream: api.StreamStdout, red: newRedactor(set), out: s.out, tail: tail},
-		stderr:  &streamWriter{seq: f.Seq, stream: api.StreamStderr, red: newRedactor(set), out: s.out, tail: tail},
-		tail:    tail,
+		seq:      f.Seq,
+		workDir:  s.opts.WorkDir,
+		stateDir: s.opts.StateDir,
+		env:      env,
+		timeout:  time.Duration(f.TimeoutS) * time.Second,
+		log:      s.log.With("seq", f.Seq),
+		stdout:   &streamWriter{seq: f.Seq, stream: api.StreamStdout, red: newRedactor(set), out: s.out, tail: tail},
+		stderr:   &streamWriter{seq: f.Seq, stream: api.StreamStderr, red: newRedactor(set), out: s.out, tail: tail},
+		tail:     tail,
+		browser:  &s.browser,
 	}
 }
 

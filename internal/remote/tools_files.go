@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,11 +26,51 @@ func runReadFile(_ context.Context, c *callEnv, raw json.RawMessage) (any, error
 	if a.Path == "" {
 		return nil, errors.New("bad arguments: path is required")
 	}
-	b, err := readLimited(c.path(a.Path))
+	if a.StartLine < 0 || a.EndLine < 0 {
+		return nil, errors.New("bad arguments: start_line and end_line must not be negative")
+	}
+	if a.EndLine > 0 && a.StartLine > a.EndLine {
+		return nil, fmt.Errorf("bad arguments: start_line %d is after end_line %d", a.StartLine, a.EndLine)
+	}
+	path := c.path(a.Path)
+	b, err := readLimited(path)
 	if err != nil {
 		return nil, err
 	}
-	return api.ReadFileResult{Content: string(b), Size: int64(len(b))}, nil
+	if isBinary(b) {
+		return nil, fmt.Errorf("read %s: it looks like a binary file (a NUL byte in its first 8 KiB); inspect it with exec, e.g. xxd %s | head or base64 %s", path, path, path)
+	}
+	res := api.ReadFileResult{Content: string(b), Size: int64(len(b))}
+	if a.StartLine > 0 || a.EndLine > 0 {
+		res.Content, res.TotalLines = lineRange(res.Content, a.StartLine, a.EndLine)
+	}
+	return res, nil
+}
+
+// binarySniff is how much of a file isBinary looks at.
+const binarySniff = 8 << 10
+
+// isBinary reports whether b looks binary: a NUL byte in its first 8 KiB.
+func isBinary(b []byte) bool {
+	return bytes.IndexByte(b[:min(len(b), binarySniff)], 0) >= 0
+}
+
+// lineRange returns lines start to end (1-based, inclusive; 0 means the
+// first and the last) of s, each with its newline, and s's line count.
+func lineRange(s string, start, end int) (string, int) {
+	lines := strings.SplitAfter(s, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1] // s ends with a newline, or is empty
+	}
+	total := len(lines)
+	start = max(start, 1)
+	if end == 0 || end > total {
+		end = total
+	}
+	if start > end {
+		return "", total
+	}
+	return strings.Join(lines[start-1:end], ""), total
 }
 
 // readLimited reads a regular file of at most maxReadFile bytes.

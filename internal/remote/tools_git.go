@@ -108,7 +108,7 @@ func isGitRepo(ctx context.Context, g *git, dir string) bool {
 type git struct{ c *callEnv }
 
 func (g *git) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd := exec.CommandContext(ctx, "git", append(gitCredentialArgs(g.c), args...)...)
 	cmd.Dir = dir
 	if dir == "" {
 		cmd.Dir = g.c.workDir

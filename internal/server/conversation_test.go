@@ -20,7 +20,7 @@ func TestConversationFromTranscript(t *testing.T) {
 	evs := []api.Event{
 		{Seq: 1, Type: api.EventStatus},
 		{Seq: 2, Type: api.EventMessage, Role: api.RoleUser, Text: "do it"},
-		{Seq: 3, Type: api.EventMessage, Role: api.RoleAssistant, Text: "running", ToolCalls: []api.ToolCallRef{
+		{Seq: 3, Type: api.EventMessage, Role: api.RoleAssistant, Text: "running", Seen: 2, ToolCalls: []api.ToolCallRef{
 			{ID: "a", Tool: "exec", Arguments: `{"command":"make"}`, CallSeq: 1},
 			{ID: "b", Tool: "read_file", Arguments: `{"path":"x"}`, CallSeq: 2}}},
 		{Seq: 4, Type: api.EventCall, CallSeq: 1},
@@ -38,8 +38,15 @@ func TestConversationFromTranscript(t *testing.T) {
 	for _, m := range c.msgs {
 		roles = append(roles, m.Role)
 	}
+	if got := strings.Join(roles, ","); got != "user,assistant,tool,tool" {
+		t.Fatalf("history roles %s", got)
+	}
+	roles = nil
+	for _, m := range c.request() {
+		roles = append(roles, m.Role)
+	}
 	if got := strings.Join(roles, ","); got != "user,assistant,tool,tool,user,user" {
-		t.Fatalf("roles %s", got)
+		t.Fatalf("request roles %s", got)
 	}
 	if m := c.msgs[2]; m.ToolCallID != "a" || !m.IsError || !strings.Contains(m.Text, "more characters cut") {
 		t.Errorf("exec result %+v", m)
@@ -47,14 +54,22 @@ func TestConversationFromTranscript(t *testing.T) {
 	if m := c.msgs[3]; m.ToolCallID != "b" || m.IsError || !strings.Contains(m.Text, `"content":"hi"`) {
 		t.Errorf("read_file result %+v", m)
 	}
-	if c.msgs[4].Text != "also the docs" || !strings.Contains(c.msgs[5].Text, "new machine") {
-		t.Errorf("deferred messages %+v", c.msgs[4:])
+	if req := c.request(); req[4].Text != "also the docs" || !strings.Contains(req[5].Text, "new machine") {
+		t.Errorf("waiting messages %+v", req[4:])
 	}
-	if c.lastSeen != 9 || c.lastCall != 2 || c.steps != 1 || len(c.pending) != 0 || c.lastAssistantDone() {
+	// An answer that had seen the first of them places it before itself.
+	c.apply(api.Event{Seq: 10, Type: api.EventMessage, Role: api.RoleAssistant, Text: "ok", Seen: 6})
+	if len(c.inbox) != 1 || c.msgs[4].Text != "also the docs" || c.msgs[5].Role != llm.RoleAssistant {
+		t.Errorf("after an answer that saw seq 6: history %+v inbox %+v", c.msgs[4:], c.inbox)
+	}
+	if c.lastSeen != 10 || c.lastCall != 2 || c.steps != 2 || len(c.pending) != 0 || c.lastAssistantDone() {
 		t.Errorf("state: seen %d call %d steps %d pending %v", c.lastSeen, c.lastCall, c.steps, c.pending)
 	}
 	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":`)}); !strings.Contains(problem, "not valid") {
 		t.Errorf("malformed arguments: %q", problem)
+	}
+	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":"ls"} junk`)}); !strings.Contains(problem, "after the JSON") {
+		t.Errorf("trailing data: %q", problem)
 	}
 	if problem := toolCallProblem(llm.ToolCall{Name: "teleport"}); !strings.Contains(problem, "no tool") {
 		t.Errorf("unknown tool: %q", problem)

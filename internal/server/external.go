@@ -82,6 +82,24 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, done map[i
 	for seq := range done {
 		last = max(last, seq)
 	}
+	// Calls recorded but without a result (a restart) are finished first.
+	var calls []store.Call
+	if err := r.retry(ctx, "load calls", func() (err error) {
+		calls, err = r.s.store.ListCalls(ctx, r.sessionID)
+		return err
+	}); err != nil {
+		r.fail(ctx, err)
+		return
+	}
+	for _, c := range calls {
+		last = max(last, c.Seq)
+		if !c.Done {
+			if _, _, err := r.execute(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, nil); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+		}
+	}
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
@@ -89,6 +107,11 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, done map[i
 		case <-ctx.Done():
 			r.fail(ctx, ctx.Err())
 			return
+		case msg := <-r.results:
+			if err := r.lateResult(ctx, msg); err != nil {
+				r.fail(ctx, err)
+				return
+			}
 		case <-timer.C:
 			r.end(ctx, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No tool call from the outside agent for %s (limits.idle_s).", idle))
 			return
@@ -189,10 +212,7 @@ func (s *Server) mcpTool(sessionID, tool string) mcp.ToolHandler {
 			}
 			return nil, err
 		}
-		text := res.Output
-		if res.Error != "" {
-			text += res.Error
-		}
+		text := res.Output // holds the error too
 		if text == "" && len(res.Value) > 0 {
 			text = string(res.Value)
 		}

@@ -247,6 +247,8 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 		}
 	}()
 	out := s.outputFor(c.sessionID)
+	arts := s.newArtifactUploads(c)
+	defer arts.close()
 	flush := time.NewTicker(100 * time.Millisecond)
 	defer flush.Stop()
 	defer out.flush(context.WithoutCancel(ctx))
@@ -260,6 +262,11 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 					s.log.Debug("gateway read", "session", c.sessionID, "err", err)
 				}
 				return
+			}
+			if m.typ == websocket.MessageBinary && api.IsArtifactChunk(*m.buf) {
+				arts.chunk(ctx, *m.buf)
+				msgBuffers.Put(m.buf)
+				continue
 			}
 			if m.typ == websocket.MessageBinary {
 				f, err := api.ParseOutputFrame(*m.buf)
@@ -282,6 +289,9 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			case api.FrameResult:
 				out.finish(ctx, f.Seq)
 				s.deliverResult(ctx, c, f)
+			case api.FrameArtifact:
+				out.flush(ctx) // the call's output before its artifact event
+				arts.frame(ctx, f)
 			default:
 				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
 			}

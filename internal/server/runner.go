@@ -272,8 +272,10 @@ func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (s
 					return r.complete(ctx, seq, st, msg, next)
 				case msg.frame.Seq > seq:
 					r.early[msg.frame.Seq] = msg
-				default: // an old result the store holds already
-					_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: msg.frame.Seq})
+				default:
+					if err := r.lateResult(ctx, msg); err != nil {
+						return store.Call{}, false, err
+					}
 				}
 			}
 		}
@@ -370,6 +372,7 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 				r.fail(ctx, err)
 				return failed, false
 			}
+			done[seq] = c // later calls are numbered after it
 			if recordedNext {
 				done[seq+1] = store.Call{Seq: seq + 1}
 			}
@@ -387,4 +390,26 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 		}
 	}
 	return failed, true
+}
+
+// lateResult handles a result for a call the runner is not waiting for (a
+// remote resending after a restart): it is stored if the store lacks it,
+// then acknowledged.
+func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
+	calls, err := r.s.store.ListCalls(ctx, r.sessionID)
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if c.Seq != msg.frame.Seq {
+			continue
+		}
+		if !c.Done {
+			_, _, err := r.complete(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, msg, nil)
+			return err
+		}
+		break
+	}
+	_ = msg.conn.send(ctx, api.Frame{Type: api.FrameAck, Seq: msg.frame.Seq})
+	return nil
 }

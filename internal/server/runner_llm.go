@@ -31,10 +31,28 @@ type conversation struct {
 	// pending maps the calls of the last assistant message that have no
 	// result yet to their tool-call ids.
 	pending map[int64]string
-	// deferred holds user messages that arrived while tool calls were
-	// outstanding; providers need results right after the calls.
-	deferred []llm.Message
-	output   map[int64]*strings.Builder // output of running exec calls
+	// inbox holds user messages and notes the model has not seen yet, with
+	// their event seqs. They join the conversation at the next model call
+	// (after the results of outstanding tool calls): an assistant message
+	// records the last event its model had seen, so a rebuild places each
+	// message where the model saw it.
+	inbox  []inboxMsg
+	output map[int64]*strings.Builder // output of running exec calls
+}
+
+// inboxMsg is a message waiting for the model.
+type inboxMsg struct {
+	seq int64
+	msg llm.Message
+}
+
+// request returns the messages to send the model now.
+func (c *conversation) request() []llm.Message {
+	msgs := append([]llm.Message(nil), c.msgs...)
+	for _, m := range c.inbox {
+		msgs = append(msgs, m.msg)
+	}
+	return msgs
 }
 
 func newConversation(limit int) *conversation {
@@ -48,13 +66,19 @@ func (c *conversation) apply(ev api.Event) {
 	case api.EventMessage:
 		switch ev.Role {
 		case api.RoleUser:
-			m := llm.Message{Role: llm.RoleUser, Text: ev.Text}
-			if len(c.pending) > 0 {
-				c.deferred = append(c.deferred, m)
-			} else {
-				c.msgs = append(c.msgs, m)
-			}
+			c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: ev.Text}})
 		case api.RoleAssistant:
+			// What the model had seen when it answered joins the history
+			// before its answer; later messages wait for the next call.
+			var later []inboxMsg
+			for _, m := range c.inbox {
+				if ev.Seen == 0 || m.seq <= ev.Seen {
+					c.msgs = append(c.msgs, m.msg)
+				} else {
+					later = append(later, m)
+				}
+			}
+			c.inbox = later
 			c.steps++
 			m := llm.Message{Role: llm.RoleAssistant, Text: ev.Text}
 			for _, tc := range ev.ToolCalls {
@@ -67,13 +91,8 @@ func (c *conversation) apply(ev api.Event) {
 	case api.EventResume:
 		// The session moved to another machine: the model is told, as a
 		// user note, derived from the transcript like everything else.
-		m := llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason +
-			" Anything outside the repositories' committed state may differ on this machine; check before you go on."}
-		if len(c.pending) > 0 {
-			c.deferred = append(c.deferred, m)
-		} else {
-			c.msgs = append(c.msgs, m)
-		}
+		c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason +
+			" Files of this session outside its repositories, and uncommitted work, may be missing on this machine; check before you go on."}})
 	case api.EventOutput:
 		if _, ok := c.pending[ev.CallSeq]; ok {
 			b := c.output[ev.CallSeq]
@@ -93,10 +112,6 @@ func (c *conversation) apply(ev api.Event) {
 		delete(c.pending, ev.CallSeq)
 		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK})
 		delete(c.output, ev.CallSeq)
-		if len(c.pending) == 0 {
-			c.msgs = append(c.msgs, c.deferred...)
-			c.deferred = nil
-		}
 	}
 }
 
@@ -132,6 +147,9 @@ func (c *conversation) resultText(ev api.Event) string {
 // lastAssistantDone reports whether the model's last answer asked for no
 // tool calls (the model is done or waits for the user).
 func (c *conversation) lastAssistantDone() bool {
+	if len(c.inbox) > 0 {
+		return false // something new for the model
+	}
 	for i := len(c.msgs) - 1; i >= 0; i-- {
 		switch c.msgs[i].Role {
 		case llm.RoleAssistant:
@@ -206,15 +224,6 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 		r.fail(ctx, err)
 		return
 	}
-	if conv.lastSeen > 0 && len(conv.msgs) == 0 {
-		// First start: the prompt opens the conversation.
-		if err := r.retry(ctx, "record prompt", func() error {
-			return r.appendEvents(ctx, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: sess.Spec.Prompt, Time: s.now().UnixMilli()})
-		}); err != nil {
-			r.fail(ctx, err)
-			return
-		}
-	}
 	maxSteps := sess.Spec.Agent.MaxSteps
 	if maxSteps <= 0 {
 		maxSteps = defaultMaxSteps
@@ -246,8 +255,11 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 			}
 			continue
 		}
-		cur, err := s.store.GetSession(ctx, r.sessionID)
-		if err != nil {
+		var cur store.Session
+		if err := r.retry(ctx, "load session", func() (err error) {
+			cur, err = s.store.GetSession(ctx, r.sessionID)
+			return err
+		}); err != nil {
 			r.fail(ctx, err)
 			return
 		}
@@ -259,8 +271,9 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The session used its %d tokens (limits.max_tokens).", max))
 			return
 		}
+		seen := conv.lastSeen
 		resp, err := s.opts.LLM.Complete(ctx, llm.Request{
-			Model: sess.Spec.Agent.Model, System: system, Messages: conv.msgs, Tools: tools,
+			Model: sess.Spec.Agent.Model, System: system, Messages: conv.request(), Tools: tools,
 			Temperature: sess.Spec.Agent.Temperature, TopP: sess.Spec.Agent.TopP, MaxTokens: sess.Spec.Agent.MaxOutputTokens,
 		})
 		if err != nil {
@@ -272,9 +285,18 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 			r.fail(ctx, err)
 			return
 		}
-		if err := r.recordAnswer(ctx, conv, resp); err != nil {
+		if err := r.retry(ctx, "record answer", func() error { return r.recordAnswer(ctx, conv, resp, seen) }); err != nil {
 			r.fail(ctx, err)
 			return
+		}
+		if len(resp.Message.ToolCalls) == 0 && (resp.StopReason == "length" || resp.StopReason == "max_tokens") {
+			// Cut off by the output limit: not an answer; let it go on.
+			note := api.Event{Type: api.EventMessage, Role: api.RoleUser, Time: s.now().UnixMilli(),
+				Text: "[outpost] Your answer was cut off by the output token limit. Continue, more briefly."}
+			if err := r.retry(ctx, "record note", func() error { return r.appendEvents(ctx, note) }); err != nil {
+				r.fail(ctx, err)
+				return
+			}
 		}
 	}
 }
@@ -283,14 +305,17 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 // for in one transaction. Calls whose arguments are not valid, or of tools
 // that do not exist, get their error result at once: the model reads it
 // and can correct itself.
-func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response) error {
+func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64) error {
 	now := r.s.now()
-	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: resp.Message.Text, Time: now.UnixMilli(),
+	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: resp.Message.Text, Time: now.UnixMilli(), Seen: seen,
 		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
 	var calls []store.Call
 	var after []api.Event
 	seq := conv.lastCall
 	for _, tc := range resp.Message.ToolCalls {
+		if tc.Name == "" {
+			tc.Name = "unnamed_tool" // an empty name would be refused when replayed
+		}
 		seq++
 		msg.ToolCalls = append(msg.ToolCalls, api.ToolCallRef{ID: tc.ID, Tool: tc.Name, Arguments: string(tc.Arguments), CallSeq: seq})
 		problem := toolCallProblem(tc)
@@ -339,13 +364,19 @@ func toolCallProblem(tc llm.ToolCall) string {
 	if err := dec.Decode(args); err != nil {
 		return fmt.Sprintf("The arguments of %s are not valid: %v. Send a JSON object matching the tool's schema.", tc.Name, err)
 	}
+	if dec.More() {
+		return fmt.Sprintf("The arguments of %s are not valid: data after the JSON object. Send one JSON object.", tc.Name)
+	}
 	return ""
 }
 
 // runPending executes the calls of the last answer that have no result.
 func (r *runner) runPending(ctx context.Context, conv *conversation, done map[int64]store.Call) error {
-	calls, err := r.s.store.ListCalls(ctx, r.sessionID)
-	if err != nil {
+	var calls []store.Call
+	if err := r.retry(ctx, "load calls", func() (err error) {
+		calls, err = r.s.store.ListCalls(ctx, r.sessionID)
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, c := range calls {
@@ -366,24 +397,31 @@ func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store
 	if sess.Spec.Limits.IdleS > 0 {
 		idle = time.Duration(sess.Spec.Limits.IdleS) * time.Second
 	}
-	if err := r.setDetail(ctx, api.DetailWaitingForUser, "Waiting for a message from the user."); err != nil {
+	if err := r.retry(ctx, "set detail", func() error {
+		return r.setDetail(ctx, api.DetailWaitingForUser, "Waiting for a message from the user.")
+	}); err != nil {
 		return err
 	}
 	deadline := time.NewTimer(idle)
 	defer deadline.Stop()
 	for {
 		wake := r.s.userMessages.wait()
-		before := len(conv.msgs)
-		if err := r.catchUp(ctx, conv); err != nil {
+		if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
 			return err
 		}
-		if len(conv.msgs) > before {
-			return r.setDetail(ctx, api.DetailWorking, "Working on the user's message.")
+		if len(conv.inbox) > 0 {
+			return r.retry(ctx, "set detail", func() error {
+				return r.setDetail(ctx, api.DetailWorking, "Working on the user's message.")
+			})
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
+			// A message may have come with the deadline: read once more.
+			if err := r.catchUp(ctx, conv); err == nil && len(conv.inbox) > 0 {
+				continue
+			}
 			r.end(ctx, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No message from the user for %s (limits.idle_s).", idle))
 			return errSessionEnded
 		case <-wake:

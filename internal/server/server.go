@@ -344,6 +344,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions", s.authed(s.listSessions, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}", s.authed(s.getSession, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
+	mux.HandleFunc("GET /v1/sessions/{session}/artifacts", s.authed(s.listArtifacts, api.ScopeSessionsRead))
+	mux.HandleFunc("GET /v1/sessions/{session}/artifacts/{name}", s.authed(s.getArtifact, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))

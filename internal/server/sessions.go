@@ -188,6 +188,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
 	}
 	events := []api.Event{statusEvent(sess, now)}
+	if req.Agent.Kind == api.AgentLLM {
+		// The prompt opens the conversation, before anything else can.
+		events = append(events, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: req.Prompt, Time: now.UnixMilli()})
+	}
 	if err := s.store.CreateSession(ctx, sess, entry, events); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/demo"
 )
 
 // fakeOpenAI is an OpenAI-compatible Chat Completions server on loopback
@@ -119,8 +120,13 @@ func TestLLMSession(t *testing.T) {
 		"OUTPOST_LLM_API_KEY=sk-test", "OUTPOST_LLM_MODEL=fake-model"})
 	token := setupOutpost(t, c, "models")
 	_, workspace := startWorker(t, c, "models", token)
+	repo, err := demo.MakeRepo(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One repo: its clone is call 1 and the model's calls come after it.
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "models", Title: "llm", Prompt: "Write a note saying hello.",
-		Agent: api.Agent{Kind: api.AgentLLM}})
+		Repos: []api.Repo{{URL: repo, Name: "demo"}}, Agent: api.Agent{Kind: api.AgentLLM}})
 	s := c.waitFinal(id, 60*time.Second)
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
@@ -170,6 +176,9 @@ func TestLLMSession(t *testing.T) {
 	}
 	if strings.Join(roles, ",") != "system,user,assistant,tool,assistant,tool" {
 		t.Errorf("message order in the last request: %v", roles)
+	}
+	if sys := fmt.Sprint(msgs[0].(map[string]any)["content"]); !strings.Contains(sys, "repos/demo") {
+		t.Errorf("the system prompt does not name the repo: %q", sys)
 	}
 	var assistant int
 	for _, ev := range c.events(id) {
@@ -396,5 +405,51 @@ func TestLLMAnthropic(t *testing.T) {
 	last, _ := json.Marshal(msgs[2])
 	if !strings.Contains(string(last), `"tool_use_id":"toolu_1"`) || !strings.Contains(string(last), "from-claude") {
 		t.Errorf("tool result block %s", last)
+	}
+}
+
+// TestLLMMessagesArriveInOrder sends one message before any machine has
+// the session and one while the model is thinking: the prompt comes first,
+// the early message next, and the late one is answered at the next turn
+// instead of being lost behind the model's answer.
+func TestLLMMessagesArriveInOrder(t *testing.T) {
+	t.Parallel()
+	thinking := make(chan struct{})
+	release := make(chan struct{})
+	var first, second []any
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any {
+			first, _ = req["messages"].([]any)
+			close(thinking)
+			<-release
+			return say("Done, I think.")
+		},
+		func(req map[string]any) map[string]any {
+			second, _ = req["messages"].([]any)
+			return say("Now done.")
+		},
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	token := setupOutpost(t, c, "order")
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "order", Prompt: "the task", Agent: api.Agent{Kind: api.AgentLLM}})
+	run(t, c.env(c.admin), "sessions", "send", id, "early note")
+	startWorker(t, c, "order", token)
+	select {
+	case <-thinking:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was never called")
+	}
+	run(t, c.env(c.admin), "sessions", "send", id, "late note")
+	close(release)
+	s := c.waitFinal(id, 30*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.Usage.ModelCalls != 2 {
+		t.Fatalf("session: %+v", s.Status)
+	}
+	text := func(msgs []any, i int) string { return fmt.Sprint(msgs[i].(map[string]any)["content"]) }
+	if len(first) != 3 || text(first, 1) != "the task" || text(first, 2) != "early note" {
+		t.Fatalf("first request %v", first)
+	}
+	if n := len(second); n != 5 || text(second, 3) != "Done, I think." || text(second, 4) != "late note" {
+		t.Fatalf("second request %v", second)
 	}
 }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// newCmdSessionsArtifacts returns `outpost sessions artifacts`.
+func newCmdSessionsArtifacts(f *Factory) *cobra.Command {
+	var get, out string
+	cmd := &cobra.Command{
+		Use:   "artifacts ID [--get NAME] [--out FILE]",
+		Short: "List a session's artifacts, or download one",
+		Long: `List the files a session uploaded with the upload_artifact tool, or, with
+--get, download one to --out (default ./NAME; - for standard output).`,
+		Example: "  outpost sessions artifacts ses_123\n  outpost sessions artifacts ses_123 --get report.pdf --out /tmp/report.pdf",
+		Args:    exactArgs(1, "a session id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			if out != "" && get == "" {
+				return fmt.Errorf("--out needs --get NAME")
+			}
+			if get != "" {
+				if err := api.ValidateArtifactName(get); err != nil {
+					return err
+				}
+				if out == "-" {
+					return c.Artifacts.Get(cmd.Context(), args[0], get, f.IO.Out)
+				}
+				if out == "" {
+					out = get
+				}
+				if err := downloadArtifact(cmd.Context(), c, args[0], get, out); err != nil {
+					return err
+				}
+				fmt.Fprintf(f.IO.ErrOut, "Wrote artifact %s to %s.\n", get, out)
+				return nil
+			}
+			l, err := c.Artifacts.List(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if f.JSON() {
+				return printJSON(f.IO.Out, l)
+			}
+			now := time.Now()
+			t := newTable(f.IO.Out, "NAME", "SIZE", "TYPE", "CREATED")
+			for _, a := range l.Items {
+				t.row(a.Name, strconv.FormatInt(a.Size, 10), a.ContentType, ago(a.CreatedAt.Unix(), now))
+			}
+			return t.flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&get, "get", "", "download the artifact with this name")
+	fl.StringVar(&out, "out", "", "file to write the download to (default ./NAME; - for standard output)")
+	return cmd
+}
+
+// downloadArtifact writes an artifact to path through a temporary file, so
+// a failed download leaves nothing half-written.
+func downloadArtifact(ctx context.Context, c *client.Client, sessionID, name, path string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".outpost-artifact-*")
+	if err != nil {
+		return fmt.Errorf("download artifact %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := c.Artifacts.Get(ctx, sessionID, name, tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("download artifact %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("download artifact %s: %w", name, err)
+	}
+	return nil
+}

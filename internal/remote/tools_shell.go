@@ -1,0 +1,602 @@
+//go:build unix
+
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+func init() {
+	tools[api.ToolShellStart] = runShellStart
+	tools[api.ToolShellRun] = runShellRun
+	tools[api.ToolShellWrite] = runShellWrite
+	tools[api.ToolShellRead] = runShellRead
+	tools[api.ToolShellInterrupt] = runShellInterrupt
+	tools[api.ToolShellKill] = runShellKill
+}
+
+const (
+	// defaultShellRunTimeout is how long shell_run waits by default.
+	defaultShellRunTimeout = 600 * time.Second
+	// maxShellReadWait bounds shell_read's wait_ms.
+	maxShellReadWait = 60 * time.Second
+	// shellStartTimeout bounds the wait for a new shell's first prompt.
+	shellStartTimeout = 10 * time.Second
+	// markerTag starts every prompt marker, after the record separator and
+	// before the shell's token.
+	markerTag = "OPEND-"
+)
+
+// shellBufferSize bounds the output a shell keeps unread; a variable so
+// tests can make it small.
+var shellBufferSize = 1 << 20
+
+var shellNameRE = regexp.MustCompile(api.ShellNamePattern)
+
+// shells holds every persistent shell, per workspace (one remote session
+// serves one workspace); closeShells ends them when the session ends.
+var shells = struct {
+	sync.Mutex
+	m map[string]map[string]*shell
+}{m: map[string]map[string]*shell{}}
+
+// closeShells kills every shell of the workspace workDir.
+func closeShells(workDir string) {
+	shells.Lock()
+	set := shells.m[workDir]
+	delete(shells.m, workDir)
+	shells.Unlock()
+	for _, sh := range set {
+		sh.kill()
+	}
+}
+
+// lookupShell returns the named shell of c's workspace.
+func lookupShell(c *callEnv, name string) (*shell, error) {
+	if !shellNameRE.MatchString(name) {
+		return nil, fmt.Errorf("bad arguments: shell name %q must match %s", name, api.ShellNamePattern)
+	}
+	shells.Lock()
+	defer shells.Unlock()
+	sh := shells.m[c.workDir][name]
+	if sh == nil {
+		return nil, fmt.Errorf("no shell named %q; start it with shell_start", name)
+	}
+	return sh, nil
+}
+
+// shell is one persistent shell on a pseudo-terminal. The shell's prompt is
+// a marker carrying the number of the last shell_run and its exit status,
+// so the end of a command is seen even when Ctrl-C cut the command line.
+type shell struct {
+	name, prog string
+	cmd        *exec.Cmd
+	pty        *os.File
+	dir        string // temporary directory of command files
+	token      string
+	waitDone   chan struct{} // closed when the shell process has exited
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every change
+	buf      []byte        // output not yet read or streamed
+	scan     int           // where in buf to look for the next marker
+	dropped  int64         // unread output dropped since the last read
+	received int64         // all output ever read from the terminal
+	run      int           // number of the last command sent
+	running  bool          // the last command has not finished
+	exitCode *int          // exit status of a finished command not yet reported
+	exited   bool
+	status   int       // the shell's exit status once exited
+	stream   io.Writer // where a waiting shell_run wants output, or nil
+	streamed int64     // bytes written to stream
+	killed   bool
+}
+
+func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellStartArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if !shellNameRE.MatchString(a.Name) {
+		return nil, fmt.Errorf("bad arguments: shell name %q must match %s", a.Name, api.ShellNamePattern)
+	}
+	shells.Lock()
+	if old := shells.m[c.workDir][a.Name]; old != nil {
+		old.mu.Lock()
+		alive := !old.exited
+		old.mu.Unlock()
+		if alive {
+			shells.Unlock()
+			return nil, fmt.Errorf("a shell named %q is already running; use it, or end it with shell_kill first", a.Name)
+		}
+	}
+	// Reserve the name while the shell starts.
+	if shells.m[c.workDir] == nil {
+		shells.m[c.workDir] = map[string]*shell{}
+	}
+	placeholder := &shell{exited: true, waitDone: make(chan struct{}), changed: make(chan struct{})}
+	close(placeholder.waitDone)
+	shells.m[c.workDir][a.Name] = placeholder
+	shells.Unlock()
+
+	sh, err := startShell(ctx, c, a.Name)
+	shells.Lock()
+	if shells.m[c.workDir][a.Name] == placeholder {
+		if err != nil {
+			delete(shells.m[c.workDir], a.Name)
+		} else {
+			shells.m[c.workDir][a.Name] = sh
+		}
+	} else if err == nil {
+		err = errors.New("the session ended while the shell started")
+		shells.Unlock()
+		sh.kill()
+		return nil, err
+	}
+	shells.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return api.ShellStartResult{Name: sh.name, Shell: sh.prog, PID: sh.cmd.Process.Pid}, nil
+}
+
+// startShell starts a shell and waits for its first marker prompt.
+func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
+	prog, args := "", []string(nil)
+	if p, err := exec.LookPath("bash"); err == nil {
+		prog, args = p, []string{"--noediting", "--norc", "--noprofile", "-i"}
+	} else if p, err := exec.LookPath("sh"); err == nil {
+		prog, args = p, []string{"-i"}
+	} else {
+		return nil, errors.New("no shell found: neither bash nor sh is on PATH; install bash")
+	}
+	tok := make([]byte, 8)
+	_, _ = rand.Read(tok)
+	dir, err := os.MkdirTemp("", "outpost-shell-*")
+	if err != nil {
+		return nil, fmt.Errorf("start shell: %w", err)
+	}
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = c.workDir
+	cmd.Env = mergeEnv(c.env, map[string]string{"TERM": "dumb", "PS1": "", "PS2": "", "HISTFILE": ""})
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 200})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start %s on a terminal: %w", prog, err)
+	}
+	sh := &shell{
+		name: name, prog: prog, cmd: cmd, pty: f, dir: dir,
+		token:    hex.EncodeToString(tok),
+		waitDone: make(chan struct{}),
+		changed:  make(chan struct{}),
+		running:  true, // command 0 is the set-up line below
+	}
+	go sh.readLoop()
+	go sh.waitLoop()
+	// Command 0: no echo, no \r added to output, no history, and the marker
+	// prompt. The echo of this line itself is discarded below.
+	setup := `__op_rs=$(printf '\036'); __op_run=0; PS1="${__op_rs}` + markerTag + sh.token + `-\${__op_run}:\$?${__op_rs}"; PS2=''; ` +
+		`unset PROMPT_COMMAND HISTFILE; set +o history 2>/dev/null; stty -echo -onlcr` + "\n"
+	if _, err := f.WriteString(setup); err != nil {
+		sh.kill()
+		return nil, fmt.Errorf("start shell: %w", err)
+	}
+	deadline := time.NewTimer(shellStartTimeout)
+	defer deadline.Stop()
+	for {
+		sh.mu.Lock()
+		running, exited, ch := sh.running, sh.exited, sh.changed
+		if !running {
+			sh.buf, sh.scan, sh.exitCode = nil, 0, nil // the banner and the echo
+		}
+		sh.mu.Unlock()
+		if !running {
+			return sh, nil
+		}
+		if exited {
+			sh.kill()
+			return nil, fmt.Errorf("%s exited while starting", prog)
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			sh.kill()
+			return nil, fmt.Errorf("%s did not show a prompt within %s", prog, shellStartTimeout)
+		case <-ctx.Done():
+			sh.kill()
+			return nil, errors.New("cancelled")
+		}
+	}
+}
+
+// signal wakes waiters; the caller holds mu.
+func (sh *shell) signal() {
+	close(sh.changed)
+	sh.changed = make(chan struct{})
+}
+
+// readLoop copies the terminal's output into the shell's buffer.
+func (sh *shell) readLoop() {
+	b := make([]byte, 32<<10)
+	for {
+		n, err := sh.pty.Read(b)
+		if n > 0 {
+			sh.mu.Lock()
+			sh.received += int64(n)
+			sh.buf = append(sh.buf, b[:n]...)
+			sh.process()
+			sh.signal()
+			sh.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// process finds markers in buf, streams what it may, and bounds buf; the
+// caller holds mu.
+func (sh *shell) process() {
+	prefix := []byte("\x1e" + markerTag + sh.token + "-")
+	for {
+		i := bytes.Index(sh.buf[sh.scan:], prefix)
+		if i < 0 {
+			// Keep back what could be the start of a marker.
+			sh.scan = max(0, len(sh.buf)-len(prefix)+1)
+			break
+		}
+		i += sh.scan
+		rest := sh.buf[i+len(prefix):]
+		j := bytes.IndexByte(rest, '\x1e')
+		if j < 0 {
+			sh.scan = i // the marker is not complete yet
+			break
+		}
+		runStr, codeStr, ok := bytes.Cut(rest[:j], []byte(":"))
+		end := i + len(prefix) + j + 1
+		run, err1 := strconv.Atoi(string(runStr))
+		code, err2 := strconv.Atoi(string(codeStr))
+		if !ok || err1 != nil || err2 != nil {
+			sh.scan = i + 1 // not ours after all
+			continue
+		}
+		if sh.running && run == sh.run {
+			n := sh.emit(i)
+			i, end = i-n, end-n
+			sh.running = false
+			sh.exitCode = &code
+			sh.stream = nil
+			_ = os.Remove(sh.cmdFile(run))
+		}
+		sh.buf = append(sh.buf[:i], sh.buf[end:]...)
+		sh.scan = i
+	}
+	if sh.stream != nil {
+		// Stream what cannot be part of a marker.
+		safe := sh.scan
+		if k := bytes.IndexByte(sh.buf[safe:], '\x1e'); k >= 0 {
+			safe += k
+		} else {
+			safe = len(sh.buf)
+		}
+		sh.emit(safe)
+	}
+	if over := len(sh.buf) - shellBufferSize; over > 0 {
+		sh.buf = sh.buf[over:]
+		sh.dropped += int64(over)
+		sh.scan = max(0, sh.scan-over)
+	}
+}
+
+// emit writes buf[:n] to the stream, if any, and removes it, returning how
+// many bytes it removed; the caller holds mu.
+func (sh *shell) emit(n int) int {
+	if sh.stream == nil || n == 0 {
+		return 0
+	}
+	_, _ = sh.stream.Write(sh.buf[:n])
+	sh.streamed += int64(n)
+	sh.buf = sh.buf[n:]
+	sh.scan = max(0, sh.scan-n)
+	return n
+}
+
+// waitLoop records the shell's exit.
+func (sh *shell) waitLoop() {
+	err := sh.cmd.Wait()
+	sh.mu.Lock()
+	sh.exited = true
+	sh.status = sh.cmd.ProcessState.ExitCode()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		sh.status = -1
+	}
+	if sh.running {
+		sh.running = false
+		code := sh.status
+		sh.exitCode = &code
+		sh.emit(len(sh.buf))
+		sh.stream = nil
+	}
+	sh.signal()
+	sh.mu.Unlock()
+	close(sh.waitDone)
+}
+
+func (sh *shell) cmdFile(run int) string {
+	return filepath.Join(sh.dir, fmt.Sprintf("cmd-%d.sh", run))
+}
+
+// kill ends the shell, its foreground job and its process group.
+func (sh *shell) kill() {
+	sh.mu.Lock()
+	if sh.killed || sh.cmd == nil {
+		sh.mu.Unlock()
+		return
+	}
+	sh.killed = true
+	sh.mu.Unlock()
+	pid := sh.cmd.Process.Pid
+	if fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 && fg != pid {
+		_ = syscall.Kill(-fg, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGHUP) // bash passes it on to its jobs
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	select {
+	case <-sh.waitDone:
+	case <-time.After(5 * time.Second):
+	}
+	_ = sh.pty.Close()
+	_ = os.RemoveAll(sh.dir)
+}
+
+func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellRunArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.TimeoutS < 0 {
+		return nil, errors.New("bad arguments: timeout_s must not be negative")
+	}
+	sh, err := lookupShell(c, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	timeout := defaultShellRunTimeout
+	if a.TimeoutS > 0 {
+		timeout = time.Duration(a.TimeoutS) * time.Second
+	}
+
+	sh.mu.Lock()
+	switch {
+	case sh.exited:
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("shell %q has exited (status %d); end it with shell_kill and start a new one", a.Name, sh.status)
+	case sh.running:
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("shell %q is still running a command: follow it with shell_read, answer it with shell_write or stop it with shell_interrupt", a.Name)
+	}
+	sh.run++
+	run := sh.run
+	if err := os.WriteFile(sh.cmdFile(run), []byte(a.Command+"\n"), 0o600); err != nil {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("shell_run: write the command file: %w", err)
+	}
+	// Output nobody read before this command is dropped.
+	sh.buf, sh.scan, sh.dropped, sh.exitCode = sh.buf[:0], 0, 0, nil
+	sh.running = true
+	sh.stream, sh.streamed = c.stdout, 0
+	sh.mu.Unlock()
+	line := fmt.Sprintf("__op_run=%d; . '%s'\n", run, sh.cmdFile(run))
+	if _, err := sh.pty.WriteString(line); err != nil {
+		sh.mu.Lock()
+		sh.running, sh.stream = false, nil
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("shell_run: write to the shell: %w", err)
+	}
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		sh.mu.Lock()
+		if !sh.running {
+			res := api.ShellRunResult{ExitCode: -1, Exited: sh.exited, OutputBytes: sh.streamed, DroppedBytes: sh.dropped}
+			if sh.exitCode != nil {
+				res.ExitCode = *sh.exitCode
+			}
+			sh.exitCode, sh.dropped = nil, 0
+			sh.mu.Unlock()
+			switch {
+			case res.Exited:
+				return res, fmt.Errorf("the shell exited (status %d)", res.ExitCode)
+			case res.ExitCode != 0:
+				return res, fmt.Errorf("exit code %d", res.ExitCode)
+			}
+			return res, nil
+		}
+		ch := sh.changed
+		sh.mu.Unlock()
+		var why error
+		select {
+		case <-ch:
+			continue
+		case <-timer.C:
+			why = fmt.Errorf("still running after %s: follow it with shell_read, answer it with shell_write or stop it with shell_interrupt", timeout)
+		case <-ctx.Done():
+			why = errors.New("cancelled; the command may still be running in the shell: see shell_read, stop it with shell_interrupt")
+		}
+		sh.mu.Lock()
+		if !sh.running {
+			sh.mu.Unlock()
+			continue // it finished just now
+		}
+		sh.emit(sh.scan) // what surely is output
+		sh.stream = nil
+		res := api.ShellRunResult{ExitCode: -1, Running: true, OutputBytes: sh.streamed, DroppedBytes: sh.dropped}
+		sh.dropped = 0
+		sh.mu.Unlock()
+		return res, why
+	}
+}
+
+func runShellWrite(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellWriteArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	if a.Text == "" {
+		return nil, errors.New("bad arguments: text must not be empty")
+	}
+	sh, err := lookupShell(c, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	exited := sh.exited
+	sh.mu.Unlock()
+	if exited {
+		return nil, fmt.Errorf("shell %q has exited; end it with shell_kill and start a new one", a.Name)
+	}
+	n, err := sh.pty.WriteString(a.Text)
+	if err != nil {
+		return api.ShellWriteResult{Bytes: n}, fmt.Errorf("write to shell %q: %w", a.Name, err)
+	}
+	return api.ShellWriteResult{Bytes: n}, nil
+}
+
+func runShellRead(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellReadArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	wait := time.Duration(a.WaitMS) * time.Millisecond
+	if a.WaitMS < 0 || wait > maxShellReadWait {
+		return nil, errors.New("bad arguments: wait_ms must be between 0 and 60000")
+	}
+	sh, err := lookupShell(c, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		sh.mu.Lock()
+		// Hold back a marker in the making unless nothing else will come.
+		avail := sh.scan
+		if !sh.running || sh.exited {
+			avail = len(sh.buf)
+		}
+		if avail > 0 || sh.exitCode != nil || sh.exited || wait == 0 {
+			out := bytes.Clone(sh.buf[:avail])
+			sh.buf = sh.buf[avail:]
+			sh.scan -= avail
+			res := api.ShellReadResult{Running: sh.running, ExitCode: sh.exitCode, Exited: sh.exited, OutputBytes: int64(len(out)), DroppedBytes: sh.dropped}
+			sh.exitCode, sh.dropped = nil, 0
+			sh.mu.Unlock()
+			_, _ = c.stdout.Write(out)
+			return res, nil
+		}
+		ch := sh.changed
+		sh.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			wait = 0
+		case <-ctx.Done():
+			wait = 0
+		}
+	}
+}
+
+func runShellInterrupt(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellInterruptArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	sh, err := lookupShell(c, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := sh.interrupt(ctx); err != nil {
+		return nil, fmt.Errorf("interrupt shell %q: %w", a.Name, err)
+	}
+	return api.ShellDoneResult{Name: a.Name}, nil
+}
+
+// interruptGrace is how long interrupt waits for a command that is about to
+// take the terminal (between the shell's fork and the job's start).
+const interruptGrace = 2 * time.Second
+
+// interrupt sends SIGINT to the terminal's foreground process group. The
+// shell itself is signalled only as a last resort (a command made of
+// builtins alone): a signal racing with the start of a job can cut the
+// command line while the job goes on, or end an interactive shell.
+func (sh *shell) interrupt(ctx context.Context) error {
+	pid := sh.cmd.Process.Pid
+	deadline := time.Now().Add(interruptGrace)
+	for {
+		sh.mu.Lock()
+		exited, running := sh.exited, sh.running
+		sh.mu.Unlock()
+		if exited {
+			return errors.New("the shell has exited; end it with shell_kill and start a new one")
+		}
+		fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
+		if err != nil || fg <= 0 {
+			// Let the terminal do it: Ctrl-C.
+			_, err := sh.pty.WriteString("\x03")
+			return err
+		}
+		if fg != pid {
+			if err := syscall.Kill(-fg, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return err
+			}
+			return nil
+		}
+		if !running {
+			return nil // the shell is idle: nothing to interrupt
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return syscall.Kill(pid, syscall.SIGINT)
+		}
+		time.Sleep(10 * time.Millisecond) // the job is about to take the terminal
+	}
+}
+
+func runShellKill(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {
+	var a api.ShellKillArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
+	}
+	sh, err := lookupShell(c, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	shells.Lock()
+	if shells.m[c.workDir][a.Name] == sh {
+		delete(shells.m[c.workDir], a.Name)
+	}
+	shells.Unlock()
+	sh.kill()
+	return api.ShellDoneResult{Name: a.Name}, nil
+}

@@ -1,0 +1,342 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// Artifacts are stored under <data-dir>/artifacts/<session>/<name>, with
+// their metadata in .meta/<name>.json beside them. Artifact names start with
+// a letter or digit, so neither .meta nor the .tmp-* upload files can clash
+// with one.
+
+// artifactDir is the directory of a session's artifacts.
+func (s *Server) artifactDir(sessionID string) string {
+	return filepath.Join(s.opts.DataDir, "artifacts", sessionID)
+}
+
+// artifactLocks serializes storing artifacts of one session, so the
+// per-session limit holds.
+var artifactLocks sync.Map // session id → *sync.Mutex
+
+func artifactLock(sessionID string) *sync.Mutex {
+	m, _ := artifactLocks.LoadOrStore(sessionID, &sync.Mutex{})
+	return m.(*sync.Mutex)
+}
+
+// listArtifactsOf reads the metadata of a session's artifacts, sorted by
+// name.
+func (s *Server) listArtifactsOf(sessionID string) ([]api.Artifact, error) {
+	metaDir := filepath.Join(s.artifactDir(sessionID), ".meta")
+	ents, err := os.ReadDir(metaDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []api.Artifact{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list artifacts: %w", err)
+	}
+	out := []api.Artifact{}
+	for _, e := range ents {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".json" || e.Name()[0] == '.' {
+			continue
+		}
+		a, err := s.readArtifactMeta(sessionID, e.Name()[:len(e.Name())-len(".json")])
+		if err != nil {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b api.Artifact) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+func (s *Server) readArtifactMeta(sessionID, name string) (api.Artifact, error) {
+	var a api.Artifact
+	b, err := os.ReadFile(filepath.Join(s.artifactDir(sessionID), ".meta", name+".json"))
+	if err != nil {
+		return a, err
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, fmt.Errorf("artifact %s metadata: %w", name, err)
+	}
+	return a, nil
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}
+
+// artifactUpload is one upload in progress on a connection.
+type artifactUpload struct {
+	seq         int64
+	name        string
+	contentType string
+	file        *os.File
+	hash        hash.Hash
+	size        int64
+	failed      bool
+}
+
+// artifactUploads receives the artifact frames of one remote connection.
+type artifactUploads struct {
+	s  *Server
+	c  *remoteConn
+	up map[int64]*artifactUpload
+}
+
+func (s *Server) newArtifactUploads(c *remoteConn) *artifactUploads {
+	return &artifactUploads{s: s, c: c, up: map[int64]*artifactUpload{}}
+}
+
+// close discards the uploads the connection did not finish.
+func (u *artifactUploads) close() {
+	for id := range u.up {
+		u.discard(id)
+	}
+}
+
+func (u *artifactUploads) discard(id int64) {
+	a := u.up[id]
+	if a == nil {
+		return
+	}
+	if a.file != nil {
+		a.file.Close()
+		os.Remove(a.file.Name())
+		a.file = nil
+	}
+	delete(u.up, id)
+}
+
+// fail discards upload id and tells the remote why.
+func (u *artifactUploads) fail(ctx context.Context, id int64, seq int64, msg string) {
+	u.discard(id)
+	u.up[id] = &artifactUpload{failed: true}
+	if err := u.c.send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: id}, Error: msg}); err != nil {
+		u.s.log.Debug("artifact ack", "session", u.c.sessionID, "err", err)
+	}
+}
+
+// frame handles a FrameArtifact.
+func (u *artifactUploads) frame(ctx context.Context, f api.Frame) {
+	a := f.Artifact
+	if a == nil {
+		u.s.log.Warn("artifact frame without an artifact", "session", u.c.sessionID)
+		return
+	}
+	switch a.Phase {
+	case api.ArtifactBegin:
+		u.begin(ctx, f.Seq, a)
+	case api.ArtifactEnd:
+		u.end(ctx, f.Seq, a)
+	case api.ArtifactAbort:
+		u.discard(a.ID)
+	default:
+		u.fail(ctx, a.ID, f.Seq, fmt.Sprintf("unknown artifact phase %q", a.Phase))
+	}
+}
+
+func (u *artifactUploads) begin(ctx context.Context, seq int64, a *api.ArtifactFrame) {
+	u.discard(a.ID)
+	if err := api.ValidateArtifactName(a.Name); err != nil {
+		u.fail(ctx, a.ID, seq, err.Error())
+		return
+	}
+	dir := u.s.artifactDir(u.c.sessionID)
+	if err := os.MkdirAll(filepath.Join(dir, ".meta"), 0o700); err != nil {
+		u.fail(ctx, a.ID, seq, "the server could not store the artifact: "+err.Error())
+		return
+	}
+	file, err := os.CreateTemp(dir, ".tmp-"+strconv.FormatInt(a.ID, 10)+"-")
+	if err != nil {
+		u.fail(ctx, a.ID, seq, "the server could not store the artifact: "+err.Error())
+		return
+	}
+	ct := a.ContentType
+	if _, _, err := mime.ParseMediaType(ct); err != nil {
+		ct = "application/octet-stream"
+	}
+	u.up[a.ID] = &artifactUpload{seq: seq, name: a.Name, contentType: ct, file: file, hash: sha256.New()}
+}
+
+// chunk handles a binary artifact chunk.
+func (u *artifactUploads) chunk(ctx context.Context, msg []byte) {
+	ch, err := api.ParseArtifactChunk(msg)
+	if err != nil {
+		u.s.log.Warn("gateway artifact chunk", "session", u.c.sessionID, "err", err)
+		return
+	}
+	a := u.up[ch.ID]
+	if a == nil || a.failed {
+		return // an upload begun on an earlier connection, or already refused
+	}
+	a.size += int64(len(ch.Data))
+	if a.size > api.MaxArtifactBytes {
+		u.fail(ctx, ch.ID, a.seq, fmt.Sprintf("artifact %s is larger than the limit of %d MiB; upload a smaller file", a.name, api.MaxArtifactBytes>>20))
+		return
+	}
+	a.hash.Write(ch.Data)
+	if _, err := a.file.Write(ch.Data); err != nil {
+		u.fail(ctx, ch.ID, a.seq, "the server could not store the artifact: "+err.Error())
+	}
+}
+
+func (u *artifactUploads) end(ctx context.Context, seq int64, f *api.ArtifactFrame) {
+	a := u.up[f.ID]
+	if a == nil {
+		u.fail(ctx, f.ID, seq, "the server did not receive the start of this artifact upload (the connection was interrupted); upload it again")
+		return
+	}
+	if a.failed {
+		return
+	}
+	sum := hex.EncodeToString(a.hash.Sum(nil))
+	if a.size != f.Size || sum != f.SHA256 {
+		u.fail(ctx, f.ID, seq, "the artifact bytes were damaged in transit (size or SHA-256 differ); upload it again")
+		return
+	}
+	art, err := u.store(a, sum)
+	if err != nil {
+		u.fail(ctx, f.ID, seq, err.Error())
+		return
+	}
+	delete(u.up, f.ID)
+	ev := []api.Event{{Type: api.EventArtifact, Time: u.s.now().UnixMilli(), CallSeq: a.seq, Artifact: &art,
+		Text: fmt.Sprintf("Stored artifact %s (%d bytes, %s).", art.Name, art.Size, art.ContentType)}}
+	if err := u.s.store.AppendEvents(ctx, u.c.sessionID, ev); err != nil {
+		u.s.log.Warn("record artifact", "session", u.c.sessionID, "err", err)
+	} else {
+		u.s.topics.publish(u.c.sessionID, ev...)
+	}
+	if err := u.c.send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: f.ID, Name: art.Name,
+		ContentType: art.ContentType, Size: art.Size, SHA256: art.SHA256}}); err != nil {
+		u.s.log.Debug("artifact ack", "session", u.c.sessionID, "err", err)
+	}
+}
+
+// store moves a complete upload into place and writes its metadata.
+func (u *artifactUploads) store(a *artifactUpload, sum string) (api.Artifact, error) {
+	sid := u.c.sessionID
+	mu := artifactLock(sid)
+	mu.Lock()
+	defer mu.Unlock()
+	existing, err := u.s.listArtifactsOf(sid)
+	if err != nil {
+		return api.Artifact{}, err
+	}
+	total := a.size
+	for _, e := range existing {
+		if e.Name != a.name {
+			total += e.Size
+		}
+	}
+	if total > api.MaxSessionArtifactBytes {
+		return api.Artifact{}, fmt.Errorf("artifact %s (%d bytes) would take this session's artifacts past their limit of %d MiB in all", a.name, a.size, api.MaxSessionArtifactBytes>>20)
+	}
+	if err := a.file.Close(); err != nil {
+		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
+	}
+	tmp := a.file.Name()
+	a.file = nil
+	dir := u.s.artifactDir(sid)
+	if err := os.Rename(tmp, filepath.Join(dir, a.name)); err != nil {
+		os.Remove(tmp)
+		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
+	}
+	art := api.Artifact{Name: a.name, Size: a.size, ContentType: a.contentType, CreatedAt: u.s.now().UTC(), SHA256: sum, CallSeq: a.seq}
+	b, _ := json.Marshal(art)
+	if err := writeFileAtomic(filepath.Join(dir, ".meta", a.name+".json"), b); err != nil {
+		return api.Artifact{}, fmt.Errorf("the server could not store the artifact's metadata: %w", err)
+	}
+	return art, nil
+}
+
+// listArtifacts serves GET /v1/sessions/{session}/artifacts.
+func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.sessionFor(r.Context(), r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	items, err := s.listArtifactsOf(sess.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.ArtifactList{Items: items})
+	return nil
+}
+
+// getArtifact serves GET /v1/sessions/{session}/artifacts/{name}: the bytes.
+func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.sessionFor(r.Context(), r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := api.ValidateArtifactName(name); err != nil {
+		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
+	}
+	a, err := s.readArtifactMeta(sess.ID, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
+	}
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(s.artifactDir(sess.ID), name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
+	}
+	if err != nil {
+		return fmt.Errorf("open artifact: %w", err)
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", a.ContentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+	if a.SHA256 != "" {
+		w.Header().Set("ETag", `"`+a.SHA256+`"`)
+	}
+	http.ServeContent(w, r, name, a.CreatedAt, f)
+	return nil
+}
