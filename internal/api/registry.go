@@ -151,7 +151,8 @@ var toolTable = []toolDef{
 		"Run a command in a persistent shell and wait for it: its output is the call's output, and the result holds its "+
 			"exit code. cd, exported variables and functions persist between runs. A command still running after "+
 			"timeout_s seconds (default 600) keeps running and the result says so: follow it with shell_read, answer its "+
-			"prompts with shell_write, stop it with shell_interrupt. Output beyond 1 MiB not yet read is dropped, oldest first.",
+			"prompts with shell_write, stop it with shell_interrupt. Output not read before (of background jobs, say) comes first; "+
+			"output beyond 1 MiB not yet read is dropped, oldest first.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
 			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)

@@ -176,6 +176,7 @@ type Capabilities struct {
 	Hostname         string   `json:"hostname"`
 	Git              string   `json:"git"`
 	ChromePath       string   `json:"chrome_path"`
+	ChromeVersion    string   `json:"chrome_version"`
 	FFmpeg           string   `json:"ffmpeg"`
 	PasswordlessSudo bool     `json:"passwordless_sudo"`
 	Tools            []string `json:"tools"`

@@ -61,6 +61,11 @@ type BrowserFileResult struct {
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Frames is how many frames a recording holds.
 	Frames int `json:"frames,omitempty"`
+	// Artifact is the file as uploaded to the control plane (download it
+	// with GET /v1/sessions/{id}/artifacts/{name}).
+	Artifact *ArtifactRef `json:"artifact,omitempty"`
+	// ArtifactError says why the upload failed; the file stays at Path.
+	ArtifactError string `json:"artifact_error,omitempty"`
 }
 
 // BrowserTextArgs reads the readable text of the page or an element.

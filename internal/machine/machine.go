@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
@@ -45,11 +47,47 @@ func Detect(ctx context.Context) api.Capabilities {
 		RemoteVersion: Version,
 	}
 	c.Hostname, _ = os.Hostname()
-	c.Git = firstLine(probe(ctx, "git", "--version"))
 	c.ChromePath = chromePath()
-	c.FFmpeg = firstLine(probe(ctx, "ffmpeg", "-version"))
-	c.PasswordlessSudo = passwordlessSudo(ctx)
+	// The probes run at once: a remote starts with them on its dispatch path.
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Git = firstLine(probe(ctx, "git", "--version")) })
+	wg.Go(func() { c.FFmpeg = firstLine(probe(ctx, "ffmpeg", "-version")) })
+	wg.Go(func() { c.PasswordlessSudo = passwordlessSudo(ctx) })
+	if c.ChromePath != "" {
+		wg.Go(func() { c.ChromeVersion = chromeVersion(ctx, c.ChromePath) })
+	}
+	wg.Wait()
 	return c
+}
+
+// chromeVersion asks the browser its version ("Chromium 156.0…"); a
+// wrapper script's noise on other lines is ignored.
+func chromeVersion(ctx context.Context, path string) string {
+	for _, line := range strings.Split(probe(ctx, path, "--version"), "\n") {
+		if strings.Contains(line, "Chrom") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
+// EnvCapabilities carries a worker's detected capabilities (JSON) to the
+// remotes it starts, so each remote need not probe the machine again.
+const EnvCapabilities = "OUTPOST_CAPABILITIES"
+
+// FromEnv returns the capabilities in OUTPOST_CAPABILITIES, if valid, with
+// this binary's tools and version.
+func FromEnv(getenv func(string) string) (*api.Capabilities, bool) {
+	raw := getenv(EnvCapabilities)
+	if raw == "" {
+		return nil, false
+	}
+	var c api.Capabilities
+	if err := json.Unmarshal([]byte(raw), &c); err != nil || c.OS == "" {
+		return nil, false
+	}
+	c.Tools, c.RemoteVersion = Tools(), Version
+	return &c, true
 }
 
 // RequireGit returns an error with an install hint when git cannot be run.

@@ -354,3 +354,22 @@ func (sc *secretScanner) find(p []byte) string {
 	sc.carry = append(sc.carry[:0:0], window[len(window)-keep:]...)
 	return ""
 }
+
+// keepArtifact uploads a file a tool made (a screenshot, a recording) as an
+// artifact when the call has a gateway connection; without one (a tool run
+// on its own) the file simply stays where it is.
+func (c *callEnv) keepArtifact(ctx context.Context, name, contentType, path string) (*api.ArtifactRef, string) {
+	if c.outbox() == nil {
+		return nil, ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer f.Close()
+	ref, err := c.uploadArtifact(ctx, name, contentType, f)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &ref, ""
+}

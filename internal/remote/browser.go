@@ -414,15 +414,13 @@ func runBrowserScreenshot(ctx context.Context, c *callEnv, raw json.RawMessage) 
 	if err != nil {
 		return nil, err
 	}
-	// TODO(artifacts): upload the PNG with callEnv.uploadArtifact
-	// (internal/remote/artifacts.go) and return its api.ArtifactRef too. It
-	// waits for the server's ack, so the tests need a gateway first; until
-	// then the file stays under the state dir and its path is returned.
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return nil, fmt.Errorf("browser: save the screenshot: %w", err)
 	}
-	return api.BrowserFileResult{Path: path, Size: int64(len(data)), ContentType: "image/png", Width: cfg.Width, Height: cfg.Height}, nil
+	res := api.BrowserFileResult{Path: path, Size: int64(len(data)), ContentType: "image/png", Width: cfg.Width, Height: cfg.Height}
+	res.Artifact, res.ArtifactError = c.keepArtifact(ctx, name, res.ContentType, path)
+	return res, nil
 }
 
 // textJS returns the readable text of the page or of the element the

@@ -290,10 +290,7 @@ func runRecordStop(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	// TODO(artifacts): upload the video with callEnv.uploadArtifact
-	// (internal/remote/artifacts.go) and return its api.ArtifactRef too. It
-	// waits for the server's ack, so the tests need a gateway first; until
-	// then the file stays under the state dir and its path is returned.
+	res.Artifact, res.ArtifactError = c.keepArtifact(ctx, filepath.Base(res.Path), res.ContentType, res.Path)
 	c.log.Info("recording stopped", "path", res.Path, "frames", res.Frames)
 	return res, nil
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
 )
 
 // Environment variables read by OptionsFromEnv.
@@ -78,6 +79,8 @@ type Options struct {
 // current directory as WorkDir.
 func OptionsFromEnv() (Options, error) {
 	o := Options{
+		// A worker passes what it detected; otherwise the remote probes.
+		Capabilities: func() *api.Capabilities { c, _ := machine.FromEnv(os.Getenv); return c }(),
 		GatewayURL:   os.Getenv(EnvGatewayURL),
 		ConnectToken: os.Getenv(EnvConnectToken),
 		SessionID:    os.Getenv(EnvSessionID),

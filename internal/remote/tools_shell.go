@@ -51,6 +51,13 @@ const (
 // tests can make it small.
 var shellBufferSize = 1 << 20
 
+// shellPrograms are the shells shell_start tries, in order, with their
+// arguments; a variable so tests can try sh.
+var shellPrograms = [][]string{
+	{"bash", "--noediting", "--norc", "--noprofile", "-i"},
+	{"sh", "-i"},
+}
+
 var shellNameRE = regexp.MustCompile(api.ShellNamePattern)
 
 // shells holds every persistent shell, per workspace (one remote session
@@ -81,6 +88,9 @@ func lookupShell(c *callEnv, name string) (*shell, error) {
 	sh := shells.m[c.workDir][name]
 	if sh == nil {
 		return nil, fmt.Errorf("no shell named %q; start it with shell_start", name)
+	}
+	if sh.cmd == nil {
+		return nil, fmt.Errorf("shell %q is still starting; try again in a moment", name)
 	}
 	return sh, nil
 }
@@ -123,12 +133,13 @@ func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	shells.Lock()
 	if old := shells.m[c.workDir][a.Name]; old != nil {
 		old.mu.Lock()
-		alive := !old.exited
+		alive := !old.exited || old.cmd == nil // a placeholder: starting
 		old.mu.Unlock()
 		if alive {
 			shells.Unlock()
 			return nil, fmt.Errorf("a shell named %q is already running; use it, or end it with shell_kill first", a.Name)
 		}
+		go old.kill() // release what the exited shell holds
 	}
 	// Reserve the name while the shell starts.
 	if shells.m[c.workDir] == nil {
@@ -163,11 +174,13 @@ func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 // startShell starts a shell and waits for its first marker prompt.
 func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
 	prog, args := "", []string(nil)
-	if p, err := exec.LookPath("bash"); err == nil {
-		prog, args = p, []string{"--noediting", "--norc", "--noprofile", "-i"}
-	} else if p, err := exec.LookPath("sh"); err == nil {
-		prog, args = p, []string{"-i"}
-	} else {
+	for _, cand := range shellPrograms {
+		if p, err := exec.LookPath(cand[0]); err == nil {
+			prog, args = p, cand[1:]
+			break
+		}
+	}
+	if prog == "" {
 		return nil, errors.New("no shell found: neither bash nor sh is on PATH; install bash")
 	}
 	tok := make([]byte, 8)
@@ -178,7 +191,7 @@ func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
 	}
 	cmd := exec.Command(prog, args...)
 	cmd.Dir = c.workDir
-	cmd.Env = mergeEnv(c.env, map[string]string{"TERM": "dumb", "PS1": "", "PS2": "", "HISTFILE": ""})
+	cmd.Env = mergeEnv(c.env, map[string]string{"TERM": "dumb"})
 	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 200})
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -195,8 +208,10 @@ func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
 	go sh.waitLoop()
 	// Command 0: no echo, no \r added to output, no history, and the marker
 	// prompt. The echo of this line itself is discarded below.
-	setup := `__op_rs=$(printf '\036'); __op_run=0; PS1="${__op_rs}` + markerTag + sh.token + `-\${__op_run}:\$?${__op_rs}"; PS2=''; ` +
-		`unset PROMPT_COMMAND HISTFILE; set +o history 2>/dev/null; stty -echo -onlcr` + "\n"
+	// (Only portable commands: an error in a special builtin would abort
+	// the line in sh.)
+	setup := `stty -echo -onlcr; __op_rs=$(printf '\036'); __op_run=0; PS2=''; unset PROMPT_COMMAND HISTFILE; ` +
+		`PS1="${__op_rs}` + markerTag + sh.token + `-\${__op_run}:\$?${__op_rs}"` + "\n"
 	if _, err := f.WriteString(setup); err != nil {
 		sh.kill()
 		return nil, fmt.Errorf("start shell: %w", err)
@@ -258,6 +273,7 @@ func (sh *shell) readLoop() {
 // caller holds mu.
 func (sh *shell) process() {
 	prefix := []byte("\x1e" + markerTag + sh.token + "-")
+	sh.scan = min(max(sh.scan, 0), len(sh.buf))
 	for {
 		i := bytes.Index(sh.buf[sh.scan:], prefix)
 		if i < 0 {
@@ -356,15 +372,31 @@ func (sh *shell) kill() {
 	}
 	sh.killed = true
 	sh.mu.Unlock()
-	pid := sh.cmd.Process.Pid
-	if fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 && fg != pid {
-		_ = syscall.Kill(-fg, syscall.SIGKILL)
-	}
-	_ = syscall.Kill(-pid, syscall.SIGHUP) // bash passes it on to its jobs
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	select {
-	case <-sh.waitDone:
-	case <-time.After(5 * time.Second):
+	case <-sh.waitDone: // reaped: its ids may belong to others now
+	default:
+		pid := sh.cmd.Process.Pid
+		fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
+		if err != nil || fg == pid {
+			fg = 0
+		}
+		// A hangup first: bash passes it on to its jobs.
+		if fg > 0 {
+			_ = syscall.Kill(-fg, syscall.SIGHUP)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGHUP)
+		select {
+		case <-sh.waitDone:
+		case <-time.After(time.Second):
+		}
+		if fg > 0 {
+			_ = syscall.Kill(-fg, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		select {
+		case <-sh.waitDone:
+		case <-time.After(5 * time.Second):
+		}
 	}
 	_ = sh.pty.Close()
 	_ = os.RemoveAll(sh.dir)
@@ -402,10 +434,11 @@ func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 		sh.mu.Unlock()
 		return nil, fmt.Errorf("shell_run: write the command file: %w", err)
 	}
-	// Output nobody read before this command is dropped.
-	sh.buf, sh.scan, sh.dropped, sh.exitCode = sh.buf[:0], 0, 0, nil
+	// Output nobody read yet (of background jobs, say) comes first.
+	sh.exitCode = nil
 	sh.running = true
 	sh.stream, sh.streamed = c.stdout, 0
+	sh.emit(len(sh.buf))
 	sh.mu.Unlock()
 	line := fmt.Sprintf("__op_run=%d; . '%s'\n", run, sh.cmdFile(run))
 	if _, err := sh.pty.WriteString(line); err != nil {
@@ -444,6 +477,9 @@ func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 			why = fmt.Errorf("still running after %s: follow it with shell_read, answer it with shell_write or stop it with shell_interrupt", timeout)
 		case <-ctx.Done():
 			why = errors.New("cancelled; the command may still be running in the shell: see shell_read, stop it with shell_interrupt")
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = errors.New("the call's time ran out; the command is still running: follow it with shell_read, answer it with shell_write or stop it with shell_interrupt")
+			}
 		}
 		sh.mu.Lock()
 		if !sh.running {
@@ -509,7 +545,7 @@ func runShellRead(ctx context.Context, c *callEnv, raw json.RawMessage) (any, er
 		if avail > 0 || sh.exitCode != nil || sh.exited || wait == 0 {
 			out := bytes.Clone(sh.buf[:avail])
 			sh.buf = sh.buf[avail:]
-			sh.scan -= avail
+			sh.scan = max(0, sh.scan-avail)
 			res := api.ShellReadResult{Running: sh.running, ExitCode: sh.exitCode, Exited: sh.exited, OutputBytes: int64(len(out)), DroppedBytes: sh.dropped}
 			sh.exitCode, sh.dropped = nil, 0
 			sh.mu.Unlock()
@@ -568,10 +604,7 @@ func (sh *shell) interrupt(ctx context.Context) error {
 			return err
 		}
 		if fg != pid {
-			if err := syscall.Kill(-fg, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return err
-			}
-			return nil
+			return sh.interruptJob(ctx, fg)
 		}
 		if !running {
 			return nil // the shell is idle: nothing to interrupt
@@ -581,6 +614,47 @@ func (sh *shell) interrupt(ctx context.Context) error {
 		}
 		time.Sleep(10 * time.Millisecond) // the job is about to take the terminal
 	}
+}
+
+// interruptJob sends SIGINT to the process group fg. A job caught between
+// its fork and its exec may lose the signal (the shell's handler is still in
+// place); where /proc shows the job's program changed after the signal, it
+// is sent again, a few times at most. A program that merely survives the
+// signal (it handles SIGINT) is not signalled twice.
+func (sh *shell) interruptJob(ctx context.Context, fg int) error {
+	for range 3 {
+		before := procExe(fg)
+		if err := syscall.Kill(-fg, syscall.SIGINT); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+			return err
+		}
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for {
+			now, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
+			if err != nil || now != fg {
+				return nil // the job is gone
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if after := procExe(fg); before == "" || after == before {
+			return nil // still there: it handles the signal
+		}
+	}
+	return nil
+}
+
+// procExe is the program a process runs, where /proc shows it; "" if not.
+func procExe(pid int) string {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	return exe
 }
 
 func runShellKill(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {

@@ -234,3 +234,19 @@ func TestShellLifecycle(t *testing.T) {
 		t.Fatal("closeShells left the shell running")
 	}
 }
+
+// TestShellWithSh runs the basics on sh, the fallback when bash is missing.
+// It is not parallel: it changes shellPrograms while no parallel test runs.
+func TestShellWithSh(t *testing.T) {
+	saved := shellPrograms
+	shellPrograms = [][]string{{"sh", "-i"}}
+	defer func() { shellPrograms = saved }()
+	tc, dir := startTestShell(t, "posix")
+	if _, err, _ := shellRun(t, tc, "posix", "mkdir -p d && cd d && export V=1", 10); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	res, err, out := shellRun(t, tc, "posix", "pwd; echo v=$V; false", 10)
+	if err == nil || res.ExitCode != 1 || out != dir+"/d\nv=1\n" {
+		t.Fatalf("run = %+v, %v, %q", res, err, out)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
 )
 
 const (
@@ -131,6 +132,9 @@ func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
 	rc := w.opts.RemoteCommand
 	cmd := exec.Command(rc[0], rc[1:]...)
 	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
+	if w.caps != "" {
+		cmd.Env = append(cmd.Env, machine.EnvCapabilities+"="+w.caps)
+	}
 	cmd.Dir = w.opts.Dir
 	p := &remoteProc{cmd: cmd, stdout: newWriter("stdout"), stderr: newWriter("stderr"), logFile: logFile,
 		exited: make(chan error, 1), stateDir: stateDir}

@@ -8,6 +8,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -91,6 +92,7 @@ type worker struct {
 	outpost  api.Outpost
 	platform string // this machine's platform, e.g. api.PlatformLinux
 	acceptor string
+	caps     string // detected capabilities (JSON), passed to remotes
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -179,8 +181,11 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 		return nil, err
 	}
 	caps := machine.Detect(ctx)
+	if b, err := json.Marshal(caps); err == nil {
+		w.caps = string(b)
+	}
 	w.log.Info("machine detected", "os", caps.OS, "arch", caps.Arch, "cpus", caps.CPUs,
-		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath),
+		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath), "chrome_version", orNone(caps.ChromeVersion),
 		"passwordless_sudo", caps.PasswordlessSudo)
 
 	if w.acceptor = opts.AcceptorID; w.acceptor == "" {
