@@ -130,3 +130,31 @@ func TestScriptSessionEndToEnd(t *testing.T) {
 		t.Errorf("sessions logs output:\n%s", logs)
 	}
 }
+
+// TestSecretSplitAcrossChunks prints a secret in pieces, with pauses, so
+// it reaches the remote's redactor across output chunks: the transcript
+// never holds it.
+func TestSecretSplitAcrossChunks(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "secrets")
+	startWorker(t, c, "secrets", token)
+	const secret = "tok-9f8e7d6c5b4a39281706"
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "secrets", Title: "split",
+		Secrets: map[string]string{"API_TOKEN": secret},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"printf 'start tok-9f8e7d'; sleep 0.2; printf '6c5b4a3'; sleep 0.2; printf '9281706 end\\n'; echo \"$API_TOKEN\" >&2"}`)},
+		}}})
+	c.waitFinal(id, 60*time.Second)
+	var all strings.Builder
+	for _, ev := range c.events(id) {
+		b, _ := json.Marshal(ev)
+		all.Write(b)
+	}
+	if strings.Contains(all.String(), secret) || strings.Contains(all.String(), "9f8e7d6c5b4a3") {
+		t.Fatalf("the transcript holds the secret:\n%s", all.String())
+	}
+	if !strings.Contains(all.String(), "REDACTED") {
+		t.Fatalf("no redaction marker in the transcript:\n%s", all.String())
+	}
+}
