@@ -58,6 +58,7 @@ type browserHost struct {
 	b      *browser
 	closed bool
 	rec    *recording
+	desk   *desktopRecording // a recording of the X display (OUTPOST_DESKTOP)
 }
 
 // browser is a running Chrome with one tab.
@@ -103,6 +104,10 @@ func (h *browserHost) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
+	if h.desk != nil {
+		_, _ = h.desk.stop()
+		h.desk = nil
+	}
 	if h.rec != nil {
 		_, _ = h.rec.stop()
 		h.rec = nil

@@ -118,6 +118,9 @@ func runRecordStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, 
 		return nil, err
 	}
 	path := filepath.Join(dir, name)
+	if display, ok := desktopDisplay(); ok {
+		return startDesktopRecording(c, display, path)
+	}
 	args, ctype, err := ffmpegArgs(path)
 	if err != nil {
 		return nil, err
@@ -280,13 +283,19 @@ func runRecordStop(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	}
 	h := c.browser
 	h.mu.Lock()
-	r := h.rec
-	h.rec = nil
+	r, desk := h.rec, h.desk
+	h.rec, h.desk = nil, nil
 	h.mu.Unlock()
-	if r == nil {
+	var res api.BrowserFileResult
+	var err error
+	switch {
+	case desk != nil:
+		res, err = desk.stop()
+	case r != nil:
+		res, err = r.stop()
+	default:
 		return nil, errors.New("no recording is running; start one with record_start")
 	}
-	res, err := r.stop()
 	if err != nil {
 		return nil, err
 	}
