@@ -120,4 +120,6 @@ type GitCloneResult struct {
 	Path   string `json:"path"`
 	Head   string `json:"head"`
 	Reused bool   `json:"reused"`
+	// Mirror is the worker's shared mirror the clone took its objects from.
+	Mirror string `json:"mirror,omitempty"`
 }

@@ -67,12 +67,19 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, fmt.Errorf("git_clone: %w", err)
 		}
+		clone := []string{"clone"}
+		if mirror := g.mirror(ctx, a.URL); mirror != "" {
+			// Objects come from the local mirror; --dissociate makes the
+			// clone independent of it.
+			clone = append(clone, "--reference-if-able", mirror, "--dissociate")
+			res.Mirror = mirror
+		}
 		if a.Ref != "" && !shaRE.MatchString(a.Ref) {
-			if err := g.run(ctx, "", "clone", "--branch", a.Ref, "--", a.URL, dir); err != nil {
+			if err := g.run(ctx, "", append(clone, "--branch", a.Ref, "--", a.URL, dir)...); err != nil {
 				return nil, err
 			}
 		} else {
-			if err := g.run(ctx, "", "clone", "--", a.URL, dir); err != nil {
+			if err := g.run(ctx, "", append(clone, "--", a.URL, dir)...); err != nil {
 				return nil, err
 			}
 			if a.Ref != "" {

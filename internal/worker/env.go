@@ -23,7 +23,7 @@ const (
 var passThrough = []string{
 	EnvChromePath,
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
-	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_DESKTOP",
+	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_DESKTOP", "OUTPOST_GIT_MIRRORS",
 }
 
 // windowsPassThrough are the system variables Windows programs need to run
