@@ -56,7 +56,7 @@ func TestDesktopRecording(t *testing.T) {
 	if err := tc.run(t, ctx, api.ToolRecordStart, api.RecordStartArgs{Name: "desk.mp4"}, &start); err != nil {
 		t.Fatal(err)
 	}
-	<-time.After(1500 * time.Millisecond) // record 1.5 s of the display
+	<-time.After(3 * time.Second) // record some seconds of the display (ffmpeg may start slowly on a busy machine)
 	var res api.BrowserFileResult
 	if err := tc.run(t, ctx, api.ToolRecordStop, api.RecordStopArgs{}, &res); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
+	"github.com/outpost-sh/outpost/internal/web"
 )
 
 // Options configure a Server. Zero values mean the documented default.
@@ -363,6 +364,16 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
+
+	// The web UI answers /, /ui/… and /static/…; it calls this API
+	// in-process with the signed-in user's token.
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log})
+	if err != nil {
+		panic(err) // embedded templates that do not parse are a build bug
+	}
+	mux.Handle("GET /{$}", ui)
+	mux.Handle("/ui/", ui)
+	mux.Handle("/static/", ui)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errNotFound("No such endpoint: %s %s.", r.Method, r.URL.Path))

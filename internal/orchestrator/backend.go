@@ -1,0 +1,311 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec is what a backend needs to create a session's machine.
+type Spec struct {
+	SessionID string
+	// Name is the machine's deterministic name, MachineName(SessionID).
+	Name string
+	// Workspace is the machine's directory under the state dir.
+	Workspace string
+	Platform  string
+	// Env is the remote's whole environment under the spawn contract: the
+	// session's connect token, never the orchestrator's API token.
+	Env []string
+	// Remote is the command that serves the session (outpost remote serve).
+	Remote []string
+}
+
+// Machine is a provisioned machine running a session's remote.
+type Machine interface {
+	// Done is closed once the remote has exited (never, when the backend
+	// cannot tell).
+	Done() <-chan struct{}
+	// Exit describes how the remote exited, once Done is closed.
+	Exit() string
+}
+
+// Backend provisions and tears down machines. Machines are named from the
+// session id, so a restarted orchestrator finds its leftovers.
+type Backend interface {
+	Name() string
+	// Provision creates the machine and starts the remote in it.
+	Provision(ctx context.Context, s Spec) (Machine, error)
+	// Adopt returns the still-running machine of a leftover workspace.
+	Adopt(ctx context.Context, s Spec) (Machine, bool)
+	// Teardown stops the machine and removes its workspace. It is
+	// idempotent.
+	Teardown(ctx context.Context, s Spec) error
+}
+
+// MachineName is the deterministic name of a session's machine.
+func MachineName(sessionID string) string { return "outpost-" + sessionID }
+
+const (
+	pidFile   = "pid"
+	killDelay = 5 * time.Second
+)
+
+// ProcessBackend runs each remote as a child process in its own process
+// group, in a fresh workspace directory that is removed afterwards.
+type ProcessBackend struct{}
+
+func (ProcessBackend) Name() string { return "process" }
+
+type procMachine struct {
+	pid  int
+	done chan struct{}
+	mu   sync.Mutex
+	exit string
+}
+
+func (m *procMachine) Done() <-chan struct{} { return m.done }
+func (m *procMachine) Exit() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.exit
+}
+
+func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
+	for _, d := range []string{filepath.Join(s.Workspace, "state"), filepath.Join(s.Workspace, "work", "repos")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create workspace: %w", err)
+		}
+	}
+	logf, err := os.OpenFile(filepath.Join(s.Workspace, "remote.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open remote log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.Remote[0], s.Remote[1:]...)
+	cmd.Env = s.Env
+	cmd.Dir = filepath.Join(s.Workspace, "work")
+	// A file, not a pipe: the remote must outlive a crashed orchestrator.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start remote: %w", err)
+	}
+	m := &procMachine{pid: cmd.Process.Pid, done: make(chan struct{})}
+	if err := writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
+		killGroup(m.pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("write pid file: %w", err)
+	}
+	go func() {
+		err := cmd.Wait()
+		m.mu.Lock()
+		m.exit = exitString(err)
+		m.mu.Unlock()
+		close(m.done)
+	}()
+	return m, nil
+}
+
+func (ProcessBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
+	pid := readPid(s.Workspace)
+	if pid <= 0 || !alive(pid) {
+		return nil, false
+	}
+	m := &procMachine{pid: pid, done: make(chan struct{})}
+	go func() { // not our child: poll
+		for alive(pid) {
+			time.Sleep(300 * time.Millisecond)
+		}
+		m.mu.Lock()
+		m.exit = "exited (adopted process, code unknown)"
+		m.mu.Unlock()
+		close(m.done)
+	}()
+	return m, true
+}
+
+func (ProcessBackend) Teardown(ctx context.Context, s Spec) error {
+	if pid := readPid(s.Workspace); pid > 0 {
+		stopGroup(pid)
+	}
+	return os.RemoveAll(s.Workspace)
+}
+
+// stopGroup asks the process group pgid to stop and kills it after
+// killDelay; the group is killed even when its leader has exited, so no
+// command the remote started outlives the machine.
+func stopGroup(pgid int) {
+	if alive(pgid) {
+		killGroup(pgid, syscall.SIGTERM)
+		deadline := time.Now().Add(killDelay)
+		for alive(pgid) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	killGroup(pgid, syscall.SIGKILL)
+}
+
+func killGroup(pgid int, sig syscall.Signal) {
+	if err := syscall.Kill(-pgid, sig); err != nil && alive(pgid) {
+		_ = syscall.Kill(pgid, sig)
+	}
+}
+
+// alive reports whether pid runs and is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no /proc: trust kill(0)
+	}
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z' && b[i+2] != 'X'
+	}
+	return true
+}
+
+func readPid(workspace string) int {
+	b, err := os.ReadFile(filepath.Join(workspace, pidFile))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// ExecBackend runs user commands with sh -c: ProvisionCmd must start the
+// remote somewhere and return; TeardownCmd removes the machine; StatusCmd,
+// optional, exits 0 while the machine runs.
+type ExecBackend struct {
+	ProvisionCmd, TeardownCmd, StatusCmd string
+	// StatusEvery is how often StatusCmd runs; zero means 2s.
+	StatusEvery time.Duration
+}
+
+func (ExecBackend) Name() string { return "exec" }
+
+// Exec environment variables, besides the spawn contract's.
+const (
+	EnvPlatform    = "OUTPOST_PLATFORM"
+	EnvWorkspace   = "OUTPOST_WORKSPACE"
+	EnvMachineName = "OUTPOST_MACHINE_NAME"
+	EnvBinary      = "OUTPOST_BIN"
+)
+
+func (b ExecBackend) env(s Spec) []string {
+	env := append([]string{}, s.Env...)
+	env = append(env, EnvPlatform+"="+s.Platform, EnvWorkspace+"="+s.Workspace, EnvMachineName+"="+s.Name)
+	if len(s.Remote) > 0 {
+		env = append(env, EnvBinary+"="+s.Remote[0])
+	}
+	return env
+}
+
+func (b ExecBackend) run(ctx context.Context, s Spec, script string) error {
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Env = b.env(s)
+	cmd.Dir = s.Workspace
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = killDelay
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		if len(msg) > 500 {
+			msg = msg[len(msg)-500:]
+		}
+		return fmt.Errorf("%s: %s", exitString(err), msg)
+	}
+	return nil
+}
+
+type execMachine struct {
+	done chan struct{}
+	exit string
+}
+
+func (m *execMachine) Done() <-chan struct{} { return m.done }
+func (m *execMachine) Exit() string          { return m.exit }
+
+func (b ExecBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
+	if err := os.MkdirAll(s.Workspace, 0o700); err != nil {
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	if err := b.run(ctx, s, b.ProvisionCmd); err != nil {
+		return nil, fmt.Errorf("provision command failed: %w", err)
+	}
+	return b.watch(s), nil
+}
+
+func (b ExecBackend) watch(s Spec) Machine {
+	m := &execMachine{done: make(chan struct{}), exit: "status command reports the machine stopped"}
+	if b.StatusCmd == "" {
+		return m // ends with the session
+	}
+	every := b.StatusEvery
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	go func() {
+		for {
+			time.Sleep(every)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := b.run(ctx, Spec{Env: s.Env, Workspace: s.Workspace, Name: s.Name, Platform: s.Platform, Remote: s.Remote}, b.StatusCmd)
+			cancel()
+			if _, statErr := os.Stat(s.Workspace); err != nil || statErr != nil {
+				close(m.done)
+				return
+			}
+		}
+	}()
+	return m
+}
+
+func (b ExecBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
+	if b.StatusCmd != "" && b.run(ctx, s, b.StatusCmd) != nil {
+		return nil, false
+	}
+	return b.watch(s), true
+}
+
+func (b ExecBackend) Teardown(ctx context.Context, s Spec) error {
+	var err error
+	if b.TeardownCmd != "" {
+		if _, statErr := os.Stat(s.Workspace); statErr == nil {
+			if e := b.run(ctx, s, b.TeardownCmd); e != nil {
+				err = fmt.Errorf("teardown command failed: %w", e)
+			}
+		}
+	}
+	return errors.Join(err, os.RemoveAll(s.Workspace))
+}
+
+func exitString(err error) string {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "exit 0"
+	case errors.As(err, &ee):
+		return ee.ProcessState.String()
+	}
+	return err.Error()
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

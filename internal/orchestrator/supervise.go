@@ -1,0 +1,140 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/worker"
+)
+
+// supervise renews the claim and waits until the remote exits, the session
+// ends, the claim is lost or ctx ends; then it tears the machine down and
+// releases the claim.
+func (o *orchestrator) supervise(ctx context.Context, s *session, claim *api.QueueEntry, spec Spec, m Machine, log *slog.Logger) {
+	o.m.MachinesActive.Inc()
+	defer o.m.MachinesActive.Dec()
+	bg := context.WithoutCancel(ctx)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	lost := make(chan struct{})
+	go o.renew(rctx, s, claim, lost, log)
+	go o.check(rctx, s)
+
+	reason, exited := "", false
+	select {
+	case <-m.Done():
+		reason, exited = "remote exited: "+m.Exit(), true
+	case <-s.ended:
+		reason = "session ended"
+	case <-lost:
+		reason = "claim lost"
+		o.m.fail("claim_lost")
+	case <-ctx.Done():
+		reason = "orchestrator shutting down"
+	}
+	stop()
+	log.Info("tearing the machine down", "reason", reason)
+	if err := o.opts.Backend.Teardown(bg, spec); err != nil {
+		log.Warn("teardown failed", "err", err)
+		o.m.fail("teardown")
+	}
+	log.Info("machine torn down")
+	select {
+	case <-lost:
+		return // not ours to release
+	default:
+	}
+	status := "not read"
+	if exited { // the queue's status can lag a remote's exit
+		status = o.confirmEnd(bg, s)
+	}
+	o.release(bg, s.id)
+	log.Info("session done", "session_status", status, "reason", reason)
+}
+
+// renew re-claims the session well before its deadline (at a third of the
+// time left), closing lost when the server says it is no longer ours.
+func (o *orchestrator) renew(ctx context.Context, s *session, claim *api.QueueEntry, lost chan<- struct{}, log *slog.Logger) {
+	deadline := worker.ClaimDeadline(claim)
+	for {
+		if worker.Sleep(ctx, worker.RenewWait(deadline, time.Now())) != nil {
+			return
+		}
+		e, err := o.c.Queue.Claim(ctx, s.id, o.acceptor)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case client.IsConflict(err) || client.IsNotFound(err):
+			log.Warn("claim renewal refused", "err", err)
+			close(lost)
+			return
+		case err != nil:
+			log.Warn("cannot renew the claim; retrying", "err", err)
+			o.m.fail("renew")
+			continue
+		}
+		deadline = worker.ClaimDeadline(e)
+		if e.Status.SessionStatus == api.QueueSessionTerminated {
+			s.end()
+		}
+	}
+}
+
+// check reads the session's entry now and then, in case the watch missed
+// its end.
+func (o *orchestrator) check(ctx context.Context, s *session) {
+	for worker.Sleep(ctx, checkEvery) == nil {
+		e, err := o.c.Queue.Get(ctx, s.id)
+		if client.IsNotFound(err) || err == nil && e.Status.SessionStatus == api.QueueSessionTerminated {
+			s.end()
+			return
+		}
+	}
+}
+
+// confirmEnd waits up to confirmWindow for the entry to show the session
+// suspended, terminated or gone (its status can lag a remote's exit).
+func (o *orchestrator) confirmEnd(ctx context.Context, s *session) string {
+	until := time.Now().Add(confirmWindow)
+	status := "unknown"
+	for {
+		e, err := o.c.Queue.Get(ctx, s.id)
+		switch {
+		case client.IsNotFound(err):
+			return "gone"
+		case err == nil:
+			status = e.Status.SessionStatus
+			if status == api.QueueSessionTerminated || status == api.QueueSessionSuspended {
+				return status
+			}
+		}
+		select {
+		case <-s.ended:
+			return status
+		default:
+		}
+		if time.Now().After(until) || worker.Sleep(ctx, 300*time.Millisecond) != nil {
+			return status
+		}
+	}
+}
+
+// release gives a claim back, with a context of its own so that shutdown
+// never drops it.
+func (o *orchestrator) release(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, err := o.c.Queue.Release(ctx, id, o.acceptor)
+	switch {
+	case err == nil:
+		o.log.Info("claim released", "session", id)
+	case client.IsConflict(err) || client.IsNotFound(err):
+		o.log.Debug("claim already gone", "session", id, "err", err)
+	default:
+		o.log.Warn("cannot release the claim; it lapses at its deadline", "session", id, "err", err)
+		o.m.fail("release")
+	}
+}

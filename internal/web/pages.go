@@ -1,0 +1,366 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
+	if token(r) == "" {
+		http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions", http.StatusSeeOther)
+}
+
+func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
+	p := page{Title: "Sign in"}
+	if r.URL.Query().Get("expired") != "" {
+		p.Notice = "Your token is no longer valid. Sign in again."
+	}
+	h.render(w, r, http.StatusOK, "signin", p)
+}
+
+func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	if tok == "" {
+		h.render(w, r, http.StatusBadRequest, "signin", page{Title: "Sign in", Error: "Enter an API token."})
+		return
+	}
+	err := h.callToken(r.Context(), r, tok, "GET", "/v1/outposts", nil, nil)
+	if ae, ok := err.(*apiError); ok && ae.Status == http.StatusUnauthorized {
+		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "This token is not valid: " + ae.Message})
+		return
+	} else if err != nil && !ok {
+		h.failAPI(w, r, err)
+		return
+	}
+	h.setCookie(w, r, tok, 0)
+	http.Redirect(w, r, "/ui/sessions", http.StatusSeeOther)
+}
+
+func (h *Handler) signout(w http.ResponseWriter, r *http.Request) {
+	h.clearCookie(w, r)
+	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+}
+
+// ---- outposts
+
+func (h *Handler) outpostsPage(w http.ResponseWriter, r *http.Request) {
+	h.renderOutposts(w, r, http.StatusOK, "", "", api.CreateOutpostRequest{Platform: api.PlatformLinux})
+}
+
+func (h *Handler) renderOutposts(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string, form api.CreateOutpostRequest) {
+	var list api.OutpostList
+	if err := h.call(r, "GET", "/v1/outposts", nil, &list); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	h.render(w, r, status, "outposts", page{Title: "Outposts", Nav: "outposts", Error: errMsg, Notice: notice, Data: map[string]any{
+		"Outposts": list.Items, "Form": form, "Platforms": []string{api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows},
+	}})
+}
+
+func (h *Handler) createOutpost(w http.ResponseWriter, r *http.Request) {
+	req := api.CreateOutpostRequest{
+		Name:        strings.TrimSpace(r.PostFormValue("name")),
+		Platform:    r.PostFormValue("platform"),
+		Description: r.PostFormValue("description"),
+	}
+	var o api.Outpost
+	if err := h.call(r, "POST", "/v1/outposts", req, &o); err != nil {
+		h.renderOutposts(w, r, statusOf(err), errText(err), "", req)
+		return
+	}
+	http.Redirect(w, r, "/ui/outposts?created="+url.QueryEscape(o.Spec.Name), http.StatusSeeOther)
+}
+
+func (h *Handler) deleteOutpost(w http.ResponseWriter, r *http.Request) {
+	path := "/v1/outposts/" + url.PathEscape(r.PathValue("outpost"))
+	if r.PostFormValue("force") != "" {
+		path += "?force=true"
+	}
+	if err := h.call(r, "DELETE", path, nil, nil); err != nil {
+		h.renderOutposts(w, r, statusOf(err), errText(err), "", api.CreateOutpostRequest{Platform: api.PlatformLinux})
+		return
+	}
+	http.Redirect(w, r, "/ui/outposts", http.StatusSeeOther)
+}
+
+// ---- sessions
+
+var statuses = []string{api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusSuspended, api.StatusResuming, api.StatusExit, api.StatusError}
+
+func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
+	in := r.URL.Query()
+	q := url.Values{}
+	for _, k := range []string{"outpost", "status", "q", "cursor"} {
+		if v := strings.TrimSpace(in.Get(k)); v != "" {
+			q.Set(k, v)
+		}
+	}
+	q.Set("first", "50")
+	var list api.SessionList
+	if err := h.call(r, "GET", "/v1/sessions?"+q.Encode(), nil, &list); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	var outposts api.OutpostList
+	_ = h.call(r, "GET", "/v1/outposts", nil, &outposts)
+	next := ""
+	if list.HasNextPage && list.Cursor != "" {
+		nq := url.Values{}
+		for _, k := range []string{"outpost", "status", "q"} {
+			if v := q.Get(k); v != "" {
+				nq.Set(k, v)
+			}
+		}
+		nq.Set("cursor", list.Cursor)
+		next = "/ui/sessions?" + nq.Encode()
+	}
+	h.render(w, r, http.StatusOK, "sessions", page{Title: "Sessions", Nav: "sessions", Data: map[string]any{
+		"Sessions": list.Items, "Total": list.Total, "Next": next, "Paged": q.Get("cursor") != "",
+		"Outposts": outposts.Items, "Statuses": statuses,
+		"Outpost": q.Get("outpost"), "Status": q.Get("status"), "Q": q.Get("q"),
+	}})
+}
+
+// newSessionForm is what the new-session form holds. Secrets are
+// write-only and never rendered back.
+type newSessionForm struct {
+	Outpost, Title, Prompt, Kind, Model, Steps string
+}
+
+func (h *Handler) newSessionPage(w http.ResponseWriter, r *http.Request) {
+	f := newSessionForm{Kind: api.AgentScript, Outpost: r.URL.Query().Get("outpost"),
+		Steps: `[
+  {"tool": "exec", "args": {"command": "echo hello from outpost"}}
+]`}
+	h.renderNewSession(w, r, http.StatusOK, "", f)
+}
+
+func (h *Handler) renderNewSession(w http.ResponseWriter, r *http.Request, status int, errMsg string, f newSessionForm) {
+	var outposts api.OutpostList
+	if err := h.call(r, "GET", "/v1/outposts", nil, &outposts); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	h.render(w, r, status, "newsession", page{Title: "New session", Nav: "new", Error: errMsg, Data: map[string]any{
+		"Outposts": outposts.Items, "Form": f,
+	}})
+}
+
+func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
+	f := newSessionForm{
+		Outpost: r.PostFormValue("outpost"), Title: r.PostFormValue("title"), Prompt: r.PostFormValue("prompt"),
+		Kind: r.PostFormValue("kind"), Model: strings.TrimSpace(r.PostFormValue("model")), Steps: r.PostFormValue("steps"),
+	}
+	req := api.CreateSessionRequest{Outpost: f.Outpost, Title: f.Title, Prompt: f.Prompt, Agent: api.Agent{Kind: f.Kind}}
+	switch f.Kind {
+	case api.AgentScript:
+		if strings.TrimSpace(f.Steps) != "" {
+			if err := json.Unmarshal([]byte(f.Steps), &req.Agent.Steps); err != nil {
+				h.renderNewSession(w, r, http.StatusBadRequest, "The steps are not a JSON array of {\"tool\", \"args\"} objects: "+err.Error(), f)
+				return
+			}
+		}
+	case api.AgentLLM:
+		req.Agent.Model = f.Model
+		req.Agent.Interactive = r.PostFormValue("interactive") != ""
+	default:
+		h.renderNewSession(w, r, http.StatusBadRequest, "Choose an agent kind: script or llm.", f)
+		return
+	}
+	secrets, err := parseSecrets(r.PostFormValue("secrets"))
+	if err != nil {
+		h.renderNewSession(w, r, http.StatusBadRequest, err.Error(), f)
+		return
+	}
+	req.Secrets = secrets
+	var s api.Session
+	if err := h.call(r, "POST", "/v1/sessions", req, &s); err != nil {
+		h.renderNewSession(w, r, statusOf(err), errText(err), f)
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
+}
+
+// parseSecrets reads KEY=VALUE lines; blank lines and # comments are skipped.
+func parseSecrets(text string) (map[string]string, error) {
+	var m map[string]string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("Secret line %d is not KEY=VALUE.", i+1)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// transcriptPage is how many events the session page shows at once.
+const transcriptPage = 500
+
+func (h *Handler) sessionPage(w http.ResponseWriter, r *http.Request) {
+	h.renderSession(w, r, http.StatusOK, "", "")
+}
+
+func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string) {
+	id := r.PathValue("session")
+	base := "/v1/sessions/" + url.PathEscape(id)
+	var s api.Session
+	if err := h.call(r, "GET", base, nil, &s); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	// Without ?after the page shows the newest events and follows live;
+	// with it, the 500 events after that sequence number.
+	var events []api.Event
+	live := true
+	afterParam := r.URL.Query().Get("after")
+	if after, err := strconv.ParseInt(afterParam, 10, 64); afterParam != "" && err == nil && after >= 0 {
+		var list api.EventList
+		if err := h.call(r, "GET", fmt.Sprintf("%s/events?after=%d&limit=%d", base, after, transcriptPage), nil, &list); err != nil {
+			h.failAPI(w, r, err)
+			return
+		}
+		events = list.Items
+		live = !list.HasNextPage
+	} else {
+		after := int64(0)
+		for {
+			var list api.EventList
+			if err := h.call(r, "GET", fmt.Sprintf("%s/events?after=%d&limit=1000", base, after), nil, &list); err != nil {
+				h.failAPI(w, r, err)
+				return
+			}
+			events = append(events, list.Items...)
+			if len(events) > transcriptPage {
+				events = slices.Clone(events[len(events)-transcriptPage:])
+			}
+			after = list.Next
+			if !list.HasNextPage {
+				break
+			}
+		}
+	}
+	last, earlier := int64(0), ""
+	if n := len(events); n > 0 {
+		last = events[n-1].Seq
+		if first := events[0].Seq; first > 1 {
+			earlier = fmt.Sprintf("/ui/sessions/%s?after=%d", url.PathEscape(id), max(0, first-1-transcriptPage))
+		}
+	}
+	var arts api.ArtifactList
+	_ = h.call(r, "GET", base+"/artifacts", nil, &arts)
+	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
+		"S": s, "Events": events, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
+		"Final": api.IsFinal(s.Status.Status), "LLM": s.Spec.Agent.Kind == api.AgentLLM,
+	}})
+}
+
+func titleOf(s api.Session) string {
+	if s.Spec.Title != "" {
+		return s.Spec.Title
+	}
+	return s.Metadata.SessionID
+}
+
+func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
+	q := url.Values{}
+	if v := r.URL.Query().Get("after"); v != "" {
+		q.Set("after", v)
+	}
+	r.Header.Set("Accept", "text/event-stream")
+	h.proxy(w, r, "/v1/sessions/"+url.PathEscape(r.PathValue("session"))+"/events", q, "Accept", "Last-Event-ID")
+}
+
+func (h *Handler) artifact(w http.ResponseWriter, r *http.Request) {
+	h.proxy(w, r, "/v1/sessions/"+url.PathEscape(r.PathValue("session"))+"/artifacts/"+url.PathEscape(r.PathValue("name")), nil, "Range", "If-Range")
+}
+
+func (h *Handler) terminate(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	req := api.TerminateRequest{Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/terminate", req, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+func (h *Handler) message(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	text := r.PostFormValue("text")
+	if strings.TrimSpace(text) == "" {
+		h.renderSession(w, r, http.StatusBadRequest, "Write a message first.", "")
+		return
+	}
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/messages", api.MessageRequest{Text: text}, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+// ---- tokens
+
+func (h *Handler) tokensPage(w http.ResponseWriter, r *http.Request) {
+	h.renderTokens(w, r, http.StatusOK, "", nil)
+}
+
+func (h *Handler) renderTokens(w http.ResponseWriter, r *http.Request, status int, errMsg string, created *api.CreateTokenResponse) {
+	var list api.TokenList
+	if err := h.call(r, "GET", "/v1/tokens", nil, &list); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	var outposts api.OutpostList
+	_ = h.call(r, "GET", "/v1/outposts", nil, &outposts)
+	h.render(w, r, status, "tokens", page{Title: "Tokens", Nav: "tokens", Error: errMsg, Data: map[string]any{
+		"Tokens": list.Items, "Scopes": api.Scopes, "Outposts": outposts.Items, "Created": created,
+	}})
+}
+
+func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	req := api.CreateTokenRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Scopes: r.PostForm["scope"], Outpost: r.PostFormValue("outpost")}
+	if v := strings.TrimSpace(r.PostFormValue("expires_in_h")); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			h.renderTokens(w, r, http.StatusBadRequest, "Expiry must be a whole number of hours.", nil)
+			return
+		}
+		req.ExpiresInS = n * 3600
+	}
+	var created api.CreateTokenResponse
+	if err := h.call(r, "POST", "/v1/tokens", req, &created); err != nil {
+		h.renderTokens(w, r, statusOf(err), errText(err), nil)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	h.renderTokens(w, r, http.StatusCreated, "", &created)
+}
+
+func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if err := h.call(r, "DELETE", "/v1/tokens/"+url.PathEscape(r.PathValue("token")), nil, nil); err != nil {
+		h.renderTokens(w, r, statusOf(err), errText(err), nil)
+		return
+	}
+	http.Redirect(w, r, "/ui/tokens", http.StatusSeeOther)
+}

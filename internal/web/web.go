@@ -1,0 +1,334 @@
+// Package web is Outpost's browser UI: server-rendered pages (html/template)
+// over the REST API, one small script for live transcripts through the
+// session event stream, and one stylesheet, all embedded in the binary.
+//
+// The UI holds no state of its own. A user signs in with an API token,
+// kept in an HttpOnly, SameSite=Strict cookie; every page calls the REST
+// API in-process with that token, so the API's scopes and outpost limits
+// apply to the UI exactly as to any client.
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// cookieName is the cookie holding the signed-in user's API token.
+const cookieName = "outpost_token"
+
+// Options configure a Handler.
+type Options struct {
+	// API serves the REST API (/v1/...). The UI calls it in-process with
+	// the signed-in user's token.
+	API http.Handler
+	// PublicURL is the server's public base URL; an https URL marks the
+	// cookie Secure.
+	PublicURL string
+	// Logger receives template errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves the UI under /, /ui/ and /static/.
+type Handler struct {
+	api     http.Handler
+	secure  bool
+	log     *slog.Logger
+	csrfKey []byte
+	pages   map[string]*template.Template
+	static  http.Handler
+	mux     *http.ServeMux
+}
+
+// New builds the UI handler.
+func New(opts Options) (*Handler, error) {
+	if opts.API == nil {
+		return nil, fmt.Errorf("web: an API handler is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Handler{
+		api:     opts.API,
+		secure:  strings.HasPrefix(strings.ToLower(opts.PublicURL), "https://"),
+		log:     opts.Logger,
+		csrfKey: make([]byte, 32),
+		pages:   map[string]*template.Template{},
+	}
+	if _, err := rand.Read(h.csrfKey); err != nil {
+		return nil, fmt.Errorf("web: csrf key: %w", err)
+	}
+	for _, p := range []string{"signin", "outposts", "sessions", "session", "newsession", "tokens", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("web: parse %s: %w", p, err)
+		}
+		h.pages[p] = t
+	}
+	sub, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	h.static = http.StripPrefix("/static/", http.FileServerFS(sub))
+	h.mux = h.routes()
+	return h, nil
+}
+
+func (h *Handler) routes() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", h.home)
+	m.Handle("GET /static/", h.static)
+	m.HandleFunc("GET /ui/signin", h.signinPage)
+	m.HandleFunc("POST /ui/signin", h.signin)
+	m.HandleFunc("POST /ui/signout", h.signout)
+	m.HandleFunc("GET /ui/outposts", h.authed(h.outpostsPage))
+	m.HandleFunc("POST /ui/outposts", h.authed(h.createOutpost))
+	m.HandleFunc("POST /ui/outposts/{outpost}/delete", h.authed(h.deleteOutpost))
+	m.HandleFunc("GET /ui/sessions", h.authed(h.sessionsPage))
+	m.HandleFunc("GET /ui/sessions/new", h.authed(h.newSessionPage))
+	m.HandleFunc("POST /ui/sessions", h.authed(h.createSession))
+	m.HandleFunc("GET /ui/sessions/{session}", h.authed(h.sessionPage))
+	m.HandleFunc("GET /ui/sessions/{session}/events", h.authed(h.sessionEvents))
+	m.HandleFunc("GET /ui/sessions/{session}/artifacts/{name}", h.authed(h.artifact))
+	m.HandleFunc("POST /ui/sessions/{session}/terminate", h.authed(h.terminate))
+	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
+	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
+	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
+	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+	return m
+}
+
+// ServeHTTP checks the CSRF token of every POST, then serves the page.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(h.csrf(r))) {
+			h.fail(w, r, http.StatusForbidden, "This form has expired or did not come from this site (missing CSRF token). Reload the page and try again.")
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// token is the signed-in user's API token, or "".
+func token(r *http.Request) string {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return ""
+	}
+	return c.Value
+}
+
+// csrf is the form token of the request's session: an HMAC of the cookie
+// with the server's random key (of a fixed string when signed out).
+func (h *Handler) csrf(r *http.Request) string {
+	m := hmac.New(sha256.New, h.csrfKey)
+	m.Write([]byte("outpost-csrf\x00" + token(r)))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+type ctxKey struct{}
+
+// authed sends signed-out users to the sign-in page.
+func (h *Handler) authed(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if token(r) == "" {
+			http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+			return
+		}
+		f(w, r)
+	}
+}
+
+// apiError is a non-2xx answer of the API.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, http.StatusText(e.Status))
+}
+
+// memWriter collects an in-process API answer.
+type memWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (m *memWriter) Header() http.Header { return m.header }
+func (m *memWriter) WriteHeader(code int) {
+	if m.status == 0 {
+		m.status = code
+	}
+}
+func (m *memWriter) Write(b []byte) (int, error) {
+	if m.status == 0 {
+		m.status = http.StatusOK
+	}
+	return m.body.Write(b)
+}
+
+// call makes one REST call with the user's token and decodes the answer
+// into out. A non-2xx answer is an *apiError.
+func (h *Handler) call(r *http.Request, method, path string, body, out any) error {
+	return h.callToken(r.Context(), r, token(r), method, path, body, out)
+}
+
+func (h *Handler) callToken(ctx context.Context, orig *http.Request, tok, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, path, rd)
+	if err != nil {
+		return err
+	}
+	req.RemoteAddr = orig.RemoteAddr
+	req.Host = orig.Host
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	mw := &memWriter{header: http.Header{}}
+	h.api.ServeHTTP(mw, req)
+	if mw.status == 0 {
+		mw.status = http.StatusOK
+	}
+	if mw.status >= 300 {
+		var er api.ErrorResponse
+		e := &apiError{Status: mw.status, Message: http.StatusText(mw.status)}
+		if json.Unmarshal(mw.body.Bytes(), &er) == nil && er.Error.Message != "" {
+			e.Code, e.Message = er.Error.Code, er.Error.Message
+		}
+		return e
+	}
+	if out != nil && mw.body.Len() > 0 {
+		if err := json.Unmarshal(mw.body.Bytes(), out); err != nil {
+			return fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// proxy forwards a streaming or binary GET to the API with the user's
+// token, writing straight to the browser (SSE, artifact downloads).
+func (h *Handler) proxy(w http.ResponseWriter, r *http.Request, path string, query url.Values, headers ...string) {
+	req := r.Clone(r.Context())
+	req.URL = &url.URL{Path: path, RawQuery: query.Encode()}
+	req.RequestURI = ""
+	req.Header = http.Header{}
+	req.Header.Set("Authorization", "Bearer "+token(r))
+	for _, k := range headers {
+		if v := r.Header.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	h.api.ServeHTTP(w, req)
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string
+	CSRF     string
+	SignedIn bool
+	Error    string
+	Notice   string
+	Data     any
+}
+
+// render writes a page with status.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.CSRF = h.csrf(r)
+	p.SignedIn = token(r) != ""
+	var buf bytes.Buffer
+	if err := h.pages[name].Execute(&buf, p); err != nil {
+		h.log.Error("web: render", "page", name, "err", err)
+		http.Error(w, "The page could not be rendered.", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail renders the error page.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	h.render(w, r, status, "error", page{Title: http.StatusText(status), Error: msg, Data: status})
+}
+
+// failAPI renders an API error, sending a signed-out user to sign in.
+func (h *Handler) failAPI(w http.ResponseWriter, r *http.Request, err error) {
+	if ae, ok := err.(*apiError); ok {
+		if ae.Status == http.StatusUnauthorized {
+			h.clearCookie(w, r)
+			http.Redirect(w, r, "/ui/signin?expired=1", http.StatusSeeOther)
+			return
+		}
+		h.fail(w, r, ae.Status, errText(err))
+		return
+	}
+	h.log.Error("web: api call", "path", r.URL.Path, "err", err)
+	h.fail(w, r, http.StatusInternalServerError, "Something went wrong on the server.")
+}
+
+// errText is an error as the user sees it.
+func errText(err error) string {
+	if ae, ok := err.(*apiError); ok {
+		return fmt.Sprintf("Refused (%d %s): %s", ae.Status, http.StatusText(ae.Status), ae.Message)
+	}
+	return "Something went wrong on the server."
+}
+
+// statusOf is the HTTP status to answer an API error with.
+func statusOf(err error) int {
+	if ae, ok := err.(*apiError); ok {
+		return ae.Status
+	}
+	return http.StatusInternalServerError
+}
+
+func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: cookieName, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil,
+	})
+}
+
+func (h *Handler) clearCookie(w http.ResponseWriter, r *http.Request) {
+	h.setCookie(w, r, "", -1)
+}

@@ -1,0 +1,92 @@
+package web
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestANSIHTMLEscapes(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain <b>&</b>":             "plain &lt;b&gt;&amp;&lt;/b&gt;",
+		"\x1b[31mred\x1b[0m ok":      `<span class="fg1">red</span> ok`,
+		"\x1b[1;92m<script>\x1b[m":   `<span class="fg10 b">&lt;script&gt;</span>`,
+		"a\x1b[2Kb\x1b]0;title\x07c": "ab0;title\x07c",
+		"\x1b[31m\"x\" onload='y'":   `<span class="fg1">&#34;x&#34; onload=&#39;y&#39;</span>`,
+	} {
+		if got := string(ansiHTML(in)); got != want {
+			t.Errorf("ansiHTML(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseSecrets(t *testing.T) {
+	m, err := parseSecrets("A=1\r\n\n# c\nB = x=y\n")
+	if err != nil || m["A"] != "1" || m["B"] != " x=y" || len(m) != 2 {
+		t.Fatalf("got %v, %v", m, err)
+	}
+	if _, err := parseSecrets("nokey"); err == nil {
+		t.Fatal("want an error for a line without =")
+	}
+}
+
+// fakeAPI accepts the token "good" and refuses everything else.
+func fakeAPI() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Authorization") != "Bearer good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"code":"unauthorized","message":"Bad token."}}`)
+			return
+		}
+		io.WriteString(w, `{"items":[]}`)
+	})
+}
+
+func TestSignInCookieAndCSRF(t *testing.T) {
+	h, err := New(Options{API: fakeAPI(), PublicURL: "https://outpost.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(form url.Values, cookie string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/ui/signin", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if cookie != "" {
+			r.AddCookie(&http.Cookie{Name: cookieName, Value: cookie})
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := post(url.Values{"token": {"good"}}, ""); w.Code != http.StatusForbidden {
+		t.Fatalf("sign in without csrf: %d, want 403", w.Code)
+	}
+	csrf := h.csrf(httptest.NewRequest("GET", "/", nil))
+	if w := post(url.Values{"token": {"bad"}, "csrf": {csrf}}, ""); w.Code != http.StatusUnauthorized {
+		t.Fatalf("sign in with a bad token: %d, want 401", w.Code)
+	}
+	w := post(url.Values{"token": {"good"}, "csrf": {csrf}}, "")
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", w.Code, w.Body)
+	}
+	c := w.Header().Get("Set-Cookie")
+	for _, want := range []string{"outpost_token=good", "HttpOnly", "SameSite=Strict", "Secure"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("cookie %q lacks %s", c, want)
+		}
+	}
+	// The signed-out form token is not valid once signed in.
+	if w := post(url.Values{"csrf": {csrf}}, "good"); w.Code != http.StatusForbidden {
+		t.Fatalf("post with another session's csrf: %d, want 403", w.Code)
+	}
+	r := httptest.NewRequest("GET", "/ui/outposts", nil)
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "No outposts yet.") {
+		t.Fatalf("outposts page: %d %s", rec.Code, rec.Body)
+	}
+}
