@@ -127,6 +127,7 @@ func runUp(ctx context.Context, f *Factory, o *UpOptions) error {
 	if gctx.Err() == nil {
 		fmt.Fprintf(out, `
 Outpost is running.
+  Web UI             %[1]s/   (sign in with the admin token)
   API and fleet API  %[1]s/v1/   (fleet: %[1]s/opbeta/outposts/)
   Gateway            %[2]s
   Metrics            %[1]s/metrics
