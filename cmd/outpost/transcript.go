@@ -125,6 +125,10 @@ func resultLine(ev api.Event, tool string) string {
 	case ev.OK != nil && !*ev.OK:
 		return "[error] " + orDash(ev.Error)
 	}
+	var edit api.EditFileResult
+	if tool == api.ToolEditFile && json.Unmarshal(ev.Value, &edit) == nil && edit.Diff != "" {
+		return strings.TrimSuffix(edit.Diff, "\n") + "\n[ok]"
+	}
 	return "[ok]"
 }
 

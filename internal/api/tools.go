@@ -82,6 +82,9 @@ type EditFileArgs struct {
 type EditFileResult struct {
 	// Line is the 1-based line where the replacement starts.
 	Line int `json:"line"`
+	// Diff shows the change as a unified diff with three lines of context
+	// (cut when long), for transcripts and people.
+	Diff string `json:"diff,omitempty"`
 }
 
 // ListDirArgs lists a directory.

@@ -182,10 +182,55 @@ func runEditFile(_ context.Context, c *callEnv, raw json.RawMessage) (any, error
 		return nil, fmt.Errorf("edit %s: old text matches %d times; it must match exactly once: include more surrounding lines", path, n)
 	}
 	i := strings.Index(content, a.Old)
-	if err := writeAtomic(path, []byte(content[:i]+a.New+content[i+len(a.Old):])); err != nil {
+	updated := content[:i] + a.New + content[i+len(a.Old):]
+	if err := writeAtomic(path, []byte(updated)); err != nil {
 		return nil, fmt.Errorf("edit: %w", err)
 	}
-	return api.EditFileResult{Line: 1 + strings.Count(content[:i], "\n")}, nil
+	return api.EditFileResult{Line: 1 + strings.Count(content[:i], "\n"), Diff: editDiff(a.Path, content, updated, i, len(a.Old), len(a.New))}, nil
+}
+
+// maxDiff bounds the diff edit_file returns.
+const maxDiff = 16 << 10
+
+// editDiff renders one replacement (at byte i, old length n, new length m)
+// as a unified diff hunk with three lines of context.
+func editDiff(name, before, after string, i, n, m int) string {
+	const context = 3
+	lineStart := strings.LastIndex(before[:i], "\n") + 1
+	oldLines := strings.Split(strings.TrimSuffix(before[lineStart:], "\n"), "\n")
+	newLines := strings.Split(strings.TrimSuffix(after[lineStart:], "\n"), "\n")
+	// Lines the replacement touches, counted from lineStart.
+	oldN := strings.Count(before[lineStart:i+n], "\n") + 1
+	newN := strings.Count(after[lineStart:i+m], "\n") + 1
+	first := strings.Count(before[:lineStart], "\n") // lines above, 0-based index of the first changed line
+	preLines := strings.Split(before[:lineStart], "\n")
+	pre := preLines[:len(preLines)-1]
+	if len(pre) > context {
+		pre = pre[len(pre)-context:]
+	}
+	post := []string{}
+	if oldN < len(oldLines) {
+		post = oldLines[oldN:min(len(oldLines), oldN+context)]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- a/%s\n+++ b/%s\n@@ -%d,%d +%d,%d @@\n", name, name,
+		first-len(pre)+1, len(pre)+oldN+len(post), first-len(pre)+1, len(pre)+newN+len(post))
+	for _, l := range pre {
+		b.WriteString(" " + l + "\n")
+	}
+	for _, l := range oldLines[:min(oldN, len(oldLines))] {
+		b.WriteString("-" + l + "\n")
+	}
+	for _, l := range newLines[:min(newN, len(newLines))] {
+		b.WriteString("+" + l + "\n")
+	}
+	for _, l := range post {
+		b.WriteString(" " + l + "\n")
+	}
+	if b.Len() > maxDiff {
+		return b.String()[:maxDiff] + "\n[diff cut]\n"
+	}
+	return b.String()
 }
 
 func runListDir(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,5 +144,25 @@ func TestListDir(t *testing.T) {
 		if res.Entries[i] != want[i] {
 			t.Errorf("entry %d = %+v, want %+v", i, res.Entries[i], want[i])
 		}
+	}
+}
+
+func TestEditFileDiff(t *testing.T) {
+	t.Parallel()
+	before := "a\nb\nc\nd\nfoo bar\ne\nf\ng\nh\n"
+	i := strings.Index(before, "foo")
+	after := before[:i] + "baz\nqux" + before[i+3:]
+	got := editDiff("x.txt", before, after, i, 3, 7)
+	want := "--- a/x.txt\n+++ b/x.txt\n@@ -2,7 +2,8 @@\n b\n c\n d\n-foo bar\n+baz\n+qux bar\n e\n f\n g\n"
+	if got != want {
+		t.Fatalf("diff:\n%s\nwant:\n%s", got, want)
+	}
+	// Against git's own diff of the same change.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), []byte(before), 0o600)
+	os.WriteFile(filepath.Join(dir, "b"), []byte(after), 0o600)
+	out, _ := exec.Command("git", "diff", "--no-index", "--no-color", filepath.Join(dir, "a"), filepath.Join(dir, "b")).Output()
+	if !strings.Contains(string(out), "@@ -2,7 +2,8 @@") {
+		t.Fatalf("git's hunk header differs:\n%s", out)
 	}
 }
