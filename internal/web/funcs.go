@@ -31,11 +31,12 @@ var funcs = template.FuncMap{
 	"ms": func(v int64) string {
 		return time.UnixMilli(v).UTC().Format("15:04:05")
 	},
-	"plain":  plainStatus,
-	"ansi":   ansiHTML,
-	"pretty": prettyJSON,
-	"join":   strings.Join,
-	"has":    func(list []string, s string) bool { return slices.Contains(list, s) },
+	"plain":     plainStatus,
+	"ansi":      ansiHTML,
+	"pretty":    prettyJSON,
+	"diffLines": diffLines,
+	"join":      strings.Join,
+	"has":       func(list []string, s string) bool { return slices.Contains(list, s) },
 	"okText": func(ok *bool) string {
 		if ok == nil {
 			return ""
@@ -180,4 +181,32 @@ func ansiHTML(text string) template.HTML {
 	}
 	flush(text[pos:])
 	return template.HTML(b.String()) //nolint:gosec // every piece of text went through html.EscapeString
+}
+
+// diffLine is one line of a rendered diff.
+type diffLine struct{ Class, Text string }
+
+// diffLines returns the lines of the unified diff a result value carries
+// (edit_file's "diff"), classed for colour, or nil.
+func diffLines(raw json.RawMessage) []diffLine {
+	var v struct {
+		Diff string `json:"diff"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v.Diff == "" {
+		return nil
+	}
+	var out []diffLine
+	for _, l := range strings.Split(strings.TrimSuffix(v.Diff, "\n"), "\n") {
+		c := ""
+		switch {
+		case strings.HasPrefix(l, "@@"):
+			c = "hunk"
+		case strings.HasPrefix(l, "+"):
+			c = "add"
+		case strings.HasPrefix(l, "-"):
+			c = "del"
+		}
+		out = append(out, diffLine{c, l})
+	}
+	return out
 }

@@ -1,10 +1,12 @@
 package web
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -88,5 +90,18 @@ func TestSignInCookieAndCSRF(t *testing.T) {
 	h.ServeHTTP(rec, r)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "No outposts yet.") {
 		t.Fatalf("outposts page: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestDiffLines(t *testing.T) {
+	t.Parallel()
+	raw := json.RawMessage(`{"line":3,"diff":"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n ctx\n-<b>old</b>\n+new\n"}`)
+	got := diffLines(raw)
+	want := []diffLine{{"del", "--- a/x"}, {"add", "+++ b/x"}, {"hunk", "@@ -1,2 +1,2 @@"}, {"", " ctx"}, {"del", "-<b>old</b>"}, {"add", "+new"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("diffLines = %+v", got)
+	}
+	if diffLines(json.RawMessage(`{"entries":[]}`)) != nil || diffLines(nil) != nil {
+		t.Fatal("a value without a diff must render no diff")
 	}
 }

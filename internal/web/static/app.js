@@ -33,6 +33,16 @@
     return e;
   }
 
+  // diffBlock renders a unified diff, one line a span, as text only.
+  function diffBlock(diff) {
+    var pre = el("pre", "diff");
+    diff.split("\n").forEach(function (line) {
+      var cls = line.startsWith("@@") ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+      pre.appendChild(el("span", cls, line + "\n"));
+    });
+    return pre;
+  }
+
   function pretty(v) {
     if (v === undefined || v === null) return "";
     if (typeof v === "string") return v;
@@ -101,7 +111,11 @@
         if (ev.ok !== undefined) li.appendChild(el("span", ev.ok ? "ok" : "failed", ev.ok ? "ok" : "failed"));
         if (ev.exit_code !== undefined) li.appendChild(document.createTextNode(" exit " + ev.exit_code));
         if (ev.error) { li.appendChild(document.createTextNode(" ")); li.appendChild(el("span", "failed", ev.error)); }
-        if (ev.value !== undefined) li.appendChild(el("pre", "args", pretty(ev.value)));
+        if (ev.value && typeof ev.value.diff === "string") {
+          li.appendChild(diffBlock(ev.value.diff));
+        } else if (ev.value !== undefined) {
+          li.appendChild(el("pre", "args", pretty(ev.value)));
+        }
         break;
       case "message":
         li.appendChild(el("span", "k", ev.role));
