@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // Spec is what a backend needs to create a session's machine.
@@ -109,7 +111,7 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	go func() {
 		err := cmd.Wait()
 		m.mu.Lock()
-		m.exit = exitString(err)
+		m.exit = worker.ExitString(err)
 		m.mu.Unlock()
 		close(m.done)
 	}()
@@ -225,7 +227,7 @@ func (b ExecBackend) run(ctx context.Context, s Spec, script string) error {
 		if len(msg) > 500 {
 			msg = msg[len(msg)-500:]
 		}
-		return fmt.Errorf("%s: %s", exitString(err), msg)
+		return fmt.Errorf("%s: %s", worker.ExitString(err), msg)
 	}
 	return nil
 }
@@ -289,17 +291,6 @@ func (b ExecBackend) Teardown(ctx context.Context, s Spec) error {
 		}
 	}
 	return errors.Join(err, os.RemoveAll(s.Workspace))
-}
-
-func exitString(err error) string {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return "exit 0"
-	case errors.As(err, &ee):
-		return ee.ProcessState.String()
-	}
-	return err.Error()
 }
 
 func writeFileAtomic(path string, b []byte) error {

@@ -55,31 +55,20 @@ func (o *orchestrator) supervise(ctx context.Context, s *session, claim *api.Que
 	log.Info("session done", "session_status", status, "reason", reason)
 }
 
-// renew re-claims the session well before its deadline (at a third of the
-// time left), closing lost when the server says it is no longer ours.
+// renew keeps the claim (worker.KeepClaim), closing lost when the server
+// says it is no longer ours and ending the session when a renewal shows it
+// terminated.
 func (o *orchestrator) renew(ctx context.Context, s *session, claim *api.QueueEntry, lost chan<- struct{}, log *slog.Logger) {
-	deadline := worker.ClaimDeadline(claim)
-	for {
-		if worker.Sleep(ctx, worker.RenewWait(deadline, time.Now())) != nil {
-			return
-		}
-		e, err := o.c.Queue.Claim(ctx, s.id, o.acceptor)
+	kept := worker.KeepClaim(ctx, o.c, o.acceptor, claim, log, func(e *api.QueueEntry, err error) {
 		switch {
-		case ctx.Err() != nil:
-			return
-		case client.IsConflict(err) || client.IsNotFound(err):
-			log.Warn("claim renewal refused", "err", err)
-			close(lost)
-			return
 		case err != nil:
-			log.Warn("cannot renew the claim; retrying", "err", err)
 			o.m.fail("renew")
-			continue
-		}
-		deadline = worker.ClaimDeadline(e)
-		if e.Status.SessionStatus == api.QueueSessionTerminated {
+		case e.Status.SessionStatus == api.QueueSessionTerminated:
 			s.end()
 		}
+	})
+	if !kept {
+		close(lost)
 	}
 }
 

@@ -93,14 +93,14 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	status := w.confirmEnd(bg, id, window)
 	w.release(bg, id, log)
 	ended := status == api.QueueSessionTerminated || status == api.QueueSessionSuspended || status == "gone"
-	log.Info("session done", "session_status", status, "remote_exit", exitString(exitErr),
+	log.Info("session done", "session_status", status, "remote_exit", ExitString(exitErr),
 		"duration", time.Since(p.startedAt).Round(time.Second))
 	if !ended {
 		if exitErr == nil {
 			exitErr = errors.New("exited cleanly")
 		}
 		return fmt.Errorf("remote for session %s stopped before the session ended (%s, session status %q); the session goes back to the queue",
-			id, exitString(exitErr), status)
+			id, ExitString(exitErr), status)
 	}
 	return nil
 }
@@ -198,30 +198,44 @@ func (w *worker) stop(p *remoteProc, log *slog.Logger) error {
 	return <-p.exited
 }
 
-// renew re-claims the session at about a third of the time left before the
-// claim deadline, until ctx ends. It closes lost when the server says the
-// claim is no longer this worker's.
+// renew keeps the worker's claim until ctx ends; see KeepClaim.
 func (w *worker) renew(ctx context.Context, claim *api.QueueEntry, lost chan<- struct{}, log *slog.Logger) {
+	if !KeepClaim(ctx, w.c, w.acceptor, claim, log, nil) {
+		close(lost)
+	}
+}
+
+// KeepClaim re-claims a session at about a third of the time left before
+// its claim deadline, until ctx ends (true) or the server says the claim
+// is no longer the acceptor's (false). onRenew, when set, sees each
+// renewal's answer; failed renewals are retried at the same cadence.
+// Workers and orchestrators keep their claims with it.
+func KeepClaim(ctx context.Context, c *client.Client, acceptor string, claim *api.QueueEntry, log *slog.Logger, onRenew func(*api.QueueEntry, error)) bool {
 	id := claim.Metadata.SessionID
 	deadline := claimDeadline(claim)
 	for {
 		if err := sleep(ctx, renewWait(deadline, time.Now())); err != nil {
-			return
+			return true
 		}
-		e, err := w.c.Queue.Claim(ctx, id, w.acceptor)
+		e, err := c.Queue.Claim(ctx, id, acceptor)
 		switch {
 		case ctx.Err() != nil:
-			return
+			return true
 		case client.IsConflict(err) || client.IsNotFound(err):
 			log.Warn("claim renewal refused", "err", err)
-			close(lost)
-			return
+			return false
 		case err != nil:
 			log.Warn("cannot renew the claim; retrying", "err", err, "claim_deadline", deadline.Format(time.TimeOnly))
+			if onRenew != nil {
+				onRenew(nil, err)
+			}
 			continue
 		}
 		deadline = claimDeadline(e)
 		log.Debug("claim renewed", "claim_deadline", deadline.Format(time.TimeOnly), "session_status", e.Status.SessionStatus)
+		if onRenew != nil {
+			onRenew(e, nil)
+		}
 	}
 }
 
@@ -282,7 +296,9 @@ func (w *worker) release(ctx context.Context, id string, log *slog.Logger) {
 	}
 }
 
-func exitString(err error) string {
+// ExitString describes how a process ended ("exit 0", "exit status 3",
+// "signal: killed").
+func ExitString(err error) string {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
