@@ -4,7 +4,7 @@ BIN ?= bin/outpost
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION)
 
-.PHONY: build test lint bench up clean
+.PHONY: build test deps lint bench up clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outpost
@@ -15,8 +15,12 @@ lint:
 	if [ -n "$$fmt" ]; then echo "gofmt would change:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...
 
-# test: lint, then every test with the race detector.
-test: lint
+# deps: install what the tests need (Debian packages), when missing.
+deps:
+	@bash scripts/test-deps.sh
+
+# test: dependencies, lint, then every test with the race detector.
+test: deps lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # bench: the benchmarks behind docs/benchmarks.md.

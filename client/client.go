@@ -50,6 +50,8 @@ type Client struct {
 	Tokens *TokensService
 	// Artifacts lists and downloads the files sessions uploaded.
 	Artifacts *ArtifactsService
+	// Workers announces workers and orchestrators and lists connected ones.
+	Workers *WorkersService
 }
 
 // Option configures a Client.
@@ -94,6 +96,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Sessions = &SessionsService{c: c}
 	c.Tokens = &TokensService{c: c}
 	c.Artifacts = &ArtifactsService{c: c}
+	c.Workers = &WorkersService{c: c}
 	return c, nil
 }
 

@@ -33,6 +33,10 @@ func (e *Error) Error() string {
 // another acceptor.
 func IsConflict(err error) bool { return hasStatus(err, http.StatusConflict) }
 
+// IsBadRequest reports whether the server refused the request as malformed
+// (HTTP 400), for example a cursor it did not issue.
+func IsBadRequest(err error) bool { return hasStatus(err, http.StatusBadRequest) }
+
 // IsNotFound reports whether err is a 404 answer.
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
 

@@ -82,13 +82,31 @@ func (s *QueueService) Claim(ctx context.Context, sessionID, acceptorID string) 
 // Release gives a claim back so the session requeues at once.
 // IsConflict(err) when acceptorID does not hold the claim.
 func (s *QueueService) Release(ctx context.Context, sessionID, acceptorID string) (*api.QueueEntry, error) {
+	return s.ReleaseWithReason(ctx, sessionID, acceptorID, "")
+}
+
+// ReleaseWithReason is Release saying why the claim is given back (for
+// example why provisioning failed); the reason goes onto the session's
+// status and transcript.
+func (s *QueueService) ReleaseWithReason(ctx context.Context, sessionID, acceptorID, reason string) (*api.QueueEntry, error) {
 	var e api.QueueEntry
 	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/release", nil,
-		api.ClaimRequest{AcceptorID: acceptorID}, &e)
+		api.ClaimRequest{AcceptorID: acceptorID, Reason: reason}, &e)
 	if err != nil {
 		return nil, err
 	}
 	return &e, nil
+}
+
+// MachineEvent puts a provisioning step of the session's machine onto its
+// transcript. Only the claim's holder may report; IsConflict(err) otherwise.
+func (s *QueueService) MachineEvent(ctx context.Context, sessionID string, req api.MachineEventRequest) (*api.Event, error) {
+	var ev api.Event
+	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/events", nil, req, &ev)
+	if err != nil {
+		return nil, err
+	}
+	return &ev, nil
 }
 
 // Watch streams the changes of outpost's queue (all outposts when empty)

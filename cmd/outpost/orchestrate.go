@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/internal/orchestrator"
+	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // OrchestrateOptions are the settings of `outpost orchestrate`.
@@ -25,6 +26,19 @@ type OrchestrateOptions struct {
 	ProvisionCmd  string
 	TeardownCmd   string
 	StatusCmd     string
+	// Bwrap backend: SRC[:DEST] bind mounts.
+	BwrapBinds   []string
+	BwrapROBinds []string
+	bwrapBinds   []orchestrator.BwrapBind
+	// Docker backend.
+	DockerImage   string
+	DockerHost    string
+	DockerCPUs    float64
+	DockerMemory  string
+	DockerNetwork string
+	DockerUlimits []string
+	dockerMemory  int64
+	dockerUlimits []*orchestrator.Ulimit
 	MetricsListen string
 	PollInterval  time.Duration
 	RetryAfter    time.Duration
@@ -35,7 +49,7 @@ type OrchestrateOptions struct {
 func NewCmdOrchestrate(f *Factory) *cobra.Command {
 	opts := &OrchestrateOptions{}
 	cmd := &cobra.Command{
-		Use:   "orchestrate --outpost NAME --backend process|exec --max-concurrent N",
+		Use:   "orchestrate --outpost NAME --backend process|exec|bwrap|docker --max-concurrent N",
 		Short: "Provision a machine per session of an outpost's queue",
 		Long: `Watch an outpost's queue and serve up to --max-concurrent sessions at once,
 each on a machine of its own: claim the session, provision the machine, start
@@ -47,10 +61,27 @@ adopts or removes the ones a crashed run left in --state-dir.
 
 Backends: process (a child process in a fresh workspace under the state dir)
 and exec (--provision-cmd, --teardown-cmd and optional --status-cmd, run with
-sh -c; see docs/orchestration.md). The token needs the outposts.machine scope.`,
+sh -c; see docs/orchestration.md). The token needs the outposts.machine scope.
+
+Backend bwrap: each session in a bubblewrap sandbox (Debian package
+bubblewrap): the host's /usr, /etc, /opt read-only, a private /tmp and HOME,
+the workspace read-write at /workspace, its own pid namespace, the host's
+network, a new terminal session and only the spawn contract's environment.
+Add binds with --bwrap-bind and --bwrap-ro-bind SRC[:DEST] (repeatable).
+
+Backend docker: a fresh container per session through the Docker Engine API
+(Docker, or Podman's Docker-compatible service) from --docker-image, which
+needs git and a glibc the outpost binary runs on. This binary is mounted
+read-only at /usr/local/bin/outpost and runs 'outpost remote serve' as the
+container's command, with only the spawn contract's variables. The network
+is "host" by default so the remote reaches a gateway on loopback.`,
 		Example: `  outpost orchestrate --outpost dev --backend process --max-concurrent 4
   outpost orchestrate --outpost gpu --backend exec --max-concurrent 8 \
-    --provision-cmd ./provision.sh --teardown-cmd ./teardown.sh --metrics-listen 127.0.0.1:9464`,
+    --provision-cmd ./provision.sh --teardown-cmd ./teardown.sh --metrics-listen 127.0.0.1:9464
+  outpost orchestrate --outpost dev --backend docker --max-concurrent 4 \
+    --docker-image outpost-agent:bookworm --docker-cpus 2 --docker-memory 4g
+  outpost orchestrate --outpost dev --backend bwrap --max-concurrent 4 \
+    --bwrap-ro-bind /srv/toolchains --bwrap-bind /srv/cache/go:/home/outpost/go`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(f); err != nil {
@@ -61,13 +92,21 @@ sh -c; see docs/orchestration.md). The token needs the outposts.machine scope.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve")
-	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process or exec")
+	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process, exec, bwrap or docker")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "most sessions served at once")
 	fl.StringVar(&opts.StateDir, "state-dir", "", "state directory: acceptor id, cursor, machine workspaces (default ~/.outpost/orchestrator)")
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (default: generated once and saved in the state dir)")
 	fl.StringVar(&opts.ProvisionCmd, "provision-cmd", "", "exec backend: command that creates the machine and starts the remote")
 	fl.StringVar(&opts.TeardownCmd, "teardown-cmd", "", "exec backend: command that removes the machine")
 	fl.StringVar(&opts.StatusCmd, "status-cmd", "", "exec backend: command that exits 0 while the machine runs (optional)")
+	fl.StringArrayVar(&opts.BwrapBinds, "bwrap-bind", nil, "bwrap backend: bind host path SRC read-write at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
+	fl.StringArrayVar(&opts.BwrapROBinds, "bwrap-ro-bind", nil, "bwrap backend: bind host path SRC read-only at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
+	fl.StringVar(&opts.DockerImage, "docker-image", "", "docker backend: image of the session containers (required; needs git and glibc)")
+	fl.StringVar(&opts.DockerHost, "docker-host", "", "docker backend: Engine API address, e.g. unix:///run/podman/podman.sock (default $DOCKER_HOST, then unix:///var/run/docker.sock)")
+	fl.Float64Var(&opts.DockerCPUs, "docker-cpus", 0, "docker backend: CPUs per container, e.g. 1.5 (default no limit)")
+	fl.StringVar(&opts.DockerMemory, "docker-memory", "", "docker backend: memory per container, e.g. 2g (default no limit)")
+	fl.StringVar(&opts.DockerNetwork, "docker-network", orchestrator.DefaultDockerNetwork, "docker backend: network mode of the containers; host lets the remote reach a loopback gateway")
+	fl.StringArrayVar(&opts.DockerUlimits, "docker-ulimit", nil, "docker backend: ulimit name=soft[:hard], repeatable (default nofile and nproc at this process's own limits)")
 	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics)")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", orchestrator.DefaultPollInterval, "how often to list the whole queue")
 	fl.DurationVar(&opts.RetryAfter, "retry-after", orchestrator.DefaultRetryAfter, "how long to leave a session whose provisioning failed before trying it again")
@@ -83,13 +122,28 @@ func (o *OrchestrateOptions) resolve(f *Factory) error {
 		return usageErrorf("--max-concurrent must be at least 1")
 	}
 	switch o.Backend {
+	case "docker":
+		if err := o.resolveDocker(f); err != nil {
+			return err
+		}
+	case "bwrap":
+		if err := o.resolveBwrap(); err != nil {
+			return err
+		}
 	case "process":
 	case "exec":
 		if o.ProvisionCmd == "" || o.TeardownCmd == "" {
 			return usageErrorf("the exec backend needs --provision-cmd and --teardown-cmd")
 		}
 	default:
-		return usageErrorf("--backend must be process or exec, not %q", o.Backend)
+		return usageErrorf("--backend must be process, exec, bwrap or docker, not %q", o.Backend)
+	}
+	if o.Backend != "bwrap" && len(o.BwrapBinds)+len(o.BwrapROBinds) > 0 {
+		return usageErrorf("--bwrap-bind and --bwrap-ro-bind need --backend bwrap")
+	}
+	if o.Backend != "docker" && (o.DockerImage != "" || o.DockerHost != "" || o.DockerCPUs != 0 || o.DockerMemory != "" ||
+		len(o.DockerUlimits) > 0 || o.DockerNetwork != orchestrator.DefaultDockerNetwork) {
+		return usageErrorf("the --docker-* flags need --backend docker")
 	}
 	if o.StateDir == "" {
 		home, err := f.UserHomeDir()
@@ -109,9 +163,35 @@ func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) erro
 	}
 	level, _ := parseLogLevel(o.LogLevel)
 	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	// Machines of the process backend run as this user: keep them out of
+	// this process's environment, where the API token is.
+	if err := worker.ProtectSecrets(); err != nil {
+		log.Warn("cannot mark the orchestrator not dumpable", "err", err)
+	}
 	var backend orchestrator.Backend = orchestrator.ProcessBackend{}
 	if o.Backend == "exec" {
 		backend = orchestrator.ExecBackend{ProvisionCmd: o.ProvisionCmd, TeardownCmd: o.TeardownCmd, StatusCmd: o.StatusCmd}
+	}
+	if o.Backend == "bwrap" {
+		bb, err := orchestrator.NewBwrapBackend(ctx, orchestrator.BwrapOptions{Binds: o.bwrapBinds})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while checking
+			}
+			return err
+		}
+		backend = bb
+	}
+	if o.Backend == "docker" {
+		db, err := o.dockerBackend(ctx, log)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while checking
+			}
+			return err
+		}
+		defer db.Close()
+		backend = db
 	}
 	metrics := orchestrator.NewMetrics()
 	if o.MetricsListen != "" {
@@ -134,4 +214,77 @@ func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) erro
 		Client: c, Outpost: o.Outpost, StateDir: o.StateDir, Backend: backend, MaxConcurrent: o.MaxConcurrent,
 		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter, Logger: log, Metrics: metrics,
 	})
+}
+
+// resolveBwrap checks and parses the bwrap backend's bind flags.
+func (o *OrchestrateOptions) resolveBwrap() error {
+	o.bwrapBinds = nil
+	for _, flag := range []struct {
+		name  string
+		specs []string
+		ro    bool
+	}{{"--bwrap-bind", o.BwrapBinds, false}, {"--bwrap-ro-bind", o.BwrapROBinds, true}} {
+		for _, spec := range flag.specs {
+			b, err := orchestrator.ParseBwrapBind(spec, flag.ro)
+			if err != nil {
+				return usageErrorf("%s: %v", flag.name, err)
+			}
+			o.bwrapBinds = append(o.bwrapBinds, b)
+		}
+	}
+	return nil
+}
+
+// resolveDocker checks and parses the docker backend's flags.
+func (o *OrchestrateOptions) resolveDocker(f *Factory) error {
+	if o.DockerImage == "" {
+		return usageErrorf("the docker backend needs --docker-image IMAGE (with git and a glibc the outpost binary runs on)")
+	}
+	if o.DockerHost == "" {
+		o.DockerHost = f.Getenv("DOCKER_HOST")
+	}
+	if o.DockerCPUs < 0 {
+		return usageErrorf("--docker-cpus must not be negative")
+	}
+	if o.DockerMemory != "" {
+		n, err := orchestrator.ParseMemory(o.DockerMemory)
+		if err != nil {
+			return usageErrorf("--docker-memory: %v", err)
+		}
+		o.dockerMemory = n
+	}
+	if o.DockerNetwork == "" {
+		return usageErrorf("--docker-network must not be empty")
+	}
+	o.dockerUlimits = nil
+	for _, s := range o.DockerUlimits {
+		u, err := orchestrator.ParseUlimit(s)
+		if err != nil {
+			return usageErrorf("--docker-ulimit: %v", err)
+		}
+		o.dockerUlimits = append(o.dockerUlimits, u)
+	}
+	return nil
+}
+
+// dockerBackend makes the docker backend and checks that its API answers
+// and its image is there (pulling it if missing), so a broken setup fails
+// at start rather than on every claimed session.
+func (o *OrchestrateOptions) dockerBackend(ctx context.Context, log *slog.Logger) (*orchestrator.DockerBackend, error) {
+	b, err := orchestrator.NewDockerBackend(orchestrator.DockerOptions{
+		Image: o.DockerImage, Host: o.DockerHost, Outpost: o.Outpost, CPUs: o.DockerCPUs, Memory: o.dockerMemory,
+		Network: o.DockerNetwork, Ulimits: o.dockerUlimits,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // a pull may take a while
+	defer cancel()
+	v, err := b.Check(cctx)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	log.Info("docker backend ready", "host", b.Host(), "api_version", v, "image", o.DockerImage, "network", o.DockerNetwork)
+	return b, nil
 }

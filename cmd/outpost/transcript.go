@@ -58,6 +58,12 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 		return p.note(ev, "remote disconnected"+reasonText(ev.Reason))
 	case api.EventResume:
 		return p.note(ev, "resumed"+reasonText(ev.Reason))
+	case api.EventMachine:
+		s := "machine " + orDash(ev.Machine) + " " + ev.Step
+		if ev.ExitCode != nil {
+			s += fmt.Sprintf(" (exit code %d)", *ev.ExitCode)
+		}
+		return p.note(ev, s+reasonText(ev.Reason))
 	case api.EventMessage:
 		text := ev.Role + ": " + ev.Text
 		for _, tc := range ev.ToolCalls {

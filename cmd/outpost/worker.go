@@ -121,6 +121,11 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 	if err != nil {
 		return err
 	}
+	// The remote and the agent's commands run as this user: keep them out
+	// of this process's environment, where the API token is.
+	if err := worker.ProtectSecrets(); err != nil {
+		slog.Warn("cannot mark the worker not dumpable", "err", err)
+	}
 	level, _ := parseLogLevel(o.LogLevel)
 	return worker.Run(ctx, worker.Options{
 		Client:       c,

@@ -19,6 +19,9 @@ const (
 	EventMessage = "message"
 	// EventArtifact records an artifact stored by a call.
 	EventArtifact = "artifact"
+	// EventMachine is a provisioning step of the session's machine,
+	// reported by the orchestrator that holds the claim.
+	EventMachine = "machine"
 )
 
 // Message roles on EventMessage events.
@@ -81,6 +84,12 @@ type Event struct {
 
 	// Artifact events: an artifact stored by call CallSeq.
 	Artifact *Artifact `json:"artifact,omitempty"`
+
+	// Machine events: Step (MachineStep*), the machine's name and backend;
+	// Reason says what happened and ExitCode how a remote exited.
+	Step    string `json:"step,omitempty"`
+	Machine string `json:"machine,omitempty"`
+	Backend string `json:"backend,omitempty"`
 }
 
 // EventList is the answer of GET /v1/sessions/{id}/events.

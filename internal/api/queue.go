@@ -93,4 +93,8 @@ type WatchEvent struct {
 // ClaimRequest is the body of claim and release.
 type ClaimRequest struct {
 	AcceptorID string `json:"acceptor_id"`
+	// Reason, on a release only, says why the claim is given back (for
+	// example why provisioning failed); it goes onto the session's status
+	// and transcript. At most 1,000 characters.
+	Reason string `json:"reason,omitempty"`
 }

@@ -3,17 +3,21 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
@@ -30,6 +34,9 @@ type Spec struct {
 	Env []string
 	// Remote is the command that serves the session (outpost remote serve).
 	Remote []string
+	// Acceptor is the orchestrator's acceptor id, for backends that label
+	// their machines with it.
+	Acceptor string
 }
 
 // Machine is a provisioned machine running a session's remote.
@@ -54,12 +61,25 @@ type Backend interface {
 	Teardown(ctx context.Context, s Spec) error
 }
 
+// LeftoverLister is implemented by backends whose machines can outlive
+// their workspace directory (containers, VMs): after a crash the
+// orchestrator adopts or removes those too.
+type LeftoverLister interface {
+	// Leftovers returns the session ids of the machines acceptor made that
+	// still exist.
+	Leftovers(ctx context.Context, acceptor string) ([]string, error)
+}
+
 // MachineName is the deterministic name of a session's machine.
 func MachineName(sessionID string) string { return "outpost-" + sessionID }
 
 const (
-	pidFile   = "pid"
-	killDelay = 5 * time.Second
+	pidFile = "pid"
+	// pidStartFile holds the boot id and the remote's start time (procStart),
+	// so a pid reused by another process after a crash or reboot is never
+	// taken for the remote.
+	pidStartFile = "pid-start"
+	killDelay    = 5 * time.Second
 )
 
 // ProcessBackend runs each remote as a child process in its own process
@@ -73,6 +93,37 @@ type procMachine struct {
 	done chan struct{}
 	mu   sync.Mutex
 	exit string
+	code int // -1 when unknown
+}
+
+// ExitCode reports the remote's exit code, when it was our child.
+func (m *procMachine) ExitCode() (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.code, m.code >= 0
+}
+
+// detectHost detects this machine's capabilities once, for the remotes of
+// the process and bwrap backends: they run on this very machine, so they
+// start without probing it again (the probes are most of a remote's
+// start-up).
+var detectHost = sync.OnceValue(func() api.Capabilities {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return machine.Detect(ctx)
+})
+
+// hostCapabilities is detectHost as the JSON of machine.EnvCapabilities.
+func hostCapabilities() string {
+	return capabilitiesJSON(detectHost())
+}
+
+func capabilitiesJSON(c api.Capabilities) string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 func (m *procMachine) Done() <-chan struct{} { return m.done }
@@ -95,6 +146,9 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	defer logf.Close()
 	cmd := exec.Command(s.Remote[0], s.Remote[1:]...)
 	cmd.Env = s.Env
+	if caps := hostCapabilities(); caps != "" {
+		cmd.Env = append(slices.Clone(s.Env), machine.EnvCapabilities+"="+caps)
+	}
 	cmd.Dir = filepath.Join(s.Workspace, "work")
 	// A file, not a pipe: the remote must outlive a crashed orchestrator.
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -102,8 +156,13 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start remote: %w", err)
 	}
-	m := &procMachine{pid: cmd.Process.Pid, done: make(chan struct{})}
-	if err := writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
+	m := &procMachine{pid: cmd.Process.Pid, done: make(chan struct{}), code: -1}
+	start := procStart(m.pid)
+	err = writeFileAtomic(filepath.Join(s.Workspace, pidStartFile), []byte(start+"\n"))
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n"))
+	}
+	if err != nil {
 		killGroup(m.pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("write pid file: %w", err)
@@ -112,6 +171,9 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 		err := cmd.Wait()
 		m.mu.Lock()
 		m.exit = worker.ExitString(err)
+		if cmd.ProcessState != nil {
+			m.code = cmd.ProcessState.ExitCode()
+		}
 		m.mu.Unlock()
 		close(m.done)
 	}()
@@ -119,13 +181,14 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 }
 
 func (ProcessBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
-	pid := readPid(s.Workspace)
+	pid := ourPid(s.Workspace)
 	if pid <= 0 || !alive(pid) {
 		return nil, false
 	}
-	m := &procMachine{pid: pid, done: make(chan struct{})}
+	start := procStart(pid)
+	m := &procMachine{pid: pid, done: make(chan struct{}), code: -1}
 	go func() { // not our child: poll
-		for alive(pid) {
+		for alive(pid) && procStart(pid) == start {
 			time.Sleep(300 * time.Millisecond)
 		}
 		m.mu.Lock()
@@ -137,10 +200,50 @@ func (ProcessBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
 }
 
 func (ProcessBackend) Teardown(ctx context.Context, s Spec) error {
-	if pid := readPid(s.Workspace); pid > 0 {
+	if pid := ourPid(s.Workspace); pid > 0 {
 		stopGroup(pid)
 	}
-	return os.RemoveAll(s.Workspace)
+	return removeWorkspace(s.Workspace)
+}
+
+// ourPid returns the pid in the workspace's pid file if that process is
+// still the remote this backend started: its start time must match the
+// one recorded, so a pid reused since a crash or reboot is left alone.
+// It returns 0 otherwise.
+func ourPid(workspace string) int {
+	pid := readPid(workspace)
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(workspace, pidStartFile))
+	if err != nil {
+		return 0 // no record (written before the pid file): never signal a process we cannot vouch for
+	}
+	if want := strings.TrimSpace(string(b)); want != "" && procStart(pid) != want {
+		return 0
+	}
+	return pid // the same process, or a system without /proc to tell
+}
+
+// procStart identifies pid's process across pid reuse: the boot's id and
+// the process's start time (/proc/PID/stat field 22, in clock ticks since
+// boot), or "" where there is no /proc.
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	// Fields after the command: state is field 3, starttime field 22.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + " " + f[19]
 }
 
 // stopGroup asks the process group pgid to stop and kills it after

@@ -24,6 +24,7 @@ import (
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
@@ -80,6 +81,7 @@ type orchestrator struct {
 	held     map[string]*session
 	retryAt  map[string]time.Time
 	sessions sync.WaitGroup
+	presence *worker.Presence
 }
 
 // session is a claimed session this orchestrator serves.
@@ -102,10 +104,21 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	o.ctx = ctx
+	host, _ := os.Hostname()
+	o.presence = worker.NewPresence(o.c, o.outpost.Metadata.OutpostID, o.acceptor, api.WorkerInfo{
+		Kind: api.WorkerKindOrchestrator, Hostname: host, Version: machine.Version, MaxSessions: opts.MaxConcurrent}, 0, o.log)
+	pctx, stopPresence := context.WithCancel(context.WithoutCancel(ctx))
+	presenceDone := make(chan struct{})
+	go func() {
+		defer close(presenceDone)
+		o.presence.Run(pctx)
+	}()
 	o.recover(ctx)
 	go o.poll(ctx)
 	o.watchLoop(ctx)
 	o.sessions.Wait()
+	stopPresence() // goodbye once every claim is released
+	<-presenceDone
 	return nil
 }
 
@@ -166,7 +179,7 @@ func newOrchestrator(ctx context.Context, opts Options) (*orchestrator, error) {
 
 func (o *orchestrator) spec(id string, claim *api.QueueEntry) Spec {
 	ws := filepath.Join(o.opts.StateDir, machinesDir, MachineName(id))
-	s := Spec{SessionID: id, Name: MachineName(id), Workspace: ws, Platform: o.platform, Remote: o.opts.RemoteCommand}
+	s := Spec{SessionID: id, Name: MachineName(id), Workspace: ws, Platform: o.platform, Remote: o.opts.RemoteCommand, Acceptor: o.acceptor}
 	if claim != nil {
 		s.Env = worker.RemoteEnv(claim, filepath.Join(ws, "state"), os.LookupEnv)
 	} else {
@@ -180,14 +193,26 @@ func (o *orchestrator) spec(id string, claim *api.QueueEntry) Spec {
 // is torn down, and claims of ours without a machine are released.
 func (o *orchestrator) recover(ctx context.Context) {
 	dirs, _ := os.ReadDir(filepath.Join(o.opts.StateDir, machinesDir))
-	seen := map[string]bool{}
+	var leftovers []string
 	for _, d := range dirs {
-		id, ok := strings.CutPrefix(d.Name(), "outpost-")
-		if !ok || !d.IsDir() {
+		if id, ok := strings.CutPrefix(d.Name(), "outpost-"); ok && d.IsDir() {
+			leftovers = append(leftovers, id)
+		}
+	}
+	if l, ok := o.opts.Backend.(LeftoverLister); ok {
+		ids, err := l.Leftovers(ctx, o.acceptor)
+		if err != nil {
+			o.log.Warn("cannot list leftover machines", "err", err)
+		}
+		leftovers = append(leftovers, ids...)
+	}
+	seen := map[string]bool{}
+	for _, id := range leftovers {
+		if seen[id] {
 			continue
 		}
 		seen[id] = true
-		log := o.log.With("session", id, "machine", d.Name())
+		log := o.log.With("session", id, "machine", MachineName(id))
 		e, err := o.c.Queue.Get(ctx, id)
 		ours := err == nil && e.Status.Phase == api.PhaseClaimed && e.Status.AcceptorID != nil && *e.Status.AcceptorID == o.acceptor &&
 			e.Status.SessionStatus != api.QueueSessionTerminated
@@ -199,6 +224,7 @@ func (o *orchestrator) recover(ctx context.Context) {
 					select {
 					case o.sem <- struct{}{}:
 						log.Info("adopted leftover machine")
+						o.report(ctx, id, api.MachineStepStart, fmt.Sprintf("The orchestrator restarted and adopted machine %s, still running.", s.Name), nil)
 						o.start(ctx, claim, m)
 						continue
 					default:
@@ -212,7 +238,9 @@ func (o *orchestrator) recover(ctx context.Context) {
 			o.m.fail("teardown")
 		}
 		if ours {
-			o.release(ctx, id)
+			why := fmt.Sprintf("the orchestrator restarted and removed machine %s, whose remote had stopped", MachineName(id))
+			o.report(ctx, id, api.MachineStepTeardown, why, nil)
+			o.releaseWhy(ctx, id, why)
 		}
 	}
 	// Claims of ours that have no machine (a crash between claim and
@@ -230,8 +258,12 @@ func (o *orchestrator) recover(ctx context.Context) {
 	}
 }
 
-// watchLoop lists the queue, then watches it from the list's cursor
-// (persisted in the state dir), until ctx ends.
+// watchLoop lists the queue, then watches it from the list's cursor, until
+// ctx ends. Each event's cursor is saved in the state dir, and a broken
+// watch reconnects from the last one so nothing is missed or replayed; the
+// queue is listed again only when the server refuses that cursor or the
+// watch keeps failing. A restart always lists first: a list is the queue's
+// whole state, while a replay shows only entries that changed.
 func (o *orchestrator) watchLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
@@ -255,17 +287,28 @@ func (o *orchestrator) watchLoop(ctx context.Context) {
 				o.schedule(ctx)
 				return nil
 			})
-			if err != nil || (events == 0 && time.Since(start) < time.Second) {
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil && (events > 0 || time.Since(start) >= time.Second) {
+				failures = 0 // the server ended a healthy stream: reconnect
+				continue
+			}
+			failures++
+			if err == nil {
+				err = errors.New("the watch stream ended at once")
+			}
+			o.m.fail("watch")
+			if client.IsBadRequest(err) || failures >= 3 {
+				o.log.Warn("queue watch failed; listing again", "err", err, "failures", failures)
 				break
 			}
-			failures = 0
+			o.log.Warn("queue watch failed; reconnecting from the saved cursor", "err", err, "failures", failures)
+			_ = worker.Sleep(ctx, time.Duration(failures)*time.Second)
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		failures++
-		o.log.Warn("queue watch failed; listing again", "err", err)
-		o.m.fail("watch")
 		_ = worker.Sleep(ctx, min(time.Duration(failures)*time.Second, time.Minute))
 	}
 }
@@ -425,6 +468,7 @@ func (o *orchestrator) provisionAndStart(ctx context.Context, claim *api.QueueEn
 		log.Info("claimed session; provisioning", "kind", claim.Spec.Kind, "backend", o.opts.Backend.Name())
 		spec := o.spec(id, claim)
 		t0 := time.Now()
+		o.report(ctx, id, api.MachineStepCreate, fmt.Sprintf("Creating machine %s (%s backend).", spec.Name, o.opts.Backend.Name()), nil)
 		m, err := o.opts.Backend.Provision(ctx, spec)
 		if err != nil {
 			log.Warn("provisioning failed; releasing the claim", "err", err)
@@ -433,14 +477,18 @@ func (o *orchestrator) provisionAndStart(ctx context.Context, claim *api.QueueEn
 			o.retryAt[id] = time.Now().Add(o.opts.RetryAfter)
 			o.mu.Unlock()
 			bg := context.WithoutCancel(ctx)
-			o.release(bg, id)
+			why := fmt.Sprintf("provisioning machine %s (%s backend) failed: %v", spec.Name, o.opts.Backend.Name(), err)
+			o.report(bg, id, api.MachineStepFailed, why, nil)
 			if terr := o.opts.Backend.Teardown(bg, spec); terr != nil {
 				log.Warn("teardown after failed provisioning", "err", terr)
 			}
+			o.releaseWhy(bg, id, why)
 			return
 		}
-		o.m.ProvisionSeconds.Observe(time.Since(t0).Seconds())
-		log.Info("machine provisioned; remote started", "took", time.Since(t0).Round(time.Millisecond))
+		took := time.Since(t0)
+		o.m.ProvisionSeconds.Observe(took.Seconds())
+		log.Info("machine provisioned; remote started", "took", took.Round(time.Millisecond))
+		o.report(ctx, id, api.MachineStepStart, fmt.Sprintf("Machine %s is up and its remote started (%s).", spec.Name, took.Round(time.Millisecond)), nil)
 		o.supervise(ctx, s, claim, spec, m, log)
 	}()
 }
@@ -462,6 +510,7 @@ func (o *orchestrator) register(id string) *session {
 	s := &session{id: id, ended: make(chan struct{})}
 	o.mu.Lock()
 	o.held[id] = s
+	o.presence.SetActive(len(o.held))
 	o.mu.Unlock()
 	o.m.ClaimsHeld.Inc()
 	return s
@@ -471,6 +520,7 @@ func (o *orchestrator) finish(id string) {
 	o.mu.Lock()
 	delete(o.held, id)
 	delete(o.entries, id)
+	o.presence.SetActive(len(o.held))
 	o.mu.Unlock()
 	o.m.ClaimsHeld.Dec()
 	<-o.sem

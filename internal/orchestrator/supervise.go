@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -27,6 +28,7 @@ func (o *orchestrator) supervise(ctx context.Context, s *session, claim *api.Que
 	select {
 	case <-m.Done():
 		reason, exited = "remote exited: "+m.Exit(), true
+		o.report(bg, s.id, api.MachineStepExit, fmt.Sprintf("The remote in machine %s exited: %s.", spec.Name, m.Exit()), exitCode(m))
 	case <-s.ended:
 		reason = "session ended"
 	case <-lost:
@@ -47,11 +49,22 @@ func (o *orchestrator) supervise(ctx context.Context, s *session, claim *api.Que
 		return // not ours to release
 	default:
 	}
+	o.report(bg, s.id, api.MachineStepTeardown, fmt.Sprintf("Machine %s removed (%s).", spec.Name, reason), nil)
 	status := "not read"
 	if exited { // the queue's status can lag a remote's exit
 		status = o.confirmEnd(bg, s)
 	}
-	o.release(bg, s.id)
+	over := status == api.QueueSessionTerminated || status == "gone"
+	select {
+	case <-s.ended:
+		over = true
+	default:
+	}
+	if over {
+		o.release(bg, s.id)
+	} else {
+		o.releaseWhy(bg, s.id, reason)
+	}
 	log.Info("session done", "session_status", status, "reason", reason)
 }
 
@@ -113,10 +126,16 @@ func (o *orchestrator) confirmEnd(ctx context.Context, s *session) string {
 
 // release gives a claim back, with a context of its own so that shutdown
 // never drops it.
-func (o *orchestrator) release(ctx context.Context, id string) {
+func (o *orchestrator) release(ctx context.Context, id string) { o.releaseWhy(ctx, id, "") }
+
+// releaseWhy is release saying why, on the session's status and transcript.
+func (o *orchestrator) releaseWhy(ctx context.Context, id, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	_, err := o.c.Queue.Release(ctx, id, o.acceptor)
+	if len(why) > 1000 {
+		why = why[:997] + "..."
+	}
+	_, err := o.c.Queue.ReleaseWithReason(ctx, id, o.acceptor, why)
 	switch {
 	case err == nil:
 		o.log.Info("claim released", "session", id)
@@ -125,5 +144,36 @@ func (o *orchestrator) release(ctx context.Context, id string) {
 	default:
 		o.log.Warn("cannot release the claim; it lapses at its deadline", "session", id, "err", err)
 		o.m.fail("release")
+	}
+}
+
+// ExitCoder is implemented by machines that know their remote's exit code.
+type ExitCoder interface {
+	// ExitCode reports the remote's exit code, once Done is closed; false
+	// when it is not known.
+	ExitCode() (int, bool)
+}
+
+func exitCode(m Machine) *int {
+	if ec, ok := m.(ExitCoder); ok {
+		if c, ok := ec.ExitCode(); ok {
+			return &c
+		}
+	}
+	return nil
+}
+
+// report puts a provisioning step onto the session's transcript. It is
+// best effort: a failure is logged, never fatal.
+func (o *orchestrator) report(ctx context.Context, id, step, msg string, code *int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if len(msg) > 2000 {
+		msg = msg[:1997] + "..."
+	}
+	_, err := o.c.Queue.MachineEvent(ctx, id, api.MachineEventRequest{AcceptorID: o.acceptor, Step: step,
+		Machine: MachineName(id), Backend: o.opts.Backend.Name(), Message: msg, ExitCode: code})
+	if err != nil {
+		o.log.Debug("cannot report a machine step", "session", id, "step", step, "err", err)
 	}
 }

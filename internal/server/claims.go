@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
@@ -92,7 +93,8 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 
 // release gives a claim back. A finished session's entry is dropped; any
 // other goes back to the queue at once.
-func (s *Server) release(ctx context.Context, sessionID, acceptor string) (store.QueueEntry, error) {
+// A non-empty reason says why, on the status and the transcript.
+func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string) (store.QueueEntry, error) {
 	now := s.now()
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if e.OutpostID == "" || e.Deleted {
@@ -102,7 +104,11 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor string) (store
 			return store.Mutation{}, errConflict("Session %s is not claimed by %q (the claim may have lapsed or moved).", sessionID, acceptor)
 		}
 		var m store.Mutation
-		requeue(&sess, &e, now, &m, fmt.Sprintf("Released by %s.", acceptor))
+		why := fmt.Sprintf("Released by %s.", acceptor)
+		if reason != "" {
+			why = fmt.Sprintf("Released by %s: %s", acceptor, sentence(reason))
+		}
+		requeue(&sess, &e, now, &m, why)
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})
@@ -297,4 +303,13 @@ func (s *Server) enforceLimits(ctx context.Context) {
 			s.log.Warn("end session past its limit", "session", id, "err", err)
 		}
 	}
+}
+
+// sentence trims s and ends it with a full stop, so reasons join cleanly.
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "!") || strings.HasSuffix(s, "?") {
+		return s
+	}
+	return s + "."
 }

@@ -127,20 +127,23 @@ func (s *Server) getQueueEntry(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func decodeAcceptor(w http.ResponseWriter, r *http.Request) (string, error) {
+func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, error) {
 	var req api.ClaimRequest
 	if err := decode(w, r, &req); err != nil {
-		return "", err
+		return req, err
 	}
 	if req.AcceptorID == "" || len(req.AcceptorID) > 200 {
-		return "", errBadRequest("acceptor_id is required (at most 200 characters).")
+		return req, errBadRequest("acceptor_id is required (at most 200 characters).")
 	}
-	return req.AcceptorID, nil
+	if len(req.Reason) > 1000 {
+		return req, errBadRequest("reason is at most 1,000 characters.")
+	}
+	return req, nil
 }
 
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id, acceptor string) (api.QueueEntry, error) {
-		res, err := s.claim(ctx, id, acceptor)
+	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
+		res, err := s.claim(ctx, id, req.AcceptorID)
 		if err != nil {
 			return api.QueueEntry{}, err
 		}
@@ -152,25 +155,25 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id, acceptor string) (api.QueueEntry, error) {
-		e, err := s.release(ctx, id, acceptor)
+	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
+		e, err := s.release(ctx, id, req.AcceptorID, req.Reason)
 		return toAPIEntry(e), err
 	})
 }
 
 // claimAction decodes {"acceptor_id"}, checks the caller may see the entry
 // and runs act, answering 404 when the entry is gone meanwhile.
-func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id, acceptor string) (api.QueueEntry, error)) error {
+func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
-	acceptor, err := decodeAcceptor(w, r)
+	req, err := decodeAcceptor(w, r)
 	if err != nil {
 		return err
 	}
 	if _, err := s.entryFor(ctx, id); err != nil {
 		return err
 	}
-	out, err := act(ctx, id, acceptor)
+	out, err := act(ctx, id, req)
 	if errors.Is(err, errGone) {
 		return errNotFound("Session %s is not in any queue.", id)
 	}

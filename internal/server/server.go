@@ -340,7 +340,13 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET "+prefix+"/{session}", s.authed(s.getQueueEntry, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/claim", s.authed(s.claimHandler, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/release", s.authed(s.releaseHandler, api.ScopeMachine))
+		mux.HandleFunc("POST "+prefix+"/{session}/events", s.authed(s.machineEvent, api.ScopeMachine))
 	}
+	// Connected workers and orchestrators: heartbeats kept in memory.
+	wk := s.newWorkers()
+	mux.HandleFunc("GET /v1/outposts/{outpost}/workers", s.authed(wk.list, read...))
+	mux.HandleFunc("PUT /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.heartbeat, api.ScopeMachine))
+	mux.HandleFunc("DELETE /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.goodbye, api.ScopeMachine))
 	mux.HandleFunc("POST /v1/sessions", s.authed(s.createSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("GET /v1/sessions", s.authed(s.listSessions, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}", s.authed(s.getSession, api.ScopeSessionsRead))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"html/template"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -52,6 +53,16 @@ var funcs = template.FuncMap{
 		}
 		return strconv.Itoa(*v)
 	},
+	"workerCount": func(n int) string {
+		if n < 0 {
+			return "?"
+		}
+		return strconv.Itoa(n)
+	},
+	"progVersion": progVersion,
+	"media":       mediaOf,
+	"artMedia":    mediaFor,
+	"duration":    sessionDuration,
 	"size": func(n int64) string {
 		switch {
 		case n >= 1<<20:
@@ -114,8 +125,21 @@ func prettyJSON(raw json.RawMessage) string {
 	if err := json.Indent(&b, raw, "", "  "); err != nil {
 		return string(raw)
 	}
-	return b.String()
+	// Go writes <, > and & in JSON strings as \u003c, \u003e, \u0026;
+	// show them as the characters (the template escapes them for HTML).
+	return htmlEscapesRE.ReplaceAllStringFunc(b.String(), func(m string) string {
+		slashes := strings.Count(m, `\`)
+		if slashes%2 == 0 { // an escaped backslash, then "u00…" as text
+			return m
+		}
+		ch := map[string]string{"3c": "<", "3e": ">", "26": "&"}[strings.ToLower(m[len(m)-2:])]
+		return m[:slashes-1] + ch
+	})
 }
+
+// htmlEscapesRE matches \u003c, \u003e and \u0026 with the backslashes
+// before them.
+var htmlEscapesRE = regexp.MustCompile(`\\+u00(?:3[cCeE]|26)`)
 
 // ansiRE matches CSI escape sequences and other lone escapes.
 var ansiRE = regexp.MustCompile("\x1b\\[([0-9;?]*)([A-Za-z])|\x1b[^\\[]?")
@@ -209,4 +233,97 @@ func diffLines(raw json.RawMessage) []diffLine {
 		out = append(out, diffLine{c, l})
 	}
 	return out
+}
+
+// progVersion shortens a program's version line for a table cell:
+// "git version 2.39.5" is "2.39.5", "ffmpeg version 5.1.9-0+deb12u1
+// Copyright…" is "5.1.9-0+deb12u1", "Chromium 156.0.1 built on…" is
+// "Chromium 156.0.1"; an empty one is "no".
+func progVersion(line string) template.HTML {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return `<span class="no">no</span>`
+	}
+	out := strings.Join(f[:min(2, len(f))], " ")
+	for i, w := range f {
+		if w == "version" && i+1 < len(f) {
+			out = f[i+1]
+			break
+		}
+	}
+	if len(out) > 40 {
+		out = out[:40]
+	}
+	return template.HTML(`<span title="` + html.EscapeString(line) + `">` + html.EscapeString(out) + `</span>`) //nolint:gosec // escaped
+}
+
+// media is an artifact the session page shows inline.
+type media struct {
+	Name, ContentType string
+	URL               string // through the UI, with the user's token
+	Image, Video      bool
+}
+
+// mediaOf returns the image or video artifact a tool result refers to:
+// value.artifact of a browser_screenshot or record_stop result, or the
+// value of an upload_artifact result. Names that are not valid artifact
+// names are ignored.
+func mediaOf(sessionID, tool string, raw json.RawMessage) *media {
+	if len(raw) == 0 {
+		return nil
+	}
+	var v struct {
+		Artifact *api.ArtifactRef `json:"artifact"`
+		api.ArtifactRef
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	ref := v.Artifact
+	if ref == nil && tool == api.ToolUploadArtifact {
+		ref = &v.ArtifactRef
+	}
+	if ref == nil {
+		return nil
+	}
+	return mediaFor(sessionID, ref.Name, ref.ContentType)
+}
+
+// mediaFor says how an artifact of a content type is shown inline, or nil.
+func mediaFor(sessionID, name, contentType string) *media {
+	if api.ValidateArtifactName(name) != nil || sessionID == "" {
+		return nil
+	}
+	ct, _, _ := strings.Cut(strings.ToLower(contentType), ";")
+	ct = strings.TrimSpace(ct)
+	m := &media{Name: name, ContentType: ct, URL: "/ui/sessions/" + url.PathEscape(sessionID) + "/artifacts/" + name}
+	switch {
+	case strings.HasPrefix(ct, "image/"):
+		m.Image = true
+	case ct == "video/webm" || ct == "video/mp4" || ct == "video/ogg":
+		m.Video = true
+	default:
+		return nil
+	}
+	return m
+}
+
+// sessionDuration is how long a session ran: from its start to its end,
+// or to now while it runs; "" before it started.
+func sessionDuration(st api.SessionStatus) string {
+	if st.StartedAt == nil {
+		return ""
+	}
+	end := time.Now()
+	if st.EndedAt != nil {
+		end = time.Unix(*st.EndedAt, 0)
+	}
+	d := end.Sub(time.Unix(*st.StartedAt, 0)).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	if st.EndedAt == nil {
+		return d.String() + " so far"
+	}
+	return d.String()
 }

@@ -63,9 +63,31 @@ func (h *Handler) renderOutposts(w http.ResponseWriter, r *http.Request, status 
 		h.failAPI(w, r, err)
 		return
 	}
+	// Connected workers, per outpost; an outpost whose list cannot be read
+	// shows "?" rather than failing the page.
+	counts := map[string]int{}
+	var connected []outpostWorker
+	for _, o := range list.Items {
+		var wl api.WorkerList
+		if err := h.call(r, "GET", "/v1/outposts/"+url.PathEscape(o.Metadata.OutpostID)+"/workers", nil, &wl); err != nil {
+			counts[o.Metadata.OutpostID] = -1
+			continue
+		}
+		counts[o.Metadata.OutpostID] = len(wl.Items)
+		for _, wk := range wl.Items {
+			connected = append(connected, outpostWorker{Outpost: o.Spec.Name, Worker: wk})
+		}
+	}
 	h.render(w, r, status, "outposts", page{Title: "Outposts", Nav: "outposts", Error: errMsg, Notice: notice, Data: map[string]any{
 		"Outposts": list.Items, "Form": form, "Platforms": []string{api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows},
+		"WorkerCounts": counts, "Workers": connected,
 	}})
+}
+
+// outpostWorker is a connected worker with its outpost's name.
+type outpostWorker struct {
+	Outpost string
+	api.Worker
 }
 
 func (h *Handler) createOutpost(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +157,7 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 // newSessionForm is what the new-session form holds. Secrets are
 // write-only and never rendered back.
 type newSessionForm struct {
-	Outpost, Title, Prompt, Kind, Model, Steps string
+	Outpost, Title, Prompt, Kind, Model, Steps, Repos string
 }
 
 func (h *Handler) newSessionPage(w http.ResponseWriter, r *http.Request) {
@@ -161,6 +183,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	f := newSessionForm{
 		Outpost: r.PostFormValue("outpost"), Title: r.PostFormValue("title"), Prompt: r.PostFormValue("prompt"),
 		Kind: r.PostFormValue("kind"), Model: strings.TrimSpace(r.PostFormValue("model")), Steps: r.PostFormValue("steps"),
+		Repos: r.PostFormValue("repos"),
 	}
 	req := api.CreateSessionRequest{Outpost: f.Outpost, Title: f.Title, Prompt: f.Prompt, Agent: api.Agent{Kind: f.Kind}}
 	switch f.Kind {
@@ -178,6 +201,12 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		h.renderNewSession(w, r, http.StatusBadRequest, "Choose an agent kind: script or llm.", f)
 		return
 	}
+	repos, err := parseRepos(f.Repos)
+	if err != nil {
+		h.renderNewSession(w, r, http.StatusBadRequest, err.Error(), f)
+		return
+	}
+	req.Repos = repos
 	secrets, err := parseSecrets(r.PostFormValue("secrets"))
 	if err != nil {
 		h.renderNewSession(w, r, http.StatusBadRequest, err.Error(), f)
@@ -190,6 +219,31 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
+}
+
+// parseRepos reads one repository a line: its URL, then optionally the
+// ref to check out and the directory name under repos/, separated by
+// spaces. Blank lines and # comments are skipped.
+func parseRepos(text string) ([]api.Repo, error) {
+	var out []api.Repo
+	for i, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) > 3 {
+			return nil, fmt.Errorf("Repository line %d has more than a URL, a ref and a name.", i+1)
+		}
+		repo := api.Repo{URL: f[0]}
+		if len(f) > 1 {
+			repo.Ref = f[1]
+		}
+		if len(f) > 2 {
+			repo.Name = f[2]
+		}
+		out = append(out, repo)
+	}
+	return out, nil
 }
 
 // parseSecrets reads KEY=VALUE lines; blank lines and # comments are skipped.
@@ -242,21 +296,10 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 		events = list.Items
 		live = !list.HasNextPage
 	} else {
-		after := int64(0)
-		for {
-			var list api.EventList
-			if err := h.call(r, "GET", fmt.Sprintf("%s/events?after=%d&limit=1000", base, after), nil, &list); err != nil {
-				h.failAPI(w, r, err)
-				return
-			}
-			events = append(events, list.Items...)
-			if len(events) > transcriptPage {
-				events = slices.Clone(events[len(events)-transcriptPage:])
-			}
-			after = list.Next
-			if !list.HasNextPage {
-				break
-			}
+		var err error
+		if events, err = h.newestEvents(r, base); err != nil {
+			h.failAPI(w, r, err)
+			return
 		}
 	}
 	last, earlier := int64(0), ""
@@ -272,6 +315,68 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 		"S": s, "Events": events, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": api.IsFinal(s.Status.Status), "LLM": s.Spec.Agent.Kind == api.AgentLLM,
 	}})
+}
+
+// newestEvents returns the last transcriptPage events of a session
+// without reading the rest: whether an event after k exists turns from yes
+// to no at the last event's sequence number, so a doubling search and then
+// a bisection with one-event reads find it to within tailSlack in
+// O(log n) reads; one read then fetches the window. Transcript sequence
+// numbers count up from 1 without gaps, so the window holds transcriptPage
+// events (fewer only if a store ever left gaps).
+func (h *Handler) newestEvents(r *http.Request, base string) ([]api.Event, error) {
+	const tailSlack = 64
+	read := func(after int64, limit int) (api.EventList, error) {
+		var list api.EventList
+		err := h.call(r, "GET", fmt.Sprintf("%s/events?after=%d&limit=%d", base, after, limit), nil, &list)
+		return list, err
+	}
+	// A short transcript is one read.
+	list, err := read(0, transcriptPage)
+	if err != nil || !list.HasNextPage {
+		return list.Items, err
+	}
+	// An event after lo exists; none after hi.
+	lo, hi := int64(transcriptPage), int64(0)
+	for step := int64(2 * transcriptPage); hi == 0; step *= 2 {
+		l, err := read(lo+step, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(l.Items) == 0 {
+			hi = lo + step
+		} else {
+			lo = max(lo+step, l.Items[0].Seq-1)
+		}
+	}
+	for hi-lo > tailSlack {
+		mid := lo + (hi-lo)/2
+		l, err := read(mid, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(l.Items) == 0 {
+			hi = mid
+		} else {
+			lo = max(mid, l.Items[0].Seq-1)
+		}
+	}
+	// The last event is in (lo, hi]: read from transcriptPage before lo.
+	list, err = read(max(0, lo+1-transcriptPage), transcriptPage+int(hi-lo))
+	if err != nil {
+		return nil, err
+	}
+	events := list.Items
+	for list.HasNextPage { // events were added meanwhile
+		if list, err = read(list.Next, 1000); err != nil {
+			return nil, err
+		}
+		events = append(events, list.Items...)
+	}
+	if len(events) > transcriptPage {
+		events = slices.Clone(events[len(events)-transcriptPage:])
+	}
+	return events, nil
 }
 
 func titleOf(s api.Session) string {

@@ -30,6 +30,9 @@ type fakeServer struct {
 	refuseRenewals  bool
 	statusAfterExit string // session_status reported by GET once claimed
 	claimed         chan string
+	heartbeats      []api.WorkerInfo // in arrival order
+	goodbyes        []string         // "outpost acceptor"
+	failHeartbeats  bool             // answer heartbeats with 500
 }
 
 func newFakeServer(t *testing.T, platform string) (*fakeServer, *client.Client) {
@@ -41,6 +44,8 @@ func newFakeServer(t *testing.T, platform string) (*fakeServer, *client.Client) 
 	mux.HandleFunc("GET /v1/queue/{id}", fs.getEntry)
 	mux.HandleFunc("POST /v1/queue/{id}/claim", fs.claim)
 	mux.HandleFunc("POST /v1/queue/{id}/release", fs.release)
+	mux.HandleFunc("PUT /v1/outposts/{name}/workers/{acceptor}", fs.heartbeat)
+	mux.HandleFunc("DELETE /v1/outposts/{name}/workers/{acceptor}", fs.goodbye)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	c, err := client.New(srv.URL, "worker-secret-token")
@@ -186,4 +191,33 @@ func (fs *fakeServer) snapshot() (claims, releases []string) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return slices.Clone(fs.claims), slices.Clone(fs.releases)
+}
+
+func (fs *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var info api.WorkerInfo
+	if err := json.NewDecoder(r.Body).Decode(&info); err != nil || r.PathValue("name") != "op-1" {
+		replyErr(w, 400, "bad heartbeat")
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.failHeartbeats {
+		replyErr(w, 500, "heartbeats are down")
+		return
+	}
+	fs.heartbeats = append(fs.heartbeats, info)
+	reply(w, 200, api.Worker{AcceptorID: r.PathValue("acceptor"), OutpostID: "op-1", WorkerInfo: info, HeartbeatIntervalS: 30})
+}
+
+func (fs *fakeServer) goodbye(w http.ResponseWriter, r *http.Request) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.goodbyes = append(fs.goodbyes, r.PathValue("name")+" "+r.PathValue("acceptor"))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (fs *fakeServer) presence() (heartbeats []api.WorkerInfo, goodbyes []string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return slices.Clone(fs.heartbeats), slices.Clone(fs.goodbyes)
 }

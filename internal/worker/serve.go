@@ -57,6 +57,8 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	id := claim.Metadata.SessionID
 	log := w.log.With("session", id)
 	log.Info("claimed session", "kind", claim.Spec.Kind)
+	w.presence.serving(id)
+	defer w.presence.serving("")
 	// Renewals during the grace period and the final release must outlive ctx.
 	bg := context.WithoutCancel(ctx)
 

@@ -68,6 +68,10 @@ type Options struct {
 	// session id; otherwise they go to Logger. They are always written to
 	// the session's remote.log too.
 	Stdout io.Writer
+	// HeartbeatInterval is how often the worker announces itself to the
+	// server (connected workers are listed on the outpost). Zero means the
+	// interval the server asks for, api.WorkerHeartbeatInterval by default.
+	HeartbeatInterval time.Duration
 }
 
 // ErrPlatformMismatch is returned by Run when the outpost's platform is not
@@ -93,6 +97,7 @@ type worker struct {
 	platform string // this machine's platform, e.g. api.PlatformLinux
 	acceptor string
 	caps     string // detected capabilities (JSON), passed to remotes
+	presence *Presence
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -107,6 +112,18 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return err
 	}
+	// Presence outlives ctx until Run returns: a worker finishing its
+	// session in the grace period is still connected.
+	pctx, stopPresence := context.WithCancel(context.WithoutCancel(ctx))
+	presenceDone := make(chan struct{})
+	go func() {
+		defer close(presenceDone)
+		w.presence.Run(pctx)
+	}()
+	defer func() {
+		stopPresence()
+		<-presenceDone
+	}()
 	if opts.SessionID != "" {
 		err = w.runSession(ctx, opts.SessionID)
 	} else {
@@ -193,6 +210,7 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 			return nil, err
 		}
 	}
+	w.presence = newPresence(w, caps)
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
 		"platform", w.platform, "acceptor_id", w.acceptor, "dir", opts.Dir)
 	return w, nil

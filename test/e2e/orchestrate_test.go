@@ -136,19 +136,54 @@ func TestOrchestrateProcessBackend(t *testing.T) {
 		t.Fatalf("never saw a machine workspace (max %d, pids %v)", most, pids)
 	}
 	assertNothingLeft(t, state, pids)
+	for _, id := range ids {
+		assertMachineSteps(t, c, id, api.MachineStepCreate, api.MachineStepStart, api.MachineStepTeardown)
+	}
 }
 
-// TestOrchestrateBurstHonoursMaxConcurrent creates 20 sessions at once for
-// an orchestrator with --max-concurrent 3: never more than 3 machines exist
-// at once, and all 20 finish.
+// assertMachineSteps waits until the session's transcript shows the
+// orchestrator's provisioning steps, in this order (others may come
+// between).
+func assertMachineSteps(t *testing.T, c *cluster, id string, want ...string) []api.Event {
+	t.Helper()
+	var got []api.Event
+	waitFor(t, 20*time.Second, "provisioning steps "+strings.Join(want, ",")+" on the transcript", func() bool {
+		var list api.EventList
+		if c.api("GET", "/v1/sessions/"+id+"/events?limit=1000", c.admin, nil, &list) != 200 {
+			return false
+		}
+		got = got[:0]
+		i := 0
+		for _, ev := range list.Items {
+			if ev.Type != api.EventMachine {
+				continue
+			}
+			got = append(got, ev)
+			if i < len(want) && ev.Step == want[i] {
+				i++
+			}
+		}
+		return i == len(want)
+	})
+	for _, ev := range got {
+		if ev.Machine != "outpost-"+id || ev.Backend == "" || ev.Reason == "" {
+			t.Fatalf("machine event lacks its machine, backend or message: %+v", ev)
+		}
+	}
+	return got
+}
+
+// TestOrchestrateBurstHonoursMaxConcurrent creates 50 sessions at once for
+// an orchestrator with --max-concurrent 4: never more than 4 machines exist
+// at once, and all 50 finish.
 func TestOrchestrateBurstHonoursMaxConcurrent(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	token := setupOutpost(t, c, "burst")
 	state := t.TempDir()
 	sampler := sampleMachines(state)
-	startOrchestrator(t, c, "burst", token, state, "--backend", "process", "--max-concurrent", "3")
-	ids := make([]string, 20)
+	startOrchestrator(t, c, "burst", token, state, "--backend", "process", "--max-concurrent", "4")
+	ids := make([]string, 50)
 	var wg sync.WaitGroup
 	for i := range ids {
 		wg.Go(func() {
@@ -160,8 +195,8 @@ func TestOrchestrateBurstHonoursMaxConcurrent(t *testing.T) {
 		assertFinished(t, c.waitFinal(id, 180*time.Second))
 	}
 	most, pids := sampler.finish()
-	if most > 3 {
-		t.Fatalf("saw %d machine workspaces at once, want at most 3", most)
+	if most > 4 {
+		t.Fatalf("saw %d machine workspaces at once, want at most 4", most)
 	}
 	if most == 0 {
 		t.Fatal("never saw a machine workspace")
@@ -171,7 +206,8 @@ func TestOrchestrateBurstHonoursMaxConcurrent(t *testing.T) {
 
 // TestOrchestrateExecProvisionFailureReleases uses an exec backend whose
 // provision command fails: the claim is released at once, far before the
-// claim TTL, so the entry is pending again.
+// claim TTL, the transcript and status say why, and a second orchestrator
+// on the same outpost serves the session.
 func TestOrchestrateExecProvisionFailureReleases(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t) // the claim TTL is the default 300s
@@ -198,6 +234,19 @@ func TestOrchestrateExecProvisionFailureReleases(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("workspaces left after failed provisioning: %v", entries)
 	}
+	steps := assertMachineSteps(t, c, id, api.MachineStepCreate, api.MachineStepFailed)
+	if failed := steps[len(steps)-1]; !strings.Contains(failed.Reason, "no capacity") || !strings.Contains(failed.Reason, "exit status 3") {
+		t.Fatalf("the failed step does not say why: %+v", failed)
+	}
+	var s api.Session
+	c.api("GET", "/v1/sessions/"+id, c.admin, nil, &s)
+	if !strings.Contains(s.Status.Reason, "no capacity") {
+		t.Fatalf("the session's status does not say why provisioning failed: %q", s.Status.Reason)
+	}
+
+	// Another orchestrator on the same outpost serves it.
+	startOrchestrator(t, c, "failing", token, t.TempDir(), "--backend", "process")
+	assertFinished(t, c.waitFinal(id, 90*time.Second))
 }
 
 // TestOrchestrateKill9Restart kills the orchestrator with SIGKILL in the
@@ -274,6 +323,15 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 
 	long := createSession(t, c, scriptSession("execs", "long", execStep("sleep 600")))
 	waitEvent(t, c, long, "the call to start", func(ev api.Event) bool { return ev.Type == api.EventCall })
+	// The orchestrator is on the outpost's list of connected acceptors.
+	waitFor(t, 10*time.Second, "the orchestrator among the connected workers", func() bool {
+		var l api.WorkerList
+		if c.api("GET", "/v1/outposts/execs/workers", c.admin, nil, &l) != 200 || len(l.Items) != 1 {
+			return false
+		}
+		w := l.Items[0]
+		return w.Kind == api.WorkerKindOrchestrator && w.MaxSessions == 2 && w.ActiveSessions == 1
+	})
 	var body string
 	waitFor(t, 10*time.Second, "metrics", func() bool {
 		out, err := httpGet("http://" + metrics + "/metrics")
@@ -291,6 +349,10 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 	var e api.QueueEntry
 	if code := c.api("GET", "/v1/queue/"+long, c.admin, nil, &e); code != 200 || e.Status.Phase != api.PhasePending {
 		t.Fatalf("entry after SIGTERM: %d %+v", code, e.Status)
+	}
+	var l api.WorkerList
+	if code := c.api("GET", "/v1/outposts/execs/workers", c.admin, nil, &l); code != 200 || len(l.Items) != 0 {
+		t.Fatalf("the orchestrator did not say goodbye: %d %+v", code, l.Items)
 	}
 	_, pids := sampler.finish()
 	assertNothingLeft(t, state, pids)

@@ -82,6 +82,40 @@
     flush(text.slice(pos));
   }
 
+  // media returns a figure showing the image or video artifact a tool
+  // result refers to (value.artifact, or upload_artifact's value), or null.
+  var ARTIFACT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+  function media(ev) {
+    var v = ev.value, ref = null;
+    if (!v || typeof v !== "object") return null;
+    if (v.artifact && typeof v.artifact === "object") ref = v.artifact;
+    else if (ev.tool === "upload_artifact") ref = v;
+    if (!ref || typeof ref.name !== "string" || !ARTIFACT_NAME.test(ref.name) || !ev.session_id) return null;
+    var ct = String(ref.content_type || "").toLowerCase().split(";")[0].trim();
+    var url = "/ui/sessions/" + encodeURIComponent(ev.session_id) + "/artifacts/" + ref.name;
+    var fig = el("figure", "media");
+    if (ct.startsWith("image/")) {
+      var a = el("a");
+      a.href = url;
+      var img = el("img");
+      img.src = url;
+      img.alt = ref.name;
+      img.loading = "lazy";
+      a.appendChild(img);
+      fig.appendChild(a);
+    } else if (ct === "video/webm" || ct === "video/mp4" || ct === "video/ogg") {
+      var video = el("video");
+      video.src = url;
+      video.controls = true;
+      video.preload = "metadata";
+      video.setAttribute("aria-label", ref.name);
+      fig.appendChild(video);
+    } else {
+      return null;
+    }
+    return fig;
+  }
+
   function time(ms) {
     var d = new Date(ms);
     function two(n) { return (n < 10 ? "0" : "") + n; }
@@ -116,6 +150,8 @@
         } else if (ev.value !== undefined) {
           li.appendChild(el("pre", "args", pretty(ev.value)));
         }
+        var fig = media(ev);
+        if (fig) li.appendChild(fig);
         break;
       case "message":
         li.appendChild(el("span", "k", ev.role));
@@ -133,6 +169,12 @@
       case "claim":
         li.appendChild(el("span", "k", "claimed by"));
         li.appendChild(document.createTextNode(" " + (ev.acceptor_id || "")));
+        break;
+      case "machine":
+        li.appendChild(el("span", "k", "machine " + (ev.step || "")));
+        li.appendChild(document.createTextNode(" " + (ev.machine || "") + (ev.backend ? " (" + ev.backend + ")" : "") +
+          (ev.exit_code !== undefined ? " exit " + ev.exit_code : "") + (ev.reason ? " — " + ev.reason : "")));
+        if (ev.step === "failed") li.classList.add("failed");
         break;
       case "artifact":
         li.appendChild(el("span", "k", "artifact"));
@@ -177,6 +219,12 @@
       if (state) state.textContent = "Following live…";
     };
   }
+
+  // Forms marked data-confirm ask first; without JavaScript they post as is.
+  document.addEventListener("submit", function (e) {
+    var f = e.target;
+    if (f && f.dataset && f.dataset.confirm && !window.confirm(f.dataset.confirm)) e.preventDefault();
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     var list = document.getElementById("transcript");

@@ -1,0 +1,87 @@
+package api
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Kinds of connected acceptors (WorkerInfo.Kind).
+const (
+	WorkerKindWorker       = "worker"
+	WorkerKindOrchestrator = "orchestrator"
+)
+
+// Worker presence timing. An acceptor announces itself with PUT
+// /v1/outposts/{outpost}/workers/{acceptor_id} on start and every
+// WorkerHeartbeatInterval; the server forgets it WorkerTTL after its last
+// heartbeat (three missed beats), or at once on DELETE (goodbye).
+const (
+	WorkerHeartbeatInterval = 30 * time.Second
+	WorkerTTL               = 3 * WorkerHeartbeatInterval
+)
+
+// Worker presence limits.
+const (
+	// MaxWorkersPerOutpost bounds how many acceptors one outpost may have
+	// connected at once.
+	MaxWorkersPerOutpost = 10000
+	// MaxWorkerInfoBytes bounds the body of a heartbeat.
+	MaxWorkerInfoBytes = 64 << 10
+)
+
+// acceptorIDRE is what an acceptor id must look like to be announced.
+var acceptorIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+
+// ValidateAcceptorID returns an error when id cannot name a connected
+// acceptor: 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting
+// with a letter or digit.
+func ValidateAcceptorID(id string) error {
+	if !acceptorIDRE.MatchString(id) {
+		return fmt.Errorf("acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// WorkerInfo is the body of a heartbeat: what a worker or orchestrator says
+// about itself.
+type WorkerInfo struct {
+	// Kind is WorkerKindWorker or WorkerKindOrchestrator.
+	Kind string `json:"kind"`
+	// Hostname is the machine's host name.
+	Hostname string `json:"hostname"`
+	// Version is the outpost build (machine.Version).
+	Version string `json:"version"`
+	// Capabilities are the machine's, as machine.Detect reports them.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// SessionID is the session being served now, or "" (an orchestrator
+	// serving several leaves it empty and counts them in ActiveSessions).
+	SessionID string `json:"session_id,omitempty"`
+	// MaxSessions is how many sessions the acceptor serves at once (1 for a
+	// worker); ActiveSessions how many it serves now.
+	MaxSessions    int `json:"max_sessions"`
+	ActiveSessions int `json:"active_sessions"`
+}
+
+// Worker is a connected acceptor as GET /v1/outposts/{outpost}/workers and
+// the heartbeat answer show it.
+type Worker struct {
+	AcceptorID string `json:"acceptor_id"`
+	OutpostID  string `json:"outpost_id"`
+	WorkerInfo
+	// ConnectedAt is when the acceptor's first heartbeat of this connection
+	// arrived; LastSeenAt its latest; ExpiresAt when the server forgets it
+	// without another (Unix seconds).
+	ConnectedAt int64 `json:"connected_at"`
+	LastSeenAt  int64 `json:"last_seen_at"`
+	ExpiresAt   int64 `json:"expires_at"`
+	// HeartbeatIntervalS is how often the server expects a heartbeat.
+	HeartbeatIntervalS int64 `json:"heartbeat_interval_s"`
+}
+
+// WorkerList is the answer of GET /v1/outposts/{outpost}/workers: the
+// connected acceptors, sorted by acceptor id.
+type WorkerList struct {
+	Items []Worker `json:"items"`
+	Total int      `json:"total"`
+}

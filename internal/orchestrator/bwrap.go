@@ -1,0 +1,613 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/worker"
+)
+
+// Paths inside a bwrap sandbox. The host side of each is a directory of the
+// machine's workspace (Spec.Workspace/state, work, home and tmp).
+const (
+	BwrapWorkDir  = "/workspace"     // Workspace/work, the remote's working directory
+	BwrapStateDir = "/outpost/state" // Workspace/state, OUTPOST_STATE_DIR
+	BwrapHome     = "/home/outpost"  // Workspace/home, HOME
+	BwrapTmp      = "/tmp"           // Workspace/tmp, TMPDIR
+	BwrapBinDir   = "/outpost/bin"   // the outpost binary, read-only
+)
+
+const (
+	// bwrapStatusFile holds bwrap's --json-status-fd output: the host pid
+	// of the sandbox's init, its pid namespace and, at the end, the exit
+	// code. It is outside every bind, so the sandbox cannot forge it.
+	bwrapStatusFile = "bwrap.json"
+	bwrapPackage    = "bubblewrap"
+	// bwrapStartTimeout bounds the wait for the remote to be exec'd in the
+	// sandbox.
+	bwrapStartTimeout = 15 * time.Second
+)
+
+// bwrapSystemDirs are the host directories the sandbox sees, read-only:
+// an allow-list, so /home, /root, /srv, /var, /mnt, the orchestrator's
+// state dir and everything else stay out of it. Top-level symlinks (merged
+// /usr: /bin -> usr/bin) are recreated as symlinks.
+var bwrapSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+
+// BwrapBind is an extra bind mount of every sandbox.
+type BwrapBind struct {
+	Src, Dest string
+	ReadOnly  bool
+}
+
+func (b BwrapBind) String() string {
+	flag := "--bwrap-bind"
+	if b.ReadOnly {
+		flag = "--bwrap-ro-bind"
+	}
+	return flag + " " + b.Src + ":" + b.Dest
+}
+
+// ParseBwrapBind parses SRC[:DEST] (DEST defaults to SRC): both must be
+// absolute and SRC must exist.
+func ParseBwrapBind(spec string, readOnly bool) (BwrapBind, error) {
+	src, dest, hasDest := strings.Cut(spec, ":")
+	if !hasDest {
+		dest = src
+	}
+	b := BwrapBind{Src: filepath.Clean(src), Dest: filepath.Clean(dest), ReadOnly: readOnly}
+	switch {
+	case src == "" || hasDest && dest == "":
+		return b, fmt.Errorf("bind %q: want SRC[:DEST]", spec)
+	case !filepath.IsAbs(src):
+		return b, fmt.Errorf("bind %q: SRC must be an absolute path", spec)
+	case !filepath.IsAbs(dest):
+		return b, fmt.Errorf("bind %q: DEST must be an absolute path", spec)
+	case b.Dest == "/":
+		return b, fmt.Errorf("bind %q: DEST cannot be /", spec)
+	}
+	if _, err := os.Stat(b.Src); err != nil {
+		return b, fmt.Errorf("bind %q: %w", spec, err)
+	}
+	return b, nil
+}
+
+// BwrapOptions configure a BwrapBackend.
+type BwrapOptions struct {
+	// Bwrap is the bwrap executable; empty means bwrap from PATH.
+	Bwrap string
+	// Binds are extra bind mounts of every sandbox, after the standard
+	// layout (so they may cover part of it).
+	Binds []BwrapBind
+}
+
+// BwrapBackend runs each remote in a bubblewrap sandbox: the host's system
+// directories read-only, private /tmp and HOME, the workspace read-write,
+// its own pid, ipc, uts, mount and user namespaces (no capabilities, no
+// nested user namespaces), the host's network (the remote dials the
+// gateway), a new terminal session and an environment of the spawn contract
+// only.
+//
+// bwrap runs with --die-with-parent under a small supervisor, `sh -c
+// '"$@"; exit $?' WORKSPACE bwrap ...`, started in a session of
+// its own: the supervisor, not the orchestrator, is bwrap's parent, so the
+// sandbox outlives an orchestrator crash and can be adopted, while killing
+// the supervisor (its pid is the machine's pid file) by any means kills
+// bwrap, then the sandbox's init, and with it the whole pid namespace.
+type BwrapBackend struct {
+	bwrap string
+	binds []BwrapBind
+	mask  []string // host paths hidden behind a tmpfs
+}
+
+// NewBwrapBackend finds bwrap and checks that it can create a sandbox here
+// (unprivileged user namespaces may be disabled).
+func NewBwrapBackend(ctx context.Context, opts BwrapOptions) (*BwrapBackend, error) {
+	name := opts.Bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("the bwrap backend needs bubblewrap: %s not found (install the %s package: apt-get install %s): %w", name, bwrapPackage, bwrapPackage, err)
+	}
+	for _, bd := range opts.Binds {
+		if _, err := ParseBwrapBind(bd.Src+":"+bd.Dest, bd.ReadOnly); err != nil {
+			return nil, err
+		}
+		// bwrap cannot make a mount point inside a read-only bind.
+		if _, err := os.Lstat(bd.Dest); err != nil && underAny(bd.Dest, systemDirs()) {
+			return nil, fmt.Errorf("%s: DEST %s is inside a read-only system directory of the sandbox (%s) and does not exist on the host; choose a DEST outside them, e.g. /tools",
+				bd, bd.Dest, strings.Join(systemDirs(), ", "))
+		}
+	}
+	b := &BwrapBackend{bwrap: path, binds: opts.Binds}
+	if home, err := os.UserHomeDir(); err == nil {
+		b.mask = append(b.mask, home)
+	}
+	probe := append(b.namespaceArgs("outpost-probe"), b.systemArgs(nil)...)
+	probe = append(probe, "--proc", "/proc", "--dev", "/dev")
+	probe = append(probe, b.bindArgs()...)
+	probe = append(probe, "--remount-ro", "/", "--clearenv", "--", "/bin/sh", "-c", "exit 0")
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(pctx, path, probe...)
+	cmd.Env = []string{}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("bwrap (%s) cannot create a sandbox on this host (are unprivileged user namespaces disabled? is an extra bind wrong?): %s: %s",
+			path, worker.ExitString(err), strings.TrimSpace(string(out)))
+	}
+	return b, nil
+}
+
+func (b *BwrapBackend) Name() string { return "bwrap" }
+
+func (b *BwrapBackend) namespaceArgs(hostname string) []string {
+	return []string{"--unshare-all", "--share-net", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+		"--die-with-parent", "--new-session", "--hostname", hostname}
+}
+
+// systemArgs binds the host's system directories read-only and hides the
+// paths in mask (the orchestrator's home and state dir) when they lie
+// inside one of them.
+func (b *BwrapBackend) systemArgs(mask []string) []string {
+	var args, bound []string
+	for _, d := range bwrapSystemDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			args = append(args, "--ro-bind", d, d)
+			bound = append(bound, d)
+		}
+	}
+	// DNS: /etc/resolv.conf may point elsewhere (systemd-resolved's
+	// /run/systemd/resolve/stub-resolv.conf).
+	if r, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil && !underAny(r, bound) {
+		args = append(args, "--ro-bind", filepath.Dir(r), filepath.Dir(r))
+	}
+	for _, m := range append(append([]string{}, b.mask...), mask...) {
+		if fi, err := os.Stat(m); err == nil && fi.IsDir() && underAny(m, bound) {
+			args = append(args, "--tmpfs", m)
+		}
+	}
+	return args
+}
+
+// systemDirs lists the bwrapSystemDirs that are directories on this host.
+func systemDirs() []string {
+	var out []string
+	for _, d := range bwrapSystemDirs {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// underAny reports whether path is one of dirs or inside one.
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// sandboxEnv is Spec.Env with HOME, TMPDIR and OUTPOST_STATE_DIR moved to
+// the sandbox's paths and the outpost binary's directory first in PATH.
+func sandboxEnv(env []string) []string {
+	out := make([]string, 0, len(env)+4)
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "TMPDIR", worker.EnvStateDir:
+			continue
+		case "PATH":
+			path = v
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "HOME="+BwrapHome, "TMPDIR="+BwrapTmp, worker.EnvStateDir+"="+BwrapStateDir, "PATH="+BwrapBinDir+":"+path)
+}
+
+// args returns bwrap's arguments (given with --args, so that the
+// environment, with the connect token, is not on a command line that ps
+// shows) and the command to run in the sandbox.
+func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
+	if len(s.Remote) == 0 {
+		return nil, nil, errors.New("no remote command")
+	}
+	stateDir := filepath.Dir(filepath.Dir(s.Workspace)) // STATE_DIR/machines/NAME
+	args = append(b.namespaceArgs(s.Name), b.systemArgs([]string{stateDir})...)
+	args = append(args,
+		"--proc", "/proc", "--dev", "/dev",
+		"--bind", filepath.Join(s.Workspace, "tmp"), BwrapTmp,
+		"--bind", filepath.Join(s.Workspace, "home"), BwrapHome,
+		"--bind", filepath.Join(s.Workspace, "state"), BwrapStateDir,
+		"--bind", filepath.Join(s.Workspace, "work"), BwrapWorkDir)
+	command = append([]string{}, s.Remote...)
+	if strings.ContainsRune(s.Remote[0], '/') {
+		bin, err := filepath.Abs(s.Remote[0])
+		if err == nil {
+			bin, err = filepath.EvalSymlinks(bin)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("find the remote binary: %w", err)
+		}
+		command[0] = BwrapBinDir + "/" + filepath.Base(bin)
+		args = append(args, "--ro-bind", bin, command[0])
+	}
+	args = append(args, b.bindArgs()...)
+	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4", "--clearenv")
+	for _, kv := range sandboxEnv(s.Env) {
+		k, v, _ := strings.Cut(kv, "=")
+		args = append(args, "--setenv", k, v)
+	}
+	if caps := sandboxCapabilities(detectHost(), s.Name); caps != "" {
+		args = append(args, "--setenv", machine.EnvCapabilities, caps)
+	}
+	return args, command, nil
+}
+
+// sandboxCapabilities are the host's capabilities as a sandbox named
+// hostname sees them: no sudo (no capabilities, no setuid), and no browser
+// the sandbox cannot see.
+func sandboxCapabilities(host api.Capabilities, hostname string) string {
+	c := host
+	c.Hostname, c.PasswordlessSudo = hostname, false
+	if c.ChromePath != "" && !underAny(c.ChromePath, systemDirs()) {
+		c.ChromePath, c.ChromeVersion = "", ""
+	}
+	return capabilitiesJSON(c)
+}
+
+// bindArgs are the extra binds' arguments.
+func (b *BwrapBackend) bindArgs() []string {
+	var args []string
+	for _, bd := range b.binds {
+		flag := "--bind"
+		if bd.ReadOnly {
+			flag = "--ro-bind"
+		}
+		args = append(args, flag, bd.Src, bd.Dest)
+	}
+	return args
+}
+
+// bwrapSupervisor is the script of the supervisor: it runs bwrap as a
+// child (not exec'd: it must stay bwrap's parent) and exits with its code.
+const bwrapSupervisor = `"$@"; exit $?`
+
+type bwrapMachine struct {
+	done chan struct{}
+	mu   sync.Mutex
+	exit string
+}
+
+func (m *bwrapMachine) Done() <-chan struct{} { return m.done }
+func (m *bwrapMachine) Exit() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.exit
+}
+
+func (m *bwrapMachine) finish(exit string) {
+	m.mu.Lock()
+	m.exit = exit
+	m.mu.Unlock()
+	close(m.done)
+}
+
+func (b *BwrapBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
+	for _, d := range []string{"state", filepath.Join("work", "repos"), "home", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(s.Workspace, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create workspace: %w", err)
+		}
+	}
+	args, command, err := b.args(s)
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(s.Workspace, "remote.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open remote log: %w", err)
+	}
+	defer logf.Close()
+	statusf, err := os.OpenFile(filepath.Join(s.Workspace, bwrapStatusFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open bwrap status file: %w", err)
+	}
+	defer statusf.Close()
+	argsR, argsW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer argsR.Close()
+	go func() { // a pipe, never a file: the arguments hold the connect token
+		defer argsW.Close()
+		for _, a := range args {
+			if _, err := io.WriteString(argsW, a+"\x00"); err != nil {
+				return
+			}
+		}
+	}()
+	sup := append([]string{"-c", bwrapSupervisor, s.Workspace, b.bwrap, "--args", "3", "--"}, command...)
+	cmd := exec.Command("/bin/sh", sup...)
+	cmd.Env = []string{}                // bwrap gets the sandbox's environment from --args
+	cmd.Dir = "/"                       // sh exports PWD, which bwrap's init keeps: no host path
+	cmd.Stdout, cmd.Stderr = logf, logf // a file: the sandbox outlives a crashed orchestrator
+	cmd.ExtraFiles = []*os.File{argsR, statusf}
+	// A session of its own: no terminal, no signal sent to the
+	// orchestrator's process group reaches it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start bwrap: %w", err)
+	}
+	argsR.Close()
+	m := &bwrapMachine{done: make(chan struct{})}
+	go func() { m.finish(worker.ExitString(cmd.Wait())) }()
+	fail := func(err error) (Machine, error) {
+		killGroup(cmd.Process.Pid, syscall.SIGKILL)
+		<-m.done
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n")); err != nil {
+		return fail(fmt.Errorf("write pid file: %w", err))
+	}
+	if err := waitSandboxStarted(ctx, s.Workspace, m.done); err != nil {
+		return fail(fmt.Errorf("%w; %s", err, logTail(filepath.Join(s.Workspace, "remote.log"))))
+	}
+	return m, nil
+}
+
+// waitSandboxStarted waits until the sandbox's init has a child that is no
+// longer bwrap, i.e. the remote command was exec'd: the sandbox is set up.
+func waitSandboxStarted(ctx context.Context, ws string, exited <-chan struct{}) error {
+	timeout := time.NewTimer(bwrapStartTimeout)
+	defer timeout.Stop()
+	tick := time.NewTicker(2 * time.Millisecond) // bwrap itself takes ~4 ms
+	defer tick.Stop()
+	for {
+		if st := readBwrapStatus(ws); st.ChildPid > 0 {
+			for _, c := range childPids(st.ChildPid) {
+				if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); err == nil && strings.TrimSpace(string(comm)) != "bwrap" {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("bwrap exited while setting the sandbox up")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout.C:
+			return fmt.Errorf("the sandbox did not start within %s", bwrapStartTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	msg := strings.TrimSpace(string(b))
+	if len(msg) > 500 {
+		msg = msg[len(msg)-500:]
+	}
+	if msg == "" {
+		return "no output"
+	}
+	return "output: " + msg
+}
+
+func (b *BwrapBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
+	pid := readPid(s.Workspace)
+	if !isBwrapSupervisor(pid, s.Workspace) {
+		return nil, false
+	}
+	m := &bwrapMachine{done: make(chan struct{})}
+	go func() { // not our child: poll
+		for isBwrapSupervisor(pid, s.Workspace) {
+			time.Sleep(300 * time.Millisecond)
+		}
+		exit := "exited (adopted sandbox, code unknown)"
+		if st := readBwrapStatus(s.Workspace); st.ExitCode != nil {
+			exit = fmt.Sprintf("exit status %d (adopted sandbox)", *st.ExitCode)
+		}
+		m.finish(exit)
+	}()
+	return m, true
+}
+
+// Teardown asks the remote to stop (SIGTERM), kills the
+// supervisor's process group and the sandbox's init after killDelay (which
+// kills the whole pid namespace), waits until no process of the sandbox is
+// left and removes the workspace.
+func (b *BwrapBackend) Teardown(ctx context.Context, s Spec) error {
+	sup := readPid(s.Workspace)
+	if !isBwrapSupervisor(sup, s.Workspace) {
+		// Gone, or the pid was reused (never signal it), or a crash came
+		// before the pid file was written: look for it by its workspace.
+		sup = findBwrapSupervisor(s.Workspace)
+	}
+	st := readBwrapStatus(s.Workspace)
+	ns := sandboxNamespace(st)
+	if ns != "" {
+		// Only the remote (init's child), as the process backend signals
+		// only the remote's group: the agent's commands are the remote's
+		// to stop, and a command killed first would fail the session
+		// instead of leaving it to resume.
+		for _, p := range childPids(st.ChildPid) {
+			_ = syscall.Kill(p, syscall.SIGTERM)
+		}
+		deadline := time.Now().Add(killDelay)
+		for (alive(sup) || len(pidsInNamespace(ns)) > 0) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if sup > 0 {
+		killGroup(sup, syscall.SIGKILL) // bwrap dies with it (--die-with-parent)
+	}
+	if ns != "" {
+		_ = syscall.Kill(st.ChildPid, syscall.SIGKILL) // init: the namespace dies with it
+	}
+	deadline := time.Now().Add(killDelay)
+	for {
+		left := pidsInNamespace(ns)
+		if sup > 0 && alive(sup) {
+			left = append(left, sup)
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox processes still alive after SIGKILL: %v", left)
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return removeWorkspace(s.Workspace)
+}
+
+// isBwrapSupervisor reports whether pid is alive and is the supervisor of
+// the machine of workspace ws (its $0 is the workspace), so a reused pid is
+// never taken for it.
+func isBwrapSupervisor(pid int, ws string) bool {
+	if pid <= 0 || !alive(pid) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 3 && args[1] == "-c" && args[2] == bwrapSupervisor && args[3] == ws
+}
+
+// findBwrapSupervisor scans /proc for the supervisor of workspace ws.
+func findBwrapSupervisor(ws string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && isBwrapSupervisor(pid, ws) {
+			return pid
+		}
+	}
+	return 0
+}
+
+type bwrapStatus struct {
+	ChildPid     int    `json:"child-pid"`
+	PidNamespace uint64 `json:"pid-namespace"`
+	ExitCode     *int   `json:"exit-code"`
+}
+
+// readBwrapStatus merges the JSON documents bwrap wrote to the status file.
+func readBwrapStatus(ws string) bwrapStatus {
+	var st bwrapStatus
+	b, err := os.ReadFile(filepath.Join(ws, bwrapStatusFile))
+	if err != nil {
+		return st
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var doc bwrapStatus
+		if dec.Decode(&doc) != nil {
+			return st
+		}
+		if doc.ChildPid > 0 {
+			st.ChildPid, st.PidNamespace = doc.ChildPid, doc.PidNamespace
+		}
+		if doc.ExitCode != nil {
+			st.ExitCode = doc.ExitCode
+		}
+	}
+}
+
+// sandboxNamespace is the pid namespace link (pid:[inode]) of the sandbox
+// while its init runs, else "".
+func sandboxNamespace(st bwrapStatus) string {
+	if st.ChildPid <= 0 || st.PidNamespace == 0 {
+		return ""
+	}
+	want := fmt.Sprintf("pid:[%d]", st.PidNamespace)
+	if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.ChildPid)); err != nil || l != want {
+		return ""
+	}
+	return want
+}
+
+// pidsInNamespace lists the live processes of pid namespace ns (a
+// pid:[inode] link); none when ns is "".
+func pidsInNamespace(ns string) []int {
+	if ns == "" {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns && alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// childPids lists the children of pid.
+func childPids(pid int) []int {
+	var out []int
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// removeWorkspace removes a workspace even when the sandbox left read-only
+// directories in it (a Go module cache, for one).
+func removeWorkspace(ws string) error {
+	err := os.RemoveAll(ws)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(ws)
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// Connected workers and orchestrators ("acceptors") are live state: each
+// announces itself with a heartbeat (PUT), says goodbye (DELETE) when it
+// stops, and is forgotten api.WorkerTTL after its last heartbeat. The
+// server keeps them in memory only; after a restart they reappear with
+// their next heartbeat.
+
+// maxWorkersPerOutpost is api.MaxWorkersPerOutpost; tests lower it.
+var maxWorkersPerOutpost = api.MaxWorkersPerOutpost
+
+// workers is the presence registry of every outpost.
+type workers struct {
+	s   *Server
+	now func() time.Time
+	max int // acceptors per outpost
+
+	mu        sync.Mutex
+	byOutpost map[string]*outpostWorkers // by outpost id
+}
+
+// outpostWorkers are the acceptors of one outpost.
+type outpostWorkers struct {
+	name    string // the outpost's name, for metrics
+	entries map[string]*api.Worker
+}
+
+// connectedWorkersDesc is the gauge of connected acceptors per outpost.
+var connectedWorkersDesc = prometheus.NewDesc("outpost_connected_workers",
+	"Workers and orchestrators connected (heartbeating) per outpost and kind.", []string{"outpost", "kind"}, nil)
+
+// newWorkers makes the registry and registers its gauge.
+func (s *Server) newWorkers() *workers {
+	wk := &workers{s: s, now: s.now, max: maxWorkersPerOutpost, byOutpost: map[string]*outpostWorkers{}}
+	s.metrics.registry.MustRegister(wk)
+	return wk
+}
+
+// prune drops the expired acceptors of o (and o itself when empty). The
+// caller holds mu.
+func (wk *workers) prune(outpostID string, now int64) *outpostWorkers {
+	o := wk.byOutpost[outpostID]
+	if o == nil {
+		return nil
+	}
+	for id, e := range o.entries {
+		if e.ExpiresAt <= now {
+			delete(o.entries, id)
+		}
+	}
+	if len(o.entries) == 0 {
+		delete(wk.byOutpost, outpostID)
+		return nil
+	}
+	return o
+}
+
+// validateWorkerInfo checks a heartbeat body strictly.
+func validateWorkerInfo(in *api.WorkerInfo) error {
+	switch in.Kind {
+	case api.WorkerKindWorker, api.WorkerKindOrchestrator:
+	default:
+		return errBadRequest("kind must be %q or %q.", api.WorkerKindWorker, api.WorkerKindOrchestrator)
+	}
+	short := map[string]string{"hostname": in.Hostname, "version": in.Version, "session_id": in.SessionID}
+	for k, v := range short {
+		if len(v) > 255 || strings.ContainsFunc(v, isControl) {
+			return errBadRequest("%s must be at most 255 characters without control characters.", k)
+		}
+	}
+	if in.MaxSessions < 0 || in.MaxSessions > 100000 || in.ActiveSessions < 0 || in.ActiveSessions > 100000 {
+		return errBadRequest("max_sessions and active_sessions must be numbers from 0 to 100000.")
+	}
+	if c := in.Capabilities; c != nil {
+		fields := map[string]string{"os": c.OS, "arch": c.Arch, "hostname": c.Hostname, "git": c.Git, "chrome_path": c.ChromePath,
+			"chrome_version": c.ChromeVersion, "ffmpeg": c.FFmpeg, "remote_version": c.RemoteVersion}
+		for k, v := range fields {
+			if len(v) > 1024 || strings.ContainsFunc(v, isControl) {
+				return errBadRequest("capabilities.%s must be at most 1024 characters without control characters.", k)
+			}
+		}
+		if c.CPUs < 0 || c.MemoryBytes < 0 {
+			return errBadRequest("capabilities.cpus and capabilities.memory_bytes must not be negative.")
+		}
+		if len(c.Tools) > 500 {
+			return errBadRequest("capabilities.tools lists more than 500 tools.")
+		}
+		for _, t := range c.Tools {
+			if t == "" || len(t) > 100 || strings.ContainsFunc(t, isControl) {
+				return errBadRequest("capabilities.tools holds a name that is empty, longer than 100 characters or has control characters.")
+			}
+		}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// heartbeat is PUT /v1/outposts/{outpost}/workers/{acceptor}.
+func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
+	acceptor := r.PathValue("acceptor")
+	if err := api.ValidateAcceptorID(acceptor); err != nil {
+		return errBadRequest("The acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit.", acceptor)
+	}
+	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > api.MaxWorkerInfoBytes {
+		return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, "A heartbeat body is at most 65536 bytes."}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxWorkerInfoBytes+1))
+	if err != nil {
+		return errBadRequest("The request body could not be read.")
+	}
+	if len(body) > api.MaxWorkerInfoBytes {
+		return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, "A heartbeat body is at most 65536 bytes."}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var in api.WorkerInfo
+	if err := decode(w, r, &in); err != nil {
+		return err
+	}
+	if err := validateWorkerInfo(&in); err != nil {
+		return err
+	}
+
+	now := wk.now()
+	wk.mu.Lock()
+	ow := wk.prune(o.ID, now.Unix())
+	if ow == nil {
+		ow = &outpostWorkers{entries: map[string]*api.Worker{}}
+		wk.byOutpost[o.ID] = ow
+	}
+	ow.name = o.Name
+	e := ow.entries[acceptor]
+	if e == nil {
+		if len(ow.entries) >= wk.max {
+			wk.mu.Unlock()
+			return errConflict("Outpost %q already has %d connected workers, the most one outpost may have.", o.Name, wk.max)
+		}
+		e = &api.Worker{AcceptorID: acceptor, OutpostID: o.ID, ConnectedAt: now.Unix()}
+		ow.entries[acceptor] = e
+		wk.s.log.Info("worker connected", "outpost", o.Name, "acceptor_id", acceptor, "kind", in.Kind, "hostname", in.Hostname)
+	}
+	e.WorkerInfo = in
+	e.LastSeenAt = now.Unix()
+	e.ExpiresAt = now.Add(api.WorkerTTL).Unix()
+	e.HeartbeatIntervalS = int64(api.WorkerHeartbeatInterval / time.Second)
+	out := *e
+	wk.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// goodbye is DELETE /v1/outposts/{outpost}/workers/{acceptor}. It answers
+// 204 whether or not the acceptor was connected, so a goodbye after expiry
+// is no error.
+func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
+	acceptor := r.PathValue("acceptor")
+	if err := api.ValidateAcceptorID(acceptor); err != nil {
+		return errBadRequest("The acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit.", acceptor)
+	}
+	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	wk.mu.Lock()
+	if ow := wk.prune(o.ID, wk.now().Unix()); ow != nil {
+		if _, ok := ow.entries[acceptor]; ok {
+			delete(ow.entries, acceptor)
+			wk.s.log.Info("worker said goodbye", "outpost", o.Name, "acceptor_id", acceptor)
+		}
+		if len(ow.entries) == 0 {
+			delete(wk.byOutpost, o.ID)
+		}
+	}
+	wk.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// list is GET /v1/outposts/{outpost}/workers.
+func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
+	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	out := api.WorkerList{Items: []api.Worker{}}
+	wk.mu.Lock()
+	if ow := wk.prune(o.ID, wk.now().Unix()); ow != nil {
+		for _, e := range ow.entries {
+			out.Items = append(out.Items, *e)
+		}
+	}
+	wk.mu.Unlock()
+	slices.SortFunc(out.Items, func(a, b api.Worker) int { return strings.Compare(a.AcceptorID, b.AcceptorID) })
+	out.Total = len(out.Items)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// Describe implements prometheus.Collector.
+func (wk *workers) Describe(ch chan<- *prometheus.Desc) { ch <- connectedWorkersDesc }
+
+// Collect implements prometheus.Collector: the connected acceptors per
+// outpost and kind, expired ones dropped first.
+func (wk *workers) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ outpost, kind string }
+	counts := map[key]int{}
+	wk.mu.Lock()
+	now := wk.now().Unix()
+	for id := range wk.byOutpost {
+		ow := wk.prune(id, now)
+		if ow == nil {
+			continue
+		}
+		for _, e := range ow.entries {
+			counts[key{ow.name, e.Kind}]++
+		}
+	}
+	wk.mu.Unlock()
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(connectedWorkersDesc, prometheus.GaugeValue, float64(n), k.outpost, k.kind)
+	}
+}

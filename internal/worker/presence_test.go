@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"io"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// TestPresenceHeartbeatsAndGoodbye: the worker announces itself with its
+// capabilities on start, says which session it serves while it serves it,
+// and says goodbye when it stops.
+func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	fs, c := newFakeServer(t, HostPlatform())
+	fs.add(pendingEntry("sess-1"))
+	ctx, cancel := testContext(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: c, Outpost: "dev", AcceptorID: "w-presence", DataDir: t.TempDir(), Dir: t.TempDir(),
+			HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger(t), Stdout: io.Discard,
+			RemoteCommand: []string{"sleep", "0.5"}})
+	}()
+	waitHeartbeat := func(what string, cond func(api.WorkerInfo) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			hb, _ := fs.presence()
+			if slices.ContainsFunc(hb, cond) { // in arrival order
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no heartbeat %s", what)
+	}
+	waitHeartbeat("with capabilities", func(i api.WorkerInfo) bool {
+		return i.Kind == api.WorkerKindWorker && i.Capabilities != nil && i.Capabilities.OS == runtime.GOOS &&
+			i.Capabilities.Arch == runtime.GOARCH && i.Capabilities.Git != "" && i.MaxSessions == 1
+	})
+	waitHeartbeat("while serving", func(i api.WorkerInfo) bool { return i.SessionID == "sess-1" && i.ActiveSessions == 1 })
+	serving := false
+	waitHeartbeat("idle again after the session", func(i api.WorkerInfo) bool {
+		if i.SessionID == "sess-1" {
+			serving = true
+		}
+		return serving && i.SessionID == "" && i.ActiveSessions == 0
+	})
+	n := len(mustHeartbeats(fs))
+	time.Sleep(200 * time.Millisecond)
+	if len(mustHeartbeats(fs)) <= n {
+		t.Error("the heartbeats stopped")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if _, goodbyes := fs.presence(); !slices.Equal(goodbyes, []string{"op-1 w-presence"}) {
+		t.Errorf("goodbyes = %q, want one for op-1 w-presence", goodbyes)
+	}
+}
+
+func mustHeartbeats(fs *fakeServer) []api.WorkerInfo {
+	hb, _ := fs.presence()
+	return hb
+}
+
+// TestHeartbeatFailureNeverStopsTheWorker: with every heartbeat refused,
+// the worker still serves its session.
+func TestHeartbeatFailureNeverStopsTheWorker(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	fs, c := newFakeServer(t, HostPlatform())
+	fs.failHeartbeats = true
+	fs.add(pendingEntry("sess-1"))
+	ctx, _ := testContext(t)
+	err := Run(ctx, Options{Client: c, Outpost: "dev", Once: true, AcceptorID: "w-fail", DataDir: t.TempDir(), Dir: t.TempDir(),
+		HeartbeatInterval: 20 * time.Millisecond, Logger: testLogger(t), Stdout: io.Discard,
+		RemoteCommand: []string{"sleep", "0.3"}})
+	if err != nil {
+		t.Fatalf("Run = %v, want the session served despite failing heartbeats", err)
+	}
+	if claims, releases := fs.snapshot(); len(claims) != 1 || len(releases) != 1 {
+		t.Errorf("claims %q, releases %q", claims, releases)
+	}
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a Debian machine, when it is missing:
+#   git, gcc, make          the build and the git tools' tests
+#   chromium, ffmpeg, xvfb  the browser and screen-recording tools' tests
+#   podman, runc,           the docker backend's tests (Podman's Docker-compatible
+#   debootstrap             API service, and the test image scripts/test-image.sh makes)
+#   bubblewrap, uidmap      the bwrap backend's tests
+# and gives git an identity if it has none (tests commit to throwaway
+# repositories). Run by `make test`; as root it installs with apt-get, with
+# passwordless sudo through sudo, otherwise it says what to install.
+set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
+
+need=()
+for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
+  podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo=(sudo)
+    else
+      echo "test-deps: missing ${need[*]}; install them with:" >&2
+      echo "  sudo apt-get install -y ${need[*]}" >&2
+      echo "test-deps: tests that need them skip (or fail when CI is set)" >&2
+      need=()
+    fi
+  fi
+  if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test-deps: installing ${need[*]}"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need[@]}"
+  elif [ ${#need[@]} -gt 0 ]; then
+    echo "test-deps: missing ${need[*]} and no apt-get to install them" >&2
+  fi
+fi
+git config --global user.name >/dev/null 2>&1 || git config --global user.name "Outpost Tests"
+git config --global user.email >/dev/null 2>&1 || git config --global user.email "tests@outpost.invalid"
