@@ -115,7 +115,9 @@ type Mutation struct {
 	// Session replaces the stored session when set.
 	Session *Session
 	// Entry replaces the stored queue entry when set; the store assigns a
-	// new Rev (written back into it).
+	// new Rev (written back into it). Writing it also deletes the session's
+	// connect tokens of epochs before Entry.Epoch: they can never be used
+	// again.
 	Entry *QueueEntry
 	// Events are appended to the transcript; the store assigns Seq and
 	// SessionID (written back into the slice).

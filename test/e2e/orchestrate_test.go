@@ -243,6 +243,20 @@ func TestOrchestrateExecProvisionFailureReleases(t *testing.T) {
 	if !strings.Contains(s.Status.Reason, "no capacity") {
 		t.Fatalf("the session's status does not say why provisioning failed: %q", s.Status.Reason)
 	}
+	// The web UI's session page shows the steps too.
+	req, _ := http.NewRequest("GET", c.url+"/ui/sessions/"+id, nil)
+	req.AddCookie(&http.Cookie{Name: "outpost_token", Value: c.admin})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"machine create", "machine failed", "no capacity", "outpost-" + id} {
+		if !strings.Contains(string(page), want) {
+			t.Fatalf("the session page lacks %q (status %d)", want, resp.StatusCode)
+		}
+	}
 
 	// Another orchestrator on the same outpost serves it.
 	startOrchestrator(t, c, "failing", token, t.TempDir(), "--backend", "process")

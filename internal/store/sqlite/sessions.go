@@ -278,6 +278,9 @@ func applyMutation(ctx context.Context, tx *sql.Tx, id string, m *store.Mutation
 		if err := upsertEntry(ctx, tx, m.Entry); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM connect_tokens WHERE session_id = ? AND epoch < ?`, id, m.Entry.Epoch); err != nil {
+			return fmt.Errorf("prune connect tokens: %w", err)
+		}
 	}
 	if err := appendEvents(ctx, tx, id, m.Events); err != nil {
 		return err

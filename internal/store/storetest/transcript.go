@@ -109,4 +109,16 @@ func testConnectTokens(t *testing.T, s store.Store) {
 	}
 	_, err = s.LookupConnectToken(ctx(t), "nope")
 	wantErr(t, "lookup missing", err, store.ErrNotFound)
+
+	// A queue entry of epoch 2 prunes the tokens of earlier epochs only.
+	_, err = s.UpdateSession(ctx(t), "s1", func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+		e.Epoch = 2
+		return store.Mutation{Entry: &e}, nil
+	})
+	must(t, "write entry of epoch 2", err)
+	_, err = s.LookupConnectToken(ctx(t), "h1")
+	wantErr(t, "lookup token of a dead epoch", err, store.ErrNotFound)
+	got, err := s.LookupConnectToken(ctx(t), "h2")
+	must(t, "lookup token of the current epoch", err)
+	equal(t, "connect token", got, tokens[1])
 }
