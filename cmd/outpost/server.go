@@ -29,6 +29,9 @@ type ServerOptions struct {
 	LLM llm.Config
 	// ToolResultLimit is how many characters of a tool result a model sees.
 	ToolResultLimit int
+	// ArtifactRetention is how long artifacts of ended sessions are kept;
+	// 0 keeps them forever.
+	ArtifactRetention time.Duration
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -42,10 +45,15 @@ dial, and the agent loop of every running session. On its first start it
 creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
-OUTPOST_DATA_DIR, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL. OUTPOST_ADMIN_TOKEN,
-when set, is the admin token.`,
+OUTPOST_DATA_DIR, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
+OUTPOST_ARTIFACT_RETENTION. OUTPOST_ADMIN_TOKEN, when set, is the admin token.
+
+Artifacts of a session that ended longer ago than --artifact-retention are
+deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
+of sessions that have not ended are always kept.`,
 		Example: `  outpost server
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com
+  outpost server --artifact-retention 168h   # keep artifacts 7 days after a session ends
   OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,6 +71,7 @@ when set, is the admin token.`,
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
+	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
@@ -92,6 +101,16 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	if o.ClaimTTL <= 0 {
 		return usageErrorf("--claim-ttl must be positive")
 	}
+	if v := f.Getenv("OUTPOST_ARTIFACT_RETENTION"); !fl.Changed("artifact-retention") && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usageErrorf("OUTPOST_ARTIFACT_RETENTION=%q is not a duration such as 720h (30 days), or 0 to keep artifacts forever", v)
+		}
+		o.ArtifactRetention = d
+	}
+	if o.ArtifactRetention < 0 {
+		return usageErrorf("--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever")
+	}
 	if o.ToolResultLimit < 1000 {
 		return usageErrorf("--tool-result-limit must be at least 1000 characters")
 	}
@@ -119,6 +138,9 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	return nil
 }
+
+// defaultArtifactRetention keeps artifacts of ended sessions for 30 days.
+const defaultArtifactRetention = 30 * 24 * time.Hour
 
 // defaultServerDataDir is $XDG_DATA_HOME/outpost, else
 // ~/.local/share/outpost.
@@ -171,6 +193,8 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		AdminToken:      o.AdminToken,
 		Logger:          logger,
 		Stdout:          f.IO.Out,
+
+		ArtifactRetention: o.ArtifactRetention,
 	})
 	if err != nil {
 		return err

@@ -58,6 +58,12 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 		return p.note(ev, "remote disconnected"+reasonText(ev.Reason))
 	case api.EventResume:
 		return p.note(ev, "resumed"+reasonText(ev.Reason))
+	case api.EventRestore:
+		s := "repositories restored"
+		if ev.OK != nil && !*ev.OK {
+			s = "repositories not all restored"
+		}
+		return p.note(ev, s+reasonText(ev.Reason))
 	case api.EventMachine:
 		s := "machine " + orDash(ev.Machine) + " " + ev.Step
 		if ev.ExitCode != nil {

@@ -7,6 +7,7 @@ const (
 	CodeForbidden        = "forbidden"
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
+	CodeGone             = "gone"
 	CodeTooLarge         = "request_too_large"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"

@@ -22,6 +22,10 @@ const (
 	// EventMachine is a provisioning step of the session's machine,
 	// reported by the orchestrator that holds the claim.
 	EventMachine = "machine"
+	// EventRestore records how a remote that took over a resumed session
+	// cloned its repositories again: Reason says it in plain words, OK is
+	// false when a repository could not be restored.
+	EventRestore = "restore"
 )
 
 // Message roles on EventMessage events.

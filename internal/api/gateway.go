@@ -26,6 +26,10 @@ const (
 	FrameEnd = "end"
 	// FrameError tells the other side why it is being refused.
 	FrameError = "error"
+	// FrameRestored is the remote's notice of how it restored the
+	// repositories a welcome listed in Restore. It is sent at most once per
+	// remote process and is not acknowledged; an older server ignores it.
+	FrameRestored = "restored"
 )
 
 // Paths of the gateway.
@@ -55,6 +59,16 @@ type Frame struct {
 	// welcome
 	Env     map[string]string `json:"env,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Restore is set when the session resumes on another machine (its
+	// queue entry is kind resume): the arguments of every successful
+	// git_clone call of the session, in call order. The remote clones each
+	// repository missing from its workspace again, the way git_clone does,
+	// before it runs any call, and reports with FrameRestored. An older
+	// remote ignores it.
+	Restore []GitCloneArgs `json:"restore,omitempty"`
+
+	// restored
+	Restored []RestoredRepo `json:"restored,omitempty"`
 
 	// call, result, ack, cancel
 	Seq      int64           `json:"seq,omitempty"`
@@ -70,6 +84,20 @@ type Frame struct {
 
 	// artifact, artifact_ack
 	Artifact *ArtifactFrame `json:"artifact,omitempty"`
+}
+
+// RestoredRepo is the outcome of one entry of a welcome's Restore.
+type RestoredRepo struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	Ref  string `json:"ref,omitempty"`
+	// Head is the commit checked out after the clone.
+	Head string `json:"head,omitempty"`
+	// Kept is set when repos/<name> was already a git repository on this
+	// machine: it is left as it is.
+	Kept bool `json:"kept,omitempty"`
+	// Error says why the clone failed; the session goes on without it.
+	Error string `json:"error,omitempty"`
 }
 
 // Output streams.

@@ -80,6 +80,9 @@ type SessionStatus struct {
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
 	// Usage counts model calls and tokens of llm sessions.
 	Usage Usage `json:"usage"`
+	// ArtifactsPrunedAt is when the server's artifact retention deleted
+	// the session's artifacts (Unix seconds); absent while they are kept.
+	ArtifactsPrunedAt *int64 `json:"artifacts_pruned_at,omitempty"`
 }
 
 // Repo is a git repository cloned into repos/<name> at session start.

@@ -141,7 +141,7 @@ func anthropicBlocks(m Message) (string, []anthropic.ContentBlockParamUnion) {
 			blocks = append(blocks, anthropic.NewTextBlock(m.Text))
 		}
 		for _, tc := range m.ToolCalls {
-			blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, rawObject(tc.Arguments), tc.Name))
+			blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, objectArguments(tc.Arguments), tc.Name))
 		}
 		return RoleAssistant, blocks
 	case RoleTool:

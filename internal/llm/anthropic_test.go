@@ -82,7 +82,8 @@ func TestAnthropicRequestAndResponse(t *testing.T) {
 
 // TestAnthropicMergesAndReplays checks the merging of a tool result with the
 // user's next words, the explicit max_tokens, and that arguments which are
-// not a JSON object are replayed as {} (tool_use input must be an object).
+// not valid JSON are replayed wrapped in an object (tool_use input must be
+// one) that still shows the model what it wrote.
 func TestAnthropicMergesAndReplays(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, reply{body: `{"id":"msg_2","type":"message","role":"assistant","model":"m",
@@ -112,11 +113,34 @@ func TestAnthropicMergesAndReplays(t *testing.T) {
 		"max_tokens": 64000,
 		"messages": [
 			{"role": "user", "content": [{"type": "text", "text": "go"}]},
-			{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "exec", "input": {}}]},
+			{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "exec", "input": {"_invalid_arguments": "{\"command\": \"ls"}}]},
 			{"role": "user", "content": [
 				{"type": "tool_result", "tool_use_id": "t1", "is_error": true, "content": [{"type": "text", "text": "malformed arguments"}]},
 				{"type": "text", "text": "try again"}
 			]}
 		]
 	}`)
+}
+
+// TestObjectArguments checks how arguments are replayed where only an object
+// is taken: objects as they are, none as {}, anything else wrapped.
+func TestObjectArguments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ args, want string }{
+		{`{"path": "."}`, `{"path": "."}`},
+		{" {}\n", `{}`},
+		{"", `{}`},
+		{" \t", `{}`},
+		{`{"command": "ls`, `{"_invalid_arguments":"{\"command\": \"ls"}`},
+		{`{"a":1} junk`, `{"_invalid_arguments":"{\"a\":1} junk"}`},
+		{`["ls"]`, `{"_invalid_arguments":"[\"ls\"]"}`},
+		{`"ls"`, `{"_invalid_arguments":"\"ls\""}`},
+		{"null", `{"_invalid_arguments":"null"}`},
+		{"\xff{", `{"_invalid_arguments":"\ufffd{"}`},
+	} {
+		got := objectArguments(json.RawMessage(tc.args))
+		if string(got) != tc.want || !json.Valid(got) {
+			t.Errorf("objectArguments(%q) = %s, want %s", tc.args, got, tc.want)
+		}
+	}
 }

@@ -27,5 +27,9 @@
 //
 // Tool-call arguments are passed through exactly as the model produced them,
 // even when they are not valid JSON, so that the loop can answer the model
-// with a "malformed arguments" tool error instead of failing.
+// with a "malformed arguments" tool error instead of failing. Replayed, they
+// keep the conversation valid for the provider and still show the model what
+// it wrote: verbatim to OpenAI-compatible servers, and to Anthropic, whose
+// tool_use.input must be an object, wrapped as
+// {"_invalid_arguments": "<raw text>"} (see [ToolCall.Arguments]).
 package llm

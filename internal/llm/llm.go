@@ -45,6 +45,13 @@ type ToolCall struct {
 	// are usually a JSON object but may be anything, even invalid JSON or
 	// empty: check with json.Valid before decoding or embedding them (a
 	// json.RawMessage that is not valid JSON fails json.Marshal).
+	//
+	// Replayed in a later request, they go to OpenAI-compatible servers
+	// byte for byte (function.arguments is a string). Anthropic's
+	// tool_use.input must be an object: empty arguments go as {}, and
+	// anything else that is not a JSON object as
+	// {"_invalid_arguments": "<the text as the model sent it>"}, so the
+	// model sees what it wrote with either provider.
 	Arguments json.RawMessage `json:"arguments"`
 }
 

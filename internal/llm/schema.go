@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 )
 
 // emptySchema is the schema of a tool without arguments.
@@ -27,13 +26,26 @@ func schemaObject(t Tool) (map[string]json.RawMessage, error) {
 	return fields, nil
 }
 
-// rawObject returns args when they are a JSON object, and {} otherwise:
-// for replaying a call whose arguments the model got wrong to an API that
-// only takes objects.
-func rawObject(args json.RawMessage) json.RawMessage {
+// invalidArgumentsKey is the one field of the object that stands in, for
+// APIs that only take objects, for tool-call arguments that are not a JSON
+// object (see [objectArguments]).
+const invalidArgumentsKey = "_invalid_arguments"
+
+// objectArguments returns a tool call's arguments as a JSON object, for
+// replaying them to an API that only takes objects (Anthropic's
+// tool_use.input): a JSON object as it is; none (empty or blank) as {};
+// anything else — invalid JSON, or JSON that is not an object — as
+// {"_invalid_arguments": "<the text exactly as the model sent it>"}, so the
+// model sees again what it wrote, beside the tool error that answered it.
+func objectArguments(args json.RawMessage) json.RawMessage {
 	trimmed := bytes.TrimSpace(args)
-	if strings.HasPrefix(string(trimmed), "{") && json.Valid(trimmed) {
+	if len(trimmed) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	if trimmed[0] == '{' && json.Valid(trimmed) {
 		return trimmed
 	}
-	return json.RawMessage(`{}`)
+	// Marshal turns bytes that are not UTF-8 into U+FFFD.
+	b, _ := json.Marshal(map[string]string{invalidArgumentsKey: string(args)})
+	return b
 }

@@ -169,6 +169,11 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn) error {
 			if err != nil {
 				s.out.unpop(it)
 			}
+		} else if it.frame != nil {
+			err = writeFrame(wctx, c, *it.frame)
+			if err != nil {
+				s.out.unpop(it)
+			}
 		} else if f, ok := s.takeResult(it.resultSeq); ok {
 			err = writeFrame(wctx, c, f)
 			if err != nil {

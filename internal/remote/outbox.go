@@ -25,6 +25,8 @@ type outItem struct {
 	resultSeq int64
 	// artifact is a frame of an artifact upload (see artifacts.go).
 	artifact *artifactItem
+	// frame is a JSON notice to send as it is (restored).
+	frame *api.Frame
 	// size is what the item counts against maxBuffered.
 	size int
 }
@@ -103,6 +105,14 @@ func (o *outbox) pushOutput(seq int64, stream string, data []byte) {
 func (o *outbox) pushResult(seq int64) {
 	o.mu.Lock()
 	o.items = append(o.items, outItem{resultSeq: seq})
+	o.mu.Unlock()
+	o.signal()
+}
+
+// pushFrame queues a JSON frame, after what is already queued.
+func (o *outbox) pushFrame(f api.Frame) {
+	o.mu.Lock()
+	o.items = append(o.items, outItem{frame: &f})
 	o.mu.Unlock()
 	o.signal()
 }

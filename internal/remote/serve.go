@@ -126,6 +126,12 @@ type session struct {
 	env       map[string]string
 	secrets   map[string]string
 	secretSet *secretSet
+
+	// restoreStarted is set by the first welcome; restored is closed once
+	// the repositories it listed are restored (see restore.go). Calls
+	// start only after that.
+	restoreStarted bool
+	restored       chan struct{}
 }
 
 // doneEntry is a result waiting for its ack.
@@ -145,14 +151,15 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 		return nil, err
 	}
 	s := &session{
-		opts:    opts,
-		log:     opts.Logger.With("session_id", opts.SessionID),
-		journal: j,
-		out:     newOutbox(),
-		baseEnv: cleanEnv(os.Environ()),
-		running: map[int64]context.CancelFunc{},
-		done:    map[int64]*doneEntry{},
-		lastSeq: st.LastSeq,
+		opts:     opts,
+		log:      opts.Logger.With("session_id", opts.SessionID),
+		journal:  j,
+		out:      newOutbox(),
+		baseEnv:  cleanEnv(os.Environ()),
+		running:  map[int64]context.CancelFunc{},
+		done:     map[int64]*doneEntry{},
+		lastSeq:  st.LastSeq,
+		restored: make(chan struct{}),
 	}
 	if opts.Capabilities != nil {
 		s.caps = *opts.Capabilities
@@ -202,7 +209,8 @@ func (s *session) hello() (api.Frame, []api.Frame) {
 	return f, resend
 }
 
-// welcome takes the session's environment and secrets.
+// welcome takes the session's environment and secrets and, on the first
+// welcome, starts restoring the repositories it lists.
 func (s *session) welcome(f api.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -212,6 +220,7 @@ func (s *session) welcome(f api.Frame) {
 	if err := writeGitCredentials(s.opts.StateDir, f.Secrets); err != nil {
 		s.log.Warn("write the git credential helper", "err", err)
 	}
+	s.startRestore(f.Restore)
 }
 
 // takeResult returns the result of seq for sending, if it is still unacked.
@@ -276,6 +285,7 @@ func (s *session) handleCall(f api.Frame) {
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
+		s.waitRestored(ctx) // repositories of a resumed session first
 		s.runCall(ctx, f, env, set)
 	}()
 }

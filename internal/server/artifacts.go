@@ -318,14 +318,14 @@ func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request) error {
 	}
 	a, err := s.readArtifactMeta(sess.ID, name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
+		return artifactGone(sess, name)
 	}
 	if err != nil {
 		return err
 	}
 	f, err := os.Open(filepath.Join(s.artifactDir(sess.ID), name))
 	if errors.Is(err, fs.ErrNotExist) {
-		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
+		return artifactGone(sess, name)
 	}
 	if err != nil {
 		return fmt.Errorf("open artifact: %w", err)

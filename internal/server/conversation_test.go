@@ -65,8 +65,11 @@ func TestConversationFromTranscript(t *testing.T) {
 	if c.lastSeen != 10 || c.lastCall != 2 || c.steps != 2 || len(c.pending) != 0 || c.lastAssistantDone() {
 		t.Errorf("state: seen %d call %d steps %d pending %v", c.lastSeen, c.lastCall, c.steps, c.pending)
 	}
-	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":`)}); !strings.Contains(problem, "not valid") {
+	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":`)}); !strings.Contains(problem, "not valid JSON") {
 		t.Errorf("malformed arguments: %q", problem)
+	}
+	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":1}`)}); !strings.Contains(problem, "not valid") || strings.Contains(problem, "JSON (") {
+		t.Errorf("arguments that do not fit: %q", problem)
 	}
 	if problem := toolCallProblem(llm.ToolCall{Name: "exec", Arguments: json.RawMessage(`{"command":"ls"} junk`)}); !strings.Contains(problem, "after the JSON") {
 		t.Errorf("trailing data: %q", problem)

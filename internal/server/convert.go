@@ -72,6 +72,8 @@ func toAPISession(s store.Session) api.Session {
 			EndedAt:      unixPtr(s.EndedAt),
 			Capabilities: s.Capabilities,
 			Usage:        s.Usage,
+			// Set by the artifact retention sweep (retention.go).
+			ArtifactsPrunedAt: unixPtr(s.ArtifactsPrunedAt),
 		},
 	}
 }

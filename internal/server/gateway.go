@@ -80,7 +80,15 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		c.close(websocket.StatusProtocolError, err.Error())
 		return
 	}
-	sess, err := s.onHello(ctx, c, hello)
+	// A session resuming on another machine gets its repositories back.
+	var restore []api.GitCloneArgs
+	if e.Kind == api.KindResume {
+		if restore, err = s.restoreList(ctx, ct.SessionID); err != nil {
+			s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
+			return // the remote reconnects
+		}
+	}
+	sess, err := s.onHello(ctx, c, hello, restore)
 	if errors.Is(err, errStaleClaim) {
 		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: errStaleClaim.Error()})
 		c.close(websocket.StatusPolicyViolation, errStaleClaim.Error())
@@ -98,7 +106,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("gateway welcome", "session", sess.ID, "err", err)
 			return
 		}
-		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets}); err != nil {
+		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore}); err != nil {
 			return
 		}
 	}
@@ -142,7 +150,8 @@ func readHello(ctx context.Context, ws *websocket.Conn, sessionID string) (api.F
 }
 
 // onHello records the remote's arrival and moves the session to running.
-func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame) (store.Session, error) {
+// restore is what the welcome will ask the remote to clone again.
+func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
 	now := s.now()
 	var out store.Session
 	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -162,7 +171,7 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame) (s
 			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.acceptorID)})
 		if sess.Status == api.StatusResuming {
 			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
-				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds.", c.acceptorID, sess.LastSeq)})
+				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, restoreNote(restore))})
 		}
 		if sess.Status != api.StatusRunning {
 			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
@@ -292,6 +301,9 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			case api.FrameArtifact:
 				out.flush(ctx) // the call's output before its artifact event
 				arts.frame(ctx, f)
+			case api.FrameRestored:
+				out.flush(ctx)
+				s.recordRestore(ctx, c, f.Restored)
 			default:
 				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
 			}

@@ -37,6 +37,10 @@ func errConflict(format string, args ...any) error {
 	return &httpError{http.StatusConflict, api.CodeConflict, fmt.Sprintf(format, args...)}
 }
 
+func errHTTPGone(format string, args ...any) error {
+	return &httpError{http.StatusGone, api.CodeGone, fmt.Sprintf(format, args...)}
+}
+
 func errForbidden(format string, args ...any) error {
 	return &httpError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf(format, args...)}
 }

@@ -17,6 +17,9 @@ type metrics struct {
 	claims          *prometheus.CounterVec
 	remotes         prometheus.Gauge
 	toolCalls       *prometheus.CounterVec
+	// Artifact retention (retention.go).
+	artifactsPruned     prometheus.Counter
+	artifactBytesPruned prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -42,8 +45,15 @@ func newMetrics() *metrics {
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_tool_calls_total", Help: "Tool call results by tool and outcome.",
 		}, []string{"tool", "ok"}),
+		artifactsPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outpost_artifacts_pruned_total", Help: "Artifacts deleted by the artifact retention policy.",
+		}),
+		artifactBytesPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outpost_artifacts_pruned_bytes_total", Help: "Bytes of artifact files deleted by the artifact retention policy.",
+		}),
 	}
 	m.registry.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.toolCalls,
+		m.artifactsPruned, m.artifactBytesPruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

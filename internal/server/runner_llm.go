@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
@@ -93,6 +95,9 @@ func (c *conversation) apply(ev api.Event) {
 		// user note, derived from the transcript like everything else.
 		c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason +
 			" Files of this session outside its repositories, and uncommitted work, may be missing on this machine; check before you go on."}})
+	case api.EventRestore:
+		// How the new machine cloned the session's repositories again.
+		c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason}})
 	case api.EventOutput:
 		if _, ok := c.pending[ev.CallSeq]; ok {
 			b := c.output[ev.CallSeq]
@@ -246,8 +251,18 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 		}
 		if conv.lastAssistantDone() {
 			if !sess.Spec.Agent.Interactive {
-				r.end(ctx, api.StatusExit, api.DetailFinished, "The agent finished.")
-				return
+				if hook := s.opts.beforeFinish; hook != nil {
+					hook(r.sessionID)
+				}
+				ended, err := r.finish(ctx, conv, api.StatusExit, api.DetailFinished, "The agent finished.")
+				if err != nil {
+					r.fail(ctx, err)
+					return
+				}
+				if ended {
+					return
+				}
+				continue // a message came after the answer: another turn
 			}
 			if err := r.waitForUser(ctx, conv, sess); err != nil {
 				r.fail(ctx, err)
@@ -362,6 +377,9 @@ func toolCallProblem(tc llm.ToolCall) string {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(args); err != nil {
+		if !json.Valid(raw) {
+			return fmt.Sprintf("The arguments of %s are not valid JSON (%v). Send one JSON object matching the tool's schema.", tc.Name, err)
+		}
 		return fmt.Sprintf("The arguments of %s are not valid: %v. Send a JSON object matching the tool's schema.", tc.Name, err)
 	}
 	if dec.More() {
@@ -418,15 +436,46 @@ func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			// A message may have come with the deadline: read once more.
-			if err := r.catchUp(ctx, conv); err == nil && len(conv.inbox) > 0 {
+			// A message may have come with the deadline: finish reads once more.
+			ended, err := r.finish(ctx, conv, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No message from the user for %s (limits.idle_s).", idle))
+			if err != nil {
+				return err
+			}
+			if !ended {
 				continue
 			}
-			r.end(ctx, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No message from the user for %s (limits.idle_s).", idle))
 			return errSessionEnded
 		case <-wake:
 		}
 	}
+}
+
+// messageLock returns the lock that orders recording a user message of the
+// session against ending the session because its model is done.
+func (s *Server) messageLock(sessionID string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sessionID))
+	return &s.messageLocks[h.Sum32()%uint32(len(s.messageLocks))]
+}
+
+// finish ends the session, unless a user message came that conv has not
+// taken in yet; it reports whether the session ended. It reads the
+// transcript and ends under the session's message lock, which sendMessage
+// holds while it records a message: a message is either read here (and the
+// model gets another turn) or refused because the session is over. None is
+// accepted and then left unanswered.
+func (r *runner) finish(ctx context.Context, conv *conversation, status, detail, reason string) (bool, error) {
+	mu := r.s.messageLock(r.sessionID)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+		return false, err
+	}
+	if len(conv.inbox) > 0 {
+		return false, nil
+	}
+	r.end(ctx, status, detail, reason)
+	return true, nil
 }
 
 // setDetail changes a running session's status detail.

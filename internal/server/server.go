@@ -63,6 +63,18 @@ type Options struct {
 	Stdout io.Writer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// ArtifactRetention is how long the artifacts of a session that ended
+	// are kept after it ended; a background sweep deletes older ones.
+	// 0 keeps artifacts forever; negative is an error.
+	ArtifactRetention time.Duration
+	// ArtifactSweepInterval spaces the retention sweeps; 0 means 1h. The
+	// first runs after a minute, or after the interval when shorter.
+	ArtifactSweepInterval time.Duration
+
+	// beforeFinish, for tests, runs when an llm runner is about to end a
+	// session whose model is done, before it takes the session's message
+	// lock.
+	beforeFinish func(sessionID string)
 }
 
 // Server is a running control plane.
@@ -95,6 +107,11 @@ type Server struct {
 	// PostgreSQL store shared by several servers will need this in the
 	// store's transactions instead.
 	outpostsMu sync.RWMutex
+
+	// messageLocks order recording a user message against ending an llm
+	// session because its model is done (see messageLock). Like outpostsMu,
+	// a store shared by several servers will need this in its transactions.
+	messageLocks [32]sync.Mutex
 
 	mu       sync.Mutex                // guards the following
 	stopping bool                      // no new gateway connections or runners
@@ -137,6 +154,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
+	}
+	if opts.ArtifactRetention < 0 {
+		return nil, fmt.Errorf("server: artifact retention %s is negative; use 0 to keep artifacts forever", opts.ArtifactRetention)
+	}
+	if opts.ArtifactSweepInterval <= 0 {
+		opts.ArtifactSweepInterval = time.Hour
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: create data dir: %w", err)
@@ -270,6 +293,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		defer s.wg.Done()
 		s.sweep(s.runCtx)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.retainArtifacts(s.runCtx)
 	}()
 	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir)
 

@@ -340,12 +340,18 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		return errConflict("Session %s runs a %s agent, which takes no messages.", sess.ID, sess.Spec.Agent.Kind)
 	}
 	now := s.now()
+	// Under the session's message lock: a runner ending the session because
+	// its model is done either reads this message first or has ended it
+	// before, and then the message is refused (runner.finish).
+	mu := s.messageLock(sess.ID)
+	mu.Lock()
 	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(cur.Status) {
-			return store.Mutation{}, errConflict("Session %s has ended (%s).", sess.ID, cur.Status)
+			return store.Mutation{}, errConflict("Session %s has ended (%s, %s); it takes no more messages.", sess.ID, cur.Status, cur.StatusDetail)
 		}
 		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: req.Text, Time: now.UnixMilli()}}}, nil
 	})
+	mu.Unlock()
 	if err != nil {
 		return err
 	}

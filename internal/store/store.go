@@ -50,6 +50,10 @@ type Session struct {
 	UpdatedAt time.Time
 	StartedAt *time.Time
 	EndedAt   *time.Time
+	// ArtifactsPrunedAt is when the retention sweep deleted the session's
+	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
+	// CreateSession and UpdateSession never write it.
+	ArtifactsPrunedAt *time.Time
 }
 
 // QueueEntry is a session's stored place in its outpost's queue.
@@ -203,6 +207,17 @@ type Store interface {
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
 	// ActiveSessions returns ids of sessions whose status is not final.
 	ActiveSessions(ctx context.Context) ([]string, error)
+
+	// ListArtifactsExpired returns ids of up to limit sessions whose
+	// status is final, that ended strictly before endedBefore and whose
+	// artifacts are not marked pruned, the earliest ended first (ties by
+	// id). A session whose status is not final is never returned.
+	ListArtifactsExpired(ctx context.Context, endedBefore time.Time, limit int) ([]string, error)
+	// MarkArtifactsPruned sets ArtifactsPrunedAt to at on those of ids
+	// whose status is final and whose artifacts are not yet marked, in one
+	// short transaction, and returns how many it marked. Unknown ids are
+	// skipped.
+	MarkArtifactsPruned(ctx context.Context, ids []string, at time.Time) (int, error)
 
 	// AppendEvents appends events to a session's transcript in one
 	// transaction, assigning Seq (written back into the slice).

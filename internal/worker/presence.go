@@ -85,7 +85,9 @@ func (p *Presence) Run(ctx context.Context) {
 		p.mu.Lock()
 		info := p.info
 		p.mu.Unlock()
-		hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		// Not cancelled with ctx: a heartbeat abandoned mid-flight could
+		// reach the server after the goodbye and announce us again.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		res, err := p.c.Workers.Heartbeat(hctx, p.outpost, p.acceptor, info)
 		cancel()
 		switch {

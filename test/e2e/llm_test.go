@@ -141,7 +141,7 @@ func TestLLMSession(t *testing.T) {
 	if !strings.Contains(sawResult, "hello from the model") || !strings.Contains(sawResult, "[exit code 0]") {
 		t.Errorf("the model got %q as the exec result", sawResult)
 	}
-	if !strings.Contains(sawToolError, "not valid") {
+	if !strings.Contains(sawToolError, "not valid JSON") {
 		t.Errorf("the model got %q for malformed arguments", sawToolError)
 	}
 	reqs := fake.requests()
@@ -175,7 +175,12 @@ func TestLLMSession(t *testing.T) {
 		roles = append(roles, m.(map[string]any)["role"].(string))
 	}
 	if strings.Join(roles, ",") != "system,user,assistant,tool,assistant,tool" {
-		t.Errorf("message order in the last request: %v", roles)
+		t.Fatalf("message order in the last request: %v", roles)
+	}
+	// The malformed arguments are replayed as the model wrote them.
+	replayed, _ := json.Marshal(reqs[2]["messages"].([]any)[4])
+	if !strings.Contains(string(replayed), `"arguments":"{\"path\": \"x.txt\", \"content\": "`) {
+		t.Errorf("malformed call replayed as %s", replayed)
 	}
 	if sys := fmt.Sprint(msgs[0].(map[string]any)["content"]); !strings.Contains(sys, "repos/demo") {
 		t.Errorf("the system prompt does not name the repo: %q", sys)
@@ -359,7 +364,9 @@ func TestLLMTerminateDuringModelCall(t *testing.T) {
 }
 
 // TestLLMAnthropic runs a session against a fake Anthropic Messages API:
-// tool_use and tool_result blocks, the system prompt apart, usage counted.
+// tool_use and tool_result blocks, the system prompt apart, usage counted,
+// and arguments that are not an object (as an Anthropic-compatible server
+// might send) answered with a tool error and replayed wrapped in an object.
 func TestLLMAnthropic(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -377,7 +384,10 @@ func TestLLMAnthropic(t *testing.T) {
 		mu.Unlock()
 		content := []any{map[string]any{"type": "tool_use", "id": "toolu_1", "name": "exec", "input": map[string]any{"command": "echo from-claude"}}}
 		stop := "tool_use"
-		if n > 1 {
+		switch {
+		case n == 2:
+			content = []any{map[string]any{"type": "tool_use", "id": "toolu_2", "name": "exec", "input": `{"command": "ls`}}
+		case n > 2:
 			content, stop = []any{map[string]any{"type": "text", "text": "Done."}}, "end_turn"
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -390,12 +400,12 @@ func TestLLMAnthropic(t *testing.T) {
 	startWorker(t, c, "claude", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "claude", Prompt: "say hello", Agent: api.Agent{Kind: api.AgentLLM}})
 	s := c.waitFinal(id, 60*time.Second)
-	if s.Status.Status != api.StatusExit || s.Status.Usage.ModelCalls != 2 || s.Status.Usage.PromptTokens != 100 {
+	if s.Status.Status != api.StatusExit || s.Status.Usage.ModelCalls != 3 || s.Status.Usage.PromptTokens != 150 {
 		t.Fatalf("session: %+v", s.Status)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(reqs) != 2 || reqs[0]["model"] != "claude-test" || reqs[0]["system"] == nil {
+	if len(reqs) != 3 || reqs[0]["model"] != "claude-test" || reqs[0]["system"] == nil {
 		t.Fatalf("requests %v", reqs)
 	}
 	msgs, _ := reqs[1]["messages"].([]any)
@@ -405,6 +415,19 @@ func TestLLMAnthropic(t *testing.T) {
 	last, _ := json.Marshal(msgs[2])
 	if !strings.Contains(string(last), `"tool_use_id":"toolu_1"`) || !strings.Contains(string(last), "from-claude") {
 		t.Errorf("tool result block %s", last)
+	}
+	msgs, _ = reqs[2]["messages"].([]any)
+	if len(msgs) != 5 {
+		t.Fatalf("third request messages %v", msgs)
+	}
+	call, _ := json.Marshal(msgs[3])
+	if !strings.Contains(string(call), `"input":{"_invalid_arguments":"\"{\\\"command\\\": \\\"ls\""}`) {
+		t.Errorf("the call with bad arguments replayed as %s", call)
+	}
+	answer, _ := json.Marshal(msgs[4])
+	if !strings.Contains(string(answer), `"tool_use_id":"toolu_2"`) || !strings.Contains(string(answer), `"is_error":true`) ||
+		!strings.Contains(string(answer), "not valid") {
+		t.Errorf("the answer to the bad arguments %s", answer)
 	}
 }
 
@@ -451,5 +474,9 @@ func TestLLMMessagesArriveInOrder(t *testing.T) {
 	}
 	if n := len(second); n != 5 || text(second, 3) != "Done, I think." || text(second, 4) != "late note" {
 		t.Fatalf("second request %v", second)
+	}
+	// Once the session is over, a message is refused rather than left unanswered.
+	if code := c.api("POST", "/v1/sessions/"+id+"/messages", c.admin, api.MessageRequest{Text: "too late"}, nil); code != 409 {
+		t.Fatalf("message to an ended session: %d, want 409", code)
 	}
 }

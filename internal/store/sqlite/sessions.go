@@ -13,16 +13,16 @@ import (
 )
 
 const sessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
-	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json`
+	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
 
 func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
 	var caps, usage sql.NullString
 	var created, updated int64
-	var started, ended sql.NullInt64
+	var started, ended, pruned sql.NullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
 		return store.Session{}, err
 	}
 	if err := scanUsage(usage, &s); err != nil {
@@ -42,12 +42,13 @@ func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 	}
 	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
 	s.StartedAt, s.EndedAt = fromPtrMS(started), fromPtrMS(ended)
+	s.ArtifactsPrunedAt = fromPtrMS(pruned)
 	return s, nil
 }
 
 // stateCols are the columns of a session that change after creation.
 const stateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at, usage_json`
+	started_at, ended_at, usage_json, artifacts_pruned_at`
 
 // scanState reads stateCols: a session without its immutable spec and
 // secrets, which write transactions neither need nor rewrite.
@@ -55,9 +56,9 @@ func scanState(sc interface{ Scan(...any) error }) (store.Session, error) {
 	var s store.Session
 	var caps, usage sql.NullString
 	var created, updated int64
-	var started, ended sql.NullInt64
+	var started, ended, pruned sql.NullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
 		return store.Session{}, err
 	}
 	if err := scanUsage(usage, &s); err != nil {
@@ -71,6 +72,7 @@ func scanState(sc interface{ Scan(...any) error }) (store.Session, error) {
 	}
 	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
 	s.StartedAt, s.EndedAt = fromPtrMS(started), fromPtrMS(ended)
+	s.ArtifactsPrunedAt = fromPtrMS(pruned)
 	return s, nil
 }
 

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListQueue", testListQueue},
 		{"LapsedClaims", testLapsedClaims},
 		{"ActiveSessions", testActiveSessions},
+		{"ArtifactRetention", testArtifactRetention},
 		{"Events", testEvents},
 		{"Calls", testCalls},
 		{"ConnectTokens", testConnectTokens},

@@ -176,6 +176,10 @@
           (ev.exit_code !== undefined ? " exit " + ev.exit_code : "") + (ev.reason ? " — " + ev.reason : "")));
         if (ev.step === "failed") li.classList.add("failed");
         break;
+      case "restore":
+        li.appendChild(el("span", "k" + (ev.ok === false ? " failed" : ""), "restore"));
+        if (ev.reason) li.appendChild(document.createTextNode(" " + ev.reason));
+        break;
       case "artifact":
         li.appendChild(el("span", "k", "artifact"));
         if (ev.artifact) li.appendChild(document.createTextNode(" " + ev.artifact.name + " (" + ev.artifact.size + " B)"));
