@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -167,7 +166,7 @@ func (s *SessionsService) followOnce(ctx context.Context, id string, last *int64
 	defer resp.Body.Close()
 	err = readSSE(resp.Body, func(e sseEvent) error {
 		var ev api.Event
-		if err := json.Unmarshal(e.Data, &ev); err != nil {
+		if err := api.UnmarshalEvent(e.Data, &ev); err != nil {
 			return fmt.Errorf("decode session event: %w", err)
 		}
 		if ev.Seq > 0 && ev.Seq <= *last {

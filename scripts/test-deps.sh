@@ -5,16 +5,22 @@
 #   podman, runc,           the docker backend's tests (Podman's Docker-compatible
 #   debootstrap             API service, and the test image scripts/test-image.sh makes)
 #   bubblewrap, uidmap      the bwrap backend's tests
+#   postgresql              the PostgreSQL store's tests (they start their own
+#                           server from /usr/lib/postgresql/*/bin)
 # and gives git an identity if it has none (tests commit to throwaway
 # repositories). Run by `make test`; as root it installs with apt-get, with
 # passwordless sudo through sudo, otherwise it says what to install.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
+# have CMD: CMD is on the PATH, or is a path (a glob allowed) to a file.
+have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
+
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
-  podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
+  podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
+  '/usr/lib/postgresql/*/bin/initdb:postgresql'; do
+  have "${pair%%:*}" || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
   sudo=()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +33,9 @@ type ServerOptions struct {
 	// ArtifactRetention is how long artifacts of ended sessions are kept;
 	// 0 keeps them forever.
 	ArtifactRetention time.Duration
+	// Database is a PostgreSQL URL; "" means the embedded SQLite
+	// database in the data dir.
+	Database string
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -45,8 +49,14 @@ dial, and the agent loop of every running session. On its first start it
 creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
-OUTPOST_DATA_DIR, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
+OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
 OUTPOST_ARTIFACT_RETENTION. OUTPOST_ADMIN_TOKEN, when set, is the admin token.
+
+State is kept in an embedded SQLite database in the data dir, or, with
+--database postgres://…, in PostgreSQL (the schema is created or migrated at
+start). The data dir still holds the admin token file and spilled output.
+Run one server per database: several servers sharing one are not supported
+yet.
 
 Artifacts of a session that ended longer ago than --artifact-retention are
 deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
@@ -54,7 +64,8 @@ of sessions that have not ended are always kept.`,
 		Example: `  outpost server
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com
   outpost server --artifact-retention 168h   # keep artifacts 7 days after a session ends
-  OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug`,
+  OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug
+  outpost server --database postgres://outpost:secret@db.internal:5432/outpost`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -69,6 +80,7 @@ of sessions that have not ended are always kept.`,
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address to listen on (env OUTPOST_LISTEN)")
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
+	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env OUTPOST_DATABASE_URL; default the embedded SQLite database in the data dir)")
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
@@ -91,6 +103,11 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	fromEnv("listen", "OUTPOST_LISTEN", &o.Listen)
 	fromEnv("data-dir", "OUTPOST_DATA_DIR", &o.DataDir)
 	fromEnv("public-url", "OUTPOST_PUBLIC_URL", &o.PublicURL)
+	fromEnv("database", "OUTPOST_DATABASE_URL", &o.Database)
+	if o.Database != "" && !server.IsPostgresURL(o.Database) {
+		// Not the URL itself: it may hold a password.
+		return usageErrorf("--database must be a PostgreSQL URL starting with postgres:// or postgresql://")
+	}
 	if v := f.Getenv("OUTPOST_CLAIM_TTL"); !fl.Changed("claim-ttl") && v != "" {
 		d, err := parseSeconds(v)
 		if err != nil {
@@ -183,11 +200,19 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		provider = p
 		logger.Info("model provider configured", "provider", o.LLM.Provider, "base_url", o.LLM.BaseURL, "model", o.LLM.Model)
 	}
+	if o.Database != "" {
+		where := "(unparsable URL)"
+		if u, err := url.Parse(o.Database); err == nil {
+			where = u.Redacted()
+		}
+		logger.Info("using PostgreSQL", "database", where)
+	}
 	srv, err := server.New(ctx, server.Options{
 		LLM:             provider,
 		ToolResultLimit: o.ToolResultLimit,
 		Listen:          o.Listen,
 		DataDir:         o.DataDir,
+		DatabaseURL:     o.Database,
 		PublicURL:       o.PublicURL,
 		ClaimTTL:        o.ClaimTTL,
 		AdminToken:      o.AdminToken,

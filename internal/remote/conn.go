@@ -39,8 +39,10 @@ func (r *rejection) Error() string { return "gateway refused the remote: " + r.m
 func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
+	hc, dialer, closeIdle := batchingClient(s.opts.HTTPClient)
+	defer closeIdle()
 	c, resp, err := websocket.Dial(dctx, s.opts.GatewayURL, &websocket.DialOptions{
-		HTTPClient: s.opts.HTTPClient,
+		HTTPClient: hc,
 		HTTPHeader: http.Header{
 			"Authorization":     {"Bearer " + s.opts.ConnectToken},
 			api.HeaderSessionID: {s.opts.SessionID},
@@ -95,7 +97,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 		s.abortUploads()
 	}()
 	wg.Go(func() {
-		if err := s.writeLoop(connCtx, c); err != nil && connCtx.Err() == nil {
+		if err := s.writeLoop(connCtx, c, dialer.last()); err != nil && connCtx.Err() == nil {
 			s.log.Warn("gateway write failed", "err", err)
 		}
 		cancelConn()
@@ -144,7 +146,9 @@ func (s *session) frameErr(ctx context.Context, c *websocket.Conn, op string, er
 }
 
 // writeLoop sends the outbox to the gateway until ctx ends or a write fails.
-func (s *session) writeLoop(ctx context.Context, c *websocket.Conn) error {
+// bc, when not nil, is the connection under c: each output message is
+// gathered and written to it at once.
+func (s *session) writeLoop(ctx context.Context, c *websocket.Conn, bc *batchConn) error {
 	var buf []byte
 	for {
 		it, ok := s.out.pop()
@@ -160,9 +164,19 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn) error {
 		var err error
 		if it.output != nil {
 			buf = it.output.AppendBinary(buf[:0])
+			if bc != nil {
+				bc.hold()
+			}
 			err = c.Write(wctx, websocket.MessageBinary, buf)
+			if bc != nil {
+				if rerr := bc.release(); err == nil {
+					err = rerr
+				}
+			}
 			if err != nil {
 				s.out.unpop(it)
+			} else {
+				recycleChunk(it.output)
 			}
 		} else if it.artifact != nil {
 			err = writeArtifact(wctx, c, it.artifact, &buf)

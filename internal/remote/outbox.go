@@ -94,11 +94,50 @@ func (o *outbox) pushOutput(seq int64, stream string, data []byte) {
 			}
 			break
 		}
-		o.items = append(o.items, outItem{output: &api.OutputFrame{Seq: seq, Stream: stream, Data: append([]byte(nil), data[:n]...)}, size: n})
+		if last := o.tailOutput(key); last != nil && len(last.output.Data)+n <= maxChunk {
+			// Coalesce with the chunk still waiting at the tail: fewer,
+			// larger frames while the gateway is behind.
+			last.output.Data = append(last.output.Data, data[:n]...)
+			last.size += n
+		} else {
+			var buf []byte
+			if 4*n >= maxChunk { // bulk output: a recycled full-size buffer
+				buf = (*chunkBuffers.Get().(*[]byte))[:n]
+			} else {
+				buf = make([]byte, n, 4*n)
+			}
+			copy(buf, data)
+			o.items = append(o.items, outItem{output: &api.OutputFrame{Seq: seq, Stream: stream, Data: buf}, size: n})
+		}
 		o.bytes += n
 		data = data[n:]
 	}
 	o.signal()
+}
+
+// chunkBuffers recycles the maxChunk buffers of bulk output items; the
+// write loop returns a buffer once its frame is sent (recycleChunk).
+var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxChunk); return &b }}
+
+// recycleChunk returns the buffer of a sent output item to chunkBuffers.
+func recycleChunk(f *api.OutputFrame) {
+	if cap(f.Data) == maxChunk {
+		b := f.Data[:0]
+		f.Data = nil
+		chunkBuffers.Put(&b)
+	}
+}
+
+// tailOutput returns the last queued item if it is output of key.
+func (o *outbox) tailOutput(key streamKey) *outItem {
+	if len(o.items) == 0 {
+		return nil
+	}
+	it := &o.items[len(o.items)-1]
+	if it.output == nil || it.size == 0 || it.output.Seq != key.seq || it.output.Stream != key.stream {
+		return nil
+	}
+	return it
 }
 
 // pushResult queues the result of seq, after the output already queued.

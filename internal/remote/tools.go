@@ -165,6 +165,10 @@ type tailBuffer struct {
 func (t *tailBuffer) Write(p []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(p) >= tailSize { // only p's end can be kept: copy no more
+		t.buf = append(t.buf[:0], p[len(p)-tailSize:]...)
+		return
+	}
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > 2*tailSize {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailSize:]...)

@@ -20,6 +20,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 	"github.com/outpost-sh/outpost/internal/web"
 )
@@ -55,6 +56,10 @@ type Options struct {
 	// ToolResultLimit is how many characters of one tool result a model
 	// sees; the whole result stays on the transcript. 0 means 16000.
 	ToolResultLimit int
+	// DatabaseURL, when set, selects a PostgreSQL store at this URL
+	// (postgres:// or postgresql://) instead of the embedded SQLite
+	// database in DataDir; its migrations run at start.
+	DatabaseURL string
 	// Store replaces the embedded SQLite store (for tests of other stores).
 	Store store.Store
 	// Logger receives the server's logs; nil means slog.Default().
@@ -119,6 +124,23 @@ type Server struct {
 	outputs  map[string]*sessionOutput // by session id
 }
 
+// IsPostgresURL reports whether a database URL selects PostgreSQL.
+func IsPostgresURL(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// openStore opens the PostgreSQL database of opts.DatabaseURL, or else the
+// embedded SQLite database in the data dir.
+func openStore(ctx context.Context, opts Options) (store.Store, error) {
+	if opts.DatabaseURL == "" {
+		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"))
+	}
+	if !IsPostgresURL(opts.DatabaseURL) {
+		return nil, errors.New("the database URL must start with postgres:// or postgresql://")
+	}
+	return postgres.Open(ctx, opts.DatabaseURL)
+}
+
 // New opens the store, creates the admin token on first start and binds
 // the listener. Call Serve to start serving.
 func New(ctx context.Context, opts Options) (*Server, error) {
@@ -178,7 +200,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
 	s.store = opts.Store
 	if s.store == nil {
-		st, err := sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"))
+		st, err := openStore(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("server: open database: %w", err)
 		}

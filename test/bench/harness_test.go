@@ -34,6 +34,7 @@ import (
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
 // binary is the outpost binary, built once per run of the package.
@@ -49,7 +50,43 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if benchPG.srv != nil {
+		if err := benchPG.srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
+		}
+	}
 	os.Exit(code)
+}
+
+// benchPG is the PostgreSQL server of a run with
+// OUTPOST_BENCH_DATABASE=postgres: started on first use (fsync on, so the
+// numbers are honest), one new database per cluster.
+var benchPG struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
+}
+
+// databaseArgs are the server flags that select the benchmark's store:
+// the embedded SQLite database by default, or with
+// OUTPOST_BENCH_DATABASE=postgres a new database on a PostgreSQL server the
+// benchmark starts itself.
+func databaseArgs(b *testing.B) []string {
+	b.Helper()
+	switch v := os.Getenv("OUTPOST_BENCH_DATABASE"); v {
+	case "", "sqlite":
+		return nil
+	case "postgres":
+		pgtest.Require(b)
+		benchPG.once.Do(func() { benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true}) })
+		if benchPG.err != nil {
+			b.Fatal(benchPG.err)
+		}
+		return []string{"--database", benchPG.srv.Database(b)}
+	default:
+		b.Fatalf("OUTPOST_BENCH_DATABASE=%q: want sqlite or postgres", v)
+		return nil
+	}
 }
 
 // outpostBinary builds the outpost binary the first time it is needed.
@@ -163,7 +200,7 @@ func startCluster(b *testing.B, dataDir string) *cluster {
 	addr := freeAddr(b)
 	c := &cluster{b: b, url: "http://" + addr, dataDir: dataDir, outpost: "bench"}
 	c.server = start(b, "server", []string{"OUTPOST_ADMIN_TOKEN=" + adminToken},
-		"server", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn")
+		append([]string{"server", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, databaseArgs(b)...)...)
 	var err error
 	if c.admin, err = client.New(c.url, adminToken); err != nil {
 		b.Fatal(err)

@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrationLock is the key of the transaction-scoped advisory lock that
+// serialises migrations of servers starting together on one database.
+const migrationLock = 0x6f7574706f7374 // "outpost"
+
+// migration is one embedded schema step, NNNN_name.sql.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations returns the embedded migrations in version order.
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".sql")
+		num, _, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive version", n)
+		}
+		b, err := migrationFS.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: base, sql: string(b)})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share a version", ms[i-1].name, ms[i].name)
+		}
+	}
+	return ms, nil
+}
+
+// migrate applies, in order and each in its own transaction, the embedded
+// migrations the database has not recorded in schema_migrations. It returns
+// the versions it applied, and fails when the database records a version
+// this build does not know. Each transaction holds an advisory lock, so
+// servers starting together apply each migration once.
+func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	all, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	known := make(map[int]bool, len(all))
+	for _, m := range all {
+		known[m.version] = true
+	}
+	var applied []int
+	for _, m := range all {
+		did, err := applyOne(ctx, pool, m, known)
+		if err != nil {
+			return applied, err
+		}
+		if did {
+			applied = append(applied, m.version)
+		}
+	}
+	return applied, nil
+}
+
+// applyOne applies m unless it is recorded, checking first, inside the
+// transaction, that the database records no version this build does not
+// know.
+func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration, known map[int]bool) (bool, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+		return false, fmt.Errorf("lock schema_migrations: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at BIGINT NOT NULL
+	)`); err != nil {
+		return false, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version, name FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		return false, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	type rec struct {
+		v    int
+		name string
+	}
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rec, error) {
+		var x rec
+		err := r.Scan(&x.v, &x.name)
+		return x, err
+	})
+	if err != nil {
+		return false, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	recorded := false
+	for _, r := range recs {
+		if !known[r.v] {
+			return false, fmt.Errorf("database has migration %d (%s) that this build does not know: it was written by a newer version of outpost", r.v, r.name)
+		}
+		recorded = recorded || r.v == m.version
+	}
+	if recorded {
+		return false, nil
+	}
+	// No arguments: pgx sends it with the simple protocol, which runs
+	// several statements.
+	if _, err := tx.Exec(ctx, m.sql); err != nil {
+		return false, fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+		m.version, m.name, time.Now().UnixMilli()); err != nil {
+		return false, fmt.Errorf("record migration %s: %w", m.name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("migration %s: commit: %w", m.name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,292 @@
+// Package postgres is the PostgreSQL implementation of store.Store, on
+// github.com/jackc/pgx/v5 (pgxpool). It is the store of a server whose
+// database must outlive its machine; the embedded default is package sqlite.
+//
+// Transactions run at READ COMMITTED with explicit row locks:
+//
+//   - UpdateSession and AppendEvents lock the session row (SELECT … FOR
+//     UPDATE) first, so the fn of UpdateSession sees the current session and
+//     queue entry and its compare-and-swap holds across connections and
+//     servers, and transcript seqs are numbered without gaps or duplicates.
+//   - Every write of a queue entry takes the next rev from the 'rev' row of
+//     counters (UPDATE … RETURNING), which stays locked until commit: revs
+//     are assigned in commit order, as the watch cursors need. The counter is
+//     taken last in a transaction, so it is held as briefly as possible.
+//
+// Locks are taken session row first, counter second, so writers do not
+// deadlock; serialization failures and deadlocks (SQLSTATE 40001, 40P01)
+// are retried a bounded number of times all the same.
+//
+// Round trips are few: an UpdateSession sends BEGIN, the row lock and its
+// reads in one batch, every write of the mutation in a second, then COMMIT.
+//
+// Times are kept as Unix milliseconds, as in the SQLite store, and come back
+// in UTC.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// maxAttempts bounds how often a write transaction is tried when PostgreSQL
+// reports a serialization failure or a deadlock.
+const maxAttempts = 8
+
+// defaultMaxConns is the pool size when the URL sets no pool_max_conns.
+const defaultMaxConns = 16
+
+// connectTimeout bounds Open's first connection when the URL sets no
+// connect_timeout.
+const connectTimeout = 15 * time.Second
+
+// Store is a store.Store backed by a PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+
+	// migrated lists the migration versions this Open applied.
+	migrated []int
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at url (postgres://user:pass@host:port/db?…,
+// or a key=value DSN), checks it answers and brings its schema up to date.
+// It fails when the database was written by a newer version of outpost.
+// Error messages name the host, port, database and user, never the password.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgconn redacts the password in its parse errors.
+		return nil, fmt.Errorf("postgres: invalid database URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
+	}
+	where := describe(cfg.ConnConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", where, err)
+	}
+	pctx := ctx
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+	}
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: cannot reach the database at %s: %w", where, oneLine{err})
+	}
+	s := &Store{pool: pool}
+	if s.migrated, err = migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: %w", where, err)
+	}
+	return s, nil
+}
+
+// describe names a connection's target for error messages: host, port,
+// database and user, without the password.
+func describe(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s:%d (database %q, user %q)", c.Host, c.Port, c.Database, c.User)
+}
+
+// oneLine shows a driver error on one line, without repeated lines: pgx
+// reports each address and TLS mode it tried on a line of its own.
+type oneLine struct{ err error }
+
+func (o oneLine) Error() string {
+	var parts []string
+	for _, l := range strings.Split(o.err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !slices.Contains(parts, l) {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (o oneLine) Unwrap() error { return o.err }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes every connection of the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// write runs fn in a READ COMMITTED transaction and commits it, trying again
+// from the start, up to maxAttempts times, when PostgreSQL reports a
+// serialization failure or a deadlock. An error from fn rolls back and is
+// returned unchanged.
+func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.writeBatch(ctx, nil, fn)
+}
+
+// writeBatch is write whose transaction starts with the queries first
+// queues, sent with the BEGIN in one round trip; fn runs after their
+// callbacks. first may be nil.
+func (s *Store) writeBatch(ctx context.Context, first func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.tryWrite(ctx, first, fn)
+		if !retryable(err) || attempt == maxAttempts {
+			return err
+		}
+		// Back off a little, with jitter, before the next try.
+		d := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(d):
+		}
+	}
+}
+
+func (s *Store) tryWrite(ctx context.Context, first func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	if first != nil {
+		first(b)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// read runs fn in a read-only REPEATABLE READ transaction, so its queries
+// see one snapshot.
+func (s *Store) read(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only; nothing to lose
+	return fn(tx)
+}
+
+// retryable reports a serialization failure or a deadlock: the transaction
+// was rolled back and may be tried again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// mapErr turns driver errors into store errors: unique violations become
+// store.ErrConflict, pgx.ErrNoRows store.ErrNotFound.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return err
+}
+
+// ms stores a time: zero is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS reads a time stored by ms.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// nullMS stores an optional time: zero is NULL.
+func nullMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// fromNullMS reads a time stored by nullMS.
+func fromNullMS(v *int64) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(*v).UTC()
+}
+
+// ptrMS stores a time pointer: nil is NULL.
+func ptrMS(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// fromPtrMS reads a time stored by ptrMS.
+func fromPtrMS(v *int64) *time.Time {
+	if v == nil {
+		return nil
+	}
+	t := time.UnixMilli(*v).UTC()
+	return &t
+}
+
+// bytesOrNil keeps a nil json.RawMessage NULL.
+func bytesOrNil(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return []byte(b)
+}
+
+// marshal encodes v as JSON text.
+func marshal(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// mustAffect turns a command that touched no row into pgx.ErrNoRows.
+func mustAffect(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return pgx.ErrNoRows
+	}
+	return nil
+}
+
+// scanner is a pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
