@@ -180,6 +180,7 @@ func TestCrash(t *testing.T) {
 	}
 	acked := -1
 	done := make(chan struct{})
+	crashed := make(chan error, 1)
 	go func() {
 		defer close(done)
 		for i := 0; ; i++ {
@@ -188,7 +189,7 @@ func TestCrash(t *testing.T) {
 			}
 			acked = i
 			if i == 200 {
-				go srv.Crash() //nolint:errcheck // checked by the restart
+				go func() { crashed <- srv.Crash() }()
 			}
 		}
 	}()
@@ -196,6 +197,11 @@ func TestCrash(t *testing.T) {
 	s.Close()
 	if acked < 200 {
 		t.Fatalf("only %d writes acknowledged before the crash", acked+1)
+	}
+	// The writer stops at the first failed write, which can come before
+	// the postmaster has exited: restart only once it has.
+	if err := <-crashed; err != nil {
+		t.Fatalf("crash: %v", err)
 	}
 	if err := srv.Restart(); err != nil {
 		t.Fatalf("restart after crash: %v", err)
