@@ -160,6 +160,16 @@ func statusEvent(sess store.Session, now time.Time) api.Event {
 // endSession moves a session to a final status. It is a no-op on a session
 // that already ended. The remote is told to end; its claimer releases.
 func (s *Server) endSession(ctx context.Context, sessionID, status, detail, reason string) error {
+	after, err := s.commitEnd(ctx, sessionID, status, detail, reason)
+	after()
+	return err
+}
+
+// commitEnd is endSession's transaction. It returns what must follow it —
+// stopping the runner and telling the remote to end, which may take seconds —
+// so that a caller holding a lock over the transition can release it first.
+// The returned func is never nil.
+func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
 	now := s.now()
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
@@ -181,17 +191,18 @@ func (s *Server) endSession(ctx context.Context, sessionID, status, detail, reas
 		return m, nil
 	})
 	if err != nil {
-		return fmt.Errorf("end session %s: %w", sessionID, err)
+		return func() {}, fmt.Errorf("end session %s: %w", sessionID, err)
 	}
 	if m.Session == nil {
-		return nil
+		return func() {}, nil
 	}
 	s.metrics.sessionsEnded.WithLabelValues(status, detail).Inc()
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
 	s.committed(sessionID, m)
-	s.stopRunner(sessionID) // first, so no call follows the end frame
-	s.hub.end(sessionID, reason)
-	return nil
+	return func() {
+		s.stopRunner(sessionID) // first, so no call follows the end frame
+		s.hub.end(sessionID, reason)
+	}, nil
 }
 
 // dropEntry deletes a session's queue entry whatever its claim.

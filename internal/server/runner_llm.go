@@ -467,14 +467,24 @@ func (s *Server) messageLock(sessionID string) *sync.Mutex {
 func (r *runner) finish(ctx context.Context, conv *conversation, status, detail, reason string) (bool, error) {
 	mu := r.s.messageLock(r.sessionID)
 	mu.Lock()
-	defer mu.Unlock()
 	if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+		mu.Unlock()
 		return false, err
 	}
 	if len(conv.inbox) > 0 {
+		mu.Unlock()
 		return false, nil
 	}
-	r.end(ctx, status, detail, reason)
+	after := func() {}
+	_ = r.retry(context.WithoutCancel(r.s.runCtx), "end session", func() error {
+		var err error
+		after, err = r.s.commitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+		return err
+	})
+	// Messages wait only for the transition, not for the remote to hear
+	// of it.
+	mu.Unlock()
+	after()
 	return true, nil
 }
 
