@@ -4,125 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 )
 
 // The docker backend's tests run against Podman's Docker-compatible API
-// service, started here on a socket of its own, with a test image made by
-// scripts/test-image.sh. Without podman they are skipped, unless CI is set.
+// service and the test image of package podmantest.
 
-const testImage = "outpost-test:bookworm"
-
-var (
-	podmanMu    sync.Mutex
-	podmanUsers int
-	podmanSvc   *exec.Cmd
-	podmanHost  string
-	imageOnce   sync.Once
-	imageErr    error
-)
-
-// podmanAPI returns the DOCKER_HOST of a running Podman API service with
-// the test image, shared by the tests that run at the same time.
-func podmanAPI(t testing.TB) string {
-	t.Helper()
-	if _, err := exec.LookPath("podman"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("podman is not installed (CI is set: apt-get install podman runc debootstrap uidmap)")
-		}
-		t.Skip("podman is not installed; the docker backend's tests need it (apt-get install podman runc debootstrap)")
-	}
-	imageOnce.Do(func() {
-		cmd := exec.Command("../../scripts/test-image.sh", testImage)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			imageErr = fmt.Errorf("scripts/test-image.sh: %w", err)
-		}
-	})
-	if imageErr != nil {
-		t.Fatal(imageErr)
-	}
-	podmanMu.Lock()
-	defer podmanMu.Unlock()
-	if podmanUsers == 0 {
-		dir, err := os.MkdirTemp("", "outpost-podman")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sock := filepath.Join(dir, "podman.sock")
-		cmd := exec.Command("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "system", "service", "--time=0", "unix://"+sock)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start the podman API service: %v", err)
-		}
-		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			resp, err := hc.Get("http://podman/_ping")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				stopService(cmd, dir)
-				t.Fatalf("the podman API service at %s did not answer: %v", sock, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		podmanSvc, podmanHost = cmd, "unix://"+sock
-	}
-	podmanUsers++
-	svc, host := podmanSvc, podmanHost
-	t.Cleanup(func() {
-		podmanMu.Lock()
-		defer podmanMu.Unlock()
-		if podmanUsers--; podmanUsers == 0 {
-			stopService(svc, filepath.Dir(strings.TrimPrefix(host, "unix://")))
-			podmanSvc, podmanHost = nil, ""
-		}
-	})
-	return host
-}
-
-func stopService(cmd *exec.Cmd, dir string) {
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	os.RemoveAll(dir)
-}
-
-// podmanPS lists the containers, running or not, with label.
-func podmanPS(t testing.TB, label string) []string {
-	t.Helper()
-	out, err := exec.Command("podman", "ps", "-a", "--filter", "label="+label, "--format", "{{.Names}}").CombinedOutput()
-	if err != nil {
-		t.Fatalf("podman ps: %v: %s", err, out)
-	}
-	return strings.Fields(string(out))
-}
+const testImage = podmantest.Image
 
 func randomID(t testing.TB) string {
 	b := make([]byte, 6)
@@ -143,7 +40,7 @@ func shellSpec(t testing.TB, script string) Spec {
 func newTestBackend(t testing.TB, opts DockerOptions) *DockerBackend {
 	t.Helper()
 	if opts.Host == "" {
-		opts.Host = podmanAPI(t)
+		opts.Host = podmantest.API(t)
 	}
 	if opts.Image == "" {
 		opts.Image = testImage
@@ -175,10 +72,10 @@ func TestDockerBackendProvisionAdoptTeardown(t *testing.T) {
 	if _, err := os.Stat(s.Workspace); err != nil {
 		t.Fatalf("no workspace: %v", err)
 	}
-	if got := podmanPS(t, LabelSession+"="+s.SessionID); len(got) != 1 || got[0] != s.Name {
+	if got := podmantest.Containers(t, LabelSession+"="+s.SessionID); len(got) != 1 || got[0] != s.Name {
 		t.Fatalf("containers of the session: %v", got)
 	}
-	if got := podmanPS(t, LabelOutpost+"=unit"); len(got) == 0 {
+	if got := podmantest.Containers(t, LabelOutpost+"=unit"); len(got) == 0 {
 		t.Fatal("no container with the outpost label")
 	}
 	var env string
@@ -230,7 +127,7 @@ func TestDockerBackendProvisionAdoptTeardown(t *testing.T) {
 			t.Fatal("a machine is not done after teardown")
 		}
 	}
-	if got := podmanPS(t, LabelSession+"="+s.SessionID); len(got) != 0 {
+	if got := podmantest.Containers(t, LabelSession+"="+s.SessionID); len(got) != 0 {
 		t.Fatalf("containers left: %v", got)
 	}
 	if _, err := os.Stat(s.Workspace); !os.IsNotExist(err) {
@@ -281,7 +178,7 @@ func TestDockerBackendExitCode(t *testing.T) {
 	if err := b.Teardown(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := podmanPS(t, LabelSession+"="+s.SessionID); len(got) != 0 {
+	if got := podmantest.Containers(t, LabelSession+"="+s.SessionID); len(got) != 0 {
 		t.Fatalf("containers left: %v", got)
 	}
 }
@@ -289,7 +186,7 @@ func TestDockerBackendExitCode(t *testing.T) {
 func TestDockerBackendProvisionFailures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	host := podmanAPI(t)
+	host := podmantest.API(t)
 
 	// No such image, and no registry to pull it from.
 	missing := "localhost:1/outpost-test-missing:none"
@@ -313,7 +210,7 @@ func TestDockerBackendProvisionFailures(t *testing.T) {
 	} else {
 		t.Logf("start failure: %v", err)
 	}
-	if got := podmanPS(t, LabelSession+"="+s.SessionID); len(got) != 0 {
+	if got := podmantest.Containers(t, LabelSession+"="+s.SessionID); len(got) != 0 {
 		t.Fatalf("containers left after a failed start: %v", got)
 	}
 	if err := b.Teardown(ctx, s); err != nil {

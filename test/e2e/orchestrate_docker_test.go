@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,120 +13,18 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 )
 
 // The docker backend's end-to-end tests run the real binary against
-// Podman's Docker-compatible API service, started here on a socket of its
-// own, with the image scripts/test-image.sh makes (a minimal Debian
-// bookworm with git). Without podman they are skipped, unless CI is set.
-
-const dockerTestImage = "outpost-test:bookworm"
-
-var (
-	podmanMu        sync.Mutex
-	podmanUsers     int
-	podmanSvc       *exec.Cmd
-	podmanHost      string
-	dockerImageOnce sync.Once
-	dockerImageErr  error
-)
-
-// podmanAPI returns the address (unix://…) of a running Podman API service
-// that has the test image; tests running at the same time share it, and
-// the last one to finish stops it.
-func podmanAPI(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("podman"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("podman is not installed (CI is set: apt-get install podman runc debootstrap uidmap)")
-		}
-		t.Skip("podman is not installed; the docker backend's tests need it (apt-get install podman runc debootstrap)")
-	}
-	dockerImageOnce.Do(func() {
-		cmd := exec.Command("../../scripts/test-image.sh", dockerTestImage)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			dockerImageErr = fmt.Errorf("scripts/test-image.sh: %w", err)
-		}
-	})
-	if dockerImageErr != nil {
-		t.Fatal(dockerImageErr)
-	}
-	podmanMu.Lock()
-	defer podmanMu.Unlock()
-	if podmanUsers == 0 {
-		dir, err := os.MkdirTemp("", "outpost-podman")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sock := filepath.Join(dir, "podman.sock")
-		cmd := exec.Command("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "system", "service", "--time=0", "unix://"+sock)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start the podman API service: %v", err)
-		}
-		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			resp, err := hc.Get("http://podman/_ping")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				stopPodman(cmd, dir)
-				t.Fatalf("the podman API service at %s did not answer: %v", sock, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		podmanSvc, podmanHost = cmd, "unix://"+sock
-	}
-	podmanUsers++
-	svc, host := podmanSvc, podmanHost
-	t.Cleanup(func() {
-		podmanMu.Lock()
-		defer podmanMu.Unlock()
-		if podmanUsers--; podmanUsers == 0 {
-			stopPodman(svc, filepath.Dir(strings.TrimPrefix(host, "unix://")))
-			podmanSvc, podmanHost = nil, ""
-		}
-	})
-	return host
-}
-
-func stopPodman(cmd *exec.Cmd, dir string) {
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	os.RemoveAll(dir)
-}
-
-// podmanContainers lists the containers, running or not, with label.
-func podmanContainers(t *testing.T, label string) []string {
-	t.Helper()
-	out, err := exec.Command("podman", "ps", "-a", "--filter", "label="+label, "--format", "{{.Names}}").CombinedOutput()
-	if err != nil {
-		t.Fatalf("podman ps: %v: %s", err, out)
-	}
-	return strings.Fields(string(out))
-}
+// Podman's Docker-compatible API service and the test image of package
+// podmantest (a minimal Debian bookworm with git).
 
 // startDockerOrchestrator runs `outpost orchestrate --backend docker` with
 // the test image on the Podman service.
 func startDockerOrchestrator(t *testing.T, c *cluster, outpost, token, stateDir, host string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"--backend", "docker", "--docker-host", host, "--docker-image", dockerTestImage, "--docker-network", "host"}, extra...)
+	args := append([]string{"--backend", "docker", "--docker-host", host, "--docker-image", podmantest.Image, "--docker-network", "host"}, extra...)
 	return startOrchestrator(t, c, outpost, token, stateDir, args...)
 }
 
@@ -150,7 +45,7 @@ func assertNoContainers(t *testing.T, stateDir string, ids ...string) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "every container and workspace to go", func() bool {
 		for _, id := range ids {
-			if len(podmanContainers(t, "sh.outpost.session="+id)) > 0 {
+			if len(podmantest.Containers(t, "sh.outpost.session="+id)) > 0 {
 				return false
 			}
 		}
@@ -165,7 +60,7 @@ func assertNoContainers(t *testing.T, stateDir string, ids ...string) {
 // in any process's environment or command line, nor in any file.
 func TestOrchestrateDockerBackend(t *testing.T) {
 	t.Parallel()
-	host := podmanAPI(t)
+	host := podmantest.API(t)
 	c := startCluster(t)
 	token := setupOutpost(t, c, "dock")
 	state := t.TempDir()
@@ -225,7 +120,7 @@ func TestOrchestrateDockerBackend(t *testing.T) {
 // container is adopted (or removed), the session ends, and nothing leaks.
 func TestOrchestrateDockerKill9Restart(t *testing.T) {
 	t.Parallel()
-	host := podmanAPI(t)
+	host := podmantest.API(t)
 	c := startCluster(t)
 	token := setupOutpost(t, c, "dockcrash")
 	state := t.TempDir()
@@ -238,7 +133,7 @@ func TestOrchestrateDockerKill9Restart(t *testing.T) {
 
 	first.kill9()
 	name := "outpost-" + id
-	if got := podmanContainers(t, "sh.outpost.session="+id); len(got) != 1 || got[0] != name {
+	if got := podmantest.Containers(t, "sh.outpost.session="+id); len(got) != 1 || got[0] != name {
 		t.Fatalf("the container should outlive the crash: %v", got)
 	}
 	if out, err := exec.Command("podman", "inspect", name).CombinedOutput(); err != nil || strings.Contains(string(out), token) {
@@ -285,7 +180,7 @@ func TestOrchestrateDockerKill9Restart(t *testing.T) {
 // start releases the claim at once and leaves no container.
 func TestOrchestrateDockerBurstAndFailure(t *testing.T) {
 	t.Parallel()
-	host := podmanAPI(t)
+	host := podmantest.API(t)
 	c := startCluster(t)
 	token := setupOutpost(t, c, "dockburst")
 	state := t.TempDir()
@@ -322,7 +217,7 @@ func TestOrchestrateDockerBurstAndFailure(t *testing.T) {
 		var e api.QueueEntry
 		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending && e.Status.AcceptorID == nil
 	})
-	if got := podmanContainers(t, "sh.outpost.session="+id); len(got) != 0 {
+	if got := podmantest.Containers(t, "sh.outpost.session="+id); len(got) != 0 {
 		t.Fatalf("containers left after a failed start: %v", got)
 	}
 }

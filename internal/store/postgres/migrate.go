@@ -4,12 +4,9 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/store/migration"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,41 +19,8 @@ var migrationFS embed.FS
 // serialises migrations of servers starting together on one database.
 const migrationLock = 0x6f7574706f7374 // "outpost"
 
-// migration is one embedded schema step, NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimSuffix(path.Base(n), ".sql")
-		num, _, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version", n)
-		}
-		b, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share a version", ms[i-1].name, ms[i].name)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migration.Migration, error) { return migration.Load(migrationFS, "migrations") }
 
 // migrate applies, in order and each in its own transaction, the embedded
 // migrations the database has not recorded in schema_migrations. It returns
@@ -70,7 +34,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	}
 	known := make(map[int]bool, len(all))
 	for _, m := range all {
-		known[m.version] = true
+		known[m.Version] = true
 	}
 	var applied []int
 	for _, m := range all {
@@ -79,7 +43,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 			return applied, err
 		}
 		if did {
-			applied = append(applied, m.version)
+			applied = append(applied, m.Version)
 		}
 	}
 	return applied, nil
@@ -88,7 +52,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 // applyOne applies m unless it is recorded, checking first, inside the
 // transaction, that the database records no version this build does not
 // know.
-func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration, known map[int]bool) (bool, error) {
+func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration.Migration, known map[int]bool) (bool, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -126,22 +90,22 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration, known map[in
 		if !known[r.v] {
 			return false, fmt.Errorf("database has migration %d (%s) that this build does not know: it was written by a newer version of outpost", r.v, r.name)
 		}
-		recorded = recorded || r.v == m.version
+		recorded = recorded || r.v == m.Version
 	}
 	if recorded {
 		return false, nil
 	}
 	// No arguments: pgx sends it with the simple protocol, which runs
 	// several statements.
-	if _, err := tx.Exec(ctx, m.sql); err != nil {
-		return false, fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.Exec(ctx, m.SQL); err != nil {
+		return false, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-		m.version, m.name, time.Now().UnixMilli()); err != nil {
-		return false, fmt.Errorf("record migration %s: %w", m.name, err)
+		m.Version, m.Name, time.Now().UnixMilli()); err != nil {
+		return false, fmt.Errorf("record migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("migration %s: commit: %w", m.name, err)
+		return false, fmt.Errorf("migration %s: commit: %w", m.Name, err)
 	}
 	return true, nil
 }

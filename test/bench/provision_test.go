@@ -12,45 +12,70 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 )
 
-// BenchmarkProvisionBwrap measures how long a session waits between its
+// The provisioning benchmarks measure how long a session waits between its
 // creation and its remote connecting, when `outpost orchestrate --backend
-// bwrap` serves the outpost: the watch, the claim, the sandbox (bwrap under
-// its supervisor, until the remote is exec'd in it) and the remote's
-// start-up, dial and hello. BenchmarkProvisionProcess measures the same
-// with the process backend, for comparison.
+// B` serves the outpost: the watch, the claim, the machine (a process, a
+// bwrap sandbox under its supervisor, a container) and the remote's
+// start-up, dial and hello.
 //
-// Sessions run one at a time on an idle orchestrator (--max-concurrent 1):
-// after each, the benchmark waits until the claim was released (the
-// machine is torn down first), then 150 ms more. The latency is taken on
-// this process's clock, from POST /v1/sessions returning to the
-// remote_connected event arriving on a live follower; the transcript's
-// event times (server clock, ms) split it into created → claimed and
-// claimed → remote_connected. The orchestrator's own provision time (the
-// backend's Provision, from its metrics) is reported as a mean.
+// Sessions run one at a time on an idle orchestrator (--max-concurrent 1),
+// each a single `exec true` step: after each, the benchmark waits until the
+// claim was released (the machine is torn down first), then 150 ms more.
+// The latency is taken on this process's clock, from POST /v1/sessions
+// returning to the remote_connected event arriving on a live follower; the
+// transcript's event times (server clock, ms) split it into created →
+// claimed and claimed → remote_connected. The orchestrator's own provision
+// time (the backend's Provision, from its metrics) is reported as a mean.
 //
-// OUTPOST_BENCH_SESSIONS sets the number of sessions (default 100).
+// OUTPOST_BENCH_SESSIONS sets the number of sessions (default 100; 30 for
+// docker, OUTPOST_BENCH_DOCKER_SESSIONS).
+
+// BenchmarkProvisionProcess measures the process backend.
+func BenchmarkProvisionProcess(b *testing.B) {
+	benchProvision(b, provisionBench{backend: "process", goalP50: 100 * time.Millisecond,
+		sessions: envInt("OUTPOST_BENCH_SESSIONS", 100), warmup: 5})
+}
+
+// BenchmarkProvisionBwrap measures the bwrap backend.
 func BenchmarkProvisionBwrap(b *testing.B) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		b.Skip("bwrap not installed (apt-get install bubblewrap)")
 	}
-	benchProvision(b, "bwrap", 150*time.Millisecond)
+	benchProvision(b, provisionBench{backend: "bwrap", goalP50: 150 * time.Millisecond,
+		sessions: envInt("OUTPOST_BENCH_SESSIONS", 100), warmup: 5})
 }
 
-func BenchmarkProvisionProcess(b *testing.B) { benchProvision(b, "process", 100*time.Millisecond) }
+// BenchmarkProvisionDocker measures the docker backend on Podman's
+// Docker-compatible API service with podmantest's image; afterwards no
+// container of the outpost may be left.
+func BenchmarkProvisionDocker(b *testing.B) {
+	host := podmantest.API(b)
+	benchProvision(b, provisionBench{backend: "docker", goalP50: time.Second,
+		sessions: envInt("OUTPOST_BENCH_DOCKER_SESSIONS", 30), warmup: 3,
+		args: []string{"--docker-host", host, "--docker-image", podmantest.Image}})
+}
 
-func benchProvision(b *testing.B, backend string, goalP50 time.Duration) {
-	n := envInt("OUTPOST_BENCH_SESSIONS", 100)
-	const warmup = 5
+// provisionBench is one provisioning benchmark.
+type provisionBench struct {
+	backend          string
+	goalP50          time.Duration
+	sessions, warmup int
+	args             []string // more orchestrate flags
+}
+
+func benchProvision(b *testing.B, pb provisionBench) {
+	backend, goalP50, n, warmup := pb.backend, pb.goalP50, pb.sessions, pb.warmup
 	for range b.N {
 		c := startCluster(b, "")
 		home := b.TempDir()
 		metrics := freeAddr(b)
-		o := start(b, "orchestrator", []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + c.machine, "HOME=" + home, "XDG_CONFIG_HOME=" + home},
-			"orchestrate", "--outpost", c.outpost, "--backend", backend, "--max-concurrent", "1", "--state-dir", filepath.Join(home, "state"),
-			"--metrics-listen", metrics, "--log-level", "warn")
-		time.Sleep(500 * time.Millisecond) // list, then watch
+		args := append([]string{"orchestrate", "--outpost", c.outpost, "--backend", backend, "--max-concurrent", "1",
+			"--state-dir", filepath.Join(home, "state"), "--metrics-listen", metrics, "--log-level", "warn"}, pb.args...)
+		o := start(b, "orchestrator", []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + c.machine, "HOME=" + home, "XDG_CONFIG_HOME=" + home}, args...)
+		time.Sleep(time.Second) // backend checks, list, then watch
 		select {
 		case <-o.done:
 			b.Fatalf("the orchestrator exited: %v", o.err)
@@ -58,7 +83,7 @@ func benchProvision(b *testing.B, backend string, goalP50 time.Duration) {
 		}
 		var fromReturn, segClaim, segConnect []time.Duration
 		for i := range warmup + n {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			sess, err := c.script(ctx, "provision", execStep("true"))
 			t1 := time.Now()
 			if err != nil {
@@ -79,7 +104,7 @@ func benchProvision(b *testing.B, backend string, goalP50 time.Duration) {
 			select {
 			case at = <-connected:
 			case <-ctx.Done():
-				b.Fatalf("session %d (%s): its remote did not connect within 60 s", i, id)
+				b.Fatalf("session %d (%s): its remote did not connect within 90 s", i, id)
 			}
 			if err := c.waitGone(ctx, id); err != nil {
 				b.Fatal(err)
@@ -109,6 +134,11 @@ func benchProvision(b *testing.B, backend string, goalP50 time.Duration) {
 			fromReturn = append(fromReturn, at.Sub(t1))
 			segClaim = append(segClaim, msd(created, claimed))
 			segConnect = append(segConnect, msd(claimed, remote))
+		}
+		if backend == "docker" {
+			if got := podmantest.Containers(b, "sh.outpost.outpost="+c.outpost); len(got) > 0 {
+				b.Errorf("containers left: %v", got)
+			}
 		}
 		d := summarize(fromReturn)
 		report(b, "connect-", d, "ms")

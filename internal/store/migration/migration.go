@@ -1,0 +1,50 @@
+// Package migration reads a store's embedded schema migrations: files
+// named NNNN_name.sql, applied in version order and recorded by version.
+package migration
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Migration is one schema step.
+type Migration struct {
+	Version int
+	Name    string // the file name without .sql
+	SQL     string
+}
+
+// Load returns the migrations in dir of fsys (dir/*.sql) in version order.
+// A file whose name does not start with a positive version, or two files
+// with one version, are errors.
+func Load(fsys fs.FS, dir string) ([]Migration, error) {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".sql")
+		num, _, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive version", n)
+		}
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: base, SQL: string(b)})
+	}
+	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Version == ms[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s share a version", ms[i-1].Name, ms[i].Name)
+		}
+	}
+	return ms, nil
+}
