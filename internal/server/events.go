@@ -32,6 +32,9 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		return s.followEvents(w, r, sess.ID, after)
 	}
+	if v := q.Get("tail"); v != "" {
+		return s.tailEvents(w, r, sess.ID, v)
+	}
 	limit, err := parseFirst(q.Get("limit"), 500, 1000)
 	if err != nil {
 		return err
@@ -49,6 +52,31 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	if n := len(list.Items); n > 0 {
 		list.Next = list.Items[n-1].Seq
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// tailEvents answers ?tail=N: the newest N (1–1000) events, in order; Next
+// is the last one's seq, where a follower picks up.
+func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request, sessionID, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return errBadRequest("tail must be a number of events from 1 to 1000.")
+	}
+	if r.URL.Query().Get("after") != "" || r.URL.Query().Get("limit") != "" {
+		return errBadRequest("tail cannot be combined with after or limit.")
+	}
+	evs, err := s.store.TailEvents(r.Context(), sessionID, n)
+	if err != nil {
+		return fmt.Errorf("tail events: %w", err)
+	}
+	list := api.EventList{Items: evs}
+	if list.Items == nil {
+		list.Items = []api.Event{}
+	}
+	if k := len(list.Items); k > 0 {
+		list.Next = list.Items[k-1].Seq
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil

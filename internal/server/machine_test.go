@@ -86,3 +86,33 @@ func TestMachineEventsAndReleaseReason(t *testing.T) {
 		t.Fatalf("machine steps on the transcript %v (exit %v), want create,failed with exit 3", steps, exit)
 	}
 }
+
+// ?tail=N answers the newest N events in order, whatever the transcript's
+// length, and refuses what it cannot mean.
+func TestEventsTail(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("dev")
+	id := ts.session("dev").Metadata.SessionID
+	evs := make([]api.Event, 30)
+	for i := range evs {
+		evs[i] = api.Event{Type: api.EventOutput, Text: "line"}
+	}
+	if err := ts.srv.store.AppendEvents(t.Context(), id, evs); err != nil {
+		t.Fatal(err)
+	}
+	var all, tail api.EventList
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events?limit=1000", ts.admin, nil, &all)
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events?tail=10", ts.admin, nil, &tail)
+	n := len(all.Items)
+	if n < 30 || len(tail.Items) != 10 || tail.Items[0].Seq != all.Items[n-10].Seq || tail.Next != all.Items[n-1].Seq || tail.HasNextPage {
+		t.Fatalf("tail of %d events: %d items from seq %d, next %d", n, len(tail.Items), tail.Items[0].Seq, tail.Next)
+	}
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events?tail=1000", ts.admin, nil, &tail)
+	if len(tail.Items) != n {
+		t.Fatalf("tail=1000 of %d events gave %d", n, len(tail.Items))
+	}
+	for _, q := range []string{"tail=0", "tail=1001", "tail=x", "tail=5&after=3", "tail=5&limit=2"} {
+		ts.mustDo(400, "GET", "/v1/sessions/"+id+"/events?"+q, ts.admin, nil, nil)
+	}
+}

@@ -224,6 +224,8 @@ type Store interface {
 	AppendEvents(ctx context.Context, sessionID string, events []api.Event) error
 	// ListEvents returns up to limit events with Seq > after, in order.
 	ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]api.Event, error)
+	// TailEvents returns the last limit events of a session, in order.
+	TailEvents(ctx context.Context, sessionID string, limit int) ([]api.Event, error)
 	// ListCalls returns every call of a session in Seq order.
 	ListCalls(ctx context.Context, sessionID string) ([]Call, error)
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -332,66 +331,11 @@ func withoutMedia(events []api.Event) []api.Event {
 	return out
 }
 
-// newestEvents returns the last transcriptPage events of a session
-// without reading the rest: whether an event after k exists turns from yes
-// to no at the last event's sequence number, so a doubling search and then
-// a bisection with one-event reads find it to within tailSlack in
-// O(log n) reads; one read then fetches the window. Transcript sequence
-// numbers count up from 1 without gaps, so the window holds transcriptPage
-// events (fewer only if a store ever left gaps).
+// newestEvents returns the last transcriptPage events of a session.
 func (h *Handler) newestEvents(r *http.Request, base string) ([]api.Event, error) {
-	const tailSlack = 64
-	read := func(after int64, limit int) (api.EventList, error) {
-		var list api.EventList
-		err := h.call(r, "GET", fmt.Sprintf("%s/events?after=%d&limit=%d", base, after, limit), nil, &list)
-		return list, err
-	}
-	// A short transcript is one read.
-	list, err := read(0, transcriptPage)
-	if err != nil || !list.HasNextPage {
-		return list.Items, err
-	}
-	// An event after lo exists; none after hi.
-	lo, hi := int64(transcriptPage), int64(0)
-	for step := int64(2 * transcriptPage); hi == 0; step *= 2 {
-		l, err := read(lo+step, 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(l.Items) == 0 {
-			hi = lo + step
-		} else {
-			lo = max(lo+step, l.Items[0].Seq-1)
-		}
-	}
-	for hi-lo > tailSlack {
-		mid := lo + (hi-lo)/2
-		l, err := read(mid, 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(l.Items) == 0 {
-			hi = mid
-		} else {
-			lo = max(mid, l.Items[0].Seq-1)
-		}
-	}
-	// The last event is in (lo, hi]: read from transcriptPage before lo.
-	list, err = read(max(0, lo+1-transcriptPage), transcriptPage+int(hi-lo))
-	if err != nil {
-		return nil, err
-	}
-	events := list.Items
-	for list.HasNextPage { // events were added meanwhile
-		if list, err = read(list.Next, 1000); err != nil {
-			return nil, err
-		}
-		events = append(events, list.Items...)
-	}
-	if len(events) > transcriptPage {
-		events = slices.Clone(events[len(events)-transcriptPage:])
-	}
-	return events, nil
+	var list api.EventList
+	err := h.call(r, "GET", fmt.Sprintf("%s/events?tail=%d", base, transcriptPage), nil, &list)
+	return list.Items, err
 }
 
 func titleOf(s api.Session) string {

@@ -381,6 +381,18 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 	if limit > 0 {
 		lim = int64(limit)
 	}
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3::bigint`,
+		sessionID, after, lim)
+}
+
+// TailEvents returns the last limit events of a session, in order.
+func (s *Store) TailEvents(ctx context.Context, sessionID string, limit int) ([]api.Event, error) {
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM (SELECT seq, body_json FROM events WHERE session_id = $1
+		ORDER BY seq DESC LIMIT $2::bigint) AS tail ORDER BY seq`, sessionID, int64(max(limit, 0)))
+}
+
+// queryEvents runs a query of events' body_json.
+func (s *Store) queryEvents(ctx context.Context, sessionID, query string, args ...any) ([]api.Event, error) {
 	out, err := collect(func(sc scanner) (api.Event, error) {
 		var body string
 		var ev api.Event
@@ -389,8 +401,7 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 		}
 		err := json.Unmarshal([]byte(body), &ev)
 		return ev, err
-	})(s.pool.Query(ctx, `SELECT body_json FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3::bigint`,
-		sessionID, after, lim))
+	})(s.pool.Query(ctx, query, args...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list events %s: %w", sessionID, err)
 	}

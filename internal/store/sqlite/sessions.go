@@ -358,8 +358,19 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT body_json FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 		sessionID, after, limit)
+}
+
+// TailEvents returns the last limit events of a session, in order.
+func (s *Store) TailEvents(ctx context.Context, sessionID string, limit int) ([]api.Event, error) {
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM (SELECT seq, body_json FROM events WHERE session_id = ?
+		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, sessionID, max(limit, 0))
+}
+
+// queryEvents runs a query of events' body_json.
+func (s *Store) queryEvents(ctx context.Context, sessionID, query string, args ...any) ([]api.Event, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list events %s: %w", sessionID, err)
 	}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,6 +52,19 @@ func testEvents(t *testing.T, s store.Store) {
 		got, err := s.ListEvents(ctx(t), "s1", tc.after, tc.limit)
 		must(t, "list events", err)
 		equal(t, "list events", got, tc.want)
+	}
+	for _, tc := range []struct {
+		limit int
+		want  []api.Event
+	}{
+		{2, all[3:]},
+		{5, all},
+		{100, all},
+		{0, nil},
+	} {
+		got, err := s.TailEvents(ctx(t), "s1", tc.limit)
+		must(t, "tail events", err)
+		equal(t, fmt.Sprintf("last %d events", tc.limit), got, tc.want)
 	}
 	got, err := s.ListEvents(ctx(t), "nope", 0, 0)
 	must(t, "list events of missing session", err)
