@@ -20,12 +20,15 @@ import (
 
 // ServerOptions are the settings of `outpost server`.
 type ServerOptions struct {
-	Listen     string
-	DataDir    string
-	PublicURL  string
-	ClaimTTL   time.Duration
-	AdminToken string
-	LogLevel   string
+	Listen    string
+	DataDir   string
+	PublicURL string
+	ClaimTTL  time.Duration
+	// ReconnectGrace is how long a claim holds after its remote's
+	// connection is gone.
+	ReconnectGrace time.Duration
+	AdminToken     string
+	LogLevel       string
 	// LLM configures the model provider of llm sessions.
 	LLM llm.Config
 	// ToolResultLimit is how many characters of a tool result a model sees.
@@ -50,7 +53,7 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_ARTIFACT_RETENTION. OUTPOST_ADMIN_TOKEN, when set, is the admin token.
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION. OUTPOST_ADMIN_TOKEN, when set, is the admin token.
 
 State is kept in an embedded SQLite database in the data dir, or, with
 --database postgres://…, in PostgreSQL (the schema is created or migrated at
@@ -82,7 +85,8 @@ of sessions that have not ended are always kept.`,
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
 	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env OUTPOST_DATABASE_URL; default the embedded SQLite database in the data dir)")
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
-	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claim holds without renewal (env OUTPOST_CLAIM_TTL)")
+	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env OUTPOST_CLAIM_TTL)")
+	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env OUTPOST_RECONNECT_GRACE)")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
@@ -117,6 +121,16 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ClaimTTL <= 0 {
 		return usageErrorf("--claim-ttl must be positive")
+	}
+	if v := f.Getenv("OUTPOST_RECONNECT_GRACE"); !fl.Changed("reconnect-grace") && v != "" {
+		d, err := parseSeconds(v)
+		if err != nil {
+			return usageErrorf("OUTPOST_RECONNECT_GRACE=%q is not a duration such as 60s or 2m", v)
+		}
+		o.ReconnectGrace = d
+	}
+	if o.ReconnectGrace <= 0 {
+		return usageErrorf("--reconnect-grace must be positive")
 	}
 	if v := f.Getenv("OUTPOST_ARTIFACT_RETENTION"); !fl.Changed("artifact-retention") && v != "" {
 		d, err := time.ParseDuration(v)
@@ -215,6 +229,7 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		DatabaseURL:     o.Database,
 		PublicURL:       o.PublicURL,
 		ClaimTTL:        o.ClaimTTL,
+		ReconnectGrace:  o.ReconnectGrace,
 		AdminToken:      o.AdminToken,
 		Logger:          logger,
 		Stdout:          f.IO.Out,

@@ -36,7 +36,7 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 			return store.Mutation{}, errGone
 		}
 		var m store.Mutation
-		held := e.Phase == api.PhaseClaimed && now.Before(e.ClaimDeadline)
+		held := e.Held(now)
 		switch e.SessionStatus {
 		case api.QueueSessionSuspended, api.QueueSessionTerminated:
 			// Never handed out; but its holder may keep renewing until
@@ -58,6 +58,7 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 			e.Epoch++
 			e.Phase = api.PhaseClaimed
 			e.AcceptorID = acceptor
+			e.LiveUntil = time.Time{} // no remote of this claim yet
 			m.Events = append(m.Events, api.Event{Type: api.EventClaim, AcceptorID: acceptor, Time: now.UnixMilli(),
 				Reason: fmt.Sprintf("Claimed by %s.", acceptor)})
 			if sess.Status == api.StatusNew {
@@ -100,7 +101,9 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 		if e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errGone
 		}
-		if e.Phase != api.PhaseClaimed || e.AcceptorID != acceptor || !now.Before(e.ClaimDeadline) {
+		// The holder may release after its deadline: until the sweeper
+		// has requeued a lapsed claim, it is still the holder's to give.
+		if e.Phase != api.PhaseClaimed || e.AcceptorID != acceptor {
 			return store.Mutation{}, errConflict("Session %s is not claimed by %q (the claim may have lapsed or moved).", sessionID, acceptor)
 		}
 		var m store.Mutation
@@ -122,7 +125,11 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 
 // lapse requeues an entry whose claim ran out.
 func lapse(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation) {
-	requeue(sess, e, now, m, fmt.Sprintf("The claim of %s lapsed: its machine stopped renewing.", e.AcceptorID))
+	why := fmt.Sprintf("The claim of %s lapsed: no remote connected before its deadline and it was not renewed.", e.AcceptorID)
+	if !e.LiveUntil.IsZero() {
+		why = fmt.Sprintf("The claim of %s lapsed: its remote's connection was gone longer than the reconnect grace and the claim was not renewed.", e.AcceptorID)
+	}
+	requeue(sess, e, now, m, why)
 }
 
 // requeue ends the current claim. The old connect tokens die with the epoch.
@@ -133,7 +140,7 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 	e.Epoch++
 	e.Phase = api.PhasePending
 	e.AcceptorID = ""
-	e.ClaimDeadline = time.Time{}
+	e.ClaimDeadline, e.LiveUntil = time.Time{}, time.Time{}
 	e.UpdatedAt = now
 	sess.UpdatedAt = now
 	m.Events = append(m.Events, api.Event{Type: api.EventRelease, AcceptorID: acceptor, Time: now.UnixMilli(), Reason: why})
@@ -271,7 +278,7 @@ func (s *Server) sweep(ctx context.Context) {
 func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
 	now := s.now()
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if e.OutpostID == "" || e.Deleted || e.Phase != api.PhaseClaimed || now.Before(e.ClaimDeadline) {
+		if e.OutpostID == "" || e.Deleted || e.Phase != api.PhaseClaimed || e.Held(now) {
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation

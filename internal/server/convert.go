@@ -39,7 +39,8 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	}
 	if e.Phase == api.PhaseClaimed {
 		out.Status.AcceptorID = strPtr(e.AcceptorID)
-		out.Status.ClaimDeadline = unixPtr(&e.ClaimDeadline)
+		expiry := e.Expiry() // the time the claim lapses, its remote's liveness included
+		out.Status.ClaimDeadline = unixPtr(&expiry)
 	}
 	return out
 }

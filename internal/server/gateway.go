@@ -42,7 +42,7 @@ func (s *Server) connectClaim(ctx context.Context, r *http.Request) (store.Conne
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return ct, e, fmt.Errorf("get queue entry: %w", err)
 	}
-	if err != nil || e.Deleted || e.Phase != api.PhaseClaimed || e.Epoch != ct.Epoch || !s.now().Before(e.ClaimDeadline) {
+	if err != nil || !e.Held(s.now()) || e.Epoch != ct.Epoch {
 		return ct, e, errUnauthorized("The connect token is no longer valid: the claim lapsed or moved to another machine.")
 	}
 	return ct, e, nil
@@ -113,8 +113,19 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	// Attach only after welcome: the runner sends calls to attached
 	// connections, and the remote needs the welcome first.
 	s.hub.attach(c)
+	defer s.graceAfter(c)
 	s.metrics.remotes.Inc()
 	defer s.metrics.remotes.Dec()
+	pctx, stopPing := context.WithCancel(ctx)
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		s.pingRemote(pctx, c)
+	}()
+	defer func() {
+		stopPing()
+		<-pinged
+	}()
 	// A claim may have moved between the token check and attach.
 	if cur, err := s.store.GetQueueEntry(ctx, ct.SessionID); err != nil || cur.Epoch != ct.Epoch {
 		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
@@ -160,9 +171,11 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 			return store.Mutation{}, nil
 		}
 		// The claim may have lapsed or moved since the token was checked.
-		if e.Deleted || e.Phase != api.PhaseClaimed || e.Epoch != c.epoch || !now.Before(e.ClaimDeadline) {
+		if !e.Held(now) || e.Epoch != c.epoch {
 			return store.Mutation{}, errStaleClaim
 		}
+		// From now on the connection holds the claim (see keepClaimsAlive).
+		e.LiveUntil = now.Add(s.opts.ReconnectGrace)
 		var m store.Mutation
 		if hello.Capabilities != nil {
 			sess.Capabilities = hello.Capabilities

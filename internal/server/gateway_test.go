@@ -70,6 +70,25 @@ func (r *fakeRemote) expect(typ string) api.Frame {
 	return f
 }
 
+// close closes the connection at once, as a machine that dies does.
+func (r *fakeRemote) close() { r.ws.CloseNow() }
+
+// waitLapsed waits up to 10 s for the session's claim to lapse.
+func waitLapsed(t *testing.T, ts *testServer, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var e api.QueueEntry
+		if code := ts.do("GET", "/v1/queue/"+id, ts.admin, nil, &e); code != 200 || e.Status.Phase == api.PhasePending {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim on %s did not lapse: %+v", id, e.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (ts *testServer) claimFor(id, acceptor string) api.QueueEntry {
 	ts.t.Helper()
 	var e api.QueueEntry
@@ -79,7 +98,7 @@ func (ts *testServer) claimFor(id, acceptor string) api.QueueEntry {
 
 func TestGatewayProtocolAndFencing(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{ClaimTTL: 2 * time.Second, SweepInterval: 50 * time.Millisecond})
+	ts := startServer(t, Options{ClaimTTL: 2 * time.Second, ReconnectGrace: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond})
 	ts.outpost("gw")
 	var s api.Session
 	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"gw","env":{"CI":"1"},"secrets":{"KEY":"v1"},
@@ -115,12 +134,10 @@ func TestGatewayProtocolAndFencing(t *testing.T) {
 	if _, code := dialGateway(t, gw, id, claim.Status.ConnectToken); code != 101 {
 		t.Fatalf("old token after renewal: %d, want it still valid", code)
 	}
-	// Let the claim lapse: the socket is closed and the token is dead.
-	for {
-		if _, err := r.recv(); err != nil {
-			break
-		}
-	}
+	// The machine dies: its connection goes, the claim lapses after the
+	// grace (its deadline passed long ago), and the token is dead.
+	r.close()
+	waitLapsed(t, ts, id)
 	if _, code := dialGateway(t, gw, id, claim.Status.ConnectToken); code != 401 {
 		t.Fatalf("token after the claim lapsed: %d, want 401", code)
 	}

@@ -59,7 +59,7 @@ func (s *Server) recordMachineEvent(ctx context.Context, id string, req api.Mach
 		if e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errGone
 		}
-		if e.Phase != api.PhaseClaimed || e.AcceptorID != req.AcceptorID || !now.Before(e.ClaimDeadline) {
+		if !e.Held(now) || e.AcceptorID != req.AcceptorID {
 			return store.Mutation{}, errConflict("Session %s is not claimed by %q (the claim may have lapsed or moved).", id, req.AcceptorID)
 		}
 		m := store.Mutation{Events: []api.Event{ev}}

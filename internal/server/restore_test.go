@@ -17,7 +17,7 @@ import (
 // the remote's restored notice becomes a restore event.
 func TestWelcomeRestoresReposOnResume(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{ClaimTTL: 2 * time.Second, SweepInterval: 50 * time.Millisecond})
+	ts := startServer(t, Options{ClaimTTL: 2 * time.Second, ReconnectGrace: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond})
 	ts.outpost("rs")
 	var s api.Session
 	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"rs",
@@ -46,11 +46,8 @@ func TestWelcomeRestoresReposOnResume(t *testing.T) {
 		r.expect(api.FrameAck)
 	}
 	r.expect(api.FrameCall) // call 4 stays unanswered: the machine dies
-	for {
-		if _, err := r.recv(); err != nil {
-			break
-		}
-	}
+	r.close()
+	waitLapsed(t, ts, id)
 
 	claim2 := ts.claimFor(id, "m2")
 	r2, _ := dialGateway(t, gw, id, claim2.Status.ConnectToken)

@@ -36,8 +36,15 @@ type Options struct {
 	// PublicURL is the base URL workers are told; "" means http://<listen
 	// address>. The gateway URL is derived from it.
 	PublicURL string
-	// ClaimTTL is how long a claim holds without renewal; 0 means 300s.
+	// ClaimTTL is how long a claimer has, after claiming or renewing, to
+	// get a remote connected; 0 means 300s. While the claim's remote is
+	// connected the claim holds past it.
 	ClaimTTL time.Duration
+	// ReconnectGrace is how long a claim holds after its remote's gateway
+	// connection is gone (closed, or silent past the gateway's ping), so
+	// that a remote cut off for less can reconnect and go on; the claim
+	// lapses at the later of this and its deadline. 0 means 60s.
+	ReconnectGrace time.Duration
 	// AdminToken, when set, is the admin token (instead of a generated one).
 	AdminToken string
 	// SweepInterval is how often lapsed claims are requeued (and, five
@@ -149,6 +156,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.ClaimTTL <= 0 {
 		opts.ClaimTTL = 300 * time.Second
+	}
+	if opts.ReconnectGrace <= 0 {
+		opts.ReconnectGrace = 60 * time.Second
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = time.Second
@@ -315,6 +325,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		defer s.wg.Done()
 		s.sweep(s.runCtx)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.keepClaimsAlive(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {

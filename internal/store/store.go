@@ -64,8 +64,16 @@ type QueueEntry struct {
 	Platform  string
 	Phase     string // api.PhasePending or api.PhaseClaimed
 	// AcceptorID is "" when unclaimed.
-	AcceptorID    string
-	ClaimDeadline time.Time // zero when unclaimed
+	AcceptorID string
+	// ClaimDeadline is the time by which the claimer must have a remote
+	// connected or renew; zero when unclaimed. Claim and renewal set it.
+	ClaimDeadline time.Time
+	// LiveUntil is how long the claim holds on the strength of its remote:
+	// while a remote of the claim's epoch is connected to a gateway it is
+	// kept a reconnect grace ahead of now (KeepAlive), and when the
+	// connection goes it is left a grace past that moment. Zero until a
+	// remote connects; a new claim or a requeue clears it.
+	LiveUntil time.Time
 	// Epoch grows each time the claim passes to a new holder (not on
 	// renewal); connect tokens of older epochs are dead.
 	Epoch         int64
@@ -76,6 +84,28 @@ type QueueEntry struct {
 	Deleted   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// Expiry is when the entry's claim lapses unless renewed or kept alive:
+// the later of ClaimDeadline and LiveUntil.
+func (e QueueEntry) Expiry() time.Time {
+	if e.LiveUntil.After(e.ClaimDeadline) {
+		return e.LiveUntil
+	}
+	return e.ClaimDeadline
+}
+
+// Held reports whether the entry is claimed and its claim has not lapsed
+// at now.
+func (e QueueEntry) Held(now time.Time) bool {
+	return !e.Deleted && e.Phase == api.PhaseClaimed && now.Before(e.Expiry())
+}
+
+// Lease names one claim whose remote is connected: the session and the
+// claim's epoch.
+type Lease struct {
+	SessionID string
+	Epoch     int64
 }
 
 // Call is one tool call of a session, keyed by (SessionID, Seq).
@@ -172,7 +202,7 @@ type Store interface {
 	// DeleteOutpost removes an outpost; ErrNotFound when absent.
 	DeleteOutpost(ctx context.Context, id string) error
 	// OutpostStats counts pending non-deleted entries, and claimed entries
-	// whose deadline is after now.
+	// whose Expiry is after now.
 	OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error)
 
 	// CreateSession inserts a session, its queue entry and its first events
@@ -203,8 +233,13 @@ type Store interface {
 	// MaxRev is the highest Rev assigned so far (0 when none).
 	MaxRev(ctx context.Context) (int64, error)
 	// LapsedClaims returns ids of claimed, non-deleted entries whose
-	// deadline is at or before now.
+	// Expiry is at or before now.
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
+	// KeepAlive raises LiveUntil to until (it never lowers it) on each
+	// lease's entry that is claimed, not deleted and still of the lease's
+	// epoch, in one transaction; other leases are skipped. It assigns no
+	// rev: liveness is not a change watchers are told of.
+	KeepAlive(ctx context.Context, until time.Time, leases ...Lease) error
 	// ActiveSessions returns ids of sessions whose status is not final.
 	ActiveSessions(ctx context.Context) ([]string, error)
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,6 +120,36 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 func (p *proc) kill9() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// killMachine kills p with SIGKILL and every process working in dir (the
+// worker's workspace: its remote and the commands it runs), as the death
+// of the machine they run on would.
+func killMachine(t *testing.T, p *proc, dir string) {
+	t.Helper()
+	p.kill9()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []int
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes in %s survive SIGKILL: %v", dir, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // run runs the binary to completion and returns its standard output.

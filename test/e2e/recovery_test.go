@@ -76,15 +76,16 @@ func TestServerKill9MidCall(t *testing.T) {
 	}
 }
 
-// TestLapsedClaimResumesOnAnotherMachine kills a worker with SIGKILL in the
-// middle of a session. Its claim lapses, its remote is fenced off, the
-// session is queued again as kind resume, and a second worker finishes it
-// from where the server's record ends.
+// TestLapsedClaimResumesOnAnotherMachine kills a worker's machine (the
+// worker, its remote and the commands running) with SIGKILL in the middle
+// of a session. Its remote's connection goes, its claim lapses after the
+// reconnect grace, the session is queued again as kind resume, and a
+// second worker finishes it from where the server's record ends.
 func TestLapsedClaimResumesOnAnotherMachine(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, "--claim-ttl", "3s")
+	c := startCluster(t, "--claim-ttl", "3s", "--reconnect-grace", "2s")
 	token := setupOutpost(t, c, "resume")
-	first, _ := startWorker(t, c, "resume", token)
+	first, firstDir := startWorker(t, c, "resume", token)
 	gate := filepath.Join(t.TempDir(), "gate")
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "resume", Title: "machine lost",
@@ -96,9 +97,8 @@ func TestLapsedClaimResumesOnAnotherMachine(t *testing.T) {
 	})
 	waitEvent(t, c, id, "the second call to start", func(ev api.Event) bool { return ev.Type == api.EventCall && ev.CallSeq == 2 })
 
-	// The worker dies without a word; its remote, orphaned, keeps running
-	// until it is fenced off.
-	first.kill9()
+	// The machine dies without a word.
+	killMachine(t, first, firstDir)
 	waitEvent(t, c, id, "the claim to lapse", func(ev api.Event) bool {
 		return ev.Type == api.EventStatus && ev.Status == api.StatusResuming
 	})

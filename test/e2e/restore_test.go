@@ -21,9 +21,9 @@ import (
 // machine is gone; the transcript says so.
 func TestResumeRestoresReposOnAnotherMachine(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, "--claim-ttl", "3s")
+	c := startCluster(t, "--claim-ttl", "3s", "--reconnect-grace", "2s")
 	token := setupOutpost(t, c, "restore")
-	first, _ := startWorker(t, c, "restore", token)
+	first, firstDir := startWorker(t, c, "restore", token)
 	repo, err := demo.MakeRepo(t.Context(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestResumeRestoresReposOnAnotherMachine(t *testing.T) {
 	})
 	waitEvent(t, c, id, "the gated call to start", func(ev api.Event) bool { return ev.Type == api.EventCall && ev.CallSeq == 4 })
 
-	first.kill9()
+	killMachine(t, first, firstDir)
 	waitEvent(t, c, id, "the claim to lapse", func(ev api.Event) bool {
 		return ev.Type == api.EventStatus && ev.Status == api.StatusResuming
 	})

@@ -63,11 +63,11 @@ func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 }
 
 // OutpostStats counts the outpost's pending entries and its claims whose
-// deadline is after now; tombstones count toward neither.
+// Expiry is after now; tombstones count toward neither.
 func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT
 			COUNT(*) FILTER (WHERE phase = $2),
-			COUNT(*) FILTER (WHERE phase = $3 AND claim_deadline > $4)
+			COUNT(*) FILTER (WHERE phase = $3 AND `+expirySQL+` > $4)
 		FROM queue WHERE outpost_id = $1 AND NOT deleted`,
 		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&queueDepth, &activeClaims)
 	if err != nil {

@@ -13,17 +13,22 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at`
+	session_status, rev, deleted, created_at, updated_at, live_until`
+
+// expirySQL is an entry's Expiry as SQL; the index queue_phase_expiry is on
+// it, so it must be spelled exactly so.
+const expirySQL = `GREATEST(claim_deadline, COALESCE(live_until, 0))`
 
 func scanEntry(sc scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
-	var deadline *int64
+	var deadline, live *int64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
+	e.LiveUntil = fromNullMS(live)
 	return e, nil
 }
 
@@ -32,19 +37,19 @@ func scanEntry(sc scanner) (store.QueueEntry, error) {
 // so revs commit in order; callers queue it last.
 const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value)
 	INSERT INTO queue (` + entryCols + `)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12 FROM r
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13 FROM r
 	ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-		updated_at = excluded.updated_at
+		updated_at = excluded.updated_at, live_until = excluded.live_until
 	RETURNING rev`
 
 // queueUpsertEntry queues the write of e into b; the assigned rev is
 // stored in e.Rev when b runs.
 func queueUpsertEntry(b *pgx.Batch, e *store.QueueEntry) {
 	b.Queue(upsertEntrySQL, e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline),
-		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt)).QueryRow(func(row pgx.Row) error {
+		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil)).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&e.Rev); err != nil {
 			return fmt.Errorf("queue entry: %w", err)
 		}
@@ -115,15 +120,36 @@ func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// LapsedClaims returns ids of claimed, live entries whose deadline is at or
-// before now, earliest deadline first.
+// LapsedClaims returns ids of claimed, live entries whose Expiry is at or
+// before now, earliest first.
 func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, error) {
-	ids, err := collect(scanString)(s.pool.Query(ctx, `SELECT session_id FROM queue WHERE phase = $1 AND NOT deleted AND claim_deadline <= $2
-		ORDER BY claim_deadline, session_id`, api.PhaseClaimed, now.UnixMilli()))
+	ids, err := collect(scanString)(s.pool.Query(ctx, `SELECT session_id FROM queue WHERE phase = $1 AND `+expirySQL+` <= $2 AND NOT deleted
+		ORDER BY `+expirySQL+`, session_id`, api.PhaseClaimed, now.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: lapsed claims: %w", err)
 	}
 	return ids, nil
+}
+
+// KeepAlive raises live_until on the leases' entries still of their epoch,
+// in one statement.
+func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	ids := make([]string, len(leases))
+	epochs := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], epochs[i] = l.SessionID, l.Epoch
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE queue q SET live_until = GREATEST(COALESCE(q.live_until, 0), $1)
+		FROM unnest($2::text[], $3::bigint[]) AS l(session_id, epoch)
+		WHERE q.session_id = l.session_id AND q.epoch = l.epoch AND q.phase = $4 AND NOT q.deleted`,
+		until.UnixMilli(), ids, epochs, api.PhaseClaimed)
+	if err != nil {
+		return fmt.Errorf("postgres: keep %d claims alive: %w", len(leases), err)
+	}
+	return nil
 }
 
 // ActiveSessions returns ids of sessions whose status is not final (see

@@ -12,17 +12,22 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at`
+	session_status, rev, deleted, created_at, updated_at, live_until`
+
+// expirySQL is an entry's Expiry as SQL; the index queue_phase_expiry is on
+// it, so it must be spelled exactly so.
+const expirySQL = `MAX(claim_deadline, COALESCE(live_until, 0))`
 
 func scanEntry(sc interface{ Scan(...any) error }) (store.QueueEntry, error) {
 	var e store.QueueEntry
-	var deadline sql.NullInt64
+	var deadline, live sql.NullInt64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
+	e.LiveUntil = fromNullMS(live)
 	return e, nil
 }
 
@@ -32,14 +37,14 @@ func upsertEntry(ctx context.Context, tx *sql.Tx, e *store.QueueEntry) error {
 	if err := tx.QueryRowContext(ctx, `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`).Scan(&rev); err != nil {
 		return fmt.Errorf("next rev: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 			platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 			claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 			rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-			updated_at = excluded.updated_at`,
+			updated_at = excluded.updated_at, live_until = excluded.live_until`,
 		e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline), e.Epoch,
-		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt)); err != nil {
+		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil)); err != nil {
 		return fmt.Errorf("queue entry: %w", err)
 	}
 	e.Rev = rev
@@ -115,15 +120,40 @@ func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// LapsedClaims returns ids of claimed, live entries whose deadline is at or
-// before now, earliest deadline first.
+// LapsedClaims returns ids of claimed, live entries whose Expiry is at or
+// before now, earliest first.
 func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, error) {
-	ids, err := s.ids(ctx, `SELECT session_id FROM queue WHERE phase = ? AND deleted = 0 AND claim_deadline <= ?
-		ORDER BY claim_deadline, session_id`, api.PhaseClaimed, now.UnixMilli())
+	ids, err := s.ids(ctx, `SELECT session_id FROM queue WHERE phase = ? AND `+expirySQL+` <= ? AND deleted = 0
+		ORDER BY `+expirySQL+`, session_id`, api.PhaseClaimed, now.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: lapsed claims: %w", err)
 	}
 	return ids, nil
+}
+
+// KeepAlive raises live_until on the leases' entries still of their epoch.
+func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `UPDATE queue SET live_until = MAX(COALESCE(live_until, 0), ?1)
+			WHERE session_id = ?2 AND epoch = ?3 AND phase = ?4 AND deleted = 0`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, l := range leases {
+			if _, err := stmt.ExecContext(ctx, until.UnixMilli(), l.SessionID, l.Epoch, api.PhaseClaimed); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: keep %d claims alive: %w", len(leases), err)
+	}
+	return nil
 }
 
 // ActiveSessions returns ids of sessions whose status is not final (see

@@ -44,12 +44,20 @@ func testOutposts(t *testing.T, s store.Store) {
 func testOutpostStats(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "op")))
 	now := at(time.Hour)
-	for _, id := range []string{"p1", "p2", "live", "lapsed", "gone", "gone-claimed"} {
+	for _, id := range []string{"p1", "p2", "live", "lapsed", "gone", "gone-claimed", "kept-alive", "no-longer-alive"} {
 		create(t, s, newSession(id, "op", id, 0))
 	}
 	create(t, s, newSession("other", "op2", "other", 0))
 	setEntry(t, s, "live", claim("acc", now.Add(time.Second)))
 	setEntry(t, s, "lapsed", claim("acc", now))
+	setEntry(t, s, "kept-alive", func(e *store.QueueEntry) {
+		claim("acc", now.Add(-time.Minute))(e)
+		e.LiveUntil = now.Add(time.Second)
+	})
+	setEntry(t, s, "no-longer-alive", func(e *store.QueueEntry) {
+		claim("acc", now.Add(-time.Minute))(e)
+		e.LiveUntil = now
+	})
 	setEntry(t, s, "gone", func(e *store.QueueEntry) { e.Deleted = true })
 	setEntry(t, s, "gone-claimed", func(e *store.QueueEntry) {
 		claim("acc", now.Add(time.Minute))(e)
@@ -58,8 +66,8 @@ func testOutpostStats(t *testing.T, s store.Store) {
 
 	depth, active, err := s.OutpostStats(ctx(t), "op", now)
 	must(t, "stats", err)
-	if depth != 2 || active != 1 {
-		t.Errorf("stats = depth %d, active %d; want 2, 1", depth, active)
+	if depth != 2 || active != 2 {
+		t.Errorf("stats = depth %d, active %d; want 2, 2", depth, active)
 	}
 	depth, active, err = s.OutpostStats(ctx(t), "empty", now)
 	must(t, "stats of empty", err)

@@ -71,9 +71,19 @@ func testListQueue(t *testing.T, s store.Store) {
 
 func testLapsedClaims(t *testing.T, s store.Store) {
 	now := at(time.Hour)
-	for _, id := range []string{"before", "at", "after", "pending", "deleted"} {
+	for _, id := range []string{"before", "at", "after", "pending", "deleted", "live", "was-live"} {
 		create(t, s, newSession(id, "op", id, 0))
 	}
+	// A claim whose deadline passed holds while its remote keeps it alive,
+	// and lapses at the later of the two times.
+	setEntry(t, s, "live", func(e *store.QueueEntry) {
+		claim("acc", now.Add(-time.Minute))(e)
+		e.LiveUntil = now.Add(time.Second)
+	})
+	setEntry(t, s, "was-live", func(e *store.QueueEntry) {
+		claim("acc", now.Add(-time.Hour))(e)
+		e.LiveUntil = now.Add(-time.Millisecond)
+	})
 	setEntry(t, s, "before", claim("acc", now.Add(-time.Minute)))
 	setEntry(t, s, "at", claim("acc", now))
 	setEntry(t, s, "after", claim("acc", now.Add(time.Millisecond)))
@@ -84,7 +94,17 @@ func testLapsedClaims(t *testing.T, s store.Store) {
 	ids, err := s.LapsedClaims(ctx(t), now)
 	must(t, "lapsed claims", err)
 	slices.Sort(ids)
-	equal(t, "lapsed claims", ids, []string{"at", "before"})
+	equal(t, "lapsed claims", ids, []string{"at", "before", "was-live"})
+	live, err := s.GetQueueEntry(ctx(t), "live")
+	must(t, "get live", err)
+	equal(t, "live until", live.LiveUntil, now.Add(time.Second))
+	if !live.Held(now) || live.Held(now.Add(time.Second)) {
+		t.Errorf("Held of an entry live until now+1s: at now %v, at now+1s %v; want true, false", live.Held(now), live.Held(now.Add(time.Second)))
+	}
+	ids, err = s.LapsedClaims(ctx(t), now.Add(time.Second))
+	must(t, "lapsed claims", err)
+	slices.Sort(ids)
+	equal(t, "lapsed claims a second later", ids, []string{"after", "at", "before", "live", "was-live"})
 
 	ids, err = s.LapsedClaims(ctx(t), base)
 	must(t, "lapsed claims", err)
@@ -110,4 +130,71 @@ func testActiveSessions(t *testing.T, s store.Store) {
 	slices.Sort(ids)
 	equal(t, "active sessions", ids, []string{api.StatusClaimed, api.StatusNew, api.StatusResuming,
 		api.StatusRunning, api.StatusSuspended})
+}
+
+func testKeepAlive(t *testing.T, s store.Store) {
+	now := at(time.Hour)
+	for _, id := range []string{"a", "b", "moved", "pending", "deleted"} {
+		create(t, s, newSession(id, "op", id, 0))
+	}
+	a := setEntry(t, s, "a", claim("acc", now))
+	b := setEntry(t, s, "b", claim("acc", now))
+	moved := setEntry(t, s, "moved", claim("acc", now))
+	moved = setEntry(t, s, "moved", claim("other", now)) // a new epoch
+	del := setEntry(t, s, "deleted", func(e *store.QueueEntry) {
+		claim("acc", now)(e)
+		e.Deleted = true
+	})
+	rev, err := s.MaxRev(ctx(t))
+	must(t, "max rev", err)
+
+	until := now.Add(time.Minute)
+	must(t, "keep alive", s.KeepAlive(ctx(t), until,
+		store.Lease{SessionID: "a", Epoch: a.Epoch},
+		store.Lease{SessionID: "b", Epoch: b.Epoch},
+		store.Lease{SessionID: "moved", Epoch: moved.Epoch - 1},
+		store.Lease{SessionID: "pending", Epoch: 0},
+		store.Lease{SessionID: "deleted", Epoch: del.Epoch},
+		store.Lease{SessionID: "missing", Epoch: 1}))
+	must(t, "keep alive nothing", s.KeepAlive(ctx(t), until))
+	for id, want := range map[string]time.Time{"a": until, "b": until, "moved": {}, "pending": {}, "deleted": {}} {
+		e, err := s.GetQueueEntry(ctx(t), id)
+		must(t, "get "+id, err)
+		equal(t, "live until of "+id, e.LiveUntil, want)
+	}
+	// It never lowers the time, and it is no change watchers hear of.
+	must(t, "keep alive earlier", s.KeepAlive(ctx(t), now, store.Lease{SessionID: "a", Epoch: a.Epoch}))
+	got, err := s.GetQueueEntry(ctx(t), "a")
+	must(t, "get a", err)
+	equal(t, "live until after an earlier keep-alive", got.LiveUntil, until)
+	equal(t, "rev of a", got.Rev, a.Rev)
+	after, err := s.MaxRev(ctx(t))
+	must(t, "max rev", err)
+	if after != rev {
+		t.Errorf("MaxRev after KeepAlive = %d, want %d (unchanged)", after, rev)
+	}
+	ids, err := s.LapsedClaims(ctx(t), now.Add(time.Second))
+	must(t, "lapsed claims", err)
+	slices.Sort(ids)
+	equal(t, "lapsed claims while kept alive", ids, []string{"moved"})
+
+	// UpdateSession sees and keeps LiveUntil; a requeue clears it.
+	m, err := s.UpdateSession(ctx(t), "a", func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+		equal(t, "live until seen by UpdateSession", e.LiveUntil, until)
+		e.ClaimDeadline = now.Add(time.Hour)
+		return store.Mutation{Entry: &e}, nil
+	})
+	must(t, "renew", err)
+	got, err = s.GetQueueEntry(ctx(t), "a")
+	must(t, "get a", err)
+	equal(t, "entry after renewal", got, *m.Entry)
+	setEntry(t, s, "a", func(e *store.QueueEntry) {
+		e.Phase, e.AcceptorID, e.ClaimDeadline, e.LiveUntil = api.PhasePending, "", time.Time{}, time.Time{}
+		e.Epoch++
+	})
+	got, err = s.GetQueueEntry(ctx(t), "a")
+	must(t, "get a", err)
+	if !got.LiveUntil.IsZero() {
+		t.Errorf("live until after requeue = %v, want zero", got.LiveUntil)
+	}
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Revs", testRevs},
 		{"ListQueue", testListQueue},
 		{"LapsedClaims", testLapsedClaims},
+		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},
 		{"Events", testEvents},

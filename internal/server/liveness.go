@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Claim liveness. A claim promises a remote by its deadline; from the
+// moment the remote says hello, its gateway connection holds the claim.
+// The store keeps each connected claim's LiveUntil a reconnect grace ahead
+// of now, so the claim lapses only a grace after the connection went —
+// whichever server held it, and even if that server died.
+
+// keepAliveEvery is how often connected claims are kept alive: three
+// times per grace, so one slow or failed write costs nothing.
+func (s *Server) keepAliveEvery() time.Duration {
+	return max(s.opts.ReconnectGrace/3, time.Millisecond)
+}
+
+// pingEvery is how often the gateway pings each remote; a remote that does
+// not answer within the same time is taken as gone.
+func (s *Server) pingEvery() time.Duration {
+	return min(max(s.opts.ReconnectGrace/3, 10*time.Millisecond), 15*time.Second)
+}
+
+// keepClaimsAlive keeps the claims of every connected remote alive until
+// ctx ends, in one store write per round.
+func (s *Server) keepClaimsAlive(ctx context.Context) {
+	t := time.NewTicker(s.keepAliveEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		leases := s.hub.leases()
+		if len(leases) == 0 {
+			continue
+		}
+		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), leases...); err != nil && ctx.Err() == nil {
+			s.log.Warn("keep connected claims alive", "claims", len(leases), "err", err)
+		}
+	}
+}
+
+// graceAfter leaves c's claim a reconnect grace from now, when its
+// connection has ended: the remote may come back within it.
+func (s *Server) graceAfter(c *remoteConn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 10*time.Second)
+	defer cancel()
+	err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), store.Lease{SessionID: c.sessionID, Epoch: c.epoch})
+	if err != nil {
+		s.log.Warn("record the end of a remote's connection", "session", c.sessionID, "err", err)
+	}
+}
+
+// pingRemote pings c until ctx ends; a remote that stops answering (its
+// machine died or the network dropped without a close) has its connection
+// cut, so its claim starts its grace.
+func (s *Server) pingRemote(ctx context.Context, c *remoteConn) {
+	every := s.pingEvery()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := c.ws.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Info("remote stopped answering pings; closing its connection", "session", c.sessionID, "err", err)
+				_ = c.ws.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+// leases returns the claim of every attached connection.
+func (h *hub) leases() []store.Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]store.Lease, 0, len(h.conns))
+	for _, c := range h.conns {
+		out = append(out, store.Lease{SessionID: c.sessionID, Epoch: c.epoch})
+	}
+	return out
+}
