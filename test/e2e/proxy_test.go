@@ -19,8 +19,9 @@ import (
 type cutProxy struct {
 	ln     net.Listener
 	target string
-	mu     sync.Mutex // guards conns
+	mu     sync.Mutex // guards conns and down
 	conns  []net.Conn
+	down   bool // new connections are refused (closed at once)
 	wg     sync.WaitGroup
 }
 
@@ -50,6 +51,13 @@ func (p *cutProxy) serve() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			in.Close()
+			continue
+		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			in.Close()
@@ -62,6 +70,13 @@ func (p *cutProxy) serve() {
 		go func() { defer p.wg.Done(); io.Copy(out, in); out.Close() }()
 		go func() { defer p.wg.Done(); io.Copy(in, out); in.Close() }()
 	}
+}
+
+// setDown refuses (down) or accepts again new connections.
+func (p *cutProxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
 }
 
 // cut closes every connection carried so far.
