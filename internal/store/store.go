@@ -149,7 +149,9 @@ type Mutation struct {
 	// Session replaces the stored session when set.
 	Session *Session
 	// Entry replaces the stored queue entry when set; the store assigns a
-	// new Rev (written back into it). Writing it also deletes the session's
+	// new Rev (written back into it). Within one epoch LiveUntil is never
+	// lowered (a KeepAlive may have raised it since fn read the entry); a
+	// new epoch writes it as given. Writing it also deletes the session's
 	// connect tokens of epochs before Entry.Epoch: they can never be used
 	// again.
 	Entry *QueueEntry

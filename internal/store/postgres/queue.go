@@ -42,7 +42,10 @@ const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE n
 		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-		updated_at = excluded.updated_at, live_until = excluded.live_until
+		updated_at = excluded.updated_at,
+		live_until = CASE WHEN excluded.epoch = queue.epoch
+			THEN NULLIF(GREATEST(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
+			ELSE excluded.live_until END
 	RETURNING rev`
 
 // queueUpsertEntry queues the write of e into b; the assigned rev is

@@ -42,7 +42,10 @@ func upsertEntry(ctx context.Context, tx *sql.Tx, e *store.QueueEntry) error {
 			platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 			claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 			rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-			updated_at = excluded.updated_at, live_until = excluded.live_until`,
+			updated_at = excluded.updated_at,
+			live_until = CASE WHEN excluded.epoch = queue.epoch
+				THEN NULLIF(MAX(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
+				ELSE excluded.live_until END`,
 		e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline), e.Epoch,
 		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil)); err != nil {
 		return fmt.Errorf("queue entry: %w", err)

@@ -178,6 +178,13 @@ func testKeepAlive(t *testing.T, s store.Store) {
 	slices.Sort(ids)
 	equal(t, "lapsed claims while kept alive", ids, []string{"moved"})
 
+	// Within an epoch an entry written with an older LiveUntil (one read
+	// before a KeepAlive) does not lower it.
+	setEntry(t, s, "b", func(e *store.QueueEntry) { e.LiveUntil = now })
+	got, err = s.GetQueueEntry(ctx(t), "b")
+	must(t, "get b", err)
+	equal(t, "live until after a write of an older one", got.LiveUntil, until)
+
 	// UpdateSession sees and keeps LiveUntil; a requeue clears it.
 	m, err := s.UpdateSession(ctx(t), "a", func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
 		equal(t, "live until seen by UpdateSession", e.LiveUntil, until)
