@@ -55,6 +55,12 @@ type Frame struct {
 	Running []int64 `json:"running,omitempty"`
 	// LastSeq is the highest call sequence number the remote has seen.
 	LastSeq int64 `json:"last_seq,omitempty"`
+	// Instance identifies the remote process: random, the same on every
+	// reconnect of one process. The gateway lets a reconnect of the same
+	// instance replace its old connection, and refuses another instance
+	// while the session's current one is alive (two machines serving one
+	// session). An older remote sends none and is not checked.
+	Instance string `json:"instance,omitempty"`
 
 	// welcome
 	Env     map[string]string `json:"env,omitempty"`

@@ -94,6 +94,11 @@ func Serve(ctx context.Context, opts Options) error {
 	}
 }
 
+// newInstanceID returns a random id for this remote process.
+func newInstanceID() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
 // backoff is the delay before reconnect attempt n: full jitter over an
 // exponential bound from backoffMin to backoffMax.
 func backoff(n int) time.Duration {
@@ -106,12 +111,15 @@ func backoff(n int) time.Duration {
 
 // session is the state of one session across connections.
 type session struct {
-	opts    Options
-	log     *slog.Logger
-	caps    api.Capabilities
-	journal *journal
-	out     *outbox
-	baseEnv []string
+	opts Options
+	log  *slog.Logger
+	// instance names this process to the gateway (hello), the same on
+	// every reconnect.
+	instance string
+	caps     api.Capabilities
+	journal  *journal
+	out      *outbox
+	baseEnv  []string
 
 	callCtx context.Context
 	wg      sync.WaitGroup // running calls
@@ -152,6 +160,7 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 	}
 	s := &session{
 		opts:     opts,
+		instance: newInstanceID(),
 		log:      opts.Logger.With("session_id", opts.SessionID),
 		journal:  j,
 		out:      newOutbox(),
@@ -192,6 +201,7 @@ func (s *session) hello() (api.Frame, []api.Frame) {
 		SessionID:    s.opts.SessionID,
 		Capabilities: &caps,
 		LastSeq:      s.lastSeq,
+		Instance:     s.instance,
 	}
 	var resend []api.Frame
 	for seq, e := range s.done {

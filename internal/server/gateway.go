@@ -80,6 +80,16 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		c.close(websocket.StatusProtocolError, err.Error())
 		return
 	}
+	c.instance = hello.Instance
+	if other := s.otherLiveInstance(ctx, c); other != "" {
+		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
+			"Two workers or machines must never share an acceptor id or a connect token.", other, c.sessionID, c.instance)
+		s.log.Warn("refused a second remote for one session", "session", c.sessionID, "serving", other, "refused", c.instance, "acceptor", c.acceptorID)
+		s.metrics.remotesRefused.Inc()
+		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: msg})
+		c.close(websocket.StatusPolicyViolation, "another remote is serving this session")
+		return
+	}
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
 	if e.Kind == api.KindResume {

@@ -17,6 +17,7 @@ type remoteConn struct {
 	sessionID  string
 	epoch      int64
 	acceptorID string
+	instance   string // the remote process's id from hello; "" from older remotes
 	ws         *websocket.Conn
 	done       chan struct{} // closed when the connection is finished
 	closeOnce  sync.Once

@@ -83,6 +83,26 @@ func (s *Server) pingRemote(ctx context.Context, c *remoteConn) {
 	}
 }
 
+// otherLiveInstance returns the instance of another remote process serving
+// c's session under the same claim while it is alive, or "". A reconnect
+// of the same instance, or a remote that names none, is not a conflict. A
+// current connection that does not answer a ping within a few seconds is
+// taken as dead and cut, so a restarted remote replaces it at once.
+func (s *Server) otherLiveInstance(ctx context.Context, c *remoteConn) string {
+	cur := s.hub.get(c.sessionID)
+	if cur == nil || cur.epoch != c.epoch || cur.instance == "" || c.instance == "" || cur.instance == c.instance {
+		return ""
+	}
+	pctx, cancel := context.WithTimeout(ctx, min(s.pingEvery(), 3*time.Second))
+	defer cancel()
+	if err := cur.ws.Ping(pctx); err != nil {
+		s.log.Info("the session's previous remote does not answer; a new instance replaces it", "session", c.sessionID, "old", cur.instance, "new", c.instance)
+		_ = cur.ws.CloseNow()
+		return ""
+	}
+	return cur.instance
+}
+
 // leases returns the claim of every attached connection.
 func (h *hub) leases() []store.Lease {
 	h.mu.Lock()

@@ -306,3 +306,86 @@ func sessionEvents(t *testing.T, ts *testServer, id string) []api.Event {
 	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events", ts.admin, nil, &page)
 	return page.Items
 }
+
+// TestSecondRemoteInstanceRefused: two remote processes serving one claim
+// (two workers sharing an identity) never flap: while the first is alive,
+// the second is refused with an error that says why; the first's own
+// reconnect replaces it; once the first stops answering, a new instance
+// takes over.
+func TestSecondRemoteInstanceRefused(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{ClaimTTL: time.Minute, ReconnectGrace: 3 * time.Second, SweepInterval: 20 * time.Millisecond})
+	ts.outpost("twice")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"twice","agent":{"kind":"script","steps":[{"tool":"list_dir"}]}}`, &s)
+	id := s.Metadata.SessionID
+	claim := ts.claimFor(id, "shared")
+	p := newFreezeProxy(t, ts.srv.gatewayURL)
+	hello := func(gw, instance string) (*fakeRemote, *reader) {
+		r, code := dialGateway(t, gw, id, claim.Status.ConnectToken)
+		if code != 101 {
+			t.Fatalf("dial: %d", code)
+		}
+		r.send(api.Frame{Type: api.FrameHello, SessionID: id, Instance: instance})
+		return r, r.readInBackground()
+	}
+	next := func(rd *reader) api.Frame {
+		select {
+		case f, ok := <-rd.frames:
+			if !ok {
+				t.Fatal("connection closed")
+			}
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame")
+		}
+		return api.Frame{}
+	}
+
+	_, first := hello(p.url, "aaaa")
+	defer first.stop()
+	if f := next(first); f.Type != api.FrameWelcome {
+		t.Fatalf("first remote got %s, want welcome", f.Type)
+	}
+	if f := next(first); f.Type != api.FrameCall {
+		t.Fatalf("first remote got %s, want call", f.Type)
+	}
+	_, second := hello(ts.srv.gatewayURL, "bbbb")
+	if f := next(second); f.Type != api.FrameError || !strings.Contains(f.Reason, "another remote (instance aaaa)") {
+		t.Fatalf("second instance got %s %q, want an error naming the serving instance", f.Type, f.Reason)
+	}
+	second.stop()
+	if got := ts.srv.hub.get(id); got == nil || got.instance != "aaaa" {
+		t.Fatalf("the session's connection after the refusal: %+v, want instance aaaa", got)
+	}
+	var connected int
+	for _, ev := range sessionEvents(t, ts, id) {
+		if ev.Type == api.EventRemoteConnected {
+			connected++
+		}
+	}
+	if connected != 1 {
+		t.Errorf("%d remote_connected events, want 1 (the refused remote is not recorded)", connected)
+	}
+
+	// The first instance reconnecting replaces its own connection.
+	p2 := newFreezeProxy(t, ts.srv.gatewayURL)
+	_, again := hello(p2.url, "aaaa")
+	defer again.stop()
+	if f := next(again); f.Type != api.FrameWelcome {
+		t.Fatalf("same instance reconnecting got %s, want welcome", f.Type)
+	}
+	for range first.frames { // replaced: the old connection is closed
+	}
+	// Once the serving instance stops answering (its network is gone), a
+	// new instance takes over at once, without waiting for the grace.
+	p2.freeze()
+	_, third := hello(ts.srv.gatewayURL, "cccc")
+	defer third.stop()
+	if f := next(third); f.Type != api.FrameWelcome {
+		t.Fatalf("new instance after the old one went silent got %s %q, want welcome", f.Type, f.Reason)
+	}
+	if got := ts.srv.hub.get(id); got == nil || got.instance != "cccc" {
+		t.Fatalf("the session's connection: %+v, want instance cccc", got)
+	}
+}

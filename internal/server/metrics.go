@@ -16,6 +16,7 @@ type metrics struct {
 	sessionsEnded   *prometheus.CounterVec
 	claims          *prometheus.CounterVec
 	remotes         prometheus.Gauge
+	remotesRefused  prometheus.Counter
 	toolCalls       *prometheus.CounterVec
 	// Artifact retention (retention.go).
 	artifactsPruned     prometheus.Counter
@@ -42,6 +43,9 @@ func newMetrics() *metrics {
 		remotes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outpost_gateway_remotes", Help: "Remotes connected to the gateway.",
 		}),
+		remotesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outpost_gateway_remotes_refused_total", Help: "Remotes refused because another remote process was serving their session under the same claim.",
+		}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_tool_calls_total", Help: "Tool call results by tool and outcome.",
 		}, []string{"tool", "ok"}),
@@ -52,7 +56,7 @@ func newMetrics() *metrics {
 			Name: "outpost_artifacts_pruned_bytes_total", Help: "Bytes of artifact files deleted by the artifact retention policy.",
 		}),
 	}
-	m.registry.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.toolCalls,
+	m.registry.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.artifactsPruned, m.artifactBytesPruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
