@@ -107,6 +107,38 @@ func TestErrorEnvelope(t *testing.T) {
 	}
 }
 
+// A server that answers the public fleet API's {"detail": …} bodies only
+// is understood too; the envelope wins when both are there.
+func TestErrorDetailFallback(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/queue/{id}/claim", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusConflict, map[string]string{"detail": "Session is already claimed"})
+	})
+	mux.HandleFunc("POST /v1/outposts", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []any{map[string]any{"loc": []string{"body", "name"}, "msg": "too short"}}})
+	})
+	mux.HandleFunc("GET /v1/outposts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]string{"code": api.CodeNotFound, "message": "From the envelope."}, "detail": "From detail."})
+	})
+	c := newTestClient(t, mux)
+	ctx := testContext(t)
+
+	_, err := c.Queue.Claim(ctx, "devin-1", "w1")
+	var e *Error
+	if !IsConflict(err) || !errors.As(err, &e) || e.Message != "Session is already claimed" || e.Code != "http_409" {
+		t.Errorf("claim error = %#v, want the detail as a 409", err)
+	}
+	_, err = c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "x"})
+	if !errors.As(err, &e) || e.StatusCode != 422 || e.Message != `[{"loc":["body","name"],"msg":"too short"}]` {
+		t.Errorf("create error = %#v, want the detail's JSON as the message", err)
+	}
+	_, err = c.Outposts.Get(ctx, "gpu")
+	if !errors.As(err, &e) || e.Code != api.CodeNotFound || e.Message != "From the envelope." {
+		t.Errorf("get error = %#v, want the envelope's message", err)
+	}
+}
+
 func TestRetriesIdempotentReads(t *testing.T) {
 	t.Parallel()
 	var gets, posts atomic.Int32
@@ -252,15 +284,22 @@ func TestFollowStopsOnClientError(t *testing.T) {
 	}
 }
 
+// The outposts list is paged the public fleet API's way: first and after
+// in, end_cursor and has_next_page out (a server that sends only
+// end_cursor, as the public one does, is followed too).
 func TestListOutpostsFollowsPages(t *testing.T) {
 	t.Parallel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/outposts", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("cursor") == "" {
-			writeJSON(w, 200, api.OutpostList{Items: []api.Outpost{{Spec: api.OutpostSpec{Name: "a"}}}, Cursor: "p2", HasNextPage: true, Total: 2})
-			return
+		p2 := "p2"
+		switch r.URL.Query().Get("after") {
+		case "":
+			writeJSON(w, 200, api.OutpostList{Items: []api.Outpost{{Spec: api.OutpostSpec{Name: "a"}}}, EndCursor: &p2, HasNextPage: true, Total: 2})
+		case "p2":
+			writeJSON(w, 200, api.OutpostList{Items: []api.Outpost{{Spec: api.OutpostSpec{Name: "b"}}}, Total: 2})
+		default:
+			writeErr(w, http.StatusBadRequest, api.CodeBadRequest, "unexpected cursor")
 		}
-		writeJSON(w, 200, api.OutpostList{Items: []api.Outpost{{Spec: api.OutpostSpec{Name: "b"}}}, Cursor: "p3", Total: 2})
 	})
 	c := newTestClient(t, mux)
 	l, err := c.Outposts.List(testContext(t))

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,8 @@ import (
 )
 
 // Error is an error answer of the server: its HTTP status and the code and
-// message of the {"error":{…}} envelope.
+// message of the {"error":{…}} envelope (or, from a server that answers
+// only {"detail":…}, the detail as Message and "http_<status>" as Code).
 type Error struct {
 	StatusCode int
 	// Code is a stable machine code such as api.CodeConflict.
@@ -53,15 +55,30 @@ func hasStatus(err error, code int) bool {
 	return errors.As(err, &e) && e.StatusCode == code
 }
 
-// parseError turns an error answer into an *Error, falling back to the
-// status line when the body is not the JSON envelope (a proxy's page, say).
+// errorBody is what parseError reads: Outpost's envelope, and the public
+// fleet API's top-level detail, a string or (for validation errors) any
+// JSON value.
+type errorBody struct {
+	Error  api.ErrorBody   `json:"error"`
+	Detail json.RawMessage `json:"detail"`
+}
+
+// parseError turns an error answer into an *Error. It reads the
+// {"error":{…}} envelope, else a {"detail":…} body such as the public fleet
+// API answers, else falls back to the status line (a proxy's page, say).
 func parseError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &Error{StatusCode: resp.StatusCode}
-	var env api.ErrorResponse
-	if json.Unmarshal(b, &env) == nil && (env.Error.Code != "" || env.Error.Message != "") {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
-		return e
+	var env errorBody
+	if json.Unmarshal(b, &env) == nil {
+		if env.Error.Code != "" || env.Error.Message != "" {
+			e.Code, e.Message = env.Error.Code, env.Error.Message
+			return e
+		}
+		if msg := detailText(env.Detail); msg != "" {
+			e.Code, e.Message = fmt.Sprintf("http_%d", resp.StatusCode), msg
+			return e
+		}
 	}
 	e.Code = fmt.Sprintf("http_%d", resp.StatusCode)
 	msg := fmt.Sprintf("server answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
@@ -70,4 +87,21 @@ func parseError(resp *http.Response) error {
 	}
 	e.Message = msg
 	return e
+}
+
+// detailText is a detail value as text: the string itself, or compact JSON
+// for anything else; "" when there is none.
+func detailText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		return strings.TrimSpace(text)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return ""
+	}
+	return buf.String()
 }

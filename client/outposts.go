@@ -12,25 +12,31 @@ import (
 // or its id is accepted.
 type OutpostsService struct{ c *Client }
 
-// List returns every outpost, following pages to the end.
+// List returns every outpost, following pages to the end with the public
+// fleet API's paging (first, after and end_cursor), which Outpost answers
+// too.
 func (s *OutpostsService) List(ctx context.Context) (*api.OutpostList, error) {
 	all := &api.OutpostList{Items: []api.Outpost{}}
 	cursor := ""
 	for {
-		var q url.Values
+		q := url.Values{"first": {"200"}}
 		if cursor != "" {
-			q = url.Values{"cursor": {cursor}}
+			q.Set("after", cursor)
 		}
 		var page api.OutpostList
 		if err := s.c.do(ctx, http.MethodGet, "/v1/outposts", q, nil, &page); err != nil {
 			return nil, err
 		}
 		all.Items = append(all.Items, page.Items...)
-		all.Total, all.Cursor = page.Total, page.Cursor
-		if !page.HasNextPage || page.Cursor == "" || page.Cursor == cursor {
+		next := page.Cursor
+		if page.EndCursor != nil {
+			next = *page.EndCursor
+		}
+		all.Total, all.Cursor, all.EndCursor = page.Total, next, page.EndCursor
+		if !page.HasNextPage || next == "" || next == cursor {
 			return all, nil
 		}
-		cursor = page.Cursor
+		cursor = next
 	}
 }
 

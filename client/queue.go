@@ -111,7 +111,10 @@ func (s *QueueService) MachineEvent(ctx context.Context, sessionID string, req a
 
 // Watch streams the changes of outpost's queue (all outposts when empty)
 // after cursor and calls fn for each, in order. An empty cursor replays from
-// the beginning, so list first and watch from the list's final cursor.
+// the beginning, so list first and watch from the list's final cursor. A
+// cursor the server did not issue (another deployment's, or one from
+// before its database was reset) starts the stream with the current live
+// entries instead (see api.HeaderWatchRelist), so treat events as upserts.
 //
 // Watch returns nil when the server ends the stream, which it does within
 // five minutes: callers loop, passing the cursor of the last event they

@@ -9,15 +9,20 @@ const (
 	CodeConflict         = "conflict"
 	CodeGone             = "gone"
 	CodeTooLarge         = "request_too_large"
+	CodeUnprocessable    = "unprocessable"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
 	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer:
-// {"error":{"code":…,"message":…}}.
+// {"error":{"code":…,"message":…},"detail":…}. Detail repeats the message
+// at the top level, the shape the public fleet API answers
+// ({"detail":"Session is already claimed"}), so clients written for it
+// read Outpost's errors too.
 type ErrorResponse struct {
-	Error ErrorBody `json:"error"`
+	Error  ErrorBody `json:"error"`
+	Detail string    `json:"detail"`
 }
 
 // ErrorBody says what went wrong: a stable machine code and a sentence for
@@ -25,4 +30,10 @@ type ErrorResponse struct {
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// NewErrorResponse is the error body of code and message, with the message
+// in both places.
+func NewErrorResponse(code, message string) ErrorResponse {
+	return ErrorResponse{Error: ErrorBody{Code: code, Message: message}, Detail: message}
 }

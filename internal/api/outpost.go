@@ -26,6 +26,10 @@ type OutpostSpec struct {
 	Name        string `json:"name"`
 	Platform    string `json:"platform"`
 	Description string `json:"description"`
+	// AllowedOrgIDs are the organizations of the public fleet API whose
+	// sessions may be routed to the outpost; null when unset. Outpost has
+	// no organizations: the list is stored and returned, not enforced.
+	AllowedOrgIDs []string `json:"allowed_org_ids"`
 }
 
 // OutpostStatus is the live state of an outpost's queue.
@@ -36,17 +40,32 @@ type OutpostStatus struct {
 	ActiveClaims int `json:"active_claims"`
 }
 
+// MaxAllowedOrgIDs bounds CreateOutpostRequest.AllowedOrgIDs.
+const MaxAllowedOrgIDs = 100
+
 // CreateOutpostRequest is the body of POST /v1/outposts.
 type CreateOutpostRequest struct {
 	Name        string `json:"name"`
 	Platform    string `json:"platform"`
 	Description string `json:"description"`
+	// AllowedOrgIDs is the public fleet API's field: at most
+	// MaxAllowedOrgIDs organization ids, stored and returned on
+	// spec.allowed_org_ids. Nil (or JSON null) leaves it unset; an empty
+	// list is kept as an empty list.
+	AllowedOrgIDs []string `json:"allowed_org_ids,omitzero"`
 }
 
-// OutpostList is the answer of GET /v1/outposts.
+// OutpostList is the answer of GET /v1/outposts: one page of outposts,
+// ordered by name.
 type OutpostList struct {
-	Items       []Outpost `json:"items"`
-	Cursor      string    `json:"cursor"`
-	HasNextPage bool      `json:"has_next_page"`
-	Total       int       `json:"total"`
+	Items []Outpost `json:"items"`
+	// Cursor and EndCursor are the same opaque position after the page's
+	// last item: pass it back as the after (or cursor) query parameter
+	// while HasNextPage is true. EndCursor is the public fleet API's name;
+	// it is null when the page is empty.
+	Cursor      string  `json:"cursor"`
+	EndCursor   *string `json:"end_cursor"`
+	HasNextPage bool    `json:"has_next_page"`
+	// Total counts every outpost the caller may see, on all pages.
+	Total int `json:"total"`
 }

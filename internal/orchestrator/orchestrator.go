@@ -261,9 +261,18 @@ func (o *orchestrator) recover(ctx context.Context) {
 // watchLoop lists the queue, then watches it from the list's cursor, until
 // ctx ends. Each event's cursor is saved in the state dir, and a broken
 // watch reconnects from the last one so nothing is missed or replayed; the
-// queue is listed again only when the server refuses that cursor or the
-// watch keeps failing. A restart always lists first: a list is the queue's
-// whole state, while a replay shows only entries that changed.
+// queue is listed again only when the server refuses that cursor (400, from
+// servers older than the re-list below) or the watch keeps failing. A
+// restart always lists first: a list is the queue's whole state, while a
+// replay shows only entries that changed.
+//
+// A server given a cursor it did not issue (its database was reset, say)
+// starts the stream with a re-list instead: every live entry as an upsert,
+// without the tombstones of entries deleted meanwhile. Nothing more is
+// needed here: an entry left over from before is replaced by the next poll
+// (every PollInterval), claiming it meanwhile answers 404 (counted as a
+// lost race), and each held session's own check ends it once its entry is
+// gone.
 func (o *orchestrator) watchLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {

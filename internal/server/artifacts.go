@@ -337,6 +337,10 @@ func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request) error {
 	if a.SHA256 != "" {
 		w.Header().Set("ETag", `"`+a.SHA256+`"`)
 	}
-	http.ServeContent(w, r, name, a.CreatedAt, f)
+	// ServeContent answers a bad Range or a failed precondition in plain
+	// text; the errorWriter turns that into the JSON envelope.
+	ew := &errorWriter{ResponseWriter: w}
+	http.ServeContent(ew, r, name, a.CreatedAt, f)
+	ew.finish()
 	return nil
 }

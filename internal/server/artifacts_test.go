@@ -100,6 +100,21 @@ func TestArtifactsRoundTrip(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "application/json" || strings.TrimSpace(string(body)) != `{"a":1}` {
 		t.Fatalf("result.json: %q %q", resp.Header.Get("Content-Type"), body)
 	}
+	// A range past the end is refused in the JSON envelope, like every error.
+	req, _ := http.NewRequest("GET", ts.url+"/v1/sessions/"+id+"/artifacts/data.bin", nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	req.Header.Set("Range", "bytes=99999999-")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var env api.ErrorResponse
+	if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable || json.Unmarshal(body, &env) != nil ||
+		env.Error.Message == "" || env.Detail != env.Error.Message || resp.Header.Get("Content-Disposition") != "" {
+		t.Fatalf("range past the end: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
 	for _, name := range []string{"nope", "..%2Fx", ".meta", "%2E%2E"} {
 		if code := ts.do("GET", "/v1/sessions/"+id+"/artifacts/"+name, reader, nil, nil); code != 404 {
 			t.Errorf("artifact %s: %d, want 404", name, code)

@@ -26,7 +26,7 @@ func strPtr(s string) *string {
 func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 	return api.Outpost{
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
-		Spec:     api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description},
+		Spec:     api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs},
 		Status:   api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }

@@ -49,6 +49,21 @@ func errUnauthorized(format string, args ...any) error {
 	return &httpError{http.StatusUnauthorized, api.CodeUnauthorized, fmt.Sprintf(format, args...)}
 }
 
+func errUnprocessable(format string, args ...any) error {
+	return &httpError{http.StatusUnprocessableEntity, api.CodeUnprocessable, fmt.Sprintf(format, args...)}
+}
+
+// decodeError is a request body the decoder refused: the answer for the
+// client, and the decoder's error for a handler that answers some fields'
+// errors differently (errors.As finds both).
+type decodeError struct {
+	answer *httpError
+	cause  error
+}
+
+func (e *decodeError) Error() string   { return e.answer.message }
+func (e *decodeError) Unwrap() []error { return []error{e.answer, e.cause} }
+
 // writeJSON writes v with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -74,7 +89,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		he = &httpError{http.StatusInternalServerError, api.CodeInternal, "The server failed to handle the request; see its log."}
 	}
-	writeJSON(w, he.status, api.ErrorResponse{Error: api.ErrorBody{Code: he.code, Message: he.message}})
+	writeJSON(w, he.status, api.NewErrorResponse(he.code, he.message))
 }
 
 // decode reads a JSON body into v strictly: one object, no unknown fields,
@@ -98,7 +113,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		case errors.As(err, &syntax):
 			return errBadRequest("The request body is not valid JSON (at byte %d).", syntax.Offset)
 		case errors.As(err, &typeErr):
-			return errBadRequest("Field %q has the wrong type: expected %s.", typeErr.Field, typeErr.Type)
+			msg := fmt.Sprintf("Field %q has the wrong type: expected %s.", typeErr.Field, typeErr.Type)
+			return &decodeError{&httpError{http.StatusBadRequest, api.CodeBadRequest, msg}, typeErr}
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return errBadRequest("The request has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))
 		default:

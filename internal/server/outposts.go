@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -43,31 +47,113 @@ func (s *Server) apiOutpost(ctx context.Context, o store.Outpost) (api.Outpost, 
 	return toAPIOutpost(o, depth, claims), nil
 }
 
+// listOutposts answers one page of the outposts the caller may see, in
+// name order. The page cursor is given as after (the public fleet API's
+// name) or cursor; the answer carries it as end_cursor and cursor.
 func (s *Server) listOutposts(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	first, err := parseFirst(q.Get("first"), 100, 200)
+	if err != nil {
+		return err
+	}
+	after, cursor := q.Get("after"), q.Get("cursor")
+	if after != "" && cursor != "" && after != cursor {
+		return errBadRequest("Give the page cursor as after or as cursor, not both.")
+	}
+	if after == "" {
+		after = cursor
+	}
+	afterName, err := parseOutpostCursor(after)
+	if err != nil {
+		return err
+	}
 	p := principalFrom(r.Context())
 	all, err := s.store.ListOutposts(r.Context())
 	if err != nil {
 		return fmt.Errorf("list outposts: %w", err)
 	}
-	list := api.OutpostList{Items: []api.Outpost{}}
+	visible := all[:0]
 	for _, o := range all {
-		if !p.allowsOutpost(o.ID) {
-			continue
+		if p.allowsOutpost(o.ID) {
+			visible = append(visible, o)
 		}
+	}
+	// The store orders by name, bytewise; names are unique, so the page
+	// starts after the cursor's name even when that outpost is gone.
+	start := slices.IndexFunc(visible, func(o store.Outpost) bool { return o.Name > afterName })
+	if start < 0 {
+		start = len(visible)
+	}
+	page := visible[start:]
+	list := api.OutpostList{Items: []api.Outpost{}, Total: len(visible)}
+	if len(page) > first {
+		page, list.HasNextPage = page[:first], true
+	}
+	for _, o := range page {
 		ao, err := s.apiOutpost(r.Context(), o)
 		if err != nil {
 			return err
 		}
 		list.Items = append(list.Items, ao)
 	}
-	list.Total = len(list.Items)
+	if len(page) > 0 {
+		c := formatOutpostCursor(page[len(page)-1].Name)
+		list.Cursor, list.EndCursor = c, &c
+	}
 	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// Outpost list cursors are the last name of a page, base64url-encoded so
+// clients treat them as opaque.
+func formatOutpostCursor(name string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(name))
+}
+
+func parseOutpostCursor(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !dnsLabel.Match(b) {
+		return "", errBadRequest("The outposts cursor %q is not one this server issued; list from the start without it.", c)
+	}
+	return string(b), nil
+}
+
+// validOrgID is what one entry of allowed_org_ids must be.
+var validOrgID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// checkOrgIDs validates allowed_org_ids. Like the public fleet API it
+// answers 422 with a detail that names organizations, which its clients
+// read as "allowed_org_ids was rejected".
+func checkOrgIDs(ids []string) error {
+	if len(ids) > api.MaxAllowedOrgIDs {
+		return errUnprocessable("allowed_org_ids lists %d organization ids; at most %d are allowed.", len(ids), api.MaxAllowedOrgIDs)
+	}
+	seen := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		if len(id) > 128 {
+			return errUnprocessable("allowed_org_ids[%d] is longer than 128 characters, too long for an organization id.", i)
+		}
+		if !validOrgID.MatchString(id) {
+			return errUnprocessable("allowed_org_ids[%d] %q is not a valid organization id: use 1-128 letters, digits, '.', '_', ':' and '-', starting with a letter or digit.", i, id)
+		}
+		if seen[id] {
+			return errUnprocessable("allowed_org_ids lists organization id %q twice.", id)
+		}
+		seen[id] = true
+	}
 	return nil
 }
 
 func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateOutpostRequest
 	if err := decode(w, r, &req); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && (typeErr.Field == "allowed_org_ids" || strings.HasPrefix(typeErr.Field, "allowed_org_ids.")) {
+			return errUnprocessable("allowed_org_ids must be null or a list of organization ids (strings).")
+		}
 		return err
 	}
 	if !dnsLabel.MatchString(req.Name) {
@@ -84,10 +170,14 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Description) > 1024 {
 		return errBadRequest("The description is longer than 1024 characters.")
 	}
+	if err := checkOrgIDs(req.AllowedOrgIDs); err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
-	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description, CreatedAt: s.now()}
+	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description,
+		AllowedOrgIDs: req.AllowedOrgIDs, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,16 +14,23 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// parseCursor reads a fleet API cursor ("" means the beginning).
-func parseCursor(c string) (int64, error) {
+// parseCursor reads a fleet API cursor ("" means the beginning). maxRev is
+// the store's highest rev: every cursor this server issued is at most it,
+// so a higher one comes from elsewhere (another deployment, a database
+// that was reset). ok is false for a cursor this server did not issue.
+func parseCursor(c string, maxRev int64) (rev int64, ok bool) {
 	if c == "" {
-		return 0, nil
+		return 0, true
 	}
 	v, err := strconv.ParseInt(c, 10, 64)
-	if err != nil || v < 0 {
-		return 0, errBadRequest("The cursor %q is not one this server issued.", c)
+	if err != nil || v < 0 || v > maxRev {
+		return 0, false
 	}
-	return v, nil
+	return v, true
+}
+
+func errForeignCursor(c string) error {
+	return errBadRequest("The cursor %q is not one this server issued; list without a cursor to start again.", c)
 }
 
 func formatCursor(rev int64) string { return strconv.FormatInt(rev, 10) }
@@ -55,16 +63,27 @@ func (s *Server) queueOutpostFilter(ctx context.Context, ref string) (string, er
 func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query()
-	outpostID, err := s.queueOutpostFilter(ctx, q.Get("outpost"))
+	ref := q.Get("outpost")
+	if ref == "" {
+		ref = q.Get("pool") // the parameter's name in older fleet API clients
+	}
+	outpostID, err := s.queueOutpostFilter(ctx, ref)
 	if err != nil {
 		return err
 	}
-	after, err := parseCursor(q.Get("cursor"))
+	maxRev, err := s.store.MaxRev(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("max rev: %w", err)
 	}
+	after, ok := parseCursor(q.Get("cursor"), maxRev)
 	if q.Get("watch") == "true" {
-		return s.watchQueue(w, r, outpostID, after)
+		if !ok {
+			return s.watchQueue(w, r, outpostID, watchFrom{relist: true, maxRev: maxRev})
+		}
+		return s.watchQueue(w, r, outpostID, watchFrom{after: after})
+	}
+	if !ok {
+		return errForeignCursor(q.Get("cursor"))
 	}
 	first, err := parseFirst(q.Get("first"), 100, 200)
 	if err != nil {
@@ -73,10 +92,6 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	phase := q.Get("phase")
 	if phase != "" && phase != api.PhasePending && phase != api.PhaseClaimed {
 		return errBadRequest("phase must be pending or claimed.")
-	}
-	maxRev, err := s.store.MaxRev(ctx)
-	if err != nil {
-		return fmt.Errorf("max rev: %w", err)
 	}
 	rows, total, err := s.store.ListQueue(ctx, store.QueueFilter{
 		OutpostID: outpostID, Phase: phase, AcceptorID: q.Get("acceptor_id"), AfterRev: after, Limit: first + 1,
@@ -184,9 +199,27 @@ func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ct
 	return nil
 }
 
-// watchQueue streams queue changes after a cursor as server-sent events,
-// ending the stream within WatchMaxDuration so clients reconnect.
-func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID string, after int64) error {
+// watchFrom is where a watch stream starts.
+type watchFrom struct {
+	// after replays the changes after this rev.
+	after int64
+	// relist, for a cursor this server did not issue, starts with the
+	// current state instead: every live entry whose rev is at most maxRev
+	// (the store's highest rev when the stream began), oldest change
+	// first, then every change after maxRev, tombstones included. That is
+	// a replay from the beginning without the tombstones of entries gone
+	// before the stream; an entry that changes meanwhile has a rev above
+	// maxRev, so it comes in the replay and nothing is missed.
+	relist bool
+	maxRev int64
+}
+
+// watchBatch is how many rows a watch reads at a time.
+const watchBatch = 500
+
+// watchQueue streams queue changes as server-sent events, ending the
+// stream within WatchMaxDuration so clients reconnect.
+func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID string, from watchFrom) error {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		return errors.New("response writer cannot flush")
@@ -197,14 +230,30 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if from.relist {
+		h.Set(api.HeaderWatchRelist, "true")
+	}
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": watching\n\n")
 	flusher.Flush()
+	after := from.after
+	if from.relist {
+		c := r.URL.Query().Get("cursor")
+		if len(c) > 64 {
+			c = c[:64] + "..."
+		}
+		s.log.Info("queue watch from a cursor this server did not issue; re-listing the queue in the stream",
+			"cursor", c, "outpost", outpostID)
+		if !s.relist(ctx, w, flusher, outpostID, from.maxRev) {
+			return nil
+		}
+		after = from.maxRev
+	}
 	keepalive := time.NewTicker(s.opts.KeepaliveInterval)
 	defer keepalive.Stop()
 	for {
 		wake := s.queueChanged.wait() // before reading, so no change slips between
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: 500, IncludeDeleted: true})
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("watch queue", "err", err)
@@ -212,12 +261,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 			return nil
 		}
 		for _, e := range rows {
-			ev := api.WatchEvent{Type: api.WatchModified, Object: toAPIEntry(e), Cursor: formatCursor(e.Rev)}
-			if e.Deleted {
-				ev.Type = api.WatchDeleted
-			}
-			b, _ := json.Marshal(ev)
-			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			if !sendEntry(w, e) {
 				return nil
 			}
 			after = e.Rev
@@ -225,7 +269,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 		if len(rows) > 0 {
 			flusher.Flush()
 		}
-		if len(rows) == 500 {
+		if len(rows) == watchBatch {
 			continue
 		}
 		select {
@@ -239,4 +283,44 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 			flusher.Flush()
 		}
 	}
+}
+
+// relist writes the live entries whose rev is at most maxRev, oldest change
+// first (see watchFrom). It reports whether the stream is still good.
+func (s *Server) relist(ctx context.Context, w io.Writer, flusher http.Flusher, outpostID string, maxRev int64) bool {
+	after := int64(0)
+	for {
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("watch queue: re-list", "err", err)
+			}
+			return false
+		}
+		for _, e := range rows {
+			if e.Rev > maxRev {
+				flusher.Flush()
+				return true
+			}
+			if !sendEntry(w, e) {
+				return false
+			}
+			after = e.Rev
+		}
+		flusher.Flush()
+		if len(rows) < watchBatch {
+			return true
+		}
+	}
+}
+
+// sendEntry writes one watch event; false when the client is gone.
+func sendEntry(w io.Writer, e store.QueueEntry) bool {
+	ev := api.WatchEvent{Type: api.WatchModified, Object: toAPIEntry(e), Cursor: formatCursor(e.Rev)}
+	if e.Deleted {
+		ev.Type = api.WatchDeleted
+	}
+	b, _ := json.Marshal(ev)
+	_, err := fmt.Fprintf(w, "data: %s\n\n", b)
+	return err == nil
 }

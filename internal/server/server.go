@@ -386,7 +386,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.store.Ping(r.Context()); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, api.ErrorResponse{Error: api.ErrorBody{Code: api.CodeUnavailable, Message: "The database does not answer."}})
+			s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The database does not answer."})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -421,7 +421,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))
-	mcpH := s.mcpHandler()
+	mcpH := withJSONErrors(s.mcpHandler(), true)
 	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := s.sessionFor(r.Context(), r.PathValue("session")); err != nil {
 			return err
@@ -447,9 +447,32 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/static/", ui)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.writeError(w, r, &httpError{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,
+				fmt.Sprintf("Method %s is not allowed on %s; it answers %s.", r.Method, r.URL.Path, strings.Join(allow, ", "))})
+			return
+		}
 		s.writeError(w, r, errNotFound("No such endpoint: %s %s.", r.Method, r.URL.Path))
 	})
 	return s.withRecover(mux)
+}
+
+// allowedMethods lists the methods other than r's that mux routes r's
+// path to a handler of its own for, rather than to the catch-all "/".
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // withRecover turns a panic in a handler into a 500 so it never reaches a

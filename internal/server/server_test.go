@@ -87,8 +87,8 @@ func (ts *testServer) do(method, path, token string, body any, out any) int {
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 400 {
 		var e api.ErrorResponse
-		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
-			ts.t.Errorf("%s %s: status %d without a JSON error envelope: %s", method, path, resp.StatusCode, raw)
+		if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" || e.Detail != e.Error.Message {
+			ts.t.Errorf("%s %s: status %d without a JSON error envelope whose detail repeats its message: %s", method, path, resp.StatusCode, raw)
 		}
 	}
 	if out != nil && resp.StatusCode < 300 && len(raw) > 0 {

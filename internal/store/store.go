@@ -28,7 +28,9 @@ type Outpost struct {
 	Name        string
 	Platform    string
 	Description string
-	CreatedAt   time.Time
+	// AllowedOrgIDs is nil when unset; an empty list is kept as empty.
+	AllowedOrgIDs []string
+	CreatedAt     time.Time
 }
 
 // Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.

@@ -52,13 +52,36 @@ func (h *Handler) signout(w http.ResponseWriter, r *http.Request) {
 
 // ---- outposts
 
+// outposts lists every outpost the user may see, following the list's
+// pages.
+func (h *Handler) outposts(r *http.Request) (api.OutpostList, error) {
+	all := api.OutpostList{Items: []api.Outpost{}}
+	after := ""
+	for {
+		q := url.Values{"first": {"200"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var page api.OutpostList
+		if err := h.call(r, "GET", "/v1/outposts?"+q.Encode(), nil, &page); err != nil {
+			return all, err
+		}
+		all.Items = append(all.Items, page.Items...)
+		all.Total = page.Total
+		if !page.HasNextPage || page.Cursor == "" || page.Cursor == after {
+			return all, nil
+		}
+		after = page.Cursor
+	}
+}
+
 func (h *Handler) outpostsPage(w http.ResponseWriter, r *http.Request) {
 	h.renderOutposts(w, r, http.StatusOK, "", "", api.CreateOutpostRequest{Platform: api.PlatformLinux})
 }
 
 func (h *Handler) renderOutposts(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string, form api.CreateOutpostRequest) {
-	var list api.OutpostList
-	if err := h.call(r, "GET", "/v1/outposts", nil, &list); err != nil {
+	list, err := h.outposts(r)
+	if err != nil {
 		h.failAPI(w, r, err)
 		return
 	}
@@ -133,8 +156,7 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 		h.failAPI(w, r, err)
 		return
 	}
-	var outposts api.OutpostList
-	_ = h.call(r, "GET", "/v1/outposts", nil, &outposts)
+	outposts, _ := h.outposts(r)
 	next := ""
 	if list.HasNextPage && list.Cursor != "" {
 		nq := url.Values{}
@@ -168,8 +190,8 @@ func (h *Handler) newSessionPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) renderNewSession(w http.ResponseWriter, r *http.Request, status int, errMsg string, f newSessionForm) {
-	var outposts api.OutpostList
-	if err := h.call(r, "GET", "/v1/outposts", nil, &outposts); err != nil {
+	outposts, err := h.outposts(r)
+	if err != nil {
 		h.failAPI(w, r, err)
 		return
 	}
@@ -394,8 +416,7 @@ func (h *Handler) renderTokens(w http.ResponseWriter, r *http.Request, status in
 		h.failAPI(w, r, err)
 		return
 	}
-	var outposts api.OutpostList
-	_ = h.call(r, "GET", "/v1/outposts", nil, &outposts)
+	outposts, _ := h.outposts(r)
 	h.render(w, r, status, "tokens", page{Title: "Tokens", Nav: "tokens", Error: errMsg, Data: map[string]any{
 		"Tokens": list.Items, "Scopes": api.Scopes, "Outposts": outposts.Items, "Created": created,
 	}})

@@ -20,7 +20,9 @@ type Migration struct {
 
 // Load returns the migrations in dir of fsys (dir/*.sql) in version order.
 // A file whose name does not start with a positive version, or two files
-// with one version, are errors.
+// with one version, are errors. Versions need not be contiguous: a gap
+// (0001, 0004) is fine, and a database that recorded a later version before
+// an earlier one was added gets the earlier one applied on its next start.
 func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
 	if err != nil {

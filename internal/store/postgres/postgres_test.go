@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -71,7 +72,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("%d migrations recorded, want %d", recorded, len(all))
 	}
 	got, err := s.GetOutpost(t.Context(), "linux")
-	if err != nil || got != o {
+	if err != nil || !reflect.DeepEqual(got, o) {
 		t.Errorf("outpost after reopen = %+v, %v; want %+v", got, err, o)
 	}
 	if rev, err := s.MaxRev(t.Context()); err != nil || rev != e.Rev {

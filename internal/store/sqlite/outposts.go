@@ -14,9 +14,17 @@ import (
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
+	var orgs any // NULL when unset
+	if o.AllowedOrgIDs != nil {
+		j, err := marshal(o.AllowedOrgIDs)
+		if err != nil {
+			return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, err)
+		}
+		orgs = j
+	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (id, name, platform, description, created_at)
-			VALUES (?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (id, name, platform, description, allowed_org_ids_json, created_at)
+			VALUES (?, ?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, orgs, ms(o.CreatedAt))
 		return err
 	})
 	if err != nil {
@@ -25,14 +33,23 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, created_at`
+const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at`
 
 func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
 	var o store.Outpost
+	var orgs sql.NullString
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created)
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created); err != nil {
+		return store.Outpost{}, err
+	}
 	o.CreatedAt = fromMS(created)
-	return o, err
+	if orgs.Valid {
+		o.AllowedOrgIDs = []string{}
+		if err := json.Unmarshal([]byte(orgs.String), &o.AllowedOrgIDs); err != nil {
+			return store.Outpost{}, fmt.Errorf("outpost %s allowed org ids: %w", o.ID, err)
+		}
+	}
+	return o, nil
 }
 
 // GetOutpost finds an outpost by id or, failing that, by name.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -102,7 +103,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("%d migrations recorded, want %d", recorded, len(all))
 	}
 	got, err := s.GetOutpost(t.Context(), "linux")
-	if err != nil || got != o {
+	if err != nil || !reflect.DeepEqual(got, o) {
 		t.Errorf("outpost after reopen = %+v, %v; want %+v", got, err, o)
 	}
 	if rev, err := s.MaxRev(t.Context()); err != nil || rev != e.Rev {

@@ -41,6 +41,25 @@ func testOutposts(t *testing.T, s store.Store) {
 	must(t, "reuse name", s.CreateOutpost(ctx(t), newOutpost("op-d", "alpha")))
 }
 
+// testOutpostAllowedOrgIDs checks that a list of org ids, an empty list
+// and no list (nil) each read back as written, through get and list.
+func testOutpostAllowedOrgIDs(t *testing.T, s store.Store) {
+	unset := newOutpost("op-unset", "a-unset")
+	empty := newOutpost("op-empty", "b-empty")
+	empty.AllowedOrgIDs = []string{}
+	some := newOutpost("op-some", "c-some")
+	some.AllowedOrgIDs = []string{"org-2f9990d15a5d4f139af863bdff50b3ae", "org-1", "org_x.y:z"}
+	for _, o := range []store.Outpost{unset, empty, some} {
+		must(t, "create "+o.Name, s.CreateOutpost(ctx(t), o))
+		got, err := s.GetOutpost(ctx(t), o.ID)
+		must(t, "get "+o.Name, err)
+		equal(t, "get "+o.Name, got, o) // DeepEqual tells nil from empty
+	}
+	list, err := s.ListOutposts(ctx(t))
+	must(t, "list", err)
+	equal(t, "list", list, []store.Outpost{unset, empty, some})
+}
+
 func testOutpostStats(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "op")))
 	now := at(time.Hour)

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}{
 		{"Outposts", testOutposts},
 		{"OutpostStats", testOutpostStats},
+		{"OutpostAllowedOrgIDs", testOutpostAllowedOrgIDs},
 		{"SessionRoundTrip", testSessionRoundTrip},
 		{"CreateSessionAssigns", testCreateSessionAssigns},
 		{"ListSessions", testListSessions},
