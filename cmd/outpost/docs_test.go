@@ -2,10 +2,13 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/internal/api"
 )
 
 // TestCLIDocsListEveryCommand keeps docs/cli.md from drifting: every
@@ -33,4 +36,30 @@ func TestCLIDocsListEveryCommand(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(NewSystemFactory()))
+}
+
+// TestOrchestrationDocsListEveryEnvName keeps the table of variables in
+// docs/orchestration.md true: each variable of the spawn contract and of
+// `worker start` has a row naming both its names.
+func TestOrchestrationDocsListEveryEnvName(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/orchestration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(n string) string {
+		if n == "" {
+			return "—"
+		}
+		return "`" + n + "`"
+	}
+	for _, v := range append(slices.Clone(api.SpawnEnv), api.WorkerEnv...) {
+		row := "| " + name(v.Name) + " | " + name(v.Public) + " |"
+		found := false
+		for _, line := range strings.Split(string(doc), "\n") {
+			found = found || strings.HasPrefix(line, row)
+		}
+		if !found {
+			t.Errorf("docs/orchestration.md has no table row starting %q", row)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/remote"
 )
 
@@ -24,12 +25,23 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 		Short: "Dial the gateway and run one session's tool calls",
 		Long: `Dial the gateway and run one session's tool calls in the current directory.
 Workers start it for you. An orchestrator that claims sessions itself starts
-it with a clean environment holding OUTPOST_GATEWAY_URL, OUTPOST_CONNECT_TOKEN
-and OUTPOST_SESSION_ID (from the claim) and OUTPOST_STATE_DIR (a directory of
-its own per session). It exits 0 when the session ends or sleeps.`,
+it with a clean environment holding, from the claim, the gateway URL, the
+connect token and the session id (all three required, set together), and a
+state dir of its own per session, each under its Outpost name or the public
+Outposts contract's name (the Outpost name wins when both are set):
+
+` + envHelp(api.SpawnEnv) + `
+A gateway URL without a path (wss://outpost.example.com) means its
+/v1/gateway. The agent's commands inherit the rest of the environment, but
+never the connect token or gateway URL. It exits 0 when the session ends or
+sleeps.`,
 		Example: `  env -i PATH="$PATH" HOME="$HOME" \
     OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway OUTPOST_CONNECT_TOKEN=... \
     OUTPOST_SESSION_ID=sess_... OUTPOST_STATE_DIR=/var/lib/outpost/sess_... \
+    outpost remote serve
+  env -i PATH="$PATH" HOME="$HOME" \
+    DEVIN_OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway DEVIN_OUTPOST_CONNECT_TOKEN=... \
+    DEVIN_OUTPOST_SESSION_ID=sess_... DEVIN_REMOTE_STATE_DIR=/var/lib/outpost/sess_... \
     outpost remote serve`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -135,11 +135,7 @@ run their tool calls locally.`,
 			return nil
 		},
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
-	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login)")
-	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	addGlobalFlags(cmd, f)
 
 	cmd.AddCommand(
 		NewCmdVersion(f),
@@ -155,6 +151,16 @@ run their tool calls locally.`,
 		NewCmdMCP(f),
 	)
 	return cmd
+}
+
+// addGlobalFlags gives cmd the global flags, stored in f, and makes its flag
+// errors usage errors.
+func addGlobalFlags(cmd *cobra.Command, f *Factory) {
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
+	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login)")
+	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 }
 
 // Main runs the outpost command with args and returns the exit code. Errors

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,9 +24,17 @@ type WorkerStartOptions struct {
 	Once         bool
 	Dir          string
 	DataDir      string
+	GatewayURL   string
 	PollInterval time.Duration
 	GracePeriod  time.Duration
 	LogLevel     string
+	// ConnectToken, from the environment only (api.EnvSessionToken), selects
+	// direct-serve mode for SessionID.
+	ConnectToken string
+	// PTYBridgePort is accepted for the public worker's sake and ignored.
+	PTYBridgePort string
+
+	pollIntervalSecs int
 }
 
 // NewCmdWorker returns `outpost worker`. runF replaces the run of `worker
@@ -50,10 +60,29 @@ session's connect token, never the worker's API token.
 
 The token needs the outposts.machine scope. On SIGINT or SIGTERM the worker
 stops claiming, gives the running session --grace-period to finish, then
-releases its claim so the session goes back to the queue.`,
+releases its claim so the session goes back to the queue.
+
+Each environment variable also answers to the public Outposts contract's
+name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins
+over both:
+
+` + envHelp(api.WorkerEnv) + `
+--api-url is --server (give the origin only: https://outpost.example.com),
+--poll-interval-secs N is --poll-interval Ns, and --pty-bridge-port is
+accepted and ignored (Outpost has no PTY bridge).
+
+Direct-serve: with a claim's connect token in DEVIN_REMOTE_SESSION_TOKEN (or
+OUTPOST_CONNECT_TOKEN) and its gateway URL in DEVIN_OUTPOST_GATEWAY_URL (or
+OUTPOST_GATEWAY_URL, --gateway-url), 'worker start --session ID' serves just
+that session without any API token and without calling the API: whoever
+claimed it keeps claiming, renewing and releasing. It exits 0 when the
+session ends or sleeps. Its data dir defaults to the parent of
+DEVIN_WORKER_CACHE_DIR (or OUTPOST_WORKER_CACHE_DIR) when that is set.`,
 		Example: `  outpost worker start --outpost dev
   cd ~/work && OUTPOST_TOKEN=... outpost worker start --outpost gpu-h200 --server https://outpost.example.com
-  outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7`,
+  outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7
+  DEVIN_REMOTE_SESSION_TOKEN=... DEVIN_OUTPOST_GATEWAY_URL=wss://outpost.example.com/v1/gateway \
+    outpost worker start --session ses_123`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -68,29 +97,78 @@ releases its claim so the session goes back to the queue.`,
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve")
 	fl.StringVar(&opts.SessionID, "session", "", "serve just this session, then exit (alias --session-id)")
-	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env OUTPOST_WORKER_ACCEPTOR_ID; default: generated once and saved in the data dir)")
+	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env OUTPOST_WORKER_ACCEPTOR_ID, DEVIN_WORKER_ACCEPTOR_ID; default: generated once and saved in the data dir)")
 	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
 	fl.StringVar(&opts.Dir, "dir", "", "workspace directory the remote runs in (default: the current directory)")
 	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker)")
+	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env OUTPOST_GATEWAY_URL, DEVIN_OUTPOST_GATEWAY_URL)")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
+	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
 	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
+	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env DEVIN_PTY_BRIDGE_PORT)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-		if name == "session-id" {
+		switch name {
+		case "session-id":
 			name = "session"
+		case "api-url":
+			name = "server"
 		}
 		return pflag.NormalizedName(name)
 	})
 	return cmd
 }
 
+// envHelp lists variables for --help: their names, then their meaning.
+func envHelp(vars []api.EnvVar) string {
+	var b strings.Builder
+	for _, v := range vars {
+		fmt.Fprintf(&b, "  %s\n      %s\n", strings.Join(v.Names(), ", "), v.Meaning)
+	}
+	return b.String()
+}
+
+// envFallback gives a flag not set on the command line the value of its
+// environment variable under either name (api.EnvVar: the OUTPOST_ name
+// first, then the public one).
+type envFallback struct {
+	fl     *pflag.FlagSet
+	getenv func(string) string
+}
+
+func (e envFallback) string(flag string, v api.EnvVar, dst *string) {
+	if e.fl.Changed(flag) {
+		return
+	}
+	if val := v.Get(e.getenv); val != "" {
+		*dst = val
+	}
+}
+
 // resolve applies environment fallbacks and defaults.
 func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	if v := f.Getenv("OUTPOST_WORKER_ACCEPTOR_ID"); !fl.Changed("acceptor-id") && v != "" {
-		o.AcceptorID = v
-	}
-	if v := f.Getenv("OUTPOST_WORKER_DATA_DIR"); !fl.Changed("data-dir") && v != "" {
-		o.DataDir = v
+	env := envFallback{fl: fl, getenv: f.Getenv}
+	// The global --token and --server, with the public names too; the
+	// saved login still comes after both.
+	env.string("token", api.EnvToken, &f.Token)
+	env.string("server", api.EnvServer, &f.Server)
+	env.string("acceptor-id", api.EnvAcceptorID, &o.AcceptorID)
+	env.string("data-dir", api.EnvWorkerDataDir, &o.DataDir)
+	env.string("gateway-url", api.EnvGatewayURL, &o.GatewayURL)
+	env.string("pty-bridge-port", api.EnvPTYBridgePort, &o.PTYBridgePort)
+	o.ConnectToken = api.EnvSessionToken.Get(f.Getenv)
+
+	if o.ConnectToken != "" {
+		if o.SessionID == "" {
+			return usageErrorf("%s holds a claim's connect token, which serves one claimed session: pass --session ID (the claimed session), or unset it to claim from the queue", api.EnvSessionToken)
+		}
+		if o.GatewayURL == "" {
+			return usageErrorf("serving session %s directly needs the claim's gateway URL: set %s or pass --gateway-url", o.SessionID, api.EnvGatewayURL)
+		}
+		// The public worker keeps its session state dirs next to its cache.
+		if cache := api.EnvWorkerCacheDir.Get(f.Getenv); o.DataDir == "" && cache != "" {
+			o.DataDir = filepath.Dir(filepath.Clean(cache))
+		}
 	}
 	if o.DataDir == "" {
 		home, err := f.UserHomeDir()
@@ -109,6 +187,12 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	if o.Outpost == "" && o.SessionID == "" {
 		return usageErrorf("worker start needs --outpost NAME-OR-ID")
 	}
+	if fl.Changed("poll-interval-secs") {
+		if fl.Changed("poll-interval") {
+			return usageErrorf("give --poll-interval or --poll-interval-secs, not both")
+		}
+		o.PollInterval = time.Duration(o.pollIntervalSecs) * time.Second
+	}
 	if o.PollInterval <= 0 || o.GracePeriod <= 0 {
 		return usageErrorf("--poll-interval and --grace-period must be positive")
 	}
@@ -117,29 +201,47 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 }
 
 func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) error {
-	c, err := f.Client()
-	if err != nil {
-		return err
-	}
-	// The remote and the agent's commands run as this user: keep them out
-	// of this process's environment, where the API token is.
-	if err := worker.ProtectSecrets(); err != nil {
-		slog.Warn("cannot mark the worker not dumpable", "err", err)
-	}
 	level, _ := parseLogLevel(o.LogLevel)
-	return worker.Run(ctx, worker.Options{
-		Client:       c,
+	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	if o.PTYBridgePort != "" {
+		log.Debug("ignoring the PTY bridge port: Outpost has no PTY bridge", "pty_bridge_port", o.PTYBridgePort)
+	}
+	opts := worker.Options{
 		Outpost:      o.Outpost,
 		SessionID:    o.SessionID,
 		AcceptorID:   o.AcceptorID,
 		Dir:          o.Dir,
 		DataDir:      o.DataDir,
+		GatewayURL:   o.GatewayURL,
 		Once:         o.Once,
 		PollInterval: o.PollInterval,
 		GracePeriod:  o.GracePeriod,
-		Logger:       slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level})),
+		Logger:       log,
 		Stdout:       f.IO.Out,
-	})
+	}
+	if o.ConnectToken != "" {
+		// Direct-serve: no API client, no account token. The connect token
+		// goes to the remote alone, so no program this process runs (the
+		// capability probes) may inherit it.
+		for _, v := range []api.EnvVar{api.EnvSessionToken, api.EnvConnectToken} {
+			for _, n := range v.Names() {
+				_ = os.Unsetenv(n)
+			}
+		}
+		opts.ConnectToken = o.ConnectToken
+	} else {
+		c, err := f.Client()
+		if err != nil {
+			return err
+		}
+		opts.Client = c
+	}
+	// The remote and the agent's commands run as this user: keep them out
+	// of this process's environment, where the API or connect token is.
+	if err := worker.ProtectSecrets(); err != nil {
+		log.Warn("cannot mark the worker not dumpable", "err", err)
+	}
+	return worker.Run(ctx, opts)
 }
 
 // newCmdWorkerOutpost returns `outpost worker outpost`, the fleet-style

@@ -172,14 +172,13 @@ var chromeMacPaths = []string{
 }
 
 // ChromePath returns the Chrome or Chromium the browser tools use:
-// OUTPOST_CHROME_PATH when it names an existing file, else the first
-// standard Chrome or Chromium found, else "".
+// api.EnvChromePath (OUTPOST_CHROME_PATH or DEVIN_CHROME_PATH) when set,
+// if it names an existing file; else the first standard Chrome or Chromium
+// found; else "".
 func ChromePath() string { return chromePath() }
 
-// chromePath returns OUTPOST_CHROME_PATH when it names an existing file,
-// else the first standard Chrome or Chromium found, else "".
 func chromePath() string {
-	if p := os.Getenv("OUTPOST_CHROME_PATH"); p != "" {
+	if p := api.EnvChromePath.Get(os.Getenv); p != "" {
 		if exists(p) {
 			return p
 		}

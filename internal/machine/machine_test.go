@@ -48,6 +48,27 @@ func TestDetect(t *testing.T) {
 	}
 }
 
+// TestChromePathNames: the public contract's DEVIN_CHROME_PATH works alone,
+// and OUTPOST_CHROME_PATH wins when both are set.
+func TestChromePathNames(t *testing.T) {
+	dir := t.TempDir()
+	outpost, public := filepath.Join(dir, "outpost-chrome"), filepath.Join(dir, "public-chrome")
+	for _, p := range []string{outpost, public} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(api.EnvChromePath.Name, "")
+	t.Setenv(api.EnvChromePath.Public, public)
+	if got := ChromePath(); got != public {
+		t.Errorf("with %s only: %q, want %q", api.EnvChromePath.Public, got, public)
+	}
+	t.Setenv(api.EnvChromePath.Name, outpost)
+	if got := ChromePath(); got != outpost {
+		t.Errorf("with both: %q, want %q", got, outpost)
+	}
+}
+
 func TestParseMemTotal(t *testing.T) {
 	in := "MemFree:  10 kB\nMemTotal:       16303460 kB\n"
 	if got := parseMemTotal(strings.NewReader(in)); got != 16303460*1024 {

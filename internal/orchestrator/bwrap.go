@@ -223,7 +223,7 @@ func sandboxEnv(env []string) []string {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "TMPDIR", worker.EnvStateDir:
+		case "HOME", "TMPDIR", api.EnvStateDir.Name:
 			continue
 		case "PATH":
 			path = v
@@ -231,7 +231,7 @@ func sandboxEnv(env []string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, "HOME="+BwrapHome, "TMPDIR="+BwrapTmp, worker.EnvStateDir+"="+BwrapStateDir, "PATH="+BwrapBinDir+":"+path)
+	return append(out, "HOME="+BwrapHome, "TMPDIR="+BwrapTmp, api.EnvStateDir.Name+"="+BwrapStateDir, "PATH="+BwrapBinDir+":"+path)
 }
 
 // args returns bwrap's arguments (given with --args, so that the

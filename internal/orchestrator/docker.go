@@ -25,7 +25,7 @@ import (
 	units "github.com/docker/go-units"
 	"golang.org/x/sys/unix"
 
-	"github.com/outpost-sh/outpost/internal/worker"
+	"github.com/outpost-sh/outpost/internal/api"
 )
 
 // Labels of the containers the docker backend makes.
@@ -201,11 +201,11 @@ func containerEnv(env []string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case worker.EnvGatewayURL, worker.EnvConnectToken, worker.EnvSessionID:
+		case api.EnvGatewayURL.Name, api.EnvConnectToken.Name, api.EnvSessionID.Name:
 			out = append(out, kv)
 		}
 	}
-	return append(out, worker.EnvStateDir+"="+DockerStateDir)
+	return append(out, api.EnvStateDir.Name+"="+DockerStateDir)
 }
 
 // hostBinary is the host path of the outpost binary to mount.

@@ -183,7 +183,7 @@ func (o *orchestrator) spec(id string, claim *api.QueueEntry) Spec {
 	if claim != nil {
 		s.Env = worker.RemoteEnv(claim, filepath.Join(ws, "state"), os.LookupEnv)
 	} else {
-		s.Env = []string{worker.EnvSessionID + "=" + id}
+		s.Env = []string{api.EnvSessionID.Name + "=" + id}
 	}
 	return s
 }

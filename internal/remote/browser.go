@@ -118,19 +118,16 @@ func (h *browserHost) close() {
 	}
 }
 
-// envChromePath names the Chrome or Chromium binary to use.
-const envChromePath = "OUTPOST_CHROME_PATH"
-
 // errNoChrome explains how to get a browser.
 func errNoChrome() error {
-	if p := os.Getenv(envChromePath); p != "" {
+	if p, name := api.EnvChromePath.Lookup(os.Getenv); p != "" {
 		return fmt.Errorf("no Chrome or Chromium for the browser tools: %s is %q, which is not an existing file; "+
 			"point it at a Chrome or Chromium binary, or unset it and install Chromium (e.g. `apt-get install chromium`)",
-			envChromePath, p)
+			name, p)
 	}
 	return fmt.Errorf("no Chrome or Chromium for the browser tools: none found in PATH (chromium, chromium-browser, google-chrome) "+
 		"or the standard locations; install Chromium (e.g. `apt-get install chromium`, or `brew install --cask chromium`) "+
-		"or set %s to a Chrome or Chromium binary", envChromePath)
+		"or set %s to a Chrome or Chromium binary", api.EnvChromePath)
 }
 
 // browserDir returns dir under the session's state dir, created.

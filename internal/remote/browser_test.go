@@ -226,14 +226,23 @@ func TestRecording(t *testing.T) {
 	t.Logf("recording: %+v, ffprobe duration %.2fs", res, d)
 }
 
+// TestBrowserWithoutChrome points either name of the Chrome path at a
+// missing file: the error names the variable that was set.
 func TestBrowserWithoutChrome(t *testing.T) {
 	// Not parallel: it changes the environment.
-	t.Setenv(envChromePath, filepath.Join(t.TempDir(), "no-such-chrome"))
-	tc := newTestCall(t, t.TempDir(), nil)
-	tc.c.stateDir = t.TempDir()
-	defer tc.c.browser.close()
-	err := tc.run(t, context.Background(), api.ToolBrowserNavigate, api.BrowserNavigateArgs{URL: "http://127.0.0.1:1/"}, nil)
-	if err == nil || !strings.Contains(err.Error(), envChromePath) || !strings.Contains(err.Error(), "apt-get install chromium") {
-		t.Fatalf("navigate without Chrome: %v", err)
+	for _, name := range api.EnvChromePath.Names() {
+		t.Run(name, func(t *testing.T) {
+			for _, n := range api.EnvChromePath.Names() {
+				t.Setenv(n, "")
+			}
+			t.Setenv(name, filepath.Join(t.TempDir(), "no-such-chrome"))
+			tc := newTestCall(t, t.TempDir(), nil)
+			tc.c.stateDir = t.TempDir()
+			defer tc.c.browser.close()
+			err := tc.run(t, context.Background(), api.ToolBrowserNavigate, api.BrowserNavigateArgs{URL: "http://127.0.0.1:1/"}, nil)
+			if err == nil || !strings.Contains(err.Error(), name+" is") || !strings.Contains(err.Error(), "apt-get install chromium") {
+				t.Fatalf("navigate without Chrome: %v", err)
+			}
+		})
 	}
 }

@@ -13,15 +13,11 @@ import (
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
-// EnvDesktop set to "true", with a DISPLAY, makes record_start record the
-// X display instead of the browser's screencast.
-const EnvDesktop = "OUTPOST_DESKTOP"
-
 // desktopDisplay returns the X display to record, when desktop recording
-// is on.
+// is on: api.EnvDesktop set to "true", with a DISPLAY.
 func desktopDisplay() (string, bool) {
 	d := os.Getenv("DISPLAY")
-	return d, os.Getenv(EnvDesktop) == "true" && d != ""
+	return d, api.EnvDesktop.Get(os.Getenv) == "true" && d != ""
 }
 
 // desktopRecording is ffmpeg grabbing an X display into a file.

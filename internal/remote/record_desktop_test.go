@@ -46,7 +46,8 @@ func TestDesktopRecording(t *testing.T) {
 		t.Fatal("Xvfb did not start")
 	}
 	t.Setenv("DISPLAY", ":"+display)
-	t.Setenv(EnvDesktop, "true")
+	// The public contract's name turns it on as OUTPOST_DESKTOP does.
+	t.Setenv(api.EnvDesktop.Public, "true")
 
 	tc := newTestCall(t, t.TempDir(), nil)
 	tc.c.stateDir = t.TempDir()

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,14 +22,6 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
-)
-
-// Environment variables read by OptionsFromEnv.
-const (
-	EnvGatewayURL   = "OUTPOST_GATEWAY_URL"
-	EnvConnectToken = "OUTPOST_CONNECT_TOKEN"
-	EnvSessionID    = "OUTPOST_SESSION_ID"
-	EnvStateDir     = "OUTPOST_STATE_DIR"
 )
 
 // ErrRejected is returned by Serve when the gateway keeps refusing the
@@ -47,8 +40,9 @@ var ErrUnreachable = errors.New("gateway unreachable")
 
 // Options configure Serve.
 type Options struct {
-	// GatewayURL is the full ws:// or wss:// gateway endpoint, e.g.
-	// ws://127.0.0.1:7420/v1/gateway. Required.
+	// GatewayURL is the ws:// or wss:// gateway endpoint, e.g.
+	// ws://127.0.0.1:7420/v1/gateway; a URL without a path means its
+	// /v1/gateway. Required.
 	GatewayURL string
 	// ConnectToken is sent as `Authorization: Bearer <token>`. Required.
 	ConnectToken string
@@ -73,46 +67,87 @@ type Options struct {
 	GiveUpAfter time.Duration
 }
 
-// OptionsFromEnv builds Options from OUTPOST_GATEWAY_URL,
-// OUTPOST_CONNECT_TOKEN and OUTPOST_SESSION_ID (all required),
-// OUTPOST_STATE_DIR (default: DefaultStateDir, with a warning) and the
-// current directory as WorkDir.
-func OptionsFromEnv() (Options, error) {
+// OptionsFromEnv builds Options from the spawn contract's variables
+// (api.SpawnEnv), each under its Outpost name (OUTPOST_…) or its public one
+// (DEVIN_…), the Outpost name winning when both are set: the gateway URL,
+// connect token and session id (all three required), the state dir
+// (default: DefaultStateDir, with a warning), and the current directory as
+// WorkDir.
+func OptionsFromEnv() (Options, error) { return optionsFromEnv(os.Getenv, os.Getwd) }
+
+func optionsFromEnv(getenv func(string) string, getwd func() (string, error)) (Options, error) {
 	o := Options{
 		// A worker passes what it detected; otherwise the remote probes.
-		Capabilities: func() *api.Capabilities { c, _ := machine.FromEnv(os.Getenv); return c }(),
-		GatewayURL:   os.Getenv(EnvGatewayURL),
-		ConnectToken: os.Getenv(EnvConnectToken),
-		SessionID:    os.Getenv(EnvSessionID),
-		StateDir:     os.Getenv(EnvStateDir),
+		Capabilities: func() *api.Capabilities { c, _ := machine.FromEnv(getenv); return c }(),
+		GatewayURL:   api.EnvGatewayURL.Get(getenv),
+		ConnectToken: api.EnvConnectToken.Get(getenv),
+		SessionID:    api.EnvSessionID.Get(getenv),
+		StateDir:     api.EnvStateDir.Get(getenv),
 	}
-	var missing []string
-	for _, kv := range [][2]string{{EnvGatewayURL, o.GatewayURL}, {EnvConnectToken, o.ConnectToken}, {EnvSessionID, o.SessionID}} {
-		if kv[1] == "" {
-			missing = append(missing, kv[0])
-		}
-	}
-	if len(missing) > 0 {
-		return Options{}, fmt.Errorf("remote options: %s must be set (%s, %s and %s go together)",
-			strings.Join(missing, ", "), EnvGatewayURL, EnvConnectToken, EnvSessionID)
+	if err := missingSpawnVars(getenv); err != nil {
+		return Options{}, err
 	}
 	if err := validSessionID(o.SessionID); err != nil {
-		return Options{}, fmt.Errorf("remote options: %s: %w", EnvSessionID, err)
+		return Options{}, fmt.Errorf("remote options: %s: %w", api.EnvSessionID, err)
 	}
 	if o.StateDir == "" {
 		dir, err := DefaultStateDir(o.SessionID)
 		if err != nil {
 			return Options{}, fmt.Errorf("remote options: %w", err)
 		}
-		slog.Warn("OUTPOST_STATE_DIR is not set; keeping the call journal in the user cache directory", "state_dir", dir)
+		slog.Warn("no state dir set ("+api.EnvStateDir.String()+"); keeping the call journal in the user cache directory", "state_dir", dir)
 		o.StateDir = dir
 	}
-	wd, err := os.Getwd()
+	wd, err := getwd()
 	if err != nil {
 		return Options{}, fmt.Errorf("remote options: working directory: %w", err)
 	}
 	o.WorkDir = wd
 	return o, nil
+}
+
+// missingSpawnVars says which of the three required variables are not set.
+// It names them as the caller does: by their public names when only public
+// names of the three are set.
+func missingSpawnVars(getenv func(string) string) error {
+	required := []api.EnvVar{api.EnvGatewayURL, api.EnvConnectToken, api.EnvSessionID}
+	public := false
+	for _, v := range required {
+		_, name := v.Lookup(getenv)
+		if name == v.Name {
+			public = false
+			break
+		}
+		public = public || name == v.Public
+	}
+	var missing, used, other []string
+	for _, v := range required {
+		n, o := v.Name, v.Public
+		if public {
+			n, o = o, n
+		}
+		used, other = append(used, n), append(other, o)
+		if v.Get(getenv) == "" {
+			missing = append(missing, n)
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("remote options: %s is not set: %s must be set together (%s work too)",
+			missing[0], andList(used), andList(other))
+	}
+	return fmt.Errorf("remote options: %s are not set: %s must be set together (%s work too)",
+		andList(missing), andList(used), andList(other))
+}
+
+// andList joins "a", "b" and "c" as "a, b and c".
+func andList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // DefaultStateDir is the state directory used when none is given:
@@ -153,9 +188,11 @@ func (o Options) withDefaults() (Options, error) {
 	if len(missing) > 0 {
 		return o, fmt.Errorf("remote options: %s required", strings.Join(missing, ", "))
 	}
-	if !strings.HasPrefix(o.GatewayURL, "ws://") && !strings.HasPrefix(o.GatewayURL, "wss://") {
-		return o, fmt.Errorf("remote options: gateway URL %q must start with ws:// or wss://", o.GatewayURL)
+	gw, err := gatewayEndpoint(o.GatewayURL)
+	if err != nil {
+		return o, fmt.Errorf("remote options: %w", err)
 	}
+	o.GatewayURL = gw
 	if err := validSessionID(o.SessionID); err != nil {
 		return o, fmt.Errorf("remote options: %w", err)
 	}
@@ -185,4 +222,19 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.WorkDir = wd
 	return o, nil
+}
+
+// gatewayEndpoint returns the gateway endpoint of raw: raw itself, or its
+// api.GatewayPath when raw has no path, as the public contract's base URLs
+// (wss://gateway.example) have none.
+func gatewayEndpoint(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "ws" && u.Scheme != "wss" || u.Host == "" {
+		return "", fmt.Errorf("gateway URL %q must be a ws:// or wss:// URL", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = api.GatewayPath
+		return u.String(), nil
+	}
+	return raw, nil
 }

@@ -361,12 +361,15 @@ func (s *session) handleCancel(seq int64) {
 	}
 }
 
+// credentialVars are the remote's own credentials, under every name.
+var credentialVars = slices.Concat(api.EnvConnectToken.Names(), api.EnvGatewayURL.Names(), api.EnvSessionToken.Names())
+
 // cleanEnv drops the remote's own credentials from an environment.
 func cleanEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == EnvConnectToken || k == EnvGatewayURL {
+		if slices.Contains(credentialVars, k) {
 			continue
 		}
 		out = append(out, kv)

@@ -463,32 +463,6 @@ func TestServeVersionMismatch(t *testing.T) {
 	}
 }
 
-func TestOptionsFromEnv(t *testing.T) {
-	t.Setenv(EnvGatewayURL, "")
-	t.Setenv(EnvConnectToken, "tok")
-	t.Setenv(EnvSessionID, "")
-	_, err := OptionsFromEnv()
-	if err == nil || !strings.Contains(err.Error(), EnvGatewayURL) || !strings.Contains(err.Error(), EnvSessionID) || strings.Contains(err.Error(), EnvConnectToken+",") {
-		t.Fatalf("err = %v", err)
-	}
-	t.Setenv(EnvGatewayURL, "ws://127.0.0.1:7420/v1/gateway")
-	t.Setenv(EnvSessionID, "s1")
-	t.Setenv(EnvStateDir, "")
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	o, err := OptionsFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wd, _ := os.Getwd()
-	if o.ConnectToken != "tok" || o.WorkDir != wd || !strings.HasSuffix(o.StateDir, filepath.Join("outpost", "sessions", "s1")) {
-		t.Errorf("options = %+v", o)
-	}
-	t.Setenv(EnvSessionID, "../escape")
-	if _, err := OptionsFromEnv(); err == nil {
-		t.Error("a session id with a slash was accepted")
-	}
-}
-
 // TestServeGivesUpWhenUnreachable: a gateway that never answers (here a
 // closed port) makes Serve return ErrUnreachable after GiveUpAfter, so the
 // claim can lapse and the session move on.

@@ -69,12 +69,14 @@ func TestExecArgvCwdStdinEnv(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(EnvConnectToken, "connect-token")
-	t.Setenv(EnvGatewayURL, "ws://gateway")
+	t.Setenv(api.EnvConnectToken.Name, "connect-token")
+	t.Setenv(api.EnvGatewayURL.Name, "ws://gateway")
+	t.Setenv(api.EnvConnectToken.Public, "public-connect-token")
+	t.Setenv(api.EnvSessionToken.Public, "session-token")
 	t.Setenv("OUTPOST_TEST_KEEP", "kept")
 	tc := newTestCall(t, dir, map[string]string{"SESSION_SECRET": "s3cr3t-value"})
 	err := tc.run(t, context.Background(), api.ToolExec, api.ExecArgs{
-		Argv:  []string{"sh", "-c", `pwd; cat; echo "[$FOO][$OUTPOST_TEST_KEEP][${OUTPOST_CONNECT_TOKEN-unset}][${OUTPOST_GATEWAY_URL-unset}][$SESSION_SECRET]"`},
+		Argv:  []string{"sh", "-c", `pwd; cat; echo "[$FOO][$OUTPOST_TEST_KEEP][${OUTPOST_CONNECT_TOKEN-unset}][${OUTPOST_GATEWAY_URL-unset}][${DEVIN_OUTPOST_CONNECT_TOKEN-unset}${DEVIN_REMOTE_SESSION_TOKEN-unset}][$SESSION_SECRET]"`},
 		Cwd:   "sub",
 		Env:   map[string]string{"FOO": "bar"},
 		Stdin: "from stdin\n",
@@ -82,7 +84,7 @@ func TestExecArgvCwdStdinEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(dir, "sub") + "\nfrom stdin\n[bar][kept][unset][unset][[REDACTED:SESSION_SECRET]]\n"
+	want := filepath.Join(dir, "sub") + "\nfrom stdin\n[bar][kept][unset][unset][unsetunset][[REDACTED:SESSION_SECRET]]\n"
 	if got := tc.output(api.StreamStdout); got != want {
 		t.Errorf("stdout = %q, want %q", got, want)
 	}

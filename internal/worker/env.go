@@ -7,24 +7,18 @@ import (
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
-// Variables of the spawn contract: the whole interface between a claimer and
-// the remote it starts.
-const (
-	EnvGatewayURL   = "OUTPOST_GATEWAY_URL"
-	EnvConnectToken = "OUTPOST_CONNECT_TOKEN"
-	EnvSessionID    = "OUTPOST_SESSION_ID"
-	EnvStateDir     = "OUTPOST_STATE_DIR"
-	EnvChromePath   = "OUTPOST_CHROME_PATH"
-)
-
 // passThrough lists the variables of the worker's own environment a remote
-// inherits. The agent's shell inherits the remote's environment, so nothing
-// else (above all no API token) is passed.
+// inherits under the same name. The agent's shell inherits the remote's
+// environment, so nothing else (above all no API token) is passed.
 var passThrough = []string{
-	EnvChromePath,
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
-	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_DESKTOP", "OUTPOST_GIT_MIRRORS",
+	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_GIT_MIRRORS",
 }
+
+// passThroughVars are the spawn contract's optional variables a remote
+// inherits from the worker's environment under either name; the remote
+// gets them under the Outpost name.
+var passThroughVars = []api.EnvVar{api.EnvChromePath, api.EnvDesktop}
 
 // windowsPassThrough are the system variables Windows programs need to run
 // at all.
@@ -36,21 +30,28 @@ var windowsPassThrough = []string{
 }
 
 // RemoteEnv returns the environment of a remote serving the claimed entry:
-// the contract's variables and the few system ones found by lookup (usually
-// os.LookupEnv), sorted.
+// the spawn contract's variables under their Outpost names (OUTPOST_…,
+// which the remote reads as it reads the public names) and the few system
+// ones found by lookup (usually os.LookupEnv), sorted.
 func RemoteEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (string, bool)) []string {
 	env := []string{
-		EnvGatewayURL + "=" + claim.Status.GatewayURL,
-		EnvConnectToken + "=" + claim.Status.ConnectToken,
-		EnvSessionID + "=" + claim.Metadata.SessionID,
-		EnvStateDir + "=" + stateDir,
+		api.EnvGatewayURL.Name + "=" + claim.Status.GatewayURL,
+		api.EnvConnectToken.Name + "=" + claim.Status.ConnectToken,
+		api.EnvSessionID.Name + "=" + claim.Metadata.SessionID,
+		api.EnvStateDir.Name + "=" + stateDir,
+	}
+	getenv := func(k string) string { v, _ := lookup(k); return v }
+	for _, v := range passThroughVars {
+		if val := v.Get(getenv); val != "" {
+			env = append(env, v.Name+"="+val)
+		}
 	}
 	names := passThrough
 	if runtime.GOOS == "windows" {
 		names = append(slices.Clone(passThrough), windowsPassThrough...)
 	}
 	for _, k := range names {
-		if v, ok := lookup(k); ok && v != "" {
+		if v := getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
 	}

@@ -33,6 +33,7 @@ type fakeServer struct {
 	heartbeats      []api.WorkerInfo // in arrival order
 	goodbyes        []string         // "outpost acceptor"
 	failHeartbeats  bool             // answer heartbeats with 500
+	noGatewayURL    bool             // claim answers without a gateway_url
 }
 
 func newFakeServer(t *testing.T, platform string) (*fakeServer, *client.Client) {
@@ -164,7 +165,9 @@ func (fs *fakeServer) claim(w http.ResponseWriter, r *http.Request) {
 	fs.claims = append(fs.claims, id+" "+req.AcceptorID)
 	out := *e
 	out.Status.ConnectToken = fmt.Sprintf("ct-%d", len(fs.claims))
-	out.Status.GatewayURL = "ws://gateway.test/v1/gateway"
+	if !fs.noGatewayURL {
+		out.Status.GatewayURL = "ws://gateway.test/v1/gateway"
+	}
 	select {
 	case fs.claimed <- id:
 	default:

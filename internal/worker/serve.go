@@ -107,11 +107,17 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	return nil
 }
 
-// start starts the remote under the spawn contract.
+// start starts the remote under the spawn contract. A claim answer without
+// a gateway URL gets Options.GatewayURL.
 func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
 	id := claim.Metadata.SessionID
+	if claim.Status.GatewayURL == "" && w.opts.GatewayURL != "" {
+		c := *claim
+		c.Status.GatewayURL = w.opts.GatewayURL
+		claim = &c
+	}
 	if claim.Status.GatewayURL == "" || claim.Status.ConnectToken == "" {
-		return nil, errors.New("the claim answer has no gateway_url or connect_token")
+		return nil, errors.New("the claim answer has no gateway_url or connect_token (pass --gateway-url when the server gives none)")
 	}
 	if !filepath.IsLocal(id) || strings.ContainsAny(id, `/\`) {
 		return nil, fmt.Errorf("session id %q cannot name a state directory", id)
@@ -131,7 +137,7 @@ func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
 	newWriter := func(stream string) *lineWriter {
 		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
 	}
-	rc := w.opts.RemoteCommand
+	rc := w.remoteCommand(claim)
 	cmd := exec.Command(rc[0], rc[1:]...)
 	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
 	if w.caps != "" {

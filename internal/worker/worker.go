@@ -4,6 +4,8 @@
 // the claim while the remote runs, and releases it when the session ends.
 //
 // Run is the whole worker; `outpost worker start` and `outpost up` call it.
+// With a connect token of a claim made elsewhere it serves just that
+// session instead, without calling the API (direct-serve mode, direct.go).
 package worker
 
 import (
@@ -33,7 +35,8 @@ const (
 // Options configure a worker.
 type Options struct {
 	// Client talks to the Outpost server with a token of the outposts.machine
-	// scope. Required. The token never reaches the remote.
+	// scope. Required, except in direct-serve mode. The token never reaches
+	// the remote.
 	Client *client.Client
 	// Outpost is the name or id of the outpost to serve. It may be empty only
 	// when SessionID is set; the session's outpost is used then.
@@ -41,6 +44,17 @@ type Options struct {
 	// SessionID, when set, makes the worker claim and serve just this session
 	// and then return.
 	SessionID string
+	// ConnectToken, when set, selects direct-serve mode: someone else (an
+	// orchestrator, the Kubernetes operator) has claimed SessionID
+	// (required) and handed over the claim's connect token and GatewayURL
+	// (required). The worker then serves that session without calling the
+	// API at all: no Client, no claim, renewal, release or heartbeats; the
+	// claimer keeps the claim. Outpost, AcceptorID, Once, PollInterval and
+	// HeartbeatInterval are unused. See Run.
+	ConnectToken string
+	// GatewayURL is the gateway the remote dials when a claim answer has
+	// none; in direct-serve mode, the claim's gateway.
+	GatewayURL string
 	// AcceptorID identifies this worker in claims. Empty means the id saved in
 	// DataDir/acceptor-id, generated on first use. Never share one between
 	// machines.
@@ -104,7 +118,13 @@ type worker struct {
 // SessionID, until one session has been served. When ctx ends while a
 // session runs, its remote gets GracePeriod to finish before it is killed,
 // and the claim is released regardless.
+//
+// With ConnectToken set, Run serves SessionID in direct-serve mode instead
+// (see ServeDirect).
 func Run(ctx context.Context, opts Options) error {
+	if opts.ConnectToken != "" {
+		return ServeDirect(ctx, opts)
+	}
 	w, err := newWorker(ctx, opts)
 	if err != nil {
 		if isCanceled(ctx, err) {
@@ -142,39 +162,9 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 	if opts.Outpost == "" && opts.SessionID == "" {
 		return nil, errors.New("an outpost is required: pass --outpost NAME-OR-ID")
 	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.GracePeriod <= 0 {
-		opts.GracePeriod = DefaultGracePeriod
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	var err error
-	if opts.Dir == "" {
-		if opts.Dir, err = os.Getwd(); err != nil {
-			return nil, fmt.Errorf("find the working directory: %w", err)
-		}
-	}
-	if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
+	opts, err := opts.withDefaults()
+	if err != nil {
 		return nil, err
-	}
-	if opts.DataDir == "" {
-		if opts.DataDir, err = DefaultDataDir(); err != nil {
-			return nil, err
-		}
-	}
-	// The remote runs in Dir, so its state dir must not be relative.
-	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
-		return nil, err
-	}
-	if len(opts.RemoteCommand) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("find the outpost executable to start remotes with: %w", err)
-		}
-		opts.RemoteCommand = []string{exe, "remote", "serve"}
 	}
 	w := &worker{opts: opts, c: opts.Client, log: opts.Logger, platform: HostPlatform()}
 
@@ -194,17 +184,10 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 	if p := outpostPlatform(o); p != w.platform {
 		return nil, &platformError{outpost: o.Spec.Name, want: p, have: w.platform}
 	}
-	if err := machine.RequireGit(ctx); err != nil {
+	caps, err := w.detect(ctx)
+	if err != nil {
 		return nil, err
 	}
-	caps := machine.Detect(ctx)
-	if b, err := json.Marshal(caps); err == nil {
-		w.caps = string(b)
-	}
-	w.log.Info("machine detected", "os", caps.OS, "arch", caps.Arch, "cpus", caps.CPUs,
-		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath), "chrome_version", orNone(caps.ChromeVersion),
-		"passwordless_sudo", caps.PasswordlessSudo)
-
 	if w.acceptor = opts.AcceptorID; w.acceptor == "" {
 		if w.acceptor, err = LoadAcceptorID(opts.DataDir); err != nil {
 			return nil, err
@@ -214,6 +197,67 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
 		"platform", w.platform, "acceptor_id", w.acceptor, "dir", opts.Dir)
 	return w, nil
+}
+
+// withDefaults fills in the zero fields both modes use.
+func (opts Options) withDefaults() (Options, error) {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.GracePeriod <= 0 {
+		opts.GracePeriod = DefaultGracePeriod
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if opts.Dir == "" {
+		if opts.Dir, err = os.Getwd(); err != nil {
+			return opts, fmt.Errorf("find the working directory: %w", err)
+		}
+	}
+	if opts.Dir, err = filepath.Abs(opts.Dir); err != nil {
+		return opts, err
+	}
+	if opts.DataDir == "" {
+		if opts.DataDir, err = DefaultDataDir(); err != nil {
+			return opts, err
+		}
+	}
+	// The remote runs in Dir, so its state dir must not be relative.
+	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
+		return opts, err
+	}
+	if len(opts.RemoteCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return opts, fmt.Errorf("find the outpost executable to start remotes with: %w", err)
+		}
+		opts.RemoteCommand = []string{exe, "remote", "serve"}
+	}
+	return opts, nil
+}
+
+// detect checks that git is there and detects the machine's capabilities,
+// which the worker passes to its remotes.
+func (w *worker) detect(ctx context.Context) (api.Capabilities, error) {
+	if err := machine.RequireGit(ctx); err != nil {
+		return api.Capabilities{}, err
+	}
+	caps := machine.Detect(ctx)
+	if b, err := json.Marshal(caps); err == nil {
+		w.caps = string(b)
+	}
+	w.log.Info("machine detected", "os", caps.OS, "arch", caps.Arch, "cpus", caps.CPUs,
+		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath), "chrome_version", orNone(caps.ChromeVersion),
+		"passwordless_sudo", caps.PasswordlessSudo)
+	return caps, nil
+}
+
+// remoteCommand is the command that starts the remote serving claim. Every
+// remote the worker starts, in either mode, comes from here.
+func (w *worker) remoteCommand(*api.QueueEntry) []string {
+	return w.opts.RemoteCommand
 }
 
 // HostPlatform returns this machine's outpost platform: "linux", "macos" or

@@ -69,6 +69,9 @@ func TestRemoteEnvIsClean(t *testing.T) {
 		"OUTPOST_CHROME_PATH": "/usr/bin/chromium",
 		"OUTPOST_TOKEN":       "secret", "OUTPOST_SERVER": "http://x", "AWS_SECRET_ACCESS_KEY": "k",
 		"OUTPOST_WORKER_ACCEPTOR_ID": "w", "TZ": "",
+		// Public names pass through under the Outpost name; Outpost names win.
+		"DEVIN_CHROME_PATH": "/opt/chrome", "DEVIN_OUTPOST_DESKTOP": "true",
+		"DEVIN_OUTPOSTS_TOKEN": "secret", "DEVIN_REMOTE_SESSION_TOKEN": "secret-ct",
 	}
 	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
 	claim := pendingEntry("sess-1")
@@ -77,7 +80,7 @@ func TestRemoteEnvIsClean(t *testing.T) {
 	got := RemoteEnv(claim, "/data/sessions/sess-1", lookup)
 	want := []string{
 		"DISPLAY=:0", "HOME=/home/u", "LANG=C.UTF-8",
-		"OUTPOST_CHROME_PATH=/usr/bin/chromium", "OUTPOST_CONNECT_TOKEN=ct-9",
+		"OUTPOST_CHROME_PATH=/usr/bin/chromium", "OUTPOST_CONNECT_TOKEN=ct-9", "OUTPOST_DESKTOP=true",
 		"OUTPOST_GATEWAY_URL=wss://gw", "OUTPOST_SESSION_ID=sess-1",
 		"OUTPOST_STATE_DIR=/data/sessions/sess-1", "PATH=/usr/bin", "USER=u",
 	}
@@ -85,7 +88,7 @@ func TestRemoteEnvIsClean(t *testing.T) {
 		t.Errorf("RemoteEnv =\n%q\nwant\n%q", got, want)
 	}
 	for _, kv := range got {
-		if strings.Contains(kv, "secret") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "OUTPOST_TOKEN") {
+		if strings.Contains(kv, "secret") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "OUTPOST_TOKEN") || strings.HasPrefix(kv, "DEVIN_") {
 			t.Errorf("RemoteEnv leaks %q", kv)
 		}
 	}

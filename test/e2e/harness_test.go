@@ -75,9 +75,16 @@ func (s *syncBuffer) String() string {
 // the test ends.
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startExact(t, name, append(os.Environ(), env...), "", args...)
+}
+
+// startExact runs the binary in dir (empty: the test's directory) with env
+// as its whole environment, stopping it when the test ends.
+func startExact(t *testing.T, name string, env []string, dir string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env, p.cmd.Dir = env, dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

@@ -1,0 +1,79 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+)
+
+// ServeDirect serves one session that someone else has claimed
+// (direct-serve mode; the Kubernetes operator's pods run it): opts.SessionID
+// with the claim's opts.ConnectToken and opts.GatewayURL, all three
+// required. It starts the remote as Run does — under the spawn contract
+// (RemoteEnv, the connect token only as OUTPOST_CONNECT_TOKEN), with the
+// state dir DataDir/sessions/<id>, in the workspace Dir, with the command
+// every remote gets — passes its output through, and waits for it.
+//
+// It never calls the API, so it needs no Client and no account token:
+// claiming, renewing and releasing stay with the claimer, and no presence
+// heartbeats are sent. It returns nil when the remote exits 0 (the session
+// ended or slept) and an error otherwise. When ctx ends the remote gets
+// GracePeriod to finish before it is stopped, as in Run.
+//
+// The caller removes the connect token from its own environment before
+// calling: ServeDirect runs programs (the capability probes) that inherit it.
+func ServeDirect(ctx context.Context, opts Options) error {
+	var missing []string
+	for _, f := range []struct{ value, what string }{
+		{opts.SessionID, "the session id (--session)"},
+		{opts.ConnectToken, "the claim's connect token (" + api.EnvSessionToken.String() + ")"},
+		{opts.GatewayURL, "the claim's gateway URL (" + api.EnvGatewayURL.String() + " or --gateway-url)"},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.what)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("serving a claimed session directly needs %s", strings.Join(missing, " and "))
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	w := &worker{opts: opts, log: opts.Logger, platform: HostPlatform()}
+	if _, err := w.detect(ctx); err != nil {
+		return err
+	}
+	id := opts.SessionID
+	log := w.log.With("session", id)
+	log.Info("serving a session claimed elsewhere; the claimer keeps the claim", "dir", opts.Dir)
+	claim := &api.QueueEntry{
+		Metadata: api.QueueMetadata{SessionID: id},
+		Status:   api.QueueStatus{GatewayURL: opts.GatewayURL, ConnectToken: opts.ConnectToken},
+	}
+	p, err := w.start(claim)
+	if err != nil {
+		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
+	}
+	defer p.logFile.Close()
+	log.Info("remote started", "pid", p.cmd.Process.Pid, "state_dir", p.stateDir)
+
+	// No claim to lose here: the claimer stops the remote by ending the
+	// session or by claiming it elsewhere, which kills its connect token.
+	exitErr := w.wait(ctx, p, nil, log)
+	p.stdout.flush()
+	p.stderr.flush()
+	log.Info("session done", "remote_exit", ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
+	if exitErr == nil {
+		return nil
+	}
+	logFile := filepath.Join(p.stateDir, "remote.log")
+	if p.stopped {
+		return fmt.Errorf("stopped the remote of session %s before the session ended (%s); its output is in %s", id, ExitString(exitErr), logFile)
+	}
+	return fmt.Errorf("remote for session %s exited before the session ended (%s); its output is in %s", id, ExitString(exitErr), logFile)
+}
