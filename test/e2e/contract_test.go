@@ -540,4 +540,3 @@ func TestOperatorStyleClaimerDirectServe(t *testing.T) {
 	}
 	t.Logf("%d renewals by the operator-style claimer", o.renewals)
 }
-
