@@ -26,6 +26,10 @@ type OutpostSpec struct {
 	Name        string `json:"name"`
 	Platform    string `json:"platform"`
 	Description string `json:"description"`
+	// RemoteBinarySHA is the remote build (a version id of the /dist/
+	// layout) the outpost's sessions run unless they pin their own; null
+	// for the claimer's default.
+	RemoteBinarySHA *string `json:"remote_binary_sha"`
 }
 
 // OutpostStatus is the live state of an outpost's queue.
@@ -41,6 +45,9 @@ type CreateOutpostRequest struct {
 	Name        string `json:"name"`
 	Platform    string `json:"platform"`
 	Description string `json:"description"`
+	// RemoteBinarySHA pins the remote build of the outpost's sessions:
+	// 6 to 40 lower-case hex digits.
+	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts.

@@ -28,7 +28,10 @@ type Outpost struct {
 	Name        string
 	Platform    string
 	Description string
-	CreatedAt   time.Time
+	// RemoteBinarySHA is the remote build the outpost's sessions run unless
+	// they pin their own; "" for the worker's default.
+	RemoteBinarySHA string
+	CreatedAt       time.Time
 }
 
 // Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.
@@ -70,6 +73,10 @@ type QueueEntry struct {
 	// renewal); connect tokens of older epochs are dead.
 	Epoch         int64
 	SessionStatus string // api.QueueSession*
+	// RemoteBinarySHA is the remote build the claimer runs (the session's
+	// pin, else its outpost's; "" for the claimer's default). CreateSession
+	// writes it; UpdateSession never changes it.
+	RemoteBinarySHA string
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64

@@ -15,20 +15,20 @@ import (
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (id, name, platform, description, created_at)
-		VALUES ($1, $2, $3, $4, $5)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt))
+	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (`+outpostCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt), o.RemoteBinarySHA)
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, created_at`
+const outpostCols = `id, name, platform, description, created_at, remote_binary_sha`
 
 func scanOutpost(sc scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created)
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created, &o.RemoteBinarySHA)
 	o.CreatedAt = fromMS(created)
 	return o, err
 }

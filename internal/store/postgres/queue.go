@@ -13,14 +13,14 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at`
+	session_status, rev, deleted, created_at, updated_at, remote_binary_sha`
 
 func scanEntry(sc scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline *int64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &e.RemoteBinarySHA); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
@@ -32,19 +32,19 @@ func scanEntry(sc scanner) (store.QueueEntry, error) {
 // so revs commit in order; callers queue it last.
 const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value)
 	INSERT INTO queue (` + entryCols + `)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12 FROM r
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13 FROM r
 	ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
 		updated_at = excluded.updated_at
-	RETURNING rev`
+	RETURNING rev` // remote_binary_sha keeps what the insert wrote
 
 // queueUpsertEntry queues the write of e into b; the assigned rev is
 // stored in e.Rev when b runs.
 func queueUpsertEntry(b *pgx.Batch, e *store.QueueEntry) {
 	b.Queue(upsertEntrySQL, e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline),
-		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt)).QueryRow(func(row pgx.Row) error {
+		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt), e.RemoteBinarySHA).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&e.Rev); err != nil {
 			return fmt.Errorf("queue entry: %w", err)
 		}

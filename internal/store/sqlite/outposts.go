@@ -15,8 +15,8 @@ import (
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (id, name, platform, description, created_at)
-			VALUES (?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
+			VALUES (?, ?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, ms(o.CreatedAt), o.RemoteBinarySHA)
 		return err
 	})
 	if err != nil {
@@ -25,12 +25,12 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, created_at`
+const outpostCols = `id, name, platform, description, created_at, remote_binary_sha`
 
 func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created)
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &created, &o.RemoteBinarySHA)
 	o.CreatedAt = fromMS(created)
 	return o, err
 }

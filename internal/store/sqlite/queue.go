@@ -12,14 +12,14 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at`
+	session_status, rev, deleted, created_at, updated_at, remote_binary_sha`
 
 func scanEntry(sc interface{ Scan(...any) error }) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline sql.NullInt64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &e.RemoteBinarySHA); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
@@ -32,14 +32,14 @@ func upsertEntry(ctx context.Context, tx *sql.Tx, e *store.QueueEntry) error {
 	if err := tx.QueryRowContext(ctx, `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`).Scan(&rev); err != nil {
 		return fmt.Errorf("next rev: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 			platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 			claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 			rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-			updated_at = excluded.updated_at`,
+			updated_at = excluded.updated_at`, // remote_binary_sha keeps what the insert wrote
 		e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline), e.Epoch,
-		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt)); err != nil {
+		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt), e.RemoteBinarySHA); err != nil {
 		return fmt.Errorf("queue entry: %w", err)
 	}
 	e.Rev = rev

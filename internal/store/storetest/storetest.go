@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LapsedClaims", testLapsedClaims},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},
+		{"RemoteBinarySHA", testRemoteBinarySHA},
 		{"Events", testEvents},
 		{"Calls", testCalls},
 		{"ConnectTokens", testConnectTokens},
