@@ -25,6 +25,11 @@ type WorkerStartOptions struct {
 	PollInterval time.Duration
 	GracePeriod  time.Duration
 	LogLevel     string
+	// StaticBaseURL, CacheDir and RemoteBinarySHA say which remote build
+	// serves a session and where it is downloaded from and kept.
+	StaticBaseURL   string
+	CacheDir        string
+	RemoteBinarySHA string
 }
 
 // NewCmdWorker returns `outpost worker`. runF replaces the run of `worker
@@ -50,10 +55,19 @@ session's connect token, never the worker's API token.
 
 The token needs the outposts.machine scope. On SIGINT or SIGTERM the worker
 stops claiming, gives the running session --grace-period to finish, then
-releases its claim so the session goes back to the queue.`,
+releases its claim so the session goes back to the queue.
+
+Each session runs the remote build its queue entry pins
+(spec.remote_binary_sha), else --remote-binary-sha, else the latest one
+published at --static-base-url (the server's /dist/). A build other than this
+one is downloaded into --cache-dir, checked against its published SHA-256 and
+run as 'devin-remote serve'; a mismatch or a pin that cannot be downloaded
+stops the worker with an error, and the session goes back to the queue. When
+nothing is pinned and the latest build cannot be read, this build serves.`,
 		Example: `  outpost worker start --outpost dev
   cd ~/work && OUTPOST_TOKEN=... outpost worker start --outpost gpu-h200 --server https://outpost.example.com
-  outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7`,
+  outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7
+  outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -75,6 +89,9 @@ releases its claim so the session goes back to the queue.`,
 	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
 	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env OUTPOST_WORKER_STATIC_BASE_URL, then DEVIN_WORKER_STATIC_BASE_URL; default <server>/dist/)")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env OUTPOST_WORKER_CACHE_DIR, then DEVIN_WORKER_CACHE_DIR; default <data-dir>/cache)")
+	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env OUTPOST_WORKER_REMOTE_SHA, then DEVIN_WORKER_REMOTE_SHA; default the latest published)")
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if name == "session-id" {
 			name = "session"
@@ -98,6 +115,9 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 			return fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
 		}
 		o.DataDir = filepath.Join(home, ".outpost", "worker")
+	}
+	if err := o.resolveRemote(fl, f); err != nil {
+		return err
 	}
 	if o.Dir == "" {
 		wd, err := f.Getwd()
@@ -127,7 +147,7 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		slog.Warn("cannot mark the worker not dumpable", "err", err)
 	}
 	level, _ := parseLogLevel(o.LogLevel)
-	return worker.Run(ctx, worker.Options{
+	return worker.Run(ctx, o.withRemote(worker.Options{
 		Client:       c,
 		Outpost:      o.Outpost,
 		SessionID:    o.SessionID,
@@ -139,7 +159,7 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		GracePeriod:  o.GracePeriod,
 		Logger:       slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level})),
 		Stdout:       f.IO.Out,
-	})
+	}))
 }
 
 // newCmdWorkerOutpost returns `outpost worker outpost`, the fleet-style

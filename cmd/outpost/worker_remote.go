@@ -1,0 +1,53 @@
+package main
+
+import (
+	"net/url"
+
+	"github.com/spf13/pflag"
+
+	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/worker"
+)
+
+// resolveRemote applies the environment fallbacks of the remote build
+// flags — OUTPOST_WORKER_*, then the public contract's DEVIN_WORKER_* —
+// and checks them. A flag given wins over both.
+func (o *WorkerStartOptions) resolveRemote(fl *pflag.FlagSet, f *Factory) error {
+	for _, v := range []struct {
+		flag string
+		dst  *string
+		envs []string
+	}{
+		{"static-base-url", &o.StaticBaseURL, []string{"OUTPOST_WORKER_STATIC_BASE_URL", "DEVIN_WORKER_STATIC_BASE_URL"}},
+		{"cache-dir", &o.CacheDir, []string{"OUTPOST_WORKER_CACHE_DIR", "DEVIN_WORKER_CACHE_DIR"}},
+		{"remote-binary-sha", &o.RemoteBinarySHA, []string{"OUTPOST_WORKER_REMOTE_SHA", "DEVIN_WORKER_REMOTE_SHA"}},
+	} {
+		if fl.Changed(v.flag) {
+			continue
+		}
+		for _, env := range v.envs {
+			if s := f.Getenv(env); s != "" {
+				*v.dst = s
+				break
+			}
+		}
+	}
+	if o.RemoteBinarySHA != "" {
+		if err := dist.CheckID(o.RemoteBinarySHA); err != nil {
+			return usageErrorf("--remote-binary-sha: %v", err)
+		}
+	}
+	if o.StaticBaseURL != "" {
+		u, err := url.Parse(o.StaticBaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErrorf("--static-base-url %q must be an absolute http:// or https:// URL, such as https://outpost.example.com/dist/", o.StaticBaseURL)
+		}
+	}
+	return nil
+}
+
+// withRemote returns wo with the remote build settings of o.
+func (o *WorkerStartOptions) withRemote(wo worker.Options) worker.Options {
+	wo.StaticBaseURL, wo.CacheDir, wo.RemoteBinarySHA = o.StaticBaseURL, o.CacheDir, o.RemoteBinarySHA
+	return wo
+}
