@@ -2,12 +2,22 @@
 GO ?= go
 BIN ?= bin/outpost
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION)
+# DIST_ID is the version id of remote builds (scripts/dist.sh id): the commit,
+# or a hash of the changes; workers compare it with the id a session pins.
+DIST_ID ?= $(shell bash scripts/dist.sh id 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION) \
+	-X github.com/outpost-sh/outpost/internal/dist.buildID=$(DIST_ID)
 
-.PHONY: build test deps lint bench up clean
+.PHONY: build dist test deps lint bench up clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outpost
+
+# dist: cross-build the remote for linux amd64/arm64 and darwin arm64 into
+# dist/ in the /dist/ layout (earlier builds there are kept); publish it with
+# `outpost server --dist-dir dist`.
+dist:
+	@GO="$(GO)" VERSION="$(VERSION)" DIST_ID="$(DIST_ID)" bash scripts/dist.sh dist
 
 # lint: formatting and vet.
 lint:

@@ -100,6 +100,7 @@ func newCmdOutpostCreate(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&req.Platform, "platform", "", "platform of the machines serving it: "+platformHelp)
 	cmd.Flags().StringVar(&req.Description, "description", "", "text shown to people choosing an outpost")
+	cmd.Flags().StringVar(&req.RemoteBinarySHA, "remote-binary-sha", "", "remote build the outpost's sessions run unless they pin their own (a version id of the server's /dist/, e.g. 1a2b3c4d5e6f)")
 	return cmd
 }
 

@@ -39,6 +39,9 @@ type ServerOptions struct {
 	// Database is a PostgreSQL URL; "" means the embedded SQLite
 	// database in the data dir.
 	Database string
+	// DistDir is a directory of remote builds published at /dist/ with
+	// this executable's own.
+	DistDir string
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -53,7 +56,8 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION. OUTPOST_ADMIN_TOKEN, when set, is the admin token.
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR.
+OUTPOST_ADMIN_TOKEN, when set, is the admin token.
 
 State is kept in an embedded SQLite database in the data dir, or, with
 --database postgres://…, in PostgreSQL (the schema is created or migrated at
@@ -63,12 +67,17 @@ yet.
 
 Artifacts of a session that ended longer ago than --artifact-retention are
 deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
-of sessions that have not ended are always kept.`,
+of sessions that have not ended are always kept.
+
+Remote builds are published without a token at <public-url>/dist/ in the
+layout workers download from: this executable's own build, and the builds of
+--dist-dir (the dist/ directory 'make dist' fills), whose files win.`,
 		Example: `  outpost server
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com
   outpost server --artifact-retention 168h   # keep artifacts 7 days after a session ends
   OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug
-  outpost server --database postgres://outpost:secret@db.internal:5432/outpost`,
+  outpost server --database postgres://outpost:secret@db.internal:5432/outpost
+  outpost server --dist-dir dist   # publish the builds of 'make dist' at /dist/`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -89,6 +98,7 @@ of sessions that have not ended are always kept.`,
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env OUTPOST_RECONNECT_GRACE)")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&opts.DistDir, "dist-dir", "", "directory of remote builds to publish at /dist/ (env OUTPOST_DIST_DIR; default only this executable's)")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
@@ -108,6 +118,7 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	fromEnv("data-dir", "OUTPOST_DATA_DIR", &o.DataDir)
 	fromEnv("public-url", "OUTPOST_PUBLIC_URL", &o.PublicURL)
 	fromEnv("database", "OUTPOST_DATABASE_URL", &o.Database)
+	fromEnv("dist-dir", "OUTPOST_DIST_DIR", &o.DistDir)
 	if o.Database != "" && !server.IsPostgresURL(o.Database) {
 		// Not the URL itself: it may hold a password.
 		return usageErrorf("--database must be a PostgreSQL URL starting with postgres:// or postgresql://")
@@ -235,6 +246,7 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		Stdout:          f.IO.Out,
 
 		ArtifactRetention: o.ArtifactRetention,
+		DistDir:           o.DistDir,
 	})
 	if err != nil {
 		return err

@@ -34,7 +34,9 @@ type SessionsCreateOptions struct {
 	Outpost string
 	Title   string
 	Prompt  string
-	Follow  bool
+	// RemoteBinarySHA pins the session's remote build (overrides the file).
+	RemoteBinarySHA string
+	Follow          bool
 	// Request is built from File and the flags by resolve.
 	Request api.CreateSessionRequest
 }
@@ -47,12 +49,14 @@ func NewCmdSessionsCreate(f *Factory, runF func(context.Context, *SessionsCreate
 		Use:   "create --outpost NAME --file SESSION.yaml",
 		Short: "Create a session and print its id",
 		Long: `Create a session from a YAML or JSON file holding the fields of a session
-request (outpost, title, prompt, repos, agent, env, secrets, limits); an
-unknown field is an error. --outpost, --title and --prompt override the file.
+request (outpost, title, prompt, repos, agent, env, secrets, limits,
+remote_binary_sha); an unknown field is an error. --outpost, --title, --prompt
+and --remote-binary-sha override the file.
 With --follow, print the transcript until the session ends.`,
 		Example: `  outpost sessions create --outpost dev --file session.yaml
   outpost sessions create --file session.json --title "nightly build" --follow
-  cat session.yaml | outpost sessions create --file -`,
+  cat session.yaml | outpost sessions create --file -
+  outpost sessions create --outpost dev --file session.yaml --remote-binary-sha 1a2b3c4d5e6f`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(f); err != nil {
@@ -69,6 +73,7 @@ With --follow, print the transcript until the session ends.`,
 	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id (overrides the file)")
 	fl.StringVar(&opts.Title, "title", "", "title (overrides the file)")
 	fl.StringVar(&opts.Prompt, "prompt", "", "prompt (overrides the file)")
+	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build to serve the session, over its outpost's (overrides the file)")
 	fl.BoolVar(&opts.Follow, "follow", false, "print the transcript until the session ends")
 	return cmd
 }
@@ -92,7 +97,8 @@ func (o *SessionsCreateOptions) resolve(f *Factory) error {
 	for _, kv := range []struct {
 		flag string
 		dst  *string
-	}{{o.Outpost, &o.Request.Outpost}, {o.Title, &o.Request.Title}, {o.Prompt, &o.Request.Prompt}} {
+	}{{o.Outpost, &o.Request.Outpost}, {o.Title, &o.Request.Title}, {o.Prompt, &o.Request.Prompt},
+		{o.RemoteBinarySHA, &o.Request.RemoteBinarySHA}} {
 		if kv.flag != "" {
 			*kv.dst = kv.flag
 		}

@@ -35,6 +35,11 @@ type WorkerStartOptions struct {
 	PTYBridgePort string
 
 	pollIntervalSecs int
+	// StaticBaseURL, CacheDir and RemoteBinarySHA say which remote build
+	// serves a session and where it is downloaded from and kept.
+	StaticBaseURL   string
+	CacheDir        string
+	RemoteBinarySHA string
 }
 
 // NewCmdWorker returns `outpost worker`. runF replaces the run of `worker
@@ -77,12 +82,21 @@ OUTPOST_GATEWAY_URL, --gateway-url), 'worker start --session ID' serves just
 that session without any API token and without calling the API: whoever
 claimed it keeps claiming, renewing and releasing. It exits 0 when the
 session ends or sleeps. Its data dir defaults to the parent of
-DEVIN_WORKER_CACHE_DIR (or OUTPOST_WORKER_CACHE_DIR) when that is set.`,
+DEVIN_WORKER_CACHE_DIR (or OUTPOST_WORKER_CACHE_DIR) when that is set.
+
+Each session runs the remote build its queue entry pins
+(spec.remote_binary_sha), else --remote-binary-sha, else the latest one
+published at --static-base-url (the server's /dist/). A build other than this
+one is downloaded into --cache-dir, checked against its published SHA-256 and
+run as 'devin-remote serve'; a mismatch or a pin that cannot be downloaded
+stops the worker with an error, and the session goes back to the queue. When
+nothing is pinned and the latest build cannot be read, this build serves.`,
 		Example: `  outpost worker start --outpost dev
   cd ~/work && OUTPOST_TOKEN=... outpost worker start --outpost gpu-h200 --server https://outpost.example.com
   outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7
   DEVIN_REMOTE_SESSION_TOKEN=... DEVIN_OUTPOST_GATEWAY_URL=wss://outpost.example.com/v1/gateway \
-    outpost worker start --session ses_123`,
+    outpost worker start --session ses_123
+  outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -107,6 +121,9 @@ DEVIN_WORKER_CACHE_DIR (or OUTPOST_WORKER_CACHE_DIR) when that is set.`,
 	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
 	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env DEVIN_PTY_BRIDGE_PORT)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env OUTPOST_WORKER_STATIC_BASE_URL, then DEVIN_WORKER_STATIC_BASE_URL; default <server>/dist/)")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env OUTPOST_WORKER_CACHE_DIR, then DEVIN_WORKER_CACHE_DIR; default <data-dir>/cache)")
+	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env OUTPOST_WORKER_REMOTE_SHA, then DEVIN_WORKER_REMOTE_SHA; default the latest published)")
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		switch name {
 		case "session-id":
@@ -177,6 +194,9 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		}
 		o.DataDir = filepath.Join(home, ".outpost", "worker")
 	}
+	if err := o.resolveRemote(fl, f); err != nil {
+		return err
+	}
 	if o.Dir == "" {
 		wd, err := f.Getwd()
 		if err != nil {
@@ -241,7 +261,7 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 	if err := worker.ProtectSecrets(); err != nil {
 		log.Warn("cannot mark the worker not dumpable", "err", err)
 	}
-	return worker.Run(ctx, opts)
+	return worker.Run(ctx, o.withRemote(opts))
 }
 
 // newCmdWorkerOutpost returns `outpost worker outpost`, the fleet-style

@@ -30,6 +30,10 @@ type OutpostSpec struct {
 	// sessions may be routed to the outpost; null when unset. Outpost has
 	// no organizations: the list is stored and returned, not enforced.
 	AllowedOrgIDs []string `json:"allowed_org_ids"`
+	// RemoteBinarySHA is the remote build (a version id of the /dist/
+	// layout) the outpost's sessions run unless they pin their own; null
+	// for the claimer's default.
+	RemoteBinarySHA *string `json:"remote_binary_sha"`
 }
 
 // OutpostStatus is the live state of an outpost's queue.
@@ -53,6 +57,9 @@ type CreateOutpostRequest struct {
 	// spec.allowed_org_ids. Nil (or JSON null) leaves it unset; an empty
 	// list is kept as an empty list.
 	AllowedOrgIDs []string `json:"allowed_org_ids,omitzero"`
+	// RemoteBinarySHA pins the remote build of the outpost's sessions:
+	// 6 to 40 lower-case hex digits.
+	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

@@ -62,6 +62,9 @@ type SessionSpec struct {
 	Env         map[string]string `json:"env"`
 	SecretNames []string          `json:"secret_names"`
 	Limits      Limits            `json:"limits"`
+	// RemoteBinarySHA is the remote build the session pinned; null when
+	// it runs its outpost's (see the queue entry's spec.remote_binary_sha).
+	RemoteBinarySHA *string `json:"remote_binary_sha"`
 }
 
 // SessionStatus is the live state of a session.
@@ -155,6 +158,9 @@ type CreateSessionRequest struct {
 	Env     map[string]string `json:"env"`
 	Secrets map[string]string `json:"secrets"`
 	Limits  Limits            `json:"limits"`
+	// RemoteBinarySHA pins the remote build that serves the session (6 to
+	// 40 lower-case hex digits), over its outpost's pin.
+	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.

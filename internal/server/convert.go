@@ -26,15 +26,16 @@ func strPtr(s string) *string {
 func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 	return api.Outpost{
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
-		Spec:     api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs},
-		Status:   api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
+		Spec: api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs,
+			RemoteBinarySHA: strPtr(o.RemoteBinarySHA)},
+		Status: api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }
 
 func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	out := api.QueueEntry{
 		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix()},
-		Spec:     api.QueueSpec{Kind: e.Kind, Platform: e.Platform},
+		Spec:     api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA)},
 		Status:   api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus},
 	}
 	if e.Phase == api.PhaseClaimed {

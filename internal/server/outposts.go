@@ -173,11 +173,14 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := checkOrgIDs(req.AllowedOrgIDs); err != nil {
 		return err
 	}
+	if err := checkRemoteBinarySHA(req.RemoteBinarySHA); err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description,
-		AllowedOrgIDs: req.AllowedOrgIDs, CreatedAt: s.now()}
+		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)

@@ -82,6 +82,9 @@ type Options struct {
 	// ArtifactSweepInterval spaces the retention sweeps; 0 means 1h. The
 	// first runs after a minute, or after the interval when shorter.
 	ArtifactSweepInterval time.Duration
+	// DistDir, when set, is a directory of remote builds in the /dist/
+	// layout (`make dist`), published with this executable's own build.
+	DistDir string
 
 	// beforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the session's message
@@ -101,6 +104,7 @@ type Server struct {
 	now        func() time.Time
 	metrics    *metrics
 	http       *http.Server
+	dist       http.Handler // the /dist/ files
 
 	queueChanged *notifier
 	userMessages *notifier // wakes llm runners waiting for the user
@@ -207,6 +211,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		runners:      map[string]*runner{},
 	}
 	s.hub = newHub()
+	dh, err := newDistHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.dist = dh
 	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
 	s.store = opts.Store
 	if s.store == nil {
@@ -435,6 +444,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
+	// Remote builds, public like any download of open-source binaries.
+	mux.Handle("GET "+distPrefix, http.StripPrefix(distPrefix, s.dist))
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -160,6 +161,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := validateSession(&req); err != nil {
 		return err
 	}
+	if err := checkRemoteBinarySHA(req.RemoteBinarySHA); err != nil {
+		return err
+	}
 	if req.Agent.Kind == api.AgentLLM && s.opts.LLM == nil {
 		return errBadRequest("This server has no model provider configured: start it with OUTPOST_LLM_PROVIDER (openai or anthropic), OUTPOST_LLM_BASE_URL, OUTPOST_LLM_API_KEY and OUTPOST_LLM_MODEL.")
 	}
@@ -175,7 +179,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		OutpostID: o.ID,
 		Spec: api.SessionSpec{
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
-			Agent: req.Agent, Env: req.Env, Limits: req.Limits,
+			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 		},
 		Secrets:   req.Secrets,
 		Status:    api.StatusNew,
@@ -186,6 +190,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	entry := &store.QueueEntry{
 		SessionID: sess.ID, OutpostID: o.ID, Kind: api.KindNew, Platform: o.Platform,
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
+		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 	}
 	events := []api.Event{statusEvent(sess, now)}
 	if req.Agent.Kind == api.AgentLLM {

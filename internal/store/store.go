@@ -30,7 +30,10 @@ type Outpost struct {
 	Description string
 	// AllowedOrgIDs is nil when unset; an empty list is kept as empty.
 	AllowedOrgIDs []string
-	CreatedAt     time.Time
+	// RemoteBinarySHA is the remote build the outpost's sessions run unless
+	// they pin their own; "" for the worker's default.
+	RemoteBinarySHA string
+	CreatedAt       time.Time
 }
 
 // Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.
@@ -80,6 +83,10 @@ type QueueEntry struct {
 	// renewal); connect tokens of older epochs are dead.
 	Epoch         int64
 	SessionStatus string // api.QueueSession*
+	// RemoteBinarySHA is the remote build the claimer runs (the session's
+	// pin, else its outpost's; "" for the claimer's default). CreateSession
+	// writes it; UpdateSession never changes it.
+	RemoteBinarySHA string
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64

@@ -55,7 +55,14 @@ func ServeDirect(ctx context.Context, opts Options) error {
 		Metadata: api.QueueMetadata{SessionID: id},
 		Status:   api.QueueStatus{GatewayURL: opts.GatewayURL, ConnectToken: opts.ConnectToken},
 	}
-	p, err := w.start(claim)
+	if w.remotes, err = newResolver(opts); err != nil {
+		return err
+	}
+	rc, err := w.remoteCommand(ctx, claim)
+	if err != nil {
+		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
+	}
+	p, err := w.start(claim, rc)
 	if err != nil {
 		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
 	}

@@ -62,9 +62,13 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	// Renewals during the grace period and the final release must outlive ctx.
 	bg := context.WithoutCancel(ctx)
 
-	p, err := w.start(claim)
+	rc, err := w.remoteCommand(ctx, claim)
+	var p *remoteProc
+	if err == nil {
+		p, err = w.start(claim, rc)
+	}
 	if err != nil {
-		w.release(bg, id, log)
+		w.releaseBecause(bg, id, fmt.Sprintf("Cannot start the remote: %v.", err), log)
 		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
 	}
 	defer p.logFile.Close()
@@ -107,9 +111,8 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	return nil
 }
 
-// start starts the remote under the spawn contract. A claim answer without
-// a gateway URL gets Options.GatewayURL.
-func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
+// start starts the remote command rc under the spawn contract.
+func (w *worker) start(claim *api.QueueEntry, rc []string) (*remoteProc, error) {
 	id := claim.Metadata.SessionID
 	if claim.Status.GatewayURL == "" && w.opts.GatewayURL != "" {
 		c := *claim
@@ -137,7 +140,6 @@ func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
 	newWriter := func(stream string) *lineWriter {
 		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
 	}
-	rc := w.remoteCommand(claim)
 	cmd := exec.Command(rc[0], rc[1:]...)
 	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
 	if w.caps != "" {

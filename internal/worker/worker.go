@@ -23,6 +23,7 @@ import (
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
 
@@ -73,9 +74,21 @@ type Options struct {
 	// GracePeriod is how long a running remote may go on after ctx ends
 	// before it is killed. Zero means DefaultGracePeriod.
 	GracePeriod time.Duration
-	// RemoteCommand starts a remote; the spawn contract's variables are its
-	// only environment. Empty means [this executable, "remote", "serve"].
+	// RemoteCommand starts this build's remote; the spawn contract's
+	// variables are its only environment. Empty means [this executable,
+	// "remote", "serve"]. A session that pins another build runs that
+	// build, downloaded from StaticBaseURL, instead (see RemoteBinarySHA).
 	RemoteCommand []string
+	// StaticBaseURL is where remote builds are published in the /dist/
+	// layout (latest_<platform>, devin-remote_<id>_<platform>, .sha256).
+	// Empty means the server's <server>/dist/.
+	StaticBaseURL string
+	// CacheDir holds downloaded remote builds. Empty means DataDir/cache.
+	CacheDir string
+	// RemoteBinarySHA is the remote build run for sessions whose queue
+	// entry pins none; empty means the latest published one. A build that
+	// is this one runs RemoteCommand.
+	RemoteBinarySHA string
 	// Logger receives the worker's log. Nil discards it.
 	Logger *slog.Logger
 	// Stdout, when set, receives the remote's output lines prefixed with the
@@ -112,6 +125,7 @@ type worker struct {
 	acceptor string
 	caps     string // detected capabilities (JSON), passed to remotes
 	presence *Presence
+	remotes  *dist.Resolver // the remote build of each session
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -167,6 +181,9 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 		return nil, err
 	}
 	w := &worker{opts: opts, c: opts.Client, log: opts.Logger, platform: HostPlatform()}
+	if w.remotes, err = newResolver(opts); err != nil {
+		return nil, err
+	}
 
 	outpost := opts.Outpost
 	if outpost == "" {
@@ -252,12 +269,6 @@ func (w *worker) detect(ctx context.Context) (api.Capabilities, error) {
 		"git", caps.Git, "ffmpeg", orNone(caps.FFmpeg), "chrome", orNone(caps.ChromePath), "chrome_version", orNone(caps.ChromeVersion),
 		"passwordless_sudo", caps.PasswordlessSudo)
 	return caps, nil
-}
-
-// remoteCommand is the command that starts the remote serving claim. Every
-// remote the worker starts, in either mode, comes from here.
-func (w *worker) remoteCommand(*api.QueueEntry) []string {
-	return w.opts.RemoteCommand
 }
 
 // HostPlatform returns this machine's outpost platform: "linux", "macos" or

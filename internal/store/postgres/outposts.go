@@ -15,22 +15,22 @@ import (
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (id, name, platform, description, allowed_org_ids, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, ms(o.CreatedAt))
+	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (`+outpostCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, ms(o.CreatedAt), o.RemoteBinarySHA)
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, allowed_org_ids, created_at`
+const outpostCols = `id, name, platform, description, allowed_org_ids, created_at, remote_binary_sha`
 
 // scanOutpost reads outpostCols; a NULL allowed_org_ids scans as nil, an
 // empty array as an empty list.
 func scanOutpost(sc scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created)
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA)
 	o.CreatedAt = fromMS(created)
 	return o, err
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at, live_until`
+	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha`
 
 // expirySQL is an entry's Expiry as SQL; the index queue_phase_expiry is on
 // it, so it must be spelled exactly so.
@@ -24,7 +24,7 @@ func scanEntry(sc scanner) (store.QueueEntry, error) {
 	var deadline, live *int64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
@@ -37,7 +37,7 @@ func scanEntry(sc scanner) (store.QueueEntry, error) {
 // so revs commit in order; callers queue it last.
 const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value)
 	INSERT INTO queue (` + entryCols + `)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13 FROM r
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14 FROM r
 	ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
@@ -46,13 +46,13 @@ const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE n
 		live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(GREATEST(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END
-	RETURNING rev`
+	RETURNING rev` // remote_binary_sha keeps what the insert wrote
 
 // queueUpsertEntry queues the write of e into b; the assigned rev is
 // stored in e.Rev when b runs.
 func queueUpsertEntry(b *pgx.Batch, e *store.QueueEntry) {
 	b.Queue(upsertEntrySQL, e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline),
-		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil)).QueryRow(func(row pgx.Row) error {
+		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil), e.RemoteBinarySHA).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&e.Rev); err != nil {
 			return fmt.Errorf("queue entry: %w", err)
 		}

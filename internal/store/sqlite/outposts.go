@@ -23,8 +23,8 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 		orgs = j
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (id, name, platform, description, allowed_org_ids_json, created_at)
-			VALUES (?, ?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, orgs, ms(o.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, orgs, ms(o.CreatedAt), o.RemoteBinarySHA)
 		return err
 	})
 	if err != nil {
@@ -33,13 +33,13 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at`
+const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha`
 
 func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
 	var o store.Outpost
 	var orgs sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA); err != nil {
 		return store.Outpost{}, err
 	}
 	o.CreatedAt = fromMS(created)

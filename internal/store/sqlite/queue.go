@@ -12,7 +12,7 @@ import (
 )
 
 const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at, live_until`
+	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha`
 
 // expirySQL is an entry's Expiry as SQL; the index queue_phase_expiry is on
 // it, so it must be spelled exactly so.
@@ -23,7 +23,7 @@ func scanEntry(sc interface{ Scan(...any) error }) (store.QueueEntry, error) {
 	var deadline, live sql.NullInt64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
@@ -37,7 +37,7 @@ func upsertEntry(ctx context.Context, tx *sql.Tx, e *store.QueueEntry) error {
 	if err := tx.QueryRowContext(ctx, `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`).Scan(&rev); err != nil {
 		return fmt.Errorf("next rev: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO queue (`+entryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
 			platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 			claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
@@ -45,9 +45,9 @@ func upsertEntry(ctx context.Context, tx *sql.Tx, e *store.QueueEntry) error {
 			updated_at = excluded.updated_at,
 			live_until = CASE WHEN excluded.epoch = queue.epoch
 				THEN NULLIF(MAX(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
-				ELSE excluded.live_until END`,
+				ELSE excluded.live_until END`, // remote_binary_sha keeps what the insert wrote
 		e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline), e.Epoch,
-		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil)); err != nil {
+		e.SessionStatus, rev, boolInt(e.Deleted), ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil), e.RemoteBinarySHA); err != nil {
 		return fmt.Errorf("queue entry: %w", err)
 	}
 	e.Rev = rev

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},
+		{"RemoteBinarySHA", testRemoteBinarySHA},
 		{"Events", testEvents},
 		{"Calls", testCalls},
 		{"ConnectTokens", testConnectTokens},
