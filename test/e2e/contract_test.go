@@ -251,8 +251,11 @@ func (s *sandboxClaimer) serveOne(t *testing.T, e contractEntry) {
 	s.mu.Unlock()
 }
 
-// run polls until n sessions were served.
+// run polls until n sessions were served. Like the public sandbox
+// orchestrators it fetches the latest remote first, so that a claim's
+// short deadline is spent starting the remote, not downloading it.
 func (s *sandboxClaimer) run(t *testing.T, n int, within time.Duration) {
+	fetchRemote(t, s.staticBase, "", s.dir)
 	var wg sync.WaitGroup
 	started := map[string]bool{}
 	deadline := time.Now().Add(within)
@@ -328,7 +331,7 @@ func assertServedOnce(t *testing.T, c *cluster, ids []string, acceptor string, s
 // devin-remote from the server's distribution with the DEVIN_* names.
 func TestSandboxStyleClaimerNeverRenews(t *testing.T) {
 	t.Parallel()
-	const ttl, steps = 2, 8 // each session runs four claim TTLs or more
+	const ttl, steps = 3, 12 // each session runs four claim TTLs or more
 	c := startCluster(t, "--claim-ttl", fmt.Sprintf("%ds", ttl))
 	token := setupOutpost(t, c, "sandbox")
 	ids := longSessions(t, c, "sandbox", 3, steps)
@@ -361,8 +364,8 @@ func TestSandboxStyleClaimerNeverRenews(t *testing.T) {
 // which never lapses or moves.
 func TestNetworkCutShorterThanGrace(t *testing.T) {
 	t.Parallel()
-	const steps = 8
-	c := startCluster(t, "--claim-ttl", "2s", "--reconnect-grace", "30s")
+	const steps = 12
+	c := startCluster(t, "--claim-ttl", "3s", "--reconnect-grace", "30s")
 	token := setupOutpost(t, c, "cut")
 	ids := longSessions(t, c, "cut", 1, steps)
 	proxy := newCutProxy(t, c.addr)
@@ -388,7 +391,7 @@ func TestNetworkCutShorterThanGrace(t *testing.T) {
 	if n := proxy.cut(); n == 0 {
 		t.Fatal("the remote's connection did not pass the proxy")
 	}
-	time.Sleep(3 * time.Second) // longer than the claim TTL
+	time.Sleep(4 * time.Second) // longer than the claim TTL
 	proxy.setDown(false)
 	<-served
 	assertServedOnce(t, c, ids, s.acceptor, steps)
@@ -502,8 +505,8 @@ func (o *operatorClaimer) pass(t *testing.T) bool {
 // and run `worker start --session` in direct-serve mode.
 func TestOperatorStyleClaimerDirectServe(t *testing.T) {
 	t.Parallel()
-	const steps = 8
-	c := startCluster(t, "--claim-ttl", "2s")
+	const steps = 12
+	c := startCluster(t, "--claim-ttl", "3s")
 	token := setupOutpost(t, c, "k8s")
 	ids := longSessions(t, c, "k8s", 3, steps)
 	var out struct {
