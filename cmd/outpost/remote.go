@@ -26,7 +26,8 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 Workers start it for you. An orchestrator that claims sessions itself starts
 it with a clean environment holding OUTPOST_GATEWAY_URL, OUTPOST_CONNECT_TOKEN
 and OUTPOST_SESSION_ID (from the claim) and OUTPOST_STATE_DIR (a directory of
-its own per session). It exits 0 when the session ends or sleeps.`,
+its own per session), and OUTPOST_CA_FILE when the gateway's certificate is
+signed by a private CA. It exits 0 when the session ends or sleeps.`,
 		Example: `  env -i PATH="$PATH" HOME="$HOME" \
     OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway OUTPOST_CONNECT_TOKEN=... \
     OUTPOST_SESSION_ID=sess_... OUTPOST_STATE_DIR=/var/lib/outpost/sess_... \
@@ -40,6 +41,11 @@ its own per session). It exits 0 when the session ends or sleeps.`,
 			opts, err := remote.OptionsFromEnv()
 			if err != nil {
 				return err
+			}
+			if f.CAFile != "" { // else OUTPOST_CA_FILE, read by OptionsFromEnv
+				if opts.HTTPClient, err = f.HTTPClient(); err != nil {
+					return err
+				}
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
 			err = remote.Serve(cmd.Context(), opts)

@@ -127,7 +127,13 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		slog.Warn("cannot mark the worker not dumpable", "err", err)
 	}
 	level, _ := parseLogLevel(o.LogLevel)
+	// TLS: the global --ca-file (or OUTPOST_CA_FILE) reaches the remotes.
+	caFile, err := f.TrustedCAFile()
+	if err != nil {
+		return err
+	}
 	return worker.Run(ctx, worker.Options{
+		CAFile:       caFile,
 		Client:       c,
 		Outpost:      o.Outpost,
 		SessionID:    o.SessionID,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // Environment variables read by OptionsFromEnv.
@@ -29,6 +30,9 @@ const (
 	EnvConnectToken = "OUTPOST_CONNECT_TOKEN"
 	EnvSessionID    = "OUTPOST_SESSION_ID"
 	EnvStateDir     = "OUTPOST_STATE_DIR"
+	// EnvCAFile, optional, is a PEM file of CA certificates trusted
+	// besides the system's when dialling a wss:// gateway.
+	EnvCAFile = tlsconfig.EnvCAFile
 )
 
 // ErrRejected is returned by Serve when the gateway keeps refusing the
@@ -75,7 +79,8 @@ type Options struct {
 
 // OptionsFromEnv builds Options from OUTPOST_GATEWAY_URL,
 // OUTPOST_CONNECT_TOKEN and OUTPOST_SESSION_ID (all required),
-// OUTPOST_STATE_DIR (default: DefaultStateDir, with a warning) and the
+// OUTPOST_STATE_DIR (default: DefaultStateDir, with a warning),
+// OUTPOST_CA_FILE (optional: an HTTPClient trusting its CAs too) and the
 // current directory as WorkDir.
 func OptionsFromEnv() (Options, error) {
 	o := Options{
@@ -106,6 +111,13 @@ func OptionsFromEnv() (Options, error) {
 		}
 		slog.Warn("OUTPOST_STATE_DIR is not set; keeping the call journal in the user cache directory", "state_dir", dir)
 		o.StateDir = dir
+	}
+	if ca := os.Getenv(EnvCAFile); ca != "" {
+		tr, err := tlsconfig.Transport(ca)
+		if err != nil {
+			return Options{}, fmt.Errorf("remote options: %s: %w", EnvCAFile, err)
+		}
+		o.HTTPClient = &http.Client{Transport: tr}
 	}
 	wd, err := os.Getwd()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
 const (
@@ -483,6 +484,23 @@ func TestOptionsFromEnv(t *testing.T) {
 	if o.ConnectToken != "tok" || o.WorkDir != wd || !strings.HasSuffix(o.StateDir, filepath.Join("outpost", "sessions", "s1")) {
 		t.Errorf("options = %+v", o)
 	}
+	if o.HTTPClient != nil {
+		t.Errorf("an HTTP client without %s", EnvCAFile)
+	}
+	// A CA file: an HTTP client trusting it.
+	ca := tlstest.NewCA(t, "remote test CA")
+	t.Setenv(EnvCAFile, ca.WriteCA(t, t.TempDir(), "ca.pem"))
+	if o, err = OptionsFromEnv(); err != nil || o.HTTPClient == nil {
+		t.Fatalf("with %s: %+v %v", EnvCAFile, o, err)
+	}
+	if tr, ok := o.HTTPClient.Transport.(*http.Transport); !ok || tr.TLSClientConfig == nil || tr.TLSClientConfig.RootCAs == nil {
+		t.Errorf("the client does not trust the CA file: %+v", o.HTTPClient.Transport)
+	}
+	t.Setenv(EnvCAFile, filepath.Join(t.TempDir(), "missing.pem"))
+	if _, err := OptionsFromEnv(); err == nil || !strings.Contains(err.Error(), EnvCAFile) || !strings.Contains(err.Error(), "missing.pem") {
+		t.Errorf("a missing CA file: %v", err)
+	}
+	t.Setenv(EnvCAFile, "")
 	t.Setenv(EnvSessionID, "../escape")
 	if _, err := OptionsFromEnv(); err == nil {
 		t.Error("a session id with a slash was accepted")

@@ -133,7 +133,7 @@ func (w *worker) start(claim *api.QueueEntry) (*remoteProc, error) {
 	}
 	rc := w.opts.RemoteCommand
 	cmd := exec.Command(rc[0], rc[1:]...)
-	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
+	cmd.Env = RemoteEnv(claim, stateDir, LookupWithCAFile(os.LookupEnv, w.opts.CAFile))
 	if w.caps != "" {
 		cmd.Env = append(cmd.Env, machine.EnvCapabilities+"="+w.caps)
 	}
