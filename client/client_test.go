@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -323,5 +327,39 @@ func TestBasePathPrefix(t *testing.T) {
 	e, err := c.Queue.Get(testContext(t), "a/b")
 	if err != nil || e.Metadata.SessionID != "a/b" {
 		t.Fatalf("Get = %+v, %v", e, err)
+	}
+}
+
+// TestCertificateErrorsAreNotRetried: a server certificate the client does
+// not trust is the same on every try, so a read fails at once.
+func TestCertificateErrorsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	var handshakes atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			handshakes.Add(1)
+		}
+	}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL, "tok") // the system's roots: not httptest's certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.retry.base, c.retry.max = time.Millisecond, 5*time.Millisecond
+	err = c.Health(testContext(t))
+	var ua x509.UnknownAuthorityError
+	if !errors.As(err, &ua) {
+		t.Fatalf("Health = %v, want an unknown authority", err)
+	}
+	if n := handshakes.Load(); n != 1 {
+		t.Errorf("%d connections, want 1: a certificate error was retried", n)
+	}
+	// With a client trusting the server: served.
+	c2, _ := New(srv.URL, "tok", WithHTTPClient(srv.Client()))
+	if err := c2.Health(testContext(t)); err != nil {
+		t.Fatalf("Health with the server's CA: %v", err)
 	}
 }

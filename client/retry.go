@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"math/rand/v2"
 	"net/http"
@@ -28,11 +30,12 @@ func (p retryPolicy) retryable(method string, err error) bool {
 }
 
 // temporary reports whether err may go away by itself: a transport failure
-// or a 5xx answer.
+// other than a server certificate this client does not accept, or a 5xx
+// answer.
 func temporary(err error) bool {
 	var te *transportError
 	if errors.As(err, &te) {
-		return !isCtxErr(err)
+		return !isCtxErr(err) && !isCertificateError(err)
 	}
 	var e *Error
 	if errors.As(err, &e) {
@@ -54,4 +57,14 @@ func (p retryPolicy) delay(n int) time.Duration {
 		d += time.Duration(rand.Int64N(int64(d)/4 + 1))
 	}
 	return d
+}
+
+// isCertificateError reports whether err is a server certificate that failed
+// verification: trying again gets the same certificate.
+func isCertificateError(err error) bool {
+	var ve *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ie x509.CertificateInvalidError
+	return errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ie)
 }

@@ -54,11 +54,17 @@ func runMCPBridge(ctx context.Context, f *Factory, session string) error {
 	if err != nil {
 		return err
 	}
+	next := http.DefaultTransport
+	if hc, err := f.HTTPClient(); err != nil { // --ca-file
+		return err
+	} else if hc != nil {
+		next = hc.Transport
+	}
 	endpoint := strings.TrimRight(server, "/") + "/v1/sessions/" + url.PathEscape(session) + "/mcp"
 	upstream := mcp.NewClient(&mcp.Implementation{Name: "outpost-mcp-bridge", Version: version}, nil)
 	cs, err := upstream.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint: endpoint, DisableStandaloneSSE: true,
-		HTTPClient: &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: bearerTransport{token: token, next: next}},
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", endpoint, err)

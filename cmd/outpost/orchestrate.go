@@ -210,9 +210,14 @@ func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) erro
 		defer srv.Close()
 		log.Info("serving metrics", "addr", ln.Addr().String())
 	}
+	caFile, err := f.TrustedCAFile()
+	if err != nil {
+		return err
+	}
 	return orchestrator.Run(ctx, orchestrator.Options{
 		Client: c, Outpost: o.Outpost, StateDir: o.StateDir, Backend: backend, MaxConcurrent: o.MaxConcurrent,
 		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter, Logger: log, Metrics: metrics,
+		CAFile: caFile,
 	})
 }
 

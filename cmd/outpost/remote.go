@@ -32,7 +32,8 @@ Outposts contract's name (the Outpost name wins when both are set):
 
 ` + envHelp(api.SpawnEnv) + `
 A gateway URL without a path (wss://outpost.example.com) means its
-/v1/gateway. The agent's commands inherit the rest of the environment, but
+/v1/gateway. OUTPOST_CA_FILE names CA certificates to trust when the
+gateway's certificate is signed by a private CA. The agent's commands inherit the rest of the environment, but
 never the connect token or gateway URL. It exits 0 when the session ends or
 sleeps.`,
 		Example: `  env -i PATH="$PATH" HOME="$HOME" \
@@ -52,6 +53,11 @@ sleeps.`,
 			opts, err := remote.OptionsFromEnv()
 			if err != nil {
 				return err
+			}
+			if f.CAFile != "" { // else OUTPOST_CA_FILE, read by OptionsFromEnv
+				if opts.HTTPClient, err = f.HTTPClient(); err != nil {
+					return err
+				}
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
 			err = remote.Serve(cmd.Context(), opts)

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // Exit codes of the outpost command.
@@ -56,6 +59,9 @@ type Factory struct {
 	Server string
 	Token  string
 	Output string
+	// CAFile is the PEM file of CA certificates trusted besides the
+	// system's (--ca-file); see TrustedCAFile.
+	CAFile string
 }
 
 // NewSystemFactory returns a Factory of the real process: os streams and
@@ -102,13 +108,52 @@ func (f *Factory) Endpoint() (server, token string, err error) {
 	return server, token, nil
 }
 
+// TrustedCAFile returns the absolute path of the CA file to trust besides
+// the system's roots: --ca-file, else OUTPOST_CA_FILE, else "".
+func (f *Factory) TrustedCAFile() (string, error) {
+	ca := f.CAFile
+	if ca == "" {
+		ca = f.Getenv(tlsconfig.EnvCAFile)
+	}
+	if ca == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(ca)
+	if err != nil {
+		return "", fmt.Errorf("CA file %s: %w", ca, err)
+	}
+	return abs, nil
+}
+
+// HTTPClient returns the HTTP client of API calls: one trusting the CA
+// file's certificates too when there is one, else nil (the default).
+func (f *Factory) HTTPClient() (*http.Client, error) {
+	ca, err := f.TrustedCAFile()
+	if err != nil || ca == "" {
+		return nil, err
+	}
+	tr, err := tlsconfig.Transport(ca)
+	if err != nil {
+		return nil, fmt.Errorf("%w (given by --ca-file or %s)", err, tlsconfig.EnvCAFile)
+	}
+	return &http.Client{Transport: tr}, nil
+}
+
 // Client returns an API client for the configured server and token.
 func (f *Factory) Client() (*client.Client, error) {
 	server, token, err := f.Endpoint()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
+	opts := []client.Option{client.WithUserAgent("outpost-cli/" + version)}
+	hc, err := f.HTTPClient()
+	if err != nil {
+		return nil, err
+	}
+	if hc != nil {
+		opts = append(opts, client.WithHTTPClient(hc))
+	}
+	return client.New(server, token, opts...)
 }
 
 // JSON reports whether -o json was asked for.
@@ -159,6 +204,7 @@ func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
 	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login)")
+	pf.StringVar(&f.CAFile, "ca-file", "", "PEM file of CA certificates to trust besides the system's, for an https:// server (env "+tlsconfig.EnvCAFile+"); workers and orchestrators pass it on to their remotes")
 	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 }
@@ -207,15 +253,23 @@ func userMessage(f *Factory, err error) string {
 	msg := strings.TrimSpace(err.Error())
 	var ce *client.Error
 	var ue *url.Error
-	var ne net.Error
+	// Not net.Error: a syscall.Errno (a file not found) is one too.
+	var oe *net.OpError
+	var de *net.DNSError
 	switch {
+	case tlsconfig.IsUnknownAuthority(err):
+		server, _, _ := f.Endpoint()
+		return fmt.Sprintf("the TLS certificate of %s is signed by an authority this machine does not trust: pass --ca-file or set %s to the PEM file of the CA that signed it (%s)", server, tlsconfig.EnvCAFile, msg)
+	case tlsconfig.IsVerificationError(err):
+		server, _, _ := f.Endpoint()
+		return fmt.Sprintf("the TLS certificate of %s cannot be verified (check that --server names a host the certificate is for and that it has not expired): %s", server, msg)
 	case client.IsUnauthorized(err):
 		return strings.TrimSuffix(msg, ".") + "; pass --token, set OUTPOST_TOKEN or run 'outpost login'."
 	case client.IsForbidden(err):
 		return strings.TrimSuffix(msg, ".") + "; use a token with the scope this needs."
 	case errors.As(err, &ce):
 		return msg
-	case errors.As(err, &ue) || errors.As(err, &ne):
+	case errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de):
 		server, _, _ := f.Endpoint()
 		return fmt.Sprintf("cannot reach the Outpost server at %s (is 'outpost server' running? set --server or OUTPOST_SERVER): %s", server, msg)
 	}

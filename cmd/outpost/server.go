@@ -42,6 +42,17 @@ type ServerOptions struct {
 	// DistDir is a directory of remote builds published at /dist/ with
 	// this executable's own.
 	DistDir string
+
+	// The network edge: TLS, connection limits and where /metrics is.
+	TLSCert, TLSKey   string
+	IdleTimeout       time.Duration
+	ReadHeaderTimeout time.Duration
+	MaxHeaderBytes    int
+	// MaxUnauthenticatedConns and MaxStreamsPerToken: 0 means no bound.
+	MaxUnauthenticatedConns int
+	MaxStreamsPerToken      int
+	MetricsListen           string
+	MetricsTokenRequired    bool
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -56,8 +67,14 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR.
-OUTPOST_ADMIN_TOKEN, when set, is the admin token.
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR,
+OUTPOST_TLS_CERT, OUTPOST_TLS_KEY. OUTPOST_ADMIN_TOKEN, when set, is the admin
+token.
+
+With --tls-cert and --tls-key the server speaks HTTPS (TLS 1.2 or later) and
+the gateway WSS; the files are read again within seconds of a change, so a
+renewed certificate needs no restart. Workers, orchestrators and the CLI
+trust a private CA with --ca-file or OUTPOST_CA_FILE.
 
 State is kept in an embedded SQLite database in the data dir, or, with
 --database postgres://…, in PostgreSQL (the schema is created or migrated at
@@ -77,7 +94,9 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --artifact-retention 168h   # keep artifacts 7 days after a session ends
   OUTPOST_DATA_DIR=/var/lib/outpost outpost server --log-level debug
   outpost server --database postgres://outpost:secret@db.internal:5432/outpost
-  outpost server --dist-dir dist   # publish the builds of 'make dist' at /dist/`,
+  outpost server --dist-dir dist   # publish the builds of 'make dist' at /dist/
+  outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com \
+    --tls-cert /etc/outpost/tls.crt --tls-key /etc/outpost/tls.key --metrics-listen 127.0.0.1:9420`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -103,7 +122,54 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
+	addServerEdgeFlags(fl, opts)
 	return cmd
+}
+
+// addServerEdgeFlags adds the flags of the network edge: TLS, connection
+// limits and /metrics.
+func addServerEdgeFlags(fl *pflag.FlagSet, opts *ServerOptions) {
+	fl.StringVar(&opts.TLSCert, "tls-cert", "", "PEM certificate chain to serve HTTPS and WSS with, read again when it changes (env OUTPOST_TLS_CERT; needs --tls-key)")
+	fl.StringVar(&opts.TLSKey, "tls-key", "", "PEM private key of --tls-cert (env OUTPOST_TLS_KEY)")
+	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	fl.DurationVar(&opts.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client has to send a request's headers (and finish a TLS handshake)")
+	fl.IntVar(&opts.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers, in bytes; larger requests get 431")
+	fl.IntVar(&opts.MaxUnauthenticatedConns, "max-unauthenticated-conns", server.DefaultMaxUnauthenticatedConns, "most connections open that have not made an authenticated request; more are closed on arrival (0: no bound)")
+	fl.IntVar(&opts.MaxStreamsPerToken, "max-streams-per-token", server.DefaultMaxStreamsPerToken, "most queue watches and transcript follows open at once with one API token; more get 429 (0: no bound)")
+	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "serve /metrics on this address (plain HTTP) instead of the main listener, e.g. 127.0.0.1:9420")
+	fl.BoolVar(&opts.MetricsTokenRequired, "metrics-token-required", false, "make /metrics ask for a valid API token (any scope)")
+}
+
+// resolveEdge checks the edge flags and reads the TLS files' names from
+// the environment.
+func (o *ServerOptions) resolveEdge(fl *pflag.FlagSet, f *Factory) error {
+	if v := f.Getenv("OUTPOST_TLS_CERT"); !fl.Changed("tls-cert") && v != "" {
+		o.TLSCert = v
+	}
+	if v := f.Getenv("OUTPOST_TLS_KEY"); !fl.Changed("tls-key") && v != "" {
+		o.TLSKey = v
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return usageErrorf("--tls-cert and --tls-key go together (or OUTPOST_TLS_CERT and OUTPOST_TLS_KEY)")
+	}
+	if o.IdleTimeout <= 0 || o.ReadHeaderTimeout <= 0 {
+		return usageErrorf("--idle-timeout and --read-header-timeout must be positive")
+	}
+	if o.MaxHeaderBytes < 4096 {
+		return usageErrorf("--max-header-bytes must be at least 4096")
+	}
+	if o.MaxUnauthenticatedConns < 0 || o.MaxStreamsPerToken < 0 {
+		return usageErrorf("--max-unauthenticated-conns and --max-streams-per-token must not be negative (0: no bound)")
+	}
+	return nil
+}
+
+// noBound maps a flag's 0 (no bound) to the server option's negative.
+func noBound(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // resolve fills the settings whose flags were not given from the
@@ -152,6 +218,9 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ArtifactRetention < 0 {
 		return usageErrorf("--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever")
+	}
+	if err := o.resolveEdge(fl, f); err != nil {
+		return err
 	}
 	if o.ToolResultLimit < 1000 {
 		return usageErrorf("--tool-result-limit must be at least 1000 characters")
@@ -247,6 +316,16 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 
 		ArtifactRetention: o.ArtifactRetention,
 		DistDir:           o.DistDir,
+
+		TLSCertFile:             o.TLSCert,
+		TLSKeyFile:              o.TLSKey,
+		IdleTimeout:             o.IdleTimeout,
+		ReadHeaderTimeout:       o.ReadHeaderTimeout,
+		MaxHeaderBytes:          o.MaxHeaderBytes,
+		MaxUnauthenticatedConns: noBound(o.MaxUnauthenticatedConns),
+		MaxStreamsPerToken:      noBound(o.MaxStreamsPerToken),
+		MetricsListen:           o.MetricsListen,
+		MetricsTokenRequired:    o.MetricsTokenRequired,
 	})
 	if err != nil {
 		return err

@@ -226,7 +226,13 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 	if o.PTYBridgePort != "" {
 		log.Debug("ignoring the PTY bridge port: Outpost has no PTY bridge", "pty_bridge_port", o.PTYBridgePort)
 	}
+	// TLS: the global --ca-file (or OUTPOST_CA_FILE) reaches the remotes.
+	caFile, err := f.TrustedCAFile()
+	if err != nil {
+		return err
+	}
 	opts := worker.Options{
+		CAFile:       caFile,
 		Outpost:      o.Outpost,
 		SessionID:    o.SessionID,
 		AcceptorID:   o.AcceptorID,

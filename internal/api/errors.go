@@ -13,6 +13,7 @@ const (
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeTooManyRequests  = "too_many_requests"
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer:

@@ -25,11 +25,12 @@ import (
 // Paths inside a bwrap sandbox. The host side of each is a directory of the
 // machine's workspace (Spec.Workspace/state, work, home and tmp).
 const (
-	BwrapWorkDir  = "/workspace"     // Workspace/work, the remote's working directory
-	BwrapStateDir = "/outpost/state" // Workspace/state, OUTPOST_STATE_DIR
-	BwrapHome     = "/home/outpost"  // Workspace/home, HOME
-	BwrapTmp      = "/tmp"           // Workspace/tmp, TMPDIR
-	BwrapBinDir   = "/outpost/bin"   // the outpost binary, read-only
+	BwrapWorkDir  = "/workspace"      // Workspace/work, the remote's working directory
+	BwrapStateDir = "/outpost/state"  // Workspace/state, OUTPOST_STATE_DIR
+	BwrapHome     = "/home/outpost"   // Workspace/home, HOME
+	BwrapTmp      = "/tmp"            // Workspace/tmp, TMPDIR
+	BwrapBinDir   = "/outpost/bin"    // the outpost binary, read-only
+	BwrapCAFile   = "/outpost/ca.pem" // OUTPOST_CA_FILE, read-only, when the spec has one
 )
 
 const (
@@ -215,8 +216,9 @@ func underAny(path string, dirs []string) bool {
 	return false
 }
 
-// sandboxEnv is Spec.Env with HOME, TMPDIR and OUTPOST_STATE_DIR moved to
-// the sandbox's paths and the outpost binary's directory first in PATH.
+// sandboxEnv is Spec.Env with HOME, TMPDIR, OUTPOST_STATE_DIR and
+// OUTPOST_CA_FILE moved to the sandbox's paths and the outpost binary's
+// directory first in PATH.
 func sandboxEnv(env []string) []string {
 	out := make([]string, 0, len(env)+4)
 	path := "/usr/local/bin:/usr/bin:/bin"
@@ -224,6 +226,11 @@ func sandboxEnv(env []string) []string {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case "HOME", "TMPDIR", api.EnvStateDir.Name:
+			continue
+		case worker.EnvCAFile:
+			if v != "" {
+				out = append(out, worker.EnvCAFile+"="+BwrapCAFile)
+			}
 			continue
 		case "PATH":
 			path = v
@@ -260,6 +267,15 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		}
 		command[0] = BwrapBinDir + "/" + filepath.Base(bin)
 		args = append(args, "--ro-bind", bin, command[0])
+	}
+	if ca := envValue(s.Env, worker.EnvCAFile); ca != "" {
+		// The sandbox hides the host's home and most of its tree: the CA
+		// file is bound where OUTPOST_CA_FILE says (see sandboxEnv).
+		src, err := filepath.EvalSymlinks(ca)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the CA file for the sandbox (%s): %w", worker.EnvCAFile, err)
+		}
+		args = append(args, "--ro-bind", src, BwrapCAFile)
 	}
 	args = append(args, b.bindArgs()...)
 	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4", "--clearenv")

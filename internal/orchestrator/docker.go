@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // Labels of the containers the docker backend makes.
@@ -44,6 +45,9 @@ const (
 	DockerBinary   = "/usr/local/bin/outpost"
 	DockerStateDir = "/outpost/state"
 	DockerWorkDir  = "/workspace"
+	// DockerCAFile is OUTPOST_CA_FILE in the container, a read-only bind
+	// of the host file, when the spec has one.
+	DockerCAFile = "/outpost/ca.pem"
 	// DefaultDockerNetwork lets the remote reach a gateway on the host's
 	// loopback interface.
 	DefaultDockerNetwork = "host"
@@ -195,17 +199,36 @@ func pullError(r io.Reader) error {
 
 // containerEnv is the remote's environment in the container: the spawn
 // contract's variables only (never the host's PATH, HOME, … nor the
-// orchestrator's token), with the state dir inside the container.
+// orchestrator's token), with the state dir and the CA file inside the
+// container.
 func containerEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case api.EnvGatewayURL.Name, api.EnvConnectToken.Name, api.EnvSessionID.Name:
 			out = append(out, kv)
+		case tlsconfig.EnvCAFile:
+			if v != "" {
+				out = append(out, tlsconfig.EnvCAFile+"="+DockerCAFile)
+			}
 		}
 	}
 	return append(out, api.EnvStateDir.Name+"="+DockerStateDir)
+}
+
+// containerMounts are the container's bind mounts: the outpost binary and,
+// when the spec has one, the CA file, both read-only.
+func containerMounts(bin string, env []string) ([]mount.Mount, error) {
+	mounts := []mount.Mount{{Type: mount.TypeBind, Source: bin, Target: DockerBinary, ReadOnly: true}}
+	if ca := envValue(env, tlsconfig.EnvCAFile); ca != "" {
+		src, err := filepath.EvalSymlinks(ca)
+		if err != nil {
+			return nil, fmt.Errorf("the CA file for the container (%s): %w", tlsconfig.EnvCAFile, err)
+		}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: DockerCAFile, ReadOnly: true})
+	}
+	return mounts, nil
 }
 
 // hostBinary is the host path of the outpost binary to mount.
@@ -271,8 +294,12 @@ func (b *DockerBackend) Provision(ctx context.Context, s Spec) (Machine, error) 
 		WorkingDir: DockerWorkDir,
 		Labels:     b.labels(s),
 	}
+	mounts, err := containerMounts(bin, s.Env)
+	if err != nil {
+		return nil, err
+	}
 	hc := &container.HostConfig{
-		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: bin, Target: DockerBinary, ReadOnly: true}},
+		Mounts:      mounts,
 		NetworkMode: container.NetworkMode(b.opts.Network),
 		AutoRemove:  false, // the exit code is read, then Teardown removes it
 		Resources: container.Resources{

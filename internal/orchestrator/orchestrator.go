@@ -59,8 +59,13 @@ type Options struct {
 	// RemoteCommand serves a session; empty means [this executable,
 	// "remote", "serve"].
 	RemoteCommand []string
-	Logger        *slog.Logger
-	Metrics       *Metrics
+	// CAFile is the PEM file of extra CA certificates the client trusts;
+	// remotes get it as OUTPOST_CA_FILE (the bwrap and docker backends
+	// mount it read-only into the machine). Empty means the orchestrator's
+	// own OUTPOST_CA_FILE, if any, is passed on.
+	CAFile  string
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 type orchestrator struct {
@@ -145,6 +150,11 @@ func newOrchestrator(ctx context.Context, opts Options) (*orchestrator, error) {
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
 		return nil, err
 	}
+	if opts.CAFile != "" {
+		if opts.CAFile, err = filepath.Abs(opts.CAFile); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, machinesDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
@@ -181,7 +191,7 @@ func (o *orchestrator) spec(id string, claim *api.QueueEntry) Spec {
 	ws := filepath.Join(o.opts.StateDir, machinesDir, MachineName(id))
 	s := Spec{SessionID: id, Name: MachineName(id), Workspace: ws, Platform: o.platform, Remote: o.opts.RemoteCommand, Acceptor: o.acceptor}
 	if claim != nil {
-		s.Env = worker.RemoteEnv(claim, filepath.Join(ws, "state"), os.LookupEnv)
+		s.Env = worker.RemoteEnv(claim, filepath.Join(ws, "state"), worker.LookupWithCAFile(os.LookupEnv, o.opts.CAFile))
 	} else {
 		s.Env = []string{api.EnvSessionID.Name + "=" + id}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 const (
@@ -54,6 +55,9 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 			case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
 				return false, &rejection{msg: httpMessage(resp)}
 			}
+		}
+		if tlsconfig.IsUnknownAuthority(err) {
+			return false, fmt.Errorf("dial gateway: the gateway's TLS certificate is signed by an authority this machine does not trust; set %s to the PEM file of its CA (a worker or orchestrator started with --ca-file passes it on): %w", EnvCAFile, err)
 		}
 		return false, fmt.Errorf("dial gateway: %w", err)
 	}

@@ -22,7 +22,12 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
+
+// EnvCAFile, optional, is a PEM file of CA certificates trusted besides
+// the system's when dialling a wss:// gateway.
+const EnvCAFile = tlsconfig.EnvCAFile
 
 // ErrRejected is returned by Serve when the gateway keeps refusing the
 // connection with 401, 403 or 404 (the connect token is dead or the claim has
@@ -72,7 +77,8 @@ type Options struct {
 // (DEVIN_…), the Outpost name winning when both are set: the gateway URL,
 // connect token and session id (all three required), the state dir
 // (default: DefaultStateDir, with a warning), and the current directory as
-// WorkDir.
+// WorkDir; OUTPOST_CA_FILE (optional) gives an HTTPClient trusting its
+// CAs too.
 func OptionsFromEnv() (Options, error) { return optionsFromEnv(os.Getenv, os.Getwd) }
 
 func optionsFromEnv(getenv func(string) string, getwd func() (string, error)) (Options, error) {
@@ -97,6 +103,13 @@ func optionsFromEnv(getenv func(string) string, getwd func() (string, error)) (O
 		}
 		slog.Warn("no state dir set ("+api.EnvStateDir.String()+"); keeping the call journal in the user cache directory", "state_dir", dir)
 		o.StateDir = dir
+	}
+	if ca := getenv(EnvCAFile); ca != "" {
+		tr, err := tlsconfig.Transport(ca)
+		if err != nil {
+			return Options{}, fmt.Errorf("remote options: %s: %w", EnvCAFile, err)
+		}
+		o.HTTPClient = &http.Client{Transport: tr}
 	}
 	wd, err := getwd()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
 const (
@@ -460,6 +461,35 @@ func TestServeVersionMismatch(t *testing.T) {
 	}
 	if f := gc.next(t, api.FrameError); !strings.Contains(f.Reason, "version") {
 		t.Errorf("error frame = %+v", f)
+	}
+}
+
+func TestOptionsFromEnvCAFile(t *testing.T) {
+	env := map[string]string{
+		"OUTPOST_GATEWAY_URL": "ws://127.0.0.1:7420/v1/gateway", "OUTPOST_CONNECT_TOKEN": "tok",
+		"OUTPOST_SESSION_ID": "s1", "OUTPOST_STATE_DIR": t.TempDir(),
+	}
+	getenv := func(k string) string { return env[k] }
+	getwd := func() (string, error) { return "/work", nil }
+	o, err := optionsFromEnv(getenv, getwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.HTTPClient != nil {
+		t.Errorf("an HTTP client without %s", EnvCAFile)
+	}
+	// A CA file: an HTTP client trusting it.
+	ca := tlstest.NewCA(t, "remote test CA")
+	env[EnvCAFile] = ca.WriteCA(t, t.TempDir(), "ca.pem")
+	if o, err = optionsFromEnv(getenv, getwd); err != nil || o.HTTPClient == nil {
+		t.Fatalf("with %s: %+v %v", EnvCAFile, o, err)
+	}
+	if tr, ok := o.HTTPClient.Transport.(*http.Transport); !ok || tr.TLSClientConfig == nil || tr.TLSClientConfig.RootCAs == nil {
+		t.Errorf("the client does not trust the CA file: %+v", o.HTTPClient.Transport)
+	}
+	env[EnvCAFile] = filepath.Join(t.TempDir(), "missing.pem")
+	if _, err := optionsFromEnv(getenv, getwd); err == nil || !strings.Contains(err.Error(), EnvCAFile) || !strings.Contains(err.Error(), "missing.pem") {
+		t.Errorf("a missing CA file: %v", err)
 	}
 }
 

@@ -107,6 +107,7 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
+		markAuthenticated(r.Context())
 		if !p.hasAny(scopes...) {
 			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
 			return

@@ -91,6 +91,11 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 	if !ok {
 		return errors.New("response writer cannot flush")
 	}
+	release, err := s.streams.acquire(w, r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sub := s.topics.subscribe(sessionID) // before replay, so nothing slips between
 	defer s.topics.unsubscribe(sessionID, sub)
 

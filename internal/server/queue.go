@@ -224,6 +224,11 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	if !ok {
 		return errors.New("response writer cannot flush")
 	}
+	release, err := s.streams.acquire(w, r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WatchMaxDuration)
 	defer cancel()
 	h := w.Header()

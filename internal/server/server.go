@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/web"
 )
 
@@ -34,7 +36,8 @@ type Options struct {
 	// required.
 	DataDir string
 	// PublicURL is the base URL workers are told; "" means http://<listen
-	// address>. The gateway URL is derived from it.
+	// address> (https:// with TLS). The gateway URL is derived from it:
+	// ws:// from http://, wss:// from https://.
 	PublicURL string
 	// ClaimTTL is how long a claimer has, after claiming or renewing, to
 	// get a remote connected; 0 means 300s. While the claim's remote is
@@ -86,6 +89,40 @@ type Options struct {
 	// layout (`make dist`), published with this executable's own build.
 	DistDir string
 
+	// TLSCertFile and TLSKeyFile, set together, make the server speak
+	// HTTPS (and the gateway WSS) with the PEM certificate chain and
+	// private key of these files. They are read again when they change
+	// (looked at once per TLSReloadInterval at most); a new pair that
+	// cannot be loaded is logged and the previous one kept.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSReloadInterval is the least time between two looks at the TLS
+	// files; 0 means tlsconfig.DefaultCheckInterval.
+	TLSReloadInterval time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers and a TLS
+	// handshake; 0 means DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers, answering 431
+	// past it; 0 means DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// MaxUnauthenticatedConns bounds the connections that have not made an
+	// authenticated request yet; a connection past it is closed when it
+	// arrives. 0 means DefaultMaxUnauthenticatedConns; negative, no bound.
+	MaxUnauthenticatedConns int
+	// MaxStreamsPerToken bounds the queue watches and transcript follows
+	// open at once with one API token; more are answered 429. 0 means
+	// DefaultMaxStreamsPerToken; negative, no bound.
+	MaxStreamsPerToken int
+	// MetricsListen, when set, is the address /metrics is served on
+	// (plain HTTP), instead of the main listener.
+	MetricsListen string
+	// MetricsTokenRequired makes /metrics ask for a valid API token of any
+	// scope.
+	MetricsTokenRequired bool
+
 	// beforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the session's message
 	// lock.
@@ -105,6 +142,16 @@ type Server struct {
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
+
+	// The network edge (edges.go): the connection guard under the
+	// listener, the per-token stream bound, the TLS certificate (nil
+	// without TLS) and the metrics listener (nil unless MetricsListen).
+	guard       *connGuard
+	streams     *streamLimiter
+	edge        *edgeMetrics
+	certs       *tlsconfig.CertReloader
+	metricsLn   net.Listener
+	metricsHTTP *http.Server
 
 	queueChanged *notifier
 	userMessages *notifier // wakes llm runners waiting for the user
@@ -197,6 +244,35 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.ArtifactSweepInterval <= 0 {
 		opts.ArtifactSweepInterval = time.Hour
 	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if opts.MaxUnauthenticatedConns == 0 {
+		opts.MaxUnauthenticatedConns = DefaultMaxUnauthenticatedConns
+	}
+	if opts.MaxStreamsPerToken == 0 {
+		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	// TLS first: a bad certificate fails the start before anything is
+	// opened.
+	var certs *tlsconfig.CertReloader
+	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
+			return nil, errors.New("server: TLS needs both a certificate file and a key file (--tls-cert and --tls-key)")
+		}
+		var err error
+		certs, err = tlsconfig.NewCertReloader(opts.TLSCertFile, opts.TLSKeyFile, tlsconfig.ReloaderOptions{
+			CheckInterval: opts.TLSReloadInterval, Logger: opts.Logger, Now: opts.Now})
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: create data dir: %w", err)
 	}
@@ -209,6 +285,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		userMessages: newNotifier(),
 		topics:       newTopics(),
 		runners:      map[string]*runner{},
+		certs:        certs,
 	}
 	s.hub = newHub()
 	dh, err := newDistHandler(opts)
@@ -234,10 +311,24 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.store.Close()
 		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
 	}
-	s.listener = ln
+	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64) {
+		s.log.Warn("closing new connections: too many unauthenticated connections are open", "open", open, "max", opts.MaxUnauthenticatedConns)
+	}}
+	s.edge = newEdgeMetrics(s.metrics.registry, func() float64 { return float64(s.guard.unauth.Load()) })
+	s.guard.metrics = s.edge
+	s.streams = &streamLimiter{max: opts.MaxStreamsPerToken, metrics: s.edge, open: map[string]int{}}
+	s.listener = s.guard
+	scheme := "http://"
+	if certs != nil {
+		s.listener = tls.NewListener(s.guard, tlsconfig.Server(certs.GetCertificate))
+		scheme = "https://"
+	}
 	s.publicURL = strings.TrimRight(opts.PublicURL, "/")
 	if s.publicURL == "" {
-		s.publicURL = "http://" + ln.Addr().String()
+		s.publicURL = scheme + ln.Addr().String()
+	}
+	if certs != nil && strings.HasPrefix(s.publicURL, "http://") {
+		s.log.Warn("the server speaks TLS but its public URL is http://; workers and remotes told this URL cannot connect unless a proxy in front turns it into TLS", "public_url", s.publicURL)
 	}
 	gw, err := gatewayURL(s.publicURL)
 	if err != nil {
@@ -246,12 +337,32 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gatewayURL = gw
-	s.http = &http.Server{
-		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	if opts.MetricsListen != "" {
+		if s.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
+			ln.Close()
+			s.store.Close()
+			return nil, fmt.Errorf("server: listen for metrics on %s: %w", opts.MetricsListen, err)
+		}
+		s.metricsHTTP = s.newHTTPServer(s.metricsRoutes())
 	}
+	s.http = s.newHTTPServer(s.routes())
+	s.http.ConnState = connState
+	s.http.ConnContext = connContext
 	return s, nil
+}
+
+// newHTTPServer returns an http.Server of h with the edge's timeouts.
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		// Larger than MaxHeaderBytes, so that withRequestChecks answers
+		// the 431 in JSON; net/http's own text/plain 431 is left for
+		// headers past this.
+		MaxHeaderBytes: max(httpHeaderHardLimit, s.opts.MaxHeaderBytes),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // gatewayURL derives the WebSocket gateway URL from the public URL.
@@ -330,6 +441,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.http.BaseContext = func(net.Listener) context.Context { return s.runCtx }
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.listener) }()
+	metricsDone := make(chan struct{})
+	if s.metricsHTTP != nil {
+		s.metricsHTTP.BaseContext = s.http.BaseContext
+		go func() {
+			defer close(metricsDone)
+			if err := s.metricsHTTP.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics listener failed", "addr", s.opts.MetricsListen, "err", err)
+			}
+		}()
+	} else {
+		close(metricsDone)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -345,7 +468,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.retainArtifacts(s.runCtx)
 	}()
-	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir)
+	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
+	if s.metricsLn != nil {
+		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
+	}
 
 	var serveErr error
 	select {
@@ -365,6 +491,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := s.http.Shutdown(shutCtx); err != nil {
 		s.log.Warn("http shutdown", "err", err)
 	}
+	if s.metricsHTTP != nil {
+		if err := s.metricsHTTP.Shutdown(shutCtx); err != nil {
+			s.log.Warn("metrics listener shutdown", "err", err)
+		}
+	}
+	<-metricsDone
 	s.wg.Wait()
 	if err := s.store.Close(); err != nil {
 		return fmt.Errorf("server: close store: %w", err)
@@ -400,7 +532,9 @@ func (s *Server) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.Handle("GET /metrics", s.metrics.handler())
+	if s.opts.MetricsListen == "" {
+		mux.Handle("GET /metrics", s.metricsHandler())
+	}
 
 	read := []string{api.ScopeMachine, api.ScopeSessionsRead}
 	for _, prefix := range []string{"/v1/outposts", "/opbeta/outposts/outposts", "/opbeta/outposts/pools", "/opbeta/outposts"} {
@@ -457,16 +591,30 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/ui/", ui)
 	mux.Handle("/static/", ui)
 
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if allow := allowedMethods(mux, r); len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			s.writeError(w, r, &httpError{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,
-				fmt.Sprintf("Method %s is not allowed on %s; it answers %s.", r.Method, r.URL.Path, strings.Join(allow, ", "))})
-			return
-		}
-		s.writeError(w, r, errNotFound("No such endpoint: %s %s.", r.Method, r.URL.Path))
-	})
-	return s.withRecover(mux)
+	mux.HandleFunc("/", s.noRoute(mux, "/"))
+	return s.withRecover(s.withRequestChecks(mux))
+}
+
+// metricsHandler serves the Prometheus metrics, asking for a valid API token
+// of any scope when MetricsTokenRequired.
+func (s *Server) metricsHandler() http.Handler {
+	h := s.metrics.handler()
+	if !s.opts.MetricsTokenRequired {
+		return h
+	}
+	// Every scope implies one of these two, so any valid token passes.
+	return s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		h.ServeHTTP(w, r)
+		return nil
+	}, api.ScopeMachine, api.ScopeSessionsRead)
+}
+
+// metricsRoutes is the handler of the metrics listener: /metrics alone.
+func (s *Server) metricsRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.HandleFunc("/", s.noRoute(mux, "/"))
+	return s.withRecover(s.withRequestChecks(mux))
 }
 
 // allowedMethods lists the methods other than r's that mux routes r's

@@ -22,6 +22,8 @@ type testServer struct {
 	srv   *Server
 	url   string
 	admin string
+	// client sends do's requests; nil means http.DefaultClient.
+	client *http.Client
 }
 
 func startServer(t *testing.T, opts Options) *testServer {
@@ -79,7 +81,11 @@ func (ts *testServer) do(method, path, token string, body any, out any) int {
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := ts.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		ts.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -5,12 +5,18 @@ import (
 	"slices"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
+
+// EnvCAFile is the PEM file of CA certificates the remote trusts besides
+// the system's when it dials a wss:// gateway; passed through as is.
+const EnvCAFile = tlsconfig.EnvCAFile
 
 // passThrough lists the variables of the worker's own environment a remote
 // inherits under the same name. The agent's shell inherits the remote's
 // environment, so nothing else (above all no API token) is passed.
 var passThrough = []string{
+	EnvCAFile,
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_GIT_MIRRORS",
 }
@@ -57,4 +63,20 @@ func RemoteEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (stri
 	}
 	slices.Sort(env)
 	return env
+}
+
+// LookupWithCAFile returns lookup answering OUTPOST_CA_FILE with caFile when
+// it is set: a claimer given its CA file by flag passes it on to its
+// remotes as if it were in its environment. caFile must be absolute, as
+// the remote runs in another directory.
+func LookupWithCAFile(lookup func(string) (string, bool), caFile string) func(string) (string, bool) {
+	if caFile == "" {
+		return lookup
+	}
+	return func(k string) (string, bool) {
+		if k == EnvCAFile {
+			return caFile, true
+		}
+		return lookup(k)
+	}
 }

@@ -141,7 +141,7 @@ func (w *worker) start(claim *api.QueueEntry, rc []string) (*remoteProc, error) 
 		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
 	}
 	cmd := exec.Command(rc[0], rc[1:]...)
-	cmd.Env = RemoteEnv(claim, stateDir, os.LookupEnv)
+	cmd.Env = RemoteEnv(claim, stateDir, LookupWithCAFile(os.LookupEnv, w.opts.CAFile))
 	if w.caps != "" {
 		cmd.Env = append(cmd.Env, machine.EnvCapabilities+"="+w.caps)
 	}

@@ -74,6 +74,10 @@ type Options struct {
 	// GracePeriod is how long a running remote may go on after ctx ends
 	// before it is killed. Zero means DefaultGracePeriod.
 	GracePeriod time.Duration
+	// CAFile is the PEM file of extra CA certificates the worker's client
+	// trusts; its remotes get it as OUTPOST_CA_FILE. Empty means the
+	// worker's own OUTPOST_CA_FILE, if any, is passed on.
+	CAFile string
 	// RemoteCommand starts this build's remote; the spawn contract's
 	// variables are its only environment. Empty means [this executable,
 	// "remote", "serve"]. A session that pins another build runs that
@@ -244,6 +248,11 @@ func (opts Options) withDefaults() (Options, error) {
 	// The remote runs in Dir, so its state dir must not be relative.
 	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
 		return opts, err
+	}
+	if opts.CAFile != "" {
+		if opts.CAFile, err = filepath.Abs(opts.CAFile); err != nil {
+			return opts, err
+		}
 	}
 	if len(opts.RemoteCommand) == 0 {
 		exe, err := os.Executable()

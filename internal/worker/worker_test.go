@@ -92,6 +92,16 @@ func TestRemoteEnvIsClean(t *testing.T) {
 			t.Errorf("RemoteEnv leaks %q", kv)
 		}
 	}
+
+	// The CA file: from the worker's environment, or from its flag.
+	host[EnvCAFile] = "/etc/outpost/env-ca.pem"
+	if got := RemoteEnv(claim, "/d", lookup); !slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/env-ca.pem") {
+		t.Errorf("the worker's OUTPOST_CA_FILE is not passed on: %q", got)
+	}
+	got = RemoteEnv(claim, "/d", LookupWithCAFile(lookup, "/etc/outpost/flag-ca.pem"))
+	if !slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/flag-ca.pem") || slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/env-ca.pem") {
+		t.Errorf("the --ca-file is not passed on in place of the environment's: %q", got)
+	}
 }
 
 func TestAcceptorIDPersisted(t *testing.T) {

@@ -193,6 +193,18 @@ type cluster struct {
 	server  *proc
 	extra   []string
 	srvEnv  []string // extra environment of the server
+	// httpc reaches the server from the test; nil means
+	// http.DefaultClient. caFile, when set, is trusted by the CLI
+	// (OUTPOST_CA_FILE in env). Both are set for a TLS cluster.
+	httpc  *http.Client
+	caFile string
+}
+
+func (c *cluster) client() *http.Client {
+	if c.httpc != nil {
+		return c.httpc
+	}
+	return http.DefaultClient
 }
 
 const adminToken = "opt_e2e-admin-token-0123456789"
@@ -217,7 +229,7 @@ func (c *cluster) startServer() {
 	args := append([]string{"server", "--listen", c.addr, "--data-dir", c.dataDir}, c.extra...)
 	c.server = start(c.t, "server", append([]string{"OUTPOST_ADMIN_TOKEN=" + c.admin}, c.srvEnv...), args...)
 	waitFor(c.t, 20*time.Second, "server ready", func() bool {
-		resp, err := http.Get(c.url + "/readyz")
+		resp, err := c.client().Get(c.url + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -228,7 +240,11 @@ func (c *cluster) startServer() {
 
 // env is the environment that points the CLI at the cluster.
 func (c *cluster) env(token string) []string {
-	return []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token, "HOME=" + c.t.TempDir(), "XDG_CONFIG_HOME=" + c.t.TempDir()}
+	env := []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token, "HOME=" + c.t.TempDir(), "XDG_CONFIG_HOME=" + c.t.TempDir()}
+	if c.caFile != "" {
+		env = append(env, "OUTPOST_CA_FILE="+c.caFile)
+	}
+	return env
 }
 
 // api calls the REST API directly and decodes the answer.
@@ -242,7 +258,7 @@ func (c *cluster) api(method, path, token string, body, out any) int {
 	req, _ := http.NewRequest(method, c.url+path, rd)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client().Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
