@@ -252,25 +252,12 @@ func cleanPath(p string) string {
 	return np
 }
 
-// routeMethods are the methods the API's routes use.
-var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch}
-
 // noRoute answers a request no route took: 405 with Allow when the path
 // has routes for other methods, 404 otherwise. catchAll is the pattern this
 // handler is registered under.
 func (s *Server) noRoute(mux *http.ServeMux, catchAll string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var allow []string
-		for _, m := range routeMethods {
-			if m == r.Method {
-				continue
-			}
-			probe := *r
-			probe.Method = m
-			if _, pattern := mux.Handler(&probe); pattern != "" && pattern != catchAll {
-				allow = append(allow, m)
-			}
-		}
+		allow := allowedMethods(mux, r, catchAll)
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			s.writeError(w, r, &httpError{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,

@@ -20,9 +20,10 @@ func (s *Server) keepAliveEvery() time.Duration {
 }
 
 // pingEvery is how often the gateway pings each remote; a remote that does
-// not answer within the same time is taken as gone.
+// not answer within the same time is taken as gone. At least a second, so
+// a busy machine's late pong is not taken for a dead one.
 func (s *Server) pingEvery() time.Duration {
-	return min(max(s.opts.ReconnectGrace/3, 10*time.Millisecond), 15*time.Second)
+	return min(max(s.opts.ReconnectGrace/3, time.Second), 15*time.Second)
 }
 
 // keepClaimsAlive keeps the claims of every connected remote alive until

@@ -618,8 +618,8 @@ func (s *Server) metricsRoutes() http.Handler {
 }
 
 // allowedMethods lists the methods other than r's that mux routes r's
-// path to a handler of its own for, rather than to the catch-all "/".
-func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+// path to a handler of its own for, rather than to the catch-all pattern.
+func allowedMethods(mux *http.ServeMux, r *http.Request, catchAll string) []string {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == r.Method {
@@ -627,7 +627,7 @@ func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 		}
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != catchAll {
 			allow = append(allow, m)
 		}
 	}
