@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 // ServerOptions are the settings of `outpost server`.
@@ -53,6 +55,16 @@ type ServerOptions struct {
 	MaxStreamsPerToken      int
 	MetricsListen           string
 	MetricsTokenRequired    bool
+
+	// SecretKey seals session secrets at rest (from OUTPOST_SECRET_KEY);
+	// nil means the key file.
+	SecretKey []byte
+	// SecretKeyFile holds the key when SecretKey is nil; "" means
+	// <data-dir>/secret-key, created on first start.
+	SecretKeyFile string
+	// OldSecretKeys open secrets sealed under earlier keys (from
+	// OUTPOST_SECRET_KEYS_OLD).
+	OldSecretKeys [][]byte
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -68,13 +80,21 @@ creates an admin token and prints it once.
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
 OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR,
-OUTPOST_TLS_CERT, OUTPOST_TLS_KEY. OUTPOST_ADMIN_TOKEN, when set, is the admin
-token.
+OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE. OUTPOST_ADMIN_TOKEN,
+when set, is the admin token.
 
 With --tls-cert and --tls-key the server speaks HTTPS (TLS 1.2 or later) and
 the gateway WSS; the files are read again within seconds of a change, so a
 renewed certificate needs no restart. Workers, orchestrators and the CLI
 trust a private CA with --ca-file or OUTPOST_CA_FILE.
+
+Session secrets are encrypted in the database (AES-256-GCM) with the key in
+OUTPOST_SECRET_KEY (32 bytes as base64 or hex: openssl rand -base64 32), or
+else the key in --secret-key-file, by default <data-dir>/secret-key, created
+on first start. To rotate, put the new key in OUTPOST_SECRET_KEY and the old
+one in OUTPOST_SECRET_KEYS_OLD (comma-separated) for one start: every
+session's secrets are encrypted anew under the new key at start. Servers
+sharing a PostgreSQL database need the same keys. See docs/secrets.md.
 
 State is kept in an embedded SQLite database in the data dir, or, with
 --database postgres://…, in PostgreSQL (the schema is created or migrated at
@@ -96,7 +116,8 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --database postgres://outpost:secret@db.internal:5432/outpost
   outpost server --dist-dir dist   # publish the builds of 'make dist' at /dist/
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com \
-    --tls-cert /etc/outpost/tls.crt --tls-key /etc/outpost/tls.key --metrics-listen 127.0.0.1:9420`,
+    --tls-cert /etc/outpost/tls.crt --tls-key /etc/outpost/tls.key --metrics-listen 127.0.0.1:9420
+  outpost server --database postgres://… --secret-key-file /etc/outpost/secret-key   # one key for every server on the database`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
@@ -116,6 +137,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env OUTPOST_CLAIM_TTL)")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env OUTPOST_RECONNECT_GRACE)")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
+	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when OUTPOST_SECRET_KEY is not set (env OUTPOST_SECRET_KEY_FILE; default <data-dir>/secret-key, created on first start)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&opts.DistDir, "dist-dir", "", "directory of remote builds to publish at /dist/ (env OUTPOST_DIST_DIR; default only this executable's)")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
@@ -185,6 +207,10 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	fromEnv("public-url", "OUTPOST_PUBLIC_URL", &o.PublicURL)
 	fromEnv("database", "OUTPOST_DATABASE_URL", &o.Database)
 	fromEnv("dist-dir", "OUTPOST_DIST_DIR", &o.DistDir)
+	fromEnv("secret-key-file", "OUTPOST_SECRET_KEY_FILE", &o.SecretKeyFile)
+	if err := o.resolveSecretKeys(f); err != nil {
+		return err
+	}
 	if o.Database != "" && !server.IsPostgresURL(o.Database) {
 		// Not the URL itself: it may hold a password.
 		return usageErrorf("--database must be a PostgreSQL URL starting with postgres:// or postgresql://")
@@ -250,6 +276,27 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	return nil
 }
 
+// resolveSecretKeys reads OUTPOST_SECRET_KEY and OUTPOST_SECRET_KEYS_OLD.
+// Errors never show a key.
+func (o *ServerOptions) resolveSecretKeys(f *Factory) error {
+	if v := f.Getenv("OUTPOST_SECRET_KEY"); v != "" {
+		k, err := sealed.ParseKey(v)
+		if err != nil {
+			return usageErrorf("OUTPOST_SECRET_KEY: %v", err)
+		}
+		o.SecretKey = k
+	}
+	old := strings.FieldsFunc(f.Getenv("OUTPOST_SECRET_KEYS_OLD"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	for i, v := range old {
+		k, err := sealed.ParseKey(v)
+		if err != nil {
+			return usageErrorf("OUTPOST_SECRET_KEYS_OLD, key %d of %d: %v", i+1, len(old), err)
+		}
+		o.OldSecretKeys = append(o.OldSecretKeys, k)
+	}
+	return nil
+}
+
 // defaultArtifactRetention keeps artifacts of ended sessions for 30 days.
 const defaultArtifactRetention = 30 * 24 * time.Hour
 
@@ -311,6 +358,9 @@ func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
 		ClaimTTL:        o.ClaimTTL,
 		ReconnectGrace:  o.ReconnectGrace,
 		AdminToken:      o.AdminToken,
+		SecretKey:       o.SecretKey,
+		SecretKeyFile:   o.SecretKeyFile,
+		OldSecretKeys:   o.OldSecretKeys,
 		Logger:          logger,
 		Stdout:          f.IO.Out,
 

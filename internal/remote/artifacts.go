@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,13 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // artifactChunkSize is the payload of one artifact chunk frame.
@@ -180,11 +179,11 @@ func (c *callEnv) outbox() *outbox {
 }
 
 // secretSet returns the secrets the call's output is redacted of.
-func (c *callEnv) secretSet() *secretSet {
+func (c *callEnv) secretSet() *redact.Set {
 	if c.stdout == nil || c.stdout.red == nil {
 		return nil
 	}
-	return c.stdout.red.set
+	return c.stdout.red.Set()
 }
 
 // uploadArtifact streams r to the control plane as the artifact name of
@@ -219,7 +218,7 @@ func (c *callEnv) uploadArtifact(ctx context.Context, name, contentType string, 
 	}
 	h := sha256.New()
 	var size int64
-	scan := newSecretScanner(c.secretSet())
+	scan := redact.NewScanner(c.secretSet())
 	for {
 		if err := ctx.Err(); err != nil {
 			return abort(err)
@@ -234,7 +233,7 @@ func (c *callEnv) uploadArtifact(ctx context.Context, name, contentType string, 
 			if size > api.MaxArtifactBytes {
 				return abort(fmt.Errorf("artifact %s is larger than the limit of %d MiB; upload a smaller file (compress or split it)", name, api.MaxArtifactBytes>>20))
 			}
-			if secret := scan.find(buf[:n]); secret != "" {
+			if secret := scan.Find(buf[:n]); secret != "" {
 				return abort(fmt.Errorf("artifact %s contains the value of the secret %s; secrets never leave the remote, so it was not uploaded", name, secret))
 			}
 			h.Write(buf[:n])
@@ -318,41 +317,6 @@ func runUploadArtifact(ctx context.Context, c *callEnv, raw json.RawMessage) (an
 		}
 	}
 	return c.uploadArtifact(ctx, name, ct, io.LimitReader(f, api.MaxArtifactBytes+1))
-}
-
-// secretScanner finds secret values in a stream of chunks, also when one
-// is split across two chunks.
-type secretScanner struct {
-	set   *secretSet
-	carry []byte
-	max   int
-}
-
-func newSecretScanner(set *secretSet) *secretScanner {
-	sc := &secretScanner{set: set}
-	if set != nil {
-		for _, s := range set.list {
-			sc.max = max(sc.max, len(s.value))
-		}
-	}
-	return sc
-}
-
-// find returns the name of a secret found in the stream so far, or "".
-func (sc *secretScanner) find(p []byte) string {
-	if sc.set == nil {
-		return ""
-	}
-	window := append(sc.carry, p...)
-	for _, s := range sc.set.list {
-		if bytes.Contains(window, s.value) {
-			name := strings.TrimSuffix(strings.TrimPrefix(string(s.repl), "[REDACTED:"), "]")
-			return name
-		}
-	}
-	keep := min(len(window), sc.max-1)
-	sc.carry = append(sc.carry[:0:0], window[len(window)-keep:]...)
-	return ""
 }
 
 // keepArtifact uploads a file a tool made (a screenshot, a recording) as an

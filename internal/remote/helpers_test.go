@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // testCall is a call run directly against a tool, without a gateway.
@@ -27,7 +28,7 @@ func newTestCall(t *testing.T, workDir string, secrets map[string]string) *testC
 		out:  newOutbox(),
 	}
 	env := mergeEnv(cleanEnv(os.Environ()), secrets)
-	return &testCall{c: newCallEnv(s, api.Frame{Seq: 1}, env, newSecretSet(secrets)), out: s.out}
+	return &testCall{c: newCallEnv(s, api.Frame{Seq: 1}, env, redact.NewSet(secrets)), out: s.out}
 }
 
 // run runs tool with args (marshalled to JSON) and decodes the value into v

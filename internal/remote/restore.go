@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // restoreTimeout bounds the restore of one repository.
@@ -58,7 +59,7 @@ func (s *session) startRestore(list []api.GitCloneArgs) {
 // restore clones list again and returns one outcome per repository name,
 // in order of first appearance; nil when every repository was already on
 // this machine.
-func (s *session) restore(ctx context.Context, list []api.GitCloneArgs, env []string, set *secretSet) []api.RestoredRepo {
+func (s *session) restore(ctx context.Context, list []api.GitCloneArgs, env []string, set *redact.Set) []api.RestoredRepo {
 	probe := s.restoreEnv(env, set)
 	present := map[string]bool{}
 	for _, a := range list {
@@ -70,7 +71,7 @@ func (s *session) restore(ctx context.Context, list []api.GitCloneArgs, env []st
 	idx := map[string]int{}
 	worked := false
 	for _, a := range list {
-		o := api.RestoredRepo{Name: a.Name, URL: set.redactString(a.URL), Ref: a.Ref}
+		o := api.RestoredRepo{Name: a.Name, URL: set.String(a.URL), Ref: a.Ref}
 		if present[a.Name] {
 			o.Kept = true
 		} else {
@@ -97,7 +98,7 @@ func (s *session) restore(ctx context.Context, list []api.GitCloneArgs, env []st
 
 // restoreOne runs one clone as the git_clone tool does and returns the
 // head or why it failed.
-func (s *session) restoreOne(ctx context.Context, a api.GitCloneArgs, env []string, set *secretSet) (head, errText string) {
+func (s *session) restoreOne(ctx context.Context, a api.GitCloneArgs, env []string, set *redact.Set) (head, errText string) {
 	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
 	c := s.restoreEnv(env, set)
@@ -108,7 +109,7 @@ func (s *session) restoreOne(ctx context.Context, a api.GitCloneArgs, env []stri
 		if last := lastLine(c.tail.String()); last != "" && !strings.Contains(msg, last) {
 			msg += ": " + last
 		}
-		return "", set.redactString(msg)
+		return "", set.String(msg)
 	}
 	if r, ok := v.(api.GitCloneResult); ok {
 		return r.Head, ""
@@ -119,7 +120,7 @@ func (s *session) restoreOne(ctx context.Context, a api.GitCloneArgs, env []stri
 // restoreEnv is the call environment of a restore: like a call's, but its
 // output goes to a private outbox nobody sends (only its tail is kept, for
 // errors), since it belongs to no call.
-func (s *session) restoreEnv(env []string, set *secretSet) *callEnv {
+func (s *session) restoreEnv(env []string, set *redact.Set) *callEnv {
 	c := newCallEnv(s, api.Frame{}, env, set)
 	discard := newOutbox()
 	c.stdout.out, c.stderr.out = discard, discard

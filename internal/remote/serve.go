@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 const (
@@ -133,7 +134,7 @@ type session struct {
 	lastSeq   int64
 	env       map[string]string
 	secrets   map[string]string
-	secretSet *secretSet
+	secretSet *redact.Set
 
 	// restoreStarted is set by the first welcome; restored is closed once
 	// the repositories it listed are restored (see restore.go). Calls
@@ -226,7 +227,7 @@ func (s *session) welcome(f api.Frame) {
 	defer s.mu.Unlock()
 	s.env = f.Env
 	s.secrets = f.Secrets
-	s.secretSet = newSecretSet(f.Secrets)
+	s.secretSet = redact.NewSet(f.Secrets)
 	if err := writeGitCredentials(s.opts.StateDir, f.Secrets); err != nil {
 		s.log.Warn("write the git credential helper", "err", err)
 	}
@@ -301,7 +302,7 @@ func (s *session) handleCall(f api.Frame) {
 }
 
 // runCall journals, runs and answers one call.
-func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *secretSet) {
+func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *redact.Set) {
 	log := s.log.With("seq", f.Seq, "tool", f.Tool)
 	log.Debug("call started")
 	start := time.Now()
@@ -315,10 +316,10 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *s
 		c.flush()
 		res.OK = err == nil
 		if err != nil {
-			res.Error = set.redactString(err.Error())
+			res.Error = set.String(err.Error())
 		}
 		if value != nil {
-			res.Value = set.redactJSON(mustJSON(value))
+			res.Value = set.JSON(mustJSON(value))
 		}
 	}
 	if err := s.journal.done(res); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // toolFunc runs one tool. Its value, when not nil, is the result's value;
@@ -79,7 +80,7 @@ type callEnv struct {
 	browser *browserHost
 }
 
-func newCallEnv(s *session, f api.Frame, env []string, set *secretSet) *callEnv {
+func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv {
 	tail := &tailBuffer{}
 	return &callEnv{
 		seq:      f.Seq,
@@ -88,8 +89,8 @@ func newCallEnv(s *session, f api.Frame, env []string, set *secretSet) *callEnv 
 		env:      env,
 		timeout:  time.Duration(f.TimeoutS) * time.Second,
 		log:      s.log.With("seq", f.Seq),
-		stdout:   &streamWriter{seq: f.Seq, stream: api.StreamStdout, red: newRedactor(set), out: s.out, tail: tail},
-		stderr:   &streamWriter{seq: f.Seq, stream: api.StreamStderr, red: newRedactor(set), out: s.out, tail: tail},
+		stdout:   &streamWriter{seq: f.Seq, stream: api.StreamStdout, red: redact.NewStream(set), out: s.out, tail: tail},
+		stderr:   &streamWriter{seq: f.Seq, stream: api.StreamStderr, red: redact.NewStream(set), out: s.out, tail: tail},
 		tail:     tail,
 		browser:  &s.browser,
 	}
@@ -117,7 +118,7 @@ func (c *callEnv) path(p string) string {
 type streamWriter struct {
 	seq    int64
 	stream string
-	red    *redactor
+	red    *redact.Stream
 	out    *outbox
 	tail   *tailBuffer
 

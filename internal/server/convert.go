@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -46,8 +49,12 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	return out
 }
 
+// toAPISession is the API view of a session: its secrets only by name, and
+// their values redacted wherever the spec holds them (a step's arguments,
+// the prompt, a repo URL).
 func toAPISession(s store.Session) api.Session {
-	spec := s.Spec
+	red := redact.NewSet(s.Secrets)
+	spec := redactSpec(red, s.Spec)
 	spec.SecretNames = nil
 	for name := range s.Secrets {
 		spec.SecretNames = append(spec.SecretNames, name)
@@ -68,7 +75,7 @@ func toAPISession(s store.Session) api.Session {
 		Status: api.SessionStatus{
 			Status:       s.Status,
 			StatusDetail: s.StatusDetail,
-			Reason:       s.Reason,
+			Reason:       red.String(s.Reason),
 			LastSeq:      s.LastSeq,
 			StartedAt:    unixPtr(s.StartedAt),
 			EndedAt:      unixPtr(s.EndedAt),
@@ -78,6 +85,29 @@ func toAPISession(s store.Session) api.Session {
 			ArtifactsPrunedAt: unixPtr(s.ArtifactsPrunedAt),
 		},
 	}
+}
+
+// redactSpec returns spec with every secret value in its strings replaced.
+// A spec without one comes back as it is.
+func redactSpec(set *redact.Set, spec api.SessionSpec) api.SessionSpec {
+	if set == nil {
+		return spec
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return spec
+	}
+	red := set.JSON(raw)
+	if bytes.Equal(red, raw) {
+		return spec
+	}
+	var out api.SessionSpec
+	if err := json.Unmarshal(red, &out); err != nil {
+		// Not expected: JSON redaction keeps the document's shape. Show
+		// nothing rather than the secret.
+		return api.SessionSpec{Outpost: spec.Outpost, Agent: api.Agent{Kind: spec.Agent.Kind}}
+	}
+	return out
 }
 
 func toAPIToken(t store.Token) api.Token {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -25,6 +26,10 @@ type runner struct {
 	// early holds results that arrived before their call was awaited
 	// (a remote resending after a server restart). Owned by run.
 	early map[int64]resultMsg
+	// secrets redacts the session's secret values from what the runner
+	// writes on the transcript; the remote still gets calls as they are.
+	// Set by run before the first call.
+	secrets *redact.Set
 }
 
 // errSessionEnded stops a runner whose session ended under it.
@@ -139,6 +144,7 @@ func (r *runner) retry(ctx context.Context, what string, op func() error) error 
 
 // end gives the session its final status, retrying on store failures.
 func (r *runner) end(ctx context.Context, status, detail, reason string) {
+	reason = r.secrets.String(reason)
 	_ = r.retry(context.WithoutCancel(r.s.runCtx), "end session", func() error {
 		return r.s.endSession(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
 	})
@@ -167,6 +173,7 @@ func (r *runner) run(ctx context.Context) {
 	}); err != nil || api.IsFinal(sess.Status) {
 		return
 	}
+	r.secrets = redact.NewSet(sess.Secrets)
 	if max := sess.Spec.Limits.MaxDurationS; max > 0 && sess.StartedAt != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, sess.StartedAt.Add(time.Duration(max)*time.Second))
@@ -220,7 +227,9 @@ func (r *runner) fail(ctx context.Context, err error) {
 	r.end(ctx, api.StatusError, api.DetailError, "The control plane failed to run the session; see its log.")
 }
 
-// record writes a call and its transcript event before it is sent.
+// record writes a call and its transcript event before it is sent. The
+// call keeps its arguments as they are, to be sent (and, on a resume, sent
+// again); the event shows them with secret values redacted.
 func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64, err error) {
 	now := r.s.now()
 	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -229,7 +238,7 @@ func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64
 		}
 		return store.Mutation{
 			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
-			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: st.args}},
+			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: r.secrets.JSON(st.args)}},
 		}, nil
 	})
 	if err != nil {
@@ -324,7 +333,7 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}
 			if recordNext {
 				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
-				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: next.args})
+				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: r.secrets.JSON(next.args)})
 			}
 			return m, nil
 		})

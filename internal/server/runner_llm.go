@@ -234,7 +234,8 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 		maxSteps = defaultMaxSteps
 	}
 	tools := modelTools()
-	system := systemPrompt(sess)
+	// The model sees what the transcript shows: never a secret's value.
+	system := r.secrets.String(systemPrompt(sess))
 	for {
 		if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
 			r.fail(ctx, err)
@@ -319,10 +320,14 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 // recordAnswer writes the model's answer, its usage and the calls it asks
 // for in one transaction. Calls whose arguments are not valid, or of tools
 // that do not exist, get their error result at once: the model reads it
-// and can correct itself.
+// and can correct itself. The calls keep their arguments as the model wrote
+// them, to be sent to the remote; the answer's text and tool calls on the
+// transcript, which is also what the model reads back, have secret values
+// redacted.
 func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64) error {
 	now := r.s.now()
-	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: resp.Message.Text, Time: now.UnixMilli(), Seen: seen,
+	red := r.secrets
+	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: red.String(resp.Message.Text), Time: now.UnixMilli(), Seen: seen,
 		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
 	var calls []store.Call
 	var after []api.Event
@@ -332,14 +337,14 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 			tc.Name = "unnamed_tool" // an empty name would be refused when replayed
 		}
 		seq++
-		msg.ToolCalls = append(msg.ToolCalls, api.ToolCallRef{ID: tc.ID, Tool: tc.Name, Arguments: string(tc.Arguments), CallSeq: seq})
-		problem := toolCallProblem(tc)
+		msg.ToolCalls = append(msg.ToolCalls, api.ToolCallRef{ID: tc.ID, Tool: tc.Name, Arguments: string(red.JSON(tc.Arguments)), CallSeq: seq})
+		problem := red.String(toolCallProblem(tc))
 		args := json.RawMessage(tc.Arguments)
 		if !json.Valid(args) {
 			args = nil
 		}
 		call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: tc.Name, Args: args, CreatedAt: now}
-		after = append(after, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: tc.Name, Args: args})
+		after = append(after, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: tc.Name, Args: red.JSON(args)})
 		if problem != "" {
 			ok := false
 			call.Done, call.Error, call.DoneAt = true, problem, &now

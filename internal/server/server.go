@@ -22,6 +22,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/web"
@@ -71,7 +72,21 @@ type Options struct {
 	// database in DataDir; its migrations run at start.
 	DatabaseURL string
 	// Store replaces the embedded SQLite store (for tests of other stores).
+	// It seals secrets as it was opened to: the key options below are not
+	// used.
 	Store store.Store
+	// SecretKey is the 32-byte key session secrets are sealed with at rest
+	// (AES-256-GCM). nil means the key in SecretKeyFile.
+	SecretKey []byte
+	// SecretKeyFile holds the key (base64 or hex) when SecretKey is nil;
+	// "" means DataDir/secret-key, which the first start creates (0600)
+	// with a random key. A file named here must exist. When SecretKey is
+	// set, an existing key file's key is used as an old key.
+	SecretKeyFile string
+	// OldSecretKeys open secrets sealed under earlier keys. At start the
+	// store seals every session's secrets anew under the current key, so
+	// an old key is needed for one start after a rotation.
+	OldSecretKeys [][]byte
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Stdout receives the one-time admin token notice; nil means os.Stdout.
@@ -188,15 +203,15 @@ func IsPostgresURL(u string) bool {
 }
 
 // openStore opens the PostgreSQL database of opts.DatabaseURL, or else the
-// embedded SQLite database in the data dir.
-func openStore(ctx context.Context, opts Options) (store.Store, error) {
+// embedded SQLite database in the data dir, sealing secrets with keys.
+func openStore(ctx context.Context, opts Options, keys *sealed.Keyring) (store.Store, error) {
 	if opts.DatabaseURL == "" {
-		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"))
+		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"), sqlite.WithKeyring(keys))
 	}
 	if !IsPostgresURL(opts.DatabaseURL) {
 		return nil, errors.New("the database URL must start with postgres:// or postgresql://")
 	}
-	return postgres.Open(ctx, opts.DatabaseURL)
+	return postgres.Open(ctx, opts.DatabaseURL, postgres.WithKeyring(keys))
 }
 
 // New opens the store, creates the admin token on first start and binds
@@ -296,9 +311,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
 	s.store = opts.Store
 	if s.store == nil {
-		st, err := openStore(ctx, opts)
+		st, err := s.openSealedStore(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("server: open database: %w", err)
+			return nil, err
 		}
 		s.store = st
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -192,17 +193,19 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 	}
+	red := redact.NewSet(req.Secrets)
 	events := []api.Event{statusEvent(sess, now)}
 	if req.Agent.Kind == api.AgentLLM {
-		// The prompt opens the conversation, before anything else can.
-		events = append(events, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: req.Prompt, Time: now.UnixMilli()})
+		// The prompt opens the conversation, before anything else can. Like
+		// all the transcript, and so the model, it never shows a secret.
+		events = append(events, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: red.String(req.Prompt), Time: now.UnixMilli()})
 	}
 	if err := s.store.CreateSession(ctx, sess, entry, events); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
 	s.metrics.sessionsCreated.Inc()
 	s.queueChanged.notify()
-	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", sess.Spec.Title)
+	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", red.String(sess.Spec.Title))
 	writeJSON(w, http.StatusCreated, toAPISession(sess))
 	return nil
 }
@@ -314,7 +317,7 @@ func (s *Server) terminateSession(w http.ResponseWriter, r *http.Request) error 
 		if len(req.Reason) > 1000 {
 			return errBadRequest("reason is longer than 1000 characters.")
 		}
-		reason = "Terminated by a user: " + req.Reason
+		reason = "Terminated by a user: " + redact.NewSet(sess.Secrets).String(req.Reason)
 	}
 	if err := s.endSession(ctx, sess.ID, api.StatusExit, api.DetailUserRequest, reason); err != nil {
 		return err
@@ -354,7 +357,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		if api.IsFinal(cur.Status) {
 			return store.Mutation{}, errConflict("Session %s has ended (%s, %s); it takes no more messages.", sess.ID, cur.Status, cur.StatusDetail)
 		}
-		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: req.Text, Time: now.UnixMilli()}}}, nil
+		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: redact.NewSet(sess.Secrets).String(req.Text), Time: now.UnixMilli()}}}, nil
 	})
 	mu.Unlock()
 	if err != nil {

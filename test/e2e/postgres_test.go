@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 // TestPostgresSessionSurvivesRestart runs the server on PostgreSQL (a real
@@ -17,12 +18,18 @@ import (
 // worker to completion, the server is killed with SIGKILL and started again
 // on a new, empty data dir and the same database, and the session, its
 // transcript, the outpost and the worker's token are all still there; a
-// second session then runs on the same worker.
+// second session then runs on the same worker. The servers share the key
+// session secrets are sealed with through OUTPOST_SECRET_KEY, as servers
+// on one database must.
 func TestPostgresSessionSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.StartT(t, pgtest.Options{Fsync: true})
 	db := pg.Database(t)
-	c := startCluster(t, "--database", db)
+	key, err := sealed.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startClusterEnv(t, []string{"OUTPOST_SECRET_KEY=" + sealed.EncodeKey(key)}, "--database", db)
 	token := setupOutpost(t, c, "pg")
 	startWorker(t, c, "pg", token)
 

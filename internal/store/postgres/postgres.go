@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 // maxAttempts bounds how often a write transaction is tried when PostgreSQL
@@ -56,8 +57,13 @@ const connectTimeout = 15 * time.Second
 type Store struct {
 	pool *pgxpool.Pool
 
+	// keys seal session secrets; nil keeps them as plaintext JSON.
+	keys *sealed.Keyring
+
 	// migrated lists the migration versions this Open applied.
 	migrated []int
+	// resealed counts the sessions whose secrets this Open sealed anew.
+	resealed int
 }
 
 var _ store.Store = (*Store)(nil)
@@ -66,7 +72,7 @@ var _ store.Store = (*Store)(nil)
 // or a key=value DSN), checks it answers and brings its schema up to date.
 // It fails when the database was written by a newer version of outpost.
 // Error messages name the host, port, database and user, never the password.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgconn redacts the password in its parse errors.
@@ -91,7 +97,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("postgres: cannot reach the database at %s: %w", where, oneLine{err})
 	}
 	s := &Store{pool: pool}
+	for _, o := range opts {
+		o(s)
+	}
 	if s.migrated, err = migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: %w", where, err)
+	}
+	if s.resealed, err = s.reseal(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}

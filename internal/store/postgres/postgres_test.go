@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/storetest"
 )
 
@@ -29,10 +32,62 @@ func openTemp(tb testing.TB) (*Store, string) {
 	return s, url
 }
 
+// The suite runs with secrets sealed, as a server keeps them.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, _ := openTemp(t)
+		k, err := sealed.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := sealed.NewKeyring(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithKeyring(keys))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
 		return s
+	})
+}
+
+// sealedDB is one database for storetest.RunSealed; the raw column is read
+// and written over a connection of its own, past the store.
+type sealedDB struct{ url string }
+
+func (d sealedDB) Open(t *testing.T, keys *sealed.Keyring) (store.Store, error) {
+	return Open(t.Context(), d.url, WithKeyring(keys))
+}
+
+func (d sealedDB) conn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func (d sealedDB) RawSecrets(t *testing.T, id string) string {
+	t.Helper()
+	var v string
+	if err := d.conn(t).QueryRow(t.Context(), `SELECT secrets_json FROM sessions WHERE id = $1`, id).Scan(&v); err != nil {
+		t.Fatalf("read raw secrets of %s: %v", id, err)
+	}
+	return v
+}
+
+func (d sealedDB) SetRawSecrets(t *testing.T, id, text string) {
+	t.Helper()
+	if _, err := d.conn(t).Exec(t.Context(), `UPDATE sessions SET secrets_json = $1 WHERE id = $2`, text, id); err != nil {
+		t.Fatalf("write raw secrets of %s: %v", id, err)
+	}
+}
+
+func TestSealed(t *testing.T) {
+	storetest.RunSealed(t, func(t *testing.T) storetest.SealedDB {
+		return sealedDB{url: pgtest.Shared(t).Database(t)}
 	})
 }
 

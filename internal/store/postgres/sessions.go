@@ -12,12 +12,14 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 const sessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
 
-func scanSession(sc scanner) (store.Session, error) {
+// scanSession reads sessionCols, opening the secrets with keys.
+func scanSession(sc scanner, keys *sealed.Keyring) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
 	var caps, usage *string
@@ -30,7 +32,8 @@ func scanSession(sc scanner) (store.Session, error) {
 	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
 		return store.Session{}, fmt.Errorf("session %s spec: %w", s.ID, err)
 	}
-	if err := json.Unmarshal([]byte(secrets), &s.Secrets); err != nil {
+	var err error
+	if s.Secrets, err = keys.OpenSecrets(s.ID, secrets); err != nil {
 		return store.Session{}, fmt.Errorf("session %s secrets: %w", s.ID, err)
 	}
 	if err := decodeState(&s, caps, usage); err != nil {
@@ -113,13 +116,14 @@ func queueUpdateState(b *pgx.Batch, s *store.Session) error {
 	return nil
 }
 
-// queueInsertSession queues into b the insert of s.
-func queueInsertSession(b *pgx.Batch, s *store.Session) error {
+// queueInsertSession queues into b the insert of s, its secrets sealed
+// with keys.
+func queueInsertSession(b *pgx.Batch, s *store.Session, keys *sealed.Keyring) error {
 	spec, err := marshal(s.Spec)
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
-	secrets, err := marshal(s.Secrets)
+	secrets, err := keys.SealSecrets(s.ID, s.Secrets)
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
@@ -128,10 +132,10 @@ func queueInsertSession(b *pgx.Batch, s *store.Session) error {
 		return err
 	}
 	b.Queue(`INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
-		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
+		secrets_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage)
+		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage, keys.ID())
 	return nil
 }
 
@@ -142,7 +146,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 	var entry store.QueueEntry
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		if err := queueInsertSession(b, &sess); err != nil {
+		if err := queueInsertSession(b, &sess, s.keys); err != nil {
 			return err
 		}
 		// A new session has no events yet (were it not new, the insert
@@ -168,7 +172,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
+	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id), s.keys)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("postgres: get session %s: %w", id, mapErr(err))
 	}
@@ -210,7 +214,7 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 			return err
 		}
 		var err error
-		out, err = collect(scanSession)(tx.Query(ctx, q, pargs...))
+		out, err = collect(func(sc scanner) (store.Session, error) { return scanSession(sc, s.keys) })(tx.Query(ctx, q, pargs...))
 		return err
 	})
 	if err != nil {

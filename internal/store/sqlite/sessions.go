@@ -10,12 +10,14 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 const sessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
 
-func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
+// scanSession reads sessionCols, opening the secrets with keys.
+func scanSession(sc interface{ Scan(...any) error }, keys *sealed.Keyring) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
 	var caps, usage sql.NullString
@@ -31,7 +33,8 @@ func scanSession(sc interface{ Scan(...any) error }) (store.Session, error) {
 	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
 		return store.Session{}, fmt.Errorf("session %s spec: %w", s.ID, err)
 	}
-	if err := json.Unmarshal([]byte(secrets), &s.Secrets); err != nil {
+	var err error
+	if s.Secrets, err = keys.OpenSecrets(s.ID, secrets); err != nil {
 		return store.Session{}, fmt.Errorf("session %s secrets: %w", s.ID, err)
 	}
 	if caps.Valid {
@@ -115,13 +118,14 @@ func updateState(ctx context.Context, tx *sql.Tx, s *store.Session) error {
 		s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage))
 }
 
-// writeSession inserts s, or replaces the stored row when replace is set.
-func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, replace bool) error {
+// writeSession inserts s, or replaces the stored row when replace is set,
+// sealing its secrets with keys.
+func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, keys *sealed.Keyring, replace bool) error {
 	spec, err := marshal(s.Spec)
 	if err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
-	secrets, err := marshal(s.Secrets)
+	secrets, err := keys.SealSecrets(s.ID, s.Secrets)
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
@@ -136,15 +140,16 @@ func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, replace boo
 		return fmt.Errorf("usage: %w", err)
 	}
 	args := []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage}
+		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage, keys.ID()}
 	if replace {
 		return mustAffect(tx.ExecContext(ctx, `UPDATE sessions SET outpost_id = ?2, title_fold = ?3, spec_json = ?4,
 			secrets_json = ?5, status = ?6, status_detail = ?7, reason = ?8, last_seq = ?9, capabilities_json = ?10,
-			created_at = ?11, updated_at = ?12, started_at = ?13, ended_at = ?14, usage_json = ?15 WHERE id = ?1`, args...))
+			created_at = ?11, updated_at = ?12, started_at = ?13, ended_at = ?14, usage_json = ?15, secrets_key = ?16
+			WHERE id = ?1`, args...))
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
-		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
+		secrets_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	return err
 }
 
@@ -153,7 +158,7 @@ func writeSession(ctx context.Context, tx *sql.Tx, s *store.Session, replace boo
 // Seq and SessionID into events.
 func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.QueueEntry, events []api.Event) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := writeSession(ctx, tx, &sess, false); err != nil {
+		if err := writeSession(ctx, tx, &sess, s.keys, false); err != nil {
 			return err
 		}
 		if e != nil {
@@ -172,7 +177,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	sess, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	sess, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id), s.keys)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("sqlite: get session %s: %w", id, mapErr(err))
 	}
@@ -216,7 +221,7 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		}
 		defer rows.Close()
 		for rows.Next() {
-			sess, err := scanSession(rows)
+			sess, err := scanSession(rows, s.keys)
 			if err != nil {
 				return err
 			}

@@ -23,6 +23,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 // busyTimeoutMS bounds how long a connection waits for a lock another
@@ -34,15 +35,30 @@ type Store struct {
 	w *sql.DB // the single writer connection
 	r *sql.DB // read-only pool
 
+	// keys seal session secrets; nil keeps them as plaintext JSON.
+	keys *sealed.Keyring
+
 	// migrated lists the migration versions this Open applied.
 	migrated []int
+	// resealed counts the sessions whose secrets this Open sealed anew.
+	resealed int
 }
 
 var _ store.Store = (*Store)(nil)
 
+// Option configures Open.
+type Option func(*Store)
+
+// WithKeyring seals session secrets at rest with keys. Open then reseals,
+// under the keyring's current key, the secrets of every session that are
+// plaintext (written without a keyring) or sealed under an older key, and
+// fails when some are sealed under a key the keyring lacks. Without it,
+// secrets are written as plaintext JSON and sealed ones do not open.
+func WithKeyring(keys *sealed.Keyring) Option { return func(s *Store) { s.keys = keys } }
+
 // Open opens (creating if needed) the database at path and brings its schema
 // up to date. It fails when the database was written by a newer version.
-func Open(ctx context.Context, path string) (*Store, error) {
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("sqlite: open %q: invalid path", path)
 	}
@@ -83,7 +99,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxIdleConns(n)
 
 	s := &Store{w: w, r: r}
+	for _, o := range opts {
+		o(s)
+	}
 	if s.migrated, err = migrate(ctx, w); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if s.resealed, err = s.reseal(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

@@ -2,7 +2,10 @@ package sqlite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/storetest"
 )
 
@@ -29,11 +33,116 @@ func openTemp(tb testing.TB) (*Store, string) {
 	return s, path
 }
 
+// testKeys returns a keyring of one new key.
+func testKeys(tb testing.TB) *sealed.Keyring {
+	tb.Helper()
+	k, err := sealed.GenerateKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys, err := sealed.NewKeyring(k)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return keys
+}
+
+// The suite runs with secrets sealed, as a server keeps them.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, _ := openTemp(t)
+		s, err := Open(t.Context(), filepath.Join(t.TempDir(), "outpost.db"), WithKeyring(testKeys(t)))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
 		return s
 	})
+}
+
+// sealedDB is one database file for storetest.RunSealed; the raw column
+// is read and written through database/sql, past the store.
+type sealedDB struct{ path string }
+
+func (d sealedDB) Open(t *testing.T, keys *sealed.Keyring) (store.Store, error) {
+	return Open(t.Context(), d.path, WithKeyring(keys))
+}
+
+func (d sealedDB) raw(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", d.path+"?_busy_timeout=10000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func (d sealedDB) RawSecrets(t *testing.T, id string) string {
+	t.Helper()
+	var v string
+	if err := d.raw(t).QueryRowContext(t.Context(), `SELECT secrets_json FROM sessions WHERE id = ?`, id).Scan(&v); err != nil {
+		t.Fatalf("read raw secrets of %s: %v", id, err)
+	}
+	return v
+}
+
+func (d sealedDB) SetRawSecrets(t *testing.T, id, text string) {
+	t.Helper()
+	if _, err := d.raw(t).ExecContext(t.Context(), `UPDATE sessions SET secrets_json = ? WHERE id = ?`, text, id); err != nil {
+		t.Fatalf("write raw secrets of %s: %v", id, err)
+	}
+}
+
+func TestSealed(t *testing.T) {
+	storetest.RunSealed(t, func(t *testing.T) storetest.SealedDB {
+		return sealedDB{path: filepath.Join(t.TempDir(), "outpost.db")}
+	})
+}
+
+// TestSealedFile looks for a secret's bytes in the database file and its
+// write-ahead log, as someone who copied them would.
+func TestSealedFile(t *testing.T) {
+	const value = "hunter2-in-the-file"
+	path := filepath.Join(t.TempDir(), "outpost.db")
+	keys := testKeys(t)
+	s, err := Open(t.Context(), path, WithKeyring(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := store.Session{ID: "s1", OutpostID: "op", Status: api.StatusNew, CreatedAt: time.UnixMilli(1700000000000).UTC(),
+		Secrets: map[string]string{"API_TOKEN": value}}
+	if err := s.CreateSession(t.Context(), sess, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	look := func(when string) {
+		t.Helper()
+		for _, f := range []string{path, path + "-wal"} {
+			b, err := os.ReadFile(f)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte(value)) {
+				t.Errorf("%s: %s holds the secret's value", when, filepath.Base(f))
+			}
+		}
+	}
+	look("open")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	look("closed")
+	// The value really is there, sealed: the store opens it again.
+	s, err = Open(t.Context(), path, WithKeyring(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.GetSession(t.Context(), "s1")
+	if err != nil || got.Secrets["API_TOKEN"] != value {
+		t.Fatalf("get = %v, %v", got.Secrets, err)
+	}
 }
 
 func TestPragmas(t *testing.T) {

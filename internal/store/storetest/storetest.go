@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store.Store
 // implementation must pass. An implementation's tests call Run with a
-// function that opens a fresh, empty store.
+// function that opens a fresh, empty store, and RunSealed (session secrets
+// sealed at rest) with one that gives a fresh database to open with keys.
 //
 // Times are compared at millisecond precision, the coarsest any
 // implementation keeps, and are expected back in UTC.

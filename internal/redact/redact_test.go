@@ -1,4 +1,4 @@
-package remote
+package redact
 
 import (
 	"encoding/json"
@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// redactChunks streams chunks through a fresh redactor.
-func redactChunks(set *secretSet, chunks ...string) string {
-	r := newRedactor(set)
+// redactChunks streams chunks through a fresh Stream.
+func redactChunks(set *Set, chunks ...string) string {
+	r := NewStream(set)
 	var b strings.Builder
 	for _, c := range chunks {
 		b.Write(r.Write([]byte(c)))
@@ -18,7 +18,7 @@ func redactChunks(set *secretSet, chunks ...string) string {
 }
 
 func TestRedactorEverySplitPoint(t *testing.T) {
-	set := newSecretSet(map[string]string{"TOKEN": "hunter2-abc", "KEY": "k3y"})
+	set := NewSet(map[string]string{"TOKEN": "hunter2-abc", "KEY": "k3y"})
 	in := "a hunter2-abc b k3y c hunter2-ab hunter2-abc"
 	want := "a [REDACTED:TOKEN] b [REDACTED:KEY] c hunter2-ab [REDACTED:TOKEN]"
 	if got := redactChunks(set, in); got != want {
@@ -42,7 +42,7 @@ func TestRedactorEverySplitPoint(t *testing.T) {
 }
 
 func TestRedactorOverlappingSecrets(t *testing.T) {
-	set := newSecretSet(map[string]string{"SHORT": "abc", "LONG": "abcdef", "REP": "aab"})
+	set := NewSet(map[string]string{"SHORT": "abc", "LONG": "abcdef", "REP": "aab"})
 	cases := map[string]string{
 		"abcdef":    "[REDACTED:LONG]",
 		"abcde":     "[REDACTED:SHORT]de",
@@ -62,7 +62,7 @@ func TestRedactorOverlappingSecrets(t *testing.T) {
 }
 
 func TestRedactorHoldsBackOnlyPossibleSecrets(t *testing.T) {
-	r := newRedactor(newSecretSet(map[string]string{"S": "secret"}))
+	r := NewStream(NewSet(map[string]string{"S": "secret"}))
 	if got := string(r.Write([]byte("plain text se"))); got != "plain text " {
 		t.Errorf("first write = %q", got)
 	}
@@ -81,9 +81,9 @@ func TestRedactorHoldsBackOnlyPossibleSecrets(t *testing.T) {
 }
 
 func TestRedactJSON(t *testing.T) {
-	set := newSecretSet(map[string]string{"Q": `pa"ss<word>`})
+	set := NewSet(map[string]string{"Q": `pa"ss<word>`})
 	raw, _ := json.Marshal(map[string]any{"content": `x pa"ss<word> y`, "n": 12345678901234567, "list": []string{`pa"ss<word>`}})
-	got := string(set.redactJSON(raw))
+	got := string(set.JSON(raw))
 	if strings.Contains(got, "pa") || !strings.Contains(got, "12345678901234567") {
 		t.Errorf("redacted = %s", got)
 	}
@@ -99,36 +99,23 @@ func TestRedactJSON(t *testing.T) {
 	}
 }
 
-func TestOutboxDropsBeyondLimit(t *testing.T) {
-	o := newOutbox()
-	chunk := make([]byte, 1<<20)
-	for range 9 {
-		o.pushOutput(1, "stdout", chunk)
-	}
-	o.pushResult(1)
-	var data, markers int
-	var sawResult bool
-	for {
-		it, ok := o.pop()
-		if !ok {
-			break
-		}
-		switch {
-		case it.output == nil:
-			sawResult = true
-		case string(it.output.Data) == dropMarker:
-			markers++
-		default:
-			if len(it.output.Data) > maxChunk {
-				t.Fatalf("chunk of %d bytes", len(it.output.Data))
-			}
-			data += len(it.output.Data)
+func TestRedactJSONUnchanged(t *testing.T) {
+	set := NewSet(map[string]string{"Q": "hunter2"})
+	for _, raw := range []string{`{ "b": 1,  "a": "x<y" }`, `[1, 2.50, "z"]`, `"plain"`} {
+		if got := string(set.JSON(json.RawMessage(raw))); got != raw {
+			t.Errorf("JSON(%s) = %s, want it unchanged", raw, got)
 		}
 	}
-	if data != maxBuffered || markers != 1 || !sawResult {
-		t.Errorf("data=%d markers=%d result=%v", data, markers, sawResult)
+	// Not one JSON document: redacted as text, nothing dropped.
+	if got := string(set.JSON(json.RawMessage(`{"a":1} {"b":"hunter2"}`))); got != `{"a":1} {"b":"[REDACTED:Q]"}` {
+		t.Errorf("two documents = %s", got)
 	}
-	if o.bytes != 0 {
-		t.Errorf("bytes = %d after draining", o.bytes)
+	// A value hidden behind JSON escapes is still found.
+	if got := string(set.JSON(json.RawMessage(`{"cmd":"echo hunter\u0032"}`))); strings.Contains(got, "hunter") {
+		t.Errorf("escaped = %s", got)
+	}
+	var nilSet *Set
+	if got := nilSet.String("hunter2"); got != "hunter2" {
+		t.Errorf("nil set = %q", got)
 	}
 }

@@ -1,9 +1,17 @@
-package remote
+// Package redact replaces secret values with [REDACTED:NAME]. It is the one
+// rule for secrets everywhere: the remote applies it to tool output and
+// results before they leave the machine, the control plane to what it writes
+// on transcripts (the arguments of calls, messages), so a value never shows
+// in one place and not in another. The value is matched as it is, also
+// inside JSON strings (after their escapes are decoded) and across the
+// chunks of a stream.
+package redact
 
 import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"strings"
 )
 
 // secret is one secret value and what replaces it.
@@ -12,16 +20,17 @@ type secret struct {
 	repl  []byte
 }
 
-// secretSet redacts a fixed set of secrets. A nil *secretSet redacts nothing.
-type secretSet struct {
+// Set redacts a fixed set of secrets. A nil *Set redacts nothing. A Set is
+// safe for concurrent use.
+type Set struct {
 	list  []secret // longest value first
 	first [256]bool
 }
 
-// newSecretSet returns the set for secrets (name → value); empty values are
+// NewSet returns the set for secrets (name → value); empty values are
 // ignored. It returns nil when there is nothing to redact.
-func newSecretSet(secrets map[string]string) *secretSet {
-	s := &secretSet{}
+func NewSet(secrets map[string]string) *Set {
+	s := &Set{}
 	for name, v := range secrets {
 		if v == "" {
 			continue
@@ -49,7 +58,7 @@ func newSecretSet(secrets map[string]string) *secretSet {
 // wins, and a shorter secret is not replaced while a longer one may still
 // match there. Secrets that overlap in buf are replaced together, so no part
 // of either is shown.
-func (s *secretSet) scan(buf []byte, final bool) (out, rest []byte) {
+func (s *Set) scan(buf []byte, final bool) (out, rest []byte) {
 	if s == nil {
 		return buf, nil
 	}
@@ -93,7 +102,7 @@ func (s *secretSet) scan(buf []byte, final bool) (out, rest []byte) {
 
 // matchAt returns the longest secret at buf[i:], or hold when buf ends with
 // a proper prefix of a secret at least as long as any match there.
-func (s *secretSet) matchAt(buf []byte, i int, final bool) (match *secret, hold bool) {
+func (s *Set) matchAt(buf []byte, i int, final bool) (match *secret, hold bool) {
 	for k := range s.list {
 		sec := &s.list[k]
 		if len(buf)-i >= len(sec.value) {
@@ -107,8 +116,8 @@ func (s *secretSet) matchAt(buf []byte, i int, final bool) (match *secret, hold 
 	return nil, false
 }
 
-// redactString replaces every secret in str.
-func (s *secretSet) redactString(str string) string {
+// String replaces every secret in str.
+func (s *Set) String(str string) string {
 	if s == nil {
 		return str
 	}
@@ -116,11 +125,16 @@ func (s *secretSet) redactString(str string) string {
 	return string(out)
 }
 
-// redactJSON replaces every secret in the strings (and object keys) of a
-// JSON document.
-func (s *secretSet) redactJSON(raw json.RawMessage) json.RawMessage {
+// JSON replaces every secret in the strings (and object keys) of a JSON
+// document; what is not JSON is redacted as text. A document without a
+// secret comes back as it is, byte for byte.
+func (s *Set) JSON(raw json.RawMessage) json.RawMessage {
 	if s == nil || len(raw) == 0 {
 		return raw
+	}
+	if !json.Valid(raw) {
+		out, _ := s.scan(raw, true)
+		return out
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -129,7 +143,11 @@ func (s *secretSet) redactJSON(raw json.RawMessage) json.RawMessage {
 		out, _ := s.scan(raw, true)
 		return out
 	}
-	out, err := json.Marshal(s.redactAny(v))
+	v, changed := s.redactAny(v)
+	if !changed {
+		return raw
+	}
+	out, err := json.Marshal(v)
 	if err != nil {
 		out, _ := s.scan(raw, true)
 		return out
@@ -137,38 +155,52 @@ func (s *secretSet) redactJSON(raw json.RawMessage) json.RawMessage {
 	return out
 }
 
-func (s *secretSet) redactAny(v any) any {
+// redactAny redacts the strings of a decoded JSON value and reports
+// whether any changed.
+func (s *Set) redactAny(v any) (any, bool) {
 	switch x := v.(type) {
 	case string:
-		return s.redactString(x)
+		r := s.String(x)
+		return r, r != x
 	case []any:
+		changed := false
 		for i := range x {
-			x[i] = s.redactAny(x[i])
+			var c bool
+			x[i], c = s.redactAny(x[i])
+			changed = changed || c
 		}
-		return x
+		return x, changed
 	case map[string]any:
 		m := make(map[string]any, len(x))
+		changed := false
 		for k, e := range x {
-			m[s.redactString(k)] = s.redactAny(e)
+			rk := s.String(k)
+			re, c := s.redactAny(e)
+			m[rk] = re
+			changed = changed || c || rk != k
 		}
-		return m
+		return m, changed
 	}
-	return v
+	return v, false
 }
 
-// redactor redacts one output stream of one call. A secret split across two
+// Stream redacts one output stream (of one call). A secret split across two
 // writes is still replaced: bytes that may begin a secret are held back until
 // the next write or Flush.
-type redactor struct {
-	set     *secretSet
+type Stream struct {
+	set     *Set
 	pending []byte
 }
 
-func newRedactor(set *secretSet) *redactor { return &redactor{set: set} }
+// NewStream returns a Stream redacting set.
+func NewStream(set *Set) *Stream { return &Stream{set: set} }
+
+// Set is the set the stream redacts.
+func (r *Stream) Set() *Set { return r.set }
 
 // Write returns the part of p (after what was held back) that is safe to
 // send. The result may alias p.
-func (r *redactor) Write(p []byte) []byte {
+func (r *Stream) Write(p []byte) []byte {
 	if r.set == nil {
 		return p
 	}
@@ -182,11 +214,47 @@ func (r *redactor) Write(p []byte) []byte {
 }
 
 // Flush returns what was held back, redacted.
-func (r *redactor) Flush() []byte {
+func (r *Stream) Flush() []byte {
 	if len(r.pending) == 0 {
 		return nil
 	}
 	out, _ := r.set.scan(r.pending, true)
 	r.pending = nil
 	return out
+}
+
+// Scanner finds secret values in a stream of chunks, also when one is split
+// across two chunks: for data that must not leave at all rather than be
+// redacted (an artifact).
+type Scanner struct {
+	set   *Set
+	carry []byte
+	max   int
+}
+
+// NewScanner returns a Scanner for set.
+func NewScanner(set *Set) *Scanner {
+	sc := &Scanner{set: set}
+	if set != nil {
+		for _, s := range set.list {
+			sc.max = max(sc.max, len(s.value))
+		}
+	}
+	return sc
+}
+
+// Find returns the name of a secret found in the stream so far, or "".
+func (sc *Scanner) Find(p []byte) string {
+	if sc.set == nil {
+		return ""
+	}
+	window := append(sc.carry, p...)
+	for _, s := range sc.set.list {
+		if bytes.Contains(window, s.value) {
+			return strings.TrimSuffix(strings.TrimPrefix(string(s.repl), "[REDACTED:"), "]")
+		}
+	}
+	keep := min(len(window), sc.max-1)
+	sc.carry = append(sc.carry[:0:0], window[len(window)-keep:]...)
+	return ""
 }
