@@ -96,12 +96,6 @@ func (l *Layout) DevBind(path string) *Layout {
 	return l
 }
 
-// Tmpfs mounts an empty tmpfs at dest.
-func (l *Layout) Tmpfs(dest string) *Layout {
-	l.args = append(l.args, "--tmpfs", dest)
-	return l
-}
-
 // maskUnder masks what b shows of the hidden paths.
 func (l *Layout) maskUnder(b Bind) {
 	srcs := []string{filepath.Clean(b.Src)}
@@ -147,7 +141,3 @@ func (l *Layout) Args() []string {
 	}
 	return args
 }
-
-// Hidden lists the host paths the layout never shows, as given and with
-// symlinks resolved.
-func (l *Layout) Hidden() []string { return slices.Clone(l.hide) }

@@ -5,11 +5,11 @@
 // terminal session, and an environment of the caller's choosing only.
 //
 // It holds what the orchestrator's bwrap backend and the worker's bwrap
-// isolation share: the mount layout (Layout), with host paths it must never
-// show (Layout.Hide), the namespace flags (NamespaceArgs), the environment
-// (EnvArgs), handing bwrap its arguments off the command line (ArgsFile),
-// the check that bwrap works here (Probe), and the processes of a running
-// sandbox (CommandPids).
+// isolation share: the mount layout (Layout), which never shows the host
+// paths it is told to hide, the namespace flags (NamespaceArgs), the
+// environment (EnvArgs), handing bwrap its arguments off the command line
+// (ArgsFile), the check that bwrap works here (Probe), and the processes
+// of a running sandbox (CommandPids, Status).
 package sandbox
 
 import (
