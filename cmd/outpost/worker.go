@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
@@ -33,6 +34,15 @@ type WorkerStartOptions struct {
 	ConnectToken string
 	// PTYBridgePort is accepted for the public worker's sake and ignored.
 	PTYBridgePort string
+	// Isolation is how session code is kept from the worker's credentials
+	// (worker.Isolation); RunAs, RunAsHome and the binds refine it.
+	Isolation    string
+	RunAs        string
+	RunAsHome    string
+	BwrapBinds   []string
+	BwrapROBinds []string
+
+	isolation worker.IsolationOptions
 
 	pollIntervalSecs int
 	// StaticBaseURL, CacheDir and RemoteBinarySHA say which remote build
@@ -67,6 +77,16 @@ The token needs the outposts.machine scope. On SIGINT or SIGTERM the worker
 stops claiming, gives the running session --grace-period to finish, then
 releases its claim so the session goes back to the queue.
 
+Session isolation (--isolation, env OUTPOST_WORKER_ISOLATION): session code
+must not read the worker's token. bwrap runs each remote in a bubblewrap
+sandbox (its own processes only; the workspace and the session's state dir
+read-write; the system directories read-only; no data dir, config or home of
+the worker; no sudo). user runs it as another Unix user (--run-as USER; the
+worker runs as root). none runs it as the worker's own user, which can read
+the worker's token. auto, the default, is bwrap when bubblewrap works here,
+else user when --run-as is given, else none with a warning. Add sandbox binds
+with --bwrap-bind and --bwrap-ro-bind SRC[:DEST] (repeatable).
+
 Each environment variable also answers to the public Outposts contract's
 name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins
 over both:
@@ -94,6 +114,8 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 		Example: `  outpost worker start --outpost dev
   cd ~/work && OUTPOST_TOKEN=... outpost worker start --outpost gpu-h200 --server https://outpost.example.com
   outpost worker start --outpost dev --session ses_123 --acceptor-id orchestrator-7
+  outpost worker start --outpost dev --isolation bwrap --bwrap-ro-bind /srv/git
+  sudo outpost worker start --outpost dev --isolation user --run-as outpost-session --dir /srv/outpost/work
   DEVIN_REMOTE_SESSION_TOKEN=... DEVIN_OUTPOST_GATEWAY_URL=wss://outpost.example.com/v1/gateway \
     outpost worker start --session ses_123
   outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost`,
@@ -124,6 +146,11 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env OUTPOST_WORKER_STATIC_BASE_URL, then DEVIN_WORKER_STATIC_BASE_URL; default <server>/dist/)")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env OUTPOST_WORKER_CACHE_DIR, then DEVIN_WORKER_CACHE_DIR; default <data-dir>/cache)")
 	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env OUTPOST_WORKER_REMOTE_SHA, then DEVIN_WORKER_REMOTE_SHA; default the latest published)")
+	fl.StringVar(&opts.Isolation, "isolation", string(worker.IsolationAuto), "how session code is kept from the worker's credentials: auto, bwrap, user or none (env OUTPOST_WORKER_ISOLATION)")
+	fl.StringVar(&opts.RunAs, "run-as", "", "Unix user sessions run as (--isolation user; with bwrap, the user bwrap runs as); the worker must run as root")
+	fl.StringVar(&opts.RunAsHome, "run-as-home", "", "HOME of the run-as user in --isolation user (default <dir>/.home)")
+	fl.StringArrayVar(&opts.BwrapBinds, "bwrap-bind", nil, "bwrap isolation: bind host path SRC read-write at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
+	fl.StringArrayVar(&opts.BwrapROBinds, "bwrap-ro-bind", nil, "bwrap isolation: bind host path SRC read-only at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		switch name {
 		case "session-id":
@@ -207,6 +234,9 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	if o.Outpost == "" && o.SessionID == "" {
 		return usageErrorf("worker start needs --outpost NAME-OR-ID")
 	}
+	if err := o.resolveIsolation(fl, f); err != nil {
+		return err
+	}
 	if fl.Changed("poll-interval-secs") {
 		if fl.Changed("poll-interval") {
 			return usageErrorf("give --poll-interval or --poll-interval-secs, not both")
@@ -244,6 +274,7 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		GracePeriod:  o.GracePeriod,
 		Logger:       log,
 		Stdout:       f.IO.Out,
+		Isolation:    o.isolation,
 	}
 	if o.ConnectToken != "" {
 		// Direct-serve: no API client, no account token. The connect token
@@ -268,6 +299,45 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		log.Warn("cannot mark the worker not dumpable", "err", err)
 	}
 	return worker.Run(ctx, o.withRemote(opts))
+}
+
+// resolveIsolation checks the isolation flags and hides the saved login
+// from sessions.
+func (o *WorkerStartOptions) resolveIsolation(fl *pflag.FlagSet, f *Factory) error {
+	env := envFallback{fl: fl, getenv: f.Getenv}
+	env.string("isolation", api.EnvWorkerIsolation, &o.Isolation)
+	mode, err := worker.ParseIsolation(o.Isolation)
+	if err != nil {
+		return usageErrorf("--isolation: %v", err)
+	}
+	iso := worker.IsolationOptions{Mode: mode, RunAs: o.RunAs, RunAsHome: o.RunAsHome}
+	switch {
+	case o.RunAs != "" && mode == worker.IsolationNone:
+		return usageErrorf("--run-as needs --isolation user, bwrap or auto: with none sessions run as the worker's own user")
+	case o.RunAs == "" && mode == worker.IsolationUser:
+		return usageErrorf("--isolation user needs --run-as USER: the Unix user sessions run as")
+	case o.RunAsHome != "" && !filepath.IsAbs(o.RunAsHome):
+		return usageErrorf("--run-as-home must be an absolute path")
+	case len(o.BwrapBinds)+len(o.BwrapROBinds) > 0 && (mode == worker.IsolationNone || mode == worker.IsolationUser):
+		return usageErrorf("--bwrap-bind and --bwrap-ro-bind need --isolation bwrap or auto")
+	}
+	for _, flag := range []struct {
+		specs []string
+		ro    bool
+	}{{o.BwrapBinds, false}, {o.BwrapROBinds, true}} {
+		for _, spec := range flag.specs {
+			b, err := sandbox.ParseBind(spec, flag.ro)
+			if err != nil {
+				return usageError{err}
+			}
+			iso.Binds = append(iso.Binds, b)
+		}
+	}
+	if path, err := configPath(f); err == nil {
+		iso.Hide = append(iso.Hide, filepath.Dir(path))
+	}
+	o.isolation = iso
+	return nil
 }
 
 // newCmdWorkerOutpost returns `outpost worker outpost`, the fleet-style

@@ -103,6 +103,8 @@ var (
 		"base URL remote binaries are downloaded from (--static-base-url)"}
 	EnvWorkerRemoteSHA = EnvVar{"OUTPOST_WORKER_REMOTE_SHA", "DEVIN_WORKER_REMOTE_SHA",
 		"remote binary version when the session pins none (--remote-binary-sha)"}
+	EnvWorkerIsolation = EnvVar{"OUTPOST_WORKER_ISOLATION", "",
+		"how session code is kept from the worker's credentials: auto, bwrap, user or none (--isolation)"}
 )
 
 // WorkerEnv lists the variables `outpost worker start` reads, EnvGatewayURL
@@ -111,4 +113,5 @@ var (
 var WorkerEnv = []EnvVar{
 	EnvToken, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
+	EnvWorkerIsolation,
 }

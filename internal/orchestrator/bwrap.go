@@ -1,16 +1,14 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
@@ -38,54 +37,18 @@ const (
 	// of the sandbox's init, its pid namespace and, at the end, the exit
 	// code. It is outside every bind, so the sandbox cannot forge it.
 	bwrapStatusFile = "bwrap.json"
-	bwrapPackage    = "bubblewrap"
 	// bwrapStartTimeout bounds the wait for the remote to be exec'd in the
 	// sandbox.
 	bwrapStartTimeout = 15 * time.Second
 )
 
-// bwrapSystemDirs are the host directories the sandbox sees, read-only:
-// an allow-list, so /home, /root, /srv, /var, /mnt, the orchestrator's
-// state dir and everything else stay out of it. Top-level symlinks (merged
-// /usr: /bin -> usr/bin) are recreated as symlinks.
-var bwrapSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
-
 // BwrapBind is an extra bind mount of every sandbox.
-type BwrapBind struct {
-	Src, Dest string
-	ReadOnly  bool
-}
-
-func (b BwrapBind) String() string {
-	flag := "--bwrap-bind"
-	if b.ReadOnly {
-		flag = "--bwrap-ro-bind"
-	}
-	return flag + " " + b.Src + ":" + b.Dest
-}
+type BwrapBind = sandbox.Bind
 
 // ParseBwrapBind parses SRC[:DEST] (DEST defaults to SRC): both must be
 // absolute and SRC must exist.
 func ParseBwrapBind(spec string, readOnly bool) (BwrapBind, error) {
-	src, dest, hasDest := strings.Cut(spec, ":")
-	if !hasDest {
-		dest = src
-	}
-	b := BwrapBind{Src: filepath.Clean(src), Dest: filepath.Clean(dest), ReadOnly: readOnly}
-	switch {
-	case src == "" || hasDest && dest == "":
-		return b, fmt.Errorf("bind %q: want SRC[:DEST]", spec)
-	case !filepath.IsAbs(src):
-		return b, fmt.Errorf("bind %q: SRC must be an absolute path", spec)
-	case !filepath.IsAbs(dest):
-		return b, fmt.Errorf("bind %q: DEST must be an absolute path", spec)
-	case b.Dest == "/":
-		return b, fmt.Errorf("bind %q: DEST cannot be /", spec)
-	}
-	if _, err := os.Stat(b.Src); err != nil {
-		return b, fmt.Errorf("bind %q: %w", spec, err)
-	}
-	return b, nil
+	return sandbox.ParseBind(spec, readOnly)
 }
 
 // BwrapOptions configure a BwrapBackend.
@@ -119,101 +82,34 @@ type BwrapBackend struct {
 // NewBwrapBackend finds bwrap and checks that it can create a sandbox here
 // (unprivileged user namespaces may be disabled).
 func NewBwrapBackend(ctx context.Context, opts BwrapOptions) (*BwrapBackend, error) {
-	name := opts.Bwrap
-	if name == "" {
-		name = "bwrap"
-	}
-	path, err := exec.LookPath(name)
+	path, err := sandbox.Find(opts.Bwrap)
 	if err != nil {
-		return nil, fmt.Errorf("the bwrap backend needs bubblewrap: %s not found (install the %s package: apt-get install %s): %w", name, bwrapPackage, bwrapPackage, err)
+		return nil, fmt.Errorf("the bwrap backend needs bubblewrap: %w", err)
 	}
-	for _, bd := range opts.Binds {
-		if _, err := ParseBwrapBind(bd.Src+":"+bd.Dest, bd.ReadOnly); err != nil {
-			return nil, err
-		}
-		// bwrap cannot make a mount point inside a read-only bind.
-		if _, err := os.Lstat(bd.Dest); err != nil && underAny(bd.Dest, systemDirs()) {
-			return nil, fmt.Errorf("%s: DEST %s is inside a read-only system directory of the sandbox (%s) and does not exist on the host; choose a DEST outside them, e.g. /tools",
-				bd, bd.Dest, strings.Join(systemDirs(), ", "))
-		}
+	if err := sandbox.CheckBinds(opts.Binds); err != nil {
+		return nil, err
 	}
 	b := &BwrapBackend{bwrap: path, binds: opts.Binds}
 	if home, err := os.UserHomeDir(); err == nil {
 		b.mask = append(b.mask, home)
 	}
-	probe := append(b.namespaceArgs("outpost-probe"), b.systemArgs(nil)...)
+	probe := append(sandbox.NamespaceArgs("outpost-probe"), b.systemArgs(nil)...)
 	probe = append(probe, "--proc", "/proc", "--dev", "/dev")
 	probe = append(probe, b.bindArgs()...)
-	probe = append(probe, "--remount-ro", "/", "--clearenv", "--", "/bin/sh", "-c", "exit 0")
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(pctx, path, probe...)
-	cmd.Env = []string{}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("bwrap (%s) cannot create a sandbox on this host (are unprivileged user namespaces disabled? is an extra bind wrong?): %s: %s",
-			path, worker.ExitString(err), strings.TrimSpace(string(out)))
+	probe = append(probe, "--remount-ro", "/")
+	if err := sandbox.Probe(ctx, path, probe, nil); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
 
 func (b *BwrapBackend) Name() string { return "bwrap" }
 
-func (b *BwrapBackend) namespaceArgs(hostname string) []string {
-	return []string{"--unshare-all", "--share-net", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-		"--die-with-parent", "--new-session", "--hostname", hostname}
-}
-
 // systemArgs binds the host's system directories read-only and hides the
 // paths in mask (the orchestrator's home and state dir) when they lie
 // inside one of them.
 func (b *BwrapBackend) systemArgs(mask []string) []string {
-	var args, bound []string
-	for _, d := range bwrapSystemDirs {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-			continue
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		case fi.IsDir():
-			args = append(args, "--ro-bind", d, d)
-			bound = append(bound, d)
-		}
-	}
-	// DNS: /etc/resolv.conf may point elsewhere (systemd-resolved's
-	// /run/systemd/resolve/stub-resolv.conf).
-	if r, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil && !underAny(r, bound) {
-		args = append(args, "--ro-bind", filepath.Dir(r), filepath.Dir(r))
-	}
-	for _, m := range append(append([]string{}, b.mask...), mask...) {
-		if fi, err := os.Stat(m); err == nil && fi.IsDir() && underAny(m, bound) {
-			args = append(args, "--tmpfs", m)
-		}
-	}
-	return args
-}
-
-// systemDirs lists the bwrapSystemDirs that are directories on this host.
-func systemDirs() []string {
-	var out []string
-	for _, d := range bwrapSystemDirs {
-		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// underAny reports whether path is one of dirs or inside one.
-func underAny(path string, dirs []string) bool {
-	for _, d := range dirs {
-		if path == d || strings.HasPrefix(path, d+"/") {
-			return true
-		}
-	}
-	return false
+	return sandbox.NewLayout(append(slices.Clone(b.mask), mask...)...).System().Args()
 }
 
 // sandboxEnv is Spec.Env with HOME, TMPDIR, OUTPOST_STATE_DIR and
@@ -249,7 +145,7 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		return nil, nil, errors.New("no remote command")
 	}
 	stateDir := filepath.Dir(filepath.Dir(s.Workspace)) // STATE_DIR/machines/NAME
-	args = append(b.namespaceArgs(s.Name), b.systemArgs([]string{stateDir})...)
+	args = append(sandbox.NamespaceArgs(s.Name), b.systemArgs([]string{stateDir})...)
 	args = append(args,
 		"--proc", "/proc", "--dev", "/dev",
 		"--bind", filepath.Join(s.Workspace, "tmp"), BwrapTmp,
@@ -278,11 +174,8 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		args = append(args, "--ro-bind", src, BwrapCAFile)
 	}
 	args = append(args, b.bindArgs()...)
-	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4", "--clearenv")
-	for _, kv := range sandboxEnv(s.Env) {
-		k, v, _ := strings.Cut(kv, "=")
-		args = append(args, "--setenv", k, v)
-	}
+	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4")
+	args = append(args, sandbox.EnvArgs(sandboxEnv(s.Env))...)
 	if caps := sandboxCapabilities(detectHost(), s.Name); caps != "" {
 		args = append(args, "--setenv", machine.EnvCapabilities, caps)
 	}
@@ -295,7 +188,7 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 func sandboxCapabilities(host api.Capabilities, hostname string) string {
 	c := host
 	c.Hostname, c.PasswordlessSudo = hostname, false
-	if c.ChromePath != "" && !underAny(c.ChromePath, systemDirs()) {
+	if c.ChromePath != "" && !sandbox.Under(c.ChromePath, sandbox.HostSystemDirs()...) {
 		c.ChromePath, c.ChromeVersion = "", ""
 	}
 	return capabilitiesJSON(c)
@@ -358,32 +251,25 @@ func (b *BwrapBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 		return nil, fmt.Errorf("open bwrap status file: %w", err)
 	}
 	defer statusf.Close()
-	argsR, argsW, err := os.Pipe()
+	// In memory, never on disk or a command line: they hold the connect token.
+	argsF, err := sandbox.ArgsFile(args)
 	if err != nil {
 		return nil, err
 	}
-	defer argsR.Close()
-	go func() { // a pipe, never a file: the arguments hold the connect token
-		defer argsW.Close()
-		for _, a := range args {
-			if _, err := io.WriteString(argsW, a+"\x00"); err != nil {
-				return
-			}
-		}
-	}()
+	defer argsF.Close()
 	sup := append([]string{"-c", bwrapSupervisor, s.Workspace, b.bwrap, "--args", "3", "--"}, command...)
 	cmd := exec.Command("/bin/sh", sup...)
 	cmd.Env = []string{}                // bwrap gets the sandbox's environment from --args
 	cmd.Dir = "/"                       // sh exports PWD, which bwrap's init keeps: no host path
 	cmd.Stdout, cmd.Stderr = logf, logf // a file: the sandbox outlives a crashed orchestrator
-	cmd.ExtraFiles = []*os.File{argsR, statusf}
+	cmd.ExtraFiles = []*os.File{argsF, statusf}
 	// A session of its own: no terminal, no signal sent to the
 	// orchestrator's process group reaches it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
-	argsR.Close()
+	argsF.Close()
 	m := &bwrapMachine{done: make(chan struct{})}
 	go func() { m.finish(worker.ExitString(cmd.Wait())) }()
 	fail := func(err error) (Machine, error) {
@@ -409,7 +295,7 @@ func waitSandboxStarted(ctx context.Context, ws string, exited <-chan struct{}) 
 	defer tick.Stop()
 	for {
 		if st := readBwrapStatus(ws); st.ChildPid > 0 {
-			for _, c := range childPids(st.ChildPid) {
+			for _, c := range sandbox.ChildPids(st.ChildPid) {
 				if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); err == nil && strings.TrimSpace(string(comm)) != "bwrap" {
 					return nil
 				}
@@ -476,7 +362,7 @@ func (b *BwrapBackend) Teardown(ctx context.Context, s Spec) error {
 		// only the remote's group: the agent's commands are the remote's
 		// to stop, and a command killed first would fail the session
 		// instead of leaving it to resume.
-		for _, p := range childPids(st.ChildPid) {
+		for _, p := range sandbox.ChildPids(st.ChildPid) {
 			_ = syscall.Kill(p, syscall.SIGTERM)
 		}
 		deadline := time.Now().Add(killDelay)
@@ -536,32 +422,16 @@ func findBwrapSupervisor(ws string) int {
 	return 0
 }
 
-type bwrapStatus struct {
-	ChildPid     int    `json:"child-pid"`
-	PidNamespace uint64 `json:"pid-namespace"`
-	ExitCode     *int   `json:"exit-code"`
-}
+type bwrapStatus = sandbox.Status
 
 // readBwrapStatus merges the JSON documents bwrap wrote to the status file.
 func readBwrapStatus(ws string) bwrapStatus {
-	var st bwrapStatus
-	b, err := os.ReadFile(filepath.Join(ws, bwrapStatusFile))
+	f, err := os.Open(filepath.Join(ws, bwrapStatusFile))
 	if err != nil {
-		return st
+		return bwrapStatus{}
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for {
-		var doc bwrapStatus
-		if dec.Decode(&doc) != nil {
-			return st
-		}
-		if doc.ChildPid > 0 {
-			st.ChildPid, st.PidNamespace = doc.ChildPid, doc.PidNamespace
-		}
-		if doc.ExitCode != nil {
-			st.ExitCode = doc.ExitCode
-		}
-	}
+	defer f.Close()
+	return sandbox.ReadStatus(f)
 }
 
 // sandboxNamespace is the pid namespace link (pid:[inode]) of the sandbox
@@ -592,21 +462,6 @@ func pidsInNamespace(ns string) []int {
 		}
 		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns && alive(pid) {
 			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// childPids lists the children of pid.
-func childPids(pid int) []int {
-	var out []int
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return nil
-	}
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
 		}
 	}
 	return out

@@ -45,7 +45,11 @@ func ServeDirect(ctx context.Context, opts Options) error {
 		return err
 	}
 	w := &worker{opts: opts, log: opts.Logger, platform: HostPlatform()}
-	if _, err := w.detect(ctx); err != nil {
+	caps, err := w.detect(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := w.setupIsolation(ctx, caps); err != nil {
 		return err
 	}
 	id := opts.SessionID

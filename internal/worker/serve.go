@@ -132,7 +132,7 @@ func (w *worker) start(claim *api.QueueEntry, rc []string) (*remoteProc, error) 
 	if err := os.MkdirAll(filepath.Join(w.opts.Dir, "repos"), 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
-	logFile, err := os.OpenFile(filepath.Join(stateDir, "remote.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logFile, err := openRemoteLog(filepath.Join(stateDir, remoteLogName))
 	if err != nil {
 		return nil, fmt.Errorf("open remote log: %w", err)
 	}
@@ -152,7 +152,14 @@ func (w *worker) start(claim *api.QueueEntry, rc []string) (*remoteProc, error) 
 	// Children that keep the output pipes open must not hold up Wait.
 	cmd.WaitDelay = killDelay
 	isolate(cmd)
-	if err := cmd.Start(); err != nil {
+	started, err := w.iso.wrap(cmd, stateDir)
+	if err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("isolate the remote (%s): %w", w.iso.name(), err)
+	}
+	err = cmd.Start()
+	started()
+	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", rc[0], err)
 	}
@@ -191,7 +198,7 @@ func (w *worker) wait(ctx context.Context, p *remoteProc, lost <-chan struct{}, 
 // exit error.
 func (w *worker) stop(p *remoteProc, log *slog.Logger) error {
 	p.stopped = true
-	if err := terminate(p.cmd); err != nil {
+	if err := w.iso.terminate(p.cmd); err != nil {
 		log.Debug("signal remote", "err", err)
 	}
 	t := time.NewTimer(killDelay)

@@ -103,6 +103,9 @@ type Options struct {
 	// server (connected workers are listed on the outpost). Zero means the
 	// interval the server asks for, api.WorkerHeartbeatInterval by default.
 	HeartbeatInterval time.Duration
+	// Isolation keeps session code away from the worker's credentials
+	// (isolate.go). Its zero value runs remotes as the worker's own user.
+	Isolation IsolationOptions
 }
 
 // ErrPlatformMismatch is returned by Run when the outpost's platform is not
@@ -130,6 +133,7 @@ type worker struct {
 	caps     string // detected capabilities (JSON), passed to remotes
 	presence *Presence
 	remotes  *dist.Resolver // the remote build of each session
+	iso      *isolation
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -207,6 +211,9 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 	}
 	caps, err := w.detect(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if caps, err = w.setupIsolation(ctx, caps); err != nil {
 		return nil, err
 	}
 	if w.acceptor = opts.AcceptorID; w.acceptor == "" {

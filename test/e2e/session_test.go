@@ -29,12 +29,16 @@ func setupOutpost(t *testing.T, c *cluster, name string) string {
 }
 
 // startWorker runs `outpost worker start` on an outpost in its own
-// workspace and returns the worker and its workspace.
+// workspace and returns the worker and its workspace. Its sessions run
+// without isolation (OUTPOST_WORKER_ISOLATION=none; an --isolation in
+// extra wins), so they can clone the repositories tests make in their
+// temporary directories, which a sandbox does not show;
+// TestWorkerIsolation covers the sandboxes.
 func startWorker(t *testing.T, c *cluster, name, token string, extra ...string) (*proc, string) {
 	t.Helper()
 	dir := t.TempDir()
 	args := append([]string{"worker", "start", "--outpost", name, "--dir", dir, "--data-dir", filepath.Join(t.TempDir(), "worker")}, extra...)
-	return start(t, "worker", c.env(token), args...), dir
+	return start(t, "worker", append(c.env(token), api.EnvWorkerIsolation.Name+"=none"), args...), dir
 }
 
 // createSession creates a session from a request through the CLI.

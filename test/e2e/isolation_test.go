@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/demo"
+)
+
+// credentialProbe is a script step that tries every path session code
+// has to a worker's token: every command line and environment in /proc,
+// `ps auxeww`, the worker's data dir, its saved login (XDG config dir and
+// ~/.config/outpost), its home and its token file. The token is given in
+// two halves, so the step's own command line never holds it whole, and
+// its working copies stay in the workspace, which it does not search. It
+// also reports how many processes it sees and whether a worker is among
+// them.
+func credentialProbe(token, dataDir, configDir, home, tokenFile string) api.Step {
+	half := len(token) / 2
+	return execStep(fmt.Sprintf(`a='%s'; b='%s'
+n=$PWD/.probe-needle; printf '%%s%%s\n' "$a" "$b" > "$n"
+looked=0; found=0
+hit() { found=$((found+1)); echo "FOUND in $1"; }
+for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do
+  if tr '\0' '\n' < "$f" > "$n.blob" 2>/dev/null; then
+    looked=$((looked+1))
+    if grep -qFf "$n" "$n.blob"; then hit "$f"; fi
+  fi
+done
+for d in '%s' '%s' '%s/.config/outpost' '%s' '%s'; do
+  if grep -rqsFf "$n" "$d" 2>/dev/null; then hit "$d"; fi
+done
+if ps auxeww 2>/dev/null | grep -qFf "$n"; then hit "ps auxeww"; fi
+if cat '%s/acceptor-id' >/dev/null 2>&1; then echo acceptor_id=readable; else echo acceptor_id=unreadable; fi
+w='work'; pattern="${w}er start"; workers=0
+for f in /proc/[0-9]*/cmdline; do
+  if tr '\0' ' ' < "$f" 2>/dev/null | grep -q "$pattern"; then workers=$((workers+1)); fi
+done
+rm -f "$n" "$n.blob"
+echo "pid1=$(cat /proc/1/comm) processes=$(ls -d /proc/[0-9]* | wc -l) ps_lines=$(ps ax | wc -l) workers=$workers"
+echo "probe looked=$looked found=$found"`,
+		token[:half], token[half:], dataDir, configDir, home, home, tokenFile, dataDir))
+}
+
+// probeResult is what credentialProbe printed.
+type probeResult struct {
+	looked, found, processes, psLines, workers int
+	pid1, acceptorID                           string
+	hits                                       []string
+}
+
+func parseProbe(t *testing.T, out string) probeResult {
+	t.Helper()
+	var r probeResult
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "FOUND in "):
+			r.hits = append(r.hits, strings.TrimPrefix(line, "FOUND in "))
+		case strings.HasPrefix(line, "acceptor_id="):
+			r.acceptorID = strings.TrimPrefix(line, "acceptor_id=")
+		case strings.HasPrefix(line, "pid1="):
+			if _, err := fmt.Sscanf(line, "pid1=%s processes=%d ps_lines=%d workers=%d", &r.pid1, &r.processes, &r.psLines, &r.workers); err != nil {
+				t.Fatalf("probe line %q: %v", line, err)
+			}
+		case strings.HasPrefix(line, "probe "):
+			if _, err := fmt.Sscanf(line, "probe looked=%d found=%d", &r.looked, &r.found); err != nil {
+				t.Fatalf("probe line %q: %v", line, err)
+			}
+		}
+	}
+	if r.looked == 0 || r.pid1 == "" {
+		t.Fatalf("the probe did not run:\n%s", out)
+	}
+	return r
+}
+
+// isolationCase is one way of starting the worker.
+type isolationCase struct {
+	name string
+	// args are the worker's extra arguments; "{repo}" is replaced by the
+	// directory holding the repository sessions clone.
+	args []string
+	// asNobody runs the worker itself as nobody.
+	asNobody bool
+	// root: the case needs the test to run as root.
+	root bool
+	// log is what the worker's start log must say.
+	log string
+	// open: session code reaches the token (the probe's proof).
+	open bool
+	// sandboxed: a bwrap sandbox, whose pid 1 is bwrap's init.
+	sandboxed bool
+	// owner is who must own the file the session wrote ("" any).
+	owner string
+}
+
+// TestWorkerIsolation starts a worker with its token in its environment,
+// in its saved login, in a file of its data dir (and in --token-file when
+// the build has it), and runs a session that clones a repository, runs
+// its tests, writes a file, uses a shell (a PTY) and probes every path to
+// the token. Under the
+// default isolation (auto: bwrap here), bwrap run as nobody, a worker run
+// as nobody, and user isolation, nothing yields the token, the session
+// sees only its own processes (bwrap) and the worker sees what it wrote;
+// under --isolation none the same probe finds the token, so the probe is
+// real.
+func TestWorkerIsolation(t *testing.T) {
+	requireBwrap(t)
+	t.Parallel()
+	c := startCluster(t)
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no nobody user: %v", err)
+	}
+	// The binary must be reachable by nobody.
+	if err := os.Chmod(filepath.Dir(binary), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	help := run(t, nil, "worker", "start", "--help")
+	for _, tc := range []isolationCase{
+		{name: "default", args: []string{"--bwrap-ro-bind", "{repo}"}, log: "isolation=bwrap", sandboxed: true},
+		{name: "bwrap-run-as-nobody", args: []string{"--isolation", "bwrap", "--run-as", "nobody", "--bwrap-ro-bind", "{repo}"},
+			root: true, log: "isolation=bwrap", sandboxed: true, owner: "nobody"},
+		{name: "worker-as-nobody", args: []string{"--bwrap-ro-bind", "{repo}"}, asNobody: true, root: true,
+			log: "isolation=bwrap", sandboxed: true, owner: "nobody"},
+		{name: "user", args: []string{"--isolation", "user", "--run-as", "nobody"}, root: true, log: "isolation=user", owner: "nobody"},
+		{name: "none", args: []string{"--isolation", "none"}, log: "session isolation is off", open: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root")
+			}
+			t.Parallel()
+			// git refuses a local repository owned by another user.
+			repoDir := sharedTempDir(t, "repo")
+			repo, err := demo.MakeRepo(t.Context(), repoDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.owner == "nobody" {
+				chownAll(t, repoDir, uid, gid)
+			}
+			outpost := "iso-" + tc.name
+			token := setupOutpost(t, c, outpost)
+			base := sharedTempDir(t, "worker")
+			home, cfg, work, data := filepath.Join(base, "home"), filepath.Join(base, "config"), filepath.Join(base, "work"), filepath.Join(base, "data")
+			tokenFile := filepath.Join(data, "token")
+			login, _ := json.Marshal(map[string]string{"server": c.url, "token": token})
+			for _, f := range []string{filepath.Join(cfg, "outpost", "config.json"), filepath.Join(home, ".config", "outpost", "config.json"), tokenFile} {
+				if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(f, login, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"worker", "start", "--outpost", outpost, "--dir", work, "--data-dir", data}
+			if strings.Contains(help, "--token-file") {
+				args = append(args, "--token-file", tokenFile)
+			}
+			for _, a := range tc.args {
+				args = append(args, strings.ReplaceAll(a, "{repo}", repoDir))
+			}
+			env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + cfg,
+				"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token}
+			var cred *syscall.Credential
+			if tc.asNobody {
+				cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+				chownAll(t, base, uid, gid)
+			}
+			w := startAs(t, "worker-"+tc.name, env, work, cred, args...)
+			waitFor(t, 30*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), tc.log) })
+
+			id := createSession(t, c, api.CreateSessionRequest{
+				Outpost: outpost, Title: "isolation " + tc.name,
+				Repos: []api.Repo{{URL: repo, Name: "demo", Ref: "main"}},
+				Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+					{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"make test","cwd":"repos/demo"}`)},
+					{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"made-in-session.txt","content":"written by the session\n"}`)},
+					credentialProbe(token, data, filepath.Join(cfg, "outpost"), home, tokenFile),
+					execStep(`echo "whoami=$(id -un 2>/dev/null || id -u) home=$HOME tmp=${TMPDIR:-unset}"`),
+					{Tool: api.ToolShellStart, Args: json.RawMessage(`{"name":"sh1"}`)},
+					{Tool: api.ToolShellRun, Args: json.RawMessage(`{"name":"sh1","command":"cd repos/demo && echo shell-in-$(basename $(pwd)) on $(tty)"}`)},
+				}},
+			})
+			requireFinished(t, c.waitFinal(id, 90*time.Second))
+			out := sessionOutput(t, c, id)
+			if !strings.Contains(out, "running tests") || !strings.Contains(out, "shell-in-demo on /dev/pts/") {
+				t.Errorf("the repository's tests or the shell did not run:\n%s", out)
+			}
+			r := parseProbe(t, out)
+			t.Logf("probe: %+v", r)
+			if tc.open {
+				if r.found == 0 || r.workers == 0 || r.acceptorID != "readable" {
+					t.Errorf("without isolation the probe should find the token, the worker and its data dir: %+v\n%s", r, out)
+				}
+				return
+			}
+			if r.found != 0 || len(r.hits) > 0 {
+				t.Errorf("session code reached the worker's token: %v\n%s", r.hits, out)
+			}
+			if r.acceptorID != "unreadable" {
+				t.Errorf("session code reads the worker's data dir")
+			}
+			if r.looked < 4 {
+				t.Errorf("the probe read %d files of /proc: it proves nothing", r.looked)
+			}
+			// Another user sees the worker's process (not its environment);
+			// a sandbox sees only its own.
+			if tc.sandboxed && (r.pid1 != "bwrap" || r.workers != 0 || r.processes > 8 || r.psLines > 10) {
+				t.Errorf("the sandbox shows more than its own processes: %+v", r)
+			}
+
+			// The worker sees what the session made.
+			b, err := os.ReadFile(filepath.Join(work, "made-in-session.txt"))
+			if err != nil || string(b) != "written by the session\n" {
+				t.Errorf("the session's file on the worker: %q %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(work, "repos", "demo", "Makefile")); err != nil {
+				t.Errorf("the clone is not in the workspace: %v", err)
+			}
+			if tc.owner != "" {
+				if got := fileOwner(t, filepath.Join(work, "made-in-session.txt")); got != nobody.Uid {
+					t.Errorf("the session's file belongs to uid %s, want %s (%s)", got, nobody.Uid, tc.owner)
+				}
+			}
+			if m := regexp.MustCompile(`whoami=(\S+)`).FindStringSubmatch(out); tc.owner != "" && (m == nil || m[1] != tc.owner) {
+				t.Errorf("session code runs as %v, want %s", m, tc.owner)
+			}
+		})
+	}
+}
+
+// sharedTempDir is a temporary directory that other users can enter
+// (t.TempDir's parent is closed to them).
+func sharedTempDir(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "outpost-e2e-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func chownAll(t *testing.T, root string, uid, gid int) {
+	t.Helper()
+	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileOwner(t *testing.T, path string) string {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strconv.Itoa(int(fi.Sys().(*syscall.Stat_t).Uid))
+}
+
+// startAs is startExact as the user cred (nil: this test's).
+func startAs(t *testing.T, name string, env []string, dir string, cred *syscall.Credential, args ...string) *proc {
+	t.Helper()
+	if cred == nil {
+		return startExact(t, name, env, dir, args...)
+	}
+	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env, p.cmd.Dir = env, dir
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.stop(syscall.SIGTERM, 20*time.Second)
+		if t.Failed() {
+			t.Logf("--- output of %s ---\n%s", name, p.out.String())
+		}
+	})
+	return p
+}
