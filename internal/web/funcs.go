@@ -32,12 +32,11 @@ var funcs = template.FuncMap{
 	"ms": func(v int64) string {
 		return time.UnixMilli(v).UTC().Format("15:04:05")
 	},
-	"plain":     plainStatus,
-	"ansi":      ansiHTML,
-	"pretty":    prettyJSON,
-	"diffLines": diffLines,
-	"join":      strings.Join,
-	"has":       func(list []string, s string) bool { return slices.Contains(list, s) },
+	"plain": plainStatus,
+	"raw":   rawHTML,
+	"pre":   preText,
+	"join":  strings.Join,
+	"has":   func(list []string, s string) bool { return slices.Contains(list, s) },
 	"okText": func(ok *bool) string {
 		if ok == nil {
 			return ""
@@ -46,12 +45,6 @@ var funcs = template.FuncMap{
 			return "ok"
 		}
 		return "failed"
-	},
-	"intp": func(v *int) string {
-		if v == nil {
-			return ""
-		}
-		return strconv.Itoa(*v)
 	},
 	"workerCount": func(n int) string {
 		if n < 0 {
@@ -116,6 +109,15 @@ func plainStatus(status, detail string) string {
 	return status
 }
 
+// preText keeps a leading newline of a <pre> block's text, which the
+// HTML parser would drop.
+func preText(s string) string {
+	if strings.HasPrefix(s, "\n") {
+		return "\n" + s
+	}
+	return s
+}
+
 // prettyJSON indents raw JSON, or returns it as is when it is not JSON.
 func prettyJSON(raw json.RawMessage) string {
 	if len(raw) == 0 {
@@ -141,72 +143,6 @@ func prettyJSON(raw json.RawMessage) string {
 // before them.
 var htmlEscapesRE = regexp.MustCompile(`\\+u00(?:3[cCeE]|26)`)
 
-// ansiRE matches CSI escape sequences and other lone escapes.
-var ansiRE = regexp.MustCompile("\x1b\\[([0-9;?]*)([A-Za-z])|\x1b[^\\[]?")
-
-// ansiHTML renders terminal output as HTML: every character of the text is
-// escaped first; SGR colour codes become spans with fixed class names, and
-// every other escape sequence is dropped.
-func ansiHTML(text string) template.HTML {
-	var b strings.Builder
-	fg, bold, open := -1, false, false
-	pos := 0
-	flush := func(s string) {
-		if s == "" {
-			return
-		}
-		if fg >= 0 || bold {
-			cls := []string{}
-			if fg >= 0 {
-				cls = append(cls, "fg"+strconv.Itoa(fg))
-			}
-			if bold {
-				cls = append(cls, "b")
-			}
-			b.WriteString(`<span class="` + strings.Join(cls, " ") + `">`)
-			open = true
-		}
-		b.WriteString(html.EscapeString(s))
-		if open {
-			b.WriteString("</span>")
-			open = false
-		}
-	}
-	for _, m := range ansiRE.FindAllStringSubmatchIndex(text, -1) {
-		flush(text[pos:m[0]])
-		pos = m[1]
-		if m[4] < 0 || text[m[4]:m[5]] != "m" {
-			continue
-		}
-		params := text[m[2]:m[3]]
-		if params == "" {
-			params = "0"
-		}
-		for _, p := range strings.Split(params, ";") {
-			n, err := strconv.Atoi(p)
-			if err != nil {
-				continue
-			}
-			switch {
-			case n == 0:
-				fg, bold = -1, false
-			case n == 1:
-				bold = true
-			case n == 22:
-				bold = false
-			case n >= 30 && n <= 37:
-				fg = n - 30
-			case n >= 90 && n <= 97:
-				fg = n - 90 + 8
-			case n == 39:
-				fg = -1
-			}
-		}
-	}
-	flush(text[pos:])
-	return template.HTML(b.String()) //nolint:gosec // every piece of text went through html.EscapeString
-}
-
 // diffLine is one line of a rendered diff.
 type diffLine struct{ Class, Text string }
 
@@ -219,12 +155,23 @@ func diffLines(raw json.RawMessage) []diffLine {
 	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v.Diff == "" {
 		return nil
 	}
+	return splitDiff(v.Diff)
+}
+
+// splitDiff classes the lines of a unified diff for colour. The lines
+// before a file's first hunk (diff --git, index, ---, +++) are its header.
+func splitDiff(diff string) []diffLine {
 	var out []diffLine
-	for _, l := range strings.Split(strings.TrimSuffix(v.Diff, "\n"), "\n") {
+	header := true
+	for _, l := range strings.Split(strings.TrimSuffix(diff, "\n"), "\n") {
 		c := ""
 		switch {
+		case strings.HasPrefix(l, "diff "):
+			c, header = "meta", true
 		case strings.HasPrefix(l, "@@"):
-			c = "hunk"
+			c, header = "hunk", false
+		case header:
+			c = "meta"
 		case strings.HasPrefix(l, "+"):
 			c = "add"
 		case strings.HasPrefix(l, "-"):

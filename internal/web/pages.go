@@ -332,25 +332,14 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 	}
 	var arts api.ArtifactList
 	_ = h.call(r, "GET", base+"/artifacts", nil, &arts)
-	if s.Status.ArtifactsPrunedAt != nil {
-		events = withoutMedia(events)
-	}
+	final := api.IsFinal(s.Status.Status)
+	// A session whose artifacts the retention policy deleted shows none
+	// inline.
+	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil})
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
-		"S": s, "Events": events, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
-		"Final": api.IsFinal(s.Status.Status), "LLM": s.Spec.Agent.Kind == api.AgentLLM,
+		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
+		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM,
 	}})
-}
-
-// withoutMedia returns copies of events that show no artifact inline, for
-// a session whose artifacts the retention policy deleted: the "media"
-// template function finds nothing to show without a session id.
-func withoutMedia(events []api.Event) []api.Event {
-	out := make([]api.Event, len(events))
-	for i, ev := range events {
-		ev.SessionID = ""
-		out[i] = ev
-	}
-	return out
 }
 
 // newestEvents returns the last transcriptPage events of a session.

@@ -7,22 +7,20 @@ import (
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
-// TestWithoutMedia: events of a session whose artifacts were pruned show
-// no inline media, and the events passed in are left as they were.
-func TestWithoutMedia(t *testing.T) {
-	in := []api.Event{{SessionID: "ses_1", Seq: 3, Type: api.EventResult, Tool: api.ToolUploadArtifact,
+// TestPrunedSessionShowsNoMedia: a session whose artifacts were pruned
+// shows no inline media, and its events are left as they were.
+func TestPrunedSessionShowsNoMedia(t *testing.T) {
+	ok := true
+	in := []api.Event{{SessionID: "ses_1", Seq: 3, Type: api.EventResult, CallSeq: 1, Tool: api.ToolUploadArtifact, OK: &ok,
 		Value: json.RawMessage(`{"name":"shot.png","content_type":"image/png"}`)}}
-	if mediaOf(in[0].SessionID, in[0].Tool, in[0].Value) == nil {
+	if items := buildTranscript(in, transcriptOptions{Final: true}); items[0].Step.Media == nil {
 		t.Fatal("fixture shows no media")
 	}
-	out := withoutMedia(in)
-	if len(out) != 1 || out[0].Seq != 3 || string(out[0].Value) != string(in[0].Value) {
-		t.Fatalf("withoutMedia changed the event: %+v", out)
-	}
-	if m := mediaOf(out[0].SessionID, out[0].Tool, out[0].Value); m != nil {
+	items := buildTranscript(in, transcriptOptions{Final: true, NoMedia: true})
+	if m := items[0].Step.Media; m != nil {
 		t.Errorf("pruned event shows %+v", m)
 	}
 	if in[0].SessionID != "ses_1" {
-		t.Error("withoutMedia changed its input")
+		t.Error("buildTranscript changed its input")
 	}
 }

@@ -11,20 +11,6 @@ import (
 	"testing"
 )
 
-func TestANSIHTMLEscapes(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain <b>&</b>":             "plain &lt;b&gt;&amp;&lt;/b&gt;",
-		"\x1b[31mred\x1b[0m ok":      `<span class="fg1">red</span> ok`,
-		"\x1b[1;92m<script>\x1b[m":   `<span class="fg10 b">&lt;script&gt;</span>`,
-		"a\x1b[2Kb\x1b]0;title\x07c": "ab0;title\x07c",
-		"\x1b[31m\"x\" onload='y'":   `<span class="fg1">&#34;x&#34; onload=&#39;y&#39;</span>`,
-	} {
-		if got := string(ansiHTML(in)); got != want {
-			t.Errorf("ansiHTML(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseSecrets(t *testing.T) {
 	m, err := parseSecrets("A=1\r\n\n# c\nB = x=y\n")
 	if err != nil || m["A"] != "1" || m["B"] != " x=y" || len(m) != 2 {
@@ -97,9 +83,17 @@ func TestDiffLines(t *testing.T) {
 	t.Parallel()
 	raw := json.RawMessage(`{"line":3,"diff":"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n ctx\n-<b>old</b>\n+new\n"}`)
 	got := diffLines(raw)
-	want := []diffLine{{"del", "--- a/x"}, {"add", "+++ b/x"}, {"hunk", "@@ -1,2 +1,2 @@"}, {"", " ctx"}, {"del", "-<b>old</b>"}, {"add", "+new"}}
+	want := []diffLine{{"meta", "--- a/x"}, {"meta", "+++ b/x"}, {"hunk", "@@ -1,2 +1,2 @@"}, {"", " ctx"}, {"del", "-<b>old</b>"}, {"add", "+new"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("diffLines = %+v", got)
+	}
+	two := splitDiff("diff --git a/x b/x\nindex 1..2\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n---removed\n+++added\ndiff --git a/y b/y\n--- a/y\n+++ b/y\n@@ -0,0 +1 @@\n+y\n")
+	var classes []string
+	for _, l := range two {
+		classes = append(classes, l.Class)
+	}
+	if got := strings.Join(classes, " "); got != "meta meta meta meta hunk del add meta meta meta hunk add" {
+		t.Errorf("classes of a two-file diff: %s", got)
 	}
 	if diffLines(json.RawMessage(`{"entries":[]}`)) != nil || diffLines(nil) != nil {
 		t.Fatal("a value without a diff must render no diff")

@@ -113,7 +113,8 @@ func BenchmarkSessionPage(b *testing.B) {
 	}
 	page := "/ui/sessions/" + id
 	_, size, body := load(page) // warm up, and check what the page shows
-	shown := strings.Count(body, `<li class="ev `)
+	// Each event shown has its raw JSON, marked with its seq.
+	shown := strings.Count(body, ` data-seq="`)
 	if shown != min(n, 500) || !strings.Contains(body, fmt.Sprintf(`data-seq="%d"`, n)) {
 		b.Fatalf("the page shows %d events (want %d) or not the last one (%d)", shown, min(n, 500), n)
 	}

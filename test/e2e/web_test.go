@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -128,13 +129,14 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 	return v
 }
 
-// waitText waits until the element's text contains want.
+// waitText waits until the element's text contains want, shown or not
+// (the output of a collapsed step counts).
 func waitText(t *testing.T, ctx context.Context, sel, want string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var got string
 	for time.Now().Before(deadline) {
-		got, _ = chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).innerText||""`, sel)))
+		got, _ = chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).textContent||""`, sel)))
 		if strings.Contains(got, want) {
 			return
 		}
@@ -215,12 +217,12 @@ func TestWebUI(t *testing.T) {
 	if eval[int](t, ctx, `window.noReload === 42 ? 42 : 0`) != 42 {
 		t.Fatal("the session page reloaded; output should arrive live")
 	}
-	if eval[int](t, ctx, `document.querySelectorAll("#transcript .ev-output span.fg2").length`) == 0 {
+	if eval[int](t, ctx, `document.querySelectorAll("#transcript pre.term span.fg2").length`) == 0 {
 		t.Error("coloured output was not rendered as coloured spans")
 	}
 	body := eval[string](t, ctx, `document.body.innerText`)
-	if strings.Contains(body, "hidden-value-123") {
-		t.Error("the page shows a secret's value")
+	if strings.Contains(eval[string](t, ctx, `document.body.textContent`), "hidden-value-123") {
+		t.Error("the page holds a secret's value")
 	}
 	if !strings.Contains(body, "WEB_SECRET") {
 		t.Error("the page does not list the secret's name")
@@ -230,7 +232,7 @@ func TestWebUI(t *testing.T) {
 	// A second session, terminated from its page.
 	newSessionUI(t, ctx, c, "webui", "to terminate", `[{"tool":"exec","args":{"command":"sleep 120"}}]`)
 	do(t, ctx, "second session page", chromedp.WaitVisible(chromedp.CSS("#terminate")))
-	waitText(t, ctx, "#transcript", "call #", 60*time.Second)
+	waitJS(t, ctx, "the step of the call", `document.querySelector("#transcript li.step.s-running") !== null`, 60*time.Second)
 	// Dismissing the confirmation leaves the session running.
 	dlg := dialogsOf(ctx)
 	dlg.accept.Store(false)
@@ -560,7 +562,7 @@ func TestWebUILongTranscript(t *testing.T) {
 		waitJS(t, ctx, "the load event", `performance.getEntriesByType("navigation")[0].loadEventEnd > 0`, 30*time.Second)
 		tm := eval[timing](t, ctx, `(() => { const n = performance.getEntriesByType("navigation")[0];
 			return {TTFB: n.responseStart, Response: n.responseEnd, DOMContentLoaded: n.domContentLoadedEventEnd, Load: n.loadEventEnd,
-				Events: document.querySelectorAll("#transcript li.ev").length}; })()`)
+				Events: document.querySelectorAll("#transcript [data-seq]").length}; })()`)
 		if i > 0 { // the first load warms the server and the browser's cache of the static files
 			runs = append(runs, tm)
 		}
@@ -573,7 +575,7 @@ func TestWebUILongTranscript(t *testing.T) {
 			t.Errorf("the %d-event session page took %.0f ms to load; the target is under 1 s", n, tm.Load)
 		}
 	}
-	if got := eval[string](t, ctx, `document.querySelector("#transcript li.ev:last-child").dataset.seq`); got != fmt.Sprint(last) {
+	if got := eval[string](t, ctx, `String(Math.max(...[...document.querySelectorAll("#transcript [data-seq]")].map(e => +e.dataset.seq)))`); got != fmt.Sprint(last) {
 		t.Errorf("the last event shown is %s, want %d", got, last)
 	}
 	if !eval[bool](t, ctx, `document.querySelectorAll("#transcript b").length === 0`) {
@@ -581,7 +583,312 @@ func TestWebUILongTranscript(t *testing.T) {
 	}
 	shot(t, ctx, shots, "session-10000-events")
 	do(t, ctx, "earlier", chromedp.Click(chromedp.CSS("#earlier")), chromedp.WaitVisible(chromedp.CSS("#transcript")))
-	if first := eval[string](t, ctx, `document.querySelector("#transcript li.ev").dataset.seq`); first == "1" {
+	if first := eval[string](t, ctx, `String(Math.min(...[...document.querySelectorAll("#transcript [data-seq]")].map(e => +e.dataset.seq)))`); first == "1" {
 		t.Errorf("load earlier jumped to the start")
 	}
+}
+
+// stepView is what a step of the session page shows.
+type stepView struct {
+	Call, Class, Head, Term string
+	Open                    bool
+}
+
+// stepsJS reads every step of the page's transcript.
+const stepsJS = `[...document.querySelectorAll("#transcript li.step")].map(li => {
+	const term = li.querySelector("pre.term");
+	return {Call: li.dataset.call, Class: li.className, Head: li.querySelector("summary").textContent,
+		Term: term ? term.innerHTML : "", Open: li.querySelector("details.step").open};
+})`
+
+// TestWebUISteps follows a session run by an orchestrator (process
+// backend) in Chromium: its transcript reads like a CI log. Provisioning
+// folds into one line; each call is a step with a header; a passing step
+// is collapsed, a failing one (exit 3, red output) and a running one open;
+// a step started after the page loaded appears, its output grows and it
+// closes when it succeeds; a page opened while a step runs goes on from
+// where the server left off; the live page and a reload show the same
+// steps; the raw JSON is behind a toggle; a phone-sized screen does not
+// scroll sideways.
+func TestWebUISteps(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	shots := screenshotDir(t)
+	c := startCluster(t)
+	token := setupOutpost(t, c, "ci")
+	long := strings.Repeat("0123456789", 60)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "ci", Title: "ci log",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			execStep("echo passing step; echo " + long),
+			execStep(`printf '\033[31mred\033[0m and <script>window.pwned=1</script>\n'; echo to stderr >&2; exit 3`),
+			execStep(`for i in 1 2 3 4 5 6 7 8 9 10; do printf '\033[3%dmtick-%d\033[0m\n' $((i % 7 + 1)) $i; sleep 0.5; done`),
+		}}})
+	signIn(t, ctx, c, c.admin)
+	page := c.url + "/ui/sessions/" + id
+	do(t, ctx, "session page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	eval[int](t, ctx, `window.noReload = 1`)
+	if n := eval[int](t, ctx, `document.querySelectorAll("#transcript li.step").length`); n != 0 {
+		t.Fatalf("the queued session shows %d steps", n)
+	}
+	startOrchestrator(t, c, "ci", token, t.TempDir(), "--backend", "process")
+
+	// Live: the third step appears, running and open, and its output grows.
+	term3 := `(document.querySelector("#call-3 pre.term") || {}).textContent || ""`
+	waitJS(t, ctx, "the third step's first line", fmt.Sprintf(`(%s).includes("tick-1")`, term3), 90*time.Second)
+	if eval[bool](t, ctx, fmt.Sprintf(`(%s).includes("tick-10")`, term3)) {
+		t.Fatal("the third step's output arrived whole; it should grow")
+	}
+	if !eval[bool](t, ctx, `document.querySelector("#call-3").classList.contains("s-running") && document.querySelector("#call-3 details.step").open`) {
+		t.Error("the running step is not shown running and open")
+	}
+	waitJS(t, ctx, "the third step's output to grow", fmt.Sprintf(`(%s).includes("tick-3")`, term3), 30*time.Second)
+	if eval[int](t, ctx, `window.noReload`) != 1 {
+		t.Fatal("the session page reloaded; steps should arrive live")
+	}
+	if !eval[bool](t, ctx, `document.querySelector("#call-1").classList.contains("s-ok") && !document.querySelector("#call-1 details.step").open`) {
+		t.Error("the passing step did not close live")
+	}
+	if !eval[bool](t, ctx, `document.querySelector("#call-2").classList.contains("s-failed") && document.querySelector("#call-2 details.step").open`) {
+		t.Error("the failing step is not open live")
+	}
+	shot(t, ctx, shots, "live-running")
+
+	// A page opened while the step runs: the server renders its output so
+	// far, the page goes on from there.
+	do(t, ctx, "reload while the step runs", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	if !eval[bool](t, ctx, `document.querySelector("#call-3").classList.contains("s-running") && document.querySelector("#call-3 details.step").open`) {
+		t.Fatal("after a reload the running step is not shown running and open")
+	}
+	waitJS(t, ctx, "the third step to succeed", `document.querySelector("#call-3").classList.contains("s-ok")`, 60*time.Second)
+	if eval[bool](t, ctx, `document.querySelector("#call-3 details.step").open`) {
+		t.Error("the third step did not close when it succeeded")
+	}
+	waitText(t, ctx, "#live-state", "The session has ended.", 30*time.Second)
+	if !eval[bool](t, ctx, `window.pwned === undefined`) {
+		t.Fatal("the page ran a script from the output")
+	}
+	live := eval[[]stepView](t, ctx, stepsJS)
+
+	// Reloaded, the server shows the same steps.
+	do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	server := eval[[]stepView](t, ctx, stepsJS)
+	if len(server) != 3 || len(live) != 3 {
+		t.Fatalf("steps: %d live, %d after a reload; want 3", len(live), len(server))
+	}
+	for i := range server {
+		if live[i] != server[i] {
+			t.Errorf("step %d differs\n live: %+v\nserver: %+v", i+1, live[i], server[i])
+		}
+	}
+	want := []struct {
+		class string
+		open  bool
+		head  []string
+	}{
+		{"step s-ok", false, []string{"#1", "exec", "echo passing step; echo 0123", "exit 0"}},
+		{"step s-failed", true, []string{"#2", "exec", `printf '\033[31mred`, "exit 3"}},
+		{"step s-ok", false, []string{"#3", "exec", "for i in 1 2 3", "exit 0"}},
+	}
+	for i, w := range want {
+		s := server[i]
+		if s.Class != w.class || s.Open != w.open {
+			t.Errorf("step %d is %q open=%v, want %q open=%v", i+1, s.Class, s.Open, w.class, w.open)
+		}
+		for _, h := range w.head {
+			if !strings.Contains(s.Head, h) {
+				t.Errorf("step %d's header %q lacks %q", i+1, s.Head, h)
+			}
+		}
+		if !regexp.MustCompile(`\d(\.\d)?(ms|s)`).MatchString(s.Head) {
+			t.Errorf("step %d's header %q shows no duration", i+1, s.Head)
+		}
+	}
+	if got := eval[string](t, ctx, `document.querySelector("#call-2 pre.term .fg1").textContent`); got != "red" {
+		t.Errorf("red text %q", got)
+	}
+	if got := eval[string](t, ctx, `getComputedStyle(document.querySelector("#call-2 pre.term .fg1")).color`); got != "rgb(255, 123, 114)" {
+		t.Errorf("the red text's colour is %s", got)
+	}
+	if got := eval[string](t, ctx, `getComputedStyle(document.querySelector("#call-2 pre.term")).backgroundColor`); got != "rgb(13, 17, 23)" {
+		t.Errorf("the terminal's background is %s", got)
+	}
+	if !strings.Contains(server[1].Term, "&lt;script&gt;window.pwned=1&lt;/script&gt;") || !strings.Contains(server[1].Term, `<span class="se">to stderr`) {
+		t.Errorf("the failing step's output %q", server[1].Term)
+	}
+	for i := 1; i <= 10; i++ {
+		if !strings.Contains(server[2].Term, fmt.Sprintf(`">tick-%d</span>`, i)) {
+			t.Errorf("the third step lacks coloured tick-%d: %q", i, server[2].Term)
+		}
+	}
+
+	// Provisioning and connection events fold into collapsed lines.
+	if !eval[bool](t, ctx, `[...document.querySelectorAll("#transcript li[data-type]")].every(l => l.closest("li.noise"))`) {
+		t.Error("a machine or connection event is shown outside a fold")
+	}
+	if n := eval[int](t, ctx, `[...document.querySelectorAll("#transcript > li.noise")].filter(g => g.nextElementSibling && g.nextElementSibling.matches("li.noise")).length`); n != 0 {
+		t.Errorf("%d folds follow another fold; consecutive events should share one", n)
+	}
+	fold := eval[string](t, ctx, `document.querySelector("#transcript > li.noise summary").textContent`)
+	if !regexp.MustCompile(`^\d+ events: .*machine create.* — last: `).MatchString(fold) {
+		t.Errorf("the provisioning fold reads %q", fold)
+	}
+	if eval[bool](t, ctx, `document.querySelector("#transcript > li.noise details.noise").open`) {
+		t.Error("the provisioning fold is open")
+	}
+	if eval[int](t, ctx, `document.querySelectorAll("#transcript li[data-type=machine]").length`) < 2 {
+		t.Error("the folds lack the machine events")
+	}
+
+	// The raw JSON toggle.
+	rawShown := `document.querySelector("#call-2 pre.raw-ev").checkVisibility()`
+	if eval[bool](t, ctx, rawShown) {
+		t.Error("the raw JSON shows before its toggle is opened")
+	}
+	do(t, ctx, "open the raw JSON", chromedp.Click(chromedp.CSS("#call-2 details.raw > summary")))
+	waitJS(t, ctx, "the raw JSON to show", rawShown, 5*time.Second)
+	raw := eval[string](t, ctx, `[...document.querySelectorAll("#call-2 pre.raw-ev")].map(p => p.textContent).join("\n")`)
+	if !strings.Contains(raw, `"exit_code":3`) || !strings.Contains(raw, `"type":"call"`) || !strings.Contains(raw, `\u001b[31mred`) {
+		t.Errorf("raw JSON %q", raw)
+	}
+	var ev api.Event
+	if err := json.Unmarshal([]byte(strings.Split(raw, "\n")[0]), &ev); err != nil || ev.Type != api.EventCall || ev.CallSeq != 2 {
+		t.Errorf("the first raw event is not the call's JSON: %v %+v", err, ev)
+	}
+	shot(t, ctx, shots, "steps-desktop")
+
+	// A phone-sized screen: nothing scrolls the page sideways, not even the
+	// 600-character line of the first step, once it is opened.
+	do(t, ctx, "narrow screen", chromedp.EmulateViewport(390, 844), chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	do(t, ctx, "open the passing step", chromedp.Click(chromedp.CSS("#call-1 summary")))
+	waitJS(t, ctx, "the first step to open", `document.querySelector("#call-1 details.step").open`, 5*time.Second)
+	if !eval[bool](t, ctx, `document.documentElement.scrollWidth <= window.innerWidth + 1`) {
+		t.Errorf("the session page is wider than a 390 px screen (%d px)", eval[int](t, ctx, `document.documentElement.scrollWidth`))
+	}
+	if !eval[bool](t, ctx, `(() => { const p = document.querySelector("#call-1 pre.term"); return p.getBoundingClientRect().right <= window.innerWidth; })()`) {
+		t.Error("the terminal block reaches past the screen's edge")
+	}
+	shot(t, ctx, shots, "steps-390")
+	do(t, ctx, "wide screen", chromedp.EmulateReset())
+}
+
+// TestWebUITerminalJS runs the terminal cases the server's renderer passes
+// (internal/web/testdata/terminal.json) through static/terminal.js in
+// Chromium: live output renders as the server renders it.
+func TestWebUITerminalJS(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	c := startCluster(t)
+	b, err := os.ReadFile("../../internal/web/testdata/terminal.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name   string          `json:"name"`
+		Chunks json.RawMessage `json:"chunks"`
+		HTML   string          `json:"html"`
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "a page with the scripts", chromedp.Navigate(c.url+"/ui/signin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if len(cases) < 20 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, tc := range cases {
+		html, _ := json.Marshal(tc.HTML)
+		got := eval[[]string](t, ctx, fmt.Sprintf(`(() => {
+			const run = (chunks) => {
+				const pre = document.createElement("pre"), term = OutpostTerminal.attach(pre);
+				for (const c of chunks) term.write(c.text, c.stream === "stderr");
+				return pre.innerHTML;
+			};
+			const chunks = %s;
+			// The server's HTML, as the browser parses and writes it back.
+			const tpl = document.createElement("template");
+			tpl.innerHTML = %s;
+			// The same output a character at a time.
+			const chars = chunks.flatMap(c => [...c.text].map(ch => ({text: ch, stream: c.stream})));
+			return [run(chunks), tpl.innerHTML, run(chars)];
+		})()`, tc.Chunks, html))
+		if got[0] != got[1] {
+			t.Errorf("%s:\n   js %q\nserver %q", tc.Name, got[0], got[1])
+		}
+		if got[2] != got[1] {
+			t.Errorf("%s, a character at a time:\n   js %q\nserver %q", tc.Name, got[2], got[1])
+		}
+	}
+	if !eval[bool](t, ctx, `(() => { const pre = document.createElement("pre"); OutpostTerminal.attach(pre).write("\x1b[31m<img src=x onerror=alert(1)>", false); return pre.querySelector("img") === null && pre.textContent === "<img src=x onerror=alert(1)>"; })()`) {
+		t.Error("terminal.js made markup of output")
+	}
+}
+
+// TestWebUILLMSteps shows an llm session in Chromium: the model's messages
+// read between the steps of the calls they ask for, each message links to
+// its calls, and edit_file and apply_patch show coloured diffs.
+func TestWebUILLMSteps(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	shots := screenshotDir(t)
+	patch := "--- a/app.txt\n+++ b/app.txt\n@@ -1,2 +1,2 @@\n hello\n-outpost\n+outposts\n"
+	fake := newFakeOpenAI(t,
+		func(map[string]any) map[string]any {
+			m := toolCall("call_1", "write_file", `{"path":"app.txt","content":"hello\nworld\n"}`)
+			m["content"] = "I will write the file first, then fix its second line."
+			return m
+		},
+		func(map[string]any) map[string]any {
+			return toolCall("call_2", "edit_file", `{"path":"app.txt","old":"world","new":"outpost"}`)
+		},
+		func(map[string]any) map[string]any {
+			b, _ := json.Marshal(map[string]string{"patch": patch})
+			return toolCall("call_3", "apply_patch", string(b))
+		},
+		func(map[string]any) map[string]any {
+			return toolCall("call_4", "exec", `{"command":"cat app.txt"}`)
+		},
+		func(map[string]any) map[string]any { return say("Done: app.txt says hello and outposts.") },
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1",
+		"OUTPOST_LLM_API_KEY=sk-test", "OUTPOST_LLM_MODEL=fake-model"})
+	token := setupOutpost(t, c, "models")
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "models", Title: "llm steps", Prompt: "Write app.txt.",
+		Agent: api.Agent{Kind: api.AgentLLM}})
+	signIn(t, ctx, c, c.admin)
+	do(t, ctx, "session page", chromedp.Navigate(c.url+"/ui/sessions/"+id), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	startWorker(t, c, "models", token)
+	waitText(t, ctx, "#live-state", "The session has ended.", 90*time.Second)
+	check := func(when string) {
+		t.Helper()
+		order := eval[[]string](t, ctx, `[...document.querySelectorAll("#transcript > li.ev-message, #transcript > li.step")].map(li =>
+			li.matches(".step") ? "step " + li.querySelector("summary .tool").textContent : "message " + li.className.replace(/.*msg-/, ""))`)
+		want := "message user, message assistant, step write_file, message assistant, step edit_file, message assistant, step apply_patch, message assistant, step exec, message assistant"
+		if strings.Join(order, ", ") != want {
+			t.Errorf("%s: the transcript reads %q, want %q", when, strings.Join(order, ", "), want)
+		}
+		if got := eval[string](t, ctx, `document.querySelector("#transcript li.msg-assistant .text").textContent`); got != "I will write the file first, then fix its second line." {
+			t.Errorf("%s: the first answer reads %q", when, got)
+		}
+		if got := eval[string](t, ctx, `document.querySelector("#transcript li.msg-assistant .calls a").getAttribute("href")`); got != "#call-1" {
+			t.Errorf("%s: the first answer links to %q", when, got)
+		}
+		diffs := eval[[]string](t, ctx, `[...document.querySelectorAll("#transcript pre.diff")].map(d =>
+			[...d.querySelectorAll("span.add, span.del")].map(s => s.className + ":" + s.textContent.trim()).join(" "))`)
+		if len(diffs) != 2 || !strings.Contains(diffs[0], "del:-world") || !strings.Contains(diffs[0], "add:+outpost") ||
+			!strings.Contains(diffs[1], "del:-outpost") || !strings.Contains(diffs[1], "add:+outposts") {
+			t.Errorf("%s: diffs %q", when, diffs)
+		}
+		if got := eval[string](t, ctx, `document.querySelector("#call-3 summary .what").textContent`); got != "app.txt" {
+			t.Errorf("%s: apply_patch's header names %q", when, got)
+		}
+		if got := eval[string](t, ctx, `document.querySelector("#call-4 pre.term").textContent`); got != "$ cat app.txt\nhello\noutposts\n" {
+			t.Errorf("%s: the exec step shows %q", when, got)
+		}
+	}
+	check("live")
+	eval[bool](t, ctx, `[...document.querySelectorAll("details.step")].every(d => d.open = true)`)
+	shot(t, ctx, shots, "llm-live")
+	do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	check("after a reload")
+	eval[bool](t, ctx, `[...document.querySelectorAll("details.step")].every(d => d.open = true)`)
+	shot(t, ctx, shots, "llm")
 }

@@ -1,5 +1,7 @@
-// Outpost UI: follows a session's transcript live over server-sent events.
-// Everything from the server is added with textContent, never as HTML.
+// Outpost UI: follows a session's transcript live over server-sent events,
+// building steps, folded machine events and messages the way the server
+// renders them (internal/web/transcript.go). Everything from the server is
+// added as text (textContent, text nodes), never as HTML.
 "use strict";
 (function () {
   function plain(status, detail) {
@@ -33,14 +35,24 @@
     return e;
   }
 
-  // diffBlock renders a unified diff, one line a span, as text only.
+  function str(v) { return typeof v === "string" ? v : ""; }
+
+  function pre(cls, text) { return el("pre", cls, text); }
+
+  // diffBlock renders a unified diff, one line a span, as text only
+  // (splitDiff in Go): the lines before a file's first hunk are its header.
   function diffBlock(diff) {
-    var pre = el("pre", "diff");
-    diff.split("\n").forEach(function (line) {
-      var cls = line.startsWith("@@") ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
-      pre.appendChild(el("span", cls, line + "\n"));
+    var block = el("pre", "diff"), header = true;
+    diff.replace(/\n$/, "").split("\n").forEach(function (line) {
+      var cls = "";
+      if (line.startsWith("diff ")) { cls = "meta"; header = true; }
+      else if (line.startsWith("@@")) { cls = "hunk"; header = false; }
+      else if (header) cls = "meta";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+      block.appendChild(el("span", cls, line + "\n"));
     });
-    return pre;
+    return block;
   }
 
   function pretty(v) {
@@ -49,37 +61,10 @@
     try { return JSON.stringify(v, null, 2); } catch (e) { return String(v); }
   }
 
-  // ansi appends text to parent, turning SGR colour codes into spans with
-  // fixed class names and dropping every other escape sequence.
-  var ANSI = /\x1b\[([0-9;?]*)([A-Za-z])|\x1b[^\[]?/g;
-  function ansi(parent, text) {
-    var fg = -1, bold = false, pos = 0, m;
-    function flush(s) {
-      if (!s) return;
-      if (fg < 0 && !bold) { parent.appendChild(document.createTextNode(s)); return; }
-      var cls = [];
-      if (fg >= 0) cls.push("fg" + fg);
-      if (bold) cls.push("b");
-      parent.appendChild(el("span", cls.join(" "), s));
-    }
-    ANSI.lastIndex = 0;
-    while ((m = ANSI.exec(text)) !== null) {
-      flush(text.slice(pos, m.index));
-      pos = ANSI.lastIndex;
-      if (m[0].length === 0) { ANSI.lastIndex++; continue; }
-      if (m[2] !== "m") continue;
-      (m[1] || "0").split(";").forEach(function (p) {
-        var n = parseInt(p, 10);
-        if (isNaN(n)) return;
-        if (n === 0) { fg = -1; bold = false; }
-        else if (n === 1) bold = true;
-        else if (n === 22) bold = false;
-        else if (n >= 30 && n <= 37) fg = n - 30;
-        else if (n >= 90 && n <= 97) fg = n - 90 + 8;
-        else if (n === 39) fg = -1;
-      });
-    }
-    flush(text.slice(pos));
+  function size(n) {
+    if (n >= 1048576) return (n / 1048576).toFixed(1) + " MiB";
+    if (n >= 1024) return (n / 1024).toFixed(1) + " KiB";
+    return n + " B";
   }
 
   // media returns a figure showing the image or video artifact a tool
@@ -122,74 +107,367 @@
     return two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + ":" + two(d.getUTCSeconds());
   }
 
-  function render(ev) {
-    var li = el("li", "ev ev-" + String(ev.type).replace(/[^a-z_]/g, ""));
-    li.dataset.seq = String(ev.seq || 0);
+  // tookText says how long a call took: 340ms, 4.2s, 37s, 2m 5s, 1h 3m.
+  function tookText(ms) {
+    ms = Math.max(0, Math.floor(ms));
+    if (ms < 1000) return ms + "ms";
+    if (ms < 10000) return Math.floor(ms / 1000) + "." + Math.floor(ms % 1000 / 100) + "s";
+    if (ms < 60000) return Math.floor(ms / 1000) + "s";
+    if (ms < 3600000) return Math.floor(ms / 60000) + "m " + Math.floor(ms % 60000 / 1000) + "s";
+    return Math.floor(ms / 3600000) + "h " + Math.floor(ms % 3600000 / 60000) + "m";
+  }
+
+  function shellQuote(s) {
+    if (s !== "" && /^[A-Za-z0-9_@%+=:,.\/-]+$/.test(s)) return s;
+    return "'" + s.replace(/'/g, "'\\''") + "'";
+  }
+
+  function execLine(a) {
+    if (str(a.command) || !Array.isArray(a.argv) || a.argv.length === 0) return str(a.command);
+    return a.argv.map(function (s) { return shellQuote(String(s)); }).join(" ");
+  }
+
+  function patchFiles(patch) {
+    var files = [];
+    patch.split("\n").forEach(function (l) {
+      if (!l.startsWith("+++ ")) return;
+      var p = l.slice(4).trim().split("\t")[0];
+      if (p === "/dev/null") return;
+      files.push(p.startsWith("b/") ? p.slice(2) : p);
+    });
+    return files;
+  }
+
+  // target is what a call works on, for its header (stepTarget in Go).
+  function target(tool, a) {
+    if (!a || typeof a !== "object") return "";
+    switch (tool) {
+      case "exec": return execLine(a);
+      case "shell_run": return "[" + str(a.name) + "] " + str(a.command);
+      case "shell_write": return "[" + str(a.name) + "] " + str(a.text);
+      case "shell_start": case "shell_read": case "shell_interrupt": case "shell_kill": return str(a.name);
+      case "list_dir": return str(a.path) || ".";
+      case "read_file": case "write_file": case "edit_file": case "upload_artifact": return str(a.path);
+      case "glob": return str(a.pattern);
+      case "grep": return str(a.path) ? str(a.pattern) + " in " + str(a.path) : str(a.pattern);
+      case "apply_patch": return patchFiles(str(a.patch)).join(", ");
+      case "git_clone": return str(a.name) + " ← " + str(a.url) + (str(a.ref) ? " @ " + str(a.ref) : "");
+      case "git_status": case "git_diff": return str(a.repo);
+      case "git_checkout": return str(a.repo) + " → " + str(a.ref);
+      case "git_commit": return str(a.repo) + ": " + str(a.message);
+      case "git_push": return str(a.repo) + " → " + (str(a.remote) || "origin") + (str(a.branch) ? "/" + str(a.branch) : "");
+      case "browser_navigate": return str(a.url);
+      case "browser_click": case "browser_type": case "browser_text": return str(a.selector);
+      case "browser_press": return str(a.key);
+      case "browser_eval": return str(a.expression);
+      case "browser_screenshot": case "record_start": return str(a.name);
+    }
+    return "";
+  }
+
+  // oneLine cuts a target to its first line and 160 characters: [line, full or ""].
+  function oneLine(s) {
+    var line = s, i = line.indexOf("\n");
+    if (i >= 0) line = line.slice(0, i).replace(/\r+$/, "") + " …";
+    var chars = Array.from(line);
+    if (chars.length > 160) line = chars.slice(0, 160).join("") + "…";
+    return [line, line !== s ? s : ""];
+  }
+
+  // ---- the transcript
+
+  var NOISE = { machine: 1, claim: 1, release: 1, remote_connected: 1, remote_disconnected: 1, status: 1 };
+  var SLOTS = ["args", "content", "term", "err", "diff", "value", "media", "arts", "raw"];
+
+  function isStepEvent(ev) {
+    if (ev.type === "call" || ev.type === "result") return true;
+    return (ev.type === "output" || ev.type === "artifact") && ev.call_seq > 0;
+  }
+
+  // place puts a block into a step's body in its slot's order.
+  function place(body, node) {
+    var k = SLOTS.indexOf(node.classList[0]);
+    for (var c = body.firstElementChild; c; c = c.nextElementSibling) {
+      if (SLOTS.indexOf(c.classList[0]) > k) { body.insertBefore(node, c); return node; }
+    }
+    body.appendChild(node);
+    return node;
+  }
+
+  function rawBlock(ev, raw) {
+    var p = el("pre", "raw-ev", raw);
+    p.dataset.seq = String(ev.seq || 0);
+    return p;
+  }
+
+  function rawDetails(label) {
+    var d = el("details", "raw");
+    d.appendChild(el("summary", "", label));
+    return d;
+  }
+
+  function newStep(call) {
+    var li = el("li", "step s-running");
+    li.id = "call-" + call;
+    li.dataset.call = String(call);
+    var d = el("details", "step");
+    d.open = true;
+    var sum = el("summary");
+    sum.appendChild(el("span", "icon")).setAttribute("aria-hidden", "true");
+    sum.appendChild(el("span", "seq", "#" + call));
+    sum.appendChild(el("span", "tool", "call"));
+    sum.appendChild(el("code", "what", ""));
+    sum.appendChild(el("span", "took", ""));
+    sum.appendChild(el("span", "res", "running"));
+    d.appendChild(sum);
+    var body = el("div", "body");
+    body.appendChild(rawDetails("raw JSON"));
+    d.appendChild(body);
+    li.appendChild(d);
+    return li;
+  }
+
+  function setState(li, state, status) {
+    li.className = "step s-" + state;
+    li.querySelector("summary .res").textContent = status;
+  }
+
+  function Transcript(list) {
+    this.list = list;
+    this.steps = {};
+    var self = this;
+    list.querySelectorAll("li.step[data-call]").forEach(function (li) { self.steps[li.dataset.call] = li; });
+  }
+
+  Transcript.prototype.add = function (ev, raw) {
+    if (isStepEvent(ev)) this.stepEvent(ev, raw);
+    else if (NOISE[ev.type]) this.noiseEvent(ev, raw);
+    else this.list.appendChild(loneEvent(ev, raw));
+    if (ev.type === "end") this.end();
+  };
+
+  Transcript.prototype.stepEvent = function (ev, raw) {
+    var li = this.steps[ev.call_seq];
+    if (!li) {
+      li = this.steps[ev.call_seq] = newStep(ev.call_seq);
+      this.list.appendChild(li);
+    }
+    var body = li.querySelector(".body");
+    if (ev.tool && li.querySelector("summary .tool").textContent === "call") li.querySelector("summary .tool").textContent = ev.tool;
+    switch (ev.type) {
+      case "call": this.call(li, body, ev); break;
+      case "output": this.output(li, body, ev); break;
+      case "result": this.result(li, body, ev); break;
+      case "artifact":
+        if (ev.artifact) {
+          var arts = body.querySelector(":scope > ul.arts") || place(body, el("ul", "arts"));
+          arts.appendChild(el("li", "", "artifact " + ev.artifact.name + " (" + size(ev.artifact.size) + ")"));
+        }
+        break;
+    }
+    body.querySelector(":scope > details.raw").appendChild(rawBlock(ev, raw));
+  };
+
+  Transcript.prototype.call = function (li, body, ev) {
+    var a = ev.args, tool = String(ev.tool || "");
+    li.querySelector("summary .tool").textContent = tool;
+    var t = oneLine(target(tool, a)), what = li.querySelector("summary .what");
+    what.textContent = t[0];
+    if (t[1]) what.title = t[1];
+    li.dataset.start = String(ev.time_ms);
+    li.querySelector("summary .took").title = "started " + time(ev.time_ms) + " UTC";
+    if (a && typeof a === "object") {
+      if (tool === "write_file") {
+        if (str(a.content)) place(body, pre("content", a.content));
+      } else if (tool === "apply_patch") {
+        if (str(a.patch)) place(body, diffBlock(a.patch));
+      } else if (tool !== "exec" && tool !== "edit_file" && Object.keys(a).length > 1) {
+        place(body, pre("args", pretty(a)));
+      }
+    }
+    if (tool === "exec") {
+      var term = body.querySelector(":scope > pre.term") || place(body, el("pre", "term"));
+      var cmd = execLine(a || {});
+      if (cmd && !term.querySelector(".cmd")) term.insertBefore(el("span", "cmd", "$ " + cmd + "\n"), term.firstChild);
+    }
+  };
+
+  Transcript.prototype.output = function (li, body, ev) {
+    if (!li.terminal) {
+      var term = body.querySelector(":scope > pre.term") || place(body, el("pre", "term"));
+      li.terminal = window.OutpostTerminal.attach(term);
+    }
+    li.terminal.write(String(ev.text || ""), ev.stream === "stderr");
+  };
+
+  Transcript.prototype.result = function (li, body, ev) {
+    var ok = ev.ok === true, state = ok ? "ok" : "failed", status = ok ? "ok" : "failed";
+    if (typeof ev.exit_code === "number") {
+      status = "exit " + ev.exit_code;
+      if (ev.exit_code !== 0) state = "failed";
+    }
+    setState(li, state, status);
+    var start = Number(li.dataset.start || 0);
+    if (start > 0 && ev.time_ms >= start) li.querySelector("summary .took").textContent = tookText(ev.time_ms - start);
+    if (ev.error) place(body, el("p", "err", ev.error));
+    var v = ev.value, tool = String(ev.tool || ""), fig = media(ev);
+    // exec's value repeats its exit code, apply_patch's the files of its
+    // patch, a screenshot's or recording's its file.
+    if (tool === "exec" || tool === "apply_patch" || fig) {
+      // nothing more to show
+    } else if (v && typeof v === "object" && typeof v.diff === "string" && v.diff) {
+      place(body, diffBlock(v.diff));
+    } else if (v !== undefined) {
+      var text = tool === "read_file" && v && typeof v.content === "string" ? v.content :
+        tool === "browser_text" && v && typeof v.text === "string" ? v.text : null;
+      if (text !== null) {
+        if (text) place(body, pre("content", text));
+      } else if (pretty(v)) {
+        place(body, pre("value", pretty(v)));
+      }
+    }
+    if (fig) place(body, fig);
+    // A step that succeeded closes, unless it shows an image or a video.
+    li.querySelector("details.step").open = state !== "ok" || !!fig;
+  };
+
+  // end marks the calls that never got a result.
+  Transcript.prototype.end = function () {
+    this.list.querySelectorAll("li.step.s-running").forEach(function (li) {
+      setState(li, "lost", "no result");
+      li.querySelector("summary .took").textContent = "";
+      li.querySelector("details.step").open = true;
+    });
+  };
+
+  Transcript.prototype.noiseEvent = function (ev, raw) {
+    var group = this.list.lastElementChild;
+    if (!group || !group.classList.contains("noise")) {
+      group = el("li", "noise");
+      var d = el("details", "noise");
+      d.appendChild(el("summary"));
+      d.appendChild(el("ol", "lines"));
+      d.appendChild(rawDetails("raw JSON"));
+      group.appendChild(d);
+      this.list.appendChild(group);
+    }
+    var l = noiseLine(ev), line = el("li", l.failed ? "failed" : "");
+    line.dataset.type = String(ev.type);
+    line.dataset.kind = l.kind;
+    line.appendChild(el("span", "t", time(ev.time_ms)));
+    line.appendChild(document.createTextNode(" "));
+    line.appendChild(el("span", "x", l.text));
+    group.querySelector("ol.lines").appendChild(line);
+    group.querySelector("details.raw").appendChild(rawBlock(ev, raw));
+    summarize(group);
+  };
+
+  // noiseLine describes a machine, claim, connection or status event
+  // (noiseLineOf in Go).
+  function noiseLine(ev) {
+    var l = { kind: "", text: "", failed: false };
+    switch (ev.type) {
+      case "machine":
+        l.kind = str(ev.step);
+        l.text = "machine " + str(ev.step) + (ev.machine ? " " + ev.machine : "") + (ev.backend ? " (" + ev.backend + ")" : "") +
+          (typeof ev.exit_code === "number" ? " exit " + ev.exit_code : "");
+        l.failed = ev.step === "failed";
+        break;
+      case "claim": l.kind = "claimed"; l.text = "claimed by " + str(ev.acceptor_id); break;
+      case "release": l.kind = "released"; l.text = "released by " + str(ev.acceptor_id); break;
+      case "remote_connected":
+        l.kind = "connected";
+        l.text = "remote connected" + (ev.capabilities && ev.capabilities.os ? " (" + ev.capabilities.os + "/" + ev.capabilities.arch + ")" : "");
+        break;
+      case "remote_disconnected": l.kind = "disconnected"; l.text = "remote disconnected"; break;
+      case "status":
+        l.kind = str(ev.status);
+        l.text = plain(ev.status, ev.status_detail);
+        l.failed = ev.status === "error";
+        break;
+    }
+    if (ev.reason) l.text += " — " + ev.reason;
+    return l;
+  }
+
+  // summarize writes a fold's one line (noise.summarize in Go).
+  function summarize(group) {
+    var lines = Array.prototype.map.call(group.querySelectorAll("ol.lines > li"), function (li) {
+      return { type: li.dataset.type, kind: li.dataset.kind, failed: li.classList.contains("failed"), text: li.querySelector(".x").textContent };
+    });
+    var last = lines[lines.length - 1], failed = null, machines = true;
+    lines.forEach(function (l) {
+      if (l.failed && !failed) failed = l;
+      machines = machines && l.type === "machine";
+    });
+    group.classList.toggle("failed", !!failed);
+    var summary;
+    if (lines.length === 1) {
+      summary = last.text;
+    } else {
+      var kinds = [];
+      lines.forEach(function (l) {
+        var k = l.type === "machine" && !machines ? "machine " + l.kind : l.kind;
+        if (kinds.indexOf(k) < 0) kinds.push(k);
+      });
+      if (kinds.length > 6) kinds = kinds.slice(0, 6).concat(["…"]);
+      summary = lines.length + (machines ? " machine events: " : " events: ") + kinds.join(", ") + " — " +
+        (failed ? "failed: " + failed.text : "last: " + last.text);
+    }
+    group.querySelector("summary").textContent = summary;
+  }
+
+  // loneEvent renders an event shown on its own (the "event" template).
+  function loneEvent(ev, raw) {
+    var type = String(ev.type).replace(/[^a-z_]/g, "");
+    var li = el("li", "ev ev-" + type + (type === "message" ? " msg-" + String(ev.role).replace(/[^a-z]/g, "") : ""));
     li.appendChild(el("span", "t", time(ev.time_ms)));
     li.appendChild(document.createTextNode(" "));
+    function k(text, failed) { li.appendChild(el("span", "k" + (failed ? " failed" : ""), text)); }
+    function text(s) { li.appendChild(document.createTextNode(s)); }
     switch (ev.type) {
-      case "call":
-        li.appendChild(el("span", "k", "call #" + ev.call_seq));
-        li.appendChild(document.createTextNode(" "));
-        li.appendChild(el("strong", "", ev.tool));
-        if (ev.args !== undefined) li.appendChild(el("pre", "args", pretty(ev.args)));
-        break;
-      case "output":
-        var pre = el("pre", "out out-" + String(ev.stream || "").replace(/[^a-z]/g, ""));
-        ansi(pre, String(ev.text || ""));
-        li.appendChild(pre);
-        break;
-      case "result":
-        li.appendChild(el("span", "k", "result #" + ev.call_seq));
-        li.appendChild(document.createTextNode(" "));
-        if (ev.ok !== undefined) li.appendChild(el("span", ev.ok ? "ok" : "failed", ev.ok ? "ok" : "failed"));
-        if (ev.exit_code !== undefined) li.appendChild(document.createTextNode(" exit " + ev.exit_code));
-        if (ev.error) { li.appendChild(document.createTextNode(" ")); li.appendChild(el("span", "failed", ev.error)); }
-        if (ev.value && typeof ev.value.diff === "string") {
-          li.appendChild(diffBlock(ev.value.diff));
-        } else if (ev.value !== undefined) {
-          li.appendChild(el("pre", "args", pretty(ev.value)));
-        }
-        var fig = media(ev);
-        if (fig) li.appendChild(fig);
-        break;
       case "message":
-        li.appendChild(el("span", "k", ev.role));
-        if (ev.text) li.appendChild(el("pre", "wrap msg", ev.text));
-        (ev.tool_calls || []).forEach(function (c) {
-          li.appendChild(el("div", "k", "asks for " + c.tool));
-          li.appendChild(el("pre", "args", c.arguments));
-        });
+        k(ev.role);
+        if (ev.usage) li.appendChild(el("span", "hint", " " + ev.usage.prompt_tokens + " + " + ev.usage.completion_tokens + " tokens"));
+        if (ev.text) li.appendChild(el("div", "text", ev.text));
+        if (ev.tool_calls && ev.tool_calls.length) {
+          var p = el("p", "calls", "Runs ");
+          ev.tool_calls.forEach(function (c, i) {
+            if (i) p.appendChild(document.createTextNode(", "));
+            var a = el("a", "", "#" + c.call_seq + " " + c.tool);
+            a.href = "#call-" + Number(c.call_seq);
+            p.appendChild(a);
+          });
+          li.appendChild(p);
+        }
         break;
-      case "status":
       case "end":
-        li.appendChild(el("span", "k", ev.type === "end" ? "session ended" : "status"));
-        li.appendChild(document.createTextNode(" " + plain(ev.status, ev.status_detail) + (ev.reason ? " — " + ev.reason : "")));
+        k("session ended");
+        text(" " + plain(ev.status, ev.status_detail) + (ev.reason ? " — " + ev.reason : ""));
         break;
-      case "claim":
-        li.appendChild(el("span", "k", "claimed by"));
-        li.appendChild(document.createTextNode(" " + (ev.acceptor_id || "")));
-        break;
-      case "machine":
-        li.appendChild(el("span", "k", "machine " + (ev.step || "")));
-        li.appendChild(document.createTextNode(" " + (ev.machine || "") + (ev.backend ? " (" + ev.backend + ")" : "") +
-          (ev.exit_code !== undefined ? " exit " + ev.exit_code : "") + (ev.reason ? " — " + ev.reason : "")));
-        if (ev.step === "failed") li.classList.add("failed");
-        break;
-      case "restore":
-        li.appendChild(el("span", "k" + (ev.ok === false ? " failed" : ""), "restore"));
-        if (ev.reason) li.appendChild(document.createTextNode(" " + ev.reason));
-        break;
+      case "resume": k("resumed"); text(" " + str(ev.reason)); break;
+      case "restore": k("restore", ev.ok === false); if (ev.reason) text(" " + ev.reason); break;
       case "artifact":
-        li.appendChild(el("span", "k", "artifact"));
-        if (ev.artifact) li.appendChild(document.createTextNode(" " + ev.artifact.name + " (" + ev.artifact.size + " B)"));
+        k("artifact");
+        if (ev.artifact) text(" " + ev.artifact.name + " (" + size(ev.artifact.size) + ")");
         break;
       default:
-        li.appendChild(el("span", "k", ev.type));
-        if (ev.acceptor_id) li.appendChild(document.createTextNode(" " + ev.acceptor_id));
-        if (ev.reason) li.appendChild(document.createTextNode(" " + ev.reason));
+        k(ev.type);
+        if (ev.acceptor_id) text(" " + ev.acceptor_id);
+        if (ev.reason) text(" " + ev.reason);
     }
+    var d = rawDetails("raw");
+    d.appendChild(rawBlock(ev, raw));
+    li.appendChild(d);
     return li;
+  }
+
+  // tick shows how long running calls have run so far, in whole seconds.
+  function tick(list) {
+    list.querySelectorAll("li.step.s-running[data-start]").forEach(function (li) {
+      var ms = Math.max(0, Date.now() - Number(li.dataset.start));
+      li.querySelector("summary .took").textContent = ms < 60000 ? Math.floor(ms / 1000) + "s" : tookText(ms);
+    });
   }
 
   function follow(list) {
@@ -197,12 +475,15 @@
     var state = document.getElementById("live-state");
     var status = document.getElementById("status");
     var reason = document.getElementById("reason");
+    var transcript = new Transcript(list);
+    var timer = window.setInterval(function () { tick(list); }, 500);
+    tick(list);
     var src = new EventSource(url);
     src.onmessage = function (msg) {
       var ev;
       try { ev = JSON.parse(msg.data); } catch (e) { return; }
       var stick = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
-      list.appendChild(render(ev));
+      transcript.add(ev, msg.data);
       if (stick) window.scrollTo(0, document.body.scrollHeight);
       if ((ev.type === "status" || ev.type === "end") && ev.status) {
         status.textContent = plain(ev.status, ev.status_detail);
@@ -211,6 +492,7 @@
       }
       if (ev.type === "end") {
         src.close();
+        window.clearInterval(timer);
         if (state) state.textContent = "The session has ended.";
         var t = document.getElementById("terminate-form");
         if (t) t.hidden = true;
