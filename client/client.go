@@ -9,6 +9,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -186,10 +187,30 @@ func (c *Client) doOnce(ctx context.Context, method, path string, q url.Values, 
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
 		return nil
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBody)).Decode(out); err != nil {
+	br := bufio.NewReader(io.LimitReader(resp.Body, maxBody))
+	if isMarkup(br) {
+		// Not temporary: retrying would get the same answer.
+		return &foreignAnswerError{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
+	}
+	if err := json.NewDecoder(br).Decode(out); err != nil {
 		return &transportError{op: method + " " + path, err: fmt.Errorf("decode answer: %w", err)}
 	}
 	return nil
+}
+
+// isMarkup reports whether a body starts, after white space, with '<': an
+// HTML or XML page where the API answers JSON.
+func isMarkup(r *bufio.Reader) bool {
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return false
+		}
+		if b != ' ' && b != '\t' && b != '\r' && b != '\n' {
+			_ = r.UnreadByte()
+			return b == '<'
+		}
+	}
 }
 
 // openStream starts a long-lived GET whose answer is read as server-sent
@@ -215,7 +236,7 @@ func (c *Client) openStream(ctx context.Context, path string, q url.Values, hdr 
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		resp.Body.Close()
 		// Not temporary: retrying would get the same answer.
-		return nil, fmt.Errorf("GET %s: expected an event stream, got Content-Type %q", path, ct)
+		return nil, &foreignAnswerError{status: resp.StatusCode, contentType: ct}
 	}
 	return resp, nil
 }

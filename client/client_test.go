@@ -111,6 +111,41 @@ func TestErrorEnvelope(t *testing.T) {
 	}
 }
 
+// A URL that leads to another web server is told apart from the API's own
+// errors, for 4xx pages and for 200 pages alike, and is not retried.
+func TestNotOutpostAnswers(t *testing.T) {
+	t.Parallel()
+	var gets atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/outposts", func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<html><body>Welcome to nginx</body></html>")
+	})
+	mux.HandleFunc("GET /v1/outposts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<html><body>404 Not Found</body></html>")
+	})
+	mux.HandleFunc("GET /v1/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, api.CodeNotFound, "Session x does not exist.")
+	})
+	c := newTestClient(t, mux)
+	ctx := testContext(t)
+
+	_, err := c.Outposts.List(ctx)
+	if !IsNotOutpost(err) || !strings.Contains(err.Error(), "200 OK with an HTML page") || gets.Load() != 1 {
+		t.Errorf("HTML 200: %v (IsNotOutpost %v, %d GETs)", err, IsNotOutpost(err), gets.Load())
+	}
+	_, err = c.Outposts.Get(ctx, "dev")
+	if !IsNotOutpost(err) || !IsNotFound(err) || !strings.Contains(err.Error(), "404 Not Found with an HTML page") {
+		t.Errorf("HTML 404: %v", err)
+	}
+	if _, err = c.Sessions.Get(ctx, "x"); IsNotOutpost(err) || !IsNotFound(err) {
+		t.Errorf("the API's own 404: %v, IsNotOutpost %v", err, IsNotOutpost(err))
+	}
+}
+
 // A server that answers the public fleet API's {"detail": …} bodies only
 // is understood too; the envelope wins when both are there.
 func TestErrorDetailFallback(t *testing.T) {

@@ -21,6 +21,11 @@ type Error struct {
 	Code string
 	// Message is a sentence for people.
 	Message string
+
+	// foreign is set when the body was neither Outpost's envelope nor a
+	// fleet API detail: an HTML page or other text, as a web server or
+	// proxy that is not Outpost answers.
+	foreign bool
 }
 
 // Error returns the server's message.
@@ -49,6 +54,50 @@ func IsUnauthorized(err error) bool { return hasStatus(err, http.StatusUnauthori
 // IsForbidden reports whether err is a 403 answer: the token lacks a scope or
 // is limited to another outpost.
 func IsForbidden(err error) bool { return hasStatus(err, http.StatusForbidden) }
+
+// IsNotOutpost reports whether the answer behind err did not come from an
+// Outpost server: an error status with an HTML or text page instead of a
+// JSON error, or a success answer that is not JSON. The client's URL likely
+// points at another web server or at a wrong path.
+func IsNotOutpost(err error) bool {
+	var e *Error
+	var f *foreignAnswerError
+	return errors.As(err, &e) && e.foreign || errors.As(err, &f)
+}
+
+// IsTransport reports whether err is a failure to get an answer from the
+// server at all: it could not be reached, the connection broke, or the
+// answer could not be read. The cause (a *url.Error, a *net.OpError, …)
+// is wrapped.
+func IsTransport(err error) bool {
+	var te *transportError
+	return errors.As(err, &te)
+}
+
+// foreignAnswerError is a success answer that is not what the API sends:
+// an HTML page, say, where JSON or an event stream was expected.
+type foreignAnswerError struct {
+	status      int
+	contentType string
+}
+
+func (e *foreignAnswerError) Error() string {
+	return fmt.Sprintf("server answered %d %s with %s, not the Outpost API", e.status, http.StatusText(e.status), describeType(e.contentType))
+}
+
+// describeType names a Content-Type for people: "an HTML page".
+func describeType(ct string) string {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch mt = strings.TrimSpace(strings.ToLower(mt)); {
+	case mt == "":
+		return "a body of no declared type"
+	case mt == "text/html" || mt == "application/xhtml+xml":
+		return "an HTML page"
+	case mt == "text/plain":
+		return "plain text"
+	}
+	return "a " + mt + " body"
+}
 
 func hasStatus(err error, code int) bool {
 	var e *Error
@@ -81,9 +130,13 @@ func parseError(resp *http.Response) error {
 		}
 	}
 	e.Code = fmt.Sprintf("http_%d", resp.StatusCode)
+	e.foreign = true
 	msg := fmt.Sprintf("server answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-	if s := strings.TrimSpace(string(b)); s != "" && len(s) < 200 && !strings.Contains(s, "<") {
+	switch s := strings.TrimSpace(string(b)); {
+	case s != "" && len(s) < 200 && !strings.Contains(s, "<"):
 		msg += ": " + s
+	case s != "":
+		msg += " with " + describeType(resp.Header.Get("Content-Type"))
 	}
 	e.Message = msg
 	return e

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -83,8 +85,9 @@ func NewCmdLogin(f *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "login --server URL --token TOKEN",
 		Short: "Save the server URL and token for later commands",
-		Long: `Save the server URL and API token to config.json in the user config directory
-(mode 0600), so later commands need neither --server nor --token.`,
+		Long: `Check that the server answers and accepts the API token, then save both to
+config.json in the user config directory (mode 0600), so later commands need
+neither --server nor --token. When the check fails nothing is saved.`,
 		Example: `  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
   OUTPOST_TOKEN=... outpost login --server https://outpost.example.com`,
 		Args: exactArgs(0, ""),
@@ -102,8 +105,19 @@ func NewCmdLogin(f *Factory) *cobra.Command {
 			if token == "" {
 				return usageErrorf("login needs a token: pass --token or set OUTPOST_TOKEN")
 			}
-			if _, err := client.New(server, token); err != nil {
+			f.Server = server // for checkServerURL and userMessage
+			if err := checkServerURL(f, server); err != nil {
+				return err
+			}
+			c, err := client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
+			if err != nil {
 				return usageError{err}
+			}
+			if err := checkLogin(cmd.Context(), c); err != nil {
+				if client.IsUnauthorized(err) && !client.IsNotOutpost(err) {
+					return fmt.Errorf("the server at %s refused the token: %s Nothing was saved", server, strings.TrimSpace(err.Error()))
+				}
+				return errors.New(strings.TrimSuffix(userMessage(f, cmd, err), ".") + "; nothing was saved")
 			}
 			path, err := saveConfig(f, config{Server: server, Token: token})
 			if err != nil {
@@ -113,4 +127,13 @@ func NewCmdLogin(f *Factory) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// checkLogin makes one authenticated call. Every scope may list outposts,
+// so a refusal for want of a scope still proves the token valid.
+func checkLogin(ctx context.Context, c *client.Client) error {
+	if _, err := c.Outposts.List(ctx); err != nil && !client.IsForbidden(err) {
+		return err
+	}
+	return nil
 }

@@ -23,7 +23,8 @@ func newCmdSessionsLogs(f *Factory) *cobra.Command {
 		Short: "Print a session's transcript",
 		Long: `Print a session's transcript: status changes with their reasons, "$ command"
 for each exec call, its output, and results with exit codes. With -f, follow
-the session live until it ends; the exit status is then 1 if it ended in error.
+the session live until it ends; the exit status is then 1 unless it finished
+(an error, a failed step, a limit or a terminate).
 With -o json, print one event per line.`,
 		Example: "  outpost sessions logs ses_123\n  outpost sessions logs -f ses_123\n  outpost sessions logs ses_123 -o json | jq .type",
 		Args:    exactArgs(1, "a session id"),
@@ -69,7 +70,8 @@ func eventWriter(f *Factory) func(api.Event) error {
 }
 
 // followTranscript prints a session's events live until its end event, and
-// fails when the session ended in error, so scripts can tell.
+// returns a *sessionFailedError (exit code 1) when the session did not
+// finish well, so scripts and CI jobs can tell.
 func followTranscript(ctx context.Context, f *Factory, c *client.Client, id string) error {
 	emit := eventWriter(f)
 	var end *api.Event
@@ -82,10 +84,39 @@ func followTranscript(ctx context.Context, f *Factory, c *client.Client, id stri
 	if err != nil {
 		return err
 	}
-	if end != nil && end.Status == api.StatusError {
-		return fmt.Errorf("session %s ended in error%s", id, reasonText(end.Reason))
+	if end != nil && !succeeded(end.Status, end.StatusDetail) {
+		return &sessionFailedError{id: id, status: end.Status, detail: end.StatusDetail, reason: end.Reason}
 	}
 	return nil
+}
+
+// succeeded reports whether a session that ended with status and detail
+// did what it was asked: it finished (for a script, no step failed that
+// lacked continue_on_error), or an interactive session was left idle. An
+// error, a limit, a terminate and a deleted outpost are failures, as a CI
+// job that was cancelled or timed out is not a success.
+func succeeded(status, detail string) bool {
+	return status == api.StatusExit && (detail == api.DetailFinished || detail == api.DetailInactivity)
+}
+
+// sessionFailedError is a followed session that ended without success.
+type sessionFailedError struct {
+	id, status, detail, reason string
+}
+
+func (e *sessionFailedError) Error() string {
+	what := "ended " + statusText(e.status, e.detail)
+	switch {
+	case e.status == api.StatusError:
+		what = "failed"
+	case e.detail == api.DetailUserRequest:
+		what = "was terminated"
+	case e.detail == api.DetailUsageLimitExceeded:
+		what = "was stopped by a limit"
+	case e.detail == api.DetailOutpostDeleted:
+		what = "ended with its outpost"
+	}
+	return fmt.Sprintf("session %s %s%s", e.id, what, reasonText(e.reason))
 }
 
 func readAll(r io.Reader) ([]byte, error) {

@@ -192,8 +192,9 @@ func TestVersionJSON(t *testing.T) {
 
 func TestLoginSavesConfig(t *testing.T) {
 	t.Parallel()
+	ts := startTestServer(t)
 	tf := newTestFactory(t, nil)
-	if code := tf.run(t, "login", "--server", "http://outpost.test:7420", "--token", "tok-1"); code != 0 {
+	if code := tf.run(t, "login", "--server", ts.url, "--token", ts.admin); code != 0 {
 		t.Fatalf("exit %d: %s", code, tf.errOut)
 	}
 	path := filepath.Join(tf.configDir, "outpost", "config.json")
@@ -202,7 +203,7 @@ func TestLoginSavesConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg config
-	if err := json.Unmarshal(b, &cfg); err != nil || cfg != (config{Server: "http://outpost.test:7420", Token: "tok-1"}) {
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg != (config{Server: ts.url, Token: ts.admin}) {
 		t.Errorf("config.json = %s", b)
 	}
 	if runtime.GOOS != "windows" {

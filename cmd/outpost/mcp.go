@@ -9,6 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/internal/api"
 )
 
 // NewCmdMCP returns `outpost mcp`: a stdio MCP server bridged to a
@@ -54,6 +56,9 @@ func runMCPBridge(ctx context.Context, f *Factory, session string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkMCPSession(ctx, f, session); err != nil {
+		return err
+	}
 	next := http.DefaultTransport
 	if hc, err := f.HTTPClient(); err != nil { // --ca-file
 		return err
@@ -83,4 +88,24 @@ func runMCPBridge(ctx context.Context, f *Factory, session string) error {
 			})
 	}
 	return local.Run(ctx, &mcp.StdioTransport{})
+}
+
+// checkMCPSession fails with a sentence naming the session when it cannot
+// serve MCP: it does not exist, is not external, or has ended. The MCP
+// transport's own errors would say only that a request failed.
+func checkMCPSession(ctx context.Context, f *Factory, id string) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.Sessions.Get(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case s.Spec.Agent.Kind != api.AgentExternal:
+		return fmt.Errorf("session %s runs a %s agent; outpost mcp serves the tools of external sessions (agent.kind external)", id, s.Spec.Agent.Kind)
+	case api.IsFinal(s.Status.Status):
+		return fmt.Errorf("session %s has ended (%s)%s", id, statusText(s.Status.Status, s.Status.StatusDetail), reasonText(s.Status.Reason))
+	}
+	return nil
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
@@ -118,6 +121,9 @@ is given, which ends every unfinished session of the outpost.`,
 				return err
 			}
 			if err := c.Outposts.Delete(cmd.Context(), args[0], force); err != nil {
+				if client.IsConflict(err) && !force {
+					return withForceHint(err)
+				}
 				return err
 			}
 			fmt.Fprintf(f.IO.ErrOut, "Deleted outpost %s.\n", args[0])
@@ -126,4 +132,14 @@ is given, which ends every unfinished session of the outpost.`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "delete even with claimed sessions, ending them")
 	return cmd
+}
+
+// withForceHint says the server's refusal to delete an outpost with claimed
+// sessions in the CLI's words: the API's force is the --force flag.
+func withForceHint(err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "with force") {
+		return errors.New(strings.Replace(msg, "with force", "with --force", 1))
+	}
+	return fmt.Errorf("%s; pass --force to delete it anyway, ending its sessions", strings.TrimSuffix(msg, "."))
 }

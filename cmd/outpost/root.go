@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +18,12 @@ import (
 
 // Exit codes of the outpost command.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK = 0
+	// exitFailed: the session a command followed failed (docs/cli.md).
+	exitFailed = 1
+	exitUsage  = 2
+	// exitError: any other failure, such as an unreachable server.
+	exitError = 3
 )
 
 // DefaultServer is the server URL used when none is configured.
@@ -145,6 +146,9 @@ func (f *Factory) Client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkServerURL(f, server); err != nil {
+		return nil, err
+	}
 	opts := []client.Option{client.WithUserAgent("outpost-cli/" + version)}
 	hc, err := f.HTTPClient()
 	if err != nil {
@@ -226,7 +230,12 @@ func Main(ctx context.Context, args []string, f *Factory) int {
 		fmt.Fprintf(f.IO.ErrOut, "error: %s\nRun '%s --help' for usage.\n", err, c.CommandPath())
 		return exitUsage
 	}
-	fmt.Fprintf(f.IO.ErrOut, "error: %s\n", userMessage(f, err))
+	var sf *sessionFailedError
+	if errors.As(err, &sf) {
+		fmt.Fprintf(f.IO.ErrOut, "error: %s\n", sf)
+		return exitFailed
+	}
+	fmt.Fprintf(f.IO.ErrOut, "error: %s\n", userMessage(f, c, err))
 	return exitError
 }
 
@@ -245,35 +254,6 @@ func isCobraUsageError(err error) bool {
 	s := err.Error()
 	return strings.HasPrefix(s, "unknown command") || strings.HasPrefix(s, "unknown flag") ||
 		strings.HasPrefix(s, "unknown shorthand flag") || strings.Contains(s, "required flag(s)")
-}
-
-// userMessage turns err into the sentence people see, with a hint of what
-// to do for the failures that have an obvious fix.
-func userMessage(f *Factory, err error) string {
-	msg := strings.TrimSpace(err.Error())
-	var ce *client.Error
-	var ue *url.Error
-	// Not net.Error: a syscall.Errno (a file not found) is one too.
-	var oe *net.OpError
-	var de *net.DNSError
-	switch {
-	case tlsconfig.IsUnknownAuthority(err):
-		server, _, _ := f.Endpoint()
-		return fmt.Sprintf("the TLS certificate of %s is signed by an authority this machine does not trust: pass --ca-file or set %s to the PEM file of the CA that signed it (%s)", server, tlsconfig.EnvCAFile, msg)
-	case tlsconfig.IsVerificationError(err):
-		server, _, _ := f.Endpoint()
-		return fmt.Sprintf("the TLS certificate of %s cannot be verified (check that --server names a host the certificate is for and that it has not expired): %s", server, msg)
-	case client.IsUnauthorized(err):
-		return strings.TrimSuffix(msg, ".") + "; pass --token, set OUTPOST_TOKEN or run 'outpost login'."
-	case client.IsForbidden(err):
-		return strings.TrimSuffix(msg, ".") + "; use a token with the scope this needs."
-	case errors.As(err, &ce):
-		return msg
-	case errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de):
-		server, _, _ := f.Endpoint()
-		return fmt.Sprintf("cannot reach the Outpost server at %s (is 'outpost server' running? set --server or OUTPOST_SERVER): %s", server, msg)
-	}
-	return msg
 }
 
 // exactArgs is cobra.ExactArgs with a usage error that names the arguments.

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
 )
 
 // NewCmdSessions returns `outpost sessions`.
@@ -52,7 +56,10 @@ func NewCmdSessionsCreate(f *Factory, runF func(context.Context, *SessionsCreate
 request (outpost, title, prompt, repos, agent, env, secrets, limits,
 remote_binary_sha); an unknown field is an error. --outpost, --title, --prompt
 and --remote-binary-sha override the file.
-With --follow, print the transcript until the session ends.`,
+A script stops at its first failed step unless the step has
+continue_on_error: true. With --follow, print the transcript until the
+session ends; the exit status is then 1 unless it finished (an error, a
+failed step, a limit or a terminate).`,
 		Example: `  outpost sessions create --outpost dev --file session.yaml
   outpost sessions create --file session.json --title "nightly build" --follow
   cat session.yaml | outpost sessions create --file -
@@ -87,8 +94,11 @@ func (o *SessionsCreateOptions) resolve(f *Factory) error {
 		} else {
 			b, err = os.ReadFile(o.File)
 		}
-		if err != nil {
-			return fmt.Errorf("read session file: %w", err)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("the session file %s does not exist (--file)", o.File)
+		case err != nil:
+			return fmt.Errorf("read the session file %s: %w", o.File, err)
 		}
 		if o.Request, err = parseSessionFile(o.File, b); err != nil {
 			return err
@@ -141,6 +151,10 @@ func runSessionsCreate(ctx context.Context, f *Factory, o *SessionsCreateOptions
 	return followTranscript(ctx, f, c, id)
 }
 
+// sessionStatuses are the values of sessions list --status.
+var sessionStatuses = []string{api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusResuming,
+	api.StatusSuspended, api.StatusExit, api.StatusError}
+
 func newCmdSessionsList(f *Factory) *cobra.Command {
 	var filter client.SessionFilter
 	cmd := &cobra.Command{
@@ -149,6 +163,12 @@ func newCmdSessionsList(f *Factory) *cobra.Command {
 		Example: "  outpost sessions list\n  outpost sessions list --outpost dev --status running --limit 10 -o json",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if filter.First < 0 || filter.First > 200 {
+				return usageErrorf("--limit must be from 1 to 200, not %d", filter.First)
+			}
+			if filter.Status != "" && !slices.Contains(sessionStatuses, filter.Status) {
+				return usageErrorf("--status must be one of %s, not %q", strings.Join(sessionStatuses, ", "), filter.Status)
+			}
 			c, err := f.Client()
 			if err != nil {
 				return err
@@ -175,7 +195,7 @@ func newCmdSessionsList(f *Factory) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&filter.Outpost, "outpost", "", "only sessions of this outpost")
-	fl.StringVar(&filter.Status, "status", "", "only sessions with this status (new, claimed, running, suspended, exit, error)")
+	fl.StringVar(&filter.Status, "status", "", "only sessions with this status ("+strings.Join(sessionStatuses, ", ")+")")
 	fl.IntVar(&filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
 	return cmd
 }
@@ -270,21 +290,21 @@ func newCmdSessionsSend(f *Factory) *cobra.Command {
 	}
 }
 
-// machineText summarises the capabilities of a session's machine.
+// machineText summarises the capabilities of a session's machine:
+// "linux/amd64 on box-1, 8 CPUs, 31.2 GiB; git 2.39.5, ffmpeg 5.1.6,
+// chromium 156; passwordless sudo".
 func machineText(c *api.Capabilities) string {
 	if c == nil {
 		return "-"
 	}
-	orNone := func(v string) string {
-		if v == "" {
-			return "none"
-		}
-		return v
+	s := fmt.Sprintf("%s/%s on %s, %d CPUs, %.1f GiB", c.OS, c.Arch, orDash(c.Hostname), c.CPUs, float64(c.MemoryBytes)/(1<<30))
+	if p := machine.Programs(*c); len(p) > 0 {
+		s += "; " + strings.Join(p, ", ")
+	} else {
+		s += "; no git, ffmpeg or browser"
 	}
-	sudo := "no"
 	if c.PasswordlessSudo {
-		sudo = "yes"
+		s += "; passwordless sudo"
 	}
-	return fmt.Sprintf("%s/%s on %s, %d CPUs, %.1f GiB; git %s; chrome %s; ffmpeg %s; passwordless sudo %s",
-		c.OS, c.Arch, orNone(c.Hostname), c.CPUs, float64(c.MemoryBytes)/(1<<30), orNone(c.Git), orNone(c.ChromePath), orNone(c.FFmpeg), sudo)
+	return s
 }

@@ -94,7 +94,21 @@ func TestTranscriptRendering(t *testing.T) {
 		{Seq: 15, Type: api.EventCall, CallSeq: 5, Tool: api.ToolExec, Args: json.RawMessage(`{"command":"sleep 9"}`)},
 		{Seq: 16, Type: api.EventResult, CallSeq: 5, Tool: api.ToolExec, OK: &notOK, ExitCode: &two, Error: "exit code 2",
 			Value: json.RawMessage(`{"exit_code":2,"timed_out":true}`)},
-		{Seq: 17, Time: base + 9000, Type: api.EventEnd, Status: api.StatusExit, StatusDetail: api.DetailFinished, Reason: "The script finished."},
+		{Seq: 17, Type: api.EventCall, CallSeq: 6, Tool: api.ToolReadFile, Args: json.RawMessage(`{"path":"go.mod"}`)},
+		{Seq: 18, Type: api.EventResult, CallSeq: 6, OK: &ok, Value: json.RawMessage(`{"content":"module x\n\ngo 1.26\n","size":2150}`)},
+		{Seq: 19, Type: api.EventCall, CallSeq: 7, Tool: api.ToolListDir, Args: json.RawMessage(`{}`)},
+		{Seq: 20, Type: api.EventResult, CallSeq: 7, OK: &ok, Value: json.RawMessage(`{"entries":[{"name":"a"},{"name":"b"},{"name":"c"}]}`)},
+		{Seq: 21, Type: api.EventCall, CallSeq: 8, Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"x","content":"hi"}`)},
+		{Seq: 22, Type: api.EventResult, CallSeq: 8, OK: &ok, Value: json.RawMessage(`{"bytes":2}`)},
+		{Seq: 23, Type: api.EventCall, CallSeq: 9, Tool: api.ToolBrowserNavigate, Args: json.RawMessage(`{"url":"http://127.0.0.1:8080/"}`)},
+		{Seq: 24, Type: api.EventResult, CallSeq: 9, OK: &ok, Value: json.RawMessage(`{"url":"http://127.0.0.1:8080/login","title":"Sign in"}`)},
+		{Seq: 25, Type: api.EventCall, CallSeq: 10, Tool: api.ToolGitCommit, Args: json.RawMessage(`{"repo":"app","message":"m","all":true}`)},
+		{Seq: 26, Type: api.EventResult, CallSeq: 10, OK: &ok, Value: json.RawMessage(`{"commit":"1a2b3c4d5e6f","branch":"main"}`)},
+		{Seq: 27, Type: api.EventCall, CallSeq: 11, Tool: api.ToolGitClone, Args: json.RawMessage(`{"url":"/srv/app.git","name":"app"}`)},
+		{Seq: 28, Type: api.EventResult, CallSeq: 11, OK: &ok, Value: json.RawMessage(`{"path":"repos/app","head":"9f8e7d6c5b4a"}`)},
+		{Seq: 29, Type: api.EventCall, CallSeq: 12, Tool: api.ToolBrowserClick, Args: json.RawMessage(`{"selector":"#go"}`)},
+		{Seq: 30, Type: api.EventResult, CallSeq: 12, OK: &ok, Value: json.RawMessage(`{}`)},
+		{Seq: 31, Time: base + 9000, Type: api.EventEnd, Status: api.StatusExit, StatusDetail: api.DetailFinished, Reason: "The script finished."},
 	}
 	var out bytes.Buffer
 	p := newTranscriptPrinter(&out, time.UTC)
@@ -120,6 +134,20 @@ $ true
 [exit 0]
 $ sleep 9
 [exit 2, timed out]
+> read_file {"path":"go.mod"}
+[ok] 3 lines, 2.1 KiB
+> list_dir
+[ok] 3 entries
+> write_file {"path":"x","content":"hi"}
+[ok] wrote 2 B
+> browser_navigate {"url":"http://127.0.0.1:8080/"}
+[ok] "Sign in" at http://127.0.0.1:8080/login
+> git_commit {"repo":"app","message":"m","all":true}
+[ok] commit 1a2b3c4 on main
+> git_clone {"url":"/srv/app.git","name":"app"}
+[ok] repos/app at 9f8e7d6
+> browser_click {"selector":"#go"}
+[ok]
 [15:04:14] session ended: exit (finished): The script finished.
 `
 	if out.String() != want {

@@ -55,7 +55,11 @@ for that outpost only.`, strings.Join(api.Scopes, ", ")),
 			if f.JSON() {
 				return printJSON(f.IO.Out, t)
 			}
-			fmt.Fprintf(f.IO.ErrOut, "Created token %s with scopes %s; it is shown only this once:\n", t.ID, strings.Join(t.Scopes, ", "))
+			limit := ""
+			if t.Outpost != "" {
+				limit = ", limited to outpost " + t.Outpost
+			}
+			fmt.Fprintf(f.IO.ErrOut, "Created token %s with scopes %s%s; it is shown only this once:\n", t.ID, strings.Join(t.Scopes, ", "), limit)
 			fmt.Fprintln(f.IO.Out, t.Secret)
 			return nil
 		},
@@ -89,7 +93,11 @@ func newCmdTokensList(f *Factory) *cobra.Command {
 			now := time.Now()
 			t := newTable(f.IO.Out, "ID", "NAME", "SCOPES", "OUTPOST", "CREATED", "STATE")
 			for _, tok := range l.Items {
-				t.row(tok.ID, orDash(tok.Name), strings.Join(tok.Scopes, ","), orDash(tok.OutpostID),
+				outpost := tok.Outpost
+				if outpost == "" {
+					outpost = tok.OutpostID // a server that does not name it, or a deleted outpost
+				}
+				t.row(tok.ID, orDash(tok.Name), strings.Join(tok.Scopes, ", "), orDash(outpost),
 					ago(tok.CreatedAt, now), tokenState(tok, now))
 			}
 			return t.flush()

@@ -137,11 +137,15 @@ func resultLine(ev api.Event, tool string) string {
 	case ev.OK != nil && !*ev.OK:
 		return "[error] " + orDash(ev.Error)
 	}
+	ok := "[ok]"
+	if s := okSummary(tool, ev.Value); s != "" {
+		ok += " " + s
+	}
 	var edit api.EditFileResult
 	if tool == api.ToolEditFile && json.Unmarshal(ev.Value, &edit) == nil && edit.Diff != "" {
-		return strings.TrimSuffix(edit.Diff, "\n") + "\n[ok]"
+		return strings.TrimSuffix(edit.Diff, "\n") + "\n" + ok
 	}
-	return "[ok]"
+	return ok
 }
 
 func statusText(status, detail string) string {

@@ -98,8 +98,11 @@ type Repo struct {
 // Agent says what drives the session.
 type Agent struct {
 	Kind string `json:"kind"`
-	// StopOnError ends a script at its first failed step.
-	StopOnError bool `json:"stop_on_error,omitempty"`
+	// StopOnError says whether a script ends at its first failed step (a
+	// tool error, or an exec whose exit code is not 0); unset means true.
+	// With false every step runs, and the session still ends in error
+	// when one failed. Use StopsOnError to read it.
+	StopOnError *bool `json:"stop_on_error,omitempty"`
 	// Steps are a script's tool calls.
 	Steps []Step `json:"steps,omitempty"`
 
@@ -119,10 +122,17 @@ type Agent struct {
 	Interactive bool `json:"interactive,omitempty"`
 }
 
+// StopsOnError reports whether a script ends at its first failed step:
+// StopOnError, true when unset.
+func (a Agent) StopsOnError() bool { return a.StopOnError == nil || *a.StopOnError }
+
 // Step is one tool call of a script agent.
 type Step struct {
 	Tool string          `json:"tool"`
 	Args json.RawMessage `json:"args"`
+	// ContinueOnError lets the script go on when this step fails, and does
+	// not count its failure against the session, which can still finish.
+	ContinueOnError bool `json:"continue_on_error,omitempty"`
 }
 
 // Limits bound a session.

@@ -19,9 +19,11 @@ type Token struct {
 	Name      string   `json:"name"`
 	Scopes    []string `json:"scopes"`
 	OutpostID string   `json:"outpost_id,omitempty"`
-	CreatedAt int64    `json:"created_at"`
-	ExpiresAt *int64   `json:"expires_at"`
-	RevokedAt *int64   `json:"revoked_at"`
+	// Outpost is the name of the outpost OutpostID names, when it exists.
+	Outpost   string `json:"outpost,omitempty"`
+	CreatedAt int64  `json:"created_at"`
+	ExpiresAt *int64 `json:"expires_at"`
+	RevokedAt *int64 `json:"revoked_at"`
 }
 
 // CreateTokenRequest is the body of POST /v1/tokens.

@@ -76,7 +76,7 @@ func Session(outpost, repoURL string) api.CreateSessionRequest {
 		Title:   "demo: edit a README",
 		Prompt:  "Run the tests, change foo to bar in the README and show the diff.",
 		Repos:   []api.Repo{{URL: repoURL, Name: "demo", Ref: "main"}},
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			// A worker reuses repos/demo between runs: start from a clean tree.
 			step(api.ToolExec, api.ExecArgs{Command: "git checkout -q -- .", Cwd: "repos/demo", TimeoutS: 60}),
 			step(api.ToolExec, api.ExecArgs{Command: "make test", Cwd: "repos/demo", TimeoutS: 60}),

@@ -178,7 +178,7 @@ func newOrchestrator(ctx context.Context, opts Options) (*orchestrator, error) {
 		o.platform = api.PlatformLinux
 	}
 	if o.acceptor = opts.AcceptorID; o.acceptor == "" {
-		if o.acceptor, err = worker.LoadAcceptorID(opts.StateDir); err != nil {
+		if o.acceptor, err = worker.LoadAcceptorIDAs(opts.StateDir, "orchestrator"); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -46,12 +47,19 @@ func (p principal) allowsOutpost(outpostID string) bool {
 	return p.outpostID == "" || p.outpostID == outpostID
 }
 
-// checkOutpost answers 403 when the token is limited to another outpost.
-func (p principal) checkOutpost(outpostID string) error {
-	if !p.allowsOutpost(outpostID) {
-		return errForbidden("This token is limited to another outpost.")
+// errLimited is the 403 answer to a token limited to another outpost than
+// the one a request is about. It names the token's own outpost, which its
+// holder may know, and says nothing of whether the thing asked for exists;
+// what says what it is, as the rest of the sentence.
+func (s *Server) errLimited(ctx context.Context, p principal, what string) error {
+	o, err := s.store.GetOutpost(ctx, p.outpostID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errForbidden("This token is limited to an outpost that no longer exists.")
+	case err != nil:
+		return fmt.Errorf("get the token's outpost %s: %w", p.outpostID, err)
 	}
-	return nil
+	return errForbidden("This token is limited to outpost %q; %s.", o.Name, what)
 }
 
 type principalKey struct{}

@@ -26,15 +26,15 @@ func (s *Server) resolveOutpost(ctx context.Context, ref string) (store.Outpost,
 	o, err := s.store.GetOutpost(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
 		if p.outpostID != "" {
-			return store.Outpost{}, errForbidden("This token is limited to another outpost.")
+			return store.Outpost{}, s.errLimited(ctx, p, fmt.Sprintf("it cannot use outpost %q", ref))
 		}
 		return store.Outpost{}, errNotFound("Outpost %q does not exist.", ref)
 	}
 	if err != nil {
 		return store.Outpost{}, fmt.Errorf("get outpost %s: %w", ref, err)
 	}
-	if err := p.checkOutpost(o.ID); err != nil {
-		return store.Outpost{}, err
+	if !p.allowsOutpost(o.ID) {
+		return store.Outpost{}, s.errLimited(ctx, p, fmt.Sprintf("it cannot use outpost %q", ref))
 	}
 	return o, nil
 }
@@ -228,7 +228,10 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if claimed > 0 && force != "true" {
-		return errConflict("Outpost %q has %d claimed session(s); end them first or delete with ?force=true.", o.Name, claimed)
+		if claimed == 1 {
+			return errConflict("Outpost %q has 1 claimed session; end it first, or delete with force, which ends it.", o.Name)
+		}
+		return errConflict("Outpost %q has %d claimed sessions; end them first, or delete with force, which ends them.", o.Name, claimed)
 	}
 	for _, e := range entries {
 		reason := fmt.Sprintf("Outpost %q was deleted.", o.Name)

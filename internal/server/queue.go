@@ -127,8 +127,8 @@ func (s *Server) entryFor(ctx context.Context, sessionID string) (store.QueueEnt
 	if err != nil {
 		return store.QueueEntry{}, fmt.Errorf("get queue entry %s: %w", sessionID, err)
 	}
-	if err := principalFrom(ctx).checkOutpost(e.OutpostID); err != nil {
-		return store.QueueEntry{}, err
+	if p := principalFrom(ctx); !p.allowsOutpost(e.OutpostID) {
+		return store.QueueEntry{}, s.errLimited(ctx, p, fmt.Sprintf("session %s is not in its queue", sessionID))
 	}
 	return e, nil
 }

@@ -24,7 +24,7 @@ func TestWelcomeRestoresReposOnResume(t *testing.T) {
 		"repos":[{"url":"https://example.com/app.git","name":"app","ref":"main"}],
 		"agent":{"kind":"script","steps":[
 			{"tool":"git_clone","args":{"url":"https://example.com/lib.git","name":"lib"}},
-			{"tool":"git_clone","args":{"url":"https://example.com/bad.git","name":"bad"}},
+			{"tool":"git_clone","args":{"url":"https://example.com/bad.git","name":"bad"},"continue_on_error":true},
 			{"tool":"list_dir"},
 			{"tool":"list_dir"}]}}`, &s)
 	id := s.Metadata.SessionID

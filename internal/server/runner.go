@@ -43,9 +43,17 @@ type resultMsg struct {
 
 // step is one planned tool call.
 type step struct {
-	tool     string
-	args     json.RawMessage
-	required bool // a failure ends the session whatever stop_on_error says
+	tool string
+	args json.RawMessage
+	// stop ends the session at once when the call fails: a repo's clone,
+	// and a script step unless stop_on_error is false or the step has
+	// continue_on_error.
+	stop bool
+	// tolerated is a script step whose failure does not fail the session
+	// (continue_on_error).
+	tolerated bool
+	// script is the step's number in agent.steps, from 1; 0 for a clone.
+	script int
 }
 
 // ensureRunner starts the session's runner unless it runs already. It
@@ -156,10 +164,12 @@ func plan(sess store.Session) []step {
 	var steps []step
 	for _, r := range sess.Spec.Repos {
 		args, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
-		steps = append(steps, step{tool: api.ToolGitClone, args: args, required: true})
+		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true})
 	}
-	for _, st := range sess.Spec.Agent.Steps {
-		steps = append(steps, step{tool: st.Tool, args: st.Args, required: sess.Spec.Agent.StopOnError})
+	stops := sess.Spec.Agent.StopsOnError()
+	for i, st := range sess.Spec.Agent.Steps {
+		steps = append(steps, step{tool: st.Tool, args: st.Args, stop: stops && !st.ContinueOnError,
+			tolerated: st.ContinueOnError, script: i + 1})
 	}
 	return steps
 }
@@ -192,7 +202,7 @@ func (r *runner) run(ctx context.Context) {
 		done[c.Seq] = c
 	}
 	steps := plan(sess)
-	failed, ok := r.runSteps(ctx, steps, done)
+	out, ok := r.runSteps(ctx, steps, done)
 	if !ok {
 		return
 	}
@@ -204,7 +214,11 @@ func (r *runner) run(ctx context.Context) {
 		r.runExternal(ctx, sess, done)
 		return
 	}
-	r.end(ctx, api.StatusExit, api.DetailFinished, fmt.Sprintf("The script finished: %d call(s), %d failed.", len(steps), failed))
+	if len(out.failed) > 0 {
+		r.end(ctx, api.StatusError, api.DetailError, failedStepsText(out.failed, len(sess.Spec.Agent.Steps)))
+		return
+	}
+	r.end(ctx, api.StatusExit, api.DetailFinished, finishedText(len(sess.Spec.Agent.Steps), out.tolerated))
 }
 
 // fail ends the session when the runner cannot go on, unless the runner
@@ -321,7 +335,7 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			ev.ExitCode = &code
 		}
 	}
-	recordNext := next != nil && (f.OK || !st.required)
+	recordNext := next != nil && (f.OK || !st.stop)
 	var m store.Mutation
 	err := r.retry(ctx, "record result", func() (err error) {
 		m, err = r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -354,9 +368,10 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 }
 
 // runSteps runs planned calls in order, skipping those with a stored
-// result. It returns how many failed, and false when the session ended or
-// the runner must stop.
-func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]store.Call) (failed int, goOn bool) {
+// result. It ends the session at the first failed call that stops it, and
+// returns the other failures, and false when the session ended or the
+// runner must stop.
+func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]store.Call) (out stepOutcome, goOn bool) {
 	for i, st := range steps {
 		seq := int64(i + 1)
 		c, ok := done[seq]
@@ -364,7 +379,7 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 			if !ok {
 				if err := r.retry(ctx, "record call", func() error { _, err := r.record(ctx, seq, st); return err }); err != nil {
 					r.fail(ctx, err)
-					return failed, false
+					return out, false
 				}
 			}
 			// The next call is recorded in the same transaction as this
@@ -379,26 +394,27 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 			var recordedNext bool
 			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
 				r.fail(ctx, err)
-				return failed, false
+				return out, false
 			}
 			done[seq] = c // later calls are numbered after it
 			if recordedNext {
 				done[seq+1] = store.Call{Seq: seq + 1}
 			}
 		}
-		if !c.OK {
-			failed++
-			if st.required {
-				what := fmt.Sprintf("Call %d (%s) failed: %s", seq, st.tool, c.Error)
-				if st.tool == api.ToolGitClone {
-					what = fmt.Sprintf("Cloning repo %d failed: %s", seq, c.Error)
-				}
-				r.end(ctx, api.StatusError, api.DetailError, what)
-				return failed, false
-			}
+		if c.OK {
+			continue
+		}
+		switch {
+		case st.stop:
+			r.end(ctx, api.StatusError, api.DetailError, stoppedText(st, c, seq, steps[i+1:]))
+			return out, false
+		case st.tolerated:
+			out.tolerated++
+		default:
+			out.failed = append(out.failed, stepFailure{st, c})
 		}
 	}
-	return failed, true
+	return out, true
 }
 
 // lateResult handles a result for a call the runner is not waiting for (a

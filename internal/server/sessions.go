@@ -212,15 +212,17 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 
 // sessionFor loads a session the caller may see.
 func (s *Server) sessionFor(ctx context.Context, id string) (store.Session, error) {
+	// A token limited to an outpost gets the same answer for a session of
+	// another outpost and for one that does not exist.
+	p := principalFrom(ctx)
 	sess, err := s.store.GetSession(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case err == nil && !p.allowsOutpost(sess.OutpostID), errors.Is(err, store.ErrNotFound) && p.outpostID != "":
+		return store.Session{}, s.errLimited(ctx, p, fmt.Sprintf("session %s is not one of its sessions", id))
+	case errors.Is(err, store.ErrNotFound):
 		return store.Session{}, errNotFound("Session %s does not exist.", id)
-	}
-	if err != nil {
+	case err != nil:
 		return store.Session{}, fmt.Errorf("get session %s: %w", id, err)
-	}
-	if err := principalFrom(ctx).checkOutpost(sess.OutpostID); err != nil {
-		return store.Session{}, err
 	}
 	return sess, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
@@ -18,11 +19,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Scopes) == 0 {
-		return errBadRequest("scopes is required; scopes are %v.", api.Scopes)
+		return errBadRequest("scopes is required; scopes are %s.", strings.Join(api.Scopes, ", "))
 	}
 	for _, sc := range req.Scopes {
 		if !slices.Contains(api.Scopes, sc) {
-			return errBadRequest("Scope %q is unknown; scopes are %v.", sc, api.Scopes)
+			return errBadRequest("Scope %q is unknown; scopes are %s.", sc, strings.Join(api.Scopes, ", "))
 		}
 	}
 	if len(req.Name) > 200 {
@@ -33,12 +34,13 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))), CreatedAt: now}
+	var outpost string
 	if req.Outpost != "" {
 		o, err := s.resolveOutpost(ctx, req.Outpost)
 		if err != nil {
 			return err
 		}
-		t.OutpostID = o.ID
+		t.OutpostID, outpost = o.ID, o.Name
 	}
 	if req.ExpiresInS > 0 {
 		exp := now.Add(time.Duration(req.ExpiresInS) * time.Second)
@@ -50,7 +52,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("create token: %w", err)
 	}
 	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "outpost", t.OutpostID)
-	writeJSON(w, http.StatusCreated, api.CreateTokenResponse{Token: toAPIToken(t), Secret: secret})
+	at := toAPIToken(t)
+	at.Outpost = outpost
+	writeJSON(w, http.StatusCreated, api.CreateTokenResponse{Token: at, Secret: secret})
 	return nil
 }
 
@@ -59,9 +63,19 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list tokens: %w", err)
 	}
+	outposts, err := s.store.ListOutposts(r.Context())
+	if err != nil {
+		return fmt.Errorf("list outposts: %w", err)
+	}
+	names := make(map[string]string, len(outposts))
+	for _, o := range outposts {
+		names[o.ID] = o.Name
+	}
 	list := api.TokenList{Items: []api.Token{}}
 	for _, t := range all {
-		list.Items = append(list.Items, toAPIToken(t))
+		at := toAPIToken(t)
+		at.Outpost = names[t.OutpostID]
+		list.Items = append(list.Items, at)
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil

@@ -19,6 +19,13 @@ const acceptorFile = "acceptor-id"
 // LoadAcceptorID returns the acceptor id saved in dataDir, generating and
 // saving "worker-<hostname>-<random>" (mode 0600) the first time.
 func LoadAcceptorID(dataDir string) (string, error) {
+	return LoadAcceptorIDAs(dataDir, "worker")
+}
+
+// LoadAcceptorIDAs is LoadAcceptorID for an acceptor of another kind: a
+// new id starts with kind ("orchestrator-<hostname>-<random>"); an id
+// already saved is kept whatever it starts with.
+func LoadAcceptorIDAs(dataDir, kind string) (string, error) {
 	path := filepath.Join(dataDir, acceptorFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
@@ -28,12 +35,12 @@ func LoadAcceptorID(dataDir string) (string, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("read acceptor id: %w", err)
 	}
-	id, err := newAcceptorID()
+	id, err := newAcceptorID(kind)
 	if err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", fmt.Errorf("create worker data dir: %w", err)
+		return "", fmt.Errorf("create %s: %w", dataDir, err)
 	}
 	// Write to a temporary file and rename, so a crash never leaves a
 	// half-written id behind.
@@ -59,7 +66,7 @@ func LoadAcceptorID(dataDir string) (string, error) {
 	return id, nil
 }
 
-func newAcceptorID() (string, error) {
+func newAcceptorID(kind string) (string, error) {
 	host, _ := os.Hostname()
 	host = sanitize(host)
 	if host == "" {
@@ -72,5 +79,5 @@ func newAcceptorID() (string, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return "", err
 	}
-	return "worker-" + host + "-" + hex.EncodeToString(r[:]), nil
+	return kind + "-" + host + "-" + hex.EncodeToString(r[:]), nil
 }

@@ -38,7 +38,7 @@ func TestBrowserScreenshotArtifact(t *testing.T) {
 		return api.Step{Tool: tool, Args: b}
 	}
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "browsers", Title: "browse",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			step("browser_navigate", map[string]any{"url": page.URL}),
 			step("record_start", map[string]any{"name": "demo.mp4"}),
 			step("browser_type", map[string]any{"selector": "#name", "text": "Ada"}),

@@ -287,7 +287,7 @@ func longSessions(t *testing.T, c *cluster, outpost string, n, steps int) []stri
 		}
 		ids = append(ids, createSession(t, c, api.CreateSessionRequest{
 			Outpost: outpost, Title: fmt.Sprintf("long %d", i+1),
-			Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: st},
+			Agent: api.Agent{Kind: api.AgentScript, Steps: st},
 		}))
 	}
 	return ids

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,7 +11,8 @@ import (
 )
 
 // TestFollowLive starts `sessions logs -f` before any worker exists, then a
-// worker: the follower prints the run as it happens and exits 0 at the end.
+// worker: the follower prints the run as it happens and exits 0 at the end,
+// the failure of a continue_on_error step notwithstanding.
 // Then the worker and the server stop cleanly on SIGTERM.
 func TestFollowLive(t *testing.T) {
 	t.Parallel()
@@ -20,7 +22,7 @@ func TestFollowLive(t *testing.T) {
 		Outpost: "live", Title: "follow me",
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep("for i in 1 2 3; do echo line-$i; sleep 0.1; done"),
-			execStep("echo '<b>not html</b>' >&2; exit 3"),
+			{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"echo '<b>not html</b>' >&2; exit 3"}`), ContinueOnError: true},
 		}},
 	})
 	follower := start(t, "follower", c.env(c.admin), "sessions", "logs", "-f", id)

@@ -190,7 +190,7 @@ func TestWorkerIsolation(t *testing.T) {
 			id := createSession(t, c, api.CreateSessionRequest{
 				Outpost: outpost, Title: "isolation " + tc.name,
 				Repos: []api.Repo{{URL: repo, Name: "demo", Ref: "main"}},
-				Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+				Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 					{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"make test","cwd":"repos/demo"}`)},
 					{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"made-in-session.txt","content":"written by the session\n"}`)},
 					credentialProbe(token, data, filepath.Join(cfg, "outpost"), home, tokenFile),

@@ -104,7 +104,7 @@ func assertNothingLeft(t *testing.T, stateDir string, pids map[int]bool) {
 
 func scriptSession(outpost, title string, steps ...api.Step) api.CreateSessionRequest {
 	return api.CreateSessionRequest{Outpost: outpost, Title: title,
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: steps}}
+		Agent: api.Agent{Kind: api.AgentScript, Steps: steps}}
 }
 
 func assertFinished(t *testing.T, s api.Session) {

@@ -35,7 +35,7 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "pg", Title: "on postgres",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep("echo stored-in-postgres"),
 			execStep("echo second step"),
 		}},
@@ -75,7 +75,7 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 	// the next session.
 	id2 := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "pg", Title: "after restart",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{execStep("echo after-restart")}},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("echo after-restart")}},
 	})
 	s2 := c.waitFinal(id2, 60*time.Second)
 	if s2.Status.Status != api.StatusExit || s2.Status.StatusDetail != api.DetailFinished {

@@ -43,7 +43,7 @@ func TestServerKill9MidCall(t *testing.T) {
 	release := filepath.Join(t.TempDir(), "release")
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "durable", Title: "kill -9 the server",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep(fmt.Sprintf("echo ran >> %s; while [ ! -e %s ]; do sleep 0.05; done; echo finished-waiting", marks, release)),
 			execStep("echo second step"),
 		}},
@@ -89,7 +89,7 @@ func TestLapsedClaimResumesOnAnotherMachine(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "resume", Title: "machine lost",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep("echo one"),
 			execStep(fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; echo two", gate)),
 			execStep("echo three"),

@@ -33,7 +33,7 @@ func TestResumeRestoresReposOnAnotherMachine(t *testing.T) {
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "restore", Title: "repos follow the session",
 		Repos: []api.Repo{{URL: "file://" + repo, Name: "app"}},
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			{Tool: api.ToolGitClone, Args: clone},
 			execStep("echo uncommitted-on-the-old-machine >> repos/app/README.md"),
 			execStep(fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; echo gate open", gate)),

@@ -62,7 +62,7 @@ func TestSecretInCallArguments(t *testing.T) {
 	const byName = "tok-only-by-name-5e6f7a8b9c"
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "sec", Title: "deploy " + literal,
 		Secrets: map[string]string{"API_TOKEN": literal, "BY_NAME": byName},
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep("printf %s " + literal + " | wc -c"),
 			{Tool: api.ToolExec, Args: json.RawMessage(`{"argv":["sh","-c","test \"$1\" = \"$API_TOKEN\" && echo arg-is-the-secret","sh","` + literal + `"]}`)},
 			execStep(`printf %s "$BY_NAME" | wc -c`),

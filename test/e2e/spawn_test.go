@@ -72,7 +72,7 @@ func TestRemoteServesWithPublicSpawnNames(t *testing.T) {
 	token := setupOutpost(t, c, "spawn")
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "spawn", Title: "public spawn names",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep(`pwd; echo "[${DEVIN_OUTPOST_CONNECT_TOKEN-unset}][${DEVIN_OUTPOST_GATEWAY_URL-unset}][${OUTPOST_CONNECT_TOKEN-unset}][$DEVIN_OUTPOST_SESSION_ID][$DEVIN_REMOTE_STATE_DIR]"`),
 		}},
 	})
@@ -227,7 +227,7 @@ func TestWorkerDirectServe(t *testing.T) {
 	token := setupOutpost(t, c, "direct")
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: "direct", Title: "direct-serve",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			procScan(token),
 			execStep(`pwd; echo "[${DEVIN_REMOTE_SESSION_TOKEN-unset}][${OUTPOST_CONNECT_TOKEN-unset}][${DEVIN_OUTPOSTS_TOKEN-unset}][${OUTPOST_TOKEN-unset}]"`),
 		}},

@@ -390,7 +390,7 @@ func TestWebUIWorkersAndMedia(t *testing.T) {
 	}
 	pageURL := `data:text/html,<title>Shot</title><body%20style="background:%23fd0"><h1%20style="font-size:80px">Hello%20from%20the%20browser</h1></body>`
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "shots", Title: "screenshot",
-		Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			step(api.ToolBrowserNavigate, map[string]any{"url": pageURL}),
 			step(api.ToolRecordStart, map[string]any{"name": "demo.webm"}),
 			step(api.ToolExec, map[string]any{"command": "sleep 1"}),

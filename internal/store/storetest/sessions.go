@@ -20,8 +20,8 @@ func fullSession(id string) store.Session {
 			Title:   "Fix the build",
 			Prompt:  "make it green",
 			Repos:   []api.Repo{{URL: "https://example.com/r.git", Name: "r", Ref: "main"}},
-			Agent: api.Agent{Kind: api.AgentScript, StopOnError: true, Steps: []api.Step{
-				{Tool: "shell", Args: json.RawMessage(`{"cmd":"make test"}`)},
+			Agent: api.Agent{Kind: api.AgentScript, StopOnError: ptr(false), Steps: []api.Step{
+				{Tool: "shell", Args: json.RawMessage(`{"cmd":"make test"}`), ContinueOnError: true},
 			}},
 			Env:         map[string]string{"GOFLAGS": "-mod=mod"},
 			SecretNames: []string{"TOKEN"},
