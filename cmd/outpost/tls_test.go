@@ -81,8 +81,8 @@ func TestServerTLSFilesAtStart(t *testing.T) {
 	} {
 		tf := newTestFactory(t, nil)
 		code := tf.run(t, "server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--tls-cert", tc.cert, "--tls-key", tc.key)
-		if lines := strings.Split(strings.TrimSpace(tf.errOut.String()), "\n"); code != 1 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
-			t.Errorf("exit %d, stderr %q; want 1 and one line with %q", code, tf.errOut, tc.want)
+		if lines := strings.Split(strings.TrimSpace(tf.errOut.String()), "\n"); code != 3 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+			t.Errorf("exit %d, stderr %q; want 3 and one line with %q", code, tf.errOut, tc.want)
 		}
 	}
 }
@@ -109,8 +109,8 @@ func TestCAFile(t *testing.T) {
 	env := map[string]string{"OUTPOST_SERVER": srv.URL(), "OUTPOST_TOKEN": "opt_cli-tls-admin-token"}
 
 	tf := newTestFactory(t, env)
-	if code := tf.run(t, "outposts", "list"); code != 1 {
-		t.Fatalf("without the CA: exit %d, want 1", code)
+	if code := tf.run(t, "outposts", "list"); code != 3 {
+		t.Fatalf("without the CA: exit %d, want 3", code)
 	}
 	for _, want := range []string{"x509: certificate signed by unknown authority", "pass --ca-file or set OUTPOST_CA_FILE", srv.URL()} {
 		if !strings.Contains(tf.errOut.String(), want) {
@@ -132,7 +132,7 @@ func TestCAFile(t *testing.T) {
 	}
 
 	tf = newTestFactory(t, env)
-	if code := tf.run(t, "--ca-file", cert+".missing", "outposts", "list"); code != 1 || !strings.Contains(tf.errOut.String(), "cannot be read") {
+	if code := tf.run(t, "--ca-file", cert+".missing", "outposts", "list"); code != 3 || !strings.Contains(tf.errOut.String(), "cannot be read") {
 		t.Fatalf("a missing CA file: exit %d: %s", code, tf.errOut)
 	}
 }

@@ -309,22 +309,25 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s.dist = dh
 	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
+	// The address first: a port in use is the commonest failure to start,
+	// and says so before the database is opened or migrated.
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
+	}
 	s.store = opts.Store
 	if s.store == nil {
 		st, err := s.openSealedStore(ctx)
 		if err != nil {
+			ln.Close()
 			return nil, err
 		}
 		s.store = st
 	}
 	if err := s.bootstrapAdmin(ctx); err != nil {
+		ln.Close()
 		s.store.Close()
 		return nil, err
-	}
-	ln, err := net.Listen("tcp", opts.Listen)
-	if err != nil {
-		s.store.Close()
-		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
 	}
 	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64) {
 		s.log.Warn("closing new connections: too many unauthenticated connections are open", "open", open, "max", opts.MaxUnauthenticatedConns)
