@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // maxReleaseReason is what the server accepts as a release reason.
@@ -26,19 +29,30 @@ func newResolver(opts Options) (*dist.Resolver, error) {
 	case base != "":
 	case opts.Client != nil:
 		base = strings.TrimSuffix(opts.Client.BaseURL(), "/") + "/dist/"
-	default:
+	case opts.RemoteBinarySHA != "":
+		// Direct-serve calls nothing but the gateway, unless a pin
+		// needs a build from the gateway's server.
 		base = distFromGateway(opts.GatewayURL)
 	}
 	cache := opts.CacheDir
 	if cache == "" {
 		cache = filepath.Join(opts.DataDir, "cache")
 	}
+	var hc *http.Client
+	if opts.CAFile != "" {
+		tr, err := tlsconfig.Transport(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("remote builds: %w", err)
+		}
+		hc = &http.Client{Transport: tr}
+	}
 	return dist.NewResolver(dist.ResolverOptions{
-		BaseURL:  base,
-		CacheDir: cache,
-		Pin:      opts.RemoteBinarySHA,
-		Self:     opts.RemoteCommand,
-		Logger:   opts.Logger,
+		BaseURL:    base,
+		CacheDir:   cache,
+		Pin:        opts.RemoteBinarySHA,
+		Self:       opts.RemoteCommand,
+		HTTPClient: hc,
+		Logger:     opts.Logger,
 	})
 }
 

@@ -48,7 +48,7 @@ for f in /proc/[0-9]*/cmdline; do
   if tr '\0' ' ' < "$f" 2>/dev/null | grep -q "$pattern"; then workers=$((workers+1)); fi
 done
 rm -f "$n" "$n.blob"
-echo "pid1=$(cat /proc/1/comm) processes=$(ls -d /proc/[0-9]* | wc -l) ps_lines=$(ps ax | wc -l) workers=$workers"
+echo "pid1=$(cat /proc/1/comm 2>/dev/null || echo unreadable) processes=$(ls -d /proc/[0-9]* | wc -l) ps_lines=$(ps ax | wc -l) workers=$workers"
 echo "probe looked=$looked found=$found"`,
 		token[:half], token[half:], dataDir, configDir, home, home, tokenFile, dataDir))
 }
