@@ -620,7 +620,7 @@ func TestWebUISteps(t *testing.T) {
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "ci", Title: "ci log",
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep("echo passing step; echo " + long),
-			execStep(`printf '\033[31mred\033[0m and <script>window.pwned=1</script>\n'; echo to stderr >&2; exit 3`),
+			{Tool: api.ToolExec, ContinueOnError: true, Args: execStep(`printf '\033[31mred\033[0m and <script>window.pwned=1</script>\n'; echo to stderr >&2; exit 3`).Args},
 			execStep(`for i in 1 2 3 4 5 6 7 8 9 10; do printf '\033[3%dmtick-%d\033[0m\n' $((i % 7 + 1)) $i; sleep 0.5; done`),
 		}}})
 	signIn(t, ctx, c, c.admin)
