@@ -50,6 +50,13 @@ func IsUnauthorized(err error) bool { return hasStatus(err, http.StatusUnauthori
 // is limited to another outpost.
 func IsForbidden(err error) bool { return hasStatus(err, http.StatusForbidden) }
 
+// HasCode reports whether err is an error answer with the machine code
+// code, such as api.CodeAcceptorInUse.
+func HasCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
 func hasStatus(err error, code int) bool {
 	var e *Error
 	return errors.As(err, &e) && e.StatusCode == code
