@@ -173,12 +173,20 @@ func targetChild() {
 	os.Exit(0)
 }
 
+// probeChild reads the target's environment. A target that is not
+// dumpable answers EACCES, or, with /proc mounted hidepid=invisible, is
+// not there at all; kill(pid, 0) tells that it is alive all the same.
 func probeChild() {
-	b, err := os.ReadFile("/proc/" + os.Getenv("OUTPOST_TEST_PROBE") + "/environ")
+	pid, _ := strconv.Atoi(os.Getenv("OUTPOST_TEST_PROBE"))
+	if err := syscall.Kill(pid, 0); err != nil {
+		fmt.Println("target not alive:", err)
+		os.Exit(0)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	switch {
 	case err == nil && bytes.Contains(b, []byte("connect-token-xyz")):
 		fmt.Println("readable")
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist):
 		fmt.Println("denied")
 	default:
 		fmt.Printf("unexpected: %v %q\n", err, b)

@@ -346,9 +346,11 @@ echo junk > untracked.txt`)}},
 }
 
 // dumpableProbe reports whether the session's commands can read the
-// environment of their parent (the remote) and of a sibling of theirs, and
-// whether a setuid program still runs.
-const dumpableProbe = `echo "parent=$(cat /proc/$PPID/comm)"
+// environment of their parent (the remote, alive: kill -0 works for the
+// same user) and of a sibling of theirs, and whether a setuid program
+// still runs. With /proc mounted hidepid=invisible a process that is not
+// dumpable is not even listed, which also reads as unreadable.
+const dumpableProbe = `kill -0 $PPID && echo PARENT-ALIVE
 cat /proc/$PPID/environ >/dev/null 2>&1 && echo PARENT-ENVIRON-READABLE || echo PARENT-ENVIRON-UNREADABLE
 sleep 30 & sib=$!
 cat /proc/$sib/environ >/dev/null 2>&1 && echo SIBLING-ENVIRON-READABLE || echo SIBLING-ENVIRON-UNREADABLE
@@ -415,7 +417,7 @@ func TestRemoteNotDumpable(t *testing.T) {
 	}
 	requireFinished(t, c.waitFinal(id, 10*time.Second))
 	out := sessionOutput(t, c, id)
-	for _, want := range []string{"parent=outpost", "PARENT-ENVIRON-UNREADABLE", "SIBLING-ENVIRON-READABLE", "commands-run"} {
+	for _, want := range []string{"PARENT-ALIVE", "PARENT-ENVIRON-UNREADABLE", "SIBLING-ENVIRON-READABLE", "commands-run"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("probe output lacks %s:\n%s", want, out)
 		}
@@ -449,4 +451,31 @@ func TestRemoteRefusedExitsWithItsCode(t *testing.T) {
 	if exitCode(err) != api.RemoteExitRejected || !strings.Contains(r.out.String(), "gateway rejected the remote") {
 		t.Errorf("remote exit %v, want %d:\n%s", err, api.RemoteExitRejected, r.out.String())
 	}
+}
+
+// TestRestartedWorkerTakesOverItsIdentity: a worker killed with SIGKILL
+// leaves its presence entry live for 90 s; started again in the same
+// directory it finds its data dir unlocked and its predecessor's pid gone,
+// takes the entry over at once and serves.
+func TestRestartedWorkerTakesOverItsIdentity(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "restart")
+	home, box := t.TempDir(), filepath.Join(t.TempDir(), "box-1")
+	first := tourWorker(t, c, home, box, "restart", token)
+	before := waitWorkers(t, c, "restart", 1)[0]
+	first.kill9()
+	second := tourWorker(t, c, home, box, "restart", token)
+	waitFor(t, 30*time.Second, "the restarted worker to take its entry over", func() bool {
+		ws := connectedWorkers(t, c, "restart")
+		return len(ws) == 1 && ws[0].PID == second.cmd.Process.Pid
+	})
+	after := connectedWorkers(t, c, "restart")[0]
+	if after.AcceptorID != before.AcceptorID || after.Instance == before.Instance {
+		t.Errorf("before %+v, after %+v: want the same acceptor id under a new instance", before, after)
+	}
+	if !strings.Contains(second.out.String(), "taking its place") {
+		t.Errorf("the restarted worker does not say it took over:\n%s", second.out.String())
+	}
+	runMarked(t, c, "restart", filepath.Join(t.TempDir(), "runs.log"), 2)
 }
