@@ -99,6 +99,13 @@ func describeType(ct string) string {
 	return "a " + mt + " body"
 }
 
+// HasCode reports whether err is an error answer with the machine code
+// code, such as api.CodeAcceptorInUse.
+func HasCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
 func hasStatus(err error, code int) bool {
 	var e *Error
 	return errors.As(err, &e) && e.StatusCode == code

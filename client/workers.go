@@ -37,6 +37,14 @@ func (s *WorkersService) Goodbye(ctx context.Context, outpost, acceptorID string
 	return s.c.do(ctx, http.MethodDelete, workerPath(outpost, acceptorID), nil, nil, nil)
 }
 
+// GoodbyeInstance is Goodbye from the process that announced instance
+// (api.WorkerInfo.Instance): the server forgets the acceptor only while
+// that instance holds its entry, so a process refused as a duplicate never
+// removes the holder.
+func (s *WorkersService) GoodbyeInstance(ctx context.Context, outpost, acceptorID, instance string) error {
+	return s.c.do(ctx, http.MethodDelete, workerPath(outpost, acceptorID), url.Values{"instance": {instance}}, nil, nil)
+}
+
 // List returns the workers and orchestrators connected to outpost, sorted
 // by acceptor id (outposts.machine or sessions.read scope).
 func (s *WorkersService) List(ctx context.Context, outpost string) (*api.WorkerList, error) {

@@ -14,7 +14,7 @@ func TestWorkersService(t *testing.T) {
 	t.Parallel()
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, r.Method+" "+r.URL.EscapedPath())
+		got = append(got, r.Method+" "+r.URL.EscapedPath()+query(r.URL.RawQuery))
 		switch r.Method {
 		case http.MethodPut:
 			var info api.WorkerInfo
@@ -42,14 +42,25 @@ func TestWorkersService(t *testing.T) {
 	if err := c.Workers.Goodbye(ctx, "dev box", "orch:1"); err != nil {
 		t.Fatalf("Goodbye = %v", err)
 	}
+	if err := c.Workers.GoodbyeInstance(ctx, "dev box", "orch:1", "inst-1"); err != nil {
+		t.Fatalf("GoodbyeInstance = %v", err)
+	}
 	l, err := c.Workers.List(ctx, "dev box")
 	if err != nil || l.Total != 1 {
 		t.Fatalf("List = %+v, %v", l, err)
 	}
-	want := []string{"PUT /v1/outposts/dev%20box/workers/orch:1", "DELETE /v1/outposts/dev%20box/workers/orch:1", "GET /v1/outposts/dev%20box/workers"}
+	want := []string{"PUT /v1/outposts/dev%20box/workers/orch:1", "DELETE /v1/outposts/dev%20box/workers/orch:1",
+		"DELETE /v1/outposts/dev%20box/workers/orch:1?instance=inst-1", "GET /v1/outposts/dev%20box/workers"}
 	for i := range want {
 		if i >= len(got) || got[i] != want[i] {
 			t.Fatalf("requests %q, want %q", got, want)
 		}
 	}
+}
+
+func query(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	return "?" + raw
 }

@@ -150,7 +150,7 @@ func TestWorkerStartOptions(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if got.DataDir != filepath.Join(tf.home, ".outpost", "worker") {
+	if got.DataDir != defaultDataDir(t, tf) {
 		t.Errorf("default data dir = %q", got.DataDir)
 	}
 }

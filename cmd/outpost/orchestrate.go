@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/internal/orchestrator"
-	"github.com/outpost-sh/outpost/internal/worker"
+	"github.com/outpost-sh/outpost/internal/procguard"
 )
 
 // OrchestrateOptions are the settings of `outpost orchestrate`.
@@ -87,6 +87,7 @@ is "host" by default so the remote reaches a gateway on loopback.`,
 			if err := opts.resolve(f); err != nil {
 				return err
 			}
+			f.noteTokenFlag(cmd.Flags())
 			return runOrchestrate(cmd.Context(), f, opts)
 		},
 	}
@@ -157,7 +158,7 @@ func (o *OrchestrateOptions) resolve(f *Factory) error {
 }
 
 func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) error {
-	c, err := f.Client()
+	c, err := f.guardedClient()
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) erro
 	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
 	// Machines of the process backend run as this user: keep them out of
 	// this process's environment, where the API token is.
-	if err := worker.ProtectSecrets(); err != nil {
+	if err := procguard.NotDumpable(); err != nil {
 		log.Warn("cannot mark the orchestrator not dumpable", "err", err)
 	}
 	var backend orchestrator.Backend = orchestrator.ProcessBackend{}

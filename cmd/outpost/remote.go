@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/procguard"
 	"github.com/outpost-sh/outpost/internal/remote"
 )
 
@@ -34,8 +35,11 @@ Outposts contract's name (the Outpost name wins when both are set):
 A gateway URL without a path (wss://outpost.example.com) means its
 /v1/gateway. OUTPOST_CA_FILE names CA certificates to trust when the
 gateway's certificate is signed by a private CA. The agent's commands inherit the rest of the environment, but
-never the connect token or gateway URL. It exits 0 when the session ends or
-sleeps.`,
+never the connect token or gateway URL, and the remote is not dumpable, so
+they cannot read the connect token from its /proc/PID/environ either. It
+exits 0 when the session ends or sleeps, and 4 when the gateway keeps
+refusing it (another remote serves the session, or the claim ended or
+moved): its claimer must then leave the claim alone.`,
 		Example: `  env -i PATH="$PATH" HOME="$HOME" \
     OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway OUTPOST_CONNECT_TOKEN=... \
     OUTPOST_SESSION_ID=sess_... OUTPOST_STATE_DIR=/var/lib/outpost/sess_... \
@@ -60,9 +64,17 @@ sleeps.`,
 				}
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+			// The agent's commands run as this user: keep them out of
+			// this process's environment, where the connect token is.
+			if err := procguard.NotDumpable(); err != nil {
+				opts.Logger.Warn("cannot mark the remote not dumpable", "err", err)
+			}
 			err = remote.Serve(cmd.Context(), opts)
-			if errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, context.Canceled):
 				return fmt.Errorf("stopped by a signal before session %s ended", opts.SessionID)
+			case errors.Is(err, remote.ErrRejected):
+				return codeError{exitRejected, err}
 			}
 			return err
 		},

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -24,6 +25,8 @@ const (
 	exitUsage  = 2
 	// exitError: any other failure, such as an unreachable server.
 	exitError = 3
+	// exitRejected: `remote serve` was refused by the gateway.
+	exitRejected = api.RemoteExitRejected
 )
 
 // DefaultServer is the server URL used when none is configured.
@@ -57,12 +60,19 @@ type Factory struct {
 	Getwd func() (string, error)
 
 	// Global flags, set by the root command.
-	Server string
-	Token  string
-	Output string
+	Server    string
+	Token     string
+	TokenFile string
+	Output    string
 	// CAFile is the PEM file of CA certificates trusted besides the
 	// system's (--ca-file); see TrustedCAFile.
 	CAFile string
+
+	// tokenFileWarned keeps the warning about a token file others can
+	// read to one per process.
+	tokenFileWarned bool
+	// tokenOnArgv is set by noteTokenFlag when --token gave the token.
+	tokenOnArgv bool
 }
 
 // NewSystemFactory returns a Factory of the real process: os streams and
@@ -78,15 +88,26 @@ func NewSystemFactory() *Factory {
 }
 
 // Endpoint returns the server URL and token to use: each from its flag,
-// else the environment (OUTPOST_SERVER, OUTPOST_TOKEN), else the saved
-// login, the server falling back to DefaultServer.
+// else the environment (OUTPOST_SERVER; OUTPOST_TOKEN, then the file
+// OUTPOST_TOKEN_FILE names), else the saved login, the server falling back
+// to DefaultServer. --token-file counts as the token's flag.
 func (f *Factory) Endpoint() (server, token string, err error) {
 	server, token = f.Server, f.Token
+	if token == "" && f.TokenFile != "" {
+		if token, err = f.readTokenFile(f.TokenFile, "--token-file"); err != nil {
+			return "", "", err
+		}
+	}
 	if server == "" {
 		server = f.Getenv("OUTPOST_SERVER")
 	}
 	if token == "" {
-		token = f.Getenv("OUTPOST_TOKEN")
+		token = f.Getenv(api.EnvToken.Name)
+	}
+	if path := f.Getenv(api.EnvTokenFile.Name); token == "" && path != "" {
+		if token, err = f.readTokenFile(path, api.EnvTokenFile.Name); err != nil {
+			return "", "", err
+		}
 	}
 	if server == "" || token == "" {
 		cfg, err := loadConfig(f)
@@ -181,6 +202,9 @@ run their tool calls locally.`,
 			if f.Output != outputHuman && f.Output != outputJSON {
 				return usageErrorf("--output must be %q or %q, not %q", outputHuman, outputJSON, f.Output)
 			}
+			if cmd.Flags().Changed("token") && cmd.Flags().Changed("token-file") {
+				return usageErrorf("give --token or --token-file, not both")
+			}
 			return nil
 		},
 	}
@@ -207,7 +231,8 @@ run their tool calls locally.`,
 func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
-	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login)")
+	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login); other local users can read a command line, so prefer --token-file or the environment")
+	pf.StringVar(&f.TokenFile, "token-file", "", "file holding the API token, readable by its owner only (env OUTPOST_TOKEN_FILE)")
 	pf.StringVar(&f.CAFile, "ca-file", "", "PEM file of CA certificates to trust besides the system's, for an https:// server (env "+tlsconfig.EnvCAFile+"); workers and orchestrators pass it on to their remotes")
 	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
@@ -236,8 +261,20 @@ func Main(ctx context.Context, args []string, f *Factory) int {
 		return exitFailed
 	}
 	fmt.Fprintf(f.IO.ErrOut, "error: %s\n", userMessage(f, c, err))
+	var ce codeError
+	if errors.As(err, &ce) {
+		return ce.code
+	}
 	return exitError
 }
+
+// codeError is a failure with an exit code of its own.
+type codeError struct {
+	code int
+	error
+}
+
+func (e codeError) Unwrap() error { return e.error }
 
 // usageError is a mistake in how a command was called.
 type usageError struct{ error }

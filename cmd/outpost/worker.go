@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/procguard"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
@@ -29,6 +30,9 @@ type WorkerStartOptions struct {
 	PollInterval time.Duration
 	GracePeriod  time.Duration
 	LogLevel     string
+	// KeepWorkspace turns off the clearing of the workspace between
+	// sessions.
+	KeepWorkspace bool
 	// ConnectToken, from the environment only (api.EnvSessionToken), selects
 	// direct-serve mode for SessionID.
 	ConnectToken string
@@ -50,6 +54,10 @@ type WorkerStartOptions struct {
 	StaticBaseURL   string
 	CacheDir        string
 	RemoteBinarySHA string
+	// legacyAcceptorFile is the acceptor id file of the single data dir
+	// older versions used by default, when it exists and the default data
+	// dir is in use.
+	legacyAcceptorFile string
 }
 
 // NewCmdWorker returns `outpost worker`. runF replaces the run of `worker
@@ -73,9 +81,26 @@ with 'outpost remote serve' started in the workspace directory (--dir; session
 repositories live in its repos/ subdirectory). The remote gets only the
 session's connect token, never the worker's API token.
 
-The token needs the outposts.machine scope. On SIGINT or SIGTERM the worker
-stops claiming, gives the running session --grace-period to finish, then
-releases its claim so the session goes back to the queue.
+The token needs the outposts.machine scope; give it in OUTPOST_TOKEN or in
+a file (--token-file, OUTPOST_TOKEN_FILE) rather than with --token, which
+puts it on the command line for every local user to read. On SIGINT or
+SIGTERM the worker stops claiming, gives the running session --grace-period
+to finish, then releases its claim so the session goes back to the queue.
+
+One worker per workspace: each workspace gets its own data dir by default
+(~/.outpost/worker/<name>-<hash of the workspace path>), holding the
+worker's acceptor id, and a worker holds its data dir locked while it runs,
+so a second worker on the same one refuses to start. Two workers must never
+share an acceptor id: one given with --acceptor-id that a live worker
+already uses is refused too.
+
+Before a session starts in a workspace where another session ran, the
+worker clears it: every file outside repos/ is deleted and each repository
+under repos/ is reset to a clean checkout with no local branches, tags,
+stashes, hooks or configuration of its own, so only its object store stays
+as a cache. A workspace holding files when the worker first uses it is
+refused (start the worker in an empty directory); --keep-workspace keeps
+everything between sessions instead.
 
 Session isolation (--isolation, env OUTPOST_WORKER_ISOLATION): session code
 must not read the worker's token. bwrap runs each remote in a bubblewrap
@@ -136,7 +161,8 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env OUTPOST_WORKER_ACCEPTOR_ID, DEVIN_WORKER_ACCEPTOR_ID; default: generated once and saved in the data dir)")
 	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
 	fl.StringVar(&opts.Dir, "dir", "", "workspace directory the remote runs in (default: the current directory)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory, one per running worker (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker/<workspace name>-<hash of its path>)")
+	fl.BoolVar(&opts.KeepWorkspace, "keep-workspace", false, "keep the files sessions leave in the workspace (default: cleared before the next session; repos/ keeps its object stores)")
 	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env OUTPOST_GATEWAY_URL, DEVIN_OUTPOST_GATEWAY_URL)")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
 	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
@@ -161,6 +187,11 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 		return pflag.NormalizedName(name)
 	})
 	return cmd
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // envHelp lists variables for --help: their names, then their meaning.
@@ -193,8 +224,12 @@ func (e envFallback) string(flag string, v api.EnvVar, dst *string) {
 func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	env := envFallback{fl: fl, getenv: f.Getenv}
 	// The global --token and --server, with the public names too; the
-	// saved login still comes after both.
-	env.string("token", api.EnvToken, &f.Token)
+	// saved login still comes after both. --token-file is a flag, so it
+	// beats the environment.
+	if !fl.Changed("token-file") {
+		env.string("token", api.EnvToken, &f.Token)
+	}
+	f.noteTokenFlag(fl)
 	env.string("server", api.EnvServer, &f.Server)
 	env.string("acceptor-id", api.EnvAcceptorID, &o.AcceptorID)
 	env.string("data-dir", api.EnvWorkerDataDir, &o.DataDir)
@@ -214,13 +249,6 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 			o.DataDir = filepath.Dir(filepath.Clean(cache))
 		}
 	}
-	if o.DataDir == "" {
-		home, err := f.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
-		}
-		o.DataDir = filepath.Join(home, ".outpost", "worker")
-	}
 	if err := o.resolveRemote(fl, f); err != nil {
 		return err
 	}
@@ -230,6 +258,23 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 			return fmt.Errorf("find the current directory (set --dir): %w", err)
 		}
 		o.Dir = wd
+	}
+	if o.DataDir == "" {
+		home, err := f.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
+		}
+		if o.DataDir, err = worker.WorkspaceDataDir(home, o.Dir); err != nil {
+			return err
+		}
+		if legacy := filepath.Join(home, ".outpost", "worker", "acceptor-id"); fileExists(legacy) {
+			o.legacyAcceptorFile = legacy
+		}
+	}
+	if o.AcceptorID != "" {
+		if err := api.ValidateAcceptorID(o.AcceptorID); err != nil {
+			return usageErrorf("--acceptor-id: %w", err)
+		}
 	}
 	if o.Outpost == "" && o.SessionID == "" {
 		return usageErrorf("worker start needs --outpost NAME-OR-ID")
@@ -253,6 +298,10 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) error {
 	level, _ := parseLogLevel(o.LogLevel)
 	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	if o.legacyAcceptorFile != "" {
+		log.Info("each workspace now has its own worker data dir and acceptor id; the one older versions shared is no longer used",
+			"data_dir", o.DataDir, "unused", o.legacyAcceptorFile)
+	}
 	if o.PTYBridgePort != "" {
 		log.Debug("ignoring the PTY bridge port: Outpost has no PTY bridge", "pty_bridge_port", o.PTYBridgePort)
 	}
@@ -262,40 +311,37 @@ func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) erro
 		return err
 	}
 	opts := worker.Options{
-		CAFile:       caFile,
-		Outpost:      o.Outpost,
-		SessionID:    o.SessionID,
-		AcceptorID:   o.AcceptorID,
-		Dir:          o.Dir,
-		DataDir:      o.DataDir,
-		GatewayURL:   o.GatewayURL,
-		Once:         o.Once,
-		PollInterval: o.PollInterval,
-		GracePeriod:  o.GracePeriod,
-		Logger:       log,
-		Stdout:       f.IO.Out,
-		Isolation:    o.isolation,
+		CAFile:        caFile,
+		Outpost:       o.Outpost,
+		SessionID:     o.SessionID,
+		AcceptorID:    o.AcceptorID,
+		Dir:           o.Dir,
+		DataDir:       o.DataDir,
+		GatewayURL:    o.GatewayURL,
+		Once:          o.Once,
+		PollInterval:  o.PollInterval,
+		GracePeriod:   o.GracePeriod,
+		KeepWorkspace: o.KeepWorkspace,
+		Logger:        log,
+		Stdout:        f.IO.Out,
+		Isolation:     o.isolation,
 	}
 	if o.ConnectToken != "" {
 		// Direct-serve: no API client, no account token. The connect token
 		// goes to the remote alone, so no program this process runs (the
 		// capability probes) may inherit it.
-		for _, v := range []api.EnvVar{api.EnvSessionToken, api.EnvConnectToken} {
-			for _, n := range v.Names() {
-				_ = os.Unsetenv(n)
-			}
-		}
+		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
 		opts.ConnectToken = o.ConnectToken
 	} else {
-		c, err := f.Client()
+		c, err := f.guardedClient()
 		if err != nil {
 			return err
 		}
 		opts.Client = c
 	}
 	// The remote and the agent's commands run as this user: keep them out
-	// of this process's environment, where the API or connect token is.
-	if err := worker.ProtectSecrets(); err != nil {
+	// of this process's memory, where the API or connect token is.
+	if err := procguard.NotDumpable(); err != nil {
 		log.Warn("cannot mark the worker not dumpable", "err", err)
 	}
 	return worker.Run(ctx, o.withRemote(opts))
@@ -335,6 +381,14 @@ func (o *WorkerStartOptions) resolveIsolation(fl *pflag.FlagSet, f *Factory) err
 	}
 	if path, err := configPath(f); err == nil {
 		iso.Hide = append(iso.Hide, filepath.Dir(path))
+	}
+	// A token file is never shown to session code, wherever it lives.
+	for _, path := range []string{f.TokenFile, f.Getenv(api.EnvTokenFile.Name)} {
+		if path != "" {
+			if abs, err := filepath.Abs(path); err == nil {
+				iso.Hide = append(iso.Hide, abs)
+			}
+		}
 	}
 	o.isolation = iso
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // runWorkerStartCmd parses `worker start args` under the global flags with
@@ -83,7 +85,7 @@ func TestWorkerStartEnvPrecedence(t *testing.T) {
 					t.Fatal(err)
 				}
 				if want == "(home)" {
-					want = filepath.Join(tf.home, ".outpost", "worker")
+					want = defaultDataDir(t, tf)
 				}
 				if got := s.get(o, tf.Factory); got != want {
 					t.Errorf("%s with %v (flag %v) = %q, want %q", s.flag, tc.env, tc.flag, got, want)
@@ -145,7 +147,7 @@ func TestWorkerStartDirectServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ConnectToken != "ct-public" || o.GatewayURL != gw || o.SessionID != "ses_1" || o.DataDir != filepath.Join(tf.home, ".outpost", "worker") || tf.Token != "" {
+	if o.ConnectToken != "ct-public" || o.GatewayURL != gw || o.SessionID != "ses_1" || o.DataDir != defaultDataDir(t, tf) || tf.Token != "" {
 		t.Errorf("direct-serve options %+v, token %q", o, tf.Token)
 	}
 	o, _, err = runWorkerStartCmd(t, with("OUTPOST_CONNECT_TOKEN", "ct-outpost", "DEVIN_WORKER_CACHE_DIR", "/var/lib/devin-worker/cache/"), "--session", "ses_1")
@@ -170,7 +172,7 @@ func TestWorkerStartDirectServe(t *testing.T) {
 	}
 	// Outside direct-serve the cache dir does not move the data dir.
 	o, tf, err = runWorkerStartCmd(t, map[string]string{"DEVIN_WORKER_CACHE_DIR": "/c/cache"}, "--outpost", "dev")
-	if err != nil || o.DataDir != filepath.Join(tf.home, ".outpost", "worker") || o.ConnectToken != "" {
+	if err != nil || o.DataDir != defaultDataDir(t, tf) || o.ConnectToken != "" {
 		t.Errorf("queue mode: %+v %v", o, err)
 	}
 
@@ -188,7 +190,129 @@ func TestWorkerStartDirectServe(t *testing.T) {
 	}
 }
 
+// defaultDataDir is the data dir of a worker in tf's current directory.
+func defaultDataDir(t *testing.T, tf *testFactory) string {
+	t.Helper()
+	wd, _ := tf.Getwd()
+	dir, err := worker.WorkspaceDataDir(tf.home, wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func isUsage(err error) bool {
 	var ue usageError
 	return errors.As(err, &ue)
+}
+
+// TestWorkerStartDataDirPerWorkspace: two workers of one user in two
+// directories get two data dirs (and so two acceptor ids) by default, both
+// under ~/.outpost/worker; --data-dir and OUTPOST_WORKER_DATA_DIR still
+// choose one.
+func TestWorkerStartDataDirPerWorkspace(t *testing.T) {
+	t.Parallel()
+	a, tf, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--dir", "/srv/box-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf2 := newTestFactory(t, nil)
+	tf2.home = tf.home
+	root := &cobra.Command{Use: "outpost", SilenceErrors: true, SilenceUsage: true}
+	addGlobalFlags(root, tf2.Factory)
+	var b *WorkerStartOptions
+	root.AddCommand(NewCmdWorker(tf2.Factory, func(_ context.Context, o *WorkerStartOptions) error { b = o; return nil }))
+	root.SetArgs([]string{"worker", "start", "--outpost", "dev", "--dir", "/srv/box-2"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if a.DataDir == b.DataDir || filepath.Dir(a.DataDir) != filepath.Join(tf.home, ".outpost", "worker") || filepath.Dir(b.DataDir) != filepath.Dir(a.DataDir) {
+		t.Errorf("data dirs %q and %q, want two under %s", a.DataDir, b.DataDir, filepath.Join(tf.home, ".outpost", "worker"))
+	}
+}
+
+// TestWorkerStartToken: --token works and warns that the command line is
+// public; --token-file and OUTPOST_TOKEN_FILE read the token from a file,
+// --token-file beating the environment; a file others can read is used
+// with a warning; an empty or missing file and both flags are errors.
+func TestWorkerStartToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	private := filepath.Join(dir, "token")
+	if err := os.WriteFile(private, []byte("opt_from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public := filepath.Join(dir, "public-token")
+	if err := os.WriteFile(public, []byte("opt_from-public-file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, tf, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--token", "opt_on-argv")
+	if _, token, _ := tf.Endpoint(); err != nil || token != "opt_on-argv" {
+		t.Fatalf("--token: %q %v", token, err)
+	}
+	if got := tf.errOut.String(); got != tokenFlagWarning+"\n" || !strings.Contains(got, "/proc/PID/cmdline") || !strings.Contains(got, "--token-file") {
+		t.Errorf("--token warning = %q", got)
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+		warn string
+	}{
+		{"flag", nil, []string{"--token-file", private}, "opt_from-file", ""},
+		{"flag beats env", map[string]string{"OUTPOST_TOKEN": "opt_env", "DEVIN_OUTPOSTS_TOKEN": "opt_public"}, []string{"--token-file", private}, "opt_from-file", ""},
+		{"env file", map[string]string{"OUTPOST_TOKEN_FILE": private}, nil, "opt_from-file", ""},
+		{"env token beats env file", map[string]string{"OUTPOST_TOKEN_FILE": private, "OUTPOST_TOKEN": "opt_env"}, nil, "opt_env", ""},
+		{"file others can read", nil, []string{"--token-file", public}, "opt_from-public-file", "can be read by other users (mode 0644)"},
+	} {
+		_, tf, err := runWorkerStartCmd(t, tc.env, append([]string{"--outpost", "dev"}, tc.args...)...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, token, err := tf.Endpoint()
+		if err != nil || token != tc.want {
+			t.Errorf("%s: token %q %v, want %q", tc.name, token, err, tc.want)
+		}
+		if got := tf.errOut.String(); tc.warn == "" && got != "" || !strings.Contains(got, tc.warn) {
+			t.Errorf("%s: stderr %q, want %q", tc.name, got, tc.warn)
+		}
+	}
+
+	for _, tc := range []struct{ file, want string }{
+		{empty, "is empty"},
+		{filepath.Join(dir, "missing"), "does not exist"},
+	} {
+		_, tf, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--token-file", tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tf.Endpoint(); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.file) {
+			t.Errorf("token file %s: %v, want %q", tc.file, err, tc.want)
+		}
+	}
+
+	tf = newTestFactory(t, nil)
+	if code := tf.run(t, "worker", "start", "--outpost", "dev", "--token", "a", "--token-file", private); code != exitUsage ||
+		!strings.Contains(tf.errOut.String(), "not both") {
+		t.Errorf("--token and --token-file: exit %d, %q", code, tf.errOut)
+	}
+}
+
+// TestWorkerStartAcceptorIDChecked: an --acceptor-id the server would
+// refuse is a usage error before anything starts.
+func TestWorkerStartAcceptorIDChecked(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"has space", "ns/pod", "-x", strings.Repeat("a", 201)} {
+		_, _, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--acceptor-id", id)
+		if !isUsage(err) || !strings.Contains(err.Error(), "1 to 200 letters") {
+			t.Errorf("--acceptor-id %q: %v", id, err)
+		}
+	}
 }

@@ -14,6 +14,9 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeTooManyRequests  = "too_many_requests"
+	// CodeAcceptorInUse answers a heartbeat (409) whose acceptor id is
+	// held by another live process (api.WorkerInfo.Instance).
+	CodeAcceptorInUse = "acceptor_in_use"
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer:

@@ -76,6 +76,13 @@ var (
 		"true: record the X display, not the browser"}
 )
 
+// RemoteExitRejected is the exit status of `outpost remote serve` when the
+// gateway keeps refusing it: another remote process serves the session
+// under the same claim, or the connect token is dead because the claim
+// ended or moved. The claimer must then leave the claim alone (not release
+// it): it belongs to whoever serves the session now.
+const RemoteExitRejected = 4
+
 // SpawnEnv lists the spawn contract's variables. The first three are
 // required and go together.
 var SpawnEnv = []EnvVar{EnvGatewayURL, EnvConnectToken, EnvSessionID, EnvStateDir, EnvChromePath, EnvDesktop}
@@ -84,6 +91,8 @@ var SpawnEnv = []EnvVar{EnvGatewayURL, EnvConnectToken, EnvSessionID, EnvStateDi
 var (
 	EnvToken = EnvVar{"OUTPOST_TOKEN", "DEVIN_OUTPOSTS_TOKEN",
 		"API token of the outposts.machine scope (--token)"}
+	EnvTokenFile = EnvVar{"OUTPOST_TOKEN_FILE", "",
+		"file holding the API token, readable by its owner only (--token-file)"}
 	EnvServer = EnvVar{"OUTPOST_SERVER", "DEVIN_API_URL",
 		"server URL, the origin only, e.g. https://outpost.example.com (--server)"}
 	EnvAcceptorID = EnvVar{"OUTPOST_WORKER_ACCEPTOR_ID", "DEVIN_WORKER_ACCEPTOR_ID",
@@ -111,7 +120,7 @@ var (
 // among them: the gateway used when a claim answer has none, and the
 // claim's gateway in direct-serve mode.
 var WorkerEnv = []EnvVar{
-	EnvToken, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
+	EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
 	EnvWorkerIsolation,
 }

@@ -30,17 +30,43 @@ const (
 	MaxWorkerInfoBytes = 64 << 10
 )
 
-// acceptorIDRE is what an acceptor id must look like to be announced.
-var acceptorIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+// acceptorIDRE is what an acceptor id must look like, in claims, releases,
+// machine events and presence alike.
+var acceptorIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`)
 
-// ValidateAcceptorID returns an error when id cannot name a connected
-// acceptor: 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting
-// with a letter or digit.
+// AcceptorIDRule says in words what ValidateAcceptorID accepts.
+const AcceptorIDRule = "1 to 200 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit"
+
+// ValidateAcceptorID returns an error when id cannot name an acceptor (a
+// worker or an orchestrator) in a claim, a release, a machine event or a
+// heartbeat: see AcceptorIDRule.
 func ValidateAcceptorID(id string) error {
 	if !acceptorIDRE.MatchString(id) {
-		return fmt.Errorf("acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit", id)
+		if id == "" {
+			return fmt.Errorf("an acceptor id is required: use %s", AcceptorIDRule)
+		}
+		return fmt.Errorf("acceptor id %q is not valid: use %s", clip(id, 64), AcceptorIDRule)
 	}
 	return nil
+}
+
+// instanceRE is what WorkerInfo.Instance must look like when set.
+var instanceRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ValidateInstance returns an error when instance, if set, is not 1 to 64
+// letters, digits, '.', '_' and '-'.
+func ValidateInstance(instance string) error {
+	if instance != "" && !instanceRE.MatchString(instance) {
+		return fmt.Errorf("instance %q is not valid: use 1 to 64 letters, digits, '.', '_' and '-'", clip(instance, 64))
+	}
+	return nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // WorkerInfo is the body of a heartbeat: what a worker or orchestrator says
@@ -61,6 +87,16 @@ type WorkerInfo struct {
 	// worker); ActiveSessions how many it serves now.
 	MaxSessions    int `json:"max_sessions"`
 	ActiveSessions int `json:"active_sessions"`
+	// Instance is a random id of the announcing process, new at each
+	// start. An acceptor that sends one holds its id exclusively: while
+	// its entry is live, a heartbeat of the same acceptor id with another
+	// instance is refused (409, CodeAcceptorInUse). Empty (a worker
+	// serving one session under its orchestrator's acceptor id, or an
+	// older build) takes part in no such check.
+	Instance string `json:"instance,omitempty"`
+	// PID is the announcing process's id on Hostname, so a restarted
+	// worker can tell its own dead predecessor from another live process.
+	PID int `json:"pid,omitempty"`
 }
 
 // Worker is a connected acceptor as GET /v1/outposts/{outpost}/workers and

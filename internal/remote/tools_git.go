@@ -49,8 +49,12 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 		if err := g.run(ctx, dir, "fetch", "--prune", "--tags", "origin"); err != nil {
 			return nil, err
 		}
-		if a.Ref != "" {
-			if err := g.checkout(ctx, dir, a.Ref); err != nil {
+		ref := a.Ref
+		if ref == "" {
+			ref = g.defaultBranchIfDetached(ctx, dir)
+		}
+		if ref != "" {
+			if err := g.checkout(ctx, dir, ref); err != nil {
 				return nil, err
 			}
 			// A branch that tracks origin moves to what was just fetched.
@@ -148,6 +152,24 @@ func (g *git) output(ctx context.Context, dir string, args ...string) (string, e
 		return "", fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// defaultBranchIfDetached returns the remote's default branch when dir has
+// no branch checked out, as a repository the worker reset between sessions
+// has, so that git_clone without a ref lands where a fresh clone would;
+// "" otherwise, or when the remote does not say.
+func (g *git) defaultBranchIfDetached(ctx context.Context, dir string) string {
+	if _, err := g.output(ctx, dir, "symbolic-ref", "--quiet", "HEAD"); err == nil {
+		return ""
+	}
+	if _, err := g.output(ctx, dir, "remote", "set-head", "origin", "--auto"); err != nil {
+		return ""
+	}
+	head, err := g.output(ctx, dir, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(head, "origin/")
 }
 
 // checkout checks out ref, fetching it by name when the clone lacks it (a

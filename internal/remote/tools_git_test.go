@@ -132,3 +132,37 @@ func TestGitCloneRefusals(t *testing.T) {
 		t.Errorf("bad url: err = %v", err)
 	}
 }
+
+// TestGitCloneReuseDetachedWithoutRef: a repository with no branch checked
+// out (as the worker leaves one between sessions) reused by a git_clone
+// without a ref lands on the remote's default branch as fetched, as a
+// fresh clone would; one with a branch checked out stays on it.
+func TestGitCloneReuseDetachedWithoutRef(t *testing.T) {
+	bare, work := newOrigin(t)
+	ws := t.TempDir()
+	ctx := context.Background()
+	var res api.GitCloneResult
+	if err := newTestCall(t, ws, nil).run(t, ctx, api.ToolGitClone, api.GitCloneArgs{URL: bare, Name: "proj"}, &res); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(ws, "repos", "proj")
+	gitT(t, dir, "checkout", "-q", "feature")
+	v2 := commitFile(t, work, "README", "v2")
+	gitT(t, work, "push", "origin", "HEAD:main")
+
+	if err := newTestCall(t, ws, nil).run(t, ctx, api.ToolGitClone, api.GitCloneArgs{URL: bare, Name: "proj"}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, dir, "rev-parse", "--abbrev-ref", "HEAD"); got != "feature" || res.Head == v2 {
+		t.Errorf("reuse on a branch moved to %s (%s), want it to stay on feature", got, res.Head)
+	}
+
+	gitT(t, dir, "checkout", "-q", "--detach")
+	gitT(t, dir, "branch", "-q", "-D", "main", "feature")
+	if err := newTestCall(t, ws, nil).run(t, ctx, api.ToolGitClone, api.GitCloneArgs{URL: bare, Name: "proj"}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, dir, "rev-parse", "--abbrev-ref", "HEAD"); got != "main" || res.Head != v2 || !res.Reused {
+		t.Errorf("detached reuse = %+v on %s, want main at %s", res, got, v2)
+	}
+}

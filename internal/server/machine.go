@@ -38,9 +38,10 @@ func (s *Server) machineEvent(w http.ResponseWriter, r *http.Request) error {
 }
 
 func validMachineEvent(req api.MachineEventRequest) error {
+	if err := checkAcceptorID(req.AcceptorID); err != nil {
+		return err
+	}
 	switch {
-	case req.AcceptorID == "" || len(req.AcceptorID) > 200:
-		return errBadRequest("acceptor_id is required (at most 200 characters).")
 	case !slices.Contains(api.MachineSteps, req.Step):
 		return errBadRequest("step must be one of %s, not %q.", strings.Join(api.MachineSteps, ", "), req.Step)
 	case len(req.Machine) > 200 || len(req.Backend) > 100:

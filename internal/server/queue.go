@@ -93,6 +93,11 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	if phase != "" && phase != api.PhasePending && phase != api.PhaseClaimed {
 		return errBadRequest("phase must be pending or claimed.")
 	}
+	if a := q.Get("acceptor_id"); a != "" {
+		if err := checkAcceptorID(a); err != nil {
+			return err
+		}
+	}
 	rows, total, err := s.store.ListQueue(ctx, store.QueueFilter{
 		OutpostID: outpostID, Phase: phase, AcceptorID: q.Get("acceptor_id"), AfterRev: after, Limit: first + 1,
 	})
@@ -142,13 +147,30 @@ func (s *Server) getQueueEntry(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// checkAcceptorID answers 400 unless id is a valid acceptor id
+// (api.ValidateAcceptorID), the one rule of claims, releases, machine
+// events, queue filters and presence.
+func checkAcceptorID(id string) error {
+	if id == "" {
+		return errBadRequest("acceptor_id is required: use %s.", api.AcceptorIDRule)
+	}
+	if api.ValidateAcceptorID(id) != nil {
+		shown := id
+		if len(shown) > 64 {
+			shown = shown[:64] + "..."
+		}
+		return errBadRequest("acceptor_id %q is not valid: use %s.", shown, api.AcceptorIDRule)
+	}
+	return nil
+}
+
 func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, error) {
 	var req api.ClaimRequest
 	if err := decode(w, r, &req); err != nil {
 		return req, err
 	}
-	if req.AcceptorID == "" || len(req.AcceptorID) > 200 {
-		return req, errBadRequest("acceptor_id is required (at most 200 characters).")
+	if err := checkAcceptorID(req.AcceptorID); err != nil {
+		return req, err
 	}
 	if len(req.Reason) > 1000 {
 		return req, errBadRequest("reason is at most 1,000 characters.")

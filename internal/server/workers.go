@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -82,6 +83,12 @@ func validateWorkerInfo(in *api.WorkerInfo) error {
 			return errBadRequest("%s must be at most 255 characters without control characters.", k)
 		}
 	}
+	if err := api.ValidateInstance(in.Instance); err != nil {
+		return errBadRequest("%s.", err)
+	}
+	if in.PID < 0 || in.PID > 1<<31-1 {
+		return errBadRequest("pid must be a number from 0 to 2147483647.")
+	}
 	if in.MaxSessions < 0 || in.MaxSessions > 100000 || in.ActiveSessions < 0 || in.ActiveSessions > 100000 {
 		return errBadRequest("max_sessions and active_sessions must be numbers from 0 to 100000.")
 	}
@@ -113,8 +120,8 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // heartbeat is PUT /v1/outposts/{outpost}/workers/{acceptor}.
 func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	acceptor := r.PathValue("acceptor")
-	if err := api.ValidateAcceptorID(acceptor); err != nil {
-		return errBadRequest("The acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit.", acceptor)
+	if err := checkAcceptorID(acceptor); err != nil {
+		return err
 	}
 	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
 	if err != nil {
@@ -148,6 +155,14 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	}
 	ow.name = o.Name
 	e := ow.entries[acceptor]
+	if e != nil && in.Instance != "" && e.Instance != "" && e.Instance != in.Instance {
+		err := errAcceptorInUse(acceptor, e, now)
+		wk.mu.Unlock()
+		wk.s.log.Warn("refused a heartbeat: the acceptor id is held by another live process", "outpost", o.Name,
+			"acceptor_id", acceptor, "holder_instance", e.Instance, "holder_hostname", e.Hostname, "holder_pid", e.PID,
+			"refused_instance", in.Instance, "refused_hostname", in.Hostname, "refused_pid", in.PID)
+		return err
+	}
 	if e == nil {
 		if len(ow.entries) >= wk.max {
 			wk.mu.Unlock()
@@ -167,13 +182,34 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// errAcceptorInUse is the 409 answering a heartbeat of acceptor from
+// another process than the one holding its live entry e.
+func errAcceptorInUse(acceptor string, e *api.Worker, now time.Time) error {
+	holder := e.Kind
+	if e.Hostname != "" {
+		holder += " on " + e.Hostname
+	}
+	if e.PID > 0 {
+		holder += fmt.Sprintf(" (pid %d)", e.PID)
+	}
+	return &httpError{http.StatusConflict, api.CodeAcceptorInUse, fmt.Sprintf(
+		"Acceptor id %q is in use by another live %s, last seen %ds ago: two workers must never share an identity. "+
+			"Give each worker its own acceptor id, or stop the other one (its entry expires %ds after its last heartbeat).",
+		acceptor, holder, max(0, now.Unix()-e.LastSeenAt), int64(api.WorkerTTL/time.Second))}
+}
+
 // goodbye is DELETE /v1/outposts/{outpost}/workers/{acceptor}. It answers
 // 204 whether or not the acceptor was connected, so a goodbye after expiry
-// is no error.
+// is no error. With ?instance=I it forgets the entry only while I holds
+// it, so a process that never held the id cannot remove the holder.
 func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	acceptor := r.PathValue("acceptor")
-	if err := api.ValidateAcceptorID(acceptor); err != nil {
-		return errBadRequest("The acceptor id %q is not valid: use 1 to 128 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit.", acceptor)
+	if err := checkAcceptorID(acceptor); err != nil {
+		return err
+	}
+	instance := r.URL.Query().Get("instance")
+	if err := api.ValidateInstance(instance); err != nil {
+		return errBadRequest("%s.", err)
 	}
 	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
 	if err != nil {
@@ -181,7 +217,7 @@ func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	}
 	wk.mu.Lock()
 	if ow := wk.prune(o.ID, wk.now().Unix()); ow != nil {
-		if _, ok := ow.entries[acceptor]; ok {
+		if e, ok := ow.entries[acceptor]; ok && (instance == "" || e.Instance == "" || e.Instance == instance) {
 			delete(ow.entries, acceptor)
 			wk.s.log.Info("worker said goodbye", "outpost", o.Name, "acceptor_id", acceptor)
 		}

@@ -120,9 +120,9 @@ func TestWorkersBadInput(t *testing.T) {
 	}{
 		{"id with a space", "bad%20id", good, 400},
 		{"id starting with a dot", ".hidden", good, 400},
-		{"id too long", long(129), good, 400},
+		{"id too long", long(201), good, 400},
 		{"id with a slash", "a%2Fb", good, 400},
-		{"longest id", long(128), good, 200},
+		{"longest id", long(200), good, 200},
 		{"empty body", "w1", "", 400},
 		{"not JSON", "w1", "{", 400},
 		{"unknown field", "w1", `{"kind":"worker","surprise":1}`, 400},

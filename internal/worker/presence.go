@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -17,7 +20,9 @@ const goodbyeTimeout = 5 * time.Second
 // Presence announces an acceptor (a worker or an orchestrator) to the
 // server (PUT /v1/outposts/{outpost}/workers/{acceptor}) on start, every
 // heartbeat interval and whenever what it serves changes, and says goodbye
-// when it stops. Failures are logged and never stop the acceptor.
+// when it stops. Failures are logged and never stop the acceptor, except
+// that a heartbeat refused because another live process holds the
+// acceptor id (api.CodeAcceptorInUse) is reported to OnConflict.
 type Presence struct {
 	c        *client.Client
 	outpost  string // outpost id
@@ -25,14 +30,32 @@ type Presence struct {
 	every    time.Duration // 0: as the server says, else api.WorkerHeartbeatInterval
 	log      *slog.Logger
 	wake     chan struct{}
+	// OnConflict, when set before Run, is called (from Run's goroutine)
+	// with the server's refusal when another process holds the acceptor
+	// id; the acceptor should stop.
+	OnConflict func(error)
 
 	mu   sync.Mutex
 	info api.WorkerInfo
 }
 
 func newPresence(w *worker, caps api.Capabilities) *Presence {
-	return NewPresence(w.c, w.outpost.Metadata.OutpostID, w.acceptor, api.WorkerInfo{Kind: api.WorkerKindWorker,
-		Hostname: caps.Hostname, Version: machine.Version, Capabilities: &caps, MaxSessions: 1}, w.opts.HeartbeatInterval, w.log)
+	info := api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: caps.Hostname, Version: machine.Version,
+		Capabilities: &caps, MaxSessions: 1, PID: os.Getpid()}
+	// A worker serving one session under an acceptor id it was given
+	// (its orchestrator's) shares that id by design; any other holds its
+	// id alone.
+	if w.opts.SessionID == "" || w.opts.AcceptorID == "" {
+		info.Instance = newInstanceID()
+	}
+	return NewPresence(w.c, w.outpost.Metadata.OutpostID, w.acceptor, info, w.opts.HeartbeatInterval, w.log)
+}
+
+// newInstanceID returns a random id for this process.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // NewPresence returns the presence of acceptor on the outpost with id
@@ -77,29 +100,47 @@ func (p *Presence) serving(sessionID string) {
 	p.poke()
 }
 
+// Announce sends one heartbeat now and returns the server's answer.
+func (p *Presence) Announce(ctx context.Context) (*api.Worker, error) {
+	p.mu.Lock()
+	info := p.info
+	p.mu.Unlock()
+	return p.c.Workers.Heartbeat(ctx, p.outpost, p.acceptor, info)
+}
+
+// Instance is the instance id this presence announces ("" for none).
+func (p *Presence) Instance() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.info.Instance
+}
+
 // Run heartbeats until ctx ends, then says goodbye.
 func (p *Presence) Run(ctx context.Context) {
 	failing := false
 	every := p.every
 	for {
-		p.mu.Lock()
-		info := p.info
-		p.mu.Unlock()
 		// Not cancelled with ctx: a heartbeat abandoned mid-flight could
 		// reach the server after the goodbye and announce us again.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, err := p.c.Workers.Heartbeat(hctx, p.outpost, p.acceptor, info)
+		res, err := p.Announce(hctx)
 		cancel()
+		p.mu.Lock()
+		kind := p.info.Kind
+		p.mu.Unlock()
 		switch {
 		case ctx.Err() != nil:
+		case client.HasCode(err, api.CodeAcceptorInUse) && p.OnConflict != nil:
+			p.log.Error("another live process announces itself under this acceptor id", "acceptor_id", p.acceptor, "err", err)
+			p.OnConflict(err)
 		case err != nil && !failing:
 			failing = true
-			p.log.Warn("cannot announce this "+info.Kind+" to the server; it keeps serving and retries", "err", err)
+			p.log.Warn("cannot announce this "+kind+" to the server; it keeps serving and retries", "err", err)
 		case err != nil:
 			p.log.Debug("heartbeat failed", "err", err)
 		case failing:
 			failing = false
-			p.log.Info(info.Kind + " announced to the server again")
+			p.log.Info(kind + " announced to the server again")
 		}
 		if p.every == 0 {
 			every = api.WorkerHeartbeatInterval
@@ -123,7 +164,13 @@ func (p *Presence) Run(ctx context.Context) {
 func (p *Presence) goodbye(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, goodbyeTimeout)
 	defer cancel()
-	if err := p.c.Workers.Goodbye(ctx, p.outpost, p.acceptor); err != nil {
+	var err error
+	if instance := p.Instance(); instance != "" {
+		err = p.c.Workers.GoodbyeInstance(ctx, p.outpost, p.acceptor, instance)
+	} else {
+		err = p.c.Workers.Goodbye(ctx, p.outpost, p.acceptor)
+	}
+	if err != nil {
 		p.log.Debug("goodbye failed; the server forgets this worker after its heartbeats stop", "err", err)
 		return
 	}

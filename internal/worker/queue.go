@@ -26,7 +26,7 @@ func (w *worker) runQueue(ctx context.Context) error {
 			return err
 		}
 		if err := w.serve(ctx, claim); err != nil {
-			if w.opts.Once || errors.Is(err, errStart) {
+			if w.opts.Once || errors.Is(err, errStart) || errors.Is(err, ErrWorkspace) {
 				return err
 			}
 			if ctx.Err() != nil {

@@ -62,6 +62,10 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	// Renewals during the grace period and the final release must outlive ctx.
 	bg := context.WithoutCancel(ctx)
 
+	if err := w.ws.before(ctx, id); err != nil {
+		w.release(bg, id, log)
+		return err
+	}
 	rc, err := w.remoteCommand(ctx, claim)
 	var p *remoteProc
 	if err == nil {
@@ -91,6 +95,14 @@ func (w *worker) serve(ctx context.Context, claim *api.QueueEntry) error {
 	if p.claimLost {
 		log.Warn("session abandoned: the claim was lost", "exit", exitErr)
 		return fmt.Errorf("lost the claim on session %s", id)
+	}
+	if !p.stopped && remoteRejected(exitErr) {
+		// The claim is someone else's now: another process serving the
+		// session under this acceptor id, or a new holder. Releasing it
+		// would take it from them.
+		log.Error("the gateway refused this worker's remote: another remote serves the session under the same claim, "+
+			"or the claim ended or moved; leaving the claim alone (not releasing it)", "remote_exit", ExitString(exitErr))
+		return fmt.Errorf("the gateway refused the remote for session %s; its claim was left to whoever serves it", id)
 	}
 	window := confirmWindow
 	if p.stopped {
@@ -311,6 +323,13 @@ func (w *worker) release(ctx context.Context, id string, log *slog.Logger) {
 	default:
 		log.Warn("cannot release the claim; it lapses at its deadline", "err", err)
 	}
+}
+
+// remoteRejected reports whether a remote exited because the gateway kept
+// refusing it (api.RemoteExitRejected).
+func remoteRejected(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == api.RemoteExitRejected
 }
 
 // ExitString describes how a process ended ("exit 0", "exit status 3",

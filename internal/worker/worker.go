@@ -10,6 +10,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,13 +60,21 @@ type Options struct {
 	GatewayURL string
 	// AcceptorID identifies this worker in claims. Empty means the id saved in
 	// DataDir/acceptor-id, generated on first use. Never share one between
-	// machines.
+	// workers: Run refuses one that another live process announces (see
+	// ErrAcceptorInUse), except with SessionID, where the worker serves a
+	// session claimed under this id by someone else (an orchestrator).
 	AcceptorID string
 	// Dir is the workspace the remote runs in; session repositories live in
-	// Dir/repos. Empty means the current directory.
+	// Dir/repos. Empty means the current directory. Before a session starts
+	// where another one ran, the workspace is cleared (workspace.go) unless
+	// KeepWorkspace is set.
 	Dir string
-	// DataDir holds the worker's acceptor-id file and a state directory per
-	// session (DataDir/sessions/<id>). Empty means ~/.outpost/worker.
+	// KeepWorkspace keeps what sessions leave in Dir between sessions.
+	KeepWorkspace bool
+	// DataDir holds the worker's acceptor-id file, its lock (one running
+	// worker per data dir, see ErrDataDirInUse), the record of its
+	// workspace and a state directory per session (DataDir/sessions/<id>).
+	// Empty means WorkspaceDataDir of the home directory and Dir.
 	DataDir string
 	// Once makes the worker return after serving one session.
 	Once bool
@@ -134,6 +144,7 @@ type worker struct {
 	presence *Presence
 	remotes  *dist.Resolver // the remote build of each session
 	iso      *isolation
+	ws       *workspace // nil in direct-serve mode
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -147,12 +158,47 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.ConnectToken != "" {
 		return ServeDirect(ctx, opts)
 	}
+	if opts.Client == nil {
+		return errors.New("worker: Options.Client is required")
+	}
+	if opts.Outpost == "" && opts.SessionID == "" {
+		return errors.New("an outpost is required: pass --outpost NAME-OR-ID")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	lock, err := lockDataDir(opts.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+	ws, err := openWorkspace(opts)
+	if err != nil {
+		return err
+	}
+	defer ws.close()
 	w, err := newWorker(ctx, opts)
 	if err != nil {
 		if isCanceled(ctx, err) {
 			return nil
 		}
 		return err
+	}
+	w.ws = ws
+	if err := w.claimIdentity(ctx); err != nil {
+		if isCanceled(ctx, err) {
+			return nil
+		}
+		return err
+	}
+	// A heartbeat refused later (another process took the id over while
+	// this one could not reach the server) stops the worker as a signal
+	// does, with that refusal as the cause.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	w.presence.OnConflict = func(err error) {
+		stop(&acceptorInUseError{acceptor: w.acceptor, holder: w.holder(context.WithoutCancel(ctx)), now: time.Now(), server: err})
 	}
 	// Presence outlives ctx until Run returns: a worker finishing its
 	// session in the grace period is still connected.
@@ -170,6 +216,9 @@ func Run(ctx context.Context, opts Options) error {
 		err = w.runSession(ctx, opts.SessionID)
 	} else {
 		err = w.runQueue(ctx)
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrAcceptorInUse) {
+		return cause
 	}
 	if isCanceled(ctx, err) {
 		return nil
@@ -221,6 +270,9 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 			return nil, err
 		}
 	}
+	if err := api.ValidateAcceptorID(w.acceptor); err != nil {
+		return nil, err
+	}
 	w.presence = newPresence(w, caps)
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
 		"platform", w.platform, "acceptor_id", w.acceptor, "dir", opts.Dir)
@@ -248,7 +300,11 @@ func (opts Options) withDefaults() (Options, error) {
 		return opts, err
 	}
 	if opts.DataDir == "" {
-		if opts.DataDir, err = DefaultDataDir(); err != nil {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return opts, fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
+		}
+		if opts.DataDir, err = WorkspaceDataDir(home, opts.Dir); err != nil {
 			return opts, err
 		}
 	}
@@ -304,13 +360,28 @@ func outpostPlatform(o *api.Outpost) string {
 	return o.Spec.Platform
 }
 
-// DefaultDataDir returns ~/.outpost/worker.
-func DefaultDataDir() (string, error) {
-	home, err := os.UserHomeDir()
+// WorkspaceDataDir returns the default data dir of a worker whose
+// workspace is dir: home/.outpost/worker/<name>-<hash>, where name is the
+// workspace's base name and hash the first 8 hex digits of the SHA-256 of
+// its absolute path, symbolic links resolved. Each workspace so has a data
+// dir, and with it an acceptor id, of its own.
+func WorkspaceDataDir(home, dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
+		return "", fmt.Errorf("find the workspace's absolute path: %w", err)
 	}
-	return filepath.Join(home, ".outpost", "worker"), nil
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	sum := sha256.Sum256([]byte(abs))
+	name := sanitize(filepath.Base(abs))
+	if len(name) > 40 {
+		name = strings.Trim(name[:40], "-")
+	}
+	if name == "" {
+		name = "workspace"
+	}
+	return filepath.Join(home, ".outpost", "worker", name+"-"+hex.EncodeToString(sum[:4])), nil
 }
 
 func orNone(s string) string {

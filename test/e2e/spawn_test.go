@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // claimAs claims a session through the fleet API as a claimer outside
@@ -283,7 +284,8 @@ func TestWorkerDirectServe(t *testing.T) {
 	if want := workspace + "\n[unset][unset][unset][unset]\n"; !strings.Contains(out, want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
-	if _, err := os.Stat(filepath.Join(home, ".outpost", "worker", "sessions", id, "remote.log")); err != nil {
+	dataDir, _ := worker.WorkspaceDataDir(home, workspace)
+	if _, err := os.Stat(filepath.Join(dataDir, "sessions", id, "remote.log")); err != nil {
 		t.Errorf("the remote's state dir is not in the default data dir: %v", err)
 	}
 

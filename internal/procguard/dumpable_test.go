@@ -1,4 +1,4 @@
-package worker
+package procguard
 
 import (
 	"os"
@@ -7,22 +7,22 @@ import (
 	"testing"
 )
 
-// ProtectSecrets makes the process not dumpable; it runs in a child process
+// NotDumpable makes the process not dumpable; it runs in a child process
 // so the test binary stays as it was.
-func TestProtectSecrets(t *testing.T) {
+func TestNotDumpable(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("prctl is Linux only")
 	}
 	if os.Getenv("OUTPOST_TEST_PROTECT") == "1" {
-		if !dumpable() {
+		if !Dumpable() {
 			os.Exit(3) // dumpable before the call
 		}
-		if err := ProtectSecrets(); err != nil || dumpable() {
+		if err := NotDumpable(); err != nil || Dumpable() {
 			os.Exit(4)
 		}
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestProtectSecrets$")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNotDumpable$")
 	cmd.Env = append(os.Environ(), "OUTPOST_TEST_PROTECT=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
