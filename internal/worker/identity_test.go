@@ -18,7 +18,7 @@ func TestRejectedRemoteKeepsClaim(t *testing.T) {
 	ctx, _ := testContext(t)
 	err := Run(ctx, Options{Client: c, Outpost: "dev", Once: true, AcceptorID: "w-dup",
 		DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
-		RemoteCommand: []string{"sh", "-c", "echo 'error: gateway rejected the remote' >&2; exit 3"}})
+		RemoteCommand: []string{"sh", "-c", "echo 'error: gateway rejected the remote' >&2; exit 4"}})
 	if err == nil || !strings.Contains(err.Error(), "refused the remote") {
 		t.Fatalf("Run = %v, want the refusal", err)
 	}
