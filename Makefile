@@ -8,10 +8,15 @@ DIST_ID ?= $(shell bash scripts/dist.sh id 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION) \
 	-X github.com/outpost-sh/outpost/internal/dist.buildID=$(DIST_ID)
 
-.PHONY: build dist test deps lint bench up clean
+.PHONY: build install dist test deps lint bench up clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outpost
+
+# install: outpost into $(go env GOBIN), else $(go env GOPATH)/bin; put
+# that directory on PATH.
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/outpost
 
 # dist: cross-build the remote for linux amd64/arm64 and darwin arm64 into
 # dist/ in the /dist/ layout (earlier builds there are kept); publish it with

@@ -8,7 +8,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/api"
 )
 
-// TokensService manages API tokens; it needs the admin scope.
+// TokensService manages API tokens; it needs the admin scope, but for
+// WhoAmI.
 type TokensService struct{ c *Client }
 
 // Create issues a token. The answer's Secret is shown only this once.
@@ -32,4 +33,14 @@ func (s *TokensService) List(ctx context.Context) (*api.TokenList, error) {
 // Revoke revokes a token at once.
 func (s *TokensService) Revoke(ctx context.Context, id string) error {
 	return s.c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// WhoAmI returns the token the client calls with: its scopes, outpost
+// restriction and expiry. Any valid token may ask.
+func (s *TokensService) WhoAmI(ctx context.Context) (*api.WhoAmI, error) {
+	var me api.WhoAmI
+	if err := s.c.do(ctx, http.MethodGet, "/v1/whoami", nil, nil, &me); err != nil {
+		return nil, err
+	}
+	return &me, nil
 }

@@ -44,12 +44,15 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
   outpost up --no-demo`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if v := f.Getenv("OUTPOST_LISTEN"); !cmd.Flags().Changed("listen") && v != "" {
+				opts.Listen = v
+			}
 			return runUp(cmd.Context(), f, opts)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Dir, "dir", ".outpost", "directory for the server's data, the worker and the demo")
-	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on")
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env OUTPOST_LISTEN)")
 	fl.BoolVar(&opts.NoDemo, "no-demo", false, "do not run the demo session")
 	return cmd
 }

@@ -12,6 +12,24 @@ const (
 // Scopes lists every scope a token can hold.
 var Scopes = []string{ScopeMachine, ScopeOrchestrator, ScopeSessionsRead, ScopeSessionsWrite, ScopeAdmin}
 
+// HasScope reports whether a token holding scopes may act with scope want,
+// counting the implications: admin implies every scope,
+// outposts.orchestrator implies outposts.machine, and sessions.write
+// implies sessions.read.
+func HasScope(scopes []string, want string) bool {
+	for _, s := range scopes {
+		switch {
+		case s == want, s == ScopeAdmin:
+			return true
+		case s == ScopeOrchestrator && want == ScopeMachine:
+			return true
+		case s == ScopeSessionsWrite && want == ScopeSessionsRead:
+			return true
+		}
+	}
+	return false
+}
+
 // Token describes an API token. The secret itself is shown once, in
 // CreateTokenResponse.
 type Token struct {
@@ -43,4 +61,15 @@ type CreateTokenResponse struct {
 // TokenList is the answer of GET /v1/tokens.
 type TokenList struct {
 	Items []Token `json:"items"`
+}
+
+// WhoAmI is the answer of GET /v1/whoami: the token the request was made
+// with (never its secret) and, when it is limited to an outpost, that
+// outpost's name.
+type WhoAmI struct {
+	Token
+	// Outpost is the name of the outpost the token is limited to; empty
+	// when it is not limited (OutpostID is empty too) or that outpost was
+	// deleted.
+	Outpost string `json:"outpost,omitempty"`
 }

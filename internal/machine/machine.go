@@ -93,17 +93,18 @@ func FromEnv(getenv func(string) string) (*api.Capabilities, bool) {
 // RequireGit returns an error with an install hint when git cannot be run.
 func RequireGit(ctx context.Context) error {
 	if _, err := exec.LookPath("git"); err != nil {
-		return fmt.Errorf("git is required but was not found in PATH: %s", gitHint())
+		return fmt.Errorf("git is required but was not found in PATH: %s", GitHint())
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "git", "--version").CombinedOutput(); err != nil {
-		return fmt.Errorf("git is required but `git --version` failed: %w: %s (%s)", err, bytes.TrimSpace(out), gitHint())
+		return fmt.Errorf("git is required but `git --version` failed: %w: %s (%s)", err, bytes.TrimSpace(out), GitHint())
 	}
 	return nil
 }
 
-func gitHint() string {
+// GitHint says how to install git on this OS.
+func GitHint() string {
 	switch runtime.GOOS {
 	case "darwin":
 		return "install it with `xcode-select --install` or `brew install git`"

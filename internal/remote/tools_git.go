@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,11 +81,11 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 		}
 		if a.Ref != "" && !shaRE.MatchString(a.Ref) {
 			if err := g.run(ctx, "", append(clone, "--branch", a.Ref, "--", a.URL, dir)...); err != nil {
-				return nil, err
+				return nil, missingLocalRepo(a.URL, err)
 			}
 		} else {
 			if err := g.run(ctx, "", append(clone, "--", a.URL, dir)...); err != nil {
-				return nil, err
+				return nil, missingLocalRepo(a.URL, err)
 			}
 			if a.Ref != "" {
 				if err := g.checkout(ctx, dir, a.Ref); err != nil {
@@ -99,6 +100,20 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 	}
 	res.Head = head
 	return res, nil
+}
+
+// missingLocalRepo adds to err, a failed clone of url, why a local path
+// may not be there: a worker's sandbox does not show it.
+func missingLocalRepo(url string, err error) error {
+	p := strings.TrimPrefix(url, "file://")
+	if !filepath.IsAbs(p) {
+		return err
+	}
+	if _, serr := os.Stat(p); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%w: %s does not exist on this machine (a worker that sandboxes sessions with bwrap shows them only its workspace, "+
+		"the session's state dir and the system directories: keep the repository in the workspace, bind its directory with the worker's --bwrap-ro-bind, or clone from a URL)", err, p)
 }
 
 func isGitRepo(ctx context.Context, g *git, dir string) bool {

@@ -128,7 +128,8 @@ func TestGitCloneRefusals(t *testing.T) {
 		t.Errorf("existing non-repo: err = %v", err)
 	}
 	err = tc.run(t, context.Background(), api.ToolGitClone, api.GitCloneArgs{URL: filepath.Join(ws, "nope.git"), Name: "nope"}, nil)
-	if err == nil || !strings.Contains(err.Error(), "git clone") {
+	if err == nil || !strings.Contains(err.Error(), "git clone") || !strings.Contains(err.Error(), "nope.git does not exist on this machine") ||
+		!strings.Contains(err.Error(), "--bwrap-ro-bind") {
 		t.Errorf("bad url: err = %v", err)
 	}
 }

@@ -24,17 +24,7 @@ type principal struct {
 // admin implies everything, orchestrator implies machine, sessions.write
 // implies sessions.read.
 func (p principal) has(scope string) bool {
-	for _, s := range p.scopes {
-		switch {
-		case s == scope, s == api.ScopeAdmin:
-			return true
-		case s == api.ScopeOrchestrator && scope == api.ScopeMachine:
-			return true
-		case s == api.ScopeSessionsWrite && scope == api.ScopeSessionsRead:
-			return true
-		}
-	}
-	return false
+	return api.HasScope(p.scopes, scope)
 }
 
 // hasAny reports whether the principal holds one of scopes.

@@ -594,6 +594,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
+	// Every scope implies one of these two, so any valid token may ask.
+	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
 	// Remote builds, public like any download of open-source binaries.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
@@ -108,8 +109,9 @@ type isolation struct {
 	dir      string // the workspace
 	hide     []string
 	binds    []sandbox.Bind
-	chrome   string   // the browser the remote uses, bound when outside the system dirs
-	devices  []string // GPU devices bound into sandboxes
+	chrome   string         // the browser the remote uses, bound when outside the system dirs
+	devices  []string       // GPU devices bound into sandboxes
+	probe    doctor.Sandbox // what the bwrap probe at start found
 }
 
 // sessionUser is the Unix user sessions run as.
@@ -192,8 +194,13 @@ func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api
 		}
 	}
 	bwrapErr := errNoBwrapHere
+	iso.probe = doctor.Sandbox{NotUsed: errNoBwrapHere.Error()}
+	if runtime.GOOS == "linux" {
+		iso.probe.NotUsed = "not used: --isolation " + string(want)
+	}
 	if (want == IsolationAuto || want == IsolationBwrap) && runtime.GOOS == "linux" {
 		bwrapErr = iso.probeBwrap(ctx, o.Bwrap)
+		iso.probe = doctor.Sandbox{Bwrap: iso.bwrap, Err: bwrapErr}
 	}
 	mode, err := chooseIsolation(want, bwrapErr, iso.user != nil, len(iso.binds) > 0)
 	if err != nil {

@@ -265,6 +265,7 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 	if caps, err = w.setupIsolation(ctx, caps); err != nil {
 		return nil, err
 	}
+	w.logChecks(ctx, caps)
 	if w.acceptor = opts.AcceptorID; w.acceptor == "" {
 		if w.acceptor, err = LoadAcceptorID(opts.DataDir); err != nil {
 			return nil, err

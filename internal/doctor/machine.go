@@ -1,0 +1,174 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/machine"
+)
+
+// Free disk in the workspace below which the workspace check warns, and
+// below which it fails.
+const (
+	DiskWarnBytes = 5 << 30
+	DiskFailBytes = 1 << 30
+)
+
+// Sandbox is what a worker found out about bubblewrap here
+// (worker.ProbeBwrap, or the probe at a worker's start).
+type Sandbox struct {
+	// Bwrap is the bwrap executable; "" when none was found.
+	Bwrap string
+	// Err is why bwrap cannot make the worker's sandbox here; nil when it
+	// can.
+	Err error
+	// NotUsed, when set, says why the sandbox was not probed: not Linux,
+	// the worker's --isolation is user or none, the workspace is missing.
+	NotUsed string
+}
+
+// Machine is what was detected about this machine.
+type Machine struct {
+	// Caps are machine.Detect's findings.
+	Caps api.Capabilities
+	// Extras are machine.DetectExtras's.
+	Extras machine.Extras
+	// Sandbox is the bubblewrap probe's finding.
+	Sandbox Sandbox
+	// Dir is the workspace; its disk is checked.
+	Dir string
+	// SessionsSudo, when set, is whether sessions get the machine's sudo
+	// (false in a bwrap sandbox); nil means the worker's own user's.
+	SessionsSudo *bool
+}
+
+// MachineChecks judges what was detected about a machine: git and the
+// workspace are required, the rest optional.
+func MachineChecks(m Machine) []Check {
+	c := m.Caps
+	checks := []Check{gitCheck(c.Git)}
+	if c.ChromePath != "" {
+		detail := c.ChromePath
+		if c.ChromeVersion != "" {
+			detail = c.ChromeVersion + " (" + c.ChromePath + ")"
+		}
+		checks = append(checks, Check{Name: "chrome", Status: OK, Detail: detail})
+	} else {
+		checks = append(checks, Check{Name: "chrome", Status: Warn, Detail: "no Chrome or Chromium found: the browser tools fail",
+			Fix: "install Chromium (apt-get install chromium) or set OUTPOST_CHROME_PATH to a Chrome binary."})
+	}
+	if c.FFmpeg != "" {
+		version, _, _ := strings.Cut(c.FFmpeg, " Copyright")
+		checks = append(checks, Check{Name: "ffmpeg", Status: OK, Detail: version})
+	} else {
+		checks = append(checks, Check{Name: "ffmpeg", Status: Warn, Detail: "not found: screen recording (record_start) fails",
+			Fix: "install ffmpeg (apt-get install ffmpeg)."})
+	}
+	if m.Extras.Xvfb != "" {
+		checks = append(checks, Check{Name: "xvfb", Status: OK, Detail: m.Extras.Xvfb})
+	} else {
+		checks = append(checks, Check{Name: "xvfb", Status: Warn, Detail: "not found: no virtual X display for desktop sessions on a machine without a screen",
+			Fix: "install Xvfb (apt-get install xvfb) to record a virtual desktop (OUTPOST_DESKTOP=true with DISPLAY)."})
+	}
+	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo), bwrapCheck(m.Sandbox), containersCheck(m.Extras))
+	return append(checks, workspaceCheck(m.Dir))
+}
+
+func gitCheck(version string) Check {
+	if version == "" {
+		return Check{Name: "git", Status: Fail, Required: true, Detail: "not found: workers clone every session's repositories with it",
+			Fix: machine.GitHint() + "."}
+	}
+	return Check{Name: "git", Status: OK, Required: true, Detail: version}
+}
+
+func sudoCheck(host bool, sessions *bool) Check {
+	switch {
+	case sessions != nil && host && !*sessions:
+		return Check{Name: "sudo", Status: OK, Detail: "passwordless for this user, but not for sessions: the sandbox gives them none"}
+	case host:
+		return Check{Name: "sudo", Status: OK, Detail: "passwordless: sessions can run commands as root"}
+	}
+	return Check{Name: "sudo", Status: Warn, Detail: "no passwordless sudo for this user: sessions cannot use sudo",
+		Fix: "if sessions need it, and only on a machine dedicated to them, allow it (NOPASSWD in /etc/sudoers.d) and run the worker with --isolation none: sandboxes give no sudo."}
+}
+
+func bwrapCheck(s Sandbox) Check {
+	c := Check{Name: "bwrap"}
+	switch {
+	case s.NotUsed != "":
+		c.Status, c.Detail = Skip, s.NotUsed
+	case s.Err == nil:
+		c.Status, c.Detail = OK, s.Bwrap+" makes the worker's sandbox here: sessions cannot read the worker's token (--isolation auto)"
+	case s.Bwrap == "":
+		c.Status, c.Detail = Warn, "bubblewrap is not installed: sessions would run as the worker's user and could read its token"
+		c.Fix = "install it (apt-get install bubblewrap), or run the worker as root with --isolation user --run-as USER."
+	default:
+		c.Status, c.Detail = Warn, fmt.Sprintf("%s cannot make a sandbox here, so sessions would run as the worker's user and could read its token: %v", s.Bwrap, s.Err)
+		c.Fix = "allow unprivileged user namespaces (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone; on Ubuntu 24.04 an AppArmor profile for bwrap), or run the worker as root with --isolation user --run-as USER."
+	}
+	return c
+}
+
+func containersCheck(e machine.Extras) Check {
+	switch {
+	case e.Podman != "" && e.Docker != "":
+		return Check{Name: "containers", Status: OK, Detail: e.Podman + "; " + e.Docker}
+	case e.Podman != "":
+		return Check{Name: "containers", Status: OK, Detail: e.Podman}
+	case e.Docker != "":
+		return Check{Name: "containers", Status: OK, Detail: e.Docker}
+	}
+	return Check{Name: "containers", Status: Warn, Detail: "neither Podman nor Docker found: sessions cannot run containers",
+		Fix: "install Podman (apt-get install podman) or Docker if sessions need containers."}
+}
+
+func workspaceCheck(dir string) Check {
+	c := Check{Name: "workspace", Required: true}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.Status, c.Detail = Fail, dir+" does not exist"
+		c.Fix = "create it (mkdir -p " + dir + ") or point --dir at the worker's workspace."
+		return c
+	case err != nil:
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "point --dir at a directory this user can use."
+		return c
+	case !fi.IsDir():
+		c.Status, c.Detail, c.Fix = Fail, dir+" is not a directory", "point --dir at the worker's workspace directory."
+		return c
+	}
+	free, err := freeBytes(dir)
+	if err != nil {
+		c.Status, c.Detail = Skip, fmt.Sprintf("%s: free disk unknown: %v", dir, err)
+		return c
+	}
+	c.Detail = fmt.Sprintf("%s: %s free", dir, bytesText(free))
+	switch {
+	case free < DiskFailBytes:
+		c.Status, c.Fix = Fail, "free disk space there, or point --dir at a larger disk: sessions clone and build in it."
+	case free < DiskWarnBytes:
+		c.Status, c.Fix = Warn, "free disk space there, or point --dir at a larger disk: sessions clone and build in it."
+	default:
+		c.Status = OK
+	}
+	return c
+}
+
+// bytesText is n in the largest binary unit that keeps it at least 1.
+func bytesText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

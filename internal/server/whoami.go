@@ -1,0 +1,37 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// whoami answers which token the request was made with: its id, name,
+// scopes, outpost restriction and expiry. Any valid token may ask, so a
+// machine can check its own before it serves (outpost doctor).
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	t, err := s.store.TokenByHash(ctx, hashSecret(bearer(r)))
+	if errors.Is(err, store.ErrNotFound) {
+		// Revoked between authentication and now.
+		return errUnauthorized("The API token is not valid.")
+	}
+	if err != nil {
+		return fmt.Errorf("look up the caller's token: %w", err)
+	}
+	me := api.WhoAmI{Token: toAPIToken(t)}
+	if t.OutpostID != "" {
+		o, err := s.store.GetOutpost(ctx, t.OutpostID)
+		switch {
+		case err == nil:
+			me.Outpost = o.Name
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("get outpost %s: %w", t.OutpostID, err)
+		}
+	}
+	writeJSON(w, http.StatusOK, me)
+	return nil
+}
