@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +18,7 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 		Use:   "remote",
 		Short: "Serve one session's tool calls on this machine",
 	}
-	var logLevel string
+	var logLevel, logFormat string
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Dial the gateway and run one session's tool calls",
@@ -46,8 +45,7 @@ sleeps.`,
     outpost remote serve`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			level, err := parseLogLevel(logLevel)
-			if err != nil {
+			if err := resolveLog(cmd.Flags(), f.Getenv, &logLevel, &logFormat); err != nil {
 				return err
 			}
 			opts, err := remote.OptionsFromEnv()
@@ -59,7 +57,7 @@ sleeps.`,
 					return err
 				}
 			}
-			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+			opts.Logger = newLogger(f.IO.ErrOut, logLevel, logFormat)
 			err = remote.Serve(cmd.Context(), opts)
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("stopped by a signal before session %s ended", opts.SessionID)
@@ -67,7 +65,7 @@ sleeps.`,
 			return err
 		},
 	}
-	serve.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(serve.Flags(), &logLevel, &logFormat)
 	cmd.AddCommand(serve)
 	return cmd
 }
