@@ -167,7 +167,9 @@ func hardening(t *testing.T, d map[string]string, rw []string) (script string, n
 		case k == "ProtectControlGroups" && v == "yes":
 			roBind("/sys/fs/cgroup")
 		case k == "ProtectProc" && v == "invisible":
-			pre = append(pre, "mount -o remount,hidepid=invisible /proc")
+			// A proc instance of its own, as systemd mounts: remounting
+			// /proc would change the host's, which shares its superblock.
+			pre = append(pre, "mount -t proc -o hidepid=invisible proc /proc")
 		case k == "ProtectKernelTunables" && v == "yes":
 			roBind("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/acpi", "/sys")
 		case k == "ProtectKernelLogs" && v == "yes":
@@ -236,6 +238,14 @@ func TestHardeningKeepsBwrap(t *testing.T) {
 	if err := os.MkdirAll(ws, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// The simulation must stay in its mount namespace: the host's /proc
+	// (its options are its superblock's, shared) must not change.
+	procBefore := hostProcMount(t)
+	t.Cleanup(func() {
+		if after := hostProcMount(t); after != procBefore {
+			t.Errorf("the host's /proc changed from %q to %q", procBefore, after)
+		}
+	})
 	const nobody = 65534
 	if err := os.Chown(ws, nobody, nobody); err != nil {
 		t.Fatal(err)
@@ -275,4 +285,19 @@ func TestHardeningKeepsBwrap(t *testing.T) {
 			t.Errorf("%s with ProtectKernelTunables: want bwrap refused its /proc, got %v\n%s", name, err, out)
 		}
 	}
+}
+
+// hostProcMount is this process's /proc line of /proc/self/mountinfo.
+func hostProcMount(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/proc" {
+			return line
+		}
+	}
+	return ""
 }
