@@ -118,7 +118,7 @@ func apply(fl *pflag.FlagSet, path, key string, v any) error {
 		}
 		list := make([]string, 0, len(items))
 		for i, it := range items {
-			s, err := scalar(key, typ, it)
+			s, err := scalar(typ, it)
 			if err != nil {
 				return fmt.Errorf("%s, item %d: %w", key, i+1, err)
 			}
@@ -128,7 +128,7 @@ func apply(fl *pflag.FlagSet, path, key string, v any) error {
 			return fmt.Errorf("%s: %w", key, err)
 		}
 	} else {
-		s, err := scalar(key, typ, v)
+		s, err := scalar(typ, v)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
@@ -159,7 +159,7 @@ func Overridden(fl *pflag.FlagSet) []string {
 
 // scalar turns one YAML value into the text the flag's Set parses, or says
 // why it has the wrong type.
-func scalar(key, typ string, v any) (string, error) {
+func scalar(typ string, v any) (string, error) {
 	want := describe(typ)
 	switch v := v.(type) {
 	case string:
