@@ -7,6 +7,7 @@
 #   bubblewrap, uidmap      the bwrap backend's tests
 #   postgresql              the PostgreSQL store's tests (they start their own
 #                           server from /usr/lib/postgresql/*/bin)
+#   systemd                 systemd-analyze, which verifies the units of deploy/systemd
 # and gives git an identity if it has none (tests commit to throwaway
 # repositories). Run by `make test`; as root it installs with apt-get, with
 # passwordless sudo through sudo, otherwise it says what to install.
@@ -19,7 +20,7 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
-  '/usr/lib/postgresql/*/bin/initdb:postgresql'; do
+  '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd; do
   have "${pair%%:*}" || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

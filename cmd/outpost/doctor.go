@@ -150,7 +150,7 @@ func runDoctor(ctx context.Context, f *Factory, o *DoctorOptions) error {
 		return err
 	}
 	if !passed {
-		return errors.New(failedText(checks))
+		return codeError{code: exitFailed, error: errors.New(failedText(checks))}
 	}
 	return nil
 }

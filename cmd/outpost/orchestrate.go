@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/internal/api"
 	"github.com/outpost-sh/outpost/internal/orchestrator"
 	"github.com/outpost-sh/outpost/internal/procguard"
 )
@@ -43,10 +45,18 @@ type OrchestrateOptions struct {
 	PollInterval  time.Duration
 	RetryAfter    time.Duration
 	LogLevel      string
+	LogFormat     string
+	// ConfigFile is the YAML file of settings (--config); "" means none.
+	ConfigFile string
+	// overridden lists the file's keys the environment replaced.
+	overridden []string
 }
 
 // NewCmdOrchestrate returns `outpost orchestrate`.
-func NewCmdOrchestrate(f *Factory) *cobra.Command {
+func NewCmdOrchestrate(f *Factory) *cobra.Command { return newCmdOrchestrate(f, nil) }
+
+// newCmdOrchestrate is NewCmdOrchestrate; runF replaces the run in tests.
+func newCmdOrchestrate(f *Factory, runF func(context.Context, *OrchestrateOptions) error) *cobra.Command {
 	opts := &OrchestrateOptions{}
 	cmd := &cobra.Command{
 		Use:   "orchestrate --outpost NAME --backend process|exec|bwrap|docker --max-concurrent N",
@@ -74,25 +84,40 @@ Backend docker: a fresh container per session through the Docker Engine API
 needs git and a glibc the outpost binary runs on. This binary is mounted
 read-only at /usr/local/bin/outpost and runs 'outpost remote serve' as the
 container's command, with only the spawn contract's variables. The network
-is "host" by default so the remote reaches a gateway on loopback.`,
+is "host" by default so the remote reaches a gateway on loopback.
+
+The outpost, token and server may come from the environment, under the
+names the public orchestrators read too: OUTPOST_OUTPOST (DEVIN_OUTPOST_ID),
+OUTPOST_TOKEN (DEVIN_OUTPOSTS_TOKEN), OUTPOST_SERVER (DEVIN_API_URL).
+--config FILE reads settings from a YAML file whose keys are the flags'
+names (backend: bwrap, max-concurrent: 4, bwrap-ro-bind: [/srv/git]); a flag
+given beats its environment variable, which beats the file.`,
 		Example: `  outpost orchestrate --outpost dev --backend process --max-concurrent 4
   outpost orchestrate --outpost gpu --backend exec --max-concurrent 8 \
     --provision-cmd ./provision.sh --teardown-cmd ./teardown.sh --metrics-listen 127.0.0.1:9464
   outpost orchestrate --outpost dev --backend docker --max-concurrent 4 \
     --docker-image outpost-agent:bookworm --docker-cpus 2 --docker-memory 4g
   outpost orchestrate --outpost dev --backend bwrap --max-concurrent 4 \
-    --bwrap-ro-bind /srv/toolchains --bwrap-bind /srv/cache/go:/home/outpost/go`,
+    --bwrap-ro-bind /srv/toolchains --bwrap-bind /srv/cache/go:/home/outpost/go
+  outpost orchestrate --config /etc/outpost/orchestrate-dev.yaml --log-format json`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := opts.resolve(f); err != nil {
+			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
 				return err
 			}
 			f.noteTokenFlag(cmd.Flags())
+			if err := opts.resolve(cmd.Flags(), f); err != nil {
+				return err
+			}
+			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
 			return runOrchestrate(cmd.Context(), f, opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env OUTPOST_OUTPOST, DEVIN_OUTPOST_ID)")
 	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process, exec, bwrap or docker")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "most sessions served at once")
 	fl.StringVar(&opts.StateDir, "state-dir", "", "state directory: acceptor id, cursor, machine workspaces (default ~/.outpost/orchestrator)")
@@ -111,11 +136,17 @@ is "host" by default so the remote reaches a gateway on loopback.`,
 	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics)")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", orchestrator.DefaultPollInterval, "how often to list the whole queue")
 	fl.DurationVar(&opts.RetryAfter, "retry-after", orchestrator.DefaultRetryAfter, "how long to leave a session whose provisioning failed before trying it again")
-	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
+	addConfigFlag(fl, &opts.ConfigFile)
 	return cmd
 }
 
-func (o *OrchestrateOptions) resolve(f *Factory) error {
+func (o *OrchestrateOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
+	env := envFallback{fl: fl, getenv: f.Getenv}
+	env.string("outpost", api.EnvOutpost, &o.Outpost)
+	env.string("token", api.EnvToken, &f.Token)
+	env.string("server", api.EnvServer, &f.Server)
+	env.string("ca-file", envCAFile, &f.CAFile)
 	if o.Outpost == "" {
 		return usageErrorf("orchestrate needs --outpost NAME-OR-ID")
 	}
@@ -153,8 +184,7 @@ func (o *OrchestrateOptions) resolve(f *Factory) error {
 		}
 		o.StateDir = filepath.Join(home, ".outpost", "orchestrator")
 	}
-	_, err := parseLogLevel(o.LogLevel)
-	return err
+	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
 func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) error {
@@ -162,8 +192,8 @@ func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) erro
 	if err != nil {
 		return err
 	}
-	level, _ := parseLogLevel(o.LogLevel)
-	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	log := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	warnOverridden(log, o.ConfigFile, o.overridden)
 	// Machines of the process backend run as this user: keep them out of
 	// this process's environment, where the API token is.
 	if err := procguard.NotDumpable(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +19,7 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 		Use:   "remote",
 		Short: "Serve one session's tool calls on this machine",
 	}
-	var logLevel string
+	var logLevel, logFormat string
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Dial the gateway and run one session's tool calls",
@@ -50,8 +49,7 @@ moved): its claimer must then leave the claim alone.`,
     outpost remote serve`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			level, err := parseLogLevel(logLevel)
-			if err != nil {
+			if err := resolveLog(cmd.Flags(), f.Getenv, &logLevel, &logFormat); err != nil {
 				return err
 			}
 			opts, err := remote.OptionsFromEnv()
@@ -63,7 +61,7 @@ moved): its claimer must then leave the claim alone.`,
 					return err
 				}
 			}
-			opts.Logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+			opts.Logger = newLogger(f.IO.ErrOut, logLevel, logFormat)
 			// The agent's commands run as this user: keep them out of
 			// this process's environment, where the connect token is.
 			if err := procguard.NotDumpable(); err != nil {
@@ -79,7 +77,7 @@ moved): its claimer must then leave the claim alone.`,
 			return err
 		},
 	}
-	serve.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(serve.Flags(), &logLevel, &logFormat)
 	cmd.AddCommand(serve)
 	return cmd
 }

@@ -31,6 +31,11 @@ type ServerOptions struct {
 	ReconnectGrace time.Duration
 	AdminToken     string
 	LogLevel       string
+	LogFormat      string
+	// ConfigFile is the YAML file of settings (--config); "" means none.
+	ConfigFile string
+	// overridden lists the file's keys the environment replaced.
+	overridden []string
 	// LLM configures the model provider of llm sessions.
 	LLM llm.Config
 	// ToolResultLimit is how many characters of a tool result a model sees.
@@ -80,8 +85,16 @@ creates an admin token and prints it once.
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
 OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR,
-OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE. OUTPOST_ADMIN_TOKEN,
-when set, is the admin token.
+OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE, OUTPOST_LLM_*,
+OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN, when set, is the
+admin token.
+
+--config FILE reads settings from a YAML file whose keys are the flags'
+names (listen: 0.0.0.0:7420, claim-ttl: 300s). A flag given on the command
+line beats its environment variable, which beats the file, which beats the
+default. An unknown key or a value of the wrong type is an error. No file
+is read unless one is named; the systemd unit names /etc/outpost/server.yaml
+(docs/production.md).
 
 With --tls-cert and --tls-key the server speaks HTTPS (TLS 1.2 or later) and
 the gateway WSS; the files are read again within seconds of a change, so a
@@ -117,12 +130,17 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --dist-dir dist   # publish the builds of 'make dist' at /dist/
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com \
     --tls-cert /etc/outpost/tls.crt --tls-key /etc/outpost/tls.key --metrics-listen 127.0.0.1:9420
-  outpost server --database postgres://… --secret-key-file /etc/outpost/secret-key   # one key for every server on the database`,
+  outpost server --database postgres://… --secret-key-file /etc/outpost/secret-key   # one key for every server on the database
+  outpost server --config /etc/outpost/server.yaml --log-format json`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
+				return err
+			}
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
 				return err
 			}
+			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -138,7 +156,8 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env OUTPOST_RECONNECT_GRACE)")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
 	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when OUTPOST_SECRET_KEY is not set (env OUTPOST_SECRET_KEY_FILE; default <data-dir>/secret-key, created on first start)")
-	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
+	addConfigFlag(fl, &opts.ConfigFile)
 	fl.StringVar(&opts.DistDir, "dist-dir", "", "directory of remote builds to publish at /dist/ (env OUTPOST_DIST_DIR; default only this executable's)")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
@@ -260,20 +279,17 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	o.AdminToken = f.Getenv("OUTPOST_ADMIN_TOKEN")
 	env := llm.ConfigFromEnv(f.Getenv)
-	if o.LLM.Provider == "" {
-		o.LLM.Provider = env.Provider
-	}
-	if o.LLM.BaseURL == "" {
-		o.LLM.BaseURL = env.BaseURL
-	}
-	if o.LLM.Model == "" {
-		o.LLM.Model = env.Model
+	for _, v := range []struct {
+		flag string
+		env  string
+		dst  *string
+	}{{"llm-provider", env.Provider, &o.LLM.Provider}, {"llm-base-url", env.BaseURL, &o.LLM.BaseURL}, {"llm-model", env.Model, &o.LLM.Model}} {
+		if v.env != "" && !fl.Changed(v.flag) {
+			*v.dst = v.env
+		}
 	}
 	o.LLM.APIKey = env.APIKey
-	if _, err := parseLogLevel(o.LogLevel); err != nil {
-		return err
-	}
-	return nil
+	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
 // resolveSecretKeys reads OUTPOST_SECRET_KEY and OUTPOST_SECRET_KEYS_OLD.
@@ -330,8 +346,8 @@ func parseLogLevel(s string) (slog.Level, error) {
 }
 
 func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
-	level, _ := parseLogLevel(o.LogLevel)
-	logger := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	warnOverridden(logger, o.ConfigFile, o.overridden)
 	var provider llm.Provider
 	if o.LLM.Provider != "" {
 		p, err := llm.New(o.LLM)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +21,11 @@ import (
 
 // UpOptions are the settings of `outpost up`.
 type UpOptions struct {
-	Dir    string
-	Listen string
-	NoDemo bool
+	Dir       string
+	Listen    string
+	NoDemo    bool
+	LogLevel  string
+	LogFormat string
 }
 
 // NewCmdUp returns `outpost up`: the whole system on one machine.
@@ -41,11 +42,15 @@ diff. It prints the session live, then the URLs and the admin token, and
 serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
 		Example: `  outpost up
   outpost up --listen 127.0.0.1:8080 --dir /tmp/outpost-demo
-  outpost up --no-demo`,
+  outpost up --no-demo
+  outpost up --log-format json   # outpost.log as JSON lines`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if v := f.Getenv("OUTPOST_LISTEN"); !cmd.Flags().Changed("listen") && v != "" {
 				opts.Listen = v
+			}
+			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
+				return err
 			}
 			return runUp(cmd.Context(), f, opts)
 		},
@@ -54,6 +59,7 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
 	fl.StringVar(&opts.Dir, "dir", ".outpost", "directory for the server's data, the worker and the demo")
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env OUTPOST_LISTEN)")
 	fl.BoolVar(&opts.NoDemo, "no-demo", false, "do not run the demo session")
+	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	return cmd
 }
 
@@ -71,7 +77,7 @@ func runUp(ctx context.Context, f *Factory, o *UpOptions) error {
 		return fmt.Errorf("open log file: %w", err)
 	}
 	defer logFile.Close()
-	logger := slog.New(slog.NewTextHandler(logFile, nil))
+	logger := newLogger(logFile, o.LogLevel, o.LogFormat)
 	out := f.IO.Out
 
 	dataDir := filepath.Join(dir, "server")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +32,11 @@ type WorkerStartOptions struct {
 	// KeepWorkspace turns off the clearing of the workspace between
 	// sessions.
 	KeepWorkspace bool
+	LogFormat     string
+	// ConfigFile is the YAML file of settings (--config); "" means none.
+	ConfigFile string
+	// overridden lists the file's keys the environment replaced.
+	overridden []string
 	// ConnectToken, from the environment only (api.EnvSessionToken), selects
 	// direct-serve mode for SessionID.
 	ConnectToken string
@@ -67,7 +71,7 @@ func NewCmdWorker(f *Factory, runF func(context.Context, *WorkerStartOptions) er
 		Use:   "worker",
 		Short: "Serve an outpost's sessions on this machine",
 	}
-	cmd.AddCommand(newCmdWorkerStart(f, runF), newCmdWorkerOutpost(f))
+	cmd.AddCommand(newCmdWorkerStart(f, runF), newCmdWorkerOutpost(f), newCmdWorkerInstall(f), newCmdWorkerUninstall(f))
 	return cmd
 }
 
@@ -116,7 +120,15 @@ Each environment variable also answers to the public Outposts contract's
 name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins
 over both:
 
-` + envHelp(api.WorkerEnv) + `
+` + envHelp(api.WorkerEnv) + `  OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT
+      --log-level, --log-format
+
+--config FILE reads settings from a YAML file whose keys are the flags'
+names (outpost: gpu-h200, isolation: bwrap, bwrap-ro-bind: [/srv/git]); a
+flag given beats its environment variable, which beats the file. Sessions
+never see the file, nor /etc/outpost. 'outpost worker install' writes one
+and a systemd unit that uses it (docs/production.md).
+
 --api-url is --server (give the origin only: https://outpost.example.com),
 --poll-interval-secs N is --poll-interval Ns, and --pty-bridge-port is
 accepted and ignored (Outpost has no PTY bridge).
@@ -143,12 +155,17 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
   sudo outpost worker start --outpost dev --isolation user --run-as outpost-session --dir /srv/outpost/work
   DEVIN_REMOTE_SESSION_TOKEN=... DEVIN_OUTPOST_GATEWAY_URL=wss://outpost.example.com/v1/gateway \
     outpost worker start --session ses_123
-  outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost`,
+  outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost
+  outpost worker start --config /etc/outpost/worker-gpu-h200.yaml --log-format json`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
+				return err
+			}
 			if err := opts.resolve(cmd.Flags(), f); err != nil {
 				return err
 			}
+			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -156,7 +173,7 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env OUTPOST_OUTPOST, DEVIN_OUTPOST_ID)")
 	fl.StringVar(&opts.SessionID, "session", "", "serve just this session, then exit (alias --session-id)")
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env OUTPOST_WORKER_ACCEPTOR_ID, DEVIN_WORKER_ACCEPTOR_ID; default: generated once and saved in the data dir)")
 	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
@@ -168,7 +185,8 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
 	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
 	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env DEVIN_PTY_BRIDGE_PORT)")
-	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
+	addConfigFlag(fl, &opts.ConfigFile)
 	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env OUTPOST_WORKER_STATIC_BASE_URL, then DEVIN_WORKER_STATIC_BASE_URL; default <server>/dist/)")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env OUTPOST_WORKER_CACHE_DIR, then DEVIN_WORKER_CACHE_DIR; default <data-dir>/cache)")
 	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env OUTPOST_WORKER_REMOTE_SHA, then DEVIN_WORKER_REMOTE_SHA; default the latest published)")
@@ -226,11 +244,13 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	// The global --token and --server, with the public names too; the
 	// saved login still comes after both. --token-file is a flag, so it
 	// beats the environment.
+	env.string("outpost", api.EnvOutpost, &o.Outpost)
 	if !fl.Changed("token-file") {
 		env.string("token", api.EnvToken, &f.Token)
 	}
 	f.noteTokenFlag(fl)
 	env.string("server", api.EnvServer, &f.Server)
+	env.string("ca-file", envCAFile, &f.CAFile)
 	env.string("acceptor-id", api.EnvAcceptorID, &o.AcceptorID)
 	env.string("data-dir", api.EnvWorkerDataDir, &o.DataDir)
 	env.string("gateway-url", api.EnvGatewayURL, &o.GatewayURL)
@@ -282,8 +302,8 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	if err := o.resolveIsolation(fl, f); err != nil {
 		return err
 	}
-	if fl.Changed("poll-interval-secs") {
-		if fl.Changed("poll-interval") {
+	if given(fl, "poll-interval-secs") {
+		if given(fl, "poll-interval") {
 			return usageErrorf("give --poll-interval or --poll-interval-secs, not both")
 		}
 		o.PollInterval = time.Duration(o.pollIntervalSecs) * time.Second
@@ -291,13 +311,12 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	if o.PollInterval <= 0 || o.GracePeriod <= 0 {
 		return usageErrorf("--poll-interval and --grace-period must be positive")
 	}
-	_, err := parseLogLevel(o.LogLevel)
-	return err
+	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
 func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) error {
-	level, _ := parseLogLevel(o.LogLevel)
-	log := slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
+	log := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	warnOverridden(log, o.ConfigFile, o.overridden)
 	if o.legacyAcceptorFile != "" {
 		log.Info("each workspace now has its own worker data dir and acceptor id; the one older versions shared is no longer used",
 			"data_dir", o.DataDir, "unused", o.legacyAcceptorFile)
@@ -388,6 +407,14 @@ func (o *WorkerStartOptions) resolveIsolation(fl *pflag.FlagSet, f *Factory) err
 			if abs, err := filepath.Abs(path); err == nil {
 				iso.Hide = append(iso.Hide, abs)
 			}
+		}
+	}
+	// The config file may hold the token, and /etc/outpost the service's
+	// environment files and token files.
+	iso.Hide = append(iso.Hide, systemConfigDir)
+	if o.ConfigFile != "" {
+		if abs, err := filepath.Abs(o.ConfigFile); err == nil {
+			iso.Hide = append(iso.Hide, abs)
 		}
 	}
 	o.isolation = iso

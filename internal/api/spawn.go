@@ -89,6 +89,10 @@ var SpawnEnv = []EnvVar{EnvGatewayURL, EnvConnectToken, EnvSessionID, EnvStateDi
 
 // The environment of `outpost worker start`. A flag beats both names.
 var (
+	// EnvOutpost is the outpost served; its public name is the one the
+	// public orchestrators read (DEVIN_OUTPOST_ID).
+	EnvOutpost = EnvVar{"OUTPOST_OUTPOST", "DEVIN_OUTPOST_ID",
+		"outpost name or id to serve (--outpost)"}
 	EnvToken = EnvVar{"OUTPOST_TOKEN", "DEVIN_OUTPOSTS_TOKEN",
 		"API token of the outposts.machine scope (--token)"}
 	EnvTokenFile = EnvVar{"OUTPOST_TOKEN_FILE", "",
@@ -120,7 +124,7 @@ var (
 // among them: the gateway used when a claim answer has none, and the
 // claim's gateway in direct-serve mode.
 var WorkerEnv = []EnvVar{
-	EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
+	EnvOutpost, EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
 	EnvWorkerIsolation,
 }

@@ -1,0 +1,574 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/deploy/systemd"
+	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/sandbox"
+)
+
+// WorkerInstallOptions are the settings of `outpost worker install` and
+// `outpost worker uninstall`.
+type WorkerInstallOptions struct {
+	Outpost string
+	// User runs the worker; "" means outpost, created when missing
+	// (system units only).
+	User string
+	// TokenFile holds the worker's token; "" means the token of --token or
+	// OUTPOST_TOKEN, written to the instance's environment file.
+	TokenFile string
+	// Dir is the workspace; "" means the unit's state directory.
+	Dir string
+	// UserUnit installs a unit of the invoking user's systemd instead of
+	// a system unit.
+	UserUnit bool
+	DryRun   bool
+	// Executable is the outpost binary the unit runs; "" means this one.
+	Executable string
+}
+
+// defaultWorkerUser is the system user workers run as unless --user says.
+const defaultWorkerUser = "outpost"
+
+// instanceName is what an outpost name or id must look like to name a
+// unit instance and its files.
+var instanceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func newCmdWorkerInstall(f *Factory) *cobra.Command {
+	o := &WorkerInstallOptions{}
+	cmd := &cobra.Command{
+		Use:   "install --outpost NAME [--user USER] [--token-file FILE] [--dir DIR] [--system|--user-unit] [--dry-run]",
+		Short: "Run a worker for an outpost as a systemd service",
+		Long: `Install a systemd service that runs 'outpost worker start' for an outpost, and
+enable and start it: outpost-worker@NAME, from the template unit
+outpost-worker@.service (deploy/systemd), which this writes with this
+executable (or --executable) on its ExecStart.
+
+It writes the template unit, the instance's settings
+/etc/outpost/worker-NAME.yaml (--server and --ca-file of this command go
+there), a drop-in outpost-worker@NAME.service.d/install.conf for what
+differs from the template (--user, --dir, --token-file), and, for a token
+given with --token or OUTPOST_TOKEN, /etc/outpost/worker-NAME.env (mode 0600,
+read by systemd as root). With --token-file the token stays in its file,
+which systemd hands to the worker as a credential. The worker runs as
+--user, by default the system user outpost (created when missing), in the
+workspace /var/lib/outpost/workspace-NAME or --dir. Then it runs systemctl
+daemon-reload, enable and restart.
+
+--user-unit installs a unit of your own systemd user instance instead
+(~/.config/systemd/user, settings in ~/.config/outpost, no root needed,
+without the system unit's hardening) and enables lingering so it runs
+without a login. --dry-run prints the files and commands without writing or
+running anything. Running it again updates the files and restarts the
+worker. See docs/production.md.`,
+		Example: `  sudo OUTPOST_TOKEN=... outpost worker install --outpost gpu-h200 --server https://outpost.example.com
+  sudo outpost worker install --outpost gpu-h200 --token-file /etc/outpost/gpu-h200.token --dir /srv/outpost/work
+  outpost worker install --outpost dev --user-unit --token-file ~/.config/outpost/dev.token
+  outpost worker install --outpost gpu-h200 --dry-run`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(); err != nil {
+				return err
+			}
+			if err := needRoot(cmd, o); err != nil {
+				return err
+			}
+			plan, err := planWorkerInstall(f, o)
+			if err != nil {
+				return err
+			}
+			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Outpost, "outpost", "", "outpost name or id the worker serves; also the unit's instance name")
+	fl.StringVar(&o.User, "user", "", "Unix user the worker runs as (default "+defaultWorkerUser+", created when missing; root for --isolation user)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the worker's token, handed to it by systemd (default: the token of --token or OUTPOST_TOKEN, written to the instance's env file)")
+	fl.StringVar(&o.Dir, "dir", "", "workspace directory of the worker, created for --user (default the unit's /var/lib/outpost/workspace-NAME)")
+	fl.BoolVar(&o.UserUnit, "user-unit", false, "install a unit of your own systemd user instance instead of a system unit")
+	fl.Bool("system", false, "install a system unit (the default)")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without writing or running anything")
+	fl.StringVar(&o.Executable, "executable", "", "outpost binary the unit runs (default this one)")
+	return cmd
+}
+
+func newCmdWorkerUninstall(f *Factory) *cobra.Command {
+	o := &WorkerInstallOptions{}
+	cmd := &cobra.Command{
+		Use:   "uninstall --outpost NAME [--system|--user-unit] [--dry-run]",
+		Short: "Stop and remove the systemd service of an outpost's worker",
+		Long: `Stop and disable outpost-worker@NAME and remove what 'outpost worker install'
+wrote for it: its drop-in, its settings and its env file. The template unit
+(other instances may use it) and the worker's state and workspace under
+/var/lib/outpost are kept. A running session gets the worker's grace period
+and goes back to the queue.`,
+		Example: `  sudo outpost worker uninstall --outpost gpu-h200
+  outpost worker uninstall --outpost dev --user-unit --dry-run`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolveName(); err != nil {
+				return err
+			}
+			if err := needRoot(cmd, o); err != nil {
+				return err
+			}
+			plan, err := planWorkerUninstall(f, o)
+			if err != nil {
+				return err
+			}
+			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Outpost, "outpost", "", "outpost whose worker service to remove (the unit's instance name)")
+	fl.BoolVar(&o.UserUnit, "user-unit", false, "remove a unit of your own systemd user instance")
+	fl.Bool("system", false, "remove a system unit (the default)")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without removing or running anything")
+	return cmd
+}
+
+func (o *WorkerInstallOptions) resolveName() error {
+	if o.Outpost == "" {
+		return usageErrorf("needs --outpost NAME: the outpost the worker serves")
+	}
+	if !instanceName.MatchString(o.Outpost) {
+		return usageErrorf("--outpost %q cannot name a systemd unit: use letters, digits, '.', '_' and '-'", o.Outpost)
+	}
+	return nil
+}
+
+// needRoot checks the unit kind and refuses to change the system's units
+// without root.
+func needRoot(cmd *cobra.Command, o *WorkerInstallOptions) error {
+	if o.UserUnit && cmd.Flags().Changed("system") {
+		return usageErrorf("give --system or --user-unit, not both")
+	}
+	if !o.UserUnit && !o.DryRun && os.Geteuid() != 0 {
+		return usageErrorf("a system unit needs root: run it with sudo, or pass --user-unit for a unit of your own, or --dry-run to see what it would do")
+	}
+	return nil
+}
+
+func (o *WorkerInstallOptions) resolve() error {
+	if err := o.resolveName(); err != nil {
+		return err
+	}
+	if o.UserUnit && o.User != "" {
+		return usageErrorf("--user-unit runs the worker as you: leave out --user")
+	}
+	for _, p := range []struct{ flag, path string }{{"--token-file", o.TokenFile}, {"--dir", o.Dir}, {"--executable", o.Executable}} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			return usageErrorf("%s must be an absolute path, not %q", p.flag, p.path)
+		}
+	}
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this executable (set --executable): %w", err)
+		}
+		if o.Executable, err = filepath.EvalSymlinks(exe); err != nil {
+			return fmt.Errorf("find this executable (set --executable): %w", err)
+		}
+	}
+	if !o.UserUnit && sandbox.Under(o.Executable, "/home", "/root", "/tmp", "/run/user") {
+		return usageErrorf("the service cannot run %s: the unit's ProtectHome and PrivateTmp hide it; copy it first (install -m 0755 %s /usr/local/bin/outpost) and pass --executable /usr/local/bin/outpost",
+			o.Executable, o.Executable)
+	}
+	if o.TokenFile != "" {
+		if _, err := os.Stat(o.TokenFile); err != nil {
+			return usageErrorf("--token-file: %v", err)
+		}
+	}
+	return nil
+}
+
+// installStep is one thing worker install or uninstall does.
+type installStep struct {
+	// What: exactly one of dir (create), file (write), remove (a file or
+	// a directory tree) and cmd (run).
+	dir, file, remove string
+	cmd               []string
+
+	mode  fs.FileMode
+	owner string // user owning dir or file; "" leaves it to the writer
+	group string
+	data  []byte
+	// secret keeps data out of --dry-run's output.
+	secret bool
+}
+
+// installPlan is what worker install or uninstall does, in order.
+type installPlan struct {
+	steps []installStep
+	// done is printed at the end of a real run.
+	done string
+}
+
+// installPaths are where the files of a worker instance go.
+type installPaths struct {
+	unitDir, configDir string
+	systemctl          []string
+}
+
+func workerPaths(f *Factory, userUnit bool) (installPaths, error) {
+	if !userUnit {
+		return installPaths{unitDir: "/etc/systemd/system", configDir: systemConfigDir, systemctl: []string{"systemctl"}}, nil
+	}
+	dir, err := f.UserConfigDir()
+	if err != nil {
+		return installPaths{}, fmt.Errorf("find your config directory: %w", err)
+	}
+	return installPaths{unitDir: filepath.Join(dir, "systemd", "user"), configDir: filepath.Join(dir, "outpost"),
+		systemctl: []string{"systemctl", "--user"}}, nil
+}
+
+// planWorkerInstall works out the files and commands of a worker install.
+func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error) {
+	paths, err := workerPaths(f, o.UserUnit)
+	if err != nil {
+		return nil, err
+	}
+	unit := "outpost-worker@" + o.Outpost + ".service"
+	p := &installPlan{}
+	owner, group := "", ""
+	var home string
+	if !o.UserUnit {
+		owner = o.User
+		if owner == "" {
+			owner = defaultWorkerUser
+		}
+		u, err := user.Lookup(owner)
+		switch {
+		case err == nil:
+			home = u.HomeDir
+			if g, err := user.LookupGroupId(u.Gid); err == nil {
+				group = g.Name
+			} else {
+				group = u.Gid
+			}
+		case o.User == "":
+			group = owner
+			p.steps = append(p.steps, installStep{cmd: []string{"useradd", "--system", "--user-group", "--home-dir", "/var/lib/outpost",
+				"--no-create-home", "--shell", "/usr/sbin/nologin", defaultWorkerUser}})
+		default:
+			return nil, usageErrorf("--user %s: no such user; create it (useradd --system --user-group %s) or leave out --user for %s", owner, owner, defaultWorkerUser)
+		}
+		p.steps = append(p.steps, installStep{dir: paths.configDir, mode: 0o755})
+	} else {
+		p.steps = append(p.steps, installStep{dir: paths.configDir, mode: 0o700}, installStep{dir: paths.unitDir, mode: 0o755})
+	}
+
+	tmpl, err := workerUnitFile(o.Executable, o.UserUnit)
+	if err != nil {
+		return nil, err
+	}
+	p.steps = append(p.steps, installStep{file: filepath.Join(paths.unitDir, systemd.WorkerUnit), mode: 0o644, data: tmpl})
+
+	// The drop-in: what differs from the template.
+	var dropIn bytes.Buffer
+	fmt.Fprintf(&dropIn, "# Written by `outpost worker install`; `outpost worker uninstall --outpost %s` removes it.\n[Service]\n", o.Outpost)
+	if !o.UserUnit && owner != defaultWorkerUser {
+		fmt.Fprintf(&dropIn, "User=%s\nGroup=%s\n", owner, group)
+		if home != "" && sandbox.Under(home, "/home", "/root", "/run/user") {
+			fmt.Fprintf(&dropIn, "# %s's home is %s: ProtectHome=yes would hide it from the worker and its sessions.\nProtectHome=no\n", owner, home)
+		}
+	}
+	if o.Dir != "" {
+		fmt.Fprintf(&dropIn, "WorkingDirectory=%s\n", o.Dir)
+		if !o.UserUnit {
+			fmt.Fprintf(&dropIn, "ReadWritePaths=%s\n", o.Dir)
+		}
+		p.steps = append(p.steps, installStep{dir: o.Dir, mode: 0o700, owner: owner, group: group})
+	}
+	envPath := filepath.Join(paths.configDir, "worker-"+o.Outpost+".env")
+	var token string
+	switch {
+	case o.TokenFile != "" && o.UserUnit:
+		fmt.Fprintf(&dropIn, "Environment=%s=%s\n", envTokenFile, o.TokenFile)
+	case o.TokenFile != "":
+		// systemd reads the file as root and gives the worker a copy only
+		// it can read, outside every sandbox's view (/run/credentials).
+		fmt.Fprintf(&dropIn, "LoadCredential=token:%s\nEnvironment=%s=%%d/token\n", o.TokenFile, envTokenFile)
+	default:
+		token = f.Token
+		if token == "" {
+			token = api.EnvToken.Get(f.Getenv)
+		}
+		if token == "" {
+			return nil, usageErrorf("the worker needs its token (outposts.machine scope, e.g. 'outpost tokens create --scope outposts.machine --outpost %s'): pass --token-file FILE, or set OUTPOST_TOKEN", o.Outpost)
+		}
+	}
+	p.steps = append(p.steps, installStep{file: filepath.Join(paths.unitDir, unit+".d", "install.conf"), mode: 0o644, data: dropIn.Bytes()})
+	if token != "" {
+		p.steps = append(p.steps, installStep{file: envPath, mode: 0o600, secret: true,
+			data: []byte(fmt.Sprintf("# Written by `outpost worker install`: the environment of %s.\n%s=%s\n", unit, api.EnvToken.Name, token))})
+	}
+
+	settings, err := workerSettings(f, o)
+	if err != nil {
+		return nil, err
+	}
+	cfgGroup := group
+	if o.UserUnit {
+		cfgGroup = ""
+	}
+	p.steps = append(p.steps, installStep{file: filepath.Join(paths.configDir, "worker-"+o.Outpost+".yaml"), mode: 0o640, group: cfgGroup, data: settings})
+
+	sc := paths.systemctl
+	p.steps = append(p.steps,
+		installStep{cmd: append(sc[:len(sc):len(sc)], "daemon-reload")},
+		installStep{cmd: append(sc[:len(sc):len(sc)], "enable", unit)},
+		installStep{cmd: append(sc[:len(sc):len(sc)], "restart", unit)},
+	)
+	journal := "journalctl -u " + unit + " -f"
+	if o.UserUnit {
+		if u, err := user.Current(); err == nil {
+			p.steps = append(p.steps, installStep{cmd: []string{"loginctl", "enable-linger", u.Username}})
+		}
+		journal = "journalctl --user -u " + unit + " -f"
+	}
+	p.done = fmt.Sprintf("%s is running. Its status: %s status %s; its log: %s\n", unit, strings.Join(sc, " "), unit, journal)
+	return p, nil
+}
+
+// envTokenFile names the file holding the API token, read by the worker.
+const envTokenFile = "OUTPOST_TOKEN_FILE"
+
+// workerSettings is the instance's YAML settings file.
+func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `# Settings of outpost-worker@%s, written by 'outpost worker install'. Each
+# key is a flag of 'outpost worker start', each value what the flag takes
+# (a list for a repeatable flag); an OUTPOST_* variable of the unit or of
+# worker-%s.env beats a key here. See deploy/systemd/worker.yaml.
+`, o.Outpost, o.Outpost)
+	server := f.Server
+	if server == "" {
+		server = api.EnvServer.Get(f.Getenv)
+	}
+	if server != "" {
+		fmt.Fprintf(&b, "server: %s\n", yamlString(server))
+	} else {
+		fmt.Fprintf(&b, "# server: %s\n", DefaultServer)
+	}
+	ca, err := f.TrustedCAFile()
+	if err != nil {
+		return nil, err
+	}
+	if ca != "" {
+		fmt.Fprintf(&b, "ca-file: %s\n", yamlString(ca))
+	}
+	b.WriteString("# isolation: auto\n# log-format: json\n")
+	return b.Bytes(), nil
+}
+
+// yamlString quotes s for a YAML value.
+func yamlString(s string) string { return strconv.Quote(s) }
+
+// workerUnitFile is the shipped template unit running exe; for a user
+// unit without the system unit's user, group and hardening.
+func workerUnitFile(exe string, userUnit bool) ([]byte, error) {
+	b, err := systemd.Files.ReadFile(systemd.WorkerUnit)
+	if err != nil {
+		return nil, err
+	}
+	s := strings.ReplaceAll(string(b), "ExecStart="+systemd.Binary+" ", "ExecStart="+exe+" ")
+	if !userUnit {
+		return []byte(s), nil
+	}
+	var out []string
+	skip := false
+	for _, line := range strings.Split(s, "\n") {
+		switch {
+		case strings.HasPrefix(line, "# Hardening"):
+			skip = true
+		case strings.HasPrefix(line, "["):
+			skip = false
+		}
+		if skip || strings.HasPrefix(line, "User=") || strings.HasPrefix(line, "Group=") {
+			continue
+		}
+		out = append(out, strings.Replace(line, "WantedBy=multi-user.target", "WantedBy=default.target", 1))
+	}
+	return []byte(strings.Join(out, "\n")), nil
+}
+
+// planWorkerUninstall works out what worker uninstall removes and runs.
+func planWorkerUninstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error) {
+	paths, err := workerPaths(f, o.UserUnit)
+	if err != nil {
+		return nil, err
+	}
+	unit := "outpost-worker@" + o.Outpost + ".service"
+	sc := paths.systemctl
+	p := &installPlan{done: fmt.Sprintf("%s is stopped and removed; its state and workspace are kept.\n", unit)}
+	p.steps = append(p.steps,
+		installStep{cmd: append(sc[:len(sc):len(sc)], "disable", "--now", unit)},
+		installStep{remove: filepath.Join(paths.unitDir, unit+".d")},
+		installStep{remove: filepath.Join(paths.configDir, "worker-"+o.Outpost+".yaml")},
+		installStep{remove: filepath.Join(paths.configDir, "worker-"+o.Outpost+".env")},
+		installStep{cmd: append(sc[:len(sc):len(sc)], "daemon-reload")},
+	)
+	return p, nil
+}
+
+// runPlan prints plan (dryRun) or carries it out, saying what it did.
+func runPlan(ctx context.Context, out io.Writer, p *installPlan, dryRun bool) error {
+	if dryRun {
+		p.print(out)
+		return nil
+	}
+	for _, s := range p.steps {
+		if err := s.do(ctx, out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(out, p.done)
+	return nil
+}
+
+// print writes what the plan would do.
+func (p *installPlan) print(w io.Writer) {
+	fmt.Fprintln(w, "Dry run: nothing is written or run.")
+	for _, s := range p.steps {
+		switch {
+		case s.dir != "":
+			fmt.Fprintf(w, "\nWould create directory %s%s\n", s.dir, s.describe())
+		case s.file != "":
+			fmt.Fprintf(w, "\nWould write %s%s:\n", s.file, s.describe())
+			data := string(s.data)
+			if s.secret {
+				data = "(holds the token; not shown)\n"
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(data, "\n"), "\n") {
+				fmt.Fprintf(w, "    %s\n", line)
+			}
+		case s.remove != "":
+			fmt.Fprintf(w, "\nWould remove %s\n", s.remove)
+		default:
+			fmt.Fprintf(w, "\nWould run: %s\n", strings.Join(s.cmd, " "))
+		}
+	}
+}
+
+// describe is the mode and owner of a dir or file step, for messages.
+func (s installStep) describe() string {
+	d := fmt.Sprintf(" (mode %04o", s.mode)
+	if s.owner != "" {
+		d += ", owner " + s.owner
+	}
+	if s.group != "" {
+		d += ", group " + s.group
+	}
+	return d + ")"
+}
+
+// do carries out one step.
+func (s installStep) do(ctx context.Context, out io.Writer) error {
+	switch {
+	case s.dir != "":
+		if err := os.MkdirAll(s.dir, s.mode); err != nil {
+			return fmt.Errorf("create %s: %w", s.dir, err)
+		}
+		if err := s.chown(s.dir); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Created %s\n", s.dir)
+	case s.file != "":
+		if err := writeFileAtomic(s.file, s.data, s.mode); err != nil {
+			return err
+		}
+		if err := s.chown(s.file); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Wrote %s\n", s.file)
+	case s.remove != "":
+		if err := os.RemoveAll(s.remove); err != nil {
+			return fmt.Errorf("remove %s: %w", s.remove, err)
+		}
+		fmt.Fprintf(out, "Removed %s\n", s.remove)
+	default:
+		c := exec.CommandContext(ctx, s.cmd[0], s.cmd[1:]...)
+		var msg bytes.Buffer
+		c.Stdout, c.Stderr = &msg, &msg
+		if err := c.Run(); err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && s.cmd[0] == "systemctl" && len(s.cmd) > 1 && s.cmd[1] == "disable" {
+				fmt.Fprintf(out, "Ran %s (%s)\n", strings.Join(s.cmd, " "), strings.TrimSpace(msg.String()))
+				return nil // not installed: nothing to stop
+			}
+			return fmt.Errorf("%s: %w: %s", strings.Join(s.cmd, " "), err, strings.TrimSpace(msg.String()))
+		}
+		fmt.Fprintf(out, "Ran %s\n", strings.Join(s.cmd, " "))
+	}
+	return nil
+}
+
+// chown gives path to the step's owner and group, when it names them.
+func (s installStep) chown(path string) error {
+	if s.owner == "" && s.group == "" {
+		return nil
+	}
+	uid, gid := -1, -1
+	if s.owner != "" {
+		u, err := user.Lookup(s.owner)
+		if err != nil {
+			return fmt.Errorf("give %s to %s: %w", path, s.owner, err)
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+	}
+	if s.group != "" {
+		g, err := user.LookupGroup(s.group)
+		if err != nil {
+			return fmt.Errorf("give %s to group %s: %w", path, s.group, err)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	if err := os.Chown(path, uid, gid); err != nil {
+		return fmt.Errorf("give %s to %s:%s: %w", path, s.owner, s.group, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to path with mode, through a temporary file
+// renamed over it, creating its directory.
+func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
