@@ -25,7 +25,10 @@ func tourWorker(t *testing.T, c *cluster, home, dir, outpost, token string, extr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token}
+	// Without isolation: the sessions append to a log outside the
+	// workspace, which a sandbox would not show them.
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token,
+		"OUTPOST_WORKER_ISOLATION=none"}
 	return startExact(t, "worker "+filepath.Base(dir), env, dir, append([]string{"worker", "start", "--outpost", outpost}, extra...)...)
 }
 
@@ -163,8 +166,8 @@ func TestSecondWorkerOnDataDirRefused(t *testing.T) {
 		err := waitExit(t, second, 60*time.Second)
 		out := second.out.String()
 		want := fmt.Sprintf("error: the worker data dir %s is in use by another worker (pid %d)", dataDir, first.cmd.Process.Pid)
-		if exitCode(err) != 1 || !strings.Contains(out, want) || !strings.Contains(out, "--data-dir DIR") {
-			t.Errorf("%s: exit %v, output:\n%s\nwant exit 1 and %q", name, err, out, want)
+		if exitCode(err) != 3 || !strings.Contains(out, want) || !strings.Contains(out, "--data-dir DIR") {
+			t.Errorf("%s: exit %v, output:\n%s\nwant exit 3 and %q", name, err, out, want)
 		}
 	}
 	select {
@@ -199,8 +202,8 @@ func TestSharedAcceptorIDRefused(t *testing.T) {
 	})
 	host, _ := os.Hostname()
 	want := fmt.Sprintf(`error: acceptor id "shared-id" is in use by another live worker on %s (pid %d)`, host, serving.cmd.Process.Pid)
-	if exitCode(refused.err) != 1 || !strings.Contains(refused.out.String(), want) || !strings.Contains(refused.out.String(), "never share an identity") {
-		t.Fatalf("refused worker: exit %v, output:\n%s\nwant exit 1 and %q", refused.err, refused.out.String(), want)
+	if exitCode(refused.err) != 3 || !strings.Contains(refused.out.String(), want) || !strings.Contains(refused.out.String(), "never share an identity") {
+		t.Fatalf("refused worker: exit %v, output:\n%s\nwant exit 3 and %q", refused.err, refused.out.String(), want)
 	}
 	if ws := waitWorkers(t, c, "shared", 1); ws[0].PID != serving.cmd.Process.Pid {
 		t.Errorf("listed worker %+v, want pid %d", ws[0], serving.cmd.Process.Pid)

@@ -159,11 +159,14 @@ func TestWorkerIsolation(t *testing.T) {
 			home, cfg, work, data := filepath.Join(base, "home"), filepath.Join(base, "config"), filepath.Join(base, "work"), filepath.Join(base, "data")
 			tokenFile := filepath.Join(data, "token")
 			login, _ := json.Marshal(map[string]string{"server": c.url, "token": token})
-			for _, f := range []string{filepath.Join(cfg, "outpost", "config.json"), filepath.Join(home, ".config", "outpost", "config.json"), tokenFile} {
+			for f, content := range map[string][]byte{
+				filepath.Join(cfg, "outpost", "config.json"): login, filepath.Join(home, ".config", "outpost", "config.json"): login,
+				tokenFile: []byte(token + "\n"),
+			} {
 				if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(f, login, 0o600); err != nil {
+				if err := os.WriteFile(f, content, 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
