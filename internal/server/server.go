@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
@@ -157,6 +158,10 @@ type Server struct {
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
+	// dirLock holds the data dir while the embedded database is in use
+	// (nil with PostgreSQL or a given store), so two servers never share
+	// one and a restore never runs under a server.
+	dirLock *datadir.Lock
 
 	// The network edge (edges.go): the connection guard under the
 	// listener, the per-token stream bound, the TLS certificate (nil
@@ -206,7 +211,7 @@ func IsPostgresURL(u string) bool {
 // embedded SQLite database in the data dir, sealing secrets with keys.
 func openStore(ctx context.Context, opts Options, keys *sealed.Keyring) (store.Store, error) {
 	if opts.DatabaseURL == "" {
-		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"), sqlite.WithKeyring(keys))
+		return sqlite.Open(ctx, filepath.Join(opts.DataDir, datadir.Database), sqlite.WithKeyring(keys))
 	}
 	if !IsPostgresURL(opts.DatabaseURL) {
 		return nil, errors.New("the database URL must start with postgres:// or postgresql://")
@@ -291,6 +296,21 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: create data dir: %w", err)
 	}
+	var lock *datadir.Lock
+	if opts.Store == nil && opts.DatabaseURL == "" {
+		var err error
+		if lock, err = datadir.Acquire(opts.DataDir); errors.Is(err, datadir.ErrLocked) {
+			return nil, fmt.Errorf("server: %w: stop that server first, or give this one another --data-dir", err)
+		} else if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Release()
+		}
+	}()
 	s := &Server{
 		opts:         opts,
 		log:          opts.Logger,
@@ -301,6 +321,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		topics:       newTopics(),
 		runners:      map[string]*runner{},
 		certs:        certs,
+		dirLock:      lock,
 	}
 	s.hub = newHub()
 	dh, err := newDistHandler(opts)
@@ -308,7 +329,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dist = dh
-	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
+	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, datadir.Output)}
 	s.store = opts.Store
 	if s.store == nil {
 		st, err := s.openSealedStore(ctx)
@@ -363,6 +384,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.http = s.newHTTPServer(s.routes())
 	s.http.ConnState = connState
 	s.http.ConnContext = connContext
+	started = true
 	return s, nil
 }
 
@@ -441,7 +463,7 @@ func (s *Server) bootstrapAdmin(ctx context.Context) error {
 	if s.opts.AdminToken != "" {
 		return nil
 	}
-	path := filepath.Join(s.opts.DataDir, "admin-token")
+	path := filepath.Join(s.opts.DataDir, datadir.AdminToken)
 	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("server: write %s: %w", path, err)
 	}
@@ -513,7 +535,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	<-metricsDone
 	s.wg.Wait()
-	if err := s.store.Close(); err != nil {
+	err := s.store.Close()
+	s.dirLock.Release()
+	if err != nil {
 		return fmt.Errorf("server: close store: %w", err)
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
