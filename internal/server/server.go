@@ -196,6 +196,10 @@ type Server struct {
 	// a store shared by several servers will need this in its transactions.
 	messageLocks [32]sync.Mutex
 
+	// outpostNames caches outpost names by id for metric labels (an id's
+	// name never changes): outpost id → name.
+	outpostNames sync.Map
+
 	mu       sync.Mutex                // guards the following
 	stopping bool                      // no new gateway connections or runners
 	runners  map[string]*runner        // by session id
@@ -338,6 +342,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.store = st
 	}
+	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		s.store.Close()
 		return nil, err
@@ -350,7 +355,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64) {
 		s.log.Warn("closing new connections: too many unauthenticated connections are open", "open", open, "max", opts.MaxUnauthenticatedConns)
 	}}
-	s.edge = newEdgeMetrics(s.metrics.registry, func() float64 { return float64(s.guard.unauth.Load()) })
+	s.edge = newEdgeMetrics(s.metrics, func() float64 { return float64(s.guard.unauth.Load()) })
 	s.guard.metrics = s.edge
 	s.streams = &streamLimiter{max: opts.MaxStreamsPerToken, metrics: s.edge, open: map[string]int{}}
 	s.listener = s.guard
