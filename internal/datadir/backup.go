@@ -102,7 +102,7 @@ func Backup(ctx context.Context, dst string, o BackupOptions) (Manifest, error) 
 	if dst, err = filepath.Abs(dst); err != nil {
 		return m, fmt.Errorf("backup: %w", err)
 	}
-	if rel, err := filepath.Rel(dir, dst); err == nil && !strings.HasPrefix(rel, "..") {
+	if rel, err := filepath.Rel(dir, dst); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return m, fmt.Errorf("backup: write the archive outside the data dir %s, ideally on another disk", dir)
 	}
 	m = Manifest{Format: FormatVersion, CreatedAt: o.Now().UTC().Truncate(time.Second), Version: o.Version, DataDir: dir}
