@@ -8,6 +8,9 @@
 #   postgresql              the PostgreSQL store's tests (they start their own
 #                           server from /usr/lib/postgresql/*/bin)
 #   systemd                 systemd-analyze, which verifies the units of deploy/systemd
+#   nginx                   the reverse proxy test (test/e2e/nginx_test.go runs its
+#                           own nginx on loopback; the service Debian starts when
+#                           it installs the package is stopped and disabled)
 # and gives git an identity if it has none (tests commit to throwaway
 # repositories). Run by `make test`; as root it installs with apt-get, with
 # passwordless sudo through sudo, otherwise it says what to install.
@@ -20,7 +23,7 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
-  '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd; do
+  '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx; do
   have "${pair%%:*}" || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -39,6 +42,10 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "test-deps: installing ${need[*]}"
     "${sudo[@]}" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need[@]}"
+    if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1 &&
+      systemctl is-enabled nginx >/dev/null 2>&1; then
+      "${sudo[@]}" systemctl disable --now nginx >/dev/null 2>&1 || true
+    fi
   elif [ ${#need[@]} -gt 0 ]; then
     echo "test-deps: missing ${need[*]} and no apt-get to install them" >&2
   fi

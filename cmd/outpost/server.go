@@ -164,6 +164,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
 	addServerEdgeFlags(fl, opts)
+	cmd.AddCommand(newCmdServerBackup(f), newCmdServerRestore(f))
 	return cmd
 }
 

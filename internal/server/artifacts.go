@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/datadir"
 )
 
 // Artifacts are stored under <data-dir>/artifacts/<session>/<name>, with
@@ -27,7 +28,7 @@ import (
 
 // artifactDir is the directory of a session's artifacts.
 func (s *Server) artifactDir(sessionID string) string {
-	return filepath.Join(s.opts.DataDir, "artifacts", sessionID)
+	return filepath.Join(s.opts.DataDir, datadir.Artifacts, sessionID)
 }
 
 // artifactLocks serializes storing artifacts of one session, so the

@@ -29,6 +29,7 @@ type claimResult struct {
 // entry, or renews the caller's own claim, and issues a fresh connect token.
 func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimResult, error) {
 	var res claimResult
+	var queued time.Time // when a session taken from the queue entered it
 	now := s.now()
 	token := newSecret("opc_")
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -48,9 +49,11 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 		if held && e.AcceptorID != acceptor {
 			return store.Mutation{}, errConflict("Session %s is claimed by another acceptor.", sessionID)
 		}
+		queued = e.UpdatedAt // a pending entry's last change put it in the queue
 		if e.Phase == api.PhaseClaimed && !held {
 			// The previous holder's claim lapsed and the sweeper has not
 			// seen it yet: requeue first, in this same transaction.
+			queued = e.Expiry()
 			lapse(&sess, &e, now, &m)
 		}
 		res.renewed = held
@@ -87,6 +90,7 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 		s.metrics.claims.WithLabelValues("renewed").Inc()
 	} else {
 		s.metrics.claims.WithLabelValues("claimed").Inc()
+		s.observeQueueWait(ctx, res.entry.OutpostID, res.entry.Kind, now.Sub(queued))
 	}
 	s.committed(sessionID, m)
 	return res, nil

@@ -51,7 +51,7 @@ type edgeMetrics struct {
 	streamsRefused prometheus.Counter
 }
 
-func newEdgeMetrics(reg prometheus.Registerer, unauthenticated func() float64) *edgeMetrics {
+func newEdgeMetrics(reg registerer, unauthenticated func() float64) *edgeMetrics {
 	m := &edgeMetrics{
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outpost_http_connections_refused_total",

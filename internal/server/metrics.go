@@ -9,8 +9,13 @@ import (
 )
 
 // metrics are the control plane's Prometheus metrics, on its own registry.
+// docs/metrics.md describes each one; a test keeps it complete.
 type metrics struct {
-	registry        *prometheus.Registry
+	registry *prometheus.Registry
+	// registered lists every collector on registry, so that every metric
+	// can be described, observed or not (MustRegister adds to it).
+	registered []prometheus.Collector
+
 	requestDuration *prometheus.HistogramVec
 	sessionsCreated prometheus.Counter
 	sessionsEnded   *prometheus.CounterVec
@@ -18,6 +23,8 @@ type metrics struct {
 	remotes         prometheus.Gauge
 	remotesRefused  prometheus.Counter
 	toolCalls       *prometheus.CounterVec
+	// queueWait is the time from a session entering the queue to its claim.
+	queueWait *prometheus.HistogramVec
 	// Artifact retention (retention.go).
 	artifactsPruned     prometheus.Counter
 	artifactBytesPruned prometheus.Counter
@@ -49,6 +56,12 @@ func newMetrics() *metrics {
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_tool_calls_total", Help: "Tool call results by tool and outcome.",
 		}, []string{"tool", "ok"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "outpost_queue_wait_seconds",
+			Help: "Time sessions waited in the queue, from entering it (created, or requeued as kind resume) to their claim, by outpost and kind.",
+			// 50 ms to 1 h.
+			Buckets: prometheus.ExponentialBucketsRange(0.05, 3600, 17),
+		}, []string{"outpost", "kind"}),
 		artifactsPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outpost_artifacts_pruned_total", Help: "Artifacts deleted by the artifact retention policy.",
 		}),
@@ -56,10 +69,25 @@ func newMetrics() *metrics {
 			Name: "outpost_artifacts_pruned_bytes_total", Help: "Bytes of artifact files deleted by the artifact retention policy.",
 		}),
 	}
-	m.registry.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
-		m.artifactsPruned, m.artifactBytesPruned,
+	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
+		m.queueWait, m.artifactsPruned, m.artifactBytesPruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Outcomes known in advance are exported from the start, as 0.
+	for _, o := range []string{"claimed", "renewed", "conflict", "lapsed", "released", "error"} {
+		m.claims.WithLabelValues(o)
+	}
 	return m
+}
+
+// MustRegister registers collectors on the registry and remembers them.
+func (m *metrics) MustRegister(cs ...prometheus.Collector) {
+	m.registry.MustRegister(cs...)
+	m.registered = append(m.registered, cs...)
+}
+
+// registerer is where metrics are registered: the server's metrics.
+type registerer interface {
+	MustRegister(...prometheus.Collector)
 }
 
 func (m *metrics) handler() http.Handler {

@@ -8,13 +8,14 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
 // SecretKeyFileName is the key file in the data dir that seals session
 // secrets when no key is given; the first start creates it.
-const SecretKeyFileName = "secret-key"
+const SecretKeyFileName = datadir.SecretKey
 
 // openSealedStore loads the secret keys and opens the store with them,
 // which seals anew every session's secrets not sealed under the current

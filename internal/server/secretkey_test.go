@@ -30,7 +30,7 @@ func openServer(t *testing.T, opts Options, logs io.Writer) (*Server, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
-	return srv, func() { srv.listener.Close(); srv.store.Close() }, nil
+	return srv, func() { srv.listener.Close(); srv.store.Close(); srv.dirLock.Release() }, nil
 }
 
 // plantSession stores a session with one secret through the server's store.

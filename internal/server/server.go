@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
@@ -157,6 +158,10 @@ type Server struct {
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
+	// dirLock holds the data dir while the embedded database is in use
+	// (nil with PostgreSQL or a given store), so two servers never share
+	// one and a restore never runs under a server.
+	dirLock *datadir.Lock
 
 	// The network edge (edges.go): the connection guard under the
 	// listener, the per-token stream bound, the TLS certificate (nil
@@ -191,6 +196,10 @@ type Server struct {
 	// a store shared by several servers will need this in its transactions.
 	messageLocks [32]sync.Mutex
 
+	// outpostNames caches outpost names by id for metric labels (an id's
+	// name never changes): outpost id → name.
+	outpostNames sync.Map
+
 	mu       sync.Mutex                // guards the following
 	stopping bool                      // no new gateway connections or runners
 	runners  map[string]*runner        // by session id
@@ -206,7 +215,7 @@ func IsPostgresURL(u string) bool {
 // embedded SQLite database in the data dir, sealing secrets with keys.
 func openStore(ctx context.Context, opts Options, keys *sealed.Keyring) (store.Store, error) {
 	if opts.DatabaseURL == "" {
-		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "outpost.db"), sqlite.WithKeyring(keys))
+		return sqlite.Open(ctx, filepath.Join(opts.DataDir, datadir.Database), sqlite.WithKeyring(keys))
 	}
 	if !IsPostgresURL(opts.DatabaseURL) {
 		return nil, errors.New("the database URL must start with postgres:// or postgresql://")
@@ -291,6 +300,21 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: create data dir: %w", err)
 	}
+	var lock *datadir.Lock
+	if opts.Store == nil && opts.DatabaseURL == "" {
+		var err error
+		if lock, err = datadir.Acquire(opts.DataDir); errors.Is(err, datadir.ErrLocked) {
+			return nil, fmt.Errorf("server: %w: stop that server first, or give this one another --data-dir", err)
+		} else if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Release()
+		}
+	}()
 	s := &Server{
 		opts:         opts,
 		log:          opts.Logger,
@@ -301,6 +325,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		topics:       newTopics(),
 		runners:      map[string]*runner{},
 		certs:        certs,
+		dirLock:      lock,
 	}
 	s.hub = newHub()
 	dh, err := newDistHandler(opts)
@@ -308,7 +333,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dist = dh
-	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, "output")}
+	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, datadir.Output)}
 	// The address first: a port in use is the commonest failure to start,
 	// and says so before the database is opened or migrated.
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -324,6 +349,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.store = st
 	}
+	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		ln.Close()
 		s.store.Close()
@@ -332,7 +358,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64) {
 		s.log.Warn("closing new connections: too many unauthenticated connections are open", "open", open, "max", opts.MaxUnauthenticatedConns)
 	}}
-	s.edge = newEdgeMetrics(s.metrics.registry, func() float64 { return float64(s.guard.unauth.Load()) })
+	s.edge = newEdgeMetrics(s.metrics, func() float64 { return float64(s.guard.unauth.Load()) })
 	s.guard.metrics = s.edge
 	s.streams = &streamLimiter{max: opts.MaxStreamsPerToken, metrics: s.edge, open: map[string]int{}}
 	s.listener = s.guard
@@ -366,6 +392,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.http = s.newHTTPServer(s.routes())
 	s.http.ConnState = connState
 	s.http.ConnContext = connContext
+	started = true
 	return s, nil
 }
 
@@ -444,7 +471,7 @@ func (s *Server) bootstrapAdmin(ctx context.Context) error {
 	if s.opts.AdminToken != "" {
 		return nil
 	}
-	path := filepath.Join(s.opts.DataDir, "admin-token")
+	path := filepath.Join(s.opts.DataDir, datadir.AdminToken)
 	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("server: write %s: %w", path, err)
 	}
@@ -516,7 +543,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	<-metricsDone
 	s.wg.Wait()
-	if err := s.store.Close(); err != nil {
+	err := s.store.Close()
+	s.dirLock.Release()
+	if err != nil {
 		return fmt.Errorf("server: close store: %w", err)
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {

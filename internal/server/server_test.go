@@ -189,6 +189,7 @@ func TestAdminTokenCreatedOnceAndSaved(t *testing.T) {
 	}
 	srv.listener.Close()
 	srv.store.Close()
+	srv.dirLock.Release()
 	fi, err := os.Stat(filepath.Join(dir, "admin-token"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("admin-token file: %v %v", fi, err)
@@ -203,4 +204,29 @@ func TestAdminTokenCreatedOnceAndSaved(t *testing.T) {
 		t.Fatalf("second start made or printed a token: %q %q", ts.admin, second.String())
 	}
 	ts.mustDo(200, "GET", "/v1/tokens", token, nil, nil)
+}
+
+// TestDataDirLocked: a second server on a data dir in use is refused,
+// naming the process that holds it; once the first stops, a server starts
+// there again.
+func TestDataDirLocked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	first, err := New(ctx, Options{DataDir: dir, Listen: "127.0.0.1:0", Stdout: io.Discard, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- first.Serve(ctx) }()
+	_, err = New(t.Context(), Options{DataDir: dir, Listen: "127.0.0.1:0", Stdout: io.Discard, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "in use by another outpost process") || !strings.Contains(err.Error(), "--data-dir") {
+		t.Fatalf("second server on one data dir: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, Options{DataDir: dir})
 }

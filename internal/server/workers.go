@@ -47,7 +47,7 @@ var connectedWorkersDesc = prometheus.NewDesc("outpost_connected_workers",
 // newWorkers makes the registry and registers its gauge.
 func (s *Server) newWorkers() *workers {
 	wk := &workers{s: s, now: s.now, max: maxWorkersPerOutpost, byOutpost: map[string]*outpostWorkers{}}
-	s.metrics.registry.MustRegister(wk)
+	s.metrics.MustRegister(wk)
 	return wk
 }
 

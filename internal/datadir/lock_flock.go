@@ -1,0 +1,22 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package datadir
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+var errWouldBlock = syscall.EWOULDBLOCK
+
+// flock takes an exclusive flock on f, failing with errWouldBlock when
+// another open file holds one.
+func flock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
