@@ -3,7 +3,7 @@
 // API tokens. The outpost CLI, the worker and orchestrators are built on it.
 //
 // Every method takes a context first and returns the wire types of
-// internal/api. Failed calls return a *Error when the server answered;
+// api. Failed calls return a *Error when the server answered;
 // IsConflict and IsNotFound test for the answers callers usually branch on.
 // Idempotent reads are retried on connection errors and 5xx answers.
 package client

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Error is an error answer of the server: its HTTP status and the code and

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/worker"

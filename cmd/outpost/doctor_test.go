@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"

@@ -6,7 +6,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // okSummary is the useful part of a successful tool result, shown after

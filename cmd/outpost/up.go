@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/worker"

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/procguard"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"

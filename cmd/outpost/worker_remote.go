@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"net/url"
 
 	"github.com/spf13/pflag"

@@ -15,7 +15,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Cache-Control values: a build's files never change under their name,

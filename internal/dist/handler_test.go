@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // testSelfID is the id of the fake executable a test Handler publishes.

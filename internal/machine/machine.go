@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Version is the version of this build of the remote. Release builds set it

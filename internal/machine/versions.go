@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // versionNumber is the first dotted number of a program's banner.

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"

@@ -25,7 +25,7 @@ import (
 	units "github.com/docker/go-units"
 	"golang.org/x/sys/unix"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 

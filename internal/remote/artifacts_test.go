@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // fakeArtifactServer drains a call's outbox like the gateway would and

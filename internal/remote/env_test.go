@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestOptionsFromEnvNames resolves the spawn contract under either name:

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // credFill runs the helper as git would for get, with the given request.

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // The journal is one append-only file, StateDir/journal/journal.log, of

@@ -3,7 +3,7 @@ package remote
 import (
 	"sync"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 const (

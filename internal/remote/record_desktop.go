@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // desktopDisplay returns the X display to record, when desktop recording

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestDesktopRecording records an X display (a real Xvfb) when

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestServeRestoresReposBeforeCalls welcomes a remote with repositories to

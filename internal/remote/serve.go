@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/redact"
 )

@@ -13,7 +13,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 var (

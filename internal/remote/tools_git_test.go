@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // gitT runs git in dir for a test and returns its trimmed output.

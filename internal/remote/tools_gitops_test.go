@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // cloneForTest clones url into ws/repos/name with git_clone.

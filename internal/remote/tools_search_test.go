@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // writeFiles creates files (path → content) under dir.

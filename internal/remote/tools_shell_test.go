@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // startTestShell starts a shell named name in a fresh workspace and ends it

@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/datadir"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // rawRequest sends raw bytes on a new connection and reads one answer.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {

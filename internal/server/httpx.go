@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 

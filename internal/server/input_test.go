@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestBadInputChangesNothing sends malformed, unknown, oversized and

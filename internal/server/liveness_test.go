@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // reader reads a fake remote's frames in the background, as a live remote

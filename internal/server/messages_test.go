@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // errorOf sends a request and returns the status and the error message.

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // notifier wakes every waiter when something changed. Waiters re-read the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestCreateOutpostAllowedOrgIDs sends allowed_org_ids the way the public

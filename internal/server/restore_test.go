@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestWelcomeRestoresReposOnResume runs a session whose planned and

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // plantArtifact stores an artifact of a session the way an upload does:

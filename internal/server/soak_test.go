@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestEverySessionServedOnce runs 20 claimers over 500 sessions: each

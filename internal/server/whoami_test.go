@@ -3,7 +3,7 @@ package server
 import (
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestWhoAmI: every valid token, whatever its scopes, learns who it is —

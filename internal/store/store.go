@@ -11,7 +11,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Errors a Store returns; wrap-compatible with errors.Is.

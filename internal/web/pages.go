@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 func (h *Handler) home(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,7 @@ import (
 	"html/template"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // This file turns a session's transcript events into what the session page

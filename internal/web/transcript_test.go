@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // fixture builds transcript events with sequence numbers and times.

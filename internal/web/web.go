@@ -26,7 +26,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 //go:embed templates/*.html static/*

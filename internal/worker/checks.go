@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/machine"
 )

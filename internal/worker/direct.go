@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // ServeDirect serves one session that someone else has claimed

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"slices"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 

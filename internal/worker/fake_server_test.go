@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // fakeServer is the part of the Outpost API a worker uses, over real HTTP.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Two workers must never share an acceptor id: the second would take the

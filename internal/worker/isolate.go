@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )

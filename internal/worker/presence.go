@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
 

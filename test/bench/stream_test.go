@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // BenchmarkStream runs a session whose one exec writes SIZE bytes to

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 )

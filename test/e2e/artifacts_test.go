@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestArtifacts uploads files from a worker's remote to the server with the

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestBrowserScreenshotArtifact drives a real Chromium from a script

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // The claimers in this file are written against the public Outposts

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // doctorRun runs `outpost doctor` with env and args and returns its exit

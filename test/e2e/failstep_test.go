@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // runExit runs the binary to completion and returns its exit code and

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // startOrchestrator runs `outpost orchestrate` with its state in stateDir.

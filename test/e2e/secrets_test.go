@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // getRaw returns the status and body of a GET on the cluster, signed in by

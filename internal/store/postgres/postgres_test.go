@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/store/sealed"

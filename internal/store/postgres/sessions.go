@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // ListArtifactsExpired returns ids of up to limit final sessions that ended

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 )

@@ -1,7 +1,5 @@
 package api
 
-//go:generate go run ./gentools -o ../../docs/tools.md
-
 import (
 	"fmt"
 	"reflect"

@@ -1,6 +1,8 @@
 // Package tooldoc renders the tool catalogue, api.Tools, as Markdown. It is
-// what docs/tools.md is generated with (go generate ./internal/api).
+// what docs/tools.md is generated with (go generate ./internal/tooldoc).
 package tooldoc
+
+//go:generate go run ./gentools -o ../../docs/tools.md
 
 import (
 	"bytes"
@@ -13,7 +15,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/outpost-sh/outpost/internal/api"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Markdown renders tools as a Markdown document: per tool its name,
@@ -21,10 +23,10 @@ import (
 func Markdown(tools []api.ToolSpec) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Tools\n\n")
-	b.WriteString("<!-- Generated from api.Tools() by `go generate ./internal/api`; do not edit. -->\n\n")
+	b.WriteString("<!-- Generated from api.Tools() by `go generate ./internal/tooldoc`; do not edit. -->\n\n")
 	b.WriteString("These are the tools an outpost's remote runs. Script steps (`agent.steps[].tool` and `.args`), " +
 		"model tool calls (OpenAI and Anthropic function tools) and MCP tool listings all use these names and " +
-		"arguments. The schemas are generated from the argument types in `internal/api/tools.go`, the same Go types " +
+		"arguments. The schemas are generated from the argument types in `api/tools.go`, the same Go types " +
 		"the remote decodes, so there is one definition per tool. The remote rejects arguments it does not know " +
 		"(`additionalProperties: false`). Relative paths are resolved against the session's workspace.\n\n")
 	for _, t := range tools {

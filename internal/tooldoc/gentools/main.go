@@ -1,5 +1,5 @@
 // Command gentools writes the tool reference, docs/tools.md, from
-// api.Tools(). Run it with go generate ./internal/api.
+// api.Tools(). Run it with go generate ./internal/tooldoc.
 package main
 
 import (
@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/outpost-sh/outpost/internal/api"
-	"github.com/outpost-sh/outpost/internal/api/tooldoc"
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/tooldoc"
 )
 
 func main() {

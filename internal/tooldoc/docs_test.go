@@ -1,12 +1,12 @@
-package api_test
+package tooldoc_test
 
 import (
 	"bytes"
 	"os"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/api"
-	"github.com/outpost-sh/outpost/internal/api/tooldoc"
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/tooldoc"
 )
 
 // TestToolsDocUpToDate fails when docs/tools.md is not what api.Tools()
@@ -18,9 +18,9 @@ func TestToolsDocUpToDate(t *testing.T) {
 	}
 	got, err := os.ReadFile("../../docs/tools.md")
 	if err != nil {
-		t.Fatalf("docs/tools.md: %v; run go generate ./internal/api", err)
+		t.Fatalf("docs/tools.md: %v; run go generate ./internal/tooldoc", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatal("docs/tools.md is out of date: run go generate ./internal/api")
+		t.Fatal("docs/tools.md is out of date: run go generate ./internal/tooldoc")
 	}
 }
