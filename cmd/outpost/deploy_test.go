@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/internal/cliconfig"
 )
 

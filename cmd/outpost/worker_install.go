@@ -17,8 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
