@@ -211,18 +211,18 @@ run their tool calls locally.`,
 	addGlobalFlags(cmd, f)
 
 	cmd.AddCommand(
-		NewCmdVersion(f),
+		NewCmdVersion(f, nil),
 		NewCmdServer(f, nil),
 		NewCmdRemote(f),
 		NewCmdWorker(f, nil),
-		NewCmdDoctor(f),
-		NewCmdOrchestrate(f),
+		NewCmdDoctor(f, nil),
+		NewCmdOrchestrate(f, nil),
 		NewCmdOutposts(f),
 		NewCmdSessions(f),
 		NewCmdTokens(f),
-		NewCmdLogin(f),
-		NewCmdUp(f),
-		NewCmdMCP(f),
+		NewCmdLogin(f, nil),
+		NewCmdUp(f, nil),
+		NewCmdMCP(f, nil),
 	)
 	return cmd
 }

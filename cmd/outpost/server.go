@@ -22,6 +22,7 @@ import (
 
 // ServerOptions are the settings of `outpost server`.
 type ServerOptions struct {
+	f         *Factory
 	Listen    string
 	DataDir   string
 	PublicURL string
@@ -74,7 +75,7 @@ type ServerOptions struct {
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
 func NewCmdServer(f *Factory, runF func(context.Context, *ServerOptions) error) *cobra.Command {
-	opts := &ServerOptions{}
+	opts := &ServerOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the Outpost control plane",
@@ -144,7 +145,7 @@ layout workers download from: this executable's own build, and the builds of
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runServer(cmd.Context(), f, opts)
+			return runServer(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -164,7 +165,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
 	addServerEdgeFlags(fl, opts)
-	cmd.AddCommand(newCmdServerBackup(f), newCmdServerRestore(f))
+	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
 
@@ -346,7 +347,8 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
+func runServer(ctx context.Context, o *ServerOptions) error {
+	f := o.f
 	logger := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
 	warnOverridden(logger, o.ConfigFile, o.overridden)
 	var provider llm.Provider

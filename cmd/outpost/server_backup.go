@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,7 @@ const pgDumpHint = `back the database up with pg_dump (pg_dump --format=custom -
 
 // ServerBackupOptions are the settings of `outpost server backup`.
 type ServerBackupOptions struct {
+	f             *Factory
 	File          string
 	DataDir       string
 	SecretKeyFile string
@@ -31,9 +33,10 @@ type ServerBackupOptions struct {
 	ExcludeFiles bool
 }
 
-// newCmdServerBackup returns `outpost server backup`.
-func newCmdServerBackup(f *Factory) *cobra.Command {
-	opts := &ServerBackupOptions{}
+// NewCmdServerBackup returns `outpost server backup`. runF replaces the run
+// in tests.
+func NewCmdServerBackup(f *Factory, runF func(context.Context, *ServerBackupOptions) error) *cobra.Command {
+	opts := &ServerBackupOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "backup FILE",
 		Short: "Write a consistent backup of the server's data dir, while it runs",
@@ -59,7 +62,17 @@ command refuses it. Restore with 'outpost server restore'.`,
 		Args: exactArgs(1, "the archive to write (FILE)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
-			return runServerBackup(cmd, f, opts)
+			fl := cmd.Flags()
+			if err := resolveDataDir(fl, f, &opts.DataDir); err != nil {
+				return err
+			}
+			if v := f.Getenv("OUTPOST_SECRET_KEY_FILE"); !fl.Changed("secret-key-file") && v != "" {
+				opts.SecretKeyFile = v
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServerBackup(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -86,14 +99,8 @@ func resolveDataDir(fl *pflag.FlagSet, f *Factory, dir *string) error {
 	return nil
 }
 
-func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) error {
-	fl := cmd.Flags()
-	if err := resolveDataDir(fl, f, &o.DataDir); err != nil {
-		return err
-	}
-	if v := f.Getenv("OUTPOST_SECRET_KEY_FILE"); !fl.Changed("secret-key-file") && v != "" {
-		o.SecretKeyFile = v
-	}
+func runServerBackup(ctx context.Context, o *ServerBackupOptions) error {
+	f := o.f
 	if db := f.Getenv("OUTPOST_DATABASE_URL"); db != "" && server.IsPostgresURL(db) {
 		return fmt.Errorf("this server keeps its state in PostgreSQL (OUTPOST_DATABASE_URL), which outpost server backup does not copy: %s", pgDumpHint)
 	}
@@ -125,7 +132,7 @@ func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) err
 			warn("there is no key file at %s, so the archive holds no key: a restored server needs the key the server is given (OUTPOST_SECRET_KEY or --secret-key-file).", keyFile)
 		}
 	}
-	m, err := datadir.Backup(cmd.Context(), o.File, bo)
+	m, err := datadir.Backup(ctx, o.File, bo)
 	if err != nil {
 		return err
 	}
@@ -153,14 +160,16 @@ func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) err
 
 // ServerRestoreOptions are the settings of `outpost server restore`.
 type ServerRestoreOptions struct {
+	f       *Factory
 	File    string
 	DataDir string
 	Force   bool
 }
 
-// newCmdServerRestore returns `outpost server restore`.
-func newCmdServerRestore(f *Factory) *cobra.Command {
-	opts := &ServerRestoreOptions{}
+// NewCmdServerRestore returns `outpost server restore`. runF replaces the
+// run in tests.
+func NewCmdServerRestore(f *Factory, runF func(context.Context, *ServerRestoreOptions) error) *cobra.Command {
+	opts := &ServerRestoreOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Restore a backup into an empty data dir",
@@ -181,7 +190,13 @@ server on the data dir; it migrates an older database at start.`,
 		Args: exactArgs(1, "the archive to restore (FILE)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
-			return runServerRestore(cmd, f, opts)
+			if err := resolveDataDir(cmd.Flags(), f, &opts.DataDir); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServerRestore(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -190,11 +205,9 @@ server on the data dir; it migrates an older database at start.`,
 	return cmd
 }
 
-func runServerRestore(cmd *cobra.Command, f *Factory, o *ServerRestoreOptions) error {
-	if err := resolveDataDir(cmd.Flags(), f, &o.DataDir); err != nil {
-		return err
-	}
-	res, err := datadir.Restore(cmd.Context(), o.File, datadir.RestoreOptions{DataDir: o.DataDir, Force: o.Force})
+func runServerRestore(ctx context.Context, o *ServerRestoreOptions) error {
+	f := o.f
+	res, err := datadir.Restore(ctx, o.File, datadir.RestoreOptions{DataDir: o.DataDir, Force: o.Force})
 	var ne *datadir.NotEmptyError
 	switch {
 	case errors.As(err, &ne):

@@ -21,6 +21,7 @@ import (
 
 // UpOptions are the settings of `outpost up`.
 type UpOptions struct {
+	f         *Factory
 	Dir       string
 	Listen    string
 	NoDemo    bool
@@ -28,9 +29,10 @@ type UpOptions struct {
 	LogFormat string
 }
 
-// NewCmdUp returns `outpost up`: the whole system on one machine.
-func NewCmdUp(f *Factory) *cobra.Command {
-	opts := &UpOptions{}
+// NewCmdUp returns `outpost up`: the whole system on one machine. runF
+// replaces the run in tests.
+func NewCmdUp(f *Factory, runF func(context.Context, *UpOptions) error) *cobra.Command {
+	opts := &UpOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the whole system locally: server, outpost 'local', one worker and a demo session",
@@ -52,7 +54,10 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
 			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
 				return err
 			}
-			return runUp(cmd.Context(), f, opts)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runUp(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -63,7 +68,8 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
 	return cmd
 }
 
-func runUp(ctx context.Context, f *Factory, o *UpOptions) error {
+func runUp(ctx context.Context, o *UpOptions) error {
+	f := o.f
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return err

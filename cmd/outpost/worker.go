@@ -19,6 +19,7 @@ import (
 
 // WorkerStartOptions are the settings of `outpost worker start`.
 type WorkerStartOptions struct {
+	f            *Factory
 	Outpost      string
 	SessionID    string
 	AcceptorID   string
@@ -71,12 +72,14 @@ func NewCmdWorker(f *Factory, runF func(context.Context, *WorkerStartOptions) er
 		Use:   "worker",
 		Short: "Serve an outpost's sessions on this machine",
 	}
-	cmd.AddCommand(newCmdWorkerStart(f, runF), newCmdWorkerOutpost(f), newCmdWorkerInstall(f), newCmdWorkerUninstall(f))
+	cmd.AddCommand(NewCmdWorkerStart(f, runF), newCmdWorkerOutpost(f), NewCmdWorkerInstall(f, nil), NewCmdWorkerUninstall(f, nil))
 	return cmd
 }
 
-func newCmdWorkerStart(f *Factory, runF func(context.Context, *WorkerStartOptions) error) *cobra.Command {
-	opts := &WorkerStartOptions{}
+// NewCmdWorkerStart returns `outpost worker start`. runF replaces the run in
+// tests.
+func NewCmdWorkerStart(f *Factory, runF func(context.Context, *WorkerStartOptions) error) *cobra.Command {
+	opts := &WorkerStartOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "start --outpost NAME-OR-ID",
 		Short: "Claim and serve sessions from an outpost's queue",
@@ -169,7 +172,7 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runWorkerStart(cmd.Context(), f, opts)
+			return runWorkerStart(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -314,7 +317,8 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
-func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) error {
+func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
+	f := o.f
 	log := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
 	warnOverridden(log, o.ConfigFile, o.overridden)
 	if o.legacyAcceptorFile != "" {
@@ -428,9 +432,9 @@ func newCmdWorkerOutpost(f *Factory) *cobra.Command {
 		Use:   "outpost",
 		Short: "Create or delete an outpost (orchestrator scope)",
 	}
-	create := newCmdOutpostCreate(f)
+	create := NewCmdOutpostsCreate(f, nil)
 	create.Example = `  outpost worker outpost create gpu-h200 --platform linux --description "H200 boxes"`
-	del := newCmdOutpostDelete(f)
+	del := NewCmdOutpostsDelete(f, nil)
 	del.Example = `  outpost worker outpost delete gpu-h200
   outpost worker outpost delete outpost_env-123 --force`
 	cmd.AddCommand(create, del)

@@ -25,6 +25,7 @@ import (
 // WorkerInstallOptions are the settings of `outpost worker install` and
 // `outpost worker uninstall`.
 type WorkerInstallOptions struct {
+	f       *Factory
 	Outpost string
 	// User runs the worker; "" means outpost, created when missing
 	// (system units only).
@@ -49,8 +50,10 @@ const defaultWorkerUser = "outpost"
 // unit instance and its files.
 var instanceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-func newCmdWorkerInstall(f *Factory) *cobra.Command {
-	o := &WorkerInstallOptions{}
+// NewCmdWorkerInstall returns `outpost worker install`. runF replaces the
+// run in tests.
+func NewCmdWorkerInstall(f *Factory, runF func(context.Context, *WorkerInstallOptions) error) *cobra.Command {
+	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "install --outpost NAME [--user USER] [--token-file FILE] [--dir DIR] [--system|--user-unit] [--dry-run]",
 		Short: "Run a worker for an outpost as a systemd service",
@@ -88,11 +91,10 @@ worker. See docs/production.md.`,
 			if err := needRoot(cmd, o); err != nil {
 				return err
 			}
-			plan, err := planWorkerInstall(f, o)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+			return runWorkerInstall(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
@@ -107,8 +109,10 @@ worker. See docs/production.md.`,
 	return cmd
 }
 
-func newCmdWorkerUninstall(f *Factory) *cobra.Command {
-	o := &WorkerInstallOptions{}
+// NewCmdWorkerUninstall returns `outpost worker uninstall`. runF replaces
+// the run in tests.
+func NewCmdWorkerUninstall(f *Factory, runF func(context.Context, *WorkerInstallOptions) error) *cobra.Command {
+	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "uninstall --outpost NAME [--system|--user-unit] [--dry-run]",
 		Short: "Stop and remove the systemd service of an outpost's worker",
@@ -127,11 +131,10 @@ and goes back to the queue.`,
 			if err := needRoot(cmd, o); err != nil {
 				return err
 			}
-			plan, err := planWorkerUninstall(f, o)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+			return runWorkerUninstall(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
@@ -140,6 +143,22 @@ and goes back to the queue.`,
 	fl.Bool("system", false, "remove a system unit (the default)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without removing or running anything")
 	return cmd
+}
+
+func runWorkerInstall(ctx context.Context, o *WorkerInstallOptions) error {
+	plan, err := planWorkerInstall(o.f, o)
+	if err != nil {
+		return err
+	}
+	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
+}
+
+func runWorkerUninstall(ctx context.Context, o *WorkerInstallOptions) error {
+	plan, err := planWorkerUninstall(o.f, o)
+	if err != nil {
+		return err
+	}
+	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
 }
 
 func (o *WorkerInstallOptions) resolveName() error {
