@@ -83,7 +83,7 @@ optional tools are warnings. With -o json, the checks and what was found.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Dir, "dir", "", "the worker's workspace (default: the current directory)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "the worker's data directory (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "the worker's data directory (env "+api.EnvWorkerDataDir.Name+"; default ~/.outpost/worker)")
 	fl.StringVar(&opts.Outpost, "outpost", "", "also check that the token may serve this outpost from this machine")
 	return cmd
 }

@@ -233,4 +233,3 @@ func TestServerBackupRestoreOptions(t *testing.T) {
 		t.Errorf("restore: %+v", r)
 	}
 }
-

@@ -116,7 +116,7 @@ given beats its environment variable, which beats the file.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env OUTPOST_OUTPOST, DEVIN_OUTPOST_ID)")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
 	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process, exec, bwrap or docker")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "most sessions served at once")
 	fl.StringVar(&opts.StateDir, "state-dir", "", "state directory: acceptor id, cursor, machine workspaces (default ~/.outpost/orchestrator)")

@@ -48,7 +48,7 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
   outpost up --log-format json   # outpost.log as JSON lines`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if v := f.Getenv("OUTPOST_LISTEN"); !cmd.Flags().Changed("listen") && v != "" {
+			if v := envListen.Get(f.Getenv); !cmd.Flags().Changed("listen") && v != "" {
 				opts.Listen = v
 			}
 			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
@@ -62,7 +62,7 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Dir, "dir", ".outpost", "directory for the server's data, the worker and the demo")
-	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env OUTPOST_LISTEN)")
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env "+envListen.Name+")")
 	fl.BoolVar(&opts.NoDemo, "no-demo", false, "do not run the demo session")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	return cmd

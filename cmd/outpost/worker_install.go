@@ -100,7 +100,7 @@ worker. See docs/production.md.`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.Outpost, "outpost", "", "outpost name or id the worker serves; also the unit's instance name")
 	fl.StringVar(&o.User, "user", "", "Unix user the worker runs as (default "+defaultWorkerUser+", created when missing; root for --isolation user)")
-	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the worker's token, handed to it by systemd (default: the token of --token or OUTPOST_TOKEN, written to the instance's env file)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the worker's token, handed to it by systemd (default: the token of --token or "+api.EnvToken.Name+", written to the instance's env file)")
 	fl.StringVar(&o.Dir, "dir", "", "workspace directory of the worker, created for --user (default the unit's /var/lib/outpost/workspace-NAME)")
 	fl.BoolVar(&o.UserUnit, "user-unit", false, "install a unit of your own systemd user instance instead of a system unit")
 	fl.Bool("system", false, "install a system unit (the default)")
@@ -318,18 +318,18 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 	var token string
 	switch {
 	case o.TokenFile != "" && o.UserUnit:
-		fmt.Fprintf(&dropIn, "Environment=%s=%s\n", envTokenFile, o.TokenFile)
+		fmt.Fprintf(&dropIn, "Environment=%s=%s\n", api.EnvTokenFile.Name, o.TokenFile)
 	case o.TokenFile != "":
 		// systemd reads the file as root and gives the worker a copy only
 		// it can read, outside every sandbox's view (/run/credentials).
-		fmt.Fprintf(&dropIn, "LoadCredential=token:%s\nEnvironment=%s=%%d/token\n", o.TokenFile, envTokenFile)
+		fmt.Fprintf(&dropIn, "LoadCredential=token:%s\nEnvironment=%s=%%d/token\n", o.TokenFile, api.EnvTokenFile.Name)
 	default:
 		token = f.Token
 		if token == "" {
 			token = api.EnvToken.Get(f.Getenv)
 		}
 		if token == "" {
-			return nil, usageErrorf("the worker needs its token (outposts.machine scope, e.g. 'outpost tokens create --scope outposts.machine --outpost %s'): pass --token-file FILE, or set OUTPOST_TOKEN", o.Outpost)
+			return nil, usageErrorf("the worker needs its token (outposts.machine scope, e.g. 'outpost tokens create --scope outposts.machine --outpost %s'): pass --token-file FILE, or set %s", o.Outpost, api.EnvToken.Name)
 		}
 	}
 	p.steps = append(p.steps, installStep{file: filepath.Join(paths.unitDir, unit+".d", "install.conf"), mode: 0o644, data: dropIn.Bytes()})
@@ -364,9 +364,6 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 	p.done = fmt.Sprintf("%s is running. Its status: %s status %s; its log: %s\n", unit, strings.Join(sc, " "), unit, journal)
 	return p, nil
 }
-
-// envTokenFile names the file holding the API token, read by the worker.
-const envTokenFile = "OUTPOST_TOKEN_FILE"
 
 // workerSettings is the instance's YAML settings file.
 func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {
