@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 )
 
@@ -80,8 +81,20 @@ func saveConfig(f *Factory, cfg config) (string, error) {
 	return path, nil
 }
 
-// NewCmdLogin returns `outpost login`.
-func NewCmdLogin(f *Factory) *cobra.Command {
+// LoginOptions are the settings of `outpost login`: the global --server
+// and --token, else OUTPOST_SERVER and OUTPOST_TOKEN.
+type LoginOptions struct {
+	f *Factory
+	// Server is the server to log in to; DefaultServer when none is
+	// given.
+	Server string
+	// Token is the API token to check and save.
+	Token string
+}
+
+// NewCmdLogin returns `outpost login`. runF replaces the run in tests.
+func NewCmdLogin(f *Factory, runF func(context.Context, *LoginOptions) error) *cobra.Command {
+	opts := &LoginOptions{f: f}
 	return &cobra.Command{
 		Use:   "login --server URL --token TOKEN",
 		Short: "Save the server URL and token for later commands",
@@ -89,44 +102,52 @@ func NewCmdLogin(f *Factory) *cobra.Command {
 config.json in the user config directory (mode 0600), so later commands need
 neither --server nor --token. When the check fails nothing is saved.`,
 		Example: `  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
-  OUTPOST_TOKEN=... outpost login --server https://outpost.example.com`,
+  ` + api.EnvToken.Name + `=... outpost login --server https://outpost.example.com`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			server, token := f.Server, f.Token
-			if server == "" {
-				server = f.Getenv("OUTPOST_SERVER")
+			opts.Server, opts.Token = f.Server, f.Token
+			if opts.Server == "" {
+				opts.Server = f.Getenv(api.EnvServer.Name)
 			}
-			if token == "" {
-				token = f.Getenv("OUTPOST_TOKEN")
+			if opts.Token == "" {
+				opts.Token = f.Getenv(api.EnvToken.Name)
 			}
-			if server == "" {
-				server = DefaultServer
+			if opts.Server == "" {
+				opts.Server = DefaultServer
 			}
-			if token == "" {
-				return usageErrorf("login needs a token: pass --token or set OUTPOST_TOKEN")
+			if opts.Token == "" {
+				return usageErrorf("login needs a token: pass --token or set %s", api.EnvToken.Name)
 			}
-			f.Server = server // for checkServerURL and userMessage
-			if err := checkServerURL(f, server); err != nil {
+			f.Server = opts.Server // for checkServerURL and userMessage
+			if err := checkServerURL(f, opts.Server); err != nil {
 				return err
 			}
-			c, err := client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
-			if err != nil {
-				return usageError{err}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if err := checkLogin(cmd.Context(), c); err != nil {
-				if client.IsUnauthorized(err) && !client.IsNotOutpost(err) {
-					return fmt.Errorf("the server at %s refused the token: %s Nothing was saved", server, strings.TrimSpace(err.Error()))
-				}
-				return errors.New(strings.TrimSuffix(userMessage(f, cmd, err), ".") + "; nothing was saved")
-			}
-			path, err := saveConfig(f, config{Server: server, Token: token})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "Saved the login for %s to %s.\n", server, path)
-			return nil
+			return runLogin(cmd.Context(), opts)
 		},
 	}
+}
+
+func runLogin(ctx context.Context, opts *LoginOptions) error {
+	f, server, token := opts.f, opts.Server, opts.Token
+	c, err := client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
+	if err != nil {
+		return usageError{err}
+	}
+	if err := checkLogin(ctx, c); err != nil {
+		if client.IsUnauthorized(err) && !client.IsNotOutpost(err) {
+			return fmt.Errorf("the server at %s refused the token: %s Nothing was saved", server, strings.TrimSpace(err.Error()))
+		}
+		return errors.New(strings.TrimSuffix(userMessage(f, nil, err), ".") + "; nothing was saved")
+	}
+	path, err := saveConfig(f, config{Server: server, Token: token})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "Saved the login for %s to %s.\n", server, path)
+	return nil
 }
 
 // checkLogin makes one authenticated call. Every scope may list outposts,

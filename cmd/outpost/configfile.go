@@ -5,9 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/cliconfig"
-	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // configFlagUsage is the help of --config, the same on every command that
@@ -55,10 +53,6 @@ func overriddenSettings(fl *pflag.FlagSet, path string) []string {
 	}
 	return cliconfig.Overridden(fl)
 }
-
-// envCAFile is the global --ca-file's variable, applied in resolve by the
-// commands that take a config file so that it beats the file.
-var envCAFile = api.EnvVar{Name: tlsconfig.EnvCAFile}
 
 // systemConfigDir holds the config files, environment files and token
 // files of the systemd units (deploy/systemd). Worker sessions never see

@@ -304,7 +304,7 @@ func TestOrchestrateConfig(t *testing.T) {
 		var got *OrchestrateOptions
 		root := &cobra.Command{Use: "outpost", SilenceErrors: true, SilenceUsage: true}
 		addGlobalFlags(root, tf.Factory)
-		root.AddCommand(newCmdOrchestrate(tf.Factory, func(_ context.Context, o *OrchestrateOptions) error { got = o; return nil }))
+		root.AddCommand(NewCmdOrchestrate(tf.Factory, func(_ context.Context, o *OrchestrateOptions) error { got = o; return nil }))
 		root.SetArgs(append([]string{"orchestrate"}, args...))
 		err := root.Execute()
 		return got, tf.Factory, err

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/internal/cliconfig"
 )
 
@@ -80,17 +80,17 @@ func TestShippedSettingsFiles(t *testing.T) {
 // command reads, and nothing else.
 func TestShippedEnvFiles(t *testing.T) {
 	t.Parallel()
-	worker := []string{envCAFile.Name, envLogLevel, envLogFormat}
+	worker := []string{envCAFile.Name, envLogLevel.Name, envLogFormat.Name}
 	for _, v := range api.WorkerEnv {
 		// A connect token serves one claimed session: no service's.
 		if v.Name != "" && v != api.EnvSessionToken {
 			worker = append(worker, v.Name)
 		}
 	}
-	server := []string{"OUTPOST_LISTEN", "OUTPOST_DATA_DIR", "OUTPOST_DATABASE_URL", "OUTPOST_PUBLIC_URL", "OUTPOST_CLAIM_TTL",
-		"OUTPOST_RECONNECT_GRACE", "OUTPOST_ARTIFACT_RETENTION", "OUTPOST_DIST_DIR", "OUTPOST_TLS_CERT", "OUTPOST_TLS_KEY",
-		"OUTPOST_SECRET_KEY", "OUTPOST_SECRET_KEYS_OLD", "OUTPOST_SECRET_KEY_FILE", "OUTPOST_ADMIN_TOKEN",
-		"OUTPOST_LLM_PROVIDER", "OUTPOST_LLM_BASE_URL", "OUTPOST_LLM_MODEL", "OUTPOST_LLM_API_KEY", envLogLevel, envLogFormat}
+	var server []string
+	for _, v := range serverEnv {
+		server = append(server, v.Name)
+	}
 	name := regexp.MustCompile(`^(?:# )?(OUTPOST_[A-Z_]+)=`)
 	for file, want := range map[string][]string{"worker.env": worker, "server.env": server} {
 		raw, err := systemd.Files.ReadFile(file)

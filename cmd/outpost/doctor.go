@@ -19,6 +19,7 @@ import (
 
 // DoctorOptions are the settings of `outpost doctor`.
 type DoctorOptions struct {
+	f *Factory
 	// Dir is the worker's workspace: its disk is measured and the sandbox
 	// probe binds it.
 	Dir string
@@ -45,9 +46,9 @@ type doctorMachine struct {
 	Workspace string `json:"workspace"`
 }
 
-// NewCmdDoctor returns `outpost doctor`.
-func NewCmdDoctor(f *Factory) *cobra.Command {
-	opts := &DoctorOptions{}
+// NewCmdDoctor returns `outpost doctor`. runF replaces the run in tests.
+func NewCmdDoctor(f *Factory, runF func(context.Context, *DoctorOptions) error) *cobra.Command {
+	opts := &DoctorOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that this machine can serve sessions, and that the server and token work",
@@ -74,17 +75,21 @@ optional tools are warnings. With -o json, the checks and what was found.`,
 			env.string("token", api.EnvToken, &f.Token)
 			env.string("server", api.EnvServer, &f.Server)
 			env.string("data-dir", api.EnvWorkerDataDir, &opts.DataDir)
-			return runDoctor(cmd.Context(), f, opts)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runDoctor(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Dir, "dir", "", "the worker's workspace (default: the current directory)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "the worker's data directory (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "the worker's data directory (env "+api.EnvWorkerDataDir.Name+"; default ~/.outpost/worker)")
 	fl.StringVar(&opts.Outpost, "outpost", "", "also check that the token may serve this outpost from this machine")
 	return cmd
 }
 
-func runDoctor(ctx context.Context, f *Factory, o *DoctorOptions) error {
+func runDoctor(ctx context.Context, o *DoctorOptions) error {
+	f := o.f
 	server, token, err := f.Endpoint()
 	if err != nil {
 		return err

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
@@ -178,7 +178,7 @@ func TestDoctorClockSkew(t *testing.T) {
 			t.Parallel()
 			tf := newTestFactory(t, map[string]string{"OUTPOST_SERVER": srv.URL(), "OUTPOST_TOKEN": doctorAdmin})
 			tf.Output = outputJSON
-			err := runDoctor(t.Context(), tf.Factory, &DoctorOptions{Dir: t.TempDir(), Now: func() time.Time { return time.Now().Add(tc.shift) }})
+			err := runDoctor(t.Context(), &DoctorOptions{f: tf.Factory, Dir: t.TempDir(), Now: func() time.Time { return time.Now().Add(tc.shift) }})
 			var r doctorReport
 			if jerr := json.Unmarshal(tf.out.Bytes(), &r); jerr != nil {
 				t.Fatal(jerr)

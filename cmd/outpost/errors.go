@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // userMessage turns err, returned by command c, into the sentence people
@@ -29,10 +29,10 @@ func userMessage(f *Factory, c *cobra.Command, err error) string {
 	server, _, _ := f.Endpoint()
 	switch {
 	case client.IsNotOutpost(err):
-		return fmt.Sprintf("%s does not answer like an Outpost server: the %s; check --server or OUTPOST_SERVER",
-			server, strings.TrimSuffix(msg, ", not the Outpost API"))
+		return fmt.Sprintf("%s does not answer like an Outpost server: the %s; check --server or %s",
+			server, strings.TrimSuffix(msg, ", not the Outpost API"), api.EnvServer.Name)
 	case client.IsUnauthorized(err):
-		return strings.TrimSuffix(msg, ".") + "; pass --token, set OUTPOST_TOKEN or run 'outpost login'."
+		return strings.TrimSuffix(msg, ".") + "; pass --token, set " + api.EnvToken.Name + " or run 'outpost login'."
 	case client.IsForbidden(err):
 		return forbiddenText(msg)
 	}
@@ -75,7 +75,7 @@ func connectionProblem(server string, err error) (string, bool) {
 		cause = ue.Err
 	}
 	unreachable := func(why string) (string, bool) {
-		return fmt.Sprintf("cannot reach the Outpost server at %s (is 'outpost server' running? set --server or OUTPOST_SERVER): %s", server, why), true
+		return fmt.Sprintf("cannot reach the Outpost server at %s (is 'outpost server' running? set --server or %s): %s", server, api.EnvServer.Name, why), true
 	}
 	var dns *net.DNSError
 	var rec tls.RecordHeaderError
@@ -99,7 +99,7 @@ func connectionProblem(server string, err error) (string, bool) {
 		return fmt.Sprintf("the server at %s does not speak HTTPS; if it serves plain HTTP, use an http:// URL", server), true
 	case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &badCert), errors.As(err, &verify):
 		if errors.As(err, &unknownCA) {
-			return fmt.Sprintf("the TLS certificate of the server at %s is signed by an authority this machine does not trust: pass --ca-file or set %s to the PEM file of the CA that signed it (%v)", server, tlsconfig.EnvCAFile, cause), true
+			return fmt.Sprintf("the TLS certificate of the server at %s is signed by an authority this machine does not trust: pass --ca-file or set %s to the PEM file of the CA that signed it (%v)", server, envCAFile.Name, cause), true
 		}
 		return fmt.Sprintf("the TLS certificate of the server at %s is not trusted (check that the URL names a host the certificate is for and that it has not expired): %v", server, cause), true
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -165,8 +165,8 @@ func checkServerURL(f *Factory, server string) error {
 	switch {
 	case f.Server != "":
 		from = "--server"
-	case f.Getenv("OUTPOST_SERVER") != "":
-		from = "OUTPOST_SERVER"
+	case f.Getenv(api.EnvServer.Name) != "":
+		from = api.EnvServer.Name
 	}
 	if err == nil && u.Scheme != "" && u.Scheme != "http" && u.Scheme != "https" && u.Opaque == "" {
 		return usageErrorf("%s must start with http:// or https://, not %s:// (%q)", from, u.Scheme, server)

@@ -14,27 +14,20 @@ const (
 	logFormatJSON = "json"
 )
 
-// Environment variables of the log flags, read by every long-running
-// command.
-const (
-	envLogLevel  = "OUTPOST_LOG_LEVEL"
-	envLogFormat = "OUTPOST_LOG_FORMAT"
-)
-
 // addLogFlags adds --log-level and --log-format to a long-running
 // command.
 func addLogFlags(fl *pflag.FlagSet, level, format *string) {
-	fl.StringVar(level, "log-level", "info", "log level: debug, info, warn or error (env "+envLogLevel+")")
-	fl.StringVar(format, "log-format", logFormatText, "log format: text (key=value lines) or json (one JSON object a line) (env "+envLogFormat+")")
+	fl.StringVar(level, "log-level", "info", "log level: debug, info, warn or error (env "+envLogLevel.Name+")")
+	fl.StringVar(format, "log-format", logFormatText, "log format: text (key=value lines) or json (one JSON object a line) (env "+envLogFormat.Name+")")
 }
 
 // resolveLog reads the log flags not given from the environment and
 // checks them.
 func resolveLog(fl *pflag.FlagSet, getenv func(string) string, level, format *string) error {
-	if v := getenv(envLogLevel); v != "" && !fl.Changed("log-level") {
+	if v := envLogLevel.Get(getenv); v != "" && !fl.Changed("log-level") {
 		*level = v
 	}
-	if v := getenv(envLogFormat); v != "" && !fl.Changed("log-format") {
+	if v := envLogFormat.Get(getenv); v != "" && !fl.Changed("log-format") {
 		*format = v
 	}
 	if _, err := parseLogLevel(*level); err != nil {

@@ -58,10 +58,10 @@ func TestResolveLog(t *testing.T) {
 		wantErr            string
 	}{
 		{wantLevel: "info", wantFmt: "text"},
-		{env: map[string]string{envLogFormat: "json", envLogLevel: "debug"}, wantLevel: "debug", wantFmt: "json"},
-		{args: []string{"--log-format", "text"}, env: map[string]string{envLogFormat: "json"}, wantLevel: "info", wantFmt: "text"},
+		{env: map[string]string{envLogFormat.Name: "json", envLogLevel.Name: "debug"}, wantLevel: "debug", wantFmt: "json"},
+		{args: []string{"--log-format", "text"}, env: map[string]string{envLogFormat.Name: "json"}, wantLevel: "info", wantFmt: "text"},
 		{args: []string{"--log-format", "xml"}, wantErr: "--log-format must be text or json"},
-		{env: map[string]string{envLogLevel: "loud"}, wantErr: "--log-level must be"},
+		{env: map[string]string{envLogLevel.Name: "loud"}, wantErr: "--log-level must be"},
 	} {
 		fl := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		var level, format string

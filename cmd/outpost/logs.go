@@ -9,15 +9,26 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // eventsPage is how many events one page of `sessions logs` asks for.
 const eventsPage = 1000
 
-func newCmdSessionsLogs(f *Factory) *cobra.Command {
-	var follow bool
+// SessionsLogsOptions are the settings of `outpost sessions logs`.
+type SessionsLogsOptions struct {
+	f *Factory
+	// ID is the session (the argument).
+	ID string
+	// Follow prints the session live until it ends.
+	Follow bool
+}
+
+// NewCmdSessionsLogs returns `outpost sessions logs`. runF replaces the run
+// in tests.
+func NewCmdSessionsLogs(f *Factory, runF func(context.Context, *SessionsLogsOptions) error) *cobra.Command {
+	opts := &SessionsLogsOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "logs ID",
 		Short: "Print a session's transcript",
@@ -29,34 +40,43 @@ With -o json, print one event per line.`,
 		Example: "  outpost sessions logs ses_123\n  outpost sessions logs -f ses_123\n  outpost sessions logs ses_123 -o json | jq .type",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if follow {
-				return followTranscript(cmd.Context(), f, c, args[0])
-			}
-			emit := eventWriter(f)
-			var after int64
-			for {
-				page, err := c.Sessions.Events(cmd.Context(), args[0], after, eventsPage)
-				if err != nil {
-					return err
-				}
-				for _, ev := range page.Items {
-					if err := emit(ev); err != nil {
-						return err
-					}
-				}
-				if !page.HasNextPage || page.Next <= after {
-					return nil
-				}
-				after = page.Next
-			}
+			return runSessionsLogs(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the session live until it ends")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "follow the session live until it ends")
 	return cmd
+}
+
+func runSessionsLogs(ctx context.Context, opts *SessionsLogsOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if opts.Follow {
+		return followTranscript(ctx, f, c, opts.ID)
+	}
+	emit := eventWriter(f)
+	var after int64
+	for {
+		page, err := c.Sessions.Events(ctx, opts.ID, after, eventsPage)
+		if err != nil {
+			return err
+		}
+		for _, ev := range page.Items {
+			if err := emit(ev); err != nil {
+				return err
+			}
+		}
+		if !page.HasNextPage || page.Next <= after {
+			return nil
+		}
+		after = page.Next
+	}
 }
 
 // eventWriter returns the function that prints an event in the chosen

@@ -13,10 +13,18 @@ import (
 	"github.com/outpost-sh/outpost/api"
 )
 
+// MCPOptions are the settings of `outpost mcp`.
+type MCPOptions struct {
+	f *Factory
+	// Session is the external session whose tools are served.
+	Session string
+}
+
 // NewCmdMCP returns `outpost mcp`: a stdio MCP server bridged to a
 // session's MCP endpoint, for MCP clients that only launch subprocesses.
-func NewCmdMCP(f *Factory) *cobra.Command {
-	var session string
+// runF replaces the run in tests.
+func NewCmdMCP(f *Factory, runF func(context.Context, *MCPOptions) error) *cobra.Command {
+	opts := &MCPOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "mcp --session ID",
 		Short: "Bridge stdio MCP to an external session's tools",
@@ -26,16 +34,19 @@ machine that serves the session. The token needs the sessions.write scope.`,
 		Example: `  outpost mcp --session ses_123
   # in an MCP client's configuration:
   #   {"command": "outpost", "args": ["mcp", "--session", "ses_123"],
-  #    "env": {"OUTPOST_SERVER": "https://outpost.example.com", "OUTPOST_TOKEN": "opt_..."}}`,
+  #    "env": {"` + api.EnvServer.Name + `": "https://outpost.example.com", "` + api.EnvToken.Name + `": "opt_..."}}`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if session == "" {
+			if opts.Session == "" {
 				return usageErrorf("mcp needs --session ID")
 			}
-			return runMCPBridge(cmd.Context(), f, session)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runMCP(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&session, "session", "", "the external session whose tools to serve")
+	cmd.Flags().StringVar(&opts.Session, "session", "", "the external session whose tools to serve")
 	return cmd
 }
 
@@ -51,7 +62,8 @@ func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(r)
 }
 
-func runMCPBridge(ctx context.Context, f *Factory, session string) error {
+func runMCP(ctx context.Context, opts *MCPOptions) error {
+	f, session := opts.f, opts.Session
 	server, token, err := f.Endpoint()
 	if err != nil {
 		return err

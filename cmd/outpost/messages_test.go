@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
 )
 

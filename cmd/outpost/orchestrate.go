@@ -20,6 +20,7 @@ import (
 
 // OrchestrateOptions are the settings of `outpost orchestrate`.
 type OrchestrateOptions struct {
+	f             *Factory
 	Outpost       string
 	Backend       string
 	MaxConcurrent int
@@ -52,12 +53,10 @@ type OrchestrateOptions struct {
 	overridden []string
 }
 
-// NewCmdOrchestrate returns `outpost orchestrate`.
-func NewCmdOrchestrate(f *Factory) *cobra.Command { return newCmdOrchestrate(f, nil) }
-
-// newCmdOrchestrate is NewCmdOrchestrate; runF replaces the run in tests.
-func newCmdOrchestrate(f *Factory, runF func(context.Context, *OrchestrateOptions) error) *cobra.Command {
-	opts := &OrchestrateOptions{}
+// NewCmdOrchestrate returns `outpost orchestrate`. runF replaces the run in
+// tests.
+func NewCmdOrchestrate(f *Factory, runF func(context.Context, *OrchestrateOptions) error) *cobra.Command {
+	opts := &OrchestrateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "orchestrate --outpost NAME --backend process|exec|bwrap|docker --max-concurrent N",
 		Short: "Provision a machine per session of an outpost's queue",
@@ -113,11 +112,11 @@ given beats its environment variable, which beats the file.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runOrchestrate(cmd.Context(), f, opts)
+			return runOrchestrate(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env OUTPOST_OUTPOST, DEVIN_OUTPOST_ID)")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
 	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process, exec, bwrap or docker")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "most sessions served at once")
 	fl.StringVar(&opts.StateDir, "state-dir", "", "state directory: acceptor id, cursor, machine workspaces (default ~/.outpost/orchestrator)")
@@ -187,7 +186,8 @@ func (o *OrchestrateOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
-func runOrchestrate(ctx context.Context, f *Factory, o *OrchestrateOptions) error {
+func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
+	f := o.f
 	c, err := f.guardedClient()
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // NewCmdOutposts returns `outpost outposts`.
@@ -20,95 +21,168 @@ func NewCmdOutposts(f *Factory) *cobra.Command {
 		Aliases: []string{"outpost"},
 		Short:   "List, show, create and delete outposts",
 	}
-	list := &cobra.Command{
+	create := NewCmdOutpostsCreate(f, nil)
+	create.Example = `  outpost outposts create dev
+  outpost outposts create mac-minis --platform macos --description "Office Mac minis"`
+	del := NewCmdOutpostsDelete(f, nil)
+	del.Example = "  outpost outposts delete dev\n  outpost outposts delete dev --force"
+	cmd.AddCommand(NewCmdOutpostsList(f, nil), NewCmdOutpostsGet(f, nil), create, del)
+	return cmd
+}
+
+// OutpostsListOptions are the settings of `outpost outposts list`.
+type OutpostsListOptions struct {
+	f *Factory
+}
+
+// NewCmdOutpostsList returns `outpost outposts list`. runF replaces the run
+// in tests.
+func NewCmdOutpostsList(f *Factory, runF func(context.Context, *OutpostsListOptions) error) *cobra.Command {
+	opts := &OutpostsListOptions{f: f}
+	return &cobra.Command{
 		Use:     "list",
 		Short:   "List outposts with their queue depth",
 		Example: "  outpost outposts list\n  outpost outposts list -o json",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			l, err := c.Outposts.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, l)
-			}
-			t := newTable(f.IO.Out, "NAME", "ID", "PLATFORM", "QUEUED", "CLAIMS", "DESCRIPTION")
-			for _, o := range l.Items {
-				t.row(o.Spec.Name, o.Metadata.OutpostID, o.Spec.Platform, strconv.Itoa(o.Status.QueueDepth),
-					strconv.Itoa(o.Status.ActiveClaims), truncate(o.Spec.Description, 60))
-			}
-			return t.flush()
+			return runOutpostsList(cmd.Context(), opts)
 		},
 	}
-	get := &cobra.Command{
+}
+
+func runOutpostsList(ctx context.Context, opts *OutpostsListOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Outposts.List(ctx)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, l)
+	}
+	t := newTable(f.IO.Out, "NAME", "ID", "PLATFORM", "QUEUED", "CLAIMS", "DESCRIPTION")
+	for _, o := range l.Items {
+		t.row(o.Spec.Name, o.Metadata.OutpostID, o.Spec.Platform, strconv.Itoa(o.Status.QueueDepth),
+			strconv.Itoa(o.Status.ActiveClaims), truncate(o.Spec.Description, 60))
+	}
+	return t.flush()
+}
+
+// OutpostsGetOptions are the settings of `outpost outposts get`.
+type OutpostsGetOptions struct {
+	f *Factory
+	// Outpost is the outpost's name or id (the argument).
+	Outpost string
+}
+
+// NewCmdOutpostsGet returns `outpost outposts get`. runF replaces the run
+// in tests.
+func NewCmdOutpostsGet(f *Factory, runF func(context.Context, *OutpostsGetOptions) error) *cobra.Command {
+	opts := &OutpostsGetOptions{f: f}
+	return &cobra.Command{
 		Use:     "get NAME-OR-ID",
 		Short:   "Show one outpost",
 		Example: "  outpost outposts get dev",
 		Args:    exactArgs(1, "an outpost name or id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.Outpost = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			o, err := c.Outposts.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, o)
-			}
-			return fields(f.IO.Out,
-				"Name", o.Spec.Name, "ID", o.Metadata.OutpostID, "Platform", o.Spec.Platform,
-				"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
-				"Active claims", strconv.Itoa(o.Status.ActiveClaims),
-				"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
+			return runOutpostsGet(cmd.Context(), opts)
 		},
 	}
-	create := newCmdOutpostCreate(f)
-	create.Example = `  outpost outposts create dev
-  outpost outposts create mac-minis --platform macos --description "Office Mac minis"`
-	del := newCmdOutpostDelete(f)
-	del.Example = "  outpost outposts delete dev\n  outpost outposts delete dev --force"
-	cmd.AddCommand(list, get, create, del)
-	return cmd
 }
 
-func newCmdOutpostCreate(f *Factory) *cobra.Command {
-	var req api.CreateOutpostRequest
+func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	o, err := c.Outposts.Get(ctx, opts.Outpost)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, o)
+	}
+	return fields(f.IO.Out,
+		"Name", o.Spec.Name, "ID", o.Metadata.OutpostID, "Platform", o.Spec.Platform,
+		"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
+		"Active claims", strconv.Itoa(o.Status.ActiveClaims),
+		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
+}
+
+// OutpostsCreateOptions are the settings of `outpost outposts create` and
+// `outpost worker outpost create`.
+type OutpostsCreateOptions struct {
+	f *Factory
+	// Request is the new outpost: its name from the argument, the rest
+	// from the flags.
+	Request api.CreateOutpostRequest
+}
+
+// NewCmdOutpostsCreate returns `outpost outposts create`. runF replaces the
+// run in tests.
+func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreateOptions) error) *cobra.Command {
+	opts := &OutpostsCreateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an outpost and print its id",
 		Args:  exactArgs(1, "the new outpost's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.Request.Name = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			req.Name = args[0]
-			o, err := c.Outposts.Create(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, o)
-			}
-			fmt.Fprintln(f.IO.Out, o.Metadata.OutpostID)
-			return nil
+			return runOutpostsCreate(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&req.Platform, "platform", "", "platform of the machines serving it: "+platformHelp)
-	cmd.Flags().StringVar(&req.Description, "description", "", "text shown to people choosing an outpost")
-	cmd.Flags().StringVar(&req.RemoteBinarySHA, "remote-binary-sha", "", "remote build the outpost's sessions run unless they pin their own (a version id of the server's /dist/, e.g. 1a2b3c4d5e6f)")
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Request.Platform, "platform", "", "platform of the machines serving it: "+platformHelp)
+	fl.StringVar(&opts.Request.Description, "description", "", "text shown to people choosing an outpost")
+	fl.StringVar(&opts.Request.RemoteBinarySHA, "remote-binary-sha", "", "remote build the outpost's sessions run unless they pin their own (a version id of the server's /dist/, e.g. 1a2b3c4d5e6f)")
 	return cmd
 }
 
-func newCmdOutpostDelete(f *Factory) *cobra.Command {
-	var force bool
+func runOutpostsCreate(ctx context.Context, opts *OutpostsCreateOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	o, err := c.Outposts.Create(ctx, opts.Request)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, o)
+	}
+	fmt.Fprintln(f.IO.Out, o.Metadata.OutpostID)
+	return nil
+}
+
+// OutpostsDeleteOptions are the settings of `outpost outposts delete` and
+// `outpost worker outpost delete`.
+type OutpostsDeleteOptions struct {
+	f *Factory
+	// Outpost is the outpost's name or id (the argument).
+	Outpost string
+	// Force ends the outpost's claimed sessions rather than refusing.
+	Force bool
+}
+
+// NewCmdOutpostsDelete returns `outpost outposts delete`. runF replaces the
+// run in tests.
+func NewCmdOutpostsDelete(f *Factory, runF func(context.Context, *OutpostsDeleteOptions) error) *cobra.Command {
+	opts := &OutpostsDeleteOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "delete NAME-OR-ID",
 		Short: "Delete an outpost",
@@ -116,22 +190,31 @@ func newCmdOutpostDelete(f *Factory) *cobra.Command {
 is given, which ends every unfinished session of the outpost.`,
 		Args: exactArgs(1, "an outpost name or id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.Outpost = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if err := c.Outposts.Delete(cmd.Context(), args[0], force); err != nil {
-				if client.IsConflict(err) && !force {
-					return withForceHint(err)
-				}
-				return err
-			}
-			fmt.Fprintf(f.IO.ErrOut, "Deleted outpost %s.\n", args[0])
-			return nil
+			return runOutpostsDelete(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "delete even with claimed sessions, ending them")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "delete even with claimed sessions, ending them")
 	return cmd
+}
+
+func runOutpostsDelete(ctx context.Context, opts *OutpostsDeleteOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.Outposts.Delete(ctx, opts.Outpost, opts.Force); err != nil {
+		if client.IsConflict(err) && !opts.Force {
+			return withForceHint(err)
+		}
+		return err
+	}
+	fmt.Fprintf(f.IO.ErrOut, "Deleted outpost %s.\n", opts.Outpost)
+	return nil
 }
 
 // withForceHint says the server's refusal to delete an outpost with claimed

@@ -19,7 +19,22 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 		Use:   "remote",
 		Short: "Serve one session's tool calls on this machine",
 	}
-	var logLevel, logFormat string
+	cmd.AddCommand(NewCmdRemoteServe(f, nil))
+	return cmd
+}
+
+// RemoteServeOptions are the settings of `outpost remote serve`; the
+// session comes from the spawn contract's environment.
+type RemoteServeOptions struct {
+	f         *Factory
+	LogLevel  string
+	LogFormat string
+}
+
+// NewCmdRemoteServe returns `outpost remote serve`. runF replaces the run in
+// tests.
+func NewCmdRemoteServe(f *Factory, runF func(context.Context, *RemoteServeOptions) error) *cobra.Command {
+	opts := &RemoteServeOptions{f: f}
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Dial the gateway and run one session's tool calls",
@@ -49,35 +64,42 @@ moved): its claimer must then leave the claim alone.`,
     outpost remote serve`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := resolveLog(cmd.Flags(), f.Getenv, &logLevel, &logFormat); err != nil {
+			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
 				return err
 			}
-			opts, err := remote.OptionsFromEnv()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if f.CAFile != "" { // else OUTPOST_CA_FILE, read by OptionsFromEnv
-				if opts.HTTPClient, err = f.HTTPClient(); err != nil {
-					return err
-				}
-			}
-			opts.Logger = newLogger(f.IO.ErrOut, logLevel, logFormat)
-			// The agent's commands run as this user: keep them out of
-			// this process's environment, where the connect token is.
-			if err := procguard.NotDumpable(); err != nil {
-				opts.Logger.Warn("cannot mark the remote not dumpable", "err", err)
-			}
-			err = remote.Serve(cmd.Context(), opts)
-			switch {
-			case errors.Is(err, context.Canceled):
-				return fmt.Errorf("stopped by a signal before session %s ended", opts.SessionID)
-			case errors.Is(err, remote.ErrRejected):
-				return codeError{exitRejected, err}
-			}
-			return err
+			return runRemoteServe(cmd.Context(), opts)
 		},
 	}
-	addLogFlags(serve.Flags(), &logLevel, &logFormat)
-	cmd.AddCommand(serve)
-	return cmd
+	addLogFlags(serve.Flags(), &opts.LogLevel, &opts.LogFormat)
+	return serve
+}
+
+func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
+	f := o.f
+	opts, err := remote.OptionsFromEnv()
+	if err != nil {
+		return err
+	}
+	if f.CAFile != "" { // else OUTPOST_CA_FILE, read by OptionsFromEnv
+		if opts.HTTPClient, err = f.HTTPClient(); err != nil {
+			return err
+		}
+	}
+	opts.Logger = newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	// The agent's commands run as this user: keep them out of this
+	// process's environment, where the connect token is.
+	if err := procguard.NotDumpable(); err != nil {
+		opts.Logger.Warn("cannot mark the remote not dumpable", "err", err)
+	}
+	err = remote.Serve(ctx, opts)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("stopped by a signal before session %s ended", opts.SessionID)
+	case errors.Is(err, remote.ErrRejected):
+		return codeError{exitRejected, err}
+	}
+	return err
 }

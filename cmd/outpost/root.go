@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -99,7 +99,7 @@ func (f *Factory) Endpoint() (server, token string, err error) {
 		}
 	}
 	if server == "" {
-		server = f.Getenv("OUTPOST_SERVER")
+		server = f.Getenv(api.EnvServer.Name)
 	}
 	if token == "" {
 		token = f.Getenv(api.EnvToken.Name)
@@ -135,7 +135,7 @@ func (f *Factory) Endpoint() (server, token string, err error) {
 func (f *Factory) TrustedCAFile() (string, error) {
 	ca := f.CAFile
 	if ca == "" {
-		ca = f.Getenv(tlsconfig.EnvCAFile)
+		ca = envCAFile.Get(f.Getenv)
 	}
 	if ca == "" {
 		return "", nil
@@ -156,7 +156,7 @@ func (f *Factory) HTTPClient() (*http.Client, error) {
 	}
 	tr, err := tlsconfig.Transport(ca)
 	if err != nil {
-		return nil, fmt.Errorf("%w (given by --ca-file or %s)", err, tlsconfig.EnvCAFile)
+		return nil, fmt.Errorf("%w (given by --ca-file or %s)", err, envCAFile.Name)
 	}
 	return &http.Client{Transport: tr}, nil
 }
@@ -211,18 +211,18 @@ run their tool calls locally.`,
 	addGlobalFlags(cmd, f)
 
 	cmd.AddCommand(
-		NewCmdVersion(f),
+		NewCmdVersion(f, nil),
 		NewCmdServer(f, nil),
 		NewCmdRemote(f),
 		NewCmdWorker(f, nil),
-		NewCmdDoctor(f),
-		NewCmdOrchestrate(f),
+		NewCmdDoctor(f, nil),
+		NewCmdOrchestrate(f, nil),
 		NewCmdOutposts(f),
 		NewCmdSessions(f),
 		NewCmdTokens(f),
-		NewCmdLogin(f),
-		NewCmdUp(f),
-		NewCmdMCP(f),
+		NewCmdLogin(f, nil),
+		NewCmdUp(f, nil),
+		NewCmdMCP(f, nil),
 	)
 	return cmd
 }
@@ -231,10 +231,10 @@ run their tool calls locally.`,
 // errors usage errors.
 func addGlobalFlags(cmd *cobra.Command, f *Factory) {
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env OUTPOST_SERVER, then the saved login; default "+DefaultServer+")")
-	pf.StringVar(&f.Token, "token", "", "API token (env OUTPOST_TOKEN, then the saved login); other local users can read a command line, so prefer --token-file or the environment")
-	pf.StringVar(&f.TokenFile, "token-file", "", "file holding the API token, readable by its owner only (env OUTPOST_TOKEN_FILE)")
-	pf.StringVar(&f.CAFile, "ca-file", "", "PEM file of CA certificates to trust besides the system's, for an https:// server (env "+tlsconfig.EnvCAFile+"); workers and orchestrators pass it on to their remotes")
+	pf.StringVar(&f.Server, "server", "", "Outpost server URL (env "+api.EnvServer.Name+", then the saved login; default "+DefaultServer+")")
+	pf.StringVar(&f.Token, "token", "", "API token (env "+api.EnvToken.Name+", then the saved login); other local users can read a command line, so prefer --token-file or the environment")
+	pf.StringVar(&f.TokenFile, "token-file", "", "file holding the API token, readable by its owner only (env "+api.EnvTokenFile.Name+")")
+	pf.StringVar(&f.CAFile, "ca-file", "", "PEM file of CA certificates to trust besides the system's, for an https:// server (env "+envCAFile.Name+"); workers and orchestrators pass it on to their remotes")
 	pf.StringVarP(&f.Output, "output", "o", outputHuman, "output format: human or json")
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 }

@@ -22,6 +22,7 @@ import (
 
 // ServerOptions are the settings of `outpost server`.
 type ServerOptions struct {
+	f         *Factory
 	Listen    string
 	DataDir   string
 	PublicURL string
@@ -74,7 +75,7 @@ type ServerOptions struct {
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
 func NewCmdServer(f *Factory, runF func(context.Context, *ServerOptions) error) *cobra.Command {
-	opts := &ServerOptions{}
+	opts := &ServerOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the Outpost control plane",
@@ -144,35 +145,35 @@ layout workers download from: this executable's own build, and the builds of
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runServer(cmd.Context(), f, opts)
+			return runServer(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address to listen on (env OUTPOST_LISTEN)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
-	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env OUTPOST_DATABASE_URL; default the embedded SQLite database in the data dir)")
-	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env OUTPOST_PUBLIC_URL; default http://<listen>)")
-	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env OUTPOST_CLAIM_TTL)")
-	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env OUTPOST_RECONNECT_GRACE)")
-	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env OUTPOST_ARTIFACT_RETENTION)")
-	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when OUTPOST_SECRET_KEY is not set (env OUTPOST_SECRET_KEY_FILE; default <data-dir>/secret-key, created on first start)")
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address to listen on (env "+envListen.Name+")")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env "+envDataDir.Name+"; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
+	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env "+envDatabaseURL.Name+"; default the embedded SQLite database in the data dir)")
+	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>)")
+	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
+	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
+	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
+	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when "+envSecretKey.Name+" is not set (env "+envSecretKeyFile.Name+"; default <data-dir>/secret-key, created on first start)")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
-	fl.StringVar(&opts.DistDir, "dist-dir", "", "directory of remote builds to publish at /dist/ (env OUTPOST_DIST_DIR; default only this executable's)")
+	fl.StringVar(&opts.DistDir, "dist-dir", "", "directory of remote builds to publish at /dist/ (env "+envDistDir.Name+"; default only this executable's)")
 	fl.IntVar(&opts.ToolResultLimit, "tool-result-limit", 16000, "characters of one tool result shown to a model; the whole result stays on the transcript")
-	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env OUTPOST_LLM_PROVIDER)")
-	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env OUTPOST_LLM_BASE_URL)")
-	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env OUTPOST_LLM_MODEL); the API key is read from OUTPOST_LLM_API_KEY")
+	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env "+envLLMProvider.Name+")")
+	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env "+envLLMBaseURL.Name+")")
+	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
 	addServerEdgeFlags(fl, opts)
-	cmd.AddCommand(newCmdServerBackup(f), newCmdServerRestore(f))
+	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
 
 // addServerEdgeFlags adds the flags of the network edge: TLS, connection
 // limits and /metrics.
 func addServerEdgeFlags(fl *pflag.FlagSet, opts *ServerOptions) {
-	fl.StringVar(&opts.TLSCert, "tls-cert", "", "PEM certificate chain to serve HTTPS and WSS with, read again when it changes (env OUTPOST_TLS_CERT; needs --tls-key)")
-	fl.StringVar(&opts.TLSKey, "tls-key", "", "PEM private key of --tls-cert (env OUTPOST_TLS_KEY)")
+	fl.StringVar(&opts.TLSCert, "tls-cert", "", "PEM certificate chain to serve HTTPS and WSS with, read again when it changes (env "+envTLSCert.Name+"; needs --tls-key)")
+	fl.StringVar(&opts.TLSKey, "tls-key", "", "PEM private key of --tls-cert (env "+envTLSKey.Name+")")
 	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fl.DurationVar(&opts.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client has to send a request's headers (and finish a TLS handshake)")
 	fl.IntVar(&opts.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers, in bytes; larger requests get 431")
@@ -185,14 +186,11 @@ func addServerEdgeFlags(fl *pflag.FlagSet, opts *ServerOptions) {
 // resolveEdge checks the edge flags and reads the TLS files' names from
 // the environment.
 func (o *ServerOptions) resolveEdge(fl *pflag.FlagSet, f *Factory) error {
-	if v := f.Getenv("OUTPOST_TLS_CERT"); !fl.Changed("tls-cert") && v != "" {
-		o.TLSCert = v
-	}
-	if v := f.Getenv("OUTPOST_TLS_KEY"); !fl.Changed("tls-key") && v != "" {
-		o.TLSKey = v
-	}
+	env := envFallback{fl: fl, getenv: f.Getenv}
+	env.string("tls-cert", envTLSCert, &o.TLSCert)
+	env.string("tls-key", envTLSKey, &o.TLSKey)
 	if (o.TLSCert == "") != (o.TLSKey == "") {
-		return usageErrorf("--tls-cert and --tls-key go together (or OUTPOST_TLS_CERT and OUTPOST_TLS_KEY)")
+		return usageErrorf("--tls-cert and --tls-key go together (or %s and %s)", envTLSCert.Name, envTLSKey.Name)
 	}
 	if o.IdleTimeout <= 0 || o.ReadHeaderTimeout <= 0 {
 		return usageErrorf("--idle-timeout and --read-header-timeout must be positive")
@@ -217,17 +215,13 @@ func noBound(n int) int {
 // resolve fills the settings whose flags were not given from the
 // environment, then from defaults.
 func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	fromEnv := func(flag, env string, dst *string) {
-		if v := f.Getenv(env); !fl.Changed(flag) && v != "" {
-			*dst = v
-		}
-	}
-	fromEnv("listen", "OUTPOST_LISTEN", &o.Listen)
-	fromEnv("data-dir", "OUTPOST_DATA_DIR", &o.DataDir)
-	fromEnv("public-url", "OUTPOST_PUBLIC_URL", &o.PublicURL)
-	fromEnv("database", "OUTPOST_DATABASE_URL", &o.Database)
-	fromEnv("dist-dir", "OUTPOST_DIST_DIR", &o.DistDir)
-	fromEnv("secret-key-file", "OUTPOST_SECRET_KEY_FILE", &o.SecretKeyFile)
+	env := envFallback{fl: fl, getenv: f.Getenv}
+	env.string("listen", envListen, &o.Listen)
+	env.string("data-dir", envDataDir, &o.DataDir)
+	env.string("public-url", envPublicURL, &o.PublicURL)
+	env.string("database", envDatabaseURL, &o.Database)
+	env.string("dist-dir", envDistDir, &o.DistDir)
+	env.string("secret-key-file", envSecretKeyFile, &o.SecretKeyFile)
 	if err := o.resolveSecretKeys(f); err != nil {
 		return err
 	}
@@ -235,30 +229,30 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		// Not the URL itself: it may hold a password.
 		return usageErrorf("--database must be a PostgreSQL URL starting with postgres:// or postgresql://")
 	}
-	if v := f.Getenv("OUTPOST_CLAIM_TTL"); !fl.Changed("claim-ttl") && v != "" {
+	if v := envClaimTTL.Get(f.Getenv); !fl.Changed("claim-ttl") && v != "" {
 		d, err := parseSeconds(v)
 		if err != nil {
-			return usageErrorf("OUTPOST_CLAIM_TTL=%q is not a duration such as 300s or 5m", v)
+			return usageErrorf("%s=%q is not a duration such as 300s or 5m", envClaimTTL.Name, v)
 		}
 		o.ClaimTTL = d
 	}
 	if o.ClaimTTL <= 0 {
 		return usageErrorf("--claim-ttl must be positive")
 	}
-	if v := f.Getenv("OUTPOST_RECONNECT_GRACE"); !fl.Changed("reconnect-grace") && v != "" {
+	if v := envReconnectGrace.Get(f.Getenv); !fl.Changed("reconnect-grace") && v != "" {
 		d, err := parseSeconds(v)
 		if err != nil {
-			return usageErrorf("OUTPOST_RECONNECT_GRACE=%q is not a duration such as 60s or 2m", v)
+			return usageErrorf("%s=%q is not a duration such as 60s or 2m", envReconnectGrace.Name, v)
 		}
 		o.ReconnectGrace = d
 	}
 	if o.ReconnectGrace <= 0 {
 		return usageErrorf("--reconnect-grace must be positive")
 	}
-	if v := f.Getenv("OUTPOST_ARTIFACT_RETENTION"); !fl.Changed("artifact-retention") && v != "" {
+	if v := envArtifactRetention.Get(f.Getenv); !fl.Changed("artifact-retention") && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return usageErrorf("OUTPOST_ARTIFACT_RETENTION=%q is not a duration such as 720h (30 days), or 0 to keep artifacts forever", v)
+			return usageErrorf("%s=%q is not a duration such as 720h (30 days), or 0 to keep artifacts forever", envArtifactRetention.Name, v)
 		}
 		o.ArtifactRetention = d
 	}
@@ -278,36 +272,36 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		}
 		o.DataDir = dir
 	}
-	o.AdminToken = f.Getenv("OUTPOST_ADMIN_TOKEN")
-	env := llm.ConfigFromEnv(f.Getenv)
+	o.AdminToken = envAdminToken.Get(f.Getenv)
+	llmEnv := llm.ConfigFromEnv(f.Getenv)
 	for _, v := range []struct {
 		flag string
 		env  string
 		dst  *string
-	}{{"llm-provider", env.Provider, &o.LLM.Provider}, {"llm-base-url", env.BaseURL, &o.LLM.BaseURL}, {"llm-model", env.Model, &o.LLM.Model}} {
+	}{{"llm-provider", llmEnv.Provider, &o.LLM.Provider}, {"llm-base-url", llmEnv.BaseURL, &o.LLM.BaseURL}, {"llm-model", llmEnv.Model, &o.LLM.Model}} {
 		if v.env != "" && !fl.Changed(v.flag) {
 			*v.dst = v.env
 		}
 	}
-	o.LLM.APIKey = env.APIKey
+	o.LLM.APIKey = llmEnv.APIKey
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
 // resolveSecretKeys reads OUTPOST_SECRET_KEY and OUTPOST_SECRET_KEYS_OLD.
 // Errors never show a key.
 func (o *ServerOptions) resolveSecretKeys(f *Factory) error {
-	if v := f.Getenv("OUTPOST_SECRET_KEY"); v != "" {
+	if v := envSecretKey.Get(f.Getenv); v != "" {
 		k, err := sealed.ParseKey(v)
 		if err != nil {
-			return usageErrorf("OUTPOST_SECRET_KEY: %v", err)
+			return usageErrorf("%s: %v", envSecretKey.Name, err)
 		}
 		o.SecretKey = k
 	}
-	old := strings.FieldsFunc(f.Getenv("OUTPOST_SECRET_KEYS_OLD"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	old := strings.FieldsFunc(envSecretKeysOld.Get(f.Getenv), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 	for i, v := range old {
 		k, err := sealed.ParseKey(v)
 		if err != nil {
-			return usageErrorf("OUTPOST_SECRET_KEYS_OLD, key %d of %d: %v", i+1, len(old), err)
+			return usageErrorf("%s, key %d of %d: %v", envSecretKeysOld.Name, i+1, len(old), err)
 		}
 		o.OldSecretKeys = append(o.OldSecretKeys, k)
 	}
@@ -346,7 +340,8 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func runServer(ctx context.Context, f *Factory, o *ServerOptions) error {
+func runServer(ctx context.Context, o *ServerOptions) error {
+	f := o.f
 	logger := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
 	warnOverridden(logger, o.ConfigFile, o.overridden)
 	var provider llm.Provider

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,11 +18,12 @@ import (
 )
 
 // pgDumpHint tells what backs up a server on PostgreSQL.
-const pgDumpHint = `back the database up with pg_dump (pg_dump --format=custom --file outpost.dump "$OUTPOST_DATABASE_URL"), ` +
+var pgDumpHint = `back the database up with pg_dump (pg_dump --format=custom --file outpost.dump "$` + envDatabaseURL.Name + `"), ` +
 	`and keep the secret key and the data dir's artifacts/ and output/ with it; see docs/production.md#backups`
 
 // ServerBackupOptions are the settings of `outpost server backup`.
 type ServerBackupOptions struct {
+	f             *Factory
 	File          string
 	DataDir       string
 	SecretKeyFile string
@@ -31,9 +33,10 @@ type ServerBackupOptions struct {
 	ExcludeFiles bool
 }
 
-// newCmdServerBackup returns `outpost server backup`.
-func newCmdServerBackup(f *Factory) *cobra.Command {
-	opts := &ServerBackupOptions{}
+// NewCmdServerBackup returns `outpost server backup`. runF replaces the run
+// in tests.
+func NewCmdServerBackup(f *Factory, runF func(context.Context, *ServerBackupOptions) error) *cobra.Command {
+	opts := &ServerBackupOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "backup FILE",
 		Short: "Write a consistent backup of the server's data dir, while it runs",
@@ -59,12 +62,20 @@ command refuses it. Restore with 'outpost server restore'.`,
 		Args: exactArgs(1, "the archive to write (FILE)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
-			return runServerBackup(cmd, f, opts)
+			fl := cmd.Flags()
+			if err := resolveDataDir(fl, f, &opts.DataDir); err != nil {
+				return err
+			}
+			envFallback{fl: fl, getenv: f.Getenv}.string("secret-key-file", envSecretKeyFile, &opts.SecretKeyFile)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServerBackup(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.DataDir, "data-dir", "", "the server's data directory (env OUTPOST_DATA_DIR; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
-	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "the server's key file, when not <data-dir>/secret-key (env OUTPOST_SECRET_KEY_FILE)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "the server's data directory (env "+envDataDir.Name+"; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
+	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "the server's key file, when not <data-dir>/secret-key (env "+envSecretKeyFile.Name+")")
 	fl.BoolVar(&opts.ExcludeSecretKey, "exclude-secret-key", false, "leave the secret key out of the archive (keep it apart yourself: a restore needs it)")
 	fl.BoolVar(&opts.ExcludeFiles, "exclude-files", false, "leave the sessions' artifacts and spilled output out of the archive")
 	return cmd
@@ -73,9 +84,7 @@ command refuses it. Restore with 'outpost server restore'.`,
 // resolveDataDir fills a data dir flag not given from OUTPOST_DATA_DIR,
 // then the server's default.
 func resolveDataDir(fl *pflag.FlagSet, f *Factory, dir *string) error {
-	if v := f.Getenv("OUTPOST_DATA_DIR"); !fl.Changed("data-dir") && v != "" {
-		*dir = v
-	}
+	envFallback{fl: fl, getenv: f.Getenv}.string("data-dir", envDataDir, dir)
 	if *dir == "" {
 		d, err := defaultServerDataDir(f)
 		if err != nil {
@@ -86,20 +95,14 @@ func resolveDataDir(fl *pflag.FlagSet, f *Factory, dir *string) error {
 	return nil
 }
 
-func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) error {
-	fl := cmd.Flags()
-	if err := resolveDataDir(fl, f, &o.DataDir); err != nil {
-		return err
-	}
-	if v := f.Getenv("OUTPOST_SECRET_KEY_FILE"); !fl.Changed("secret-key-file") && v != "" {
-		o.SecretKeyFile = v
-	}
-	if db := f.Getenv("OUTPOST_DATABASE_URL"); db != "" && server.IsPostgresURL(db) {
-		return fmt.Errorf("this server keeps its state in PostgreSQL (OUTPOST_DATABASE_URL), which outpost server backup does not copy: %s", pgDumpHint)
+func runServerBackup(ctx context.Context, o *ServerBackupOptions) error {
+	f := o.f
+	if db := envDatabaseURL.Get(f.Getenv); db != "" && server.IsPostgresURL(db) {
+		return fmt.Errorf("this server keeps its state in PostgreSQL (%s), which outpost server backup does not copy: %s", envDatabaseURL.Name, pgDumpHint)
 	}
 	if _, err := os.Stat(filepath.Join(o.DataDir, datadir.Database)); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("there is no database at %s: give the server's --data-dir (or OUTPOST_DATA_DIR). A server on PostgreSQL (--database): %s",
-			filepath.Join(o.DataDir, datadir.Database), pgDumpHint)
+		return fmt.Errorf("there is no database at %s: give the server's --data-dir (or %s). A server on PostgreSQL (--database): %s",
+			filepath.Join(o.DataDir, datadir.Database), envDataDir.Name, pgDumpHint)
 	}
 
 	warn := func(format string, args ...any) { fmt.Fprintf(f.IO.ErrOut, "WARNING: "+format+"\n", args...) }
@@ -108,30 +111,30 @@ func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) err
 		keyFile = filepath.Join(o.DataDir, datadir.SecretKey)
 	}
 	bo := datadir.BackupOptions{DataDir: o.DataDir, LeaveOutFiles: o.ExcludeFiles, Version: version}
-	envKey := f.Getenv("OUTPOST_SECRET_KEY")
+	envKey := envSecretKey.Get(f.Getenv)
 	switch {
 	case envKey != "":
 		id := "unreadable"
 		if k, err := sealed.ParseKey(envKey); err == nil {
 			id = sealed.KeyID(k)
 		}
-		warn("the server's key is in OUTPOST_SECRET_KEY (key id %s); the archive does not hold it. A restored server needs that same key: keep it apart, safely.", id)
+		warn("the server's key is in %s (key id %s); the archive does not hold it. A restored server needs that same key: keep it apart, safely.", envSecretKey.Name, id)
 	case o.ExcludeSecretKey:
 		warn("the archive holds no secret key (--exclude-secret-key). A restored server needs the key in %s: keep a copy of it apart, safely, or the sessions' secrets are lost.", keyFile)
 	default:
 		if _, err := os.Stat(keyFile); err == nil || o.SecretKeyFile != "" {
 			bo.SecretKeyFile = keyFile
 		} else {
-			warn("there is no key file at %s, so the archive holds no key: a restored server needs the key the server is given (OUTPOST_SECRET_KEY or --secret-key-file).", keyFile)
+			warn("there is no key file at %s, so the archive holds no key: a restored server needs the key the server is given (%s or --secret-key-file).", keyFile, envSecretKey.Name)
 		}
 	}
-	m, err := datadir.Backup(cmd.Context(), o.File, bo)
+	m, err := datadir.Backup(ctx, o.File, bo)
 	if err != nil {
 		return err
 	}
 	if !m.KeyOpensAll() {
 		if m.SecretKeyID != "" {
-			warn("the sessions' secrets are sealed under key id(s) %s, not only the archived key %s: a restored server also needs those keys (OUTPOST_SECRET_KEYS_OLD).", strings.Join(m.SealedWith, ", "), m.SecretKeyID)
+			warn("the sessions' secrets are sealed under key id(s) %s, not only the archived key %s: a restored server also needs those keys (%s).", strings.Join(m.SealedWith, ", "), m.SecretKeyID, envSecretKeysOld.Name)
 		} else if envKey == "" && !o.ExcludeSecretKey {
 			warn("the sessions' secrets are sealed under key id(s) %s, which a restored server needs.", strings.Join(m.SealedWith, ", "))
 		}
@@ -153,14 +156,16 @@ func runServerBackup(cmd *cobra.Command, f *Factory, o *ServerBackupOptions) err
 
 // ServerRestoreOptions are the settings of `outpost server restore`.
 type ServerRestoreOptions struct {
+	f       *Factory
 	File    string
 	DataDir string
 	Force   bool
 }
 
-// newCmdServerRestore returns `outpost server restore`.
-func newCmdServerRestore(f *Factory) *cobra.Command {
-	opts := &ServerRestoreOptions{}
+// NewCmdServerRestore returns `outpost server restore`. runF replaces the
+// run in tests.
+func NewCmdServerRestore(f *Factory, runF func(context.Context, *ServerRestoreOptions) error) *cobra.Command {
+	opts := &ServerRestoreOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Restore a backup into an empty data dir",
@@ -181,7 +186,13 @@ server on the data dir; it migrates an older database at start.`,
 		Args: exactArgs(1, "the archive to restore (FILE)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
-			return runServerRestore(cmd, f, opts)
+			if err := resolveDataDir(cmd.Flags(), f, &opts.DataDir); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServerRestore(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -190,11 +201,9 @@ server on the data dir; it migrates an older database at start.`,
 	return cmd
 }
 
-func runServerRestore(cmd *cobra.Command, f *Factory, o *ServerRestoreOptions) error {
-	if err := resolveDataDir(cmd.Flags(), f, &o.DataDir); err != nil {
-		return err
-	}
-	res, err := datadir.Restore(cmd.Context(), o.File, datadir.RestoreOptions{DataDir: o.DataDir, Force: o.Force})
+func runServerRestore(ctx context.Context, o *ServerRestoreOptions) error {
+	f := o.f
+	res, err := datadir.Restore(ctx, o.File, datadir.RestoreOptions{DataDir: o.DataDir, Force: o.Force})
 	var ne *datadir.NotEmptyError
 	switch {
 	case errors.As(err, &ne):
@@ -217,8 +226,8 @@ func runServerRestore(cmd *cobra.Command, f *Factory, o *ServerRestoreOptions) e
 		}
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(f.IO.ErrOut, "WARNING: the sessions' secrets are sealed under key id(s) %s, which %s does not hold: start the server with that key in OUTPOST_SECRET_KEY (or written to %s), or it refuses to start.\n",
-			strings.Join(missing, ", "), filepath.Join(o.DataDir, datadir.SecretKey), filepath.Join(o.DataDir, datadir.SecretKey))
+		fmt.Fprintf(f.IO.ErrOut, "WARNING: the sessions' secrets are sealed under key id(s) %s, which %s does not hold: start the server with that key in %s (or written to %s), or it refuses to start.\n",
+			strings.Join(missing, ", "), filepath.Join(o.DataDir, datadir.SecretKey), envSecretKey.Name, filepath.Join(o.DataDir, datadir.SecretKey))
 	}
 	fmt.Fprintf(f.IO.Out, "Start the server with --data-dir %s.\n", o.DataDir)
 	return nil

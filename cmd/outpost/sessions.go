@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
 
@@ -26,14 +26,15 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 		Aliases: []string{"session"},
 		Short:   "Create, list, show, follow and end sessions",
 	}
-	cmd.AddCommand(NewCmdSessionsCreate(f, nil), newCmdSessionsList(f), newCmdSessionsGet(f),
-		newCmdSessionsLogs(f), newCmdSessionsTerminate(f), newCmdSessionsSend(f),
-		newCmdSessionsArtifacts(f))
+	cmd.AddCommand(NewCmdSessionsCreate(f, nil), NewCmdSessionsList(f, nil), NewCmdSessionsGet(f, nil),
+		NewCmdSessionsLogs(f, nil), NewCmdSessionsTerminate(f, nil), NewCmdSessionsSend(f, nil),
+		NewCmdSessionsArtifacts(f, nil))
 	return cmd
 }
 
 // SessionsCreateOptions are the settings of `outpost sessions create`.
 type SessionsCreateOptions struct {
+	f       *Factory
 	File    string
 	Outpost string
 	Title   string
@@ -48,7 +49,7 @@ type SessionsCreateOptions struct {
 // NewCmdSessionsCreate returns `outpost sessions create`. runF replaces the
 // run in tests.
 func NewCmdSessionsCreate(f *Factory, runF func(context.Context, *SessionsCreateOptions) error) *cobra.Command {
-	opts := &SessionsCreateOptions{}
+	opts := &SessionsCreateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "create --outpost NAME --file SESSION.yaml",
 		Short: "Create a session and print its id",
@@ -72,7 +73,7 @@ failed step, a limit or a terminate).`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runSessionsCreate(cmd.Context(), f, opts)
+			return runSessionsCreate(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
@@ -130,7 +131,8 @@ func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
 	return req, nil
 }
 
-func runSessionsCreate(ctx context.Context, f *Factory, o *SessionsCreateOptions) error {
+func runSessionsCreate(ctx context.Context, o *SessionsCreateOptions) error {
+	f := o.f
 	c, err := f.Client()
 	if err != nil {
 		return err
@@ -155,139 +157,215 @@ func runSessionsCreate(ctx context.Context, f *Factory, o *SessionsCreateOptions
 var sessionStatuses = []string{api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusResuming,
 	api.StatusSuspended, api.StatusExit, api.StatusError}
 
-func newCmdSessionsList(f *Factory) *cobra.Command {
-	var filter client.SessionFilter
+// SessionsListOptions are the settings of `outpost sessions list`.
+type SessionsListOptions struct {
+	f *Factory
+	// Filter is what to list: --outpost, --status and --limit (First; 0
+	// means the server's default).
+	Filter client.SessionFilter
+}
+
+// NewCmdSessionsList returns `outpost sessions list`. runF replaces the run
+// in tests.
+func NewCmdSessionsList(f *Factory, runF func(context.Context, *SessionsListOptions) error) *cobra.Command {
+	opts := &SessionsListOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Short:   "List sessions, newest first",
 		Example: "  outpost sessions list\n  outpost sessions list --outpost dev --status running --limit 10 -o json",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if filter.First < 0 || filter.First > 200 {
-				return usageErrorf("--limit must be from 1 to 200, not %d", filter.First)
+			if opts.Filter.First < 0 || opts.Filter.First > 200 {
+				return usageErrorf("--limit must be from 1 to 200, not %d", opts.Filter.First)
 			}
-			if filter.Status != "" && !slices.Contains(sessionStatuses, filter.Status) {
-				return usageErrorf("--status must be one of %s, not %q", strings.Join(sessionStatuses, ", "), filter.Status)
+			if opts.Filter.Status != "" && !slices.Contains(sessionStatuses, opts.Filter.Status) {
+				return usageErrorf("--status must be one of %s, not %q", strings.Join(sessionStatuses, ", "), opts.Filter.Status)
 			}
-			c, err := f.Client()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			l, err := c.Sessions.List(cmd.Context(), filter)
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, l)
-			}
-			now := time.Now()
-			t := newTable(f.IO.Out, "ID", "OUTPOST", "STATUS", "CREATED", "TITLE")
-			for _, s := range l.Items {
-				outpost := s.Spec.Outpost
-				if outpost == "" {
-					outpost = s.Metadata.OutpostID
-				}
-				t.row(s.Metadata.SessionID, outpost, statusText(s.Status.Status, s.Status.StatusDetail),
-					ago(s.Metadata.CreatedAt, now), truncate(s.Spec.Title, 50))
-			}
-			return t.flush()
+			return runSessionsList(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&filter.Outpost, "outpost", "", "only sessions of this outpost")
-	fl.StringVar(&filter.Status, "status", "", "only sessions with this status ("+strings.Join(sessionStatuses, ", ")+")")
-	fl.IntVar(&filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
+	fl.StringVar(&opts.Filter.Outpost, "outpost", "", "only sessions of this outpost")
+	fl.StringVar(&opts.Filter.Status, "status", "", "only sessions with this status ("+strings.Join(sessionStatuses, ", ")+")")
+	fl.IntVar(&opts.Filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
 	return cmd
 }
 
-func newCmdSessionsGet(f *Factory) *cobra.Command {
+func runSessionsList(ctx context.Context, opts *SessionsListOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Sessions.List(ctx, opts.Filter)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, l)
+	}
+	now := time.Now()
+	t := newTable(f.IO.Out, "ID", "OUTPOST", "STATUS", "CREATED", "TITLE")
+	for _, s := range l.Items {
+		outpost := s.Spec.Outpost
+		if outpost == "" {
+			outpost = s.Metadata.OutpostID
+		}
+		t.row(s.Metadata.SessionID, outpost, statusText(s.Status.Status, s.Status.StatusDetail),
+			ago(s.Metadata.CreatedAt, now), truncate(s.Spec.Title, 50))
+	}
+	return t.flush()
+}
+
+// SessionsGetOptions are the settings of `outpost sessions get`.
+type SessionsGetOptions struct {
+	f *Factory
+	// ID is the session (the argument).
+	ID string
+}
+
+// NewCmdSessionsGet returns `outpost sessions get`. runF replaces the run in
+// tests.
+func NewCmdSessionsGet(f *Factory, runF func(context.Context, *SessionsGetOptions) error) *cobra.Command {
+	opts := &SessionsGetOptions{f: f}
 	return &cobra.Command{
 		Use:     "get ID",
 		Short:   "Show one session",
 		Example: "  outpost sessions get ses_123\n  outpost sessions get ses_123 -o json",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			s, err := c.Sessions.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, s)
-			}
-			now := time.Now()
-			acceptor := ""
-			if s.Status.AcceptorID != nil {
-				acceptor = *s.Status.AcceptorID
-			}
-			repos := make([]string, 0, len(s.Spec.Repos))
-			for _, r := range s.Spec.Repos {
-				repos = append(repos, r.URL)
-			}
-			return fields(f.IO.Out,
-				"ID", s.Metadata.SessionID, "Title", s.Spec.Title, "Outpost", s.Spec.Outpost,
-				"Status", statusText(s.Status.Status, s.Status.StatusDetail), "Reason", s.Status.Reason,
-				"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
-				"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
-				"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
-				"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens),
-				"Machine", machineText(s.Status.Capabilities))
+			return runSessionsGet(cmd.Context(), opts)
 		},
 	}
 }
 
-func newCmdSessionsTerminate(f *Factory) *cobra.Command {
-	var reason string
+func runSessionsGet(ctx context.Context, opts *SessionsGetOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.Sessions.Get(ctx, opts.ID)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, s)
+	}
+	now := time.Now()
+	acceptor := ""
+	if s.Status.AcceptorID != nil {
+		acceptor = *s.Status.AcceptorID
+	}
+	repos := make([]string, 0, len(s.Spec.Repos))
+	for _, r := range s.Spec.Repos {
+		repos = append(repos, r.URL)
+	}
+	return fields(f.IO.Out,
+		"ID", s.Metadata.SessionID, "Title", s.Spec.Title, "Outpost", s.Spec.Outpost,
+		"Status", statusText(s.Status.Status, s.Status.StatusDetail), "Reason", s.Status.Reason,
+		"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
+		"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
+		"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
+		"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens),
+		"Machine", machineText(s.Status.Capabilities))
+}
+
+// SessionsTerminateOptions are the settings of `outpost sessions terminate`.
+type SessionsTerminateOptions struct {
+	f *Factory
+	// ID is the session (the argument).
+	ID string
+	// Reason is recorded on the session; "" means none.
+	Reason string
+}
+
+// NewCmdSessionsTerminate returns `outpost sessions terminate`. runF
+// replaces the run in tests.
+func NewCmdSessionsTerminate(f *Factory, runF func(context.Context, *SessionsTerminateOptions) error) *cobra.Command {
+	opts := &SessionsTerminateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "terminate ID",
 		Short:   "End a session",
 		Example: `  outpost sessions terminate ses_123 --reason "wrong branch"`,
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			s, err := c.Sessions.Terminate(cmd.Context(), args[0], reason)
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, s)
-			}
-			fmt.Fprintf(f.IO.Out, "Session %s is %s.\n", s.Metadata.SessionID, statusText(s.Status.Status, s.Status.StatusDetail))
-			return nil
+			return runSessionsTerminate(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the session")
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, recorded on the session")
 	return cmd
 }
 
-func newCmdSessionsSend(f *Factory) *cobra.Command {
+func runSessionsTerminate(ctx context.Context, opts *SessionsTerminateOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.Sessions.Terminate(ctx, opts.ID, opts.Reason)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, s)
+	}
+	fmt.Fprintf(f.IO.Out, "Session %s is %s.\n", s.Metadata.SessionID, statusText(s.Status.Status, s.Status.StatusDetail))
+	return nil
+}
+
+// SessionsSendOptions are the settings of `outpost sessions send`.
+type SessionsSendOptions struct {
+	f *Factory
+	// ID is the session and Text the message (the arguments).
+	ID, Text string
+}
+
+// NewCmdSessionsSend returns `outpost sessions send`. runF replaces the run
+// in tests.
+func NewCmdSessionsSend(f *Factory, runF func(context.Context, *SessionsSendOptions) error) *cobra.Command {
+	opts := &SessionsSendOptions{f: f}
 	return &cobra.Command{
 		Use:     "send ID TEXT",
 		Short:   "Send a message to an llm session; the model reads it at its next turn",
 		Example: "  outpost sessions send ses_123 \"Also update the changelog.\"",
 		Args:    exactArgs(2, "a session id and the message"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.ID, opts.Text = args[0], args[1]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			ev, err := c.Sessions.Send(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, ev)
-			}
-			fmt.Fprintf(f.IO.Out, "Message %d sent to session %s.\n", ev.Seq, args[0])
-			return nil
+			return runSessionsSend(cmd.Context(), opts)
 		},
 	}
+}
+
+func runSessionsSend(ctx context.Context, opts *SessionsSendOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	ev, err := c.Sessions.Send(ctx, opts.ID, opts.Text)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, ev)
+	}
+	fmt.Fprintf(f.IO.Out, "Message %d sent to session %s.\n", ev.Seq, opts.ID)
+	return nil
 }
 
 // machineText summarises the capabilities of a session's machine:

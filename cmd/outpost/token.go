@@ -9,14 +9,14 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/procguard"
 )
 
 // tokenFlagWarning is printed by long-running commands given --token.
-const tokenFlagWarning = "warning: --token puts the API token on this process's command line, which every local user can read " +
-	"(ps, /proc/PID/cmdline); use --token-file FILE or the OUTPOST_TOKEN environment variable instead"
+var tokenFlagWarning = "warning: --token puts the API token on this process's command line, which every local user can read " +
+	"(ps, /proc/PID/cmdline); use --token-file FILE or the " + api.EnvToken.Name + " environment variable instead"
 
 // readTokenFile reads the API token from path, named by from (a flag or a
 // variable) in messages. A file other users may read is used, with a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -17,15 +18,23 @@ func NewCmdTokens(f *Factory) *cobra.Command {
 		Aliases: []string{"token"},
 		Short:   "Create, list and revoke API tokens (admin scope)",
 	}
-	cmd.AddCommand(newCmdTokensCreate(f), newCmdTokensList(f), newCmdTokensRevoke(f))
+	cmd.AddCommand(NewCmdTokensCreate(f, nil), NewCmdTokensList(f, nil), NewCmdTokensRevoke(f, nil))
 	return cmd
 }
 
-func newCmdTokensCreate(f *Factory) *cobra.Command {
-	var (
-		req       api.CreateTokenRequest
-		expiresIn time.Duration
-	)
+// TokensCreateOptions are the settings of `outpost tokens create`.
+type TokensCreateOptions struct {
+	f *Factory
+	// Request is the new token; its lifetime comes from ExpiresIn.
+	Request api.CreateTokenRequest
+	// ExpiresIn is the token's lifetime; 0 means it never expires.
+	ExpiresIn time.Duration
+}
+
+// NewCmdTokensCreate returns `outpost tokens create`. runF replaces the run
+// in tests.
+func NewCmdTokensCreate(f *Factory, runF func(context.Context, *TokensCreateOptions) error) *cobra.Command {
+	opts := &TokensCreateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "create --scope SCOPE...",
 		Short: "Create a token and print it (shown once)",
@@ -37,72 +46,96 @@ for that outpost only.`, strings.Join(api.Scopes, ", ")),
   TOKEN=$(outpost tokens create --scope outposts.orchestrator)`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(req.Scopes) == 0 {
+			if len(opts.Request.Scopes) == 0 {
 				return usageErrorf("tokens create needs at least one --scope (%s)", strings.Join(api.Scopes, ", "))
 			}
-			if expiresIn < 0 {
+			if opts.ExpiresIn < 0 {
 				return usageErrorf("--expires-in must be positive")
 			}
-			req.ExpiresInS = int64(expiresIn / time.Second)
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.Request.ExpiresInS = int64(opts.ExpiresIn / time.Second)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			t, err := c.Tokens.Create(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, t)
-			}
-			limit := ""
-			if t.Outpost != "" {
-				limit = ", limited to outpost " + t.Outpost
-			}
-			fmt.Fprintf(f.IO.ErrOut, "Created token %s with scopes %s%s; it is shown only this once:\n", t.ID, strings.Join(t.Scopes, ", "), limit)
-			fmt.Fprintln(f.IO.Out, t.Secret)
-			return nil
+			return runTokensCreate(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringArrayVar(&req.Scopes, "scope", nil, "scope to grant (repeatable)")
-	fl.StringVar(&req.Outpost, "outpost", "", "limit the token to this outpost")
-	fl.StringVar(&req.Name, "name", "", "a name to recognize the token by")
-	fl.DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 24h (default: never expires)")
+	fl.StringArrayVar(&opts.Request.Scopes, "scope", nil, "scope to grant (repeatable)")
+	fl.StringVar(&opts.Request.Outpost, "outpost", "", "limit the token to this outpost")
+	fl.StringVar(&opts.Request.Name, "name", "", "a name to recognize the token by")
+	fl.DurationVar(&opts.ExpiresIn, "expires-in", 0, "lifetime, e.g. 24h (default: never expires)")
 	return cmd
 }
 
-func newCmdTokensList(f *Factory) *cobra.Command {
+func runTokensCreate(ctx context.Context, opts *TokensCreateOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	t, err := c.Tokens.Create(ctx, opts.Request)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, t)
+	}
+	limit := ""
+	if t.Outpost != "" {
+		limit = ", limited to outpost " + t.Outpost
+	}
+	fmt.Fprintf(f.IO.ErrOut, "Created token %s with scopes %s%s; it is shown only this once:\n", t.ID, strings.Join(t.Scopes, ", "), limit)
+	fmt.Fprintln(f.IO.Out, t.Secret)
+	return nil
+}
+
+// TokensListOptions are the settings of `outpost tokens list`.
+type TokensListOptions struct {
+	f *Factory
+}
+
+// NewCmdTokensList returns `outpost tokens list`. runF replaces the run in
+// tests.
+func NewCmdTokensList(f *Factory, runF func(context.Context, *TokensListOptions) error) *cobra.Command {
+	opts := &TokensListOptions{f: f}
 	return &cobra.Command{
 		Use:     "list",
 		Short:   "List tokens (never their secrets)",
 		Example: "  outpost tokens list\n  outpost tokens list -o json",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			l, err := c.Tokens.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if f.JSON() {
-				return printJSON(f.IO.Out, l)
-			}
-			now := time.Now()
-			t := newTable(f.IO.Out, "ID", "NAME", "SCOPES", "OUTPOST", "CREATED", "STATE")
-			for _, tok := range l.Items {
-				outpost := tok.Outpost
-				if outpost == "" {
-					outpost = tok.OutpostID // a server that does not name it, or a deleted outpost
-				}
-				t.row(tok.ID, orDash(tok.Name), strings.Join(tok.Scopes, ", "), orDash(outpost),
-					ago(tok.CreatedAt, now), tokenState(tok, now))
-			}
-			return t.flush()
+			return runTokensList(cmd.Context(), opts)
 		},
 	}
+}
+
+func runTokensList(ctx context.Context, opts *TokensListOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Tokens.List(ctx)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, l)
+	}
+	now := time.Now()
+	t := newTable(f.IO.Out, "ID", "NAME", "SCOPES", "OUTPOST", "CREATED", "STATE")
+	for _, tok := range l.Items {
+		outpost := tok.Outpost
+		if outpost == "" {
+			outpost = tok.OutpostID // a server that does not name it, or a deleted outpost
+		}
+		t.row(tok.ID, orDash(tok.Name), strings.Join(tok.Scopes, ", "), orDash(outpost),
+			ago(tok.CreatedAt, now), tokenState(tok, now))
+	}
+	return t.flush()
 }
 
 func tokenState(t api.Token, now time.Time) string {
@@ -117,22 +150,41 @@ func tokenState(t api.Token, now time.Time) string {
 	return "active"
 }
 
-func newCmdTokensRevoke(f *Factory) *cobra.Command {
+// TokensRevokeOptions are the settings of `outpost tokens revoke`.
+type TokensRevokeOptions struct {
+	f *Factory
+	// ID is the token to revoke (the argument).
+	ID string
+}
+
+// NewCmdTokensRevoke returns `outpost tokens revoke`. runF replaces the run
+// in tests.
+func NewCmdTokensRevoke(f *Factory, runF func(context.Context, *TokensRevokeOptions) error) *cobra.Command {
+	opts := &TokensRevokeOptions{f: f}
 	return &cobra.Command{
 		Use:     "revoke ID",
 		Short:   "Revoke a token at once",
 		Example: "  outpost tokens revoke tok_123",
 		Args:    exactArgs(1, "a token id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if err := c.Tokens.Revoke(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.ErrOut, "Revoked token %s.\n", args[0])
-			return nil
+			return runTokensRevoke(cmd.Context(), opts)
 		},
 	}
+}
+
+func runTokensRevoke(ctx context.Context, opts *TokensRevokeOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.Tokens.Revoke(ctx, opts.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.ErrOut, "Revoked token %s.\n", opts.ID)
+	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/demo"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/worker"
@@ -21,6 +21,7 @@ import (
 
 // UpOptions are the settings of `outpost up`.
 type UpOptions struct {
+	f         *Factory
 	Dir       string
 	Listen    string
 	NoDemo    bool
@@ -28,9 +29,10 @@ type UpOptions struct {
 	LogFormat string
 }
 
-// NewCmdUp returns `outpost up`: the whole system on one machine.
-func NewCmdUp(f *Factory) *cobra.Command {
-	opts := &UpOptions{}
+// NewCmdUp returns `outpost up`: the whole system on one machine. runF
+// replaces the run in tests.
+func NewCmdUp(f *Factory, runF func(context.Context, *UpOptions) error) *cobra.Command {
+	opts := &UpOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the whole system locally: server, outpost 'local', one worker and a demo session",
@@ -46,24 +48,28 @@ serves until Ctrl-C. Logs go to <dir>/outpost.log.`,
   outpost up --log-format json   # outpost.log as JSON lines`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if v := f.Getenv("OUTPOST_LISTEN"); !cmd.Flags().Changed("listen") && v != "" {
+			if v := envListen.Get(f.Getenv); !cmd.Flags().Changed("listen") && v != "" {
 				opts.Listen = v
 			}
 			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
 				return err
 			}
-			return runUp(cmd.Context(), f, opts)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runUp(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Dir, "dir", ".outpost", "directory for the server's data, the worker and the demo")
-	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env OUTPOST_LISTEN)")
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address the server listens on (env "+envListen.Name+")")
 	fl.BoolVar(&opts.NoDemo, "no-demo", false, "do not run the demo session")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	return cmd
 }
 
-func runUp(ctx context.Context, f *Factory, o *UpOptions) error {
+func runUp(ctx context.Context, o *UpOptions) error {
+	f := o.f
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 
 // WorkerStartOptions are the settings of `outpost worker start`.
 type WorkerStartOptions struct {
+	f            *Factory
 	Outpost      string
 	SessionID    string
 	AcceptorID   string
@@ -71,12 +72,14 @@ func NewCmdWorker(f *Factory, runF func(context.Context, *WorkerStartOptions) er
 		Use:   "worker",
 		Short: "Serve an outpost's sessions on this machine",
 	}
-	cmd.AddCommand(newCmdWorkerStart(f, runF), newCmdWorkerOutpost(f), newCmdWorkerInstall(f), newCmdWorkerUninstall(f))
+	cmd.AddCommand(NewCmdWorkerStart(f, runF), newCmdWorkerOutpost(f), NewCmdWorkerInstall(f, nil), NewCmdWorkerUninstall(f, nil))
 	return cmd
 }
 
-func newCmdWorkerStart(f *Factory, runF func(context.Context, *WorkerStartOptions) error) *cobra.Command {
-	opts := &WorkerStartOptions{}
+// NewCmdWorkerStart returns `outpost worker start`. runF replaces the run in
+// tests.
+func NewCmdWorkerStart(f *Factory, runF func(context.Context, *WorkerStartOptions) error) *cobra.Command {
+	opts := &WorkerStartOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "start --outpost NAME-OR-ID",
 		Short: "Claim and serve sessions from an outpost's queue",
@@ -120,7 +123,7 @@ Each environment variable also answers to the public Outposts contract's
 name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins
 over both:
 
-` + envHelp(api.WorkerEnv) + `  OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT
+` + envHelp(api.WorkerEnv) + `  ` + envLogLevel.Name + `, ` + envLogFormat.Name + `
       --log-level, --log-format
 
 --config FILE reads settings from a YAML file whose keys are the flags'
@@ -169,28 +172,28 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return runWorkerStart(cmd.Context(), f, opts)
+			return runWorkerStart(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env OUTPOST_OUTPOST, DEVIN_OUTPOST_ID)")
+	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
 	fl.StringVar(&opts.SessionID, "session", "", "serve just this session, then exit (alias --session-id)")
-	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env OUTPOST_WORKER_ACCEPTOR_ID, DEVIN_WORKER_ACCEPTOR_ID; default: generated once and saved in the data dir)")
+	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env "+envNames(api.EnvAcceptorID)+"; default: generated once and saved in the data dir)")
 	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
 	fl.StringVar(&opts.Dir, "dir", "", "workspace directory the remote runs in (default: the current directory)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory, one per running worker (env OUTPOST_WORKER_DATA_DIR; default ~/.outpost/worker/<workspace name>-<hash of its path>)")
+	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory, one per running worker (env "+api.EnvWorkerDataDir.Name+"; default ~/.outpost/worker/<workspace name>-<hash of its path>)")
 	fl.BoolVar(&opts.KeepWorkspace, "keep-workspace", false, "keep the files sessions leave in the workspace (default: cleared before the next session; repos/ keeps its object stores)")
-	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env OUTPOST_GATEWAY_URL, DEVIN_OUTPOST_GATEWAY_URL)")
+	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env "+envNames(api.EnvGatewayURL)+")")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
 	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
 	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
-	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env DEVIN_PTY_BRIDGE_PORT)")
+	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env "+envNames(api.EnvPTYBridgePort)+")")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
-	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env OUTPOST_WORKER_STATIC_BASE_URL, then DEVIN_WORKER_STATIC_BASE_URL; default <server>/dist/)")
-	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env OUTPOST_WORKER_CACHE_DIR, then DEVIN_WORKER_CACHE_DIR; default <data-dir>/cache)")
-	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env OUTPOST_WORKER_REMOTE_SHA, then DEVIN_WORKER_REMOTE_SHA; default the latest published)")
-	fl.StringVar(&opts.Isolation, "isolation", string(worker.IsolationAuto), "how session code is kept from the worker's credentials: auto, bwrap, user or none (env OUTPOST_WORKER_ISOLATION)")
+	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env "+api.EnvWorkerStaticBaseURL.Name+", then "+api.EnvWorkerStaticBaseURL.Public+"; default <server>/dist/)")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env "+api.EnvWorkerCacheDir.Name+", then "+api.EnvWorkerCacheDir.Public+"; default <data-dir>/cache)")
+	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env "+api.EnvWorkerRemoteSHA.Name+", then "+api.EnvWorkerRemoteSHA.Public+"; default the latest published)")
+	fl.StringVar(&opts.Isolation, "isolation", string(worker.IsolationAuto), "how session code is kept from the worker's credentials: auto, bwrap, user or none (env "+api.EnvWorkerIsolation.Name+")")
 	fl.StringVar(&opts.RunAs, "run-as", "", "Unix user sessions run as (--isolation user; with bwrap, the user bwrap runs as); the worker must run as root")
 	fl.StringVar(&opts.RunAsHome, "run-as-home", "", "HOME of the run-as user in --isolation user (default <dir>/.home)")
 	fl.StringArrayVar(&opts.BwrapBinds, "bwrap-bind", nil, "bwrap isolation: bind host path SRC read-write at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
@@ -314,7 +317,8 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 
-func runWorkerStart(ctx context.Context, f *Factory, o *WorkerStartOptions) error {
+func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
+	f := o.f
 	log := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
 	warnOverridden(log, o.ConfigFile, o.overridden)
 	if o.legacyAcceptorFile != "" {
@@ -428,9 +432,9 @@ func newCmdWorkerOutpost(f *Factory) *cobra.Command {
 		Use:   "outpost",
 		Short: "Create or delete an outpost (orchestrator scope)",
 	}
-	create := newCmdOutpostCreate(f)
+	create := NewCmdOutpostsCreate(f, nil)
 	create.Example = `  outpost worker outpost create gpu-h200 --platform linux --description "H200 boxes"`
-	del := newCmdOutpostDelete(f)
+	del := NewCmdOutpostsDelete(f, nil)
 	del.Example = `  outpost worker outpost delete gpu-h200
   outpost worker outpost delete outpost_env-123 --force`
 	cmd.AddCommand(create, del)

@@ -17,14 +17,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
 // WorkerInstallOptions are the settings of `outpost worker install` and
 // `outpost worker uninstall`.
 type WorkerInstallOptions struct {
+	f       *Factory
 	Outpost string
 	// User runs the worker; "" means outpost, created when missing
 	// (system units only).
@@ -49,8 +50,10 @@ const defaultWorkerUser = "outpost"
 // unit instance and its files.
 var instanceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-func newCmdWorkerInstall(f *Factory) *cobra.Command {
-	o := &WorkerInstallOptions{}
+// NewCmdWorkerInstall returns `outpost worker install`. runF replaces the
+// run in tests.
+func NewCmdWorkerInstall(f *Factory, runF func(context.Context, *WorkerInstallOptions) error) *cobra.Command {
+	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "install --outpost NAME [--user USER] [--token-file FILE] [--dir DIR] [--system|--user-unit] [--dry-run]",
 		Short: "Run a worker for an outpost as a systemd service",
@@ -88,17 +91,16 @@ worker. See docs/production.md.`,
 			if err := needRoot(cmd, o); err != nil {
 				return err
 			}
-			plan, err := planWorkerInstall(f, o)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+			return runWorkerInstall(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.Outpost, "outpost", "", "outpost name or id the worker serves; also the unit's instance name")
 	fl.StringVar(&o.User, "user", "", "Unix user the worker runs as (default "+defaultWorkerUser+", created when missing; root for --isolation user)")
-	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the worker's token, handed to it by systemd (default: the token of --token or OUTPOST_TOKEN, written to the instance's env file)")
+	fl.StringVar(&o.TokenFile, "token-file", "", "file holding the worker's token, handed to it by systemd (default: the token of --token or "+api.EnvToken.Name+", written to the instance's env file)")
 	fl.StringVar(&o.Dir, "dir", "", "workspace directory of the worker, created for --user (default the unit's /var/lib/outpost/workspace-NAME)")
 	fl.BoolVar(&o.UserUnit, "user-unit", false, "install a unit of your own systemd user instance instead of a system unit")
 	fl.Bool("system", false, "install a system unit (the default)")
@@ -107,8 +109,10 @@ worker. See docs/production.md.`,
 	return cmd
 }
 
-func newCmdWorkerUninstall(f *Factory) *cobra.Command {
-	o := &WorkerInstallOptions{}
+// NewCmdWorkerUninstall returns `outpost worker uninstall`. runF replaces
+// the run in tests.
+func NewCmdWorkerUninstall(f *Factory, runF func(context.Context, *WorkerInstallOptions) error) *cobra.Command {
+	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "uninstall --outpost NAME [--system|--user-unit] [--dry-run]",
 		Short: "Stop and remove the systemd service of an outpost's worker",
@@ -127,11 +131,10 @@ and goes back to the queue.`,
 			if err := needRoot(cmd, o); err != nil {
 				return err
 			}
-			plan, err := planWorkerUninstall(f, o)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			return runPlan(cmd.Context(), f.IO.Out, plan, o.DryRun)
+			return runWorkerUninstall(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
@@ -140,6 +143,22 @@ and goes back to the queue.`,
 	fl.Bool("system", false, "remove a system unit (the default)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without removing or running anything")
 	return cmd
+}
+
+func runWorkerInstall(ctx context.Context, o *WorkerInstallOptions) error {
+	plan, err := planWorkerInstall(o.f, o)
+	if err != nil {
+		return err
+	}
+	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
+}
+
+func runWorkerUninstall(ctx context.Context, o *WorkerInstallOptions) error {
+	plan, err := planWorkerUninstall(o.f, o)
+	if err != nil {
+		return err
+	}
+	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
 }
 
 func (o *WorkerInstallOptions) resolveName() error {
@@ -299,18 +318,18 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 	var token string
 	switch {
 	case o.TokenFile != "" && o.UserUnit:
-		fmt.Fprintf(&dropIn, "Environment=%s=%s\n", envTokenFile, o.TokenFile)
+		fmt.Fprintf(&dropIn, "Environment=%s=%s\n", api.EnvTokenFile.Name, o.TokenFile)
 	case o.TokenFile != "":
 		// systemd reads the file as root and gives the worker a copy only
 		// it can read, outside every sandbox's view (/run/credentials).
-		fmt.Fprintf(&dropIn, "LoadCredential=token:%s\nEnvironment=%s=%%d/token\n", o.TokenFile, envTokenFile)
+		fmt.Fprintf(&dropIn, "LoadCredential=token:%s\nEnvironment=%s=%%d/token\n", o.TokenFile, api.EnvTokenFile.Name)
 	default:
 		token = f.Token
 		if token == "" {
 			token = api.EnvToken.Get(f.Getenv)
 		}
 		if token == "" {
-			return nil, usageErrorf("the worker needs its token (outposts.machine scope, e.g. 'outpost tokens create --scope outposts.machine --outpost %s'): pass --token-file FILE, or set OUTPOST_TOKEN", o.Outpost)
+			return nil, usageErrorf("the worker needs its token (outposts.machine scope, e.g. 'outpost tokens create --scope outposts.machine --outpost %s'): pass --token-file FILE, or set %s", o.Outpost, api.EnvToken.Name)
 		}
 	}
 	p.steps = append(p.steps, installStep{file: filepath.Join(paths.unitDir, unit+".d", "install.conf"), mode: 0o644, data: dropIn.Bytes()})
@@ -345,9 +364,6 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 	p.done = fmt.Sprintf("%s is running. Its status: %s status %s; its log: %s\n", unit, strings.Join(sc, " "), unit, journal)
 	return p, nil
 }
-
-// envTokenFile names the file holding the API token, read by the worker.
-const envTokenFile = "OUTPOST_TOKEN_FILE"
 
 // workerSettings is the instance's YAML settings file.
 func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {

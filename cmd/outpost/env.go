@@ -1,0 +1,60 @@
+package main
+
+import (
+	"slices"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
+)
+
+// The environment variables of the outpost command that are neither the
+// spawn contract's nor `worker start`'s (those are api.EnvVar values in
+// package api). Each name is spelled once, here or there: flag help,
+// lookups and messages take it from these values.
+var (
+	envListen            = api.EnvVar{Name: "OUTPOST_LISTEN", Meaning: "address the server listens on (--listen)"}
+	envDataDir           = api.EnvVar{Name: "OUTPOST_DATA_DIR", Meaning: "the server's data directory (--data-dir)"}
+	envDatabaseURL       = api.EnvVar{Name: "OUTPOST_DATABASE_URL", Meaning: "PostgreSQL URL of the server's state (--database)"}
+	envPublicURL         = api.EnvVar{Name: "OUTPOST_PUBLIC_URL", Meaning: "URL workers and remotes reach the server at (--public-url)"}
+	envClaimTTL          = api.EnvVar{Name: "OUTPOST_CLAIM_TTL", Meaning: "how long a claimer has to get a remote connected (--claim-ttl)"}
+	envReconnectGrace    = api.EnvVar{Name: "OUTPOST_RECONNECT_GRACE", Meaning: "how long a claim outlives its remote's connection (--reconnect-grace)"}
+	envArtifactRetention = api.EnvVar{Name: "OUTPOST_ARTIFACT_RETENTION", Meaning: "how long artifacts of ended sessions are kept (--artifact-retention)"}
+	envDistDir           = api.EnvVar{Name: "OUTPOST_DIST_DIR", Meaning: "directory of remote builds published at /dist/ (--dist-dir)"}
+	envTLSCert           = api.EnvVar{Name: "OUTPOST_TLS_CERT", Meaning: "PEM certificate chain of HTTPS (--tls-cert)"}
+	envTLSKey            = api.EnvVar{Name: "OUTPOST_TLS_KEY", Meaning: "PEM private key of --tls-cert (--tls-key)"}
+	envSecretKey         = api.EnvVar{Name: "OUTPOST_SECRET_KEY", Meaning: "key session secrets are sealed with, base64 or hex"}
+	envSecretKeyFile     = api.EnvVar{Name: "OUTPOST_SECRET_KEY_FILE", Meaning: "file holding the secret key (--secret-key-file)"}
+	envSecretKeysOld     = api.EnvVar{Name: "OUTPOST_SECRET_KEYS_OLD", Meaning: "earlier secret keys, comma-separated, to reseal under the new one"}
+	envAdminToken        = api.EnvVar{Name: "OUTPOST_ADMIN_TOKEN", Meaning: "the server's admin token"}
+	envLogLevel          = api.EnvVar{Name: "OUTPOST_LOG_LEVEL", Meaning: "log level of long-running commands (--log-level)"}
+	envLogFormat         = api.EnvVar{Name: "OUTPOST_LOG_FORMAT", Meaning: "log format of long-running commands (--log-format)"}
+	// envCAFile is the global --ca-file's variable, applied in resolve by
+	// the commands that take a config file so that it beats the file.
+	envCAFile = api.EnvVar{Name: tlsconfig.EnvCAFile, Meaning: "PEM file of CA certificates to trust (--ca-file)"}
+	// The model provider's settings, read by llm.ConfigFromEnv, which
+	// spells them too.
+	envLLMProvider = api.EnvVar{Name: "OUTPOST_LLM_PROVIDER", Meaning: "model provider of llm sessions (--llm-provider)"}
+	envLLMBaseURL  = api.EnvVar{Name: "OUTPOST_LLM_BASE_URL", Meaning: "the provider's API base URL (--llm-base-url)"}
+	envLLMModel    = api.EnvVar{Name: "OUTPOST_LLM_MODEL", Meaning: "default model of llm sessions (--llm-model)"}
+	envLLMAPIKey   = api.EnvVar{Name: "OUTPOST_LLM_API_KEY", Meaning: "the provider's API key"}
+)
+
+// serverEnv lists the variables `outpost server` reads.
+var serverEnv = []api.EnvVar{
+	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention,
+	envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
+	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLogLevel, envLogFormat,
+}
+
+// cliEnv lists every variable the outpost command reads, under either of
+// its names.
+var cliEnv = slices.Concat(serverEnv, []api.EnvVar{envCAFile}, api.WorkerEnv, api.SpawnEnv)
+
+// envNames is "OUTPOST_X, DEVIN_X": v's names for flag help.
+func envNames(v api.EnvVar) string {
+	n := v.Names()
+	if len(n) == 2 {
+		return n[0] + ", " + n[1]
+	}
+	return n[0]
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/server"
+)
+
+// TestMain lets the testscript suite run the real outpost command: a
+// script's `exec outpost …` runs this test binary as main.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"outpost": main})
+}
+
+// TestScripts runs the end-to-end CLI scripts of testdata/script: the real
+// command in a process of its own, with a real server where a script asks
+// for one with startserver.
+func TestScripts(t *testing.T) {
+	t.Parallel()
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join("testdata", "script"),
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			// The saved login goes to the script's own config dir, and
+			// nothing of the developer's environment leaks in.
+			home := filepath.Join(e.WorkDir, "home")
+			e.Setenv("HOME", home)
+			e.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+			e.Setenv("XDG_DATA_HOME", filepath.Join(home, ".local", "share"))
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"startserver": cmdStartServer,
+			"capture":     cmdCapture,
+			"exits":       cmdExits,
+		},
+	})
+}
+
+// cmdStartServer starts a real Outpost server in the test process on a
+// free loopback port with a data dir in the script's work dir, and sets
+// $OUTPOST_SERVER and $OUTPOST_TOKEN (its admin token) for the rest of the
+// script. The server stops when the script ends.
+func cmdStartServer(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: startserver")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Options{
+		Listen:  "127.0.0.1:0",
+		DataDir: ts.MkAbs("server-data"),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Stdout:  io.Discard,
+	})
+	if err != nil {
+		cancel()
+		ts.Fatalf("start server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	ts.Defer(func() {
+		cancel()
+		if err := <-done; err != nil {
+			ts.Logf("server: %v", err)
+		}
+	})
+	ts.Setenv(api.EnvServer.Name, srv.URL())
+	ts.Setenv(api.EnvToken.Name, srv.AdminToken())
+}
+
+// cmdCapture sets the environment variable NAME to the last command's
+// standard output, trimmed: `capture SESSION` after a command that printed
+// a session id.
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: capture NAME")
+	}
+	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
+}
+
+// cmdExits runs a program like exec and fails unless it exits with the
+// given status: `exits 2 outpost sessions get`. Its output is there for
+// stdout and stderr as after exec.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits STATUS PROGRAM [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: status %q is not a number", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exits: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
