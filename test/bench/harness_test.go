@@ -32,8 +32,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
