@@ -38,7 +38,7 @@ func userMessage(f *Factory, c *cobra.Command, err error) string {
 	case client.IsForbidden(err):
 		return forbiddenText(msg)
 	case client.IsNotFound(err):
-		return notFoundText(f, msg)
+		return notFoundText(f, err, msg)
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) {
@@ -70,8 +70,9 @@ const whoAmITimeout = 5 * time.Second
 // the server answers for another outpost's resources exactly as for missing
 // ones, so the hint comes from the token itself (GET /v1/whoami), not from
 // the resource, and says nothing of whether it exists.
-func notFoundText(f *Factory, msg string) string {
-	if !strings.HasPrefix(msg, "Outpost ") && !strings.HasPrefix(msg, "Session ") {
+func notFoundText(f *Factory, err error, msg string) string {
+	var ce *client.Error
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Message, "Outpost ") && !strings.HasPrefix(ce.Message, "Session ") {
 		return msg
 	}
 	c, err := f.Client()
