@@ -180,4 +180,3 @@ func ExampleNewToolArgs() {
 	// Output:
 	// [ls -l] 30
 }
-

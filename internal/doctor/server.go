@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
