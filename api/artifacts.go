@@ -47,7 +47,9 @@ type UploadArtifactArgs struct {
 
 // ArtifactRef is what upload_artifact returns: the artifact as stored.
 type ArtifactRef struct {
-	Name        string `json:"name"`
+	// Name is the artifact's name in the session.
+	Name string `json:"name"`
+	// Size is in bytes, SHA256 the hex digest of the content.
 	Size        int64  `json:"size"`
 	ContentType string `json:"content_type"`
 	SHA256      string `json:"sha256"`
@@ -55,12 +57,17 @@ type ArtifactRef struct {
 
 // Artifact is a stored artifact of a session.
 type Artifact struct {
-	Name        string    `json:"name"`
-	Size        int64     `json:"size"`
-	ContentType string    `json:"content_type"`
-	CreatedAt   time.Time `json:"created_at"`
-	SHA256      string    `json:"sha256,omitempty"`
-	CallSeq     int64     `json:"call_seq,omitempty"`
+	// Name is the artifact's name; GET
+	// /v1/sessions/{id}/artifacts/{name} downloads it.
+	Name        string `json:"name"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type"`
+	// CreatedAt is an RFC 3339 time, unlike the Unix seconds elsewhere.
+	CreatedAt time.Time `json:"created_at"`
+	// SHA256 is the hex digest of the content.
+	SHA256 string `json:"sha256,omitempty"`
+	// CallSeq is the call that uploaded it.
+	CallSeq int64 `json:"call_seq,omitempty"`
 }
 
 // ArtifactList is the answer of GET /v1/sessions/{id}/artifacts.
@@ -72,7 +79,8 @@ type ArtifactList struct {
 // FrameArtifactAck. The call it belongs to is the frame's Seq.
 type ArtifactFrame struct {
 	// ID numbers the upload within the remote process.
-	ID          int64  `json:"id"`
+	ID int64 `json:"id"`
+	// Phase is ArtifactBegin, ArtifactEnd or ArtifactAbort.
 	Phase       string `json:"phase,omitempty"`
 	Name        string `json:"name,omitempty"`
 	ContentType string `json:"content_type,omitempty"`
@@ -96,6 +104,7 @@ func ValidateArtifactName(name string) error {
 // binary message: one byte 'a', eight bytes big-endian upload ID, then the
 // data.
 type ArtifactChunk struct {
+	// ID is the upload's ArtifactFrame.ID.
 	ID   int64
 	Data []byte
 }

@@ -25,14 +25,17 @@ const (
 // ({"detail":"Session is already claimed"}), so clients written for it
 // read Outpost's errors too.
 type ErrorResponse struct {
-	Error  ErrorBody `json:"error"`
-	Detail string    `json:"detail"`
+	Error ErrorBody `json:"error"`
+	// Detail is Error.Message again.
+	Detail string `json:"detail"`
 }
 
 // ErrorBody says what went wrong: a stable machine code and a sentence for
 // people.
 type ErrorBody struct {
-	Code    string `json:"code"`
+	// Code is one of the Code… constants.
+	Code string `json:"code"`
+	// Message is a whole sentence that says what went wrong.
 	Message string `json:"message"`
 }
 

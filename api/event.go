@@ -37,7 +37,9 @@ const (
 // ToolCallRef is a tool call a model asked for, on an assistant message.
 // Arguments are kept as the model wrote them, valid JSON or not.
 type ToolCallRef struct {
-	ID        string `json:"id"`
+	// ID is the model's id of the call.
+	ID string `json:"id"`
+	// Tool is the tool the model asked for.
 	Tool      string `json:"tool"`
 	Arguments string `json:"arguments"`
 	// CallSeq is the session call that runs it.
@@ -50,12 +52,19 @@ type ToolCallRef struct {
 // transcript; such chunks reach live followers with Seq 0 and Spilled set,
 // and are not replayed.
 type Event struct {
+	// Seq numbers the session's events from 1, without gaps; it is the
+	// `after` of the events API and the SSE id of the event stream.
 	Seq       int64  `json:"seq"`
 	SessionID string `json:"session_id"`
-	Time      int64  `json:"time_ms"`
-	Type      string `json:"type"`
+	// Time is when the event happened, in Unix milliseconds.
+	Time int64 `json:"time_ms"`
+	// Type is one of the Event… constants; it says which of the fields
+	// below are set.
+	Type string `json:"type"`
 
-	// Status events.
+	// Status events: the session's new Status and StatusDetail (see
+	// SessionStatus), and Reason, a sentence saying why. Reason also says
+	// what happened on claim, release, resume, end and machine events.
 	Status       string `json:"status,omitempty"`
 	StatusDetail string `json:"status_detail,omitempty"`
 	Reason       string `json:"reason,omitempty"`
@@ -74,7 +83,11 @@ type Event struct {
 	ToolCalls []ToolCallRef `json:"tool_calls,omitempty"`
 	Usage     *Usage        `json:"usage,omitempty"`
 
-	// Call, output and result events.
+	// Call, output and result events. CallSeq is the call's sequence
+	// number, Tool and Args the call (on call events). Output events carry
+	// a chunk of Text on Stream (StreamStdout, StreamStderr). Result events
+	// carry OK, the ExitCode of exec, the tool's result Value (its result
+	// type as JSON) and the Error of a failed call.
 	CallSeq  int64           `json:"call_seq,omitempty"`
 	Tool     string          `json:"tool,omitempty"`
 	Args     json.RawMessage `json:"args,omitempty"`
@@ -100,6 +113,8 @@ type Event struct {
 type EventList struct {
 	Items []Event `json:"items"`
 	// Next is the `after` value for the next page.
-	Next        int64 `json:"next"`
-	HasNextPage bool  `json:"has_next_page"`
+	Next int64 `json:"next"`
+	// HasNextPage is true when more events than the page held exist
+	// already.
+	HasNextPage bool `json:"has_next_page"`
 }

@@ -22,8 +22,10 @@ var MachineSteps = []string{MachineStepCreate, MachineStepStart, MachineStepFail
 // provisioning step of the session's machine, reported by the claim's
 // holder.
 type MachineEventRequest struct {
+	// AcceptorID must hold the session's claim.
 	AcceptorID string `json:"acceptor_id"`
-	Step       string `json:"step"`
+	// Step is one of MachineSteps.
+	Step string `json:"step"`
 	// Machine is the machine's name; Backend the kind of machine
 	// (process, bwrap, docker, exec, …).
 	Machine string `json:"machine,omitempty"`

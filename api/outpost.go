@@ -16,15 +16,22 @@ type Outpost struct {
 
 // OutpostMetadata identifies an outpost.
 type OutpostMetadata struct {
+	// OutpostID is the outpost's id, "outpost_…"; APIs take it or the name.
 	OutpostID string `json:"outpost_id"`
+	// AccountID is the public fleet API's field; Outpost has one account.
 	AccountID string `json:"account_id"`
-	CreatedAt int64  `json:"created_at"`
+	// CreatedAt is Unix seconds.
+	CreatedAt int64 `json:"created_at"`
 }
 
 // OutpostSpec is what its creator said about an outpost.
 type OutpostSpec struct {
-	Name        string `json:"name"`
-	Platform    string `json:"platform"`
+	// Name is a DNS label (lower-case letters, digits, '-'), unique.
+	Name string `json:"name"`
+	// Platform is PlatformLinux, PlatformMacOS or PlatformWindows: the
+	// machines that may claim its sessions.
+	Platform string `json:"platform"`
+	// Description is free text for people.
 	Description string `json:"description"`
 	// AllowedOrgIDs are the organizations of the public fleet API whose
 	// sessions may be routed to the outpost; null when unset. Outpost has
@@ -49,6 +56,8 @@ const MaxAllowedOrgIDs = 100
 
 // CreateOutpostRequest is the body of POST /v1/outposts.
 type CreateOutpostRequest struct {
+	// Name, Platform and Description become the outpost's spec
+	// (OutpostSpec); an empty Platform is PlatformLinux.
 	Name        string `json:"name"`
 	Platform    string `json:"platform"`
 	Description string `json:"description"`

@@ -46,28 +46,39 @@ type QueueEntry struct {
 
 // QueueMetadata identifies a queue entry.
 type QueueMetadata struct {
+	// SessionID is the session the entry is for.
 	SessionID string `json:"session_id"`
+	// OutpostID is the id of the outpost whose queue holds it.
 	OutpostID string `json:"outpost_id"`
-	CreatedAt int64  `json:"created_at"`
-	UpdatedAt int64  `json:"updated_at"`
+	// CreatedAt and UpdatedAt are Unix seconds.
+	CreatedAt int64 `json:"created_at"`
+	UpdatedAt int64 `json:"updated_at"`
 }
 
 // QueueSpec says what a claimer is asked to serve.
 type QueueSpec struct {
-	Kind            string         `json:"kind"`
-	Platform        string         `json:"platform"`
-	RemoteBinarySHA *string        `json:"remote_binary_sha"`
-	NetworkPolicy   *NetworkPolicy `json:"network_policy,omitempty"`
+	// Kind is KindNew, or KindResume for a session whose machine went away.
+	Kind string `json:"kind"`
+	// Platform is the outpost's: the claimer must run on it.
+	Platform string `json:"platform"`
+	// RemoteBinarySHA is the remote build to run (the session's pin, else
+	// its outpost's); null for the claimer's default.
+	RemoteBinarySHA *string `json:"remote_binary_sha"`
+	// NetworkPolicy is the public contract's field; Outpost sets none.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // NetworkPolicy is the effective network policy of a session.
 type NetworkPolicy struct {
+	// Enabled says the policy applies; Allow lists what is reachable then.
 	Enabled bool                `json:"enabled"`
 	Allow   []NetworkPolicyRule `json:"allow"`
 }
 
 // NetworkPolicyRule allows one host glob or address range.
 type NetworkPolicyRule struct {
+	// One of Hostname (a glob), IPv4 and IPv6 (an address or CIDR range)
+	// is set.
 	Hostname string `json:"hostname,omitempty"`
 	IPv4     string `json:"ipv4,omitempty"`
 	IPv6     string `json:"ipv6,omitempty"`
@@ -75,10 +86,15 @@ type NetworkPolicyRule struct {
 
 // QueueStatus is the claim state of a queue entry.
 type QueueStatus struct {
-	Phase         string  `json:"phase"`
-	AcceptorID    *string `json:"acceptor_id"`
-	ClaimDeadline *int64  `json:"claim_deadline"`
-	SessionStatus string  `json:"session_status"`
+	// Phase is PhasePending or PhaseClaimed.
+	Phase string `json:"phase"`
+	// AcceptorID is the claim's holder; null while pending.
+	AcceptorID *string `json:"acceptor_id"`
+	// ClaimDeadline is when the claim lapses unless a remote has connected
+	// or the holder claims again (Unix seconds); null while pending.
+	ClaimDeadline *int64 `json:"claim_deadline"`
+	// SessionStatus is one of the QueueSession… constants.
+	SessionStatus string `json:"session_status"`
 	// ConnectToken is set only in a successful claim answer.
 	ConnectToken string `json:"connect_token,omitempty"`
 	// GatewayURL is set only in a successful claim answer.
@@ -87,21 +103,29 @@ type QueueStatus struct {
 
 // QueueList is a page of queue entries.
 type QueueList struct {
-	Items       []QueueEntry `json:"items"`
-	Cursor      string       `json:"cursor"`
-	HasNextPage bool         `json:"has_next_page"`
-	Total       int          `json:"total"`
+	Items []QueueEntry `json:"items"`
+	// Cursor continues the list (the cursor query parameter) and starts a
+	// watch from this page's state (?watch=true&cursor=…).
+	Cursor      string `json:"cursor"`
+	HasNextPage bool   `json:"has_next_page"`
+	// Total counts the matching entries on all pages.
+	Total int `json:"total"`
 }
 
 // WatchEvent is one `data:` line of a queue watch stream.
 type WatchEvent struct {
-	Type   string     `json:"type"`
+	// Type is WatchModified or WatchDeleted.
+	Type string `json:"type"`
+	// Object is the entry as it is after the change.
 	Object QueueEntry `json:"object"`
-	Cursor string     `json:"cursor"`
+	// Cursor resumes a watch right after this event.
+	Cursor string `json:"cursor"`
 }
 
 // ClaimRequest is the body of claim and release.
 type ClaimRequest struct {
+	// AcceptorID names the claimer (see ValidateAcceptorID); a claim by the
+	// holder renews it.
 	AcceptorID string `json:"acceptor_id"`
 	// Reason, on a release only, says why the claim is given back (for
 	// example why provisioning failed); it goes onto the session's status

@@ -45,23 +45,37 @@ type Session struct {
 
 // SessionMetadata identifies a session.
 type SessionMetadata struct {
+	// SessionID is the session's id, "ses_…".
 	SessionID string `json:"session_id"`
+	// OutpostID is the id of the outpost whose queue serves it.
 	OutpostID string `json:"outpost_id"`
-	CreatedAt int64  `json:"created_at"`
-	UpdatedAt int64  `json:"updated_at"`
+	// CreatedAt and UpdatedAt are Unix seconds.
+	CreatedAt int64 `json:"created_at"`
+	UpdatedAt int64 `json:"updated_at"`
 }
 
 // SessionSpec is what the session was asked to do. Secrets are write-only:
 // only their names are shown.
 type SessionSpec struct {
-	Outpost     string            `json:"outpost"`
-	Title       string            `json:"title"`
-	Prompt      string            `json:"prompt"`
-	Repos       []Repo            `json:"repos"`
-	Agent       Agent             `json:"agent"`
-	Env         map[string]string `json:"env"`
-	SecretNames []string          `json:"secret_names"`
-	Limits      Limits            `json:"limits"`
+	// Outpost is the outpost's name.
+	Outpost string `json:"outpost"`
+	// Title names the session for people.
+	Title string `json:"title"`
+	// Prompt is the task, given to an llm agent as the first user message.
+	Prompt string `json:"prompt"`
+	// Repos are cloned into the workspace's repos/<name> before the agent
+	// starts.
+	Repos []Repo `json:"repos"`
+	// Agent says what drives the session.
+	Agent Agent `json:"agent"`
+	// Env is the environment the session's tools get, on top of the
+	// remote's.
+	Env map[string]string `json:"env"`
+	// SecretNames are the names of the session's secrets; their values are
+	// never returned.
+	SecretNames []string `json:"secret_names"`
+	// Limits bound the session.
+	Limits Limits `json:"limits"`
 	// RemoteBinarySHA is the remote build the session pinned; null when
 	// it runs its outpost's (see the queue entry's spec.remote_binary_sha).
 	RemoteBinarySHA *string `json:"remote_binary_sha"`
@@ -69,14 +83,21 @@ type SessionSpec struct {
 
 // SessionStatus is the live state of a session.
 type SessionStatus struct {
-	Status       string `json:"status"`
+	// Status is one of the Status… constants; IsFinal tells the ones a
+	// session never leaves.
+	Status string `json:"status"`
+	// StatusDetail refines it: one of the Detail… constants.
 	StatusDetail string `json:"status_detail"`
 	// Reason says in a sentence why the session is in this state.
-	Reason     string  `json:"reason"`
+	Reason string `json:"reason"`
+	// AcceptorID is the worker or orchestrator holding the session's
+	// claim; null when nobody holds it.
 	AcceptorID *string `json:"acceptor_id"`
 	// LastSeq is the sequence number of the last tool call whose result the
 	// control plane holds.
-	LastSeq   int64  `json:"last_seq"`
+	LastSeq int64 `json:"last_seq"`
+	// StartedAt is when a remote first connected, EndedAt when the session
+	// reached a final status (Unix seconds); null until then.
 	StartedAt *int64 `json:"started_at"`
 	EndedAt   *int64 `json:"ended_at"`
 	// Capabilities are those reported by the remote serving the session.
@@ -90,13 +111,18 @@ type SessionStatus struct {
 
 // Repo is a git repository cloned into repos/<name> at session start.
 type Repo struct {
-	URL  string `json:"url"`
+	// URL is what git clones: https://…, ssh://… or file://….
+	URL string `json:"url"`
+	// Name is the directory under repos/.
 	Name string `json:"name"`
-	Ref  string `json:"ref,omitempty"`
+	// Ref is a branch, tag or commit to check out; "" is the default
+	// branch.
+	Ref string `json:"ref,omitempty"`
 }
 
 // Agent says what drives the session.
 type Agent struct {
+	// Kind is AgentScript, AgentLLM or AgentExternal.
 	Kind string `json:"kind"`
 	// StopOnError says whether a script ends at its first failed step (a
 	// tool error, or an exec whose exit code is not 0); unset means true.
@@ -128,7 +154,10 @@ func (a Agent) StopsOnError() bool { return a.StopOnError == nil || *a.StopOnErr
 
 // Step is one tool call of a script agent.
 type Step struct {
-	Tool string          `json:"tool"`
+	// Tool is a tool name (ToolExec, ToolReadFile, …; see ToolNames).
+	Tool string `json:"tool"`
+	// Args are the tool's arguments, the JSON of its argument type (for
+	// exec, ExecArgs).
 	Args json.RawMessage `json:"args"`
 	// ContinueOnError lets the script go on when this step fails, and does
 	// not count its failure against the session, which can still finish.
@@ -148,6 +177,8 @@ type Limits struct {
 
 // Usage counts a session's model use.
 type Usage struct {
+	// PromptTokens and CompletionTokens are the tokens the model provider
+	// counted, summed over ModelCalls calls.
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	ModelCalls       int64 `json:"model_calls"`
@@ -155,17 +186,24 @@ type Usage struct {
 
 // MessageRequest is the body of POST /v1/sessions/{id}/messages.
 type MessageRequest struct {
+	// Text is the user's message.
 	Text string `json:"text"`
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions.
 type CreateSessionRequest struct {
-	Outpost string            `json:"outpost"`
-	Title   string            `json:"title"`
-	Prompt  string            `json:"prompt"`
-	Repos   []Repo            `json:"repos"`
-	Agent   Agent             `json:"agent"`
-	Env     map[string]string `json:"env"`
+	// Outpost is the name or id of the outpost whose queue serves the
+	// session.
+	Outpost string `json:"outpost"`
+	// Title, Prompt, Repos, Agent, Env and Limits become the session's
+	// spec (SessionSpec).
+	Title  string            `json:"title"`
+	Prompt string            `json:"prompt"`
+	Repos  []Repo            `json:"repos"`
+	Agent  Agent             `json:"agent"`
+	Env    map[string]string `json:"env"`
+	// Secrets become environment of the session's tools, like Env, but
+	// are stored sealed, never returned, and redacted from the transcript.
 	Secrets map[string]string `json:"secrets"`
 	Limits  Limits            `json:"limits"`
 	// RemoteBinarySHA pins the remote build that serves the session (6 to
@@ -175,40 +213,56 @@ type CreateSessionRequest struct {
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.
 type TerminateRequest struct {
+	// Reason goes onto the session's status; "" gives a default.
 	Reason string `json:"reason"`
 }
 
 // SessionList is a page of sessions, newest first.
 type SessionList struct {
-	Items       []Session `json:"items"`
-	Cursor      string    `json:"cursor"`
-	HasNextPage bool      `json:"has_next_page"`
-	Total       int       `json:"total"`
+	Items []Session `json:"items"`
+	// Cursor is passed back as the cursor query parameter for the next
+	// page, while HasNextPage is true.
+	Cursor      string `json:"cursor"`
+	HasNextPage bool   `json:"has_next_page"`
+	// Total counts the matching sessions on all pages.
+	Total int `json:"total"`
 }
 
 // Capabilities describe the machine a remote runs on.
 type Capabilities struct {
-	OS               string   `json:"os"`
-	Arch             string   `json:"arch"`
-	CPUs             int      `json:"cpus"`
-	MemoryBytes      int64    `json:"memory_bytes"`
-	Hostname         string   `json:"hostname"`
-	Git              string   `json:"git"`
-	ChromePath       string   `json:"chrome_path"`
-	ChromeVersion    string   `json:"chrome_version"`
-	FFmpeg           string   `json:"ffmpeg"`
-	PasswordlessSudo bool     `json:"passwordless_sudo"`
-	Tools            []string `json:"tools"`
-	RemoteVersion    string   `json:"remote_version"`
+	// OS and Arch are Go's names (linux, darwin, windows; amd64, arm64).
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+	// CPUs and MemoryBytes are what the machine has.
+	CPUs        int    `json:"cpus"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	Hostname    string `json:"hostname"`
+	// Git, FFmpeg and ChromeVersion are the versions found; "" when
+	// missing, and the tools that need them answer a clear error.
+	Git           string `json:"git"`
+	ChromePath    string `json:"chrome_path"`
+	ChromeVersion string `json:"chrome_version"`
+	FFmpeg        string `json:"ffmpeg"`
+	// PasswordlessSudo is whether session code may run sudo without a
+	// password.
+	PasswordlessSudo bool `json:"passwordless_sudo"`
+	// Tools are the tool names the remote serves.
+	Tools []string `json:"tools"`
+	// RemoteVersion is the remote's build.
+	RemoteVersion string `json:"remote_version"`
 }
 
 // ToolResult answers a tool call made from outside (POST
 // /v1/sessions/{id}/tools/{tool}, MCP): the call's result with the output
 // the transcript holds for it.
 type ToolResult struct {
-	Seq    int64           `json:"seq"`
-	OK     bool            `json:"ok"`
-	Output string          `json:"output,omitempty"`
-	Value  json.RawMessage `json:"value,omitempty"`
-	Error  string          `json:"error,omitempty"`
+	// Seq is the call's sequence number in the session.
+	Seq int64 `json:"seq"`
+	// OK is false when the tool failed; Error then says why.
+	OK bool `json:"ok"`
+	// Output is the call's output as the transcript holds it.
+	Output string `json:"output,omitempty"`
+	// Value is the tool's result type as JSON (for exec, ExecResult).
+	Value json.RawMessage `json:"value,omitempty"`
+	Error string          `json:"error,omitempty"`
 }

@@ -33,12 +33,20 @@ func HasScope(scopes []string, want string) bool {
 // Token describes an API token. The secret itself is shown once, in
 // CreateTokenResponse.
 type Token struct {
-	ID        string   `json:"id"`
-	Name      string   `json:"name"`
-	Scopes    []string `json:"scopes"`
-	OutpostID string   `json:"outpost_id,omitempty"`
+	// ID is the token's id, "tok_…", not its secret.
+	ID string `json:"id"`
+	// Name is a label for people.
+	Name string `json:"name"`
+	// Scopes are Scope… constants (see HasScope for what they imply).
+	Scopes []string `json:"scopes"`
+	// OutpostID is the outpost the token is limited to; "" when it is not.
+	// Any other outpost, and what is in it, does not exist for the token:
+	// the server answers 404 as for a missing one.
+	OutpostID string `json:"outpost_id,omitempty"`
 	// Outpost is the name of the outpost OutpostID names, when it exists.
-	Outpost   string `json:"outpost,omitempty"`
+	Outpost string `json:"outpost,omitempty"`
+	// CreatedAt, ExpiresAt and RevokedAt are Unix seconds; null when it
+	// never expires or is not revoked.
 	CreatedAt int64  `json:"created_at"`
 	ExpiresAt *int64 `json:"expires_at"`
 	RevokedAt *int64 `json:"revoked_at"`
@@ -46,15 +54,21 @@ type Token struct {
 
 // CreateTokenRequest is the body of POST /v1/tokens.
 type CreateTokenRequest struct {
-	Name       string   `json:"name"`
-	Scopes     []string `json:"scopes"`
-	Outpost    string   `json:"outpost,omitempty"`
-	ExpiresInS int64    `json:"expires_in_s,omitempty"`
+	// Name is a label for people.
+	Name string `json:"name"`
+	// Scopes are Scope… constants; at least one.
+	Scopes []string `json:"scopes"`
+	// Outpost, a name or id, limits the token to that outpost.
+	Outpost string `json:"outpost,omitempty"`
+	// ExpiresInS makes the token expire that many seconds from now; 0
+	// never.
+	ExpiresInS int64 `json:"expires_in_s,omitempty"`
 }
 
 // CreateTokenResponse is the answer of POST /v1/tokens; Token is shown once.
 type CreateTokenResponse struct {
 	Token
+	// Secret is the bearer token itself, "opt_…", shown this once.
 	Secret string `json:"token"`
 }
 

@@ -29,9 +29,15 @@ type ExecArgs struct {
 
 // ExecResult is what exec returns.
 type ExecResult struct {
-	ExitCode    int   `json:"exit_code"`
-	TimedOut    bool  `json:"timed_out,omitempty"`
-	DurationMS  int64 `json:"duration_ms"`
+	// ExitCode is the command's exit status; -1 when it did not exit by
+	// itself (a signal, or TimeoutS, killed it).
+	ExitCode int `json:"exit_code"`
+	// TimedOut is set when TimeoutS killed it.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// DurationMS is how long it ran, in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+	// OutputBytes counts its stdout and stderr, streamed as the call's
+	// output.
 	OutputBytes int64 `json:"output_bytes"`
 	// Tail is the last few KiB of combined output, for readers of the result alone.
 	Tail string `json:"tail,omitempty"`
@@ -49,8 +55,10 @@ type ReadFileArgs struct {
 
 // ReadFileResult is what read_file returns.
 type ReadFileResult struct {
+	// Content is the text read (the asked lines, when a range was).
 	Content string `json:"content"`
-	Size    int64  `json:"size"`
+	// Size is len(Content) in bytes.
+	Size int64 `json:"size"`
 	// TotalLines is the file's line count, set when a line range was asked for.
 	TotalLines int `json:"total_lines,omitempty"`
 }
@@ -65,6 +73,7 @@ type WriteFileArgs struct {
 
 // WriteFileResult is what write_file returns.
 type WriteFileResult struct {
+	// Bytes is the size written.
 	Bytes int64 `json:"bytes"`
 }
 
@@ -96,9 +105,11 @@ type ListDirArgs struct {
 
 // DirEntry is one entry of a directory listing.
 type DirEntry struct {
+	// Name is the entry's base name.
 	Name string `json:"name"`
 	Type string `json:"type"` // "file", "dir", "symlink" or "other"
-	Size int64  `json:"size"`
+	// Size is in bytes.
+	Size int64 `json:"size"`
 }
 
 // ListDirResult is what list_dir returns.
@@ -120,9 +131,13 @@ type GitCloneArgs struct {
 
 // GitCloneResult is what git_clone returns.
 type GitCloneResult struct {
-	Path   string `json:"path"`
-	Head   string `json:"head"`
-	Reused bool   `json:"reused"`
+	// Path is the clone's absolute path on the machine, the workspace's
+	// repos/<name>.
+	Path string `json:"path"`
+	// Head is the commit checked out.
+	Head string `json:"head"`
+	// Reused is set when the clone was there already and was fetched.
+	Reused bool `json:"reused"`
 	// Mirror is the worker's shared mirror the clone took its objects from.
 	Mirror string `json:"mirror,omitempty"`
 }

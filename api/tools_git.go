@@ -36,11 +36,14 @@ type GitStatusResult struct {
 	// Head is HEAD's commit; empty in a repository without commits.
 	Head string `json:"head"`
 	// Upstream is the branch's upstream, e.g. origin/main; empty when none.
-	Upstream string          `json:"upstream,omitempty"`
-	Ahead    int             `json:"ahead"`
-	Behind   int             `json:"behind"`
-	Clean    bool            `json:"clean"`
-	Files    []GitFileStatus `json:"files"`
+	Upstream string `json:"upstream,omitempty"`
+	// Ahead and Behind count commits against Upstream.
+	Ahead  int `json:"ahead"`
+	Behind int `json:"behind"`
+	// Clean is set when nothing is changed or untracked (ignored files do
+	// not count).
+	Clean bool            `json:"clean"`
+	Files []GitFileStatus `json:"files"`
 	// Truncated is set when more files changed than Files lists.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -115,6 +118,7 @@ type GitPushArgs struct {
 
 // GitPushResult is what git_push returns.
 type GitPushResult struct {
+	// Remote and Branch are where the commit was pushed.
 	Remote string `json:"remote"`
 	Branch string `json:"branch"`
 	// Commit is the pushed commit.

@@ -24,7 +24,9 @@ type ShellStartArgs struct {
 
 // ShellStartResult is what shell_start returns.
 type ShellStartResult struct {
-	Name  string `json:"name"`
+	// Name is the shell's name, as asked.
+	Name string `json:"name"`
+	// Shell is the program run (bash, else sh) and PID its process id.
 	Shell string `json:"shell"`
 	PID   int    `json:"pid"`
 }
@@ -134,7 +136,10 @@ type GrepArgs struct {
 
 // GrepMatch is one matching line.
 type GrepMatch struct {
+	// File is the file's path relative to the workspace, with '/' (absolute
+	// when outside it).
 	File string `json:"file"`
+	// Line is 1-based; Text is the line, cut when very long.
 	Line int    `json:"line"`
 	Text string `json:"text"`
 }

@@ -102,6 +102,8 @@ type WorkerInfo struct {
 // Worker is a connected acceptor as GET /v1/outposts/{outpost}/workers and
 // the heartbeat answer show it.
 type Worker struct {
+	// AcceptorID is the id the acceptor claims with; OutpostID the outpost
+	// it announced itself on.
 	AcceptorID string `json:"acceptor_id"`
 	OutpostID  string `json:"outpost_id"`
 	WorkerInfo
@@ -119,5 +121,6 @@ type Worker struct {
 // connected acceptors, sorted by acceptor id.
 type WorkerList struct {
 	Items []Worker `json:"items"`
-	Total int      `json:"total"`
+	// Total is len(Items): the list is not paged.
+	Total int `json:"total"`
 }

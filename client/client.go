@@ -20,6 +20,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // DefaultUserAgent is sent when no WithUserAgent option is given.
@@ -40,6 +42,9 @@ type Client struct {
 	http      *http.Client
 	userAgent string
 	retry     retryPolicy
+	// clock times the waits between retries; nil is the real clock. Tests
+	// set a fake one to step time.
+	clock clockwork.Clock
 
 	// Outposts manages outposts.
 	Outposts *OutpostsService
@@ -164,7 +169,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		if err == nil || !c.retry.retryable(method, err) || attempt >= c.retry.attempts {
 			return err
 		}
-		if werr := sleepCtx(ctx, c.retry.delay(attempt)); werr != nil {
+		if werr := c.retry.wait.Wait(ctx, c.clock, attempt); werr != nil {
 			return err
 		}
 	}
@@ -250,18 +255,6 @@ type transportError struct {
 
 func (e *transportError) Error() string { return e.op + ": " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // isCtxErr reports whether err is the end of a context.
 func isCtxErr(err error) bool {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
 )
 
 // testTimeout bounds every test's context.
@@ -29,8 +30,8 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// newTestClient serves mux over loopback and returns a client of it with
-// short retry waits.
+// newTestClient serves mux over loopback and returns a client of it that
+// retries without waiting.
 func newTestClient(t *testing.T, mux http.Handler) *Client {
 	t.Helper()
 	srv := httptest.NewServer(mux)
@@ -39,7 +40,7 @@ func newTestClient(t *testing.T, mux http.Handler) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.retry.base, c.retry.max = time.Millisecond, 5*time.Millisecond
+	c.retry.wait = backoff.Policy{}
 	return c
 }
 
@@ -383,7 +384,7 @@ func TestCertificateErrorsAreNotRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.retry.base, c.retry.max = time.Millisecond, 5*time.Millisecond
+	c.retry.wait = backoff.Policy{}
 	err = c.Health(testContext(t))
 	var ua x509.UnknownAuthorityError
 	if !errors.As(err, &ua) {

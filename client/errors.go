@@ -51,8 +51,10 @@ func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
 // expired or revoked token.
 func IsUnauthorized(err error) bool { return hasStatus(err, http.StatusUnauthorized) }
 
-// IsForbidden reports whether err is a 403 answer: the token lacks a scope or
-// is limited to another outpost.
+// IsForbidden reports whether err is a 403 answer: the token lacks a scope,
+// or is limited to one outpost and the call needs a token that is not. An
+// outpost, session or queue entry outside a token's outpost answers 404,
+// as a missing one does (IsNotFound).
 func IsForbidden(err error) bool { return hasStatus(err, http.StatusForbidden) }
 
 // IsNotOutpost reports whether the answer behind err did not come from an

@@ -4,20 +4,26 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/outpost-sh/outpost/backoff"
 )
 
 // retryPolicy is the one place that decides what is retried and how long to
 // wait between attempts.
 type retryPolicy struct {
-	attempts int           // total tries of one call, including the first
-	base     time.Duration // wait after the first failure
-	max      time.Duration // cap on any wait
+	attempts int // total tries of one call, including the first
+	// wait is the wait after the n-th consecutive failure: exponential from
+	// 250ms, capped at 5s, less up to a fifth at random so that many
+	// clients do not retry in step.
+	wait backoff.Policy
 }
 
-var defaultRetryPolicy = retryPolicy{attempts: 4, base: 250 * time.Millisecond, max: 5 * time.Second}
+var defaultRetryPolicy = retryPolicy{
+	attempts: 4,
+	wait:     backoff.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2},
+}
 
 // retryable reports whether a call that failed with err may be tried again:
 // only idempotent reads, and only when the server could not be reached or
@@ -42,21 +48,6 @@ func temporary(err error) bool {
 		return e.StatusCode >= 500 && e.StatusCode != http.StatusNotImplemented
 	}
 	return false
-}
-
-// delay is the wait after the n-th consecutive failure (n ≥ 1): exponential
-// from base, capped at max, with up to 25% random jitter so that many
-// clients do not retry in step.
-func (p retryPolicy) delay(n int) time.Duration {
-	d := p.base
-	for i := 1; i < n && d < p.max; i++ {
-		d *= 2
-	}
-	d = min(d, p.max)
-	if d > 0 {
-		d += time.Duration(rand.Int64N(int64(d)/4 + 1))
-	}
-	return d
 }
 
 // isCertificateError reports whether err is a server certificate that failed

@@ -141,7 +141,7 @@ func (s *SessionsService) Follow(ctx context.Context, id string, after int64, fn
 			}
 			return err
 		}
-		if err := sleepCtx(ctx, s.c.retry.delay(failures)); err != nil {
+		if err := s.c.retry.wait.Wait(ctx, s.c.clock, failures); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -35,6 +37,8 @@ func userMessage(f *Factory, c *cobra.Command, err error) string {
 		return strings.TrimSuffix(msg, ".") + "; pass --token, set " + api.EnvToken.Name + " or run 'outpost login'."
 	case client.IsForbidden(err):
 		return forbiddenText(msg)
+	case client.IsNotFound(err):
+		return notFoundText(f, err, msg)
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) {
@@ -52,12 +56,40 @@ func forbiddenText(msg string) string {
 	switch {
 	case strings.Contains(msg, "lacks the"):
 		return msg + "; use a token that has it."
-	case strings.Contains(msg, "limited to") && strings.Contains(msg, "; session "):
-		return msg + "; use a token of the session's outpost, or one not limited to an outpost."
-	case strings.Contains(msg, "limited to"):
-		return msg + "; use a token of that outpost, or one not limited to an outpost."
+	case strings.Contains(msg, "limited to one outpost"):
+		return msg + "; use a token not limited to an outpost."
 	}
 	return msg + "."
+}
+
+// whoAmITimeout bounds the call notFoundText makes.
+const whoAmITimeout = 5 * time.Second
+
+// notFoundText adds to a 404 answer about an outpost or a session, when
+// the token is limited to an outpost, that it sees nothing of the others:
+// the server answers for another outpost's resources exactly as for missing
+// ones, so the hint comes from the token itself (GET /v1/whoami), not from
+// the resource, and says nothing of whether it exists.
+func notFoundText(f *Factory, err error, msg string) string {
+	var ce *client.Error
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Message, "Outpost ") && !strings.HasPrefix(ce.Message, "Session ") {
+		return msg
+	}
+	c, err := f.Client()
+	if err != nil {
+		return msg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), whoAmITimeout)
+	defer cancel()
+	me, err := c.Tokens.WhoAmI(ctx)
+	if err != nil || me.OutpostID == "" {
+		return msg
+	}
+	limit := "an outpost that no longer exists"
+	if me.Outpost != "" {
+		limit = fmt.Sprintf("outpost %q", me.Outpost)
+	}
+	return strings.TrimSuffix(msg, ".") + "; this token is limited to " + limit + " and sees nothing of other outposts."
 }
 
 // connectionProblem describes a failure of the API client to talk to the

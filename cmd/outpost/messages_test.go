@@ -100,6 +100,7 @@ func TestErrorMessages(t *testing.T) {
 	ts.outpost(t, "dev")
 	ts.outpost(t, "prod")
 	devOnly := ts.token(t, "dev", api.ScopeSessionsWrite)
+	devOnlyOrch := ts.token(t, "dev", api.ScopeOrchestrator)
 	reader := ts.token(t, "", api.ScopeSessionsRead)
 	script := ts.session(t, "dev", api.AgentScript)
 	if _, err := ts.c.Queue.Claim(ctx, script, "holder-1"); err != nil {
@@ -162,14 +163,16 @@ func TestErrorMessages(t *testing.T) {
 		{name: "scopes as a list", args: append(admin, "tokens", "create", "--scope", "sessions.rite"), code: exitError,
 			want: []string{`Scope "sessions.rite" is unknown; scopes are ` + strings.Join(api.Scopes, ", ") + "."}, not: []string{"["}},
 		{name: "limited token, other outpost", args: with(devOnly, "outposts", "get", "prod"), code: exitError,
-			want: []string{`This token is limited to outpost "dev"; it cannot use outpost "prod"; use a token of that outpost, or one not limited to an outpost.`},
+			want: []string{`Outpost "prod" does not exist; this token is limited to outpost "dev" and sees nothing of other outposts.`},
 			not:  []string{"scope"}},
 		{name: "limited token, no such outpost", args: with(devOnly, "outposts", "get", "nope"), code: exitError,
-			want: []string{`This token is limited to outpost "dev"; it cannot use outpost "nope"`}, not: []string{"does not exist"}},
+			want: []string{`Outpost "nope" does not exist; this token is limited to outpost "dev" and sees nothing of other outposts.`}},
 		{name: "no such outpost", args: with(reader, "outposts", "get", "nope"), code: exitError,
 			want: []string{`Outpost "nope" does not exist.`}, not: []string{"limited"}},
 		{name: "limited token, no such session", args: with(devOnly, "sessions", "get", "ses_nope"), code: exitError,
-			want: []string{`This token is limited to outpost "dev"; session ses_nope is not one of its sessions; use a token of the session's outpost`}, not: []string{"does not exist"}},
+			want: []string{`Session ses_nope does not exist; this token is limited to outpost "dev" and sees nothing of other outposts.`}},
+		{name: "limited token, creating outposts", args: with(devOnlyOrch, "outposts", "create", "x"), code: exitError,
+			want: []string{"A token limited to one outpost cannot create outposts; use a token not limited to an outpost."}},
 		{name: "missing scope", args: with(reader, "outposts", "create", "x"), code: exitError,
 			want: []string{"This token lacks the outposts.orchestrator scope; use a token that has it."}},
 		{name: "bad token", args: with("opt_bogus", "outposts", "list"), code: exitError,

@@ -435,17 +435,20 @@ func (r *serverRun) tokenCheck(me *api.WhoAmI) Check {
 func (r *serverRun) outpostCheck(ctx context.Context, c *client.Client, me *api.WhoAmI) Check {
 	chk := Check{Name: "outpost"}
 	o, err := c.Outposts.Get(ctx, r.o.Outpost)
+	// The server answers 404 for an outpost outside the token's as for a
+	// missing one; the token itself says which it is limited to.
+	limitedElsewhere := me != nil && me.Outpost != "" && me.OutpostID != r.o.Outpost && me.Outpost != r.o.Outpost
 	switch {
-	case client.IsNotFound(err):
-		chk.Status, chk.Detail = Fail, fmt.Sprintf("outpost %q does not exist", r.o.Outpost)
-		chk.Fix = "create it (outpost outposts create " + r.o.Outpost + " --platform " + r.o.Platform + ") or pass the name of an existing one."
-		return chk
-	case client.IsForbidden(err):
+	case client.IsNotFound(err) && limitedElsewhere, client.IsForbidden(err):
 		chk.Status, chk.Detail = Fail, fmt.Sprintf("the token may not serve outpost %q", r.o.Outpost)
 		if me != nil && me.Outpost != "" {
 			chk.Detail += " (it is limited to " + me.Outpost + ")"
 		}
 		chk.Fix = "use a token made for that outpost (--outpost " + r.o.Outpost + " when an admin creates it)."
+		return chk
+	case client.IsNotFound(err):
+		chk.Status, chk.Detail = Fail, fmt.Sprintf("outpost %q does not exist", r.o.Outpost)
+		chk.Fix = "create it (outpost outposts create " + r.o.Outpost + " --platform " + r.o.Platform + ") or pass the name of an existing one."
 		return chk
 	case err != nil:
 		chk.Status, chk.Detail, chk.Fix = Fail, "cannot look it up: "+err.Error(), "try again; check the server's log."

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,23 +32,14 @@ func (p principal) hasAny(scopes ...string) bool {
 }
 
 // allowsOutpost reports whether the principal may act on an outpost.
+//
+// What a token may not see does not exist for it: a resource of another
+// outpost answers exactly as a missing one (404, the same body), so a token
+// limited to one outpost cannot learn which other outposts, sessions or
+// queue entries exist. Its holder learns its own outpost from GET
+// /v1/whoami.
 func (p principal) allowsOutpost(outpostID string) bool {
 	return p.outpostID == "" || p.outpostID == outpostID
-}
-
-// errLimited is the 403 answer to a token limited to another outpost than
-// the one a request is about. It names the token's own outpost, which its
-// holder may know, and says nothing of whether the thing asked for exists;
-// what says what it is, as the rest of the sentence.
-func (s *Server) errLimited(ctx context.Context, p principal, what string) error {
-	o, err := s.store.GetOutpost(ctx, p.outpostID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return errForbidden("This token is limited to an outpost that no longer exists.")
-	case err != nil:
-		return fmt.Errorf("get the token's outpost %s: %w", p.outpostID, err)
-	}
-	return errForbidden("This token is limited to outpost %q; %s.", o.Name, what)
 }
 
 type principalKey struct{}

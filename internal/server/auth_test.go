@@ -9,7 +9,8 @@ import (
 )
 
 // TestAuthMatrix calls every endpoint with no token, a token of the wrong
-// scope, a token limited to another outpost, and the right token.
+// scope, a token limited to another outpost (which sees a missing
+// resource), and the right token.
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
@@ -27,30 +28,33 @@ func TestAuthMatrix(t *testing.T) {
 		scope        string // the scope that is right
 		wrongScope   string // "" when no scope is wrong
 		want         int
-		outposted    bool // does a token limited to another outpost get 403
+		// elsewhere is what a token limited to another outpost gets: 404
+		// where the answer is about one resource, which for it does not
+		// exist; 0 when the endpoint does not care.
+		elsewhere int
 	}
 	n := 0
 	uniq := func() string { n++; return fmt.Sprintf("o%d", n) }
 	eps := []endpoint{
-		{method: "GET", path: "/v1/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
-		{method: "POST", path: "/v1/outposts", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, outposted: true},
-		{method: "DELETE", path: "/v1/outposts/{new}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 204, outposted: true},
-		{method: "GET", path: "/v1/queue?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
-		{method: "GET", path: "/v1/queue/" + id, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
-		{method: "POST", path: "/v1/queue/{claimable}/claim", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
-		{method: "POST", path: "/v1/queue/{claimed}/release", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
-		{method: "POST", path: "/v1/sessions", body: map[string]any{"outpost": "home", "agent": map[string]any{"kind": "script"}}, scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 201, outposted: true},
+		{method: "GET", path: "/v1/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
+		{method: "POST", path: "/v1/outposts", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, elsewhere: 403},
+		{method: "DELETE", path: "/v1/outposts/{new}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 204, elsewhere: 404},
+		{method: "GET", path: "/v1/queue?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "GET", path: "/v1/queue/" + id, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "POST", path: "/v1/queue/{claimable}/claim", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "POST", path: "/v1/queue/{claimed}/release", body: api.ClaimRequest{AcceptorID: "x"}, scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "POST", path: "/v1/sessions", body: map[string]any{"outpost": "home", "agent": map[string]any{"kind": "script"}}, scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 201, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200},
-		{method: "GET", path: "/v1/sessions/" + id, scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, outposted: true},
-		{method: "GET", path: "/v1/sessions/" + id + "/events", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, outposted: true},
-		{method: "POST", path: "/v1/sessions/{new-session}/terminate", scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 200, outposted: true},
+		{method: "GET", path: "/v1/sessions/" + id, scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
+		{method: "GET", path: "/v1/sessions/" + id + "/events", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
+		{method: "POST", path: "/v1/sessions/{new-session}/terminate", scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 200, elsewhere: 404},
 		{method: "POST", path: "/v1/tokens", body: api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201},
 		{method: "GET", path: "/v1/tokens", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
 		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
 		// The bare and devins prefixes reach the same handlers.
-		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, outposted: true},
-		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
-		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, outposted: true},
+		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
+		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
 	}
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	resolve := func(path string) string {
@@ -96,9 +100,9 @@ func TestAuthMatrix(t *testing.T) {
 				t.Errorf("%s with scope %s: %d, want 403", name, ep.wrongScope, got)
 			}
 		}
-		if ep.outposted {
-			if got := ts.do(ep.method, resolve(ep.path), elsewhere(ep.scope), body(ep), nil); got != 403 {
-				t.Errorf("%s with a token for another outpost: %d, want 403", name, got)
+		if ep.elsewhere != 0 {
+			if got := ts.do(ep.method, resolve(ep.path), elsewhere(ep.scope), body(ep), nil); got != ep.elsewhere {
+				t.Errorf("%s with a token for another outpost: %d, want %d", name, got, ep.elsewhere)
 			}
 		}
 		right := scoped(ep.scope)

@@ -38,7 +38,7 @@ func TestMachineEventsAndReleaseReason(t *testing.T) {
 		{"long message", machine, api.MachineEventRequest{AcceptorID: "orch", Step: api.MachineStepCreate, Message: strings.Repeat("x", 2001)}, 400},
 		{"unknown field", machine, map[string]any{"acceptor_id": "orch", "step": "create", "colour": "red"}, 400},
 		{"read scope", reader, step, 403},
-		{"other outpost", otherOutpost, step, 403},
+		{"other outpost", otherOutpost, step, 404},
 		{"no token", "", step, 401},
 	}
 	for _, b := range bad {

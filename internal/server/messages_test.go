@@ -27,10 +27,9 @@ func (ts *testServer) errorOf(method, path, token string) (int, string) {
 	return resp.StatusCode, e.Error.Message
 }
 
-// TestLimitedTokenMessages: a token limited to one outpost is told which,
-// and gets the same answer for another outpost's outpost, session or queue
-// entry as for one that does not exist; an unlimited token is told what
-// does not exist.
+// TestLimitedTokenMessages: a token limited to one outpost gets the same
+// answer for another outpost's outpost, session or queue entry as for one
+// that does not exist: the answer an unlimited token gets for a missing one.
 func TestLimitedTokenMessages(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
@@ -45,13 +44,14 @@ func TestLimitedTokenMessages(t *testing.T) {
 		status      int
 		msg         string
 	}{
-		{"/v1/outposts/beta", limited, 403, `This token is limited to outpost "alpha"; it cannot use outpost "beta".`},
-		{"/v1/outposts/gamma", limited, 403, `This token is limited to outpost "alpha"; it cannot use outpost "gamma".`},
+		{"/v1/outposts/beta", limited, 404, `Outpost "beta" does not exist.`},
+		{"/v1/outposts/gamma", limited, 404, `Outpost "gamma" does not exist.`},
 		{"/v1/outposts/gamma", reader, 404, `Outpost "gamma" does not exist.`},
-		{"/v1/sessions/" + other, limited, 403, `This token is limited to outpost "alpha"; session ` + other + ` is not one of its sessions.`},
-		{"/v1/sessions/ses_nope", limited, 403, `This token is limited to outpost "alpha"; session ses_nope is not one of its sessions.`},
+		{"/v1/sessions/" + other, limited, 404, `Session ` + other + ` does not exist.`},
+		{"/v1/sessions/ses_nope", limited, 404, `Session ses_nope does not exist.`},
 		{"/v1/sessions/ses_nope", reader, 404, `Session ses_nope does not exist.`},
-		{"/v1/queue/" + other, limited, 403, `This token is limited to outpost "alpha"; session ` + other + ` is not in its queue.`},
+		{"/v1/queue/" + other, limited, 404, `Session ` + other + ` is not in any queue.`},
+		{"/v1/queue/ses_nope", reader, 404, `Session ses_nope is not in any queue.`},
 	} {
 		if status, msg := ts.errorOf("GET", tc.path, tc.token); status != tc.status || msg != tc.msg {
 			t.Errorf("GET %s: %d %q, want %d %q", tc.path, status, msg, tc.status, tc.msg)

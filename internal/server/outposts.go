@@ -19,22 +19,17 @@ import (
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // resolveOutpost finds an outpost by name or id and checks the caller may
-// see it. A token limited to another outpost gets 403 without learning
-// whether the name exists.
+// see it. An outpost outside the caller's token answers as a missing one.
 func (s *Server) resolveOutpost(ctx context.Context, ref string) (store.Outpost, error) {
-	p := principalFrom(ctx)
 	o, err := s.store.GetOutpost(ctx, ref)
+	if err == nil && !principalFrom(ctx).allowsOutpost(o.ID) {
+		err = store.ErrNotFound
+	}
 	if errors.Is(err, store.ErrNotFound) {
-		if p.outpostID != "" {
-			return store.Outpost{}, s.errLimited(ctx, p, fmt.Sprintf("it cannot use outpost %q", ref))
-		}
 		return store.Outpost{}, errNotFound("Outpost %q does not exist.", ref)
 	}
 	if err != nil {
 		return store.Outpost{}, fmt.Errorf("get outpost %s: %w", ref, err)
-	}
-	if !p.allowsOutpost(o.ID) {
-		return store.Outpost{}, s.errLimited(ctx, p, fmt.Sprintf("it cannot use outpost %q", ref))
 	}
 	return o, nil
 }

@@ -123,17 +123,18 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// entryFor loads an entry the caller may see; 404 when gone.
+// entryFor loads an entry the caller may see; 404 when gone, and when
+// outside the caller's token, as if missing.
 func (s *Server) entryFor(ctx context.Context, sessionID string) (store.QueueEntry, error) {
 	e, err := s.store.GetQueueEntry(ctx, sessionID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && e.Deleted) {
+	if err == nil && (e.Deleted || !principalFrom(ctx).allowsOutpost(e.OutpostID)) {
+		err = store.ErrNotFound
+	}
+	if errors.Is(err, store.ErrNotFound) {
 		return store.QueueEntry{}, errNotFound("Session %s is not in any queue.", sessionID)
 	}
 	if err != nil {
 		return store.QueueEntry{}, fmt.Errorf("get queue entry %s: %w", sessionID, err)
-	}
-	if p := principalFrom(ctx); !p.allowsOutpost(e.OutpostID) {
-		return store.QueueEntry{}, s.errLimited(ctx, p, fmt.Sprintf("session %s is not in its queue", sessionID))
 	}
 	return e, nil
 }

@@ -210,15 +210,14 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// sessionFor loads a session the caller may see.
+// sessionFor loads a session the caller may see. A session outside the
+// caller's token answers as a missing one.
 func (s *Server) sessionFor(ctx context.Context, id string) (store.Session, error) {
-	// A token limited to an outpost gets the same answer for a session of
-	// another outpost and for one that does not exist.
-	p := principalFrom(ctx)
 	sess, err := s.store.GetSession(ctx, id)
+	if err == nil && !principalFrom(ctx).allowsOutpost(sess.OutpostID) {
+		err = store.ErrNotFound
+	}
 	switch {
-	case err == nil && !p.allowsOutpost(sess.OutpostID), errors.Is(err, store.ErrNotFound) && p.outpostID != "":
-		return store.Session{}, s.errLimited(ctx, p, fmt.Sprintf("session %s is not one of its sessions", id))
 	case errors.Is(err, store.ErrNotFound):
 		return store.Session{}, errNotFound("Session %s does not exist.", id)
 	case err != nil:

@@ -64,8 +64,8 @@ func TestWorkersAuthMatrix(t *testing.T) {
 		{"bad token", "PUT", put, "opt_nope", 401},
 		{"reader cannot heartbeat", "PUT", put, reader, 403},
 		{"writer cannot heartbeat", "PUT", put, writer, 403},
-		{"wrong outpost", "PUT", "/v1/outposts/beta/workers/worker-box-1", machineA, 403},
-		{"limited token, unknown outpost", "PUT", "/v1/outposts/nope/workers/worker-box-1", machineA, 403},
+		{"wrong outpost", "PUT", "/v1/outposts/beta/workers/worker-box-1", machineA, 404},
+		{"limited token, unknown outpost", "PUT", "/v1/outposts/nope/workers/worker-box-1", machineA, 404},
 		{"unknown outpost", "PUT", "/v1/outposts/nope/workers/worker-box-1", machineAny, 404},
 		{"own outpost", "PUT", put, machineA, 200},
 		{"by outpost id", "PUT", "/v1/outposts/" + ts.outpost("gamma").Metadata.OutpostID + "/workers/w2", machineAny, 200},
@@ -74,10 +74,10 @@ func TestWorkersAuthMatrix(t *testing.T) {
 		{"list without token", "GET", "/v1/outposts/alpha/workers", "", 401},
 		{"list by reader", "GET", "/v1/outposts/alpha/workers", reader, 200},
 		{"list by machine", "GET", "/v1/outposts/alpha/workers", machineA, 200},
-		{"list other outpost", "GET", "/v1/outposts/alpha/workers", readerB, 403},
+		{"list other outpost", "GET", "/v1/outposts/alpha/workers", readerB, 404},
 		{"list unknown outpost", "GET", "/v1/outposts/nope/workers", reader, 404},
 		{"goodbye by reader", "DELETE", put, reader, 403},
-		{"goodbye wrong outpost", "DELETE", "/v1/outposts/beta/workers/orch-1", machineA, 403},
+		{"goodbye wrong outpost", "DELETE", "/v1/outposts/beta/workers/orch-1", machineA, 404},
 	} {
 		var body any
 		if tc.method == "PUT" {
