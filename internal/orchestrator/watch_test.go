@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // queueScript is a fleet API that answers lists with cursor 10 and each
