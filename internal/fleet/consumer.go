@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -191,6 +192,7 @@ type Consumer struct {
 	platform string
 	wake     chan struct{} // pokes the scheduler
 	halt     chan error    // a session whose outcome says Stop
+	halting  atomic.Bool   // set once a session's outcome said Stop
 	stopping chan struct{} // closed when the consumer shuts down
 	wg       sync.WaitGroup
 
@@ -490,6 +492,9 @@ func (c *Consumer) claimable(e *api.QueueEntry) bool {
 }
 
 func (c *Consumer) free() int {
+	if c.halting.Load() {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.Capacity - len(c.held)
@@ -544,13 +549,15 @@ func (c *Consumer) start(ctx context.Context, claim api.QueueEntry, adopted bool
 	go func() {
 		defer c.wg.Done()
 		out, err := c.serveSession(ctx, s)
-		c.unregister(s, out.Postpone)
 		if out.Stop {
+			// Before the slot frees: no claim may follow a Stop.
+			c.halting.Store(true)
 			select {
 			case c.halt <- err:
 			default:
 			}
 		}
+		c.unregister(s, out.Postpone)
 		c.poke()
 	}()
 }

@@ -492,3 +492,31 @@ func consumerFrames(s string) bool {
 	}
 	return false
 }
+
+// TestStopEndsRun: a session whose outcome says Stop (the worker's --once)
+// ends Run after it, with nothing more claimed; an over session is no
+// error.
+func TestStopEndsRun(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, _ := testContext(t)
+	e.session(ctx)
+	e.session(ctx)
+	var runs atomic.Int32
+	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		runs.Add(1)
+		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
+			t.Errorf("terminate: %v", err)
+		}
+		return Outcome{Exited: true, Stop: true}
+	})
+	if err := e.consumer("acc-once", 1, r).Run(ctx); err != nil {
+		t.Fatalf("Run = %v, want nil after one session", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("ran %d sessions, want 1", n)
+	}
+	if n := held(t, ctx, e.admin, "acc-once"); n != 0 {
+		t.Errorf("%d claims left held", n)
+	}
+}
