@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
@@ -518,5 +520,56 @@ func TestStopEndsRun(t *testing.T) {
 	}
 	if n := held(t, ctx, e.admin, "acc-once"); n != 0 {
 		t.Errorf("%d claims left held", n)
+	}
+}
+
+// TestKeepRenewsOnItsClock: the claim is renewed at a third of the time
+// left before its deadline on the consumer's clock, and a refused renewal
+// reports the claim lost.
+func TestKeepRenewsOnItsClock(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{ClaimTTL: time.Minute})
+	ctx, _ := testContext(t)
+	id := e.session(ctx)
+	claim, err := e.admin.Queue.Claim(ctx, id, "acc-keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clockwork.NewFakeClockAt(time.Now())
+	c := e.consumer("acc-keep", 1, runnerFunc(func(context.Context, *Session) Outcome { return Outcome{} }))
+	c.Clock = clk
+	if err := c.init(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{ID: id, Claim: *claim, c: c, ended: make(chan struct{})}
+	kept := make(chan bool, 1)
+	go func() { kept <- c.keep(ctx, s, c.log) }()
+
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	claims := e.count("claim")
+	clk.Advance(19 * time.Second) // not yet a third of the minute left
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("claim"); n != claims {
+		t.Fatalf("renewed after 19s of a 60s claim (%d claims, want %d)", n, claims)
+	}
+	clk.Advance(2 * time.Second)
+	waitFor(t, ctx, "the renewal", func() bool { return e.count("claim") == claims+1 })
+
+	if _, err := e.admin.Queue.Release(ctx, id, "acc-keep"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Queue.Claim(ctx, id, "rival"); err != nil {
+		t.Fatal(err)
+	}
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if receive(t, ctx, "keep to return", kept) {
+		t.Error("keep = true after the rival took the session, want false (lost)")
 	}
 }
