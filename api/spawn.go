@@ -128,3 +128,22 @@ var WorkerEnv = []EnvVar{
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
 	EnvWorkerIsolation,
 }
+
+// The environment of an orchestrator's exec backend commands
+// (--provision-cmd, --teardown-cmd, --status-cmd), besides the spawn
+// contract's; the remote those commands start sees whatever of it they
+// pass on.
+var (
+	EnvPlatform = EnvVar{"OUTPOST_PLATFORM", "",
+		"the outpost's platform (linux, macos, windows)"}
+	EnvWorkspace = EnvVar{"OUTPOST_WORKSPACE", "",
+		"the machine's directory under the orchestrator's state dir, removed at teardown"}
+	EnvMachineName = EnvVar{"OUTPOST_MACHINE_NAME", "",
+		"outpost-<session id>: the name to give the VM or container"}
+	EnvBinary = EnvVar{"OUTPOST_BIN", "",
+		"the outpost binary the orchestrator runs; start the remote with \"$OUTPOST_BIN\" remote serve"}
+)
+
+// ExecBackendEnv lists the variables an exec backend's commands get
+// besides SpawnEnv's.
+var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary}

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
-	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // Spec is what a backend needs to create a session's machine.
@@ -170,7 +170,7 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	go func() {
 		err := cmd.Wait()
 		m.mu.Lock()
-		m.exit = worker.ExitString(err)
+		m.exit = fleet.ExitString(err)
 		if cmd.ProcessState != nil {
 			m.code = cmd.ProcessState.ExitCode()
 		}
@@ -301,19 +301,11 @@ type ExecBackend struct {
 
 func (ExecBackend) Name() string { return "exec" }
 
-// Exec environment variables, besides the spawn contract's.
-const (
-	EnvPlatform    = "OUTPOST_PLATFORM"
-	EnvWorkspace   = "OUTPOST_WORKSPACE"
-	EnvMachineName = "OUTPOST_MACHINE_NAME"
-	EnvBinary      = "OUTPOST_BIN"
-)
-
 func (b ExecBackend) env(s Spec) []string {
 	env := append([]string{}, s.Env...)
-	env = append(env, EnvPlatform+"="+s.Platform, EnvWorkspace+"="+s.Workspace, EnvMachineName+"="+s.Name)
+	env = append(env, api.EnvPlatform.Name+"="+s.Platform, api.EnvWorkspace.Name+"="+s.Workspace, api.EnvMachineName.Name+"="+s.Name)
 	if len(s.Remote) > 0 {
-		env = append(env, EnvBinary+"="+s.Remote[0])
+		env = append(env, api.EnvBinary.Name+"="+s.Remote[0])
 	}
 	return env
 }
@@ -330,7 +322,7 @@ func (b ExecBackend) run(ctx context.Context, s Spec, script string) error {
 		if len(msg) > 500 {
 			msg = msg[len(msg)-500:]
 		}
-		return fmt.Errorf("%s: %s", worker.ExitString(err), msg)
+		return fmt.Errorf("%s: %s", fleet.ExitString(err), msg)
 	}
 	return nil
 }

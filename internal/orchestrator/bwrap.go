@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/sandbox"
-	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // Paths inside a bwrap sandbox. The host side of each is a directory of the
@@ -123,9 +123,9 @@ func sandboxEnv(env []string) []string {
 		switch k {
 		case "HOME", "TMPDIR", api.EnvStateDir.Name:
 			continue
-		case worker.EnvCAFile:
+		case fleet.EnvCAFile:
 			if v != "" {
-				out = append(out, worker.EnvCAFile+"="+BwrapCAFile)
+				out = append(out, fleet.EnvCAFile+"="+BwrapCAFile)
 			}
 			continue
 		case "PATH":
@@ -164,12 +164,12 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		command[0] = BwrapBinDir + "/" + filepath.Base(bin)
 		args = append(args, "--ro-bind", bin, command[0])
 	}
-	if ca := envValue(s.Env, worker.EnvCAFile); ca != "" {
+	if ca := envValue(s.Env, fleet.EnvCAFile); ca != "" {
 		// The sandbox hides the host's home and most of its tree: the CA
 		// file is bound where OUTPOST_CA_FILE says (see sandboxEnv).
 		src, err := filepath.EvalSymlinks(ca)
 		if err != nil {
-			return nil, nil, fmt.Errorf("the CA file for the sandbox (%s): %w", worker.EnvCAFile, err)
+			return nil, nil, fmt.Errorf("the CA file for the sandbox (%s): %w", fleet.EnvCAFile, err)
 		}
 		args = append(args, "--ro-bind", src, BwrapCAFile)
 	}
@@ -271,7 +271,7 @@ func (b *BwrapBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	}
 	argsF.Close()
 	m := &bwrapMachine{done: make(chan struct{})}
-	go func() { m.finish(worker.ExitString(cmd.Wait())) }()
+	go func() { m.finish(fleet.ExitString(cmd.Wait())) }()
 	fail := func(err error) (Machine, error) {
 		killGroup(cmd.Process.Pid, syscall.SIGKILL)
 		<-m.done

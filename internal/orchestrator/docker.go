@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -453,8 +454,11 @@ func (b *DockerBackend) watch(name, id string) *dockerMachine {
 	return m
 }
 
+// dockerWaitBackoff paces the container waits retried after the API failed.
+var dockerWaitBackoff = backoff.Policy{Base: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
+
 func (b *DockerBackend) waitExit(ctx context.Context, m *dockerMachine, id string) {
-	for backoff := 500 * time.Millisecond; ctx.Err() == nil; backoff = min(2*backoff, 10*time.Second) {
+	for n := 1; ctx.Err() == nil; n++ {
 		res, errc := b.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
 		select {
 		case r := <-res:
@@ -480,10 +484,7 @@ func (b *DockerBackend) waitExit(ctx context.Context, m *dockerMachine, id strin
 				return
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
+		_ = dockerWaitBackoff.Wait(ctx, nil, n)
 	}
 }
 

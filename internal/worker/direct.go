@@ -3,18 +3,20 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/fleet"
 )
 
 // ServeDirect serves one session that someone else has claimed
 // (direct-serve mode; the Kubernetes operator's pods run it): opts.SessionID
 // with the claim's opts.ConnectToken and opts.GatewayURL, all three
 // required. It starts the remote as Run does — under the spawn contract
-// (RemoteEnv, the connect token only as OUTPOST_CONNECT_TOKEN), with the
+// (fleet.SpawnEnv, the connect token only as OUTPOST_CONNECT_TOKEN), with the
 // state dir DataDir/sessions/<id>, in the workspace Dir, with the command
 // every remote gets — passes its output through, and waits for it.
 //
@@ -62,11 +64,12 @@ func ServeDirect(ctx context.Context, opts Options) error {
 	if w.remotes, err = newResolver(opts); err != nil {
 		return err
 	}
-	rc, err := w.remoteCommand(ctx, claim)
+	rc, err := w.remotes.Resolve(ctx, "")
 	if err != nil {
 		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
 	}
-	p, err := w.start(claim, rc)
+	lookup := fleet.LookupWithCAFile(os.LookupEnv, opts.CAFile)
+	p, err := w.start(claim, rc, func(stateDir string) []string { return fleet.SpawnEnv(claim, stateDir, lookup) })
 	if err != nil {
 		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
 	}
@@ -75,16 +78,16 @@ func ServeDirect(ctx context.Context, opts Options) error {
 
 	// No claim to lose here: the claimer stops the remote by ending the
 	// session or by claiming it elsewhere, which kills its connect token.
-	exitErr := w.wait(ctx, p, nil, log)
+	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), log)
 	p.stdout.flush()
 	p.stderr.flush()
-	log.Info("session done", "remote_exit", ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
+	log.Info("session done", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
 	if exitErr == nil {
 		return nil
 	}
 	logFile := filepath.Join(p.stateDir, "remote.log")
 	if p.stopped {
-		return fmt.Errorf("stopped the remote of session %s before the session ended (%s); its output is in %s", id, ExitString(exitErr), logFile)
+		return fmt.Errorf("stopped the remote of session %s before the session ended (%s); its output is in %s", id, fleet.ExitString(exitErr), logFile)
 	}
-	return fmt.Errorf("remote for session %s exited before the session ended (%s); its output is in %s", id, ExitString(exitErr), logFile)
+	return fmt.Errorf("remote for session %s exited before the session ended (%s); its output is in %s", id, fleet.ExitString(exitErr), logFile)
 }

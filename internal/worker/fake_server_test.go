@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // fakeServer is the part of the Outpost API a worker uses, over real HTTP.
@@ -23,7 +23,7 @@ type fakeServer struct {
 
 	mu              sync.Mutex // guards the fields below
 	entries         map[string]*api.QueueEntry
-	watchEvents     []api.WatchEvent // sent on the first watch only
+	watchEvents     []api.WatchEvent // sent on the next watch only
 	watches         int
 	claims          []string // "session acceptor" per successful claim
 	releases        []string // "session acceptor"
@@ -107,13 +107,11 @@ func (fs *fakeServer) listOrWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	fs.mu.Lock()
 	fs.watches++
-	var events []api.WatchEvent
-	if fs.watches == 1 {
-		events = fs.watchEvents
-		for _, ev := range events {
-			e := ev.Object
-			fs.entries[e.Metadata.SessionID] = &e
-		}
+	events := fs.watchEvents
+	fs.watchEvents = nil
+	for _, ev := range events {
+		e := ev.Object
+		fs.entries[e.Metadata.SessionID] = &e
 	}
 	fs.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")

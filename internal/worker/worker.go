@@ -23,9 +23,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
 
@@ -132,16 +133,25 @@ func (e *platformError) Error() string {
 
 func (e *platformError) Unwrap() error { return ErrPlatformMismatch }
 
-// worker is one running worker; its fields are set once by newWorker.
+// ErrAcceptorInUse is returned by Run when another live process holds the
+// worker's acceptor id.
+var ErrAcceptorInUse = fleet.ErrAcceptorInUse
+
+// ErrDataDirInUse is returned by Run when another running worker holds the
+// data dir.
+var ErrDataDirInUse = fleet.ErrDataDirInUse
+
+// worker is one running worker, the fleet.Runner of a consumer of capacity
+// 1; its fields are set once by newWorker.
 type worker struct {
 	opts     Options
 	c        *client.Client
 	log      *slog.Logger
 	outpost  api.Outpost
 	platform string // this machine's platform, e.g. api.PlatformLinux
-	acceptor string
+	id       *fleet.Identity
 	caps     string // detected capabilities (JSON), passed to remotes
-	presence *Presence
+	info     api.WorkerInfo
 	remotes  *dist.Resolver // the remote build of each session
 	iso      *isolation
 	ws       *workspace // nil in direct-serve mode
@@ -168,17 +178,17 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	lock, err := lockDataDir(opts.DataDir)
+	id, err := openIdentity(opts)
 	if err != nil {
 		return err
 	}
-	defer lock.release()
+	defer id.Close()
 	ws, err := openWorkspace(opts)
 	if err != nil {
 		return err
 	}
 	defer ws.close()
-	w, err := newWorker(ctx, opts)
+	w, err := newWorker(ctx, opts, id)
 	if err != nil {
 		if isCanceled(ctx, err) {
 			return nil
@@ -186,58 +196,49 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	w.ws = ws
-	if err := w.claimIdentity(ctx); err != nil {
-		if isCanceled(ctx, err) {
-			return nil
-		}
-		return err
-	}
-	// A heartbeat refused later (another process took the id over while
-	// this one could not reach the server) stops the worker as a signal
-	// does, with that refusal as the cause.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	w.presence.OnConflict = func(err error) {
-		stop(&acceptorInUseError{acceptor: w.acceptor, holder: w.holder(context.WithoutCancel(ctx)), now: time.Now(), server: err})
-	}
-	// Presence outlives ctx until Run returns: a worker finishing its
-	// session in the grace period is still connected.
-	pctx, stopPresence := context.WithCancel(context.WithoutCancel(ctx))
-	presenceDone := make(chan struct{})
-	go func() {
-		defer close(presenceDone)
-		w.presence.Run(pctx)
-	}()
-	defer func() {
-		stopPresence()
-		<-presenceDone
-	}()
+	c := w.consumer()
 	if opts.SessionID != "" {
-		err = w.runSession(ctx, opts.SessionID)
-	} else {
-		err = w.runQueue(ctx)
+		return c.Serve(ctx, opts.SessionID)
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, ErrAcceptorInUse) {
-		return cause
-	}
-	if isCanceled(ctx, err) {
-		return nil
-	}
-	return err
+	return c.Run(ctx)
 }
 
-func newWorker(ctx context.Context, opts Options) (*worker, error) {
-	if opts.Client == nil {
-		return nil, errors.New("worker: Options.Client is required")
+// openIdentity locks the data dir and loads the acceptor id. A worker
+// serving one session under an acceptor id it was given (its
+// orchestrator's) shares that id by design; any other holds its id alone.
+func openIdentity(opts Options) (*fleet.Identity, error) {
+	return fleet.OpenIdentity(fleet.IdentityOptions{
+		Dir: opts.DataDir, DirName: "worker data dir", Kind: api.WorkerKindWorker,
+		AcceptorID: opts.AcceptorID, Shared: opts.SessionID != "" && opts.AcceptorID != "",
+		DirHint: "Run this worker in a directory of its own (each workspace gets its own data dir), or give it another with --data-dir DIR",
+		Hint:    "Give this worker its own --acceptor-id (or none: each workspace gets its own), or stop the other one",
+	})
+}
+
+// consumer is the worker's fleet consumer: capacity 1, a local remote.
+func (w *worker) consumer() *fleet.Consumer {
+	info := w.info
+	info.Instance = w.id.Instance
+	return &fleet.Consumer{
+		Client:        w.c,
+		Outpost:       w.outpost,
+		Platform:      w.platform,
+		Identity:      w.id,
+		Capacity:      1,
+		Runner:        w,
+		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, nil, w.log),
+		Resolver:      w.remotes,
+		RemoteCommand: w.opts.RemoteCommand,
+		GatewayURL:    w.opts.GatewayURL,
+		CAFile:        w.opts.CAFile,
+		PollInterval:  w.opts.PollInterval,
+		Logger:        w.log,
 	}
-	if opts.Outpost == "" && opts.SessionID == "" {
-		return nil, errors.New("an outpost is required: pass --outpost NAME-OR-ID")
-	}
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	w := &worker{opts: opts, c: opts.Client, log: opts.Logger, platform: HostPlatform()}
+}
+
+func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, error) {
+	w := &worker{opts: opts, c: opts.Client, log: opts.Logger, platform: HostPlatform(), id: id}
+	var err error
 	if w.remotes, err = newResolver(opts); err != nil {
 		return nil, err
 	}
@@ -255,7 +256,7 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 		return nil, fmt.Errorf("look up outpost %q: %w", outpost, err)
 	}
 	w.outpost = *o
-	if p := outpostPlatform(o); p != w.platform {
+	if p := fleet.OutpostPlatform(o); p != w.platform {
 		return nil, &platformError{outpost: o.Spec.Name, want: p, have: w.platform}
 	}
 	caps, err := w.detect(ctx)
@@ -266,17 +267,10 @@ func newWorker(ctx context.Context, opts Options) (*worker, error) {
 		return nil, err
 	}
 	w.logChecks(ctx, caps)
-	if w.acceptor = opts.AcceptorID; w.acceptor == "" {
-		if w.acceptor, err = LoadAcceptorID(opts.DataDir); err != nil {
-			return nil, err
-		}
-	}
-	if err := api.ValidateAcceptorID(w.acceptor); err != nil {
-		return nil, err
-	}
-	w.presence = newPresence(w, caps)
+	w.info = api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: caps.Hostname, Version: machine.Version,
+		Capabilities: &caps, MaxSessions: 1, PID: os.Getpid()}
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
-		"platform", w.platform, "acceptor_id", w.acceptor, "dir", opts.Dir)
+		"platform", w.platform, "acceptor_id", id.AcceptorID, "dir", opts.Dir)
 	return w, nil
 }
 
@@ -351,14 +345,6 @@ func HostPlatform() string {
 		return api.PlatformMacOS
 	}
 	return runtime.GOOS
-}
-
-// outpostPlatform is an outpost's platform, an empty one meaning linux.
-func outpostPlatform(o *api.Outpost) string {
-	if o.Spec.Platform == "" {
-		return api.PlatformLinux
-	}
-	return o.Spec.Platform
 }
 
 // WorkspaceDataDir returns the default data dir of a worker whose

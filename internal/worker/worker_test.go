@@ -62,74 +62,6 @@ func requireUnix(t *testing.T) {
 	}
 }
 
-func TestRemoteEnvIsClean(t *testing.T) {
-	t.Parallel()
-	host := map[string]string{
-		"PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "LANG": "C.UTF-8", "DISPLAY": ":0",
-		"OUTPOST_CHROME_PATH": "/usr/bin/chromium",
-		"OUTPOST_TOKEN":       "secret", "OUTPOST_SERVER": "http://x", "AWS_SECRET_ACCESS_KEY": "k",
-		"OUTPOST_WORKER_ACCEPTOR_ID": "w", "TZ": "",
-		// Public names pass through under the Outpost name; Outpost names win.
-		"DEVIN_CHROME_PATH": "/opt/chrome", "DEVIN_OUTPOST_DESKTOP": "true",
-		"DEVIN_OUTPOSTS_TOKEN": "secret", "DEVIN_REMOTE_SESSION_TOKEN": "secret-ct",
-	}
-	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
-	claim := pendingEntry("sess-1")
-	claim.Status.GatewayURL, claim.Status.ConnectToken = "wss://gw", "ct-9"
-
-	got := RemoteEnv(claim, "/data/sessions/sess-1", lookup)
-	want := []string{
-		"DISPLAY=:0", "HOME=/home/u", "LANG=C.UTF-8",
-		"OUTPOST_CHROME_PATH=/usr/bin/chromium", "OUTPOST_CONNECT_TOKEN=ct-9", "OUTPOST_DESKTOP=true",
-		"OUTPOST_GATEWAY_URL=wss://gw", "OUTPOST_SESSION_ID=sess-1",
-		"OUTPOST_STATE_DIR=/data/sessions/sess-1", "PATH=/usr/bin", "USER=u",
-	}
-	if runtime.GOOS != "windows" && !slices.Equal(got, want) {
-		t.Errorf("RemoteEnv =\n%q\nwant\n%q", got, want)
-	}
-	for _, kv := range got {
-		if strings.Contains(kv, "secret") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "OUTPOST_TOKEN") || strings.HasPrefix(kv, "DEVIN_") {
-			t.Errorf("RemoteEnv leaks %q", kv)
-		}
-	}
-
-	// The CA file: from the worker's environment, or from its flag.
-	host[EnvCAFile] = "/etc/outpost/env-ca.pem"
-	if got := RemoteEnv(claim, "/d", lookup); !slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/env-ca.pem") {
-		t.Errorf("the worker's OUTPOST_CA_FILE is not passed on: %q", got)
-	}
-	got = RemoteEnv(claim, "/d", LookupWithCAFile(lookup, "/etc/outpost/flag-ca.pem"))
-	if !slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/flag-ca.pem") || slices.Contains(got, "OUTPOST_CA_FILE=/etc/outpost/env-ca.pem") {
-		t.Errorf("the --ca-file is not passed on in place of the environment's: %q", got)
-	}
-}
-
-func TestAcceptorIDPersisted(t *testing.T) {
-	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "worker")
-	id1, err := LoadAcceptorID(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(id1, "worker-") || len(id1) < len("worker-x-12345678") {
-		t.Errorf("acceptor id %q, want worker-<host>-<random>", id1)
-	}
-	id2, err := LoadAcceptorID(dir)
-	if err != nil || id2 != id1 {
-		t.Fatalf("second load = %q, %v; want %q", id2, err, id1)
-	}
-	fi, err := os.Stat(filepath.Join(dir, "acceptor-id"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600 {
-		t.Errorf("acceptor-id mode %v, want 0600", fi.Mode().Perm())
-	}
-	if other, _ := LoadAcceptorID(t.TempDir()); other == id1 {
-		t.Errorf("two data dirs share acceptor id %q", other)
-	}
-}
-
 func TestPlatformMismatchRefused(t *testing.T) {
 	t.Parallel()
 	other := api.PlatformWindows
@@ -252,23 +184,5 @@ func TestShutdownReleasesClaim(t *testing.T) {
 	}
 	if _, releases := fs.snapshot(); !slices.Equal(releases, []string{"sess-1 w-stop"}) {
 		t.Errorf("releases = %q, want the claim released despite the canceled context", releases)
-	}
-}
-
-func TestRenewWait(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1000, 0)
-	for _, tc := range []struct {
-		deadline time.Time
-		want     time.Duration
-	}{
-		{time.Time{}, unknownDeadlineWait},
-		{now.Add(300 * time.Second), 100 * time.Second},
-		{now.Add(time.Second), minRenewWait},
-		{now.Add(-time.Minute), minRenewWait},
-	} {
-		if got := renewWait(tc.deadline, now); got != tc.want {
-			t.Errorf("renewWait(%v) = %v, want %v", tc.deadline, got, tc.want)
-		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/outpost-sh/outpost/internal/fleet"
 )
 
 // Between sessions a worker's workspace is cleared, so that nothing a
@@ -63,8 +65,8 @@ type workspace struct {
 	home    string // the home directory, never cleared
 	keep    bool   // Options.KeepWorkspace: never cleared
 	log     *slog.Logger
-	lock    *dirLock
-	last    string // workspaceRecord.LastSession
+	lock    *os.File // nil when kept
+	last    string   // workspaceRecord.LastSession
 }
 
 // openWorkspace creates the workspace when missing and, unless it is
@@ -97,8 +99,8 @@ func openWorkspace(opts Options) (*workspace, error) {
 
 // close unlocks the workspace.
 func (ws *workspace) close() {
-	if ws != nil {
-		ws.lock.release()
+	if ws != nil && ws.lock != nil {
+		ws.lock.Close()
 	}
 }
 
@@ -124,12 +126,12 @@ func (ws *workspace) checkClearable() error {
 
 // lockWorkspace locks dir for this process, so that two workers given
 // different data dirs never clear one workspace under each other.
-func lockWorkspace(dir string) (*dirLock, error) {
+func lockWorkspace(dir string) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
-	held, err := tryLock(f)
+	held, err := fleet.TryLock(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock workspace %s: %w", dir, err)
@@ -138,7 +140,7 @@ func lockWorkspace(dir string) (*dirLock, error) {
 		f.Close()
 		return nil, workspaceErrorf("the workspace %s is in use by another worker: two workers must never share one. Give each worker its own directory (--dir DIR)", dir)
 	}
-	return &dirLock{f: f}, nil
+	return f, nil
 }
 
 // adopt reads the record of the workspace the worker owns. A workspace not

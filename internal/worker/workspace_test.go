@@ -254,27 +254,22 @@ func TestWorkspaceRefused(t *testing.T) {
 	}
 }
 
-// TestDataDirLock: a second holder of a data dir is refused with the
-// dir and the holder's pid; after release it may lock.
+// TestDataDirLock: a second worker on a data dir is refused with the dir,
+// the holder's pid and the flag to use instead.
 func TestDataDirLock(t *testing.T) {
 	t.Parallel()
 	requireUnix(t)
 	dir := t.TempDir()
-	l, err := lockDataDir(dir)
+	id, err := openIdentity(Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = lockDataDir(dir)
-	if !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), dir) ||
-		!strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) || !strings.Contains(err.Error(), "--data-dir") {
+	defer id.Close()
+	_, err = openIdentity(Options{DataDir: dir})
+	if !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), "the worker data dir "+dir+" is in use by another worker (pid "+strconv.Itoa(os.Getpid())+")") ||
+		!strings.Contains(err.Error(), "--data-dir") {
 		t.Errorf("second lock: %v", err)
 	}
-	l.release()
-	l, err = lockDataDir(dir)
-	if err != nil {
-		t.Fatalf("lock after release: %v", err)
-	}
-	l.release()
 }
 
 // TestWorkspaceDataDir: each workspace has a data dir of its own, the

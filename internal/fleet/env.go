@@ -1,4 +1,4 @@
-package worker
+package fleet
 
 import (
 	"runtime"
@@ -12,7 +12,7 @@ import (
 // the system's when it dials a wss:// gateway; passed through as is.
 const EnvCAFile = tlsconfig.EnvCAFile
 
-// passThrough lists the variables of the worker's own environment a remote
+// passThrough lists the variables of the consumer's own environment a remote
 // inherits under the same name. The agent's shell inherits the remote's
 // environment, so nothing else (above all no API token) is passed.
 var passThrough = []string{
@@ -22,7 +22,7 @@ var passThrough = []string{
 }
 
 // passThroughVars are the spawn contract's optional variables a remote
-// inherits from the worker's environment under either name; the remote
+// inherits from the consumer's environment under either name; the remote
 // gets them under the Outpost name.
 var passThroughVars = []api.EnvVar{api.EnvChromePath, api.EnvDesktop}
 
@@ -35,11 +35,11 @@ var windowsPassThrough = []string{
 	"NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
 }
 
-// RemoteEnv returns the environment of a remote serving the claimed entry:
+// SpawnEnv returns the environment of a remote serving the claimed entry:
 // the spawn contract's variables under their Outpost names (OUTPOST_…,
 // which the remote reads as it reads the public names) and the few system
 // ones found by lookup (usually os.LookupEnv), sorted.
-func RemoteEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (string, bool)) []string {
+func SpawnEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (string, bool)) []string {
 	env := []string{
 		api.EnvGatewayURL.Name + "=" + claim.Status.GatewayURL,
 		api.EnvConnectToken.Name + "=" + claim.Status.ConnectToken,

@@ -1,4 +1,4 @@
-package orchestrator
+package fleet
 
 import (
 	"context"
@@ -13,14 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // queueScript is a fleet API that answers lists with cursor 10 and each
 // watch with the next step of a script, recording the cursors it is asked
 // for.
 type queueScript struct {
+	changed chan struct{} // poked at each request
 	mu      sync.Mutex
 	lists   int
 	watches []string
@@ -37,6 +38,7 @@ func (q *queueScript) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			q.lists++
 		}
 		q.mu.Unlock()
+		q.poke()
 		_ = json.NewEncoder(w).Encode(api.QueueList{Items: []api.QueueEntry{}, Cursor: "10"})
 	case r.URL.Path == "/v1/queue":
 		cursor := r.URL.Query().Get("cursor")
@@ -47,6 +49,7 @@ func (q *queueScript) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			step, q.steps = q.steps[0], q.steps[1:]
 		}
 		q.mu.Unlock()
+		q.poke()
 		if step == nil {
 			<-r.Context().Done() // a quiet, healthy stream
 			return
@@ -54,6 +57,13 @@ func (q *queueScript) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		step(w, cursor)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+func (q *queueScript) poke() {
+	select {
+	case q.changed <- struct{}{}:
+	default:
 	}
 }
 
@@ -84,10 +94,10 @@ func status(code int) func(http.ResponseWriter, string) {
 	}
 }
 
-// A broken watch reconnects from the last event's cursor without listing
+// TestWatchReconnectsFromSavedCursor: a broken watch reconnects from the last event's cursor without listing
 // again; a refused cursor makes it list again; the cursor is saved.
 func TestWatchReconnectsFromSavedCursor(t *testing.T) {
-	q := &queueScript{steps: []func(http.ResponseWriter, string){
+	q := &queueScript{changed: make(chan struct{}, 1), steps: []func(http.ResponseWriter, string){
 		oneEvent("11"), // healthy stream that ends: reconnect from 11
 		status(503),    // failure: reconnect from 11 again, no list
 		oneEvent("12"), // then from 12
@@ -99,12 +109,15 @@ func TestWatchReconnectsFromSavedCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
+	cursorFile := filepath.Join(t.TempDir(), "cursor")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{Client: c, Outpost: "dev", StateDir: state, Backend: ProcessBackend{},
-			PollInterval: time.Hour, AcceptorID: "orch-test"})
+		c := &Consumer{Client: c, Outpost: api.Outpost{Metadata: api.OutpostMetadata{OutpostID: "op_1"}},
+			Identity: &Identity{AcceptorID: "orch-test", Kind: api.WorkerKindOrchestrator}, Capacity: 2,
+			Runner:       runnerFunc(func(context.Context, *Session) Outcome { return Outcome{} }),
+			PollInterval: time.Hour, CursorFile: cursorFile, Logger: testLogger(t)}
+		done <- c.Run(ctx)
 	}()
 	want := []string{"10", "11", "11", "12", "10"}
 	deadline := time.Now().Add(20 * time.Second)
@@ -122,9 +135,12 @@ func TestWatchReconnectsFromSavedCursor(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("watch cursors %v, lists %d: want %v", watches, lists, want)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-q.changed:
+		case <-time.After(time.Until(deadline)):
+		}
 	}
-	b, err := os.ReadFile(filepath.Join(state, cursorFile))
+	b, err := os.ReadFile(cursorFile)
 	if err != nil || strings.TrimSpace(string(b)) == "" {
 		t.Fatalf("saved cursor: %q, %v", b, err)
 	}

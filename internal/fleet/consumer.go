@@ -1,0 +1,472 @@
+// Package fleet is the one consumer of the fleet API: it lists and watches
+// an outpost's queue, claims pending sessions up to a capacity, keeps each
+// claim (renewing it before its deadline), hands each claimed session to a
+// Runner that gives it a machine, and when the runner returns confirms the
+// session's end and releases the claim, with a reason when the session is
+// not over. It also owns the consumer's identity: the acceptor id, the lock
+// on the data dir that keeps it, and the presence (heartbeat) that stops a
+// second live process under the same id.
+//
+// The worker is a Consumer of capacity 1 whose Runner starts a local
+// remote; the orchestrator one of capacity N whose Runner provisions a
+// machine through a backend; a Kubernetes operator would be one of
+// capacity N whose Runner creates pods.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/dist"
+)
+
+// DefaultPollInterval is how often the queue is listed while watching it
+// fails, when Consumer.PollInterval is zero.
+const DefaultPollInterval = 5 * time.Second
+
+const (
+	// releaseTimeout bounds the release of a claim, which runs even after
+	// the consumer's context ended.
+	releaseTimeout = 15 * time.Second
+	// confirmWindow is how long the queue's session status may lag a
+	// remote's exit; confirmEvery is how often it is read meanwhile.
+	confirmWindow = 5 * time.Second
+	confirmEvery  = 500 * time.Millisecond
+	// minRenewWait and unknownDeadlineWait bound the wait between renewals.
+	minRenewWait        = time.Second
+	unknownDeadlineWait = time.Minute
+	// maxReleaseReason is what the server accepts as a release reason.
+	maxReleaseReason = 1000
+	// maxWatchFailures is how many watches in a row may fail before the
+	// queue is listed again rather than watched from the last cursor.
+	maxWatchFailures = 3
+	// listPage is the page size of queue lists.
+	listPage = 200
+)
+
+var (
+	// watchBackoff paces watch retries after failures; the queue is polled
+	// every PollInterval meanwhile.
+	watchBackoff = backoff.Policy{Base: time.Second, Max: time.Minute, Jitter: 0.2}
+	// claimBackoff paces claims retried after an error that is not a lost
+	// race.
+	claimBackoff = backoff.Policy{Base: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+)
+
+// ErrClaimLost is the cause (context.Cause) of a runner's context when the
+// server says the claim is no longer the consumer's.
+var ErrClaimLost = errors.New("the claim was lost")
+
+// Runner gives claimed sessions their machines.
+type Runner interface {
+	// Run starts the session's machine and returns when it is done. ctx
+	// ends when the claim is lost (cause ErrClaimLost): the machine must
+	// stop at once, its session is someone else's. s.Stopping is closed
+	// when the consumer shuts down, s.Ended when the queue shows the
+	// session over; what the machine gets then is the runner's choice.
+	// The consumer keeps the claim meanwhile and, once Run returns,
+	// confirms the session's end and releases the claim.
+	Run(ctx context.Context, s *Session) Outcome
+}
+
+// Outcome is how a session's machine ended.
+type Outcome struct {
+	// Exited says the session's remote exited by itself (it was not
+	// stopped): the queue's status may lag that, so the consumer waits a
+	// moment for the session's end before deciding it is not over.
+	Exited bool
+	// Err says why the machine stopped or could not start. When the
+	// session turns out not to be over it is the release reason (unless
+	// Reason is set) and Run's error for the session; it is ignored when
+	// the session is over.
+	Err error
+	// Reason, when set, is the release reason instead of Err's text.
+	Reason string
+	// Failed says the machine could not be given at all (provisioning or
+	// starting the remote failed): the claim is released with the reason
+	// at once and Err is the session's error whatever its status.
+	Failed bool
+	// LeaveClaim says the claim belongs to someone else now (the gateway
+	// refused the remote, api.RemoteExitRejected): it is not released.
+	LeaveClaim bool
+	// Postpone leaves the session to other claimers for
+	// Consumer.RetryAfter before this consumer claims it again.
+	Postpone bool
+	// Stop makes the consumer stop after this session; Run then returns
+	// the session's error, nil when the session is over.
+	Stop bool
+}
+
+// Observer sees what a consumer does, for metrics. Its methods must not
+// block.
+type Observer interface {
+	// Conflict counts a claim lost to another acceptor (409 or 404).
+	Conflict()
+	// Failure counts a failed call by operation: "list", "watch",
+	// "claim", "renew", "release", "claim_lost".
+	Failure(op string)
+	// Held reports how many claims the consumer holds now.
+	Held(n int)
+}
+
+// Consumer consumes one outpost's queue. Set its fields, then call Run (or
+// Serve) once.
+type Consumer struct {
+	// Client talks to the server with a token of the outposts.machine
+	// scope. Required. The token never reaches a machine.
+	Client *client.Client
+	// Outpost is the outpost served. Required.
+	Outpost api.Outpost
+	// Platform is the platform of the machines the runner gives; sessions
+	// pinned to another are not claimed. Empty means the outpost's, an
+	// outpost without one meaning linux.
+	Platform string
+	// Identity names the consumer in claims. Required.
+	Identity *Identity
+	// Capacity is how many sessions run at once; zero means 1.
+	Capacity int
+	// Runner gives each claimed session its machine. Required.
+	Runner Runner
+	// Presence, when set, is run from the start until every claim is
+	// released; an Identity with an Instance is announced through it
+	// before anything is claimed (see ErrAcceptorInUse).
+	Presence *Presence
+	// Resolver resolves a session's pinned remote build (Session.Remote);
+	// nil means every session runs RemoteCommand.
+	Resolver *dist.Resolver
+	// RemoteCommand is this build's remote command, for Session.Remote
+	// without a Resolver.
+	RemoteCommand []string
+	// PinnedOnly makes sessions that pin no build run RemoteCommand rather
+	// than the Resolver's default (its Pin, else the latest published).
+	PinnedOnly bool
+	// GatewayURL is the gateway remotes dial when a claim answer names
+	// none.
+	GatewayURL string
+	// CAFile, absolute, is passed to remotes as OUTPOST_CA_FILE; empty
+	// means the consumer's own OUTPOST_CA_FILE, if any.
+	CAFile string
+	// PollInterval is how often the queue is listed while watching it
+	// fails. Zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// ResyncInterval, when set, lists the whole queue that often even
+	// while the watch is healthy, a backstop for a backlog.
+	ResyncInterval time.Duration
+	// CheckInterval, when set, reads each held session's entry that often,
+	// in case the watch missed its end (Session.Ended).
+	CheckInterval time.Duration
+	// RetryAfter is how long a session whose Outcome says Postpone is
+	// left to other claimers.
+	RetryAfter time.Duration
+	// Recover, when set, is called once the identity is announced and
+	// before anything is claimed. It returns claims the consumer already
+	// holds, renewed (a restart found their machines still running): they
+	// count against Capacity and reach the Runner with Session.Adopted set.
+	Recover func(ctx context.Context) []api.QueueEntry
+	// CursorFile, when set, is where the last watch cursor is saved.
+	CursorFile string
+	// Observer, when set, sees claims, conflicts and failures.
+	Observer Observer
+	// Clock paces every wait; nil means the real clock.
+	Clock clockwork.Clock
+	// Logger receives the consumer's log; nil discards it.
+	Logger *slog.Logger
+
+	log      *slog.Logger
+	clock    clockwork.Clock
+	obs      Observer
+	lookup   func(string) (string, bool)
+	platform string
+	wake     chan struct{} // pokes the scheduler
+	halt     chan error    // a session whose outcome says Stop
+	halting  atomic.Bool   // set once a session's outcome said Stop
+	stopping chan struct{} // closed when the consumer shuts down
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex // guards the following
+	entries map[string]api.QueueEntry
+	held    map[string]*Session
+	retryAt map[string]time.Time
+}
+
+// Run consumes the queue until ctx ends (a clean exit: nil) or a session's
+// outcome says Stop. When ctx ends, running sessions see Stopping and their
+// claims are kept until their runners return and then released. Run
+// returns only after every goroutine it started has stopped.
+func (c *Consumer) Run(ctx context.Context) error {
+	return c.run(ctx, c.consume)
+}
+
+// Serve claims the one session id, waiting while it cannot be claimed yet
+// (polled every PollInterval), runs it and returns its error. Its runner
+// sees Stopping when ctx ends.
+func (c *Consumer) Serve(ctx context.Context, id string) error {
+	return c.run(ctx, func(ctx context.Context) error { return c.serveOne(ctx, id) })
+}
+
+func (c *Consumer) init() error {
+	if c.Client == nil || c.Identity == nil || c.Runner == nil || c.Outpost.Metadata.OutpostID == "" {
+		return errors.New("fleet: Consumer needs a Client, an Identity, a Runner and an Outpost")
+	}
+	if c.Capacity <= 0 {
+		c.Capacity = 1
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.clock = c.Clock; c.clock == nil {
+		c.clock = clockwork.NewRealClock()
+	}
+	if c.log = c.Logger; c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.obs = c.Observer; c.obs == nil {
+		c.obs = nopObserver{}
+	}
+	if c.platform = c.Platform; c.platform == "" {
+		c.platform = OutpostPlatform(&c.Outpost)
+	}
+	c.lookup = LookupWithCAFile(os.LookupEnv, c.CAFile)
+	c.wake = make(chan struct{}, 1)
+	c.halt = make(chan error, 1)
+	c.stopping = make(chan struct{})
+	c.entries = map[string]api.QueueEntry{}
+	c.held = map[string]*Session{}
+	c.retryAt = map[string]time.Time{}
+	return nil
+}
+
+// run announces the identity, runs the presence around body and turns a
+// refused heartbeat into Run's error.
+func (c *Consumer) run(ctx context.Context, body func(context.Context) error) error {
+	if err := c.init(); err != nil {
+		return err
+	}
+	if err := c.claimIdentity(ctx); err != nil {
+		if isCanceled(ctx, err) {
+			return nil
+		}
+		return err
+	}
+	// A heartbeat refused later (another process took the id over while
+	// this one could not reach the server) stops the consumer as ctx's end
+	// does, with that refusal as the cause.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if c.Presence != nil {
+		// The presence outlives ctx until every claim is released: a
+		// session finishing after shutdown is still served.
+		pctx, stopPresence := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Presence.run(pctx, func(err error) {
+				stop(&acceptorInUseError{id: c.Identity, holder: c.holder(context.WithoutCancel(ctx)), now: c.clock.Now(), server: err})
+			})
+		}()
+		defer func() {
+			stopPresence()
+			<-done
+		}()
+	}
+	err := body(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrAcceptorInUse) {
+		return cause
+	}
+	if isCanceled(ctx, err) {
+		return nil
+	}
+	return err
+}
+
+// consume is Run's body: the scheduler, with the feed (and the resync)
+// feeding it, until ctx ends or a session says Stop.
+func (c *Consumer) consume(ctx context.Context) error {
+	fctx, stopFeed := context.WithCancel(ctx)
+	if c.Recover != nil {
+		for _, e := range c.Recover(ctx) {
+			c.start(ctx, e, true)
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.feed(fctx)
+	}()
+	if c.ResyncInterval > 0 {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.resync(fctx)
+		}()
+	}
+	var stopErr error
+	failures := 0
+	retry := c.clock.NewTimer(time.Hour)
+	retry.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case stopErr = <-c.halt:
+			break loop
+		case <-c.wake:
+		case <-retry.Chan():
+		}
+		if c.schedule(ctx) {
+			failures++
+			retry.Reset(claimBackoff.Delay(failures))
+		} else {
+			failures = 0
+		}
+	}
+	retry.Stop()
+	stopFeed()
+	close(c.stopping)
+	c.wg.Wait()
+	if stopErr == nil {
+		select {
+		case stopErr = <-c.halt: // a session that said Stop while shutting down
+		default:
+		}
+	}
+	return stopErr
+}
+
+// schedule claims candidates, oldest first, while there is capacity. It
+// reports whether a claim failed with an error worth retrying.
+func (c *Consumer) schedule(ctx context.Context) (failed bool) {
+	for ctx.Err() == nil {
+		cands := c.candidates()
+		progressed := false
+		for _, e := range cands {
+			if c.free() == 0 || ctx.Err() != nil {
+				return failed
+			}
+			id := e.Metadata.SessionID
+			claim, err := c.claim(ctx, id)
+			switch {
+			case client.IsConflict(err) || client.IsNotFound(err):
+				c.obs.Conflict()
+				c.log.Debug("session taken by another claimer", "session", id)
+				c.mu.Lock()
+				if cur, ok := c.entries[id]; ok {
+					cur.Status.Phase = api.PhaseClaimed // until the queue says otherwise
+					c.entries[id] = cur
+				}
+				c.mu.Unlock()
+			case err != nil:
+				if ctx.Err() == nil {
+					c.log.Warn("cannot claim session; retrying", "session", id, "err", err)
+					c.obs.Failure("claim")
+					failed = true
+				}
+			default:
+				progressed = true
+				c.start(ctx, *claim, false)
+			}
+		}
+		if !progressed {
+			return failed
+		}
+	}
+	return failed
+}
+
+// candidates are the known entries this consumer may claim now, oldest
+// first.
+func (c *Consumer) candidates() []api.QueueEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	var out []api.QueueEntry
+	for _, e := range c.entries {
+		if c.candidateLocked(&e, now) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.QueueEntry) int {
+		if a.Metadata.CreatedAt != b.Metadata.CreatedAt {
+			return int(a.Metadata.CreatedAt - b.Metadata.CreatedAt)
+		}
+		return strings.Compare(a.Metadata.SessionID, b.Metadata.SessionID)
+	})
+	return out
+}
+
+// candidateLocked reports whether e is pending on this outpost, for this
+// platform, not asleep or over, not held and not postponed.
+func (c *Consumer) candidateLocked(e *api.QueueEntry, now time.Time) bool {
+	switch {
+	case !c.claimable(e),
+		e.Status.Phase != api.PhasePending,
+		c.held[e.Metadata.SessionID] != nil,
+		now.Before(c.retryAt[e.Metadata.SessionID]):
+		return false
+	}
+	return true
+}
+
+// claimable reports whether e is a session of this outpost and platform,
+// neither asleep nor over.
+func (c *Consumer) claimable(e *api.QueueEntry) bool {
+	switch {
+	case e.Status.SessionStatus == api.QueueSessionSuspended,
+		e.Status.SessionStatus == api.QueueSessionTerminated,
+		e.Metadata.OutpostID != "" && e.Metadata.OutpostID != c.outpostID(),
+		e.Spec.Platform != "" && e.Spec.Platform != c.platform:
+		return false
+	}
+	return true
+}
+
+func (c *Consumer) free() int {
+	if c.halting.Load() {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Capacity - len(c.held)
+}
+
+func (c *Consumer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Consumer) outpostID() string { return c.Outpost.Metadata.OutpostID }
+
+// OutpostPlatform is an outpost's platform, an empty one meaning linux.
+func OutpostPlatform(o *api.Outpost) string {
+	if o.Spec.Platform == "" {
+		return api.PlatformLinux
+	}
+	return o.Spec.Platform
+}
+
+// isCanceled reports whether err is only the end of ctx, which is a clean
+// exit rather than a failure.
+func isCanceled(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err()))
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Conflict()      {}
+func (nopObserver) Failure(string) {}
+func (nopObserver) Held(int)       {}

@@ -1,0 +1,178 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
+	"github.com/outpost-sh/outpost/client"
+)
+
+// errWatchEndedAtOnce is a watch the server ended as soon as it started.
+var errWatchEndedAtOnce = errors.New("the queue watch ended as soon as it started")
+
+// feed keeps the known entries up to date until ctx ends: it lists the
+// queue, then watches it from the list's cursor, reconnecting from the last
+// event's cursor whenever a stream ends, so nothing is missed or replayed.
+// While watching fails it lists the queue every PollInterval and tries the
+// watch again with backoff; after maxWatchFailures failures in a row, or
+// when the server refuses the cursor (400), it lists again first. A start
+// always lists: a list is the queue's whole state, a replay only what
+// changed.
+//
+// A server given a cursor it did not issue (its database was reset, say)
+// starts the stream with every live entry as an upsert instead, without
+// the tombstones of entries deleted meanwhile: an entry left over from
+// before is replaced by the next list, claiming it meanwhile answers 404
+// (a lost race), and each held session's check ends it once it is gone.
+func (c *Consumer) feed(ctx context.Context) {
+	for ctx.Err() == nil {
+		cursor, err := c.list(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("cannot list the queue; retrying", "err", err, "in", c.PollInterval)
+				c.obs.Failure("list")
+			}
+			_ = backoff.Sleep(ctx, c.clock, c.PollInterval)
+			continue
+		}
+		for failures := 0; ctx.Err() == nil; {
+			err := c.watch(ctx, &cursor)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				failures = 0 // the server ended a healthy stream: reconnect
+				c.log.Debug("queue watch ended by the server; reconnecting", "cursor", cursor)
+				continue
+			}
+			failures++
+			c.obs.Failure("watch")
+			relist := client.IsBadRequest(err) || failures >= maxWatchFailures
+			retry := c.clock.Now().Add(watchBackoff.Delay(failures))
+			c.log.Warn("cannot watch the queue; polling it meanwhile", "err", err, "failures", failures,
+				"poll_interval", c.PollInterval, "watch_retry_at", retry.Format(time.TimeOnly), "list_again", relist)
+			if polled, ok := c.pollUntil(ctx, retry); ok {
+				cursor = polled
+			}
+			if relist {
+				break
+			}
+		}
+	}
+}
+
+// pollUntil lists the queue every PollInterval until the time retry, and
+// returns the last list's cursor (ok when a list succeeded).
+func (c *Consumer) pollUntil(ctx context.Context, retry time.Time) (cursor string, ok bool) {
+	for {
+		left := retry.Sub(c.clock.Now())
+		if left <= 0 {
+			return cursor, ok
+		}
+		if backoff.Sleep(ctx, c.clock, min(c.PollInterval, left)) != nil {
+			return cursor, ok
+		}
+		if !c.clock.Now().Before(retry) {
+			return cursor, ok // the next list or watch is the caller's
+		}
+		cur, err := c.list(ctx)
+		switch {
+		case err == nil:
+			cursor, ok = cur, true
+		case ctx.Err() == nil:
+			c.log.Warn("cannot list the queue", "err", err)
+			c.obs.Failure("list")
+		}
+	}
+}
+
+// resync lists the queue every ResyncInterval.
+func (c *Consumer) resync(ctx context.Context) {
+	for backoff.Sleep(ctx, c.clock, c.ResyncInterval) == nil {
+		if _, err := c.list(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("cannot list the queue", "err", err)
+			c.obs.Failure("list")
+		}
+	}
+}
+
+// list replaces the known pending entries with the server's, pokes the
+// scheduler and returns the list's final cursor.
+func (c *Consumer) list(ctx context.Context) (string, error) {
+	f := client.QueueFilter{Outpost: c.outpostID(), Phase: api.PhasePending, First: listPage}
+	fresh := map[string]api.QueueEntry{}
+	for {
+		page, err := c.Client.Queue.List(ctx, f)
+		if err != nil {
+			return "", fmt.Errorf("list queue: %w", err)
+		}
+		for _, e := range page.Items {
+			fresh[e.Metadata.SessionID] = e
+		}
+		if !page.HasNextPage || page.Cursor == "" || page.Cursor == f.Cursor {
+			c.mu.Lock()
+			c.entries = fresh
+			c.mu.Unlock()
+			c.saveCursor(page.Cursor)
+			c.poke()
+			return page.Cursor, nil
+		}
+		f.Cursor = page.Cursor
+	}
+}
+
+// watch watches the queue from *cursor until the stream ends, advancing
+// *cursor with each event. A stream the server ends after events, or after
+// a second, is healthy (nil).
+func (c *Consumer) watch(ctx context.Context, cursor *string) error {
+	events, start := 0, c.clock.Now()
+	err := c.Client.Queue.Watch(ctx, c.outpostID(), *cursor, func(ev api.WatchEvent) error {
+		events++
+		if ev.Cursor != "" {
+			*cursor = ev.Cursor
+			c.saveCursor(ev.Cursor)
+		}
+		c.upsert(ev.Type, ev.Object)
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case events == 0 && c.clock.Since(start) < time.Second:
+		// A server that ends every stream at once would make this loop spin.
+		return errWatchEndedAtOnce
+	}
+	return nil
+}
+
+// upsert records a watch event and pokes the scheduler; an event that
+// shows a held session over ends it.
+func (c *Consumer) upsert(typ string, e api.QueueEntry) {
+	id := e.Metadata.SessionID
+	c.mu.Lock()
+	if s := c.held[id]; s != nil && (typ == api.WatchDeleted || e.Status.SessionStatus == api.QueueSessionTerminated) {
+		s.end()
+	}
+	if typ == api.WatchDeleted {
+		delete(c.entries, id)
+	} else {
+		c.entries[id] = e
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *Consumer) saveCursor(cursor string) {
+	if c.CursorFile == "" || cursor == "" {
+		return
+	}
+	tmp := c.CursorFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cursor+"\n"), 0o600); err == nil {
+		_ = os.Rename(tmp, c.CursorFile)
+	}
+}
