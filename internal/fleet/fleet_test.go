@@ -558,6 +558,11 @@ func TestKeepRenewsOnItsClock(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second)
 	waitFor(t, ctx, "the renewal", func() bool { return e.count("claim") == claims+1 })
+	// The renewal has reached the server; wait until keep has its answer
+	// and waits for the next round, so the release below comes after it.
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
 
 	if _, err := e.admin.Queue.Release(ctx, id, "acc-keep"); err != nil {
 		t.Fatal(err)
