@@ -26,7 +26,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // maxAttempts bounds how often a write transaction is tried when PostgreSQL
@@ -211,84 +211,24 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// dialect is how PostgreSQL spells what sqlstore leaves to the store.
+var dialect = sqlstore.Dialect{
+	Greatest:   "GREATEST",
+	NotDeleted: "NOT deleted",
+	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
+	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	IsUniqueViolation: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23505"
+	},
+}
+
 // mapErr turns driver errors into store errors: unique violations become
 // store.ErrConflict, pgx.ErrNoRows store.ErrNotFound.
-func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return err
-}
+func mapErr(err error) error { return dialect.MapErr(err) }
 
-// ms stores a time: zero is 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// fromMS reads a time stored by ms.
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// nullMS stores an optional time: zero is NULL.
-func nullMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromNullMS reads a time stored by nullMS.
-func fromNullMS(v *int64) time.Time {
-	if v == nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(*v).UTC()
-}
-
-// ptrMS stores a time pointer: nil is NULL.
-func ptrMS(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromPtrMS reads a time stored by ptrMS.
-func fromPtrMS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := time.UnixMilli(*v).UTC()
-	return &t
-}
-
-// bytesOrNil keeps a nil json.RawMessage NULL.
-func bytesOrNil(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return []byte(b)
-}
-
-// marshal encodes v as JSON text.
-func marshal(v any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
+// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
+var expirySQL = dialect.Expiry()
 
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {
@@ -301,5 +241,29 @@ func mustAffect(tag pgconn.CommandTag, err error) error {
 	return nil
 }
 
-// scanner is a pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
+// collect reads every row of a query with scan:
+// collect(scanX)(pool.Query(…)).
+func collect[T any](scan func(sqlstore.Scanner) (T, error)) func(rows pgx.Rows, err error) ([]T, error) {
+	return func(rows pgx.Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []T
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Err()
+	}
+}
+
+// scanString reads a row of one text column.
+func scanString(sc sqlstore.Scanner) (string, error) {
+	var v string
+	err := sc.Scan(&v)
+	return v, err
+}
