@@ -18,9 +18,9 @@ const SessionCols = `id, outpost_id, spec_json, secrets_json, status, status_det
 func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
-	var caps, usage *string
+	var caps, usage nullString
 	var created, updated int64
-	var started, ended, pruned *int64
+	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
 		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
 		return store.Session{}, err
@@ -36,8 +36,8 @@ func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 		return store.Session{}, err
 	}
 	s.CreatedAt, s.UpdatedAt = FromMS(created), FromMS(updated)
-	s.StartedAt, s.EndedAt = FromPtrMS(started), FromPtrMS(ended)
-	s.ArtifactsPrunedAt = FromPtrMS(pruned)
+	s.StartedAt, s.EndedAt = started.timePtr(), ended.timePtr()
+	s.ArtifactsPrunedAt = pruned.timePtr()
 	return s, nil
 }
 
@@ -50,9 +50,9 @@ const StateCols = `id, outpost_id, status, status_detail, reason, last_seq, capa
 // secrets, which write transactions neither need nor rewrite.
 func ScanState(sc Scanner) (store.Session, error) {
 	var s store.Session
-	var caps, usage *string
+	var caps, usage nullString
 	var created, updated int64
-	var started, ended, pruned *int64
+	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
 		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
 		return store.Session{}, err
@@ -61,21 +61,21 @@ func ScanState(sc Scanner) (store.Session, error) {
 		return store.Session{}, err
 	}
 	s.CreatedAt, s.UpdatedAt = FromMS(created), FromMS(updated)
-	s.StartedAt, s.EndedAt = FromPtrMS(started), FromPtrMS(ended)
-	s.ArtifactsPrunedAt = FromPtrMS(pruned)
+	s.StartedAt, s.EndedAt = started.timePtr(), ended.timePtr()
+	s.ArtifactsPrunedAt = pruned.timePtr()
 	return s, nil
 }
 
 // decodeState decodes the capabilities and usage columns (NULL when absent).
-func decodeState(s *store.Session, caps, usage *string) error {
-	if caps != nil {
+func decodeState(s *store.Session, caps, usage nullString) error {
+	if caps.valid {
 		s.Capabilities = new(api.Capabilities)
-		if err := json.Unmarshal([]byte(*caps), s.Capabilities); err != nil {
+		if err := json.Unmarshal([]byte(caps.v), s.Capabilities); err != nil {
 			return fmt.Errorf("session %s capabilities: %w", s.ID, err)
 		}
 	}
-	if usage != nil {
-		if err := json.Unmarshal([]byte(*usage), &s.Usage); err != nil {
+	if usage.valid {
+		if err := json.Unmarshal([]byte(usage.v), &s.Usage); err != nil {
 			return fmt.Errorf("session %s usage: %w", s.ID, err)
 		}
 	}
@@ -145,14 +145,14 @@ const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, c
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
-	var deadline, live *int64
+	var deadline, live nullInt64
 	var created, updated int64
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
 		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
 		return store.QueueEntry{}, err
 	}
-	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = FromNullMS(deadline), FromMS(created), FromMS(updated)
-	e.LiveUntil = FromNullMS(live)
+	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = deadline.time(), FromMS(created), FromMS(updated)
+	e.LiveUntil = live.time()
 	return e, nil
 }
 
@@ -187,7 +187,7 @@ func ScanCall(sc Scanner) (store.Call, error) {
 	var c store.Call
 	var created int64
 	var args, value []byte
-	var doneAt *int64
+	var doneAt nullInt64
 	if err := sc.Scan(&c.SessionID, &c.Seq, &c.Tool, &args, &c.Done, &c.OK, &value, &c.Error, &created, &doneAt); err != nil {
 		return store.Call{}, err
 	}
@@ -197,7 +197,7 @@ func ScanCall(sc Scanner) (store.Call, error) {
 	if value != nil {
 		c.Value = value
 	}
-	c.CreatedAt, c.DoneAt = FromMS(created), FromPtrMS(doneAt)
+	c.CreatedAt, c.DoneAt = FromMS(created), doneAt.timePtr()
 	return c, nil
 }
 
@@ -234,14 +234,14 @@ func ScanToken(sc Scanner) (store.Token, error) {
 	var t store.Token
 	var scopes string
 	var created int64
-	var expires, revoked *int64
+	var expires, revoked nullInt64
 	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked); err != nil {
 		return store.Token{}, err
 	}
 	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
 		return store.Token{}, fmt.Errorf("token %s scopes: %w", t.ID, err)
 	}
-	t.CreatedAt, t.ExpiresAt, t.RevokedAt = FromMS(created), FromPtrMS(expires), FromPtrMS(revoked)
+	t.CreatedAt, t.ExpiresAt, t.RevokedAt = FromMS(created), expires.timePtr(), revoked.timePtr()
 	return t, nil
 }
 

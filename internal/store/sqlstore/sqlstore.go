@@ -90,29 +90,12 @@ func NullMS(t time.Time) any {
 	return t.UnixMilli()
 }
 
-// FromNullMS reads a time stored by NullMS.
-func FromNullMS(v *int64) time.Time {
-	if v == nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(*v).UTC()
-}
-
 // PtrMS stores a time pointer: nil is NULL.
 func PtrMS(t *time.Time) any {
 	if t == nil {
 		return nil
 	}
 	return t.UnixMilli()
-}
-
-// FromPtrMS reads a time stored by PtrMS.
-func FromPtrMS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := time.UnixMilli(*v).UTC()
-	return &t
 }
 
 // BytesOrNil keeps a nil json.RawMessage NULL and passes others as []byte.

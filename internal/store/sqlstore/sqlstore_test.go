@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -149,22 +151,50 @@ func TestTimes(t *testing.T) {
 	if NullMS(time.Time{}) != nil || NullMS(local) != ms {
 		t.Errorf("NullMS = %v, %v; want nil, %d", NullMS(time.Time{}), NullMS(local), ms)
 	}
-	if !FromNullMS(nil).IsZero() || !FromNullMS(&ms).Equal(local.Truncate(time.Millisecond)) {
-		t.Error("FromNullMS does not read what NullMS stored")
+	// Both drivers' ways into the nullable columns: database/sql's Scan
+	// and pgx's ScanInt64.
+	var null, set, pgNull, pgSet nullInt64
+	if err := errors.Join(null.Scan(nil), set.Scan(ms), pgNull.ScanInt64(pgtype.Int8{}),
+		pgSet.ScanInt64(pgtype.Int8{Int64: ms, Valid: true})); err != nil {
+		t.Fatal(err)
 	}
-	if PtrMS(nil) != nil || PtrMS(&local) != ms {
-		t.Errorf("PtrMS = %v, %v; want nil, %d", PtrMS(nil), PtrMS(&local), ms)
+	for _, n := range []nullInt64{null, pgNull} {
+		if !n.time().IsZero() || n.timePtr() != nil {
+			t.Errorf("a NULL %+v reads as %v, %v; want the zero time and nil", n, n.time(), n.timePtr())
+		}
 	}
-	if FromPtrMS(nil) != nil {
-		t.Error("FromPtrMS(nil) is not nil")
+	for _, n := range []nullInt64{set, pgSet} {
+		if !n.time().Equal(local.Truncate(time.Millisecond)) || n.time().Location() != time.UTC {
+			t.Errorf("%+v reads as %v, want %v in UTC", n, n.time(), local.Truncate(time.Millisecond))
+		}
+		if p := n.timePtr(); p == nil || !p.Equal(n.time()) {
+			t.Errorf("%+v reads as the pointer %v, want %v", n, p, n.time())
+		}
 	}
-	if p := FromPtrMS(&ms); p == nil || !p.Equal(local.Truncate(time.Millisecond)) || p.Location() != time.UTC {
-		t.Errorf("FromPtrMS = %v, want %v in UTC", p, local.Truncate(time.Millisecond))
+	if err := set.Scan("text"); err == nil {
+		t.Error("a nullable integer column scanned text")
 	}
 	if BytesOrNil(nil) != nil {
 		t.Error("BytesOrNil(nil) is not NULL")
 	}
 	if b, ok := BytesOrNil([]byte{}).([]byte); !ok || b == nil {
 		t.Error("BytesOrNil of an empty value is not an empty []byte")
+	}
+}
+
+func TestNullString(t *testing.T) {
+	t.Parallel()
+	var a, b, c, d nullString
+	if err := errors.Join(a.Scan(nil), b.Scan("x"), c.Scan([]byte("y")), d.ScanText(pgtype.Text{String: "z", Valid: true})); err != nil {
+		t.Fatal(err)
+	}
+	if a.valid || !b.valid || b.v != "x" || !c.valid || c.v != "y" || !d.valid || d.v != "z" {
+		t.Errorf("scanned %+v %+v %+v %+v; want NULL, x, y, z", a, b, c, d)
+	}
+	if err := d.ScanText(pgtype.Text{}); err != nil || d.valid {
+		t.Errorf("a NULL from pgx scanned as %+v, %v", d, err)
+	}
+	if err := a.Scan(int64(1)); err == nil {
+		t.Error("a nullable text column scanned an integer")
 	}
 }
