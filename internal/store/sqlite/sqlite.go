@@ -5,7 +5,8 @@
 // before its method returns. Every write transaction runs on one dedicated
 // connection and begins IMMEDIATE, which serialises writers without
 // SQLITE_BUSY upgrades; queries use a separate pool of read-only connections.
-// Times are kept as Unix milliseconds and come back in UTC.
+// Times are kept as Unix milliseconds and come back in UTC. The columns, row
+// scanners and the statements both stores send are package sqlstore's.
 package sqlite
 
 import (
