@@ -236,6 +236,9 @@ func mapErr(err error) error { return dialect.MapErr(err) }
 // expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
 var expirySQL = dialect.Expiry()
 
+// lapsedClaimsSQL is the statement of LapsedClaims.
+var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
+
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {
 	if err != nil {

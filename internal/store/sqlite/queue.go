@@ -71,8 +71,7 @@ func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 // LapsedClaims returns ids of claimed, live entries whose Expiry is at or
 // before now, earliest first.
 func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, error) {
-	ids, err := s.ids(ctx, `SELECT session_id FROM queue WHERE phase = $1 AND `+expirySQL+` <= $2 AND deleted = 0
-		ORDER BY `+expirySQL+`, session_id`, api.PhaseClaimed, now.UnixMilli())
+	ids, err := s.ids(ctx, lapsedClaimsSQL, api.PhaseClaimed, now.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: lapsed claims: %w", err)
 	}

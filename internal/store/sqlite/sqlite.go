@@ -180,6 +180,9 @@ func mapErr(err error) error { return dialect.MapErr(err) }
 // expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
 var expirySQL = dialect.Expiry()
 
+// lapsedClaimsSQL is the statement of LapsedClaims.
+var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
+
 // mustAffect turns a result that touched no row into sql.ErrNoRows.
 func mustAffect(res sql.Result, err error) error {
 	if err != nil {

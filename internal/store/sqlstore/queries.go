@@ -96,6 +96,13 @@ func (w *Where) Clone() *Where {
 	return &Where{conds: append([]string(nil), w.conds...), args: append([]any(nil), w.args...)}
 }
 
+// LapsedClaimsSQL lists the ids of claimed ($1), live entries whose Expiry
+// is at or before $2, earliest first, through the index queue_phase_expiry.
+func (d Dialect) LapsedClaimsSQL() string {
+	return `SELECT session_id FROM queue WHERE phase = $1 AND ` + d.Expiry() + ` <= $2 AND ` + d.NotDeleted + `
+		ORDER BY ` + d.Expiry() + `, session_id`
+}
+
 // ListQuery is a list method's two statements: the count of every match and
 // the page of rows, read in one snapshot.
 type ListQuery struct {

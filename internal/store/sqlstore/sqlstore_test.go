@@ -198,3 +198,12 @@ func TestNullString(t *testing.T) {
 		t.Error("a nullable text column scanned an integer")
 	}
 }
+
+func TestLapsedClaimsSQL(t *testing.T) {
+	t.Parallel()
+	want := `SELECT session_id FROM queue WHERE phase = $1 AND BIGGER(claim_deadline, COALESCE(live_until, 0)) <= $2 AND ALIVE
+		ORDER BY BIGGER(claim_deadline, COALESCE(live_until, 0)), session_id`
+	if got := testDialect.LapsedClaimsSQL(); got != want {
+		t.Errorf("LapsedClaimsSQL = %q, want %q", got, want)
+	}
+}
