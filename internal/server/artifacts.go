@@ -31,14 +31,81 @@ func (s *Server) artifactDir(sessionID string) string {
 	return filepath.Join(s.opts.DataDir, datadir.Artifacts, sessionID)
 }
 
-// artifactLocks serializes storing artifacts of one session, so the
-// per-session limit holds.
-var artifactLocks sync.Map // session id → *sync.Mutex
-
-func artifactLock(sessionID string) *sync.Mutex {
-	m, _ := artifactLocks.LoadOrStore(sessionID, &sync.Mutex{})
-	return m.(*sync.Mutex)
+// artifactLock is the lock that serializes storing and deleting the
+// artifacts of one session, so the per-session limit holds.
+func (s *Server) artifactLock(sessionID string) sync.Locker {
+	return s.artifactLocks.key(sessionID)
 }
+
+// keyedLocks hands out one mutex per key. A key's mutex exists only while
+// someone holds it or waits for it, so the map never outgrows the keys in
+// use. The zero value is ready to use.
+type keyedLocks struct {
+	mu sync.Mutex
+	// m holds the mutexes of the keys in use; guarded by mu.
+	m map[string]*keyedMutex
+}
+
+// keyedMutex is one key's mutex and how many hold or wait for it.
+type keyedMutex struct {
+	mu   sync.Mutex
+	refs int // guarded by keyedLocks.mu
+}
+
+// key returns the lock of k: a sync.Locker whose Lock and Unlock take and
+// release k's mutex.
+func (l *keyedLocks) key(k string) keyLock { return keyLock{l: l, k: k} }
+
+// lock blocks until it holds k's mutex.
+func (l *keyedLocks) lock(k string) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[string]*keyedMutex)
+	}
+	km := l.m[k]
+	if km == nil {
+		km = &keyedMutex{}
+		l.m[k] = km
+	}
+	km.refs++
+	l.mu.Unlock()
+	km.mu.Lock()
+}
+
+// unlock releases k's mutex, dropping it when nobody else holds or waits
+// for it.
+func (l *keyedLocks) unlock(k string) {
+	l.mu.Lock()
+	km := l.m[k]
+	if km == nil {
+		l.mu.Unlock()
+		panic("server: unlock of an artifact lock that is not held")
+	}
+	if km.refs--; km.refs == 0 {
+		delete(l.m, k)
+	}
+	l.mu.Unlock()
+	km.mu.Unlock()
+}
+
+// len is how many keys have a mutex.
+func (l *keyedLocks) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
+
+// keyLock is one key's lock of a keyedLocks.
+type keyLock struct {
+	l *keyedLocks
+	k string
+}
+
+// Lock takes the key's mutex.
+func (k keyLock) Lock() { k.l.lock(k.k) }
+
+// Unlock releases the key's mutex.
+func (k keyLock) Unlock() { k.l.unlock(k.k) }
 
 // listArtifactsOf reads the metadata of a session's artifacts, sorted by
 // name.
@@ -259,7 +326,7 @@ func (u *artifactUploads) end(ctx context.Context, seq int64, f *api.ArtifactFra
 // store moves a complete upload into place and writes its metadata.
 func (u *artifactUploads) store(a *artifactUpload, sum string) (api.Artifact, error) {
 	sid := u.c.sessionID
-	mu := artifactLock(sid)
+	mu := u.s.artifactLock(sid)
 	mu.Lock()
 	defer mu.Unlock()
 	existing, err := u.s.listArtifactsOf(sid)

@@ -119,7 +119,7 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 // many artifact files and bytes it held. A session without one has none.
 func (s *Server) deleteArtifactsOf(sessionID string) (artifacts int, bytes int64, err error) {
 	dir := s.artifactDir(sessionID)
-	mu := artifactLock(sessionID)
+	mu := s.artifactLock(sessionID)
 	mu.Lock()
 	defer mu.Unlock()
 	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

@@ -196,6 +196,10 @@ type Server struct {
 	// a store shared by several servers will need this in its transactions.
 	messageLocks [32]sync.Mutex
 
+	// artifactLocks serialize storing and deleting one session's
+	// artifacts (see artifactLock).
+	artifactLocks keyedLocks
+
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
 	outpostNames sync.Map

@@ -2,7 +2,8 @@
 // queue entries, transcripts, tool calls and tokens. The control plane's
 // state machine lives in the server; a Store persists it atomically. SQLite
 // is the embedded implementation; PostgreSQL fills the same interface and
-// passes the same suite (package storetest).
+// passes the same suite (package storetest). What the two share of their
+// SQL — columns, row scanners, statements, filters — is package sqlstore.
 package store
 
 import (

@@ -1,5 +1,7 @@
 // Package migration reads a store's embedded schema migrations: files
-// named NNNN_name.sql, applied in version order and recorded by version.
+// named NNNN_name.sql, applied in version order and recorded by version in
+// the table schema_migrations; and it decides, from what a database
+// recorded, whether a migration is still to apply.
 package migration
 
 import (
@@ -49,4 +51,33 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 		}
 	}
 	return ms, nil
+}
+
+// Statements of schema_migrations both SQL dialects accept.
+const (
+	// ReadSQL lists the recorded migrations: version, name.
+	ReadSQL = `SELECT version, name FROM schema_migrations ORDER BY version`
+	// RecordSQL records migration version $1 named $2 applied at $3 (Unix
+	// milliseconds).
+	RecordSQL = `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`
+)
+
+// Record is a migration a database recorded.
+type Record struct {
+	Version int
+	Name    string
+}
+
+// Pending reports whether m is still to apply to a database that recorded
+// recs. It fails when recs hold a version none of all has: the database
+// was written by a newer build.
+func Pending(all []Migration, recs []Record, m Migration) (bool, error) {
+	recorded := false
+	for _, r := range recs {
+		if !slices.ContainsFunc(all, func(k Migration) bool { return k.Version == r.Version }) {
+			return false, fmt.Errorf("database has migration %d (%s) that this build does not know: it was written by a newer version of outpost", r.Version, r.Name)
+		}
+		recorded = recorded || r.Version == m.Version
+	}
+	return !recorded, nil
 }

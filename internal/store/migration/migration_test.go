@@ -28,3 +28,26 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestPending(t *testing.T) {
+	all := []Migration{{Version: 1, Name: "0001_init"}, {Version: 4, Name: "0004_more"}}
+	for _, tc := range []struct {
+		name string
+		recs []Record
+		m    Migration
+		want bool
+	}{
+		{"empty database", nil, all[0], true},
+		{"recorded", []Record{{1, "0001_init"}}, all[0], false},
+		{"later one recorded first", []Record{{4, "0004_more"}}, all[0], true},
+	} {
+		got, err := Pending(all, tc.recs, tc.m)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Pending = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	_, err := Pending(all, []Record{{1, "0001_init"}, {7, "0007_future"}}, all[1])
+	if err == nil || !strings.Contains(err.Error(), "0007_future") || !strings.Contains(err.Error(), "newer version") {
+		t.Errorf("a version this build lacks: err = %v", err)
+	}
+}

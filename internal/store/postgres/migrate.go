@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outpost-sh/outpost/internal/store/migration"
-
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outpost-sh/outpost/internal/store/migration"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -32,13 +32,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	known := make(map[int]bool, len(all))
-	for _, m := range all {
-		known[m.Version] = true
-	}
 	var applied []int
 	for _, m := range all {
-		did, err := applyOne(ctx, pool, m, known)
+		did, err := applyOne(ctx, pool, m, all)
 		if err != nil {
 			return applied, err
 		}
@@ -50,9 +46,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 }
 
 // applyOne applies m unless it is recorded, checking first, inside the
-// transaction, that the database records no version this build does not
-// know.
-func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration.Migration, known map[int]bool) (bool, error) {
+// transaction, that the database records no version all lacks.
+func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration.Migration, all []migration.Migration) (bool, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -69,39 +64,23 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, m migration.Migration, kn
 	)`); err != nil {
 		return false, fmt.Errorf("create schema_migrations: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT version, name FROM schema_migrations ORDER BY version`)
+	recs, err := collect(func(sc sqlstore.Scanner) (migration.Record, error) {
+		var r migration.Record
+		err := sc.Scan(&r.Version, &r.Name)
+		return r, err
+	})(tx.Query(ctx, migration.ReadSQL))
 	if err != nil {
 		return false, fmt.Errorf("read schema_migrations: %w", err)
 	}
-	type rec struct {
-		v    int
-		name string
-	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rec, error) {
-		var x rec
-		err := r.Scan(&x.v, &x.name)
-		return x, err
-	})
-	if err != nil {
-		return false, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	recorded := false
-	for _, r := range recs {
-		if !known[r.v] {
-			return false, fmt.Errorf("database has migration %d (%s) that this build does not know: it was written by a newer version of outpost", r.v, r.name)
-		}
-		recorded = recorded || r.v == m.Version
-	}
-	if recorded {
-		return false, nil
+	if pending, err := migration.Pending(all, recs, m); !pending || err != nil {
+		return false, err
 	}
 	// No arguments: pgx sends it with the simple protocol, which runs
 	// several statements.
 	if _, err := tx.Exec(ctx, m.SQL); err != nil {
 		return false, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-		m.Version, m.Name, time.Now().UnixMilli()); err != nil {
+	if _, err := tx.Exec(ctx, migration.RecordSQL, m.Version, m.Name, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("record migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -21,15 +21,15 @@
 // reads in one batch, every write of the mutation in a second, then COMMIT.
 //
 // Times are kept as Unix milliseconds, as in the SQLite store, and come back
-// in UTC.
+// in UTC. The columns, row scanners and the statements both stores send
+// are package sqlstore's; this package holds what only PostgreSQL says
+// (batches, unnest, FOR UPDATE, the rev taken in a CTE).
 package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -38,13 +38,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // maxAttempts bounds how often a write transaction is tried when PostgreSQL
 // reports a serialization failure or a deadlock.
 const maxAttempts = 8
+
+// retryWait is the wait before trying a write transaction again: up to 5ms
+// before the second try, 10ms before the third, then 20ms and at most 35ms,
+// each less up to four fifths of it at random, so contending writers do not
+// retry in step.
+var retryWait = backoff.Policy{Base: 5 * time.Millisecond, Max: 35 * time.Millisecond, Jitter: 0.8}
 
 // defaultMaxConns is the pool size when the URL sets no pool_max_conns.
 const defaultMaxConns = 16
@@ -165,12 +173,10 @@ func (s *Store) writeBatch(ctx context.Context, first func(b *pgx.Batch), fn fun
 		if !retryable(err) || attempt == maxAttempts {
 			return err
 		}
-		// Back off a little, with jitter, before the next try.
-		d := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
-		select {
-		case <-ctx.Done():
+		// Back off a little, with jitter, before the next try; a context
+		// that ends meanwhile gets the error of the last try.
+		if retryWait.Wait(ctx, nil, attempt) != nil {
 			return err
-		case <-time.After(d):
 		}
 	}
 }
@@ -211,84 +217,27 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// dialect is how PostgreSQL spells what sqlstore leaves to the store.
+var dialect = sqlstore.Dialect{
+	Greatest:   "GREATEST",
+	NotDeleted: "NOT deleted",
+	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
+	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	IsUniqueViolation: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23505"
+	},
+}
+
 // mapErr turns driver errors into store errors: unique violations become
 // store.ErrConflict, pgx.ErrNoRows store.ErrNotFound.
-func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return err
-}
+func mapErr(err error) error { return dialect.MapErr(err) }
 
-// ms stores a time: zero is 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
+// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
+var expirySQL = dialect.Expiry()
 
-// fromMS reads a time stored by ms.
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// nullMS stores an optional time: zero is NULL.
-func nullMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromNullMS reads a time stored by nullMS.
-func fromNullMS(v *int64) time.Time {
-	if v == nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(*v).UTC()
-}
-
-// ptrMS stores a time pointer: nil is NULL.
-func ptrMS(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromPtrMS reads a time stored by ptrMS.
-func fromPtrMS(v *int64) *time.Time {
-	if v == nil {
-		return nil
-	}
-	t := time.UnixMilli(*v).UTC()
-	return &t
-}
-
-// bytesOrNil keeps a nil json.RawMessage NULL.
-func bytesOrNil(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return []byte(b)
-}
-
-// marshal encodes v as JSON text.
-func marshal(v any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
+// lapsedClaimsSQL is the statement of LapsedClaims.
+var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
 
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {
@@ -301,5 +250,29 @@ func mustAffect(tag pgconn.CommandTag, err error) error {
 	return nil
 }
 
-// scanner is a pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
+// collect reads every row of a query with scan:
+// collect(scanX)(pool.Query(…)).
+func collect[T any](scan func(sqlstore.Scanner) (T, error)) func(rows pgx.Rows, err error) ([]T, error) {
+	return func(rows pgx.Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []T
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Err()
+	}
+}
+
+// scanString reads a row of one text column.
+func scanString(sc sqlstore.Scanner) (string, error) {
+	var v string
+	err := sc.Scan(&v)
+	return v, err
+}

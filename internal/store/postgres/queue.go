@@ -3,56 +3,28 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
-const entryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha`
-
-// expirySQL is an entry's Expiry as SQL; the index queue_phase_expiry is on
-// it, so it must be spelled exactly so.
-const expirySQL = `GREATEST(claim_deadline, COALESCE(live_until, 0))`
-
-func scanEntry(sc scanner) (store.QueueEntry, error) {
-	var e store.QueueEntry
-	var deadline, live *int64
-	var created, updated int64
-	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
-		return store.QueueEntry{}, err
-	}
-	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = fromNullMS(deadline), fromMS(created), fromMS(updated)
-	e.LiveUntil = fromNullMS(live)
-	return e, nil
-}
-
-// upsertEntrySQL writes a queue entry under the next global rev, which it
-// returns. Taking the rev locks the counter row until the transaction ends,
-// so revs commit in order; callers queue it last.
-const upsertEntrySQL = `WITH r AS (UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value)
-	INSERT INTO queue (` + entryCols + `)
+// upsertEntrySQL writes a queue entry (sqlstore.EntryArgs) under the next
+// global rev, which it returns. Taking the rev locks the counter row until
+// the transaction ends, so revs commit in order; callers queue it last.
+var upsertEntrySQL = `WITH r AS (` + sqlstore.NextRevSQL + `)
+	INSERT INTO queue (` + sqlstore.EntryCols + `)
 	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14 FROM r
-	ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
-		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
-		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
-		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-		updated_at = excluded.updated_at,
-		live_until = CASE WHEN excluded.epoch = queue.epoch
-			THEN NULLIF(GREATEST(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
-			ELSE excluded.live_until END
-	RETURNING rev` // remote_binary_sha keeps what the insert wrote
+	` + dialect.EntryConflictSQL() + `
+	RETURNING rev`
 
 // queueUpsertEntry queues the write of e into b; the assigned rev is
 // stored in e.Rev when b runs.
 func queueUpsertEntry(b *pgx.Batch, e *store.QueueEntry) {
-	b.Queue(upsertEntrySQL, e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, nullMS(e.ClaimDeadline),
-		e.Epoch, e.SessionStatus, e.Deleted, ms(e.CreatedAt), ms(e.UpdatedAt), nullMS(e.LiveUntil), e.RemoteBinarySHA).QueryRow(func(row pgx.Row) error {
+	b.Queue(upsertEntrySQL, sqlstore.EntryArgs(e)...).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&e.Rev); err != nil {
 			return fmt.Errorf("queue entry: %w", err)
 		}
@@ -62,7 +34,7 @@ func queueUpsertEntry(b *pgx.Batch, e *store.QueueEntry) {
 
 // GetQueueEntry returns one queue entry, tombstones included.
 func (s *Store) GetQueueEntry(ctx context.Context, sessionID string) (store.QueueEntry, error) {
-	e, err := scanEntry(s.pool.QueryRow(ctx, `SELECT `+entryCols+` FROM queue WHERE session_id = $1`, sessionID))
+	e, err := sqlstore.ScanEntry(s.pool.QueryRow(ctx, sqlstore.GetEntrySQL, sessionID))
 	if err != nil {
 		return store.QueueEntry{}, fmt.Errorf("postgres: get queue entry %s: %w", sessionID, mapErr(err))
 	}
@@ -72,40 +44,15 @@ func (s *Store) GetQueueEntry(ctx context.Context, sessionID string) (store.Queu
 // ListQueue returns entries matching f in Rev order, and the number of live
 // entries matching f's OutpostID, Phase and AcceptorID.
 func (s *Store) ListQueue(ctx context.Context, f store.QueueFilter) ([]store.QueueEntry, int, error) {
-	where := []string{"TRUE"}
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.OutpostID != "" {
-		add("outpost_id = $%d", f.OutpostID)
-	}
-	if f.Phase != "" {
-		add("phase = $%d", f.Phase)
-	}
-	if f.AcceptorID != "" {
-		add("acceptor_id = $%d", f.AcceptorID)
-	}
-	filter := strings.Join(where, " AND ")
-	pargs := append(append([]any(nil), args...), f.AfterRev)
-	page := filter + fmt.Sprintf(" AND rev > $%d", len(pargs))
-	if !f.IncludeDeleted {
-		page += " AND NOT deleted"
-	}
-	q := `SELECT ` + entryCols + ` FROM queue WHERE ` + page + ` ORDER BY rev`
-	if f.Limit > 0 {
-		q += fmt.Sprintf(" LIMIT %d", f.Limit)
-	}
-
+	q := dialect.ListQueue(f)
 	var out []store.QueueEntry
 	var total int
 	err := s.read(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM queue WHERE `+filter+` AND NOT deleted`, args...).Scan(&total); err != nil {
+		if err := tx.QueryRow(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
 			return err
 		}
 		var err error
-		out, err = collect(scanEntry)(tx.Query(ctx, q, pargs...))
+		out, err = collect(sqlstore.ScanEntry)(tx.Query(ctx, q.Page, q.PageArgs...))
 		return err
 	})
 	if err != nil {
@@ -117,7 +64,7 @@ func (s *Store) ListQueue(ctx context.Context, f store.QueueFilter) ([]store.Que
 // MaxRev is the highest Rev assigned so far (0 when none).
 func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 	var rev int64
-	if err := s.pool.QueryRow(ctx, `SELECT value FROM counters WHERE name = 'rev'`).Scan(&rev); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlstore.MaxRevSQL).Scan(&rev); err != nil {
 		return 0, fmt.Errorf("postgres: max rev: %w", err)
 	}
 	return rev, nil
@@ -126,8 +73,7 @@ func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 // LapsedClaims returns ids of claimed, live entries whose Expiry is at or
 // before now, earliest first.
 func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, error) {
-	ids, err := collect(scanString)(s.pool.Query(ctx, `SELECT session_id FROM queue WHERE phase = $1 AND `+expirySQL+` <= $2 AND NOT deleted
-		ORDER BY `+expirySQL+`, session_id`, api.PhaseClaimed, now.UnixMilli()))
+	ids, err := collect(scanString)(s.pool.Query(ctx, lapsedClaimsSQL, api.PhaseClaimed, now.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: lapsed claims: %w", err)
 	}
@@ -158,8 +104,7 @@ func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.
 // ActiveSessions returns ids of sessions whose status is not final (see
 // api.IsFinal), oldest first.
 func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
-	ids, err := collect(scanString)(s.pool.Query(ctx, `SELECT id FROM sessions WHERE status NOT IN ($1, $2) ORDER BY created_at, id`,
-		api.StatusExit, api.StatusError))
+	ids, err := collect(scanString)(s.pool.Query(ctx, sqlstore.ActiveSessionsSQL, sqlstore.FinalStatuses()...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: active sessions: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // ListArtifactsExpired returns ids of up to limit final sessions that ended
@@ -39,7 +40,7 @@ func (s *Store) MarkArtifactsPruned(ctx context.Context, ids []string, at time.T
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE sessions SET artifacts_pruned_at = $1
 			WHERE artifacts_pruned_at IS NULL AND status IN ($2, $3) AND id = ANY($4::text[])`,
-			ms(at), api.StatusExit, api.StatusError, ids)
+			sqlstore.MS(at), api.StatusExit, api.StatusError, ids)
 		n = tag.RowsAffected()
 		return err
 	})

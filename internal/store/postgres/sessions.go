@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,129 +11,28 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
-const sessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
-	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
-
-// scanSession reads sessionCols, opening the secrets with keys.
-func scanSession(sc scanner, keys *sealed.Keyring) (store.Session, error) {
-	var s store.Session
-	var spec, secrets string
-	var caps, usage *string
-	var created, updated int64
-	var started, ended, pruned *int64
-	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
-		return store.Session{}, err
-	}
-	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
-		return store.Session{}, fmt.Errorf("session %s spec: %w", s.ID, err)
-	}
-	var err error
-	if s.Secrets, err = keys.OpenSecrets(s.ID, secrets); err != nil {
-		return store.Session{}, fmt.Errorf("session %s secrets: %w", s.ID, err)
-	}
-	if err := decodeState(&s, caps, usage); err != nil {
-		return store.Session{}, err
-	}
-	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
-	s.StartedAt, s.EndedAt = fromPtrMS(started), fromPtrMS(ended)
-	s.ArtifactsPrunedAt = fromPtrMS(pruned)
-	return s, nil
-}
-
-// stateCols are the columns of a session that change after creation.
-const stateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at, usage_json, artifacts_pruned_at`
-
-// scanState reads stateCols: a session without its immutable spec and
-// secrets, which write transactions neither need nor rewrite.
-func scanState(sc scanner) (store.Session, error) {
-	var s store.Session
-	var caps, usage *string
-	var created, updated int64
-	var started, ended, pruned *int64
-	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
-		return store.Session{}, err
-	}
-	if err := decodeState(&s, caps, usage); err != nil {
-		return store.Session{}, err
-	}
-	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
-	s.StartedAt, s.EndedAt = fromPtrMS(started), fromPtrMS(ended)
-	s.ArtifactsPrunedAt = fromPtrMS(pruned)
-	return s, nil
-}
-
-// decodeState decodes the capabilities and usage columns (NULL when absent).
-func decodeState(s *store.Session, caps, usage *string) error {
-	if caps != nil {
-		s.Capabilities = new(api.Capabilities)
-		if err := json.Unmarshal([]byte(*caps), s.Capabilities); err != nil {
-			return fmt.Errorf("session %s capabilities: %w", s.ID, err)
-		}
-	}
-	if usage != nil {
-		if err := json.Unmarshal([]byte(*usage), &s.Usage); err != nil {
-			return fmt.Errorf("session %s usage: %w", s.ID, err)
-		}
-	}
-	return nil
-}
-
-// stateValues encodes the capabilities and usage of s for their columns:
-// NULL while there are none.
-func stateValues(s *store.Session) (caps, usage any, err error) {
-	if s.Capabilities != nil {
-		if caps, err = marshal(s.Capabilities); err != nil {
-			return nil, nil, fmt.Errorf("capabilities: %w", err)
-		}
-	}
-	if s.Usage != (api.Usage{}) {
-		if usage, err = marshal(s.Usage); err != nil {
-			return nil, nil, fmt.Errorf("usage: %w", err)
-		}
-	}
-	return caps, usage, nil
-}
-
 // queueUpdateState queues into b the write of the columns of s that change
-// after creation (but not artifacts_pruned_at, which only
-// MarkArtifactsPruned writes).
+// after creation.
 func queueUpdateState(b *pgx.Batch, s *store.Session) error {
-	caps, usage, err := stateValues(s)
+	args, err := sqlstore.StateArgs(s)
 	if err != nil {
 		return err
 	}
-	b.Queue(`UPDATE sessions SET status = $2, status_detail = $3, reason = $4, last_seq = $5,
-		capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10 WHERE id = $1`,
-		s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage).
-		Exec(func(tag pgconn.CommandTag) error { return mustAffect(tag, nil) })
+	b.Queue(sqlstore.UpdateStateSQL, args...).Exec(func(tag pgconn.CommandTag) error { return mustAffect(tag, nil) })
 	return nil
 }
 
 // queueInsertSession queues into b the insert of s, its secrets sealed
 // with keys.
 func queueInsertSession(b *pgx.Batch, s *store.Session, keys *sealed.Keyring) error {
-	spec, err := marshal(s.Spec)
-	if err != nil {
-		return fmt.Errorf("spec: %w", err)
-	}
-	secrets, err := keys.SealSecrets(s.ID, s.Secrets)
-	if err != nil {
-		return fmt.Errorf("secrets: %w", err)
-	}
-	caps, usage, err := stateValues(s)
+	args, err := sqlstore.SessionArgs(s, keys)
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
-		status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
-		secrets_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-		s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, ms(s.CreatedAt), ms(s.UpdatedAt), ptrMS(s.StartedAt), ptrMS(s.EndedAt), usage, keys.ID())
+	b.Queue(sqlstore.InsertSessionSQL, args...)
 	return nil
 }
 
@@ -172,7 +69,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id), s.keys)
+	sess, err := sqlstore.ScanSession(s.pool.QueryRow(ctx, sqlstore.GetSessionSQL, id), s.keys)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("postgres: get session %s: %w", id, mapErr(err))
 	}
@@ -182,39 +79,15 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 // ListSessions returns a page of sessions, newest first, and the number of
 // sessions matching f's OutpostID, Status and Title. A Limit of 0 means no cap.
 func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, int, error) {
-	where := []string{"TRUE"}
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.OutpostID != "" {
-		add("outpost_id = $%d", f.OutpostID)
-	}
-	if f.Status != "" {
-		add("status = $%d", f.Status)
-	}
-	if f.Title != "" {
-		add("strpos(title_fold, $%d) > 0", strings.ToLower(f.Title))
-	}
-	filter := strings.Join(where, " AND ")
-	page, pargs := filter, args
-	if !f.BeforeCreated.IsZero() {
-		pargs = append(append([]any(nil), args...), f.BeforeCreated.UnixMilli(), f.BeforeID)
-		page += fmt.Sprintf(" AND (created_at, id) < ($%d, $%d)", len(pargs)-1, len(pargs))
-	}
-	q := `SELECT ` + sessionCols + ` FROM sessions WHERE ` + page + ` ORDER BY created_at DESC, id DESC`
-	if f.Limit > 0 {
-		q += fmt.Sprintf(" LIMIT %d", f.Limit)
-	}
+	q := dialect.ListSessions(f)
 	var out []store.Session
 	var total int
 	err := s.read(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM sessions WHERE `+filter, args...).Scan(&total); err != nil {
+		if err := tx.QueryRow(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
 			return err
 		}
 		var err error
-		out, err = collect(func(sc scanner) (store.Session, error) { return scanSession(sc, s.keys) })(tx.Query(ctx, q, pargs...))
+		out, err = collect(func(sc sqlstore.Scanner) (store.Session, error) { return sqlstore.ScanSession(sc, s.keys) })(tx.Query(ctx, q.Page, q.PageArgs...))
 		return err
 	})
 	if err != nil {
@@ -244,18 +117,18 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 	// held, see what those writers committed. What fn sees stays current
 	// until commit.
 	first := func(b *pgx.Batch) {
-		b.Queue(`SELECT `+stateCols+` FROM sessions WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) (err error) {
-			sess, err = scanState(row)
+		b.Queue(sqlstore.GetStateSQL+` FOR UPDATE`, id).QueryRow(func(row pgx.Row) (err error) {
+			sess, err = sqlstore.ScanState(row)
 			return err
 		})
-		b.Queue(`SELECT `+entryCols+` FROM queue WHERE session_id = $1`, id).QueryRow(func(row pgx.Row) (err error) {
-			e, err = scanEntry(row)
+		b.Queue(sqlstore.GetEntrySQL, id).QueryRow(func(row pgx.Row) (err error) {
+			e, err = sqlstore.ScanEntry(row)
 			if errors.Is(err, pgx.ErrNoRows) {
 				e, err = store.QueueEntry{SessionID: id}, nil
 			}
 			return err
 		})
-		b.Queue(`SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, id).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlstore.MaxEventSeqSQL, id).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&seq)
 		})
 	}
@@ -292,23 +165,16 @@ func applyMutation(ctx context.Context, tx pgx.Tx, id string, seq int64, m *stor
 	for i := range m.Calls {
 		c := &m.Calls[i]
 		c.SessionID = id
-		b.Queue(`INSERT INTO calls (session_id, seq, tool, args, done, ok, value, error, created_at, done_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (session_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, done = excluded.done,
-				ok = excluded.ok, value = excluded.value, error = excluded.error, created_at = excluded.created_at,
-				done_at = excluded.done_at`,
-			id, c.Seq, c.Tool, bytesOrNil(c.Args), c.Done, c.OK, bytesOrNil(c.Value), c.Error,
-			ms(c.CreatedAt), ptrMS(c.DoneAt))
+		b.Queue(sqlstore.UpsertCallSQL, sqlstore.CallArgs(c)...)
 	}
 	for i := range m.ConnectTokens {
 		ct := &m.ConnectTokens[i]
 		ct.SessionID = id
-		b.Queue(`INSERT INTO connect_tokens (hash, session_id, epoch, created_at) VALUES ($1, $2, $3, $4)`,
-			ct.Hash, id, ct.Epoch, ms(ct.CreatedAt))
+		b.Queue(sqlstore.InsertConnectTokenSQL, ct.Hash, id, ct.Epoch, sqlstore.MS(ct.CreatedAt))
 	}
 	if m.Entry != nil {
 		m.Entry.SessionID = id
-		b.Queue(`DELETE FROM connect_tokens WHERE session_id = $1 AND epoch < $2`, id, m.Entry.Epoch)
+		b.Queue(sqlstore.PruneConnectTokensSQL, id, m.Entry.Epoch)
 		queueUpsertEntry(b, m.Entry)
 	}
 	if b.Len() == 0 {
@@ -331,7 +197,7 @@ func queueEvents(b *pgx.Batch, sessionID string, seq int64, events []api.Event) 
 	for i := range events {
 		seq++
 		events[i].Seq, events[i].SessionID = seq, sessionID
-		body, err := marshal(events[i])
+		body, err := sqlstore.Marshal(events[i])
 		if err != nil {
 			return fmt.Errorf("event %d: %w", seq, err)
 		}
@@ -349,7 +215,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api
 	if len(events) == 0 {
 		// Nothing to write; still say whether the session exists.
 		var one int
-		err := s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1`, sessionID).Scan(&one)
+		err := s.pool.QueryRow(ctx, sqlstore.SessionExistsSQL, sessionID).Scan(&one)
 		if err != nil {
 			return fmt.Errorf("postgres: append events %s: %w", sessionID, mapErr(err))
 		}
@@ -357,11 +223,11 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api
 	}
 	var seq int64
 	first := func(b *pgx.Batch) {
-		b.Queue(`SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`, sessionID).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlstore.SessionExistsSQL+` FOR UPDATE`, sessionID).QueryRow(func(row pgx.Row) error {
 			var one int
 			return row.Scan(&one)
 		})
-		b.Queue(`SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, sessionID).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlstore.MaxEventSeqSQL, sessionID).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&seq)
 		})
 	}
@@ -397,15 +263,7 @@ func (s *Store) TailEvents(ctx context.Context, sessionID string, limit int) ([]
 
 // queryEvents runs a query of events' body_json.
 func (s *Store) queryEvents(ctx context.Context, sessionID, query string, args ...any) ([]api.Event, error) {
-	out, err := collect(func(sc scanner) (api.Event, error) {
-		var body string
-		var ev api.Event
-		if err := sc.Scan(&body); err != nil {
-			return ev, err
-		}
-		err := json.Unmarshal([]byte(body), &ev)
-		return ev, err
-	})(s.pool.Query(ctx, query, args...))
+	out, err := collect(sqlstore.ScanEvent)(s.pool.Query(ctx, query, args...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list events %s: %w", sessionID, err)
 	}
@@ -414,24 +272,7 @@ func (s *Store) queryEvents(ctx context.Context, sessionID, query string, args .
 
 // ListCalls returns every call of a session in Seq order.
 func (s *Store) ListCalls(ctx context.Context, sessionID string) ([]store.Call, error) {
-	out, err := collect(func(sc scanner) (store.Call, error) {
-		var c store.Call
-		var created int64
-		var args, value []byte
-		var doneAt *int64
-		if err := sc.Scan(&c.SessionID, &c.Seq, &c.Tool, &args, &c.Done, &c.OK, &value, &c.Error, &created, &doneAt); err != nil {
-			return c, err
-		}
-		if args != nil {
-			c.Args = args
-		}
-		if value != nil {
-			c.Value = value
-		}
-		c.CreatedAt, c.DoneAt = fromMS(created), fromPtrMS(doneAt)
-		return c, nil
-	})(s.pool.Query(ctx, `SELECT session_id, seq, tool, args, done, ok, value, error, created_at, done_at
-		FROM calls WHERE session_id = $1 ORDER BY seq`, sessionID))
+	out, err := collect(sqlstore.ScanCall)(s.pool.Query(ctx, sqlstore.ListCallsSQL, sessionID))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list calls %s: %w", sessionID, err)
 	}

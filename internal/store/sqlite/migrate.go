@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/store/migration"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -31,13 +32,9 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	) STRICT`); err != nil {
 		return nil, fmt.Errorf("create schema_migrations: %w", err)
 	}
-	known := make(map[int]bool, len(all))
-	for _, m := range all {
-		known[m.Version] = true
-	}
 	var applied []int
 	for _, m := range all {
-		did, err := applyOne(ctx, db, m, known)
+		did, err := applyOne(ctx, db, m, all)
 		if err != nil {
 			return applied, err
 		}
@@ -49,46 +46,30 @@ func migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 }
 
 // applyOne applies m unless it is recorded, checking first, inside the
-// transaction, that db records no version this build does not know.
-func applyOne(ctx context.Context, db *sql.DB, m migration.Migration, known map[int]bool) (bool, error) {
+// transaction, that db records no version all lacks.
+func applyOne(ctx context.Context, db *sql.DB, m migration.Migration, all []migration.Migration) (bool, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
-	rows, err := tx.QueryContext(ctx, `SELECT version, name FROM schema_migrations ORDER BY version`)
+	rows, err := tx.QueryContext(ctx, migration.ReadSQL)
+	recs, err := collect(rows, err, func(sc sqlstore.Scanner) (migration.Record, error) {
+		var r migration.Record
+		err := sc.Scan(&r.Version, &r.Name)
+		return r, err
+	})
 	if err != nil {
 		return false, fmt.Errorf("read schema_migrations: %w", err)
 	}
-	recorded := false
-	for rows.Next() {
-		var v int
-		var name string
-		if err := rows.Scan(&v, &name); err != nil {
-			rows.Close()
-			return false, err
-		}
-		if !known[v] {
-			rows.Close()
-			return false, fmt.Errorf("database has migration %d (%s) that this build does not know: it was written by a newer version of outpost", v, name)
-		}
-		recorded = recorded || v == m.Version
-	}
-	if err := rows.Close(); err != nil {
+	if pending, err := migration.Pending(all, recs, m); !pending || err != nil {
 		return false, err
-	}
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
-	if recorded {
-		return false, nil
 	}
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return false, fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.Version, m.Name, time.Now().UnixMilli()); err != nil {
+	if _, err := tx.ExecContext(ctx, migration.RecordSQL, m.Version, m.Name, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("record migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
@@ -16,7 +17,7 @@ import (
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	var orgs any // NULL when unset
 	if o.AllowedOrgIDs != nil {
-		j, err := marshal(o.AllowedOrgIDs)
+		j, err := sqlstore.Marshal(o.AllowedOrgIDs)
 		if err != nil {
 			return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, err)
 		}
@@ -24,7 +25,7 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, o.ID, o.Name, o.Platform, o.Description, orgs, ms(o.CreatedAt), o.RemoteBinarySHA)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA)
 		return err
 	})
 	if err != nil {
@@ -35,14 +36,15 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha`
 
-func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
+// scanOutpost reads outpostCols.
+func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var orgs sql.NullString
 	var created int64
 	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA); err != nil {
 		return store.Outpost{}, err
 	}
-	o.CreatedAt = fromMS(created)
+	o.CreatedAt = sqlstore.FromMS(created)
 	if orgs.Valid {
 		o.AllowedOrgIDs = []string{}
 		if err := json.Unmarshal([]byte(orgs.String), &o.AllowedOrgIDs); err != nil {
@@ -56,7 +58,7 @@ func scanOutpost(sc interface{ Scan(...any) error }) (store.Outpost, error) {
 func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost, error) {
 	// An id match wins over a name match.
 	row := s.r.QueryRowContext(ctx, `SELECT `+outpostCols+` FROM outposts
-		WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1`, idOrName)
+		WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, idOrName)
 	o, err := scanOutpost(row)
 	if err != nil {
 		return store.Outpost{}, fmt.Errorf("sqlite: get outpost %s: %w", idOrName, mapErr(err))
@@ -67,19 +69,8 @@ func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost,
 // ListOutposts returns every outpost, ordered by name.
 func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+outpostCols+` FROM outposts ORDER BY name`)
+	out, err := collect(rows, err, scanOutpost)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list outposts: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Outpost
-	for rows.Next() {
-		o, err := scanOutpost(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list outposts: %w", err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list outposts: %w", err)
 	}
 	return out, nil
@@ -89,7 +80,7 @@ func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
 // sessions and queue entries are left to the caller.
 func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `DELETE FROM outposts WHERE id = ?`, id))
+		return mustAffect(tx.ExecContext(ctx, sqlstore.DeleteOutpostSQL, id))
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: delete outpost %s: %w", id, mapErr(err))
@@ -101,9 +92,9 @@ func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 // Expiry is after now; tombstones count toward neither.
 func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT
-			COALESCE(SUM(phase = ?2), 0),
-			COALESCE(SUM(phase = ?3 AND `+expirySQL+` > ?4), 0)
-		FROM queue WHERE outpost_id = ?1 AND deleted = 0`,
+			COALESCE(SUM(phase = $2), 0),
+			COALESCE(SUM(phase = $3 AND `+expirySQL+` > $4), 0)
+		FROM queue WHERE outpost_id = $1 AND deleted = 0`,
 		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&queueDepth, &activeClaims)
 	if err != nil {
 		return 0, 0, fmt.Errorf("sqlite: outpost stats %s: %w", outpostID, err)
@@ -111,45 +102,24 @@ func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Tim
 	return queueDepth, activeClaims, nil
 }
 
-// mustAffect turns a result that touched no row into sql.ErrNoRows.
-func mustAffect(res sql.Result, err error) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return sql.ErrNoRows
-	}
-	return nil
-}
-
 // LookupConnectToken finds a connect token by hash.
 func (s *Store) LookupConnectToken(ctx context.Context, hash string) (store.ConnectToken, error) {
-	var c store.ConnectToken
-	var created int64
-	err := s.r.QueryRowContext(ctx, `SELECT hash, session_id, epoch, created_at FROM connect_tokens WHERE hash = ?`, hash).
-		Scan(&c.Hash, &c.SessionID, &c.Epoch, &created)
+	c, err := sqlstore.ScanConnectToken(s.r.QueryRowContext(ctx, sqlstore.LookupConnectTokenSQL, hash))
 	if err != nil {
 		return store.ConnectToken{}, fmt.Errorf("sqlite: lookup connect token: %w", mapErr(err))
 	}
-	c.CreatedAt = fromMS(created)
 	return c, nil
 }
 
 // CreateToken inserts an API token; store.ErrConflict when its id or hash is
 // taken.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
-	scopes, err := marshal(t.Scopes)
+	args, err := sqlstore.TokenArgs(&t)
 	if err != nil {
 		return fmt.Errorf("sqlite: create token %s: %w", t.ID, err)
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, t.Name, t.Hash, scopes, t.OutpostID, ms(t.CreatedAt), ptrMS(t.ExpiresAt), ptrMS(t.RevokedAt))
+		_, err := tx.ExecContext(ctx, sqlstore.InsertTokenSQL, args...)
 		return err
 	})
 	if err != nil {
@@ -158,26 +128,9 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	return nil
 }
 
-const tokenCols = `id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at`
-
-func scanToken(sc interface{ Scan(...any) error }) (store.Token, error) {
-	var t store.Token
-	var scopes string
-	var created int64
-	var expires, revoked sql.NullInt64
-	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked); err != nil {
-		return store.Token{}, err
-	}
-	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
-		return store.Token{}, fmt.Errorf("token %s scopes: %w", t.ID, err)
-	}
-	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromMS(created), fromPtrMS(expires), fromPtrMS(revoked)
-	return t, nil
-}
-
 // TokenByHash finds a token by the hash of its secret.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
-	t, err := scanToken(s.r.QueryRowContext(ctx, `SELECT `+tokenCols+` FROM tokens WHERE hash = ?`, hash))
+	t, err := sqlstore.ScanToken(s.r.QueryRowContext(ctx, sqlstore.TokenByHashSQL, hash))
 	if err != nil {
 		return store.Token{}, fmt.Errorf("sqlite: token by hash: %w", mapErr(err))
 	}
@@ -186,20 +139,9 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, erro
 
 // ListTokens returns every token, newest first.
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenCols+` FROM tokens ORDER BY created_at DESC, id DESC`)
+	rows, err := s.r.QueryContext(ctx, sqlstore.ListTokensSQL)
+	out, err := collect(rows, err, sqlstore.ScanToken)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list tokens: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Token
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list tokens: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list tokens: %w", err)
 	}
 	return out, nil
@@ -209,8 +151,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 // Revoking a revoked token keeps its first revocation time.
 func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`,
-			now.UnixMilli(), id))
+		return mustAffect(tx.ExecContext(ctx, sqlstore.RevokeTokenSQL, now.UnixMilli(), id))
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: revoke token %s: %w", id, mapErr(err))
@@ -221,7 +162,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error
 // CountTokens counts tokens, revoked ones included.
 func (s *Store) CountTokens(ctx context.Context) (int, error) {
 	var n int
-	if err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens`).Scan(&n); err != nil {
+	if err := s.r.QueryRowContext(ctx, sqlstore.CountTokensSQL).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite: count tokens: %w", err)
 	}
 	return n, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // ListArtifactsExpired returns ids of up to limit final sessions that ended
@@ -18,8 +19,8 @@ func (s *Store) ListArtifactsExpired(ctx context.Context, endedBefore time.Time,
 		limit = -1
 	}
 	ids, err := s.ids(ctx, `SELECT id FROM sessions
-		WHERE artifacts_pruned_at IS NULL AND ended_at IS NOT NULL AND ended_at < ? AND status IN (?, ?)
-		ORDER BY ended_at, id LIMIT ?`,
+		WHERE artifacts_pruned_at IS NULL AND ended_at IS NOT NULL AND ended_at < $1 AND status IN ($2, $3)
+		ORDER BY ended_at, id LIMIT $4`,
 		endedBefore.UnixMilli(), api.StatusExit, api.StatusError, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list sessions with expired artifacts: %w", err)
@@ -33,7 +34,7 @@ func (s *Store) MarkArtifactsPruned(ctx context.Context, ids []string, at time.T
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := []any{ms(at), api.StatusExit, api.StatusError}
+	args := []any{sqlstore.MS(at), api.StatusExit, api.StatusError}
 	for _, id := range ids {
 		args = append(args, id)
 	}

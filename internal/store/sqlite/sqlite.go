@@ -5,25 +5,25 @@
 // before its method returns. Every write transaction runs on one dedicated
 // connection and begins IMMEDIATE, which serialises writers without
 // SQLITE_BUSY upgrades; queries use a separate pool of read-only connections.
-// Times are kept as Unix milliseconds and come back in UTC.
+// Times are kept as Unix milliseconds and come back in UTC. The columns, row
+// scanners and the statements both stores send are package sqlstore's.
 package sqlite
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"runtime"
 	"strings"
-	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // busyTimeoutMS bounds how long a connection waits for a lock another
@@ -153,92 +153,71 @@ func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return fn(tx)
 }
 
+// dialect is how SQLite spells what sqlstore leaves to the store.
+var dialect = sqlstore.Dialect{
+	Greatest:   "MAX",
+	NotDeleted: "deleted = 0",
+	Contains:   func(col, arg string) string { return "instr(" + col + ", " + arg + ") > 0" },
+	// Spelled out rather than as a row value, as the sessions_created
+	// index is used for it.
+	Before: func(c, id string) string {
+		return "(created_at < " + c + " OR (created_at = " + c + " AND id < " + id + "))"
+	},
+	IsUniqueViolation: func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
+		}
+		c := se.Code()
+		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	},
+}
+
 // mapErr turns driver errors into store errors: unique and primary key
 // violations become store.ErrConflict, sql.ErrNoRows store.ErrNotFound.
-func mapErr(err error) error {
-	if err == nil {
-		return nil
+func mapErr(err error) error { return dialect.MapErr(err) }
+
+// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
+var expirySQL = dialect.Expiry()
+
+// lapsedClaimsSQL is the statement of LapsedClaims.
+var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
+
+// mustAffect turns a result that touched no row into sql.ErrNoRows.
+func mustAffect(res sql.Result, err error) error {
+	if err != nil {
+		return err
 	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	if n == 0 {
+		return sql.ErrNoRows
+	}
+	return nil
+}
+
+// collect reads every row of rows with scan and closes rows.
+func collect[T any](rows *sql.Rows, err error, scan func(sqlstore.Scanner) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, v)
 	}
-	return err
+	return out, rows.Err()
 }
 
-// ms stores a time: zero is 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// fromMS reads a time stored by ms.
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// nullMS stores an optional time: zero is NULL.
-func nullMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromNullMS reads a time stored by nullMS.
-func fromNullMS(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return time.UnixMilli(v.Int64).UTC()
-}
-
-// ptrMS stores a time pointer: nil is NULL.
-func ptrMS(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMilli()
-}
-
-// fromPtrMS reads a time stored by ptrMS.
-func fromPtrMS(v sql.NullInt64) *time.Time {
-	if !v.Valid {
-		return nil
-	}
-	t := time.UnixMilli(v.Int64).UTC()
-	return &t
-}
-
-// bytesOrNil keeps a nil json.RawMessage NULL.
-func bytesOrNil(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return b
-}
-
-// marshal encodes v as JSON text.
-func marshal(v any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
-
-// boolInt stores a bool.
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
+// scanString reads a row of one text column.
+func scanString(sc sqlstore.Scanner) (string, error) {
+	var v string
+	err := sc.Scan(&v)
+	return v, err
 }

@@ -404,3 +404,19 @@ func BenchmarkUpdateSessionParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 }
+
+// The shared statements (package sqlstore) are written with $N
+// placeholders; the driver must bind $N to the Nth argument whatever the
+// order in which they appear and however often.
+func TestNumberedPlaceholders(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t)
+	defer s.Close()
+	var a, b, c string
+	if err := s.r.QueryRowContext(t.Context(), `SELECT $2, $1, $2`, "one", "two").Scan(&a, &b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if a != "two" || b != "one" || c != "two" {
+		t.Fatalf("SELECT $2, $1, $2 with (one, two) = %s, %s, %s; want two, one, two", a, b, c)
+	}
+}

@@ -1,0 +1,178 @@
+package sqlstore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Statements both dialects accept, by what they do. Their arguments are in
+// placeholder order.
+const (
+	// GetSessionSQL reads SessionCols of session $1.
+	GetSessionSQL = `SELECT ` + SessionCols + ` FROM sessions WHERE id = $1`
+	// GetStateSQL reads StateCols of session $1.
+	GetStateSQL = `SELECT ` + StateCols + ` FROM sessions WHERE id = $1`
+	// SessionExistsSQL returns 1 when session $1 exists.
+	SessionExistsSQL = `SELECT 1 FROM sessions WHERE id = $1`
+	// ActiveSessionsSQL lists the ids of sessions whose status is neither
+	// $1 nor $2 (the final ones), oldest first.
+	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ($1, $2) ORDER BY created_at, id`
+	// FindResealSQL lists id and secrets_json of the sessions whose
+	// secrets are not sealed under key $1, through the index of
+	// secrets_key (rows under any other key, or none).
+	FindResealSQL = `SELECT id, secrets_json FROM sessions WHERE secrets_key < $1 OR secrets_key > $1`
+	// ResealSQL writes secrets $1 under key $2 to session $3 if its
+	// secrets are still $4.
+	ResealSQL = `UPDATE sessions SET secrets_json = $1, secrets_key = $2 WHERE id = $3 AND secrets_json = $4`
+
+	// GetEntrySQL reads EntryCols of the queue entry of session $1.
+	GetEntrySQL = `SELECT ` + EntryCols + ` FROM queue WHERE session_id = $1`
+	// NextRevSQL takes the next rev and returns it. The counter row stays
+	// locked until the transaction ends, so revs commit in order.
+	NextRevSQL = `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`
+	// MaxRevSQL reads the highest rev assigned.
+	MaxRevSQL = `SELECT value FROM counters WHERE name = 'rev'`
+
+	// MaxEventSeqSQL reads the highest event seq of session $1 (0 when none).
+	MaxEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`
+	// ListCallsSQL reads CallCols of every call of session $1 in seq order.
+	ListCallsSQL = `SELECT ` + CallCols + ` FROM calls WHERE session_id = $1 ORDER BY seq`
+
+	// InsertConnectTokenSQL inserts ConnectTokenCols.
+	InsertConnectTokenSQL = `INSERT INTO connect_tokens (` + ConnectTokenCols + `) VALUES ($1, $2, $3, $4)`
+	// PruneConnectTokensSQL deletes the connect tokens of session $1 of
+	// epochs before $2.
+	PruneConnectTokensSQL = `DELETE FROM connect_tokens WHERE session_id = $1 AND epoch < $2`
+	// LookupConnectTokenSQL reads ConnectTokenCols of the token of hash $1.
+	LookupConnectTokenSQL = `SELECT ` + ConnectTokenCols + ` FROM connect_tokens WHERE hash = $1`
+
+	// TokenByHashSQL reads TokenCols of the token of hash $1.
+	TokenByHashSQL = `SELECT ` + TokenCols + ` FROM tokens WHERE hash = $1`
+	// ListTokensSQL reads TokenCols of every token, newest first.
+	ListTokensSQL = `SELECT ` + TokenCols + ` FROM tokens ORDER BY created_at DESC, id DESC`
+	// RevokeTokenSQL marks token $2 revoked at $1 unless it already is.
+	RevokeTokenSQL = `UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`
+	// CountTokensSQL counts every token.
+	CountTokensSQL = `SELECT COUNT(*) FROM tokens`
+
+	// DeleteOutpostSQL deletes outpost $1.
+	DeleteOutpostSQL = `DELETE FROM outposts WHERE id = $1`
+)
+
+// FinalStatuses are the arguments of ActiveSessionsSQL: the final statuses
+// (see api.IsFinal).
+func FinalStatuses() []any { return []any{api.StatusExit, api.StatusError} }
+
+// Where builds a WHERE clause of conditions joined by AND, numbering the
+// placeholders of its arguments in order.
+type Where struct {
+	conds []string
+	args  []any
+}
+
+// Arg adds an argument and returns its placeholder.
+func (w *Where) Arg(v any) string {
+	w.args = append(w.args, v)
+	return fmt.Sprintf("$%d", len(w.args))
+}
+
+// And adds a condition.
+func (w *Where) And(cond string) { w.conds = append(w.conds, cond) }
+
+// SQL is the clause without the WHERE keyword ("1 = 1" when empty) and its
+// arguments. Later calls of Arg and And do not change what it returned.
+func (w *Where) SQL() (string, []any) {
+	if len(w.conds) == 0 {
+		return "1 = 1", w.args
+	}
+	return strings.Join(w.conds, " AND "), w.args[:len(w.args):len(w.args)]
+}
+
+// Clone returns a copy that grows apart from w.
+func (w *Where) Clone() *Where {
+	return &Where{conds: append([]string(nil), w.conds...), args: append([]any(nil), w.args...)}
+}
+
+// LapsedClaimsSQL lists the ids of claimed ($1), live entries whose Expiry
+// is at or before $2, earliest first, through the index queue_phase_expiry.
+func (d Dialect) LapsedClaimsSQL() string {
+	return `SELECT session_id FROM queue WHERE phase = $1 AND ` + d.Expiry() + ` <= $2 AND ` + d.NotDeleted + `
+		ORDER BY ` + d.Expiry() + `, session_id`
+}
+
+// ListQuery is a list method's two statements: the count of every match and
+// the page of rows, read in one snapshot.
+type ListQuery struct {
+	Count     string
+	CountArgs []any
+	Page      string
+	PageArgs  []any
+}
+
+// ListSessions is the ListQuery of f: the count of sessions matching f's
+// OutpostID, Status and Title, and the page of SessionCols older than
+// (BeforeCreated, BeforeID), newest first, up to Limit (0: no cap).
+func (d Dialect) ListSessions(f store.SessionFilter) ListQuery {
+	var w Where
+	if f.OutpostID != "" {
+		w.And("outpost_id = " + w.Arg(f.OutpostID))
+	}
+	if f.Status != "" {
+		w.And("status = " + w.Arg(f.Status))
+	}
+	if f.Title != "" {
+		w.And(d.Contains("title_fold", w.Arg(strings.ToLower(f.Title))))
+	}
+	var q ListQuery
+	filter, args := w.SQL()
+	q.Count, q.CountArgs = `SELECT COUNT(*) FROM sessions WHERE `+filter, args
+	page := w.Clone()
+	if !f.BeforeCreated.IsZero() {
+		page.And(d.Before(page.Arg(f.BeforeCreated.UnixMilli()), page.Arg(f.BeforeID)))
+	}
+	cond, pargs := page.SQL()
+	q.Page = `SELECT ` + SessionCols + ` FROM sessions WHERE ` + cond + ` ORDER BY created_at DESC, id DESC` + limit(f.Limit)
+	q.PageArgs = pargs
+	return q
+}
+
+// ListQueue is the ListQuery of f: the count of live entries matching f's
+// OutpostID, Phase and AcceptorID, and the page of EntryCols after
+// AfterRev in rev order (tombstones too with IncludeDeleted), up to Limit
+// (0: no cap).
+func (d Dialect) ListQueue(f store.QueueFilter) ListQuery {
+	var w Where
+	if f.OutpostID != "" {
+		w.And("outpost_id = " + w.Arg(f.OutpostID))
+	}
+	if f.Phase != "" {
+		w.And("phase = " + w.Arg(f.Phase))
+	}
+	if f.AcceptorID != "" {
+		w.And("acceptor_id = " + w.Arg(f.AcceptorID))
+	}
+	page := w.Clone()
+	w.And(d.NotDeleted)
+	var q ListQuery
+	filter, args := w.SQL()
+	q.Count, q.CountArgs = `SELECT COUNT(*) FROM queue WHERE `+filter, args
+	page.And("rev > " + page.Arg(f.AfterRev))
+	if !f.IncludeDeleted {
+		page.And(d.NotDeleted)
+	}
+	cond, pargs := page.SQL()
+	q.Page = `SELECT ` + EntryCols + ` FROM queue WHERE ` + cond + ` ORDER BY rev` + limit(f.Limit)
+	q.PageArgs = pargs
+	return q
+}
+
+// limit is the LIMIT clause of n rows; none when n is 0 or less.
+func limit(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" LIMIT %d", n)
+}

@@ -1,0 +1,273 @@
+package sqlstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
+)
+
+// SessionCols are the columns ScanSession reads.
+const SessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
+	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
+
+// ScanSession reads SessionCols, opening the secrets with keys.
+func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
+	var s store.Session
+	var spec, secrets string
+	var caps, usage nullString
+	var created, updated int64
+	var started, ended, pruned nullInt64
+	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
+		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
+		return store.Session{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
+		return store.Session{}, fmt.Errorf("session %s spec: %w", s.ID, err)
+	}
+	var err error
+	if s.Secrets, err = keys.OpenSecrets(s.ID, secrets); err != nil {
+		return store.Session{}, fmt.Errorf("session %s secrets: %w", s.ID, err)
+	}
+	if err := decodeState(&s, caps, usage); err != nil {
+		return store.Session{}, err
+	}
+	s.CreatedAt, s.UpdatedAt = FromMS(created), FromMS(updated)
+	s.StartedAt, s.EndedAt = started.timePtr(), ended.timePtr()
+	s.ArtifactsPrunedAt = pruned.timePtr()
+	return s, nil
+}
+
+// StateCols are the columns of a session that change after creation, which
+// ScanState reads.
+const StateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
+	started_at, ended_at, usage_json, artifacts_pruned_at`
+
+// ScanState reads StateCols: a session without its immutable spec and
+// secrets, which write transactions neither need nor rewrite.
+func ScanState(sc Scanner) (store.Session, error) {
+	var s store.Session
+	var caps, usage nullString
+	var created, updated int64
+	var started, ended, pruned nullInt64
+	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
+		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
+		return store.Session{}, err
+	}
+	if err := decodeState(&s, caps, usage); err != nil {
+		return store.Session{}, err
+	}
+	s.CreatedAt, s.UpdatedAt = FromMS(created), FromMS(updated)
+	s.StartedAt, s.EndedAt = started.timePtr(), ended.timePtr()
+	s.ArtifactsPrunedAt = pruned.timePtr()
+	return s, nil
+}
+
+// decodeState decodes the capabilities and usage columns (NULL when absent).
+func decodeState(s *store.Session, caps, usage nullString) error {
+	if caps.valid {
+		s.Capabilities = new(api.Capabilities)
+		if err := json.Unmarshal([]byte(caps.v), s.Capabilities); err != nil {
+			return fmt.Errorf("session %s capabilities: %w", s.ID, err)
+		}
+	}
+	if usage.valid {
+		if err := json.Unmarshal([]byte(usage.v), &s.Usage); err != nil {
+			return fmt.Errorf("session %s usage: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// stateValues encodes the capabilities and usage of s for their columns:
+// NULL while there are none.
+func stateValues(s *store.Session) (caps, usage any, err error) {
+	if s.Capabilities != nil {
+		if caps, err = Marshal(s.Capabilities); err != nil {
+			return nil, nil, fmt.Errorf("capabilities: %w", err)
+		}
+	}
+	if s.Usage != (api.Usage{}) {
+		if usage, err = Marshal(s.Usage); err != nil {
+			return nil, nil, fmt.Errorf("usage: %w", err)
+		}
+	}
+	return caps, usage, nil
+}
+
+// UpdateStateSQL writes the columns of a session that change after creation
+// (but not artifacts_pruned_at, which only MarkArtifactsPruned writes), with
+// StateArgs.
+const UpdateStateSQL = `UPDATE sessions SET status = $2, status_detail = $3, reason = $4, last_seq = $5,
+	capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10 WHERE id = $1`
+
+// StateArgs are the arguments of UpdateStateSQL for s.
+func StateArgs(s *store.Session) ([]any, error) {
+	caps, usage, err := stateValues(s)
+	if err != nil {
+		return nil, err
+	}
+	return []any{s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, MS(s.UpdatedAt), PtrMS(s.StartedAt),
+		PtrMS(s.EndedAt), usage}, nil
+}
+
+// InsertSessionSQL inserts a session, with SessionArgs.
+const InsertSessionSQL = `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
+	status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
+	secrets_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+
+// SessionArgs are the arguments of InsertSessionSQL for s, its secrets
+// sealed with keys (nil keeps them plaintext).
+func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
+	spec, err := Marshal(s.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	secrets, err := keys.SealSecrets(s.ID, s.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	caps, usage, err := stateValues(s)
+	if err != nil {
+		return nil, err
+	}
+	return []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
+		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID()}, nil
+}
+
+// EntryCols are the columns of a queue entry, which ScanEntry reads.
+const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
+	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha`
+
+// ScanEntry reads EntryCols.
+func ScanEntry(sc Scanner) (store.QueueEntry, error) {
+	var e store.QueueEntry
+	var deadline, live nullInt64
+	var created, updated int64
+	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
+		return store.QueueEntry{}, err
+	}
+	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = deadline.time(), FromMS(created), FromMS(updated)
+	e.LiveUntil = live.time()
+	return e, nil
+}
+
+// EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
+// their order ($1–$9, then $10–$14 for deleted … remote_binary_sha). The
+// rev is the store's to place.
+func EntryArgs(e *store.QueueEntry) []any {
+	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
+		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA}
+}
+
+// EntryConflictSQL is the ON CONFLICT clause of an upsert of a queue entry:
+// every column but remote_binary_sha (which keeps what the insert wrote)
+// takes the new value, except that within one epoch live_until is never
+// lowered.
+func (d Dialect) EntryConflictSQL() string {
+	return `ON CONFLICT (session_id) DO UPDATE SET outpost_id = excluded.outpost_id, kind = excluded.kind,
+		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
+		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
+		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
+		updated_at = excluded.updated_at,
+		live_until = CASE WHEN excluded.epoch = queue.epoch
+			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
+			ELSE excluded.live_until END`
+}
+
+// CallCols are the columns of a tool call, which ScanCall reads.
+const CallCols = `session_id, seq, tool, args, done, ok, value, error, created_at, done_at`
+
+// ScanCall reads CallCols.
+func ScanCall(sc Scanner) (store.Call, error) {
+	var c store.Call
+	var created int64
+	var args, value []byte
+	var doneAt nullInt64
+	if err := sc.Scan(&c.SessionID, &c.Seq, &c.Tool, &args, &c.Done, &c.OK, &value, &c.Error, &created, &doneAt); err != nil {
+		return store.Call{}, err
+	}
+	if args != nil {
+		c.Args = args
+	}
+	if value != nil {
+		c.Value = value
+	}
+	c.CreatedAt, c.DoneAt = FromMS(created), doneAt.timePtr()
+	return c, nil
+}
+
+// UpsertCallSQL inserts a call or replaces the stored call of the same seq,
+// with CallArgs.
+const UpsertCallSQL = `INSERT INTO calls (` + CallCols + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+	ON CONFLICT (session_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, done = excluded.done,
+		ok = excluded.ok, value = excluded.value, error = excluded.error, created_at = excluded.created_at,
+		done_at = excluded.done_at`
+
+// CallArgs are the arguments of UpsertCallSQL for c.
+func CallArgs(c *store.Call) []any {
+	return []any{c.SessionID, c.Seq, c.Tool, BytesOrNil(c.Args), c.Done, c.OK, BytesOrNil(c.Value), c.Error,
+		MS(c.CreatedAt), PtrMS(c.DoneAt)}
+}
+
+// ScanEvent reads a row of one body_json column.
+func ScanEvent(sc Scanner) (api.Event, error) {
+	var body string
+	var ev api.Event
+	if err := sc.Scan(&body); err != nil {
+		return ev, err
+	}
+	err := json.Unmarshal([]byte(body), &ev)
+	return ev, err
+}
+
+// TokenCols are the columns of an API token, which ScanToken reads.
+const TokenCols = `id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at`
+
+// ScanToken reads TokenCols.
+func ScanToken(sc Scanner) (store.Token, error) {
+	var t store.Token
+	var scopes string
+	var created int64
+	var expires, revoked nullInt64
+	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked); err != nil {
+		return store.Token{}, err
+	}
+	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
+		return store.Token{}, fmt.Errorf("token %s scopes: %w", t.ID, err)
+	}
+	t.CreatedAt, t.ExpiresAt, t.RevokedAt = FromMS(created), expires.timePtr(), revoked.timePtr()
+	return t, nil
+}
+
+// InsertTokenSQL inserts an API token, with TokenArgs.
+const InsertTokenSQL = `INSERT INTO tokens (` + TokenCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+
+// TokenArgs are the arguments of InsertTokenSQL for t.
+func TokenArgs(t *store.Token) ([]any, error) {
+	scopes, err := Marshal(t.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	return []any{t.ID, t.Name, t.Hash, scopes, t.OutpostID, MS(t.CreatedAt), PtrMS(t.ExpiresAt), PtrMS(t.RevokedAt)}, nil
+}
+
+// ConnectTokenCols are the columns of a connect token, which
+// ScanConnectToken reads.
+const ConnectTokenCols = `hash, session_id, epoch, created_at`
+
+// ScanConnectToken reads ConnectTokenCols.
+func ScanConnectToken(sc Scanner) (store.ConnectToken, error) {
+	var c store.ConnectToken
+	var created int64
+	if err := sc.Scan(&c.Hash, &c.SessionID, &c.Epoch, &created); err != nil {
+		return store.ConnectToken{}, err
+	}
+	c.CreatedAt = FromMS(created)
+	return c, nil
+}

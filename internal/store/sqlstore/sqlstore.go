@@ -1,0 +1,113 @@
+// Package sqlstore holds what the SQLite and PostgreSQL stores share: the
+// columns of each table and the row scanners that read them, the encodings
+// of times, JSON and optional values in columns, the statements both
+// dialects accept, the WHERE clauses of the list filters, and the mapping of
+// driver errors to store errors.
+//
+// Statements are written with numbered placeholders ($1, $2, …): PostgreSQL
+// speaks them, and SQLite (modernc.org/sqlite) binds $N to the Nth argument
+// just as it does ?N, so one text serves both. What the dialects spell
+// differently (GREATEST or MAX, a boolean test, substring search, row-value
+// comparison, which error is a unique violation) is a Dialect each store
+// fills in. Statements whose shape differs (PostgreSQL's batches, unnest and
+// CTEs, SQLite's IN lists) stay in their store.
+package sqlstore
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Scanner reads one row: *sql.Row, *sql.Rows, pgx.Row and pgx.Rows all are.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Dialect is what a store's SQL spells its own way.
+type Dialect struct {
+	// Greatest names the function of the larger of two values: GREATEST
+	// in PostgreSQL, the two-argument MAX in SQLite.
+	Greatest string
+	// NotDeleted tests that a queue row is not a tombstone.
+	NotDeleted string
+	// Contains returns a condition true when the text column col contains
+	// the text of placeholder arg.
+	Contains func(col, arg string) string
+	// Before returns the keyset condition (created_at, id) < (c, id) for
+	// the placeholders c and id, spelled so the sessions_created index
+	// serves it.
+	Before func(c, id string) string
+	// IsUniqueViolation reports a unique or primary key violation.
+	IsUniqueViolation func(error) bool
+}
+
+// Expiry is a queue entry's Expiry as SQL; the index queue_phase_expiry is
+// on it, so it must be spelled exactly so.
+func (d Dialect) Expiry() string {
+	return d.Greatest + `(claim_deadline, COALESCE(live_until, 0))`
+}
+
+// MapErr turns driver errors into store errors: a missing row
+// (sql.ErrNoRows, which pgx.ErrNoRows matches) becomes store.ErrNotFound,
+// a unique violation wraps store.ErrConflict. Other errors pass unchanged.
+func (d Dialect) MapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	if d.IsUniqueViolation(err) {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return err
+}
+
+// MS stores a time as Unix milliseconds: zero is 0.
+func MS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// FromMS reads a time stored by MS, in UTC.
+func FromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// NullMS stores an optional time: zero is NULL.
+func NullMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// PtrMS stores a time pointer: nil is NULL.
+func PtrMS(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// BytesOrNil keeps a nil json.RawMessage NULL and passes others as []byte.
+func BytesOrNil(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// Marshal encodes v as JSON text.
+func Marshal(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
