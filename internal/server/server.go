@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -179,6 +180,9 @@ type Server struct {
 	hub          *hub
 	output       *outputSpill
 
+	// agents runs the sessions' runners (internal/agent).
+	agents *agent.Loop
+
 	// runCtx is canceled when the server stops; every runner derives from it.
 	runCtx    context.Context
 	runCancel context.CancelFunc
@@ -201,8 +205,7 @@ type Server struct {
 	outpostNames sync.Map
 
 	mu       sync.Mutex                // guards the following
-	stopping bool                      // no new gateway connections or runners
-	runners  map[string]*runner        // by session id
+	stopping bool                      // no new gateway connections
 	outputs  map[string]*sessionOutput // by session id
 }
 
@@ -323,7 +326,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		queueChanged: newNotifier(),
 		userMessages: newNotifier(),
 		topics:       newTopics(),
-		runners:      map[string]*runner{},
 		certs:        certs,
 		dirLock:      lock,
 	}
@@ -349,6 +351,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.store = st
 	}
+	s.agents = s.newAgentLoop()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		ln.Close()
@@ -484,6 +487,7 @@ func (s *Server) bootstrapAdmin(ctx context.Context) error {
 func (s *Server) Serve(ctx context.Context) error {
 	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.http.BaseContext = func(net.Listener) context.Context { return s.runCtx }
+	s.agents.Start(s.runCtx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.listener) }()
 	metricsDone := make(chan struct{})
@@ -542,6 +546,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	<-metricsDone
+	s.agents.Stop()
 	s.wg.Wait()
 	err := s.store.Close()
 	s.dirLock.Release()
