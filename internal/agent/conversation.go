@@ -289,4 +289,3 @@ func (r *runner) feedLagged() <-chan struct{} {
 	}
 	return r.sub.Lagged()
 }
-

@@ -162,4 +162,3 @@ func (r *runner) runOne(ctx context.Context, seq int64, st step) (api.ToolResult
 	}
 	return res, nil
 }
-
