@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -185,7 +186,14 @@ func (c *conversation) resultText(ev api.Event) string {
 	case ev.Error != "":
 		b.WriteString(ev.Error)
 	case len(ev.Value) > 0:
-		b.Write(ev.Value)
+		// Compact, as the store keeps it: a rebuilt conversation and the
+		// one the runner kept show the model the same text.
+		var v bytes.Buffer
+		if json.Compact(&v, ev.Value) != nil {
+			v.Reset()
+			v.Write(ev.Value)
+		}
+		b.Write(v.Bytes())
 	}
 	if ev.Error != "" && ev.ExitCode != nil {
 		fmt.Fprintf(&b, " %s", ev.Error)

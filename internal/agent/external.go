@@ -86,9 +86,13 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, calls []st
 	for seq := range done {
 		last = max(last, seq)
 	}
-	// Calls recorded but without a result (a restart) are finished first.
+	// Calls recorded but without a result (a restart) are finished first;
+	// done holds the planned ones as runSteps left them.
 	for _, c := range calls {
 		last = max(last, c.Seq)
+		if d, ok := done[c.Seq]; ok && d.Done {
+			continue
+		}
 		if !c.Done {
 			if _, _, err := r.execute(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, nil); err != nil {
 				r.fail(ctx, err)

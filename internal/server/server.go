@@ -1,5 +1,7 @@
-// Package server is Outpost's control plane: the REST and fleet API, the
-// gateway remotes dial into, and the agent loop of every running session.
+// Package server is Outpost's control plane: the REST and fleet API and the
+// gateway remotes dial into. It runs the agent loop of every running
+// session (package agent), handing it the store, the committed-event feed,
+// the gateway's connections and the message locks.
 package server
 
 import (
