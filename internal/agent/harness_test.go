@@ -37,11 +37,19 @@ type harness struct {
 	ended  chan string // session ids, as they end
 	loop   *Loop
 	cancel context.CancelFunc
+	// beforeFinish becomes the next loop's Options.BeforeFinish.
+	beforeFinish func(sessionID string)
 }
 
 // newHarness opens a store in a temporary directory and starts a loop on
 // it with llm as its model provider (nil: none).
 func newHarness(t *testing.T, provider llm.Provider) *harness {
+	t.Helper()
+	return newHarnessWith(t, provider, nil)
+}
+
+// newHarnessWith is newHarness with an Options.BeforeFinish hook.
+func newHarnessWith(t *testing.T, provider llm.Provider, beforeFinish func(sessionID string)) *harness {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outpost.db"))
 	if err != nil {
@@ -52,7 +60,7 @@ func newHarness(t *testing.T, provider llm.Provider) *harness {
 		t.Fatalf("create outpost: %v", err)
 	}
 	h := &harness{t: t, store: &countingStore{Store: st}, feed: newMemFeed(), gw: newFakeGateway(),
-		msgs: newMemMessages(), clock: clockwork.NewFakeClock(), ended: make(chan string, 16)}
+		msgs: newMemMessages(), clock: clockwork.NewFakeClock(), ended: make(chan string, 16), beforeFinish: beforeFinish}
 	h.start(provider)
 	return h
 }
@@ -61,7 +69,7 @@ func newHarness(t *testing.T, provider llm.Provider) *harness {
 func (h *harness) start(provider llm.Provider) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.loop = New(Options{Store: h.store, Feed: h.feed, Gateway: h.gw, Messages: h.msgs, Ender: h,
-		LLM: provider, ToolResultLimit: 2000, Clock: h.clock})
+		LLM: provider, ToolResultLimit: 2000, Clock: h.clock, BeforeFinish: h.beforeFinish})
 	h.loop.Start(ctx)
 	h.cancel = cancel
 	h.t.Cleanup(h.stop)
@@ -147,6 +155,15 @@ func (h *harness) output(sessionID string, seq int64, text string) {
 // message records a user message as the server's messages endpoint does.
 func (h *harness) message(sessionID, text string) {
 	h.t.Helper()
+	m := h.recordMessage(sessionID, text)
+	h.feed.Publish(sessionID, m)
+	h.msgs.notify()
+}
+
+// recordMessage commits a user message under the session's message lock
+// and publishes nothing.
+func (h *harness) recordMessage(sessionID, text string) store.Mutation {
+	h.t.Helper()
 	unlock := h.msgs.Lock(sessionID)
 	m, err := h.store.UpdateSession(h.t.Context(), sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: text, Time: h.clock.Now().UnixMilli()}}}, nil
@@ -155,8 +172,7 @@ func (h *harness) message(sessionID, text string) {
 	if err != nil {
 		h.t.Fatalf("record message: %v", err)
 	}
-	h.feed.Publish(sessionID, m)
-	h.msgs.notify()
+	return m
 }
 
 // waitEnd waits for the session to end and returns it.

@@ -261,3 +261,42 @@ func TestExternalRestartDuringClone(t *testing.T) {
 		t.Fatal("no result")
 	}
 }
+
+// TestLLMMessageBeforeTheEnd commits a user message just as the runner of
+// a non-interactive session is about to end it because the model is done,
+// before the message is published: the runner, reading the transcript
+// under the message lock, finds it and gives the model another turn.
+func TestLLMMessageBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t, say("Done."), say("Done, changelog too."))
+	p := newProvider(t, model)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	first := true
+	h := newHarnessWith(t, p, func(string) {
+		if first { // the runner's goroutine alone calls it
+			first = false
+			close(paused)
+			<-resume
+		}
+	})
+	h.session("ses_msg", api.SessionSpec{Prompt: "Do the task.", Agent: api.Agent{Kind: api.AgentLLM}})
+	select {
+	case <-paused:
+	case <-time.After(waitTimeout):
+		t.Fatal("the runner never got to the end of the first answer")
+	}
+	msg := h.recordMessage("ses_msg", "Also the changelog.") // not published
+	close(resume)
+	sess := h.waitEnd("ses_msg")
+	if sess.StatusDetail != api.DetailFinished || sess.Usage.ModelCalls != 2 {
+		t.Fatalf("session %s/%s after %d model calls, want finished after 2", sess.Status, sess.StatusDetail, sess.Usage.ModelCalls)
+	}
+	reqs := p.requests()
+	if m := reqs[1].Messages; m[len(m)-1].Text != "Also the changelog." {
+		t.Fatalf("second request ends with %+v", m[len(m)-1])
+	}
+	checkPathsAgree(t, h.events("ses_msg"), reqs)
+	if evs := h.events("ses_msg"); evs[len(evs)-1].Type != api.EventEnd || msg.Events[0].Seq == 0 {
+		t.Fatalf("transcript ends with %+v", evs[len(evs)-1])
+	}
+}
