@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outpost-sh/outpost/backoff"
 )
 
 // reply is one scripted answer of a fake server.
@@ -116,7 +118,7 @@ func newTestProvider(t *testing.T, cfg Config) *client {
 		t.Fatalf("New: %v", err)
 	}
 	c := p.(*client)
-	c.backoff = backoffPolicy{base: time.Millisecond, max: 5 * time.Millisecond}
+	c.backoff = backoff.Policy{Base: time.Millisecond, Max: 5 * time.Millisecond, Jitter: 0.5}
 	return c
 }
 

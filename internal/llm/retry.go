@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outpost-sh/outpost/backoff"
 )
 
 // backend sends one attempt of a request to one provider.
@@ -16,13 +17,9 @@ type backend interface {
 	complete(ctx context.Context, req Request) (Response, error)
 }
 
-// backoffPolicy is the wait between retries that no Retry-After fixes.
-type backoffPolicy struct {
-	base time.Duration // the wait before the first retry, before jitter
-	max  time.Duration // the longest wait, before jitter
-}
-
-var defaultBackoff = backoffPolicy{base: 500 * time.Millisecond, max: 30 * time.Second}
+// defaultBackoff is the wait between retries that no Retry-After fixes:
+// from 500ms doubling to 30s, less up to half of it at random.
+var defaultBackoff = backoff.Policy{Base: 500 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.5}
 
 // maxRetryAfter is the longest Retry-After that is waited for; a provider
 // that asks for more gets its error returned instead.
@@ -36,7 +33,7 @@ type client struct {
 	model    string
 	timeout  time.Duration // per attempt; negative means none
 	retries  int
-	backoff  backoffPolicy
+	backoff  backoff.Policy
 }
 
 // Complete implements Provider.
@@ -66,12 +63,8 @@ func (c *client) Complete(ctx context.Context, req Request) (Response, error) {
 		if deadline, has := ctx.Deadline(); has && time.Until(deadline) < delay {
 			return Response{}, err // the context would end before the retry
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Response{}, ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, nil, delay); err != nil {
+			return Response{}, err
 		}
 	}
 }
@@ -108,21 +101,7 @@ func (c *client) delay(e *Error, attempt int) (time.Duration, bool) {
 	if e.hasRetryAfter {
 		return e.retryAfter, e.retryAfter <= maxRetryAfter
 	}
-	return c.backoff.delay(attempt), true
-}
-
-// delay is base·2^attempt, at most max, less up to half of it at random.
-func (b backoffPolicy) delay(attempt int) time.Duration {
-	d := b.max
-	if attempt < 32 {
-		if e := b.base << attempt; e > 0 && e < b.max {
-			d = e
-		}
-	}
-	if half := d / 2; half > 0 {
-		d -= rand.N(half)
-	}
-	return d
+	return c.backoff.Delay(attempt + 1), true
 }
 
 // parseRetryAfter reads how long the provider asked to wait: Retry-After-Ms

@@ -267,12 +267,12 @@ func TestBackoffDelay(t *testing.T) {
 	b := defaultBackoff
 	for attempt, want := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second} {
 		for range 50 {
-			if d := b.delay(attempt); d < want/2 || d > want {
+			if d := b.Delay(attempt + 1); d < want/2 || d > want {
 				t.Fatalf("attempt %d: delay %v outside [%v, %v]", attempt, d, want/2, want)
 			}
 		}
 	}
-	if d := b.delay(100); d < b.max/2 || d > b.max {
+	if d := b.Delay(100); d < b.Max/2 || d > b.Max {
 		t.Errorf("attempt 100: delay %v", d)
 	}
 }

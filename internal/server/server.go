@@ -1,5 +1,7 @@
-// Package server is Outpost's control plane: the REST and fleet API, the
-// gateway remotes dial into, and the agent loop of every running session.
+// Package server is Outpost's control plane: the REST and fleet API and the
+// gateway remotes dial into. It runs the agent loop of every running
+// session (package agent), handing it the store, the committed-event feed,
+// the gateway's connections and the message locks.
 package server
 
 import (
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -179,6 +182,9 @@ type Server struct {
 	hub          *hub
 	output       *outputSpill
 
+	// agents runs the sessions' runners (internal/agent).
+	agents *agent.Loop
+
 	// runCtx is canceled when the server stops; every runner derives from it.
 	runCtx    context.Context
 	runCancel context.CancelFunc
@@ -205,8 +211,7 @@ type Server struct {
 	outpostNames sync.Map
 
 	mu       sync.Mutex                // guards the following
-	stopping bool                      // no new gateway connections or runners
-	runners  map[string]*runner        // by session id
+	stopping bool                      // no new gateway connections
 	outputs  map[string]*sessionOutput // by session id
 }
 
@@ -327,7 +332,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		queueChanged: newNotifier(),
 		userMessages: newNotifier(),
 		topics:       newTopics(),
-		runners:      map[string]*runner{},
 		certs:        certs,
 		dirLock:      lock,
 	}
@@ -353,6 +357,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.store = st
 	}
+	s.agents = s.newAgentLoop()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		ln.Close()
@@ -488,6 +493,7 @@ func (s *Server) bootstrapAdmin(ctx context.Context) error {
 func (s *Server) Serve(ctx context.Context) error {
 	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.http.BaseContext = func(net.Listener) context.Context { return s.runCtx }
+	s.agents.Start(s.runCtx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.listener) }()
 	metricsDone := make(chan struct{})
@@ -546,6 +552,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	<-metricsDone
+	s.agents.Stop()
 	s.wg.Wait()
 	err := s.store.Close()
 	s.dirLock.Release()

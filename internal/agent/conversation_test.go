@@ -1,4 +1,4 @@
-package server
+package agent
 
 import (
 	"encoding/json"
@@ -77,4 +77,39 @@ func TestConversationFromTranscript(t *testing.T) {
 	if problem := toolCallProblem(llm.ToolCall{Name: "teleport"}); !strings.Contains(problem, "no tool") {
 		t.Errorf("unknown tool: %q", problem)
 	}
+}
+
+// TestSyncAfterLagAndGap follows a session's events through the feed:
+// events that come in order need no read of the store, a follower that
+// lost events reads what it missed from the store, and so does one that
+// sees an event past a gap.
+func TestSyncAfterLagAndGap(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.session("ses_sync", api.SessionSpec{Agent: api.Agent{Kind: api.AgentScript}})
+	h.stop() // the test plays the runner (the script, of no steps, has ended)
+	r := &runner{l: h.loop, sessionID: "ses_sync"}
+	conv := newConversation(100)
+	r.conv = conv
+	reads := func() int64 { return h.store.listEvents.Load() }
+	if err := r.sync(t.Context(), conv); err != nil || reads() != 1 {
+		t.Fatalf("first sync: %v, %d reads, want the transcript read once", err, reads())
+	}
+	h.message("ses_sync", "one")
+	if err := r.sync(t.Context(), conv); err != nil || reads() != 1 || len(conv.inbox) != 1 {
+		t.Fatalf("sync in order: %v, %d reads, inbox %+v", err, reads(), conv.inbox)
+	}
+	for i := range 100 { // more than the feed holds for a follower
+		h.message("ses_sync", strings.Repeat("x", i+1))
+	}
+	if err := r.sync(t.Context(), conv); err != nil || reads() != 2 || len(conv.inbox) != 101 {
+		t.Fatalf("sync after a lag: %v, %d reads, %d in the inbox, want 2 reads and 101", err, reads(), len(conv.inbox))
+	}
+	// An event committed but not published, then one that is: a gap.
+	h.recordMessage("ses_sync", "unpublished")
+	h.message("ses_sync", "published")
+	if err := r.sync(t.Context(), conv); err != nil || reads() != 3 || len(conv.inbox) != 103 || conv.inbox[101].msg.Text != "unpublished" {
+		t.Fatalf("sync after a gap: %v, %d reads, %d in the inbox", err, reads(), len(conv.inbox))
+	}
+	r.sub.Close()
 }

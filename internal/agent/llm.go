@@ -1,13 +1,12 @@
-package server
+package agent
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -20,167 +19,6 @@ const (
 	defaultMaxSteps = 50
 	defaultIdle     = time.Hour
 )
-
-// conversation is an llm session's messages, rebuilt from its transcript:
-// the transcript is the one durable record of the conversation, so a
-// restarted server or a new machine continues where it was.
-type conversation struct {
-	limit    int // characters of one tool result shown to the model
-	msgs     []llm.Message
-	lastSeen int64 // the last transcript event applied
-	lastCall int64 // the highest call seq seen
-	steps    int   // model calls made
-	// pending maps the calls of the last assistant message that have no
-	// result yet to their tool-call ids.
-	pending map[int64]string
-	// inbox holds user messages and notes the model has not seen yet, with
-	// their event seqs. They join the conversation at the next model call
-	// (after the results of outstanding tool calls): an assistant message
-	// records the last event its model had seen, so a rebuild places each
-	// message where the model saw it.
-	inbox  []inboxMsg
-	output map[int64]*strings.Builder // output of running exec calls
-}
-
-// inboxMsg is a message waiting for the model.
-type inboxMsg struct {
-	seq int64
-	msg llm.Message
-}
-
-// request returns the messages to send the model now.
-func (c *conversation) request() []llm.Message {
-	msgs := append([]llm.Message(nil), c.msgs...)
-	for _, m := range c.inbox {
-		msgs = append(msgs, m.msg)
-	}
-	return msgs
-}
-
-func newConversation(limit int) *conversation {
-	return &conversation{limit: limit, pending: map[int64]string{}, output: map[int64]*strings.Builder{}}
-}
-
-// apply folds one transcript event into the conversation.
-func (c *conversation) apply(ev api.Event) {
-	c.lastSeen = max(c.lastSeen, ev.Seq)
-	switch ev.Type {
-	case api.EventMessage:
-		switch ev.Role {
-		case api.RoleUser:
-			c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: ev.Text}})
-		case api.RoleAssistant:
-			// What the model had seen when it answered joins the history
-			// before its answer; later messages wait for the next call.
-			var later []inboxMsg
-			for _, m := range c.inbox {
-				if ev.Seen == 0 || m.seq <= ev.Seen {
-					c.msgs = append(c.msgs, m.msg)
-				} else {
-					later = append(later, m)
-				}
-			}
-			c.inbox = later
-			c.steps++
-			m := llm.Message{Role: llm.RoleAssistant, Text: ev.Text}
-			for _, tc := range ev.ToolCalls {
-				m.ToolCalls = append(m.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Tool, Arguments: json.RawMessage(tc.Arguments)})
-				c.pending[tc.CallSeq] = tc.ID
-				c.lastCall = max(c.lastCall, tc.CallSeq)
-			}
-			c.msgs = append(c.msgs, m)
-		}
-	case api.EventResume:
-		// The session moved to another machine: the model is told, as a
-		// user note, derived from the transcript like everything else.
-		c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason +
-			" Files of this session outside its repositories, and uncommitted work, may be missing on this machine; check before you go on."}})
-	case api.EventRestore:
-		// How the new machine cloned the session's repositories again.
-		c.inbox = append(c.inbox, inboxMsg{ev.Seq, llm.Message{Role: llm.RoleUser, Text: "[outpost] " + ev.Reason}})
-	case api.EventOutput:
-		if _, ok := c.pending[ev.CallSeq]; ok {
-			b := c.output[ev.CallSeq]
-			if b == nil {
-				b = &strings.Builder{}
-				c.output[ev.CallSeq] = b
-			}
-			if b.Len() < 4*c.limit {
-				b.WriteString(ev.Text)
-			}
-		}
-	case api.EventResult:
-		id, ok := c.pending[ev.CallSeq]
-		if !ok {
-			return
-		}
-		delete(c.pending, ev.CallSeq)
-		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK})
-		delete(c.output, ev.CallSeq)
-	}
-}
-
-// resultText renders a call's result for the model, cut to the limit; the
-// whole result stays on the transcript.
-func (c *conversation) resultText(ev api.Event) string {
-	var b strings.Builder
-	if out := c.output[ev.CallSeq]; out != nil {
-		b.WriteString(out.String())
-	}
-	switch {
-	case ev.ExitCode != nil:
-		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-			b.WriteByte('\n')
-		}
-		fmt.Fprintf(&b, "[exit code %d]", *ev.ExitCode)
-	case ev.Error != "":
-		b.WriteString(ev.Error)
-	case len(ev.Value) > 0:
-		b.Write(ev.Value)
-	}
-	if ev.Error != "" && ev.ExitCode != nil {
-		fmt.Fprintf(&b, " %s", ev.Error)
-	}
-	text := b.String()
-	if len(text) > c.limit {
-		cut := len(text) - c.limit
-		text = text[:c.limit] + fmt.Sprintf("\n[%d more characters cut; the whole result is on the session's transcript]", cut)
-	}
-	return text
-}
-
-// lastAssistantDone reports whether the model's last answer asked for no
-// tool calls (the model is done or waits for the user).
-func (c *conversation) lastAssistantDone() bool {
-	if len(c.inbox) > 0 {
-		return false // something new for the model
-	}
-	for i := len(c.msgs) - 1; i >= 0; i-- {
-		switch c.msgs[i].Role {
-		case llm.RoleAssistant:
-			return len(c.msgs[i].ToolCalls) == 0
-		case llm.RoleUser:
-			return false
-		}
-	}
-	return false
-}
-
-// catchUp applies the transcript events written since the last one seen.
-func (r *runner) catchUp(ctx context.Context, conv *conversation) error {
-	for {
-		evs, err := r.s.store.ListEvents(ctx, r.sessionID, conv.lastSeen, 500)
-		if err != nil {
-			return err
-		}
-		for _, ev := range evs {
-			conv.apply(ev)
-		}
-		if len(evs) < 500 {
-			return nil
-		}
-	}
-}
 
 // systemPrompt tells the model its task, machine, workspace, tools and rules.
 func systemPrompt(sess store.Session) string {
@@ -215,17 +53,28 @@ func modelTools() []llm.Tool {
 }
 
 // runLLM drives an llm session: the model plans, the remote executes.
-func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]store.Call) {
-	s := r.s
-	if s.opts.LLM == nil {
+// calls are the session's calls as run found them.
+func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.Call, done map[int64]store.Call) {
+	if r.l.opts.LLM == nil {
 		r.end(ctx, api.StatusError, api.DetailError, "This server has no model provider configured (OUTPOST_LLM_PROVIDER).")
 		return
 	}
-	conv := newConversation(s.opts.ToolResultLimit)
-	for seq := range done { // the clones come first
+	conv := newConversation(r.l.opts.ToolResultLimit)
+	conv.takeCalls(calls)
+	for seq, c := range done { // the clones come first
+		if c.Done {
+			conv.calls[seq] = c
+		}
 		conv.lastCall = max(conv.lastCall, seq)
 	}
-	if err := r.retry(ctx, "load transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+	r.conv = conv
+	defer func() {
+		if r.sub != nil {
+			r.sub.Close()
+		}
+	}()
+	// The first sync reads the whole transcript: the recovery path.
+	if err := r.retry(ctx, "load transcript", func() error { return r.sync(ctx, conv) }); err != nil {
 		r.fail(ctx, err)
 		return
 	}
@@ -236,15 +85,18 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 	tools := modelTools()
 	// The model sees what the transcript shows: never a secret's value.
 	system := r.secrets.String(systemPrompt(sess))
+	// cur is the session as the runner's last transaction left it (its
+	// usage); only the runner changes what it reads of it.
+	cur := sess
 	for {
-		if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+		if err := r.retry(ctx, "read transcript", func() error { return r.sync(ctx, conv) }); err != nil {
 			r.fail(ctx, err)
 			return
 		}
 		// Calls of the last answer still without a result (a restart, a
 		// new machine) run first, in order.
 		if len(conv.pending) > 0 {
-			if err := r.runPending(ctx, conv, done); err != nil {
+			if err := r.runPending(ctx, conv); err != nil {
 				r.fail(ctx, err)
 				return
 			}
@@ -252,7 +104,7 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 		}
 		if conv.lastAssistantDone() {
 			if !sess.Spec.Agent.Interactive {
-				if hook := s.opts.beforeFinish; hook != nil {
+				if hook := r.l.opts.BeforeFinish; hook != nil {
 					hook(r.sessionID)
 				}
 				ended, err := r.finish(ctx, conv, api.StatusExit, api.DetailFinished, "The agent finished.")
@@ -265,19 +117,11 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 				}
 				continue // a message came after the answer: another turn
 			}
-			if err := r.waitForUser(ctx, conv, sess); err != nil {
+			if err := r.waitForUser(ctx, conv, sess, &cur); err != nil {
 				r.fail(ctx, err)
 				return
 			}
 			continue
-		}
-		var cur store.Session
-		if err := r.retry(ctx, "load session", func() (err error) {
-			cur, err = s.store.GetSession(ctx, r.sessionID)
-			return err
-		}); err != nil {
-			r.fail(ctx, err)
-			return
 		}
 		if conv.steps >= maxSteps {
 			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The agent reached its limit of %d model calls (agent.max_steps).", maxSteps))
@@ -288,7 +132,7 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 			return
 		}
 		seen := conv.lastSeen
-		resp, err := s.opts.LLM.Complete(ctx, llm.Request{
+		resp, err := r.l.opts.LLM.Complete(ctx, llm.Request{
 			Model: sess.Spec.Agent.Model, System: system, Messages: conv.request(), Tools: tools,
 			Temperature: sess.Spec.Agent.Temperature, TopP: sess.Spec.Agent.TopP, MaxTokens: sess.Spec.Agent.MaxOutputTokens,
 		})
@@ -301,13 +145,13 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 			r.fail(ctx, err)
 			return
 		}
-		if err := r.retry(ctx, "record answer", func() error { return r.recordAnswer(ctx, conv, resp, seen) }); err != nil {
+		if err := r.retry(ctx, "record answer", func() error { return r.recordAnswer(ctx, conv, resp, seen, &cur) }); err != nil {
 			r.fail(ctx, err)
 			return
 		}
 		if len(resp.Message.ToolCalls) == 0 && (resp.StopReason == "length" || resp.StopReason == "max_tokens") {
 			// Cut off by the output limit: not an answer; let it go on.
-			note := api.Event{Type: api.EventMessage, Role: api.RoleUser, Time: s.now().UnixMilli(),
+			note := api.Event{Type: api.EventMessage, Role: api.RoleUser, Time: r.l.clock.Now().UnixMilli(),
 				Text: "[outpost] Your answer was cut off by the output token limit. Continue, more briefly."}
 			if err := r.retry(ctx, "record note", func() error { return r.appendEvents(ctx, note) }); err != nil {
 				r.fail(ctx, err)
@@ -324,8 +168,10 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, done map[int64]
 // them, to be sent to the remote; the answer's text and tool calls on the
 // transcript, which is also what the model reads back, have secret values
 // redacted.
-func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64) error {
-	now := r.s.now()
+//
+// cur gets the session as the transaction left it.
+func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64, cur *store.Session) error {
+	now := r.l.clock.Now()
 	red := r.secrets
 	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: red.String(resp.Message.Text), Time: now.UnixMilli(), Seen: seen,
 		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
@@ -352,7 +198,7 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 		}
 		calls = append(calls, call)
 	}
-	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+	m, err := r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, errSessionEnded
 		}
@@ -365,7 +211,8 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 	if err != nil {
 		return fmt.Errorf("record model answer: %w", err)
 	}
-	r.s.committed(r.sessionID, m)
+	*cur = *m.Session
+	r.committed(m)
 	return nil
 }
 
@@ -393,54 +240,67 @@ func toolCallProblem(tc llm.ToolCall) string {
 	return ""
 }
 
-// runPending executes the calls of the last answer that have no result.
-func (r *runner) runPending(ctx context.Context, conv *conversation, done map[int64]store.Call) error {
-	var calls []store.Call
-	if err := r.retry(ctx, "load calls", func() (err error) {
-		calls, err = r.s.store.ListCalls(ctx, r.sessionID)
-		return err
-	}); err != nil {
-		return err
+// runPending executes the calls of the last answer that have no result,
+// in order.
+func (r *runner) runPending(ctx context.Context, conv *conversation) error {
+	seqs := make([]int64, 0, len(conv.pending))
+	for seq := range conv.pending {
+		seqs = append(seqs, seq)
 	}
-	for _, c := range calls {
-		if _, ok := conv.pending[c.Seq]; !ok || c.Done {
-			continue
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		c, ok := conv.calls[seq]
+		if !ok {
+			// Not one the runner recorded or loaded: the store has it.
+			if err := r.retry(ctx, "load calls", func() error {
+				calls, err := r.l.opts.Store.ListCalls(ctx, r.sessionID)
+				conv.takeCalls(calls)
+				return err
+			}); err != nil {
+				return err
+			}
+			if c, ok = conv.calls[seq]; !ok {
+				return fmt.Errorf("call %d of the model's answer is not in the store", seq)
+			}
 		}
-		if _, _, err := r.execute(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, nil); err != nil {
+		if c.Done {
+			continue // its result is on the transcript; sync applies it
+		}
+		if _, _, err := r.execute(ctx, seq, step{tool: c.Tool, args: c.Args}, nil); err != nil {
 			return err
 		}
 	}
-	return r.catchUp(ctx, conv)
+	return r.sync(ctx, conv)
 }
 
 // waitForUser parks the session as waiting_for_user until a message comes
 // or the idle limit passes.
-func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store.Session) error {
+func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store.Session, cur *store.Session) error {
 	idle := defaultIdle
 	if sess.Spec.Limits.IdleS > 0 {
 		idle = time.Duration(sess.Spec.Limits.IdleS) * time.Second
 	}
 	if err := r.retry(ctx, "set detail", func() error {
-		return r.setDetail(ctx, api.DetailWaitingForUser, "Waiting for a message from the user.")
+		return r.setDetail(ctx, api.DetailWaitingForUser, "Waiting for a message from the user.", cur)
 	}); err != nil {
 		return err
 	}
-	deadline := time.NewTimer(idle)
+	deadline := r.l.clock.NewTimer(idle)
 	defer deadline.Stop()
 	for {
-		wake := r.s.userMessages.wait()
-		if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
+		wake := r.l.opts.Messages.Arrived()
+		if err := r.retry(ctx, "read transcript", func() error { return r.sync(ctx, conv) }); err != nil {
 			return err
 		}
 		if len(conv.inbox) > 0 {
 			return r.retry(ctx, "set detail", func() error {
-				return r.setDetail(ctx, api.DetailWorking, "Working on the user's message.")
+				return r.setDetail(ctx, api.DetailWorking, "Working on the user's message.", cur)
 			})
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-deadline.C:
+		case <-deadline.Chan():
 			// A message may have come with the deadline: finish reads once more.
 			ended, err := r.finish(ctx, conv, api.StatusExit, api.DetailInactivity, fmt.Sprintf("No message from the user for %s (limits.idle_s).", idle))
 			if err != nil {
@@ -451,16 +311,12 @@ func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store
 			}
 			return errSessionEnded
 		case <-wake:
+		case ev := <-r.feedEvents():
+			conv.take(ev)
+		case <-r.feedLagged():
+			r.dropFeed(conv)
 		}
 	}
-}
-
-// messageLock returns the lock that orders recording a user message of the
-// session against ending the session because its model is done.
-func (s *Server) messageLock(sessionID string) *sync.Mutex {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sessionID))
-	return &s.messageLocks[h.Sum32()%uint32(len(s.messageLocks))]
 }
 
 // finish ends the session, unless a user message came that conv has not
@@ -470,33 +326,37 @@ func (s *Server) messageLock(sessionID string) *sync.Mutex {
 // model gets another turn) or refused because the session is over. None is
 // accepted and then left unanswered.
 func (r *runner) finish(ctx context.Context, conv *conversation, status, detail, reason string) (bool, error) {
-	mu := r.s.messageLock(r.sessionID)
-	mu.Lock()
+	unlock := r.l.opts.Messages.Lock(r.sessionID)
+	// The store, not the feed: a message recorded just before the lock was
+	// taken may not be published yet.
+	r.drainFeed(conv)
+	conv.applyAhead()
 	if err := r.retry(ctx, "read transcript", func() error { return r.catchUp(ctx, conv) }); err != nil {
-		mu.Unlock()
+		unlock()
 		return false, err
 	}
 	if len(conv.inbox) > 0 {
-		mu.Unlock()
+		unlock()
 		return false, nil
 	}
 	after := func() {}
-	_ = r.retry(context.WithoutCancel(r.s.runCtx), "end session", func() error {
+	_ = r.retry(r.l.base(), "end session", func() error {
 		var err error
-		after, err = r.s.commitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+		after, err = r.l.opts.Ender.CommitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
 		return err
 	})
 	// Messages wait only for the transition, not for the remote to hear
 	// of it.
-	mu.Unlock()
+	unlock()
 	after()
 	return true, nil
 }
 
 // setDetail changes a running session's status detail.
-func (r *runner) setDetail(ctx context.Context, detail, reason string) error {
-	now := r.s.now()
-	m, err := r.s.store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+// cur gets the session as the transaction left it.
+func (r *runner) setDetail(ctx context.Context, detail, reason string, cur *store.Session) error {
+	now := r.l.clock.Now()
+	m, err := r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, errSessionEnded
 		}
@@ -506,15 +366,21 @@ func (r *runner) setDetail(ctx context.Context, detail, reason string) error {
 	if err != nil {
 		return err
 	}
-	r.s.committed(r.sessionID, m)
+	*cur = *m.Session
+	r.committed(m)
 	return nil
+}
+
+// statusEvent records a session's current status on the transcript.
+func statusEvent(sess store.Session, now time.Time) api.Event {
+	return api.Event{Type: api.EventStatus, Time: now.UnixMilli(), Status: sess.Status, StatusDetail: sess.StatusDetail, Reason: sess.Reason}
 }
 
 // appendEvents writes events to the transcript and publishes them.
 func (r *runner) appendEvents(ctx context.Context, evs ...api.Event) error {
-	if err := r.s.store.AppendEvents(ctx, r.sessionID, evs); err != nil {
+	if err := r.l.opts.Store.AppendEvents(ctx, r.sessionID, evs); err != nil {
 		return err
 	}
-	r.s.topics.publish(r.sessionID, evs...)
+	r.committed(store.Mutation{Events: evs})
 	return nil
 }

@@ -1,0 +1,302 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/llm"
+)
+
+// rebuiltAt folds the transcript's events up to seq into a new
+// conversation: the recovery path.
+func rebuiltAt(evs []api.Event, seq int64, limit int) *conversation {
+	c := newConversation(limit)
+	for _, ev := range evs {
+		if ev.Seq <= seq {
+			c.apply(ev)
+		}
+	}
+	return c
+}
+
+// checkPathsAgree checks that every request the model got — built from
+// the conversation the runner kept in memory — is what a conversation
+// rebuilt from the transcript gives at the point that answer had seen.
+func checkPathsAgree(t *testing.T, evs []api.Event, reqs []llm.Request) {
+	t.Helper()
+	var answers []api.Event
+	for _, ev := range evs {
+		if ev.Type == api.EventMessage && ev.Role == api.RoleAssistant {
+			answers = append(answers, ev)
+		}
+	}
+	if len(answers) != len(reqs) {
+		t.Fatalf("%d answers on the transcript, %d model calls", len(answers), len(reqs))
+	}
+	for i, a := range answers {
+		want := rebuiltAt(evs, a.Seen, 2000).request()
+		if !reflect.DeepEqual(reqs[i].Messages, want) {
+			t.Errorf("model call %d:\n kept:    %+v\n rebuilt: %+v", i+1, reqs[i].Messages, want)
+		}
+	}
+}
+
+// TestLLMConversationPathsAgree runs an llm session through tool calls
+// with output, a call with broken arguments and a user message that comes
+// while a call runs. Every model call sees what a conversation rebuilt
+// from the transcript shows, while the runner read the transcript from
+// the store only when it started and when it ended the session.
+func TestLLMConversationPathsAgree(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t,
+		use([3]string{"a", "exec", `{"command":"make"}`}, [3]string{"b", "read_file", `{"path":`}),
+		use([3]string{"c", "list_dir", `{}`}),
+		say("Done, docs too."))
+	p := newProvider(t, model)
+	h := newHarness(t, p)
+	c := h.session("ses_llm", api.SessionSpec{Prompt: "Build it.", Agent: api.Agent{Kind: api.AgentLLM}})
+
+	if call := c.expectCall(t); call.Seq != 1 || call.Tool != api.ToolExec {
+		t.Fatalf("first call %+v", call)
+	}
+	h.output("ses_llm", 1, "building\n")
+	h.output("ses_llm", 1, "done\n")
+	h.answer(c, 1, true, `{"exit_code": 0}`, "")
+	// Call 2 has broken arguments: it gets its error result without
+	// reaching the remote.
+	if call := c.expectCall(t); call.Seq != 3 || call.Tool != api.ToolListDir {
+		t.Fatalf("second call sent %+v, want 3 (list_dir)", call)
+	}
+	h.message("ses_llm", "Also the docs.")
+	h.answer(c, 3, true, `{"entries": []}`, "") // the store keeps it compact
+
+	sess := h.waitEnd("ses_llm")
+	if sess.Status != api.StatusExit || sess.StatusDetail != api.DetailFinished || sess.Usage.ModelCalls != 3 {
+		t.Fatalf("session %s/%s after %d model calls: %s", sess.Status, sess.StatusDetail, sess.Usage.ModelCalls, sess.Reason)
+	}
+	reqs := p.requests()
+	checkPathsAgree(t, h.events("ses_llm"), reqs)
+	last := reqs[len(reqs)-1].Messages
+	var texts []string
+	for _, m := range last {
+		texts = append(texts, m.Role+":"+m.Text)
+	}
+	got := strings.Join(texts, "|")
+	for _, want := range []string{"user:Build it.", "tool:building\ndone\n[exit code 0]", "not valid JSON", `tool:{"entries":[]}`, "user:Also the docs."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("last request lacks %q: %s", want, got)
+		}
+	}
+	if n := h.store.listEvents.Load(); n != 2 {
+		t.Errorf("the runner read the transcript %d times, want 2 (at its start and at the end)", n)
+	}
+	if n := h.store.listCalls.Load(); n != 1 {
+		t.Errorf("the runner read the calls %d times, want 1 (at its start)", n)
+	}
+}
+
+// TestLLMRestartRebuildsConversation stops the loop while a model's call
+// runs and starts a new one on the same store: the new runner rebuilds
+// the conversation from the transcript, sends the call again and goes on,
+// and what the model sees agrees with the transcript on both sides of the
+// restart.
+func TestLLMRestartRebuildsConversation(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t, use([3]string{"a", "exec", `{"command":"make"}`}), say("Built."))
+	p := newProvider(t, model)
+	h := newHarness(t, p)
+	c := h.session("ses_kill", api.SessionSpec{Prompt: "Build it.", Agent: api.Agent{Kind: api.AgentLLM}})
+	c.expectCall(t)
+	h.output("ses_kill", 1, "half of the output\n")
+	h.stop()
+
+	h.start(p)
+	c2 := h.connect("ses_kill")
+	if call := c2.expectCall(t); call.Seq != 1 || call.Tool != api.ToolExec {
+		t.Fatalf("call after the restart %+v, want call 1 again", call)
+	}
+	h.output("ses_kill", 1, "the rest\n")
+	h.answer(c2, 1, true, `{"exit_code":0}`, "")
+	if sess := h.waitEnd("ses_kill"); sess.StatusDetail != api.DetailFinished {
+		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
+	}
+	reqs := p.requests()
+	checkPathsAgree(t, h.events("ses_kill"), reqs)
+	if n := len(reqs); n != 2 {
+		t.Fatalf("%d model calls, want 2", n)
+	}
+	if m := reqs[1].Messages; len(m) != 3 || m[2].Text != "half of the output\nthe rest\n[exit code 0]" {
+		t.Errorf("second request %+v", m)
+	}
+}
+
+// TestLLMWaitsForUserThenIdles runs an interactive session on a fake
+// clock: the model asks a question, the session waits for the user, a
+// message gives the model another turn, and when the idle limit passes
+// with no message the session ends for inactivity.
+func TestLLMWaitsForUserThenIdles(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t, say("Which branch?"), say("OK, on main."))
+	p := newProvider(t, model)
+	h := newHarness(t, p)
+	h.session("ses_chat", api.SessionSpec{Prompt: "Fix the bug.", Limits: api.Limits{IdleS: 60},
+		Agent: api.Agent{Kind: api.AgentLLM, Interactive: true}})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := h.clock.BlockUntilContext(ctx, 1); err != nil { // the idle timer
+		t.Fatalf("the runner never waited for the user: %v", err)
+	}
+	if sess, _ := h.store.GetSession(ctx, "ses_chat"); sess.StatusDetail != api.DetailWaitingForUser {
+		t.Fatalf("detail %q, want %q", sess.StatusDetail, api.DetailWaitingForUser)
+	}
+	h.message("ses_chat", "main")
+	waitFor(t, "the second model call", func() bool { return len(p.requests()) == 2 })
+	if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("the runner never waited for the user again: %v", err)
+	}
+	h.clock.Advance(61 * time.Second)
+	sess := h.waitEnd("ses_chat")
+	if sess.StatusDetail != api.DetailInactivity || !strings.Contains(sess.Reason, "No message from the user for 1m0s") {
+		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
+	}
+	if m := p.requests()[1].Messages; m[len(m)-1].Text != "main" {
+		t.Errorf("second request ends with %+v", m[len(m)-1])
+	}
+}
+
+// TestExternalRunner serves an outside agent's calls: a call runs on the
+// remote and returns its output with its result, a call of no tool is
+// refused without reaching the remote, and end_session ends the session.
+func TestExternalRunner(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	if _, err := h.loop.External(t.Context(), "ses_none", api.ToolExec, nil); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("call to a session without a runner: %v", err)
+	}
+	c := h.session("ses_ext", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	type reply struct {
+		res api.ToolResult
+		err error
+	}
+	replies := make(chan reply, 1)
+	go func() {
+		res, err := h.loop.External(t.Context(), "ses_ext", api.ToolExec, json.RawMessage(`{"command":"echo hi"}`))
+		replies <- reply{res, err}
+	}()
+	call := c.expectCall(t)
+	h.output("ses_ext", call.Seq, "hi\n")
+	h.answer(c, call.Seq, true, `{"exit_code":0}`, "")
+	select {
+	case r := <-replies:
+		if r.err != nil || !r.res.OK || r.res.Output != "hi\n[exit code 0]" {
+			t.Fatalf("result %+v, %v", r.res, r.err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no result")
+	}
+	var bad *ToolCallError
+	if _, err := h.loop.External(t.Context(), "ses_ext", "teleport", nil); !errors.As(err, &bad) || !strings.Contains(bad.Problem, "no tool") {
+		t.Fatalf("call of no tool: %v", err)
+	}
+	if res, err := h.loop.External(t.Context(), "ses_ext", ToolEndSession, nil); err != nil || !res.OK {
+		t.Fatalf("end_session: %+v, %v", res, err)
+	}
+	if sess := h.waitEnd("ses_ext"); sess.StatusDetail != api.DetailFinished {
+		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
+	}
+}
+
+// waitFor polls cond until it holds, failing after waitTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestExternalRestartDuringClone restarts the loop while an external
+// session's clone runs: the new runner finishes the clone once, and the
+// outside agent's next call is numbered after it.
+func TestExternalRestartDuringClone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.session("ses_extclone", api.SessionSpec{Repos: []api.Repo{{URL: "https://example.com/app.git", Name: "app"}},
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	if call := c.expectCall(t); call.Seq != 1 || call.Tool != api.ToolGitClone {
+		t.Fatalf("first call %+v, want the clone", call)
+	}
+	h.stop()
+	h.start(nil)
+	c2 := h.connect("ses_extclone")
+	if call := c2.expectCall(t); call.Seq != 1 {
+		t.Fatalf("call after the restart %+v, want the clone again", call)
+	}
+	h.answer(c2, 1, true, `{}`, "")
+	replies := make(chan api.ToolResult, 1)
+	go func() {
+		res, _ := h.loop.External(t.Context(), "ses_extclone", api.ToolListDir, nil)
+		replies <- res
+	}()
+	call := c2.expectCall(t)
+	if call.Seq != 2 || call.Tool != api.ToolListDir {
+		t.Fatalf("the outside agent's call went out as %+v, want seq 2 list_dir (the clone is not run again)", call)
+	}
+	h.answer(c2, 2, true, `{"entries":[]}`, "")
+	select {
+	case res := <-replies:
+		if res.Seq != 2 || !res.OK {
+			t.Fatalf("result %+v", res)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no result")
+	}
+}
+
+// TestLLMMessageBeforeTheEnd commits a user message just as the runner of
+// a non-interactive session is about to end it because the model is done,
+// before the message is published: the runner, reading the transcript
+// under the message lock, finds it and gives the model another turn.
+func TestLLMMessageBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t, say("Done."), say("Done, changelog too."))
+	p := newProvider(t, model)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	first := true
+	h := newHarnessWith(t, p, func(string) {
+		if first { // the runner's goroutine alone calls it
+			first = false
+			close(paused)
+			<-resume
+		}
+	})
+	h.session("ses_msg", api.SessionSpec{Prompt: "Do the task.", Agent: api.Agent{Kind: api.AgentLLM}})
+	select {
+	case <-paused:
+	case <-time.After(waitTimeout):
+		t.Fatal("the runner never got to the end of the first answer")
+	}
+	msg := h.recordMessage("ses_msg", "Also the changelog.") // not published
+	close(resume)
+	sess := h.waitEnd("ses_msg")
+	if sess.StatusDetail != api.DetailFinished || sess.Usage.ModelCalls != 2 {
+		t.Fatalf("session %s/%s after %d model calls, want finished after 2", sess.Status, sess.StatusDetail, sess.Usage.ModelCalls)
+	}
+	reqs := p.requests()
+	if m := reqs[1].Messages; m[len(m)-1].Text != "Also the changelog." {
+		t.Fatalf("second request ends with %+v", m[len(m)-1])
+	}
+	checkPathsAgree(t, h.events("ses_msg"), reqs)
+	if evs := h.events("ses_msg"); evs[len(evs)-1].Type != api.EventEnd || msg.Events[0].Seq == 0 {
+		t.Fatalf("transcript ends with %+v", evs[len(evs)-1])
+	}
+}

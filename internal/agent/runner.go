@@ -1,0 +1,389 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
+	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// runner drives one session's agent: it decides the tool calls, sends each
+// to whichever remote is connected, and records results. It outlives
+// remote reconnects and machine changes; it ends with the session or the
+// server.
+type runner struct {
+	l         *Loop
+	sessionID string
+	cancel    context.CancelFunc
+	results   chan resultMsg
+	external  chan externalReq // calls of an outside agent
+	done      chan struct{}    // closed when run has returned
+	// early holds results that arrived before their call was awaited
+	// (a remote resending after a server restart). Owned by run.
+	early map[int64]resultMsg
+	// secrets redacts the session's secret values from what the runner
+	// writes on the transcript; the remote still gets calls as they are.
+	// Set by run before the first call.
+	secrets *redact.Set
+	// conv is an llm session's conversation, which takes the events of the
+	// runner's transactions; nil for other kinds. sub follows the session's
+	// committed events for it. Both owned by run.
+	conv *conversation
+	sub  Subscription
+}
+
+// resultMsg is a result frame and the connection it came on.
+type resultMsg struct {
+	conn  Conn
+	frame api.Frame
+}
+
+// step is one planned tool call.
+type step struct {
+	tool string
+	args json.RawMessage
+	// stop ends the session at once when the call fails: a repo's clone,
+	// and a script step unless stop_on_error is false or the step has
+	// continue_on_error.
+	stop bool
+	// tolerated is a script step whose failure does not fail the session
+	// (continue_on_error).
+	tolerated bool
+	// script is the step's number in agent.steps, from 1; 0 for a clone.
+	script int
+}
+
+// storeBackoff spaces the retries of a store operation: the store's
+// failures are usually brief (a busy database).
+var storeBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
+
+// retry runs op until it succeeds or ctx ends, backing off between tries.
+func (r *runner) retry(ctx context.Context, what string, op func() error) error {
+	for n := 1; ; n++ {
+		err := op()
+		if err == nil || errors.Is(err, errSessionEnded) || ctx.Err() != nil {
+			return err
+		}
+		delay := storeBackoff.Delay(n)
+		r.l.log.Warn("session runner: retrying", "session", r.sessionID, "op", what, "err", err, "in", delay)
+		if err := backoff.Sleep(ctx, r.l.clock, delay); err != nil {
+			return err
+		}
+	}
+}
+
+// end gives the session its final status, retrying on store failures.
+func (r *runner) end(ctx context.Context, status, detail, reason string) {
+	reason = r.secrets.String(reason)
+	after := func() {}
+	_ = r.retry(r.l.base(), "end session", func() (err error) {
+		after, err = r.l.opts.Ender.CommitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+		return err
+	})
+	after()
+}
+
+// committed publishes what a transaction of the runner wrote and hands its
+// events and calls to the conversation, if any.
+func (r *runner) committed(m store.Mutation) {
+	r.l.opts.Feed.Publish(r.sessionID, m)
+	if r.conv != nil {
+		r.conv.takeCalls(m.Calls)
+		r.conv.take(m.Events...)
+	}
+}
+
+// plan lists the session's tool calls: a clone of each repo, then the
+// script's steps. Call sequence numbers are plan positions from 1.
+func plan(sess store.Session) []step {
+	var steps []step
+	for _, r := range sess.Spec.Repos {
+		args, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
+		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true})
+	}
+	stops := sess.Spec.Agent.StopsOnError()
+	for i, st := range sess.Spec.Agent.Steps {
+		steps = append(steps, step{tool: st.Tool, args: st.Args, stop: stops && !st.ContinueOnError,
+			tolerated: st.ContinueOnError, script: i + 1})
+	}
+	return steps
+}
+
+func (r *runner) run(ctx context.Context) {
+	st := r.l.opts.Store
+	var sess store.Session
+	if err := r.retry(ctx, "load session", func() (err error) {
+		sess, err = st.GetSession(ctx, r.sessionID)
+		return err
+	}); err != nil || api.IsFinal(sess.Status) {
+		return
+	}
+	r.secrets = redact.NewSet(sess.Secrets)
+	if max := sess.Spec.Limits.MaxDurationS; max > 0 && sess.StartedAt != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = clockwork.WithDeadline(ctx, r.l.clock, sess.StartedAt.Add(time.Duration(max)*time.Second))
+		defer cancel()
+	}
+	var calls []store.Call
+	if err := r.retry(ctx, "load calls", func() (err error) {
+		calls, err = st.ListCalls(ctx, r.sessionID)
+		return err
+	}); err != nil {
+		r.fail(ctx, err)
+		return
+	}
+	done := map[int64]store.Call{}
+	for _, c := range calls {
+		done[c.Seq] = c
+	}
+	steps := plan(sess)
+	out, ok := r.runSteps(ctx, steps, done)
+	if !ok {
+		return
+	}
+	switch sess.Spec.Agent.Kind {
+	case api.AgentLLM:
+		r.runLLM(ctx, sess, calls, done)
+		return
+	case api.AgentExternal:
+		r.runExternal(ctx, sess, calls, done)
+		return
+	}
+	if len(out.failed) > 0 {
+		r.end(ctx, api.StatusError, api.DetailError, failedStepsText(out.failed, len(sess.Spec.Agent.Steps)))
+		return
+	}
+	r.end(ctx, api.StatusExit, api.DetailFinished, finishedText(len(sess.Spec.Agent.Steps), out.tolerated))
+}
+
+// fail ends the session when the runner cannot go on, unless the runner
+// stops because the session ended or the server is stopping.
+func (r *runner) fail(ctx context.Context, err error) {
+	switch {
+	case errors.Is(err, errSessionEnded):
+		return
+	case errors.Is(err, context.DeadlineExceeded) && !r.l.stopped():
+		sess, gerr := r.l.opts.Store.GetSession(context.WithoutCancel(ctx), r.sessionID)
+		if gerr == nil && !api.IsFinal(sess.Status) {
+			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded,
+				fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS))
+		}
+		return
+	case ctx.Err() != nil:
+		return
+	}
+	r.l.log.Error("session runner failed", "session", r.sessionID, "err", err)
+	r.end(ctx, api.StatusError, api.DetailError, "The control plane failed to run the session; see its log.")
+}
+
+// record writes a call and its transcript event before it is sent. The
+// call keeps its arguments as they are, to be sent (and, on a resume, sent
+// again); the event shows them with secret values redacted.
+func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64, err error) {
+	now := r.l.clock.Now()
+	m, err := r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(sess.Status) {
+			return store.Mutation{}, errSessionEnded
+		}
+		return store.Mutation{
+			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
+			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: r.secrets.JSON(st.args)}},
+		}, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record call %d: %w", seq, err)
+	}
+	r.committed(m)
+	return m.Events[0].Seq, nil
+}
+
+// execute sends call seq to the connected remote and waits for its result,
+// resending on each new connection until a result arrives. The remote's
+// journal makes a resend harmless: a call it ran already is answered from
+// the journal, one still running is not started again.
+func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (store.Call, bool, error) {
+	for {
+		if msg, ok := r.early[seq]; ok {
+			delete(r.early, seq)
+			return r.complete(ctx, seq, st, msg, next)
+		}
+		conn, err := r.waitConn(ctx)
+		if err != nil {
+			return store.Call{}, false, err
+		}
+		if err := ctx.Err(); err != nil {
+			return store.Call{}, false, err
+		}
+		// A failed send breaks the connection; the wait below sees it end
+		// (and keeps taking results meanwhile) and resends on the next one.
+		_ = conn.Call(ctx, seq, st.tool, st.args)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return store.Call{}, false, ctx.Err()
+			case <-conn.Done():
+				break wait
+			case ev := <-r.feedEvents():
+				r.conv.take(ev)
+			case <-r.feedLagged():
+				r.dropFeed(r.conv)
+			case msg := <-r.results:
+				switch {
+				case msg.frame.Seq == seq:
+					return r.complete(ctx, seq, st, msg, next)
+				case msg.frame.Seq > seq:
+					r.early[msg.frame.Seq] = msg
+				default:
+					if err := r.lateResult(ctx, msg); err != nil {
+						return store.Call{}, false, err
+					}
+				}
+			}
+		}
+	}
+}
+
+// waitConn returns the session's live connection, waiting for one.
+func (r *runner) waitConn(ctx context.Context) (Conn, error) {
+	for {
+		c, wake := r.l.opts.Gateway.Conn(r.sessionID)
+		if c != nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+// complete stores a call's result durably, with the next call's record
+// when the script goes on, then acknowledges the result to the remote,
+// which may then forget it. It reports whether next was recorded.
+func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg, next *step) (store.Call, bool, error) {
+	now := r.l.clock.Now()
+	f := msg.frame
+	call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, Done: true, OK: f.OK, Value: f.Value, Error: f.Error, CreatedAt: now, DoneAt: &now}
+	ev := api.Event{Type: api.EventResult, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, OK: &call.OK, Value: f.Value, Error: f.Error}
+	if st.tool == api.ToolExec {
+		var res api.ExecResult
+		if json.Unmarshal(f.Value, &res) == nil {
+			code := res.ExitCode
+			ev.ExitCode = &code
+		}
+	}
+	recordNext := next != nil && (f.OK || !st.stop)
+	var m store.Mutation
+	err := r.retry(ctx, "record result", func() (err error) {
+		m, err = r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			if api.IsFinal(sess.Status) {
+				return store.Mutation{}, errSessionEnded
+			}
+			sess.LastSeq = max(sess.LastSeq, seq)
+			sess.UpdatedAt = now
+			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}
+			if recordNext {
+				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
+				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: r.secrets.JSON(next.args)})
+			}
+			return m, nil
+		})
+		return err
+	})
+	if errors.Is(err, errSessionEnded) {
+		// Nobody needs the result any more; let the remote forget it.
+		_ = msg.conn.Ack(ctx, seq)
+		return store.Call{}, false, err
+	}
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("record result of call %d: %w", seq, err)
+	}
+	if hook := r.l.opts.OnToolCall; hook != nil {
+		hook(st.tool, f.OK)
+	}
+	r.committed(m)
+	_ = msg.conn.Ack(ctx, seq)
+	return call, recordNext, nil
+}
+
+// runSteps runs planned calls in order, skipping those with a stored
+// result. It ends the session at the first failed call that stops it, and
+// returns the other failures, and false when the session ended or the
+// runner must stop.
+func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]store.Call) (out stepOutcome, goOn bool) {
+	for i, st := range steps {
+		seq := int64(i + 1)
+		c, ok := done[seq]
+		if !ok || !c.Done {
+			if !ok {
+				if err := r.retry(ctx, "record call", func() error { _, err := r.record(ctx, seq, st); return err }); err != nil {
+					r.fail(ctx, err)
+					return out, false
+				}
+			}
+			// The next call is recorded in the same transaction as this
+			// result: one commit per call.
+			var next *step
+			if i+1 < len(steps) {
+				if _, known := done[seq+1]; !known {
+					next = &steps[i+1]
+				}
+			}
+			var err error
+			var recordedNext bool
+			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
+				r.fail(ctx, err)
+				return out, false
+			}
+			done[seq] = c // later calls are numbered after it
+			if recordedNext {
+				done[seq+1] = store.Call{Seq: seq + 1}
+			}
+		}
+		if c.OK {
+			continue
+		}
+		switch {
+		case st.stop:
+			r.end(ctx, api.StatusError, api.DetailError, stoppedText(st, c, seq, steps[i+1:]))
+			return out, false
+		case st.tolerated:
+			out.tolerated++
+		default:
+			out.failed = append(out.failed, stepFailure{st, c})
+		}
+	}
+	return out, true
+}
+
+// lateResult handles a result for a call the runner is not waiting for (a
+// remote resending after a restart): it is stored if the store lacks it,
+// then acknowledged.
+func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
+	calls, err := r.l.opts.Store.ListCalls(ctx, r.sessionID)
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if c.Seq != msg.frame.Seq {
+			continue
+		}
+		if !c.Done {
+			_, _, err := r.complete(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, msg, nil)
+			return err
+		}
+		break
+	}
+	_ = msg.conn.Ack(ctx, msg.frame.Seq)
+	return nil
+}

@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+// TestScriptStepFailure runs scripts whose remote fails chosen calls: by
+// default the first failed step ends the session in error and later steps
+// never run; stop_on_error false runs every step and still ends in error;
+// continue_on_error lets a step fail and the session finish. Repos are
+// cloned first, and a failed clone stops the session.
+func TestScriptStepFailure(t *testing.T) {
+	t.Parallel()
+	exec := func(cmd string) api.Step {
+		args, _ := json.Marshal(api.ExecArgs{Command: cmd})
+		return api.Step{Tool: api.ToolExec, Args: args}
+	}
+	tolerated := func(st api.Step) api.Step { st.ContinueOnError = true; return st }
+	no, yes := false, true
+	for _, tc := range []struct {
+		name      string
+		repos     []api.Repo
+		agent     api.Agent
+		fail      map[int64]bool // calls answered with a failure
+		calls     int64          // calls the loop sends
+		status    string
+		detail    string
+		reasonHas []string
+	}{
+		{
+			name:   "default stops at the first failure",
+			agent:  api.Agent{Kind: api.AgentScript, Steps: []api.Step{exec("echo one"), exec("make test"), exec("echo three")}},
+			fail:   map[int64]bool{2: true},
+			calls:  2,
+			status: api.StatusError, detail: api.DetailError,
+			reasonHas: []string{`Step 2 of 3 (exec "make test") failed: exit code 1.`, "step 3 did not run"},
+		},
+		{
+			name:   "explicit stop_on_error true",
+			agent:  api.Agent{Kind: api.AgentScript, StopOnError: &yes, Steps: []api.Step{exec("false"), exec("echo b"), exec("echo c")}},
+			fail:   map[int64]bool{1: true},
+			calls:  1,
+			status: api.StatusError, detail: api.DetailError,
+			reasonHas: []string{`Step 1 of 3 (exec "false") failed: exit code 1.`, "steps 2 and 3 did not run"},
+		},
+		{
+			name:   "stop_on_error false runs every step and fails",
+			agent:  api.Agent{Kind: api.AgentScript, StopOnError: &no, Steps: []api.Step{exec("false"), exec("echo b"), exec("exit 1")}},
+			fail:   map[int64]bool{1: true, 3: true},
+			calls:  3,
+			status: api.StatusError, detail: api.DetailError,
+			reasonHas: []string{`2 of 3 steps failed: step 1 (exec "false"): exit code 1; step 3 (exec "exit 1"): exit code 1.`},
+		},
+		{
+			name:   "continue_on_error tolerates a step",
+			agent:  api.Agent{Kind: api.AgentScript, Steps: []api.Step{tolerated(exec("lint")), exec("echo b")}},
+			fail:   map[int64]bool{1: true},
+			calls:  2,
+			status: api.StatusExit, detail: api.DetailFinished,
+			reasonHas: []string{"The script finished: 2 steps; 1 failed and had continue_on_error."},
+		},
+		{
+			name:   "all steps pass",
+			agent:  api.Agent{Kind: api.AgentScript, Steps: []api.Step{exec("echo a")}},
+			calls:  1,
+			status: api.StatusExit, detail: api.DetailFinished,
+			reasonHas: []string{"The script finished: 1 step."},
+		},
+		{
+			name:   "a failed clone stops before the steps",
+			repos:  []api.Repo{{URL: "https://example.com/app.git", Name: "app"}},
+			agent:  api.Agent{Kind: api.AgentScript, Steps: []api.Step{exec("echo a")}},
+			fail:   map[int64]bool{1: true},
+			calls:  1,
+			status: api.StatusError, detail: api.DetailError,
+			reasonHas: []string{"Cloning repo 1 failed: exit code 1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, nil)
+			c := h.session("ses_script", api.SessionSpec{Repos: tc.repos, Agent: tc.agent})
+			for seq := int64(1); seq <= tc.calls; seq++ {
+				call := c.expectCall(t)
+				if call.Seq != seq {
+					t.Fatalf("call %+v, want seq %d", call, seq)
+				}
+				if tc.fail[seq] {
+					h.answer(c, seq, false, `{"exit_code":1}`, "exit code 1")
+				} else {
+					h.answer(c, seq, true, `{"exit_code":0}`, "")
+				}
+			}
+			sess := h.waitEnd("ses_script")
+			if sess.Status != tc.status || sess.StatusDetail != tc.detail {
+				t.Errorf("status %s/%s, want %s/%s: %s", sess.Status, sess.StatusDetail, tc.status, tc.detail, sess.Reason)
+			}
+			for _, want := range tc.reasonHas {
+				if !strings.Contains(sess.Reason, want) {
+					t.Errorf("reason %q lacks %q", sess.Reason, want)
+				}
+			}
+			if sess.LastSeq != tc.calls {
+				t.Errorf("last stored result %d, want %d", sess.LastSeq, tc.calls)
+			}
+			var last int64
+			for _, ev := range h.events("ses_script") {
+				if ev.Type == api.EventCall {
+					last = max(last, ev.CallSeq)
+				}
+			}
+			if last != tc.calls {
+				t.Errorf("calls recorded up to %d, want %d", last, tc.calls)
+			}
+			select {
+			case f := <-c.calls:
+				t.Errorf("a call after the end: %+v", f)
+			default:
+			}
+		})
+	}
+}
+
+// TestScriptResumesAfterRestart stops the loop while a call waits for its
+// result and starts a new one on the same store, as after a server
+// restart: the new runner sends the same call again (the remote answers it
+// from its journal), then goes on with the next, and a result the remote
+// resends for a call already stored is acknowledged without being stored
+// twice.
+func TestScriptResumesAfterRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	steps := []api.Step{}
+	for i := range 3 {
+		args, _ := json.Marshal(api.ExecArgs{Command: fmt.Sprintf("echo %d", i+1)})
+		steps = append(steps, api.Step{Tool: api.ToolExec, Args: args})
+	}
+	c := h.session("ses_restart", api.SessionSpec{Agent: api.Agent{Kind: api.AgentScript, Steps: steps}})
+	c.expectCall(t)
+	h.answer(c, 1, true, `{"exit_code":0}`, "")
+	if call := c.expectCall(t); call.Seq != 2 {
+		t.Fatalf("call %+v, want 2", call)
+	}
+	h.stop()
+
+	h.start(nil)
+	c2 := h.connect("ses_restart")
+	if call := c2.expectCall(t); call.Seq != 2 || !strings.Contains(string(call.Args), "echo 2") {
+		t.Fatalf("first call after the restart %+v, want call 2 again", call)
+	}
+	// A resend of result 1, stored already: acknowledged, not stored again.
+	h.answer(c2, 1, true, `{"exit_code":0}`, "")
+	h.answer(c2, 2, true, `{"exit_code":0}`, "")
+	if call := c2.expectCall(t); call.Seq != 3 {
+		t.Fatalf("call %+v, want 3", call)
+	}
+	h.answer(c2, 3, true, `{"exit_code":0}`, "")
+	if sess := h.waitEnd("ses_restart"); sess.StatusDetail != api.DetailFinished {
+		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
+	}
+	results := map[int64]int{}
+	for _, ev := range h.events("ses_restart") {
+		if ev.Type == api.EventResult {
+			results[ev.CallSeq]++
+		}
+	}
+	if results[1] != 1 || results[2] != 1 || results[3] != 1 {
+		t.Fatalf("results per call %v, want one each", results)
+	}
+}
