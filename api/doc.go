@@ -6,7 +6,3 @@
 // Timestamps on fleet objects are Unix seconds, as the public fleet API
 // contract has them.
 package api
-
-// Version is the protocol version of the gateway frames. A remote and a
-// control plane with different versions refuse each other with a clear error.
-const Version = 1
