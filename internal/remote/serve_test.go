@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -617,5 +618,56 @@ func TestServeGivesUpWhenUnreachable(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("Serve did not give up after GiveUpAfter")
+	}
+}
+
+// sessionGoroutines lists the goroutines running the remote's connection or
+// calls: what Serve must have waited for before it returns.
+func sessionGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).connect"} {
+			if strings.Contains(g, fn) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestServeWaitsForItsGoroutines: when Serve returns — after a reconnect
+// while a call ran, and the end of the session — the goroutines of every
+// connection (writer, pinger) and of every call have ended. It checks at
+// once, without polling: their owners waited for them.
+func TestServeWaitsForItsGoroutines(t *testing.T) {
+	g := newTestGateway(t)
+	work := t.TempDir()
+	errc, _ := startServe(t, g, t.TempDir(), work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	gc.send(t, execCall(1, `echo started; while [ ! -f release ]; do sleep 0.02; done`))
+	gc.waitOutput(t, 1, api.StreamStdout, "started")
+	if len(sessionGoroutines()) == 0 {
+		t.Fatal("no connection or call goroutine while a call runs: the check would see nothing")
+	}
+	gc.c.CloseNow()
+	gc2 := g.accept(t)
+	gc2.handshake(t, nil, nil)
+	if err := os.WriteFile(filepath.Join(work, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := gc2.next(t, api.FrameResult); res.Seq != 1 || !res.OK {
+		t.Fatalf("result = %+v", res)
+	}
+	gc2.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+	gc2.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if left := sessionGoroutines(); len(left) > 0 {
+		t.Fatalf("Serve returned with %d of its goroutines running:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
