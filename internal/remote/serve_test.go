@@ -628,7 +628,8 @@ func sessionGoroutines() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).connect"} {
+		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).connect",
+			"(*shell).readLoop", "(*shell).waitLoop"} {
 			if strings.Contains(g, fn) {
 				out = append(out, g)
 				break
@@ -640,14 +641,21 @@ func sessionGoroutines() []string {
 
 // TestServeWaitsForItsGoroutines: when Serve returns — after a reconnect
 // while a call ran, and the end of the session — the goroutines of every
-// connection (writer, pinger) and of every call have ended. It checks at
-// once, without polling: their owners waited for them.
+// connection (writer, pinger), of every call and of every shell have ended.
+// It checks at once, without polling: their owners waited for them.
 func TestServeWaitsForItsGoroutines(t *testing.T) {
 	g := newTestGateway(t)
 	work := t.TempDir()
 	errc, _ := startServe(t, g, t.TempDir(), work)
 	gc := g.accept(t)
 	gc.handshake(t, nil, nil)
+	if runtime.GOOS != "windows" { // a persistent shell, left for Serve to end
+		gc.send(t, api.Frame{Type: api.FrameCall, Seq: 2, Tool: api.ToolShellStart, Args: mustJSON(api.ShellStartArgs{Name: "left"})})
+		if res := gc.next(t, api.FrameResult); res.Seq != 2 || !res.OK {
+			t.Fatalf("shell_start result = %+v", res)
+		}
+		gc.send(t, api.Frame{Type: api.FrameAck, Seq: 2})
+	}
 	gc.send(t, execCall(1, `echo started; while [ ! -f release ]; do sleep 0.02; done`))
 	gc.waitOutput(t, 1, api.StreamStdout, "started")
 	if len(sessionGoroutines()) == 0 {

@@ -106,6 +106,7 @@ type shell struct {
 	dir        string // temporary directory of command files
 	token      string
 	waitDone   chan struct{} // closed when the shell process has exited
+	readDone   chan struct{} // closed when readLoop has ended (see kill)
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every change
@@ -207,6 +208,7 @@ func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
 		name: name, prog: prog, cmd: cmd, pty: f, dir: dir,
 		token:    hex.EncodeToString(tok),
 		waitDone: make(chan struct{}),
+		readDone: make(chan struct{}),
 		changed:  make(chan struct{}),
 		running:  true, // command 0 is the set-up line below
 	}
@@ -258,6 +260,7 @@ func (sh *shell) signal() {
 
 // readLoop copies the terminal's output into the shell's buffer.
 func (sh *shell) readLoop() {
+	defer close(sh.readDone)
 	b := make([]byte, 32<<10)
 	for {
 		n, err := sh.pty.Read(b)
@@ -404,7 +407,11 @@ func (sh *shell) kill() {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	_ = sh.pty.Close()
+	_ = sh.pty.Close() // ends readLoop's read
+	select {
+	case <-sh.readDone:
+	case <-time.After(5 * time.Second): // a terminal that never hangs up: leave its reader
+	}
 	_ = os.RemoveAll(sh.dir)
 }
 
