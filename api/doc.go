@@ -38,7 +38,3 @@
 // programs built on an older api keep decoding a newer server's answers
 // (unknown JSON fields are ignored by encoding/json).
 package api
-
-// Version is the protocol version of the gateway frames. A remote and a
-// control plane with different versions refuse each other with a clear error.
-const Version = 1

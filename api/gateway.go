@@ -6,8 +6,62 @@ import (
 	"errors"
 )
 
-// Gateway frame types. Every frame but output is a JSON text message; output
-// is a binary message (see OutputFrame) so that bulk bytes are not escaped.
+// ProtocolVersion is the version of the gateway protocol: the frames a
+// remote and a server exchange and what each field of them means. A remote
+// names the version it speaks in its hello (Frame.V); a server accepts every
+// version from MinProtocolVersion to CurrentProtocolVersion, answers in the
+// remote's version (every frame it sends carries it in V), and sends nothing
+// newer than that version (see FrameTypes). A server refuses a version out of
+// its range with an error frame of its own current version; a remote that
+// also speaks that older version reconnects in it. Within a version, frames
+// only gain optional fields the other side ignores; a version is bumped when
+// a side must know what the other understands.
+//
+// A hello without a version (V 0 or missing) is refused like any version out
+// of range: every remote of every release has sent one, since version 1, so a
+// hello without it is not an Outpost remote.
+//
+// The history of the versions:
+//
+//   - 1: the first release (commit fce53be). hello (session_id,
+//     capabilities, last_seq, executed and running, and the resend of every
+//     unacknowledged result right after hello), welcome (env, secrets),
+//     call, result, ack, cancel, end and error, binary output messages (see
+//     OutputFrame), and WebSocket ping and pong for liveness. Three
+//     additions were later made within version 1 without a bump, each an
+//     optional frame or field the older side ignores; a version 1 remote
+//     may have any prefix of them and a server cannot tell which:
+//     the artifact and artifact_ack frames and binary artifact chunks of
+//     upload_artifact (commit a16482e); welcome.restore and the restored
+//     frame (d9c0b6a); hello.instance (9a1aec3).
+//   - 2: a remote of version 2 has all of version 1's additions, and its
+//     hello must name its instance: a version 2 hello without one is
+//     refused, so the check that only one remote process serves a session
+//     (see Frame.Instance) applies to every version 2 remote. A version 1
+//     remote without an instance is served as before, unchecked.
+type ProtocolVersion int
+
+const (
+	// MinProtocolVersion is the oldest version a server accepts.
+	MinProtocolVersion ProtocolVersion = 1
+	// CurrentProtocolVersion is the newest version: the one a remote speaks
+	// unless told otherwise, and the newest a server accepts.
+	CurrentProtocolVersion ProtocolVersion = 2
+	// InstanceRequiredSince is the first version whose hello must carry an
+	// instance.
+	InstanceRequiredSince ProtocolVersion = 2
+)
+
+// Supported reports whether v is within [MinProtocolVersion,
+// CurrentProtocolVersion].
+func (v ProtocolVersion) Supported() bool {
+	return v >= MinProtocolVersion && v <= CurrentProtocolVersion
+}
+
+// Gateway frame types. Every frame but output and artifact chunks is a JSON
+// text message; those two are binary messages (see OutputFrame and
+// ArtifactChunk) so that bulk bytes are not escaped. FrameTypes lists them
+// all with the version that introduced each.
 const (
 	// FrameHello is the remote's first frame after it connects.
 	FrameHello = "hello"
@@ -32,6 +86,58 @@ const (
 	FrameRestored = "restored"
 )
 
+// Which side of the gateway sends a frame.
+const (
+	SentByRemote = "remote"
+	SentByServer = "server"
+	SentByBoth   = "both"
+)
+
+// FrameType describes one kind of gateway message.
+type FrameType struct {
+	// Name is the JSON frame's Type, or for a binary message a name for it
+	// ("output", "artifact_chunk") that no JSON frame uses.
+	Name string
+	// Binary is set for binary messages; their first byte tells them apart.
+	Binary bool
+	// Since is the protocol version that introduced the frame. A server
+	// does not send a remote a frame newer than the remote's version.
+	Since ProtocolVersion
+	// From says which side sends it: SentByRemote, SentByServer or
+	// SentByBoth.
+	From string
+}
+
+// FrameTypes lists every kind of gateway message, in the order they were
+// introduced. Version 1's later additions (artifacts, restored) are listed
+// as version 1: they were added without a bump (see ProtocolVersion).
+var FrameTypes = []FrameType{
+	{Name: FrameHello, Since: 1, From: SentByRemote},
+	{Name: FrameWelcome, Since: 1, From: SentByServer},
+	{Name: FrameCall, Since: 1, From: SentByServer},
+	{Name: FrameResult, Since: 1, From: SentByRemote},
+	{Name: FrameAck, Since: 1, From: SentByServer},
+	{Name: FrameCancel, Since: 1, From: SentByServer},
+	{Name: FrameEnd, Since: 1, From: SentByServer},
+	{Name: FrameError, Since: 1, From: SentByBoth},
+	{Name: "output", Binary: true, Since: 1, From: SentByRemote},
+	{Name: FrameArtifact, Since: 1, From: SentByRemote},
+	{Name: "artifact_chunk", Binary: true, Since: 1, From: SentByRemote},
+	{Name: FrameArtifactAck, Since: 1, From: SentByServer},
+	{Name: FrameRestored, Since: 1, From: SentByRemote},
+}
+
+// FrameSince returns the version that introduced the JSON frame type name,
+// or 0 when no JSON frame has that name.
+func FrameSince(name string) ProtocolVersion {
+	for _, t := range FrameTypes {
+		if t.Name == name && !t.Binary {
+			return t.Since
+		}
+	}
+	return 0
+}
+
 // Paths of the gateway.
 const (
 	// GatewayPath is the WebSocket endpoint, relative to the public URL.
@@ -42,6 +148,9 @@ const (
 
 // Frame is a JSON gateway frame. Which fields are set depends on Type.
 type Frame struct {
+	// V is the protocol version of the frame (see ProtocolVersion): in
+	// hello the version the remote speaks, afterwards that version on both
+	// sides.
 	V    int    `json:"v"`
 	Type string `json:"type"`
 
@@ -59,7 +168,8 @@ type Frame struct {
 	// reconnect of one process. The gateway lets a reconnect of the same
 	// instance replace its old connection, and refuses another instance
 	// while the session's current one is alive (two machines serving one
-	// session). An older remote sends none and is not checked.
+	// session). A version 1 remote may send none and is then not checked;
+	// from version 2 (InstanceRequiredSince) it is required.
 	Instance string `json:"instance,omitempty"`
 
 	// welcome

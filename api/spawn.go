@@ -79,7 +79,8 @@ var (
 // RemoteExitRejected is the exit status of `outpost remote serve` when the
 // gateway keeps refusing it: another remote process serves the session
 // under the same claim, or the connect token is dead because the claim
-// ended or moved. The claimer must then leave the claim alone (not release
+// ended or moved; or, at once, when the gateway does not accept any
+// protocol version the remote speaks (see ProtocolVersion). The claimer must then leave the claim alone (not release
 // it): it belongs to whoever serves the session now.
 const RemoteExitRejected = 4
 

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/coder/websocket"
 
@@ -39,7 +38,6 @@ type artifactItem struct {
 
 // pendingUpload is an upload waiting for the server's acknowledgement.
 type pendingUpload struct {
-	out  *outbox
 	done chan struct{}
 	once sync.Once
 	ack  api.Frame
@@ -65,26 +63,48 @@ func (p *pendingUpload) failed() error {
 	}
 }
 
-// uploads tracks the uploads of this process by ID.
-var uploads = struct {
-	mu     sync.Mutex
+// uploadSet tracks a session's uploads by ID. The zero value is ready.
+type uploadSet struct {
+	mu     sync.Mutex // guards the following
 	m      map[int64]*pendingUpload
-	nextID atomic.Int64
-}{m: map[int64]*pendingUpload{}}
-
-func registerUpload(out *outbox) (int64, *pendingUpload) {
-	id := uploads.nextID.Add(1)
-	p := &pendingUpload{out: out, done: make(chan struct{})}
-	uploads.mu.Lock()
-	uploads.m[id] = p
-	uploads.mu.Unlock()
-	return id, p
+	nextID int64
 }
 
-func forgetUpload(id int64) {
-	uploads.mu.Lock()
-	delete(uploads.m, id)
-	uploads.mu.Unlock()
+// register numbers a new upload.
+func (u *uploadSet) register() (int64, *pendingUpload) {
+	p := &pendingUpload{done: make(chan struct{})}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.nextID++
+	if u.m == nil {
+		u.m = map[int64]*pendingUpload{}
+	}
+	u.m[u.nextID] = p
+	return u.nextID, p
+}
+
+func (u *uploadSet) forget(id int64) {
+	u.mu.Lock()
+	delete(u.m, id)
+	u.mu.Unlock()
+}
+
+func (u *uploadSet) get(id int64) *pendingUpload {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.m[id]
+}
+
+// failAll fails every upload in flight with err and returns their IDs.
+func (u *uploadSet) failAll(err error) []int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ids := make([]int64, 0, len(u.m))
+	for id, p := range u.m {
+		ids = append(ids, id)
+		p.finish(api.Frame{}, err)
+	}
+	return ids
 }
 
 // handleArtifactAck completes the upload a FrameArtifactAck answers.
@@ -93,9 +113,7 @@ func (s *session) handleArtifactAck(f api.Frame) {
 		s.log.Warn("ignoring an artifact ack without an artifact")
 		return
 	}
-	uploads.mu.Lock()
-	p := uploads.m[f.Artifact.ID]
-	uploads.mu.Unlock()
+	p := s.uploads.get(f.Artifact.ID)
 	if p == nil {
 		s.log.Debug("ignoring the ack of an unknown upload", "id", f.Artifact.ID)
 		return
@@ -110,16 +128,7 @@ func (s *session) handleArtifactAck(f api.Frame) {
 // abortUploads fails the session's uploads in flight after its connection
 // is lost, and drops their frames still waiting in the outbox.
 func (s *session) abortUploads() {
-	uploads.mu.Lock()
-	var ids []int64
-	for id, p := range uploads.m {
-		if p.out == s.out {
-			ids = append(ids, id)
-			p.finish(api.Frame{}, errUploadDisconnected)
-		}
-	}
-	uploads.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range s.uploads.failAll(errUploadDisconnected) {
 		s.out.dropUpload(id)
 	}
 }
@@ -162,9 +171,9 @@ func (o *outbox) dropUpload(id int64) {
 }
 
 // writeArtifact sends one artifact item; buf is reused for chunks.
-func writeArtifact(ctx context.Context, c *websocket.Conn, a *artifactItem, buf *[]byte) error {
+func (s *session) writeArtifact(ctx context.Context, c *websocket.Conn, a *artifactItem, buf *[]byte) error {
 	if a.frame != nil {
-		return writeFrame(ctx, c, *a.frame)
+		return s.writeFrame(ctx, c, *a.frame)
 	}
 	*buf = api.ArtifactChunk{ID: a.id, Data: a.chunk}.AppendBinary((*buf)[:0])
 	return c.Write(ctx, websocket.MessageBinary, *buf)
@@ -200,18 +209,21 @@ func (c *callEnv) uploadArtifact(ctx context.Context, name, contentType string, 
 	if contentType == "" {
 		contentType = "application/octet-stream"
 	}
-	id, p := registerUpload(out)
-	defer forgetUpload(id)
+	if c.uploads == nil {
+		return api.ArtifactRef{}, errors.New("this call has no session to upload an artifact for")
+	}
+	id, p := c.uploads.register()
+	defer c.uploads.forget(id)
 	abort := func(err error) (api.ArtifactRef, error) {
 		out.dropUpload(id)
 		if p.failed() == nil {
 			// Best effort: tell the server to discard what it has.
-			_ = out.pushArtifact(&artifactItem{id: id, frame: &api.Frame{V: api.Version, Type: api.FrameArtifact, Seq: c.seq,
+			_ = out.pushArtifact(&artifactItem{id: id, frame: &api.Frame{Type: api.FrameArtifact, Seq: c.seq,
 				Artifact: &api.ArtifactFrame{ID: id, Phase: api.ArtifactAbort, Name: name}}})
 		}
 		return api.ArtifactRef{}, err
 	}
-	begin := &api.Frame{V: api.Version, Type: api.FrameArtifact, Seq: c.seq,
+	begin := &api.Frame{Type: api.FrameArtifact, Seq: c.seq,
 		Artifact: &api.ArtifactFrame{ID: id, Phase: api.ArtifactBegin, Name: name, ContentType: contentType}}
 	if err := out.pushArtifact(&artifactItem{id: id, frame: begin}); err != nil {
 		return api.ArtifactRef{}, err
@@ -249,7 +261,7 @@ func (c *callEnv) uploadArtifact(ctx context.Context, name, contentType string, 
 		}
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	end := &api.Frame{V: api.Version, Type: api.FrameArtifact, Seq: c.seq,
+	end := &api.Frame{Type: api.FrameArtifact, Seq: c.seq,
 		Artifact: &api.ArtifactFrame{ID: id, Phase: api.ArtifactEnd, Name: name, Size: size, SHA256: sum}}
 	if err := p.failed(); err != nil {
 		return abort(err)

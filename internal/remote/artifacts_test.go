@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,9 +34,8 @@ type receivedArtifact struct {
 
 func newFakeArtifactServer(t *testing.T, tc *testCall) *fakeArtifactServer {
 	t.Helper()
-	s := &session{log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), out: tc.out}
 	tc.out.setConnected(true)
-	return &fakeArtifactServer{s: s, out: tc.out, received: make(chan receivedArtifact, 8)}
+	return &fakeArtifactServer{s: tc.s, out: tc.out, received: make(chan receivedArtifact, 8)}
 }
 
 // run serves until ctx ends.
@@ -211,7 +209,6 @@ func TestUploadArtifactDisconnected(t *testing.T) {
 	// Connected but the connection drops before the ack: the upload fails
 	// and its frames leave the outbox.
 	tc.out.setConnected(true)
-	s := &session{log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), out: tc.out}
 	errc := make(chan error, 1)
 	go func() {
 		_, err := tc.c.uploadArtifact(context.Background(), "a.bin", "", strings.NewReader("hello"))
@@ -234,7 +231,7 @@ func TestUploadArtifactDisconnected(t *testing.T) {
 		}
 	}
 	tc.out.setConnected(false)
-	s.abortUploads()
+	tc.s.abortUploads()
 	select {
 	case err := <-errc:
 		if err == nil || !strings.Contains(err.Error(), "connection was lost") {

@@ -65,15 +65,15 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	c.SetReadLimit(maxFrameBytes)
 
 	hello, resend := s.hello()
-	if err := writeFrame(dctx, c, hello); err != nil {
+	if err := s.writeFrame(dctx, c, hello); err != nil {
 		return false, fmt.Errorf("send hello: %w", err)
 	}
 	for _, f := range resend {
-		if err := writeFrame(dctx, c, f); err != nil {
+		if err := s.writeFrame(dctx, c, f); err != nil {
 			return false, fmt.Errorf("resend result %d: %w", f.Seq, err)
 		}
 	}
-	f, err := readFrame(dctx, c)
+	f, err := s.readFrame(dctx, c)
 	if err != nil {
 		return false, s.frameErr(ctx, c, "read welcome", err)
 	}
@@ -88,8 +88,12 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	default:
 		return false, fmt.Errorf("gateway sent %q before welcome", f.Type)
 	}
-	s.log.Info("connected to the gateway", "executed", hello.Executed, "running", hello.Running, "last_seq", hello.LastSeq)
+	s.log.Info("connected to the gateway", "protocol_version", s.version, "executed", hello.Executed, "running", hello.Running, "last_seq", hello.LastSeq)
 
+	// The connection's goroutines: the writer and the pinger. connect
+	// returns only after both ended (the deferred wg.Wait). Calls are the
+	// session's, not the connection's: they go on across reconnects and
+	// Serve waits for them.
 	connCtx, cancelConn := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	s.out.setConnected(true)
@@ -109,7 +113,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	wg.Go(func() { pingLoop(connCtx, c); cancelConn() })
 
 	for {
-		f, err := readFrame(connCtx, c)
+		f, err := s.readFrame(connCtx, c)
 		if err != nil {
 			return true, s.frameErr(ctx, c, "read frame", err)
 		}
@@ -139,10 +143,14 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 // frameErr turns a read error into what connect returns; on a version
 // mismatch it tells the gateway why the remote leaves.
 func (s *session) frameErr(ctx context.Context, c *websocket.Conn, op string, err error) error {
+	if d := (*downgrade)(nil); errors.As(err, &d) {
+		c.Close(websocket.StatusNormalClosure, "reconnecting in an older protocol version")
+		return err
+	}
 	if errors.Is(err, ErrVersion) {
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_ = writeFrame(wctx, c, api.Frame{V: api.Version, Type: api.FrameError, Reason: err.Error()})
+		_ = s.writeFrame(wctx, c, api.Frame{Type: api.FrameError, Reason: err.Error()})
 		c.Close(websocket.StatusPolicyViolation, "protocol version mismatch")
 		return err
 	}
@@ -183,17 +191,17 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn, bc *batchCon
 				recycleChunk(it.output)
 			}
 		} else if it.artifact != nil {
-			err = writeArtifact(wctx, c, it.artifact, &buf)
+			err = s.writeArtifact(wctx, c, it.artifact, &buf)
 			if err != nil {
 				s.out.unpop(it)
 			}
 		} else if it.frame != nil {
-			err = writeFrame(wctx, c, *it.frame)
+			err = s.writeFrame(wctx, c, *it.frame)
 			if err != nil {
 				s.out.unpop(it)
 			}
 		} else if f, ok := s.takeResult(it.resultSeq); ok {
-			err = writeFrame(wctx, c, f)
+			err = s.writeFrame(wctx, c, f)
 			if err != nil {
 				s.requeueResult(it.resultSeq)
 			}
@@ -224,7 +232,9 @@ func pingLoop(ctx context.Context, c *websocket.Conn) {
 	}
 }
 
-func writeFrame(ctx context.Context, c *websocket.Conn, f api.Frame) error {
+// writeFrame sends f in the remote's protocol version.
+func (s *session) writeFrame(ctx context.Context, c *websocket.Conn, f api.Frame) error {
+	f.V = int(s.version)
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
@@ -232,8 +242,10 @@ func writeFrame(ctx context.Context, c *websocket.Conn, f api.Frame) error {
 	return c.Write(ctx, websocket.MessageText, b)
 }
 
-// readFrame reads the next JSON frame, skipping binary messages.
-func readFrame(ctx context.Context, c *websocket.Conn) (api.Frame, error) {
+// readFrame reads the next JSON frame, skipping binary messages. A frame of
+// another protocol version than the remote's is an ErrVersion: the gateway
+// refused the remote's version (an error frame), or answers in another.
+func (s *session) readFrame(ctx context.Context, c *websocket.Conn) (api.Frame, error) {
 	for {
 		typ, b, err := c.Read(ctx)
 		if err != nil {
@@ -246,15 +258,39 @@ func readFrame(ctx context.Context, c *websocket.Conn) (api.Frame, error) {
 		if err := json.Unmarshal(b, &f); err != nil {
 			return api.Frame{}, fmt.Errorf("malformed frame from the gateway: %w", err)
 		}
-		if f.V != api.Version {
-			msg := fmt.Sprintf("the gateway sent a %q frame of protocol version %d but this remote speaks version %d; upgrade the older of the two", f.Type, f.V, api.Version)
-			if f.Reason != "" {
-				msg += " (gateway says: " + f.Reason + ")"
+		if f.V != int(s.version) {
+			if v := api.ProtocolVersion(f.V); f.Type == api.FrameError && v.Supported() && v < s.version {
+				return api.Frame{}, &downgrade{to: v, reason: f.Reason}
 			}
-			return api.Frame{}, fmt.Errorf("%w: %s", ErrVersion, msg)
+			return api.Frame{}, fmt.Errorf("%w: %s", ErrVersion, s.versionMismatch(f))
 		}
 		return f, nil
 	}
+}
+
+// downgrade is a refusal by a gateway of an older protocol version that
+// this remote also speaks: its error frame carries its version. The remote
+// reconnects speaking that version.
+type downgrade struct {
+	to     api.ProtocolVersion
+	reason string
+}
+
+func (d *downgrade) Error() string {
+	return fmt.Sprintf("the gateway speaks protocol version %d and refused this remote's: %s", d.to, d.reason)
+}
+
+// versionMismatch says why a frame of another version ends the connection.
+func (s *session) versionMismatch(f api.Frame) string {
+	speaks := fmt.Sprintf("this remote speaks gateway protocol version %d (its build speaks %d to %d)", s.version, api.MinProtocolVersion, api.CurrentProtocolVersion)
+	if f.Type == api.FrameError && f.Reason != "" {
+		return fmt.Sprintf("the gateway refused the remote: %s; %s", f.Reason, speaks)
+	}
+	msg := fmt.Sprintf("the gateway sent a %q frame of protocol version %d and %s; upgrade the older of the two", f.Type, f.V, speaks)
+	if f.Reason != "" {
+		msg += " (gateway says: " + f.Reason + ")"
+	}
+	return msg
 }
 
 // httpMessage is the status and error message of a refused handshake.

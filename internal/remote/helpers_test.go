@@ -16,6 +16,7 @@ import (
 
 // testCall is a call run directly against a tool, without a gateway.
 type testCall struct {
+	s   *session // the call's session: its shells, uploads and outbox
 	c   *callEnv
 	out *outbox
 }
@@ -28,7 +29,7 @@ func newTestCall(t *testing.T, workDir string, secrets map[string]string) *testC
 		out:  newOutbox(),
 	}
 	env := mergeEnv(cleanEnv(os.Environ()), secrets)
-	return &testCall{c: newCallEnv(s, api.Frame{Seq: 1}, env, redact.NewSet(secrets)), out: s.out}
+	return &testCall{s: s, c: newCallEnv(s, api.Frame{Seq: 1}, env, redact.NewSet(secrets)), out: s.out}
 }
 
 // run runs tool with args (marshalled to JSON) and decodes the value into v

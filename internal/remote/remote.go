@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
@@ -35,8 +37,9 @@ const EnvCAFile = tlsconfig.EnvCAFile
 // message.
 var ErrRejected = errors.New("gateway rejected the remote")
 
-// ErrVersion is returned by Serve when the gateway speaks another protocol
-// version than this remote.
+// ErrVersion is returned by Serve, wrapped together with ErrRejected, when
+// the gateway does not accept the protocol version this remote speaks, or
+// answers in another one.
 var ErrVersion = errors.New("gateway protocol version mismatch")
 
 // ErrUnreachable is returned by Serve when the gateway could not be reached
@@ -70,6 +73,14 @@ type Options struct {
 	// welcomed connection, before it gives up with ErrUnreachable. Zero
 	// means 10 minutes.
 	GiveUpAfter time.Duration
+	// ProtocolVersion is the gateway protocol version the remote speaks
+	// (see api.ProtocolVersion), from api.MinProtocolVersion to
+	// api.CurrentProtocolVersion. Zero means api.CurrentProtocolVersion;
+	// an older one lets a test play a remote of an earlier release.
+	ProtocolVersion api.ProtocolVersion
+	// Clock times the waits between reconnect attempts and GiveUpAfter.
+	// Nil means the real clock.
+	Clock clockwork.Clock
 }
 
 // OptionsFromEnv builds Options from the spawn contract's variables
@@ -197,6 +208,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.GiveUpAfter <= 0 {
 		o.GiveUpAfter = 10 * time.Minute
+	}
+	if o.ProtocolVersion == 0 {
+		o.ProtocolVersion = api.CurrentProtocolVersion
+	}
+	if !o.ProtocolVersion.Supported() {
+		return o, fmt.Errorf("remote options: protocol version %d: this remote speaks versions %d to %d", o.ProtocolVersion, api.MinProtocolVersion, api.CurrentProtocolVersion)
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	if len(missing) > 0 {
 		return o, fmt.Errorf("remote options: %s required", strings.Join(missing, ", "))

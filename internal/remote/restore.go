@@ -52,7 +52,7 @@ func (s *session) startRestore(list []api.GitCloneArgs) {
 		if outcomes == nil {
 			return // everything was already here: nothing to tell
 		}
-		s.out.pushFrame(api.Frame{V: api.Version, Type: api.FrameRestored, Restored: outcomes})
+		s.out.pushFrame(api.Frame{Type: api.FrameRestored, Restored: outcomes})
 	}()
 }
 

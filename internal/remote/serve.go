@@ -13,13 +13,16 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/redact"
 )
 
+// reconnectBackoff is the wait before each reconnect attempt: full jitter
+// over an exponential bound from 100 ms to 10 s.
+var reconnectBackoff = backoff.Policy{Base: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 1}
+
 const (
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 10 * time.Second
 	// maxRejections is how many refusals in a row Serve accepts before it
 	// gives up with ErrRejected.
 	maxRejections = 3
@@ -33,9 +36,10 @@ const restartedError = "the remote restarted while this call was running; it may
 var errEnd = errors.New("session ended")
 
 // Serve serves one session until the gateway ends it (it then returns nil),
-// ctx is cancelled, or the gateway keeps rejecting the remote (ErrRejected).
-// Connection losses are retried with exponential backoff; running calls keep
-// running meanwhile.
+// ctx is cancelled, or the gateway keeps rejecting the remote (ErrRejected;
+// at once, together with ErrVersion, when it does not accept the remote's
+// protocol version). Connection losses are retried with exponential
+// backoff; running calls keep running meanwhile.
 func Serve(ctx context.Context, opts Options) error {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -49,14 +53,15 @@ func Serve(ctx context.Context, opts Options) error {
 	s.callCtx = callCtx
 	defer func() {
 		stopCalls()
-		closeShells(opts.WorkDir)
+		s.shells.closeAll()
 		s.wg.Wait()
 		s.browser.close()
 		_ = s.journal.close()
 	}()
 
+	clk := opts.Clock
 	attempt, rejections := 0, 0
-	lastUp := time.Now()
+	lastUp := clk.Now()
 	for {
 		welcomed, err := s.connect(ctx)
 		switch {
@@ -66,13 +71,20 @@ func Serve(ctx context.Context, opts Options) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, ErrVersion):
-			return err
+			return fmt.Errorf("%w: %w", ErrRejected, err)
+		}
+		if d := (*downgrade)(nil); errors.As(err, &d) {
+			// An older gateway: speak its version, at once. Versions only
+			// go down, so this ends.
+			s.log.Info("the gateway speaks an older protocol version; reconnecting in it", "from", s.version, "to", d.to, "gateway_says", d.reason)
+			s.version = d.to // no connection runs now: connect waited for its goroutines
+			continue
 		}
 		if welcomed {
 			attempt, rejections = 0, 0
-			lastUp = time.Now()
+			lastUp = clk.Now()
 		}
-		if down := time.Since(lastUp); down > opts.GiveUpAfter {
+		if down := clk.Since(lastUp); down > opts.GiveUpAfter {
 			return fmt.Errorf("%w: no welcome from %s for %s: %v", ErrUnreachable, opts.GatewayURL, down.Round(time.Second), err)
 		}
 		var rej *rejection
@@ -82,15 +94,11 @@ func Serve(ctx context.Context, opts Options) error {
 				return fmt.Errorf("%w: %s", ErrRejected, rej.msg)
 			}
 		}
-		delay := backoff(attempt)
 		attempt++
+		delay := reconnectBackoff.Delay(attempt)
 		s.log.Warn("gateway connection lost; reconnecting", "err", err, "in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, clk, delay); err != nil {
+			return err
 		}
 	}
 }
@@ -100,20 +108,14 @@ func newInstanceID() string {
 	return fmt.Sprintf("%016x", rand.Uint64())
 }
 
-// backoff is the delay before reconnect attempt n: full jitter over an
-// exponential bound from backoffMin to backoffMax.
-func backoff(n int) time.Duration {
-	d := backoffMax
-	if n < 20 {
-		d = min(backoffMin<<n, backoffMax)
-	}
-	return rand.N(d + 1)
-}
-
 // session is the state of one session across connections.
 type session struct {
 	opts Options
 	log  *slog.Logger
+	// version is the protocol version the remote speaks: in its hello and
+	// in every frame it sends, and the one it expects from the gateway.
+	// Serve lowers it, between connections, to an older gateway's.
+	version api.ProtocolVersion
 	// instance names this process to the gateway (hello), the same on
 	// every reconnect.
 	instance string
@@ -127,6 +129,10 @@ type session struct {
 
 	// browser is the session's browser, started by the first browser tool.
 	browser browserHost
+	// shells are the session's persistent shells; uploads its artifact
+	// uploads waiting for the server's ack.
+	shells  shellSet
+	uploads uploadSet
 
 	mu        sync.Mutex
 	running   map[int64]context.CancelFunc
@@ -161,6 +167,7 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 	}
 	s := &session{
 		opts:     opts,
+		version:  opts.ProtocolVersion,
 		instance: newInstanceID(),
 		log:      opts.Logger.With("session_id", opts.SessionID),
 		journal:  j,
@@ -180,7 +187,7 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 		s.done[seq] = &doneEntry{frame: f}
 	}
 	for _, rec := range st.Interrupted {
-		f := api.Frame{V: api.Version, Type: api.FrameResult, Seq: rec.Seq, Tool: rec.Tool, Error: restartedError}
+		f := api.Frame{Type: api.FrameResult, Seq: rec.Seq, Tool: rec.Tool, Error: restartedError}
 		if err := j.done(f); err != nil {
 			s.log.Error("journal an interrupted call", "seq", rec.Seq, "err", err)
 		}
@@ -197,7 +204,7 @@ func (s *session) hello() (api.Frame, []api.Frame) {
 	defer s.mu.Unlock()
 	caps := s.caps
 	f := api.Frame{
-		V:            api.Version,
+		V:            int(s.version),
 		Type:         api.FrameHello,
 		SessionID:    s.opts.SessionID,
 		Capabilities: &caps,
@@ -306,7 +313,7 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *r
 	log := s.log.With("seq", f.Seq, "tool", f.Tool)
 	log.Debug("call started")
 	start := time.Now()
-	res := api.Frame{V: api.Version, Type: api.FrameResult, Seq: f.Seq, Tool: f.Tool}
+	res := api.Frame{Type: api.FrameResult, Seq: f.Seq, Tool: f.Tool}
 	rec := startedRecord{Seq: f.Seq, Tool: f.Tool, Args: f.Args, StartedAt: start.UTC()}
 	if err := s.journal.started(rec); err != nil {
 		res.Error = fmt.Sprintf("the remote could not journal the call, so it did not run it: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
@@ -128,7 +131,7 @@ func (gc *gwConn) readLoop() {
 func (gc *gwConn) send(t *testing.T, f api.Frame) {
 	t.Helper()
 	if f.V == 0 {
-		f.V = api.Version
+		f.V = int(api.CurrentProtocolVersion)
 	}
 	b, _ := json.Marshal(f)
 	if err := gc.c.Write(context.Background(), websocket.MessageText, b); err != nil {
@@ -144,7 +147,7 @@ func (gc *gwConn) next(t *testing.T, typ string) api.Frame {
 		if f.Type != typ {
 			t.Fatalf("got a %q frame %+v, want %q", f.Type, f, typ)
 		}
-		if f.V != api.Version {
+		if f.V != int(api.CurrentProtocolVersion) {
 			t.Fatalf("frame v = %d", f.V)
 		}
 		return f
@@ -454,13 +457,96 @@ func TestServeVersionMismatch(t *testing.T) {
 	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
 	gc := g.accept(t)
 	gc.next(t, api.FrameHello)
-	gc.send(t, api.Frame{V: api.Version + 1, Type: api.FrameWelcome})
+	gc.send(t, api.Frame{V: int(api.CurrentProtocolVersion) + 1, Type: api.FrameWelcome})
 	err := waitErr(t, errc)
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "protocol version") {
-		t.Fatalf("Serve = %v, want ErrVersion", err)
+	if !errors.Is(err, ErrVersion) || !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "protocol version") {
+		t.Fatalf("Serve = %v, want ErrVersion and ErrRejected", err)
 	}
 	if f := gc.next(t, api.FrameError); !strings.Contains(f.Reason, "version") {
 		t.Errorf("error frame = %+v", f)
+	}
+}
+
+// TestServeRefusedVersion: a gateway that does not accept the remote's
+// protocol version answers hello with an error frame of its own version;
+// the remote gives up at once (no retries) with ErrRejected, so that
+// `outpost remote serve` exits api.RemoteExitRejected, and with ErrVersion
+// and a message naming the gateway's range and its own.
+func TestServeRefusedVersion(t *testing.T) {
+	g := newTestGateway(t)
+	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
+	gc := g.accept(t)
+	gc.next(t, api.FrameHello)
+	reason := "the remote speaks gateway protocol version 2 and this server accepts gateway protocol versions 7 to 9: upgrade the remote"
+	gc.send(t, api.Frame{V: 9, Type: api.FrameError, Reason: reason})
+	err := waitErr(t, errc)
+	if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrVersion) {
+		t.Fatalf("Serve = %v, want ErrRejected and ErrVersion", err)
+	}
+	want := fmt.Sprintf("its build speaks %d to %d", api.MinProtocolVersion, api.CurrentProtocolVersion)
+	if !strings.Contains(err.Error(), reason) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q names neither the gateway's reason nor %q", err, want)
+	}
+	if n := g.dials.Load(); n != 1 {
+		t.Errorf("dialed %d times; a version refusal is final", n)
+	}
+}
+
+// TestServeDowngradesToAnOlderGateway: a gateway of an older version the
+// remote also speaks refuses its hello with an error frame of that version,
+// as a server of the previous release does; the remote reconnects at once
+// speaking it, and is served.
+func TestServeDowngradesToAnOlderGateway(t *testing.T) {
+	old := int(api.CurrentProtocolVersion - 1)
+	g := newTestGateway(t)
+	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
+	gc := g.accept(t)
+	gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{V: old, Type: api.FrameError, Reason: "gateway protocol version 2 is not supported; this server speaks version 1"})
+	gc2 := g.accept(t)
+	hello := <-gc2.frames
+	if hello.Type != api.FrameHello || hello.V != old {
+		t.Fatalf("hello after the refusal = %+v, want version %d", hello, old)
+	}
+	gc2.send(t, api.Frame{V: old, Type: api.FrameWelcome})
+	gc2.send(t, api.Frame{V: old, Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatalf("Serve = %v, want the session served in version %d", err, old)
+	}
+}
+
+// TestServeSpeaksOlderVersion: with Options.ProtocolVersion the remote
+// speaks an older version in every frame it sends, and refuses frames of
+// the current one.
+func TestServeSpeaksOlderVersion(t *testing.T) {
+	old := api.CurrentProtocolVersion - 1
+	g := newTestGateway(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Serve(ctx, Options{GatewayURL: g.url(), ConnectToken: testToken, SessionID: testSession,
+			StateDir: t.TempDir(), WorkDir: t.TempDir(), ProtocolVersion: old,
+			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Capabilities: &api.Capabilities{}})
+	}()
+	gc := g.accept(t)
+	hello := <-gc.frames
+	if hello.Type != api.FrameHello || hello.V != int(old) {
+		t.Fatalf("hello = %+v, want version %d", hello, old)
+	}
+	gc.send(t, api.Frame{V: int(old), Type: api.FrameWelcome})
+	gc.send(t, api.Frame{V: int(old), Type: api.FrameCall, Seq: 1, Tool: api.ToolExec, Args: mustJSON(api.ExecArgs{Command: "true"})})
+	if res := <-gc.frames; res.Type != api.FrameResult || res.V != int(old) || !res.OK {
+		t.Fatalf("result = %+v, want an ok result of version %d", res, old)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 1}) // the current version: refused
+	err := waitErr(t, errc)
+	if !errors.Is(err, ErrVersion) {
+		t.Fatalf("Serve = %v, want ErrVersion", err)
+	}
+	if _, err := (Options{GatewayURL: g.url(), ConnectToken: "x", SessionID: "s", StateDir: t.TempDir(), WorkDir: t.TempDir(),
+		ProtocolVersion: api.CurrentProtocolVersion + 1}).withDefaults(); err == nil {
+		t.Error("options accept a protocol version newer than the remote's")
 	}
 }
 
@@ -494,8 +580,9 @@ func TestOptionsFromEnvCAFile(t *testing.T) {
 }
 
 // TestServeGivesUpWhenUnreachable: a gateway that never answers (here a
-// closed port) makes Serve return ErrUnreachable after GiveUpAfter, so the
-// claim can lapse and the session move on.
+// closed port) makes Serve return ErrUnreachable once GiveUpAfter has passed
+// on its clock, waiting between attempts on that clock, so the claim can
+// lapse and the session move on.
 func TestServeGivesUpWhenUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -505,12 +592,90 @@ func TestServeGivesUpWhenUnreachable(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = Serve(ctx, Options{
-		GatewayURL: "ws://" + addr + "/v1/gateway", ConnectToken: "opc_x", SessionID: "ses_x",
-		StateDir: t.TempDir(), WorkDir: t.TempDir(), GiveUpAfter: 300 * time.Millisecond,
-		Capabilities: &api.Capabilities{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("Serve = %v, want ErrUnreachable", err)
+	clk := clockwork.NewFakeClock()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Serve(ctx, Options{
+			GatewayURL: "ws://" + addr + "/v1/gateway", ConnectToken: "opc_x", SessionID: "ses_x",
+			StateDir: t.TempDir(), WorkDir: t.TempDir(), GiveUpAfter: time.Minute, Clock: clk,
+			Capabilities: &api.Capabilities{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+	}()
+	// The first dial fails; Serve waits its backoff on the clock.
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("Serve never waited on its clock: %v", err)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("Serve returned %v before GiveUpAfter passed", err)
+	default:
+	}
+	clk.Advance(time.Minute + time.Second)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("Serve = %v, want ErrUnreachable", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Serve did not give up after GiveUpAfter")
+	}
+}
+
+// sessionGoroutines lists the goroutines running the remote's connection or
+// calls: what Serve must have waited for before it returns.
+func sessionGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).connect",
+			"(*shell).readLoop", "(*shell).waitLoop"} {
+			if strings.Contains(g, fn) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestServeWaitsForItsGoroutines: when Serve returns — after a reconnect
+// while a call ran, and the end of the session — the goroutines of every
+// connection (writer, pinger), of every call and of every shell have ended.
+// It checks at once, without polling: their owners waited for them.
+func TestServeWaitsForItsGoroutines(t *testing.T) {
+	g := newTestGateway(t)
+	work := t.TempDir()
+	errc, _ := startServe(t, g, t.TempDir(), work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	if runtime.GOOS != "windows" { // a persistent shell, left for Serve to end
+		gc.send(t, api.Frame{Type: api.FrameCall, Seq: 2, Tool: api.ToolShellStart, Args: mustJSON(api.ShellStartArgs{Name: "left"})})
+		if res := gc.next(t, api.FrameResult); res.Seq != 2 || !res.OK {
+			t.Fatalf("shell_start result = %+v", res)
+		}
+		gc.send(t, api.Frame{Type: api.FrameAck, Seq: 2})
+	}
+	gc.send(t, execCall(1, `echo started; while [ ! -f release ]; do sleep 0.02; done`))
+	gc.waitOutput(t, 1, api.StreamStdout, "started")
+	if len(sessionGoroutines()) == 0 {
+		t.Fatal("no connection or call goroutine while a call runs: the check would see nothing")
+	}
+	gc.c.CloseNow()
+	gc2 := g.accept(t)
+	gc2.handshake(t, nil, nil)
+	if err := os.WriteFile(filepath.Join(work, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := gc2.next(t, api.FrameResult); res.Seq != 1 || !res.OK {
+		t.Fatalf("result = %+v", res)
+	}
+	gc2.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+	gc2.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if left := sessionGoroutines(); len(left) > 0 {
+		t.Fatalf("Serve returned with %d of its goroutines running:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }

@@ -78,6 +78,9 @@ type callEnv struct {
 
 	// browser is the session's browser, shared by its calls.
 	browser *browserHost
+	// shells and uploads are the session's, shared by its calls.
+	shells  *shellSet
+	uploads *uploadSet
 }
 
 func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv {
@@ -93,6 +96,8 @@ func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv
 		stderr:   &streamWriter{seq: f.Seq, stream: api.StreamStderr, red: redact.NewStream(set), out: s.out, tail: tail},
 		tail:     tail,
 		browser:  &s.browser,
+		shells:   &s.shells,
+		uploads:  &s.uploads,
 	}
 }
 

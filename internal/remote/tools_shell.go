@@ -60,32 +60,33 @@ var shellPrograms = [][]string{
 
 var shellNameRE = regexp.MustCompile(api.ShellNamePattern)
 
-// shells holds every persistent shell, per workspace (one remote session
-// serves one workspace); closeShells ends them when the session ends.
-var shells = struct {
-	sync.Mutex
-	m map[string]map[string]*shell
-}{m: map[string]map[string]*shell{}}
+// shellSet holds a session's persistent shells by name; closeAll ends them
+// when the session ends. The zero value is ready.
+type shellSet struct {
+	mu sync.Mutex // guards m
+	m  map[string]*shell
+}
 
-// closeShells kills every shell of the workspace workDir.
-func closeShells(workDir string) {
-	shells.Lock()
-	set := shells.m[workDir]
-	delete(shells.m, workDir)
-	shells.Unlock()
+// closeAll kills every shell of the set.
+func (ss *shellSet) closeAll() {
+	ss.mu.Lock()
+	set := ss.m
+	ss.m = nil
+	ss.mu.Unlock()
 	for _, sh := range set {
 		sh.kill()
 	}
 }
 
-// lookupShell returns the named shell of c's workspace.
+// lookupShell returns the named shell of c's session.
 func lookupShell(c *callEnv, name string) (*shell, error) {
 	if !shellNameRE.MatchString(name) {
 		return nil, fmt.Errorf("bad arguments: shell name %q must match %s", name, api.ShellNamePattern)
 	}
-	shells.Lock()
-	defer shells.Unlock()
-	sh := shells.m[c.workDir][name]
+	ss := c.shells
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	sh := ss.m[name]
 	if sh == nil {
 		return nil, fmt.Errorf("no shell named %q; start it with shell_start", name)
 	}
@@ -105,6 +106,7 @@ type shell struct {
 	dir        string // temporary directory of command files
 	token      string
 	waitDone   chan struct{} // closed when the shell process has exited
+	readDone   chan struct{} // closed when readLoop has ended (see kill)
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every change
@@ -130,41 +132,46 @@ func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	if !shellNameRE.MatchString(a.Name) {
 		return nil, fmt.Errorf("bad arguments: shell name %q must match %s", a.Name, api.ShellNamePattern)
 	}
-	shells.Lock()
-	if old := shells.m[c.workDir][a.Name]; old != nil {
+	ss := c.shells
+	ss.mu.Lock()
+	var exited *shell
+	if old := ss.m[a.Name]; old != nil {
 		old.mu.Lock()
 		alive := !old.exited || old.cmd == nil // a placeholder: starting
 		old.mu.Unlock()
 		if alive {
-			shells.Unlock()
+			ss.mu.Unlock()
 			return nil, fmt.Errorf("a shell named %q is already running; use it, or end it with shell_kill first", a.Name)
 		}
-		go old.kill() // release what the exited shell holds
+		exited = old
 	}
 	// Reserve the name while the shell starts.
-	if shells.m[c.workDir] == nil {
-		shells.m[c.workDir] = map[string]*shell{}
+	if ss.m == nil {
+		ss.m = map[string]*shell{}
 	}
 	placeholder := &shell{exited: true, waitDone: make(chan struct{}), changed: make(chan struct{})}
 	close(placeholder.waitDone)
-	shells.m[c.workDir][a.Name] = placeholder
-	shells.Unlock()
+	ss.m[a.Name] = placeholder
+	ss.mu.Unlock()
+	if exited != nil {
+		exited.kill() // release what the exited shell holds
+	}
 
 	sh, err := startShell(ctx, c, a.Name)
-	shells.Lock()
-	if shells.m[c.workDir][a.Name] == placeholder {
+	ss.mu.Lock()
+	if ss.m[a.Name] == placeholder {
 		if err != nil {
-			delete(shells.m[c.workDir], a.Name)
+			delete(ss.m, a.Name)
 		} else {
-			shells.m[c.workDir][a.Name] = sh
+			ss.m[a.Name] = sh
 		}
 	} else if err == nil {
 		err = errors.New("the session ended while the shell started")
-		shells.Unlock()
+		ss.mu.Unlock()
 		sh.kill()
 		return nil, err
 	}
-	shells.Unlock()
+	ss.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +208,7 @@ func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
 		name: name, prog: prog, cmd: cmd, pty: f, dir: dir,
 		token:    hex.EncodeToString(tok),
 		waitDone: make(chan struct{}),
+		readDone: make(chan struct{}),
 		changed:  make(chan struct{}),
 		running:  true, // command 0 is the set-up line below
 	}
@@ -252,6 +260,7 @@ func (sh *shell) signal() {
 
 // readLoop copies the terminal's output into the shell's buffer.
 func (sh *shell) readLoop() {
+	defer close(sh.readDone)
 	b := make([]byte, 32<<10)
 	for {
 		n, err := sh.pty.Read(b)
@@ -398,7 +407,11 @@ func (sh *shell) kill() {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	_ = sh.pty.Close()
+	_ = sh.pty.Close() // ends readLoop's read
+	select {
+	case <-sh.readDone:
+	case <-time.After(5 * time.Second): // a terminal that never hangs up: leave its reader
+	}
 	_ = os.RemoveAll(sh.dir)
 }
 
@@ -666,11 +679,11 @@ func runShellKill(_ context.Context, c *callEnv, raw json.RawMessage) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	shells.Lock()
-	if shells.m[c.workDir][a.Name] == sh {
-		delete(shells.m[c.workDir], a.Name)
+	c.shells.mu.Lock()
+	if c.shells.m[a.Name] == sh {
+		delete(c.shells.m, a.Name)
 	}
-	shells.Unlock()
+	c.shells.mu.Unlock()
 	sh.kill()
 	return api.ShellDoneResult{Name: a.Name}, nil
 }

@@ -20,5 +20,8 @@ func runShellUnsupported(context.Context, *callEnv, json.RawMessage) (any, error
 	return nil, errors.New("persistent shells need a Unix pseudo-terminal; on this system use exec")
 }
 
-// closeShells has nothing to close where shells are not supported.
-func closeShells(string) {}
+// shellSet is empty where shells are not supported.
+type shellSet struct{}
+
+// closeAll has nothing to close where shells are not supported.
+func (*shellSet) closeAll() {}

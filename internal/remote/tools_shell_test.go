@@ -17,7 +17,7 @@ func startTestShell(t *testing.T, name string) (*testCall, string) {
 	t.Helper()
 	dir := t.TempDir()
 	tc := newTestCall(t, dir, nil)
-	t.Cleanup(func() { closeShells(dir) })
+	t.Cleanup(tc.c.shells.closeAll)
 	var res api.ShellStartResult
 	if err := tc.run(t, context.Background(), api.ToolShellStart, api.ShellStartArgs{Name: name}, &res); err != nil {
 		t.Fatalf("shell_start: %v", err)
@@ -182,7 +182,7 @@ func TestShellOutputBound(t *testing.T) {
 
 func TestShellLifecycle(t *testing.T) {
 	t.Parallel()
-	tc, dir := startTestShell(t, "one")
+	tc, _ := startTestShell(t, "one")
 	ctx := context.Background()
 	if err := tc.run(t, ctx, api.ToolShellStart, api.ShellStartArgs{Name: "one"}, nil); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second start: %v", err)
@@ -222,16 +222,16 @@ func TestShellLifecycle(t *testing.T) {
 	if _, err := lookupShell(tc.c, "one"); err == nil {
 		t.Fatal("the killed shell is still registered")
 	}
-	// closeShells (the end of the session) kills what is left.
+	// closeAll (the end of the session) kills what is left.
 	if err := tc.run(t, ctx, api.ToolShellStart, api.ShellStartArgs{Name: "two"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	two, _ := lookupShell(tc.c, "two")
-	closeShells(dir)
+	tc.c.shells.closeAll()
 	select {
 	case <-two.waitDone:
 	default:
-		t.Fatal("closeShells left the shell running")
+		t.Fatal("closeAll left the shell running")
 	}
 }
 

@@ -16,8 +16,13 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// gatewayReadLimit bounds one gateway message.
-const gatewayReadLimit = 32 << 20
+const (
+	// gatewayReadLimit bounds one gateway message.
+	gatewayReadLimit = 32 << 20
+	// closeHandshakeWait bounds how long a finished connection waits for
+	// the remote to answer its close before it is cut.
+	closeHandshakeWait = 5 * time.Second
+)
 
 // errStaleClaim refuses a remote whose claim lapsed or moved.
 var errStaleClaim = errors.New("the claim this remote served has lapsed or moved to another machine")
@@ -66,21 +71,26 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(gatewayReadLimit)
-	c := &remoteConn{sessionID: ct.SessionID, epoch: ct.Epoch, acceptorID: e.AcceptorID, ws: ws, done: make(chan struct{})}
+	c := &remoteConn{sessionID: ct.SessionID, epoch: ct.Epoch, acceptorID: e.AcceptorID, ws: ws,
+		version: api.CurrentProtocolVersion, done: make(chan struct{})}
 	defer func() {
 		s.hub.detach(c) // first, so runners stop choosing this connection
 		close(c.done)
 		c.close(websocket.StatusNormalClosure, "")
+		c.closed(closeHandshakeWait)
 	}()
 	ctx := r.Context()
 	hello, err := readHello(ctx, ws, ct.SessionID)
 	if err != nil {
-		s.log.Warn("gateway hello", "session", ct.SessionID, "err", err)
+		s.log.Warn("gateway hello", "session", ct.SessionID, "v", hello.V, "err", err)
+		if v := api.ProtocolVersion(hello.V); v.Supported() {
+			c.version = v // refused for another reason: say it in the remote's version
+		}
 		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: err.Error()})
-		c.close(websocket.StatusProtocolError, err.Error())
+		c.close(websocket.StatusProtocolError, "hello refused; the error frame says why")
 		return
 	}
-	c.instance = hello.Instance
+	c.instance, c.version = hello.Instance, api.ProtocolVersion(hello.V)
 	if other := s.otherLiveInstance(ctx, c); other != "" {
 		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
 			"Two workers or machines must never share an acceptor id or a connect token.", other, c.sessionID, c.instance)
@@ -150,6 +160,8 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// readHello reads the remote's hello and checks its protocol version. A
+// hello that is refused is returned too, as far as it could be read.
 func readHello(ctx context.Context, ws *websocket.Conn, sessionID string) (api.Frame, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -161,13 +173,32 @@ func readHello(ctx context.Context, ws *websocket.Conn, sessionID string) (api.F
 	if typ != websocket.MessageText || json.Unmarshal(data, &f) != nil || f.Type != api.FrameHello {
 		return api.Frame{}, errors.New("the first gateway frame must be a JSON hello")
 	}
-	if f.V != api.Version {
-		return api.Frame{}, fmt.Errorf("gateway protocol version %d is not supported; this server speaks version %d: run a matching outpost binary", f.V, api.Version)
+	if err := checkVersion(f); err != nil {
+		return f, err
 	}
 	if f.SessionID != "" && f.SessionID != sessionID {
-		return api.Frame{}, errors.New("hello names another session than the connect token")
+		return f, errors.New("hello names another session than the connect token")
 	}
 	return f, nil
+}
+
+// checkVersion refuses a hello whose protocol version this server does not
+// accept, or that lacks what its version requires, saying which side to
+// upgrade.
+func checkVersion(hello api.Frame) error {
+	v := api.ProtocolVersion(hello.V)
+	accepts := fmt.Sprintf("this server accepts gateway protocol versions %d to %d", api.MinProtocolVersion, api.CurrentProtocolVersion)
+	switch {
+	case hello.V == 0:
+		return fmt.Errorf("the remote's hello names no gateway protocol version (\"v\") and %s; every Outpost remote names one: run an outpost binary as the remote", accepts)
+	case v < api.MinProtocolVersion:
+		return fmt.Errorf("the remote speaks gateway protocol version %d and %s: upgrade the remote (a newer outpost binary, or a newer remote build pinned for the outpost)", v, accepts)
+	case v > api.CurrentProtocolVersion:
+		return fmt.Errorf("the remote speaks gateway protocol version %d and %s: upgrade the server, or run a remote of protocol version %d or older", v, accepts, api.CurrentProtocolVersion)
+	case v >= api.InstanceRequiredSince && hello.Instance == "":
+		return fmt.Errorf("the remote speaks gateway protocol version %d, whose hello must name the remote's instance, and names none", v)
+	}
+	return nil
 }
 
 // onHello records the remote's arrival and moves the session to running.
@@ -260,23 +291,35 @@ func readMessage(ctx context.Context, ws *websocket.Conn) (message, error) {
 
 // readLoop handles the remote's frames until the connection ends. Output
 // is batched into transcript events; results go to the session's runner.
+// Messages are read by a goroutine of their own, so that output is flushed
+// on time while the remote is quiet; readLoop returns only after it ended.
 func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
+	rctx, stopReading := context.WithCancel(ctx)
 	msgs := make(chan message, 64)
-	readErr := make(chan error, 1)
-	go func() {
+	var readErr error // set before msgs is closed
+	var reader sync.WaitGroup
+	reader.Go(func() {
 		defer close(msgs)
 		for {
-			m, err := readMessage(ctx, c.ws)
+			m, err := readMessage(rctx, c.ws)
 			if err != nil {
-				readErr <- err
+				readErr = err
 				return
 			}
 			select {
 			case msgs <- m:
-			case <-c.done:
+			case <-rctx.Done():
+				msgBuffers.Put(m.buf)
 				return
 			}
 		}
+	})
+	defer func() {
+		stopReading() // ends a read in progress (and with it the connection)
+		for m := range msgs {
+			msgBuffers.Put(m.buf)
+		}
+		reader.Wait()
 	}()
 	out := s.outputFor(c.sessionID)
 	arts := s.newArtifactUploads(c)
@@ -290,8 +333,8 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			out.flush(ctx)
 		case m, ok := <-msgs:
 			if !ok {
-				if err := <-readErr; websocket.CloseStatus(err) == -1 && ctx.Err() == nil {
-					s.log.Debug("gateway read", "session", c.sessionID, "err", err)
+				if websocket.CloseStatus(readErr) == -1 && ctx.Err() == nil {
+					s.log.Debug("gateway read", "session", c.sessionID, "err", readErr)
 				}
 				return
 			}

@@ -18,14 +18,23 @@ type remoteConn struct {
 	epoch      int64
 	acceptorID string
 	instance   string // the remote process's id from hello; "" from older remotes
-	ws         *websocket.Conn
-	done       chan struct{} // closed when the connection is finished
-	closeOnce  sync.Once
+	// version is the protocol version the remote spoke in hello; every
+	// frame sent to it carries it, and nothing newer is sent. Until hello
+	// is read it is api.CurrentProtocolVersion.
+	version   api.ProtocolVersion
+	ws        *websocket.Conn
+	done      chan struct{} // closed when the connection is finished
+	closeOnce sync.Once
+	closing   sync.WaitGroup // the close handshake started by close
 }
 
-// send writes one JSON frame.
+// send writes one JSON frame in the remote's protocol version. A frame
+// newer than that version is not sent: the remote would not understand it.
 func (c *remoteConn) send(ctx context.Context, f api.Frame) error {
-	f.V = api.Version
+	if since := api.FrameSince(f.Type); since > c.version {
+		return fmt.Errorf("send %s frame to session %s: the frame needs protocol version %d and the remote speaks %d", f.Type, c.sessionID, since, c.version)
+	}
+	f.V = int(c.version)
 	b, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode %s frame: %w", f.Type, err)
@@ -39,10 +48,28 @@ func (c *remoteConn) send(ctx context.Context, f api.Frame) error {
 }
 
 // close ends the connection with a status and reason the remote logs.
+// Close waits for the peer's answer, so it runs in a goroutine of its own
+// and never blocks the caller; the gateway handler that owns c waits for it
+// (see closed).
 func (c *remoteConn) close(code websocket.StatusCode, reason string) {
 	c.closeOnce.Do(func() {
-		go func() { _ = c.ws.Close(code, reason) }() // Close waits for the peer; never block the caller
+		c.closing.Go(func() { _ = c.ws.Close(code, reason) })
 	})
+}
+
+// closed waits up to wait for the close handshake close started, then cuts
+// the connection, so the handshake's goroutine has ended when it returns.
+func (c *remoteConn) closed(wait time.Duration) {
+	done := make(chan struct{})
+	go func() { c.closing.Wait(); close(done) }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = c.ws.CloseNow() // Close returns soon after
+		<-done
+	}
 }
 
 // hub tracks the one live connection of each session.

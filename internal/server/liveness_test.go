@@ -70,7 +70,7 @@ func liveSessionVia(t *testing.T, ts *testServer, gatewayURL, outpost, acceptor 
 		select {
 		case f := <-rd.frames:
 			if f.Type != want {
-				t.Fatalf("got %s frame, want %s", f.Type, want)
+				t.Fatalf("got %s frame (%s), want %s", f.Type, f.Reason, want)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no %s frame", want)
