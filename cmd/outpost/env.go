@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -33,10 +34,10 @@ var (
 	envCAFile = api.EnvVar{Name: tlsconfig.EnvCAFile, Meaning: "PEM file of CA certificates to trust (--ca-file)"}
 	// The model provider's settings, read by llm.ConfigFromEnv, which
 	// spells them too.
-	envLLMProvider = api.EnvVar{Name: "OUTPOST_LLM_PROVIDER", Meaning: "model provider of llm sessions (--llm-provider)"}
-	envLLMBaseURL  = api.EnvVar{Name: "OUTPOST_LLM_BASE_URL", Meaning: "the provider's API base URL (--llm-base-url)"}
-	envLLMModel    = api.EnvVar{Name: "OUTPOST_LLM_MODEL", Meaning: "default model of llm sessions (--llm-model)"}
-	envLLMAPIKey   = api.EnvVar{Name: "OUTPOST_LLM_API_KEY", Meaning: "the provider's API key"}
+	envLLMProvider = api.EnvVar{Name: llm.EnvProvider, Meaning: "model provider of llm sessions (--llm-provider)"}
+	envLLMBaseURL  = api.EnvVar{Name: llm.EnvBaseURL, Meaning: "the provider's API base URL (--llm-base-url)"}
+	envLLMModel    = api.EnvVar{Name: llm.EnvModel, Meaning: "default model of llm sessions (--llm-model)"}
+	envLLMAPIKey   = api.EnvVar{Name: llm.EnvAPIKey, Meaning: "the provider's API key"}
 )
 
 // serverEnv lists the variables `outpost server` reads.

@@ -51,18 +51,26 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// ConfigFromEnv reads a Config from OUTPOST_LLM_PROVIDER,
-// OUTPOST_LLM_BASE_URL, OUTPOST_LLM_API_KEY and OUTPOST_LLM_MODEL through
-// getenv (nil means os.Getenv). Other fields are left zero.
+// Names of the environment variables ConfigFromEnv reads; the CLI's flag
+// help names them through these.
+const (
+	EnvProvider = "OUTPOST_LLM_PROVIDER"
+	EnvBaseURL  = "OUTPOST_LLM_BASE_URL"
+	EnvAPIKey   = "OUTPOST_LLM_API_KEY"
+	EnvModel    = "OUTPOST_LLM_MODEL"
+)
+
+// ConfigFromEnv reads a Config from EnvProvider, EnvBaseURL, EnvAPIKey and
+// EnvModel through getenv (nil means os.Getenv). Other fields are left zero.
 func ConfigFromEnv(getenv func(string) string) Config {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	return Config{
-		Provider: strings.TrimSpace(getenv("OUTPOST_LLM_PROVIDER")),
-		BaseURL:  strings.TrimSpace(getenv("OUTPOST_LLM_BASE_URL")),
-		APIKey:   strings.TrimSpace(getenv("OUTPOST_LLM_API_KEY")),
-		Model:    strings.TrimSpace(getenv("OUTPOST_LLM_MODEL")),
+		Provider: strings.TrimSpace(getenv(EnvProvider)),
+		BaseURL:  strings.TrimSpace(getenv(EnvBaseURL)),
+		APIKey:   strings.TrimSpace(getenv(EnvAPIKey)),
+		Model:    strings.TrimSpace(getenv(EnvModel)),
 	}
 }
 
