@@ -39,6 +39,13 @@ import (
 //     refused, so the check that only one remote process serves a session
 //     (see Frame.Instance) applies to every version 2 remote. A version 1
 //     remote without an instance is served as before, unchecked.
+//   - 3: workspace snapshots. The server may send suspend; the remote then
+//     archives its workspace, uploads it to SnapshotPath and answers
+//     suspended. A welcome may carry snapshot: the remote downloads it from
+//     SnapshotPath and restores the workspace before it runs any call, and
+//     reports in restored (Frame.SnapshotRestored). A server sends neither
+//     to a remote of version 2 or older: such a session can be suspended
+//     only without a snapshot.
 type ProtocolVersion int
 
 const (
@@ -46,7 +53,10 @@ const (
 	MinProtocolVersion ProtocolVersion = 1
 	// CurrentProtocolVersion is the newest version: the one a remote speaks
 	// unless told otherwise, and the newest a server accepts.
-	CurrentProtocolVersion ProtocolVersion = 2
+	CurrentProtocolVersion ProtocolVersion = 3
+	// SnapshotsSince is the first version that knows suspend, suspended
+	// and welcome.snapshot.
+	SnapshotsSince ProtocolVersion = 3
 	// InstanceRequiredSince is the first version whose hello must carry an
 	// instance.
 	InstanceRequiredSince ProtocolVersion = 2
@@ -84,6 +94,13 @@ const (
 	// repositories a welcome listed in Restore. It is sent at most once per
 	// remote process and is not acknowledged; an older server ignores it.
 	FrameRestored = "restored"
+	// FrameSuspend asks the remote to snapshot its workspace, upload it to
+	// SnapshotPath and answer FrameSuspended; the server then ends the
+	// connection with FrameEnd and the remote exits 0. Version 3 on.
+	FrameSuspend = "suspend"
+	// FrameSuspended answers FrameSuspend: Snapshot describes what was
+	// uploaded, or its Error why nothing was. Version 3 on.
+	FrameSuspended = "suspended"
 )
 
 // Which side of the gateway sends a frame.
@@ -125,6 +142,8 @@ var FrameTypes = []FrameType{
 	{Name: "artifact_chunk", Binary: true, Since: 1, From: SentByRemote},
 	{Name: FrameArtifactAck, Since: 1, From: SentByServer},
 	{Name: FrameRestored, Since: 1, From: SentByRemote},
+	{Name: FrameSuspend, Since: 3, From: SentByServer},
+	{Name: FrameSuspended, Since: 3, From: SentByRemote},
 }
 
 // FrameSince returns the version that introduced the JSON frame type name,
@@ -142,6 +161,12 @@ func FrameSince(name string) ProtocolVersion {
 const (
 	// GatewayPath is the WebSocket endpoint, relative to the public URL.
 	GatewayPath = "/v1/gateway"
+	// SnapshotPath is where a remote uploads (PUT) its workspace snapshot
+	// on suspend and downloads (GET) the one to restore, relative to the
+	// public URL (the gateway URL's host, http or https for ws or wss). It
+	// takes the remote's connect token as a bearer token and the session in
+	// HeaderSessionID; the body is the archive (see SnapshotInfo).
+	SnapshotPath = "/v1/gateway/snapshot"
 	// HeaderSessionID names the session a remote serves.
 	HeaderSessionID = "X-Outpost-Session"
 )
@@ -183,8 +208,16 @@ type Frame struct {
 	// remote ignores it.
 	Restore []GitCloneArgs `json:"restore,omitempty"`
 
+	// Snapshot: in welcome, the snapshot to restore before any call (a
+	// resumed session that was suspended with one); in suspended, the
+	// snapshot the remote uploaded. Version 3 on.
+	Snapshot *SnapshotInfo `json:"snapshot,omitempty"`
+
 	// restored
 	Restored []RestoredRepo `json:"restored,omitempty"`
+	// SnapshotRestored reports the restore of welcome.snapshot: what was
+	// restored and how long it took, or Error. Version 3 on.
+	SnapshotRestored *SnapshotInfo `json:"snapshot_restored,omitempty"`
 
 	// call, result, ack, cancel
 	Seq      int64           `json:"seq,omitempty"`
@@ -200,6 +233,24 @@ type Frame struct {
 
 	// artifact, artifact_ack
 	Artifact *ArtifactFrame `json:"artifact,omitempty"`
+}
+
+// SnapshotInfo describes a workspace snapshot: a zstd-compressed tar of the
+// whole workspace (repositories with their uncommitted and untracked changes
+// and git state, and every file outside repos/; not memory or processes).
+type SnapshotInfo struct {
+	// Size is the archive's size in bytes, as stored.
+	Size int64 `json:"size"`
+	// SHA256 is the hex SHA-256 of the archive.
+	SHA256 string `json:"sha256"`
+	// Files is the number of regular files in the archive.
+	Files int64 `json:"files,omitempty"`
+	// Bytes is the total size of those files before compression.
+	Bytes int64 `json:"bytes,omitempty"`
+	// DurationMS is how long taking (or restoring) it took.
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Error says why the snapshot could not be taken or restored.
+	Error string `json:"error,omitempty"`
 }
 
 // RestoredRepo is the outcome of one entry of a welcome's Restore.
