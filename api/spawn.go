@@ -74,14 +74,21 @@ var (
 		"Chrome or Chromium for the browser tools"}
 	EnvDesktop = EnvVar{"OUTPOST_DESKTOP", "DEVIN_OUTPOST_DESKTOP",
 		"true: record the X display, not the browser"}
+	// EnvGitMirrors names a directory of shared bare mirrors on a
+	// long-lived worker: git_clone keeps a mirror of each repository there
+	// and clones from it, fetching only what is new. A remote inherits it
+	// from its worker.
+	EnvGitMirrors = EnvVar{Name: "OUTPOST_GIT_MIRRORS",
+		Meaning: "directory of shared bare git mirrors git_clone clones from"}
 )
 
 // RemoteExitRejected is the exit status of `outpost remote serve` when the
 // gateway keeps refusing it: another remote process serves the session
 // under the same claim, or the connect token is dead because the claim
-// ended or moved; or, at once, when the gateway does not accept any
-// protocol version the remote speaks (see ProtocolVersion). The claimer must then leave the claim alone (not release
-// it): it belongs to whoever serves the session now.
+// ended or moved. The claimer must then leave the claim alone (not release
+// it): it belongs to whoever serves the session now. A gateway that accepts
+// no protocol version the remote speaks (see ProtocolVersion) is not a
+// refusal of this kind: the remote exits 3 and its claimer releases.
 const RemoteExitRejected = 4
 
 // SpawnEnv lists the spawn contract's variables. The first three are

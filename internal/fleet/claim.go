@@ -76,8 +76,7 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		// session under this acceptor id, or a new holder. Releasing it
 		// would take it from them.
 		log.Error("the gateway refused the remote: another remote serves the session under the same claim, "+
-			"the claim ended or moved, or the remote's gateway protocol version is not the server's "+
-			"(see the remote's output); leaving the claim alone (not releasing it)", "err", out.Err)
+			"or the claim ended or moved; leaving the claim alone (not releasing it)", "err", out.Err)
 		return out, fmt.Errorf("the gateway refused the remote for session %s; its claim was left to whoever serves it", s.ID)
 	}
 	if out.Failed {

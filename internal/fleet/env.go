@@ -18,7 +18,7 @@ const EnvCAFile = tlsconfig.EnvCAFile
 var passThrough = []string{
 	EnvCAFile,
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
-	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "OUTPOST_GIT_MIRRORS",
+	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", api.EnvGitMirrors.Name,
 }
 
 // passThroughVars are the spawn contract's optional variables a remote

@@ -578,3 +578,50 @@ func TestKeepRenewsOnItsClock(t *testing.T) {
 		t.Error("keep = true after the rival took the session, want false (lost)")
 	}
 }
+
+// TestHandBackClaimedAgain: a session a capacity-1 consumer hands back (its
+// runner returned before the session ended) is claimed again from the
+// watch, also when the watch shows it pending before the release's answer
+// arrives.
+func TestHandBackClaimedAgain(t *testing.T) {
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	e.session(ctx)
+	var c *Consumer
+	var delayed atomic.Bool
+	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/release") || delayed.Swap(true) {
+			return false
+		}
+		var req api.ClaimRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		sid := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/queue/"), "/release")
+		out, err := e.admin.Queue.ReleaseWithReason(r.Context(), sid, req.AcceptorID, req.Reason)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return true
+		}
+		// The watch event showing the session pending again reaches the
+		// consumer before this answer does.
+		waitFor(t, ctx, "the watch to show the session pending", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			cur, ok := c.entries[sid]
+			return ok && cur.Status.Phase == api.PhasePending
+		})
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+		return true
+	})
+	var runs atomic.Int32
+	c = e.consumer("acc-handback", 1, runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		if runs.Add(1) == 1 {
+			return Outcome{Err: errors.New("machine died")}
+		}
+		return Outcome{}
+	}))
+	done := start(t, ctx, c)
+	waitFor(t, ctx, "the handed-back session to be claimed again", func() bool { return runs.Load() >= 2 })
+	cancel()
+	<-done
+}

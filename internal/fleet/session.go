@@ -53,6 +53,26 @@ func (s *Session) Remote(ctx context.Context) ([]string, error) {
 // Stopping is closed when the consumer shuts down.
 func (s *Session) Stopping() <-chan struct{} { return s.stopping }
 
+// Setup returns a context for the runner's work before its session's machine
+// runs (preparing a workspace, resolving the remote build, provisioning): it
+// ends with ctx, and also when the consumer shuts down (Stopping), since a
+// shutdown waits for runners but nothing started yet needs to finish. The
+// caller must call cancel.
+func (s *Session) Setup(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(ctx)
+	if s.stopping == nil {
+		return sctx, cancel
+	}
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, cancel
+}
+
 // Ended is closed when the queue shows the session terminated or gone.
 func (s *Session) Ended() <-chan struct{} { return s.ended }
 
@@ -81,7 +101,12 @@ func (c *Consumer) register(claim api.QueueEntry, adopted bool, stopping <-chan 
 func (c *Consumer) unregister(s *Session, postpone bool) {
 	c.mu.Lock()
 	delete(c.held, s.ID)
-	delete(c.entries, s.ID)
+	// The queue may already show the session pending again (a release's
+	// watch event can arrive before its answer): keep that, so the session
+	// can be claimed again without another list.
+	if cur, ok := c.entries[s.ID]; !ok || cur.Status.Phase != api.PhasePending {
+		delete(c.entries, s.ID)
+	}
 	if postpone && c.RetryAfter > 0 {
 		c.retryAt[s.ID] = c.clock.Now().Add(c.RetryAfter)
 	}

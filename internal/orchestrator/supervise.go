@@ -37,13 +37,15 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	}
 
 	log.Info("claimed session; provisioning", "kind", s.Claim.Spec.Kind, "backend", o.opts.Backend.Name())
-	remote, err := s.Remote(ctx)
+	sctx, cancelSetup := s.Setup(ctx)
+	defer cancelSetup()
+	remote, err := s.Remote(sctx)
 	spec := o.spec(id, remote, s.Env)
 	t0 := time.Now()
 	var m Machine
 	if err == nil {
 		o.report(ctx, id, api.MachineStepCreate, fmt.Sprintf("Creating machine %s (%s backend).", spec.Name, o.opts.Backend.Name()), nil)
-		m, err = o.opts.Backend.Provision(ctx, spec)
+		m, err = o.opts.Backend.Provision(sctx, spec)
 	}
 	if err != nil {
 		log.Warn("provisioning failed; releasing the claim", "err", err)

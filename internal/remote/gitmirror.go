@@ -6,18 +6,15 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-)
 
-// EnvGitMirrors names a directory of shared bare mirrors on a long-lived
-// worker: git_clone keeps a mirror of each repository there and clones
-// from it, fetching only what is new from the remote.
-const EnvGitMirrors = "OUTPOST_GIT_MIRRORS"
+	"github.com/outpost-sh/outpost/api"
+)
 
 // mirror brings the mirror of url up to date and returns its path, or ""
 // when mirrors are off or the mirror cannot be had (the clone then goes to
 // the remote as usual: a mirror only makes clones faster).
 func (g *git) mirror(ctx context.Context, url string) string {
-	root := os.Getenv(EnvGitMirrors)
+	root := os.Getenv(api.EnvGitMirrors.Name)
 	if root == "" {
 		return ""
 	}

@@ -16,7 +16,7 @@ func TestGitCloneThroughMirror(t *testing.T) {
 	// Not parallel: it sets OUTPOST_GIT_MIRRORS.
 	bare, work := newOrigin(t)
 	mirrors := t.TempDir()
-	t.Setenv(EnvGitMirrors, mirrors)
+	t.Setenv(api.EnvGitMirrors.Name, mirrors)
 	ctx := context.Background()
 
 	first := newTestCall(t, t.TempDir(), nil)

@@ -37,9 +37,11 @@ const EnvCAFile = tlsconfig.EnvCAFile
 // message.
 var ErrRejected = errors.New("gateway rejected the remote")
 
-// ErrVersion is returned by Serve, wrapped together with ErrRejected, when
-// the gateway does not accept the protocol version this remote speaks, or
-// answers in another one.
+// ErrVersion is returned by Serve when the gateway does not accept the
+// protocol version this remote speaks (and speaks none the remote can step
+// down to), or answers in another one. Unlike ErrRejected it does not mean
+// another remote serves the session: `outpost remote serve` exits 3, so its
+// claimer releases the claim with the remote's output as the reason.
 var ErrVersion = errors.New("gateway protocol version mismatch")
 
 // ErrUnreachable is returned by Serve when the gateway could not be reached

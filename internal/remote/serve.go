@@ -36,9 +36,9 @@ const restartedError = "the remote restarted while this call was running; it may
 var errEnd = errors.New("session ended")
 
 // Serve serves one session until the gateway ends it (it then returns nil),
-// ctx is cancelled, or the gateway keeps rejecting the remote (ErrRejected;
-// at once, together with ErrVersion, when it does not accept the remote's
-// protocol version). Connection losses are retried with exponential
+// ctx is cancelled, the gateway keeps rejecting the remote (ErrRejected), or
+// the gateway does not accept the remote's protocol version and speaks none
+// it can step down to (ErrVersion, at once). Connection losses are retried with exponential
 // backoff; running calls keep running meanwhile.
 func Serve(ctx context.Context, opts Options) error {
 	opts, err := opts.withDefaults()
@@ -71,7 +71,10 @@ func Serve(ctx context.Context, opts Options) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, ErrVersion):
-			return fmt.Errorf("%w: %w", ErrRejected, err)
+			// Not ErrRejected: nobody else serves the session, so the
+			// claimer should release the claim (with this reason), not
+			// leave it to lapse.
+			return err
 		}
 		if d := (*downgrade)(nil); errors.As(err, &d) {
 			// An older gateway: speak its version, at once. Versions only

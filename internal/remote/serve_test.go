@@ -459,8 +459,8 @@ func TestServeVersionMismatch(t *testing.T) {
 	gc.next(t, api.FrameHello)
 	gc.send(t, api.Frame{V: int(api.CurrentProtocolVersion) + 1, Type: api.FrameWelcome})
 	err := waitErr(t, errc)
-	if !errors.Is(err, ErrVersion) || !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "protocol version") {
-		t.Fatalf("Serve = %v, want ErrVersion and ErrRejected", err)
+	if !errors.Is(err, ErrVersion) || errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "protocol version") {
+		t.Fatalf("Serve = %v, want ErrVersion, not ErrRejected", err)
 	}
 	if f := gc.next(t, api.FrameError); !strings.Contains(f.Reason, "version") {
 		t.Errorf("error frame = %+v", f)
@@ -469,9 +469,9 @@ func TestServeVersionMismatch(t *testing.T) {
 
 // TestServeRefusedVersion: a gateway that does not accept the remote's
 // protocol version answers hello with an error frame of its own version;
-// the remote gives up at once (no retries) with ErrRejected, so that
-// `outpost remote serve` exits api.RemoteExitRejected, and with ErrVersion
-// and a message naming the gateway's range and its own.
+// the remote gives up at once (no retries) with ErrVersion — not
+// ErrRejected, since no other remote serves the session — and a message
+// naming the gateway's range and its own.
 func TestServeRefusedVersion(t *testing.T) {
 	g := newTestGateway(t)
 	errc, _ := startServe(t, g, t.TempDir(), t.TempDir())
@@ -480,8 +480,8 @@ func TestServeRefusedVersion(t *testing.T) {
 	reason := "the remote speaks gateway protocol version 2 and this server accepts gateway protocol versions 7 to 9: upgrade the remote"
 	gc.send(t, api.Frame{V: 9, Type: api.FrameError, Reason: reason})
 	err := waitErr(t, errc)
-	if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrVersion) {
-		t.Fatalf("Serve = %v, want ErrRejected and ErrVersion", err)
+	if errors.Is(err, ErrRejected) || !errors.Is(err, ErrVersion) {
+		t.Fatalf("Serve = %v, want ErrVersion and not ErrRejected", err)
 	}
 	want := fmt.Sprintf("its build speaks %d to %d", api.MinProtocolVersion, api.CurrentProtocolVersion)
 	if !strings.Contains(err.Error(), reason) || !strings.Contains(err.Error(), want) {

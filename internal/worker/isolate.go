@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/sandbox"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // Isolation is how a worker keeps session code (the remote and every
@@ -79,17 +80,9 @@ type IsolationOptions struct {
 	Bwrap string
 }
 
-// envCAFile names a CA bundle file the remote is told to trust; a bwrap
-// sandbox binds it read-only.
-const envCAFile = "OUTPOST_CA_FILE"
-
 // remoteLogName is the file in a session's state dir that keeps its
 // remote's output.
 const remoteLogName = "remote.log"
-
-// envGitMirrors is remote.EnvGitMirrors, the git mirrors directory a
-// bwrap sandbox binds read-write.
-const envGitMirrors = "OUTPOST_GIT_MIRRORS"
 
 // sandboxHomeFallback is the sandbox's HOME when the worker has none that
 // can be covered with a private one.
@@ -414,12 +407,14 @@ func (s sandboxSpec) args() []string {
 			}
 		}
 	}
-	for _, k := range []string{"XAUTHORITY", envCAFile} {
+	// A CA bundle the remote is told to trust is bound read-only.
+	for _, k := range []string{"XAUTHORITY", tlsconfig.EnvCAFile} {
 		if p := envValue(s.env, k); filepath.IsAbs(p) && isFile(p) {
 			binds = append(binds, sandbox.Bind{Src: p, Dest: p, ReadOnly: true})
 		}
 	}
-	if p := envValue(s.env, envGitMirrors); filepath.IsAbs(p) && isDir(p) {
+	// The git mirrors directory is bound read-write.
+	if p := envValue(s.env, api.EnvGitMirrors.Name); filepath.IsAbs(p) && isDir(p) {
 		binds = append(binds, sandbox.Bind{Src: p, Dest: p})
 	}
 	if !sandbox.InSystemDirs(s.remote) {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outpost-sh/outpost/api"
+
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
@@ -92,7 +94,7 @@ func (iso *isolation) prepareUser(ctx context.Context, dataDir, remote string) e
 	if err := iso.chownTree(iso.dir); err != nil {
 		return err
 	}
-	if m := os.Getenv(envGitMirrors); filepath.IsAbs(m) {
+	if m := os.Getenv(api.EnvGitMirrors.Name); filepath.IsAbs(m) {
 		if err := os.MkdirAll(m, 0o755); err != nil {
 			return fmt.Errorf("create the git mirrors directory: %w", err)
 		}

@@ -45,10 +45,12 @@ type remoteProc struct {
 func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	id := s.ID
 	log := w.log.With("session", id)
-	if err := w.ws.before(ctx, id); err != nil {
+	sctx, cancelSetup := s.Setup(ctx)
+	defer cancelSetup()
+	if err := w.ws.before(sctx, id); err != nil {
 		return fleet.Outcome{Err: err, Failed: true, Stop: w.opts.Once || errors.Is(err, ErrWorkspace)}
 	}
-	rc, err := s.Remote(ctx)
+	rc, err := s.Remote(sctx)
 	var p *remoteProc
 	if err == nil {
 		claim := s.Claim

@@ -73,11 +73,12 @@ func runRemoteAgainst(t *testing.T, g *versionGateway) (error, string) {
 	return err, r.out.String()
 }
 
-// TestRemoteRefusedProtocolVersionExits4: a gateway whose protocol range
-// this remote cannot speak refuses it; `outpost remote serve` exits
-// api.RemoteExitRejected at once, saying the gateway's reason and its own
+// TestRemoteRefusedProtocolVersionExits3: a gateway whose protocol range
+// this remote cannot speak refuses it; `outpost remote serve` exits 3 at
+// once (not api.RemoteExitRejected: no other remote serves the session, so
+// its claimer releases the claim), saying the gateway's reason and its own
 // range.
-func TestRemoteRefusedProtocolVersionExits4(t *testing.T) {
+func TestRemoteRefusedProtocolVersionExits3(t *testing.T) {
 	t.Parallel()
 	future := int(api.CurrentProtocolVersion) + 5
 	reason := "this server accepts gateway protocol versions 7 to 9: upgrade the remote"
@@ -85,8 +86,8 @@ func TestRemoteRefusedProtocolVersionExits4(t *testing.T) {
 		return []api.Frame{{V: future, Type: api.FrameError, Reason: reason}}
 	}}
 	err, out := runRemoteAgainst(t, g)
-	if exitCode(err) != api.RemoteExitRejected || !strings.Contains(out, reason) || !strings.Contains(out, "its build speaks") {
-		t.Errorf("remote exit %v, want %d with the gateway's reason and the remote's range:\n%s", err, api.RemoteExitRejected, out)
+	if exitCode(err) != 3 || !strings.Contains(out, reason) || !strings.Contains(out, "its build speaks") {
+		t.Errorf("remote exit %v, want 3 with the gateway's reason and the remote's range:\n%s", err, out)
 	}
 	if got := g.seen(); len(got) != 1 || got[0] != int(api.CurrentProtocolVersion) {
 		t.Errorf("hellos of versions %v, want one of version %d", got, api.CurrentProtocolVersion)
