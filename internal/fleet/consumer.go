@@ -326,11 +326,15 @@ loop:
 		case <-c.wake:
 		case <-retry.Chan():
 		}
-		if c.schedule(ctx) {
+		if c.schedule(ctx, failures+1) {
 			failures++
-			retry.Reset(claimBackoff.Delay(failures))
 		} else {
 			failures = 0
+		}
+		// Wake up when the first postponed or failed entry may be claimed
+		// again, whatever else wakes the loop before.
+		if d, ok := c.nextRetry(); ok {
+			retry.Reset(d)
 		}
 	}
 	retry.Stop()
@@ -348,7 +352,11 @@ loop:
 
 // schedule claims candidates, oldest first, while there is capacity. It
 // reports whether a claim failed with an error worth retrying.
-func (c *Consumer) schedule(ctx context.Context) (failed bool) {
+//
+// An entry whose claim failed so is not tried again before a wait of
+// claimBackoff for the attempt-th failure in a row, whatever wakes the
+// scheduler meanwhile.
+func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool) {
 	for ctx.Err() == nil {
 		cands := c.candidates()
 		progressed := false
@@ -373,6 +381,9 @@ func (c *Consumer) schedule(ctx context.Context) (failed bool) {
 					c.log.Warn("cannot claim session; retrying", "session", id, "err", err)
 					c.obs.Failure("claim")
 					failed = true
+					c.mu.Lock()
+					c.retryAt[id] = c.clock.Now().Add(claimBackoff.Delay(attempt))
+					c.mu.Unlock()
 				}
 			default:
 				progressed = true
@@ -384,6 +395,29 @@ func (c *Consumer) schedule(ctx context.Context) (failed bool) {
 		}
 	}
 	return failed
+}
+
+// nextRetry returns the wait until the first entry now held back by retryAt
+// may be claimed, forgetting the waits that have passed; false when none
+// waits.
+func (c *Consumer) nextRetry() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	var first time.Time
+	for id, at := range c.retryAt {
+		if !at.After(now) {
+			delete(c.retryAt, id)
+			continue
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return first.Sub(now), true
 }
 
 // candidates are the known entries this consumer may claim now, oldest
