@@ -303,7 +303,7 @@ func TestRestoreRefusesPathTraversal(t *testing.T) {
 			{Name: "f", Typeflag: tar.TypeSymlink, Linkname: "/OUTSIDE/outside.txt"},
 			{Name: "f", Typeflag: tar.TypeReg},
 		},
-		"hard link out": {{Name: "h", Typeflag: tar.TypeLink, Linkname: "../outside.txt"}},
+		"hard link out":      {{Name: "h", Typeflag: tar.TypeLink, Linkname: "../outside.txt"}},
 		"hard link absolute": {{Name: "h", Typeflag: tar.TypeLink, Linkname: "/OUTSIDE/outside.txt"}},
 	} {
 		t.Run(name, func(t *testing.T) {
