@@ -21,6 +21,9 @@ const restoreTimeout = 10 * time.Minute
 // A repository already on this machine (the same workspace taking the
 // session back) is left as it is. A failed restore is reported and the
 // session goes on; calls that need the repository then fail on their own.
+// A session suspended with a snapshot (protocol version 3) has its whole
+// workspace restored from it first (see snapshot.go); its repositories are
+// then already here and kept.
 
 // startRestore runs the restore the welcome f asks for in the background,
 // once per remote process: first its snapshot (f.Snapshot, protocol

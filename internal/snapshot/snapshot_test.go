@@ -46,8 +46,10 @@ func tree(t *testing.T, dir string, exclude ...string) map[string]string {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		for _, e := range exclude {
-			if rel == e {
+			if rel == e && d.IsDir() {
 				return filepath.SkipDir
+			} else if rel == e {
+				return nil
 			}
 		}
 		if rel == "." {
@@ -140,13 +142,22 @@ func TestRoundTrip(t *testing.T) {
 	if err := os.Symlink("missing", filepath.Join(src, "dangling")); err != nil {
 		t.Fatal(err)
 	}
+	// A link to a directory is not walked into.
+	elsewhere := t.TempDir()
+	writeFile(t, filepath.Join(elsewhere, "not-mine.txt"), "outside", 0o644)
+	if err := os.Symlink(elsewhere, filepath.Join(src, "dir-link")); err != nil {
+		t.Fatal(err)
+	}
+	// What an interrupted restore left is not part of the workspace.
+	writeFile(t, filepath.Join(src, restorePrefix+"123", "half"), "half", 0o644)
 	sock, err := net.Listen("unix", filepath.Join(src, "s.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sock.Close()
-	want := tree(t, src, "s.sock")
+	want := tree(t, src, restorePrefix+"123")
 	delete(want, "s.sock")
+	delete(want, restorePrefix+"123")
 
 	archive, info := snap(t, src, Options{})
 	if info.Files != 4 || info.Bytes != int64(6+18+300_000+9) || info.Skipped != 1 {
@@ -166,6 +177,22 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("Restore = %+v, want %+v", got, info)
 	}
 	compareTrees(t, tree(t, dst), want)
+}
+
+// TestWriteFollowsOnlyItsRoot: a workspace reached through a link is
+// archived whole.
+func TestWriteFollowsOnlyItsRoot(t *testing.T) {
+	t.Parallel()
+	real := t.TempDir()
+	writeFile(t, filepath.Join(real, "f.txt"), "content", 0o644)
+	link := filepath.Join(t.TempDir(), "ws")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	_, info := snap(t, link, Options{})
+	if info.Files != 1 || info.Bytes != 7 {
+		t.Errorf("info = %+v, want the one file behind the link", info)
+	}
 }
 
 func TestRestoreRefusesAnotherArchive(t *testing.T) {

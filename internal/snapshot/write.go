@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -25,7 +26,8 @@ const copyBufSize = 256 << 10
 // and their total size (Files, Bytes), the number of entries skipped
 // (sockets, devices, named pipes) and how long it took.
 //
-// Files are read in lexical order of their paths, one at a time. A file
+// dir may be a symbolic link to the workspace; links under it are
+// archived as links. Files are read in lexical order of their paths, one at a time. A file
 // that disappears while Write runs is left out; one that grows is archived
 // with the size it had when it was reached, one that shrinks is an error.
 //
@@ -43,6 +45,11 @@ func Write(ctx context.Context, w io.Writer, dir string, opts Options) (api.Snap
 	}
 	tw := tar.NewWriter(enc)
 	buf := make([]byte, copyBufSize)
+	// dir itself may be a link to the workspace (a mount elsewhere): it is
+	// followed, nothing under it is.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && path != dir {
@@ -61,7 +68,7 @@ func Write(ctx context.Context, w io.Writer, dir string, opts Options) (api.Snap
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if opts.excluded(rel) {
+		if opts.excluded(rel) || leftByRestore(rel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -171,4 +178,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	c.hash.Write(p[:n])
 	c.n += int64(n)
 	return n, err
+}
+
+// leftByRestore reports whether rel is a temporary directory of a Restore
+// that was interrupted: not part of the workspace.
+func leftByRestore(rel string) bool {
+	return !strings.Contains(rel, "/") && (strings.HasPrefix(rel, restorePrefix) || strings.HasPrefix(rel, oldPrefix))
 }
