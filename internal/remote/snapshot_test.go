@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -155,7 +156,11 @@ func TestServeSuspendRefusedKeepsServing(t *testing.T) {
 	store := &snapshotStore{t: t, refuse: http.StatusRequestEntityTooLarge}
 	g := newSnapshotGateway(t, store)
 	work := t.TempDir()
-	write(t, filepath.Join(work, "big.bin"), strings.Repeat("x", 1<<20))
+	// Incompressible and larger than the socket buffers: the gateway
+	// answers before it read the body.
+	random := make([]byte, 16<<20)
+	rand.NewChaCha8([32]byte{7}).Read(random)
+	write(t, filepath.Join(work, "big.bin"), string(random))
 	errc, _ := startServe(t, g, t.TempDir(), work)
 	gc := g.accept(t)
 	gc.handshake(t, nil, nil)
