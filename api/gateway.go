@@ -247,6 +247,9 @@ type SnapshotInfo struct {
 	Files int64 `json:"files,omitempty"`
 	// Bytes is the total size of those files before compression.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Skipped is the number of entries left out because an archive cannot
+	// hold them usefully: sockets, devices and named pipes.
+	Skipped int64 `json:"skipped,omitempty"`
 	// DurationMS is how long taking (or restoring) it took.
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Error says why the snapshot could not be taken or restored.

@@ -128,6 +128,8 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 			s.handleArtifactAck(f)
 		case api.FrameWelcome:
 			s.welcome(f)
+		case api.FrameSuspend:
+			s.handleSuspend()
 		case api.FrameEnd:
 			s.log.Info("gateway ended the session", "reason", f.Reason)
 			c.Close(websocket.StatusNormalClosure, "session ended")

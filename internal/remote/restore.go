@@ -21,12 +21,18 @@ const restoreTimeout = 10 * time.Minute
 // A repository already on this machine (the same workspace taking the
 // session back) is left as it is. A failed restore is reported and the
 // session goes on; calls that need the repository then fail on their own.
+// A session suspended with a snapshot (protocol version 3) has its whole
+// workspace restored from it first (see snapshot.go); its repositories are
+// then already here and kept.
 
-// startRestore runs the restore of list in the background, once per remote
-// process; s.restored is closed when it is done (at once when there is
-// nothing to restore). Calls wait for it. Called with s.mu held, after the
-// welcome's secrets and git credentials are in place.
-func (s *session) startRestore(list []api.GitCloneArgs) {
+// startRestore runs the restore the welcome f asks for in the background,
+// once per remote process: first its snapshot (f.Snapshot, protocol
+// version 3 on), then the repositories of f.Restore still missing (a
+// snapshot brings its repositories back, and those are kept). s.restored
+// is closed when it is done (at once when there is nothing to restore);
+// calls wait for it. One restored frame reports both. Called with s.mu
+// held, after the welcome's secrets and git credentials are in place.
+func (s *session) startRestore(f api.Frame) {
 	if s.restoreStarted {
 		return
 	}
@@ -34,7 +40,12 @@ func (s *session) startRestore(list []api.GitCloneArgs) {
 	if s.restored == nil { // a session not made by newSession (tests)
 		s.restored = make(chan struct{})
 	}
-	if len(list) == 0 {
+	snap := f.Snapshot
+	if s.version < api.SnapshotsSince {
+		snap = nil
+	}
+	list := f.Restore
+	if len(list) == 0 && snap == nil {
 		close(s.restored)
 		return
 	}
@@ -48,11 +59,19 @@ func (s *session) startRestore(list []api.GitCloneArgs) {
 	go func() {
 		defer s.wg.Done()
 		defer close(s.restored)
-		outcomes := s.restore(ctx, list, env, set)
-		if outcomes == nil {
-			return // everything was already here: nothing to tell
+		report := api.Frame{Type: api.FrameRestored}
+		if snap != nil {
+			info := s.restoreSnapshot(ctx, *snap)
+			info.Error = set.String(info.Error)
+			report.SnapshotRestored = &info
 		}
-		s.out.pushFrame(api.Frame{Type: api.FrameRestored, Restored: outcomes})
+		if len(list) > 0 {
+			report.Restored = s.restore(ctx, list, env, set) // nil when every repository was here
+		}
+		if report.Restored == nil && report.SnapshotRestored == nil {
+			return // nothing to tell
+		}
+		s.out.pushFrame(report)
 	}()
 }
 

@@ -150,6 +150,14 @@ type session struct {
 	// start only after that.
 	restoreStarted bool
 	restored       chan struct{}
+
+	// suspending is set from a suspend until it fails; suspended is the
+	// answer of the one that succeeded (see suspend.go). Calls are refused
+	// while suspending is set.
+	suspending bool
+	suspended  *api.Frame
+	// callsChanged is signalled (without blocking) when a call ends.
+	callsChanged chan struct{}
 }
 
 // doneEntry is a result waiting for its ack.
@@ -180,6 +188,8 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 		done:     map[int64]*doneEntry{},
 		lastSeq:  st.LastSeq,
 		restored: make(chan struct{}),
+
+		callsChanged: make(chan struct{}, 1),
 	}
 	if opts.Capabilities != nil {
 		s.caps = *opts.Capabilities
@@ -241,7 +251,7 @@ func (s *session) welcome(f api.Frame) {
 	if err := writeGitCredentials(s.opts.StateDir, f.Secrets); err != nil {
 		s.log.Warn("write the git credential helper", "err", err)
 	}
-	s.startRestore(f.Restore)
+	s.startRestore(f)
 }
 
 // takeResult returns the result of seq for sending, if it is still unacked.
@@ -297,6 +307,12 @@ func (s *session) handleCall(f api.Frame) {
 		s.log.Warn("ignoring a call whose result was already acknowledged", "seq", f.Seq)
 		return
 	}
+	if s.suspending {
+		s.mu.Unlock()
+		s.log.Warn("refusing a call during a suspend", "seq", f.Seq, "tool", f.Tool)
+		s.refuseCall(f)
+		return
+	}
 	ctx, cancel := context.WithCancel(s.callCtx)
 	s.running[f.Seq] = cancel
 	env := mergeEnv(s.baseEnv, s.env, s.secrets)
@@ -339,6 +355,10 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *r
 	delete(s.running, f.Seq)
 	s.done[f.Seq] = &doneEntry{frame: res, queued: true}
 	s.mu.Unlock()
+	select {
+	case s.callsChanged <- struct{}{}:
+	default:
+	}
 	s.out.pushResult(f.Seq)
 	level := slog.LevelDebug
 	if !res.OK {

@@ -40,10 +40,16 @@ type testGateway struct {
 	conns  chan *gwConn
 	reject atomic.Int32 // HTTP status to refuse with; 0 accepts
 	dials  atomic.Int32
+	// snapshots, when set, serves api.SnapshotPath.
+	snapshots http.Handler
 }
 
-func newTestGateway(t *testing.T) *testGateway {
-	g := &testGateway{t: t, conns: make(chan *gwConn, 16)}
+func newTestGateway(t *testing.T) *testGateway { return newSnapshotGateway(t, nil) }
+
+// newSnapshotGateway is a testGateway whose api.SnapshotPath is served by
+// snapshots.
+func newSnapshotGateway(t *testing.T, snapshots http.Handler) *testGateway {
+	g := &testGateway{t: t, conns: make(chan *gwConn, 16), snapshots: snapshots}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serveHTTP))
 	t.Cleanup(g.srv.Close)
 	return g
@@ -54,6 +60,10 @@ func (g *testGateway) url() string {
 }
 
 func (g *testGateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == api.SnapshotPath && g.snapshots != nil {
+		g.snapshots.ServeHTTP(w, r)
+		return
+	}
 	g.dials.Add(1)
 	if code := int(g.reject.Load()); code != 0 {
 		w.Header().Set("Content-Type", "application/json")
@@ -628,7 +638,7 @@ func sessionGoroutines() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).connect",
+		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).handleSuspend", "(*session).connect",
 			"(*shell).readLoop", "(*shell).waitLoop"} {
 			if strings.Contains(g, fn) {
 				out = append(out, g)

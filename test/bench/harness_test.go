@@ -1,7 +1,8 @@
 // Package bench holds the benchmarks behind docs/benchmarks.md: dispatch
 // latency, tool round trips, output streaming and claim throughput,
 // measured on the real outpost binary (server, worker, remote) over
-// loopback, plus an in-process variant of the round trip for profiling.
+// loopback, plus an in-process variant of the round trip for profiling and
+// the workspace snapshot library (internal/snapshot) in process.
 //
 // They are Go benchmarks, so `go test ./...` compiles them but never runs
 // them. Run them with `make bench`, i.e.

@@ -1,0 +1,156 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/snapshot"
+)
+
+// snapshotRestoreTimeout bounds the download and restore of a snapshot.
+const snapshotRestoreTimeout = 30 * time.Minute
+
+// Protocol version 3 moves a workspace with the session: on suspend the
+// remote archives its workspace (internal/snapshot) and uploads it to the
+// gateway's api.SnapshotPath; a later remote whose welcome names that
+// snapshot downloads it and restores the workspace before any call runs.
+// Both stream: the archive is never whole in memory. The remote's state
+// directory (its journal, its git credential helper) is left out of the
+// archive and kept on restore when it lies inside the workspace: it belongs
+// to this remote process, not to the session's files.
+
+// errUploadStopped ends the archive writer when the upload request ended
+// before it read the whole archive.
+var errUploadStopped = errors.New("the upload stopped before the end of the archive")
+
+// snapshotURL is the snapshot endpoint of the gateway URL gw: its scheme
+// made http or https and api.GatewayPath replaced by api.SnapshotPath, so a
+// gateway behind a path prefix keeps it.
+func snapshotURL(gw string) (string, error) {
+	u, err := url.Parse(gw)
+	if err != nil {
+		return "", fmt.Errorf("snapshot URL of %q: %w", gw, err)
+	}
+	switch u.Scheme {
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	default:
+		return "", fmt.Errorf("snapshot URL of %q: not a ws:// or wss:// URL", gw)
+	}
+	prefix, _ := strings.CutSuffix(strings.TrimSuffix(u.Path, "/"), api.GatewayPath)
+	if prefix == strings.TrimSuffix(u.Path, "/") { // no gateway path: the root's
+		prefix = ""
+	}
+	u.Path = prefix + api.SnapshotPath
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return u.String(), nil
+}
+
+// snapshotOptions leaves the state directory out when it is inside the
+// workspace.
+func (s *session) snapshotOptions() snapshot.Options {
+	var o snapshot.Options
+	rel, err := filepath.Rel(s.opts.WorkDir, s.opts.StateDir)
+	if err == nil && rel != "." && filepath.IsLocal(rel) {
+		o.Exclude = []string{filepath.ToSlash(rel)}
+	}
+	return o
+}
+
+// snapshotRequest is a request to the snapshot endpoint with the remote's
+// credentials.
+func (s *session) snapshotRequest(ctx context.Context, method string, body io.Reader) (*http.Request, error) {
+	u, err := snapshotURL(s.opts.GatewayURL)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.opts.ConnectToken)
+	req.Header.Set(api.HeaderSessionID, s.opts.SessionID)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/zstd")
+	}
+	return req, nil
+}
+
+// uploadSnapshot archives the workspace into a PUT to the snapshot
+// endpoint, through a pipe, and returns what it uploaded.
+func (s *session) uploadSnapshot(ctx context.Context) (api.SnapshotInfo, error) {
+	pr, pw := io.Pipe()
+	req, err := s.snapshotRequest(ctx, http.MethodPut, pr)
+	if err != nil {
+		return api.SnapshotInfo{}, fmt.Errorf("upload the workspace snapshot: %w", err)
+	}
+	var info api.SnapshotInfo
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		info, werr = snapshot.Write(ctx, pw, s.opts.WorkDir, s.snapshotOptions())
+		pw.CloseWithError(werr) // nil: the archive's end
+	}()
+	resp, err := s.opts.HTTPClient.Do(req)
+	pr.CloseWithError(errUploadStopped) // the writer stops if the request ended early
+	<-written
+	if resp != nil {
+		defer resp.Body.Close()
+	}
+	switch {
+	case werr != nil && !errors.Is(werr, errUploadStopped):
+		return info, werr // the archive failed (too large, unreadable): the server saw a broken body
+	case err != nil:
+		return info, fmt.Errorf("upload the workspace snapshot: %w", err)
+	case resp.StatusCode/100 != 2:
+		return info, fmt.Errorf("upload the workspace snapshot: the gateway answered %s", httpMessage(resp))
+	case werr != nil:
+		return info, fmt.Errorf("upload the workspace snapshot: the gateway answered %s before reading it all", resp.Status)
+	}
+	return info, nil
+}
+
+// restoreSnapshot downloads want and restores the workspace from it. It
+// returns what was restored, or want with Error; either way with how long
+// it took.
+func (s *session) restoreSnapshot(ctx context.Context, want api.SnapshotInfo) api.SnapshotInfo {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, snapshotRestoreTimeout)
+	defer cancel()
+	info, err := s.downloadSnapshot(ctx, want)
+	if err != nil {
+		s.log.Warn("restore the workspace snapshot", "err", err)
+		info = api.SnapshotInfo{Size: want.Size, SHA256: want.SHA256, Error: err.Error()}
+	} else {
+		s.log.Info("restored the workspace snapshot", "size", info.Size, "files", info.Files, "bytes", info.Bytes)
+	}
+	info.DurationMS = time.Since(start).Milliseconds()
+	return info
+}
+
+func (s *session) downloadSnapshot(ctx context.Context, want api.SnapshotInfo) (api.SnapshotInfo, error) {
+	req, err := s.snapshotRequest(ctx, http.MethodGet, nil)
+	if err != nil {
+		return api.SnapshotInfo{}, fmt.Errorf("download the workspace snapshot: %w", err)
+	}
+	resp, err := s.opts.HTTPClient.Do(req)
+	if err != nil {
+		return api.SnapshotInfo{}, fmt.Errorf("download the workspace snapshot: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return api.SnapshotInfo{}, fmt.Errorf("download the workspace snapshot: the gateway answered %s", httpMessage(resp))
+	}
+	return snapshot.Restore(ctx, resp.Body, s.opts.WorkDir, want, s.snapshotOptions())
+}

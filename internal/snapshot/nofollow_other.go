@@ -1,0 +1,5 @@
+//go:build !unix
+
+package snapshot
+
+const noFollow = 0
