@@ -625,3 +625,54 @@ func TestHandBackClaimedAgain(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestFailedClaimWaitsItsBackoff: a claim answered with a server error is
+// not tried again before its backoff, however many watch events wake the
+// scheduler meanwhile; after the wait (on the consumer's clock) it is.
+func TestFailedClaimWaitsItsBackoff(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	id := e.session(ctx)
+	var failing atomic.Bool
+	failing.Store(true)
+	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.HasSuffix(r.URL.Path, "/"+id+"/claim") && failing.Load() {
+			http.Error(w, `{"error":{"code":"internal","message":"injected"}}`, http.StatusInternalServerError)
+			return true
+		}
+		return false
+	})
+	clk := clockwork.NewFakeClock()
+	ran := make(chan string, 8)
+	c := e.consumer("acc-backoff", 1, runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
+			t.Errorf("terminate %s: %v", s.ID, err)
+		}
+		ran <- s.ID
+		return Outcome{Exited: true}
+	}))
+	c.Clock = clk
+	c.PollInterval = time.Hour // nothing but watch events and the retry wake it
+	done := start(t, ctx, c)
+	waitFor(t, ctx, "the first claim", func() bool { return e.count("claim") == 1 })
+	// Events on the outpost wake the scheduler: other sessions, claimed
+	// and run at once.
+	for range 3 {
+		other := e.session(ctx)
+		if got := receive(t, ctx, "the other session to run", ran); got != other {
+			t.Fatalf("ran %s, want %s", got, other)
+		}
+	}
+	// 1 failed claim of id, 3 claims of the others: id was not retried.
+	if n := e.count("claim"); n != 4 {
+		t.Fatalf("%d claims, want 4: the failed claim was retried before its backoff", n)
+	}
+	failing.Store(false)
+	clk.Advance(claimBackoff.Bound(1))
+	if got := receive(t, ctx, "the failed session after its backoff", ran); got != id {
+		t.Fatalf("ran %s, want %s", got, id)
+	}
+	cancel()
+	<-done
+}
