@@ -26,6 +26,10 @@ type QueueFilter struct {
 	First int
 	// Cursor continues from an earlier answer's cursor.
 	Cursor string
+	// Order is "" (oldest change first, paged by Cursor) or "priority":
+	// the claim order, higher priority first, then oldest, without a
+	// Cursor.
+	Order string
 }
 
 func (f QueueFilter) values() url.Values {
@@ -39,6 +43,7 @@ func (f QueueFilter) values() url.Values {
 	set("phase", f.Phase)
 	set("acceptor_id", f.AcceptorID)
 	set("cursor", f.Cursor)
+	set("order", f.Order)
 	if f.First > 0 {
 		q.Set("first", strconv.Itoa(f.First))
 	}

@@ -81,7 +81,12 @@ func (c *Consumer) register(claim api.QueueEntry, adopted bool, stopping <-chan 
 func (c *Consumer) unregister(s *Session, postpone bool) {
 	c.mu.Lock()
 	delete(c.held, s.ID)
-	delete(c.entries, s.ID)
+	// The entry the watch showed last is this claim's, unless the watch
+	// already showed it pending again: released while not over, it is
+	// to be claimed again (up to its max_attempts).
+	if e, ok := c.entries[s.ID]; ok && e.Status.Phase != api.PhasePending {
+		delete(c.entries, s.ID)
+	}
 	if postpone && c.RetryAfter > 0 {
 		c.retryAt[s.ID] = c.clock.Now().Add(c.RetryAfter)
 	}
