@@ -142,4 +142,9 @@ type ClaimRequest struct {
 	// example why provisioning failed); it goes onto the session's status
 	// and transcript. At most 1,000 characters.
 	Reason string `json:"reason,omitempty"`
+	// Shutdown, on a release only, says the claimer gives the session
+	// back because it is shutting down, not because its machine failed:
+	// the release is not a failed attempt (see OutpostSpec.MaxAttempts)
+	// even with a Reason.
+	Shutdown bool `json:"shutdown,omitempty"`
 }

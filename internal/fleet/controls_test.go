@@ -48,7 +48,10 @@ func claimedOnServer(t *testing.T, ctx context.Context, c *client.Client, outpos
 func TestMaxRunningHoldsAcrossConsumers(t *testing.T) {
 	t.Parallel()
 	e := newFleetEnv(t, server.Options{})
-	ctx, cancel := testContext(t)
+	// Ten consumers and a monitor on one server: slow under the race
+	// detector on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*testTimeout)
+	t.Cleanup(cancel)
 	const n, maxRunning, consumers = 50, 3, 10
 	o, err := e.admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "capped", MaxRunning: maxRunning})
 	if err != nil {
@@ -67,7 +70,7 @@ func TestMaxRunningHoldsAcrossConsumers(t *testing.T) {
 	monitorDone := make(chan struct{})
 	go func() {
 		defer close(monitorDone)
-		tick := time.NewTicker(2 * time.Millisecond)
+		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for mctx.Err() == nil {
 			if k := int32(claimedOnServer(t, mctx, e.admin, "capped")); k > peak.Load() {
@@ -310,5 +313,34 @@ func TestAttemptsRunOut(t *testing.T) {
 	defer mu.Unlock()
 	if runs[outpostLimit] != 2 || runs[own.Metadata.SessionID] != 3 {
 		t.Errorf("runs %v, want 2 (the outpost's max_attempts) and 3 (the session's)", runs)
+	}
+}
+
+// TestShutdownIsNoAttempt: a consumer that stops while serving a session
+// gives it back with its reason, and that spends none of its attempts.
+func TestShutdownIsNoAttempt(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	id := e.session(ctx)
+	running := make(chan struct{})
+	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		close(running)
+		<-s.Stopping()
+		return Outcome{Err: errors.New("the test's consumer is stopping")}
+	})
+	done := start(t, ctx, e.consumer("acc-stop", 1, r))
+	receive(t, ctx, "the runner to start", running)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	q, err := e.admin.Queue.Get(context.Background(), id)
+	if err != nil || q.Status.Phase != api.PhasePending || q.Status.Attempts != 0 {
+		t.Fatalf("entry %+v, %v: want it pending with no attempt spent", q, err)
+	}
+	s, err := e.admin.Sessions.Get(context.Background(), id)
+	if err != nil || !strings.Contains(s.Status.Reason, "the test's consumer is stopping") {
+		t.Fatalf("session %+v, %v: want the release's reason on it", s, err)
 	}
 }

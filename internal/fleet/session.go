@@ -53,6 +53,15 @@ func (s *Session) Remote(ctx context.Context) ([]string, error) {
 // Stopping is closed when the consumer shuts down.
 func (s *Session) Stopping() <-chan struct{} { return s.stopping }
 
+func (s *Session) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // Ended is closed when the queue shows the session terminated or gone.
 func (s *Session) Ended() <-chan struct{} { return s.ended }
 

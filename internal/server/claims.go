@@ -119,8 +119,9 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 
 // release gives a claim back. A finished session's entry is dropped; any
 // other goes back to the queue at once.
-// A non-empty reason says why, on the status and the transcript.
-func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string) (store.QueueEntry, error) {
+// A non-empty reason says why, on the status and the transcript; with
+// shutdown the claimer is stopping, and the release is no failed attempt.
+func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
 	now := s.now()
 	var ended bool // the release was the session's last attempt
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -140,8 +141,8 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 		}
 		// A release with a reason of a session that is not over is a
 		// failed attempt (its machine died or could not be provisioned);
-		// one without is the claimer giving it back unused.
-		ended = requeue(&sess, &e, now, &m, why, reason != "")
+		// one without, or from a claimer shutting down, is not.
+		ended = requeue(&sess, &e, now, &m, why, reason != "" && !shutdown)
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})
@@ -161,8 +162,8 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 // errAtCapacity is the 409 of a claim beyond its outpost's max_running.
 func errAtCapacity(sessionID string, load store.OutpostLoad) error {
 	return &httpError{http.StatusConflict, api.CodeOutpostAtCapacity, fmt.Sprintf(
-		"Session %s waits in the queue: its outpost already has %d claimed sessions, its max_running; claim again when one of them ends.",
-		sessionID, load.Held)}
+		"Session %s waits in the queue: its outpost already has %d claimed sessions and its max_running is %d; claim again when one of them ends.",
+		sessionID, load.Held, load.MaxRunning)}
 }
 
 // lapse requeues an entry whose claim ran out, a failed attempt. It reports

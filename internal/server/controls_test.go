@@ -136,7 +136,8 @@ func TestAttemptsByLapse(t *testing.T) {
 }
 
 // TestReleaseWithoutReasonIsNoAttempt: a claimer giving a session back
-// without a reason (it never started it) spends none of its attempts.
+// without a reason (it never started it), or because it shuts down, spends
+// none of its attempts.
 func TestReleaseWithoutReasonIsNoAttempt(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
@@ -149,6 +150,12 @@ func TestReleaseWithoutReasonIsNoAttempt(t *testing.T) {
 		if e.Status.Attempts != 0 || e.Status.Phase != api.PhasePending {
 			t.Fatalf("after a release without a reason: %+v, want pending with no attempt", e.Status)
 		}
+	}
+	ts.claimFor(id, "m")
+	var e api.QueueEntry
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m", Reason: "worker shutting down", Shutdown: true}, &e)
+	if e.Status.Attempts != 0 || e.Status.Phase != api.PhasePending {
+		t.Fatalf("after a release on shutdown: %+v, want pending with no attempt", e.Status)
 	}
 	ts.claimFor(id, "m")
 	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m", Reason: "provisioning failed"}, nil)

@@ -40,7 +40,7 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	out := api.QueueEntry{
 		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix(),
 			CreatedAtMS: e.CreatedAt.UnixMilli()},
-		Spec:     api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority},
+		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority},
 		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
 			MaxAttempts: maxAttempts(e)},
 	}

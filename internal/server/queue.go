@@ -210,7 +210,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
-		e, err := s.release(ctx, id, req.AcceptorID, req.Reason)
+		e, err := s.release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
 		return toAPIEntry(e), err
 	})
 }
