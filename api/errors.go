@@ -17,6 +17,11 @@ const (
 	// CodeAcceptorInUse answers a heartbeat (409) whose acceptor id is
 	// held by another live process (api.WorkerInfo.Instance).
 	CodeAcceptorInUse = "acceptor_in_use"
+	// CodeOutpostAtCapacity answers a claim (409) of a pending session
+	// whose outpost already holds its max_running claims: the session
+	// waits in the queue until one of them ends. Claimers should wait for
+	// a change of the queue (or back off) before claiming again.
+	CodeOutpostAtCapacity = "outpost_at_capacity"
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer:

@@ -41,7 +41,27 @@ type OutpostSpec struct {
 	// layout) the outpost's sessions run unless they pin their own; null
 	// for the claimer's default.
 	RemoteBinarySHA *string `json:"remote_binary_sha"`
+	// MaxRunning caps how many of the outpost's sessions are claimed at
+	// once, whatever the number of machines; 0 means no cap. Sessions
+	// beyond it wait in the queue.
+	MaxRunning int `json:"max_running"`
+	// MaxAttempts is how many attempts (claims that end without the
+	// session ending: its machine died, or could not be provisioned) a
+	// session gets before it ends in error, unless it sets
+	// limits.max_attempts. Shown as it applies (DefaultMaxAttempts when
+	// unset).
+	MaxAttempts int `json:"max_attempts"`
 }
+
+// DefaultMaxAttempts is how many attempts a session gets when neither it
+// (limits.max_attempts) nor its outpost (max_attempts) says.
+const DefaultMaxAttempts = 3
+
+// MaxAttemptsLimit bounds max_attempts and MaxRunningLimit max_running.
+const (
+	MaxAttemptsLimit = 100
+	MaxRunningLimit  = 100000
+)
 
 // OutpostStatus is the live state of an outpost's queue.
 type OutpostStatus struct {
@@ -69,6 +89,19 @@ type CreateOutpostRequest struct {
 	// RemoteBinarySHA pins the remote build of the outpost's sessions:
 	// 6 to 40 lower-case hex digits.
 	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`
+	// MaxRunning and MaxAttempts are OutpostSpec's: 0 to MaxRunningLimit
+	// (0: no cap) and 0 to MaxAttemptsLimit (0: DefaultMaxAttempts).
+	MaxRunning  int `json:"max_running,omitempty"`
+	MaxAttempts int `json:"max_attempts,omitempty"`
+}
+
+// UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
+// fields to change, nil leaving one as it is. A new MaxAttempts applies to
+// sessions created afterwards; a new MaxRunning to the next claims.
+type UpdateOutpostRequest struct {
+	// MaxRunning and MaxAttempts are as in CreateOutpostRequest.
+	MaxRunning  *int `json:"max_running,omitempty"`
+	MaxAttempts *int `json:"max_attempts,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

@@ -53,6 +53,9 @@ type QueueMetadata struct {
 	// CreatedAt and UpdatedAt are Unix seconds.
 	CreatedAt int64 `json:"created_at"`
 	UpdatedAt int64 `json:"updated_at"`
+	// CreatedAtMS is CreatedAt in Unix milliseconds: within one priority
+	// entries are claimed in its order.
+	CreatedAtMS int64 `json:"created_at_ms"`
 }
 
 // QueueSpec says what a claimer is asked to serve.
@@ -64,6 +67,9 @@ type QueueSpec struct {
 	// RemoteBinarySHA is the remote build to run (the session's pin, else
 	// its outpost's); null for the claimer's default.
 	RemoteBinarySHA *string `json:"remote_binary_sha"`
+	// Priority is the session's: claimers take higher priorities first,
+	// FIFO within one.
+	Priority int `json:"priority"`
 	// NetworkPolicy is the public contract's field; Outpost sets none.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
@@ -95,6 +101,11 @@ type QueueStatus struct {
 	ClaimDeadline *int64 `json:"claim_deadline"`
 	// SessionStatus is one of the QueueSession… constants.
 	SessionStatus string `json:"session_status"`
+	// Attempts counts the session's claims that ended without the session
+	// ending (a lapse, or a release while it was not over); at MaxAttempts
+	// the session ends in error.
+	Attempts    int `json:"attempts"`
+	MaxAttempts int `json:"max_attempts"`
 	// ConnectToken is set only in a successful claim answer.
 	ConnectToken string `json:"connect_token,omitempty"`
 	// GatewayURL is set only in a successful claim answer.
@@ -131,4 +142,9 @@ type ClaimRequest struct {
 	// example why provisioning failed); it goes onto the session's status
 	// and transcript. At most 1,000 characters.
 	Reason string `json:"reason,omitempty"`
+	// Shutdown, on a release only, says the claimer gives the session
+	// back because it is shutting down, not because its machine failed:
+	// the release is not a failed attempt (see OutpostSpec.MaxAttempts)
+	// even with a Reason.
+	Shutdown bool `json:"shutdown,omitempty"`
 }

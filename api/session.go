@@ -79,7 +79,16 @@ type SessionSpec struct {
 	// RemoteBinarySHA is the remote build the session pinned; null when
 	// it runs its outpost's (see the queue entry's spec.remote_binary_sha).
 	RemoteBinarySHA *string `json:"remote_binary_sha"`
+	// Priority orders the outpost's queue: higher priorities are claimed
+	// first, FIFO within one. 0 by default.
+	Priority int `json:"priority"`
 }
+
+// Priorities are at least MinPriority and at most MaxPriority.
+const (
+	MinPriority = -1000000
+	MaxPriority = 1000000
+)
 
 // SessionStatus is the live state of a session.
 type SessionStatus struct {
@@ -173,6 +182,11 @@ type Limits struct {
 	MaxTokens int64 `json:"max_tokens,omitempty"`
 	// IdleS ends a session that waits for the user this long; 0 means 3600.
 	IdleS int64 `json:"idle_s,omitempty"`
+	// MaxAttempts is how many attempts the session gets (claims that end
+	// without it ending: its machine died or could not be provisioned)
+	// before it ends in error, over its outpost's max_attempts; 0 means
+	// the outpost's. At most MaxAttemptsLimit.
+	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
 // Usage counts a session's model use.
@@ -209,6 +223,10 @@ type CreateSessionRequest struct {
 	// RemoteBinarySHA pins the remote build that serves the session (6 to
 	// 40 lower-case hex digits), over its outpost's pin.
 	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`
+	// Priority is the session's place in its outpost's queue: higher is
+	// claimed first, FIFO within one; MinPriority to MaxPriority, 0 by
+	// default.
+	Priority int `json:"priority,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.

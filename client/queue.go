@@ -26,6 +26,10 @@ type QueueFilter struct {
 	First int
 	// Cursor continues from an earlier answer's cursor.
 	Cursor string
+	// Order is "" (oldest change first, paged by Cursor) or "priority":
+	// the claim order, higher priority first, then oldest, without a
+	// Cursor.
+	Order string
 }
 
 func (f QueueFilter) values() url.Values {
@@ -39,6 +43,7 @@ func (f QueueFilter) values() url.Values {
 	set("phase", f.Phase)
 	set("acceptor_id", f.AcceptorID)
 	set("cursor", f.Cursor)
+	set("order", f.Order)
 	if f.First > 0 {
 		q.Set("first", strconv.Itoa(f.First))
 	}
@@ -89,9 +94,15 @@ func (s *QueueService) Release(ctx context.Context, sessionID, acceptorID string
 // example why provisioning failed); the reason goes onto the session's
 // status and transcript.
 func (s *QueueService) ReleaseWithReason(ctx context.Context, sessionID, acceptorID, reason string) (*api.QueueEntry, error) {
+	return s.ReleaseRequest(ctx, sessionID, api.ClaimRequest{AcceptorID: acceptorID, Reason: reason})
+}
+
+// ReleaseRequest is Release with the whole request: the acceptor, the
+// reason and whether the claimer is shutting down (then the release is not
+// a failed attempt of the session).
+func (s *QueueService) ReleaseRequest(ctx context.Context, sessionID string, req api.ClaimRequest) (*api.QueueEntry, error) {
 	var e api.QueueEntry
-	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/release", nil,
-		api.ClaimRequest{AcceptorID: acceptorID, Reason: reason}, &e)
+	err := s.c.do(ctx, http.MethodPost, "/v1/queue/"+url.PathEscape(sessionID)+"/release", nil, req, &e)
 	if err != nil {
 		return nil, err
 	}

@@ -57,8 +57,13 @@ func TestOutpostsOptions(t *testing.T) {
 	if r := c.Request; r.Name != "gpu" || r.Platform != "macos" || r.Description != "Mac minis" || r.RemoteBinarySHA != "1a2b3c4d5e6f" {
 		t.Errorf("create: %+v", r)
 	}
+	c, _ = mustParse(t, nil, NewCmdOutpostsCreate, "gpu", "--max-running", "3", "--max-attempts", "5")
+	if r := c.Request; r.MaxRunning != 3 || r.MaxAttempts != 5 {
+		t.Errorf("create --max-running 3 --max-attempts 5: %+v", r)
+	}
+	mustRefuse(t, nil, NewCmdOutpostsCreate, "gpu", "--max-running", "three")
 	c, _ = mustParse(t, nil, NewCmdOutpostsCreate, "dev")
-	if r := c.Request; r.Name != "dev" || r.Platform != "" || r.Description != "" {
+	if r := c.Request; r.Name != "dev" || r.Platform != "" || r.Description != "" || r.MaxRunning != 0 || r.MaxAttempts != 0 {
 		t.Errorf("create defaults: %+v", r)
 	}
 	mustRefuse(t, nil, NewCmdOutpostsCreate)

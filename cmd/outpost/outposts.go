@@ -23,7 +23,8 @@ func NewCmdOutposts(f *Factory) *cobra.Command {
 	}
 	create := NewCmdOutpostsCreate(f, nil)
 	create.Example = `  outpost outposts create dev
-  outpost outposts create mac-minis --platform macos --description "Office Mac minis"`
+  outpost outposts create mac-minis --platform macos --description "Office Mac minis"
+  outpost outposts create gpu --max-running 3 --max-attempts 5`
 	del := NewCmdOutpostsDelete(f, nil)
 	del.Example = "  outpost outposts delete dev\n  outpost outposts delete dev --force"
 	cmd.AddCommand(NewCmdOutpostsList(f, nil), NewCmdOutpostsGet(f, nil), create, del)
@@ -116,8 +117,17 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 	return fields(f.IO.Out,
 		"Name", o.Spec.Name, "ID", o.Metadata.OutpostID, "Platform", o.Spec.Platform,
 		"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
-		"Active claims", strconv.Itoa(o.Status.ActiveClaims),
+		"Active claims", strconv.Itoa(o.Status.ActiveClaims), "Max running", maxRunningText(o.Spec.MaxRunning),
+		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
+}
+
+// maxRunningText shows an outpost's max_running, 0 being no cap.
+func maxRunningText(n int) string {
+	if n == 0 {
+		return "no cap"
+	}
+	return strconv.Itoa(n)
 }
 
 // OutpostsCreateOptions are the settings of `outpost outposts create` and
@@ -149,6 +159,8 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.StringVar(&opts.Request.Platform, "platform", "", "platform of the machines serving it: "+platformHelp)
 	fl.StringVar(&opts.Request.Description, "description", "", "text shown to people choosing an outpost")
 	fl.StringVar(&opts.Request.RemoteBinarySHA, "remote-binary-sha", "", "remote build the outpost's sessions run unless they pin their own (a version id of the server's /dist/, e.g. 1a2b3c4d5e6f)")
+	fl.IntVar(&opts.Request.MaxRunning, "max-running", 0, "how many of its sessions may be claimed at once, whatever the number of machines (0: no cap)")
+	fl.IntVar(&opts.Request.MaxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
 	return cmd
 }
 

@@ -41,7 +41,11 @@ type SessionsCreateOptions struct {
 	Prompt  string
 	// RemoteBinarySHA pins the session's remote build (overrides the file).
 	RemoteBinarySHA string
-	Follow          bool
+	// Priority is the session's priority when PrioritySet (overrides the
+	// file).
+	Priority    int
+	PrioritySet bool
+	Follow      bool
 	// Request is built from File and the flags by resolve.
 	Request api.CreateSessionRequest
 }
@@ -55,8 +59,8 @@ func NewCmdSessionsCreate(f *Factory, runF func(context.Context, *SessionsCreate
 		Short: "Create a session and print its id",
 		Long: `Create a session from a YAML or JSON file holding the fields of a session
 request (outpost, title, prompt, repos, agent, env, secrets, limits,
-remote_binary_sha); an unknown field is an error. --outpost, --title, --prompt
-and --remote-binary-sha override the file.
+remote_binary_sha, priority); an unknown field is an error. --outpost, --title,
+--prompt, --remote-binary-sha and --priority override the file.
 A script stops at its first failed step unless the step has
 continue_on_error: true. With --follow, print the transcript until the
 session ends; the exit status is then 1 unless it finished (an error, a
@@ -64,9 +68,11 @@ failed step, a limit or a terminate).`,
 		Example: `  outpost sessions create --outpost dev --file session.yaml
   outpost sessions create --file session.json --title "nightly build" --follow
   cat session.yaml | outpost sessions create --file -
-  outpost sessions create --outpost dev --file session.yaml --remote-binary-sha 1a2b3c4d5e6f`,
+  outpost sessions create --outpost dev --file session.yaml --remote-binary-sha 1a2b3c4d5e6f
+  outpost sessions create --outpost dev --file session.yaml --priority 10`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.PrioritySet = cmd.Flags().Changed("priority")
 			if err := opts.resolve(f); err != nil {
 				return err
 			}
@@ -82,6 +88,7 @@ failed step, a limit or a terminate).`,
 	fl.StringVar(&opts.Title, "title", "", "title (overrides the file)")
 	fl.StringVar(&opts.Prompt, "prompt", "", "prompt (overrides the file)")
 	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build to serve the session, over its outpost's (overrides the file)")
+	fl.IntVar(&opts.Priority, "priority", 0, "place in the outpost's queue: higher is claimed first, FIFO within one (overrides the file)")
 	fl.BoolVar(&opts.Follow, "follow", false, "print the transcript until the session ends")
 	return cmd
 }
@@ -113,6 +120,9 @@ func (o *SessionsCreateOptions) resolve(f *Factory) error {
 		if kv.flag != "" {
 			*kv.dst = kv.flag
 		}
+	}
+	if o.PrioritySet {
+		o.Request.Priority = o.Priority
 	}
 	if o.Request.Outpost == "" {
 		return usageErrorf("sessions create needs an outpost: pass --outpost or set outpost in the file")

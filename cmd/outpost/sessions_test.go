@@ -72,6 +72,28 @@ func TestSessionsCreateFlagsOverrideFile(t *testing.T) {
 	}
 }
 
+func TestSessionsCreatePriority(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(path, []byte("outpost: dev\npriority: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--file", path}, 5},                    // the file's
+		{[]string{"--file", path, "--priority", "9"}, 9}, // the flag wins
+		{[]string{"--file", path, "--priority", "0"}, 0}, // even when it is 0
+		{[]string{"--outpost", "dev", "--priority", "-2"}, -2},
+	} {
+		got, _ := mustParse(t, nil, NewCmdSessionsCreate, tc.args...)
+		if got.Request.Priority != tc.want {
+			t.Errorf("%v: priority %d, want %d", tc.args, got.Request.Priority, tc.want)
+		}
+	}
+}
+
 func TestTranscriptRendering(t *testing.T) {
 	t.Parallel()
 	base := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC).UnixMilli()

@@ -106,7 +106,9 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		err = errors.New("the session's machine stopped before the session ended")
 	}
 	reason := releaseReason(out, err)
-	c.Release(bg, s.ID, reason)
+	// A session given back because the consumer stops has not failed an
+	// attempt.
+	c.release(bg, s.ID, api.ClaimRequest{Reason: reason, Shutdown: s.isStopping()})
 	log.Info("session handed back to the queue", "session_status", status, "reason", reason)
 	return out, fmt.Errorf("%w (session status %q); the session goes back to the queue", err, status)
 }
@@ -206,14 +208,23 @@ func (c *Consumer) confirmEnd(ctx context.Context, s *Session, window time.Durat
 // answers that mean it is no longer held. It has a timeout of its own and
 // ignores ctx's end, so that shutdown never drops it.
 func (c *Consumer) Release(ctx context.Context, id, reason string) {
+	c.release(ctx, id, api.ClaimRequest{Reason: reason})
+}
+
+// release is Release of the request req, whose acceptor it sets.
+func (c *Consumer) release(ctx context.Context, id string, req api.ClaimRequest) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	reason := req.Reason
 	if len(reason) > maxReleaseReason {
 		reason = strings.ToValidUTF8(reason[:maxReleaseReason-3], "") + "..."
 	}
+	req.AcceptorID, req.Reason = c.Identity.AcceptorID, reason
 	log := c.logger().With("session", id)
-	_, err := c.Client.Queue.ReleaseWithReason(ctx, id, c.Identity.AcceptorID, reason)
+	_, err := c.Client.Queue.ReleaseRequest(ctx, id, req)
 	switch {
+	case err == nil && req.Shutdown:
+		log.Info("claim released on shutdown", "reason", reason)
 	case err == nil && reason != "":
 		log.Info("claim released", "reason", reason)
 	case err == nil:

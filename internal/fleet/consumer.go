@@ -14,6 +14,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -63,6 +64,10 @@ var (
 	// claimBackoff paces claims retried after an error that is not a lost
 	// race.
 	claimBackoff = backoff.Policy{Base: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+	// capacityBackoff paces claims while the outpost is at its
+	// max_running (api.CodeOutpostAtCapacity); a claim released or a
+	// session ended on the watch ends the wait sooner.
+	capacityBackoff = backoff.Policy{Base: 500 * time.Millisecond, Max: 15 * time.Second, Jitter: 0.2}
 )
 
 // ErrClaimLost is the cause (context.Cause) of a runner's context when the
@@ -199,6 +204,10 @@ type Consumer struct {
 	entries map[string]api.QueueEntry
 	held    map[string]*Session
 	retryAt map[string]time.Time
+	// fullUntil is when to claim again after the outpost answered that
+	// it is at its max_running; fullTries counts those answers in a row.
+	fullUntil time.Time
+	fullTries int
 }
 
 // Run consumes the queue until ctx ends (a clean exit: nil) or a session's
@@ -326,14 +335,20 @@ loop:
 		case <-c.wake:
 		case <-retry.Chan():
 		}
-		if c.schedule(ctx, failures+1) {
+		failed, full := c.schedule(ctx, failures+1)
+		if failed {
 			failures++
 		} else {
 			failures = 0
 		}
 		// Wake up when the first postponed or failed entry may be claimed
-		// again, whatever else wakes the loop before.
-		if d, ok := c.nextRetry(); ok {
+		// again, or the outpost's max_running wait is over, whatever else
+		// wakes the loop before.
+		d, ok := c.nextRetry()
+		if full > 0 && (!ok || full < d) {
+			d, ok = full, true
+		}
+		if ok {
 			retry.Reset(d)
 		}
 	}
@@ -350,23 +365,29 @@ loop:
 	return stopErr
 }
 
-// schedule claims candidates, oldest first, while there is capacity. It
-// reports whether a claim failed with an error worth retrying.
+// schedule claims candidates in claim order (higher priority first, then
+// oldest) while there is capacity. It reports whether a claim failed with
+// an error worth retrying, and, when the outpost answered that it is at
+// its max_running, how long to wait before claiming again (full).
 //
 // An entry whose claim failed so is not tried again before a wait of
 // claimBackoff for the attempt-th failure in a row, whatever wakes the
 // scheduler meanwhile.
-func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool) {
+func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool, full time.Duration) {
 	for ctx.Err() == nil {
 		cands := c.candidates()
 		progressed := false
 		for _, e := range cands {
 			if c.free() == 0 || ctx.Err() != nil {
-				return failed
+				return failed, 0
 			}
 			id := e.Metadata.SessionID
 			claim, err := c.claim(ctx, id)
 			switch {
+			case client.HasCode(err, api.CodeOutpostAtCapacity):
+				// Every other candidate is of the same outpost: wait for
+				// a slot rather than try them.
+				return failed, c.atCapacity()
 			case client.IsConflict(err) || client.IsNotFound(err):
 				c.obs.Conflict()
 				c.log.Debug("session taken by another claimer", "session", id)
@@ -387,14 +408,17 @@ func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool) {
 				}
 			default:
 				progressed = true
+				c.mu.Lock()
+				c.fullTries = 0
+				c.mu.Unlock()
 				c.start(ctx, *claim, false)
 			}
 		}
 		if !progressed {
-			return failed
+			return failed, 0
 		}
 	}
-	return failed
+	return failed, 0
 }
 
 // nextRetry returns the wait until the first entry now held back by retryAt
@@ -420,25 +444,46 @@ func (c *Consumer) nextRetry() (time.Duration, bool) {
 	return first.Sub(now), true
 }
 
-// candidates are the known entries this consumer may claim now, oldest
-// first.
+// atCapacity records an answer that the outpost is at its max_running and
+// returns how long to wait before claiming again.
+func (c *Consumer) atCapacity() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fullTries++
+	wait := capacityBackoff.Delay(c.fullTries)
+	c.fullUntil = c.clock.Now().Add(wait)
+	c.log.Debug("the outpost is at its max_running; waiting for a slot", "tries", c.fullTries, "wait", wait)
+	return wait
+}
+
+// candidates are the known entries this consumer may claim now, in claim
+// order: higher priority first, then oldest (the server's order too). None
+// while the outpost is at its max_running.
 func (c *Consumer) candidates() []api.QueueEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
+	if now.Before(c.fullUntil) {
+		return nil
+	}
 	var out []api.QueueEntry
 	for _, e := range c.entries {
 		if c.candidateLocked(&e, now) {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b api.QueueEntry) int {
-		if a.Metadata.CreatedAt != b.Metadata.CreatedAt {
-			return int(a.Metadata.CreatedAt - b.Metadata.CreatedAt)
-		}
-		return strings.Compare(a.Metadata.SessionID, b.Metadata.SessionID)
-	})
+	slices.SortFunc(out, claimOrder)
 	return out
+}
+
+// claimOrder orders queue entries as claimers take them: higher priority
+// first, then created first (to the millisecond when the server says),
+// then by session id.
+func claimOrder(a, b api.QueueEntry) int {
+	return cmp.Or(cmp.Compare(b.Spec.Priority, a.Spec.Priority),
+		cmp.Compare(a.Metadata.CreatedAt, b.Metadata.CreatedAt),
+		cmp.Compare(a.Metadata.CreatedAtMS, b.Metadata.CreatedAtMS),
+		strings.Compare(a.Metadata.SessionID, b.Metadata.SessionID))
 }
 
 // candidateLocked reports whether e is pending on this outpost, for this

@@ -158,6 +158,10 @@ func (c *Consumer) upsert(typ string, e api.QueueEntry) {
 	if s := c.held[id]; s != nil && (typ == api.WatchDeleted || e.Status.SessionStatus == api.QueueSessionTerminated) {
 		s.end()
 	}
+	if old, ok := c.entries[id]; typ == api.WatchDeleted || ok && old.Status.Phase == api.PhaseClaimed && e.Status.Phase == api.PhasePending {
+		// A claim ended: a slot of the outpost's max_running may be free.
+		c.fullUntil = time.Time{}
+	}
 	if typ == api.WatchDeleted {
 		delete(c.entries, id)
 	} else {

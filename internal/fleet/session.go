@@ -73,6 +73,16 @@ func (s *Session) Setup(ctx context.Context) (context.Context, context.CancelFun
 	return sctx, cancel
 }
 
+// isStopping reports whether the consumer is shutting down.
+func (s *Session) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // Ended is closed when the queue shows the session terminated or gone.
 func (s *Session) Ended() <-chan struct{} { return s.ended }
 
@@ -101,10 +111,10 @@ func (c *Consumer) register(claim api.QueueEntry, adopted bool, stopping <-chan 
 func (c *Consumer) unregister(s *Session, postpone bool) {
 	c.mu.Lock()
 	delete(c.held, s.ID)
-	// The queue may already show the session pending again (a release's
-	// watch event can arrive before its answer): keep that, so the session
-	// can be claimed again without another list.
-	if cur, ok := c.entries[s.ID]; !ok || cur.Status.Phase != api.PhasePending {
+	// The entry the watch showed last is this claim's, unless the watch
+	// already showed it pending again: released while not over, it is
+	// to be claimed again (up to its max_attempts).
+	if e, ok := c.entries[s.ID]; ok && e.Status.Phase != api.PhasePending {
 		delete(c.entries, s.ID)
 	}
 	if postpone && c.RetryAfter > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -30,9 +31,11 @@ type claimResult struct {
 func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimResult, error) {
 	var res claimResult
 	var queued time.Time // when a session taken from the queue entered it
+	var exhausted bool   // a lapsed claim was the session's last attempt
 	now := s.now()
 	token := newSecret("opc_")
-	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+	m, err := s.store.ClaimSession(ctx, sessionID, now, func(sess store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error) {
+		exhausted = false
 		if e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errGone
 		}
@@ -54,9 +57,18 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 			// The previous holder's claim lapsed and the sweeper has not
 			// seen it yet: requeue first, in this same transaction.
 			queued = e.Expiry()
-			lapse(&sess, &e, now, &m)
+			if lapse(&sess, &e, now, &m) {
+				exhausted = true
+				m.Session, m.Entry = &sess, &e
+				return m, nil
+			}
 		}
 		res.renewed = held
+		if !held && load.MaxRunning > 0 && load.Held >= load.MaxRunning {
+			// The lapse above, if any, is rolled back with the claim: the
+			// sweeper requeues it.
+			return store.Mutation{}, errAtCapacity(sessionID, load)
+		}
 		if !held {
 			e.Epoch++
 			e.Phase = api.PhaseClaimed
@@ -81,9 +93,18 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 		var he *httpError
 		if errors.As(err, &he) && he.status == 409 {
 			outcome = "conflict"
+			if he.code == api.CodeOutpostAtCapacity {
+				outcome = "at_capacity"
+			}
 		}
 		s.metrics.claims.WithLabelValues(outcome).Inc()
 		return res, err
+	}
+	if exhausted {
+		s.metrics.claims.WithLabelValues("lapsed").Inc()
+		s.attemptsExhausted(ctx, sessionID, m)
+		s.metrics.claims.WithLabelValues("conflict").Inc()
+		return res, errConflict("Session %s ended: %s", sessionID, m.Session.Reason)
 	}
 	res.entry, res.token = *m.Entry, token
 	if res.renewed {
@@ -98,10 +119,13 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 
 // release gives a claim back. A finished session's entry is dropped; any
 // other goes back to the queue at once.
-// A non-empty reason says why, on the status and the transcript.
-func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string) (store.QueueEntry, error) {
+// A non-empty reason says why, on the status and the transcript; with
+// shutdown the claimer is stopping, and the release is no failed attempt.
+func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
 	now := s.now()
+	var ended bool // the release was the session's last attempt
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		ended = false
 		if e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errGone
 		}
@@ -115,7 +139,10 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 		if reason != "" {
 			why = fmt.Sprintf("Released by %s: %s", acceptor, sentence(reason))
 		}
-		requeue(&sess, &e, now, &m, why)
+		// A release with a reason of a session that is not over is a
+		// failed attempt (its machine died or could not be provisioned);
+		// one without, or from a claimer shutting down, is not.
+		ended = requeue(&sess, &e, now, &m, why, reason != "" && !shutdown)
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})
@@ -123,23 +150,39 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 		return store.QueueEntry{}, err
 	}
 	s.metrics.claims.WithLabelValues("released").Inc()
-	s.committed(sessionID, m)
+	if ended {
+		s.attemptsExhausted(ctx, sessionID, m)
+	} else {
+		s.committed(sessionID, m)
+		s.countAttempt(ctx, m, "released")
+	}
 	return *m.Entry, nil
 }
 
-// lapse requeues an entry whose claim ran out.
-func lapse(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation) {
+// errAtCapacity is the 409 of a claim beyond its outpost's max_running.
+func errAtCapacity(sessionID string, load store.OutpostLoad) error {
+	return &httpError{http.StatusConflict, api.CodeOutpostAtCapacity, fmt.Sprintf(
+		"Session %s waits in the queue: its outpost already has %d claimed sessions and its max_running is %d; claim again when one of them ends.",
+		sessionID, load.Held, load.MaxRunning)}
+}
+
+// lapse requeues an entry whose claim ran out, a failed attempt. It reports
+// whether that was the session's last attempt: it has ended in error.
+func lapse(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation) (ended bool) {
 	why := fmt.Sprintf("The claim of %s lapsed: no remote connected before its deadline and it was not renewed.", e.AcceptorID)
 	if !e.LiveUntil.IsZero() {
 		why = fmt.Sprintf("The claim of %s lapsed: its remote's connection was gone longer than the reconnect grace and the claim was not renewed.", e.AcceptorID)
 	}
-	requeue(sess, e, now, m, why)
+	return requeue(sess, e, now, m, why, true)
 }
 
 // requeue ends the current claim. The old connect tokens die with the epoch.
 // A finished session's entry becomes a tombstone; a session that had started
-// returns as kind resume; one that never started returns as new.
-func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string) {
+// returns as kind resume; one that never started returns as new. A failed
+// attempt (failed) of a session that is not over counts against its
+// max_attempts: at the last one the session ends in error instead, listing
+// each attempt's reason, and requeue reports it (ended).
+func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string, failed bool) (ended bool) {
 	acceptor := e.AcceptorID
 	e.Epoch++
 	e.Phase = api.PhasePending
@@ -150,7 +193,20 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 	m.Events = append(m.Events, api.Event{Type: api.EventRelease, AcceptorID: acceptor, Time: now.UnixMilli(), Reason: why})
 	if api.IsFinal(sess.Status) {
 		e.Deleted = true
-		return
+		return false
+	}
+	if failed {
+		e.Attempts++
+		e.AttemptReasons = append(e.AttemptReasons, why)
+		if limit := maxAttempts(*e); e.Attempts >= limit {
+			reason := attemptsReason(e.AttemptReasons, limit)
+			sess.Status, sess.StatusDetail, sess.Reason = api.StatusError, api.DetailError, reason
+			sess.EndedAt = &now
+			e.SessionStatus, e.Deleted = api.QueueSessionTerminated, true // pending: nobody to release it
+			m.Events = append(m.Events, statusEvent(*sess, now),
+				api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: sess.Status, StatusDetail: sess.StatusDetail, Reason: reason})
+			return true
+		}
 	}
 	if sess.StartedAt != nil {
 		e.Kind = api.KindResume
@@ -161,6 +217,37 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 	}
 	e.SessionStatus = queueSessionStatus(sess.Status)
 	m.Events = append(m.Events, statusEvent(*sess, now))
+	return false
+}
+
+// maxAttempts is how many attempts the entry's session gets.
+func maxAttempts(e store.QueueEntry) int {
+	if e.MaxAttempts > 0 {
+		return e.MaxAttempts
+	}
+	return api.DefaultMaxAttempts
+}
+
+// attemptsReason is the final reason of a session whose attempts ran out:
+// every attempt's reason, in order.
+func attemptsReason(reasons []string, limit int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "The session ended after %d failed attempts (max_attempts %d): its machine died or could not be provisioned each time.", len(reasons), limit)
+	for i, r := range reasons {
+		fmt.Fprintf(&b, " Attempt %d: %s", i+1, sentence(r))
+	}
+	return b.String()
+}
+
+// attemptsExhausted publishes a transaction in which a session's last
+// attempt failed and it ended: like commitEnd's aftermath, and the metrics.
+func (s *Server) attemptsExhausted(ctx context.Context, sessionID string, m store.Mutation) {
+	s.committed(sessionID, m)
+	s.countAttempt(ctx, m, "exhausted")
+	s.metrics.sessionsEnded.WithLabelValues(api.StatusError, api.DetailError).Inc()
+	s.log.Info("session ended: its attempts ran out", "session", sessionID, "attempts", m.Entry.Attempts, "reason", m.Session.Reason)
+	s.stopRunner(sessionID)
+	s.hub.end(sessionID, m.Session.Reason)
 }
 
 // statusEvent records a session's current status on the transcript.
@@ -281,22 +368,30 @@ func (s *Server) sweep(ctx context.Context) {
 // lapseClaim requeues one entry if its claim is still lapsed.
 func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
 	now := s.now()
+	var ended bool // the lapse was the session's last attempt
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		ended = false
 		if e.OutpostID == "" || e.Deleted || e.Phase != api.PhaseClaimed || e.Held(now) {
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation
-		lapse(&sess, &e, now, &m)
+		ended = lapse(&sess, &e, now, &m)
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})
 	if err != nil {
 		return err
 	}
-	if m.Entry != nil {
+	switch {
+	case m.Entry == nil:
+	case ended:
 		s.metrics.claims.WithLabelValues("lapsed").Inc()
-		s.log.Info("claim lapsed; session requeued", "session", sessionID, "kind", m.Entry.Kind)
+		s.attemptsExhausted(ctx, sessionID, m)
+	default:
+		s.metrics.claims.WithLabelValues("lapsed").Inc()
+		s.log.Info("claim lapsed; session requeued", "session", sessionID, "kind", m.Entry.Kind, "attempts", m.Entry.Attempts)
 		s.committed(sessionID, m)
+		s.countAttempt(ctx, m, "lapsed")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"slices"
 	"time"
@@ -30,16 +31,18 @@ func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 	return api.Outpost{
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
 		Spec: api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs,
-			RemoteBinarySHA: strPtr(o.RemoteBinarySHA)},
+			RemoteBinarySHA: strPtr(o.RemoteBinarySHA), MaxRunning: o.MaxRunning, MaxAttempts: cmp.Or(o.MaxAttempts, api.DefaultMaxAttempts)},
 		Status: api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }
 
 func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	out := api.QueueEntry{
-		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix()},
-		Spec:     api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA)},
-		Status:   api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus},
+		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix(),
+			CreatedAtMS: e.CreatedAt.UnixMilli()},
+		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority},
+		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
+			MaxAttempts: maxAttempts(e)},
 	}
 	if e.Phase == api.PhaseClaimed {
 		out.Status.AcceptorID = strPtr(e.AcceptorID)

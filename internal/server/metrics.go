@@ -25,6 +25,8 @@ type metrics struct {
 	toolCalls       *prometheus.CounterVec
 	// queueWait is the time from a session entering the queue to its claim.
 	queueWait *prometheus.HistogramVec
+	// fleet are the fleet controls' (queuemetrics.go).
+	fleet fleetMetrics
 	// Artifact retention (retention.go).
 	artifactsPruned     prometheus.Counter
 	artifactBytesPruned prometheus.Counter
@@ -45,7 +47,7 @@ func newMetrics() *metrics {
 			Name: "outpost_sessions_ended_total", Help: "Sessions ended, by final status and detail.",
 		}, []string{"status", "detail"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outpost_claims_total", Help: "Claim attempts by outcome (claimed, renewed, conflict, lapsed, released).",
+			Name: "outpost_claims_total", Help: "Claim attempts by outcome (claimed, renewed, conflict, at_capacity, lapsed, released, error).",
 		}, []string{"outcome"}),
 		remotes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outpost_gateway_remotes", Help: "Remotes connected to the gateway.",
@@ -72,8 +74,9 @@ func newMetrics() *metrics {
 	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.
-	for _, o := range []string{"claimed", "renewed", "conflict", "lapsed", "released", "error"} {
+	for _, o := range []string{"claimed", "renewed", "conflict", "at_capacity", "lapsed", "released", "error"} {
 		m.claims.WithLabelValues(o)
 	}
 	return m

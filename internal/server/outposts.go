@@ -171,11 +171,15 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRemoteBinarySHA(req.RemoteBinarySHA); err != nil {
 		return err
 	}
+	if err := checkOutpostLimits(req.MaxRunning, req.MaxAttempts); err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description,
-		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, CreatedAt: s.now()}
+		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
+		MaxAttempts: req.MaxAttempts, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -184,6 +188,58 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.Info("outpost created", "outpost", o.Name, "id", o.ID, "platform", o.Platform)
 	writeJSON(w, http.StatusCreated, toAPIOutpost(o, 0, 0))
+	return nil
+}
+
+// checkOutpostLimits validates max_running and max_attempts.
+func checkOutpostLimits(maxRunning, maxAttempts int) error {
+	if maxRunning < 0 || maxRunning > api.MaxRunningLimit {
+		return errBadRequest("max_running must be from 0 (no cap) to %d.", api.MaxRunningLimit)
+	}
+	if maxAttempts < 0 || maxAttempts > api.MaxAttemptsLimit {
+		return errBadRequest("max_attempts must be from 0 (the default, %d) to %d.", api.DefaultMaxAttempts, api.MaxAttemptsLimit)
+	}
+	return nil
+}
+
+// updateOutpost changes an outpost's max_running and max_attempts
+// (PATCH /v1/outposts/{outpost}); fields left out keep their values.
+func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.UpdateOutpostRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if p := principalFrom(ctx); p.outpostID != "" {
+		return errForbidden("A token limited to one outpost cannot change outposts.")
+	}
+	s.outpostsMu.Lock()
+	defer s.outpostsMu.Unlock()
+	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	if req.MaxRunning != nil {
+		o.MaxRunning = *req.MaxRunning
+	}
+	if req.MaxAttempts != nil {
+		o.MaxAttempts = *req.MaxAttempts
+	}
+	if err := checkOutpostLimits(o.MaxRunning, o.MaxAttempts); err != nil {
+		return err
+	}
+	if err := s.store.SetOutpostLimits(ctx, o.ID, store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
+		}
+		return fmt.Errorf("update outpost %s: %w", o.ID, err)
+	}
+	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts)
+	ao, err := s.apiOutpost(ctx, o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ao)
 	return nil
 }
 

@@ -98,8 +98,22 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	byPriority := false
+	switch q.Get("order") {
+	case "", "rev":
+	case "priority":
+		// The claim order is a view of the queue as it is now, not a
+		// change feed: it has one page, and its cursor starts a watch.
+		if after != 0 {
+			return errBadRequest("order=priority lists the queue as it is now, from the top: give no cursor.")
+		}
+		byPriority = true
+	default:
+		return errBadRequest("order must be rev (the default: oldest change first, pages by cursor) or priority (the claim order: higher priority first, then oldest).")
+	}
 	rows, total, err := s.store.ListQueue(ctx, store.QueueFilter{
 		OutpostID: outpostID, Phase: phase, AcceptorID: q.Get("acceptor_id"), AfterRev: after, Limit: first + 1,
+		ByPriority: byPriority,
 	})
 	if err != nil {
 		return fmt.Errorf("list queue: %w", err)
@@ -112,6 +126,8 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 		list.Items = append(list.Items, toAPIEntry(e))
 	}
 	switch {
+	case byPriority:
+		list.Cursor = formatCursor(maxRev)
 	case len(rows) > 0:
 		list.Cursor = formatCursor(rows[len(rows)-1].Rev)
 	case after == 0:
@@ -194,7 +210,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
-		e, err := s.release(ctx, id, req.AcceptorID, req.Reason)
+		e, err := s.release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
 		return toAPIEntry(e), err
 	})
 }
@@ -351,4 +367,16 @@ func sendEntry(w io.Writer, e store.QueueEntry) bool {
 	b, _ := json.Marshal(ev)
 	_, err := fmt.Fprintf(w, "data: %s\n\n", b)
 	return err == nil
+}
+
+// checkQueueOrder validates a new session's priority and
+// limits.max_attempts.
+func checkQueueOrder(req *api.CreateSessionRequest) error {
+	if req.Priority < api.MinPriority || req.Priority > api.MaxPriority {
+		return errBadRequest("priority must be from %d to %d.", api.MinPriority, api.MaxPriority)
+	}
+	if req.Limits.MaxAttempts < 0 || req.Limits.MaxAttempts > api.MaxAttemptsLimit {
+		return errBadRequest("limits.max_attempts must be from 0 (the outpost's) to %d.", api.MaxAttemptsLimit)
+	}
+	return nil
 }

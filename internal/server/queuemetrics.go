@@ -19,13 +19,62 @@ var (
 		"How long the longest-waiting pending session of each outpost has been waiting; 0 when none is.", []string{"outpost"}, nil)
 	claimsActiveDesc = prometheus.NewDesc("outpost_claims_active",
 		"Claims held and not lapsed, per outpost.", []string{"outpost"}, nil)
+	sessionsRunningDesc = prometheus.NewDesc("outpost_sessions_running",
+		"Sessions of each outpost whose status is running.", []string{"outpost"}, nil)
+	sessionsSuspendedDesc = prometheus.NewDesc("outpost_sessions_suspended",
+		"Sessions of each outpost whose status is suspended.", []string{"outpost"}, nil)
+	maxRunningDesc = prometheus.NewDesc("outpost_max_running",
+		"Each outpost's max_running: how many of its sessions may be claimed at once; 0 for no cap.", []string{"outpost"}, nil)
 )
+
+// fleetMetrics are the counters of the fleet controls, by outpost.
+type fleetMetrics struct {
+	// attempts counts failed attempts by outpost and how they failed:
+	// lapsed, released (with a reason), exhausted (the last one: the
+	// session ended in error).
+	attempts *prometheus.CounterVec
+	// snapshotBytes is the hook for the bytes of workspace snapshots kept
+	// per outpost: whoever stores or deletes a snapshot adds its size
+	// (negative on delete) through addSnapshotBytes.
+	snapshotBytes *prometheus.GaugeVec
+}
+
+func newFleetMetrics(reg registerer) fleetMetrics {
+	f := fleetMetrics{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_attempts_failed_total",
+			Help: "Failed attempts of sessions (claims that ended without the session ending), by outpost and how: lapsed, released (with a reason), exhausted (the last allowed; the session ended in error).",
+		}, []string{"outpost", "how"}),
+		snapshotBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outpost_snapshot_bytes",
+			Help: "Bytes of workspace snapshots the server keeps, by outpost.",
+		}, []string{"outpost"}),
+	}
+	reg.MustRegister(f.attempts, f.snapshotBytes)
+	return f
+}
+
+// countAttempt counts the failed attempt m committed, how it failed.
+func (s *Server) countAttempt(ctx context.Context, m store.Mutation, how string) {
+	if m.Entry == nil || m.Session == nil || api.IsFinal(m.Session.Status) && how != "exhausted" {
+		return // the session was over: not an attempt
+	}
+	s.metrics.fleet.attempts.WithLabelValues(s.outpostName(ctx, m.Entry.OutpostID), how).Inc()
+}
+
+// addSnapshotBytes adds delta bytes (negative when a snapshot is deleted)
+// to the snapshot bytes of outpost outpostID: the hook of the snapshot
+// store.
+func (s *Server) addSnapshotBytes(ctx context.Context, outpostID string, delta int64) {
+	s.metrics.fleet.snapshotBytes.WithLabelValues(s.outpostName(ctx, outpostID)).Add(float64(delta))
+}
 
 // queueScrapeTimeout bounds the store reads of one scrape.
 const queueScrapeTimeout = 5 * time.Second
 
-// queueCollector exports each outpost's queue depth, oldest wait and active
-// claims: two indexed queries per outpost per scrape.
+// queueCollector exports each outpost's queue depth, oldest wait, active
+// claims, running and suspended sessions and max_running: three indexed
+// queries per outpost per scrape.
 type queueCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
@@ -33,6 +82,9 @@ func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queuePendingDesc
 	ch <- queueOldestDesc
 	ch <- claimsActiveDesc
+	ch <- sessionsRunningDesc
+	ch <- sessionsSuspendedDesc
+	ch <- maxRunningDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -51,7 +103,7 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.NewInvalidMetric(queuePendingDesc, err)
 			return
 		}
-		_, active, err := q.s.store.OutpostStats(ctx, o.ID, now)
+		counts, err := q.s.store.OutpostCounts(ctx, o.ID, now)
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(claimsActiveDesc, err)
 			return
@@ -64,7 +116,10 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(queuePendingDesc, prometheus.GaugeValue, float64(total), o.Name)
 		ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, oldest, o.Name)
-		ch <- prometheus.MustNewConstMetric(claimsActiveDesc, prometheus.GaugeValue, float64(active), o.Name)
+		ch <- prometheus.MustNewConstMetric(claimsActiveDesc, prometheus.GaugeValue, float64(counts.Held), o.Name)
+		ch <- prometheus.MustNewConstMetric(sessionsRunningDesc, prometheus.GaugeValue, float64(counts.Running), o.Name)
+		ch <- prometheus.MustNewConstMetric(sessionsSuspendedDesc, prometheus.GaugeValue, float64(counts.Suspended), o.Name)
+		ch <- prometheus.MustNewConstMetric(maxRunningDesc, prometheus.GaugeValue, float64(o.MaxRunning), o.Name)
 	}
 }
 

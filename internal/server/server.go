@@ -600,6 +600,7 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST "+prefix, s.authed(s.createOutpost, api.ScopeOrchestrator))
 		mux.HandleFunc("GET "+prefix+"/{outpost}", s.authed(s.getOutpost, read...))
 		mux.HandleFunc("DELETE "+prefix+"/{outpost}", s.authed(s.deleteOutpost, api.ScopeOrchestrator))
+		mux.HandleFunc("PATCH "+prefix+"/{outpost}", s.authed(s.updateOutpost, api.ScopeOrchestrator))
 	}
 	for _, prefix := range []string{"/v1/queue", "/opbeta/outposts/devins"} {
 		mux.HandleFunc("GET "+prefix, s.authed(s.listQueue, api.ScopeMachine))

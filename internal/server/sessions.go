@@ -135,7 +135,7 @@ func validateSession(req *api.CreateSessionRequest) error {
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
-	return nil
+	return checkQueueOrder(req)
 }
 
 func validateEnv(field string, env map[string]string) error {
@@ -181,6 +181,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Spec: api.SessionSpec{
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
+			Priority: req.Priority,
 		},
 		Secrets:   req.Secrets,
 		Status:    api.StatusNew,
@@ -192,6 +193,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		SessionID: sess.ID, OutpostID: o.ID, Kind: api.KindNew, Platform: o.Platform,
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
+		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
 	}
 	red := redact.NewSet(req.Secrets)
 	events := []api.Event{statusEvent(sess, now)}

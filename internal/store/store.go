@@ -34,7 +34,36 @@ type Outpost struct {
 	// RemoteBinarySHA is the remote build the outpost's sessions run unless
 	// they pin their own; "" for the worker's default.
 	RemoteBinarySHA string
-	CreatedAt       time.Time
+	// MaxRunning caps the outpost's claims held at once; 0 means no cap.
+	MaxRunning int
+	// MaxAttempts is how many attempts its sessions get unless they set
+	// their own; 0 means api.DefaultMaxAttempts.
+	MaxAttempts int
+	CreatedAt   time.Time
+}
+
+// OutpostLimits are the fleet controls of an outpost that can change after
+// its creation.
+type OutpostLimits struct {
+	// MaxRunning and MaxAttempts are Outpost's.
+	MaxRunning, MaxAttempts int
+}
+
+// OutpostLoad is what a claim decides from besides its own rows.
+type OutpostLoad struct {
+	// MaxRunning is the outpost's (0: no cap).
+	MaxRunning int
+	// Held counts the outpost's other entries whose claims are held.
+	Held int
+}
+
+// OutpostCounts are an outpost's queue and sessions by state, for metrics.
+type OutpostCounts struct {
+	// Pending counts pending entries; Held claimed ones whose claim has
+	// not lapsed.
+	Pending, Held int
+	// Running and Suspended count sessions of those statuses.
+	Running, Suspended int
 }
 
 // Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.
@@ -88,6 +117,18 @@ type QueueEntry struct {
 	// pin, else its outpost's; "" for the claimer's default). CreateSession
 	// writes it; UpdateSession never changes it.
 	RemoteBinarySHA string
+	// Priority orders the queue: higher first, FIFO within one. Written by
+	// CreateSession; UpdateSession keeps what fn returns.
+	Priority int
+	// Attempts counts the claims of the session that ended without the
+	// session ending (a lapse, or a release while it was not over), and
+	// AttemptReasons says why, one per attempt, oldest first.
+	Attempts       int
+	AttemptReasons []string
+	// MaxAttempts is how many attempts the session gets before it ends in
+	// error, resolved when it is created; 0 (an entry from before
+	// attempts were counted) means api.DefaultMaxAttempts.
+	MaxAttempts int
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64
@@ -185,6 +226,10 @@ type QueueFilter struct {
 	Limit int
 	// IncludeDeleted returns tombstones too (for watch replay).
 	IncludeDeleted bool
+	// ByPriority orders the page by Priority descending, then CreatedAt
+	// and SessionID ascending (the claim order) instead of by Rev;
+	// AfterRev must then be 0.
+	ByPriority bool
 }
 
 // SessionFilter selects sessions, newest first.
@@ -216,6 +261,11 @@ type Store interface {
 	// OutpostStats counts pending non-deleted entries, and claimed entries
 	// whose Expiry is after now.
 	OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error)
+	// OutpostCounts counts the outpost's pending entries, held claims (at
+	// now) and running and suspended sessions.
+	OutpostCounts(ctx context.Context, outpostID string, now time.Time) (OutpostCounts, error)
+	// SetOutpostLimits writes an outpost's limits; ErrNotFound when absent.
+	SetOutpostLimits(ctx context.Context, id string, l OutpostLimits) error
 
 	// CreateSession inserts a session, its queue entry and its first events
 	// in one transaction. The entry's Rev and the events' Seq are assigned.
@@ -237,6 +287,12 @@ type Store interface {
 	// and Mutation.Session writes every other field. fn runs while the
 	// store's writer is held: it must be quick and call no Store method.
 	UpdateSession(ctx context.Context, id string, fn func(s Session, e QueueEntry) (Mutation, error)) (Mutation, error)
+	// ClaimSession is UpdateSession for a claim: fn also gets the load of
+	// the session's outpost — its MaxRunning and how many of its other
+	// entries' claims are held at now — read in the same transaction
+	// after every other ClaimSession of that outpost committed, so claims
+	// of one outpost never exceed MaxRunning however many race.
+	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
 	// ListQueue returns entries matching f and the total matching f's
 	// OutpostID, Phase and AcceptorID (ignoring AfterRev and Limit,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
@@ -14,21 +16,23 @@ import (
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (`+outpostCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+		o.MaxRunning, o.MaxAttempts)
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, allowed_org_ids, created_at, remote_binary_sha`
+const outpostCols = `id, name, platform, description, allowed_org_ids, created_at, remote_binary_sha,
+	max_running, max_attempts`
 
 // scanOutpost reads outpostCols; a NULL allowed_org_ids scans as nil, an
 // empty array as an empty list.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA)
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts)
 	o.CreatedAt = sqlstore.FromMS(created)
 	return o, err
 }
@@ -74,6 +78,37 @@ func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Tim
 		return 0, 0, fmt.Errorf("postgres: outpost stats %s: %w", outpostID, err)
 	}
 	return queueDepth, activeClaims, nil
+}
+
+// OutpostCounts counts the outpost's pending entries, claims held at now,
+// and running and suspended sessions, in one snapshot.
+func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Time) (store.OutpostCounts, error) {
+	var c store.OutpostCounts
+	err := s.read(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT
+				COUNT(*) FILTER (WHERE phase = $2),
+				COUNT(*) FILTER (WHERE phase = $3 AND `+expirySQL+` > $4)
+			FROM queue WHERE outpost_id = $1 AND NOT deleted`,
+			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&c.Pending, &c.Held)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, sqlstore.SessionCountsSQL, outpostID, api.StatusRunning, api.StatusSuspended).
+			Scan(&c.Running, &c.Suspended)
+	})
+	if err != nil {
+		return store.OutpostCounts{}, fmt.Errorf("postgres: outpost counts %s: %w", outpostID, err)
+	}
+	return c, nil
+}
+
+// SetOutpostLimits writes an outpost's limits; store.ErrNotFound when
+// absent.
+func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.OutpostLimits) error {
+	if err := mustAffect(s.pool.Exec(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts)); err != nil {
+		return fmt.Errorf("postgres: set outpost limits %s: %w", id, mapErr(err))
+	}
+	return nil
 }
 
 // LookupConnectToken finds a connect token by hash.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -106,7 +107,27 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 // transaction, fn included, is tried again (a bounded number of times), so
 // fn must not keep effects of a try that did not commit.
 func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, id, time.Time{}, false, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		return fn(sess, e)
+	})
+}
+
+// ClaimSession is UpdateSession whose fn also gets the load of the
+// session's outpost at now. After the session's row it locks its outpost's
+// row, so claims of one outpost are serialized and each counts the claims
+// the ones before it committed.
+func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, id, now, true, fn)
+}
+
+var heldClaimsSQL = dialect.HeldClaimsSQL()
+
+// update is UpdateSession and, with claim, ClaimSession.
+func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool,
+	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	var m store.Mutation
+	var load store.OutpostLoad
+	var limited bool
 	var fnErr error
 	var sess store.Session
 	var e store.QueueEntry
@@ -131,10 +152,28 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 		b.Queue(sqlstore.MaxEventSeqSQL, id).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&seq)
 		})
+		if claim {
+			load, limited = store.OutpostLoad{}, false
+			b.Queue(sqlstore.OutpostLimitsSQL+` FOR UPDATE OF o`, id).QueryRow(func(row pgx.Row) error {
+				err := row.Scan(&load.MaxRunning)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil // no entry or no outpost: no limit to hold
+				}
+				limited = err == nil && load.MaxRunning > 0
+				return err
+			})
+		}
 	}
 	err := s.writeBatch(ctx, first, func(tx pgx.Tx) error {
+		if limited {
+			// The outpost's row is locked: the claims committed before
+			// this one are all counted.
+			if err := tx.QueryRow(ctx, heldClaimsSQL, e.OutpostID, api.PhaseClaimed, now.UnixMilli(), id).Scan(&load.Held); err != nil {
+				return fmt.Errorf("count held claims: %w", err)
+			}
+		}
 		fnErr = nil
-		if m, fnErr = fn(sess, e); fnErr != nil {
+		if m, fnErr = fn(sess, e, load); fnErr != nil {
 			return fnErr
 		}
 		return applyMutation(ctx, tx, id, seq, &m)

@@ -25,7 +25,8 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts)
 		return err
 	})
 	if err != nil {
@@ -34,14 +35,15 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	return nil
 }
 
-const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha`
+const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
+	max_running, max_attempts`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var orgs sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts); err != nil {
 		return store.Outpost{}, err
 	}
 	o.CreatedAt = sqlstore.FromMS(created)
@@ -100,6 +102,40 @@ func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Tim
 		return 0, 0, fmt.Errorf("sqlite: outpost stats %s: %w", outpostID, err)
 	}
 	return queueDepth, activeClaims, nil
+}
+
+// OutpostCounts counts the outpost's pending entries, claims held at now,
+// and running and suspended sessions, in one snapshot.
+func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Time) (store.OutpostCounts, error) {
+	var c store.OutpostCounts
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT
+				COALESCE(SUM(phase = $2), 0),
+				COALESCE(SUM(phase = $3 AND `+expirySQL+` > $4), 0)
+			FROM queue WHERE outpost_id = $1 AND deleted = 0`,
+			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&c.Pending, &c.Held)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, sqlstore.SessionCountsSQL, outpostID, api.StatusRunning, api.StatusSuspended).
+			Scan(&c.Running, &c.Suspended)
+	})
+	if err != nil {
+		return store.OutpostCounts{}, fmt.Errorf("sqlite: outpost counts %s: %w", outpostID, err)
+	}
+	return c, nil
+}
+
+// SetOutpostLimits writes an outpost's limits; store.ErrNotFound when
+// absent.
+func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.OutpostLimits) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: set outpost limits %s: %w", id, mapErr(err))
+	}
+	return nil
 }
 
 // LookupConnectToken finds a connect token by hash.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -91,6 +92,43 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 // fn runs while the store's single writer connection is held: it must be
 // quick and must not call the Store's write methods, which would deadlock.
 func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, id, nil, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		return fn(sess, e)
+	})
+}
+
+// ClaimSession is UpdateSession whose fn also gets the load of the
+// session's outpost at now. The store's one writer serializes it with
+// every other claim.
+func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, id, func(tx *sql.Tx, e store.QueueEntry) (store.OutpostLoad, error) {
+		var l store.OutpostLoad
+		if e.OutpostID == "" {
+			return l, nil
+		}
+		err := tx.QueryRowContext(ctx, sqlstore.OutpostLimitsSQL, id).Scan(&l.MaxRunning)
+		if errors.Is(err, sql.ErrNoRows) {
+			return l, nil // the outpost is gone: no limit to hold
+		}
+		if err != nil {
+			return l, fmt.Errorf("outpost limits: %w", err)
+		}
+		if l.MaxRunning <= 0 {
+			return l, nil
+		}
+		if err := tx.QueryRowContext(ctx, heldClaimsSQL, e.OutpostID, api.PhaseClaimed, now.UnixMilli(), id).Scan(&l.Held); err != nil {
+			return l, fmt.Errorf("count held claims: %w", err)
+		}
+		return l, nil
+	}, fn)
+}
+
+var heldClaimsSQL = dialect.HeldClaimsSQL()
+
+// update is UpdateSession and ClaimSession: load, when set, reads the
+// outpost's load in the transaction before fn runs.
+func (s *Store) update(ctx context.Context, id string, load func(*sql.Tx, store.QueueEntry) (store.OutpostLoad, error),
+	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	var m store.Mutation
 	var fnErr error
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -105,7 +143,13 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 		if err != nil {
 			return err
 		}
-		if m, fnErr = fn(sess, e); fnErr != nil {
+		var l store.OutpostLoad
+		if load != nil {
+			if l, err = load(tx, e); err != nil {
+				return err
+			}
+		}
+		if m, fnErr = fn(sess, e, l); fnErr != nil {
 			return fnErr
 		}
 		return applyMutation(ctx, tx, id, &m)

@@ -164,10 +164,41 @@ func (d Dialect) ListQueue(f store.QueueFilter) ListQuery {
 		page.And(d.NotDeleted)
 	}
 	cond, pargs := page.SQL()
-	q.Page = `SELECT ` + EntryCols + ` FROM queue WHERE ` + cond + ` ORDER BY rev` + limit(f.Limit)
+	order := ` ORDER BY rev`
+	if f.ByPriority {
+		order = ` ORDER BY ` + ClaimOrder
+	}
+	q.Page = `SELECT ` + EntryCols + ` FROM queue WHERE ` + cond + order + limit(f.Limit)
 	q.PageArgs = pargs
 	return q
 }
+
+// ClaimOrder is the order in which an outpost's pending entries are
+// claimed: higher priority first, FIFO within one. The index
+// queue_outpost_priority is on it.
+const ClaimOrder = `priority DESC, created_at, session_id`
+
+// HeldClaimsSQL counts the entries of outpost $1 other than session $4
+// whose claim ($2) is held at $3, through the index
+// queue_outpost_priority.
+func (d Dialect) HeldClaimsSQL() string {
+	return `SELECT COUNT(*) FROM queue WHERE outpost_id = $1 AND phase = $2 AND ` + d.NotDeleted + `
+		AND ` + d.Expiry() + ` > $3 AND session_id <> $4`
+}
+
+// OutpostLimitsSQL reads max_running of the outpost of session $1's queue
+// entry; it answers no row when the entry or its outpost is gone.
+const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
+
+// SetOutpostLimitsSQL writes max_running $2 and max_attempts $3 of
+// outpost $1.
+const SetOutpostLimitsSQL = `UPDATE outposts SET max_running = $2, max_attempts = $3 WHERE id = $1`
+
+// SessionCountsSQL counts the sessions of outpost $1 whose status is $2 and
+// those whose status is $3, through the index sessions_outpost_status.
+const SessionCountsSQL = `SELECT
+		(SELECT COUNT(*) FROM sessions WHERE outpost_id = $1 AND status = $2),
+		(SELECT COUNT(*) FROM sessions WHERE outpost_id = $1 AND status = $3)`
 
 // limit is the LIMIT clause of n rows; none when n is 0 or less.
 func limit(n int) string {

@@ -140,28 +140,43 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 
 // EntryCols are the columns of a queue entry, which ScanEntry reads.
 const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
-	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha`
+	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha,
+	priority, attempts, max_attempts, attempt_reasons_json`
 
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline, live nullInt64
-	var created, updated int64
+	var created, updated, priority, attempts, maxAttempts int64
+	var reasons nullString
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
-		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA); err != nil {
+		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA,
+		&priority, &attempts, &maxAttempts, &reasons); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = deadline.time(), FromMS(created), FromMS(updated)
 	e.LiveUntil = live.time()
+	e.Priority, e.Attempts, e.MaxAttempts = int(priority), int(attempts), int(maxAttempts)
+	if reasons.valid {
+		if err := json.Unmarshal([]byte(reasons.v), &e.AttemptReasons); err != nil {
+			return store.QueueEntry{}, fmt.Errorf("queue entry %s attempt reasons: %w", e.SessionID, err)
+		}
+	}
 	return e, nil
 }
 
 // EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
-// their order ($1–$9, then $10–$14 for deleted … remote_binary_sha). The
-// rev is the store's to place.
+// their order ($1–$9, then $10–$18 for deleted … attempt_reasons_json).
+// The rev is the store's to place.
 func EntryArgs(e *store.QueueEntry) []any {
+	var reasons any // NULL while there are none
+	if len(e.AttemptReasons) > 0 {
+		b, _ := json.Marshal(e.AttemptReasons) // a []string always encodes
+		reasons = string(b)
+	}
 	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
-		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA}
+		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA,
+		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons}
 }
 
 // EntryConflictSQL is the ON CONFLICT clause of an upsert of a queue entry:
@@ -173,7 +188,8 @@ func (d Dialect) EntryConflictSQL() string {
 		platform = excluded.platform, phase = excluded.phase, acceptor_id = excluded.acceptor_id,
 		claim_deadline = excluded.claim_deadline, epoch = excluded.epoch, session_status = excluded.session_status,
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
-		updated_at = excluded.updated_at,
+		updated_at = excluded.updated_at, priority = excluded.priority, attempts = excluded.attempts,
+		max_attempts = excluded.max_attempts, attempt_reasons_json = excluded.attempt_reasons_json,
 		live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END`

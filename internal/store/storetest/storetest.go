@@ -50,7 +50,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Calls", testCalls},
 		{"ConnectTokens", testConnectTokens},
 		{"Tokens", testTokens},
+		{"OutpostLimits", testOutpostLimits},
+		{"QueuePriority", testQueuePriority},
+		{"ClaimLoad", testClaimLoad},
+		{"OutpostCounts", testOutpostCounts},
 		{"ConcurrentClaim", testConcurrentClaim},
+		{"ConcurrentCapacity", testConcurrentCapacity},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentAppendEvents", testConcurrentAppendEvents},
 	}
