@@ -173,6 +173,11 @@ type Limits struct {
 	MaxTokens int64 `json:"max_tokens,omitempty"`
 	// IdleS ends a session that waits for the user this long; 0 means 3600.
 	IdleS int64 `json:"idle_s,omitempty"`
+	// SuspendAfterIdleS suspends an llm session that has waited for its
+	// user this long (its workspace snapshot kept, its machine released);
+	// the user's next message resumes it. 0 never suspends it. Set it below
+	// IdleS, which still ends the session.
+	SuspendAfterIdleS int64 `json:"suspend_after_idle_s,omitempty"`
 }
 
 // Usage counts a session's model use.
