@@ -12,7 +12,7 @@ import (
 
 // suspendTimeout bounds the wait for a suspend: the server's own bound on
 // the remote's snapshot.
-const suspendTimeout = time.Hour
+const suspendTimeout = 20 * time.Minute
 
 // SessionsSuspendOptions are the settings of `outpost sessions suspend`.
 type SessionsSuspendOptions struct {

@@ -30,7 +30,7 @@ const (
 	// before a suspend gives up.
 	suspendCallWait = 10 * time.Minute
 	// suspendWait bounds the remote's snapshot and upload.
-	suspendWait = time.Hour
+	suspendWait = 15 * time.Minute
 )
 
 // suspendOp is one suspend in progress.
@@ -67,8 +67,33 @@ func (op *suspendOp) uploaded() *snapshotUpload {
 // suspendOps tracks the suspends in progress, one per session at most. The
 // zero value is ready.
 type suspendOps struct {
-	mu  sync.Mutex // guards ops
+	mu  sync.Mutex // guards ops and failed
 	ops map[string]*suspendOp
+	// failed holds, by session, the UpdatedAt of a session whose automatic
+	// suspend failed: it is not tried again until the session changes.
+	failed map[string]time.Time
+}
+
+// autoFailed reports whether an automatic suspend of the session failed
+// while it was as updated at.
+func (o *suspendOps) autoFailed(sessionID string, updated time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.failed[sessionID]
+	if ok && !at.Equal(updated) {
+		delete(o.failed, sessionID)
+		return false
+	}
+	return ok
+}
+
+func (o *suspendOps) markAutoFailed(sessionID string, updated time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failed == nil {
+		o.failed = map[string]time.Time{}
+	}
+	o.failed[sessionID] = updated
 }
 
 // start registers a suspend of the session by the claim of epoch, or
@@ -422,13 +447,19 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 	now := s.now()
 	for _, id := range ids {
 		sess, err := s.store.GetSession(ctx, id)
-		if err != nil || !idleForSuspend(sess, now) || s.suspends.get(id) != nil {
+		if err != nil || !idleForSuspend(sess, now) || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
 			continue
+		}
+		if c := s.hub.get(id); c == nil || c.version < api.SnapshotsSince {
+			continue // nothing to suspend through now; an older remote never
 		}
 		wg.Go(func() {
 			why := fmt.Sprintf("Suspended after waiting %s for the user (limits.suspend_after_idle_s); a message resumes it.",
 				time.Duration(sess.Spec.Limits.SuspendAfterIdleS)*time.Second)
 			if err := s.suspend(ctx, id, why); err != nil && ctx.Err() == nil {
+				// Not again until the session changes: each try is on the
+				// transcript.
+				s.suspends.markAutoFailed(id, sess.UpdatedAt)
 				s.log.Warn("automatic suspend", "session", id, "err", err)
 			}
 		})

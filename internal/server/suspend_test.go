@@ -380,3 +380,54 @@ func TestSuspendTooLarge(t *testing.T) {
 		t.Fatalf("ended %+v", end.Status)
 	}
 }
+
+// TestAutoSuspendAndResumeOnMessage: an interactive llm session waiting for
+// its user past limits.suspend_after_idle_s is suspended through the same
+// path, and the user's message resumes it; the model's next turn comes on
+// the new machine.
+func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
+	t.Parallel()
+	model := &fakeModel{answers: []string{"What next?", "Done with the changelog."}}
+	ts := startServer(t, Options{LLM: model, SweepInterval: 20 * time.Millisecond})
+	ts.outpost("idle")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"idle","prompt":"Do the task.","agent":{"kind":"llm","interactive":true},
+		"limits":{"suspend_after_idle_s":1}}`, &s)
+	id := s.Metadata.SessionID
+	claim := ts.claimFor(id, "m1")
+	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	r.untilSuspend()
+	archive := []byte("an idle workspace")
+	if code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, archive); code != 201 {
+		t.Fatalf("PUT snapshot: %d %s", code, raw)
+	}
+	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
+	r.expect(api.FrameEnd)
+	waitFor(t, "the session to be suspended", func() bool {
+		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+		return s.Status.Status == api.StatusSuspended
+	})
+	if !strings.Contains(s.Status.Reason, "suspend_after_idle_s") {
+		t.Errorf("reason %q does not say why", s.Status.Reason)
+	}
+	r.close()
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m1"}, nil)
+
+	ts.mustDo(202, "POST", "/v1/sessions/"+id+"/messages", ts.admin, api.MessageRequest{Text: "Also the changelog."}, nil)
+	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+	if s.Status.Status != api.StatusResuming {
+		t.Fatalf("after the message: %+v", s.Status)
+	}
+	if e := entry(t, ts, id); e.Status.Phase != api.PhasePending || e.Status.SessionStatus != api.QueueSessionPending || e.Spec.Kind != api.KindResume {
+		t.Fatalf("entry after the message: %+v %+v", e.Spec, e.Status)
+	}
+	claim2 := ts.claimFor(id, "m2")
+	r2, _ := dialGateway(t, ts.srv.gatewayURL, id, claim2.Status.ConnectToken)
+	r2.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	if w := r2.expect(api.FrameWelcome); w.Snapshot == nil || w.Snapshot.SHA256 != sha(archive) {
+		t.Fatalf("welcome snapshot %+v", w.Snapshot)
+	}
+	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) == 2 })
+}
