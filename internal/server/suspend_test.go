@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,4 +431,75 @@ func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
 		t.Fatalf("welcome snapshot %+v", w.Snapshot)
 	}
 	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) == 2 })
+}
+
+// suspendLive creates a script session of two steps on outpost, serves it
+// with a fake remote of acceptor m1 and suspends it after call 1, with
+// archive as its snapshot. The remote is closed afterwards; the claim is
+// not released.
+func suspendLive(t *testing.T, ts *testServer, outpost string, archive []byte) string {
+	t.Helper()
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"`+outpost+`","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
+	id := s.Metadata.SessionID
+	claim := ts.claimFor(id, "m1")
+	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	r.expect(api.FrameCall)
+	done := ts.suspendAsync(id)
+	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
+	r.untilSuspend()
+	if code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, archive); code != 201 {
+		t.Fatalf("PUT snapshot: %d %s", code, raw)
+	}
+	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
+	if code := <-done; code != 200 {
+		t.Fatalf("suspend: status %d", code)
+	}
+	r.close()
+	return id
+}
+
+// TestSnapshotTTL: a session suspended longer than the snapshot TTL ends
+// (exit, inactivity, saying why) and its snapshot goes; its claim, never
+// released, lapses meanwhile without making it claimable.
+func TestSnapshotTTL(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ts := startServer(t, Options{Now: now, SnapshotTTL: time.Hour, SweepInterval: 20 * time.Millisecond})
+	ts.outpost("ttl")
+	id := suspendLive(t, ts, "ttl", []byte("kept for an hour"))
+
+	// Once the connection is gone (its grace recorded), step past the
+	// reconnect grace and the claim deadline: the claim lapses.
+	waitFor(t, "the connection to go", func() bool { return ts.srv.hub.get(id) == nil })
+	offset.Store(int64(10 * time.Minute))
+	waitFor(t, "the claim to lapse", func() bool {
+		e := entry(t, ts, id)
+		return e.Status.Phase == api.PhasePending
+	})
+	if e := entry(t, ts, id); e.Status.SessionStatus != api.QueueSessionSuspended {
+		t.Fatalf("a lapsed suspended claim became claimable: %+v", e.Status)
+	}
+	var s api.Session
+	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+	if s.Status.Status != api.StatusSuspended {
+		t.Fatalf("the lapse changed the suspended session: %+v", s.Status)
+	}
+	if _, err := ts.srv.store.GetSnapshot(context.Background(), id); err != nil {
+		t.Fatalf("snapshot gone before its TTL: %v", err)
+	}
+
+	offset.Store(int64(2 * time.Hour))
+	end := waitEnded(t, ts, id)
+	if end.Status.Status != api.StatusExit || end.Status.StatusDetail != api.DetailInactivity || !strings.Contains(end.Status.Reason, "longer than the server keeps snapshots") {
+		t.Fatalf("ended %+v", end.Status)
+	}
+	waitFor(t, "the snapshot to be deleted", func() bool {
+		_, err := ts.srv.store.GetSnapshot(context.Background(), id)
+		return errors.Is(err, store.ErrNotFound)
+	})
 }
