@@ -158,3 +158,42 @@ func TestSuspendResumeOrchestrated(t *testing.T) {
 		t.Errorf("%d machines started, want 2 (one before the suspend, one after the resume)", starts)
 	}
 }
+
+// TestSuspendOverLimit: a snapshot over the server's limit fails the
+// suspend with a clear error, on the CLI and the transcript, and the
+// session goes on running on its machine.
+func TestSuspendOverLimit(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, "--max-snapshot-bytes", "20000")
+	token := setupOutpost(t, c, "suspend-big")
+	startWorker(t, c, "suspend-big", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-big", Title: "too big to suspend",
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "head -c 200000 /dev/urandom > noise.bin")
+
+	msg := runFail(t, c.env(c.admin), "sessions", "suspend", id)
+	if !strings.Contains(msg, "larger than this server's limit") {
+		t.Errorf("sessions suspend over the limit said %q", msg)
+	}
+	if s := c.session(id); s.Status.Status != api.StatusRunning {
+		t.Fatalf("after a failed suspend: %+v", s.Status)
+	}
+	var failed *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventSnapshot && evs[i].OK != nil && !*evs[i].OK {
+			failed = &evs[i]
+		}
+	}
+	if failed == nil || !strings.Contains(failed.Error, "limit") {
+		t.Errorf("failed snapshot event %+v", failed)
+	}
+	if out := externalExec(t, c, id, "ls -l noise.bin && echo still-here"); !strings.Contains(out, "still-here") {
+		t.Errorf("after the failed suspend: %q", out)
+	}
+	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
+		t.Fatalf("end_session: %d", code)
+	}
+	c.waitFinal(id, 30*time.Second)
+}
