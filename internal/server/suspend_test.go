@@ -430,7 +430,7 @@ func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
 	if w := r2.expect(api.FrameWelcome); w.Snapshot == nil || w.Snapshot.SHA256 != sha(archive) {
 		t.Fatalf("welcome snapshot %+v", w.Snapshot)
 	}
-	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) == 2 })
+	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) >= 2 })
 }
 
 // suspendLive creates a script session of two steps on outpost, serves it
