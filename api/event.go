@@ -26,6 +26,12 @@ const (
 	// cloned its repositories again: Reason says it in plain words, OK is
 	// false when a repository could not be restored.
 	EventRestore = "restore"
+	// EventSnapshot records a suspend's snapshot of the workspace: Value
+	// holds the SnapshotInfo (size, checksum, files, duration), Reason says
+	// where it is kept, OK is false (and Error says why) when the snapshot
+	// failed and the session went on running. A restore of it is an
+	// EventRestore whose Value holds the remote's SnapshotRestored.
+	EventSnapshot = "snapshot"
 )
 
 // Message roles on EventMessage events.

@@ -187,6 +187,11 @@ type Limits struct {
 	// before it ends in error, over its outpost's max_attempts; 0 means
 	// the outpost's. At most MaxAttemptsLimit.
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// SuspendAfterIdleS suspends an llm session that has waited for its
+	// user this long (its workspace snapshot kept, its machine released);
+	// the user's next message resumes it. 0 never suspends it. Set it below
+	// IdleS, which still ends the session.
+	SuspendAfterIdleS int64 `json:"suspend_after_idle_s,omitempty"`
 }
 
 // Usage counts a session's model use.

@@ -74,6 +74,26 @@ func (s *SessionsService) Terminate(ctx context.Context, id, reason string) (*ap
 	return &out, nil
 }
 
+// Suspend suspends a running session: its machine snapshots its workspace
+// and is released; the call returns once the session is suspended.
+func (s *SessionsService) Suspend(ctx context.Context, id string) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/suspend", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Resume puts a suspended session back in its queue; the next machine
+// restores its workspace.
+func (s *SessionsService) Resume(ctx context.Context, id string) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/resume", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Send delivers a user message to an llm session, which reads it at its
 // next turn, and returns the transcript event recording it.
 func (s *SessionsService) Send(ctx context.Context, id, text string) (*api.Event, error) {

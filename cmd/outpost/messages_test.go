@@ -331,3 +331,21 @@ func TestMachineText(t *testing.T) {
 		t.Errorf("bare machine: %q", got)
 	}
 }
+
+// TestSuspendResumeRefused: suspend and resume of a session that is not in
+// the state they need fail (exit 2) with the server's sentence.
+func TestSuspendResumeRefused(t *testing.T) {
+	t.Parallel()
+	ts := startTestServer(t)
+	ts.outpost(t, "dev")
+	id := ts.session(t, "dev", api.AgentScript)
+	for _, tc := range []struct{ cmd, want string }{
+		{"suspend", "only a running session can be suspended"},
+		{"resume", "only a suspended session can be resumed"},
+	} {
+		tf := newTestFactory(t, nil)
+		if code := tf.run(t, "--server", ts.url, "--token", ts.admin, "sessions", tc.cmd, id); code != exitError || !strings.Contains(tf.errOut.String(), tc.want) {
+			t.Errorf("sessions %s of a new session: exit %d, stderr %q; want a failure saying %q", tc.cmd, code, tf.errOut, tc.want)
+		}
+	}
+}

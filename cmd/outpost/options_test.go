@@ -100,6 +100,14 @@ func TestSessionsOptions(t *testing.T) {
 	if tm, _ := mustParse(t, nil, NewCmdSessionsTerminate, "ses_1", "--reason", "wrong branch"); tm.ID != "ses_1" || tm.Reason != "wrong branch" {
 		t.Errorf("terminate: %+v", tm)
 	}
+	if s, _ := mustParse(t, nil, NewCmdSessionsSuspend, "ses_1"); s.ID != "ses_1" {
+		t.Errorf("suspend: %+v", s)
+	}
+	mustRefuse(t, nil, NewCmdSessionsSuspend)
+	if r, _ := mustParse(t, nil, NewCmdSessionsResume, "ses_1"); r.ID != "ses_1" {
+		t.Errorf("resume: %+v", r)
+	}
+	mustRefuse(t, nil, NewCmdSessionsResume, "ses_1", "ses_2")
 	if s, _ := mustParse(t, nil, NewCmdSessionsSend, "ses_1", "hello there"); s.ID != "ses_1" || s.Text != "hello there" {
 		t.Errorf("send: %+v", s)
 	}

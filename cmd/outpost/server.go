@@ -44,6 +44,10 @@ type ServerOptions struct {
 	// ArtifactRetention is how long artifacts of ended sessions are kept;
 	// 0 keeps them forever.
 	ArtifactRetention time.Duration
+	// SnapshotTTL is how long a suspended session's snapshot is kept.
+	SnapshotTTL time.Duration
+	// MaxSnapshotBytes is the largest workspace snapshot the server stores.
+	MaxSnapshotBytes int64
 	// Database is a PostgreSQL URL; "" means the embedded SQLite
 	// database in the data dir.
 	Database string
@@ -156,6 +160,8 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
+	fl.DurationVar(&opts.SnapshotTTL, "snapshot-ttl", server.DefaultSnapshotTTL, "how long a suspended session waits for its resume; past it the session ends and its workspace snapshot is deleted")
+	fl.Int64Var(&opts.MaxSnapshotBytes, "max-snapshot-bytes", server.DefaultMaxSnapshotBytes, "the largest workspace snapshot stored on suspend; a larger one fails the suspend and the session goes on running")
 	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when "+envSecretKey.Name+" is not set (env "+envSecretKeyFile.Name+"; default <data-dir>/secret-key, created on first start)")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
@@ -258,6 +264,9 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ArtifactRetention < 0 {
 		return usageErrorf("--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever")
+	}
+	if o.SnapshotTTL <= 0 || o.MaxSnapshotBytes <= 0 {
+		return usageErrorf("--snapshot-ttl and --max-snapshot-bytes must be positive")
 	}
 	if err := o.resolveEdge(fl, f); err != nil {
 		return err
@@ -378,6 +387,8 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 
 		ArtifactRetention: o.ArtifactRetention,
 		DistDir:           o.DistDir,
+		SnapshotTTL:       o.SnapshotTTL,
+		MaxSnapshotBytes:  o.MaxSnapshotBytes,
 
 		TLSCertFile:             o.TLSCert,
 		TLSKeyFile:              o.TLSKey,

@@ -123,7 +123,7 @@ func releaseReason(out Outcome, err error) string {
 // keep re-claims the session at about a third of the time left before its
 // claim deadline, until ctx ends (true) or the server says the claim is no
 // longer the consumer's (false). Failed renewals are retried at the same
-// cadence. A renewal that shows the session terminated ends it.
+// cadence. A renewal that shows the session terminated or suspended ends it.
 func (c *Consumer) keep(ctx context.Context, s *Session, log *slog.Logger) bool {
 	deadline := claimDeadline(&s.Claim)
 	for {
@@ -144,7 +144,9 @@ func (c *Consumer) keep(ctx context.Context, s *Session, log *slog.Logger) bool 
 		}
 		deadline = claimDeadline(e)
 		log.Debug("claim renewed", "claim_deadline", deadline.Format(time.TimeOnly), "session_status", e.Status.SessionStatus)
-		if e.Status.SessionStatus == api.QueueSessionTerminated {
+		// Suspended is over for this machine too; its remote exits on the
+		// server's end frame, and this is the backstop if it does not.
+		if e.Status.SessionStatus == api.QueueSessionTerminated || e.Status.SessionStatus == api.QueueSessionSuspended {
 			s.end()
 		}
 	}

@@ -11,8 +11,18 @@ import (
 // agentConn makes a remote's gateway connection an agent.Conn.
 type agentConn struct{ c *remoteConn }
 
+// Call waits while the session is being suspended (see callGate), so that
+// no call starts under a snapshot; once the suspend is done the connection
+// ends, and the runner sends the call again to the next remote.
 func (a agentConn) Call(ctx context.Context, seq int64, tool string, args json.RawMessage) error {
-	return a.c.send(ctx, api.Frame{Type: api.FrameCall, Seq: seq, Tool: tool, Args: args})
+	if err := a.c.gate.enter(ctx, a.c.done, seq); err != nil {
+		return err
+	}
+	err := a.c.send(ctx, api.Frame{Type: api.FrameCall, Seq: seq, Tool: tool, Args: args})
+	if err != nil {
+		a.c.gate.leave(seq)
+	}
+	return err
 }
 
 func (a agentConn) Ack(ctx context.Context, seq int64) error {

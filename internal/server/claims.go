@@ -208,6 +208,11 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 			return true
 		}
 	}
+	if sess.Status == api.StatusSuspended {
+		// It waits for its resume (suspend.go), not for a machine.
+		e.Kind, e.SessionStatus = api.KindResume, api.QueueSessionSuspended
+		return
+	}
 	if sess.StartedAt != nil {
 		e.Kind = api.KindResume
 		sess.Status, sess.StatusDetail = api.StatusResuming, api.DetailWaitingForMachine

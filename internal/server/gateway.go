@@ -108,6 +108,10 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			return // the remote reconnects
 		}
 	}
+	if c.snapshot, err = s.welcomeSnapshot(ctx, c, e); err != nil {
+		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
+		return // the remote reconnects
+	}
 	sess, err := s.onHello(ctx, c, hello, restore)
 	if errors.Is(err, errStaleClaim) {
 		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: errStaleClaim.Error()})
@@ -118,7 +122,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
 		return
 	}
-	if api.IsFinal(sess.Status) {
+	if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
 	} else {
 		full, err := s.store.GetSession(ctx, sess.ID) // with its env and secrets
@@ -126,7 +130,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("gateway welcome", "session", sess.ID, "err", err)
 			return
 		}
-		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore}); err != nil {
+		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.snapshot}); err != nil {
 			return
 		}
 	}
@@ -151,7 +155,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
 		return
 	}
-	if !api.IsFinal(sess.Status) {
+	if !api.IsFinal(sess.Status) && sess.Status != api.StatusSuspended {
 		s.ensureRunner(sess.ID)
 	}
 	s.readLoop(ctx, c)
@@ -208,8 +212,8 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 	var out store.Session
 	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		out = sess
-		if api.IsFinal(sess.Status) {
-			return store.Mutation{}, nil
+		if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
+			return store.Mutation{}, nil // the remote is told to end
 		}
 		// The claim may have lapsed or moved since the token was checked.
 		if !e.Held(now) || e.Epoch != c.epoch {
@@ -225,7 +229,7 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.acceptorID)})
 		if sess.Status == api.StatusResuming {
 			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
-				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, restoreNote(restore))})
+				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, resumeNote(restore, c.snapshot))})
 		}
 		if sess.Status != api.StatusRunning {
 			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
@@ -362,6 +366,7 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			}
 			switch f.Type {
 			case api.FrameResult:
+				c.gate.leave(f.Seq)
 				out.finish(ctx, f.Seq)
 				s.deliverResult(ctx, c, f)
 			case api.FrameArtifact:
@@ -370,6 +375,12 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			case api.FrameRestored:
 				out.flush(ctx)
 				s.recordRestore(ctx, c, f.Restored)
+				if f.SnapshotRestored != nil {
+					s.recordSnapshotRestore(ctx, c, *f.SnapshotRestored)
+				}
+			case api.FrameSuspended:
+				out.flush(ctx)
+				s.onSuspended(c, f)
 			default:
 				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
 			}

@@ -26,6 +26,11 @@ type remoteConn struct {
 	done      chan struct{} // closed when the connection is finished
 	closeOnce sync.Once
 	closing   sync.WaitGroup // the close handshake started by close
+	// gate holds calls back while the session is being suspended.
+	gate callGate
+	// snapshot is what the welcome asked the remote to restore; nil when
+	// nothing. Set before the welcome is sent.
+	snapshot *api.SnapshotInfo
 }
 
 // send writes one JSON frame in the remote's protocol version. A frame

@@ -104,6 +104,14 @@ type Options struct {
 	// ArtifactSweepInterval spaces the retention sweeps; 0 means 1h. The
 	// first runs after a minute, or after the interval when shorter.
 	ArtifactSweepInterval time.Duration
+	// MaxSnapshotBytes is the largest workspace snapshot the server
+	// stores; a larger one fails its suspend (413) and the session goes on
+	// running. 0 means DefaultMaxSnapshotBytes.
+	MaxSnapshotBytes int64
+	// SnapshotTTL is how long a suspended session waits for its resume:
+	// past it the session ends and its snapshot is deleted. 0 means
+	// DefaultSnapshotTTL.
+	SnapshotTTL time.Duration
 	// DistDir, when set, is a directory of remote builds in the /dist/
 	// layout (`make dist`), published with this executable's own build.
 	DistDir string
@@ -202,6 +210,11 @@ type Server struct {
 	// a store shared by several servers will need this in its transactions.
 	messageLocks [32]sync.Mutex
 
+	// blobs keeps workspace snapshots; suspends tracks the suspends in
+	// progress (suspend.go).
+	blobs    blobStore
+	suspends suspendOps
+
 	// artifactLocks serialize storing and deleting one session's
 	// artifacts (see artifactLock).
 	artifactLocks keyedLocks
@@ -277,6 +290,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.ArtifactSweepInterval <= 0 {
 		opts.ArtifactSweepInterval = time.Hour
 	}
+	if opts.MaxSnapshotBytes <= 0 {
+		opts.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if opts.SnapshotTTL <= 0 {
+		opts.SnapshotTTL = DefaultSnapshotTTL
+	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
@@ -334,6 +353,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		topics:       newTopics(),
 		certs:        certs,
 		dirLock:      lock,
+		blobs:        fileBlobs{filepath.Join(opts.DataDir, "snapshots")},
 	}
 	s.hub = newHub()
 	dh, err := newDistHandler(opts)
@@ -523,6 +543,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.retainArtifacts(s.runCtx)
 	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.sweepSuspends(s.runCtx)
+	}()
 	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
 	if s.metricsLn != nil {
 		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
@@ -621,6 +646,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts", s.authed(s.listArtifacts, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts/{name}", s.authed(s.getArtifact, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.suspendHandler, api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.resumeHandler, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))
 	mcpH := withJSONErrors(s.mcpHandler(), true)
@@ -639,6 +666,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
+	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.putSnapshot))
+	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.getSnapshot))
 	// Remote builds, public like any download of open-source binaries.
 	mux.Handle("GET "+distPrefix, http.StripPrefix(distPrefix, s.dist))
 

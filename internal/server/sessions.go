@@ -80,8 +80,8 @@ func validateSession(req *api.CreateSessionRequest) error {
 		if len(req.Agent.Steps) > 0 {
 			return errBadRequest("agent.steps belong to script sessions; an llm session has a prompt.")
 		}
-		if req.Agent.MaxSteps < 0 || req.Agent.MaxOutputTokens < 0 || req.Limits.MaxTokens < 0 || req.Limits.IdleS < 0 {
-			return errBadRequest("agent.max_steps, agent.max_output_tokens, limits.max_tokens and limits.idle_s must not be negative.")
+		if req.Agent.MaxSteps < 0 || req.Agent.MaxOutputTokens < 0 || req.Limits.MaxTokens < 0 || req.Limits.IdleS < 0 || req.Limits.SuspendAfterIdleS < 0 {
+			return errBadRequest("agent.max_steps, agent.max_output_tokens, limits.max_tokens, limits.idle_s and limits.suspend_after_idle_s must not be negative.")
 		}
 	case api.AgentExternal:
 		if len(req.Agent.Steps) > 0 {
@@ -360,7 +360,11 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		if api.IsFinal(cur.Status) {
 			return store.Mutation{}, errConflict("Session %s has ended (%s, %s); it takes no more messages.", sess.ID, cur.Status, cur.StatusDetail)
 		}
-		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: redact.NewSet(sess.Secrets).String(req.Text), Time: now.UnixMilli()}}}, nil
+		m := store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: redact.NewSet(sess.Secrets).String(req.Text), Time: now.UnixMilli()}}}
+		if cur.Status == api.StatusSuspended {
+			resumeSuspended(&cur, &e, now, &m, "Resumed by a message from the user.")
+		}
+		return m, nil
 	})
 	mu.Unlock()
 	if err != nil {

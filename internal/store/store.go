@@ -194,6 +194,24 @@ type ConnectToken struct {
 	CreatedAt time.Time
 }
 
+// Snapshot is the stored workspace snapshot of a session: where its archive
+// is kept in the server's blob store and what it holds. A session has at
+// most one; a later suspend replaces it.
+type Snapshot struct {
+	SessionID string
+	// BlobKey names the archive in the blob store.
+	BlobKey string
+	// Size and SHA256 are the archive's, as stored.
+	Size   int64
+	SHA256 string
+	// Files and Bytes are what the remote reported archiving.
+	Files int64
+	Bytes int64
+	// Epoch is the claim epoch whose remote uploaded it.
+	Epoch     int64
+	CreatedAt time.Time
+}
+
 // Mutation is what one UpdateSession transaction writes. Nil and empty
 // fields write nothing.
 type Mutation struct {
@@ -321,6 +339,19 @@ type Store interface {
 	// short transaction, and returns how many it marked. Unknown ids are
 	// skipped.
 	MarkArtifactsPruned(ctx context.Context, ids []string, at time.Time) (int, error)
+
+	// PutSnapshot stores s as its session's snapshot, replacing any, and
+	// returns the one it replaced (ErrNotFound when none).
+	PutSnapshot(ctx context.Context, s Snapshot) (Snapshot, error)
+	// GetSnapshot returns a session's snapshot; ErrNotFound when none.
+	GetSnapshot(ctx context.Context, sessionID string) (Snapshot, error)
+	// DeleteSnapshot removes a session's snapshot row if it is still the
+	// one under blobKey; absent rows are no error.
+	DeleteSnapshot(ctx context.Context, sessionID, blobKey string) error
+	// ListSnapshotsExpired returns up to limit snapshots (0: no cap) whose
+	// session is final, or that were created strictly before createdBefore,
+	// oldest first.
+	ListSnapshotsExpired(ctx context.Context, createdBefore time.Time, limit int) ([]Snapshot, error)
 
 	// AppendEvents appends events to a session's transcript in one
 	// transaction, assigning Seq (written back into the slice).

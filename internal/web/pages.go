@@ -379,6 +379,20 @@ func (h *Handler) terminate(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
+// suspend and resume post the session's suspend or resume; the session
+// page shows the outcome.
+func (h *Handler) suspend(w http.ResponseWriter, r *http.Request) { h.sessionAction(w, r, "suspend") }
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request)  { h.sessionAction(w, r, "resume") }
+
+func (h *Handler) sessionAction(w http.ResponseWriter, r *http.Request, action string) {
+	id := r.PathValue("session")
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/"+action, nil, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
 func (h *Handler) message(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("session")
 	text := r.PostFormValue("text")

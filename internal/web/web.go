@@ -110,6 +110,8 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/sessions/{session}/artifacts/{name}", h.authed(h.artifact))
 	m.HandleFunc("POST /ui/sessions/{session}/terminate", h.authed(h.terminate))
 	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
+	m.HandleFunc("POST /ui/sessions/{session}/suspend", h.authed(h.suspend))
+	m.HandleFunc("POST /ui/sessions/{session}/resume", h.authed(h.resume))
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))

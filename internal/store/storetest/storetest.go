@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},
+		{"Snapshots", testSnapshots},
 		{"RemoteBinarySHA", testRemoteBinarySHA},
 		{"Events", testEvents},
 		{"Calls", testCalls},

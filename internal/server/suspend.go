@@ -1,0 +1,410 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Suspend and resume. A running session is suspended through its remote:
+// the server stops sending calls (callGate), waits until none is in flight,
+// sends suspend; the remote archives its workspace, uploads it (putSnapshot)
+// and answers suspended. The server then stores the snapshot's metadata,
+// moves the session to suspended and its queue entry's session_status to
+// suspended in one transaction, and ends the connection; the remote exits 0
+// and its claimer releases the claim (requeue keeps a suspended session out
+// of the claimable queue). A resume puts the entry back as pending, kind
+// resume; the next remote gets the snapshot in its welcome and restores it
+// before any call. A failed suspend changes nothing but the transcript: the
+// session goes on running.
+
+const (
+	// suspendCallWait bounds the wait for a call in flight to finish
+	// before a suspend gives up.
+	suspendCallWait = 10 * time.Minute
+	// suspendWait bounds the remote's snapshot and upload.
+	suspendWait = 15 * time.Minute
+)
+
+// suspendOp is one suspend in progress.
+type suspendOp struct {
+	epoch int64
+	key   string // the blob key the upload goes to
+	// suspended receives the remote's suspended frame.
+	suspended chan api.Frame
+
+	mu     sync.Mutex // guards upload
+	upload *snapshotUpload
+}
+
+// snapshotUpload is what putSnapshot made of the remote's upload.
+type snapshotUpload struct {
+	size   int64
+	sha256 string
+	err    string // why it was refused; "" when stored
+	status int    // the HTTP status of the refusal
+}
+
+func (op *suspendOp) setUpload(u snapshotUpload) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.upload = &u
+}
+
+func (op *suspendOp) uploaded() *snapshotUpload {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.upload
+}
+
+// suspendOps tracks the suspends in progress, one per session at most. The
+// zero value is ready.
+type suspendOps struct {
+	mu  sync.Mutex // guards ops and failed
+	ops map[string]*suspendOp
+	// failed holds, by session, the UpdatedAt of a session whose automatic
+	// suspend failed: it is not tried again until the session changes.
+	failed map[string]time.Time
+}
+
+// autoFailed reports whether an automatic suspend of the session failed
+// while it was as updated at.
+func (o *suspendOps) autoFailed(sessionID string, updated time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.failed[sessionID]
+	if ok && !at.Equal(updated) {
+		delete(o.failed, sessionID)
+		return false
+	}
+	return ok
+}
+
+func (o *suspendOps) markAutoFailed(sessionID string, updated time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failed == nil {
+		o.failed = map[string]time.Time{}
+	}
+	o.failed[sessionID] = updated
+}
+
+// start registers a suspend of the session by the claim of epoch, or
+// returns nil when one is in progress.
+func (o *suspendOps) start(sessionID string, epoch int64, key string) *suspendOp {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ops[sessionID] != nil {
+		return nil
+	}
+	if o.ops == nil {
+		o.ops = map[string]*suspendOp{}
+	}
+	op := &suspendOp{epoch: epoch, key: key, suspended: make(chan api.Frame, 1)}
+	o.ops[sessionID] = op
+	return op
+}
+
+func (o *suspendOps) get(sessionID string) *suspendOp {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ops[sessionID]
+}
+
+func (o *suspendOps) finish(sessionID string, op *suspendOp) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ops[sessionID] == op {
+		delete(o.ops, sessionID)
+	}
+}
+
+// onSuspended hands a remote's suspended frame to the suspend waiting for
+// it.
+func (s *Server) onSuspended(c *remoteConn, f api.Frame) {
+	op := s.suspends.get(c.sessionID)
+	if op == nil || op.epoch != c.epoch {
+		s.log.Warn("suspended frame without a suspend in progress", "session", c.sessionID)
+		return
+	}
+	select {
+	case op.suspended <- f:
+	default:
+	}
+}
+
+// suspendHandler is POST /v1/sessions/{session}/suspend.
+func (s *Server) suspendHandler(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	// A suspend outlives a caller that hangs up: it stops halfway otherwise.
+	if err := s.suspend(context.WithoutCancel(ctx), sess.ID, "Suspended by a user."); err != nil {
+		return err
+	}
+	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPISession(sess))
+	return nil
+}
+
+// resumeHandler is POST /v1/sessions/{session}/resume.
+func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if cur.Status != api.StatusSuspended {
+			return store.Mutation{}, errConflict("Session %s is %s, not suspended: only a suspended session can be resumed.", sess.ID, cur.Status)
+		}
+		var m store.Mutation
+		resumeSuspended(&cur, &e, now, &m, "Resumed by a user.")
+		return m, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.committed(sess.ID, m)
+	writeJSON(w, http.StatusOK, toAPISession(*m.Session))
+	return nil
+}
+
+// resumeSuspended puts a suspended session back in its queue, kind resume:
+// the next machine restores its snapshot. An entry whose holder has not
+// released it yet stays out of the queue until it does (requeue then makes
+// it pending).
+func resumeSuspended(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string) {
+	sess.Status, sess.StatusDetail = api.StatusResuming, api.DetailWaitingForMachine
+	sess.Reason = why + " Waiting for a machine to restore its workspace."
+	sess.UpdatedAt = now
+	m.Session = sess
+	m.Events = append(m.Events, statusEvent(*sess, now))
+	if e.OutpostID == "" || e.Deleted {
+		return
+	}
+	e.Kind = api.KindResume
+	if e.Phase == api.PhasePending {
+		e.SessionStatus = queueSessionStatus(sess.Status)
+	}
+	e.UpdatedAt = now
+	m.Entry = e
+}
+
+// suspend suspends a running session through its remote; see the top of
+// this file. why opens the session's new reason. Every refusal is an
+// *httpError saying what to do.
+func (s *Server) suspend(ctx context.Context, id, why string) error {
+	sess, err := s.store.GetSession(ctx, id)
+	if err != nil {
+		return fmt.Errorf("get session %s: %w", id, err)
+	}
+	if sess.Status != api.StatusRunning {
+		return errConflict("Session %s is %s: only a running session can be suspended.", id, sess.Status)
+	}
+	c := s.hub.get(id)
+	if c == nil {
+		return errConflict("Session %s has no remote connected right now; suspend it once its remote is back.", id)
+	}
+	if c.version < api.SnapshotsSince {
+		return errConflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
+			id, c.version, api.SnapshotsSince)
+	}
+	op := s.suspends.start(id, c.epoch, fmt.Sprintf("%s-%d", id, c.epoch))
+	if op == nil {
+		return errConflict("Session %s is being suspended already.", id)
+	}
+	defer s.suspends.finish(id, op)
+	start := s.now()
+	info, err := s.takeSnapshot(ctx, c, op)
+	if err != nil {
+		c.gate.unpause()
+		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
+		s.recordSnapshotFailure(ctx, c, err)
+		return err
+	}
+	info.DurationMS = max(info.DurationMS, s.now().Sub(start).Milliseconds())
+	if err := s.commitSuspend(ctx, c, op, info, why); err != nil {
+		c.gate.unpause()
+		return err
+	}
+	s.hub.end(id, "The session is suspended; its workspace snapshot is kept by the server.")
+	return nil
+}
+
+// takeSnapshot pauses the session's calls, waits until none is in flight,
+// asks the remote for its snapshot and returns it once uploaded and
+// checked. The caller unpauses on error.
+func (s *Server) takeSnapshot(ctx context.Context, c *remoteConn, op *suspendOp) (api.SnapshotInfo, error) {
+	c.gate.pause()
+	wctx, cancel := context.WithTimeout(ctx, suspendCallWait)
+	defer cancel()
+	if err := c.gate.waitIdle(wctx, c.done); errors.Is(err, errConnEnded) {
+		return api.SnapshotInfo{}, errConflict("The remote of session %s disconnected before the suspend; try again once it is back.", c.sessionID)
+	} else if err != nil {
+		return api.SnapshotInfo{}, errConflict("A call of session %s is still running after %s; suspend it once the call has finished.", c.sessionID, suspendCallWait)
+	}
+	if err := c.send(ctx, api.Frame{Type: api.FrameSuspend}); err != nil {
+		return api.SnapshotInfo{}, errConflict("The suspend could not be sent to the remote of session %s: %v.", c.sessionID, err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, suspendWait)
+	defer cancel()
+	var f api.Frame
+	select {
+	case f = <-op.suspended:
+	case <-c.done:
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s disconnected while it took its snapshot; the session goes on running.", c.sessionID)}
+	case <-wctx.Done():
+		return api.SnapshotInfo{}, &httpError{http.StatusGatewayTimeout, api.CodeUnavailable, fmt.Sprintf("The remote of session %s took longer than %s to take its snapshot; the session goes on running.", c.sessionID, suspendWait)}
+	}
+	up := op.uploaded()
+	switch {
+	case up != nil && up.err != "":
+		code := api.CodeInternal
+		if up.status == http.StatusRequestEntityTooLarge {
+			code = api.CodeTooLarge
+		}
+		return api.SnapshotInfo{}, &httpError{up.status, code, up.err + " The session goes on running."}
+	case f.Snapshot == nil:
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered suspend without a snapshot; the session goes on running.", c.sessionID)}
+	case f.Snapshot.Error != "":
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, sentence(f.Snapshot.Error))}
+	case up == nil:
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered suspend before its snapshot was uploaded; the session goes on running.", c.sessionID)}
+	case f.Snapshot.SHA256 != "" && f.Snapshot.SHA256 != up.sha256, f.Snapshot.Size != 0 && f.Snapshot.Size != up.size:
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The snapshot the server received for session %s (%d bytes, sha256 %s) is not the one its remote sent (%d bytes, sha256 %s); the session goes on running.",
+			c.sessionID, up.size, up.sha256, f.Snapshot.Size, f.Snapshot.SHA256)}
+	}
+	info := *f.Snapshot
+	info.Size, info.SHA256, info.Error = up.size, up.sha256, ""
+	return info, nil
+}
+
+// commitSuspend stores the snapshot and moves the session to suspended in
+// one transaction of the session, then deletes the snapshot it replaced.
+func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp, info api.SnapshotInfo, why string) error {
+	now := s.now()
+	sn := store.Snapshot{SessionID: c.sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
+		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
+	prev, err := s.store.PutSnapshot(ctx, sn)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		_ = s.blobs.Delete(ctx, op.key)
+		return fmt.Errorf("store snapshot of %s: %w", c.sessionID, err)
+	}
+	value, _ := json.Marshal(info)
+	ok := true
+	where := fmt.Sprintf("Kept in the server's blob store as %s until the session resumes or ends (at most %s).", op.key, s.opts.SnapshotTTL)
+	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if sess.Status != api.StatusRunning || e.Epoch != op.epoch || e.Deleted {
+			return store.Mutation{}, errConflict("Session %s changed while it was being suspended (it is %s now); it was not suspended.", c.sessionID, sess.Status)
+		}
+		sess.Status, sess.StatusDetail = api.StatusSuspended, ""
+		sess.Reason = fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, byteSize(info.Size))
+		sess.UpdatedAt = now
+		e.SessionStatus = api.QueueSessionSuspended
+		e.Kind = api.KindResume
+		e.UpdatedAt = now
+		return store.Mutation{Session: &sess, Entry: &e, Events: []api.Event{
+			{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
+				Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
+					byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)},
+			statusEvent(sess, now),
+		}}, nil
+	})
+	if err != nil {
+		// The row is ours only if nothing replaced it meanwhile.
+		_ = s.store.DeleteSnapshot(context.WithoutCancel(ctx), c.sessionID, op.key)
+		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
+		return err
+	}
+	s.committed(c.sessionID, m)
+	if prev.BlobKey != "" && prev.BlobKey != op.key {
+		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
+			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
+		}
+	}
+	s.log.Info("session suspended", "session", c.sessionID, "snapshot_bytes", info.Size, "key", op.key)
+	return nil
+}
+
+// recordSnapshotFailure writes a failed suspend on the transcript.
+func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause error) {
+	msg := cause.Error()
+	var he *httpError
+	if errors.As(cause, &he) {
+		msg = he.message
+	}
+	ok := false
+	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Error: msg,
+		Reason: "The suspend failed: " + msg}}
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.sessionID, ev); err != nil {
+		s.log.Warn("record failed snapshot", "session", c.sessionID, "err", err)
+		return
+	}
+	s.topics.publish(c.sessionID, ev...)
+}
+
+// recordSnapshotRestore records a remote's report on restoring its
+// welcome's snapshot as a restore event.
+func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info api.SnapshotInfo) {
+	ok := info.Error == ""
+	value, _ := json.Marshal(info)
+	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",
+		c.acceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
+	if !ok {
+		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.acceptorID, sentence(info.Error))
+	}
+	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value, Error: info.Error, Reason: reason}}
+	if err := s.store.AppendEvents(ctx, c.sessionID, ev); err != nil {
+		s.log.Warn("record snapshot restore", "session", c.sessionID, "err", err)
+		return
+	}
+	s.topics.publish(c.sessionID, ev...)
+}
+
+// welcomeSnapshot returns the snapshot a resumed session's remote restores,
+// or nil.
+func (s *Server) welcomeSnapshot(ctx context.Context, c *remoteConn, e store.QueueEntry) (*api.SnapshotInfo, error) {
+	if e.Kind != api.KindResume || c.version < api.SnapshotsSince {
+		return nil, nil
+	}
+	// Only the first remote of a claim restores; a reconnect of it has
+	// the workspace already (the session is running by then).
+	sess, err := s.store.GetSession(ctx, c.sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("get session to restore: %w", err)
+	}
+	if sess.Status != api.StatusResuming {
+		return nil, nil
+	}
+	sn, err := s.store.GetSnapshot(ctx, c.sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get snapshot to restore: %w", err)
+	}
+	return &api.SnapshotInfo{Size: sn.Size, SHA256: sn.SHA256, Files: sn.Files, Bytes: sn.Bytes}, nil
+}
+
+// resumeNote is the part of a resume event's reason about what the new
+// machine gets back: the snapshot, when there is one, else the clones.
+func resumeNote(restore []api.GitCloneArgs, info *api.SnapshotInfo) string {
+	if info == nil {
+		return restoreNote(restore)
+	}
+	return fmt.Sprintf("Its workspace is restored there from its snapshot (%s, %d files) before the next call; processes and memory of the old machine are not.",
+		byteSize(info.Size), info.Files)
+}

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// The background side of suspend: automatic suspends of sessions idle past
+// limits.suspend_after_idle_s, and the deletion of snapshots that are no
+// longer needed (their session ended) or kept too long (the snapshot TTL).
+
+// snapshotSweepBatch is how many expired snapshots one sweep round handles.
+const snapshotSweepBatch = 100
+
+// sweepSuspends, every five sweep intervals (at most a minute) until ctx
+// ends, suspends llm sessions idle past limits.suspend_after_idle_s and
+// deletes the snapshots of sessions that ended, ending those suspended
+// longer than the snapshot TTL.
+func (s *Server) sweepSuspends(ctx context.Context) {
+	t := time.NewTicker(min(5*s.opts.SweepInterval, time.Minute))
+	defer t.Stop()
+	var wg sync.WaitGroup // the automatic suspends under way
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.autoSuspend(ctx, &wg)
+		if err := s.expireSnapshots(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("snapshot sweep", "err", err)
+		}
+	}
+}
+
+// autoSuspend starts, in wg, the suspend of every llm session that has
+// waited for its user past its limits.suspend_after_idle_s.
+func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
+	ids, err := s.store.ActiveSessions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("list active sessions", "err", err)
+		}
+		return
+	}
+	now := s.now()
+	for _, id := range ids {
+		sess, err := s.store.GetSession(ctx, id)
+		if err != nil || !idleForSuspend(sess, now) || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
+			continue
+		}
+		if c := s.hub.get(id); c == nil || c.version < api.SnapshotsSince {
+			continue // nothing to suspend through now; an older remote never
+		}
+		wg.Go(func() {
+			why := fmt.Sprintf("Suspended after waiting %s for the user (limits.suspend_after_idle_s); a message resumes it.",
+				time.Duration(sess.Spec.Limits.SuspendAfterIdleS)*time.Second)
+			if err := s.suspend(ctx, id, why); err != nil && ctx.Err() == nil {
+				// Not again until the session changes: each try is on the
+				// transcript.
+				s.suspends.markAutoFailed(id, sess.UpdatedAt)
+				s.log.Warn("automatic suspend", "session", id, "err", err)
+			}
+		})
+	}
+}
+
+// idleForSuspend reports whether sess is an llm session that has waited
+// for its user past its limits.suspend_after_idle_s at now.
+func idleForSuspend(sess store.Session, now time.Time) bool {
+	after := sess.Spec.Limits.SuspendAfterIdleS
+	return after > 0 && sess.Spec.Agent.Kind == api.AgentLLM && sess.Status == api.StatusRunning &&
+		sess.StatusDetail == api.DetailWaitingForUser && !now.Before(sess.UpdatedAt.Add(time.Duration(after)*time.Second))
+}
+
+// expireSnapshots deletes the snapshots of sessions that ended, and ends
+// sessions suspended longer than the snapshot TTL, deleting theirs.
+func (s *Server) expireSnapshots(ctx context.Context) error {
+	now := s.now()
+	list, err := s.store.ListSnapshotsExpired(ctx, now.Add(-s.opts.SnapshotTTL), snapshotSweepBatch)
+	if err != nil {
+		return fmt.Errorf("list expired snapshots: %w", err)
+	}
+	for _, sn := range list {
+		sess, err := s.store.GetSession(ctx, sn.SessionID)
+		if err != nil {
+			continue
+		}
+		if sess.Status == api.StatusSuspended {
+			reason := fmt.Sprintf("The session stayed suspended longer than the server keeps snapshots (%s); its snapshot was deleted.", s.opts.SnapshotTTL)
+			if err := s.endSession(ctx, sn.SessionID, api.StatusExit, api.DetailInactivity, reason); err != nil {
+				s.log.Warn("end expired suspended session", "session", sn.SessionID, "err", err)
+				continue
+			}
+		}
+		if s.suspends.get(sn.SessionID) != nil {
+			continue // a new snapshot is on its way; the next round sees it
+		}
+		if err := s.deleteSnapshot(ctx, sn); err != nil {
+			s.log.Warn("delete snapshot", "session", sn.SessionID, "err", err)
+		}
+	}
+	return nil
+}
+
+// deleteSnapshot deletes a snapshot's blob and then its row.
+func (s *Server) deleteSnapshot(ctx context.Context, sn store.Snapshot) error {
+	if err := s.blobs.Delete(ctx, sn.BlobKey); err != nil {
+		return fmt.Errorf("delete blob %s: %w", sn.BlobKey, err)
+	}
+	if err := s.store.DeleteSnapshot(ctx, sn.SessionID, sn.BlobKey); err != nil {
+		return err
+	}
+	s.log.Info("snapshot deleted", "session", sn.SessionID, "key", sn.BlobKey, "bytes", sn.Size)
+	return nil
+}

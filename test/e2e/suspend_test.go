@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/demo"
+)
+
+// suspendScenario is the issue's scenario up to the suspend: an external
+// session whose agent (plain HTTP) writes an uncommitted change and an
+// untracked file in its repository and a file outside it, then the CLI
+// suspends it. It returns the session.
+func suspendScenario(t *testing.T, c *cluster, outpost string) string {
+	t.Helper()
+	repo, err := demo.MakeRepo(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: outpost, Title: "suspend and resume",
+		Repos: []api.Repo{{URL: "file://" + repo, Name: "app"}},
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "echo changed-before-the-suspend >> repos/app/README.md && echo untracked > repos/app/new.txt && "+
+		"mkdir -p notes && echo outside-the-repo > notes/todo.txt")
+
+	out := run(t, c.env(c.admin), "sessions", "suspend", id)
+	if !strings.Contains(out, "suspended") {
+		t.Fatalf("sessions suspend printed %q", out)
+	}
+	s := c.session(id)
+	if s.Status.Status != api.StatusSuspended {
+		t.Fatalf("after suspend: %+v", s.Status)
+	}
+	var snap *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventSnapshot {
+			snap = &evs[i]
+		}
+	}
+	if snap == nil || snap.OK == nil || !*snap.OK {
+		t.Fatalf("snapshot event %+v", snap)
+	}
+	// The machine lets go: the entry is pending but stays out of the queue.
+	waitFor(t, 60*time.Second, "the claim to be released", func() bool {
+		var e api.QueueEntry
+		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending &&
+			e.Status.SessionStatus == api.QueueSessionSuspended
+	})
+	return id
+}
+
+// externalExec runs a command as the session's outside agent, over HTTP,
+// and returns its output.
+func externalExec(t *testing.T, c *cluster, id, command string) string {
+	t.Helper()
+	var res api.ToolResult
+	if code := c.api("POST", "/v1/sessions/"+id+"/tools/exec", c.admin, api.ExecArgs{Command: command}, &res); code != 200 || !res.OK {
+		t.Fatalf("exec %q: %d %+v", command, code, res)
+	}
+	return res.Output
+}
+
+// resumeAndCheck resumes the session through the CLI and checks, as its
+// outside agent, that every file came back in workspace (when set), with
+// the uncommitted change shown by git status; then ends it.
+func resumeAndCheck(t *testing.T, c *cluster, id, workspace string) {
+	t.Helper()
+	out := run(t, c.env(c.admin), "sessions", "resume", id)
+	if !strings.Contains(out, "resuming") {
+		t.Fatalf("sessions resume printed %q", out)
+	}
+	waitFor(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	got := externalExec(t, c, id, "cat repos/app/README.md repos/app/new.txt notes/todo.txt && git -C repos/app status --porcelain && pwd")
+	for _, want := range []string{"changed-before-the-suspend", "untracked", "outside-the-repo", " M README.md", "?? new.txt"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the resumed workspace lacks %q:\n%s", want, got)
+		}
+	}
+	if workspace != "" && !strings.Contains(got, workspace) {
+		t.Errorf("the session did not resume in the new workspace %s:\n%s", workspace, got)
+	}
+	var restore *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventRestore && len(evs[i].Value) > 0 && strings.Contains(evs[i].Reason, "snapshot") {
+			restore = &evs[i]
+		}
+	}
+	if restore == nil || restore.OK == nil || !*restore.OK {
+		t.Errorf("restore event %+v", restore)
+	}
+	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
+		t.Fatalf("end_session: %d", code)
+	}
+	if s := c.waitFinal(id, 30*time.Second); s.Status.Status != api.StatusExit {
+		t.Fatalf("ended %+v", s.Status)
+	}
+}
+
+// TestSuspendResumeOnAnotherWorker is the issue's scenario on long-lived
+// workers: suspended, the first worker stopped and its workspace deleted,
+// a second worker in a fresh directory resumes the session and every file
+// is back, the uncommitted change too.
+//
+// It needs the remote's side of protocol version 3 (suspend, the snapshot
+// upload and restore) in the binary.
+func TestSuspendResumeOnAnotherWorker(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "suspend")
+	first, firstDir := startWorker(t, c, "suspend", token)
+	id := suspendScenario(t, c, "suspend")
+
+	if err := first.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Logf("first worker: %v", err)
+	}
+	if err := os.RemoveAll(firstDir); err != nil {
+		t.Fatal(err)
+	}
+	_, second := startWorker(t, c, "suspend", token)
+	// A suspended session waits for its resume, whatever machines are free.
+	if s := c.session(id); s.Status.Status != api.StatusSuspended {
+		t.Fatalf("a worker took the suspended session: %+v", s.Status)
+	}
+	if _, err := os.Stat(filepath.Join(second, "repos")); err == nil {
+		t.Fatal("the new worker's workspace has repositories before the resume")
+	}
+	resumeAndCheck(t, c, id, second)
+}
+
+// TestSuspendResumeOrchestrated: through `outpost orchestrate --backend
+// process` the machine is torn down on suspend and the files come back on
+// a new one.
+func TestSuspendResumeOrchestrated(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "suspend-orch")
+	state := t.TempDir()
+	startOrchestrator(t, c, "suspend-orch", token, state, "--backend", "process", "--max-concurrent", "2")
+	id := suspendScenario(t, c, "suspend-orch")
+	assertMachineSteps(t, c, id, api.MachineStepCreate, api.MachineStepStart, api.MachineStepTeardown)
+	resumeAndCheck(t, c, id, "")
+	// Two machines: the first torn down on suspend, the second at the end.
+	starts := 0
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventMachine && ev.Step == api.MachineStepStart {
+			starts++
+		}
+	}
+	if starts != 2 {
+		t.Errorf("%d machines started, want 2 (one before the suspend, one after the resume)", starts)
+	}
+}
+
+// TestSuspendOverLimit: a snapshot over the server's limit fails the
+// suspend with a clear error, on the CLI and the transcript, and the
+// session goes on running on its machine.
+func TestSuspendOverLimit(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, "--max-snapshot-bytes", "20000")
+	token := setupOutpost(t, c, "suspend-big")
+	startWorker(t, c, "suspend-big", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-big", Title: "too big to suspend",
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "head -c 200000 /dev/urandom > noise.bin")
+
+	msg := runFail(t, c.env(c.admin), "sessions", "suspend", id)
+	if !strings.Contains(msg, "larger than this server's limit") {
+		t.Errorf("sessions suspend over the limit said %q", msg)
+	}
+	if s := c.session(id); s.Status.Status != api.StatusRunning {
+		t.Fatalf("after a failed suspend: %+v", s.Status)
+	}
+	var failed *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventSnapshot && evs[i].OK != nil && !*evs[i].OK {
+			failed = &evs[i]
+		}
+	}
+	if failed == nil || !strings.Contains(failed.Error, "limit") {
+		t.Errorf("failed snapshot event %+v", failed)
+	}
+	if out := externalExec(t, c, id, "ls -l noise.bin && echo still-here"); !strings.Contains(out, "still-here") {
+		t.Errorf("after the failed suspend: %q", out)
+	}
+	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
+		t.Fatalf("end_session: %d", code)
+	}
+	c.waitFinal(id, 30*time.Second)
+}
