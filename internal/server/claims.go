@@ -195,6 +195,12 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 		e.Deleted = true
 		return false
 	}
+	if sess.Status == api.StatusSuspended {
+		// It waits for its resume (suspend.go), not for a machine: its
+		// machine going away is what suspending meant, no failed attempt.
+		e.Kind, e.SessionStatus = api.KindResume, api.QueueSessionSuspended
+		return false
+	}
 	if failed {
 		e.Attempts++
 		e.AttemptReasons = append(e.AttemptReasons, why)
@@ -207,11 +213,6 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 				api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: sess.Status, StatusDetail: sess.StatusDetail, Reason: reason})
 			return true
 		}
-	}
-	if sess.Status == api.StatusSuspended {
-		// It waits for its resume (suspend.go), not for a machine.
-		e.Kind, e.SessionStatus = api.KindResume, api.QueueSessionSuspended
-		return
 	}
 	if sess.StartedAt != nil {
 		e.Kind = api.KindResume

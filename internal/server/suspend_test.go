@@ -179,10 +179,15 @@ func TestSuspendAndResume(t *testing.T) {
 	// Nobody else may claim it; its holder releases, and it stays out of
 	// the queue.
 	ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", ts.admin, api.ClaimRequest{AcceptorID: "m2"}, nil)
-	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m1"}, nil)
+	// With a reason, as a claimer whose machine went away says: suspending
+	// meant that, so it is no failed attempt.
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m1", Reason: "the machine was torn down"}, nil)
 	e = entry(t, ts, id)
 	if e.Status.Phase != api.PhasePending || e.Status.SessionStatus != api.QueueSessionSuspended || e.Spec.Kind != api.KindResume {
 		t.Fatalf("entry after release: %+v %+v", e.Spec, e.Status)
+	}
+	if e.Status.Attempts != 0 {
+		t.Fatalf("releasing the suspended session counted %d failed attempts, want 0", e.Status.Attempts)
 	}
 	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &got)
 	if got.Status.Status != api.StatusSuspended {
