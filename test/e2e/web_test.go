@@ -101,7 +101,20 @@ func screenshotDir(t *testing.T) string {
 
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	// A page that is being replaced (a form's answer, a reload on a live
+	// update) has no layout for a moment: "Cannot take screenshot with 0
+	// width". Wait for the new one, within a deadline.
+	var png []byte
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err == nil || !strings.Contains(err.Error(), "0 width") || time.Now().After(deadline) {
+			break
+		}
+		if _, werr := chromedp.Run(ctx, chromedp.Poll[bool](`document.readyState === "complete" && document.documentElement.clientWidth > 0`)); werr != nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
