@@ -87,6 +87,17 @@ func TestSuspendResumeDocker(t *testing.T) {
 	if code := c.api("GET", "/v1/queue/"+id, c.admin, nil, &e); code != 200 || e.Status.Attempts != 0 {
 		t.Errorf("queue entry after the suspend: %d %+v", code, e.Status)
 	}
+	var exit *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventMachine && evs[i].Step == api.MachineStepExit {
+			exit = &evs[i]
+			break
+		}
+	}
+	if exit == nil || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Errorf("the container's exit on suspend, on the transcript: %+v", exit)
+	}
 	if out := o.out.String(); !strings.Contains(out, "session_status=suspended") {
 		t.Errorf("the orchestrator did not see the session suspended:\n%s", out)
 	}
