@@ -419,6 +419,7 @@ type dockerMachine struct {
 	once   sync.Once
 	mu     sync.Mutex
 	exit   string
+	code   int // the container's exit code; -1 when unknown
 	cancel context.CancelFunc
 }
 
@@ -429,10 +430,23 @@ func (m *dockerMachine) Exit() string {
 	return m.exit
 }
 
-func (m *dockerMachine) finish(exit string) {
+// ExitCode reports the container's exit code, the remote's (it is the
+// container's main process), once the runtime has reported it: so that the
+// transcript's exit step carries it (0 after a suspend or an end) and the
+// orchestrator leaves a claim its remote was refused on (4) alone.
+func (m *dockerMachine) ExitCode() (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.code, m.code >= 0
+}
+
+func (m *dockerMachine) finish(exit string) { m.finishCode(exit, -1) }
+
+// finishCode closes Done, once, with the exit and its code (-1: unknown).
+func (m *dockerMachine) finishCode(exit string, code int) {
 	m.once.Do(func() {
 		m.mu.Lock()
-		m.exit = exit
+		m.exit, m.code = exit, code
 		m.mu.Unlock()
 		m.cancel()
 		close(m.done)
@@ -443,7 +457,7 @@ func (m *dockerMachine) finish(exit string) {
 // container stops running.
 func (b *DockerBackend) watch(name, id string) *dockerMachine {
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &dockerMachine{done: make(chan struct{}), cancel: cancel}
+	m := &dockerMachine{done: make(chan struct{}), code: -1, cancel: cancel}
 	b.mu.Lock()
 	if old := b.machines[name]; old != nil {
 		old.finish("replaced")
@@ -466,7 +480,7 @@ func (b *DockerBackend) waitExit(ctx context.Context, m *dockerMachine, id strin
 				m.finish(fmt.Sprintf("exit status %d (%s)", r.StatusCode, r.Error.Message))
 				return
 			}
-			m.finish(b.exitString(id, r.StatusCode))
+			m.finishCode(b.exitString(id, r.StatusCode), int(r.StatusCode))
 			return
 		case <-errc:
 			if ctx.Err() != nil {
@@ -480,7 +494,7 @@ func (b *DockerBackend) waitExit(ctx context.Context, m *dockerMachine, id strin
 				m.finish("container removed")
 				return
 			case ierr == nil && info.State != nil && !info.State.Running:
-				m.finish(b.exitString(id, int64(info.State.ExitCode)))
+				m.finishCode(b.exitString(id, int64(info.State.ExitCode)), info.State.ExitCode)
 				return
 			}
 		}

@@ -171,6 +171,9 @@ func TestDockerBackendExitCode(t *testing.T) {
 	if exit := m.Exit(); !strings.Contains(exit, "exit status 3") || !strings.Contains(exit, "boom") {
 		t.Fatalf("exit: %q", exit)
 	}
+	if code, ok := m.(ExitCoder).ExitCode(); !ok || code != 3 {
+		t.Fatalf("exit code: %d %v, want 3", code, ok)
+	}
 	// An exited container is not adopted; Teardown removes it.
 	if _, ok := b.Adopt(ctx, s); ok {
 		t.Fatal("adopted an exited container")

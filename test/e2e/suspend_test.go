@@ -22,10 +22,21 @@ func suspendScenario(t *testing.T, c *cluster, outpost string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return suspendScenarioFrom(t, c, outpost, "file://"+repo, nil)
+}
+
+// suspendScenarioFrom is suspendScenario with the session's repository
+// cloned from repoURL, for machines that cannot see the test's files;
+// running, when set, is called once the session runs.
+func suspendScenarioFrom(t *testing.T, c *cluster, outpost, repoURL string, running func(id string)) string {
+	t.Helper()
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: outpost, Title: "suspend and resume",
-		Repos: []api.Repo{{URL: "file://" + repo, Name: "app"}},
+		Repos: []api.Repo{{URL: repoURL, Name: "app"}},
 		Agent: api.Agent{Kind: api.AgentExternal}})
 	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	if running != nil {
+		running(id)
+	}
 	externalExec(t, c, id, "echo changed-before-the-suspend >> repos/app/README.md && echo untracked > repos/app/new.txt && "+
 		"mkdir -p notes && echo outside-the-repo > notes/todo.txt")
 
