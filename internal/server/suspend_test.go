@@ -338,9 +338,10 @@ func TestSuspendRefused(t *testing.T) {
 	})
 }
 
-// TestSuspendTooLarge: a snapshot over the limit is refused with 413, the
-// suspend fails with a clear error on the transcript, and the session goes
-// on running: the held call is sent.
+// TestSuspendTooLarge: a snapshot over the server's limit is refused with
+// 413 naming it, the suspend fails with a clear error on the transcript
+// and is counted as too_large, and the session goes on running: the held
+// call is sent.
 func TestSuspendTooLarge(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{MaxSnapshotBytes: 100})
@@ -365,8 +366,8 @@ func TestSuspendTooLarge(t *testing.T) {
 	r.send(api.Frame{Type: api.FrameResult, Seq: 2, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, bytes.Repeat([]byte("x"), 200))
-	if code != 413 || !strings.Contains(string(raw), "limit") {
-		t.Fatalf("PUT over the limit: %d %s", code, raw)
+	if code != 413 || !strings.Contains(string(raw), "this server's limit of 100 B") {
+		t.Fatalf("PUT over the limit: %d %s, want 413 naming the server's limit", code, raw)
 	}
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Error: "the server refused the upload (413)"}})
 	if code := <-done; code != 413 {
