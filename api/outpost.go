@@ -51,6 +51,11 @@ type OutpostSpec struct {
 	// limits.max_attempts. Shown as it applies (DefaultMaxAttempts when
 	// unset).
 	MaxAttempts int `json:"max_attempts"`
+	// MaxSnapshotBytes is the largest workspace snapshot the server stores
+	// for a session of the outpost; 0 means the server's limit (outpost
+	// server --max-snapshot-bytes), which also caps it. A suspend whose
+	// snapshot is larger fails and the session goes on running.
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes"`
 }
 
 // DefaultMaxAttempts is how many attempts a session gets when neither it
@@ -93,6 +98,9 @@ type CreateOutpostRequest struct {
 	// (0: no cap) and 0 to MaxAttemptsLimit (0: DefaultMaxAttempts).
 	MaxRunning  int `json:"max_running,omitempty"`
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// MaxSnapshotBytes is OutpostSpec's: 0 (the server's limit) up to the
+	// server's limit.
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -102,6 +110,9 @@ type UpdateOutpostRequest struct {
 	// MaxRunning and MaxAttempts are as in CreateOutpostRequest.
 	MaxRunning  *int `json:"max_running,omitempty"`
 	MaxAttempts *int `json:"max_attempts,omitempty"`
+	// MaxSnapshotBytes is as in CreateOutpostRequest; it applies to the
+	// next suspends.
+	MaxSnapshotBytes *int64 `json:"max_snapshot_bytes,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

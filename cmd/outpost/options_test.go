@@ -62,8 +62,13 @@ func TestOutpostsOptions(t *testing.T) {
 		t.Errorf("create --max-running 3 --max-attempts 5: %+v", r)
 	}
 	mustRefuse(t, nil, NewCmdOutpostsCreate, "gpu", "--max-running", "three")
+	c, _ = mustParse(t, nil, NewCmdOutpostsCreate, "ci", "--max-snapshot-bytes", "2147483648")
+	if r := c.Request; r.MaxSnapshotBytes != 2<<30 {
+		t.Errorf("create --max-snapshot-bytes 2147483648: %+v", r)
+	}
+	mustRefuse(t, nil, NewCmdOutpostsCreate, "ci", "--max-snapshot-bytes", "2GiB")
 	c, _ = mustParse(t, nil, NewCmdOutpostsCreate, "dev")
-	if r := c.Request; r.Name != "dev" || r.Platform != "" || r.Description != "" || r.MaxRunning != 0 || r.MaxAttempts != 0 {
+	if r := c.Request; r.Name != "dev" || r.Platform != "" || r.Description != "" || r.MaxRunning != 0 || r.MaxAttempts != 0 || r.MaxSnapshotBytes != 0 {
 		t.Errorf("create defaults: %+v", r)
 	}
 	mustRefuse(t, nil, NewCmdOutpostsCreate)

@@ -24,7 +24,8 @@ func NewCmdOutposts(f *Factory) *cobra.Command {
 	create := NewCmdOutpostsCreate(f, nil)
 	create.Example = `  outpost outposts create dev
   outpost outposts create mac-minis --platform macos --description "Office Mac minis"
-  outpost outposts create gpu --max-running 3 --max-attempts 5`
+  outpost outposts create gpu --max-running 3 --max-attempts 5
+  outpost outposts create ci --max-snapshot-bytes 2147483648`
 	del := NewCmdOutpostsDelete(f, nil)
 	del.Example = "  outpost outposts delete dev\n  outpost outposts delete dev --force"
 	cmd.AddCommand(NewCmdOutpostsList(f, nil), NewCmdOutpostsGet(f, nil), create, del)
@@ -118,7 +119,7 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 		"Name", o.Spec.Name, "ID", o.Metadata.OutpostID, "Platform", o.Spec.Platform,
 		"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
 		"Active claims", strconv.Itoa(o.Status.ActiveClaims), "Max running", maxRunningText(o.Spec.MaxRunning),
-		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts),
+		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts), "Max snapshot size", maxSnapshotText(o.Spec.MaxSnapshotBytes),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
 }
 
@@ -128,6 +129,15 @@ func maxRunningText(n int) string {
 		return "no cap"
 	}
 	return strconv.Itoa(n)
+}
+
+// maxSnapshotText shows an outpost's max_snapshot_bytes, 0 being the
+// server's limit.
+func maxSnapshotText(n int64) string {
+	if n == 0 {
+		return "the server's (outpost server --max-snapshot-bytes)"
+	}
+	return fmt.Sprintf("%s (%d bytes)", byteSize(n), n)
 }
 
 // OutpostsCreateOptions are the settings of `outpost outposts create` and
@@ -161,6 +171,7 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.StringVar(&opts.Request.RemoteBinarySHA, "remote-binary-sha", "", "remote build the outpost's sessions run unless they pin their own (a version id of the server's /dist/, e.g. 1a2b3c4d5e6f)")
 	fl.IntVar(&opts.Request.MaxRunning, "max-running", 0, "how many of its sessions may be claimed at once, whatever the number of machines (0: no cap)")
 	fl.IntVar(&opts.Request.MaxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
+	fl.Int64Var(&opts.Request.MaxSnapshotBytes, "max-snapshot-bytes", 0, "the largest workspace snapshot, in bytes, stored when one of its sessions is suspended, at most the server's --max-snapshot-bytes (0: the server's)")
 	return cmd
 }
 

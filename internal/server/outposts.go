@@ -174,12 +174,15 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := checkOutpostLimits(req.MaxRunning, req.MaxAttempts); err != nil {
 		return err
 	}
+	if err := s.checkSnapshotLimit(req.MaxSnapshotBytes); err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newID("outpost_"), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
-		MaxAttempts: req.MaxAttempts, CreatedAt: s.now()}
+		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -202,8 +205,18 @@ func checkOutpostLimits(maxRunning, maxAttempts int) error {
 	return nil
 }
 
-// updateOutpost changes an outpost's max_running and max_attempts
-// (PATCH /v1/outposts/{outpost}); fields left out keep their values.
+// checkSnapshotLimit validates max_snapshot_bytes: the server's limit caps
+// every outpost's.
+func (s *Server) checkSnapshotLimit(n int64) error {
+	if n < 0 || n > s.opts.MaxSnapshotBytes {
+		return errBadRequest("max_snapshot_bytes must be from 0 (this server's limit) to this server's limit of %d bytes (%s; outpost server --max-snapshot-bytes).",
+			s.opts.MaxSnapshotBytes, byteSize(s.opts.MaxSnapshotBytes))
+	}
+	return nil
+}
+
+// updateOutpost changes an outpost's max_running, max_attempts and
+// max_snapshot_bytes (PATCH /v1/outposts/{outpost}); fields left out keep their values.
 func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.UpdateOutpostRequest
@@ -225,16 +238,26 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxAttempts != nil {
 		o.MaxAttempts = *req.MaxAttempts
 	}
+	if req.MaxSnapshotBytes != nil {
+		o.MaxSnapshotBytes = *req.MaxSnapshotBytes
+		// Checked only when given: an outpost's limit stored under a
+		// larger server limit does not block changing its other fields.
+		if err := s.checkSnapshotLimit(o.MaxSnapshotBytes); err != nil {
+			return err
+		}
+	}
 	if err := checkOutpostLimits(o.MaxRunning, o.MaxAttempts); err != nil {
 		return err
 	}
-	if err := s.store.SetOutpostLimits(ctx, o.ID, store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts}); err != nil {
+	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes}
+	if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
 		}
 		return fmt.Errorf("update outpost %s: %w", o.ID, err)
 	}
-	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts)
+	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,
+		"max_snapshot_bytes", o.MaxSnapshotBytes)
 	ao, err := s.apiOutpost(ctx, o)
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +39,24 @@ type fleetMetrics struct {
 	// per outpost: whoever stores or deletes a snapshot adds its size
 	// (negative on delete) through addSnapshotBytes.
 	snapshotBytes *prometheus.GaugeVec
+	// suspends counts suspends that got as far as pausing the session's
+	// calls for its snapshot, by outpost and outcome: suspended, too_large (over
+	// the snapshot limit), failed (anything else; the session goes on
+	// running either way).
+	suspends *prometheus.CounterVec
+	// restores counts remotes' reports on restoring a resumed session's
+	// snapshot, by outpost and outcome: restored, failed.
+	restores *prometheus.CounterVec
 }
+
+// Outcomes of outpost_suspends_total and outpost_snapshot_restores_total.
+const (
+	suspendOK       = "suspended"
+	suspendTooLarge = "too_large"
+	suspendFailed   = "failed"
+	restoreOK       = "restored"
+	restoreFailed   = "failed"
+)
 
 func newFleetMetrics(reg registerer) fleetMetrics {
 	f := fleetMetrics{
@@ -49,8 +68,16 @@ func newFleetMetrics(reg registerer) fleetMetrics {
 			Name: "outpost_snapshot_bytes",
 			Help: "Bytes of workspace snapshots the server keeps, by outpost.",
 		}, []string{"outpost"}),
+		suspends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_suspends_total",
+			Help: "Suspends that paused a session's calls for its workspace snapshot, by outpost and outcome: suspended, too_large (over the snapshot limit), failed.",
+		}, []string{"outpost", "outcome"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_snapshot_restores_total",
+			Help: "Workspace snapshots restored by the remotes of resumed sessions, by outpost and outcome: restored, failed.",
+		}, []string{"outpost", "outcome"}),
 	}
-	reg.MustRegister(f.attempts, f.snapshotBytes)
+	reg.MustRegister(f.attempts, f.snapshotBytes, f.suspends, f.restores)
 	return f
 }
 
@@ -67,6 +94,46 @@ func (s *Server) countAttempt(ctx context.Context, m store.Mutation, how string)
 // store.
 func (s *Server) addSnapshotBytes(ctx context.Context, outpostID string, delta int64) {
 	s.metrics.fleet.snapshotBytes.WithLabelValues(s.outpostName(ctx, outpostID)).Add(float64(delta))
+}
+
+// snapshotDeleted takes a deleted snapshot's bytes off its outpost's
+// snapshot bytes.
+func (s *Server) snapshotDeleted(ctx context.Context, sn store.Snapshot) {
+	sess, err := s.store.GetSession(ctx, sn.SessionID)
+	if err != nil {
+		s.log.Warn("snapshot bytes metric", "session", sn.SessionID, "err", err)
+		return
+	}
+	s.addSnapshotBytes(ctx, sess.OutpostID, -sn.Size)
+}
+
+// countSuspend counts a suspend of a session of outpost outpostID that
+// asked its remote for a snapshot; err is how it ended.
+func (s *Server) countSuspend(ctx context.Context, outpostID string, err error) {
+	outcome := suspendOK
+	var he *httpError
+	switch {
+	case errors.As(err, &he) && he.status == http.StatusRequestEntityTooLarge:
+		outcome = suspendTooLarge
+	case err != nil:
+		outcome = suspendFailed
+	}
+	s.metrics.fleet.suspends.WithLabelValues(s.outpostName(ctx, outpostID), outcome).Inc()
+}
+
+// countRestore counts a remote's report on restoring session sessionID's
+// snapshot.
+func (s *Server) countRestore(ctx context.Context, sessionID string, ok bool) {
+	sess, err := s.store.GetSession(ctx, sessionID)
+	if err != nil {
+		s.log.Warn("snapshot restores metric", "session", sessionID, "err", err)
+		return
+	}
+	outcome := restoreOK
+	if !ok {
+		outcome = restoreFailed
+	}
+	s.metrics.fleet.restores.WithLabelValues(s.outpostName(ctx, sess.OutpostID), outcome).Inc()
 }
 
 // queueScrapeTimeout bounds the store reads of one scrape.

@@ -146,11 +146,43 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// snapshotLimit is the largest snapshot the server stores for a session of
-// the outpost.
-func (s *Server) snapshotLimit(outpostID string) int64 {
-	_ = outpostID // one limit for every outpost until outposts carry limits
-	return s.opts.MaxSnapshotBytes
+// snapshotCap is the largest snapshot the server stores for a session of
+// one outpost, and whose limit it is.
+type snapshotCap struct {
+	bytes int64
+	// outpost names the outpost whose max_snapshot_bytes it is; "" when
+	// it is the server's --max-snapshot-bytes.
+	outpost string
+}
+
+// tooLarge is the sentence refusing a snapshot of size (for people) over l.
+func (l snapshotCap) tooLarge(size string) string {
+	if l.outpost == "" {
+		return fmt.Sprintf("The snapshot (%s) is larger than this server's limit of %s per snapshot: make the workspace smaller (delete build output, caches) or raise the limit (outpost server --max-snapshot-bytes).",
+			size, byteSize(l.bytes))
+	}
+	return fmt.Sprintf("The snapshot (%s) is larger than outpost %s's limit of %s per snapshot (its max_snapshot_bytes): make the workspace smaller (delete build output, caches) or raise the outpost's limit (PATCH /v1/outposts/%s with max_snapshot_bytes; 0 for the server's).",
+		size, l.outpost, byteSize(l.bytes), l.outpost)
+}
+
+// snapshotLimit is the limit for the sessions of outpost outpostID: its
+// max_snapshot_bytes when set and below the server's, else the server's.
+func (s *Server) snapshotLimit(ctx context.Context, outpostID string) (snapshotCap, error) {
+	server := snapshotCap{bytes: s.opts.MaxSnapshotBytes}
+	if outpostID == "" {
+		return server, nil
+	}
+	o, err := s.store.GetOutpost(ctx, outpostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return server, nil
+	}
+	if err != nil {
+		return snapshotCap{}, fmt.Errorf("get outpost %s for its snapshot limit: %w", outpostID, err)
+	}
+	if o.MaxSnapshotBytes <= 0 || o.MaxSnapshotBytes >= server.bytes {
+		return server, nil
+	}
+	return snapshotCap{bytes: o.MaxSnapshotBytes, outpost: o.Name}, nil
 }
 
 // putSnapshot takes the archive of a session being suspended by the
@@ -165,10 +197,14 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if op == nil || op.epoch != ct.Epoch {
 		return errConflict("Session %s is not being suspended by this remote's claim: a snapshot is taken only when the server asks for one.", ct.SessionID)
 	}
-	limit := s.snapshotLimit(e.OutpostID)
+	lim, err := s.snapshotLimit(ctx, e.OutpostID)
+	if err != nil {
+		op.setUpload(snapshotUpload{err: "The server could not read the snapshot limit.", status: http.StatusInternalServerError})
+		return err
+	}
+	limit := lim.bytes
 	tooLarge := func(size string) error {
-		msg := fmt.Sprintf("The snapshot (%s) is larger than this server's limit of %s per snapshot: make the workspace smaller (delete build output, caches) or raise the limit (outpost server --max-snapshot-bytes).",
-			size, byteSize(limit))
+		msg := lim.tooLarge(size)
 		op.setUpload(snapshotUpload{err: msg, status: http.StatusRequestEntityTooLarge})
 		return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, msg}
 	}

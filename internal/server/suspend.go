@@ -233,10 +233,13 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 		c.gate.unpause()
 		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
 		s.recordSnapshotFailure(ctx, c, err)
+		s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
 		return err
 	}
 	info.DurationMS = max(info.DurationMS, s.now().Sub(start).Milliseconds())
-	if err := s.commitSuspend(ctx, c, op, info, why); err != nil {
+	err = s.commitSuspend(ctx, c, op, info, why)
+	s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
+	if err != nil {
 		c.gate.unpause()
 		return err
 	}
@@ -330,6 +333,7 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 		return err
 	}
 	s.committed(c.sessionID, m)
+	s.addSnapshotBytes(ctx, m.Session.OutpostID, info.Size-prev.Size) // prev is zero when none
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
 			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
@@ -360,6 +364,7 @@ func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause
 // welcome's snapshot as a restore event.
 func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info api.SnapshotInfo) {
 	ok := info.Error == ""
+	s.countRestore(ctx, c.sessionID, ok)
 	value, _ := json.Marshal(info)
 	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",
 		c.acceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)

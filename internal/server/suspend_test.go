@@ -175,6 +175,12 @@ func TestSuspendAndResume(t *testing.T) {
 	if err := json.Unmarshal(snaps[0].Value, &info); err != nil || info.Size != int64(len(archive)) || info.Files != 3 {
 		t.Fatalf("snapshot event value %s (%v)", snaps[0].Value, err)
 	}
+	if v, _ := sample(t, ts, "outpost_snapshot_bytes", `outpost="sus"`); v != float64(len(archive)) {
+		t.Errorf("outpost_snapshot_bytes after the suspend = %v, want %d", v, len(archive))
+	}
+	if v, _ := sample(t, ts, "outpost_suspends_total", `outcome="suspended",outpost="sus"`); v != 1 {
+		t.Errorf("outpost_suspends_total{outcome=suspended} = %v, want 1", v)
+	}
 
 	// Nobody else may claim it; its holder releases, and it stays out of
 	// the queue.
@@ -236,6 +242,9 @@ func TestSuspendAndResume(t *testing.T) {
 	if len(restores) != 1 || restores[0].OK == nil || !*restores[0].OK {
 		t.Fatalf("restore events %+v", restores)
 	}
+	if v, _ := sample(t, ts, "outpost_snapshot_restores_total", `outcome="restored",outpost="sus"`); v != 1 {
+		t.Errorf("outpost_snapshot_restores_total{outcome=restored} = %v, want 1", v)
+	}
 	resumes := eventsOf(t, ts, id, api.EventResume)
 	if len(resumes) != 1 || !strings.Contains(resumes[0].Reason, "snapshot") {
 		t.Fatalf("resume events %+v", resumes)
@@ -250,6 +259,10 @@ func TestSuspendAndResume(t *testing.T) {
 		_, err := ts.srv.store.GetSnapshot(context.Background(), id)
 		_, serr := os.Stat(blob)
 		return errors.Is(err, store.ErrNotFound) && errors.Is(serr, os.ErrNotExist)
+	})
+	waitFor(t, "the snapshot bytes to go", func() bool {
+		v, ok := sample(t, ts, "outpost_snapshot_bytes", `outpost="sus"`)
+		return ok && v == 0
 	})
 }
 
@@ -325,9 +338,10 @@ func TestSuspendRefused(t *testing.T) {
 	})
 }
 
-// TestSuspendTooLarge: a snapshot over the limit is refused with 413, the
-// suspend fails with a clear error on the transcript, and the session goes
-// on running: the held call is sent.
+// TestSuspendTooLarge: a snapshot over the server's limit is refused with
+// 413 naming it, the suspend fails with a clear error on the transcript
+// and is counted as too_large, and the session goes on running: the held
+// call is sent.
 func TestSuspendTooLarge(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{MaxSnapshotBytes: 100})
@@ -352,12 +366,15 @@ func TestSuspendTooLarge(t *testing.T) {
 	r.send(api.Frame{Type: api.FrameResult, Seq: 2, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, bytes.Repeat([]byte("x"), 200))
-	if code != 413 || !strings.Contains(string(raw), "limit") {
-		t.Fatalf("PUT over the limit: %d %s", code, raw)
+	if code != 413 || !strings.Contains(string(raw), "this server's limit of 100 B") {
+		t.Fatalf("PUT over the limit: %d %s, want 413 naming the server's limit", code, raw)
 	}
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Error: "the server refused the upload (413)"}})
 	if code := <-done; code != 413 {
 		t.Fatalf("suspend over the limit: status %d, want 413", code)
+	}
+	if v, _ := sample(t, ts, "outpost_suspends_total", `outcome="too_large",outpost="big"`); v != 1 {
+		t.Errorf("outpost_suspends_total{outcome=too_large} = %v, want 1", v)
 	}
 	snaps := eventsOf(t, ts, id, api.EventSnapshot)
 	if len(snaps) != 1 || snaps[0].OK == nil || *snaps[0].OK || !strings.Contains(snaps[0].Error, "limit") {

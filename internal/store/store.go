@@ -39,7 +39,10 @@ type Outpost struct {
 	// MaxAttempts is how many attempts its sessions get unless they set
 	// their own; 0 means api.DefaultMaxAttempts.
 	MaxAttempts int
-	CreatedAt   time.Time
+	// MaxSnapshotBytes is the largest workspace snapshot stored for its
+	// sessions; 0 means the server's limit.
+	MaxSnapshotBytes int64
+	CreatedAt        time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after
@@ -47,6 +50,8 @@ type Outpost struct {
 type OutpostLimits struct {
 	// MaxRunning and MaxAttempts are Outpost's.
 	MaxRunning, MaxAttempts int
+	// MaxSnapshotBytes is Outpost's.
+	MaxSnapshotBytes int64
 }
 
 // OutpostLoad is what a claim decides from besides its own rows.

@@ -16,8 +16,8 @@ import (
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (`+outpostCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-		o.MaxRunning, o.MaxAttempts)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes)
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
@@ -25,14 +25,14 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids, created_at, remote_binary_sha,
-	max_running, max_attempts`
+	max_running, max_attempts, max_snapshot_bytes`
 
 // scanOutpost reads outpostCols; a NULL allowed_org_ids scans as nil, an
 // empty array as an empty list.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts)
+	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes)
 	o.CreatedAt = sqlstore.FromMS(created)
 	return o, err
 }
@@ -105,7 +105,7 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 // SetOutpostLimits writes an outpost's limits; store.ErrNotFound when
 // absent.
 func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.OutpostLimits) error {
-	if err := mustAffect(s.pool.Exec(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts)); err != nil {
+	if err := mustAffect(s.pool.Exec(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes)); err != nil {
 		return fmt.Errorf("postgres: set outpost limits %s: %w", id, mapErr(err))
 	}
 	return nil

@@ -25,8 +25,8 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-			o.MaxRunning, o.MaxAttempts)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes)
 		return err
 	})
 	if err != nil {
@@ -36,14 +36,14 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
-	max_running, max_attempts`
+	max_running, max_attempts, max_snapshot_bytes`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var orgs sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes); err != nil {
 		return store.Outpost{}, err
 	}
 	o.CreatedAt = sqlstore.FromMS(created)
@@ -130,7 +130,7 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 // absent.
 func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.OutpostLimits) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts))
+		return mustAffect(tx.ExecContext(ctx, sqlstore.SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes))
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: set outpost limits %s: %w", id, mapErr(err))

@@ -190,9 +190,9 @@ func (d Dialect) HeldClaimsSQL() string {
 // entry; it answers no row when the entry or its outpost is gone.
 const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
 
-// SetOutpostLimitsSQL writes max_running $2 and max_attempts $3 of
-// outpost $1.
-const SetOutpostLimitsSQL = `UPDATE outposts SET max_running = $2, max_attempts = $3 WHERE id = $1`
+// SetOutpostLimitsSQL writes max_running $2, max_attempts $3 and
+// max_snapshot_bytes $4 of outpost $1.
+const SetOutpostLimitsSQL = `UPDATE outposts SET max_running = $2, max_attempts = $3, max_snapshot_bytes = $4 WHERE id = $1`
 
 // SessionCountsSQL counts the sessions of outpost $1 whose status is $2 and
 // those whose status is $3, through the index sessions_outpost_status.

@@ -11,20 +11,26 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// testOutpostLimits checks an outpost's max_running and max_attempts:
-// written by CreateOutpost, changed by SetOutpostLimits.
+// testOutpostLimits checks an outpost's max_running, max_attempts and
+// max_snapshot_bytes: written by CreateOutpost, changed by
+// SetOutpostLimits. A snapshot limit past 32 bits round-trips.
 func testOutpostLimits(t *testing.T, s store.Store) {
 	o := newOutpost("op-lim", "limited")
-	o.MaxRunning, o.MaxAttempts = 3, 5
+	o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes = 3, 5, 20<<30
 	must(t, "create outpost", s.CreateOutpost(ctx(t), o))
 	got, err := s.GetOutpost(ctx(t), "limited")
 	must(t, "get outpost", err)
 	equal(t, "outpost", got, o)
-	must(t, "set limits", s.SetOutpostLimits(ctx(t), o.ID, store.OutpostLimits{MaxRunning: 7, MaxAttempts: 0}))
-	o.MaxRunning, o.MaxAttempts = 7, 0
+	must(t, "set limits", s.SetOutpostLimits(ctx(t), o.ID, store.OutpostLimits{MaxRunning: 7, MaxAttempts: 0, MaxSnapshotBytes: 1 << 20}))
+	o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes = 7, 0, 1<<20
 	all, err := s.ListOutposts(ctx(t))
 	must(t, "list outposts", err)
 	equal(t, "listed outposts", all, []store.Outpost{o})
+	must(t, "clear the snapshot limit", s.SetOutpostLimits(ctx(t), o.ID, store.OutpostLimits{MaxRunning: 7}))
+	got, err = s.GetOutpost(ctx(t), o.ID)
+	must(t, "get outpost by id", err)
+	o.MaxSnapshotBytes = 0
+	equal(t, "outpost with the server's snapshot limit", got, o)
 	wantErr(t, "set limits of a missing outpost", s.SetOutpostLimits(ctx(t), "nope", store.OutpostLimits{}), store.ErrNotFound)
 }
 

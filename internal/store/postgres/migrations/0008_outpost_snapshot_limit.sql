@@ -1,0 +1,5 @@
+-- 0008_outpost_snapshot_limit, as the SQLite store's 0010.
+-- An outpost's max_snapshot_bytes: the largest workspace snapshot stored
+-- for its sessions (0: the server's --max-snapshot-bytes, which also caps
+-- it).
+ALTER TABLE outposts ADD COLUMN max_snapshot_bytes BIGINT NOT NULL DEFAULT 0;
