@@ -43,9 +43,11 @@ import (
 //     archives its workspace, uploads it to SnapshotPath and answers
 //     suspended. A welcome may carry snapshot: the remote downloads it from
 //     SnapshotPath and restores the workspace before it runs any call, and
-//     reports in restored (Frame.SnapshotRestored). A server sends neither
-//     to a remote of version 2 or older: such a session can be suspended
-//     only without a snapshot.
+//     reports in restored (Frame.SnapshotRestored). The server may also
+//     send checkpoint: the same upload, answered checkpointed, after which
+//     the remote goes on serving. A server sends none of them to a remote
+//     of version 2 or older: such a session can be suspended only without
+//     a snapshot.
 type ProtocolVersion int
 
 const (
@@ -101,6 +103,14 @@ const (
 	// FrameSuspended answers FrameSuspend: Snapshot describes what was
 	// uploaded, or its Error why nothing was. Version 3 on.
 	FrameSuspended = "suspended"
+	// FrameCheckpoint asks the remote for a periodic snapshot of its
+	// workspace: uploaded to SnapshotPath exactly as for FrameSuspend, but
+	// the remote keeps serving. It answers FrameCheckpointed. The server
+	// sends it only while no call is in flight. Version 3 on.
+	FrameCheckpoint = "checkpoint"
+	// FrameCheckpointed answers FrameCheckpoint: Snapshot describes what
+	// was uploaded, or its Error. Version 3 on.
+	FrameCheckpointed = "checkpointed"
 )
 
 // Which side of the gateway sends a frame.
@@ -144,6 +154,8 @@ var FrameTypes = []FrameType{
 	{Name: FrameRestored, Since: 1, From: SentByRemote},
 	{Name: FrameSuspend, Since: 3, From: SentByServer},
 	{Name: FrameSuspended, Since: 3, From: SentByRemote},
+	{Name: FrameCheckpoint, Since: 3, From: SentByServer},
+	{Name: FrameCheckpointed, Since: 3, From: SentByRemote},
 }
 
 // FrameSince returns the version that introduced the JSON frame type name,

@@ -48,6 +48,9 @@ type ServerOptions struct {
 	SnapshotTTL time.Duration
 	// MaxSnapshotBytes is the largest workspace snapshot the server stores.
 	MaxSnapshotBytes int64
+	// SnapshotInterval is how often running sessions are checkpointed; 0
+	// never.
+	SnapshotInterval time.Duration
 	// Database is a PostgreSQL URL; "" means the embedded SQLite
 	// database in the data dir.
 	Database string
@@ -162,6 +165,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
 	fl.DurationVar(&opts.SnapshotTTL, "snapshot-ttl", server.DefaultSnapshotTTL, "how long a suspended session waits for its resume; past it the session ends and its workspace snapshot is deleted")
 	fl.Int64Var(&opts.MaxSnapshotBytes, "max-snapshot-bytes", server.DefaultMaxSnapshotBytes, "the largest workspace snapshot stored on suspend; a larger one fails the suspend and the session goes on running")
+	fl.DurationVar(&opts.SnapshotInterval, "snapshot-interval", 0, "how often a running session that ran a call since its latest snapshot is checkpointed (its machine uploads a workspace snapshot and goes on), so that a machine that dies without suspending loses only what changed since; 0 never (env "+envSnapshotInterval.Name+")")
 	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when "+envSecretKey.Name+" is not set (env "+envSecretKeyFile.Name+"; default <data-dir>/secret-key, created on first start)")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
@@ -264,6 +268,16 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ArtifactRetention < 0 {
 		return usageErrorf("--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever")
+	}
+	if v := envSnapshotInterval.Get(f.Getenv); !fl.Changed("snapshot-interval") && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usageErrorf("%s=%q is not a duration such as 15m, or 0 for no checkpoints", envSnapshotInterval.Name, v)
+		}
+		o.SnapshotInterval = d
+	}
+	if o.SnapshotInterval < 0 {
+		return usageErrorf("--snapshot-interval must not be negative: give a duration such as 15m, or 0 for no checkpoints")
 	}
 	if o.SnapshotTTL <= 0 || o.MaxSnapshotBytes <= 0 {
 		return usageErrorf("--snapshot-ttl and --max-snapshot-bytes must be positive")
@@ -389,6 +403,7 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		DistDir:           o.DistDir,
 		SnapshotTTL:       o.SnapshotTTL,
 		MaxSnapshotBytes:  o.MaxSnapshotBytes,
+		SnapshotInterval:  o.SnapshotInterval,
 
 		TLSCertFile:             o.TLSCert,
 		TLSKeyFile:              o.TLSKey,

@@ -130,6 +130,8 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 			s.welcome(f)
 		case api.FrameSuspend:
 			s.handleSuspend()
+		case api.FrameCheckpoint:
+			s.handleCheckpoint()
 		case api.FrameEnd:
 			s.log.Info("gateway ended the session", "reason", f.Reason)
 			c.Close(websocket.StatusNormalClosure, "session ended")

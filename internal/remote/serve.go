@@ -156,6 +156,8 @@ type session struct {
 	// while suspending is set.
 	suspending bool
 	suspended  *api.Frame
+	// checkpointing is set while a checkpoint uploads (checkpoint.go).
+	checkpointing bool
 	// callsChanged is signalled (without blocking) when a call ends.
 	callsChanged chan struct{}
 }

@@ -56,19 +56,19 @@ func (s *session) handleSuspend() {
 	}()
 }
 
-// suspend drains the calls, uploads the snapshot and queues the answer.
+// suspend drains the calls, uploads the snapshot and queues the answer:
+// a checkpoint (see checkpoint.go) that stops the session when it succeeds.
 func (s *session) suspend(ctx context.Context) {
 	s.log.Info("suspending the session: snapshotting the workspace")
 	s.waitRestored(ctx) // a workspace still being restored is not snapshotted
 	s.drainCalls(ctx)
-	info, err := s.uploadSnapshot(ctx)
+	info, err := s.snapshotWorkspace(ctx)
 	if ctx.Err() != nil {
 		return // Serve is stopping: nobody to answer
 	}
 	reply := api.Frame{Type: api.FrameSuspended, Snapshot: &info}
 	s.mu.Lock()
 	if err != nil {
-		info.Error = s.secretSet.String(err.Error())
 		s.suspending = false // the session goes on here
 	} else {
 		s.suspended = &reply
@@ -76,8 +76,6 @@ func (s *session) suspend(ctx context.Context) {
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("suspend failed; the session goes on", "err", err)
-	} else {
-		s.log.Info("workspace snapshot uploaded", "size", info.Size, "files", info.Files, "bytes", info.Bytes, "skipped", info.Skipped, "duration_ms", info.DurationMS)
 	}
 	s.out.pushFrame(reply)
 }

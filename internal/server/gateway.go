@@ -229,7 +229,7 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.acceptorID)})
 		if sess.Status == api.StatusResuming {
 			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
-				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, resumeNote(restore, c.snapshot))})
+				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, resumeNote(restore, c.snapshot, c.restoreFrom, sess.LastSeq))})
 		}
 		if sess.Status != api.StatusRunning {
 			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
@@ -378,7 +378,7 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 				if f.SnapshotRestored != nil {
 					s.recordSnapshotRestore(ctx, c, *f.SnapshotRestored)
 				}
-			case api.FrameSuspended:
+			case api.FrameSuspended, api.FrameCheckpointed:
 				out.flush(ctx)
 				s.onSuspended(c, f)
 			default:

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // remoteConn is one remote's gateway connection.
@@ -31,6 +32,8 @@ type remoteConn struct {
 	// snapshot is what the welcome asked the remote to restore; nil when
 	// nothing. Set before the welcome is sent.
 	snapshot *api.SnapshotInfo
+	// restoreFrom is the stored snapshot behind snapshot.
+	restoreFrom store.Snapshot
 }
 
 // send writes one JSON frame in the remote's protocol version. A frame

@@ -112,6 +112,11 @@ type Options struct {
 	// past it the session ends and its snapshot is deleted. 0 means
 	// DefaultSnapshotTTL.
 	SnapshotTTL time.Duration
+	// SnapshotInterval, when positive, is how often a running session that
+	// has run a call since its latest snapshot is checkpointed (its remote
+	// uploads a snapshot and goes on), so that a claim that lapses loses
+	// only what changed since; see checkpoint.go. 0 means never.
+	SnapshotInterval time.Duration
 	// DistDir, when set, is a directory of remote builds in the /dist/
 	// layout (`make dist`), published with this executable's own build.
 	DistDir string
@@ -547,6 +552,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		defer s.wg.Done()
 		s.sweepSuspends(s.runCtx)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.checkpointSessions(s.runCtx)
 	}()
 	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
 	if s.metricsLn != nil {

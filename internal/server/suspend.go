@@ -37,6 +37,9 @@ const (
 type suspendOp struct {
 	epoch int64
 	key   string // the blob key the upload goes to
+	// checkpoint is set for a checkpoint (checkpoint.go): the remote
+	// answers checkpointed and goes on.
+	checkpoint bool
 	// suspended receives the remote's suspended frame.
 	suspended chan api.Frame
 
@@ -99,6 +102,11 @@ func (o *suspendOps) markAutoFailed(sessionID string, updated time.Time) {
 // start registers a suspend of the session by the claim of epoch, or
 // returns nil when one is in progress.
 func (o *suspendOps) start(sessionID string, epoch int64, key string) *suspendOp {
+	return o.startOp(sessionID, epoch, key, false)
+}
+
+// startOp is start, for a checkpoint when checkpoint is set.
+func (o *suspendOps) startOp(sessionID string, epoch int64, key string, checkpoint bool) *suspendOp {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ops[sessionID] != nil {
@@ -107,7 +115,7 @@ func (o *suspendOps) start(sessionID string, epoch int64, key string) *suspendOp
 	if o.ops == nil {
 		o.ops = map[string]*suspendOp{}
 	}
-	op := &suspendOp{epoch: epoch, key: key, suspended: make(chan api.Frame, 1)}
+	op := &suspendOp{epoch: epoch, key: key, checkpoint: checkpoint, suspended: make(chan api.Frame, 1)}
 	o.ops[sessionID] = op
 	return op
 }
@@ -126,12 +134,12 @@ func (o *suspendOps) finish(sessionID string, op *suspendOp) {
 	}
 }
 
-// onSuspended hands a remote's suspended frame to the suspend waiting for
-// it.
+// onSuspended hands a remote's suspended (or checkpointed) frame to the
+// suspend (or checkpoint) waiting for it.
 func (s *Server) onSuspended(c *remoteConn, f api.Frame) {
 	op := s.suspends.get(c.sessionID)
-	if op == nil || op.epoch != c.epoch {
-		s.log.Warn("suspended frame without a suspend in progress", "session", c.sessionID)
+	if op == nil || op.epoch != c.epoch || op.checkpoint != (f.Type == api.FrameCheckpointed) {
+		s.log.Warn(f.Type+" frame without its request in progress", "session", c.sessionID)
 		return
 	}
 	select {
@@ -224,6 +232,9 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 	}
 	op := s.suspends.start(id, c.epoch, fmt.Sprintf("%s-%d", id, c.epoch))
 	if op == nil {
+		if cur := s.suspends.get(id); cur != nil && cur.checkpoint {
+			return errConflict("A checkpoint of session %s is being taken; suspend it again in a moment.", id)
+		}
 		return errConflict("Session %s is being suspended already.", id)
 	}
 	defer s.suspends.finish(id, op)
@@ -259,10 +270,17 @@ func (s *Server) takeSnapshot(ctx context.Context, c *remoteConn, op *suspendOp)
 	} else if err != nil {
 		return api.SnapshotInfo{}, errConflict("A call of session %s is still running after %s; suspend it once the call has finished.", c.sessionID, suspendCallWait)
 	}
-	if err := c.send(ctx, api.Frame{Type: api.FrameSuspend}); err != nil {
-		return api.SnapshotInfo{}, errConflict("The suspend could not be sent to the remote of session %s: %v.", c.sessionID, err)
+	return s.askSnapshot(ctx, c, op, api.FrameSuspend)
+}
+
+// askSnapshot sends the remote the frame typ (suspend or checkpoint), waits
+// for its answer and returns the snapshot once uploaded and checked. No call
+// is in flight and the gate is paused.
+func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, typ string) (api.SnapshotInfo, error) {
+	if err := c.send(ctx, api.Frame{Type: typ}); err != nil {
+		return api.SnapshotInfo{}, errConflict("The %s could not be sent to the remote of session %s: %v.", typ, c.sessionID, err)
 	}
-	wctx, cancel = context.WithTimeout(ctx, suspendWait)
+	wctx, cancel := context.WithTimeout(ctx, suspendWait)
 	defer cancel()
 	var f api.Frame
 	select {
@@ -281,11 +299,11 @@ func (s *Server) takeSnapshot(ctx context.Context, c *remoteConn, op *suspendOp)
 		}
 		return api.SnapshotInfo{}, &httpError{up.status, code, up.err + " The session goes on running."}
 	case f.Snapshot == nil:
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered suspend without a snapshot; the session goes on running.", c.sessionID)}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s without a snapshot; the session goes on running.", c.sessionID, typ)}
 	case f.Snapshot.Error != "":
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, sentence(f.Snapshot.Error))}
 	case up == nil:
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered suspend before its snapshot was uploaded; the session goes on running.", c.sessionID)}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s before its snapshot was uploaded; the session goes on running.", c.sessionID, typ)}
 	case f.Snapshot.SHA256 != "" && f.Snapshot.SHA256 != up.sha256, f.Snapshot.Size != 0 && f.Snapshot.Size != up.size:
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The snapshot the server received for session %s (%d bytes, sha256 %s) is not the one its remote sent (%d bytes, sha256 %s); the session goes on running.",
 			c.sessionID, up.size, up.sha256, f.Snapshot.Size, f.Snapshot.SHA256)}
@@ -401,14 +419,18 @@ func (s *Server) welcomeSnapshot(ctx context.Context, c *remoteConn, e store.Que
 	if err != nil {
 		return nil, fmt.Errorf("get snapshot to restore: %w", err)
 	}
+	c.restoreFrom = sn
 	return &api.SnapshotInfo{Size: sn.Size, SHA256: sn.SHA256, Files: sn.Files, Bytes: sn.Bytes}, nil
 }
 
 // resumeNote is the part of a resume event's reason about what the new
 // machine gets back: the snapshot, when there is one, else the clones.
-func resumeNote(restore []api.GitCloneArgs, info *api.SnapshotInfo) string {
+func resumeNote(restore []api.GitCloneArgs, info *api.SnapshotInfo, from store.Snapshot, lastSeq int64) string {
 	if info == nil {
 		return restoreNote(restore)
+	}
+	if seq, ok := checkpointSeq(from); ok {
+		return checkpointNote(info, from, seq, lastSeq)
 	}
 	return fmt.Sprintf("Its workspace is restored there from its snapshot (%s, %d files) before the next call; processes and memory of the old machine are not.",
 		byteSize(info.Size), info.Files)

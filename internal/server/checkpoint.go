@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Periodic checkpoints (Options.SnapshotInterval, outpost server
+// --snapshot-interval) make a machine that dies without suspending lose
+// less. Every interval, a running session whose remote speaks protocol
+// version 3 or later, that has run a call since its latest snapshot and has
+// no call in flight, is asked for a checkpoint: the server holds calls back
+// (callGate) as for a suspend, sends checkpoint, the remote uploads its
+// snapshot exactly as for a suspend (putSnapshot) and answers checkpointed,
+// and keeps serving. The server stores it as the session's one snapshot
+// (store.Snapshot; its blob key names the call after which it was taken),
+// deletes the one it replaced and records a snapshot event (value
+// checkpointValue). When the claim lapses, the session's next machine gets
+// that snapshot in its welcome (welcomeSnapshot) and its resume event says
+// what was lost (resumeNote). A checkpoint that fails changes nothing; the
+// first of a row is on the transcript, and it is tried again an interval
+// later.
+
+// errCheckpointBusy skips a checkpoint: a call is in flight, a suspend or
+// checkpoint is in progress, or the session moved on meanwhile.
+var errCheckpointBusy = errors.New("the session is busy; the checkpoint waits for the next round")
+
+// checkpointKey is the blob key of a checkpoint taken by the claim of epoch
+// after call seq.
+func checkpointKey(sessionID string, epoch, seq int64) string {
+	return fmt.Sprintf("%s-%d-c%d", sessionID, epoch, seq)
+}
+
+// checkpointKeySeq matches the call sequence number in a checkpoint's key.
+var checkpointKeySeq = regexp.MustCompile(`-c([0-9]+)$`)
+
+// checkpointSeq returns the call after which the snapshot sn was taken,
+// when it is a checkpoint (not a suspend's snapshot).
+func checkpointSeq(sn store.Snapshot) (int64, bool) {
+	m := checkpointKeySeq.FindStringSubmatch(sn.BlobKey)
+	if m == nil {
+		return 0, false
+	}
+	seq, err := strconv.ParseInt(m[1], 10, 64)
+	return seq, err == nil
+}
+
+// checkpointValue is the value of a checkpoint's snapshot event.
+type checkpointValue struct {
+	api.SnapshotInfo
+	// Checkpoint tells a checkpoint's snapshot event from a suspend's.
+	Checkpoint bool `json:"checkpoint"`
+	// AfterSeq is the last call whose result the server held when it was
+	// taken.
+	AfterSeq int64 `json:"after_seq"`
+}
+
+// pauseIfIdle holds back new calls and reports true when none is in
+// flight; otherwise it changes nothing and reports false. Its caller holds
+// the session's suspendOps slot, so no suspend holds the gate meanwhile.
+func (g *callGate) pauseIfIdle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.inflight) > 0 {
+		return false
+	}
+	g.paused = true
+	g.notifyLocked()
+	return true
+}
+
+// list returns the attached connections.
+func (h *hub) list() []*remoteConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*remoteConn, 0, len(h.conns))
+	for _, c := range h.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// checkpointer is the state of the checkpoint loop.
+type checkpointer struct {
+	mu sync.Mutex // guards failed
+	// failed holds, by session, when its latest checkpoint failed: it is
+	// not tried again for an interval.
+	failed map[string]time.Time
+}
+
+// checkpointSessions asks for checkpoints until ctx ends; a no-op unless
+// Options.SnapshotInterval is set.
+func (s *Server) checkpointSessions(ctx context.Context) {
+	interval := s.opts.SnapshotInterval
+	if interval <= 0 {
+		return
+	}
+	tick := max(min(interval, s.opts.SweepInterval), 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	cp := &checkpointer{failed: map[string]time.Time{}}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.checkpointRound(ctx, cp, &wg)
+		}
+	}
+}
+
+// checkpointRound starts the checkpoints that are due.
+func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync.WaitGroup) {
+	now := s.now()
+	for _, c := range s.hub.list() {
+		if c.version < api.SnapshotsSince || s.suspends.get(c.sessionID) != nil {
+			continue
+		}
+		cp.mu.Lock()
+		failedAt, failed := cp.failed[c.sessionID]
+		cp.mu.Unlock()
+		if failed && now.Sub(failedAt) < s.opts.SnapshotInterval {
+			continue
+		}
+		seq, due, err := s.checkpointDue(ctx, c, now)
+		if err != nil {
+			s.log.Warn("checkpoint", "session", c.sessionID, "err", err)
+			continue
+		}
+		if !due {
+			continue
+		}
+		wg.Go(func() {
+			err := s.checkpoint(ctx, c, seq)
+			if errors.Is(err, errCheckpointBusy) || ctx.Err() != nil {
+				return
+			}
+			cp.mu.Lock()
+			defer cp.mu.Unlock()
+			if err == nil {
+				delete(cp.failed, c.sessionID)
+				return
+			}
+			if _, again := cp.failed[c.sessionID]; !again {
+				s.recordCheckpointFailure(ctx, c, err)
+			}
+			s.log.Warn("checkpoint failed; the session goes on", "session", c.sessionID, "err", err)
+			cp.failed[c.sessionID] = s.now()
+		})
+	}
+}
+
+// checkpointDue reports whether the session of c is due a checkpoint and
+// the call after which it would be taken: it runs, has run a call since
+// its latest snapshot, and that snapshot is older than the interval.
+func (s *Server) checkpointDue(ctx context.Context, c *remoteConn, now time.Time) (int64, bool, error) {
+	sess, err := s.store.GetSession(ctx, c.sessionID)
+	if err != nil {
+		return 0, false, fmt.Errorf("get session: %w", err)
+	}
+	if sess.Status != api.StatusRunning || sess.LastSeq == 0 {
+		return 0, false, nil
+	}
+	sn, err := s.store.GetSnapshot(ctx, c.sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return sess.LastSeq, true, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("get snapshot: %w", err)
+	}
+	if seq, ok := checkpointSeq(sn); ok && seq >= sess.LastSeq {
+		return 0, false, nil // nothing ran since
+	}
+	return sess.LastSeq, now.Sub(sn.CreatedAt) >= s.opts.SnapshotInterval, nil
+}
+
+// checkpoint takes a checkpoint of the session of c after call seq, the
+// last whose result the server holds: errCheckpointBusy when a call is in
+// flight, a suspend or checkpoint is in progress or another call ended
+// meanwhile.
+func (s *Server) checkpoint(ctx context.Context, c *remoteConn, seq int64) error {
+	op := s.suspends.startOp(c.sessionID, c.epoch, checkpointKey(c.sessionID, c.epoch, seq), true)
+	if op == nil {
+		return errCheckpointBusy
+	}
+	defer s.suspends.finish(c.sessionID, op)
+	if !c.gate.pauseIfIdle() {
+		return errCheckpointBusy
+	}
+	defer c.gate.unpause()
+	if sess, err := s.store.GetSession(ctx, c.sessionID); err != nil || sess.LastSeq != seq || sess.Status != api.StatusRunning {
+		return errCheckpointBusy
+	}
+	start := s.now()
+	info, err := s.askSnapshot(ctx, c, op, api.FrameCheckpoint)
+	if err != nil {
+		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
+		return err
+	}
+	info.DurationMS = max(info.DurationMS, s.now().Sub(start).Milliseconds())
+	return s.commitCheckpoint(ctx, c, op, info, seq)
+}
+
+// commitCheckpoint stores the checkpoint as the session's snapshot, records
+// its event and deletes the snapshot it replaced. When the session changed
+// meanwhile (it ended, its claim moved) the replaced snapshot is put back.
+func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspendOp, info api.SnapshotInfo, seq int64) error {
+	ctx = context.WithoutCancel(ctx) // a half-stored checkpoint helps nobody
+	now := s.now()
+	sn := store.Snapshot{SessionID: c.sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
+		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
+	prev, err := s.store.PutSnapshot(ctx, sn)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		_ = s.blobs.Delete(ctx, op.key)
+		return fmt.Errorf("store checkpoint of %s: %w", c.sessionID, err)
+	}
+	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
+	ok := true
+	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if sess.Status != api.StatusRunning || e.Epoch != op.epoch || e.Deleted {
+			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.sessionID, sess.Status, errCheckpointBusy)
+		}
+		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
+			Reason: fmt.Sprintf("Took a checkpoint of the workspace after call %d: %s in %d files, %s compressed, in %s. Should the machine end without suspending, the next one restores it; changes after it would be lost.",
+				seq, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)}}}, nil
+	})
+	if err != nil {
+		if prev.BlobKey != "" && prev.BlobKey != op.key {
+			if _, perr := s.store.PutSnapshot(ctx, prev); perr != nil {
+				s.log.Warn("put back the snapshot a checkpoint replaced", "session", c.sessionID, "err", perr)
+			}
+		} else {
+			_ = s.store.DeleteSnapshot(ctx, c.sessionID, op.key)
+		}
+		_ = s.blobs.Delete(ctx, op.key)
+		return err
+	}
+	s.committed(c.sessionID, m)
+	if prev.BlobKey != "" && prev.BlobKey != op.key {
+		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
+			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
+		}
+	}
+	s.log.Info("checkpoint stored", "session", c.sessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.key)
+	return nil
+}
+
+// recordCheckpointFailure writes the first of a row of failed checkpoints on
+// the transcript.
+func (s *Server) recordCheckpointFailure(ctx context.Context, c *remoteConn, cause error) {
+	msg := cause.Error()
+	var he *httpError
+	if errors.As(cause, &he) {
+		msg = he.message
+	}
+	ok := false
+	value, _ := json.Marshal(checkpointValue{SnapshotInfo: api.SnapshotInfo{Error: msg}, Checkpoint: true})
+	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Error: msg, Value: value,
+		Reason: fmt.Sprintf("The periodic checkpoint failed (it is tried again every %s): %s", s.opts.SnapshotInterval, msg)}}
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.sessionID, ev); err != nil {
+		s.log.Warn("record failed checkpoint", "session", c.sessionID, "err", err)
+		return
+	}
+	s.topics.publish(c.sessionID, ev...)
+}
+
+// checkpointNote is the part of a resume event's reason for a workspace
+// restored from the checkpoint from, taken after call seq, when the server
+// holds results up to call lastSeq.
+func checkpointNote(info *api.SnapshotInfo, from store.Snapshot, seq, lastSeq int64) string {
+	lost := "changes made to the workspace after it (by processes still running then) are lost"
+	switch {
+	case seq+1 == lastSeq:
+		lost = fmt.Sprintf("the changes call %d made to the workspace are lost (its result above stands, its files do not): check the files before relying on them", lastSeq)
+	case seq < lastSeq:
+		lost = fmt.Sprintf("the changes calls %d to %d made to the workspace are lost (their results above stand, their files do not): check the files before relying on them", seq+1, lastSeq)
+	}
+	return fmt.Sprintf("The old machine ended without suspending: its workspace is restored there from the last checkpoint, taken at %s after call %d (%s, %d files), before the next call; %s. Processes and memory of the old machine are not restored.",
+		from.CreatedAt.UTC().Format(time.RFC3339), seq, byteSize(info.Size), info.Files, lost)
+}
