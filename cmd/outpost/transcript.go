@@ -59,9 +59,11 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 	case api.EventResume:
 		return p.note(ev, "resumed"+reasonText(ev.Reason))
 	case api.EventRestore:
-		s := "repositories restored"
+		// The repositories cloned again, or the workspace from its
+		// snapshot: the reason says which.
+		s := "restored"
 		if ev.OK != nil && !*ev.OK {
-			s = "repositories not all restored"
+			s = "not all restored"
 		}
 		return p.note(ev, s+reasonText(ev.Reason))
 	case api.EventMachine:

@@ -100,7 +100,7 @@ func TestResumeRestoresReposOnAnotherMachine(t *testing.T) {
 		t.Errorf("output of the last call = %q, want the branch and the new workspace %s", output, second)
 	}
 	logs := run(t, c.env(c.admin), "sessions", "logs", id)
-	if !strings.Contains(logs, "repositories restored: Restored 2 repositories") {
+	if !strings.Contains(logs, "restored: Restored 2 repositories") {
 		t.Errorf("sessions logs lacks the restore:\n%s", logs)
 	}
 }
