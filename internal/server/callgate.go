@@ -38,27 +38,16 @@ func (g *callGate) notifyLocked() {
 // enter waits while the gate is paused, then counts call seq in flight.
 // It fails when ctx or the connection (done) ends first.
 func (g *callGate) enter(ctx context.Context, done <-chan struct{}, seq int64) error {
-	for {
-		g.mu.Lock()
-		if !g.paused {
-			if g.inflight == nil {
-				g.inflight = map[int64]bool{}
-			}
-			g.inflight[seq] = true
-			g.notifyLocked()
-			g.mu.Unlock()
-			return nil
-		}
-		ch := g.changedLocked()
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-done:
-			return errConnEnded
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := g.lockWhen(ctx, done, func() bool { return !g.paused }); err != nil {
+		return err
 	}
+	defer g.mu.Unlock()
+	if g.inflight == nil {
+		g.inflight = map[int64]bool{}
+	}
+	g.inflight[seq] = true
+	g.notifyLocked()
+	return nil
 }
 
 // leave counts call seq as no longer in flight (its result came, or its
@@ -83,10 +72,20 @@ func (g *callGate) pause() {
 // waitIdle waits until no call is in flight, or ctx or the connection
 // (done) ends.
 func (g *callGate) waitIdle(ctx context.Context, done <-chan struct{}) error {
+	if err := g.lockWhen(ctx, done, func() bool { return len(g.inflight) == 0 }); err != nil {
+		return err
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// lockWhen waits until ready (called with g.mu held) holds and returns with
+// g.mu held; it fails, without the lock, when ctx or the connection (done)
+// ends first.
+func (g *callGate) lockWhen(ctx context.Context, done <-chan struct{}, ready func() bool) error {
 	for {
 		g.mu.Lock()
-		if len(g.inflight) == 0 {
-			g.mu.Unlock()
+		if ready() {
 			return nil
 		}
 		ch := g.changedLocked()
