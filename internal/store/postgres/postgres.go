@@ -258,21 +258,6 @@ func collect[T any](scan func(sqlstore.Scanner) (T, error)) func(rows pgx.Rows, 
 			return nil, err
 		}
 		defer rows.Close()
-		var out []T
-		for rows.Next() {
-			v, err := scan(rows)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, v)
-		}
-		return out, rows.Err()
+		return sqlstore.Collect(rows, scan)
 	}
-}
-
-// scanString reads a row of one text column.
-func scanString(sc sqlstore.Scanner) (string, error) {
-	var v string
-	err := sc.Scan(&v)
-	return v, err
 }

@@ -73,7 +73,7 @@ func (s *Store) MaxRev(ctx context.Context) (int64, error) {
 // LapsedClaims returns ids of claimed, live entries whose Expiry is at or
 // before now, earliest first.
 func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, error) {
-	ids, err := collect(scanString)(s.pool.Query(ctx, lapsedClaimsSQL, api.PhaseClaimed, now.UnixMilli()))
+	ids, err := collect(sqlstore.ScanString)(s.pool.Query(ctx, lapsedClaimsSQL, api.PhaseClaimed, now.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: lapsed claims: %w", err)
 	}
@@ -104,7 +104,7 @@ func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.
 // ActiveSessions returns ids of sessions whose status is not final (see
 // api.IsFinal), oldest first.
 func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
-	ids, err := collect(scanString)(s.pool.Query(ctx, sqlstore.ActiveSessionsSQL, sqlstore.FinalStatuses()...))
+	ids, err := collect(sqlstore.ScanString)(s.pool.Query(ctx, sqlstore.ActiveSessionsSQL, sqlstore.FinalStatuses()...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: active sessions: %w", err)
 	}

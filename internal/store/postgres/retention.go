@@ -19,7 +19,7 @@ func (s *Store) ListArtifactsExpired(ctx context.Context, endedBefore time.Time,
 	if limit > 0 {
 		lim = int64(limit)
 	}
-	ids, err := collect(scanString)(s.pool.Query(ctx, `SELECT id FROM sessions
+	ids, err := collect(sqlstore.ScanString)(s.pool.Query(ctx, `SELECT id FROM sessions
 		WHERE artifacts_pruned_at IS NULL AND ended_at IS NOT NULL AND ended_at < $1 AND status IN ($2, $3)
 		ORDER BY ended_at, id LIMIT $4::bigint`,
 		endedBefore.UnixMilli(), api.StatusExit, api.StatusError, lim))

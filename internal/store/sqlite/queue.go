@@ -116,5 +116,5 @@ func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
 // ids runs a query of one string column.
 func (s *Store) ids(ctx context.Context, q string, args ...any) ([]string, error) {
 	rows, err := s.r.QueryContext(ctx, q, args...)
-	return collect(rows, err, scanString)
+	return collect(rows, err, sqlstore.ScanString)
 }

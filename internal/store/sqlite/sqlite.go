@@ -204,20 +204,5 @@ func collect[T any](rows *sql.Rows, err error, scan func(sqlstore.Scanner) (T, e
 		return nil, err
 	}
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
-// scanString reads a row of one text column.
-func scanString(sc sqlstore.Scanner) (string, error) {
-	var v string
-	err := sc.Scan(&v)
-	return v, err
+	return sqlstore.Collect(rows, scan)
 }

@@ -26,6 +26,34 @@ import (
 // Scanner reads one row: *sql.Row, *sql.Rows, pgx.Row and pgx.Rows all are.
 type Scanner interface{ Scan(dest ...any) error }
 
+// Rows is the part of database/sql's and pgx's result rows Collect needs.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// Collect reads every remaining row of rows with scan. The caller closes
+// rows (the two drivers' Close differ).
+func Collect[T any](rows Rows, scan func(Scanner) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// ScanString reads a row of one text column.
+func ScanString(sc Scanner) (string, error) {
+	var v string
+	err := sc.Scan(&v)
+	return v, err
+}
+
 // Dialect is what a store's SQL spells its own way.
 type Dialect struct {
 	// Greatest names the function of the larger of two values: GREATEST
