@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -16,19 +15,8 @@ import (
 // answer, once the session has gone on with call 2.
 func suspendOverLimit(t *testing.T, ts *testServer, outpost string, archive []byte) (string, []byte) {
 	t.Helper()
-	var s api.Session
-	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"`+outpost+`","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
-	id := s.Metadata.SessionID
-	claim := ts.claimFor(id, "m1")
-	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
-	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
-	r.expect(api.FrameWelcome)
-	r.expect(api.FrameCall)
-	done := ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
-	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
-	r.untilSuspend()
-	code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, archive)
+	id, token, r, done := suspendAfterFirstCall(t, ts, outpost)
+	code, raw := ts.snapshotRequest("PUT", id, token, archive)
 	if code != 413 {
 		t.Fatalf("PUT over the limit: %d %s, want 413", code, raw)
 	}

@@ -455,25 +455,36 @@ func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
 	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) >= 2 })
 }
 
+// suspendAfterFirstCall creates a script session of two steps on outpost,
+// serves it with a fake remote of acceptor m1 and starts suspending it
+// while call 1 runs: it returns once the remote got the suspend frame,
+// with the claim's connect token and the suspend's answer to come (its
+// status).
+func suspendAfterFirstCall(t *testing.T, ts *testServer, outpost string) (id, token string, r *fakeRemote, done <-chan int) {
+	t.Helper()
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"`+outpost+`","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
+	id = s.Metadata.SessionID
+	claim := ts.claimFor(id, "m1")
+	r, _ = dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	r.expect(api.FrameCall)
+	done = ts.suspendAsync(id)
+	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
+	r.untilSuspend()
+	return id, claim.Status.ConnectToken, r, done
+}
+
 // suspendLive creates a script session of two steps on outpost, serves it
 // with a fake remote of acceptor m1 and suspends it after call 1, with
 // archive as its snapshot. The remote is closed afterwards; the claim is
 // not released.
 func suspendLive(t *testing.T, ts *testServer, outpost string, archive []byte) string {
 	t.Helper()
-	var s api.Session
-	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"`+outpost+`","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
-	id := s.Metadata.SessionID
-	claim := ts.claimFor(id, "m1")
-	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
-	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
-	r.expect(api.FrameWelcome)
-	r.expect(api.FrameCall)
-	done := ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
-	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
-	r.untilSuspend()
-	if code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, archive); code != 201 {
+	id, token, r, done := suspendAfterFirstCall(t, ts, outpost)
+	if code, raw := ts.snapshotRequest("PUT", id, token, archive); code != 201 {
 		t.Fatalf("PUT snapshot: %d %s", code, raw)
 	}
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
