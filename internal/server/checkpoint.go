@@ -238,14 +238,7 @@ func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspen
 				seq, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)}}}, nil
 	})
 	if err != nil {
-		if prev.BlobKey != "" && prev.BlobKey != op.key {
-			if _, perr := s.store.PutSnapshot(ctx, prev); perr != nil {
-				s.log.Warn("put back the snapshot a checkpoint replaced", "session", c.sessionID, "err", perr)
-			}
-		} else {
-			_ = s.store.DeleteSnapshot(ctx, c.sessionID, op.key)
-		}
-		_ = s.blobs.Delete(ctx, op.key)
+		s.undoPutSnapshot(ctx, c.sessionID, prev, op.key)
 		return err
 	}
 	s.committed(c.sessionID, m)
@@ -291,4 +284,18 @@ func checkpointNote(info *api.SnapshotInfo, from store.Snapshot, seq, lastSeq in
 	}
 	return fmt.Sprintf("The old machine ended without suspending: its workspace is restored there from the last checkpoint, taken at %s after call %d (%s, %d files), before the next call; %s. Processes and memory of the old machine are not restored.",
 		from.CreatedAt.UTC().Format(time.RFC3339), seq, byteSize(info.Size), info.Files, lost)
+}
+
+// undoPutSnapshot takes back a PutSnapshot of key whose transaction failed:
+// the snapshot it replaced (prev) becomes the session's again, or, when it
+// replaced none, the row goes; key's blob is deleted either way.
+func (s *Server) undoPutSnapshot(ctx context.Context, sessionID string, prev store.Snapshot, key string) {
+	if prev.BlobKey != "" && prev.BlobKey != key {
+		if _, err := s.store.PutSnapshot(ctx, prev); err != nil {
+			s.log.Warn("put back the snapshot a new one replaced", "session", sessionID, "err", err)
+		}
+	} else {
+		_ = s.store.DeleteSnapshot(ctx, sessionID, key)
+	}
+	_ = s.blobs.Delete(ctx, key)
 }

@@ -252,6 +252,7 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 	s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
 	if err != nil {
 		c.gate.unpause()
+		s.recordSnapshotFailure(ctx, c, err)
 		return err
 	}
 	s.hub.end(id, "The session is suspended; its workspace snapshot is kept by the server.")
@@ -345,9 +346,7 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 		}}, nil
 	})
 	if err != nil {
-		// The row is ours only if nothing replaced it meanwhile.
-		_ = s.store.DeleteSnapshot(context.WithoutCancel(ctx), c.sessionID, op.key)
-		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
+		s.undoPutSnapshot(context.WithoutCancel(ctx), c.sessionID, prev, op.key)
 		return err
 	}
 	s.committed(c.sessionID, m)

@@ -536,3 +536,82 @@ func TestSnapshotTTL(t *testing.T) {
 		return errors.Is(err, store.ErrNotFound)
 	})
 }
+
+// TestSuspendCommitFailureKeepsThePreviousSnapshot: a suspend whose
+// commit fails (the session changed after the upload) leaves the session's
+// previous snapshot its own, deletes the new upload's row, and says so on
+// the transcript.
+func TestSuspendCommitFailureKeepsThePreviousSnapshot(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("commit")
+	id, token, r, done := suspendAfterFirstCall(t, ts, "commit")
+	ctx := t.Context()
+	prev := store.Snapshot{SessionID: id, BlobKey: id + "-prev", Size: 3, SHA256: sha([]byte("old")), CreatedAt: time.Now()}
+	if _, err := ts.srv.store.PutSnapshot(ctx, prev); err != nil && !errors.Is(err, store.ErrNotFound) { // none replaced
+		t.Fatal(err)
+	}
+	archive := []byte("new workspace")
+	if code, raw := ts.snapshotRequest("PUT", id, token, archive); code != 201 {
+		t.Fatalf("PUT snapshot: %d %s", code, raw)
+	}
+	// The session changes under the suspend: its commit must fail.
+	if _, err := ts.srv.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		sess.Status = api.StatusResuming
+		return store.Mutation{Session: &sess}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
+	if code := <-done; code != 409 {
+		t.Fatalf("suspend whose commit fails: status %d, want 409", code)
+	}
+	got, err := ts.srv.store.GetSnapshot(ctx, id)
+	if err != nil || got.BlobKey != prev.BlobKey {
+		t.Fatalf("snapshot after the failed commit: %+v, %v; want the previous one (%s)", got, err, prev.BlobKey)
+	}
+	var evs api.EventList
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events?limit=500", ts.admin, nil, &evs)
+	failed := 0
+	for _, ev := range evs.Items {
+		if ev.Type == api.EventSnapshot && ev.OK != nil && !*ev.OK {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d failed snapshot events on the transcript, want 1", failed)
+	}
+	r.close()
+}
+
+// TestSnapshotTTLSparesSessionsNotSuspended: past the snapshot TTL, the
+// snapshot of a session that is not suspended (resuming, waiting for a
+// machine to restore it; or running, its last checkpoint) stays: it goes
+// when the session ends.
+func TestSnapshotTTLSparesSessionsNotSuspended(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{SnapshotTTL: time.Hour})
+	ts.outpost("spare")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"spare","agent":{"kind":"script","steps":[{"tool":"list_dir"}]}}`, &s)
+	id := s.Metadata.SessionID
+	ctx := t.Context()
+	old := store.Snapshot{SessionID: id, BlobKey: id + "-old", Size: 3, SHA256: sha([]byte("old")), CreatedAt: time.Now().Add(-61 * time.Minute)}
+	if _, err := ts.srv.store.PutSnapshot(ctx, old); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	for _, status := range []string{api.StatusResuming, api.StatusRunning} {
+		if _, err := ts.srv.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			sess.Status = status
+			return store.Mutation{Session: &sess}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.srv.expireSnapshots(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.srv.store.GetSnapshot(ctx, id); err != nil {
+			t.Fatalf("%s session's snapshot past the TTL: %v, want it kept", status, err)
+		}
+	}
+}

@@ -92,6 +92,12 @@ func (s *Server) expireSnapshots(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
+		if !api.IsFinal(sess.Status) && sess.Status != api.StatusSuspended {
+			// Running or resuming: the snapshot is the one its machine
+			// restores (or restores after a lapse); it goes when the
+			// session ends.
+			continue
+		}
 		if sess.Status == api.StatusSuspended {
 			reason := fmt.Sprintf("The session stayed suspended longer than the server keeps snapshots (%s); its snapshot was deleted.", s.opts.SnapshotTTL)
 			if err := s.endSession(ctx, sn.SessionID, api.StatusExit, api.DetailInactivity, reason); err != nil {
