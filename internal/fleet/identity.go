@@ -92,6 +92,17 @@ func OpenIdentity(o IdentityOptions) (*Identity, error) {
 	return id, nil
 }
 
+// NewIdentity is an identity kept by something other than a data dir (the
+// Kubernetes operator keeps its acceptor id in a ConfigMap and one live
+// process under it by leader election): no lock, and no instance, so a new
+// leader takes over the presence at once.
+func NewIdentity(acceptorID, kind string) (*Identity, error) {
+	if err := api.ValidateAcceptorID(acceptorID); err != nil {
+		return nil, err
+	}
+	return &Identity{AcceptorID: acceptorID, Kind: kind}, nil
+}
+
 // Close releases the data dir's lock; the pid stays in the file, which
 // only a lock holder trusts.
 func (id *Identity) Close() {
