@@ -71,6 +71,11 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 	case lost.Load():
 		log.Warn("session abandoned: the claim was lost", "err", out.Err)
 		return out, fmt.Errorf("lost the claim on session %s", s.ID)
+	case out.LeaveClaim && s.isStopping():
+		// The machine outlives the consumer (a Kubernetes pod): the next
+		// run adopts the claim through Recover.
+		log.Info("claim kept on shutdown: the session's machine keeps running for the next run to adopt")
+		return out, nil
 	case out.LeaveClaim:
 		// The claim is someone else's now: another process serving the
 		// session under this acceptor id, or a new holder. Releasing it

@@ -105,6 +105,8 @@ type Outcome struct {
 	Failed bool
 	// LeaveClaim says the claim belongs to someone else now (the gateway
 	// refused the remote, api.RemoteExitRejected): it is not released.
+	// Returned after Stopping, it says the machine keeps running for the
+	// consumer's next run to adopt (Recover).
 	LeaveClaim bool
 	// Postpone leaves the session to other claimers for
 	// Consumer.RetryAfter before this consumer claims it again.
@@ -142,6 +144,9 @@ type Consumer struct {
 	Identity *Identity
 	// Capacity is how many sessions run at once; zero means 1.
 	Capacity int
+	// Drain, when set, claims nothing new: the consumer serves the claims
+	// Recover hands it until they end (a Kubernetes pool scaled to zero).
+	Drain bool
 	// Runner gives each claimed session its machine. Required.
 	Runner Runner
 	// Presence, when set, is run from the start until every claim is
@@ -182,6 +187,9 @@ type Consumer struct {
 	Recover func(ctx context.Context) []api.QueueEntry
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
+	// Cursor, when set, is given each new watch cursor (the Kubernetes
+	// operator shows it in the pool's status). It must not block.
+	Cursor func(cursor string)
 	// Observer, when set, sees claims, conflicts and failures.
 	Observer Observer
 	// Clock paces every wait; nil means the real clock.
@@ -513,7 +521,7 @@ func (c *Consumer) claimable(e *api.QueueEntry) bool {
 }
 
 func (c *Consumer) free() int {
-	if c.halting.Load() {
+	if c.halting.Load() || c.Drain {
 		return 0
 	}
 	c.mu.Lock()

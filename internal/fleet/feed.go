@@ -172,7 +172,13 @@ func (c *Consumer) upsert(typ string, e api.QueueEntry) {
 }
 
 func (c *Consumer) saveCursor(cursor string) {
-	if c.CursorFile == "" || cursor == "" {
+	if cursor == "" {
+		return
+	}
+	if c.Cursor != nil {
+		c.Cursor(cursor)
+	}
+	if c.CursorFile == "" {
 		return
 	}
 	tmp := c.CursorFile + ".tmp"

@@ -1,0 +1,498 @@
+package operator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
+	outpost "github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/operator/v1alpha1"
+)
+
+const (
+	// Finalizer holds a deleted pool until the operator released its
+	// claims and deleted its pods.
+	Finalizer = "outpost.dev/release-claims"
+	// ConditionReady is the pool's condition: True while it serves its
+	// queue.
+	ConditionReady = "Ready"
+	// defaultMaxConcurrent is maxConcurrentSessions when unset (the CRD's
+	// default too).
+	defaultMaxConcurrent = 10
+	// resyncReady is how often a Ready pool is reconciled with nothing
+	// changed: a rotated token Secret (Secrets are not watched) is picked
+	// up, and the watch cursor written to the status.
+	resyncReady = time.Minute
+	// conflictRetry is how soon a status write that lost to a newer
+	// resourceVersion (a cache behind the API server) is tried again.
+	conflictRetry = 100 * time.Millisecond
+)
+
+// Reasons of the Ready condition.
+const (
+	ReasonServing          = "Serving"
+	ReasonNoAPIURL         = "NoAPIURL"
+	ReasonAPIURLNotAllowed = "APIURLNotAllowed"
+	ReasonTokenSecret      = "TokenSecretInvalid"
+	ReasonTemplateInvalid  = "TemplateInvalid"
+	ReasonAcceptorID       = "AcceptorIDInvalid"
+	ReasonUnauthorized     = "Unauthorized"
+	ReasonOutpostNotFound  = "OutpostNotFound"
+	ReasonServerError      = "ServerUnreachable"
+	ReasonConsumerFailed   = "ConsumerFailed"
+)
+
+// degradedBackoff paces the reconciles of a pool that is not Ready.
+var degradedBackoff = backoff.Policy{Base: 2 * time.Second, Max: 2 * time.Minute, Jitter: 0.2}
+
+// poolReconciler reconciles OutpostPools: it keeps one fleet consumer per
+// usable pool and writes the pool's status.
+type poolReconciler struct {
+	kube        client.Client
+	consumers   *consumers
+	allow       *AllowList
+	defaultURL  string
+	acceptor    string // the operator's; a pool's is acceptor:namespace.name
+	workerImage string
+	http        *http.Client
+	metrics     *Metrics
+	log         *slog.Logger
+	events      chan event.GenericEvent
+
+	mu    sync.Mutex // guards state
+	state map[types.UID]*poolState
+}
+
+// poolState is what the reconciler remembers of a pool between reconciles.
+type poolState struct {
+	failures int   // reconciles in a row that left the pool not Ready
+	dryRun   int64 // the generation whose template passed the dry-run
+	// written is the status last written, as the API server returned it.
+	written *v1alpha1.OutpostPoolStatus
+}
+
+// problem is why a pool is not Ready.
+type problem struct {
+	phase  v1alpha1.PoolPhase
+	reason string
+	err    error
+}
+
+func degraded(reason string, format string, args ...any) *problem {
+	return &problem{phase: v1alpha1.PoolDegraded, reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+func (r *poolReconciler) setup(mgr ctrl.Manager) error {
+	skip := true
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("outpostpool").
+		For(&v1alpha1.OutpostPool{}, builder.WithPredicates(specChanged{})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.owned)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.owned)).
+		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: &skip}).
+		Complete(r)
+}
+
+// specChanged passes the pool's events that may need work: creation,
+// deletion, and updates of its spec, deletion mark or finalizers, not of
+// its status alone (which this reconciler writes).
+type specChanged struct{ predicate.Funcs }
+
+func (specChanged) Update(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return o.GetGeneration() != n.GetGeneration() || !o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+		!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers())
+}
+
+func (specChanged) Create(event.CreateEvent) bool   { return true }
+func (specChanged) Delete(event.DeleteEvent) bool   { return true }
+func (specChanged) Generic(event.GenericEvent) bool { return true }
+
+// owned maps a Pod's or PVC's event to its pool (the controller owner
+// reference, checked by UID against the pool served) and tells the pool's
+// runner.
+func (r *poolReconciler) owned(_ context.Context, obj client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != "OutpostPool" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
+	if pc := r.consumers.get(key); pc != nil {
+		if pc.uid != ref.UID {
+			return nil
+		}
+		if id := obj.GetLabels()[LabelSessionID]; id != "" {
+			pc.runner.Notify(id)
+		}
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// poke asks for a reconcile of the pool key, without blocking.
+func (r *poolReconciler) poke(key types.NamespacedName) {
+	select {
+	case r.events <- event.GenericEvent{Object: &v1alpha1.OutpostPool{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	default: // a full queue is drained by reconciles that see this change too
+	}
+}
+
+// Reconcile brings one pool's consumer and status in line with its spec.
+func (r *poolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pool v1alpha1.OutpostPool
+	if err := r.kube.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without the finalizer's work (it was removed by hand).
+			if pc := r.consumers.remove(req.NamespacedName); pc != nil {
+				r.forget(pc.uid)
+			}
+			r.metrics.forget(req.String())
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	r.metrics.Reconciles.WithLabelValues(req.String()).Inc()
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, &pool)
+	}
+	if !controllerutil.ContainsFinalizer(&pool, Finalizer) {
+		patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&pool, Finalizer)
+		if err := r.kube.Patch(ctx, &pool, patch); err != nil {
+			r.metrics.ReconcileFailures.WithLabelValues(req.String()).Inc()
+			return ctrl.Result{}, fmt.Errorf("add the finalizer: %w", err)
+		}
+	}
+	pc, prob := r.serve(ctx, &pool)
+	if pc != nil {
+		if err := pc.runner.CollectVolumes(ctx); err != nil {
+			r.log.Warn("cannot collect the pool's expired volumes", "pool", req.String(), "err", err)
+		}
+	}
+	s := r.poolState(pool.UID)
+	st := r.status(&pool, pc, prob)
+	r.mu.Lock()
+	written := s.written
+	r.mu.Unlock()
+	// The cache may not show the last write yet: a status equal to the
+	// cached one but not to the one last written is written again (the
+	// update then fails on the stale resourceVersion, and is retried
+	// once the cache caught up).
+	if !equality.Semantic.DeepEqual(pool.Status, st) || written != nil && !equality.Semantic.DeepEqual(*written, st) {
+		pool.Status = st
+		err := r.kube.Status().Update(ctx, &pool)
+		switch {
+		case apierrors.IsConflict(err):
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{}, nil
+		case err != nil:
+			r.metrics.ReconcileFailures.WithLabelValues(req.String()).Inc()
+			return ctrl.Result{}, fmt.Errorf("write the pool's status: %w", err)
+		}
+		r.mu.Lock()
+		s.written = pool.Status.DeepCopy()
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prob == nil {
+		s.failures = 0
+		return ctrl.Result{RequeueAfter: resyncReady}, nil
+	}
+	s.failures++
+	r.metrics.ReconcileFailures.WithLabelValues(req.String()).Inc()
+	r.log.Warn("the pool cannot serve", "pool", req.String(), "phase", prob.phase, "reason", prob.reason, "err", prob.err)
+	return ctrl.Result{RequeueAfter: degradedBackoff.Delay(s.failures)}, nil
+}
+
+// serve checks the pool and keeps its consumer running when it may run,
+// returning the consumer (nil when none runs) and why the pool is not
+// Ready (nil when it is).
+func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) (*poolConsumer, *problem) {
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
+	stop := func(p *problem) (*poolConsumer, *problem) {
+		r.consumers.remove(key)
+		return nil, p
+	}
+	c, apiURL, token, prob := r.apiClient(ctx, pool)
+	if prob != nil {
+		return stop(prob)
+	}
+	if prob := r.dryRun(ctx, pool); prob != nil {
+		return stop(prob)
+	}
+	capacity := defaultMaxConcurrent
+	if pool.Spec.MaxConcurrentSessions != nil {
+		capacity = int(*pool.Spec.MaxConcurrentSessions)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%d", pool.UID, pool.Spec.Outpost, apiURL, token, capacity))
+	fingerprint := hex.EncodeToString(sum[:])
+
+	pc := r.consumers.get(key)
+	if pc != nil && pc.fingerprint == fingerprint && pc.running() {
+		pc.pool.Store(pool.DeepCopy())
+		if !pc.suspect.Load() {
+			return pc, nil
+		}
+		// Listing or watching the queue failed: is the token still good?
+		if _, prob := r.lookup(ctx, pc.api, pool); prob != nil {
+			return pc, prob
+		}
+		pc.suspect.Store(false)
+		return pc, nil
+	}
+	var failed *problem
+	if pc != nil && pc.fingerprint == fingerprint && pc.err != nil {
+		// Its Run failed (another process under the acceptor id, say):
+		// start it again after a backoff, and say why meanwhile.
+		failed = &problem{phase: v1alpha1.PoolDegraded, reason: ReasonConsumerFailed, err: pc.err}
+		s := r.poolState(pool.UID)
+		r.mu.Lock()
+		wait := degradedBackoff.Bound(s.failures + 1)
+		r.mu.Unlock()
+		if time.Since(pc.exited) < wait {
+			return nil, failed
+		}
+	}
+	op, prob := r.lookup(ctx, c, pool)
+	if prob != nil {
+		return stop(prob)
+	}
+	// The consumer's runners leave pods and claims when stopped; the new
+	// one's Recover adopts them, so a restart drops no session.
+	r.consumers.remove(key)
+	base, ok := r.consumers.base(ctx)
+	if !ok {
+		return nil, nil // stopping
+	}
+	acceptor := r.acceptor + ":" + pool.Namespace + "." + pool.Name
+	pc, err := r.startConsumer(base, consumerSpec{pool: pool, api: c, outpost: *op, acceptor: acceptor,
+		capacity: max(capacity, 1), drain: capacity == 0, fingerprint: fingerprint})
+	if err != nil {
+		return nil, degraded(ReasonAcceptorID, "the pool's acceptor id %s: %w", acceptor, err)
+	}
+	if !r.consumers.put(key, pc) {
+		return nil, nil
+	}
+	return pc, failed
+}
+
+// apiClient checks the pool's apiUrl against the allow list and reads its
+// token; nothing is sent anywhere. It returns the client of the pool's
+// server.
+func (r *poolReconciler) apiClient(ctx context.Context, pool *v1alpha1.OutpostPool) (*outpost.Client, string, string, *problem) {
+	apiURL := pool.Spec.APIURL
+	if apiURL == "" {
+		apiURL = r.defaultURL
+	}
+	if apiURL == "" {
+		return nil, "", "", degraded(ReasonNoAPIURL, "the pool has no apiUrl and the operator no --default-api-url")
+	}
+	if err := r.allow.Check(apiURL); err != nil {
+		return nil, "", "", degraded(ReasonAPIURLNotAllowed, "%w", err)
+	}
+	ref := pool.Spec.TokenSecretRef
+	keyName := ref.Key
+	if keyName == "" {
+		keyName = "token"
+	}
+	var secret corev1.Secret
+	err := r.kube.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: ref.Name}, &secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", "", degraded(ReasonTokenSecret, "the token Secret %s/%s does not exist", pool.Namespace, ref.Name)
+	case apierrors.IsForbidden(err):
+		return nil, "", "", degraded(ReasonTokenSecret, "the operator may not read Secret %s/%s: grant it get on secrets in namespace %s", pool.Namespace, ref.Name, pool.Namespace)
+	case err != nil:
+		return nil, "", "", degraded(ReasonTokenSecret, "read the token Secret %s/%s: %w", pool.Namespace, ref.Name, err)
+	}
+	token := strings.TrimSpace(string(secret.Data[keyName]))
+	if token == "" {
+		return nil, "", "", degraded(ReasonTokenSecret, "the token Secret %s/%s has no key %q (or it is empty)", pool.Namespace, ref.Name, keyName)
+	}
+	opts := []outpost.Option{outpost.WithUserAgent("outpost-operator/" + machine.Version)}
+	if r.http != nil {
+		opts = append(opts, outpost.WithHTTPClient(r.http))
+	}
+	c, err := outpost.New(apiURL, token, opts...)
+	if err != nil {
+		return nil, "", "", degraded(ReasonAPIURLNotAllowed, "%w", err)
+	}
+	return c, apiURL, token, nil
+}
+
+// lookup resolves the pool's outpost on its server.
+func (r *poolReconciler) lookup(ctx context.Context, c *outpost.Client, pool *v1alpha1.OutpostPool) (*api.Outpost, *problem) {
+	op, err := c.Outposts.Get(ctx, pool.Spec.Outpost)
+	switch {
+	case err == nil:
+		return op, nil
+	case outpost.IsUnauthorized(err) || outpost.IsForbidden(err):
+		return nil, &problem{phase: v1alpha1.PoolUnauthorized, reason: ReasonUnauthorized,
+			err: fmt.Errorf("the server at %s refused the pool's token (it needs the %s scope): %w", c.BaseURL(), api.ScopeMachine, err)}
+	case outpost.IsNotFound(err):
+		return nil, degraded(ReasonOutpostNotFound, "the server at %s has no outpost %q", c.BaseURL(), pool.Spec.Outpost)
+	default:
+		return nil, degraded(ReasonServerError, "look up outpost %q at %s: %w", pool.Spec.Outpost, c.BaseURL(), err)
+	}
+}
+
+// dryRun checks the pool's pod template by a server-side dry-run of the
+// pod it renders to, once per generation.
+func (r *poolReconciler) dryRun(ctx context.Context, pool *v1alpha1.OutpostPool) *problem {
+	s := r.poolState(pool.UID)
+	r.mu.Lock()
+	done := s.dryRun == pool.Generation
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	// A sample session's pod, as the runner would make it.
+	claim := api.QueueEntry{Metadata: api.QueueMetadata{SessionID: "ses_dry-run", OutpostID: "out_dry-run"},
+		Status: api.QueueStatus{GatewayURL: "wss://gateway.invalid"}}
+	pod := RenderPod(pool, &claim, Render{WorkerImage: r.workerImage})
+	if err := r.kube.Create(ctx, pod, client.DryRunAll); err != nil {
+		return degraded(ReasonTemplateInvalid, "the pod template is refused: %w", err)
+	}
+	r.mu.Lock()
+	s.dryRun = pool.Generation
+	r.mu.Unlock()
+	return nil
+}
+
+// status is the pool's status after a reconcile: unchanged conditions keep
+// their lastTransitionTime, so that nothing is written when nothing
+// changed.
+func (r *poolReconciler) status(pool *v1alpha1.OutpostPool, pc *poolConsumer, prob *problem) v1alpha1.OutpostPoolStatus {
+	st := *pool.Status.DeepCopy()
+	st.ObservedGeneration = pool.Generation
+	st.AcceptorID = r.acceptor + ":" + pool.Namespace + "." + pool.Name
+	st.ClaimedSessions = 0
+	if pc != nil {
+		st.ClaimedSessions = pc.held.Load()
+		st.OutpostID = pc.outpost.Metadata.OutpostID
+		if cur := pc.cursor.Load(); cur != nil {
+			st.WatchCursor = *cur
+		}
+	}
+	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonServing,
+		ObservedGeneration: pool.Generation, LastTransitionTime: metav1.Now()}
+	st.Phase = v1alpha1.PoolReady
+	if prob != nil {
+		st.Phase = prob.phase
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, prob.reason, clip(prob.err.Error(), 2000)
+	} else if pc != nil {
+		cond.Message = fmt.Sprintf("serving outpost %s", pc.outpost.Spec.Name)
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	return st
+}
+
+// finalize serves a deleted pool: its consumer stops, its claims are
+// released, its pods, Secrets and volumes deleted, and the finalizer
+// dropped. A pool whose token or URL cannot be used is let go all the
+// same: its claims lapse at their deadline.
+func (r *poolReconciler) finalize(ctx context.Context, pool *v1alpha1.OutpostPool) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(pool, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
+	log := r.log.With("pool", key.String())
+	pc := r.consumers.remove(key)
+	acceptor := r.acceptor + ":" + pool.Namespace + "." + pool.Name
+	c, _, _, prob := r.apiClient(ctx, pool)
+	if prob != nil {
+		log.Warn("cannot release the deleted pool's claims: they lapse at their deadline", "err", prob.err)
+	} else {
+		released := 0
+		err := eachEntry(ctx, c, outpost.QueueFilter{Phase: api.PhaseClaimed, AcceptorID: acceptor, First: 200}, func(e api.QueueEntry) {
+			_, err := c.Queue.ReleaseRequest(ctx, e.Metadata.SessionID, api.ClaimRequest{AcceptorID: acceptor,
+				Reason: "the OutpostPool " + key.String() + " was deleted", Shutdown: true})
+			switch {
+			case err == nil:
+				released++
+			case outpost.IsNotFound(err) || outpost.IsConflict(err):
+			default:
+				log.Warn("cannot release a claim of the deleted pool: it lapses at its deadline", "session", e.Metadata.SessionID, "err", err)
+			}
+		})
+		if err != nil {
+			log.Warn("cannot list the deleted pool's claims: they lapse at their deadline", "err", err)
+		}
+		log.Info("released the deleted pool's claims", "released", released)
+	}
+	runner := (*Runner)(nil)
+	if pc != nil {
+		runner = pc.runner
+	} else {
+		p := pool.DeepCopy()
+		runner = NewRunner(RunnerConfig{Kube: r.kube, Pool: func() *v1alpha1.OutpostPool { return p }, API: c,
+			AcceptorID: acceptor, WorkerImage: r.workerImage, Metrics: r.metrics.runner(key.String()), Logger: log})
+	}
+	// Owner references would have the garbage collector delete them too,
+	// but not at once, and not at all where none runs.
+	if err := runner.RemoveAll(ctx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("delete the pool's pods: %w", err)
+	}
+	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(pool, Finalizer)
+	if err := r.kube.Patch(ctx, pool, patch); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("remove the finalizer: %w", err)
+	}
+	r.forget(pool.UID)
+	r.metrics.forget(key.String())
+	log.Info("pool deleted")
+	return ctrl.Result{}, nil
+}
+
+func (r *poolReconciler) poolState(uid types.UID) *poolState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.state[uid]
+	if s == nil {
+		s = &poolState{}
+		r.state[uid] = s
+	}
+	return s
+}
+
+func (r *poolReconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.state, uid)
+	r.mu.Unlock()
+}
+
+// clip cuts s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
+}

@@ -1,0 +1,357 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/backoff"
+	outpost "github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/operator/v1alpha1"
+)
+
+const (
+	// resyncEvery is how often a consumer lists its whole queue even while
+	// the watch is healthy, and checkEvery how often it reads each held
+	// session's entry in case the watch missed its end.
+	resyncEvery = 30 * time.Second
+	checkEvery  = 10 * time.Second
+	// retryAfter is how long a session whose pod could not be made is left
+	// to other claimers.
+	retryAfter = 30 * time.Second
+)
+
+// recoverBackoff paces the listing of a pool's leftovers while the
+// Kubernetes API fails it: adoption needs it.
+var recoverBackoff = backoff.Policy{Base: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+
+// poolConsumer is the fleet consumer of one pool, running in a goroutine
+// of its own until stopped. It is replaced (stopped, then started anew)
+// when what it was started from changes (fingerprint).
+type poolConsumer struct {
+	key         types.NamespacedName
+	uid         types.UID
+	fingerprint string
+	acceptor    string
+	outpost     api.Outpost
+	api         *outpost.Client
+	runner      *Runner
+	log         *slog.Logger
+	// poke asks for a reconcile of the pool (its status changed).
+	poke func()
+
+	pool   atomic.Pointer[v1alpha1.OutpostPool] // the latest spec seen
+	held   atomic.Int32
+	cursor atomic.Pointer[string]
+	// suspect is set when listing or watching the queue fails, so the next
+	// reconcile looks the outpost up again (the token may be revoked).
+	suspect atomic.Bool
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned; err and exited are then set
+	err    error
+	exited time.Time
+}
+
+// running reports whether the consumer's Run has not returned.
+func (pc *poolConsumer) running() bool {
+	select {
+	case <-pc.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop stops the consumer and waits for it: its runners see Stopping and
+// leave their pods and claims to the next consumer.
+func (pc *poolConsumer) stop() {
+	pc.cancel()
+	<-pc.done
+}
+
+// consumerSpec is what a pool's consumer is started from.
+type consumerSpec struct {
+	pool        *v1alpha1.OutpostPool
+	api         *outpost.Client
+	outpost     api.Outpost
+	acceptor    string
+	capacity    int
+	drain       bool // maxConcurrentSessions is 0: claim nothing new
+	fingerprint string
+}
+
+// start starts the consumer of spec in the background, under ctx.
+func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*poolConsumer, error) {
+	id, err := fleet.NewIdentity(cs.acceptor, api.WorkerKindOrchestrator)
+	if err != nil {
+		return nil, err
+	}
+	key := types.NamespacedName{Namespace: cs.pool.Namespace, Name: cs.pool.Name}
+	log := r.log.With("pool", key.String())
+	pc := &poolConsumer{key: key, uid: cs.pool.UID, fingerprint: cs.fingerprint, acceptor: cs.acceptor,
+		outpost: cs.outpost, api: cs.api, log: log, done: make(chan struct{}), poke: func() { r.poke(key) }}
+	pc.pool.Store(cs.pool.DeepCopy())
+	name := key.String()
+	pc.runner = NewRunner(RunnerConfig{
+		Kube: r.kube, Pool: pc.pool.Load, API: cs.api, AcceptorID: cs.acceptor, OutpostID: cs.outpost.Metadata.OutpostID,
+		WorkerImage: r.workerImage, Metrics: r.metrics.runner(name), Logger: log,
+	})
+	host, _ := os.Hostname()
+	info := api.WorkerInfo{Kind: api.WorkerKindOrchestrator, Hostname: host, Version: machine.Version,
+		MaxSessions: cs.capacity, PID: os.Getpid()}
+	if cs.drain {
+		info.MaxSessions = 0
+	}
+	c := &fleet.Consumer{
+		Client:         cs.api,
+		Outpost:        cs.outpost,
+		Identity:       id,
+		Capacity:       cs.capacity,
+		Drain:          cs.drain,
+		Runner:         claimCounter{Runner: pc.runner, claimed: r.metrics.SessionsClaimed.WithLabelValues(name)},
+		Presence:       fleet.NewPresence(cs.api, cs.outpost.Metadata.OutpostID, cs.acceptor, info, 0, nil, log),
+		ResyncInterval: resyncEvery,
+		CheckInterval:  checkEvery,
+		RetryAfter:     retryAfter,
+		// Each cursor goes to the status with the next reconcile; the
+		// first asks for one.
+		Cursor: func(cursor string) {
+			if pc.cursor.Swap(&cursor) == nil {
+				pc.poke()
+			}
+		},
+		Observer: poolObserver{pc: pc, conflicts: r.metrics.ClaimConflicts.WithLabelValues(name)},
+		Logger:   log,
+	}
+	c.Recover = func(ctx context.Context) []api.QueueEntry { return pc.recover(ctx, c) }
+	cctx, cancel := context.WithCancel(ctx)
+	pc.cancel = cancel
+	go func() {
+		defer close(pc.done)
+		defer cancel()
+		log.Info("serving the pool's queue", "outpost", cs.outpost.Spec.Name, "outpost_id", cs.outpost.Metadata.OutpostID,
+			"acceptor_id", cs.acceptor, "max_concurrent_sessions", cs.capacity)
+		pc.err = c.Run(cctx)
+		if pc.err != nil {
+			log.Error("the pool's consumer stopped", "err", pc.err)
+		} else {
+			log.Info("the pool's consumer stopped")
+		}
+		pc.exited = time.Now()
+		pc.held.Store(0)
+		pc.poke()
+	}()
+	return pc, nil
+}
+
+// recover deals with what an earlier consumer of the pool left: sessions
+// whose claim is still the pool's are adopted (their claims renewed and
+// handed back to the runner, which watches their pods), whatever else of
+// the pool's is deleted (a suspended session's volume is kept), and claims
+// of the pool's without pods are released. All are adopted, even past the
+// pool's capacity: a lowered maxConcurrentSessions ends no running session.
+func (pc *poolConsumer) recover(ctx context.Context, c *fleet.Consumer) []api.QueueEntry {
+	var leftovers []Leftover
+	for attempt := 1; ; attempt++ {
+		var err error
+		if leftovers, err = pc.runner.Leftovers(ctx); err == nil {
+			break
+		}
+		pc.log.Warn("cannot list the pool's pods; retrying before claiming anything", "err", err)
+		if backoff.Sleep(ctx, nil, recoverBackoff.Delay(attempt)) != nil {
+			return nil
+		}
+	}
+	seen := map[string]bool{}
+	var adopt []api.QueueEntry
+	for _, l := range leftovers {
+		id := l.SessionID
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		log := pc.log.With("session", id)
+		e, err := c.Client.Queue.Get(ctx, id)
+		switch {
+		case err != nil && !outpost.IsNotFound(err):
+			// Nothing is known of it: leave its objects to the next
+			// reconcile's consumer rather than delete a live session's pod.
+			log.Warn("cannot read a leftover session from the queue; leaving its pod", "err", err)
+			continue
+		case err == nil && e.Status.Phase == api.PhaseClaimed && e.Status.AcceptorID != nil && *e.Status.AcceptorID == pc.acceptor &&
+			e.Status.SessionStatus != api.QueueSessionTerminated:
+			claim, err := c.Client.Queue.Claim(ctx, id, pc.acceptor)
+			if err == nil {
+				log.Info("adopting the session's pod", "pod", l.Pod, "volume", l.Volume)
+				adopt = append(adopt, *claim)
+				continue
+			}
+			log.Info("cannot renew the claim of a leftover session; removing its pod", "err", err)
+			c.Release(ctx, id, "the operator restarted and could not renew the claim; its pod was removed")
+		}
+		keepVolume := l.Volume && (l.Suspended || err == nil && e.Status.SessionStatus == api.QueueSessionSuspended)
+		log.Info("removing a leftover session's objects", "keep_volume", keepVolume)
+		if err := pc.runner.Remove(context.WithoutCancel(ctx), id, keepVolume); err != nil {
+			log.Warn("cannot remove a leftover session's objects", "err", err)
+		}
+	}
+	// Claims of the pool's that have no pod (a stop between a claim and
+	// its pod) go back to the queue at once.
+	f := outpost.QueueFilter{Outpost: pc.outpost.Metadata.OutpostID, Phase: api.PhaseClaimed, AcceptorID: pc.acceptor, First: 200}
+	err := eachEntry(ctx, c.Client, f, func(e api.QueueEntry) {
+		if !seen[e.Metadata.SessionID] {
+			c.Release(ctx, e.Metadata.SessionID, "")
+		}
+	})
+	if err != nil {
+		pc.log.Warn("cannot list the pool's claims; those without a pod lapse at their deadline", "err", err)
+	}
+	return adopt
+}
+
+// eachEntry calls fn with every entry of the queue matching f, page by
+// page.
+func eachEntry(ctx context.Context, c *outpost.Client, f outpost.QueueFilter, fn func(api.QueueEntry)) error {
+	for {
+		page, err := c.Queue.List(ctx, f)
+		if err != nil {
+			return fmt.Errorf("list queue: %w", err)
+		}
+		for _, e := range page.Items {
+			fn(e)
+		}
+		if !page.HasNextPage || page.Cursor == "" || page.Cursor == f.Cursor {
+			return nil
+		}
+		f.Cursor = page.Cursor
+	}
+}
+
+// claimCounter counts the sessions a pool claims.
+type claimCounter struct {
+	*Runner
+	claimed prometheus.Counter
+}
+
+func (r claimCounter) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
+	if !s.Adopted {
+		r.claimed.Inc()
+	}
+	return r.Runner.Run(ctx, s)
+}
+
+// poolObserver turns what a pool's consumer sees into metrics and status.
+type poolObserver struct {
+	pc        *poolConsumer
+	conflicts prometheus.Counter
+}
+
+func (o poolObserver) Conflict() { o.conflicts.Inc() }
+
+func (o poolObserver) Failure(op string) {
+	if (op == "list" || op == "watch") && !o.pc.suspect.Swap(true) {
+		o.pc.poke()
+	}
+}
+
+func (o poolObserver) Held(n int) {
+	if o.pc.held.Swap(int32(n)) != int32(n) {
+		o.pc.poke()
+	}
+}
+
+// consumers are the running pool consumers, keyed by pool. Their context
+// is the leader's: Start runs while this process leads, and stops every
+// consumer when it ends.
+type consumers struct {
+	mu      sync.Mutex // guards the following
+	m       map[types.NamespacedName]*poolConsumer
+	ctx     context.Context // nil until Start
+	stopped bool
+	ready   chan struct{} // closed by Start
+}
+
+func newConsumers() *consumers {
+	return &consumers{m: map[types.NamespacedName]*poolConsumer{}, ready: make(chan struct{})}
+}
+
+// Start runs until ctx ends, then stops every consumer (their pods and
+// claims stay for the next leader) and waits for them.
+func (cs *consumers) Start(ctx context.Context) error {
+	cs.mu.Lock()
+	cs.ctx = ctx
+	close(cs.ready)
+	cs.mu.Unlock()
+	<-ctx.Done()
+	cs.mu.Lock()
+	cs.stopped = true
+	all := cs.m
+	cs.m = map[types.NamespacedName]*poolConsumer{}
+	cs.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, pc := range all {
+		wg.Go(pc.stop)
+	}
+	wg.Wait()
+	return nil
+}
+
+// NeedLeaderElection: consumers run on the leader only.
+func (cs *consumers) NeedLeaderElection() bool { return true }
+
+// base returns the context consumers run under, waiting for Start; false
+// once stopping.
+func (cs *consumers) base(ctx context.Context) (context.Context, bool) {
+	select {
+	case <-cs.ready:
+	case <-ctx.Done():
+		return nil, false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.ctx, !cs.stopped
+}
+
+func (cs *consumers) get(key types.NamespacedName) *poolConsumer {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.m[key]
+}
+
+// put records pc as key's consumer; false (and pc stopped) when the
+// operator is stopping.
+func (cs *consumers) put(key types.NamespacedName, pc *poolConsumer) bool {
+	cs.mu.Lock()
+	stopped := cs.stopped
+	if !stopped {
+		cs.m[key] = pc
+	}
+	cs.mu.Unlock()
+	if stopped {
+		pc.stop()
+	}
+	return !stopped
+}
+
+// remove stops key's consumer, if any, and returns it.
+func (cs *consumers) remove(key types.NamespacedName) *poolConsumer {
+	cs.mu.Lock()
+	pc := cs.m[key]
+	delete(cs.m, key)
+	cs.mu.Unlock()
+	if pc != nil {
+		pc.stop()
+	}
+	return pc
+}
