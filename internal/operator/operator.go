@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,9 @@ const (
 	// shutdownTimeout bounds how long a stopping operator waits for its
 	// consumers (whose runners leave their pods at once).
 	shutdownTimeout = 30 * time.Second
+	// kubeTimeout bounds the first call to the Kubernetes API, which tells
+	// an unreachable cluster.
+	kubeTimeout = 30 * time.Second
 )
 
 // Options configure Run. Zero values are documented per field.
@@ -138,12 +142,18 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("connect to the Kubernetes API at %s: %w", o.Config.Host, err)
 	}
-	acceptor, err := ResolveAcceptorID(ctx, direct, ns, o.AcceptorID)
+	actx, cancel := context.WithTimeout(ctx, kubeTimeout)
+	acceptor, err := ResolveAcceptorID(actx, direct, ns, o.AcceptorID)
+	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
+		var status apierrors.APIStatus
+		switch {
+		case ctx.Err() != nil:
 			return nil
+		case !errors.As(err, &status):
+			return fmt.Errorf("cannot reach the Kubernetes API server at %s (check --kubeconfig): %w", o.Config.Host, err)
 		}
-		return fmt.Errorf("%w (Kubernetes API at %s)", err, o.Config.Host)
+		return err
 	}
 	reg := o.Registry
 	if reg == nil {
