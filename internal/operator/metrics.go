@@ -75,6 +75,14 @@ func (m *Metrics) runner(pool string) RunnerMetrics {
 	}
 }
 
+// touch makes the pool's counters exist at zero, so that rates start from
+// the pool's first reconcile.
+func (m *Metrics) touch(pool string) {
+	for _, c := range []*prometheus.CounterVec{m.ReconcileFailures, m.SessionsClaimed, m.ClaimConflicts, m.PodsGivenUp} {
+		c.WithLabelValues(pool)
+	}
+}
+
 // forget drops a deleted pool's series.
 func (m *Metrics) forget(pool string) {
 	for _, v := range []*prometheus.MetricVec{m.Reconciles.MetricVec, m.ReconcileFailures.MetricVec, m.SessionsClaimed.MetricVec,

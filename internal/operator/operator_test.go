@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -80,6 +81,9 @@ func TestMain(m *testing.M) {
 
 func testScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	if err := corev1.AddToScheme(s); err != nil {
 		panic(err)
 	}
@@ -215,7 +219,7 @@ func (e *outpostEnv) claims(ctx context.Context, acceptor string) []string {
 // testOperator is an operator run by a test.
 type testOperator struct {
 	opts Options
-	reg  *prometheus.Registry
+	reg  prometheus.Registerer
 	m    *Metrics
 	stop func() // cancels Run and waits for it
 }
@@ -235,8 +239,10 @@ func startOperator(t *testing.T, opts Options) *testOperator {
 	if opts.HealthListen == "" {
 		opts.HealthListen = "0"
 	}
-	reg := prometheus.NewRegistry()
-	opts.Registry = reg
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	reg := opts.Registry
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}

@@ -178,6 +178,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	r.metrics.Reconciles.WithLabelValues(req.String()).Inc()
+	r.metrics.touch(req.String())
 	if !pool.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, &pool)
 	}

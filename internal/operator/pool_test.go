@@ -2,6 +2,8 @@ package operator
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
@@ -376,8 +380,21 @@ func TestLeaderElection(t *testing.T) {
 		t.Fatalf("sessions claimed by the two operators: %v; want 3 by one, 0 by the other", claimed)
 	}
 
+	var lease coordinationv1.Lease
+	leaseKey := client.ObjectKey{Namespace: ns, Name: DefaultLeaderElectionID}
+	if err := k.client.Get(ctx, leaseKey, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("lease: %+v, %v", lease.Spec, err)
+	}
+	holder := *lease.Spec.HolderIdentity
 	start := time.Now()
 	ops[leader].stop()
+	// Released as it stopped, not left to expire.
+	if err := k.client.Get(ctx, leaseKey, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h == holder {
+		t.Errorf("the stopped leader %s still holds the Lease", holder)
+	}
 	id := env.session(ctx)
 	waitFor(t, ctx, "the other operator to claim a new session", func() bool {
 		return count(ops[other].m.SessionsClaimed, key.String()) == 1
@@ -389,5 +406,55 @@ func TestLeaderElection(t *testing.T) {
 	}
 	if n := env.hitsOf("release"); n != 0 {
 		t.Errorf("%d releases during the takeover", n)
+	}
+}
+
+// freeAddr returns a loopback address no one listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestProbesAndMetrics: /healthz answers, /readyz once the cache synced,
+// and /metrics serves the outpost_operator_* series of each pool.
+func TestProbesAndMetrics(t *testing.T) {
+	ctx := testContext(t)
+	k := needKube(t)
+	ns := k.namespace(t, ctx)
+	env := newOutpostEnv(t)
+	health, metrics := freeAddr(t), freeAddr(t)
+	op := startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test",
+		HealthListen: health, MetricsListen: metrics, Registry: crmetrics.Registry})
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		waitFor(t, ctx, path+" 200", func() bool { code, _ := get("http://" + health + path); return code == http.StatusOK }, nil)
+	}
+	pool := newPool(t, ctx, ns, "p", env.url, env.token, 1)
+	waitPool(t, ctx, client.ObjectKeyFromObject(pool), "the pool Ready", ready)
+	env.session(ctx)
+	name := ns + "/p"
+	waitFor(t, ctx, "a claim counted", func() bool { return count(op.m.SessionsClaimed, name) == 1 }, nil)
+	_, body := get("http://" + metrics + "/metrics")
+	for _, want := range []string{
+		`outpost_operator_reconciles_total{pool="` + name + `"}`,
+		`outpost_operator_sessions_claimed_total{pool="` + name + `"} 1`,
+		`outpost_operator_reconcile_failures_total{pool="` + name + `"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
