@@ -17,31 +17,30 @@ import (
 func TestAcceptorIDConfigMap(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
-	id, err := ResolveAcceptorID(ctx, k.client, ns, "")
+	ns := namespace(t, ctx)
+	id, err := ResolveAcceptorID(ctx, kube, ns, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`^k8s-` + regexp.QuoteMeta(ns) + `-[0-9a-f]{8}$`).MatchString(id) {
 		t.Fatalf("acceptor id %q, want k8s-%s-<8 hex>", id, ns)
 	}
-	again, err := ResolveAcceptorID(ctx, k.client, ns, "")
+	again, err := ResolveAcceptorID(ctx, kube, ns, "")
 	if err != nil || again != id {
 		t.Fatalf("second start: %q, %v; want %q", again, err, id)
 	}
 	var cm corev1.ConfigMap
-	if err := k.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &cm); err != nil || cm.Data[AcceptorKey] != id {
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &cm); err != nil || cm.Data[AcceptorKey] != id {
 		t.Fatalf("ConfigMap: %v, %v", cm.Data, err)
 	}
 
-	race := k.namespace(t, ctx)
+	race := namespace(t, ctx)
 	ids := make([]string, 4)
 	var wg sync.WaitGroup
 	for i := range ids {
 		wg.Go(func() {
 			var err error
-			if ids[i], err = ResolveAcceptorID(ctx, k.client, race, ""); err != nil {
+			if ids[i], err = ResolveAcceptorID(ctx, kube, race, ""); err != nil {
 				t.Error(err)
 			}
 		})
@@ -60,22 +59,21 @@ func TestAcceptorIDConfigMap(t *testing.T) {
 func TestAcceptorIDGiven(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
-	if id, err := ResolveAcceptorID(ctx, k.client, ns, "my-operator"); err != nil || id != "my-operator" {
+	ns := namespace(t, ctx)
+	if id, err := ResolveAcceptorID(ctx, kube, ns, "my-operator"); err != nil || id != "my-operator" {
 		t.Fatalf("given id: %q, %v", id, err)
 	}
-	err := k.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &corev1.ConfigMap{})
+	err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &corev1.ConfigMap{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("a ConfigMap was made for a given id: %v", err)
 	}
-	if _, err := ResolveAcceptorID(ctx, k.client, ns, "bad id!"); err == nil {
+	if _, err := ResolveAcceptorID(ctx, kube, ns, "bad id!"); err == nil {
 		t.Fatal("an invalid acceptor id was taken")
 	}
-	if err := k.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AcceptorConfigMap}}); err != nil {
+	if err := kube.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: AcceptorConfigMap}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ResolveAcceptorID(ctx, k.client, ns, ""); err == nil {
+	if _, err := ResolveAcceptorID(ctx, kube, ns, ""); err == nil {
 		t.Fatal("a ConfigMap without the key gave an id")
 	}
 }

@@ -3,31 +3,23 @@ package operator
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/outpost-sh/outpost/api"
 	outpost "github.com/outpost-sh/outpost/client"
@@ -35,81 +27,14 @@ import (
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
-const (
-	testTimeout     = 60 * time.Second
-	testWorkerImage = "ghcr.io/outpost-sh/outpost-worker:test"
-)
-
-// kube is the package's real API server (envtest), nil when
-// KUBEBUILDER_ASSETS is unset.
-var kube *kubeEnv
-
-type kubeEnv struct {
-	cfg    *rest.Config
-	client client.Client // uncached: what tests assert through
-}
-
-// TestMain starts one kube-apiserver and etcd for the package's tests
-// (KUBEBUILDER_ASSETS=$(bash scripts/envtest-assets.sh)); each test works
-// in a namespace of its own.
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(logr.Discard())
-	os.Exit(func() int {
-		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-			return m.Run()
-		}
-		env := &envtest.Environment{CRDDirectoryPaths: []string{"../../deploy/crds"}, ErrorIfCRDPathMissing: true}
-		cfg, err := env.Start()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "start envtest:", err)
-			return 1
-		}
-		defer func() {
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stop envtest:", err)
-			}
-		}()
-		c, err := client.New(cfg, client.Options{Scheme: testScheme()})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "kube client:", err)
-			return 1
-		}
-		kube = &kubeEnv{cfg: cfg, client: c}
-		return m.Run()
-	}())
-}
-
-func testScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := coordinationv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := corev1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
-// needKube skips t without an API server, or fails it when CI is set.
-func needKube(t *testing.T) *kubeEnv {
-	t.Helper()
-	if kube == nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is unset (CI is set): KUBEBUILDER_ASSETS=$(bash scripts/envtest-assets.sh)")
-		}
-		t.Skip("no API server: set KUBEBUILDER_ASSETS=$(bash scripts/envtest-assets.sh)")
-	}
-	return kube
-}
+const testWorkerImage = "ghcr.io/outpost-sh/outpost-worker:test"
 
 // namespace creates a namespace of the test's own.
-func (k *kubeEnv) namespace(t *testing.T, ctx context.Context) string {
+func namespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
+	needKube(t)
 	ns := "t-" + rand.String(8)
-	if err := k.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
 	return ns
@@ -228,8 +153,8 @@ type testOperator struct {
 // test ends (or stop is called).
 func startOperator(t *testing.T, opts Options) *testOperator {
 	t.Helper()
-	k := needKube(t)
-	opts.Config = k.cfg
+	needKube(t)
+	opts.Config = kubeConfig
 	if opts.WorkerImage == "" {
 		opts.WorkerImage = testWorkerImage
 	}
@@ -281,16 +206,16 @@ func count(c *prometheus.CounterVec, pool string) int {
 // Secret holding token, and returns it.
 func newPool(t *testing.T, ctx context.Context, ns, name, apiURL, token string, capacity int32) *v1alpha1.OutpostPool {
 	t.Helper()
-	k := needKube(t)
+	needKube(t)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-token"},
 		StringData: map[string]string{"token": token}}
-	if err := k.client.Create(ctx, secret); err != nil {
+	if err := kube.Create(ctx, secret); err != nil {
 		t.Fatalf("create token Secret: %v", err)
 	}
 	p := &v1alpha1.OutpostPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.OutpostPoolSpec{Outpost: "dev", APIURL: apiURL, MaxConcurrentSessions: &capacity,
 			TokenSecretRef: v1alpha1.SecretKeyRef{Name: secret.Name}}}
-	if err := k.client.Create(ctx, p); err != nil {
+	if err := kube.Create(ctx, p); err != nil {
 		t.Fatalf("create pool: %v", err)
 	}
 	return p
@@ -300,7 +225,7 @@ func newPool(t *testing.T, ctx context.Context, ns, name, apiURL, token string, 
 func getPool(t *testing.T, ctx context.Context, key client.ObjectKey) *v1alpha1.OutpostPool {
 	t.Helper()
 	var p v1alpha1.OutpostPool
-	if err := needKube(t).client.Get(ctx, key, &p); err != nil {
+	if err := kube.Get(ctx, key, &p); err != nil {
 		t.Fatalf("get pool: %v", err)
 	}
 	return &p
@@ -340,15 +265,4 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -412,7 +412,7 @@ func (r *poolReconciler) status(pool *v1alpha1.OutpostPool, pc *poolConsumer, pr
 	} else if pc != nil {
 		cond.Message = fmt.Sprintf("serving outpost %s", pc.outpost.Spec.Name)
 	}
-	meta.SetStatusCondition(&st.Conditions, cond)
+	apimeta.SetStatusCondition(&st.Conditions, cond)
 	return st
 }
 

@@ -14,7 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,14 +26,14 @@ import (
 )
 
 func ready(p *v1alpha1.OutpostPool) bool {
-	c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady)
+	c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady)
 	return p.Status.Phase == v1alpha1.PoolReady && c != nil && c.Status == metav1.ConditionTrue &&
 		p.Status.ObservedGeneration == p.Generation
 }
 
 func phase(ph v1alpha1.PoolPhase, reason string) func(*v1alpha1.OutpostPool) bool {
 	return func(p *v1alpha1.OutpostPool) bool {
-		c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady)
+		c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady)
 		return p.Status.Phase == ph && c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason &&
 			p.Status.ObservedGeneration == p.Generation
 	}
@@ -45,14 +45,13 @@ func phase(ph v1alpha1.PoolPhase, reason string) func(*v1alpha1.OutpostPool) boo
 // counter shows them.
 func pokeReconciles(t *testing.T, ctx context.Context, op *testOperator, pool *v1alpha1.OutpostPool, n int) {
 	t.Helper()
-	k := needKube(t)
 	name := client.ObjectKeyFromObject(pool).String()
 	before := count(op.m.Reconciles, name)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, GenerateName: "poke-",
 		Labels:          map[string]string{LabelManagedBy: ManagedBy},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "OutpostPool", Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-	if err := k.client.Create(ctx, pod); err != nil {
+	if err := kube.Create(ctx, pod); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
 	for i := range n {
@@ -61,12 +60,12 @@ func pokeReconciles(t *testing.T, ctx context.Context, op *testOperator, pool *v
 		if i < n-1 {
 			patch := client.MergeFrom(pod.DeepCopy())
 			pod.Labels["poke"] = strings.Repeat("x", i+1)
-			if err := k.client.Patch(ctx, pod, patch); err != nil {
+			if err := kube.Patch(ctx, pod, patch); err != nil {
 				t.Fatalf("patch pod: %v", err)
 			}
 		}
 	}
-	if err := k.client.Delete(ctx, pod); err != nil {
+	if err := kube.Delete(ctx, pod); err != nil {
 		t.Fatalf("delete pod: %v", err)
 	}
 }
@@ -77,8 +76,7 @@ func pokeReconciles(t *testing.T, ctx context.Context, op *testOperator, pool *v
 func TestPoolServes(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	op := startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
 	pool := newPool(t, ctx, ns, "gpu", env.url, env.token, 2)
@@ -118,8 +116,7 @@ func TestPoolServes(t *testing.T) {
 func TestRefusedAPIURL(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	var evilHits atomic.Int32
 	evil := countingProxy(t, env.url, func(*http.Request) { evilHits.Add(1) })
@@ -127,7 +124,7 @@ func TestRefusedAPIURL(t *testing.T) {
 	pool := newPool(t, ctx, ns, "evil", evil, env.token, 2)
 	key := client.ObjectKeyFromObject(pool)
 	p := waitPool(t, ctx, key, "the pool Degraded", phase(v1alpha1.PoolDegraded, ReasonAPIURLNotAllowed))
-	c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady)
+	c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady)
 	if !strings.Contains(c.Message, evil) || !strings.Contains(c.Message, env.url) {
 		t.Errorf("message %q: want the refused URL and the allowed ones", c.Message)
 	}
@@ -147,7 +144,7 @@ func TestRefusedAPIURL(t *testing.T) {
 	for _, bad := range []string{env.url + "/v1", strings.Replace(env.url, "http://", "http://user:pw@", 1), env.url + "?a=b"} {
 		patch := client.MergeFrom(p.DeepCopy())
 		p.Spec.APIURL = bad
-		if err := k.client.Patch(ctx, p, patch); err != nil {
+		if err := kube.Patch(ctx, p, patch); err != nil {
 			t.Fatal(err)
 		}
 		p = waitPool(t, ctx, key, "the pool Degraded for "+bad, phase(v1alpha1.PoolDegraded, ReasonAPIURLNotAllowed))
@@ -158,11 +155,11 @@ func TestRefusedAPIURL(t *testing.T) {
 	}
 	patch := client.MergeFrom(p.DeepCopy())
 	p.Spec.APIURL = env.url
-	if err := k.client.Patch(ctx, p, patch); err != nil {
+	if err := kube.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)
 	}
 	p = waitPool(t, ctx, key, "the pool Ready", ready)
-	if c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady); c.Reason != ReasonServing {
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady); c.Reason != ReasonServing {
 		t.Errorf("Ready reason %q", c.Reason)
 	}
 }
@@ -172,22 +169,21 @@ func TestRefusedAPIURL(t *testing.T) {
 func TestBadToken(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, DefaultAPIURL: env.url, AcceptorID: "k8s-test"})
 	pool := newPool(t, ctx, ns, "p", "", "opt_not-a-token", 1) // the default URL
 	key := client.ObjectKeyFromObject(pool)
 	p := waitPool(t, ctx, key, "the pool Unauthorized", phase(v1alpha1.PoolUnauthorized, ReasonUnauthorized))
-	if c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, api.ScopeMachine) {
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, api.ScopeMachine) {
 		t.Errorf("message %q: want the scope the token needs", c.Message)
 	}
 	var s corev1.Secret
-	if err := k.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p-token"}, &s); err != nil {
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p-token"}, &s); err != nil {
 		t.Fatal(err)
 	}
 	s.Data = map[string][]byte{"token": []byte(env.token + "\n")}
-	if err := k.client.Update(ctx, &s); err != nil {
+	if err := kube.Update(ctx, &s); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, ctx, key, "the pool Ready with the new token", ready)
@@ -199,25 +195,24 @@ func TestBadToken(t *testing.T) {
 func TestTokenSecretAndTemplateChecked(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
 
 	nosecret := &v1alpha1.OutpostPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nosecret"},
 		Spec: v1alpha1.OutpostPoolSpec{Outpost: "dev", APIURL: env.url, TokenSecretRef: v1alpha1.SecretKeyRef{Name: "absent"}}}
-	if err := k.client.Create(ctx, nosecret); err != nil {
+	if err := kube.Create(ctx, nosecret); err != nil {
 		t.Fatal(err)
 	}
 	p := waitPool(t, ctx, client.ObjectKeyFromObject(nosecret), "Degraded: no Secret", phase(v1alpha1.PoolDegraded, ReasonTokenSecret))
-	if c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, "absent") {
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, "absent") {
 		t.Errorf("message %q: want the Secret's name", c.Message)
 	}
 
 	nokey := newPool(t, ctx, ns, "nokey", env.url, env.token, 1)
 	patch := client.MergeFrom(nokey.DeepCopy())
 	nokey.Spec.TokenSecretRef.Key = "other"
-	if err := k.client.Patch(ctx, nokey, patch); err != nil {
+	if err := kube.Patch(ctx, nokey, patch); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, ctx, client.ObjectKeyFromObject(nokey), "Degraded: no key", phase(v1alpha1.PoolDegraded, ReasonTokenSecret))
@@ -225,11 +220,11 @@ func TestTokenSecretAndTemplateChecked(t *testing.T) {
 	badtmpl := newPool(t, ctx, ns, "badtmpl", env.url, env.token, 1)
 	patch = client.MergeFrom(badtmpl.DeepCopy())
 	badtmpl.Spec.Worker.Template.Spec.Containers = []corev1.Container{{Name: "sidecar"}} // no image
-	if err := k.client.Patch(ctx, badtmpl, patch); err != nil {
+	if err := kube.Patch(ctx, badtmpl, patch); err != nil {
 		t.Fatal(err)
 	}
 	p = waitPool(t, ctx, client.ObjectKeyFromObject(badtmpl), "Degraded: bad template", phase(v1alpha1.PoolDegraded, ReasonTemplateInvalid))
-	if c := meta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, "image") {
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionReady); !strings.Contains(c.Message, "image") {
 		t.Errorf("message %q: want the API server's complaint about the image", c.Message)
 	}
 	// A pool that was never usable is still deleted at once.
@@ -241,12 +236,11 @@ func TestTokenSecretAndTemplateChecked(t *testing.T) {
 // deletePool deletes the pool and waits until it is gone.
 func deletePool(t *testing.T, ctx context.Context, p *v1alpha1.OutpostPool) {
 	t.Helper()
-	k := needKube(t)
-	if err := k.client.Delete(ctx, p); err != nil {
+	if err := kube.Delete(ctx, p); err != nil {
 		t.Fatalf("delete pool: %v", err)
 	}
 	waitFor(t, ctx, "pool "+p.Name+" gone", func() bool {
-		err := k.client.Get(ctx, client.ObjectKeyFromObject(p), &v1alpha1.OutpostPool{})
+		err := kube.Get(ctx, client.ObjectKeyFromObject(p), &v1alpha1.OutpostPool{})
 		return apierrors.IsNotFound(err)
 	}, nil)
 }
@@ -257,8 +251,7 @@ func deletePool(t *testing.T, ctx context.Context, p *v1alpha1.OutpostPool) {
 func TestDeletePoolReleasesClaims(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
 	pool := newPool(t, ctx, ns, "p", env.url, env.token, 2)
@@ -282,7 +275,7 @@ func TestDeletePoolReleasesClaims(t *testing.T) {
 		}
 	}
 	var pods corev1.PodList
-	if err := k.client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: "p"}); err != nil {
+	if err := kube.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != 0 {
@@ -296,8 +289,7 @@ func TestDeletePoolReleasesClaims(t *testing.T) {
 func TestCapacityChangeKeepsClaims(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	op := startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
 	pool := newPool(t, ctx, ns, "p", env.url, env.token, 2)
@@ -314,7 +306,7 @@ func TestCapacityChangeKeepsClaims(t *testing.T) {
 		p := getPool(t, ctx, key)
 		patch := client.MergeFrom(p.DeepCopy())
 		p.Spec.MaxConcurrentSessions = &n
-		if err := k.client.Patch(ctx, p, patch); err != nil {
+		if err := kube.Patch(ctx, p, patch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -350,8 +342,7 @@ func TestCapacityChangeKeepsClaims(t *testing.T) {
 func TestLeaderElection(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	opts := Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url},
 		LeaderElect: true, leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: 250 * time.Millisecond}
@@ -360,7 +351,7 @@ func TestLeaderElection(t *testing.T) {
 	key := client.ObjectKeyFromObject(pool)
 	p := waitPool(t, ctx, key, "the pool Ready", ready)
 	var cm corev1.ConfigMap
-	if err := k.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &cm); err != nil {
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: AcceptorConfigMap}, &cm); err != nil {
 		t.Fatal(err)
 	}
 	acceptor := cm.Data[AcceptorKey] + ":" + ns + ".p"
@@ -382,14 +373,14 @@ func TestLeaderElection(t *testing.T) {
 
 	var lease coordinationv1.Lease
 	leaseKey := client.ObjectKey{Namespace: ns, Name: DefaultLeaderElectionID}
-	if err := k.client.Get(ctx, leaseKey, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+	if err := kube.Get(ctx, leaseKey, &lease); err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("lease: %+v, %v", lease.Spec, err)
 	}
 	holder := *lease.Spec.HolderIdentity
 	start := time.Now()
 	ops[leader].stop()
 	// Released as it stopped, not left to expire.
-	if err := k.client.Get(ctx, leaseKey, &lease); err != nil {
+	if err := kube.Get(ctx, leaseKey, &lease); err != nil {
 		t.Fatal(err)
 	}
 	if h := lease.Spec.HolderIdentity; h != nil && *h == holder {
@@ -424,8 +415,7 @@ func freeAddr(t *testing.T) string {
 // and /metrics serves the outpost_operator_* series of each pool.
 func TestProbesAndMetrics(t *testing.T) {
 	ctx := testContext(t)
-	k := needKube(t)
-	ns := k.namespace(t, ctx)
+	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	health, metrics := freeAddr(t), freeAddr(t)
 	op := startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test",
