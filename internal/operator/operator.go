@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -261,6 +262,9 @@ func (w *cacheWarmer) Start(ctx context.Context) error {
 		if _, err := w.cache.GetInformer(ctx, obj); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if apimeta.IsNoMatchError(err) {
+				return fmt.Errorf("the cluster has no OutpostPool resource: install its CRD (kubectl apply -f deploy/crds/outpost.dev_outpostpools.yaml, or the outpost-operator chart): %w", err)
 			}
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}

@@ -186,6 +186,9 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&pool, Finalizer)
 		if err := r.kube.Patch(ctx, &pool, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil // the cache is behind
+			}
 			r.metrics.ReconcileFailures.WithLabelValues(req.String()).Inc()
 			return ctrl.Result{}, fmt.Errorf("add the finalizer: %w", err)
 		}
@@ -258,7 +261,9 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 
 	pc := r.consumers.get(key)
 	if pc != nil && pc.fingerprint == fingerprint && pc.running() {
-		pc.pool.Store(pool.DeepCopy())
+		if old := pc.pool.Swap(pool.DeepCopy()); old.Generation != pool.Generation {
+			pc.runner.NotifyAll() // a new template or image: pods not serving yet are replaced
+		}
 		if !pc.suspect.Load() {
 			return pc, nil
 		}
@@ -465,6 +470,9 @@ func (r *poolReconciler) finalize(ctx context.Context, pool *v1alpha1.OutpostPoo
 	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pool, Finalizer)
 	if err := r.kube.Patch(ctx, pool, patch); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil // the cache is behind
+		}
 		return ctrl.Result{}, fmt.Errorf("remove the finalizer: %w", err)
 	}
 	r.forget(pool.UID)

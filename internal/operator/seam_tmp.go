@@ -90,6 +90,9 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 // Notify says a Pod, Secret or PVC of the session changed.
 func (r *Runner) Notify(string) {}
 
+// NotifyAll says the pool's spec changed.
+func (r *Runner) NotifyAll() {}
+
 // Leftover is what the runner found of a session.
 type Leftover struct {
 	SessionID           string
