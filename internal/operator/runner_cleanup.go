@@ -31,7 +31,8 @@ func (r *Runner) listOpts() []client.ListOption {
 		client.MatchingLabels{LabelManagedBy: ManagedBy, LabelPool: pool.Name}}
 }
 
-// owned lists the pool's pods, Secrets and volumes, owned by its UID.
+// owned lists the pool's pods, Secrets and volumes (owned by its UID), but
+// those being deleted.
 func (r *Runner) owned(ctx context.Context) ([]corev1.Pod, []corev1.Secret, []corev1.PersistentVolumeClaim, error) {
 	pool := r.cfg.Pool()
 	var pods corev1.PodList
@@ -45,14 +46,17 @@ func (r *Runner) owned(ctx context.Context) ([]corev1.Pod, []corev1.Secret, []co
 			return nil, nil, nil, fmt.Errorf("list the pool's %s: %w", l.what, err)
 		}
 	}
-	notMine := func(o metav1.Object) bool { return !OwnedBy(o, pool) || o.GetLabels()[LabelSessionID] == "" }
+	notMine := func(o metav1.Object) bool {
+		return !OwnedBy(o, pool) || o.GetLabels()[LabelSessionID] == "" || o.GetDeletionTimestamp() != nil
+	}
 	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return notMine(&p) }),
 		slices.DeleteFunc(secrets.Items, func(s corev1.Secret) bool { return notMine(&s) }),
 		slices.DeleteFunc(vols.Items, func(v corev1.PersistentVolumeClaim) bool { return notMine(&v) }), nil
 }
 
 // Leftovers lists the pool's objects (by owner UID), grouped by session,
-// ordered by session id: what an operator finds after a restart.
+// ordered by session id: what an operator finds after a restart. Objects
+// being deleted are not listed.
 func (r *Runner) Leftovers(ctx context.Context) ([]Leftover, error) {
 	pods, secrets, vols, err := r.owned(ctx)
 	if err != nil {

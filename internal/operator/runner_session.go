@@ -315,6 +315,7 @@ func (sr *sessionRun) stale(ctx context.Context, pool *v1alpha1.OutpostPool, p *
 		}
 	}
 	sr.gone = p.UID
+	poke(sr.wake) // a pod without a grace period is gone at once
 	return fleet.Outcome{}, false
 }
 
@@ -369,6 +370,7 @@ func (sr *sessionRun) observe(ctx context.Context, pool *v1alpha1.OutpostPool, p
 		}
 		sr.r.report(ctx, sr.id, api.MachineStepTeardown, fmt.Sprintf("Replacing pod %s, which had not started serving: the pool's worker image is now %s (was %s).", sr.pod, want, workerImage(p, name)), nil)
 		sr.gone, sr.served = p.UID, ""
+		poke(sr.wake)
 	}
 	return fleet.Outcome{}, false
 }
@@ -403,6 +405,7 @@ func (sr *sessionRun) failed(ctx context.Context, pool *v1alpha1.OutpostPool, wh
 		sr.gone = p.UID
 	}
 	sr.served = ""
+	poke(sr.wake)
 	sr.r.report(ctx, sr.id, api.MachineStepTeardown, fmt.Sprintf("Replacing pod %s (restart %d of %d): %s.", sr.pod, sr.restarts, limit, why), nil)
 	return fleet.Outcome{}, false
 }
@@ -436,7 +439,11 @@ func (sr *sessionRun) lost(ctx context.Context) fleet.Outcome {
 	if err := sr.r.deleteSecret(bg, sr.id); err != nil {
 		sr.log.Warn("cannot delete the secret", "err", err)
 	}
-	return fleet.Outcome{Err: fmt.Errorf("claim lost (%w); pod %s deleted", context.Cause(ctx), sr.pod)}
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = fleet.ErrClaimLost
+	}
+	return fleet.Outcome{Err: fmt.Errorf("%w; pod %s deleted", cause, sr.pod)}
 }
 
 // stopping ends the run as the operator stops: the pod keeps serving and
