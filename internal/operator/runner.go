@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,7 +148,12 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		}
 		r.mu.Unlock()
 	}()
-	sr := &sessionRun{r: r, s: s, id: s.ID, pod: PodName(s.ID), wake: wake, start: time.Now(),
+	claim := s.Claim
+	if claim.Status.GatewayURL == "" {
+		// The consumer's gateway, for a server that names none.
+		claim.Status.GatewayURL = envValue(s.Env(""), api.EnvGatewayURL.Name)
+	}
+	sr := &sessionRun{r: r, s: s, claim: &claim, id: s.ID, pod: PodName(s.ID), wake: wake, start: time.Now(),
 		log: r.log.With("session", s.ID, "pod", PodName(s.ID))}
 	defer func() {
 		if sr.active && r.cfg.Metrics.PodsActive != nil {
@@ -155,6 +161,16 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		}
 	}()
 	return sr.run(ctx)
+}
+
+// envValue is the value of name in env ("k=v" entries).
+func envValue(env []string, name string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // render is the rendering options of the runner's pool.

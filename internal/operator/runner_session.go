@@ -29,6 +29,7 @@ var setupBackoff = backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.S
 type sessionRun struct {
 	r     *Runner
 	s     *fleet.Session
+	claim *api.QueueEntry // the claim, with the consumer's gateway when it names none
 	id    string
 	pod   string // the pod's name
 	wake  chan struct{}
@@ -47,6 +48,8 @@ type sessionRun struct {
 	restarts int
 	// active says PodsActive counts this run.
 	active bool
+	// secret is the UID of the session's Secret once written.
+	secret types.UID
 	// madeVolume says this run created the session's volume.
 	madeVolume bool
 	// resumed says the volume's suspended-at mark was cleared.
@@ -113,7 +116,7 @@ func (sr *sessionRun) setup(ctx context.Context) (fleet.Outcome, bool) {
 	case isClosed(sr.s.Stopping()):
 		return sr.stopping(), false
 	}
-	return sr.refused(ctx, err), false
+	return sr.refused(ctx, "the session's objects", err), false
 }
 
 // retry calls fn until it succeeds, fails for good (permanent) or ctx
@@ -165,7 +168,7 @@ func (sr *sessionRun) ensureVolume(ctx context.Context, pool *v1alpha1.OutpostPo
 // replacement pod gets the newest. An adopted session keeps its restart
 // count; a fresh claim starts from zero.
 func (sr *sessionRun) writeSecret(ctx context.Context, pool *v1alpha1.OutpostPool) error {
-	want := RenderSecret(pool, sr.id, sr.s.Claim.Status.ConnectToken, sr.r.render())
+	want := RenderSecret(pool, sr.id, sr.claim.Status.ConnectToken, sr.r.render())
 	var cur corev1.Secret
 	err := sr.r.cfg.Kube.Get(ctx, sr.r.key(want.Name), &cur)
 	switch {
@@ -174,6 +177,7 @@ func (sr *sessionRun) writeSecret(ctx context.Context, pool *v1alpha1.OutpostPoo
 		if err := sr.r.cfg.Kube.Create(ctx, want, client.FieldOwner(ManagedBy)); err != nil {
 			return fmt.Errorf("create secret %s: %w", want.Name, err)
 		}
+		sr.secret = want.UID
 		return nil
 	case err != nil:
 		return fmt.Errorf("read secret %s: %w", want.Name, err)
@@ -196,6 +200,7 @@ func (sr *sessionRun) writeSecret(ctx context.Context, pool *v1alpha1.OutpostPoo
 	if err := sr.r.cfg.Kube.Update(ctx, &cur, client.FieldOwner(ManagedBy)); err != nil {
 		return fmt.Errorf("update secret %s: %w", want.Name, err)
 	}
+	sr.secret = cur.UID
 	return nil
 }
 
@@ -252,14 +257,14 @@ func (sr *sessionRun) absent(ctx context.Context, pool *v1alpha1.OutpostPool) (f
 
 // create makes the session's pod.
 func (sr *sessionRun) create(ctx context.Context, pool *v1alpha1.OutpostPool) (fleet.Outcome, bool) {
-	pod := RenderPod(pool, &sr.s.Claim, sr.r.render())
+	pod := RenderPod(pool, sr.claim, sr.r.render())
 	err := sr.r.cfg.Kube.Create(ctx, pod, client.FieldOwner(ManagedBy))
 	switch {
 	case err == nil:
 	case apierrors.IsAlreadyExists(err):
 		return fleet.Outcome{}, false // the next read shows whose it is
 	case permanent(err):
-		return sr.refused(ctx, err), true
+		return sr.refused(ctx, "pod "+sr.pod, err), true
 	default:
 		if ctx.Err() == nil {
 			sr.log.Warn("cannot create the session's pod; retrying", "err", err)
@@ -305,7 +310,7 @@ func (sr *sessionRun) serving() {
 // someone else's (refused).
 func (sr *sessionRun) stale(ctx context.Context, pool *v1alpha1.OutpostPool, p *corev1.Pod) (fleet.Outcome, bool) {
 	if !OwnedBy(p, pool) {
-		return sr.refused(ctx, notOurs("Pod", p.Name, pool)), true
+		return sr.refused(ctx, "pod "+sr.pod, notOurs("Pod", p.Name, pool)), true
 	}
 	if p.DeletionTimestamp == nil {
 		sr.log.Info("deleting a pod left over from an earlier claim", "uid", p.UID)
@@ -454,11 +459,12 @@ func (sr *sessionRun) stopping() fleet.Outcome {
 }
 
 // refused ends the run of a session whose objects the API server refused
-// (or another's object is in the way): the reason goes on the transcript
-// and, as the release reason, on the session's status; other claimers get
-// the session first.
-func (sr *sessionRun) refused(ctx context.Context, err error) fleet.Outcome {
-	why := fmt.Sprintf("The Kubernetes API server refused pod %s: %v", sr.pod, err)
+// (what names them), or when another's object is in the way: the reason
+// goes on the transcript and, as the release reason, on the session's
+// status; other claimers get the session first. What this run wrote is
+// deleted.
+func (sr *sessionRun) refused(ctx context.Context, what string, err error) fleet.Outcome {
+	why := fmt.Sprintf("The Kubernetes API server refused %s: %v", what, err)
 	if errors.Is(err, errNotOurs) {
 		why = fmt.Sprintf("Cannot serve the session: %v", err)
 	}
@@ -466,14 +472,16 @@ func (sr *sessionRun) refused(ctx context.Context, err error) fleet.Outcome {
 	sr.r.report(ctx, sr.id, api.MachineStepFailed, why, nil)
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	if !errors.Is(err, errNotOurs) {
-		if err := sr.r.deleteSecret(bg, sr.id); err != nil {
+	if sr.secret != "" {
+		s := &corev1.Secret{}
+		s.Namespace, s.Name = sr.r.cfg.Pool().Namespace, SecretName(sr.id)
+		if err := ignoreGone(sr.r.cfg.Kube.Delete(bg, s, client.Preconditions{UID: &sr.secret})); err != nil {
 			sr.log.Warn("cannot delete the secret", "err", err)
 		}
-		if sr.madeVolume {
-			if err := sr.r.deleteVolume(bg, sr.id); err != nil {
-				sr.log.Warn("cannot delete the volume", "err", err)
-			}
+	}
+	if sr.madeVolume {
+		if err := sr.r.deleteVolume(bg, sr.id); err != nil {
+			sr.log.Warn("cannot delete the volume", "err", err)
 		}
 	}
 	return fleet.Outcome{Failed: true, Postpone: true, Err: errors.New(why)}
