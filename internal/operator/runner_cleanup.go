@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/outpost-sh/outpost/api"
+	outpost "github.com/outpost-sh/outpost/client"
 )
 
 // Leftover is what the pool has in the cluster for one session.
@@ -32,16 +37,19 @@ func (r *Runner) listOpts() []client.ListOption {
 }
 
 // owned lists the pool's pods, Secrets and volumes (owned by its UID), but
-// those being deleted.
+// those being deleted. Secrets are never listed — the operator's RBAC
+// grants no list or watch on them, so that it cannot enumerate a
+// namespace's Secrets — but read by name: those of the sessions its pods
+// and volumes name, and of the sessions it holds claims on (a Secret
+// written just before a crash, whose pod was never made).
 func (r *Runner) owned(ctx context.Context) ([]corev1.Pod, []corev1.Secret, []corev1.PersistentVolumeClaim, error) {
 	pool := r.cfg.Pool()
 	var pods corev1.PodList
-	var secrets corev1.SecretList
 	var vols corev1.PersistentVolumeClaimList
 	for _, l := range []struct {
 		what string
 		list client.ObjectList
-	}{{"pods", &pods}, {"secrets", &secrets}, {"volumes", &vols}} {
+	}{{"pods", &pods}, {"volumes", &vols}} {
 		if err := r.cfg.Kube.List(ctx, l.list, r.listOpts()...); err != nil {
 			return nil, nil, nil, fmt.Errorf("list the pool's %s: %w", l.what, err)
 		}
@@ -49,9 +57,56 @@ func (r *Runner) owned(ctx context.Context) ([]corev1.Pod, []corev1.Secret, []co
 	notMine := func(o metav1.Object) bool {
 		return !OwnedBy(o, pool) || o.GetLabels()[LabelSessionID] == "" || o.GetDeletionTimestamp() != nil
 	}
-	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return notMine(&p) }),
-		slices.DeleteFunc(secrets.Items, func(s corev1.Secret) bool { return notMine(&s) }),
-		slices.DeleteFunc(vols.Items, func(v corev1.PersistentVolumeClaim) bool { return notMine(&v) }), nil
+	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return notMine(&p) })
+	vols.Items = slices.DeleteFunc(vols.Items, func(v corev1.PersistentVolumeClaim) bool { return notMine(&v) })
+	ids := map[string]bool{}
+	for _, p := range pods.Items {
+		ids[p.Labels[LabelSessionID]] = true
+	}
+	for _, v := range vols.Items {
+		ids[v.Labels[LabelSessionID]] = true
+	}
+	claimed, err := r.claimedSessions(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, id := range claimed {
+		ids[id] = true
+	}
+	var secrets []corev1.Secret
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		var sec corev1.Secret
+		err := r.cfg.Kube.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: SecretName(id)}, &sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, nil, nil, fmt.Errorf("read the Secret of session %s: %w", id, err)
+		}
+		if !notMine(&sec) && sec.Labels[LabelSessionID] == id {
+			secrets = append(secrets, sec)
+		}
+	}
+	return pods.Items, secrets, vols.Items, nil
+}
+
+// claimedSessions lists the sessions the pool's acceptor holds claims on.
+func (r *Runner) claimedSessions(ctx context.Context) ([]string, error) {
+	var ids []string
+	f := outpost.QueueFilter{Outpost: r.cfg.OutpostID, Phase: api.PhaseClaimed, AcceptorID: r.cfg.AcceptorID, First: 200}
+	for {
+		l, err := r.cfg.API.Queue.List(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list the pool's claims: %w", err)
+		}
+		for _, e := range l.Items {
+			ids = append(ids, e.Metadata.SessionID)
+		}
+		if !l.HasNextPage || l.Cursor == "" || len(l.Items) == 0 {
+			return ids, nil
+		}
+		f.Cursor = l.Cursor
+	}
 }
 
 // Leftovers lists the pool's objects (by owner UID), grouped by session,
