@@ -310,7 +310,8 @@ func TestOperatorAPIURLAllowList(t *testing.T) {
 		{allow, "https://outpost.example.com", true},
 		{allow, "https://OUTPOST.example.com:443/", true},
 		{allow, "https://eu.corp.example.com", true},
-		{allow, "https://a.b.corp.example.com", true},
+		{allow, "https://a.b.corp.example.com", false}, // one label only, as a TLS wildcard
+		{allow, "https://eu.corp.example.com.", true},  // a trailing dot
 		{allow, "http://10.0.0.5:7420", true},
 		{allow, "https://corp.example.com", false},            // the wildcard's own domain
 		{allow, "https://evilcorp.example.com", false},        // a suffix, not a subdomain
@@ -322,6 +323,8 @@ func TestOperatorAPIURLAllowList(t *testing.T) {
 		{allow, "https://outpost.example.com.evil.io", false}, // a longer host
 		{`defaultApiUrl: "https://outpost.example.com"`, "https://outpost.example.com", true},
 		{`defaultApiUrl: "https://outpost.example.com"`, "https://other.example.com", false},
+		// The default is allowed besides the list.
+		{`defaultApiUrl: "http://outpost-server.outpost.svc:7420", allowedApiUrls: ["https://outpost.example.com"]`, "http://outpost-server.outpost.svc:7420", true},
 		{``, "https://outpost.example.com", false}, // nothing allowed
 	} {
 		opts := Options{Values: values(t, "operator: {"+tc.operator+"}\ndefaultPool: {enabled: true, outpost: x, token: {value: t}, apiUrl: \""+tc.apiURL+"\"}")}

@@ -86,9 +86,9 @@ per line; none means every namespace.
 
 {{/*
 outpost-operator.origin: a URL's origin as the operator compares it:
-scheme://host[:port], lower case, without the scheme's default port. Fails
-the render on a URL that is not http(s) or has no host. Called with
-(list "the value's name" URL).
+scheme://host:port, lower case, the port explicit (the scheme's default when
+the URL gives none), the host without a trailing dot. Fails the render on a
+URL that is not an http(s) origin. Called with (list "the value's name" URL).
 */}}
 {{- define "outpost-operator.origin" -}}
 {{- $what := index . 0 }}
@@ -101,33 +101,34 @@ the render on a URL that is not http(s) or has no host. Called with
 {{- if $u.userinfo }}
 {{- fail (printf "%s %q must not hold a user name or password" $what $raw) }}
 {{- end }}
-{{- $host := lower $u.host }}
-{{- if not $host }}
+{{- if not (has $u.path (list "" "/")) }}
+{{- fail (printf "%s %q must be an origin (scheme://host[:port]), without a path" $what $raw) }}
+{{- end }}
+{{- $hostname := lower $u.hostname | trimSuffix "." }}
+{{- if not $hostname }}
 {{- fail (printf "%s %q has no host" $what $raw) }}
 {{- end }}
-{{- if and (eq $scheme "https") (hasSuffix ":443" $host) }}
-{{- $host = trimSuffix ":443" $host }}
-{{- else if and (eq $scheme "http") (hasSuffix ":80" $host) }}
-{{- $host = trimSuffix ":80" $host }}
+{{- $port := regexFind ":[0-9]+$" $u.host | trimPrefix ":" }}
+{{- if not $port }}
+{{- $port = ternary "443" "80" (eq $scheme "https") }}
 {{- end }}
-{{- printf "%s://%s" $scheme $host }}
+{{- printf "%s://%s:%d" $scheme $hostname (int $port) }}
 {{- end }}
 
 {{/*
-outpost-operator.apiUrlAllowed: "true" when the origin (list origin) is
-allowed by operator.allowedApiUrls (an exact origin, or
-https://*.example.com: any host below example.com), or, when that list is
-empty, equals operator.defaultApiUrl's: the rule the operator applies
-(--allowed-api-url, --default-api-url).
+outpost-operator.apiUrlAllowed: "true" when the origin (list . origin) is
+operator.defaultApiUrl's or allowed by operator.allowedApiUrls: an equal
+origin, or a wildcard https://*.example.com, which matches one more DNS label
+in front (a.example.com, not a.b.example.com nor example.com) with the same
+scheme and port: the rule the operator applies (--default-api-url,
+--allowed-api-url).
 */}}
 {{- define "outpost-operator.apiUrlAllowed" -}}
 {{- $ctx := index . 0 }}
 {{- $origin := index . 1 }}
-{{- $allowed := $ctx.Values.operator.allowedApiUrls }}
-{{- if not $allowed }}
-{{- if $ctx.Values.operator.defaultApiUrl }}
-{{- $allowed = list $ctx.Values.operator.defaultApiUrl }}
-{{- end }}
+{{- $allowed := $ctx.Values.operator.allowedApiUrls | default list }}
+{{- with $ctx.Values.operator.defaultApiUrl }}
+{{- $allowed = append $allowed . }}
 {{- end }}
 {{- $ok := false }}
 {{- range $allowed }}
@@ -136,11 +137,13 @@ empty, equals operator.defaultApiUrl's: the rule the operator applies
 {{- $ok = true }}
 {{- else if contains "://*." $entry }}
 {{- $parts := splitn "://*." 2 $entry }}
-{{- $scheme := $parts._0 }}
+{{- $prefix := printf "%s://" $parts._0 }}
 {{- $suffix := printf ".%s" $parts._1 }}
-{{- $rest := trimPrefix (printf "%s://" $scheme) $origin }}
-{{- if and (hasPrefix (printf "%s://" $scheme) $origin) (hasSuffix $suffix $rest) (gt (len $rest) (len $suffix)) (not (contains "*" $rest)) }}
+{{- if and (hasPrefix $prefix $origin) (hasSuffix $suffix $origin) }}
+{{- $label := trimSuffix $suffix (trimPrefix $prefix $origin) }}
+{{- if and $label (not (contains "." $label)) (not (contains "*" $label)) }}
 {{- $ok = true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
