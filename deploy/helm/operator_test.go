@@ -238,7 +238,7 @@ defaultPool:
 	}
 	if s.Worker.Template.Spec.NodeSelector["pool"] != "agents" || s.Worker.Template.Labels["team"] != "a" ||
 		s.Worker.Template.Spec.Containers[0].Resources.Limits.Memory().String() != "4Gi" ||
-		s.Worker.Overrides.Image != "registry.example.com/worker:1" {
+		s.Worker.Overrides.Image != "registry.example.com/worker:1" || s.Worker.Overrides.Command != nil {
 		t.Errorf("worker %+v", s.Worker)
 	}
 	sec := one[*corev1.Secret](t, r, "outpost-operator-default-token", "agents")
@@ -294,6 +294,15 @@ defaultPool: {enabled: true, outpost: gpu, token: {existingSecret: pool-token, k
 	pool := one[*v1alpha1.OutpostPool](t, r, "outpost-operator-default", "agents")
 	if pool.Spec.TokenSecretRef != (v1alpha1.SecretKeyRef{Name: "pool-token", Key: "pat"}) || pool.Spec.APIURL != "" {
 		t.Errorf("pool %+v", pool.Spec)
+	}
+	// Values left at their defaults leave the pool's fields unset, for the
+	// CRD's defaults and the operator's.
+	if w := pool.Spec.Worker; w.ContainerName != "" || w.Overrides.Image != "" || w.Overrides.Command != nil ||
+		w.Overrides.Args != nil || len(w.Template.Spec.Containers) != 0 {
+		t.Errorf("worker %+v", w)
+	}
+	if r := pool.Spec.Resume; r.VolumeSize != nil || r.StorageClassName != nil || r.SnapshotTTLSeconds != nil {
+		t.Errorf("resume %+v", r)
 	}
 }
 
