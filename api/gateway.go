@@ -266,6 +266,11 @@ type SnapshotInfo struct {
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Error says why the snapshot could not be taken or restored.
 	Error string `json:"error,omitempty"`
+	// InPlace, on a restore, says the workspace already held this snapshot
+	// (the machine that suspended the session took it back, its workspace
+	// on a volume kept meanwhile, as a Kubernetes pool's
+	// FilesystemSnapshot): nothing was downloaded or rewritten.
+	InPlace bool `json:"in_place,omitempty"`
 }
 
 // RestoredRepo is the outcome of one entry of a welcome's Restore.

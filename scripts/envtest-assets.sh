@@ -45,8 +45,13 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
 fi
 ln -sf "$(command -v etcd || echo /usr/bin/etcd)" "$dir/etcd"
 
-# kube-apiserver: built once per version.
-if [ ! -x "$dir/kube-apiserver" ]; then
+# kube-apiserver: built once per version (the stamp file says how it was
+# built; a change of the build line below rebuilds it).
+minor="${KUBERNETES_VERSION#v1.}"
+minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+stamp="$KUBERNETES_VERSION $ldflags"
+if [ ! -x "$dir/kube-apiserver" ] || [ "$(cat "$dir/kube-apiserver.stamp" 2>/dev/null)" != "$stamp" ]; then
   log "building kube-apiserver $KUBERNETES_VERSION from the k8s.io/kubernetes module (about 5 minutes, once)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
@@ -73,8 +78,9 @@ func main() {}
 EOF
   go mod tidy >&2
   rm main.go
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dir/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
   mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
+  echo "$stamp" >"$dir/kube-apiserver.stamp"
   log "built $dir/kube-apiserver"
 fi
 echo "$dir"

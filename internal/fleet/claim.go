@@ -72,9 +72,10 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		log.Warn("session abandoned: the claim was lost", "err", out.Err)
 		return out, fmt.Errorf("lost the claim on session %s", s.ID)
 	case out.LeaveClaim && s.isStopping():
-		// The machine outlives the consumer (a Kubernetes pod): the next
-		// run adopts the claim through Recover.
-		log.Info("claim kept on shutdown: the session's machine keeps running for the next run to adopt")
+		// Shutdown of a consumer whose machines outlive it (the
+		// operator's pods): the claim stays, renewed by the connected
+		// remote, for the next process to adopt.
+		log.Info("claim kept on shutdown: the session's machine goes on, for the next process to adopt", "reason", out.Err)
 		return out, nil
 	case out.LeaveClaim:
 		// The claim is someone else's now: another process serving the

@@ -105,8 +105,9 @@ type Outcome struct {
 	Failed bool
 	// LeaveClaim says the claim belongs to someone else now (the gateway
 	// refused the remote, api.RemoteExitRejected): it is not released.
-	// Returned after Stopping, it says the machine keeps running for the
-	// consumer's next run to adopt (Recover).
+	// Returned on shutdown (Stopping) it says the machine outlives the
+	// consumer (the operator's pods): the claim is kept for the next
+	// process to adopt.
 	LeaveClaim bool
 	// Postpone leaves the session to other claimers for
 	// Consumer.RetryAfter before this consumer claims it again.

@@ -1,15 +1,3 @@
-// Package operator is `outpost operator`: a Kubernetes controller that
-// serves outposts' queues with pods. For each OutpostPool
-// (operator/v1alpha1) it keeps one fleet consumer running, of the pool's
-// capacity, whose runner gives each claimed session a pod of its own and a
-// Secret holding only the session's connect token; the pool's own token,
-// read from its Secret, never leaves the operator, and is sent only to
-// servers the operator's allow list names.
-//
-// The operator runs on controller-runtime: a manager with optional leader
-// election (a Lease; only the leader claims), /healthz and /readyz probes,
-// and Prometheus metrics. A stopping operator leaves its pods running and
-// its claims held; the next one (or the next leader) adopts them.
 package operator
 
 import (

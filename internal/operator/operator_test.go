@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,8 @@ type outpostEnv struct {
 	token string // outposts.machine
 	mu    sync.Mutex
 	hits  map[string]int
+	// down makes the proxy answer every request 502.
+	down atomic.Bool
 }
 
 func newOutpostEnv(t *testing.T) *outpostEnv {
@@ -70,7 +73,7 @@ func newOutpostEnv(t *testing.T) *outpostEnv {
 		}
 	})
 	e := &outpostEnv{t: t, hits: map[string]int{}}
-	e.url = countingProxy(t, srv.URL(), e.count)
+	e.url = countingProxy(t, srv.URL(), e.count, &e.down)
 	if e.admin, err = outpost.New(srv.URL(), srv.AdminToken()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +105,7 @@ func (e *outpostEnv) hitsOf(what string) int {
 
 // countingProxy serves target through a proxy that calls seen for every
 // request, returning the proxy's URL.
-func countingProxy(t *testing.T, target string, seen func(*http.Request)) string {
+func countingProxy(t *testing.T, target string, seen func(*http.Request), down *atomic.Bool) string {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +114,10 @@ func countingProxy(t *testing.T, target string, seen func(*http.Request)) string
 	rp.FlushInterval = -1
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen(r)
+		if down != nil && down.Load() {
+			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(proxy.Close)

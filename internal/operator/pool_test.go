@@ -119,7 +119,7 @@ func TestRefusedAPIURL(t *testing.T) {
 	ns := namespace(t, ctx)
 	env := newOutpostEnv(t)
 	var evilHits atomic.Int32
-	evil := countingProxy(t, env.url, func(*http.Request) { evilHits.Add(1) })
+	evil := countingProxy(t, env.url, func(*http.Request) { evilHits.Add(1) }, nil)
 	op := startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
 	pool := newPool(t, ctx, ns, "evil", evil, env.token, 2)
 	key := client.ObjectKeyFromObject(pool)
@@ -274,12 +274,30 @@ func TestDeletePoolReleasesClaims(t *testing.T) {
 			t.Errorf("session %s: phase %s, attempts %d; want pending again with no failed attempt", id, e.Status.Phase, e.Status.Attempts)
 		}
 	}
+	noPods(t, ctx, ns, "p")
+
+	// With its server down a pool is deleted all the same: its pods go,
+	// its claims lapse.
+	pool = newPool(t, ctx, ns, "q", env.url, env.token, 1)
+	waitPool(t, ctx, client.ObjectKeyFromObject(pool), "the pool Ready", ready)
+	env.session(ctx)
+	waitFor(t, ctx, "a claim", func() bool { return len(env.claims(ctx, "k8s-test:"+ns+".q")) == 1 }, nil)
+	env.down.Store(true)
+	deletePool(t, ctx, getPool(t, ctx, client.ObjectKeyFromObject(pool)))
+	noPods(t, ctx, ns, "q")
+}
+
+// noPods fails t when pods of the pool are left in ns.
+func noPods(t *testing.T, ctx context.Context, ns, pool string) {
+	t.Helper()
 	var pods corev1.PodList
-	if err := kube.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: "p"}); err != nil {
+	if err := kube.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: pool}); err != nil {
 		t.Fatal(err)
 	}
-	if len(pods.Items) != 0 {
-		t.Errorf("%d pods of the deleted pool are left", len(pods.Items))
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			t.Errorf("pod %s of the deleted pool %s is left", p.Name, pool)
+		}
 	}
 }
 

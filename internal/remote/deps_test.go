@@ -9,8 +9,8 @@ import (
 
 // TestRemoteLinksNoControlPlane: the remote runs on every session's machine
 // and needs only the gateway, the tools and the api types; the control
-// plane's server, stores, model providers and metrics, and the Docker
-// client of orchestrators, stay out of its binary's graph.
+// plane's server, stores, model providers and metrics, the Docker client
+// of orchestrators and the operator's Kubernetes client, stay out of its binary's graph.
 func TestRemoteLinksNoControlPlane(t *testing.T) {
 	t.Parallel()
 	const pkg = "github.com/outpost-sh/outpost/internal/remote"
@@ -24,6 +24,9 @@ func TestRemoteLinksNoControlPlane(t *testing.T) {
 		deptest.Prefix("github.com/prometheus", "metrics are the control plane's"),
 		deptest.Contains("anthropic", "model SDKs run in the control plane"),
 		deptest.Contains("openai", "model SDKs run in the control plane"),
+		deptest.Prefix("k8s.io/", "the Kubernetes client belongs to the operator"),
+		deptest.Prefix("sigs.k8s.io/", "controller-runtime belongs to the operator"),
+		deptest.Prefix("github.com/outpost-sh/outpost/internal/operator", "the Kubernetes operator"),
 	)
 	// The guard looks at the real graph: the remote does link the gateway
 	// client and the wire types.

@@ -40,6 +40,7 @@ func (s *session) startRestore(f api.Frame) {
 	if s.restored == nil { // a session not made by newSession (tests)
 		s.restored = make(chan struct{})
 	}
+	inPlace := s.takeInPlace() // before any call: calls change the workspace
 	snap := f.Snapshot
 	if s.version < api.SnapshotsSince {
 		snap = nil
@@ -61,7 +62,7 @@ func (s *session) startRestore(f api.Frame) {
 		defer close(s.restored)
 		report := api.Frame{Type: api.FrameRestored}
 		if snap != nil {
-			info := s.restoreSnapshot(ctx, *snap)
+			info := s.restoreSnapshot(ctx, *snap, inPlace)
 			info.Error = set.String(info.Error)
 			report.SnapshotRestored = &info
 		}

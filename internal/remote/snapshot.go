@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,8 +16,18 @@ import (
 	"github.com/outpost-sh/outpost/internal/snapshot"
 )
 
-// snapshotRestoreTimeout bounds the download and restore of a snapshot.
-const snapshotRestoreTimeout = 30 * time.Minute
+const (
+	// snapshotRestoreTimeout bounds the download and restore of a snapshot.
+	snapshotRestoreTimeout = 30 * time.Minute
+	// inPlaceFile, in the state dir, holds the SHA-256 of the snapshot a
+	// successful suspend uploaded, while the workspace is still exactly
+	// that snapshot. A remote that starts on the same workspace and state
+	// dir (a volume kept across the suspend) and is asked to restore that
+	// very snapshot keeps the workspace as it is instead of downloading it.
+	// Every remote removes the file when it starts, before any call can
+	// change the workspace, so it never outlives the state it describes.
+	inPlaceFile = "snapshot-in-place"
+)
 
 // Protocol version 3 moves a workspace with the session: on suspend the
 // remote archives its workspace (internal/snapshot) and uploads it to the
@@ -121,11 +132,47 @@ func (s *session) uploadSnapshot(ctx context.Context) (api.SnapshotInfo, error) 
 	return info, nil
 }
 
+// markInPlace records, after a successful suspend, that the workspace is
+// the snapshot sha (see inPlaceFile). A failure only costs a download later.
+func (s *session) markInPlace(sha string) {
+	if s.opts.StateDir == "" || sha == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(s.opts.StateDir, inPlaceFile), []byte(sha+"\n"), 0o600); err != nil {
+		s.log.Warn("record the snapshot kept in place", "err", err)
+	}
+}
+
+// takeInPlace returns the snapshot the workspace still is, if a suspend on
+// this state dir said so, and removes the record: from now on calls may
+// change the workspace.
+func (s *session) takeInPlace() string {
+	if s.opts.StateDir == "" {
+		return ""
+	}
+	path := filepath.Join(s.opts.StateDir, inPlaceFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if err := os.Remove(path); err != nil {
+		s.log.Warn("remove the record of the snapshot kept in place", "err", err)
+		return "" // it could outlive changes: do not trust it
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // restoreSnapshot downloads want and restores the workspace from it. It
 // returns what was restored, or want with Error; either way with how long
-// it took.
-func (s *session) restoreSnapshot(ctx context.Context, want api.SnapshotInfo) api.SnapshotInfo {
+// it took. A workspace that is still want (inPlace, from takeInPlace) is
+// kept as it is.
+func (s *session) restoreSnapshot(ctx context.Context, want api.SnapshotInfo, inPlace string) api.SnapshotInfo {
 	start := time.Now()
+	if inPlace != "" && inPlace == want.SHA256 {
+		s.log.Info("the workspace already holds the snapshot to restore (kept on this machine's volume); nothing to download", "sha256", want.SHA256)
+		return api.SnapshotInfo{Size: want.Size, SHA256: want.SHA256, Files: want.Files, Bytes: want.Bytes, InPlace: true,
+			DurationMS: time.Since(start).Milliseconds()}
+	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotRestoreTimeout)
 	defer cancel()
 	info, err := s.downloadSnapshot(ctx, want)

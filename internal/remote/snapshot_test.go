@@ -325,3 +325,81 @@ func TestServeSuspendWaitsForARunningCall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeResumeInPlace: a remote that starts on the workspace and state
+// dir of the remote that suspended the session (a volume kept across the
+// suspend) keeps the workspace when asked to restore that very snapshot,
+// downloading nothing; the record is gone once it started, so the next
+// start downloads again, and a record of another snapshot is not trusted.
+func TestServeResumeInPlace(t *testing.T) {
+	store := &snapshotStore{t: t}
+	g := newSnapshotGateway(t, store)
+	work := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	write(t, filepath.Join(work, "notes.txt"), "before the suspend\n")
+
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	gc.send(t, api.Frame{Type: api.FrameSuspend})
+	f := gc.next(t, api.FrameSuspended)
+	if f.Snapshot == nil || f.Snapshot.Error != "" {
+		t.Fatalf("suspended = %+v", f.Snapshot)
+	}
+	info := *f.Snapshot
+	gc.send(t, api.Frame{Type: api.FrameEnd, Reason: "suspended"})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+
+	seq := int64(0) // the journal in the state dir remembers earlier calls
+	resume := func(want api.SnapshotInfo) api.SnapshotInfo {
+		t.Helper()
+		seq++
+		errc, _ := startServe(t, g, state, work)
+		gc := g.accept(t)
+		gc.next(t, api.FrameHello)
+		gc.send(t, api.Frame{Type: api.FrameWelcome, Snapshot: &want})
+		gc.send(t, execCall(seq, "echo changed > notes.txt"))
+		restored := gc.next(t, api.FrameRestored)
+		if res := gc.next(t, api.FrameResult); !res.OK {
+			t.Fatalf("call = %+v", res)
+		}
+		gc.send(t, api.Frame{Type: api.FrameAck, Seq: seq})
+		gc.send(t, api.Frame{Type: api.FrameEnd})
+		if err := waitErr(t, errc); err != nil {
+			t.Fatal(err)
+		}
+		if restored.SnapshotRestored == nil {
+			t.Fatal("no snapshot_restored")
+		}
+		return *restored.SnapshotRestored
+	}
+
+	got := resume(info)
+	if !got.InPlace || got.Error != "" || got.SHA256 != info.SHA256 || got.Files != info.Files {
+		t.Fatalf("restore = %+v, want in place", got)
+	}
+	if store.gets != 0 {
+		t.Errorf("%d downloads, want none", store.gets)
+	}
+	if _, err := os.Stat(filepath.Join(state, inPlaceFile)); !os.IsNotExist(err) {
+		t.Errorf("the record outlived the start: %v", err)
+	}
+
+	// The workspace changed since (the call wrote notes.txt): the same
+	// snapshot is downloaded and restored now.
+	got = resume(info)
+	if got.InPlace || got.Error != "" || store.gets != 1 {
+		t.Fatalf("restore = %+v after %d downloads, want one download", got, store.gets)
+	}
+	if b, _ := os.ReadFile(filepath.Join(work, "notes.txt")); string(b) != "changed\n" {
+		t.Errorf("notes.txt = %q, want the call's after the restore", b)
+	}
+
+	// A record of another snapshot is not trusted.
+	write(t, filepath.Join(state, inPlaceFile), strings.Repeat("0", 64)+"\n")
+	if got = resume(info); got.InPlace || store.gets != 2 {
+		t.Errorf("restore = %+v after %d downloads, want a download", got, store.gets)
+	}
+}

@@ -74,6 +74,9 @@ func (s *session) suspend(ctx context.Context) {
 		s.suspended = &reply
 	}
 	s.mu.Unlock()
+	if err == nil {
+		s.markInPlace(info.SHA256) // no call runs on this workspace any more
+	}
 	if err != nil {
 		s.log.Warn("suspend failed; the session goes on", "err", err)
 	}

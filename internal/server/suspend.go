@@ -385,8 +385,12 @@ func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info 
 	value, _ := json.Marshal(info)
 	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",
 		c.acceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
-	if !ok {
+	switch {
+	case !ok:
 		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.acceptorID, sentence(info.Error))
+	case info.InPlace:
+		reason = fmt.Sprintf("The workspace on %s still held its snapshot (%s in %d files), kept on the machine's volume since the suspend: nothing to download.",
+			c.acceptorID, byteSize(info.Bytes), info.Files)
 	}
 	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value, Error: info.Error, Reason: reason}}
 	if err := s.store.AppendEvents(ctx, c.sessionID, ev); err != nil {

@@ -1,0 +1,52 @@
+package operator
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	hash := func(s string) string {
+		h := fnv.New32a()
+		h.Write([]byte(s))
+		return fmt.Sprintf("%08x", h.Sum32())
+	}
+	long := "ses_" + strings.Repeat("Ab9_", 30)
+	for _, tc := range []struct {
+		id, pod string
+	}{
+		{"ses_abc", "outpost-ses-abc-" + hash("ses_abc")},
+		{"ses_AbC", "outpost-ses-abc-" + hash("ses_AbC")},
+		{"__x__y__", "outpost-x-y-" + hash("__x__y__")},
+		{"___", "outpost-" + hash("___")},
+		{"", "outpost-" + hash("")},
+	} {
+		if got := PodName(tc.id); got != tc.pod {
+			t.Errorf("PodName(%q) = %q, want %q", tc.id, got, tc.pod)
+		}
+	}
+	for _, id := range []string{"ses_abc", "ses_AbC", long, "-x-", "ses.α.β", strings.Repeat("-", 80) + "z"} {
+		for _, name := range []string{PodName(id), SecretName(id), VolumeName(id)} {
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+				t.Errorf("name %q of session %q is no DNS-1123 label: %v", name, id, errs)
+			}
+			if !strings.HasSuffix(name, hash(id)) {
+				t.Errorf("name %q does not end in the hash of %q", name, id)
+			}
+		}
+	}
+	if PodName("ses_abc") == PodName("ses_ABC") {
+		t.Error("ids differing only in case share a pod name")
+	}
+	if !strings.HasPrefix(SecretName("ses_abc"), "outpost-token-ses-abc-") || !strings.HasPrefix(VolumeName("ses_abc"), "outpost-work-ses-abc-") {
+		t.Errorf("SecretName, VolumeName = %q, %q", SecretName("ses_abc"), VolumeName("ses_abc"))
+	}
+	if n := len(SecretName(long)); n < 62 || n > 63 {
+		t.Errorf("a long id's Secret name is %d characters, want 62 or 63 (cut to fit)", n)
+	}
+}
