@@ -194,6 +194,9 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	pc, prob := r.serve(ctx, &pool)
+	if ctx.Err() != nil {
+		return ctrl.Result{}, nil // stopping: the next operator writes the status
+	}
 	if pc != nil {
 		if err := pc.runner.CollectVolumes(ctx); err != nil {
 			r.log.Warn("cannot collect the pool's expired volumes", "pool", req.String(), "err", err)

@@ -379,8 +379,11 @@ func TestLeaderElection(t *testing.T) {
 	for range 3 {
 		env.session(ctx)
 	}
-	waitFor(t, ctx, "three claims", func() bool { return len(env.claims(ctx, acceptor)) == 3 }, nil)
-	claimed := []int{count(ops[0].m.SessionsClaimed, key.String()), count(ops[1].m.SessionsClaimed, key.String())}
+	var claimed []int
+	waitFor(t, ctx, "three claims counted", func() bool {
+		claimed = []int{count(ops[0].m.SessionsClaimed, key.String()), count(ops[1].m.SessionsClaimed, key.String())}
+		return claimed[0]+claimed[1] >= 3 && len(env.claims(ctx, acceptor)) == 3
+	}, nil)
 	leader, other := 0, 1
 	if claimed[1] > 0 {
 		leader, other = 1, 0
