@@ -414,7 +414,9 @@ func TestLeaderElection(t *testing.T) {
 	t.Logf("takeover: the new leader claimed a new session %s after the old one stopped", time.Since(start).Round(time.Millisecond))
 	held := env.claims(ctx, acceptor)
 	if len(held) != 4 || !slices.Contains(held, id) {
-		t.Fatalf("claims after the takeover: %v, want the three adopted and %s", held, id)
+		e, err := env.admin.Queue.Get(ctx, id)
+		t.Fatalf("claims after the takeover: %v, want the three adopted and %s (%d releases; its entry %+v, %v)",
+			held, id, env.hitsOf("release"), e, err)
 	}
 	if n := env.hitsOf("release"); n != 0 {
 		t.Errorf("%d releases during the takeover", n)
