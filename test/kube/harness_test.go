@@ -385,8 +385,18 @@ func (f *fixture) dumpPods() {
 		return
 	}
 	for _, p := range pl.Items {
-		b, _ := json.Marshal(p.Status)
-		f.t.Logf("pod %s: %s", p.Name, b)
+		var states []string
+		for _, c := range p.Status.ContainerStatuses {
+			switch st := c.State; {
+			case st.Waiting != nil:
+				states = append(states, fmt.Sprintf("%s waiting %s %s", c.Name, st.Waiting.Reason, st.Waiting.Message))
+			case st.Running != nil:
+				states = append(states, c.Name+" running")
+			case st.Terminated != nil:
+				states = append(states, fmt.Sprintf("%s exited %d %s", c.Name, st.Terminated.ExitCode, st.Terminated.Message))
+			}
+		}
+		f.t.Logf("pod %s (session %s): %s, deleting %v: %s", p.Name, p.Labels[labelSession], p.Status.Phase, p.DeletionTimestamp != nil, strings.Join(states, "; "))
 	}
 	for _, r := range f.kubelet.Runs() {
 		f.t.Logf("--- pod %s container %s (exit %d) ---\n%s", r.Pod, r.Container, r.ExitCode, f.kubelet.Logs(r.Namespace, r.Pod))
