@@ -28,6 +28,13 @@
 // process runs as the test's user), resources, probes, lifecycle hooks,
 // init containers, networking (pods share the host's network) and a private
 // /tmp (the host's /tmp is shared, so binaries built into it run).
+//
+// Of the controller-manager, which envtest does not run either, it plays
+// the part tests of pods with volumes need: a PersistentVolumeClaim is
+// marked Bound when a pod uses it, and a deleted one loses its
+// kubernetes.io/pvc-protection finalizer once no scheduled pod refers to it
+// (so it goes, as on a cluster). Owner references are not garbage
+// collected.
 package kubelettest
 
 import (
@@ -214,24 +221,46 @@ func Start(ctx context.Context, opts Options) (*Kubelet, error) {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	var synced []cache.InformerSynced
+	var podCaches, claimCaches []cache.Indexer
+	kick := make(chan struct{}, 1)
+	kickProtection := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
 	for _, ns := range namespaces {
 		f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
 		inf := f.Core().V1().Pods().Informer()
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { k.observe(obj) },
-			UpdateFunc: func(_, obj any) { k.observe(obj) },
-			DeleteFunc: k.forgetPod,
-		}); err != nil {
+		claims := f.Core().V1().PersistentVolumeClaims().Informer()
+		_, err1 := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { k.observe(obj); kickProtection() },
+			UpdateFunc: func(_, obj any) { k.observe(obj); kickProtection() },
+			DeleteFunc: func(obj any) { k.forgetPod(obj); kickProtection() },
+		})
+		_, err2 := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { kickProtection() },
+			UpdateFunc: func(_, _ any) { kickProtection() },
+		})
+		if err := errors.Join(err1, err2); err != nil {
 			k.Stop()
 			return nil, fmt.Errorf("kubelettest: watch pods: %w", err)
 		}
-		synced = append(synced, inf.HasSynced)
-		k.wg.Add(1)
-		go func() {
-			defer k.wg.Done()
-			inf.Run(k.stopCh)
-		}()
+		synced = append(synced, inf.HasSynced, claims.HasSynced)
+		podCaches, claimCaches = append(podCaches, inf.GetIndexer()), append(claimCaches, claims.GetIndexer())
+		for _, i := range []cache.SharedIndexInformer{inf, claims} {
+			k.wg.Add(1)
+			go func() {
+				defer k.wg.Done()
+				i.Run(k.stopCh)
+			}()
+		}
 	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		k.protect(k.stopCh, kick, podCaches, claimCaches)
+	}()
 	syncCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

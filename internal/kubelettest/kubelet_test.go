@@ -174,39 +174,53 @@ func terminated(p *corev1.Pod) *corev1.ContainerStateTerminated {
 // states it went through ("waiting:Reason", "running", "terminated:N").
 func recordStates(t *testing.T, cs kubernetes.Interface, ns, name string) func() []string {
 	t.Helper()
-	w, err := cs.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithCancel(t.Context())
 	var mu sync.Mutex
 	var seen []string
 	done := make(chan struct{})
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		defer close(done)
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted || len(p.Status.ContainerStatuses) == 0 {
-				continue
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error { // the watch cache not ready yet: watch again
+					break
+				}
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok || ev.Type == watch.Deleted || len(p.Status.ContainerStatuses) == 0 {
+					continue
+				}
+				st := p.Status.ContainerStatuses[0].State
+				var s string
+				switch {
+				case st.Waiting != nil:
+					s = "waiting:" + st.Waiting.Reason
+				case st.Running != nil:
+					s = "running"
+				case st.Terminated != nil:
+					s = fmt.Sprintf("terminated:%d", st.Terminated.ExitCode)
+				}
+				mu.Lock()
+				if len(seen) == 0 || seen[len(seen)-1] != s {
+					seen = append(seen, s)
+				}
+				mu.Unlock()
 			}
-			st := p.Status.ContainerStatuses[0].State
-			var s string
-			switch {
-			case st.Waiting != nil:
-				s = "waiting:" + st.Waiting.Reason
-			case st.Running != nil:
-				s = "running"
-			case st.Terminated != nil:
-				s = fmt.Sprintf("terminated:%d", st.Terminated.ExitCode)
+			w.Stop()
+			if ctx.Err() != nil {
+				return
 			}
-			mu.Lock()
-			if len(seen) == 0 || seen[len(seen)-1] != s {
-				seen = append(seen, s)
+			if w, err = cs.CoreV1().Pods(ns).Watch(ctx, opts); err != nil {
+				return
 			}
-			mu.Unlock()
 		}
 	}()
 	return func() []string {
-		w.Stop()
+		cancel()
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
@@ -380,6 +394,23 @@ func TestClaimOutlivesPods(t *testing.T) {
 	if err != nil || got.Status.Phase != corev1.ClaimBound {
 		t.Errorf("claim %v %+v, want Bound", err, got.Status)
 	}
+
+	// The claim, deleted, stays while a pod refers to it (its protection
+	// finalizer), and goes with the pod.
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), "ws", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "ws", metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("the deleted claim while the pod exists: %v %+v", err, got.ObjectMeta)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), "second", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the claim to go with its last pod", func() bool {
+		_, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "ws", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 func waitFile(t *testing.T, path string) {

@@ -17,8 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -214,7 +216,7 @@ func (f *fixture) operator(extra ...string) *operator {
 	o := &operator{health: freeAddr(f.t), metrics: freeAddr(f.t)}
 	args := append([]string{"operator", "--kubeconfig", f.kubeconfig, "--namespace", f.ns, "--operator-namespace", f.ns,
 		"--metrics-listen", o.metrics, "--health-listen", o.health,
-		"--allowed-api-url", f.url, "--worker-image", workerImage}, extra...)
+		"--default-api-url", f.url, "--allowed-api-url", f.url, "--worker-image", workerImage}, extra...)
 	o.proc = start(f.t, "operator", []string{"KUBECONFIG=/nonexistent"}, args...)
 	f.waitFor(30*time.Second, "the operator to be ready", func() bool {
 		select {
@@ -348,10 +350,10 @@ func (f *fixture) managed() (pods []corev1.Pod, secrets []corev1.Secret, claims 
 // are all gone (keep: claims to keep, by name).
 func (f *fixture) waitNothingLeft(within time.Duration, keepClaims ...string) {
 	f.t.Helper()
-	var left []string
-	f.waitFor(within, "no pod, Secret or claim of the operator's left", func() bool {
+	deadline := time.Now().Add(within)
+	for {
 		pods, secrets, claims := f.managed()
-		left = left[:0]
+		var left []string
 		for _, p := range pods {
 			left = append(left, "pod/"+p.Name)
 		}
@@ -360,11 +362,21 @@ func (f *fixture) waitNothingLeft(within time.Duration, keepClaims ...string) {
 		}
 		for _, c := range claims {
 			if !contains(keepClaims, c.Name) {
-				left = append(left, "pvc/"+c.Name)
+				left = append(left, fmt.Sprintf("pvc/%s (finalizers %v)", c.Name, c.Finalizers))
 			}
 		}
-		return len(left) == 0
-	})
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("after %s the operator's objects are still there: %s", within, strings.Join(left, ", "))
+		}
+		select {
+		case <-f.t.Context().Done():
+			f.t.Fatal(f.t.Context().Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -419,46 +431,51 @@ type watcher struct {
 	done        chan struct{}
 }
 
-// watch starts a watcher; it stops when the test ends.
+// watch starts a watcher (informers: a list, then a watch resumed on
+// errors); it stops when the test ends.
 func (f *fixture) watch() *watcher {
 	f.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	sel := metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy}
-	pw, err := f.cs.CoreV1().Pods(f.ns).Watch(ctx, sel)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	sw, err := f.cs.CoreV1().Secrets(f.ns).Watch(ctx, sel)
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	w := &watcher{live: map[string]bool{}, existing: map[string]bool{}, pods: map[string][]corev1.Pod{},
 		podUIDs: map[string]map[string]bool{}, done: make(chan struct{})}
-	w.stop = func() { cancel(); pw.Stop(); sw.Stop() }
+	factory := informers.NewSharedInformerFactoryWithOptions(f.cs, 0, informers.WithNamespace(f.ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelManagedBy + "=" + managedBy }))
+	pods := factory.Core().V1().Pods().Informer()
+	secrets := factory.Core().V1().Secrets().Informer()
+	onPod := func(typ watch.EventType) func(any) {
+		return func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				w.pod(typ, p)
+			}
+		}
+	}
+	onSecret := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			w.mu.Lock()
+			w.secrets = append(w.secrets, *s)
+			w.mu.Unlock()
+		}
+	}
+	_, err1 := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod(watch.Added),
+		UpdateFunc: func(_, obj any) { onPod(watch.Modified)(obj) }, DeleteFunc: onPod(watch.Deleted)})
+	_, err2 := secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onSecret, UpdateFunc: func(_, obj any) { onSecret(obj) }})
+	if err1 != nil || err2 != nil {
+		f.t.Fatal(err1, err2)
+	}
+	stop := make(chan struct{})
+	w.stop = func() { close(stop) }
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for ev := range pw.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			w.pod(ev.Type, p)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for ev := range sw.ResultChan() {
-			if s, ok := ev.Object.(*corev1.Secret); ok && ev.Type != watch.Deleted {
-				w.mu.Lock()
-				w.secrets = append(w.secrets, *s)
-				w.mu.Unlock()
-			}
-		}
-	}()
+	for _, inf := range []cache.SharedIndexInformer{pods, secrets} {
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.Run(stop) }()
+	}
 	go func() { wg.Wait(); close(w.done) }()
 	f.t.Cleanup(func() { w.stop(); <-w.done })
+	if !cache.WaitForCacheSync(f.t.Context().Done(), pods.HasSynced, secrets.HasSynced) {
+		f.t.Fatal("the watcher's first list")
+	}
 	return w
 }
 

@@ -44,6 +44,10 @@ var (
 	setupErr error
 )
 
+// binaryEnv names an outpost binary to test instead of the one the
+// package builds from this tree (another branch's build, say).
+const binaryEnv = "OUTPOST_KUBE_TEST_BINARY"
+
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -52,19 +56,21 @@ func runMain(m *testing.M) int {
 	if os.Getenv(kubelettest.AssetsEnv) == "" {
 		return m.Run() // every test skips (or fails under CI) in requireCluster
 	}
-	dir, err := os.MkdirTemp("", "outpost-kube-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "outpost")
-	args := append(append([]string{"build"}, buildFlags...), "-o", binary, "../../cmd/outpost")
-	build := exec.Command("go", args...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build outpost:", err)
-		return 1
+	if binary = os.Getenv(binaryEnv); binary == "" {
+		dir, err := os.MkdirTemp("", "outpost-kube-bin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binary = filepath.Join(dir, "outpost")
+		args := append(append([]string{"build"}, buildFlags...), "-o", binary, "../../cmd/outpost")
+		build := exec.Command("go", args...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build outpost:", err)
+			return 1
+		}
 	}
 	hasOperator = exec.Command(binary, "operator", "--help").Run() == nil
 	ctrllog.SetLogger(logr.Discard()) // envtest logs through it
