@@ -33,6 +33,37 @@ func BenchmarkQueuedToConnected(b *testing.B) {
 	benchConnect(b, f, func(id string) {})
 }
 
+// BenchmarkQueuedToConnectedBurst is BenchmarkQueuedToConnected with
+// eight sessions created at once, b.N times, on a pool of eight: the
+// latencies under load (two cores shared by the API server, the operator,
+// the server and eight workers and remotes starting).
+func BenchmarkQueuedToConnectedBurst(b *testing.B) {
+	requireOperator(b)
+	f := newFixture(b)
+	token := f.outpost("bench")
+	const burst = 8
+	f.pool("bench", "bench", token, func(p *v1alpha1.OutpostPool) { p.Spec.MaxConcurrentSessions = ptr(int32(burst)) })
+	f.operator()
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		var ids []string
+		for range burst {
+			ids = append(ids, f.externalSession("bench", "burst"))
+		}
+		for _, id := range ids {
+			lat = append(lat, time.UnixMilli(f.waitConnected(id)).Sub(start))
+		}
+		for _, id := range ids {
+			f.tool(id, "end_session", map[string]any{})
+		}
+		f.waitNothingLeft(60 * time.Second)
+	}
+	b.StopTimer()
+	report(b, lat)
+}
+
 // BenchmarkQueuedToConnectedByHand is the floor of the one above: the
 // test claims the session itself as soon as it is created and makes the
 // design's Secret and Pod; the rest (kubelet, worker, remote) is the same.
@@ -55,16 +86,7 @@ func benchConnect(b *testing.B, f *fixture, serve func(id string)) {
 		start := time.Now()
 		id := f.externalSession("bench", "bench")
 		serve(id)
-		var connected int64
-		f.waitFor(60*time.Second, "the remote to connect", func() bool {
-			for _, ev := range f.events(id) {
-				if ev.Type == api.EventRemoteConnected {
-					connected = ev.Time
-					return true
-				}
-			}
-			return false
-		})
+		connected := f.waitConnected(id)
 		f.tool(id, "end_session", map[string]any{})
 		f.waitFor(60*time.Second, "the session's pod to go", func() bool {
 			pods, _ := f.cs.CoreV1().Pods(f.ns).List(f.t.Context(), listAll)
@@ -79,6 +101,28 @@ func benchConnect(b *testing.B, f *fixture, serve func(id string)) {
 		lat = append(lat, once())
 	}
 	b.StopTimer()
+	report(b, lat)
+}
+
+// waitConnected waits for the session's remote_connected event and
+// returns its time (Unix ms, the server's clock).
+func (f *fixture) waitConnected(id string) int64 {
+	f.t.Helper()
+	var connected int64
+	f.waitFor(60*time.Second, "the remote of "+id+" to connect", func() bool {
+		for _, ev := range f.events(id) {
+			if ev.Type == api.EventRemoteConnected {
+				connected = ev.Time
+				return true
+			}
+		}
+		return false
+	})
+	return connected
+}
+
+// report reports the latencies' p50, p99 and max as metrics.
+func report(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return lat[max(0, int(math.Ceil(p*float64(len(lat))))-1)] }
 	b.ReportMetric(float64(q(0.5).Milliseconds()), "p50-ms")

@@ -13,6 +13,7 @@ package kube
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -47,6 +48,10 @@ var (
 // binaryEnv names an outpost binary to test instead of the one the
 // package builds from this tree (another branch's build, say).
 const binaryEnv = "OUTPOST_KUBE_TEST_BINARY"
+
+// logsEnv names a directory that gets the output of every process the
+// tests start, passing or not (a benchmark's breakdown, say).
+const logsEnv = "OUTPOST_KUBE_TEST_LOGS"
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -139,7 +144,17 @@ func start(t testing.TB, name string, env []string, args ...string) *proc {
 	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	var out io.Writer = p.out
+	if dir := os.Getenv(logsEnv); dir != "" {
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log",
+			strings.ReplaceAll(t.Name(), "/", "_"), name, time.Now().UnixNano())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { logf.Close() })
+		out = io.MultiWriter(p.out, logf)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
