@@ -1,0 +1,6 @@
+//go:build !race
+
+package kube
+
+// buildFlags are the extra flags of the binary under test.
+var buildFlags []string

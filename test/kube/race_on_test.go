@@ -1,0 +1,7 @@
+//go:build race
+
+package kube
+
+// buildFlags build the binary under test with the race detector when the
+// tests themselves run with it, so races in the real processes show up.
+var buildFlags = []string{"-race"}
