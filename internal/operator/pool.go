@@ -28,10 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
-	outpost "github.com/outpost-sh/outpost/client"
-	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -313,89 +310,6 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 	return pc, failed
 }
 
-// apiClient checks the pool's apiUrl against the allow list and reads its
-// token; nothing is sent anywhere. It returns the client of the pool's
-// server.
-func (r *poolReconciler) apiClient(ctx context.Context, pool *v1alpha1.OutpostPool) (*outpost.Client, string, string, *problem) {
-	apiURL := pool.Spec.APIURL
-	if apiURL == "" {
-		apiURL = r.defaultURL
-	}
-	if apiURL == "" {
-		return nil, "", "", degraded(ReasonNoAPIURL, "the pool has no apiUrl and the operator no --default-api-url")
-	}
-	if err := r.allow.Check(apiURL); err != nil {
-		return nil, "", "", degraded(ReasonAPIURLNotAllowed, "%w", err)
-	}
-	ref := pool.Spec.TokenSecretRef
-	keyName := ref.Key
-	if keyName == "" {
-		keyName = "token"
-	}
-	var secret corev1.Secret
-	err := r.kube.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: ref.Name}, &secret)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, "", "", degraded(ReasonTokenSecret, "the token Secret %s/%s does not exist", pool.Namespace, ref.Name)
-	case apierrors.IsForbidden(err):
-		return nil, "", "", degraded(ReasonTokenSecret, "the operator may not read Secret %s/%s: grant it get on secrets in namespace %s", pool.Namespace, ref.Name, pool.Namespace)
-	case err != nil:
-		return nil, "", "", degraded(ReasonTokenSecret, "read the token Secret %s/%s: %w", pool.Namespace, ref.Name, err)
-	}
-	token := strings.TrimSpace(string(secret.Data[keyName]))
-	if token == "" {
-		return nil, "", "", degraded(ReasonTokenSecret, "the token Secret %s/%s has no key %q (or it is empty)", pool.Namespace, ref.Name, keyName)
-	}
-	opts := []outpost.Option{outpost.WithUserAgent("outpost-operator/" + machine.Version)}
-	if r.http != nil {
-		opts = append(opts, outpost.WithHTTPClient(r.http))
-	}
-	c, err := outpost.New(apiURL, token, opts...)
-	if err != nil {
-		return nil, "", "", degraded(ReasonAPIURLNotAllowed, "%w", err)
-	}
-	return c, apiURL, token, nil
-}
-
-// lookup resolves the pool's outpost on its server.
-func (r *poolReconciler) lookup(ctx context.Context, c *outpost.Client, pool *v1alpha1.OutpostPool) (*api.Outpost, *problem) {
-	op, err := c.Outposts.Get(ctx, pool.Spec.Outpost)
-	switch {
-	case err == nil:
-		return op, nil
-	case outpost.IsUnauthorized(err) || outpost.IsForbidden(err):
-		return nil, &problem{phase: v1alpha1.PoolUnauthorized, reason: ReasonUnauthorized,
-			err: fmt.Errorf("the server at %s refused the pool's token (it needs the %s scope): %w", c.BaseURL(), api.ScopeMachine, err)}
-	case outpost.IsNotFound(err):
-		return nil, degraded(ReasonOutpostNotFound, "the server at %s has no outpost %q", c.BaseURL(), pool.Spec.Outpost)
-	default:
-		return nil, degraded(ReasonServerError, "look up outpost %q at %s: %w", pool.Spec.Outpost, c.BaseURL(), err)
-	}
-}
-
-// dryRun checks the pool's pod template by a server-side dry-run of the
-// pod it renders to, once per generation.
-func (r *poolReconciler) dryRun(ctx context.Context, pool *v1alpha1.OutpostPool) *problem {
-	s := r.poolState(pool.UID)
-	r.mu.Lock()
-	done := s.dryRun == pool.Generation
-	r.mu.Unlock()
-	if done {
-		return nil
-	}
-	// A sample session's pod, as the runner would make it.
-	claim := api.QueueEntry{Metadata: api.QueueMetadata{SessionID: "ses_dry-run", OutpostID: "out_dry-run"},
-		Status: api.QueueStatus{GatewayURL: "wss://gateway.invalid"}}
-	pod := RenderPod(pool, &claim, Render{WorkerImage: r.workerImage})
-	if err := r.kube.Create(ctx, pod, client.DryRunAll); err != nil {
-		return degraded(ReasonTemplateInvalid, "the pod template is refused: %w", err)
-	}
-	r.mu.Lock()
-	s.dryRun = pool.Generation
-	r.mu.Unlock()
-	return nil
-}
-
 // status is the pool's status after a reconcile: unchanged conditions keep
 // their lastTransitionTime, so that nothing is written when nothing
 // changed.
@@ -424,59 +338,6 @@ func (r *poolReconciler) status(pool *v1alpha1.OutpostPool, pc *poolConsumer, pr
 	return st
 }
 
-// finalize serves a deleted pool: its consumer stops, its claims are
-// released, its pods, Secrets and volumes deleted, and the finalizer
-// dropped. A pool whose token or URL cannot be used is let go all the
-// same: its claims lapse at their deadline.
-func (r *poolReconciler) finalize(ctx context.Context, pool *v1alpha1.OutpostPool) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(pool, Finalizer) {
-		return ctrl.Result{}, nil
-	}
-	key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name}
-	log := r.log.With("pool", key.String())
-	r.consumers.remove(key)
-	acceptor := r.acceptor + ":" + pool.Namespace + "." + pool.Name
-	c, _, _, prob := r.apiClient(ctx, pool)
-	if prob != nil {
-		log.Warn("cannot release the deleted pool's claims: they lapse at their deadline", "err", prob.err)
-		c = nil
-	}
-	p := pool.DeepCopy()
-	runner := func(c *outpost.Client) *Runner {
-		return NewRunner(RunnerConfig{Kube: r.kube, Pool: func() *v1alpha1.OutpostPool { return p }, API: c,
-			AcceptorID: acceptor, WorkerImage: r.workerImage, Metrics: r.metrics.runner(key.String()), Logger: log})
-	}
-	// Deleted while the claims are still held, so that the Secrets of
-	// claimed sessions without a pod are found too. Owner references
-	// would have the garbage collector delete all of it, but not at once,
-	// and not at all where none runs.
-	err := runner(c).RemoveAll(ctx)
-	if err != nil && c != nil {
-		// The server's claims could not be listed, say: what the cluster
-		// shows is enough to delete.
-		log.Warn("cannot delete everything of the deleted pool; deleting what its pods and volumes name", "err", err)
-		err = runner(nil).RemoveAll(ctx)
-	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("delete the pool's pods: %w", err)
-	}
-	if c != nil {
-		r.releaseAll(ctx, c, acceptor, "the OutpostPool "+key.String()+" was deleted", log)
-	}
-	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(pool, Finalizer)
-	if err := r.kube.Patch(ctx, pool, patch); err != nil && !apierrors.IsNotFound(err) {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil // the cache is behind
-		}
-		return ctrl.Result{}, fmt.Errorf("remove the finalizer: %w", err)
-	}
-	r.forget(pool.UID)
-	r.metrics.forget(key.String())
-	log.Info("pool deleted")
-	return ctrl.Result{}, nil
-}
-
 func (r *poolReconciler) poolState(uid types.UID) *poolState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -500,24 +361,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n-3], "") + "..."
-}
-
-// releaseAll releases every claim acceptor holds, saying why; claims
-// already gone are no error, and the others lapse at their deadline.
-func (r *poolReconciler) releaseAll(ctx context.Context, c *outpost.Client, acceptor, why string, log *slog.Logger) {
-	released := 0
-	err := eachEntry(ctx, c, outpost.QueueFilter{Phase: api.PhaseClaimed, AcceptorID: acceptor, First: 200}, func(e api.QueueEntry) {
-		_, err := c.Queue.ReleaseRequest(ctx, e.Metadata.SessionID, api.ClaimRequest{AcceptorID: acceptor, Reason: why, Shutdown: true})
-		switch {
-		case err == nil:
-			released++
-		case outpost.IsNotFound(err) || outpost.IsConflict(err):
-		default:
-			log.Warn("cannot release a claim of the deleted pool: it lapses at its deadline", "session", e.Metadata.SessionID, "err", err)
-		}
-	})
-	if err != nil {
-		log.Warn("cannot list the deleted pool's claims: they lapse at their deadline", "err", err)
-	}
-	log.Info("released the deleted pool's claims", "released", released)
 }
