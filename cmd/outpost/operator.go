@@ -168,22 +168,30 @@ func runOperator(ctx context.Context, o *OperatorOptions) error {
 	})
 }
 
+// The operator's client-side rate limit on the Kubernetes API. client-go's
+// default (5 requests/s, bursts of 10) made a claimed session wait about a
+// second for its Secret and Pod (docs/benchmarks.md); each session costs a
+// handful of writes, and reads come from the cache.
+const (
+	kubeQPS   = 50
+	kubeBurst = 100
+)
+
 // kubeConfig loads the Kubernetes API's configuration: the kubeconfig
 // file when given, else as controller-runtime finds it.
 func kubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("read kubeconfig: %w", err)
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
+		if cfg, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
-		return cfg, nil
-	}
-	cfg, err := ctrlconfig.GetConfig()
-	if err != nil {
+	} else if cfg, err = ctrlconfig.GetConfig(); err != nil {
 		return nil, fmt.Errorf("find the Kubernetes API (pass --kubeconfig, set KUBECONFIG, or run in a cluster): %w", err)
 	}
+	cfg.QPS, cfg.Burst = kubeQPS, kubeBurst
 	return cfg, nil
 }
