@@ -1,4 +1,5 @@
-# Outpost's container images, from one static binary:
+# Outpost's container images, from two static binaries (outpost, and
+# outpost-operator, the Kubernetes operator that `outpost operator` runs):
 #
 #   docker build -t outpost .                          # the server (default target)
 #   docker build --target worker -t outpost-worker .   # a worker: git, ssh, ffmpeg
@@ -10,9 +11,11 @@
 #   BASE             the runtime base, a Debian-like image (debian:bookworm-slim)
 #   GO_IMAGE         the image the binary is built in (golang:1.26-bookworm)
 #   BINARY           build: build the binary from this tree in GO_IMAGE (default);
-#                    context: take OUTPOST_BINARY from the build context, a static
-#                    binary built outside (CGO_ENABLED=0 make build), no Go image needed
+#                    context: take OUTPOST_BINARY and OUTPOST_OPERATOR_BINARY from the
+#                    build context, static binaries built outside (CGO_ENABLED=0 make
+#                    build), no Go image needed
 #   OUTPOST_BINARY   that binary's path in the context (bin/outpost)
+#   OUTPOST_OPERATOR_BINARY  the operator's (bin/outpost-operator)
 #   VERSION          the version stamped into a binary built here (dev)
 #   PACKAGES         Debian packages of both images (ca-certificates)
 #   WORKER_PACKAGES  Debian packages the worker adds (git openssh-client ffmpeg);
@@ -30,11 +33,15 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X main.version=${VERSION} -X github.com/outpost-sh/outpost/internal/machine.Version=${VERSION}" \
-      -o /out/outpost ./cmd/outpost
+      -o /out/outpost ./cmd/outpost && \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+      -o /out/outpost-operator ./cmd/outpost-operator
 
 FROM scratch AS context
 ARG OUTPOST_BINARY=bin/outpost
+ARG OUTPOST_OPERATOR_BINARY=bin/outpost-operator
 COPY ${OUTPOST_BINARY} /out/outpost
+COPY ${OUTPOST_OPERATOR_BINARY} /out/outpost-operator
 
 FROM ${BINARY} AS binary
 
@@ -51,7 +58,7 @@ RUN set -eu; \
     mkdir -p /home/outpost /var/lib/outpost; \
     chown 10001:10001 /home/outpost /var/lib/outpost; \
     chmod 700 /var/lib/outpost
-COPY --from=binary /out/outpost /usr/local/bin/outpost
+COPY --from=binary /out/outpost /out/outpost-operator /usr/local/bin/
 USER outpost
 WORKDIR /home/outpost
 ENV OUTPOST_DATA_DIR=/var/lib/outpost

@@ -10,13 +10,18 @@ LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/
 
 .PHONY: build install dist test deps lint bench up clean
 
+# build: bin/outpost, and bin/outpost-operator (the Kubernetes operator,
+# which `outpost operator` runs: a program of its own so that the
+# Kubernetes libraries stay out of the binary every remote starts).
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outpost
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(dir $(BIN))outpost-operator ./cmd/outpost-operator
 
 # install: outpost into $(go env GOBIN), else $(go env GOPATH)/bin; put
 # that directory on PATH.
 install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/outpost
+	$(GO) install -ldflags "-X main.version=$(VERSION)" ./cmd/outpost-operator
 
 # dist: cross-build the remote for linux amd64/arm64 and darwin arm64 into
 # dist/ in the /dist/ layout (earlier builds there are kept); publish it with

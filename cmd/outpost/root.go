@@ -252,6 +252,10 @@ func Main(ctx context.Context, args []string, f *Factory) int {
 	if err == nil || errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return exitOK
 	}
+	var pe programExit
+	if errors.As(err, &pe) {
+		return pe.code // the program said why itself
+	}
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
 		fmt.Fprintf(f.IO.ErrOut, "error: %s\nRun '%s --help' for usage.\n", err, c.CommandPath())
@@ -277,6 +281,12 @@ type codeError struct {
 }
 
 func (e codeError) Unwrap() error { return e.error }
+
+// programExit is the exit status of a program a command ran in its place
+// (outpost operator), which wrote its own error.
+type programExit struct{ code int }
+
+func (e programExit) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // usageError is a mistake in how a command was called.
 type usageError struct{ error }

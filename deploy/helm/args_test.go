@@ -73,14 +73,15 @@ func TestOperatorArgsAreTheDesignsFlags(t *testing.T) {
 	}
 }
 
-// outpostBinary builds cmd/outpost once for the package's tests.
+// outpostBinary builds cmd/outpost, and cmd/outpost-operator next to it
+// (which `outpost operator` runs), once for the package's tests.
 var outpostBinary = sync.OnceValues(func() (string, error) {
-	dir, err := filepath.Abs(filepath.Join("..", "..", "cmd", "outpost"))
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(buildDir, "outpost")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/outpost", "./cmd/outpost-operator")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", &buildError{err: err, out: out}
@@ -94,7 +95,7 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string {
-	return "go build ./cmd/outpost: " + e.err.Error() + "\n" + string(e.out)
+	return "go build ./cmd/outpost ./cmd/outpost-operator: " + e.err.Error() + "\n" + string(e.out)
 }
 
 // runOutpost runs the built outpost with args and returns its output and
@@ -118,12 +119,11 @@ func runOutpost(t *testing.T, args ...string) (string, error) {
 
 // TestOperatorArgsParseWithTheRealCommand: `outpost operator` accepts the
 // rendered arguments (cobra parses every flag before it looks at --help,
-// so an unknown flag or a bad value fails). Skipped while the command has
-// not landed.
+// so an unknown flag or a bad value fails).
 func TestOperatorArgsParseWithTheRealCommand(t *testing.T) {
 	t.Parallel()
 	if out, err := runOutpost(t, "operator", "--help"); err != nil || !strings.Contains(out, "--leader-elect") {
-		t.Skipf("`outpost operator` is not in this build (%v):\n%s", err, out)
+		t.Fatalf("`outpost operator --help` (%v):\n%s", err, out)
 	}
 	for _, y := range operatorArgCases {
 		_, c := operatorContainer(t, render(t, Operator, Options{Values: values(t, y)}), "outpost-operator")

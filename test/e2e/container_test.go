@@ -87,10 +87,11 @@ func buildImages(t *testing.T) (server, worker string) {
 			t.Fatal(err)
 		}
 	}
-	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(ctx, "bin", "outpost"), "../../cmd/outpost")
+	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(ctx, "bin")+string(filepath.Separator),
+		"../../cmd/outpost", "../../cmd/outpost-operator")
 	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := gobuild.CombinedOutput(); err != nil {
-		t.Fatalf("build a static outpost: %v\n%s", err, out)
+		t.Fatalf("build a static outpost and outpost-operator: %v\n%s", err, out)
 	}
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
@@ -134,7 +135,7 @@ func runContainer(t *testing.T, name string, args ...string) {
 // TestContainerImage builds the Dockerfile's images with Podman (from the
 // local test image, the binary built outside) and runs them: a server
 // container and a worker container, on the host's loopback network, finish
-// a session. Both run as the image's non-root user; the session sees git
+// a session; the server image runs `outpost operator` too. Both run as the image's non-root user; the session sees git
 // and the worker's workspace /work; a backup is made inside the server's
 // container.
 func TestContainerImage(t *testing.T) {
@@ -177,6 +178,10 @@ func TestContainerImage(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the session's output %q lacks %q", out, want)
 		}
+	}
+	// The image has the operator, which `outpost operator` runs.
+	if help := podmanCLI(t, "exec", name, "outpost", "operator", "--help"); !strings.Contains(help, "--leader-elect") {
+		t.Errorf("outpost operator --help in the server image printed %q", help)
 	}
 	backup := podmanCLI(t, "exec", name, "outpost", "server", "backup", "/tmp/outpost-backup.tar.gz")
 	if !strings.Contains(backup, "Backed up /var/lib/outpost") {

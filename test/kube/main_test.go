@@ -69,11 +69,12 @@ func runMain(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		binary = filepath.Join(dir, "outpost")
-		args := append(append([]string{"build"}, buildFlags...), "-o", binary, "../../cmd/outpost")
+		// outpost-operator next to outpost: `outpost operator` runs it.
+		args := append(append([]string{"build"}, buildFlags...), "-o", dir+string(filepath.Separator), "../../cmd/outpost", "../../cmd/outpost-operator")
 		build := exec.Command("go", args...)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build outpost:", err)
+			fmt.Fprintln(os.Stderr, "build outpost and outpost-operator:", err)
 			return 1
 		}
 	}
