@@ -155,3 +155,10 @@ var (
 // ExecBackendEnv lists the variables an exec backend's commands get
 // besides SpawnEnv's.
 var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary}
+
+// The log settings of the long-running commands (outpost server, worker,
+// orchestrate, and the outpost-operator program). A flag beats them.
+var (
+	EnvLogLevel  = EnvVar{Name: "OUTPOST_LOG_LEVEL", Meaning: "log level of long-running commands (--log-level)"}
+	EnvLogFormat = EnvVar{Name: "OUTPOST_LOG_FORMAT", Meaning: "log format of long-running commands (--log-format)"}
+)

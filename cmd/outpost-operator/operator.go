@@ -113,8 +113,8 @@ Serves /healthz and /readyz on --health-listen and Prometheus metrics
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (default: generated once and kept in ConfigMap "+operator.AcceptorConfigMap+")")
 	fl.StringVar(&opts.WorkerImage, "worker-image", workerImageRepo+":"+version, "image of session pods whose pool sets none")
 	fl.StringVar(&opts.CAFile, "ca-file", "", "PEM file of CA certificates to trust for the Outpost API besides the system's (env "+tlsconfig.EnvCAFile+")")
-	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (env OUTPOST_LOG_LEVEL)")
-	fl.StringVar(&opts.LogFormat, "log-format", "text", "log format: text (key=value lines) or json (one JSON object a line) (env OUTPOST_LOG_FORMAT)")
+	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (env "+api.EnvLogLevel.Name+")")
+	fl.StringVar(&opts.LogFormat, "log-format", "text", "log format: text (key=value lines) or json (one JSON object a line) (env "+api.EnvLogFormat.Name+")")
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }
@@ -123,7 +123,7 @@ func (o *Options) resolve(fl *pflag.FlagSet) error {
 	for flag, env := range map[string]struct {
 		name string
 		dst  *string
-	}{"ca-file": {tlsconfig.EnvCAFile, &o.CAFile}, "log-level": {"OUTPOST_LOG_LEVEL", &o.LogLevel}, "log-format": {"OUTPOST_LOG_FORMAT", &o.LogFormat}} {
+	}{"ca-file": {tlsconfig.EnvCAFile, &o.CAFile}, "log-level": {api.EnvLogLevel.Name, &o.LogLevel}, "log-format": {api.EnvLogFormat.Name, &o.LogFormat}} {
 		if v := o.Getenv(env.name); v != "" && !fl.Changed(flag) {
 			*env.dst = v
 		}

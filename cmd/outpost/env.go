@@ -28,8 +28,8 @@ var (
 	envSecretKeyFile     = api.EnvVar{Name: "OUTPOST_SECRET_KEY_FILE", Meaning: "file holding the secret key (--secret-key-file)"}
 	envSecretKeysOld     = api.EnvVar{Name: "OUTPOST_SECRET_KEYS_OLD", Meaning: "earlier secret keys, comma-separated, to reseal under the new one"}
 	envAdminToken        = api.EnvVar{Name: "OUTPOST_ADMIN_TOKEN", Meaning: "the server's admin token"}
-	envLogLevel          = api.EnvVar{Name: "OUTPOST_LOG_LEVEL", Meaning: "log level of long-running commands (--log-level)"}
-	envLogFormat         = api.EnvVar{Name: "OUTPOST_LOG_FORMAT", Meaning: "log format of long-running commands (--log-format)"}
+	envLogLevel          = api.EnvLogLevel
+	envLogFormat         = api.EnvLogFormat
 	// envCAFile is the global --ca-file's variable, applied in resolve by
 	// the commands that take a config file so that it beats the file.
 	envCAFile = api.EnvVar{Name: tlsconfig.EnvCAFile, Meaning: "PEM file of CA certificates to trust (--ca-file)"}
