@@ -2,11 +2,20 @@ package operator
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/outpost-sh/outpost/api"
+	outpost "github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
@@ -45,4 +54,101 @@ func TestRemoveAllPodNotCachedYet(t *testing.T) {
 	}
 	cancel(fleet.ErrClaimLost)
 	e.outcome(ch)
+}
+
+// TestRecoverRenewFailsForAWhile: an operator restarting while its
+// server answers the claim renewals with errors (a 502 from a proxy) keeps
+// trying: the session's pod is neither deleted nor its claim released (a
+// live session killed and handed to another claimer), and it is adopted
+// once the server answers.
+func TestRecoverRenewFailsForAWhile(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{})
+	id := e.session()
+	// What the last operator left: the claim, the Secret and the pod.
+	s := e.claim(id)
+	pool := e.getPool()
+	rd := Render{OutpostID: e.outpost.Metadata.OutpostID, WorkerImage: testImage}
+	if err := kube.Create(e.ctx, RenderSecret(pool, id, s.Claim.Status.ConnectToken, rd)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Create(e.ctx, RenderPod(pool, &s.Claim, rd)); err != nil {
+		t.Fatal(err)
+	}
+
+	var failing atomic.Bool
+	var failed, released atomic.Int32
+	failing.Store(true)
+	target, err := url.Parse(e.machine.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/release"):
+			released.Add(1)
+		case strings.HasSuffix(r.URL.Path, "/claim") && failing.Load():
+			failed.Add(1)
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	flaky, err := outpost.New(proxy.URL, e.poolToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRunner(RunnerConfig{Kube: kube, Pool: e.getPool, API: flaky, AcceptorID: e.acceptor,
+		OutpostID: e.outpost.Metadata.OutpostID, WorkerImage: testImage, Logger: testLogger(t)})
+	pc := &poolConsumer{runner: r, log: testLogger(t), acceptor: e.acceptor, outpost: e.outpost, api: flaky}
+	c := &fleet.Consumer{Client: flaky, Outpost: e.outpost, Identity: &fleet.Identity{AcceptorID: e.acceptor, Kind: api.WorkerKindOrchestrator},
+		Runner: r, Logger: testLogger(t)}
+	done := make(chan []api.QueueEntry, 1)
+	go func() { done <- pc.recover(e.ctx, c) }()
+
+	var adopted []api.QueueEntry
+	select {
+	case adopted = <-done:
+		t.Fatalf("recover returned after %d failed renewals, adopting %d", failed.Load(), len(adopted))
+	case <-waitCond(e.ctx, func() bool { return failed.Load() >= 2 }):
+	}
+	var p corev1.Pod
+	if !e.get(PodName(id), &p) || p.DeletionTimestamp != nil {
+		t.Error("the live session's pod was deleted while the server failed")
+	}
+	if n := released.Load(); n != 0 {
+		t.Errorf("%d releases while the server failed", n)
+	}
+	failing.Store(false)
+	select {
+	case adopted = <-done:
+	case <-e.ctx.Done():
+		t.Fatal("recover did not return")
+	}
+	if len(adopted) != 1 || adopted[0].Metadata.SessionID != id {
+		t.Errorf("adopted %+v, want session %s", adopted, id)
+	}
+	if q := e.entry(id); q.Status.Phase != api.PhaseClaimed || q.Status.AcceptorID == nil || *q.Status.AcceptorID != e.acceptor {
+		t.Errorf("the session is %s by %v, want claimed by %s", q.Status.Phase, q.Status.AcceptorID, e.acceptor)
+	}
+}
+
+// waitCond is closed when cond holds, polled until ctx ends.
+func waitCond(ctx context.Context, cond func() bool) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		close(ch)
+	}()
+	return ch
 }
