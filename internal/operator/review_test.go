@@ -152,3 +152,35 @@ func waitCond(ctx context.Context, cond func() bool) <-chan struct{} {
 	}()
 	return ch
 }
+
+// TestContainerNameChangeKeepsServingPods: renaming spec.worker.containerName
+// on a live pool does not take a running pod (made under the old name) for
+// an idle one of an old image: it keeps serving its session, workspace and
+// all.
+func TestContainerNameChangeKeepsServingPods(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{})
+	r := e.runner()
+	id := e.session()
+	s := e.claim(id)
+	rd := Render{OutpostID: e.outpost.Metadata.OutpostID, WorkerImage: testImage}
+	p := RenderPod(e.getPool(), &s.Claim, rd)
+	if err := kube.Create(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: DefaultContainerName, Image: testImage, State: running(), Ready: true}}
+	if err := kube.Status().Update(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	e.editPool(func(spec *v1alpha1.OutpostPoolSpec) { spec.Worker.ContainerName = "worker" })
+	sr := &sessionRun{r: r, s: s, claim: &s.Claim, id: id, pod: PodName(id), wake: make(chan struct{}, 1),
+		start: time.Now(), log: testLogger(t), served: p.UID, observed: true, started: true, scheduled: true}
+	if out, done := sr.observe(e.ctx, e.getPool(), p); done {
+		t.Fatalf("observe ended the run: %+v", out)
+	}
+	var cur corev1.Pod
+	if !e.get(PodName(id), &cur) || cur.DeletionTimestamp != nil {
+		t.Error("a running pod was deleted as idle after the pool's containerName changed")
+	}
+}
