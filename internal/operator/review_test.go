@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/outpost-sh/outpost/api"
@@ -183,4 +184,35 @@ func TestContainerNameChangeKeepsServingPods(t *testing.T) {
 	if !e.get(PodName(id), &cur) || cur.DeletionTimestamp != nil {
 		t.Error("a running pod was deleted as idle after the pool's containerName changed")
 	}
+}
+
+// TestDeletePoolWithItsTokenSecret: a pool deleted together with its
+// token Secret (kubectl delete -f of the file holding both, helm
+// uninstall) still has its claims released, with the token the operator
+// used last: otherwise they would lapse at their deadline minutes later,
+// each costing its session an attempt.
+func TestDeletePoolWithItsTokenSecret(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ns := namespace(t, ctx)
+	env := newOutpostEnv(t)
+	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
+	pool := newPool(t, ctx, ns, "p", env.url, env.token, 2)
+	key := client.ObjectKeyFromObject(pool)
+	waitPool(t, ctx, key, "the pool Ready", ready)
+	id := env.session(ctx)
+	acceptor := "k8s-test:" + ns + ".p"
+	waitFor(t, ctx, "a claim", func() bool { return len(env.claims(ctx, acceptor)) == 1 }, nil)
+
+	if err := kube.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p-token"}}); err != nil {
+		t.Fatal(err)
+	}
+	deletePool(t, ctx, getPool(t, ctx, key))
+	if held := env.claims(ctx, acceptor); len(held) != 0 {
+		t.Fatalf("claims left after the pool's deletion: %v", held)
+	}
+	if e, err := env.admin.Queue.Get(ctx, id); err != nil || e.Status.Phase != api.PhasePending || e.Status.Attempts != 0 {
+		t.Errorf("session %s: %+v, %v; want pending again with no failed attempt", id, e, err)
+	}
+	noPods(t, ctx, ns, "p")
 }
