@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/outpost-sh/outpost/backoff"
+	outpost "github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -92,6 +93,10 @@ type poolState struct {
 	dryRun   int64 // the generation whose template passed the dry-run
 	// written is the status last written, as the API server returned it.
 	written *v1alpha1.OutpostPoolStatus
+	// api is the pool's last usable client of its server (an allowed
+	// apiUrl, the token read then), kept in memory only: a pool deleted
+	// with its token Secret still has its claims released.
+	api *outpost.Client
 }
 
 // problem is why a pool is not Ready.
@@ -249,6 +254,10 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 	if prob != nil {
 		return stop(prob)
 	}
+	s := r.poolState(pool.UID)
+	r.mu.Lock()
+	s.api = c
+	r.mu.Unlock()
 	if prob := r.dryRun(ctx, pool); prob != nil {
 		return stop(prob)
 	}

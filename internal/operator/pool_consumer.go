@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -182,7 +183,12 @@ func (pc *poolConsumer) recover(ctx context.Context, c *fleet.Consumer) []api.Qu
 		}
 		seen[id] = true
 		log := pc.log.With("session", id)
-		e, err := c.Client.Queue.Get(ctx, id)
+		var e *api.QueueEntry
+		err := retryTransient(ctx, log, "read a leftover session from the queue", func() (err error) {
+			e, err = c.Client.Queue.Get(ctx, id)
+			return err
+		})
+		release := false
 		switch {
 		case err != nil && !outpost.IsNotFound(err):
 			// Nothing is known of it: leave its objects to the next
@@ -191,19 +197,33 @@ func (pc *poolConsumer) recover(ctx context.Context, c *fleet.Consumer) []api.Qu
 			continue
 		case err == nil && e.Status.Phase == api.PhaseClaimed && e.Status.AcceptorID != nil && *e.Status.AcceptorID == pc.acceptor &&
 			e.Status.SessionStatus != api.QueueSessionTerminated:
-			claim, err := c.Client.Queue.Claim(ctx, id, pc.acceptor)
+			// A server that fails for a while (not one that refuses the
+			// claim) is waited for: giving up would end a live session.
+			var claim *api.QueueEntry
+			err := retryTransient(ctx, log, "renew the claim of a leftover session", func() (err error) {
+				claim, err = c.Client.Queue.Claim(ctx, id, pc.acceptor)
+				return err
+			})
 			if err == nil {
 				log.Info("adopting the session's pod", "pod", l.Pod, "volume", l.Volume)
 				adopt = append(adopt, *claim)
 				continue
 			}
+			if ctx.Err() != nil {
+				continue // stopping: everything stays for the next consumer
+			}
 			log.Info("cannot renew the claim of a leftover session; removing its pod", "err", err)
-			c.Release(ctx, id, "the operator restarted and could not renew the claim; its pod was removed")
+			release = true
 		}
 		keepVolume := l.Volume && (l.Suspended || err == nil && e.Status.SessionStatus == api.QueueSessionSuspended)
 		log.Info("removing a leftover session's objects", "keep_volume", keepVolume)
 		if err := pc.runner.Remove(context.WithoutCancel(ctx), id, keepVolume); err != nil {
 			log.Warn("cannot remove a leftover session's objects", "err", err)
+		}
+		if release {
+			// After its pod is deleted: the session is not to be served
+			// twice.
+			c.Release(ctx, id, "the operator restarted and could not renew the claim; its pod was removed")
 		}
 	}
 	// Claims of the pool's that have no pod (a stop between a claim and
@@ -218,6 +238,22 @@ func (pc *poolConsumer) recover(ctx context.Context, c *fleet.Consumer) []api.Qu
 		pc.log.Warn("cannot list the pool's claims; those without a pod lapse at their deadline", "err", err)
 	}
 	return adopt
+}
+
+// retryTransient calls fn until it succeeds, fails otherwise than
+// transiently (the server unreachable, or a 5xx answer), or ctx ends.
+func retryTransient(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var ae *outpost.Error
+		if err == nil || !outpost.IsTransport(err) && !(errors.As(err, &ae) && ae.StatusCode >= 500) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("cannot "+what+"; retrying before claiming anything", "err", err)
+		if backoff.Sleep(ctx, nil, recoverBackoff.Delay(attempt)) != nil {
+			return err
+		}
+	}
 }
 
 // eachEntry calls fn with every entry of the queue matching f, page by

@@ -29,6 +29,18 @@ func (r *poolReconciler) finalize(ctx context.Context, pool *v1alpha1.OutpostPoo
 	r.consumers.remove(key)
 	acceptor := r.acceptor + ":" + pool.Namespace + "." + pool.Name
 	c, _, _, prob := r.apiClient(ctx, pool)
+	if prob != nil && prob.reason == ReasonTokenSecret {
+		// Deleted with its token Secret (one kubectl delete -f, a helm
+		// uninstall): the token used last, for the URL allowed then.
+		s := r.poolState(pool.UID)
+		r.mu.Lock()
+		last := s.api
+		r.mu.Unlock()
+		if last != nil && r.allow.Check(last.BaseURL()) == nil {
+			log.Info("the deleted pool's token Secret is gone; releasing its claims with the token used last", "why", prob.err)
+			c, prob = last, nil
+		}
+	}
 	if prob != nil {
 		log.Warn("cannot release the deleted pool's claims: they lapse at their deadline", "err", prob.err)
 		c = nil

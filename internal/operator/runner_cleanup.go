@@ -186,5 +186,21 @@ func (r *Runner) RemoveAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("delete %s: %w", o.GetName(), err))
 		}
 	}
+	// A session whose Secret is the pool's may have a pod the cache does
+	// not show yet (made just before the pool's consumer stopped): its
+	// pod is deleted by name too, or it would outlive the claim released
+	// next.
+	listed := map[string]bool{}
+	for _, p := range pods {
+		listed[p.Name] = true
+	}
+	for _, s := range secrets {
+		id := s.Labels[LabelSessionID]
+		if !listed[PodName(id)] {
+			if err := r.deletePod(ctx, id, ""); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", PodName(id), err))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }

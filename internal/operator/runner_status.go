@@ -37,12 +37,14 @@ func workerImage(p *corev1.Pod, name string) string {
 }
 
 // idle reports whether the pod has not started serving its session: it is
-// pending, or its worker container has not started.
+// pending, or its worker container has not started. A running pod without
+// a status of the worker container (made before the pool's containerName
+// changed) is not known to be idle.
 func idle(p *corev1.Pod, cs *corev1.ContainerStatus) bool {
 	if p.Status.Phase == corev1.PodPending || p.Status.Phase == "" {
 		return true
 	}
-	return p.Status.Phase == corev1.PodRunning && (cs == nil || cs.State.Waiting != nil)
+	return p.Status.Phase == corev1.PodRunning && cs != nil && cs.State.Waiting != nil
 }
 
 // waitingOf says why a pod is stuck before its worker runs, "" when it is
