@@ -380,9 +380,16 @@ func TestLeaderElection(t *testing.T) {
 		env.session(ctx)
 	}
 	var claimed []int
-	waitFor(t, ctx, "three claims counted", func() bool {
+	// Three claims, and a pod made for each: a session whose pod the
+	// stopping leader had not made yet holds nothing to adopt, and the
+	// next leader rightly releases it.
+	waitFor(t, ctx, "three claims counted, their pods made", func() bool {
 		claimed = []int{count(ops[0].m.SessionsClaimed, key.String()), count(ops[1].m.SessionsClaimed, key.String())}
-		return claimed[0]+claimed[1] >= 3 && len(env.claims(ctx, acceptor)) == 3
+		var pods corev1.PodList
+		if err := kube.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: "p"}); err != nil {
+			return false
+		}
+		return claimed[0]+claimed[1] >= 3 && len(env.claims(ctx, acceptor)) == 3 && len(pods.Items) == 3
 	}, nil)
 	leader, other := 0, 1
 	if claimed[1] > 0 {
@@ -409,7 +416,7 @@ func TestLeaderElection(t *testing.T) {
 	}
 	id := env.session(ctx)
 	waitFor(t, ctx, "the other operator to claim a new session", func() bool {
-		return count(ops[other].m.SessionsClaimed, key.String()) == 1
+		return count(ops[other].m.SessionsClaimed, key.String()) == 1 && slices.Contains(env.claims(ctx, acceptor), id)
 	}, nil)
 	t.Logf("takeover: the new leader claimed a new session %s after the old one stopped", time.Since(start).Round(time.Millisecond))
 	held := env.claims(ctx, acceptor)
