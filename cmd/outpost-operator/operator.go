@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -46,6 +47,7 @@ type Options struct {
 	DefaultAPIURL     string
 	AcceptorID        string
 	WorkerImage       string
+	PodStartTimeout   time.Duration
 	LogLevel          string
 	LogFormat         string
 }
@@ -112,6 +114,7 @@ Serves /healthz and /readyz on --health-listen and Prometheus metrics
 	fl.StringVar(&opts.DefaultAPIURL, "default-api-url", "", "Outpost server of pools that name no apiUrl")
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (default: generated once and kept in ConfigMap "+operator.AcceptorConfigMap+")")
 	fl.StringVar(&opts.WorkerImage, "worker-image", workerImageRepo+":"+version, "image of session pods whose pool sets none")
+	fl.DurationVar(&opts.PodStartTimeout, "pod-start-timeout", 10*time.Minute, "how long a session's pod may stay without its worker running (unschedulable, an image that cannot be pulled) before it counts as failed toward the pool's restartLimit; 0 for no deadline")
 	fl.StringVar(&opts.CAFile, "ca-file", "", "PEM file of CA certificates to trust for the Outpost API besides the system's (env "+tlsconfig.EnvCAFile+")")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (env "+api.EnvLogLevel.Name+")")
 	fl.StringVar(&opts.LogFormat, "log-format", "text", "log format: text (key=value lines) or json (one JSON object a line) (env "+api.EnvLogFormat.Name+")")
@@ -168,6 +171,9 @@ func (o *Options) resolve(fl *pflag.FlagSet) error {
 	if o.WorkerImage == "" {
 		return usageErrorf("--worker-image must not be empty")
 	}
+	if o.PodStartTimeout < 0 {
+		return usageErrorf("--pod-start-timeout must not be negative (0 for no deadline)")
+	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToLower(o.LogLevel))); err != nil {
 		return usageErrorf("--log-level must be debug, info, warn or error, not %q", o.LogLevel)
@@ -210,7 +216,7 @@ func runOperator(ctx context.Context, o *Options) error {
 		Config: cfg, Namespaces: o.Namespaces, MetricsListen: o.MetricsListen, HealthListen: o.HealthListen,
 		LeaderElect: o.LeaderElect, LeaderElectionID: o.LeaderElectionID, OperatorNamespace: o.OperatorNamespace,
 		AllowedAPIURLs: o.AllowedAPIURLs, DefaultAPIURL: o.DefaultAPIURL, AcceptorID: o.AcceptorID,
-		WorkerImage: o.WorkerImage, CAFile: caFile, Logger: log,
+		WorkerImage: o.WorkerImage, PodStartTimeout: o.PodStartTimeout, CAFile: caFile, Logger: log,
 	})
 }
 

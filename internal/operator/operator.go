@@ -76,6 +76,10 @@ type Options struct {
 	// WorkerImage is the session pods' image when a pool sets none.
 	// Required.
 	WorkerImage string
+	// PodStartTimeout is how long a session's pod may stay without its
+	// worker running before it counts as failed (RunnerConfig.StartTimeout);
+	// zero means no deadline.
+	PodStartTimeout time.Duration
 	// CAFile, when set, is a PEM file of CA certificates trusted for the
 	// Outpost servers besides the system's.
 	CAFile string
@@ -208,7 +212,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r := &poolReconciler{
 		kube: mgr.GetClient(), consumers: cons, allow: allow, defaultURL: o.DefaultAPIURL, acceptor: acceptor,
-		workerImage: o.WorkerImage, http: hc, metrics: metrics, log: log,
+		workerImage: o.WorkerImage, startTimeout: o.PodStartTimeout, http: hc, metrics: metrics, log: log,
 		events: make(chan event.GenericEvent, 1024), state: map[types.UID]*poolState{},
 	}
 	if err := r.setup(mgr); err != nil {

@@ -78,10 +78,12 @@ type poolReconciler struct {
 	defaultURL  string
 	acceptor    string // the operator's; a pool's is acceptor:namespace.name
 	workerImage string
-	http        *http.Client
-	metrics     *Metrics
-	log         *slog.Logger
-	events      chan event.GenericEvent
+	// startTimeout is the runners' RunnerConfig.StartTimeout.
+	startTimeout time.Duration
+	http         *http.Client
+	metrics      *Metrics
+	log          *slog.Logger
+	events       chan event.GenericEvent
 
 	mu    sync.Mutex // guards state
 	state map[types.UID]*poolState

@@ -106,7 +106,7 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 	name := key.String()
 	pc.runner = NewRunner(RunnerConfig{
 		Kube: r.kube, Pool: pc.pool.Load, API: cs.api, AcceptorID: cs.acceptor, OutpostID: cs.outpost.Metadata.OutpostID,
-		WorkerImage: r.workerImage, Metrics: r.metrics.runner(name), Logger: log,
+		WorkerImage: r.workerImage, StartTimeout: r.startTimeout, Metrics: r.metrics.runner(name), Logger: log,
 	})
 	host, _ := os.Hostname()
 	info := api.WorkerInfo{Kind: api.WorkerKindOrchestrator, Hostname: host, Version: machine.Version,

@@ -64,6 +64,11 @@ type RunnerConfig struct {
 	// PollInterval is how often a session's pod is read again without a
 	// Notify; zero means DefaultPollInterval.
 	PollInterval time.Duration
+	// StartTimeout is how long a pod may stay without its worker container
+	// running (unschedulable, an image that cannot be pulled, a missing
+	// volume) before it counts as failed toward restartLimit; zero means
+	// no deadline.
+	StartTimeout time.Duration
 	// Logger receives the runner's log; nil discards it.
 	Logger *slog.Logger
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -351,6 +352,18 @@ func (sr *sessionRun) observe(ctx context.Context, pool *v1alpha1.OutpostPool, p
 		}
 		sr.log.Info("worker container started", "node", p.Spec.NodeName, "took", took)
 		sr.r.report(ctx, sr.id, api.MachineStepStart, fmt.Sprintf("Pod %s is running on node %s; its remote started (%s after the claim).", sr.pod, p.Spec.NodeName, took), nil)
+	}
+	if t := sr.r.cfg.StartTimeout; t > 0 && !sr.started && p.Status.Phase == corev1.PodPending &&
+		time.Since(p.CreationTimestamp.Time) > t {
+		why := fmt.Sprintf("its worker container was not running %s after the pod was created", t)
+		if sr.waiting != "" {
+			why += " (" + strings.TrimSuffix(sr.waiting, ".") + ")"
+		}
+		sr.r.report(ctx, sr.id, api.MachineStepFailed, fmt.Sprintf("Pod %s failed to start: %s.", sr.pod, why), nil)
+		if out, over := sr.failed(ctx, pool, why, p); over {
+			return out, true
+		}
+		return fleet.Outcome{}, false
 	}
 	switch p.Status.Phase {
 	case corev1.PodSucceeded:

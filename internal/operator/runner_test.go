@@ -522,3 +522,36 @@ func TestRunnerRejected(t *testing.T) {
 		t.Errorf("PodsGivenUp = %v", got)
 	}
 }
+
+// TestRunnerStartTimeout: a pod whose worker never starts (an image that
+// cannot be pulled) counts as failed once StartTimeout has passed since it
+// was created: replaced up to restartLimit, then the session is given up
+// with the waiting reason in the release — it does not hold its claim for
+// ever.
+func TestRunnerStartTimeout(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{RestartLimit: ptr.To[int32](1)})
+	r := NewRunner(RunnerConfig{Kube: kube, Pool: e.getPool, API: e.machine, AcceptorID: e.acceptor,
+		OutpostID: e.outpost.Metadata.OutpostID, WorkerImage: testImage,
+		Metrics:      RunnerMetrics{PodsActive: e.active, PodsGivenUp: e.givenUp, ProvisionSeconds: e.provisioned},
+		PollInterval: 100 * time.Millisecond, StartTimeout: 2 * time.Second, Logger: testLogger(t)})
+	id := e.session()
+	e.startConsumer(e.consumer(r, 1))
+	pull := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}
+	seen := map[types.UID]bool{}
+	for i := 1; i <= 2; i++ {
+		p := e.waitPod(id, "a new pod", func(p *corev1.Pod) bool { return !seen[p.UID] })
+		seen[p.UID] = true
+		e.kubelet(r, p, corev1.PodPending, pull)
+	}
+	want := "its worker container was not running 2s after the pod was created (ImagePullBackOff: Back-off pulling image)"
+	e.waitEvent(id, api.EventRelease, "", "pod "+PodName(id)+" failed 2 times (last: "+want+"); giving up")
+	e.waitEvent(id, api.EventMachine, api.MachineStepFailed, "failed to start: "+want)
+	e.waitFor("the session's objects deleted", func() bool {
+		l, err := r.Leftovers(e.ctx)
+		return err == nil && len(l) == 0
+	})
+	if len(seen) != 2 {
+		t.Errorf("%d pods, want 2", len(seen))
+	}
+}
