@@ -314,8 +314,11 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 	envDir := t.TempDir()
 	o := startOrchestrator(t, c, "execs", token, state, "--backend", "exec", "--max-concurrent", "2", "--metrics-listen", metrics,
 		"--provision-cmd", `env > `+envDir+`/"$OUTPOST_SESSION_ID".env; mkdir -p state work && cd work && { setsid "$OUTPOST_BIN" remote serve >../remote.log 2>&1 & echo $! > "$OUTPOST_WORKSPACE/pid"; }`,
-		"--teardown-cmd", `kill -TERM -- "-$(cat "$OUTPOST_WORKSPACE/pid")" 2>/dev/null; kill "$(cat "$OUTPOST_WORKSPACE/pid")" 2>/dev/null; true`,
-		"--status-cmd", `kill -0 "$(cat "$OUTPOST_WORKSPACE/pid")"`)
+		// A pid file outlives its process and pids are reused (they wrap
+		// around during a test run): signal the pid only while it is the
+		// remote working in this machine's directory.
+		"--teardown-cmd", `pid=$(cat "$OUTPOST_WORKSPACE/pid") && [ "$(readlink /proc/$pid/cwd)" = "$OUTPOST_WORKSPACE/work" ] && kill -TERM -- "-$pid" "$pid" 2>/dev/null; true`,
+		"--status-cmd", `pid=$(cat "$OUTPOST_WORKSPACE/pid") && [ "$(readlink /proc/$pid/cwd)" = "$OUTPOST_WORKSPACE/work" ]`)
 	sampler := sampleMachines(state)
 	id := createSession(t, c, scriptSession("execs", "exec backend", execStep("echo via exec")))
 	waitFor(t, 30*time.Second, "the provision command's environment", func() bool {

@@ -198,7 +198,12 @@ func tourScript(t *testing.T, blocks []string, addr string) (string, []string) {
 tour_pids=()
 # tour_stop stops the background commands, the last started first.
 tour_stop() {
-  for ((i = ${#tour_pids[@]} - 1; i >= 0; i--)); do kill -TERM "${tour_pids[i]}" 2>/dev/null || true; done
+  # Only those still running (jobs -pr: not yet reaped, so the pid is
+  # still theirs, not a stranger's that reused it).
+  local running=" $(jobs -pr | tr '\n' ' ') "
+  for ((i = ${#tour_pids[@]} - 1; i >= 0; i--)); do
+    if [[ $running == *" ${tour_pids[i]} "* ]]; then kill -TERM "${tour_pids[i]}" 2>/dev/null || true; fi
+  done
   wait
 }
 trap tour_stop EXIT
