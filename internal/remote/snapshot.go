@@ -19,14 +19,17 @@ import (
 const (
 	// snapshotRestoreTimeout bounds the download and restore of a snapshot.
 	snapshotRestoreTimeout = 30 * time.Minute
-	// inPlaceFile, in the state dir, holds the SHA-256 of the snapshot a
-	// successful suspend uploaded, while the workspace is still exactly
-	// that snapshot. A remote that starts on the same workspace and state
-	// dir (a volume kept across the suspend) and is asked to restore that
-	// very snapshot keeps the workspace as it is instead of downloading it.
+	// inPlaceFile, at the workspace's top, holds the SHA-256 of the
+	// snapshot a successful suspend uploaded, while the workspace is still
+	// exactly that snapshot. A remote that starts on the same workspace (a
+	// volume kept across the suspend) and is asked to restore that very
+	// snapshot keeps the workspace as it is instead of downloading it. It
+	// lives in the workspace, not the state dir, so that a workspace cleared
+	// or replaced meanwhile (a long-lived worker clears its workspace
+	// between sessions but keeps the state dirs) takes the record with it.
 	// Every remote removes the file when it starts, before any call can
 	// change the workspace, so it never outlives the state it describes.
-	inPlaceFile = "snapshot-in-place"
+	inPlaceFile = ".outpost-snapshot-in-place"
 )
 
 // Protocol version 3 moves a workspace with the session: on suspend the
@@ -135,10 +138,19 @@ func (s *session) uploadSnapshot(ctx context.Context) (api.SnapshotInfo, error) 
 // markInPlace records, after a successful suspend, that the workspace is
 // the snapshot sha (see inPlaceFile). A failure only costs a download later.
 func (s *session) markInPlace(sha string) {
-	if s.opts.StateDir == "" || sha == "" {
+	if s.opts.WorkDir == "" || sha == "" {
 		return
 	}
-	if err := os.WriteFile(filepath.Join(s.opts.StateDir, inPlaceFile), []byte(sha+"\n"), 0o600); err != nil {
+	// Whatever the session left under that name (a link, say) goes first,
+	// and O_EXCL never follows a link.
+	path := filepath.Join(s.opts.WorkDir, inPlaceFile)
+	_ = os.Remove(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(sha + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
 		s.log.Warn("record the snapshot kept in place", "err", err)
 	}
 }
@@ -147,13 +159,17 @@ func (s *session) markInPlace(sha string) {
 // this state dir said so, and removes the record: from now on calls may
 // change the workspace.
 func (s *session) takeInPlace() string {
-	if s.opts.StateDir == "" {
+	if s.opts.WorkDir == "" {
 		return ""
 	}
-	path := filepath.Join(s.opts.StateDir, inPlaceFile)
-	b, err := os.ReadFile(path)
+	path := filepath.Join(s.opts.WorkDir, inPlaceFile)
+	st, err := os.Lstat(path)
 	if err != nil {
 		return ""
+	}
+	var b []byte
+	if st.Mode().IsRegular() {
+		b, _ = os.ReadFile(path)
 	}
 	if err := os.Remove(path); err != nil {
 		s.log.Warn("remove the record of the snapshot kept in place", "err", err)

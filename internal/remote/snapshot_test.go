@@ -383,7 +383,7 @@ func TestServeResumeInPlace(t *testing.T) {
 	if store.gets != 0 {
 		t.Errorf("%d downloads, want none", store.gets)
 	}
-	if _, err := os.Stat(filepath.Join(state, inPlaceFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(work, inPlaceFile)); !os.IsNotExist(err) {
 		t.Errorf("the record outlived the start: %v", err)
 	}
 
@@ -398,8 +398,61 @@ func TestServeResumeInPlace(t *testing.T) {
 	}
 
 	// A record of another snapshot is not trusted.
-	write(t, filepath.Join(state, inPlaceFile), strings.Repeat("0", 64)+"\n")
+	write(t, filepath.Join(work, inPlaceFile), strings.Repeat("0", 64)+"\n")
 	if got = resume(info); got.InPlace || store.gets != 2 {
 		t.Errorf("restore = %+v after %d downloads, want a download", got, store.gets)
+	}
+}
+
+// TestServeResumeClearedWorkspace: a long-lived worker clears its
+// workspace between sessions but keeps the session's state dir; when the
+// same worker takes the suspended session back, the record of the
+// snapshot went with the workspace, and the snapshot is downloaded and
+// restored (not trusted to be in place).
+func TestServeResumeClearedWorkspace(t *testing.T) {
+	store := &snapshotStore{t: t}
+	g := newSnapshotGateway(t, store)
+	work := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	write(t, filepath.Join(work, "notes.txt"), "before the suspend\n")
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+	gc.send(t, api.Frame{Type: api.FrameSuspend})
+	f := gc.next(t, api.FrameSuspended)
+	if f.Snapshot == nil || f.Snapshot.Error != "" {
+		t.Fatalf("suspended = %+v", f.Snapshot)
+	}
+	gc.send(t, api.Frame{Type: api.FrameEnd, Reason: "suspended"})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's hygiene between sessions.
+	entries, err := os.ReadDir(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(work, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	errc, _ = startServe(t, g, state, work)
+	gc = g.accept(t)
+	gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{Type: api.FrameWelcome, Snapshot: f.Snapshot})
+	gc.send(t, execCall(1, "cat notes.txt"))
+	restored := gc.next(t, api.FrameRestored)
+	if r := restored.SnapshotRestored; r == nil || r.InPlace || r.Error != "" || store.gets != 1 {
+		t.Fatalf("restore = %+v after %d downloads, want one download", r, store.gets)
+	}
+	if res := gc.next(t, api.FrameResult); !res.OK || !strings.Contains(gc.output(1, api.StreamStdout), "before the suspend") {
+		t.Errorf("call = %+v, output %q", res, gc.output(1, api.StreamStdout))
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
 	}
 }
