@@ -425,6 +425,20 @@ func TestSuspendResumeKeepsVolume(t *testing.T) {
 	if !strings.Contains(got, "before-the-suspend") || !strings.Contains(got, "on-the-volume") {
 		t.Errorf("the resumed workspace has:\n%s", got)
 	}
+	// The resumed remote found the workspace still the snapshot on the
+	// volume and downloaded nothing (which is also why the file written on
+	// the volume while suspended is there: a download would have replaced
+	// the workspace with the snapshot).
+	inPlace := false
+	for _, ev := range f.events(id) {
+		var info api.SnapshotInfo
+		if ev.Type == api.EventRestore && json.Unmarshal(ev.Value, &info) == nil && info.InPlace {
+			inPlace = true
+		}
+	}
+	if !inPlace {
+		t.Error("no restore event says the snapshot was kept in place on the volume")
+	}
 	second := f.podOf(id)
 	if second.UID == firstPod.UID {
 		t.Error("the resumed session kept its first pod")
