@@ -51,6 +51,31 @@ func (r *fakeRemote) nextCall(seq int64) {
 	}
 }
 
+// nextCallCheckpointing reads frames up to the next call, whose seq must
+// be seq, answering a checkpoint asked for meanwhile with archive (the
+// checkpoint loop may ask one before the call is sent).
+func (r *fakeRemote) nextCallCheckpointing(ts *testServer, id, token string, archive []byte, seq int64) {
+	r.t.Helper()
+	for {
+		f, err := r.recv()
+		if err != nil {
+			r.t.Fatalf("waiting for call %d: %v", seq, err)
+		}
+		switch f.Type {
+		case api.FrameCheckpoint:
+			if code, raw := ts.snapshotRequest("PUT", id, token, archive); code != 201 {
+				r.t.Fatalf("PUT checkpoint: %d %s", code, raw)
+			}
+			r.send(api.Frame{Type: api.FrameCheckpointed, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive), Files: 2}})
+		case api.FrameCall:
+			if f.Seq != seq {
+				r.t.Fatalf("call %d, want %d", f.Seq, seq)
+			}
+			return
+		}
+	}
+}
+
 // checkpointsOf returns the checkpoints' snapshot events that succeeded.
 func checkpointsOf(t *testing.T, ts *testServer, id string) []checkpointValue {
 	t.Helper()
@@ -178,7 +203,9 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 		}
 	}
 	r2.send(api.Frame{Type: api.FrameRestored, SnapshotRestored: &api.SnapshotInfo{Size: int64(len(archive2)), SHA256: sha(archive2)}})
-	r2.nextCall(4)
+	// The restored workspace is the one after call 2 while the server
+	// holds call 3's result: a checkpoint may be asked before call 4.
+	r2.nextCallCheckpointing(ts, id, claim2.Status.ConnectToken, archive2, 4)
 	r2.send(api.Frame{Type: api.FrameResult, Seq: 4, OK: true, Value: json.RawMessage(`{}`)})
 	if end := waitEnded(t, ts, id); end.Status.Status != api.StatusExit {
 		t.Fatalf("ended %+v", end.Status)

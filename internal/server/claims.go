@@ -371,8 +371,17 @@ func (s *Server) sweep(ctx context.Context) {
 	}
 }
 
-// lapseClaim requeues one entry if its claim is still lapsed.
+// lapseClaim requeues one entry if its claim is still lapsed. A claim
+// whose remote is connected to this server is kept instead: its keep-alive
+// came late (a stalled disk, a busy machine), the remote is not gone.
 func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
+	if c := s.hub.get(sessionID); c != nil {
+		lease := store.Lease{SessionID: sessionID, Epoch: c.epoch}
+		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), lease); err != nil {
+			return fmt.Errorf("keep a connected remote's claim alive: %w", err)
+		}
+		s.log.Warn("a connected remote's claim was about to lapse (its keep-alive came late); kept", "session", sessionID)
+	}
 	now := s.now()
 	var ended bool // the lapse was the session's last attempt
 	m, err := s.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {

@@ -127,6 +127,37 @@ func TestConnectedRemoteHoldsClaim(t *testing.T) {
 	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "sandbox-1"}, nil)
 }
 
+// TestLateKeepAliveKeepsConnectedClaim: when the keep-alive writes come
+// late (here the clock jumps past the grace between two of them, as a
+// stalled disk or a starved process would make it) the sweep does not
+// lapse a claim whose remote is connected to this server; it keeps it. The
+// same claim lapses once its remote is gone.
+func TestLateKeepAliveKeepsConnectedClaim(t *testing.T) {
+	t.Parallel()
+	const grace = time.Minute // keep-alive every 20 s: none runs in this test
+	clock := &testClock{t: time.Now()}
+	ts := startServer(t, Options{Now: clock.Now, ClaimTTL: time.Minute, ReconnectGrace: grace, SweepInterval: 20 * time.Millisecond})
+	ts.outpost("late")
+	id, _, r, rd := liveSession(t, ts, "late", "m-late")
+
+	clock.add(3 * grace) // the claim's LiveUntil and deadline are long past
+	time.Sleep(300 * time.Millisecond)
+	if e := entry(t, ts, id); e.Status.Phase != api.PhaseClaimed || e.Status.AcceptorID == nil || *e.Status.AcceptorID != "m-late" {
+		t.Fatalf("a connected remote's claim after a late keep-alive: %+v, want still claimed by m-late", e.Status)
+	}
+	for _, ev := range sessionEvents(t, ts, id) {
+		if ev.Type == api.EventRelease {
+			t.Fatalf("the claim lapsed while its remote was connected: %+v", ev)
+		}
+	}
+
+	r.close()
+	rd.stop()
+	waitFor(t, "the remote's connection to end", func() bool { return ts.srv.hub.get(id) == nil })
+	clock.add(2 * grace)
+	waitLapsed(t, ts, id)
+}
+
 // TestRemoteGoneClaimLapsesAfterGrace: when the remote's connection goes —
 // closed, or silent past the gateway's ping — the claim lapses a reconnect
 // grace later (its deadline long past), and the session returns as resume.
