@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -13,181 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/test/balancer"
 )
-
-// replicaLB is a round-robin TCP load balancer in front of the replicas:
-// each new connection goes to the next backend, skipping one that refuses
-// the connection (a replica that is down), as a TCP balancer with a
-// connect-time health check does. It reads the head of each connection's
-// first request (without changing a byte of what it forwards) to learn
-// which backend each remote's gateway connection went to, so a test knows
-// the replica that holds a session's remote.
-type replicaLB struct {
-	ln       net.Listener
-	backends []string
-
-	mu       sync.Mutex // guards the following
-	next     int
-	conns    map[net.Conn]struct{}
-	gateways map[string]*lbGateway // session id → its latest gateway connection
-	closed   bool
-
-	wg sync.WaitGroup
-}
-
-// lbGateway is a remote's gateway connection as the balancer saw it.
-type lbGateway struct {
-	backend int
-	open    bool
-}
-
-func newReplicaLB(t *testing.T, backends []string) *replicaLB {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb := &replicaLB{ln: ln, backends: backends, conns: map[net.Conn]struct{}{}, gateways: map[string]*lbGateway{}}
-	lb.wg.Add(1)
-	go lb.serve()
-	t.Cleanup(lb.close)
-	return lb
-}
-
-func (lb *replicaLB) url() string { return "http://" + lb.ln.Addr().String() }
-
-func (lb *replicaLB) close() {
-	lb.ln.Close()
-	lb.mu.Lock()
-	lb.closed = true
-	for c := range lb.conns {
-		c.Close()
-	}
-	lb.mu.Unlock()
-	lb.wg.Wait()
-}
-
-func (lb *replicaLB) serve() {
-	defer lb.wg.Done()
-	for {
-		in, err := lb.ln.Accept()
-		if err != nil {
-			return
-		}
-		lb.wg.Add(1)
-		go func() {
-			defer lb.wg.Done()
-			lb.handle(in)
-		}()
-	}
-}
-
-// dial connects to the next backend that accepts, round robin.
-func (lb *replicaLB) dial() (net.Conn, int) {
-	lb.mu.Lock()
-	first := lb.next
-	lb.next = (lb.next + 1) % len(lb.backends)
-	lb.mu.Unlock()
-	for i := range lb.backends {
-		b := (first + i) % len(lb.backends)
-		out, err := net.DialTimeout("tcp", lb.backends[b], time.Second)
-		if err == nil {
-			return out, b
-		}
-	}
-	return nil, -1
-}
-
-// track adds (or, with add false, removes) connections; it reports false
-// when the balancer is closed.
-func (lb *replicaLB) track(add bool, cs ...net.Conn) bool {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	for _, c := range cs {
-		if add {
-			lb.conns[c] = struct{}{}
-		} else {
-			delete(lb.conns, c)
-		}
-	}
-	return !lb.closed
-}
-
-func (lb *replicaLB) handle(in net.Conn) {
-	out, backend := lb.dial()
-	if out == nil {
-		in.Close()
-		return
-	}
-	if !lb.track(true, in, out) {
-		in.Close()
-		out.Close()
-		return
-	}
-	defer lb.track(false, in, out)
-	br := bufio.NewReaderSize(in, 16<<10)
-	session := gatewaySession(br)
-	var g *lbGateway
-	if session != "" {
-		g = &lbGateway{backend: backend, open: true}
-		lb.mu.Lock()
-		lb.gateways[session] = g
-		lb.mu.Unlock()
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(in, out)
-		in.Close()
-	}()
-	_, _ = io.Copy(out, br)
-	out.Close()
-	<-done
-	if g != nil {
-		lb.mu.Lock()
-		g.open = false
-		lb.mu.Unlock()
-	}
-}
-
-// gatewaySession peeks at the head of the first request on a connection and
-// returns the session a remote's gateway connection serves, or "". Nothing
-// is consumed: the buffered bytes are forwarded as they came.
-func gatewaySession(br *bufio.Reader) string {
-	if _, err := br.Peek(1); err != nil {
-		return ""
-	}
-	for {
-		buf, _ := br.Peek(br.Buffered())
-		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
-			req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf[:i+4])))
-			if err != nil || req.URL.Path != api.GatewayPath {
-				return ""
-			}
-			return req.Header.Get(api.HeaderSessionID)
-		}
-		if len(buf) >= br.Size() {
-			return ""
-		}
-		if _, err := br.Peek(len(buf) + 1); err != nil {
-			return ""
-		}
-	}
-}
-
-// holder returns the backend whose gateway connection of session is open,
-// or -1.
-func (lb *replicaLB) holder(session string) int {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if g := lb.gateways[session]; g != nil && g.open {
-		return g.backend
-	}
-	return -1
-}
 
 // replica is one `outpost server` process of a replicaSet.
 type replica struct {
@@ -200,7 +25,7 @@ type replica struct {
 
 // replicaSet is three (or n) `outpost server` replicas on one PostgreSQL
 // database, sharing the secret key and the admin token, behind a
-// replicaLB. front reaches them through the balancer, as workers, remotes
+// round-robin TCP balancer (test/balancer). front reaches them through the balancer, as workers, remotes
 // and users do; each replica's direct view reaches that one alone.
 type replicaSet struct {
 	t        *testing.T
@@ -208,7 +33,7 @@ type replicaSet struct {
 	key      string
 	env      []string // extra server environment
 	extra    []string // extra server flags
-	lb       *replicaLB
+	lb       *balancer.Balancer
 	front    *cluster
 	replicas []*replica
 }
@@ -242,8 +67,13 @@ func startReplicaSet(t *testing.T, opts replicaOptions) *replicaSet {
 		addrs[i] = freeAddr(t)
 		rs.replicas = append(rs.replicas, &replica{id: fmt.Sprintf("r%d", i+1), addr: addrs[i], dataDir: t.TempDir()})
 	}
-	rs.lb = newReplicaLB(t, addrs)
-	rs.front = &cluster{t: t, admin: adminToken, url: rs.lb.url(), addr: rs.lb.ln.Addr().String()}
+	lb, err := balancer.Start(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lb.Close)
+	rs.lb = lb
+	rs.front = &cluster{t: t, admin: adminToken, url: lb.URL(), addr: lb.Addr()}
 	for i := range rs.replicas {
 		rs.start(i)
 	}
@@ -294,7 +124,7 @@ func (rs *replicaSet) holder(session string) int {
 	rs.t.Helper()
 	b := -1
 	waitFor(rs.t, 30*time.Second, "the remote of "+session+" to connect", func() bool {
-		b = rs.lb.holder(session)
+		b = rs.lb.Holder(session)
 		return b >= 0
 	})
 	return b

@@ -22,7 +22,7 @@ import (
 
 // The tests of several `outpost server` replicas on one PostgreSQL database
 // (issue 16): real server processes behind an in-test balancer
-// (replicaLB), real workers and remotes through it.
+// (test/balancer), real workers and remotes through it.
 
 // TestReplicas runs the steady-state scenarios on one set of three replicas
 // with three workers, one after another (each on an outpost of its own).
@@ -588,7 +588,7 @@ func TestReplicasKill9(t *testing.T) {
 	waitFor(t, 30*time.Second, "a running session's remote", func() bool {
 		per := make([]int, len(rs.replicas))
 		for _, id := range ids {
-			if h := rs.lb.holder(id); h >= 0 {
+			if h := rs.lb.Holder(id); h >= 0 {
 				per[h]++
 			}
 		}
