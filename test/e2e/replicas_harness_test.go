@@ -46,6 +46,9 @@ type replicaOptions struct {
 	Env []string
 	// Args are extra flags of every replica.
 	Args []string
+	// Together starts every replica at once, as a Deployment's pods start
+	// on an empty database; otherwise the first starts alone.
+	Together bool
 }
 
 // startReplicaSet starts a PostgreSQL server, a database, the replicas on
@@ -74,6 +77,15 @@ func startReplicaSet(t *testing.T, opts replicaOptions) *replicaSet {
 	t.Cleanup(lb.Close)
 	rs.lb = lb
 	rs.front = &cluster{t: t, admin: adminToken, url: lb.URL(), addr: lb.Addr()}
+	if opts.Together {
+		for i := range rs.replicas {
+			rs.launch(i)
+		}
+		for i := range rs.replicas {
+			rs.waitReady(i)
+		}
+		return rs
+	}
 	for i := range rs.replicas {
 		rs.start(i)
 	}
@@ -91,6 +103,13 @@ var hasReplicaFlags = sync.OnceValue(func() bool {
 // waits until it is ready.
 func (rs *replicaSet) start(i int) {
 	rs.t.Helper()
+	rs.launch(i)
+	rs.waitReady(i)
+}
+
+// launch starts replica i's process.
+func (rs *replicaSet) launch(i int) {
+	rs.t.Helper()
 	r := rs.replicas[i]
 	args := []string{"server", "--listen", r.addr, "--data-dir", r.dataDir, "--database", rs.db, "--public-url", rs.front.url}
 	if hasReplicaFlags() {
@@ -100,6 +119,12 @@ func (rs *replicaSet) start(i int) {
 	env := append([]string{"OUTPOST_ADMIN_TOKEN=" + adminToken, "OUTPOST_SECRET_KEY=" + rs.key}, rs.env...)
 	r.proc = start(rs.t, "replica "+r.id, env, args...)
 	r.direct = &cluster{t: rs.t, admin: adminToken, url: "http://" + r.addr, addr: r.addr, dataDir: r.dataDir, server: r.proc}
+}
+
+// waitReady waits until replica i answers /readyz with 200.
+func (rs *replicaSet) waitReady(i int) {
+	rs.t.Helper()
+	r := rs.replicas[i]
 	waitFor(rs.t, 30*time.Second, "replica "+r.id+" ready", func() bool {
 		select {
 		case <-r.proc.done:

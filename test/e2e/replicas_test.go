@@ -665,3 +665,25 @@ func TestReplicasKill9(t *testing.T) {
 
 // replicaMarker is the line step k of session i appends.
 func replicaMarker(i, k int) string { return fmt.Sprintf("s%02d-step%d", i, k+1) }
+
+// TestReplicasStartTogether starts three replicas at once on an empty
+// database, as the pods of a Deployment do, with the same admin token:
+// they migrate once between them, each becomes ready, and a session runs
+// through the balancer.
+func TestReplicasStartTogether(t *testing.T) {
+	t.Parallel()
+	rs := startReplicaSet(t, replicaOptions{Together: true})
+	token := setupOutpost(t, rs.front, "together")
+	startWorker(t, rs.front, "together", token)
+	id := createSession(t, rs.front, apiScriptSession("together", "after a joint start", execStep("echo started-together")))
+	s := rs.front.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
+	}
+	for _, r := range rs.replicas {
+		var tokens api.TokenList
+		if code := r.direct.api("GET", "/v1/tokens", adminToken, nil, &tokens); code != 200 {
+			t.Errorf("the admin token on %s: %d", r.id, code)
+		}
+	}
+}
