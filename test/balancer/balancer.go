@@ -48,10 +48,13 @@ type gateway struct {
 	open    bool
 }
 
-// Start listens on a free loopback port and balances over backends
-// (host:port addresses).
-func Start(backends []string) (*Balancer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// Start listens on listen (host:port; "" means a free loopback port) and
+// balances over backends (host:port addresses).
+func Start(listen string, backends []string) (*Balancer, error) {
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func roundTrip(t *testing.T, addr, line string) string {
 // TestRoundRobinSkipsRefusingBackend: connections go to the backends in
 // turn, one that refuses is skipped, and bytes pass unchanged.
 func TestRoundRobinSkipsRefusingBackend(t *testing.T) {
-	b, err := Start([]string{backend(t, "a"), refused(t), backend(t, "c")})
+	b, err := Start("", []string{backend(t, "a"), refused(t), backend(t, "c")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestHolderFollowsGatewayConnection(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
-	b, err := Start([]string{refused(t), ln.Addr().String()})
+	b, err := Start("", []string{refused(t), ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}

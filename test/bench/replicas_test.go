@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,11 +46,9 @@ func startReplicaCluster(b *testing.B, n int) *replicaCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	addrs := make([]string, n)
-	for i := range addrs {
-		addrs[i] = freeAddr(b)
-	}
-	lb, err := balancer.Start(addrs)
+	addrs := freeAddrs(b, n+1) // the last for the balancer
+	lb, err := balancer.Start(addrs[n], addrs[:n])
+	addrs = addrs[:n]
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,6 +94,22 @@ func startReplicaCluster(b *testing.B, n int) *replicaCluster {
 	}
 	rc.front.machine = tok.Secret
 	return rc
+}
+
+// freeAddrs returns n distinct loopback addresses with free ports (the
+// listeners are held until all are picked).
+func freeAddrs(b *testing.B, n int) []string {
+	b.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs
 }
 
 // replicaFlags reports whether the binary has --replica-id and

@@ -28,14 +28,17 @@ type replica struct {
 // round-robin TCP balancer (test/balancer). front reaches them through the balancer, as workers, remotes
 // and users do; each replica's direct view reaches that one alone.
 type replicaSet struct {
-	t        *testing.T
-	db       string
-	key      string
-	env      []string // extra server environment
-	extra    []string // extra server flags
-	lb       *balancer.Balancer
-	front    *cluster
-	replicas []*replica
+	t     *testing.T
+	db    string
+	key   string
+	env   []string           // extra server environment
+	extra []string           // extra server flags
+	lb    *balancer.Balancer // nil with replicaOptions.Front
+	// frontAddr is a free address, distinct from the replicas', for
+	// what replicaOptions.Front starts.
+	frontAddr string
+	front     *cluster
+	replicas  []*replica
 }
 
 // replicaOptions configure startReplicaSet.
@@ -46,6 +49,10 @@ type replicaOptions struct {
 	Env []string
 	// Args are extra flags of every replica.
 	Args []string
+	// Front, when set, starts what is in front of the replicas (given
+	// their addresses) instead of the test balancer, and returns how to
+	// reach it; Holder is then unknown.
+	Front func(rs *replicaSet, addrs []string) *cluster
 	// Together starts every replica at once, as a Deployment's pods start
 	// on an empty database; otherwise the first starts alone.
 	Together bool
@@ -65,18 +72,22 @@ func startReplicaSet(t *testing.T, opts replicaOptions) *replicaSet {
 		t.Fatal(err)
 	}
 	rs := &replicaSet{t: t, db: pg.Database(t), key: sealed.EncodeKey(key), env: opts.Env, extra: opts.Args}
-	addrs := make([]string, opts.N)
+	addrs := freeAddrs(t, opts.N+1) // the last for what is in front
+	rs.frontAddr, addrs = addrs[opts.N], addrs[:opts.N]
 	for i := range addrs {
-		addrs[i] = freeAddr(t)
 		rs.replicas = append(rs.replicas, &replica{id: fmt.Sprintf("r%d", i+1), addr: addrs[i], dataDir: t.TempDir()})
 	}
-	lb, err := balancer.Start(addrs)
-	if err != nil {
-		t.Fatal(err)
+	if opts.Front != nil {
+		rs.front = opts.Front(rs, addrs)
+	} else {
+		lb, err := balancer.Start(rs.frontAddr, addrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(lb.Close)
+		rs.lb = lb
+		rs.front = &cluster{t: t, admin: adminToken, url: lb.URL(), addr: lb.Addr()}
 	}
-	t.Cleanup(lb.Close)
-	rs.lb = lb
-	rs.front = &cluster{t: t, admin: adminToken, url: lb.URL(), addr: lb.Addr()}
 	if opts.Together {
 		for i := range rs.replicas {
 			rs.launch(i)
