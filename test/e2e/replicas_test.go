@@ -549,11 +549,12 @@ func replicaDeleteRace(t *testing.T, rs *replicaSet) {
 
 // TestReplicasKill9 runs a dozen four-step script sessions on three
 // workers through the balancer; each step appends a marker line to a file
-// outside every workspace. Mid-way the replica holding a running session's
-// remote is killed with SIGKILL, and later started again. Every session
-// ends exit/finished, every marker is in the file exactly once (no step ran
-// twice or was lost), every call has exactly one result, and the
-// transcripts read from each replica directly are identical.
+// outside every workspace. Mid-way the replica holding the most remotes is
+// killed with SIGKILL, and later started again. Every session ends
+// exit/finished, every marker is in the file exactly once (no step ran
+// twice or was lost), every call has exactly one result, the transcripts
+// read from each replica directly are identical, and a live follower of
+// each session through the balancer saw every event once, in order.
 func TestReplicasKill9(t *testing.T) {
 	t.Parallel()
 	const sessions, steps = 12, 4
@@ -580,6 +581,24 @@ func TestReplicasKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids[i] = s.Metadata.SessionID
+	}
+	// A live follower of each session through the balancer: one whose
+	// stream was on the killed replica reconnects to another and resumes
+	// after the last event it saw.
+	followed := make([][]int64, sessions)
+	followErrs := make([]error, sessions)
+	var follows sync.WaitGroup
+	followCtx, stopFollows := context.WithCancel(ctx)
+	defer stopFollows()
+	for i, id := range ids {
+		follows.Go(func() {
+			followErrs[i] = cl.Sessions.Follow(followCtx, id, 0, func(ev api.Event) error {
+				if ev.Seq > 0 {
+					followed[i] = append(followed[i], ev.Seq)
+				}
+				return nil
+			})
+		})
 	}
 	count := func() int {
 		b, _ := os.ReadFile(markers)
@@ -619,6 +638,16 @@ func TestReplicasKill9(t *testing.T) {
 		if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 			t.Errorf("session %s ended %s/%s: %s", id, s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
 		}
+	}
+	// Every session ended: each follower has its end event within
+	// moments, or never will.
+	followsDone := make(chan struct{})
+	go func() { follows.Wait(); close(followsDone) }()
+	select {
+	case <-followsDone:
+	case <-time.After(10 * time.Second):
+		stopFollows()
+		<-followsDone
 	}
 	b, err := os.ReadFile(markers)
 	if err != nil {
@@ -661,6 +690,21 @@ func TestReplicasKill9(t *testing.T) {
 					}
 				}
 				continue
+			}
+			if i == 1 {
+				if followErrs[slices.Index(ids, id)] != nil {
+					t.Errorf("the follower of %s: %v", id, followErrs[slices.Index(ids, id)])
+				}
+				var want []int64 // up to the end event, where a follow stops
+				for _, ev := range evs {
+					want = append(want, ev.Seq)
+					if ev.Type == api.EventEnd {
+						break
+					}
+				}
+				if got := followed[slices.Index(ids, id)]; !slices.Equal(got, want) {
+					t.Errorf("the follower of %s through the balancer saw seqs %v, want %v once each in order", id, got, want)
+				}
 			}
 			if !reflect.DeepEqual(evs, first) {
 				t.Errorf("the transcript of %s read from %s (%d events) differs from %s's (%d events)", id, r.id, len(evs), rs.replicas[0].id, len(first))
