@@ -149,15 +149,17 @@ func BenchmarkReplicaDispatch(b *testing.B) {
 				}
 				var all []time.Duration
 				per := make([][]time.Duration, replicas)
+				perClaim := make([][]time.Duration, replicas)
 				for i := range warmup + n {
 					via := i % replicas
-					lat, err := dispatchOnce(rc.direct[via], c, fifo)
+					lat, claim, err := dispatchOnce(rc.direct[via], c, fifo)
 					if err != nil {
 						b.Fatal(err)
 					}
 					if i >= warmup {
 						all = append(all, lat)
 						per[via] = append(per[via], lat)
+						perClaim[via] = append(perClaim[via], claim)
 					}
 					time.Sleep(150 * time.Millisecond) // the worker back to watching, as in BenchmarkDispatch
 				}
@@ -167,6 +169,7 @@ func BenchmarkReplicaDispatch(b *testing.B) {
 				b.Logf("replicas=%d dispatch (POST returned → command running): %s", replicas, d)
 				for r, l := range per {
 					b.Logf("  created through replica %d: %s", r+1, summarize(l))
+					b.Logf("    created → claimed (server event times): %s", summarize(perClaim[r]))
 				}
 				b.Logf("SUMMARY replica dispatch, %d replicas: p50=%s p99=%s over %d sessions", replicas, rd(d.p50), rd(d.p99), d.n)
 			}
@@ -175,9 +178,11 @@ func BenchmarkReplicaDispatch(b *testing.B) {
 }
 
 // dispatchOnce creates a session through cl whose one command opens fifo
-// and returns the time from the create's answer to the command running; it
-// waits until the worker released the claim.
-func dispatchOnce(cl *client.Client, c *cluster, fifo string) (time.Duration, error) {
+// and returns the time from the create's answer to the command running,
+// and from its creation to its claim (the servers' event times, ms
+// resolution: the queue watch's wake-up and the claim); it waits until the
+// worker released the claim.
+func dispatchOnce(cl *client.Client, c *cluster, fifo string) (dispatch, claim time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	running := make(chan time.Time, 1)
@@ -198,7 +203,7 @@ func dispatchOnce(cl *client.Client, c *cluster, fifo string) (time.Duration, er
 			f.Close()
 		}
 		<-running
-		return 0, err
+		return 0, 0, err
 	}
 	var at time.Time
 	select {
@@ -208,12 +213,25 @@ func dispatchOnce(cl *client.Client, c *cluster, fifo string) (time.Duration, er
 			f.Close()
 		}
 		<-running
-		return 0, fmt.Errorf("session %s: its command did not run within 60 s", sess.Metadata.SessionID)
+		return 0, 0, fmt.Errorf("session %s: its command did not run within 60 s", sess.Metadata.SessionID)
 	}
 	if err := c.waitGone(ctx, sess.Metadata.SessionID); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return at.Sub(returned), nil
+	evs, err := cl.Sessions.Events(ctx, sess.Metadata.SessionID, 0, 1000)
+	if err != nil {
+		return 0, 0, err
+	}
+	var created, claimed int64
+	for _, ev := range evs.Items {
+		switch {
+		case ev.Type == api.EventStatus && ev.Status == api.StatusNew && created == 0:
+			created = ev.Time
+		case ev.Type == api.EventClaim && claimed == 0:
+			claimed = ev.Time
+		}
+	}
+	return at.Sub(returned), time.Duration(claimed-created) * time.Millisecond, nil
 }
 
 // BenchmarkReplicaClaims measures claim throughput with 1, 2 and 3
