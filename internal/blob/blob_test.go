@@ -1,0 +1,176 @@
+package blob_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/blob/blobtest"
+	"github.com/outpost-sh/outpost/internal/store/postgres"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+)
+
+func TestFS(t *testing.T) {
+	blobtest.Run(t, blobtest.Options{
+		New: func(t *testing.T) blob.Store { return blob.FS{Dir: t.TempDir()} },
+		Leftovers: func(t *testing.T, s blob.Store) int {
+			n := 0
+			_ = filepath.WalkDir(s.(blob.FS).Dir, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && strings.HasPrefix(d.Name(), ".upload-") {
+					n++
+				}
+				return nil
+			})
+			return n
+		},
+	})
+}
+
+// openPostgres opens a fresh database through the postgres store, so its
+// migrations make the blob tables, and returns its pool.
+func openPostgres(t *testing.T) *pgxpool.Pool {
+	pg := pgtest.Shared(t)
+	st, err := postgres.Open(t.Context(), pg.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.Pool()
+}
+
+// pgLeftovers counts versions that are not live and chunks of no live
+// version.
+func pgLeftovers(t *testing.T, pool *pgxpool.Pool) int {
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM blob_versions WHERE state <> 'live') +
+		(SELECT count(*) FROM blob_chunks c WHERE NOT EXISTS (SELECT 1 FROM blob_versions v WHERE v.id = c.version AND v.state = 'live'))`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPostgres(t *testing.T) {
+	blobtest.Run(t, blobtest.Options{
+		New: func(t *testing.T) blob.Store { return blob.NewPostgres(openPostgres(t), blob.PostgresOptions{}) },
+		Leftovers: func(t *testing.T, s blob.Store) int {
+			return pgLeftovers(t, s.(interface{ Pool() *pgxpool.Pool }).Pool())
+		},
+	})
+}
+
+// TestPostgresSweep: a replaced blob stays readable by a reader that
+// opened it until the grace passes, then a sweep removes its chunks; an
+// upload that stopped is swept as abandoned.
+func TestPostgresSweep(t *testing.T) {
+	pool := openPostgres(t)
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	s := blob.NewPostgres(pool, blob.PostgresOptions{ChunkSize: 1 << 10, Grace: time.Minute, Now: clock})
+	ctx := t.Context()
+	if _, _, err := s.Put(ctx, "x", strings.NewReader(strings.Repeat("a", 5000)), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := s.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, _, err := s.Put(ctx, "x", strings.NewReader("b"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 5000)
+	if n, err := r.Read(b); err != nil || n != 1<<10 || b[0] != 'a' {
+		t.Fatalf("reading the replaced version: %d, %v", n, err)
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep within the grace = %d, %v", n, err)
+	}
+	now = now.Add(2 * time.Minute)
+	if n, err := s.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep past the grace = %d, %v", n, err)
+	}
+	if _, err := r.Read(b); err == nil {
+		t.Fatal("read a swept version without an error")
+	}
+	if got := pgLeftovers(t, pool); got != 0 {
+		t.Fatalf("%d leftovers after the sweep", got)
+	}
+	// An upload a crashed server left behind.
+	if _, err := pool.Exec(ctx, `INSERT INTO blob_versions (key, state, chunk_size, created_at, changed_at) VALUES ('y', 'uploading', 1024, $1, $1)`,
+		now.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute)
+	if n, err := s.Sweep(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Sweep of an abandoned upload = %d, %v", n, err)
+	}
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestSub(t *testing.T) {
+	root := blob.FS{Dir: t.TempDir()}
+	blobtest.Run(t, blobtest.Options{
+		New: func(t *testing.T) blob.Store { return blob.Sub(blob.FS{Dir: t.TempDir()}, "x/y/") },
+	})
+	s := blob.Sub(root, "snapshots/")
+	if _, _, err := s.Put(t.Context(), "k", strings.NewReader("v"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root.Dir, "snapshots", "k")); err != nil {
+		t.Fatalf("Sub's blob is not where the root keeps snapshots/k: %v", err)
+	}
+}
+
+func TestWriter(t *testing.T) {
+	s := blob.FS{Dir: t.TempDir()}
+	w := blob.NewWriter(t.Context(), s, "w/ok", 10)
+	for _, p := range []string{"abc", "def"} {
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _, err := w.Commit(); err != nil || n != 6 {
+		t.Fatalf("Commit = %d, %v", n, err)
+	}
+	w = blob.NewWriter(t.Context(), s, "w/aborted", 10)
+	_, _ = w.Write([]byte("abc"))
+	w.Abort(errors.New("no"))
+	if _, _, err := s.Get(t.Context(), "w/aborted"); !errors.Is(err, blob.ErrNotExist) {
+		t.Fatalf("an aborted Writer stored its blob: %v", err)
+	}
+	w = blob.NewWriter(t.Context(), s, "w/big", 4)
+	if _, err := w.Write([]byte("abcdef")); !errors.Is(err, blob.ErrTooLarge) {
+		t.Fatalf("Write past the limit: %v", err)
+	}
+	if _, _, err := w.Commit(); !errors.Is(err, blob.ErrTooLarge) {
+		t.Fatalf("Commit past the limit: %v", err)
+	}
+}
+
+func TestMove(t *testing.T) {
+	src, dst := blob.FS{Dir: t.TempDir()}, blob.FS{Dir: t.TempDir()}
+	for _, k := range []string{"artifacts/s/a", "artifacts/s/.meta/a.json", "snapshots/k", "other"} {
+		if _, _, err := src.Put(t.Context(), k, strings.NewReader(k), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, b, err := blob.Move(t.Context(), dst, src, "artifacts/")
+	if err != nil || n != 2 || b != int64(len("artifacts/s/a")+len("artifacts/s/.meta/a.json")) {
+		t.Fatalf("Move = %d, %d, %v", n, b, err)
+	}
+	left, _ := src.List(t.Context(), "")
+	moved, _ := dst.List(t.Context(), "")
+	if len(left) != 2 || len(moved) != 2 || moved[0].Key != "artifacts/s/.meta/a.json" {
+		t.Fatalf("after Move: src %+v, dst %+v", left, moved)
+	}
+}
