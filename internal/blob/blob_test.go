@@ -3,6 +3,7 @@ package blob_test
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -173,4 +174,64 @@ func TestMove(t *testing.T) {
 	if len(left) != 2 || len(moved) != 2 || moved[0].Key != "artifacts/s/.meta/a.json" {
 		t.Fatalf("after Move: src %+v, dst %+v", left, moved)
 	}
+}
+
+// benchStores runs fn against each implementation.
+func benchStores(b *testing.B, fn func(b *testing.B, s blob.Store)) {
+	b.Run("fs", func(b *testing.B) { fn(b, blob.FS{Dir: b.TempDir()}) })
+	b.Run("postgres", func(b *testing.B) {
+		pg := pgtest.Shared(b)
+		st, err := postgres.Open(b.Context(), pg.Database(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		fn(b, blob.NewPostgres(st.Pool(), blob.PostgresOptions{}))
+	})
+}
+
+// benchSize is the blob the benchmarks put and get.
+const benchSize = 64 << 20
+
+// zeros reads n zero bytes.
+type zeros struct{ n int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.n <= 0 {
+		return 0, io.EOF
+	}
+	k := int(min(int64(len(p)), z.n))
+	clear(p[:k])
+	z.n -= int64(k)
+	return k, nil
+}
+
+func BenchmarkPut(b *testing.B) {
+	benchStores(b, func(b *testing.B, s blob.Store) {
+		b.SetBytes(benchSize)
+		for b.Loop() {
+			if _, _, err := s.Put(b.Context(), "bench/put", &zeros{benchSize}, benchSize); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkGet(b *testing.B) {
+	benchStores(b, func(b *testing.B, s blob.Store) {
+		if _, _, err := s.Put(b.Context(), "bench/get", &zeros{benchSize}, benchSize); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(benchSize)
+		for b.Loop() {
+			r, _, err := s.Get(b.Context(), "bench/get")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, err := io.Copy(io.Discard, r); err != nil || n != benchSize {
+				b.Fatalf("read %d, %v", n, err)
+			}
+			r.Close()
+		}
+	})
 }

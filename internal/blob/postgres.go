@@ -102,9 +102,11 @@ func (p *Postgres) Put(ctx context.Context, key string, r io.Reader, limit int64
 		}
 	}()
 	h := sha256.New()
-	buf := make([]byte, p.chunk)
 	src := io.LimitReader(ctxReader{ctx, r}, limit+1)
+	cw := p.startChunks(ctx, id)
+	defer cw.finish() // on an early return; a second finish is a no-op
 	for n := 0; ; n++ {
+		buf := <-cw.free
 		k, rerr := io.ReadFull(src, buf)
 		size += int64(k)
 		if size > limit {
@@ -112,9 +114,8 @@ func (p *Postgres) Put(ctx context.Context, key string, r io.Reader, limit int64
 		}
 		if k > 0 {
 			h.Write(buf[:k])
-			if _, err := p.pool.Exec(ctx, `WITH c AS (INSERT INTO blob_chunks (version, n, data) VALUES ($1, $2, $3))
-				UPDATE blob_versions SET changed_at = $4 WHERE id = $1`, id, n, buf[:k], p.ms()); err != nil {
-				return size, "", fmt.Errorf("put blob %s: chunk %d: %w", key, n, err)
+			if err := cw.send(n, buf[:k]); err != nil {
+				return size, "", fmt.Errorf("put blob %s: %w", key, err)
 			}
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
@@ -123,6 +124,9 @@ func (p *Postgres) Put(ctx context.Context, key string, r io.Reader, limit int64
 		if rerr != nil {
 			return size, "", fmt.Errorf("put blob %s: read: %w", key, rerr)
 		}
+	}
+	if err := cw.finish(); err != nil {
+		return size, "", fmt.Errorf("put blob %s: %w", key, err)
 	}
 	sum = hex.EncodeToString(h.Sum(nil))
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -148,6 +152,63 @@ func (p *Postgres) Put(ctx context.Context, key string, r io.Reader, limit int64
 	}
 	p.maybeSweep(ctx)
 	return size, sum, nil
+}
+
+// chunkWriter inserts the chunks of one upload in order in a goroutine of
+// its own, so that one chunk is written while the next is read: two
+// buffers go round between the reader and the writer.
+type chunkWriter struct {
+	jobs   chan chunkJob
+	free   chan []byte   // buffers to read into
+	failed chan struct{} // closed once err is set
+	done   chan struct{} // closed when the goroutine has returned
+	err    error
+	ended  bool
+}
+
+type chunkJob struct {
+	n    int
+	data []byte
+}
+
+func (p *Postgres) startChunks(ctx context.Context, id int64) *chunkWriter {
+	w := &chunkWriter{jobs: make(chan chunkJob), free: make(chan []byte, 2), failed: make(chan struct{}), done: make(chan struct{})}
+	w.free <- make([]byte, p.chunk)
+	w.free <- make([]byte, p.chunk)
+	go func() {
+		defer close(w.done)
+		for j := range w.jobs {
+			if w.err == nil {
+				if _, err := p.pool.Exec(ctx, `WITH c AS (INSERT INTO blob_chunks (version, n, data) VALUES ($1, $2, $3))
+					UPDATE blob_versions SET changed_at = $4 WHERE id = $1`, id, j.n, j.data, p.ms()); err != nil {
+					w.err = fmt.Errorf("chunk %d: %w", j.n, err)
+					close(w.failed)
+				}
+			}
+			w.free <- j.data[:cap(j.data)]
+		}
+	}()
+	return w
+}
+
+// send hands chunk n to the writer; it fails once a chunk failed.
+func (w *chunkWriter) send(n int, data []byte) error {
+	select {
+	case <-w.failed:
+		return w.err
+	case w.jobs <- chunkJob{n, data}:
+		return nil
+	}
+}
+
+// finish waits for the chunks sent and returns the first error.
+func (w *chunkWriter) finish() error {
+	if !w.ended {
+		w.ended = true
+		close(w.jobs)
+		<-w.done
+	}
+	return w.err
 }
 
 // Get implements Store.
