@@ -3,6 +3,7 @@ package blob_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/blob/blobtest"
+	"github.com/outpost-sh/outpost/internal/blob/s3test"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
@@ -179,15 +181,17 @@ func TestMove(t *testing.T) {
 // benchStores runs fn against each implementation.
 func benchStores(b *testing.B, fn func(b *testing.B, s blob.Store)) {
 	b.Run("fs", func(b *testing.B) { fn(b, blob.FS{Dir: b.TempDir()}) })
-	b.Run("postgres", func(b *testing.B) {
-		pg := pgtest.Shared(b)
+	pgBench := func(b *testing.B, pg *pgtest.Server) {
 		st, err := postgres.Open(b.Context(), pg.Database(b))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { st.Close() })
 		fn(b, blob.NewPostgres(st.Pool(), blob.PostgresOptions{}))
-	})
+	}
+	b.Run("postgres", func(b *testing.B) { pgBench(b, pgtest.Shared(b)) })
+	// With fsync on, as a production database commits (FS syncs too).
+	b.Run("postgres-fsync", func(b *testing.B) { pgBench(b, pgtest.StartT(b, pgtest.Options{Fsync: true})) })
 }
 
 // benchSize is the blob the benchmarks put and get.
@@ -234,4 +238,52 @@ func BenchmarkGet(b *testing.B) {
 			r.Close()
 		}
 	})
+}
+
+// TestS3 runs the suite against a real S3-compatible server (package
+// s3test), each store under a prefix of its own in one bucket.
+func TestS3(t *testing.T) {
+	o := s3test.Start(t)
+	n := 0
+	blobtest.Run(t, blobtest.Options{
+		New: func(t *testing.T) blob.Store {
+			n++
+			o := o
+			o.Prefix = fmt.Sprintf("t%d/", n)
+			s, err := blob.NewS3(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Check(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Leftovers: func(t *testing.T, s blob.Store) int {
+			c := s.(*blob.S3).Client()
+			k := 0
+			for u := range c.ListIncompleteUploads(t.Context(), s3test.Bucket, "", true) {
+				if u.Err != nil {
+					t.Fatal(u.Err)
+				}
+				k++
+			}
+			return k
+		},
+	})
+}
+
+func TestParseS3URL(t *testing.T) {
+	o, err := blob.ParseS3URL("s3://bkt/some/prefix?endpoint=127.0.0.1:9000&region=eu-west-1&insecure=true")
+	if err != nil || o.Bucket != "bkt" || o.Prefix != "some/prefix/" || o.Endpoint != "127.0.0.1:9000" || o.Region != "eu-west-1" || !o.Insecure {
+		t.Fatalf("ParseS3URL = %+v, %v", o, err)
+	}
+	if o, err := blob.ParseS3URL("s3://bkt"); err != nil || o.Prefix != "" || o.Endpoint != "" || o.Insecure {
+		t.Fatalf("ParseS3URL(s3://bkt) = %+v, %v", o, err)
+	}
+	for _, bad := range []string{"s3://", "http://bkt", "s3://key:secret@bkt", "s3://bkt/../x", "s3://bkt?insecure=maybe", "s3://bkt?acl=public"} {
+		if _, err := blob.ParseS3URL(bad); err == nil {
+			t.Errorf("ParseS3URL accepted %q", bad)
+		}
+	}
 }

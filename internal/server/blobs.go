@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,8 +14,9 @@ import (
 // Where a server keeps its blobs (Options.BlobStore): snapshots/<key>,
 // artifacts/<session>/<name> with artifacts/<session>/.meta/<name>.json,
 // and output/<session>/<seq>.log — in the data dir (the layout servers
-// always had) or in the PostgreSQL database of the store, where every
-// replica on the database reads what any of them wrote.
+// always had), in the PostgreSQL database of the store or in an
+// S3-compatible bucket (s3://bucket[/prefix]), where every replica reads
+// what any of them wrote.
 const (
 	BlobStoreFS       = "fs"
 	BlobStorePostgres = "postgres"
@@ -40,29 +42,46 @@ func (s *Server) openBlobs(ctx context.Context) error {
 		}
 	}
 	var root blob.Store
-	switch kind {
-	case BlobStoreFS:
+	switch {
+	case kind == BlobStoreFS:
 		root = files
-	case BlobStorePostgres:
+	case kind == BlobStorePostgres:
 		if !isPG {
 			return fmt.Errorf("server: the blob store %q needs the PostgreSQL store (--database postgres://…); use --blob-store fs with the embedded database", kind)
 		}
 		root = blob.NewPostgres(pg.Pool(), blob.PostgresOptions{Now: s.now})
+	case strings.HasPrefix(kind, "s3://"):
+		o, err := blob.ParseS3URL(kind)
+		if err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		s3, err := blob.NewS3(o)
+		if err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		if err := s3.Check(ctx); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		root = s3
+	default:
+		return fmt.Errorf("server: unknown blob store %q: use %q, %q or s3://bucket[/prefix]", kind, BlobStoreFS, BlobStorePostgres)
+	}
+	if root != files {
 		for _, prefix := range blobPrefixes {
 			n, bytes, err := blob.Move(ctx, root, files, prefix)
 			if n > 0 {
-				s.log.Info("moved blobs from the data dir into the database", "prefix", prefix, "blobs", n, "bytes", bytes)
+				s.log.Info("moved blobs from the data dir into the shared blob store", "prefix", prefix, "blobs", n, "bytes", bytes)
 			}
 			if err != nil {
-				return fmt.Errorf("server: move the data dir's %s into the database's blob store: %w", prefix, err)
+				return fmt.Errorf("server: move the data dir's %s into the shared blob store: %w", prefix, err)
 			}
 		}
-	default:
-		return fmt.Errorf("server: unknown blob store %q: use %q or %q", kind, BlobStoreFS, BlobStorePostgres)
 	}
 	s.blobs = blob.Sub(root, "snapshots/")
 	s.artifactBlobs = blob.Sub(root, datadir.Artifacts+"/")
 	s.outputBlobs = blob.Sub(root, datadir.Output+"/")
-	s.log.Debug("blob store", "kind", kind)
+	if where, _, _ := strings.Cut(kind, "?"); where != "" {
+		s.log.Info("blob store", "store", where)
+	}
 	return nil
 }

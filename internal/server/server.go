@@ -38,7 +38,8 @@ type Options struct {
 	// Listen is the TCP address to serve on; "" means 127.0.0.1:7420.
 	// Port 0 picks a free port (see Server.URL).
 	Listen string
-	// DataDir holds the database, the admin token file and spilled output;
+	// DataDir holds the database, the admin token file and, with the file
+	// blob store (BlobStore), snapshots, artifacts and spilled output;
 	// required.
 	DataDir string
 	// PublicURL is the base URL workers are told; "" means http://<listen
@@ -121,7 +122,10 @@ type Options struct {
 	// BlobStore is where snapshots, artifacts and spilled output are kept
 	// (issue 16 part D, blobs.go): "fs" for files in DataDir, "postgres"
 	// for the PostgreSQL database of the store (shared by every replica on
-	// it). "" means postgres when the store is PostgreSQL, else fs.
+	// it), s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true]
+	// for an S3-compatible bucket (credentials from AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY). "" means postgres when the store is
+	// PostgreSQL, else fs.
 	BlobStore string
 
 	// DistDir, when set, is a directory of remote builds in the /dist/
