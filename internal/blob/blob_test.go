@@ -192,6 +192,13 @@ func benchStores(b *testing.B, fn func(b *testing.B, s blob.Store)) {
 	b.Run("postgres", func(b *testing.B) { pgBench(b, pgtest.Shared(b)) })
 	// With fsync on, as a production database commits (FS syncs too).
 	b.Run("postgres-fsync", func(b *testing.B) { pgBench(b, pgtest.StartT(b, pgtest.Options{Fsync: true})) })
+	b.Run("s3", func(b *testing.B) {
+		s, err := blob.NewS3(s3test.Start(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		fn(b, s)
+	})
 }
 
 // benchSize is the blob the benchmarks put and get.
