@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
@@ -38,81 +37,16 @@ func artifactMetaKey(sessionID, name string) string {
 // maxArtifactMetaBytes bounds the metadata of one artifact.
 const maxArtifactMetaBytes = 64 << 10
 
-// artifactLock is the lock that serializes storing and deleting the
-// artifacts of one session, so the per-session limit holds.
-func (s *Server) artifactLock(sessionID string) sync.Locker {
-	return s.artifactLocks.key(sessionID)
-}
-
-// keyedLocks hands out one mutex per key. A key's mutex exists only while
-// someone holds it or waits for it, so the map never outgrows the keys in
-// use. The zero value is ready to use.
-type keyedLocks struct {
-	mu sync.Mutex
-	// m holds the mutexes of the keys in use; guarded by mu.
-	m map[string]*keyedMutex
-}
-
-// keyedMutex is one key's mutex and how many hold or wait for it.
-type keyedMutex struct {
-	mu   sync.Mutex
-	refs int // guarded by keyedLocks.mu
-}
-
-// key returns the lock of k: a sync.Locker whose Lock and Unlock take and
-// release k's mutex.
-func (l *keyedLocks) key(k string) keyLock { return keyLock{l: l, k: k} }
-
-// lock blocks until it holds k's mutex.
-func (l *keyedLocks) lock(k string) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = make(map[string]*keyedMutex)
+// lockArtifacts takes the store's lock that serializes storing and
+// deleting the artifacts of one session, so the per-session limit holds
+// whichever replicas store and delete them.
+func (s *Server) lockArtifacts(ctx context.Context, sessionID string) (func(), error) {
+	unlock, err := s.store.Lock(ctx, "artifacts:"+sessionID, false)
+	if err != nil {
+		return nil, fmt.Errorf("take the artifacts lock of %s: %w", sessionID, err)
 	}
-	km := l.m[k]
-	if km == nil {
-		km = &keyedMutex{}
-		l.m[k] = km
-	}
-	km.refs++
-	l.mu.Unlock()
-	km.mu.Lock()
+	return unlock, nil
 }
-
-// unlock releases k's mutex, dropping it when nobody else holds or waits
-// for it.
-func (l *keyedLocks) unlock(k string) {
-	l.mu.Lock()
-	km := l.m[k]
-	if km == nil {
-		l.mu.Unlock()
-		panic("server: unlock of an artifact lock that is not held")
-	}
-	if km.refs--; km.refs == 0 {
-		delete(l.m, k)
-	}
-	l.mu.Unlock()
-	km.mu.Unlock()
-}
-
-// len is how many keys have a mutex.
-func (l *keyedLocks) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.m)
-}
-
-// keyLock is one key's lock of a keyedLocks.
-type keyLock struct {
-	l *keyedLocks
-	k string
-}
-
-// Lock takes the key's mutex.
-func (k keyLock) Lock() { k.l.lock(k.k) }
-
-// Unlock releases the key's mutex.
-func (k keyLock) Unlock() { k.l.unlock(k.k) }
 
 // listArtifactsOf reads the metadata of a session's artifacts, sorted by
 // name.
@@ -301,9 +235,11 @@ var errArtifactDiscarded = errors.New("the artifact upload was discarded")
 // store stores a complete upload and writes its metadata.
 func (u *artifactUploads) store(ctx context.Context, a *artifactUpload, sum string) (api.Artifact, error) {
 	sid := u.c.sessionID
-	mu := u.s.artifactLock(sid)
-	mu.Lock()
-	defer mu.Unlock()
+	unlock, err := u.s.lockArtifacts(ctx, sid)
+	if err != nil {
+		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
+	}
+	defer unlock()
 	existing, err := u.s.listArtifactsOf(ctx, sid)
 	if err != nil {
 		return api.Artifact{}, err

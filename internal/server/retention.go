@@ -116,9 +116,11 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 // the blob store and returns how many artifacts and bytes it held. A
 // session without any has none.
 func (s *Server) deleteArtifactsOf(ctx context.Context, sessionID string) (artifacts int, bytes int64, err error) {
-	mu := s.artifactLock(sessionID)
-	mu.Lock()
-	defer mu.Unlock()
+	unlock, err := s.lockArtifacts(ctx, sessionID)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unlock()
 	infos, err := s.artifactBlobs.List(ctx, sessionID+"/")
 	if err != nil {
 		return 0, 0, fmt.Errorf("list artifacts of %s: %w", sessionID, err)

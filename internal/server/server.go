@@ -221,10 +221,6 @@ type Server struct {
 	outputBlobs   blob.Store
 	suspends      suspendOps
 
-	// artifactLocks serialize storing and deleting one session's
-	// artifacts (see artifactLock).
-	artifactLocks keyedLocks
-
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
 	outpostNames sync.Map
