@@ -2,9 +2,10 @@
 // S3 Gateway (versitygw, github.com/versity/versitygw) on its posix
 // backend in a temporary directory. Its binary is found as
 // $OUTPOST_VERSITYGW or versitygw on PATH; without one, Start skips the
-// test. Build one with
+// test, or fails it when the CI environment variable is set. Build one
+// (cached) with
 //
-//	GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+//	OUTPOST_VERSITYGW=$(bash scripts/s3-server.sh)
 package s3test
 
 import (
@@ -37,6 +38,9 @@ func Binary() string {
 func Start(tb testing.TB) blob.S3Options {
 	tb.Helper()
 	bin := Binary()
+	if bin == "" && os.Getenv("CI") != "" {
+		tb.Fatal("no S3-compatible server, and CI is set: run scripts/s3-server.sh and set OUTPOST_VERSITYGW to the path it prints")
+	}
 	if bin == "" {
 		tb.Skip("no S3-compatible server: set OUTPOST_VERSITYGW or put versitygw on PATH (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
 	}
