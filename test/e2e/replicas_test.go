@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -47,6 +50,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("external tool call to a non-owner", func(t *testing.T) { replicaExternal(t, rs) })
 	t.Run("user message to a non-owner", func(t *testing.T) { replicaMessage(t, rs, fake) })
 	t.Run("terminate through any replica", func(t *testing.T) { replicaTerminate(t, rs) })
+	t.Run("artifact from every replica", func(t *testing.T) { replicaArtifact(t, rs) })
 	t.Run("50 claimers over three replicas", func(t *testing.T) { replicaClaimers(t, rs) })
 	t.Run("outpost delete against create", func(t *testing.T) { replicaDeleteRace(t, rs) })
 }
@@ -404,6 +408,36 @@ func replicaTerminate(t *testing.T, rs *replicaSet) {
 		waitFor(t, 30*time.Second, "the worker to release "+id+" (its remote heard the end)", func() bool {
 			return rs.front.api("GET", "/v1/queue/"+id, adminToken, nil, nil) == 404
 		})
+	}
+}
+
+// replicaArtifact: an artifact uploaded through the replica holding the
+// session's remote downloads, byte for byte, from every replica directly.
+func replicaArtifact(t *testing.T, rs *replicaSet) {
+	var s api.Session
+	if code := rs.front.api("POST", "/v1/sessions", adminToken, apiScriptSession("steady", "an artifact",
+		execStep("head -c 3000000 /dev/urandom > data.bin && sha256sum data.bin"),
+		api.Step{Tool: api.ToolUploadArtifact, Args: []byte(`{"path":"data.bin"}`)}), &s); code != 201 {
+		t.Fatalf("create session: %d", code)
+	}
+	id := s.Metadata.SessionID
+	if st := rs.front.waitFinal(id, 60*time.Second).Status; st.Status != api.StatusExit || st.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s", st.Status, st.StatusDetail, st.Reason)
+	}
+	want, _, _ := strings.Cut(strings.TrimSpace(transcriptText(rs.front.events(id))), " ")
+	for _, r := range rs.replicas {
+		req, _ := http.NewRequest("GET", r.direct.url+"/v1/sessions/"+id+"/artifacts/data.bin", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("download through %s: %v", r.id, err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err != nil || n != 3000000 || hex.EncodeToString(h.Sum(nil)) != want {
+			t.Errorf("the artifact through %s: %d, %d bytes, sha256 %x (%v), want %s", r.id, resp.StatusCode, n, h.Sum(nil), err, want)
+		}
 	}
 }
 
