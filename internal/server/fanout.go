@@ -27,8 +27,9 @@ import (
 // The store is the truth and a wake-up only says where to look, so a lost
 // one costs time, not data: after the feed (re)connects (a Resync) every
 // follower replays, every watcher and runner wakes and every connection's
-// epoch is checked, and every fanoutPoll a backstop does the same for what
-// a replica that died between a commit and its notification did not tell.
+// epoch is checked, and every fanoutPoll a backstop does much the same
+// (see backstop) for what a replica that died between a commit and its
+// notification did not tell.
 
 // defaultFanoutPoll spaces the backstop polls.
 const defaultFanoutPoll = 5 * time.Second
@@ -84,19 +85,24 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 	}
 }
 
-// wakeAll wakes every follower, watcher and waiting runner to read the
-// store.
+// wakeAll wakes every follower, watcher and runner to read the store.
 func (s *Server) wakeAll() {
-	s.topics.pokeEvery()
+	s.topics.pokeEvery(true)
 	s.queueChanged.notify()
 	s.userMessages.notify()
 }
 
 // backstop runs a round every fanoutPoll, and at once on resync, until ctx
 // ends: queue entries changed since the last round (by their rev) fence
-// the connections here and wake the watchers, and every follower replays
-// the store. The first round only takes the current rev: the feed's first
-// Resync woke everyone.
+// the connections here and wake the watchers, and every transcript
+// follower replays the store. The agent loop's runners are left alone: a
+// runner here whose session another replica wrote to, and failed to tell
+// (it died between its commit and its notification), reads the store at
+// its next step, or, waiting for the user, when its idle limit ends (it
+// reads the transcript before it ends the session, runner.finish) — with
+// ownership (a session's loop runs where its remote is connected and
+// messages are forwarded there) such writes are rare, and dropping every
+// runner's subscription every poll would cost each a read.
 func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 	t := time.NewTicker(s.opts.fanoutPoll)
 	defer t.Stop()
@@ -109,8 +115,7 @@ func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.topics.pokeEvery()
-			s.userMessages.notify()
+			s.topics.pokeEvery(false)
 		case <-resync:
 		}
 		next, err := s.fenceChanged(ctx, rev)

@@ -136,14 +136,17 @@ func (t *topics) poke(sessionID string, seq int64) {
 	}
 }
 
-// pokeEvery pokes every subscriber of every session to read the whole
-// stored transcript (after changes may have been missed).
-func (t *topics) pokeEvery() {
+// pokeEvery pokes every follower of every session to read the whole
+// stored transcript, and with agents drops every other subscriber too:
+// changes may have been missed.
+func (t *topics) pokeEvery(agents bool) {
 	t.mu.Lock()
 	var subs []*subscriber
 	for _, m := range t.subs {
 		for sub := range m {
-			subs = append(subs, sub)
+			if agents || sub.poked != nil {
+				subs = append(subs, sub)
+			}
 		}
 	}
 	t.mu.Unlock()
