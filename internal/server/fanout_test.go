@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outpost-sh/outpost/api"
@@ -429,4 +430,36 @@ func TestTopicsPoke(t *testing.T) {
 	if n := len(tp.subs); n != 0 {
 		t.Fatalf("%d sessions followed after every unsubscribe", n)
 	}
+}
+
+// TestFanoutFencesRemoteOnOtherReplica: a remote connected to A serves a
+// claim that is released through B; A cuts the remote off at once (its
+// claim's epoch is over), told by the change feed, not the backstop.
+func TestFanoutFencesRemoteOnOtherReplica(t *testing.T) {
+	t.Parallel()
+	a, b, _ := startFanoutPair(t, time.Hour)
+	a.outpost("fenced")
+	id := a.session("fenced").Metadata.SessionID
+	claim := a.claimFor(id, "m")
+	r, _ := dialGateway(t, a.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	began := time.Now()
+	b.mustDo(200, "POST", "/v1/queue/"+id+"/release", b.admin, api.ClaimRequest{AcceptorID: "m"}, nil)
+	for {
+		f, err := r.recv()
+		if err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("the connection on A ended with %v, want a policy violation (fenced)", err)
+			}
+			break
+		}
+		if f.Type == api.FrameEnd {
+			t.Fatalf("the remote was told the session ended: %+v", f)
+		}
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("fenced after %s", d)
+	}
+	t.Logf("a release through B cut the remote on A off in %s", time.Since(began))
 }
