@@ -441,7 +441,8 @@ type Change struct {
 	// OutpostID is the outpost of the session or the outpost created or
 	// deleted; "" when the writer did not know it (an append of events).
 	OutpostID string
-	// Seq is the session's highest event seq once the change committed.
+	// Seq is the session's highest event seq once the change committed
+	// (0 when it has none): the stored transcript goes at least that far.
 	Seq int64
 	// Rev and Epoch are the queue entry's when the change wrote it; 0
 	// when it did not.
@@ -460,10 +461,12 @@ type Change struct {
 // commits. A store without it is used by one server, which knows its own
 // changes in process.
 type ChangeFeed interface {
-	// Listen calls fn with each committed change, in commit order, until
-	// ctx ends, and returns ctx's error. It calls fn with a Resync change
-	// when it starts listening and again each time it had to reconnect.
-	// fn runs on Listen's goroutine, one change at a time: it must be
-	// quick.
+	// Listen calls fn with each committed change until ctx ends, and
+	// returns ctx's error. It calls fn with a Resync change when it starts
+	// listening and again each time it had to reconnect. Changes that
+	// write a queue entry come once each, in commit order; changes that
+	// only append events may come after later ones, and several of one
+	// session as one (with the highest Seq). fn runs on Listen's
+	// goroutine, one change at a time: it must be quick.
 	Listen(ctx context.Context, fn func(Change)) error
 }

@@ -32,7 +32,9 @@ import (
 // before the commit and holds it through the commit's flush to disk — so
 // notifying in the transaction would make appends to different sessions,
 // which otherwise commit in parallel (their flushes grouped), commit one
-// flush at a time. Writes of queue entries are serialized until their
+// flush at a time (BenchmarkAppendEventsParallel, fsync on, two cores:
+// some 2,400–2,900 appends/s without notifications, 350–2,000 notifying
+// in the transaction, 2,200–3,000 notified after). Writes of queue entries are serialized until their
 // commit by the rev counter already, so they lose nothing by it. The
 // notification of an append is lost if the process dies between its commit
 // and the notification (or the database does not answer it): consumers
@@ -120,7 +122,7 @@ func (l *lateNotifier) add(id, outpostID string, seq int64) {
 	}
 }
 
-// run notifies pending changes until stop, then once more.
+// runLateNotifier notifies pending changes until stop, then once more.
 func (s *Store) runLateNotifier() {
 	l := s.late
 	defer close(l.done)
@@ -192,8 +194,9 @@ const (
 var _ store.ChangeFeed = (*Store)(nil)
 
 // Listen calls fn with every change committed to the database, by this
-// store or any other, in commit order, until ctx ends; it returns ctx's
-// error. It holds a connection of its own (not one of the pool) that
+// store or any other, until ctx ends; it returns ctx's error. Changes of
+// queue entries and outposts come in commit order; appends of events come
+// just after their commit, coalesced by session (see above). It holds a connection of its own (not one of the pool) that
 // LISTENs for the changes. After it connects, and after each reconnect,
 // it calls fn with a Resync change first: changes committed while it was
 // not listening are lost, and the consumer must re-read what it follows.
