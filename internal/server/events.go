@@ -96,7 +96,7 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 		return err
 	}
 	defer release()
-	sub := s.topics.subscribe(sessionID) // before replay, so nothing slips between
+	sub := s.topics.follow(sessionID) // before replay, so nothing slips between
 	defer s.topics.unsubscribe(sessionID, sub)
 
 	h := w.Header()
@@ -180,6 +180,13 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, sessionID 
 			for !ended && err == nil && len(sub.ch) > 0 {
 				ended, err = deliver(<-sub.ch)
 			}
+			flusher.Flush()
+			if err != nil || ended {
+				return nil
+			}
+		case <-sub.poked:
+			// Another replica committed events (fanout.go).
+			ended, err := replay(sub.pokedUpTo())
 			flusher.Flush()
 			if err != nil || ended {
 				return nil

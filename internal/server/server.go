@@ -166,6 +166,13 @@ type Options struct {
 	// scope.
 	MetricsTokenRequired bool
 
+	// ReplicaID names this server among replicas sharing a database; ""
+	// means a random id, new at each start.
+	ReplicaID string
+	// fanoutPoll, for tests, spaces the fan-out's backstop polls
+	// (fanout.go); 0 means defaultFanoutPoll.
+	fanoutPoll time.Duration
+
 	// beforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the session's message
 	// lock.
@@ -244,7 +251,7 @@ func openStore(ctx context.Context, opts Options, keys *sealed.Keyring) (store.S
 	if !IsPostgresURL(opts.DatabaseURL) {
 		return nil, errors.New("the database URL must start with postgres:// or postgresql://")
 	}
-	return postgres.Open(ctx, opts.DatabaseURL, postgres.WithKeyring(keys))
+	return postgres.Open(ctx, opts.DatabaseURL, postgres.WithKeyring(keys), postgres.WithReplica(opts.ReplicaID))
 }
 
 // New opens the store, creates the admin token on first start and binds
@@ -312,6 +319,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.MaxStreamsPerToken == 0 {
 		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	// Cross-replica fan-out (fanout.go).
+	if opts.ReplicaID == "" {
+		opts.ReplicaID = newID("rep_")
+	}
+	if opts.fanoutPoll <= 0 {
+		opts.fanoutPoll = defaultFanoutPoll
 	}
 	// TLS first: a bad certificate fails the start before anything is
 	// opened.
@@ -565,6 +579,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		defer s.wg.Done()
 		s.checkpointSessions(s.runCtx)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.fanout(s.runCtx)
 	}()
 	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
 	if s.metricsLn != nil {

@@ -424,3 +424,49 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// Part A (cross-replica fan-out): the feed of committed changes that
+// servers sharing one database wake each other with.
+
+// Change is one committed write another server may be following: events
+// appended to a session's transcript or its queue entry written (Session
+// set), or an outpost created or deleted (Session empty), or, with
+// Resync, the news that changes may have been missed.
+type Change struct {
+	// Origin is the replica id of the store that committed the change
+	// (e.g. postgres.WithReplica); "" when it has none.
+	Origin string
+	// SessionID is the session written; "" for an outpost's change.
+	SessionID string
+	// OutpostID is the outpost of the session or the outpost created or
+	// deleted; "" when the writer did not know it (an append of events).
+	OutpostID string
+	// Seq is the session's highest event seq once the change committed
+	// (0 when it has none): the stored transcript goes at least that far.
+	Seq int64
+	// Rev and Epoch are the queue entry's when the change wrote it; 0
+	// when it did not.
+	Rev, Epoch int64
+	// Resync says the feed (re)connected: changes committed before may
+	// have been missed, so whatever the consumer follows must be read from
+	// the store again. The other fields are zero.
+	Resync bool
+	// Err, on a Resync, is what broke the feed's previous connection (nil
+	// on the first); for logs.
+	Err error
+}
+
+// ChangeFeed is implemented by a store several servers can share (the
+// PostgreSQL store): it tells each of them of the changes any of them
+// commits. A store without it is used by one server, which knows its own
+// changes in process.
+type ChangeFeed interface {
+	// Listen calls fn with each committed change until ctx ends, and
+	// returns ctx's error. It calls fn with a Resync change when it starts
+	// listening and again each time it had to reconnect. Changes that
+	// write a queue entry come once each, in commit order; changes that
+	// only append events may come after later ones, and several of one
+	// session as one (with the highest Seq). fn runs on Listen's
+	// goroutine, one change at a time: it must be quick.
+	Listen(ctx context.Context, fn func(Change)) error
+}

@@ -87,3 +87,26 @@ func BenchmarkUpdateSessionParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 }
+
+// BenchmarkAppendEventsParallel measures one-event appends to many
+// sessions from 25×GOMAXPROCS goroutines, each one durable transaction:
+// the transcript writes of many running sessions at once. Nothing but the
+// commit (and its notification, notify.go) is shared between them.
+func BenchmarkAppendEventsParallel(b *testing.B) {
+	const n = 1000
+	s := benchStore(b, n)
+	var next atomic.Int64
+	b.SetParallelism(25)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := fmt.Sprint("s", next.Add(1)%n)
+			ev := []api.Event{{Time: time.Now().UnixMilli(), Type: api.EventOutput, Text: "line\n"}}
+			if err := s.AppendEvents(b.Context(), id, ev); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+}

@@ -15,9 +15,11 @@ import (
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO outposts (`+outpostCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes)
+	// The insert and its notification in one statement (notify.go).
+	_, err := s.pool.Exec(ctx, `WITH o AS (INSERT INTO outposts (`+outpostCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id)
+		SELECT pg_notify('`+changesChannel+`', $11) FROM o`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, s.outpostPayload(o.ID))
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
@@ -60,7 +62,10 @@ func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
 // DeleteOutpost removes an outpost; store.ErrNotFound when absent. Its
 // sessions and queue entries are left to the caller.
 func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
-	if err := mustAffect(s.pool.Exec(ctx, sqlstore.DeleteOutpostSQL, id)); err != nil {
+	// The delete and its notification in one statement (notify.go); the
+	// SELECT's row count is the delete's.
+	if err := mustAffect(s.pool.Exec(ctx, `WITH o AS (`+sqlstore.DeleteOutpostSQL+` RETURNING id)
+		SELECT pg_notify('`+changesChannel+`', $2) FROM o`, id, s.outpostPayload(id))); err != nil {
 		return fmt.Errorf("postgres: delete outpost %s: %w", id, mapErr(err))
 	}
 	return nil

@@ -20,6 +20,13 @@
 // Round trips are few: an UpdateSession sends BEGIN, the row lock and its
 // reads in one batch, every write of the mutation in a second, then COMMIT.
 //
+// Every commit that appends events or writes a queue entry, and every
+// outpost created or deleted, is notified (notify.go), so that other
+// servers on the database learn of it through Listen: in the transaction,
+// in the batch of its writes, when it takes a rev or changes an outpost;
+// just after the commit, coalesced with others, when it only appends
+// events.
+//
 // Times are kept as Unix milliseconds, as in the SQLite store, and come back
 // in UTC. The columns, row scanners and the statements both stores send
 // are package sqlstore's; this package holds what only PostgreSQL says
@@ -32,6 +39,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +75,12 @@ type Store struct {
 
 	// keys seal session secrets; nil keeps them as plaintext JSON.
 	keys *sealed.Keyring
+	// replica is the Origin of the changes this store commits
+	// (WithReplica, notify.go).
+	replica string
+	// late notifies appends of events once they committed (notify.go).
+	late      *lateNotifier
+	closeOnce sync.Once
 
 	// migrated lists the migration versions this Open applied.
 	migrated []int
@@ -114,9 +128,14 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
-	s := &Store{pool: pool, locks: locks}
+	s := &Store{pool: pool, locks: locks, late: newLateNotifier()}
 	for _, o := range opts {
 		o(s)
+	}
+	go s.runLateNotifier() // before anything can fail: Close waits for it
+	if len(s.replica) > maxReplicaID {
+		s.Close()
+		return nil, fmt.Errorf("postgres: the replica id is %d bytes long; at most %d are allowed", len(s.replica), maxReplicaID)
 	}
 	if s.migrated, err = migrate(ctx, pool); err != nil {
 		s.Close()
@@ -164,10 +183,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes every connection of the pool.
+// Close notifies the changes not yet notified, then closes every
+// connection of the pool.
 func (s *Store) Close() error {
-	s.locks.Close()
-	s.pool.Close()
+	s.closeOnce.Do(func() {
+		close(s.late.stop)
+		<-s.late.done
+		s.locks.Close()
+		s.pool.Close()
+	})
 	return nil
 }
 

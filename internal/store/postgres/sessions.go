@@ -55,7 +55,8 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 		if e != nil {
 			entry = *e
 			entry.SessionID = sess.ID
-			queueUpsertEntry(b, &entry) // last: it locks the rev counter
+			queueUpsertEntry(b, &entry) // it locks the rev counter
+			s.queueNotify(b, sess.ID, sess.OutpostID, int64(len(events)), &entry)
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -64,6 +65,8 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 	}
 	if e != nil {
 		*e = entry
+	} else if len(events) > 0 {
+		s.late.add(sess.ID, sess.OutpostID, int64(len(events)))
 	}
 	return nil
 }
@@ -176,7 +179,7 @@ func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool
 		if m, fnErr = fn(sess, e, load); fnErr != nil {
 			return fnErr
 		}
-		return applyMutation(ctx, tx, id, seq, &m)
+		return s.applyMutation(ctx, tx, id, seq, e.OutpostID, &m)
 	})
 	if fnErr != nil {
 		return store.Mutation{}, fnErr
@@ -184,13 +187,17 @@ func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool
 	if err != nil {
 		return store.Mutation{}, fmt.Errorf("postgres: update session %s: %w", id, mapErr(err))
 	}
+	if n := len(m.Events); n > 0 && m.Entry == nil {
+		s.late.add(id, e.OutpostID, m.Events[n-1].Seq)
+	}
 	return m, nil
 }
 
-// applyMutation writes m for session id, whose highest event seq is seq,
-// in one round trip, assigning revs and seqs into m. The queue entry is
-// written last: its rev locks the global counter.
-func applyMutation(ctx context.Context, tx pgx.Tx, id string, seq int64, m *store.Mutation) error {
+// applyMutation writes m for session id of outpost outpostID, whose
+// highest event seq is seq, in one round trip, assigning revs and seqs into
+// m. The queue entry is written last but for its notification: its rev
+// locks the global counter.
+func (s *Store) applyMutation(ctx context.Context, tx pgx.Tx, id string, seq int64, outpostID string, m *store.Mutation) error {
 	b := &pgx.Batch{}
 	if m.Session != nil {
 		m.Session.ID = id
@@ -218,6 +225,9 @@ func applyMutation(ctx context.Context, tx pgx.Tx, id string, seq int64, m *stor
 	}
 	if b.Len() == 0 {
 		return nil
+	}
+	if m.Entry != nil {
+		s.queueNotify(b, id, outpostID, seq+int64(len(m.Events)), m.Entry)
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
@@ -280,6 +290,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api
 	if err != nil {
 		return fmt.Errorf("postgres: append events %s: %w", sessionID, mapErr(err))
 	}
+	s.late.add(sessionID, "", events[len(events)-1].Seq)
 	return nil
 }
 

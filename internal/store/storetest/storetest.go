@@ -64,6 +64,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LockCounter", testLockCounter},
 		{"Presence", testPresence},
 		{"ConcurrentPresence", testConcurrentPresence},
+		// Part A of issue 16: stores that are a ChangeFeed.
+		{"ChangeFeed", testChangeFeed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
