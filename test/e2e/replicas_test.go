@@ -47,10 +47,10 @@ func TestReplicas(t *testing.T) {
 	t.Run("presence through every replica", func(t *testing.T) { replicaPresence(t, rs) })
 	t.Run("follower on another replica", func(t *testing.T) { replicaFollower(t, rs) })
 	t.Run("queue watcher on another replica", func(t *testing.T) { replicaQueueWatch(t, rs) })
+	t.Run("artifact from every replica", func(t *testing.T) { replicaArtifact(t, rs) })
 	t.Run("external tool call to a non-owner", func(t *testing.T) { replicaExternal(t, rs) })
 	t.Run("user message to a non-owner", func(t *testing.T) { replicaMessage(t, rs, fake) })
 	t.Run("terminate through any replica", func(t *testing.T) { replicaTerminate(t, rs) })
-	t.Run("artifact from every replica", func(t *testing.T) { replicaArtifact(t, rs) })
 	t.Run("50 claimers over three replicas", func(t *testing.T) { replicaClaimers(t, rs) })
 	t.Run("outpost delete against create", func(t *testing.T) { replicaDeleteRace(t, rs) })
 }
