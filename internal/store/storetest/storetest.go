@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentCapacity", testConcurrentCapacity},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentAppendEvents", testConcurrentAppendEvents},
+		{"Replicas", testReplicas}, // part C
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
