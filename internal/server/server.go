@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -155,6 +156,19 @@ type Options struct {
 	// scope.
 	MetricsTokenRequired bool
 
+	// Replicas (part C): several servers on one PostgreSQL database.
+
+	// ReplicaID names this server process among the replicas sharing its
+	// database; "" means the hostname and a random suffix, new at each
+	// start. Every metric carries it as the label replica.
+	ReplicaID string
+	// ReplicaURL is the base URL other replicas reach this one at, to
+	// forward a session's requests to it and to tell it to drop a session
+	// that moved; "" means http:// (https:// with TLS) and the bound
+	// listen address when it is not a wildcard, else none (this replica
+	// is then never forwarded to).
+	ReplicaURL string
+
 	// beforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the session's message
 	// lock.
@@ -227,6 +241,17 @@ type Server struct {
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
 	outpostNames sync.Map
+
+	// Replicas (replicas.go, forward.go): shared says the store may be
+	// shared by other server processes (PostgreSQL); replicaKey signs
+	// requests between them (nil without a secret key); replicas caches
+	// the live ones; ready is set once serving and cleared when stopping.
+	shared        bool
+	replicaKey    []byte
+	startedAt     time.Time
+	replicas      replicaSet
+	forwardClient *http.Client
+	ready         atomic.Bool
 
 	mu       sync.Mutex                // guards the following
 	stopping bool                      // no new gateway connections
@@ -316,6 +341,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.MaxStreamsPerToken == 0 {
 		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
+	if opts.ReplicaID == "" {
+		opts.ReplicaID = defaultReplicaID()
+	}
 	// TLS first: a bad certificate fails the start before anything is
 	// opened.
 	var certs *tlsconfig.CertReloader
@@ -352,7 +380,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		opts:         opts,
 		log:          opts.Logger,
 		now:          opts.Now,
-		metrics:      newMetrics(),
+		metrics:      newMetrics(opts.ReplicaID),
 		queueChanged: newNotifier(),
 		userMessages: newNotifier(),
 		topics:       newTopics(),
@@ -382,6 +410,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.store = st
 	}
+	s.shared = sharedStore(s.store)
+	s.startedAt = time.Now()
+	if s.replicaKey == nil {
+		s.replicaKey = replicaAuthKey(opts.SecretKey)
+	}
+	s.forwardClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	s.agents = s.newAgentLoop()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
@@ -404,6 +438,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.publicURL = strings.TrimRight(opts.PublicURL, "/")
 	if s.publicURL == "" {
 		s.publicURL = scheme + ln.Addr().String()
+	}
+	if s.opts.ReplicaURL == "" {
+		s.opts.ReplicaURL = defaultReplicaURL(scheme, ln.Addr())
 	}
 	if certs != nil && strings.HasPrefix(s.publicURL, "http://") {
 		s.log.Warn("the server speaks TLS but its public URL is http://; workers and remotes told this URL cannot connect unless a proxy in front turns it into TLS", "public_url", s.publicURL)
@@ -558,6 +595,16 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.checkpointSessions(s.runCtx)
 	}()
+	if s.shared {
+		if err := s.heartbeat(s.runCtx); err != nil {
+			s.log.Warn("replica heartbeat", "replica", s.opts.ReplicaID, "err", err)
+		}
+		if err := s.refreshReplicas(s.runCtx); err != nil {
+			s.log.Warn("list replicas", "err", err)
+		}
+		s.wg.Go(func() { s.heartbeatReplica(s.runCtx) })
+	}
+	s.ready.Store(true)
 	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
 	if s.metricsLn != nil {
 		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
@@ -569,16 +616,24 @@ func (s *Server) Serve(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.log.Info("outpost server shutting down")
+	s.ready.Store(false)
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
-	// Streams and runners watch runCtx: cancel it first so Shutdown does
-	// not wait on long-lived responses.
-	s.runCancel()
-	s.hub.closeAll()
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.http.Shutdown(shutCtx); err != nil {
+	// Shutdown closes the listener at once, so remotes handed over below
+	// reconnect through the load balancer to another replica.
+	shutDone := make(chan error, 1)
+	go func() { shutDone <- s.http.Shutdown(shutCtx) }()
+	if s.shared {
+		s.handOver()
+	}
+	// Streams and runners watch runCtx: cancel it so Shutdown does not
+	// wait on long-lived responses.
+	s.runCancel()
+	s.hub.closeAll()
+	if err := <-shutDone; err != nil {
 		s.log.Warn("http shutdown", "err", err)
 	}
 	if s.metricsHTTP != nil {
@@ -589,6 +644,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	<-metricsDone
 	s.agents.Stop()
 	s.wg.Wait()
+	if s.shared {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.store.DeleteReplica(dctx, s.opts.ReplicaID); err != nil {
+			s.log.Warn("delete this replica's row", "replica", s.opts.ReplicaID, "err", err)
+		}
+		dcancel()
+	}
 	err := s.store.Close()
 	s.dirLock.Release()
 	if err != nil {
@@ -619,7 +681,13 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.store.Ping(r.Context()); err != nil {
+		if !s.ready.Load() {
+			s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The server is starting or stopping."})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
 			s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The database does not answer."})
 			return
 		}
@@ -655,19 +723,22 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts", s.authed(s.listArtifacts, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts/{name}", s.authed(s.getArtifact, api.ScopeSessionsRead))
-	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.suspendHandler, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.resumeHandler, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))
+	// What needs the session's remote connection is served by the replica
+	// that holds it (toOwner, forward.go).
+	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.toOwner(s.sendMessage), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toOwner(s.toolHandler), api.ScopeSessionsWrite))
 	mcpH := withJSONErrors(s.mcpHandler(), true)
-	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(s.toOwner(func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := s.sessionFor(r.Context(), r.PathValue("session")); err != nil {
 			return err
 		}
 		mcpH.ServeHTTP(w, r)
 		return nil
-	}, api.ScopeSessionsWrite))
+	}), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /internal/v1/sessions/{session}/drop", s.dropHandler)
 
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
@@ -676,8 +747,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
-	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.putSnapshot))
-	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.getSnapshot))
+	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
+	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
 	// Remote builds, public like any download of open-source binaries.
 	mux.Handle("GET "+distPrefix, http.StripPrefix(distPrefix, s.dist))
 
