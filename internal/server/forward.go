@@ -161,7 +161,9 @@ func (b *trackedBody) Close() error { return nil }
 // replica owns the session.
 
 // dropPath is the path of the drop request of a session.
-func dropPath(sessionID string) string { return "/internal/v1/sessions/" + url.PathEscape(sessionID) + "/drop" }
+func dropPath(sessionID string) string {
+	return "/internal/v1/sessions/" + url.PathEscape(sessionID) + "/drop"
+}
 
 // replicaAuthSkew bounds the clock difference a signed request survives.
 const replicaAuthSkew = time.Minute

@@ -74,7 +74,7 @@ func sharedStore(st store.Store) bool {
 // replicaSet caches the live replicas other than this one, refreshed at
 // every heartbeat and, at most every replicaRefreshMin, on a miss.
 type replicaSet struct {
-	mu        sync.Mutex // guards the following
+	mu        sync.Mutex        // guards the following
 	urls      map[string]string // live replica id → URL ("" when it cannot be reached)
 	refreshed time.Time
 }
