@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -196,6 +198,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("RealRemoteThroughBalancer", func(t *testing.T) { t.Parallel(); testRealRemoteHandOver(t, pg.Database(t)) })
 	t.Run("KilledReplica", func(t *testing.T) { t.Parallel(); testKilledReplica(t, pg.Database(t)) })
 	t.Run("Heartbeats", func(t *testing.T) { t.Parallel(); testHeartbeats(t, pg.Database(t)) })
+	t.Run("SuspendThroughOther", func(t *testing.T) { t.Parallel(); testSuspendThroughOther(t, pg.Database(t)) })
 }
 
 // testForwardToOwner: an external tool call, an MCP call and a terminate
@@ -571,6 +574,43 @@ func (p *cutProxyC) cut() {
 	}
 }
 
+// testSuspendThroughOther: a suspend sent to the replica without the
+// remote is run by the one with it, and the remote's snapshot upload,
+// arriving at the other replica too, reaches the suspend waiting for it.
+func testSuspendThroughOther(t *testing.T, db string) {
+	rs := startReplicaSetC(t, db, 2, Options{})
+	a, b := rs[0], rs[1]
+	a.outpost("sus")
+	var s api.Session
+	a.mustDo(201, "POST", "/v1/sessions", a.admin, `{"outpost":"sus","agent":{"kind":"script","steps":[{"tool":"list_dir"},{"tool":"list_dir"}]}}`, &s)
+	id := s.Metadata.SessionID
+	claim := a.claimFor(id, "m1")
+	r, _ := dialGateway(t, a.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
+	r.expect(api.FrameWelcome)
+	r.expect(api.FrameCall)
+	done := b.suspendAsync(id)
+	waitFor(t, "the suspend to pause the calls on a", func() bool { return a.paused(id) })
+	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
+	r.untilSuspend()
+	archive := []byte(strings.Repeat("workspace ", 1000))
+	if code, raw := b.snapshotRequest("PUT", id, "opc_wrong", archive); code != http.StatusUnauthorized {
+		t.Fatalf("PUT through b with a wrong token: %d %s", code, raw)
+	}
+	if code, raw := b.snapshotRequest("PUT", id, claim.Status.ConnectToken, archive); code != http.StatusCreated {
+		t.Fatalf("PUT snapshot through b: %d %s", code, raw)
+	}
+	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("suspend through b: %d", code)
+	}
+	var sess api.Session
+	b.mustDo(200, "GET", "/v1/sessions/"+id, b.admin, nil, &sess)
+	if sess.Status.Status != api.StatusSuspended {
+		t.Fatalf("session %+v, want suspended", sess.Status)
+	}
+}
+
 // testHeartbeats: every replica has a live row with its URL; the cache of
 // each knows the others.
 func testHeartbeats(t *testing.T, db string) {
@@ -596,6 +636,13 @@ func testHeartbeats(t *testing.T, db string) {
 		t.Errorf("r2 knows r0 at %q, want %q", u, rs[0].srv.opts.ReplicaURL)
 	}
 }
+
+// replicaLabel matches the replica label of a sample, with its comma.
+var replicaLabel = regexp.MustCompile(`\{replica="[^"]*"\}|,replica="[^"]*"|replica="[^"]*",`)
+
+// withoutReplicaLabel removes the replica label from a /metrics text, for
+// the tests that look for samples by their other labels.
+func withoutReplicaLabel(text string) string { return replicaLabel.ReplaceAllString(text, "") }
 
 // counterValue reads a counter.
 func counterValue(c prometheus.Counter) float64 {
@@ -735,4 +782,81 @@ func startBalancerC(t *testing.T, backends ...string) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// TestReplicaReadyz: /readyz is 503 before the server serves, 200 once it
+// does, 503 while its PostgreSQL database does not answer and 200 again
+// when it is back.
+func TestReplicaReadyz(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := New(ctx, Options{DatabaseURL: pg.Database(t), DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.http.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz before serving: %d, want 503", rec.Code)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	ready := func() int {
+		resp, err := http.Get(srv.URL() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor(t, "ready", func() bool { return ready() == http.StatusOK })
+	if err := pg.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "not ready while the database is down", func() bool { return ready() == http.StatusServiceUnavailable })
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ready again", func() bool { return ready() == http.StatusOK })
+}
+
+// TestReplicaOneServerUnchanged: with the embedded SQLite database nothing
+// of the replicas runs — no heartbeat, no fence on the loop's store, no
+// owner lookup — and every metric carries the replica label.
+func TestReplicaOneServerUnchanged(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{ReplicaID: "solo-1"})
+	if ts.srv.shared {
+		t.Fatal("a SQLite server takes its store for shared")
+	}
+	if _, ok := ts.srv.loopStore().(ownedStore); ok {
+		t.Error("a SQLite server fences its loop's store")
+	}
+	req := httptest.NewRequest("POST", "/v1/sessions/x/tools/exec", nil)
+	if u := ts.srv.forwardTarget(t.Context(), req, "x"); u != nil {
+		t.Errorf("a SQLite server forwards to %s", u)
+	}
+	if rs, err := ts.srv.store.ListReplicas(t.Context(), time.Time{}); err != nil || len(rs) != 0 {
+		t.Errorf("replica rows of a SQLite server: %+v, %v", rs, err)
+	}
+	resp, err := http.Get(ts.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !strings.Contains(line, `replica="solo-1"`) {
+			t.Errorf("metric without the replica label: %s", line)
+		}
+	}
 }
