@@ -71,7 +71,7 @@ func sharedStore(st store.Store) bool {
 	return ok
 }
 
-// replicaSet caches the live replicas other than this one, refreshed at
+// replicaSet caches the live replicas (this one among them), refreshed at
 // every heartbeat and, at most every replicaRefreshMin, on a miss.
 type replicaSet struct {
 	mu        sync.Mutex        // guards the following
@@ -249,4 +249,8 @@ func (s *Server) handOverOne(ctx context.Context, c *remoteConn) {
 	}
 	c.moved.Store(true)
 	c.close(websocket.StatusCode(api.CloseReconnectNow), "this server is stopping; reconnect now")
+	// Wait for the close to reach the remote: the server's stop, next,
+	// cancels the connection's reads, which would cut it before the close
+	// frame went and the remote would take it for a drop (and back off).
+	c.closed(2 * time.Second)
 }

@@ -198,6 +198,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("RealRemoteThroughBalancer", func(t *testing.T) { t.Parallel(); testRealRemoteHandOver(t, pg.Database(t)) })
 	t.Run("KilledReplica", func(t *testing.T) { t.Parallel(); testKilledReplica(t, pg.Database(t)) })
 	t.Run("Heartbeats", func(t *testing.T) { t.Parallel(); testHeartbeats(t, pg.Database(t)) })
+	t.Run("HandOverMany", func(t *testing.T) { t.Parallel(); testHandOverMany(t, pg.Database(t)) })
 	t.Run("SuspendThroughOther", func(t *testing.T) { t.Parallel(); testSuspendThroughOther(t, pg.Database(t)) })
 }
 
@@ -466,6 +467,59 @@ func testGracefulHandOver(t *testing.T, db string) {
 			t.Errorf("the stopped replica's row is still there: %+v", r)
 		}
 	}
+}
+
+// testHandOverMany: a replica holding many sessions hands every one over
+// when it stops; each remote, reconnecting at once to the other replica,
+// gets its pending call again there.
+func testHandOverMany(t *testing.T, db string) {
+	const n = 25
+	rs := startReplicaSetC(t, db, 2, Options{ReconnectGrace: 30 * time.Second})
+	a, b := rs[0], rs[1]
+	a.outpost("many")
+	type live struct {
+		id, token string
+		r         *answeringRemote
+	}
+	var ls []live
+	for range n {
+		var s api.Session
+		a.mustDo(201, "POST", "/v1/sessions", a.admin, `{"outpost":"many","agent":{"kind":"script","steps":[{"tool":"list_dir"}]}}`, &s)
+		id := s.Metadata.SessionID
+		token := a.claimFor(id, "m-"+id).Status.ConnectToken
+		r := connectRemoteC(t, a.srv.gatewayURL, id, token, false)
+		nextFrame(t, r.calls, "call 1 on a")
+		ls = append(ls, live{id, token, r})
+	}
+	start := time.Now()
+	go a.stop()
+	var wg sync.WaitGroup
+	moved := make(chan time.Duration, n)
+	for _, l := range ls {
+		wg.Go(func() {
+			<-l.r.done
+			if l.r.status != websocket.StatusCode(api.CloseReconnectNow) {
+				t.Errorf("session %s closed with %v", l.id, l.r.status)
+			}
+			r2 := connectRemoteC(t, b.srv.gatewayURL, l.id, l.token, true)
+			select {
+			case c := <-r2.calls:
+				if c.Seq != 1 {
+					t.Errorf("session %s: call %d on b, want 1", l.id, c.Seq)
+				}
+				moved <- time.Since(start)
+			case <-time.After(10 * time.Second):
+				t.Errorf("session %s: no call on b", l.id)
+			}
+		})
+	}
+	wg.Wait()
+	close(moved)
+	var last time.Duration
+	for d := range moved {
+		last = max(last, d)
+	}
+	t.Logf("graceful stop with %d sessions: the last one's call was resent by the other replica after %s", n, last.Round(time.Millisecond))
 }
 
 // testKilledReplica: a replica cut off without a hand-over (its listener
