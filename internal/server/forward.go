@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -119,7 +120,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, target *url.URL
 		Transport:     s.forwardClient.Transport,
 		FlushInterval: -1, // streamed answers (a snapshot) go on as they come
 		ErrorHandler: func(w http.ResponseWriter, out *http.Request, err error) {
-			if !body.read && r.Context().Err() == nil {
+			if !body.read.Load() && r.Context().Err() == nil {
 				s.log.Info("the session's owner did not answer; serving the request here", "owner", target.Host, "path", r.URL.Path, "err", err)
 				servedHere = true
 				fallback = h(w, r)
@@ -138,16 +139,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, target *url.URL
 	return nil
 }
 
-// trackedBody is a request body that records whether it was read, and that
-// the proxy's transport cannot close (so a request not sent can still be
-// served here; the server closes the real body).
+// trackedBody is a request body that records whether it was read (by the
+// transport's goroutine), and that the proxy's transport cannot close, so
+// a request not sent can still be served here; the server closes the real
+// body.
 type trackedBody struct {
 	io.ReadCloser
-	read bool
+	read atomic.Bool
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
-	b.read = true
+	b.read.Store(true)
 	return b.ReadCloser.Read(p)
 }
 

@@ -596,6 +596,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.checkpointSessions(s.runCtx)
 	}()
 	if s.shared {
+		if s.opts.ReplicaURL == "" {
+			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)
+		}
 		if err := s.heartbeat(s.runCtx); err != nil {
 			s.log.Warn("replica heartbeat", "replica", s.opts.ReplicaID, "err", err)
 		}
@@ -605,7 +608,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.wg.Go(func() { s.heartbeatReplica(s.runCtx) })
 	}
 	s.ready.Store(true)
-	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
+	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil,
+		"replica", s.opts.ReplicaID, "replica_url", s.opts.ReplicaURL)
 	if s.metricsLn != nil {
 		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
 	}
