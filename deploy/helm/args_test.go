@@ -157,6 +157,17 @@ func TestServerArgsParseWithTheRealCommand(t *testing.T) {
 			}
 		}
 	}
+	// Several replicas: the flags of replica identity (part C of issue 16)
+	// once the server has them.
+	if strings.Contains(help, "--replica-url") {
+		_, c := serverPod(t, render(t, Server, Options{Values: values(t,
+			`{replicaCount: 3, database: {url: "postgres://db/o"}, persistence: {enabled: false}, server: {secretKey: {existingSecret: k}}}`)}))
+		if out, err := runOutpost(t, append(c.Args, "--help")...); err != nil {
+			t.Errorf("outpost %q: %v\n%s", c.Args, err, out)
+		}
+	} else {
+		t.Log("outpost server has no --replica-url yet: the replicas' arguments are not checked")
+	}
 	// The check can fail: a flag the server does not have is refused.
 	if out, err := runOutpost(t, "server", "--no-such-flag", "--help"); err == nil {
 		t.Errorf("outpost server --no-such-flag --help succeeded:\n%s", out)

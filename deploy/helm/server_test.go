@@ -270,15 +270,74 @@ ingress: {enabled: true, hosts: [{host: outpost.example.com, paths: [{path: /, p
 	}
 }
 
-// TestServerRefusals: more than one replica, a database URL that is not
-// PostgreSQL and other values that cannot work fail the render with a
-// sentence; wrong types fail on the schema.
+// TestServerReplicas: several replicas on PostgreSQL with a shared key
+// render, each pod told its own address and id through the downward API;
+// a Deployment rolls one pod at a time, a StatefulSet keeps a claim per pod,
+// and with the server's TLS the replica URL is https. One replica keeps
+// neither flag nor the Recreate strategy's change.
+func TestServerReplicas(t *testing.T) {
+	t.Parallel()
+	r := render(t, Server, Options{Values: values(t, `
+replicaCount: 3
+database: {existingSecret: pg}
+persistence: {enabled: false}
+server: {secretKey: {existingSecret: outpost-keys}}
+`)})
+	d := one[*appsv1.Deployment](t, r, "outpost-server", "default")
+	if *d.Spec.Replicas != 3 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType ||
+		d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+		t.Errorf("Deployment replicas %d, strategy %+v; want 3 rolled one at a time", *d.Spec.Replicas, d.Spec.Strategy)
+	}
+	_, c := serverPod(t, r)
+	if got, _ := flag(c.Args, "replica-url"); got != "http://$(POD_IP):7420" {
+		t.Errorf("--replica-url=%q", got)
+	}
+	if got, _ := flag(c.Args, "replica-id"); got != "$(POD_NAME)" {
+		t.Errorf("--replica-id=%q", got)
+	}
+	// Kubernetes expands $(VAR) only from variables defined before use
+	// in env, or at all: both must be there, from the downward API.
+	for name, path := range map[string]string{"POD_IP": "status.podIP", "POD_NAME": "metadata.name"} {
+		e := env(c, name)
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
+			t.Errorf("%s: %+v, want from the field %s", name, e, path)
+		}
+	}
+
+	r = render(t, Server, Options{Values: values(t, `
+replicaCount: 2
+kind: StatefulSet
+database: {url: "postgres://db/outpost"}
+server: {secretKey: {existingSecret: outpost-keys}, tls: {secretName: outpost-cert}}
+`)})
+	ss := one[*appsv1.StatefulSet](t, r, "outpost-server", "default")
+	if *ss.Spec.Replicas != 2 || len(ss.Spec.VolumeClaimTemplates) != 1 {
+		t.Errorf("StatefulSet replicas %d, claim templates %d", *ss.Spec.Replicas, len(ss.Spec.VolumeClaimTemplates))
+	}
+	_, c = serverPod(t, r)
+	if got, _ := flag(c.Args, "replica-url"); got != "https://$(POD_IP):7420" {
+		t.Errorf("--replica-url=%q with the server's TLS", got)
+	}
+
+	r = render(t, Server, Options{Values: values(t, `{database: {existingSecret: pg}, server: {secretKey: {existingSecret: k}}}`)})
+	d = one[*appsv1.Deployment](t, r, "outpost-server", "default")
+	_, c = serverPod(t, r)
+	if _, ok := flag(c.Args, "replica-url"); ok || env(c, "POD_IP") != nil || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("one replica: args %q, strategy %s; want no replica flags and Recreate", c.Args, d.Spec.Strategy.Type)
+	}
+}
+
+// TestServerRefusals: more than one replica without PostgreSQL, a shared
+// key or a claim per pod, a database URL that is not PostgreSQL and other
+// values that cannot work fail the render with a sentence; wrong types fail
+// on the schema.
 func TestServerRefusals(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ values, want string }{
 		{`replicaCount: 2`, "replicaCount must be 1 with the embedded SQLite database"},
-		{`{replicaCount: 3, database: {url: "postgres://db/outpost"}}`, "several servers sharing one PostgreSQL database are not supported yet"},
-		{`{replicaCount: 2, kind: StatefulSet}`, "replicaCount must be 1"},
+		{`{replicaCount: 2, kind: StatefulSet}`, "Several replicas need an external PostgreSQL database"},
+		{`{replicaCount: 3, database: {url: "postgres://db/outpost"}, persistence: {enabled: false}}`, "needs server.secretKey.existingSecret"},
+		{`{replicaCount: 3, database: {existingSecret: pg}, server: {secretKey: {existingSecret: k}}}`, "cannot share one ReadWriteOnce claim"},
 		{`database: {url: "mysql://db/outpost"}`, "database.url must be a PostgreSQL URL"},
 		{`database: {url: "postgres://db/o", existingSecret: pg}`, "are exclusive"},
 		{`ingress: {enabled: true}`, "ingress.enabled needs ingress.hosts"},

@@ -164,7 +164,7 @@ func (h *harness) message(sessionID, text string) {
 // and publishes nothing.
 func (h *harness) recordMessage(sessionID, text string) store.Mutation {
 	h.t.Helper()
-	unlock := h.msgs.Lock(sessionID)
+	unlock, _ := h.msgs.Lock(h.t.Context(), sessionID)
 	m, err := h.store.UpdateSession(h.t.Context(), sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		return store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: text, Time: h.clock.Now().UnixMilli()}}}, nil
 	})
@@ -283,7 +283,7 @@ func newMemMessages() *memMessages {
 	return &memMessages{locks: map[string]*sync.Mutex{}, wake: make(chan struct{})}
 }
 
-func (m *memMessages) Lock(sessionID string) func() {
+func (m *memMessages) Lock(_ context.Context, sessionID string) (func(), error) {
 	m.mu.Lock()
 	l := m.locks[sessionID]
 	if l == nil {
@@ -292,7 +292,7 @@ func (m *memMessages) Lock(sessionID string) func() {
 	}
 	m.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return l.Unlock, nil
 }
 
 func (m *memMessages) Arrived() <-chan struct{} {

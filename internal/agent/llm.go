@@ -326,7 +326,13 @@ func (r *runner) waitForUser(ctx context.Context, conv *conversation, sess store
 // model gets another turn) or refused because the session is over. None is
 // accepted and then left unanswered.
 func (r *runner) finish(ctx context.Context, conv *conversation, status, detail, reason string) (bool, error) {
-	unlock := r.l.opts.Messages.Lock(r.sessionID)
+	var unlock func()
+	if err := r.retry(ctx, "take the message lock", func() (err error) {
+		unlock, err = r.l.opts.Messages.Lock(ctx, r.sessionID)
+		return err
+	}); err != nil {
+		return false, err
+	}
 	// The store, not the feed: a message recorded just before the lock was
 	// taken may not be published yet.
 	r.drainFeed(conv)

@@ -79,8 +79,9 @@ type Conn interface {
 // Messages orders user messages of llm sessions against their end.
 type Messages interface {
 	// Lock takes the session's message lock, which the server holds while
-	// it records a user message; it returns the unlock.
-	Lock(sessionID string) (unlock func())
+	// it records a user message, waiting until it is held or ctx ends; it
+	// returns the unlock.
+	Lock(ctx context.Context, sessionID string) (unlock func(), err error)
 	// Arrived returns a channel closed when the next user message (of any
 	// session) is recorded.
 	Arrived() <-chan struct{}

@@ -226,8 +226,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if p := principalFrom(ctx); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot change outposts.")
 	}
-	s.outpostsMu.Lock()
-	defer s.outpostsMu.Unlock()
+	unlock, err := s.lockOutposts(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
 	if err != nil {
 		return err
@@ -289,8 +292,11 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 	if force != "" && force != "true" && force != "false" {
 		return errBadRequest("force must be true or false.")
 	}
-	s.outpostsMu.Lock()
-	defer s.outpostsMu.Unlock()
+	unlock, err := s.lockOutposts(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID})
 	if err != nil {
 		return fmt.Errorf("list queue of %s: %w", o.ID, err)
@@ -324,4 +330,17 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("outpost deleted", "outpost", o.Name, "id", o.ID, "ended_sessions", len(entries))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// lockOutposts takes the store's lock that orders outpost deletion (and
+// limit changes) against session creation: a session is created under it
+// shared, so a delete, holding it exclusive, never misses one and no
+// session is left on a deleted outpost, whichever servers the two requests
+// reach.
+func (s *Server) lockOutposts(ctx context.Context, shared bool) (func(), error) {
+	unlock, err := s.store.Lock(ctx, "outposts", shared)
+	if err != nil {
+		return nil, fmt.Errorf("take the outposts lock: %w", err)
+	}
+	return unlock, nil
 }

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -71,10 +69,8 @@ func (a *agentSub) Close()                   { a.t.unsubscribe(a.sessionID, a.su
 // user messages.
 type agentMessages struct{ s *Server }
 
-func (m agentMessages) Lock(sessionID string) func() {
-	mu := m.s.messageLock(sessionID)
-	mu.Lock()
-	return mu.Unlock
+func (m agentMessages) Lock(ctx context.Context, sessionID string) (func(), error) {
+	return m.s.messageLock(ctx, sessionID)
 }
 
 func (m agentMessages) Arrived() <-chan struct{} { return m.s.userMessages.wait() }
@@ -86,12 +82,15 @@ func (e agentEnder) CommitEnd(ctx context.Context, sessionID, status, detail, re
 	return e.s.commitEnd(ctx, sessionID, status, detail, reason)
 }
 
-// messageLock returns the lock that orders recording a user message of the
-// session against ending the session because its model is done.
-func (s *Server) messageLock(sessionID string) *sync.Mutex {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sessionID))
-	return &s.messageLocks[h.Sum32()%uint32(len(s.messageLocks))]
+// messageLock takes the lock that orders recording a user message of the
+// session against ending the session because its model is done: the
+// store's, so the message and the end may come through different servers.
+func (s *Server) messageLock(ctx context.Context, sessionID string) (func(), error) {
+	unlock, err := s.store.Lock(ctx, "message:"+sessionID, false)
+	if err != nil {
+		return nil, fmt.Errorf("take the message lock of %s: %w", sessionID, err)
+	}
+	return unlock, nil
 }
 
 // ensureRunner starts the session's runner unless it runs already.

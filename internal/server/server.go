@@ -217,18 +217,6 @@ type Server struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	// outpostsMu orders outpost deletion against session creation: a
-	// session is created under the read lock, so a delete (write lock)
-	// never misses one and no session is left on a deleted outpost. A
-	// PostgreSQL store shared by several servers will need this in the
-	// store's transactions instead.
-	outpostsMu sync.RWMutex
-
-	// messageLocks order recording a user message against ending an llm
-	// session because its model is done (see messageLock). Like outpostsMu,
-	// a store shared by several servers will need this in its transactions.
-	messageLocks [32]sync.Mutex
-
 	// blobs keeps workspace snapshots; suspends tracks the suspends in
 	// progress (suspend.go).
 	blobs    blobStore

@@ -168,8 +168,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if req.Agent.Kind == api.AgentLLM && s.opts.LLM == nil {
 		return errBadRequest("This server has no model provider configured: start it with OUTPOST_LLM_PROVIDER (openai or anthropic), OUTPOST_LLM_BASE_URL, OUTPOST_LLM_API_KEY and OUTPOST_LLM_MODEL.")
 	}
-	s.outpostsMu.RLock()
-	defer s.outpostsMu.RUnlock()
+	unlock, err := s.lockOutposts(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	o, err := s.resolveOutpost(ctx, req.Outpost)
 	if err != nil {
 		return err
@@ -354,8 +357,10 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 	// Under the session's message lock: a runner ending the session because
 	// its model is done either reads this message first or has ended it
 	// before, and then the message is refused (runner.finish).
-	mu := s.messageLock(sess.ID)
-	mu.Lock()
+	unlock, err := s.messageLock(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
 	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(cur.Status) {
 			return store.Mutation{}, errConflict("Session %s has ended (%s, %s); it takes no more messages.", sess.ID, cur.Status, cur.StatusDetail)
@@ -366,7 +371,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		}
 		return m, nil
 	})
-	mu.Unlock()
+	unlock()
 	if err != nil {
 		return err
 	}

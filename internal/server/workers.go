@@ -2,72 +2,54 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // Connected workers and orchestrators ("acceptors") are live state: each
 // announces itself with a heartbeat (PUT), says goodbye (DELETE) when it
 // stops, and is forgotten api.WorkerTTL after its last heartbeat. The
-// server keeps them in memory only; after a restart they reappear with
-// their next heartbeat.
+// entries are the store's (store.Worker), so every server on one database
+// lists the same acceptors and refuses the same second instance.
 
 // maxWorkersPerOutpost is api.MaxWorkersPerOutpost; tests lower it.
 var maxWorkersPerOutpost = api.MaxWorkersPerOutpost
 
-// workers is the presence registry of every outpost.
+// workers serves the presence of acceptors.
 type workers struct {
 	s   *Server
 	now func() time.Time
 	max int // acceptors per outpost
-
-	mu        sync.Mutex
-	byOutpost map[string]*outpostWorkers // by outpost id
-}
-
-// outpostWorkers are the acceptors of one outpost.
-type outpostWorkers struct {
-	name    string // the outpost's name, for metrics
-	entries map[string]*api.Worker
 }
 
 // connectedWorkersDesc is the gauge of connected acceptors per outpost.
 var connectedWorkersDesc = prometheus.NewDesc("outpost_connected_workers",
 	"Workers and orchestrators connected (heartbeating) per outpost and kind.", []string{"outpost", "kind"}, nil)
 
-// newWorkers makes the registry and registers its gauge.
+// newWorkers makes the presence handlers and registers their gauge.
 func (s *Server) newWorkers() *workers {
-	wk := &workers{s: s, now: s.now, max: maxWorkersPerOutpost, byOutpost: map[string]*outpostWorkers{}}
+	wk := &workers{s: s, now: s.now, max: maxWorkersPerOutpost}
 	s.metrics.MustRegister(wk)
 	return wk
 }
 
-// prune drops the expired acceptors of o (and o itself when empty). The
-// caller holds mu.
-func (wk *workers) prune(outpostID string, now int64) *outpostWorkers {
-	o := wk.byOutpost[outpostID]
-	if o == nil {
-		return nil
+// apiWorker is a stored entry as the API shows it (times in Unix seconds).
+func apiWorker(w store.Worker) api.Worker {
+	return api.Worker{
+		AcceptorID: w.AcceptorID, OutpostID: w.OutpostID, WorkerInfo: w.Info,
+		ConnectedAt: w.ConnectedAt.Unix(), LastSeenAt: w.LastSeenAt.Unix(), ExpiresAt: w.ExpiresAt.Unix(),
+		HeartbeatIntervalS: int64(api.WorkerHeartbeatInterval / time.Second),
 	}
-	for id, e := range o.entries {
-		if e.ExpiresAt <= now {
-			delete(o.entries, id)
-		}
-	}
-	if len(o.entries) == 0 {
-		delete(wk.byOutpost, outpostID)
-		return nil
-	}
-	return o
 }
 
 // validateWorkerInfo checks a heartbeat body strictly.
@@ -147,44 +129,34 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	now := wk.now()
-	wk.mu.Lock()
-	ow := wk.prune(o.ID, now.Unix())
-	if ow == nil {
-		ow = &outpostWorkers{entries: map[string]*api.Worker{}}
-		wk.byOutpost[o.ID] = ow
-	}
-	ow.name = o.Name
-	e := ow.entries[acceptor]
-	if e != nil && in.Instance != "" && e.Instance != "" && e.Instance != in.Instance {
-		err := errAcceptorInUse(acceptor, e, now)
-		wk.mu.Unlock()
+	e, err := wk.s.store.PutWorker(r.Context(), store.Worker{
+		OutpostID: o.ID, AcceptorID: acceptor, Info: in, LastSeenAt: now, ExpiresAt: now.Add(api.WorkerTTL),
+	}, wk.max)
+	var inUse *store.AcceptorInUseError
+	switch {
+	case errors.As(err, &inUse):
+		h := inUse.Holder.Info
 		wk.s.log.Warn("refused a heartbeat: the acceptor id is held by another live process", "outpost", o.Name,
-			"acceptor_id", acceptor, "holder_instance", e.Instance, "holder_hostname", e.Hostname, "holder_pid", e.PID,
+			"acceptor_id", acceptor, "holder_instance", h.Instance, "holder_hostname", h.Hostname, "holder_pid", h.PID,
 			"refused_instance", in.Instance, "refused_hostname", in.Hostname, "refused_pid", in.PID)
-		return err
+		return errAcceptorInUse(acceptor, apiWorker(inUse.Holder), now)
+	case errors.Is(err, store.ErrTooManyWorkers):
+		return errConflict("Outpost %q already has %d connected workers, the most one outpost may have.", o.Name, wk.max)
+	case errors.Is(err, store.ErrNotFound):
+		return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
+	case err != nil:
+		return fmt.Errorf("heartbeat of %s on %s: %w", acceptor, o.ID, err)
 	}
-	if e == nil {
-		if len(ow.entries) >= wk.max {
-			wk.mu.Unlock()
-			return errConflict("Outpost %q already has %d connected workers, the most one outpost may have.", o.Name, wk.max)
-		}
-		e = &api.Worker{AcceptorID: acceptor, OutpostID: o.ID, ConnectedAt: now.Unix()}
-		ow.entries[acceptor] = e
+	if e.ConnectedAt.Equal(e.LastSeenAt) {
 		wk.s.log.Info("worker connected", "outpost", o.Name, "acceptor_id", acceptor, "kind", in.Kind, "hostname", in.Hostname)
 	}
-	e.WorkerInfo = in
-	e.LastSeenAt = now.Unix()
-	e.ExpiresAt = now.Add(api.WorkerTTL).Unix()
-	e.HeartbeatIntervalS = int64(api.WorkerHeartbeatInterval / time.Second)
-	out := *e
-	wk.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, apiWorker(e))
 	return nil
 }
 
 // errAcceptorInUse is the 409 answering a heartbeat of acceptor from
 // another process than the one holding its live entry e.
-func errAcceptorInUse(acceptor string, e *api.Worker, now time.Time) error {
+func errAcceptorInUse(acceptor string, e api.Worker, now time.Time) error {
 	holder := e.Kind
 	if e.Hostname != "" {
 		holder += " on " + e.Hostname
@@ -215,17 +187,13 @@ func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	wk.mu.Lock()
-	if ow := wk.prune(o.ID, wk.now().Unix()); ow != nil {
-		if e, ok := ow.entries[acceptor]; ok && (instance == "" || e.Instance == "" || e.Instance == instance) {
-			delete(ow.entries, acceptor)
-			wk.s.log.Info("worker said goodbye", "outpost", o.Name, "acceptor_id", acceptor)
-		}
-		if len(ow.entries) == 0 {
-			delete(wk.byOutpost, o.ID)
-		}
+	gone, err := wk.s.store.DeleteWorker(r.Context(), o.ID, acceptor, instance)
+	if err != nil {
+		return fmt.Errorf("goodbye of %s on %s: %w", acceptor, o.ID, err)
 	}
-	wk.mu.Unlock()
+	if gone {
+		wk.s.log.Info("worker said goodbye", "outpost", o.Name, "acceptor_id", acceptor)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -236,15 +204,14 @@ func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := api.WorkerList{Items: []api.Worker{}}
-	wk.mu.Lock()
-	if ow := wk.prune(o.ID, wk.now().Unix()); ow != nil {
-		for _, e := range ow.entries {
-			out.Items = append(out.Items, *e)
-		}
+	entries, err := wk.s.store.ListWorkers(r.Context(), o.ID, wk.now())
+	if err != nil {
+		return fmt.Errorf("list workers of %s: %w", o.ID, err)
 	}
-	wk.mu.Unlock()
-	slices.SortFunc(out.Items, func(a, b api.Worker) int { return strings.Compare(a.AcceptorID, b.AcceptorID) })
+	out := api.WorkerList{Items: []api.Worker{}}
+	for _, e := range entries {
+		out.Items = append(out.Items, apiWorker(e))
+	}
 	out.Total = len(out.Items)
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -253,24 +220,17 @@ func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
 // Describe implements prometheus.Collector.
 func (wk *workers) Describe(ch chan<- *prometheus.Desc) { ch <- connectedWorkersDesc }
 
-// Collect implements prometheus.Collector: the connected acceptors per
-// outpost and kind, expired ones dropped first.
+// Collect implements prometheus.Collector: the live acceptors per outpost
+// and kind, read from the store at each scrape.
 func (wk *workers) Collect(ch chan<- prometheus.Metric) {
-	type key struct{ outpost, kind string }
-	counts := map[key]int{}
-	wk.mu.Lock()
-	now := wk.now().Unix()
-	for id := range wk.byOutpost {
-		ow := wk.prune(id, now)
-		if ow == nil {
-			continue
-		}
-		for _, e := range ow.entries {
-			counts[key{ow.name, e.Kind}]++
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
+	defer cancel()
+	counts, err := wk.s.store.CountWorkers(ctx, wk.now())
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(connectedWorkersDesc, err)
+		return
 	}
-	wk.mu.Unlock()
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(connectedWorkersDesc, prometheus.GaugeValue, float64(n), k.outpost, k.kind)
+	for _, c := range counts {
+		ch <- prometheus.MustNewConstMetric(connectedWorkersDesc, prometheus.GaugeValue, float64(c.N), wk.s.outpostName(ctx, c.OutpostID), c.Kind)
 	}
 }

@@ -399,6 +399,39 @@ type Store interface {
 	// CountTokens counts tokens, revoked ones included.
 	CountTokens(ctx context.Context) (int, error)
 
+	// Part B of issue 16: locks and worker presence, shared by every
+	// server on the store (types in presence.go).
+
+	// Lock takes the lock called name, shared (any number of holders) or
+	// exclusive (one holder, no shared ones), waiting until it is held or
+	// ctx ends, when it returns an error wrapping ctx's. ctx bounds only
+	// the wait: the lock is held until unlock is called (again, a no-op).
+	// Locks are not reentrant, and a waiting exclusive request holds off
+	// new shared ones. PostgreSQL holds a session advisory lock on a
+	// connection kept for the lock's life, so every server on the
+	// database is excluded, and a lost connection releases the lock;
+	// SQLite's are in process and do no database work.
+	Lock(ctx context.Context, name string, shared bool) (unlock func(), err error)
+	// PutWorker records a heartbeat of w.OutpostID's acceptor w.AcceptorID
+	// at w.LastSeenAt, live until w.ExpiresAt, in one transaction: an
+	// entry live at w.LastSeenAt under another Info.Instance (both
+	// non-empty) refuses it with an *AcceptorInUseError naming the holder;
+	// a new entry is refused with ErrTooManyWorkers when the outpost has
+	// max live entries already (0: no cap). It returns the entry as
+	// stored: ConnectedAt is kept from a live entry, else LastSeenAt.
+	// Expired entries of the outpost are removed; ErrNotFound when the
+	// outpost does not exist. Deleting an outpost deletes its entries.
+	PutWorker(ctx context.Context, w Worker, max int) (Worker, error)
+	// DeleteWorker removes an acceptor's entry, only while its instance is
+	// instance when instance and the entry's are both non-empty, and
+	// reports whether it removed one.
+	DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string) (bool, error)
+	// ListWorkers returns the outpost's entries live at now (ExpiresAt
+	// after now), by acceptor id.
+	ListWorkers(ctx context.Context, outpostID string, now time.Time) ([]Worker, error)
+	// CountWorkers counts the entries live at now by outpost and kind.
+	CountWorkers(ctx context.Context, now time.Time) ([]WorkerCount, error)
+
 	// Replicas (part C: several servers on one database). Each server
 	// process heartbeats its row; the live ones are those seen lately.
 

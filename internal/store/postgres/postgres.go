@@ -72,6 +72,11 @@ type Store struct {
 	migrated []int
 	// resealed counts the sessions whose secrets this Open sealed anew.
 	resealed int
+
+	// locks is the pool of the connections that hold Lock's advisory
+	// locks (locks.go), apart from pool so that holders waiting for a
+	// connection of pool cannot starve it.
+	locks *pgxpool.Pool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -104,16 +109,21 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: cannot reach the database at %s: %w", where, oneLine{err})
 	}
-	s := &Store{pool: pool}
+	locks, err := newLockPool(cfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %s: %w", where, err)
+	}
+	s := &Store{pool: pool, locks: locks}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.migrated, err = migrate(ctx, pool); err != nil {
-		pool.Close()
+		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
 	if s.resealed, err = s.reseal(ctx); err != nil {
-		pool.Close()
+		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
 	return s, nil
@@ -151,6 +161,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes every connection of the pool.
 func (s *Store) Close() error {
+	s.locks.Close()
 	s.pool.Close()
 	return nil
 }

@@ -42,6 +42,9 @@ type Store struct {
 	migrated []int
 	// resealed counts the sessions whose secrets this Open sealed anew.
 	resealed int
+
+	// locks are Lock's (locks.go).
+	locks namedLocks
 }
 
 var _ store.Store = (*Store)(nil)

@@ -59,6 +59,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentCapacity", testConcurrentCapacity},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentAppendEvents", testConcurrentAppendEvents},
+		// Part B of issue 16: locks and worker presence.
+		{"Locks", testLocks},
+		{"LockCounter", testLockCounter},
+		{"Presence", testPresence},
+		{"ConcurrentPresence", testConcurrentPresence},
 		{"Replicas", testReplicas}, // part C
 	}
 	for _, tc := range tests {

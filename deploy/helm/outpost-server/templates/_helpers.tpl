@@ -94,10 +94,14 @@ Service's URL.
 {{- fail "database.url must be a PostgreSQL URL starting with postgres:// or postgresql://" }}
 {{- end }}
 {{- if gt (int .Values.replicaCount) 1 }}
-{{- if include "outpost-server.databaseSecret" . }}
-{{- fail "replicaCount must be 1: several servers sharing one PostgreSQL database are not supported yet" }}
-{{- else }}
-{{- fail "replicaCount must be 1 with the embedded SQLite database: it is one process's (several replicas will need PostgreSQL, and are not supported yet)" }}
+{{- if not (include "outpost-server.databaseSecret" .) }}
+{{- fail "replicaCount must be 1 with the embedded SQLite database: it is one process's. Several replicas need an external PostgreSQL database (database.url or database.existingSecret)" }}
+{{- end }}
+{{- if not .Values.server.secretKey.existingSecret }}
+{{- fail "replicaCount above 1 needs server.secretKey.existingSecret: every replica must seal and open session secrets with the same key, and a key file made on first start is one pod's" }}
+{{- end }}
+{{- if and (eq .Values.kind "Deployment") .Values.persistence.enabled (not (has "ReadWriteMany" .Values.persistence.accessModes)) }}
+{{- fail "replicaCount above 1 with kind Deployment cannot share one ReadWriteOnce claim: use kind StatefulSet (a claim per pod), persistence.enabled false (nothing the replicas share is on disk with PostgreSQL), or ReadWriteMany in persistence.accessModes" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.persistence.existingClaim (eq .Values.kind "StatefulSet") }}
@@ -152,12 +156,30 @@ spec:
         - --tls-cert=/etc/outpost/tls/tls.crt
         - --tls-key=/etc/outpost/tls/tls.key
         {{- end }}
+        {{- if gt (int .Values.replicaCount) 1 }}
+        # Each replica's own address, where the others forward a request
+        # that needs the replica holding a session's connection, and its id.
+        - --replica-url={{ lower $scheme }}://$(POD_IP):7420
+        - --replica-id=$(POD_NAME)
+        {{- end }}
         {{- range .Values.server.extraArgs }}
         - {{ . | quote }}
         {{- end }}
       {{- $db := include "outpost-server.databaseSecret" . }}
-      {{- if or $db .Values.server.adminToken.existingSecret .Values.server.secretKey.existingSecret .Values.server.extraEnv }}
+      {{- $replicas := gt (int .Values.replicaCount) 1 }}
+      {{- if or $db .Values.server.adminToken.existingSecret .Values.server.secretKey.existingSecret .Values.server.extraEnv $replicas }}
       env:
+        {{- if $replicas }}
+        # First: the arguments' $(POD_IP) and $(POD_NAME) expand from them.
+        - name: POD_IP
+          valueFrom:
+            fieldRef:
+              fieldPath: status.podIP
+        - name: POD_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        {{- end }}
         {{- if $db }}
         - name: OUTPOST_DATABASE_URL
           valueFrom:
