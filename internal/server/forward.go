@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -137,6 +140,40 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, target *url.URL
 		return fallback
 	}
 	return nil
+}
+
+// replicaTLS is the TLS of requests to other replicas, whose replica URLs
+// name their own addresses (a pod's IP), which the certificate of the
+// public name does not cover. A peer is trusted when it presents this
+// server's own current certificate — every replica serves the same one, and
+// the handshake proves the peer holds its key — or a certificate valid, in
+// the system's roots, for the public URL's host.
+func (s *Server) replicaTLS() *tls.Config {
+	host := ""
+	if u, err := url.Parse(s.publicURL); err == nil {
+		host = u.Hostname()
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // VerifyConnection checks the peer instead
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the replica presented no certificate")
+			}
+			leaf := cs.PeerCertificates[0]
+			if own := s.certs.Certificate(); own != nil && len(own.Certificate) > 0 && bytes.Equal(own.Certificate[0], leaf.Raw) {
+				return nil
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{DNSName: host, Intermediates: inter}); err != nil {
+				return fmt.Errorf("the replica's certificate is neither this server's nor valid for %s: %w", host, err)
+			}
+			return nil
+		},
+	}
 }
 
 // trackedBody is a request body that records whether it was read (by the

@@ -27,6 +27,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
+	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
 // Tests of part C: several replicas on one PostgreSQL database, the owner
@@ -102,10 +104,22 @@ type answeringRemote struct {
 // token and says hello.
 func connectRemoteC(t *testing.T, gatewayURL, id, token string, answer bool) *answeringRemote {
 	t.Helper()
-	r, code := dialGateway(t, gatewayURL, id, token)
-	if r == nil {
-		t.Fatalf("dial %s: status %d", gatewayURL, code)
+	return connectRemoteClientC(t, nil, gatewayURL, id, token, answer)
+}
+
+// connectRemoteClientC is connectRemoteC dialling with hc (nil: the
+// default client).
+func connectRemoteClientC(t *testing.T, hc *http.Client, gatewayURL, id, token string, answer bool) *answeringRemote {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token)
+	h.Set(api.HeaderSessionID, id)
+	ws, _, err := websocket.Dial(context.Background(), gatewayURL, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: h})
+	if err != nil {
+		t.Fatalf("dial %s: %v", gatewayURL, err)
 	}
+	t.Cleanup(func() { ws.CloseNow() })
+	r := &fakeRemote{t: t, ws: ws}
 	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
 	a := &answeringRemote{r: r, calls: make(chan api.Frame, 64), frames: make(chan api.Frame, 64), done: make(chan struct{})}
 	go func() {
@@ -199,6 +213,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("KilledReplica", func(t *testing.T) { t.Parallel(); testKilledReplica(t, pg.Database(t)) })
 	t.Run("Heartbeats", func(t *testing.T) { t.Parallel(); testHeartbeats(t, pg.Database(t)) })
 	t.Run("HandOverMany", func(t *testing.T) { t.Parallel(); testHandOverMany(t, pg.Database(t)) })
+	t.Run("ForwardOverTLS", func(t *testing.T) { t.Parallel(); testForwardOverTLS(t, pg.Database(t)) })
 	t.Run("SuspendThroughOther", func(t *testing.T) { t.Parallel(); testSuspendThroughOther(t, pg.Database(t)) })
 }
 
@@ -256,6 +271,42 @@ func testForwardToOwner(t *testing.T, db string) {
 		t.Fatalf("terminated session %+v", s.Status)
 	}
 	waitFrame(t, rem.frames, api.FrameEnd)
+}
+
+// testForwardOverTLS: replicas serving TLS with one certificate forward to
+// each other at their own addresses (https://<ip>:<port>), trusting the
+// peer that presents that certificate.
+func testForwardOverTLS(t *testing.T, db string) {
+	ca := tlstest.NewCA(t, "outpost test CA")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca.Issue(t).Write(t, certFile, keyFile)
+	rs := startReplicaSetC(t, db, 2, Options{TLSCertFile: certFile, TLSKeyFile: keyFile}, func(_ int, o *Options) {
+		o.PublicURL = "https://outpost.example.test" // not the replicas' own addresses
+	})
+	tr, err := tlsconfig.Transport(ca.WriteCA(t, dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: tr}
+	a, b := rs[0], rs[1]
+	for _, r := range rs {
+		r.client = hc
+		r.url = r.srv.opts.ReplicaURL
+		if !strings.HasPrefix(r.url, "https://127.0.0.1:") {
+			t.Fatalf("replica URL %q with TLS", r.url)
+		}
+	}
+	a.outpost("tls")
+	id, token := externalSessionC(t, a.testServer, "tls")
+	rem := connectRemoteClientC(t, hc, "wss://"+strings.TrimPrefix(a.url, "https://")+api.GatewayPath, id, token, true)
+	waitFrame(t, rem.frames, api.FrameWelcome)
+	waitRunning(t, b.testServer, id)
+	var res api.ToolResult
+	b.mustDo(200, "POST", "/v1/sessions/"+id+"/tools/list_dir", b.admin, map[string]any{}, &res)
+	if !res.OK || !strings.Contains(string(res.Value), `"answer":1`) || counterValue(b.srv.metrics.forwarded) != 1 {
+		t.Fatalf("tool call forwarded over TLS: %+v (forwarded %v)", res, counterValue(b.srv.metrics.forwarded))
+	}
 }
 
 // testForgedForward: a request that says it was forwarded is served where

@@ -403,7 +403,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
 	}
-	s.forwardClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	s.agents = s.newAgentLoop()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
@@ -440,6 +439,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gatewayURL = gw
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if certs != nil {
+		tr.TLSClientConfig = s.replicaTLS()
+	}
+	s.forwardClient = &http.Client{Transport: tr}
 	if opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
 			ln.Close()
