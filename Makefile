@@ -43,11 +43,14 @@ deps:
 # operator's tests run a real kube-apiserver and etcd from
 # KUBEBUILDER_ASSETS, which scripts/envtest-assets.sh prepares (builds
 # kube-apiserver once, about 5 minutes; cached); without them those tests
-# skip, or fail when CI is set.
+# skip, or fail when CI is set. The S3 blob store's tests run versitygw,
+# which scripts/s3-server.sh builds once (about 4 minutes; cached).
 test: deps lint
 	@assets="$${KUBEBUILDER_ASSETS:-$$(bash scripts/envtest-assets.sh)}" || \
 	  echo "test: no kube-apiserver/etcd (scripts/envtest-assets.sh failed); the operator's tests skip" >&2; \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 25m ./...
+	s3="$${OUTPOST_VERSITYGW:-$$(bash scripts/s3-server.sh)}" || \
+	  echo "test: no S3-compatible server (scripts/s3-server.sh failed); the S3 blob tests skip" >&2; \
+	KUBEBUILDER_ASSETS="$$assets" OUTPOST_VERSITYGW="$$s3" $(GO) test -race -count=1 -timeout 25m ./...
 
 # bench: the benchmarks behind docs/benchmarks.md.
 bench:

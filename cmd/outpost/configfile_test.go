@@ -108,6 +108,8 @@ func TestServerConfigPrecedence(t *testing.T) {
 			get: str(func(o *ServerOptions) string { return o.PublicURL })},
 		{flag: "database", env: "OUTPOST_DATABASE_URL", fileVal: "postgres://file/db", envVal: "postgres://env/db", flagVal: "postgres://flag/db",
 			get: str(func(o *ServerOptions) string { return o.Database })},
+		{flag: "blob-store", env: "OUTPOST_BLOB_STORE", fileVal: "fs", envVal: "fs", flagVal: "fs",
+			get: str(func(o *ServerOptions) string { return o.BlobStore })},
 		{flag: "dist-dir", env: "OUTPOST_DIST_DIR", fileVal: "/file/dist", envVal: "/env/dist", flagVal: "/flag/dist",
 			get: str(func(o *ServerOptions) string { return o.DistDir })},
 		{flag: "secret-key-file", env: "OUTPOST_SECRET_KEY_FILE", fileVal: "/file/key", envVal: "/env/key", flagVal: "/flag/key",

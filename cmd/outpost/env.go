@@ -21,6 +21,7 @@ var (
 	envReconnectGrace    = api.EnvVar{Name: "OUTPOST_RECONNECT_GRACE", Meaning: "how long a claim outlives its remote's connection (--reconnect-grace)"}
 	envArtifactRetention = api.EnvVar{Name: "OUTPOST_ARTIFACT_RETENTION", Meaning: "how long artifacts of ended sessions are kept (--artifact-retention)"}
 	envSnapshotInterval  = api.EnvVar{Name: "OUTPOST_SNAPSHOT_INTERVAL", Meaning: "how often running sessions are checkpointed (--snapshot-interval)"}
+	envBlobStore         = api.EnvVar{Name: "OUTPOST_BLOB_STORE", Meaning: "where snapshots, artifacts and spilled output are kept: fs or postgres (--blob-store)"}
 	envDistDir           = api.EnvVar{Name: "OUTPOST_DIST_DIR", Meaning: "directory of remote builds published at /dist/ (--dist-dir)"}
 	envTLSCert           = api.EnvVar{Name: "OUTPOST_TLS_CERT", Meaning: "PEM certificate chain of HTTPS (--tls-cert)"}
 	envTLSKey            = api.EnvVar{Name: "OUTPOST_TLS_KEY", Meaning: "PEM private key of --tls-cert (--tls-key)"}
@@ -46,7 +47,7 @@ var (
 // serverEnv lists the variables `outpost server` reads.
 var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention,
-	envSnapshotInterval, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
+	envSnapshotInterval, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
 	envReplicaID, envReplicaURL,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLogLevel, envLogFormat,
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -54,6 +55,9 @@ type ServerOptions struct {
 	// Database is a PostgreSQL URL; "" means the embedded SQLite
 	// database in the data dir.
 	Database string
+	// BlobStore is where blobs are kept: fs, postgres, s3://…, or "" for
+	// the default (postgres with --database, else fs).
+	BlobStore string
 	// DistDir is a directory of remote builds published at /dist/ with
 	// this executable's own.
 	DistDir string
@@ -166,6 +170,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:7420", "address to listen on (env "+envListen.Name+")")
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env "+envDataDir.Name+"; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
 	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env "+envDatabaseURL.Name+"; default the embedded SQLite database in the data dir)")
+	fl.StringVar(&opts.BlobStore, "blob-store", "", "where workspace snapshots, artifacts and spilled output are kept: fs (files in the data dir), postgres (the --database, shared by every server on it) or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true] (an S3-compatible bucket; credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) (env "+envBlobStore.Name+"; default postgres with --database, else fs)")
 	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
@@ -240,6 +245,20 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	env.string("public-url", envPublicURL, &o.PublicURL)
 	env.string("database", envDatabaseURL, &o.Database)
 	env.string("dist-dir", envDistDir, &o.DistDir)
+	env.string("blob-store", envBlobStore, &o.BlobStore)
+	switch {
+	case o.BlobStore == "", o.BlobStore == server.BlobStoreFS:
+	case o.BlobStore == server.BlobStorePostgres:
+		if o.Database == "" {
+			return usageErrorf("--blob-store postgres keeps blobs in the PostgreSQL database: give --database postgres://… too, or use --blob-store fs")
+		}
+	case strings.HasPrefix(o.BlobStore, "s3://"):
+		if _, err := blob.ParseS3URL(o.BlobStore); err != nil {
+			return usageErrorf("--blob-store: %v", err)
+		}
+	default:
+		return usageErrorf("--blob-store must be fs, postgres or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true], not %q", o.BlobStore)
+	}
 	env.string("secret-key-file", envSecretKeyFile, &o.SecretKeyFile)
 	env.string("replica-id", envReplicaID, &o.ReplicaID)
 	env.string("replica-url", envReplicaURL, &o.ReplicaURL)
@@ -400,6 +419,7 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		Listen:          o.Listen,
 		DataDir:         o.DataDir,
 		DatabaseURL:     o.Database,
+		BlobStore:       o.BlobStore,
 		PublicURL:       o.PublicURL,
 		ClaimTTL:        o.ClaimTTL,
 		ReconnectGrace:  o.ReconnectGrace,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,144 +9,78 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io/fs"
+	"io"
 	"mime"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"sync"
+	"path"
+	"strings"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/datadir"
+	"github.com/outpost-sh/outpost/internal/blob"
 )
 
-// Artifacts are stored under <data-dir>/artifacts/<session>/<name>, with
-// their metadata in .meta/<name>.json beside them. Artifact names start with
-// a letter or digit, so neither .meta nor the .tmp-* upload files can clash
-// with one.
+// Artifacts are kept in the blob store (s.artifactBlobs, blobs.go) as
+// <session>/<name>, with their metadata in <session>/.meta/<name>.json
+// beside them: under <data-dir>/artifacts with the file store, in the
+// database with PostgreSQL, where every replica serves every session's.
+// Artifact names start with a letter or digit, so .meta cannot clash with
+// one.
 
-// artifactDir is the directory of a session's artifacts.
-func (s *Server) artifactDir(sessionID string) string {
-	return filepath.Join(s.opts.DataDir, datadir.Artifacts, sessionID)
+// artifactKey is the blob key of an artifact; artifactMetaKey that of its
+// metadata.
+func artifactKey(sessionID, name string) string { return sessionID + "/" + name }
+
+func artifactMetaKey(sessionID, name string) string {
+	return sessionID + "/.meta/" + name + ".json"
 }
 
-// artifactLock is the lock that serializes storing and deleting the
-// artifacts of one session, so the per-session limit holds.
-func (s *Server) artifactLock(sessionID string) sync.Locker {
-	return s.artifactLocks.key(sessionID)
-}
+// maxArtifactMetaBytes bounds the metadata of one artifact.
+const maxArtifactMetaBytes = 64 << 10
 
-// keyedLocks hands out one mutex per key. A key's mutex exists only while
-// someone holds it or waits for it, so the map never outgrows the keys in
-// use. The zero value is ready to use.
-type keyedLocks struct {
-	mu sync.Mutex
-	// m holds the mutexes of the keys in use; guarded by mu.
-	m map[string]*keyedMutex
-}
-
-// keyedMutex is one key's mutex and how many hold or wait for it.
-type keyedMutex struct {
-	mu   sync.Mutex
-	refs int // guarded by keyedLocks.mu
-}
-
-// key returns the lock of k: a sync.Locker whose Lock and Unlock take and
-// release k's mutex.
-func (l *keyedLocks) key(k string) keyLock { return keyLock{l: l, k: k} }
-
-// lock blocks until it holds k's mutex.
-func (l *keyedLocks) lock(k string) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = make(map[string]*keyedMutex)
+// lockArtifacts takes the store's lock that serializes storing and
+// deleting the artifacts of one session, so the per-session limit holds
+// whichever replicas store and delete them.
+func (s *Server) lockArtifacts(ctx context.Context, sessionID string) (func(), error) {
+	unlock, err := s.store.Lock(ctx, "artifacts:"+sessionID, false)
+	if err != nil {
+		return nil, fmt.Errorf("take the artifacts lock of %s: %w", sessionID, err)
 	}
-	km := l.m[k]
-	if km == nil {
-		km = &keyedMutex{}
-		l.m[k] = km
-	}
-	km.refs++
-	l.mu.Unlock()
-	km.mu.Lock()
+	return unlock, nil
 }
-
-// unlock releases k's mutex, dropping it when nobody else holds or waits
-// for it.
-func (l *keyedLocks) unlock(k string) {
-	l.mu.Lock()
-	km := l.m[k]
-	if km == nil {
-		l.mu.Unlock()
-		panic("server: unlock of an artifact lock that is not held")
-	}
-	if km.refs--; km.refs == 0 {
-		delete(l.m, k)
-	}
-	l.mu.Unlock()
-	km.mu.Unlock()
-}
-
-// len is how many keys have a mutex.
-func (l *keyedLocks) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.m)
-}
-
-// keyLock is one key's lock of a keyedLocks.
-type keyLock struct {
-	l *keyedLocks
-	k string
-}
-
-// Lock takes the key's mutex.
-func (k keyLock) Lock() { k.l.lock(k.k) }
-
-// Unlock releases the key's mutex.
-func (k keyLock) Unlock() { k.l.unlock(k.k) }
 
 // listArtifactsOf reads the metadata of a session's artifacts, sorted by
 // name.
-func (s *Server) listArtifactsOf(sessionID string) ([]api.Artifact, error) {
-	metaDir := filepath.Join(s.artifactDir(sessionID), ".meta")
-	ents, err := os.ReadDir(metaDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return []api.Artifact{}, nil
-	}
+func (s *Server) listArtifactsOf(ctx context.Context, sessionID string) ([]api.Artifact, error) {
+	infos, err := s.artifactBlobs.List(ctx, sessionID+"/.meta/")
 	if err != nil {
 		return nil, fmt.Errorf("list artifacts: %w", err)
 	}
 	out := []api.Artifact{}
-	for _, e := range ents {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".json" || e.Name()[0] == '.' {
+	for _, in := range infos {
+		base := path.Base(in.Key)
+		name, ok := strings.CutSuffix(base, ".json")
+		if !ok || api.ValidateArtifactName(name) != nil {
 			continue
 		}
-		a, err := s.readArtifactMeta(sessionID, e.Name()[:len(e.Name())-len(".json")])
+		a, err := s.readArtifactMeta(ctx, sessionID, name)
 		if err != nil {
-			continue
+			continue // deleted meanwhile, or unreadable
 		}
 		out = append(out, a)
 	}
-	slices.SortFunc(out, func(a, b api.Artifact) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	return out, nil
+	return out, nil // List orders by key, so by name
 }
 
-func (s *Server) readArtifactMeta(sessionID, name string) (api.Artifact, error) {
+func (s *Server) readArtifactMeta(ctx context.Context, sessionID, name string) (api.Artifact, error) {
 	var a api.Artifact
-	b, err := os.ReadFile(filepath.Join(s.artifactDir(sessionID), ".meta", name+".json"))
+	r, _, err := s.artifactBlobs.Get(ctx, artifactMetaKey(sessionID, name))
 	if err != nil {
 		return a, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, maxArtifactMetaBytes))
+	if err != nil {
+		return a, fmt.Errorf("artifact %s metadata: %w", name, err)
 	}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return a, fmt.Errorf("artifact %s metadata: %w", name, err)
@@ -153,37 +88,17 @@ func (s *Server) readArtifactMeta(sessionID, name string) (api.Artifact, error) 
 	return a, nil
 }
 
-// writeFileAtomic writes b to path through a temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
-}
-
 // artifactUpload is one upload in progress on a connection.
 type artifactUpload struct {
 	seq         int64
 	name        string
 	contentType string
-	file        *os.File
-	hash        hash.Hash
-	size        int64
-	failed      bool
+	// blob receives the bytes; committed only once they are whole and
+	// within the session's limit.
+	blob   *blob.Writer
+	hash   hash.Hash
+	size   int64
+	failed bool
 }
 
 // artifactUploads receives the artifact frames of one remote connection.
@@ -209,10 +124,9 @@ func (u *artifactUploads) discard(id int64) {
 	if a == nil {
 		return
 	}
-	if a.file != nil {
-		a.file.Close()
-		os.Remove(a.file.Name())
-		a.file = nil
+	if a.blob != nil {
+		a.blob.Abort(errArtifactDiscarded)
+		a.blob = nil
 	}
 	delete(u.up, id)
 }
@@ -251,21 +165,13 @@ func (u *artifactUploads) begin(ctx context.Context, seq int64, a *api.ArtifactF
 		u.fail(ctx, a.ID, seq, err.Error())
 		return
 	}
-	dir := u.s.artifactDir(u.c.sessionID)
-	if err := os.MkdirAll(filepath.Join(dir, ".meta"), 0o700); err != nil {
-		u.fail(ctx, a.ID, seq, "the server could not store the artifact: "+err.Error())
-		return
-	}
-	file, err := os.CreateTemp(dir, ".tmp-"+strconv.FormatInt(a.ID, 10)+"-")
-	if err != nil {
-		u.fail(ctx, a.ID, seq, "the server could not store the artifact: "+err.Error())
-		return
-	}
 	ct := a.ContentType
 	if _, _, err := mime.ParseMediaType(ct); err != nil {
 		ct = "application/octet-stream"
 	}
-	u.up[a.ID] = &artifactUpload{seq: seq, name: a.Name, contentType: ct, file: file, hash: sha256.New()}
+	// The Put outlives the frame's context; discard or end finishes it.
+	w := blob.NewWriter(context.WithoutCancel(ctx), u.s.artifactBlobs, artifactKey(u.c.sessionID, a.Name), api.MaxArtifactBytes)
+	u.up[a.ID] = &artifactUpload{seq: seq, name: a.Name, contentType: ct, blob: w, hash: sha256.New()}
 }
 
 // chunk handles a binary artifact chunk.
@@ -285,7 +191,7 @@ func (u *artifactUploads) chunk(ctx context.Context, msg []byte) {
 		return
 	}
 	a.hash.Write(ch.Data)
-	if _, err := a.file.Write(ch.Data); err != nil {
+	if _, err := a.blob.Write(ch.Data); err != nil {
 		u.fail(ctx, ch.ID, a.seq, "the server could not store the artifact: "+err.Error())
 	}
 }
@@ -304,7 +210,7 @@ func (u *artifactUploads) end(ctx context.Context, seq int64, f *api.ArtifactFra
 		u.fail(ctx, f.ID, seq, "the artifact bytes were damaged in transit (size or SHA-256 differ); upload it again")
 		return
 	}
-	art, err := u.store(a, sum)
+	art, err := u.store(ctx, a, sum)
 	if err != nil {
 		u.fail(ctx, f.ID, seq, err.Error())
 		return
@@ -323,13 +229,18 @@ func (u *artifactUploads) end(ctx context.Context, seq int64, f *api.ArtifactFra
 	}
 }
 
-// store moves a complete upload into place and writes its metadata.
-func (u *artifactUploads) store(a *artifactUpload, sum string) (api.Artifact, error) {
+// errArtifactDiscarded aborts the blob of an upload that did not end well.
+var errArtifactDiscarded = errors.New("the artifact upload was discarded")
+
+// store stores a complete upload and writes its metadata.
+func (u *artifactUploads) store(ctx context.Context, a *artifactUpload, sum string) (api.Artifact, error) {
 	sid := u.c.sessionID
-	mu := u.s.artifactLock(sid)
-	mu.Lock()
-	defer mu.Unlock()
-	existing, err := u.s.listArtifactsOf(sid)
+	unlock, err := u.s.lockArtifacts(ctx, sid)
+	if err != nil {
+		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
+	}
+	defer unlock()
+	existing, err := u.s.listArtifactsOf(ctx, sid)
 	if err != nil {
 		return api.Artifact{}, err
 	}
@@ -342,19 +253,19 @@ func (u *artifactUploads) store(a *artifactUpload, sum string) (api.Artifact, er
 	if total > api.MaxSessionArtifactBytes {
 		return api.Artifact{}, fmt.Errorf("artifact %s (%d bytes) would take this session's artifacts past their limit of %d MiB in all", a.name, a.size, api.MaxSessionArtifactBytes>>20)
 	}
-	if err := a.file.Close(); err != nil {
+	w := a.blob
+	a.blob = nil
+	size, stored, err := w.Commit()
+	if err != nil {
 		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
 	}
-	tmp := a.file.Name()
-	a.file = nil
-	dir := u.s.artifactDir(sid)
-	if err := os.Rename(tmp, filepath.Join(dir, a.name)); err != nil {
-		os.Remove(tmp)
-		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)
+	if size != a.size || stored != sum {
+		_ = u.s.artifactBlobs.Delete(context.WithoutCancel(ctx), artifactKey(sid, a.name))
+		return api.Artifact{}, errors.New("the server could not store the artifact: the stored bytes differ from those received")
 	}
 	art := api.Artifact{Name: a.name, Size: a.size, ContentType: a.contentType, CreatedAt: u.s.now().UTC(), SHA256: sum, CallSeq: a.seq}
 	b, _ := json.Marshal(art)
-	if err := writeFileAtomic(filepath.Join(dir, ".meta", a.name+".json"), b); err != nil {
+	if _, _, err := u.s.artifactBlobs.Put(ctx, artifactMetaKey(sid, a.name), bytes.NewReader(b), maxArtifactMetaBytes); err != nil {
 		return api.Artifact{}, fmt.Errorf("the server could not store the artifact's metadata: %w", err)
 	}
 	return art, nil
@@ -366,7 +277,7 @@ func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, err := s.listArtifactsOf(sess.ID)
+	items, err := s.listArtifactsOf(r.Context(), sess.ID)
 	if err != nil {
 		return err
 	}
@@ -384,15 +295,15 @@ func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request) error {
 	if err := api.ValidateArtifactName(name); err != nil {
 		return errNotFound("Session %s has no artifact %q.", sess.ID, name)
 	}
-	a, err := s.readArtifactMeta(sess.ID, name)
-	if errors.Is(err, fs.ErrNotExist) {
+	a, err := s.readArtifactMeta(r.Context(), sess.ID, name)
+	if errors.Is(err, blob.ErrNotExist) {
 		return artifactGone(sess, name)
 	}
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(filepath.Join(s.artifactDir(sess.ID), name))
-	if errors.Is(err, fs.ErrNotExist) {
+	f, _, err := s.artifactBlobs.Get(r.Context(), artifactKey(sess.ID, name))
+	if errors.Is(err, blob.ErrNotExist) {
 		return artifactGone(sess, name)
 	}
 	if err != nil {

@@ -227,9 +227,7 @@ func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspen
 	}
 	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
 	ok := true
-	var outpostID string
 	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		outpostID = sess.OutpostID
 		if sess.Status != api.StatusRunning || e.Epoch != op.epoch || e.Deleted {
 			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.sessionID, sess.Status, errCheckpointBusy)
 		}
@@ -242,7 +240,6 @@ func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspen
 		return err
 	}
 	s.committed(c.sessionID, m)
-	s.addSnapshotBytes(ctx, outpostID, info.Size-prev.Size) // prev is zero when none
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
 			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)

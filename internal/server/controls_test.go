@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // claimAnswer claims id for acceptor and returns the status and the error
@@ -212,19 +214,22 @@ func TestPriority(t *testing.T) {
 }
 
 // TestFleetGauges: running and suspended sessions per outpost are gauges,
-// and the snapshot bytes hook feeds its gauge.
+// and so are the bytes of its sessions' snapshots in the store.
 func TestFleetGauges(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
-	o := ts.outpost("g")
+	ts.outpost("g")
 	ts.session("g")
 	for _, name := range []string{"outpost_sessions_running", "outpost_sessions_suspended"} {
 		if v, ok := sample(t, ts, name, `outpost="g"`); !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0", name, v, ok)
 		}
 	}
-	ts.srv.addSnapshotBytes(t.Context(), o.Metadata.OutpostID, 1000)
-	ts.srv.addSnapshotBytes(t.Context(), o.Metadata.OutpostID, -400)
+	// The snapshot bytes are the store's, whichever replica wrote them.
+	sess := ts.session("g")
+	if _, err := ts.srv.store.PutSnapshot(t.Context(), store.Snapshot{SessionID: sess.Metadata.SessionID, BlobKey: "k", Size: 600, SHA256: "x", CreatedAt: time.Now()}); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
 	if v, _ := sample(t, ts, "outpost_snapshot_bytes", `outpost="g"`); v != 600 {
 		t.Errorf("outpost_snapshot_bytes = %v, want 600", v)
 	}

@@ -334,6 +334,7 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 		reader.Wait()
 	}()
 	out := s.outputFor(c.sessionID)
+	defer out.storeSpills() // after the flush below
 	arts := s.newArtifactUploads(c)
 	defer arts.close()
 	flush := time.NewTicker(100 * time.Millisecond)

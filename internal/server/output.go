@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/blob"
 )
 
 // Output batching: chunks of a call's output are merged into transcript
@@ -20,14 +20,23 @@ const (
 	outputFlushBytes = 256 << 10
 )
 
-// outputSpill is where output past a call's transcript cap is kept.
-type outputSpill struct {
-	dir string
-}
+// Output past a call's transcript cap is spilled into the blob store
+// (s.outputBlobs) as <session>/<seq>.log: streamed while the call runs,
+// stored when it ends (or when its connection does), and served by every
+// replica (GET /v1/sessions/{session}/output/{seq}, spill.go). A call whose
+// remote reconnected while it ran spills the rest into a further part,
+// <seq>.log.1, .2, …, read after the first.
 
-// path names the spill file of one call.
-func (o *outputSpill) path(sessionID string, seq int64) string {
-	return filepath.Join(o.dir, sessionID, fmt.Sprintf("%d.log", seq))
+// spillLimit bounds one part of a call's spilled output: in effect no cap,
+// as when spills were files.
+const spillLimit = 1 << 40
+
+// spillKey is the blob key of part n of the spilled output of call seq.
+func spillKey(sessionID string, seq int64, part int) string {
+	if part == 0 {
+		return fmt.Sprintf("%s/%d.log", sessionID, seq)
+	}
+	return fmt.Sprintf("%s/%d.log.%d", sessionID, seq, part)
 }
 
 // sessionOutput turns a session's output frames into transcript events.
@@ -46,8 +55,7 @@ type callOutput struct {
 	stored  int64
 	spilled int64
 	carry   map[string][]byte // an incomplete UTF-8 sequence per stream
-	file    *os.File
-	path    string
+	spill   *blob.Writer      // the part being spilled, or nil
 }
 
 // outputFor returns the session's output state, creating it.
@@ -128,7 +136,7 @@ func (o *sessionOutput) add(ctx context.Context, f api.OutputFrame) {
 		text = text[len(keep):]
 	}
 	if text != "" {
-		if err := o.spillLocked(f.Seq, c, text); err != nil {
+		if err := o.spillLocked(ctx, f.Seq, c, text); err != nil {
 			o.s.log.Warn("spill output", "session", o.sessionID, "seq", f.Seq, "err", err)
 		}
 		live = append(live, api.Event{SessionID: o.sessionID, Type: api.EventOutput, CallSeq: f.Seq, Stream: f.Stream, Text: text, Spilled: true})
@@ -161,21 +169,46 @@ func (o *sessionOutput) appendLocked(seq int64, stream, text string) {
 	o.bytes += len(text)
 }
 
-func (o *sessionOutput) spillLocked(seq int64, c *callOutput, text string) error {
-	if c.file == nil {
-		c.path = o.s.output.path(o.sessionID, seq)
-		if err := os.MkdirAll(filepath.Dir(c.path), 0o700); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(c.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func (o *sessionOutput) spillLocked(ctx context.Context, seq int64, c *callOutput, text string) error {
+	if c.spill == nil {
+		// A part already stored is an earlier connection's: go on in the
+		// next.
+		parts, err := o.s.outputBlobs.List(ctx, spillKey(o.sessionID, seq, 0))
 		if err != nil {
 			return err
 		}
-		c.file = f
+		part := 0
+		for _, p := range parts {
+			if n, ok := spillPart(p.Key, o.sessionID, seq); ok && n >= part {
+				part = n + 1
+			}
+		}
+		c.spill = blob.NewWriter(context.WithoutCancel(ctx), o.s.outputBlobs, spillKey(o.sessionID, seq, part), spillLimit)
 	}
 	c.spilled += int64(len(text))
-	_, err := c.file.WriteString(text)
+	_, err := io.WriteString(c.spill, text)
 	return err
+}
+
+// storeSpillLocked stores the part of call seq's output being spilled.
+func (o *sessionOutput) storeSpillLocked(c *callOutput, seq int64) {
+	if c.spill == nil {
+		return
+	}
+	if _, _, err := c.spill.Commit(); err != nil {
+		o.s.log.Warn("store spilled output", "session", o.sessionID, "seq", seq, "err", err)
+	}
+	c.spill = nil
+}
+
+// storeSpills stores what every call of the session spilled so far: its
+// connection ended.
+func (o *sessionOutput) storeSpills() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for seq, c := range o.calls {
+		o.storeSpillLocked(c, seq)
+	}
 }
 
 // finish flushes a call's output before its result is recorded, and notes
@@ -190,7 +223,7 @@ func (o *sessionOutput) finish(ctx context.Context, seq int64) {
 		}
 		if c.spilled > 0 {
 			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.s.now().UnixMilli(), CallSeq: seq, Spilled: true,
-				Text: fmt.Sprintf("[%d more bytes of output are kept on the server in output/%s/%d.log under its data directory]", c.spilled, o.sessionID, seq)})
+				Text: fmt.Sprintf("[%d more bytes of output are kept on the server: GET /v1/sessions/%s/output/%d]", c.spilled, o.sessionID, seq)})
 		}
 		o.closeCallLocked(seq)
 	}
@@ -199,8 +232,8 @@ func (o *sessionOutput) finish(ctx context.Context, seq int64) {
 }
 
 func (o *sessionOutput) closeCallLocked(seq int64) {
-	if c := o.calls[seq]; c != nil && c.file != nil {
-		_ = c.file.Close()
+	if c := o.calls[seq]; c != nil {
+		o.storeSpillLocked(c, seq)
 	}
 	delete(o.calls, seq)
 }

@@ -27,6 +27,8 @@ var (
 		"Sessions of each outpost whose status is suspended.", []string{"outpost"}, nil)
 	maxRunningDesc = prometheus.NewDesc("outpost_max_running",
 		"Each outpost's max_running: how many of its sessions may be claimed at once; 0 for no cap.", []string{"outpost"}, nil)
+	snapshotBytesDesc = prometheus.NewDesc("outpost_snapshot_bytes",
+		"Bytes of workspace snapshots the server keeps, by outpost.", []string{"outpost"}, nil)
 )
 
 // fleetMetrics are the counters of the fleet controls, by outpost.
@@ -35,10 +37,6 @@ type fleetMetrics struct {
 	// lapsed, released (with a reason), exhausted (the last one: the
 	// session ended in error).
 	attempts *prometheus.CounterVec
-	// snapshotBytes is the hook for the bytes of workspace snapshots kept
-	// per outpost: whoever stores or deletes a snapshot adds its size
-	// (negative on delete) through addSnapshotBytes.
-	snapshotBytes *prometheus.GaugeVec
 	// suspends counts suspends that got as far as pausing the session's
 	// calls for its snapshot, by outpost and outcome: suspended, too_large (over
 	// the snapshot limit), failed (anything else; the session goes on
@@ -64,10 +62,6 @@ func newFleetMetrics(reg registerer) fleetMetrics {
 			Name: "outpost_attempts_failed_total",
 			Help: "Failed attempts of sessions (claims that ended without the session ending), by outpost and how: lapsed, released (with a reason), exhausted (the last allowed; the session ended in error).",
 		}, []string{"outpost", "how"}),
-		snapshotBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "outpost_snapshot_bytes",
-			Help: "Bytes of workspace snapshots the server keeps, by outpost.",
-		}, []string{"outpost"}),
 		suspends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_suspends_total",
 			Help: "Suspends that paused a session's calls for its workspace snapshot, by outpost and outcome: suspended, too_large (over the snapshot limit), failed.",
@@ -77,7 +71,7 @@ func newFleetMetrics(reg registerer) fleetMetrics {
 			Help: "Workspace snapshots restored by the remotes of resumed sessions, by outpost and outcome: restored, failed.",
 		}, []string{"outpost", "outcome"}),
 	}
-	reg.MustRegister(f.attempts, f.snapshotBytes, f.suspends, f.restores)
+	reg.MustRegister(f.attempts, f.suspends, f.restores)
 	return f
 }
 
@@ -87,24 +81,6 @@ func (s *Server) countAttempt(ctx context.Context, m store.Mutation, how string)
 		return // the session was over: not an attempt
 	}
 	s.metrics.fleet.attempts.WithLabelValues(s.outpostName(ctx, m.Entry.OutpostID), how).Inc()
-}
-
-// addSnapshotBytes adds delta bytes (negative when a snapshot is deleted)
-// to the snapshot bytes of outpost outpostID: the hook of the snapshot
-// store.
-func (s *Server) addSnapshotBytes(ctx context.Context, outpostID string, delta int64) {
-	s.metrics.fleet.snapshotBytes.WithLabelValues(s.outpostName(ctx, outpostID)).Add(float64(delta))
-}
-
-// snapshotDeleted takes a deleted snapshot's bytes off its outpost's
-// snapshot bytes.
-func (s *Server) snapshotDeleted(ctx context.Context, sn store.Snapshot) {
-	sess, err := s.store.GetSession(ctx, sn.SessionID)
-	if err != nil {
-		s.log.Warn("snapshot bytes metric", "session", sn.SessionID, "err", err)
-		return
-	}
-	s.addSnapshotBytes(ctx, sess.OutpostID, -sn.Size)
 }
 
 // countSuspend counts a suspend of a session of outpost outpostID that
@@ -140,8 +116,9 @@ func (s *Server) countRestore(ctx context.Context, sessionID string, ok bool) {
 const queueScrapeTimeout = 5 * time.Second
 
 // queueCollector exports each outpost's queue depth, oldest wait, active
-// claims, running and suspended sessions and max_running: three indexed
-// queries per outpost per scrape.
+// claims, running and suspended sessions, max_running and the bytes of
+// its snapshots (from the store, so every replica reports the same): four
+// indexed queries per outpost per scrape.
 type queueCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
@@ -152,6 +129,7 @@ func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsRunningDesc
 	ch <- sessionsSuspendedDesc
 	ch <- maxRunningDesc
+	ch <- snapshotBytesDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -187,6 +165,7 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sessionsRunningDesc, prometheus.GaugeValue, float64(counts.Running), o.Name)
 		ch <- prometheus.MustNewConstMetric(sessionsSuspendedDesc, prometheus.GaugeValue, float64(counts.Suspended), o.Name)
 		ch <- prometheus.MustNewConstMetric(maxRunningDesc, prometheus.GaugeValue, float64(o.MaxRunning), o.Name)
+		ch <- prometheus.MustNewConstMetric(snapshotBytesDesc, prometheus.GaugeValue, float64(counts.SnapshotBytes), o.Name)
 	}
 }
 

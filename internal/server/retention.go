@@ -2,11 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/store"
@@ -14,8 +11,8 @@ import (
 
 // Artifact retention: a background sweep deletes the artifacts of sessions
 // that ended (a final status, which a session never leaves) longer ago than
-// Options.ArtifactRetention: their files and metadata under
-// <data-dir>/artifacts/<session>. The store marks each such session
+// Options.ArtifactRetention: their blobs and metadata in the blob store
+// (artifacts/<session>/, blobs.go), whichever replica runs the sweep. The store marks each such session
 // (Session.ArtifactsPrunedAt) once its files are gone, so a sweep only lists
 // sessions it has not handled, and a download of one of its artifacts
 // answers 410 Gone instead of 404. The transcript's artifact events stay as
@@ -88,7 +85,7 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			n, b, err := s.deleteArtifactsOf(id)
+			n, b, err := s.deleteArtifactsOf(ctx, id)
 			// Count what was deleted even when a later file failed.
 			st.Artifacts += n
 			st.Bytes += b
@@ -115,41 +112,29 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 	return st, ctx.Err()
 }
 
-// deleteArtifactsOf removes a session's artifact directory and returns how
-// many artifact files and bytes it held. A session without one has none.
-func (s *Server) deleteArtifactsOf(sessionID string) (artifacts int, bytes int64, err error) {
-	dir := s.artifactDir(sessionID)
-	mu := s.artifactLock(sessionID)
-	mu.Lock()
-	defer mu.Unlock()
-	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // gone meanwhile
-		}
-		bytes += info.Size()
-		// Artifacts are the session directory's own files; names of
-		// metadata and partial uploads start with a dot.
-		if filepath.Dir(path) == dir && d.Name()[0] != '.' {
+// deleteArtifactsOf removes a session's artifacts and their metadata from
+// the blob store and returns how many artifacts and bytes it held. A
+// session without any has none.
+func (s *Server) deleteArtifactsOf(ctx context.Context, sessionID string) (artifacts int, bytes int64, err error) {
+	unlock, err := s.lockArtifacts(ctx, sessionID)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unlock()
+	infos, err := s.artifactBlobs.List(ctx, sessionID+"/")
+	if err != nil {
+		return 0, 0, fmt.Errorf("list artifacts of %s: %w", sessionID, err)
+	}
+	for _, in := range infos {
+		bytes += in.Size
+		// Artifacts are the session's own keys; metadata is under .meta/.
+		if !strings.Contains(strings.TrimPrefix(in.Key, sessionID+"/"), "/") {
 			artifacts++
 		}
-		return nil
-	})
-	if walkErr != nil {
-		return 0, 0, fmt.Errorf("read %s: %w", dir, walkErr)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		// Some files may be gone; count none rather than guess.
-		return 0, 0, fmt.Errorf("remove %s: %w", dir, err)
+	if err := s.artifactBlobs.DeletePrefix(ctx, sessionID+"/"); err != nil {
+		// Some may be gone; count none rather than guess.
+		return 0, 0, fmt.Errorf("delete artifacts of %s: %w", sessionID, err)
 	}
 	return artifacts, bytes, nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
+	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -38,7 +39,8 @@ type Options struct {
 	// Listen is the TCP address to serve on; "" means 127.0.0.1:7420.
 	// Port 0 picks a free port (see Server.URL).
 	Listen string
-	// DataDir holds the database, the admin token file and spilled output;
+	// DataDir holds the database, the admin token file and, with the file
+	// blob store (BlobStore), snapshots, artifacts and spilled output;
 	// required.
 	DataDir string
 	// PublicURL is the base URL workers are told; "" means http://<listen
@@ -118,6 +120,15 @@ type Options struct {
 	// uploads a snapshot and goes on), so that a claim that lapses loses
 	// only what changed since; see checkpoint.go. 0 means never.
 	SnapshotInterval time.Duration
+	// BlobStore is where snapshots, artifacts and spilled output are kept
+	// (issue 16 part D, blobs.go): "fs" for files in DataDir, "postgres"
+	// for the PostgreSQL database of the store (shared by every replica on
+	// it), s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true]
+	// for an S3-compatible bucket (credentials from AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY). "" means postgres when the store is
+	// PostgreSQL, else fs.
+	BlobStore string
+
 	// DistDir, when set, is a directory of remote builds in the /dist/
 	// layout (`make dist`), published with this executable's own build.
 	DistDir string
@@ -207,7 +218,6 @@ type Server struct {
 	userMessages *notifier // wakes llm runners waiting for the user
 	topics       *topics
 	hub          *hub
-	output       *outputSpill
 
 	// agents runs the sessions' runners (internal/agent).
 	agents *agent.Loop
@@ -217,14 +227,13 @@ type Server struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	// blobs keeps workspace snapshots; suspends tracks the suspends in
-	// progress (suspend.go).
-	blobs    blobStore
-	suspends suspendOps
-
-	// artifactLocks serialize storing and deleting one session's
-	// artifacts (see artifactLock).
-	artifactLocks keyedLocks
+	// The blob store (blobs.go): blobs keeps workspace snapshots,
+	// artifactBlobs artifacts and their metadata, outputBlobs spilled
+	// output. suspends tracks the suspends in progress (suspend.go).
+	blobs         blob.Store
+	artifactBlobs blob.Store
+	outputBlobs   blob.Store
+	suspends      suspendOps
 
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
@@ -374,7 +383,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		topics:       newTopics(),
 		certs:        certs,
 		dirLock:      lock,
-		blobs:        fileBlobs{filepath.Join(opts.DataDir, "snapshots")},
 	}
 	s.hub = newHub()
 	dh, err := newDistHandler(opts)
@@ -382,7 +390,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dist = dh
-	s.output = &outputSpill{dir: filepath.Join(opts.DataDir, datadir.Output)}
 	// The address first: a port in use is the commonest failure to start,
 	// and says so before the database is opened or migrated.
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -397,6 +404,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.store = st
+	}
+	if err := s.openBlobs(ctx); err != nil {
+		ln.Close()
+		s.store.Close()
+		return nil, err
 	}
 	s.shared = sharedStore(s.store)
 	s.startedAt = time.Now()
@@ -719,6 +731,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/events", s.authed(s.sessionEvents, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts", s.authed(s.listArtifacts, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts/{name}", s.authed(s.getArtifact, api.ScopeSessionsRead))
+	mux.HandleFunc("GET /v1/sessions/{session}/output/{seq}", s.authed(s.getSpilledOutput, api.ScopeSessionsRead))
 	// What needs the session's remote connection is served by the replica
 	// that holds it (toOwner, forward.go).
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))

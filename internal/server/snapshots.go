@@ -2,20 +2,15 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -23,7 +18,8 @@ import (
 // while its session is being suspended by its claim, and the remote of a
 // resumed session downloads it (GET). The archives live in a blob store;
 // their metadata (store.Snapshot) in the store, written only once an upload
-// is complete and checksummed.
+// is complete and checksummed. Keys are those of s.blobs, the blob store's
+// snapshots/ (blobs.go), so any replica serves any snapshot.
 
 // DefaultMaxSnapshotBytes is the largest snapshot a server stores unless
 // Options.MaxSnapshotBytes says otherwise: 10 GiB.
@@ -32,119 +28,6 @@ const DefaultMaxSnapshotBytes int64 = 10 << 30
 // DefaultSnapshotTTL is how long a suspended session's snapshot is kept
 // unless Options.SnapshotTTL says otherwise.
 const DefaultSnapshotTTL = 7 * 24 * time.Hour
-
-// blobStore keeps snapshot archives by key. The file store in the data dir
-// is the one implementation today; one in PostgreSQL (large objects) or an
-// object store can take its place for several replicas.
-type blobStore interface {
-	// Put streams r into the blob key, stopping with errTooLarge past limit
-	// bytes, and returns its size and hex SHA-256. A failed Put leaves no
-	// blob behind.
-	Put(ctx context.Context, key string, r io.Reader, limit int64) (size int64, sum string, err error)
-	// Get opens the blob key; fs.ErrNotExist when absent.
-	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
-	// Delete removes the blob key; an absent blob is no error.
-	Delete(ctx context.Context, key string) error
-}
-
-// errTooLarge stops a Put past its limit.
-var errTooLarge = errors.New("the snapshot is larger than the limit")
-
-// blobKey is a key a blobStore accepts: a file name, never a path.
-var blobKey = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)
-
-// fileBlobs is a blobStore in a directory: one file per key, written under
-// a temporary name and renamed once complete.
-type fileBlobs struct{ dir string }
-
-func (b fileBlobs) path(key string) (string, error) {
-	if !blobKey.MatchString(key) || key == "." || key == ".." {
-		return "", fmt.Errorf("blob key %q is not a file name", key)
-	}
-	return filepath.Join(b.dir, key), nil
-}
-
-func (b fileBlobs) Put(ctx context.Context, key string, r io.Reader, limit int64) (int64, string, error) {
-	p, err := b.path(key)
-	if err != nil {
-		return 0, "", err
-	}
-	if err := os.MkdirAll(b.dir, 0o700); err != nil {
-		return 0, "", fmt.Errorf("create blob dir: %w", err)
-	}
-	f, err := os.CreateTemp(b.dir, ".upload-*")
-	if err != nil {
-		return 0, "", fmt.Errorf("create blob: %w", err)
-	}
-	defer func() {
-		if f != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, limit+1))
-	if err != nil {
-		return n, "", fmt.Errorf("write blob %s: %w", key, err)
-	}
-	if n > limit {
-		return n, "", errTooLarge
-	}
-	if err := f.Sync(); err != nil {
-		return n, "", fmt.Errorf("sync blob %s: %w", key, err)
-	}
-	if err := f.Close(); err != nil {
-		return n, "", fmt.Errorf("close blob %s: %w", key, err)
-	}
-	name := f.Name()
-	f = nil
-	if err := os.Rename(name, p); err != nil {
-		_ = os.Remove(name)
-		return n, "", fmt.Errorf("store blob %s: %w", key, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func (b fileBlobs) Get(_ context.Context, key string) (io.ReadCloser, int64, error) {
-	p, err := b.path(key)
-	if err != nil {
-		return nil, 0, err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return nil, 0, err
-	}
-	return f, st.Size(), nil
-}
-
-func (b fileBlobs) Delete(_ context.Context, key string) error {
-	p, err := b.path(key)
-	if err != nil {
-		return err
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// ctxReader stops reading when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
 
 // snapshotCap is the largest snapshot the server stores for a session of
 // one outpost, and whose limit it is.
@@ -213,7 +96,7 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	size, sum, err := s.blobs.Put(ctx, op.key, r.Body, limit)
 	switch {
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, blob.ErrTooLarge):
 		return tooLarge("more than " + byteSize(limit))
 	case err != nil:
 		op.setUpload(snapshotUpload{err: "The server could not store the snapshot.", status: http.StatusInternalServerError})
@@ -239,8 +122,8 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("get snapshot of %s: %w", ct.SessionID, err)
 	}
-	body, size, err := s.blobs.Get(ctx, sn.BlobKey)
-	if errors.Is(err, fs.ErrNotExist) {
+	body, info, err := s.blobs.Get(ctx, sn.BlobKey)
+	if errors.Is(err, blob.ErrNotExist) {
 		return errHTTPGone("The snapshot of session %s is no longer kept.", ct.SessionID)
 	}
 	if err != nil {
@@ -248,7 +131,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/zstd")
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
 	w.Header().Set("X-Outpost-Snapshot-Sha256", sn.SHA256)
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, body); err != nil && ctx.Err() == nil {

@@ -350,7 +350,6 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 		return err
 	}
 	s.committed(c.sessionID, m)
-	s.addSnapshotBytes(ctx, m.Session.OutpostID, info.Size-prev.Size) // prev is zero when none
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
 			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)

@@ -123,7 +123,6 @@ func (s *Server) deleteSnapshot(ctx context.Context, sn store.Snapshot) error {
 	if err := s.store.DeleteSnapshot(ctx, sn.SessionID, sn.BlobKey); err != nil {
 		return err
 	}
-	s.snapshotDeleted(ctx, sn)
 	s.log.Info("snapshot deleted", "session", sn.SessionID, "key", sn.BlobKey, "bytes", sn.Size)
 	return nil
 }

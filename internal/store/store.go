@@ -69,6 +69,10 @@ type OutpostCounts struct {
 	Pending, Held int
 	// Running and Suspended count sessions of those statuses.
 	Running, Suspended int
+	// SnapshotBytes sums the sizes of its sessions' stored snapshots
+	// (issue 16 part D: the outpost_snapshot_bytes gauge reads the store,
+	// so every replica reports the same).
+	SnapshotBytes int64
 }
 
 // Session is a stored session. Spec.SecretNames mirrors the keys of Secrets.

@@ -129,6 +129,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// Pool is the store's connection pool, for the blob store that keeps its
+// tables in the same database (package blob, part D of issue 16). Closing
+// the store closes it.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // describe names a connection's target for error messages: host, port,
 // database and user, without the password.
 func describe(c *pgx.ConnConfig) string {

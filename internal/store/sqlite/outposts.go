@@ -117,8 +117,11 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 		if err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, sqlstore.SessionCountsSQL, outpostID, api.StatusRunning, api.StatusSuspended).
-			Scan(&c.Running, &c.Suspended)
+		if err := tx.QueryRowContext(ctx, sqlstore.SessionCountsSQL, outpostID, api.StatusRunning, api.StatusSuspended).
+			Scan(&c.Running, &c.Suspended); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, sqlstore.SnapshotBytesSQL, outpostID).Scan(&c.SnapshotBytes)
 	})
 	if err != nil {
 		return store.OutpostCounts{}, fmt.Errorf("sqlite: outpost counts %s: %w", outpostID, err)

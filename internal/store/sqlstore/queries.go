@@ -209,6 +209,11 @@ const SessionCountsSQL = `SELECT
 		(SELECT COUNT(*) FROM sessions WHERE outpost_id = $1 AND status = $2),
 		(SELECT COUNT(*) FROM sessions WHERE outpost_id = $1 AND status = $3)`
 
+// SnapshotBytesSQL sums the sizes of the snapshots of outpost $1's
+// sessions.
+const SnapshotBytesSQL = `SELECT COALESCE(SUM(sn.size), 0) FROM snapshots sn
+		JOIN sessions s ON s.id = sn.session_id WHERE s.outpost_id = $1`
+
 // limit is the LIMIT clause of n rows; none when n is 0 or less.
 func limit(n int) string {
 	if n <= 0 {

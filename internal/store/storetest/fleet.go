@@ -161,7 +161,7 @@ func testConcurrentCapacity(t *testing.T, s store.Store) {
 }
 
 // testOutpostCounts checks OutpostCounts: pending entries, held claims, and
-// running and suspended sessions.
+// running and suspended sessions, and the bytes of their snapshots.
 func testOutpostCounts(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "o")))
 	for i, status := range []string{api.StatusRunning, api.StatusRunning, api.StatusSuspended, api.StatusNew, api.StatusError} {
@@ -171,7 +171,27 @@ func testOutpostCounts(t *testing.T, s store.Store) {
 	}
 	setEntry(t, s, "s0", claim("a", at(time.Hour)))
 	setEntry(t, s, "s1", claim("b", at(-time.Hour))) // lapsed: not held
+	// Snapshot bytes: the sum over the outpost's sessions, another
+	// outpost's not counted, a replaced snapshot counted once.
+	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("other", "x")))
+	create(t, s, newSession("x0", "other", "t", 0))
+	for _, sn := range []store.Snapshot{
+		{SessionID: "s2", BlobKey: "k1", Size: 100, SHA256: "a", CreatedAt: base},
+		{SessionID: "s2", BlobKey: "k2", Size: 150, SHA256: "b", CreatedAt: base},
+		{SessionID: "s0", BlobKey: "k3", Size: 7, SHA256: "c", CreatedAt: base},
+		{SessionID: "x0", BlobKey: "k4", Size: 1000, SHA256: "d", CreatedAt: base},
+	} {
+		if _, err := s.PutSnapshot(ctx(t), sn); err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("put snapshot: %v", err)
+		}
+	}
 	c, err := s.OutpostCounts(ctx(t), "op", base)
 	must(t, "outpost counts", err)
-	equal(t, "counts", c, store.OutpostCounts{Pending: 3, Held: 1, Running: 2, Suspended: 1})
+	equal(t, "counts", c, store.OutpostCounts{Pending: 3, Held: 1, Running: 2, Suspended: 1, SnapshotBytes: 157})
+	must(t, "delete snapshot", s.DeleteSnapshot(ctx(t), "s2", "k2"))
+	c, err = s.OutpostCounts(ctx(t), "op", base)
+	must(t, "outpost counts", err)
+	if c.SnapshotBytes != 7 {
+		t.Fatalf("snapshot bytes after a delete = %d, want 7", c.SnapshotBytes)
+	}
 }
