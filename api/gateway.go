@@ -183,6 +183,13 @@ const (
 	HeaderSessionID = "X-Outpost-Session"
 )
 
+// CloseReconnectNow is the WebSocket close status (1012, "service
+// restart") a gateway closes a remote's connection with when its server
+// stops gracefully and hands the session over: the remote reconnects at
+// once, without its backoff, and the load balancer sends it to another
+// replica. Other closes are retried with the backoff.
+const CloseReconnectNow = 1012
+
 // Frame is a JSON gateway frame. Which fields are set depends on Type.
 type Frame struct {
 	// V is the protocol version of the frame (see ProtocolVersion): in

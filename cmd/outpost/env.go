@@ -29,6 +29,8 @@ var (
 	envSecretKeyFile     = api.EnvVar{Name: "OUTPOST_SECRET_KEY_FILE", Meaning: "file holding the secret key (--secret-key-file)"}
 	envSecretKeysOld     = api.EnvVar{Name: "OUTPOST_SECRET_KEYS_OLD", Meaning: "earlier secret keys, comma-separated, to reseal under the new one"}
 	envAdminToken        = api.EnvVar{Name: "OUTPOST_ADMIN_TOKEN", Meaning: "the server's admin token"}
+	envReplicaID         = api.EnvVar{Name: "OUTPOST_REPLICA_ID", Meaning: "name of this server among replicas on one database (--replica-id)"}
+	envReplicaURL        = api.EnvVar{Name: "OUTPOST_REPLICA_URL", Meaning: "URL the other replicas reach this server at (--replica-url)"}
 	envLogLevel          = api.EnvLogLevel
 	envLogFormat         = api.EnvLogFormat
 	// envCAFile is the global --ca-file's variable, applied in resolve by
@@ -46,6 +48,7 @@ var (
 var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention,
 	envSnapshotInterval, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
+	envReplicaID, envReplicaURL,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLogLevel, envLogFormat,
 }
 

@@ -82,6 +82,12 @@ type ServerOptions struct {
 	// OldSecretKeys open secrets sealed under earlier keys (from
 	// OUTPOST_SECRET_KEYS_OLD).
 	OldSecretKeys [][]byte
+
+	// ReplicaID and ReplicaURL name this server among the replicas on one
+	// PostgreSQL database and say where the others reach it; "" means the
+	// server's defaults.
+	ReplicaID  string
+	ReplicaURL string
 }
 
 // NewCmdServer returns `outpost server`. runF replaces the run in tests.
@@ -97,7 +103,8 @@ creates an admin token and prints it once.
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
 OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR,
-OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE, OUTPOST_LLM_*,
+OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID,
+OUTPOST_REPLICA_URL, OUTPOST_LLM_*,
 OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN, when set, is the
 admin token.
 
@@ -180,6 +187,8 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env "+envLLMBaseURL.Name+")")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
 	addServerEdgeFlags(fl, opts)
+	fl.StringVar(&opts.ReplicaID, "replica-id", "", "name of this server among several replicas on one PostgreSQL database, the label replica of every metric (env "+envReplicaID.Name+"; default the hostname and a random suffix, new at each start)")
+	fl.StringVar(&opts.ReplicaURL, "replica-url", "", "URL the other replicas reach this one at, e.g. http://10.0.0.5:7420 (env "+envReplicaURL.Name+"; default http://<listen> unless it is a wildcard address, else none: requests are then not forwarded here)")
 	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
@@ -251,6 +260,8 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		return usageErrorf("--blob-store must be fs, postgres or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true], not %q", o.BlobStore)
 	}
 	env.string("secret-key-file", envSecretKeyFile, &o.SecretKeyFile)
+	env.string("replica-id", envReplicaID, &o.ReplicaID)
+	env.string("replica-url", envReplicaURL, &o.ReplicaURL)
 	if err := o.resolveSecretKeys(f); err != nil {
 		return err
 	}
@@ -434,6 +445,9 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		MaxStreamsPerToken:      noBound(o.MaxStreamsPerToken),
 		MetricsListen:           o.MetricsListen,
 		MetricsTokenRequired:    o.MetricsTokenRequired,
+
+		ReplicaID:  o.ReplicaID,
+		ReplicaURL: o.ReplicaURL,
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/machine"
@@ -96,6 +98,13 @@ func Serve(ctx context.Context, opts Options) error {
 			if rejections >= maxRejections {
 				return fmt.Errorf("%w: %s", ErrRejected, rej.msg)
 			}
+		}
+		if welcomed && websocket.CloseStatus(err) == websocket.StatusCode(api.CloseReconnectNow) {
+			// The server stops and hands the session over: reconnect now,
+			// through the load balancer, to another replica. Only after a
+			// welcome, so a server that keeps saying it cannot spin us.
+			s.log.Info("the gateway's server is stopping; reconnecting now", "err", err)
+			continue
 		}
 		attempt++
 		delay := reconnectBackoff.Delay(attempt)

@@ -199,6 +199,7 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("metrics: %d", code)
 	}
+	text = withoutReplicaLabel(text)
 	if !strings.Contains(text, "outpost_http_unauthenticated_connections 5") {
 		t.Errorf("unauthenticated connections not shown:\n%s", grep(text, "outpost_http_"))
 	}

@@ -274,6 +274,23 @@ func killListeners(t *testing.T, db fanoutDB) int {
 	return n
 }
 
+// waitListeners waits until n change feeds listen on the database: a
+// replica's feed connects in the background after it starts.
+func waitListeners(t *testing.T, db fanoutDB, n int) {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	waitFor(t, fmt.Sprintf("%d change feeds listening", n), func() bool {
+		var got int
+		err := c.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'outpost-listen' AND datname = current_database()`).Scan(&got)
+		return err == nil && got >= n
+	})
+}
+
 // TestFanoutFollowerAcrossRestart: events committed through B by four
 // writers at once, then B stopped and started again and more written
 // through it, the change feeds of both replicas cut meanwhile: the
@@ -300,6 +317,7 @@ func TestFanoutFollowerAcrossRestart(t *testing.T) {
 	write(b.testServer, "first")
 	b.stop()
 	b2 := startFanoutReplica(t, db, "b", a.admin, time.Hour) // the same replica, restarted
+	waitListeners(t, db, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() { write(b2.testServer, "second") })
 	if n := killListeners(t, db); n < 2 {

@@ -159,7 +159,7 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.ensureRunner(sess.ID)
 	}
 	s.readLoop(ctx, c)
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !c.moved.Load() {
 		s.recordDisconnect(c)
 	}
 }
@@ -210,8 +210,9 @@ func checkVersion(hello api.Frame) error {
 func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
 	now := s.now()
 	var out store.Session
+	var prevOwner string
 	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		out = sess
+		out, prevOwner = sess, ""
 		if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 			return store.Mutation{}, nil // the remote is told to end
 		}
@@ -219,8 +220,10 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 		if !e.Held(now) || e.Epoch != c.epoch {
 			return store.Mutation{}, errStaleClaim
 		}
-		// From now on the connection holds the claim (see keepClaimsAlive).
+		// From now on the connection holds the claim (see keepClaimsAlive)
+		// and this replica owns the session (replicas.go).
 		e.LiveUntil = now.Add(s.opts.ReconnectGrace)
+		prevOwner, e.Owner = e.Owner, s.opts.ReplicaID
 		var m store.Mutation
 		if hello.Capabilities != nil {
 			sess.Capabilities = hello.Capabilities
@@ -249,6 +252,11 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 		return out, fmt.Errorf("record remote of session %s: %w", c.sessionID, err)
 	}
 	s.committed(c.sessionID, m)
+	if s.shared && prevOwner != "" && prevOwner != s.opts.ReplicaID {
+		// The remote left another replica: that one drops its connection
+		// and runner now rather than when it notices.
+		s.wg.Go(func() { s.tellDrop(context.WithoutCancel(s.runCtx), prevOwner, c.sessionID) })
+	}
 	return out, nil
 }
 

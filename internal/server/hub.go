@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -34,6 +35,10 @@ type remoteConn struct {
 	snapshot *api.SnapshotInfo
 	// restoreFrom is the stored snapshot behind snapshot.
 	restoreFrom store.Snapshot
+	// moved is set when the session's remote went on through another
+	// replica (a drop, or this replica's graceful stop): its disconnect is
+	// not recorded, the new connection's replica writes the transcript.
+	moved atomic.Bool
 }
 
 // send writes one JSON frame in the remote's protocol version. A frame
@@ -133,6 +138,29 @@ func (h *hub) fence(sessionID string, minEpoch int64) {
 		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
 		h.changed.notify()
 	}
+}
+
+// drop forgets the session's connection and returns it, or nil.
+func (h *hub) drop(sessionID string) *remoteConn {
+	h.mu.Lock()
+	c := h.conns[sessionID]
+	delete(h.conns, sessionID)
+	h.mu.Unlock()
+	if c != nil {
+		h.changed.notify()
+	}
+	return c
+}
+
+// all returns every attached connection.
+func (h *hub) all() []*remoteConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*remoteConn, 0, len(h.conns))
+	for _, c := range h.conns {
+		out = append(out, c)
+	}
+	return out
 }
 
 // end tells the session's remote that the session is over.

@@ -416,7 +416,9 @@ func TestSecondRemoteInstanceRefused(t *testing.T) {
 	if f := next(third); f.Type != api.FrameWelcome {
 		t.Fatalf("new instance after the old one went silent got %s %q, want welcome", f.Type, f.Reason)
 	}
-	if got := ts.srv.hub.get(id); got == nil || got.instance != "cccc" {
-		t.Fatalf("the session's connection: %+v, want instance cccc", got)
-	}
+	// The gateway attaches a connection just after its welcome.
+	waitFor(t, "instance cccc to be the session's connection", func() bool {
+		got := ts.srv.hub.get(id)
+		return got != nil && got.instance == "cccc"
+	})
 }

@@ -30,11 +30,19 @@ type metrics struct {
 	// Artifact retention (retention.go).
 	artifactsPruned     prometheus.Counter
 	artifactBytesPruned prometheus.Counter
+	// forwarded counts requests forwarded to a session's owner (forward.go).
+	forwarded prometheus.Counter
+	// wrapped registers on registry with the replica label.
+	wrapped prometheus.Registerer
 }
 
-func newMetrics() *metrics {
+// newMetrics returns the metrics of the replica of that id, which every
+// metric carries as its label replica.
+func newMetrics(replica string) *metrics {
+	reg := prometheus.NewRegistry()
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
+		wrapped:  prometheus.WrapRegistererWith(prometheus.Labels{"replica": replica}, reg),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "outpost_http_request_duration_seconds",
 			Help:    "Duration of authenticated API requests.",
@@ -70,9 +78,12 @@ func newMetrics() *metrics {
 		artifactBytesPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outpost_artifacts_pruned_bytes_total", Help: "Bytes of artifact files deleted by the artifact retention policy.",
 		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outpost_requests_forwarded_total", Help: "Requests forwarded to the replica that owns their session.",
+		}),
 	}
 	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
-		m.queueWait, m.artifactsPruned, m.artifactBytesPruned,
+		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.
@@ -84,7 +95,7 @@ func newMetrics() *metrics {
 
 // MustRegister registers collectors on the registry and remembers them.
 func (m *metrics) MustRegister(cs ...prometheus.Collector) {
-	m.registry.MustRegister(cs...)
+	m.wrapped.MustRegister(cs...)
 	m.registered = append(m.registered, cs...)
 }
 

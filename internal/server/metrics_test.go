@@ -68,15 +68,16 @@ func TestMetricsDocumented(t *testing.T) {
 // it is there.
 func sample(t *testing.T, ts *testServer, name, labels string) (float64, bool) {
 	t.Helper()
-	code, _, body := ts.fetch("GET", "/metrics")
+	code, _, raw := ts.fetch("GET", "/metrics")
 	if code != 200 {
 		t.Fatalf("GET /metrics: %d", code)
 	}
+	body := withoutReplicaLabel(string(raw))
 	prefix := name + "{" + labels + "} "
 	if labels == "" {
 		prefix = name + " "
 	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, prefix); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {

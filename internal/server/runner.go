@@ -20,7 +20,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		clock = nowClock{clock, s.opts.Now}
 	}
 	return agent.New(agent.Options{
-		Store:           s.store,
+		Store:           s.loopStore(),
 		Feed:            agentFeed{s},
 		Gateway:         agentGateway{s.hub},
 		Messages:        agentMessages{s},

@@ -22,10 +22,11 @@ const SecretKeyFileName = datadir.SecretKey
 // key. A database whose secrets no given key opens is refused, with what
 // to do.
 func (s *Server) openSealedStore(ctx context.Context) (store.Store, error) {
-	keys, source, err := loadKeyring(s.opts, s.log)
+	keys, current, source, err := loadKeyring(s.opts, s.log)
 	if err != nil {
 		return nil, err
 	}
+	s.replicaKey = replicaAuthKey(current)
 	st, err := openStore(ctx, s.opts, keys)
 	if errors.Is(err, sealed.ErrUnknownKey) {
 		return nil, fmt.Errorf("server: open database: %w. Start the server with the key they were sealed under, "+
@@ -51,20 +52,20 @@ type keySource string
 // sealed. When SecretKey is given and the key file exists too, the file's
 // key joins the old keys, so moving from the file to an explicit key needs
 // no further step. Keys are never logged; their ids are.
-func loadKeyring(opts Options, log *slog.Logger) (*sealed.Keyring, keySource, error) {
+func loadKeyring(opts Options, log *slog.Logger) (keys *sealed.Keyring, current []byte, source keySource, err error) {
 	path := opts.SecretKeyFile
 	explicit := path != ""
 	if !explicit {
 		path = filepath.Join(opts.DataDir, SecretKeyFileName)
 	}
 	old := opts.OldSecretKeys
-	current := opts.SecretKey
-	source := keySource("option")
+	current = opts.SecretKey
+	source = keySource("option")
 	if current != nil {
 		if k, err := readKeyFile(path, log); err == nil {
 			old = append(old, k)
 		} else if explicit || !errors.Is(err, os.ErrNotExist) {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 	} else {
 		k, err := readKeyFile(path, log)
@@ -73,19 +74,19 @@ func loadKeyring(opts Options, log *slog.Logger) (*sealed.Keyring, keySource, er
 			source = keySource(path)
 		case errors.Is(err, os.ErrNotExist) && !explicit:
 			if k, err = createKeyFile(path); err != nil {
-				return nil, "", err
+				return nil, nil, "", err
 			}
 			source = keySource(path + " (created)")
 		default:
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		current = k
 	}
-	keys, err := sealed.NewKeyring(current, old...)
+	keys, err = sealed.NewKeyring(current, old...)
 	if err != nil {
-		return nil, "", fmt.Errorf("server: secret keys: %w", err)
+		return nil, nil, "", fmt.Errorf("server: secret keys: %w", err)
 	}
-	return keys, source, nil
+	return keys, current, source, nil
 }
 
 // readKeyFile reads a key file: one key, base64 or hex.

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -166,9 +167,18 @@ type Options struct {
 	// scope.
 	MetricsTokenRequired bool
 
-	// ReplicaID names this server among replicas sharing a database; ""
-	// means a random id, new at each start.
+	// Replicas (part C): several servers on one PostgreSQL database.
+
+	// ReplicaID names this server process among the replicas sharing its
+	// database; "" means the hostname and a random suffix, new at each
+	// start. Every metric carries it as the label replica.
 	ReplicaID string
+	// ReplicaURL is the base URL other replicas reach this one at, to
+	// forward a session's requests to it and to tell it to drop a session
+	// that moved; "" means http:// (https:// with TLS) and the bound
+	// listen address when it is not a wildcard, else none (this replica
+	// is then never forwarded to).
+	ReplicaURL string
 	// fanoutPoll, for tests, spaces the fan-out's backstop polls
 	// (fanout.go); 0 means defaultFanoutPoll.
 	fanoutPoll time.Duration
@@ -231,6 +241,17 @@ type Server struct {
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
 	outpostNames sync.Map
+
+	// Replicas (replicas.go, forward.go): shared says the store may be
+	// shared by other server processes (PostgreSQL); replicaKey signs
+	// requests between them (nil without a secret key); replicas caches
+	// the live ones; ready is set once serving and cleared when stopping.
+	shared        bool
+	replicaKey    []byte
+	startedAt     time.Time
+	replicas      replicaSet
+	forwardClient *http.Client
+	ready         atomic.Bool
 
 	mu       sync.Mutex                // guards the following
 	stopping bool                      // no new gateway connections
@@ -320,9 +341,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.MaxStreamsPerToken == 0 {
 		opts.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
-	// Cross-replica fan-out (fanout.go).
+	// Replicas: the id is set before the store opens, since the store's
+	// change feed and the fan-out (fanout.go) must tell the same origin.
 	if opts.ReplicaID == "" {
-		opts.ReplicaID = newID("rep_")
+		opts.ReplicaID = defaultReplicaID()
 	}
 	if opts.fanoutPoll <= 0 {
 		opts.fanoutPoll = defaultFanoutPoll
@@ -363,7 +385,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		opts:         opts,
 		log:          opts.Logger,
 		now:          opts.Now,
-		metrics:      newMetrics(),
+		metrics:      newMetrics(opts.ReplicaID),
 		queueChanged: newNotifier(),
 		userMessages: newNotifier(),
 		topics:       newTopics(),
@@ -396,6 +418,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
+	s.shared = sharedStore(s.store)
+	s.startedAt = time.Now()
+	if s.replicaKey == nil {
+		s.replicaKey = replicaAuthKey(opts.SecretKey)
+	}
 	s.agents = s.newAgentLoop()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
@@ -419,6 +446,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if s.publicURL == "" {
 		s.publicURL = scheme + ln.Addr().String()
 	}
+	if s.opts.ReplicaURL == "" {
+		s.opts.ReplicaURL = defaultReplicaURL(scheme, ln.Addr())
+	}
 	if certs != nil && strings.HasPrefix(s.publicURL, "http://") {
 		s.log.Warn("the server speaks TLS but its public URL is http://; workers and remotes told this URL cannot connect unless a proxy in front turns it into TLS", "public_url", s.publicURL)
 	}
@@ -429,6 +459,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gatewayURL = gw
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if certs != nil {
+		tr.TLSClientConfig = s.replicaTLS()
+	}
+	s.forwardClient = &http.Client{Transport: tr}
 	if opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
 			ln.Close()
@@ -585,7 +620,21 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.fanout(s.runCtx)
 	}()
-	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil)
+	if s.shared {
+		if s.opts.ReplicaURL == "" {
+			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)
+		}
+		if err := s.heartbeat(s.runCtx); err != nil {
+			s.log.Warn("replica heartbeat", "replica", s.opts.ReplicaID, "err", err)
+		}
+		if err := s.refreshReplicas(s.runCtx); err != nil {
+			s.log.Warn("list replicas", "err", err)
+		}
+		s.wg.Go(func() { s.heartbeatReplica(s.runCtx) })
+	}
+	s.ready.Store(true)
+	s.log.Info("outpost server listening", "url", s.publicURL, "gateway", s.gatewayURL, "data_dir", s.opts.DataDir, "tls", s.certs != nil,
+		"replica", s.opts.ReplicaID, "replica_url", s.opts.ReplicaURL)
 	if s.metricsLn != nil {
 		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
 	}
@@ -596,16 +645,24 @@ func (s *Server) Serve(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.log.Info("outpost server shutting down")
+	s.ready.Store(false)
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
-	// Streams and runners watch runCtx: cancel it first so Shutdown does
-	// not wait on long-lived responses.
-	s.runCancel()
-	s.hub.closeAll()
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.http.Shutdown(shutCtx); err != nil {
+	// Shutdown closes the listener at once, so remotes handed over below
+	// reconnect through the load balancer to another replica.
+	shutDone := make(chan error, 1)
+	go func() { shutDone <- s.http.Shutdown(shutCtx) }()
+	if s.shared {
+		s.handOver()
+	}
+	// Streams and runners watch runCtx: cancel it so Shutdown does not
+	// wait on long-lived responses.
+	s.runCancel()
+	s.hub.closeAll()
+	if err := <-shutDone; err != nil {
 		s.log.Warn("http shutdown", "err", err)
 	}
 	if s.metricsHTTP != nil {
@@ -616,6 +673,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	<-metricsDone
 	s.agents.Stop()
 	s.wg.Wait()
+	if s.shared {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.store.DeleteReplica(dctx, s.opts.ReplicaID); err != nil {
+			s.log.Warn("delete this replica's row", "replica", s.opts.ReplicaID, "err", err)
+		}
+		dcancel()
+	}
 	err := s.store.Close()
 	s.dirLock.Release()
 	if err != nil {
@@ -646,7 +710,13 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.store.Ping(r.Context()); err != nil {
+		if !s.ready.Load() {
+			s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The server is starting or stopping."})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
 			s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The database does not answer."})
 			return
 		}
@@ -683,19 +753,22 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts", s.authed(s.listArtifacts, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/artifacts/{name}", s.authed(s.getArtifact, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}/output/{seq}", s.authed(s.getSpilledOutput, api.ScopeSessionsRead))
-	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.terminateSession, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.suspendHandler, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.resumeHandler, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.sendMessage, api.ScopeSessionsWrite))
-	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toolHandler, api.ScopeSessionsWrite))
+	// What needs the session's remote connection is served by the replica
+	// that holds it (toOwner, forward.go).
+	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.toOwner(s.sendMessage), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toOwner(s.toolHandler), api.ScopeSessionsWrite))
 	mcpH := withJSONErrors(s.mcpHandler(), true)
-	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(func(w http.ResponseWriter, r *http.Request) error {
+	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(s.toOwner(func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := s.sessionFor(r.Context(), r.PathValue("session")); err != nil {
 			return err
 		}
 		mcpH.ServeHTTP(w, r)
 		return nil
-	}, api.ScopeSessionsWrite))
+	}), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /internal/v1/sessions/{session}/drop", s.dropHandler)
 
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
@@ -704,8 +777,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
 
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
-	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.putSnapshot))
-	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.getSnapshot))
+	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
+	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
 	// Remote builds, public like any download of open-source binaries.
 	mux.Handle("GET "+distPrefix, http.StripPrefix(distPrefix, s.dist))
 

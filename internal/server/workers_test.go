@@ -221,7 +221,7 @@ func metricsText(t *testing.T, ts *testServer) string {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return withoutReplicaLabel(string(b))
 }
 
 func grep(text, word string) string {

@@ -138,12 +138,29 @@ type QueueEntry struct {
 	// error, resolved when it is created; 0 (an entry from before
 	// attempts were counted) means api.DefaultMaxAttempts.
 	MaxAttempts int
+	// Owner is the replica (server process) whose gateway holds the
+	// session's remote connection, written when the remote says hello and
+	// cleared when that replica stops gracefully; "" when none is known.
+	// Requests that need the connection are forwarded to it, and the agent
+	// loop of another replica may not write the session.
+	Owner string
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64
 	Deleted   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// Replica is one server process sharing the store, as its heartbeat row
+// records it.
+type Replica struct {
+	// ID names the process; a new one at each start by default.
+	ID string
+	// URL is where other replicas reach it; "" when they cannot.
+	URL       string
+	StartedAt time.Time
+	SeenAt    time.Time
 }
 
 // Expiry is when the entry's claim lapses unless renewed or kept alive:
@@ -418,6 +435,16 @@ type Store interface {
 	ListWorkers(ctx context.Context, outpostID string, now time.Time) ([]Worker, error)
 	// CountWorkers counts the entries live at now by outpost and kind.
 	CountWorkers(ctx context.Context, now time.Time) ([]WorkerCount, error)
+
+	// Replicas (part C: several servers on one database). Each server
+	// process heartbeats its row; the live ones are those seen lately.
+
+	// HeartbeatReplica inserts r, or updates its URL and SeenAt.
+	HeartbeatReplica(ctx context.Context, r Replica) error
+	// ListReplicas returns the replicas seen at or after since, by id.
+	ListReplicas(ctx context.Context, since time.Time) ([]Replica, error)
+	// DeleteReplica removes a replica's row; an absent one is no error.
+	DeleteReplica(ctx context.Context, id string) error
 
 	// Ping checks the store answers.
 	Ping(ctx context.Context) error

@@ -17,7 +17,7 @@ import (
 // the transaction ends, so revs commit in order; callers queue it last.
 var upsertEntrySQL = `WITH r AS (` + sqlstore.NextRevSQL + `)
 	INSERT INTO queue (` + sqlstore.EntryCols + `)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14, $15, $16, $17, $18 FROM r
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19 FROM r
 	` + dialect.EntryConflictSQL() + `
 	RETURNING rev`
 

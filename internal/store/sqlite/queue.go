@@ -12,9 +12,9 @@ import (
 )
 
 // upsertEntrySQL writes a queue entry: sqlstore.EntryArgs, then the rev as
-// $19.
+// $20.
 var upsertEntrySQL = `INSERT INTO queue (` + sqlstore.EntryCols + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $19, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $20, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 	` + dialect.EntryConflictSQL()
 
 // upsertEntry writes e under the next global rev, which it stores in e.Rev.

@@ -36,6 +36,15 @@ const (
 	// MaxRevSQL reads the highest rev assigned.
 	MaxRevSQL = `SELECT value FROM counters WHERE name = 'rev'`
 
+	// UpsertReplicaSQL heartbeats replica $1 at URL $2, started at $3 and
+	// seen at $4.
+	UpsertReplicaSQL = `INSERT INTO replicas (id, url, started_at, seen_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO UPDATE SET url = excluded.url, seen_at = excluded.seen_at`
+	// ListReplicasSQL lists the replicas seen at or after $1, by id.
+	ListReplicasSQL = `SELECT id, url, started_at, seen_at FROM replicas WHERE seen_at >= $1 ORDER BY id`
+	// DeleteReplicaSQL removes replica $1.
+	DeleteReplicaSQL = `DELETE FROM replicas WHERE id = $1`
+
 	// MaxEventSeqSQL reads the highest event seq of session $1 (0 when none).
 	MaxEventSeqSQL = `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`
 	// ListCallsSQL reads CallCols of every call of session $1 in seq order.

@@ -141,7 +141,7 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 // EntryCols are the columns of a queue entry, which ScanEntry reads.
 const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
 	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha,
-	priority, attempts, max_attempts, attempt_reasons_json`
+	priority, attempts, max_attempts, attempt_reasons_json, owner`
 
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
@@ -151,7 +151,7 @@ func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var reasons nullString
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
 		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA,
-		&priority, &attempts, &maxAttempts, &reasons); err != nil {
+		&priority, &attempts, &maxAttempts, &reasons, &e.Owner); err != nil {
 		return store.QueueEntry{}, err
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = deadline.time(), FromMS(created), FromMS(updated)
@@ -166,7 +166,7 @@ func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 }
 
 // EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
-// their order ($1–$9, then $10–$18 for deleted … attempt_reasons_json).
+// their order ($1–$9, then $10–$19 for deleted … owner).
 // The rev is the store's to place.
 func EntryArgs(e *store.QueueEntry) []any {
 	var reasons any // NULL while there are none
@@ -176,7 +176,7 @@ func EntryArgs(e *store.QueueEntry) []any {
 	}
 	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
 		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA,
-		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons}
+		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner}
 }
 
 // EntryConflictSQL is the ON CONFLICT clause of an upsert of a queue entry:
@@ -190,7 +190,7 @@ func (d Dialect) EntryConflictSQL() string {
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
 		updated_at = excluded.updated_at, priority = excluded.priority, attempts = excluded.attempts,
 		max_attempts = excluded.max_attempts, attempt_reasons_json = excluded.attempt_reasons_json,
-		live_until = CASE WHEN excluded.epoch = queue.epoch
+		owner = excluded.owner, live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END`
 }

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentPresence", testConcurrentPresence},
 		// Part A of issue 16: stores that are a ChangeFeed.
 		{"ChangeFeed", testChangeFeed},
+		{"Replicas", testReplicas}, // part C
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
