@@ -548,6 +548,14 @@ func (s *Server) bootstrapAdmin(ctx context.Context) error {
 		CreatedAt: s.now(),
 	}
 	if err := s.store.CreateToken(ctx, t); err != nil {
+		// Replicas starting together on an empty database with one
+		// OUTPOST_ADMIN_TOKEN: another created it first.
+		if s.opts.AdminToken != "" && errors.Is(err, store.ErrConflict) {
+			if _, lerr := s.store.TokenByHash(ctx, t.Hash); lerr == nil {
+				s.adminToken = secret
+				return nil
+			}
+		}
 		return fmt.Errorf("server: create admin token: %w", err)
 	}
 	s.adminToken = secret

@@ -229,12 +229,14 @@ func startCluster(b *testing.B, dataDir string) *cluster {
 }
 
 // startWorker starts `outpost worker start` serving the cluster's outpost
-// with workspace dir, and waits until it is watching the queue.
+// with workspace dir, and waits until it is watching the queue. The
+// workspace is kept between sessions (--keep-workspace): BenchmarkDispatch's
+// FIFO lives there, and clearing it is not what a benchmark measures.
 func (c *cluster) startWorker(dir string) *proc {
 	c.b.Helper()
 	home := c.b.TempDir()
 	w := start(c.b, "worker", []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + c.machine, "HOME=" + home, "XDG_CONFIG_HOME=" + home},
-		"worker", "start", "--outpost", c.outpost, "--dir", dir, "--data-dir", filepath.Join(home, "worker"), "--log-level", "warn")
+		"worker", "start", "--outpost", c.outpost, "--dir", dir, "--data-dir", filepath.Join(home, "worker"), "--log-level", "warn", "--keep-workspace")
 	time.Sleep(500 * time.Millisecond) // machine detection, list, then watch
 	select {
 	case <-w.done:

@@ -183,6 +183,23 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// freeAddrs returns n distinct loopback addresses with free ports: the
+// listeners are held until all are picked, so no two are the same (two
+// calls of freeAddr in a row may return one port twice).
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs
+}
+
 // cluster is a server process and how to reach it.
 type cluster struct {
 	t       *testing.T

@@ -41,37 +41,57 @@ func requireNginx(t *testing.T) string {
 // first nginx block.
 func documentedNginx(t *testing.T) string {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/production.md")
+	return nginxBlock(t, "docs/production.md")
+}
+
+// nginxBlock is the first nginx block of a document of the repository.
+func nginxBlock(t *testing.T, doc string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../" + doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "```nginx\n")
+	_, rest, ok := strings.Cut(string(b), "```nginx\n")
 	conf, _, closed := strings.Cut(rest, "\n```")
 	if !ok || !closed {
-		t.Fatal("docs/production.md has no ```nginx block")
+		t.Fatalf("%s has no ```nginx block", doc)
 	}
 	return conf
 }
 
-// startNginx runs nginx in the foreground with the documented
-// configuration, listening on listen with TLS (cert, key) in front of the
-// server at upstream, and returns its directory (access.log is there). It
-// stops nginx when the test ends.
+// startNginx runs nginx in the foreground with the configuration
+// docs/production.md gives, listening on listen with TLS (cert, key) in
+// front of the server at upstream, and returns its directory (access.log is
+// there). It stops nginx when the test ends.
 func startNginx(t *testing.T, bin, listen, upstream, cert, key string) string {
 	t.Helper()
-	dir := t.TempDir()
-	conf := documentedNginx(t)
-	for _, r := range [][2]string{
+	conf := templateNginx(t, documentedNginx(t), "docs/production.md", [][2]string{
 		{"listen 443 ssl;", "listen " + listen + " ssl;"},
 		{"server 127.0.0.1:7420;", "server " + upstream + ";"},
 		{"/etc/ssl/outpost/fullchain.pem", cert},
 		{"/etc/ssl/outpost/privkey.pem", key},
-	} {
+	})
+	return startNginxConf(t, bin, listen, conf)
+}
+
+// templateNginx replaces in a documented configuration each string that
+// must be there exactly once.
+func templateNginx(t *testing.T, conf, doc string, replace [][2]string) string {
+	t.Helper()
+	for _, r := range replace {
 		if strings.Count(conf, r[0]) != 1 {
-			t.Fatalf("the documented nginx configuration no longer has %q once; update this test with it", r[0])
+			t.Fatalf("the nginx configuration of %s no longer has %q once; update this test with it", doc, r[0])
 		}
 		conf = strings.Replace(conf, r[0], r[1], 1)
 	}
+	return conf
+}
+
+// startNginxConf runs nginx in the foreground with conf (an http-level
+// include) listening on listen, and returns its directory.
+func startNginxConf(t *testing.T, bin, listen, conf string) string {
+	t.Helper()
+	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "outpost.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +177,8 @@ func TestNginxReverseProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	upstream, listen := freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 2)
+	upstream, listen := addrs[0], addrs[1]
 	nginxDir := startNginx(t, bin, listen, upstream, cert, key)
 	c := &cluster{t: t, admin: adminToken, dataDir: t.TempDir(), addr: upstream, httpc: &http.Client{Transport: tr}, caFile: caFile}
 	c.url = "https://" + listen

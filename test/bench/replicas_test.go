@@ -1,0 +1,302 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/test/balancer"
+)
+
+// replicaCluster is n `outpost server` replicas on one new PostgreSQL
+// database (the benchmark's own server, fsync on), sharing the secret key
+// and the admin token, behind a round-robin TCP balancer (test/balancer).
+// front is a cluster whose url is the balancer's: workers and remotes go
+// through it. direct holds an admin client of each replica itself.
+type replicaCluster struct {
+	front  *cluster
+	urls   []string
+	direct []*client.Client
+}
+
+// startReplicaCluster starts n replicas; the first alone (it migrates the
+// schema and creates the admin token), then the others.
+func startReplicaCluster(b *testing.B, n int) *replicaCluster {
+	b.Helper()
+	pgtest.Require(b)
+	benchPG.once.Do(func() { benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true}) })
+	if benchPG.err != nil {
+		b.Fatal(benchPG.err)
+	}
+	db := benchPG.srv.Database(b)
+	key, err := sealed.GenerateKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	addrs := freeAddrs(b, n+1) // the last for the balancer
+	lb, err := balancer.Start(addrs[n], addrs[:n])
+	addrs = addrs[:n]
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(lb.Close)
+	rc := &replicaCluster{front: &cluster{b: b, url: lb.URL(), outpost: "bench"}}
+	withReplicaFlags := replicaFlags(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i, addr := range addrs {
+		args := []string{"server", "--listen", addr, "--data-dir", b.TempDir(), "--log-level", "warn", "--database", db, "--public-url", lb.URL()}
+		if withReplicaFlags {
+			args = append(args, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-url", "http://"+addr)
+		}
+		p := start(b, fmt.Sprintf("replica-%d", i+1), []string{"OUTPOST_ADMIN_TOKEN=" + adminToken, "OUTPOST_SECRET_KEY=" + sealed.EncodeKey(key)}, args...)
+		if i == 0 {
+			rc.front.server = p
+		}
+		cl, err := client.New("http://"+addr, adminToken, client.WithHTTPClient(pooledHTTP(8)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for cl.Ready(ctx) != nil {
+			select {
+			case <-ctx.Done():
+				b.Fatalf("replica %d did not become ready", i+1)
+			case <-p.done:
+				b.Fatalf("replica %d exited: %v", i+1, p.err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		rc.urls = append(rc.urls, "http://"+addr)
+		rc.direct = append(rc.direct, cl)
+	}
+	if rc.front.admin, err = client.New(lb.URL(), adminToken); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rc.front.admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: rc.front.outpost, Platform: api.PlatformLinux}); err != nil {
+		b.Fatal(err)
+	}
+	tok, err := rc.front.admin.Tokens.Create(ctx, api.CreateTokenRequest{Name: "bench-worker", Scopes: []string{api.ScopeMachine}, Outpost: rc.front.outpost})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc.front.machine = tok.Secret
+	return rc
+}
+
+// freeAddrs returns n distinct loopback addresses with free ports (the
+// listeners are held until all are picked).
+func freeAddrs(b *testing.B, n int) []string {
+	b.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs
+}
+
+// replicaFlags reports whether the binary has --replica-id and
+// --replica-url (issue 16, part C); without them replicas run unnamed.
+func replicaFlags(b *testing.B) bool {
+	out, _ := exec.Command(outpostBinary(b), "server", "--help").CombinedOutput()
+	return strings.Contains(string(out), "--replica-id") && strings.Contains(string(out), "--replica-url")
+}
+
+// BenchmarkReplicaDispatch measures dispatch latency with 1, 2 and 3
+// replicas on one PostgreSQL database behind a round-robin TCP balancer,
+// with one idle worker whose connections (queue watch, claims, its remotes'
+// gateway connections) go through the balancer.
+//
+// The method is BenchmarkDispatch's (a FIFO the session's only command
+// opens; dispatch = command running − POST returned), but session i is
+// created through replica i mod n directly, so with n > 1 most sessions
+// are created on a replica other than the one the worker's queue watch is
+// on: their dispatch includes the cross-replica wake-up. The result is
+// also split by the creating replica.
+//
+// OUTPOST_BENCH_REPLICA_SESSIONS sets the sessions per replica count
+// (default 60).
+func BenchmarkReplicaDispatch(b *testing.B) {
+	n := envInt("OUTPOST_BENCH_REPLICA_SESSIONS", 60)
+	const warmup = 3
+	for _, replicas := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("replicas-%d", replicas), func(b *testing.B) {
+			for range b.N {
+				rc := startReplicaCluster(b, replicas)
+				c := rc.front
+				ws := b.TempDir()
+				c.startWorker(ws)
+				fifo := filepath.Join(ws, "dispatch.fifo")
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					b.Fatal(err)
+				}
+				var all []time.Duration
+				per := make([][]time.Duration, replicas)
+				perClaim := make([][]time.Duration, replicas)
+				for i := range warmup + n {
+					via := i % replicas
+					lat, claim, err := dispatchOnce(rc.direct[via], c, fifo)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if i >= warmup {
+						all = append(all, lat)
+						per[via] = append(per[via], lat)
+						perClaim[via] = append(perClaim[via], claim)
+					}
+					time.Sleep(150 * time.Millisecond) // the worker back to watching, as in BenchmarkDispatch
+				}
+				d := summarize(all)
+				report(b, "dispatch-", d, "ms")
+				b.Logf("machine: %s", machineInfo())
+				b.Logf("replicas=%d dispatch (POST returned → command running): %s", replicas, d)
+				for r, l := range per {
+					b.Logf("  created through replica %d: %s", r+1, summarize(l))
+					b.Logf("    created → claimed (server event times): %s", summarize(perClaim[r]))
+				}
+				b.Logf("SUMMARY replica dispatch, %d replicas: p50=%s p99=%s over %d sessions", replicas, rd(d.p50), rd(d.p99), d.n)
+			}
+		})
+	}
+}
+
+// dispatchOnce creates a session through cl whose one command opens fifo
+// and returns the time from the create's answer to the command running,
+// and from its creation to its claim (the servers' event times, ms
+// resolution: the queue watch's wake-up and the claim); it waits until the
+// worker released the claim.
+func dispatchOnce(cl *client.Client, c *cluster, fifo string) (dispatch, claim time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	running := make(chan time.Time, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_RDONLY, 0)
+		at := time.Now()
+		if err == nil {
+			_, _ = io.Copy(io.Discard, f)
+			f.Close()
+		}
+		running <- at
+	}()
+	sess, err := cl.Sessions.Create(ctx, api.CreateSessionRequest{Outpost: c.outpost, Title: "dispatch",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep(": > " + fifo)}}})
+	returned := time.Now()
+	if err != nil {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil { // unblock the reader
+			f.Close()
+		}
+		<-running
+		return 0, 0, err
+	}
+	var at time.Time
+	select {
+	case at = <-running:
+	case <-ctx.Done():
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		<-running
+		return 0, 0, fmt.Errorf("session %s: its command did not run within 60 s", sess.Metadata.SessionID)
+	}
+	if err := c.waitGone(ctx, sess.Metadata.SessionID); err != nil {
+		return 0, 0, err
+	}
+	evs, err := cl.Sessions.Events(ctx, sess.Metadata.SessionID, 0, 1000)
+	if err != nil {
+		return 0, 0, err
+	}
+	var created, claimed int64
+	for _, ev := range evs.Items {
+		switch {
+		case ev.Type == api.EventStatus && ev.Status == api.StatusNew && created == 0:
+			created = ev.Time
+		case ev.Type == api.EventClaim && claimed == 0:
+			claimed = ev.Time
+		}
+	}
+	return at.Sub(returned), time.Duration(claimed-created) * time.Millisecond, nil
+}
+
+// BenchmarkReplicaClaims measures claim throughput with 1, 2 and 3
+// replicas: BenchmarkClaims' phase 1 (50 concurrent claimers, each claiming
+// its own K distinct pending sessions one after another, pooled clients),
+// with claimer g talking to replica g mod n directly.
+//
+// OUTPOST_BENCH_CLAIMS_PER_WORKER sets K (default 40).
+func BenchmarkReplicaClaims(b *testing.B) {
+	const claimers = 50
+	k := envInt("OUTPOST_BENCH_CLAIMS_PER_WORKER", 40)
+	for _, replicas := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("replicas-%d", replicas), func(b *testing.B) {
+			for range b.N {
+				rc := startReplicaCluster(b, replicas)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				ids, err := createPending(ctx, rc.front, claimers*k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cls := make([]*client.Client, replicas)
+				for i, u := range rc.urls {
+					if cls[i], err = client.New(u, rc.front.machine, client.WithHTTPClient(pooledHTTP(claimers))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				lat := make([][]time.Duration, claimers)
+				errs := make(chan error, claimers)
+				startAt := time.Now()
+				var wg sync.WaitGroup
+				for g := range claimers {
+					cl := cls[g%replicas]
+					wg.Go(func() {
+						acc := fmt.Sprintf("bench-acceptor-%d", g)
+						for _, id := range ids[g*k : (g+1)*k] {
+							t := time.Now()
+							if _, err := cl.Queue.Claim(ctx, id, acc); err != nil {
+								errs <- fmt.Errorf("claim %s: %w", id, err)
+								return
+							}
+							lat[g] = append(lat[g], time.Since(t))
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(startAt)
+				select {
+				case err := <-errs:
+					b.Fatal(err)
+				default:
+				}
+				var all []time.Duration
+				for _, l := range lat {
+					all = append(all, l...)
+				}
+				d := summarize(all)
+				rate := float64(len(all)) / elapsed.Seconds()
+				b.ReportMetric(rate, "claims/s")
+				report(b, "claim-", d, "ms")
+				b.Logf("machine: %s", machineInfo())
+				b.Logf("replicas=%d: %d claimers claimed %d distinct pending sessions in %s: %.0f claims/s", replicas, claimers, len(all), rd(elapsed), rate)
+				b.Logf("  claim latency: %s", d)
+				b.Logf("SUMMARY replica claims, %d replicas: %.0f claims/s, p50=%s p99=%s with %d concurrent claimers", replicas, rate, rd(d.p50), rd(d.p99), claimers)
+			}
+		})
+	}
+}
