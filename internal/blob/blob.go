@@ -111,3 +111,22 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// seekPos is the position a Seek of a reader at pos in a blob of size
+// asks for (io.Seeker's rules; past the end is allowed, before the start
+// is not).
+func seekPos(pos, size, offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += pos
+	case io.SeekEnd:
+		offset += size
+	default:
+		return 0, errors.New("blob: invalid whence")
+	}
+	if offset < 0 {
+		return 0, errors.New("blob: negative position")
+	}
+	return offset, nil
+}

@@ -286,20 +286,12 @@ func (r *pgReader) fetch(n int64) error {
 }
 
 func (r *pgReader) Seek(offset int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-	case io.SeekCurrent:
-		offset += r.pos
-	case io.SeekEnd:
-		offset += r.size
-	default:
-		return 0, errors.New("blob: invalid whence")
+	pos, err := seekPos(r.pos, r.size, offset, whence)
+	if err != nil {
+		return 0, err
 	}
-	if offset < 0 {
-		return 0, errors.New("blob: negative position")
-	}
-	r.pos = offset
-	return offset, nil
+	r.pos = pos
+	return pos, nil
 }
 
 func (r *pgReader) Close() error {

@@ -152,17 +152,6 @@ func (h *hub) drop(sessionID string) *remoteConn {
 	return c
 }
 
-// all returns every attached connection.
-func (h *hub) all() []*remoteConn {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]*remoteConn, 0, len(h.conns))
-	for _, c := range h.conns {
-		out = append(out, c)
-	}
-	return out
-}
-
 // end tells the session's remote that the session is over.
 func (h *hub) end(sessionID, reason string) {
 	if c := h.get(sessionID); c != nil {

@@ -211,7 +211,7 @@ func (o ownedStore) AppendEvents(ctx context.Context, sessionID string, events [
 // the load balancer, to another replica, whose gateway takes the session
 // on. The caller has closed the listener first.
 func (s *Server) handOver() {
-	conns := s.hub.all()
+	conns := s.hub.list()
 	if len(conns) == 0 {
 		return
 	}
