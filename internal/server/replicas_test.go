@@ -978,3 +978,29 @@ func TestReplicaOneServerUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaEndServedElsewhereReachesRemote: a terminate served by a
+// replica that does not hold the remote (the owner did not answer the
+// forward, so it is served where it arrived) still ends the session on its
+// remote, connected to the other replica.
+func TestReplicaEndServedElsewhereReachesRemote(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	rs := startReplicaSetC(t, pg.Database(t), 2, Options{}, func(i int, o *Options) {
+		if i == 0 {
+			o.ReplicaURL = "http://127.0.0.1:1" // nothing answers there
+		}
+	})
+	a, b := rs[0], rs[1]
+	a.outpost("endel")
+	id, token := externalSessionC(t, a.testServer, "endel")
+	rem := connectRemoteC(t, a.srv.gatewayURL, id, token, true)
+	waitFrame(t, rem.frames, api.FrameWelcome)
+	waitRunning(t, b.testServer, id)
+	var s api.Session
+	b.mustDo(200, "POST", "/v1/sessions/"+id+"/terminate", b.admin, nil, &s)
+	if s.Status.Status != api.StatusExit {
+		t.Fatalf("terminated session %+v", s.Status)
+	}
+	waitFrame(t, rem.frames, api.FrameEnd)
+}
