@@ -1004,3 +1004,50 @@ func TestReplicaEndServedElsewhereReachesRemote(t *testing.T) {
 	}
 	waitFrame(t, rem.frames, api.FrameEnd)
 }
+
+// TestReplicaSecondInstanceRefusedAcrossReplicas: a second remote process
+// (another instance) under the claim a first one serves through replica a
+// is refused when it connects through replica b, as it is by one server —
+// not taken as the session's remote moving.
+func TestReplicaSecondInstanceRefusedAcrossReplicas(t *testing.T) {
+	t.Skip("known bug (r16rev review): otherLiveInstance looks only at this replica's hub, so the second instance is welcomed and the first one dropped")
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	rs := startReplicaSetC(t, pg.Database(t), 2, Options{})
+	a, b := rs[0], rs[1]
+	a.outpost("twice2")
+	id, token := externalSessionC(t, a.testServer, "twice2")
+	hello := func(gw, instance string) *reader {
+		r, code := dialGateway(t, gw, id, token)
+		if code != 101 {
+			t.Fatalf("dial: %d", code)
+		}
+		r.send(api.Frame{Type: api.FrameHello, SessionID: id, Instance: instance})
+		rd := r.readInBackground()
+		t.Cleanup(rd.stop)
+		return rd
+	}
+	next := func(rd *reader) api.Frame {
+		select {
+		case f, ok := <-rd.frames:
+			if !ok {
+				return api.Frame{Type: "closed"}
+			}
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame")
+		}
+		return api.Frame{}
+	}
+	first := hello(a.srv.gatewayURL, "aaaa")
+	if f := next(first); f.Type != api.FrameWelcome {
+		t.Fatalf("first remote got %s, want welcome", f.Type)
+	}
+	second := hello(b.srv.gatewayURL, "bbbb")
+	if f := next(second); f.Type != api.FrameError {
+		t.Errorf("second instance through the other replica got %s %q, want an error", f.Type, f.Reason)
+	}
+	if got := ownerOf(t, a.testServer, id); got != "r0" {
+		t.Errorf("owner after the second instance: %q, want r0 (the first instance's replica)", got)
+	}
+}
