@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -62,6 +63,9 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 			s.log.Warn("the change feed reconnected; reading again what is followed here", "err", c.Err)
 		}
 		s.wakeAll()
+		for _, rc := range s.hub.all() {
+			s.endIfEnded(rc.sessionID)
+		}
 		select {
 		case resync <- struct{}{}:
 		default:
@@ -82,7 +86,26 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 	if c.Rev > 0 {
 		s.queueChanged.notify()
 		s.hub.fence(c.SessionID, c.Epoch)
+		if s.hub.get(c.SessionID) != nil {
+			s.endIfEnded(c.SessionID)
+		}
 	}
+}
+
+// endIfEnded tells the session's remote connected here that the session is
+// over, and stops its runner, when another replica ended it (a terminate
+// served where it arrived, an outpost deleted, a limit's sweep): that
+// replica's own hub.end found no connection. It reads the store on a
+// goroutine of its own, so the feed is not held up.
+func (s *Server) endIfEnded(sessionID string) {
+	s.wg.Go(func() {
+		sess, err := s.store.GetSession(s.runCtx, sessionID)
+		if err != nil || !api.IsFinal(sess.Status) {
+			return
+		}
+		s.stopRunner(sessionID) // first, so no call follows the end frame
+		s.hub.end(sessionID, sess.Reason)
+	})
 }
 
 // wakeAll wakes every follower, watcher and runner to read the store.
