@@ -63,7 +63,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 			s.log.Warn("the change feed reconnected; reading again what is followed here", "err", c.Err)
 		}
 		s.wakeAll()
-		for _, rc := range s.hub.all() {
+		for _, rc := range s.hub.list() {
 			s.endIfEnded(rc.sessionID)
 		}
 		select {

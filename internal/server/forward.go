@@ -274,6 +274,10 @@ func (s *Server) dropHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	markAuthenticated(r.Context())
 	id := r.PathValue("session")
+	// The connection is taken before the store is read: one that attaches
+	// after the read (its hello made this replica the owner again) is not
+	// the one this drop is about.
+	held := s.hub.get(id)
 	e, err := s.store.GetQueueEntry(r.Context(), id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.writeError(w, r, err)
@@ -284,21 +288,30 @@ func (s *Server) dropHandler(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, map[string]string{"status": "owned here"})
 		return
 	}
-	dropped := s.dropSession(id, "the session's remote connected through another server")
+	dropped := s.dropSession(id, held, "the session's remote connected through another server")
 	s.log.Info("dropped a session that moved to another replica", "session", id, "to", e.Owner, "asked_by", from, "had_connection", dropped)
 	writeJSON(w, http.StatusOK, map[string]bool{"dropped": dropped})
 }
 
-// dropSession closes the session's connection here, if any, and stops its
-// runner; it reports whether there was a connection.
-func (s *Server) dropSession(sessionID, why string) bool {
-	c := s.hub.drop(sessionID)
-	if c != nil {
-		c.moved.Store(true)
-		c.close(websocket.StatusPolicyViolation, why)
+// dropSession closes the session's connection held, if it is still the
+// one attached, and stops its runner; with held nil it stops the runner
+// unless a connection has attached since. It reports whether it closed a
+// connection. A connection that attached after held was taken belongs to
+// a newer hello and is kept, with its runner.
+func (s *Server) dropSession(sessionID string, held *remoteConn, why string) bool {
+	if held == nil {
+		if s.hub.get(sessionID) == nil {
+			s.agents.StopSession(sessionID)
+		}
+		return false
 	}
+	if !s.hub.dropIf(sessionID, held) {
+		return false
+	}
+	held.moved.Store(true)
+	held.close(websocket.StatusPolicyViolation, why)
 	s.agents.StopSession(sessionID)
-	return c != nil
+	return true
 }
 
 // tellDrop asks replica prev, which owned the session before this one, to

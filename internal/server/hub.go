@@ -140,16 +140,19 @@ func (h *hub) fence(sessionID string, minEpoch int64) {
 	}
 }
 
-// drop forgets the session's connection and returns it, or nil.
-func (h *hub) drop(sessionID string) *remoteConn {
+// dropIf detaches c if it is still the session's connection, and reports
+// whether it did.
+func (h *hub) dropIf(sessionID string, c *remoteConn) bool {
 	h.mu.Lock()
-	c := h.conns[sessionID]
-	delete(h.conns, sessionID)
+	ok := h.conns[sessionID] == c
+	if ok {
+		delete(h.conns, sessionID)
+	}
 	h.mu.Unlock()
-	if c != nil {
+	if ok {
 		h.changed.notify()
 	}
-	return c
+	return ok
 }
 
 // end tells the session's remote that the session is over.

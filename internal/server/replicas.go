@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 
@@ -49,6 +50,18 @@ func defaultReplicaID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// replicaIDPattern is what a replica id may be: it goes into signed
+// headers between replicas, change payloads and metric labels.
+var replicaIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
+
+// checkReplicaID refuses a replica id other replicas could not name.
+func checkReplicaID(id string) error {
+	if !replicaIDPattern.MatchString(id) {
+		return fmt.Errorf("the replica id %q is not valid: use 1 to 200 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", id)
+	}
+	return nil
 }
 
 // defaultReplicaURL is scheme + the bound address when it names a host

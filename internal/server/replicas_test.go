@@ -1051,3 +1051,20 @@ func TestReplicaSecondInstanceRefusedAcrossReplicas(t *testing.T) {
 		t.Errorf("owner after the second instance: %q, want r0 (the first instance's replica)", got)
 	}
 }
+
+// TestReplicaIDChecked: a replica id other replicas could not name (a
+// space breaks the signed drop header) stops the start with a clear error.
+func TestReplicaIDChecked(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"a b", "-lead", "tab\tid", strings.Repeat("x", 201)} {
+		_, err := New(t.Context(), Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", ReplicaID: id, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil || !strings.Contains(err.Error(), "replica id") {
+			t.Errorf("replica id %q: %v, want a replica id error", id, err)
+		}
+	}
+	for _, id := range []string{"outpost-0", "box.example.com-1a2b", "r1"} {
+		if err := checkReplicaID(id); err != nil {
+			t.Errorf("replica id %q refused: %v", id, err)
+		}
+	}
+}

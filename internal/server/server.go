@@ -346,6 +346,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.ReplicaID == "" {
 		opts.ReplicaID = defaultReplicaID()
 	}
+	if err := checkReplicaID(opts.ReplicaID); err != nil {
+		return nil, err
+	}
 	if opts.fanoutPoll <= 0 {
 		opts.fanoutPoll = defaultFanoutPoll
 	}
