@@ -51,40 +51,18 @@ func BenchmarkClaims(b *testing.B) {
 				}
 
 				// Phase 1: claim distinct pending sessions.
-				lat := make([][]time.Duration, claimers)
-				errs := make(chan error, claimers)
-				startAt := time.Now()
-				var wg sync.WaitGroup
-				for g := range claimers {
-					wg.Go(func() {
-						acc := fmt.Sprintf("bench-acceptor-%d", g)
-						for _, id := range ids[g*k : (g+1)*k] {
-							t := time.Now()
-							if _, err := cl.Queue.Claim(ctx, id, acc); err != nil {
-								errs <- fmt.Errorf("claim %s: %w", id, err)
-								return
-							}
-							lat[g] = append(lat[g], time.Since(t))
-						}
-					})
-				}
-				wg.Wait()
-				elapsed := time.Since(startAt)
-				select {
-				case err := <-errs:
+				all, elapsed, err := claimDistinct(ctx, func(int) *client.Client { return cl }, ids, claimers, k)
+				if err != nil {
 					b.Fatal(err)
-				default:
-				}
-				var all []time.Duration
-				for _, l := range lat {
-					all = append(all, l...)
 				}
 				d := summarize(all)
 				rate := float64(len(all)) / elapsed.Seconds()
 
 				// Phase 2: release and re-claim one session per claimer.
 				var claimLat, releaseLat [claimers][]time.Duration
-				startAt = time.Now()
+				errs := make(chan error, claimers)
+				startAt := time.Now()
+				var wg sync.WaitGroup
 				for g := range claimers {
 					wg.Go(func() {
 						acc := fmt.Sprintf("bench-acceptor-%d", g)
@@ -163,4 +141,40 @@ func createPending(ctx context.Context, c *cluster, n int) ([]string, error) {
 	default:
 	}
 	return ids, nil
+}
+
+// claimDistinct has claimers goroutines claim k distinct pending sessions
+// each of ids (claimer g takes ids[g*k:(g+1)*k] through clientOf(g)) and
+// returns every claim's latency and the time the whole phase took.
+func claimDistinct(ctx context.Context, clientOf func(g int) *client.Client, ids []string, claimers, k int) ([]time.Duration, time.Duration, error) {
+	lat := make([][]time.Duration, claimers)
+	errs := make(chan error, claimers)
+	startAt := time.Now()
+	var wg sync.WaitGroup
+	for g := range claimers {
+		cl := clientOf(g)
+		wg.Go(func() {
+			acc := fmt.Sprintf("bench-acceptor-%d", g)
+			for _, id := range ids[g*k : (g+1)*k] {
+				t := time.Now()
+				if _, err := cl.Queue.Claim(ctx, id, acc); err != nil {
+					errs <- fmt.Errorf("claim %s: %w", id, err)
+					return
+				}
+				lat[g] = append(lat[g], time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(startAt)
+	select {
+	case err := <-errs:
+		return nil, 0, err
+	default:
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	return all, elapsed, nil
 }

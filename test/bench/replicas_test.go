@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -259,34 +258,9 @@ func BenchmarkReplicaClaims(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				lat := make([][]time.Duration, claimers)
-				errs := make(chan error, claimers)
-				startAt := time.Now()
-				var wg sync.WaitGroup
-				for g := range claimers {
-					cl := cls[g%replicas]
-					wg.Go(func() {
-						acc := fmt.Sprintf("bench-acceptor-%d", g)
-						for _, id := range ids[g*k : (g+1)*k] {
-							t := time.Now()
-							if _, err := cl.Queue.Claim(ctx, id, acc); err != nil {
-								errs <- fmt.Errorf("claim %s: %w", id, err)
-								return
-							}
-							lat[g] = append(lat[g], time.Since(t))
-						}
-					})
-				}
-				wg.Wait()
-				elapsed := time.Since(startAt)
-				select {
-				case err := <-errs:
+				all, elapsed, err := claimDistinct(ctx, func(g int) *client.Client { return cls[g%replicas] }, ids, claimers, k)
+				if err != nil {
 					b.Fatal(err)
-				default:
-				}
-				var all []time.Duration
-				for _, l := range lat {
-					all = append(all, l...)
 				}
 				d := summarize(all)
 				rate := float64(len(all)) / elapsed.Seconds()
