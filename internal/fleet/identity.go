@@ -107,7 +107,7 @@ func NewIdentity(acceptorID, kind string) (*Identity, error) {
 // only a lock holder trusts.
 func (id *Identity) Close() {
 	if id != nil && id.lock != nil {
-		id.lock.Close()
+		Unlock(id.lock)
 	}
 }
 

@@ -25,3 +25,16 @@ func TryLock(f *os.File) (bool, error) {
 		return false, err
 	}
 }
+
+// Unlock releases the flock on f and closes f. The lock belongs to the
+// open file description, which a child forked by another goroutine shares
+// until its exec closes it: closing alone could leave the lock held for a
+// moment after the holder let go, so it is released explicitly first.
+func Unlock(f *os.File) {
+	for {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	f.Close()
+}

@@ -100,7 +100,7 @@ func openWorkspace(opts Options) (*workspace, error) {
 // close unlocks the workspace.
 func (ws *workspace) close() {
 	if ws != nil && ws.lock != nil {
-		ws.lock.Close()
+		fleet.Unlock(ws.lock)
 	}
 }
 
