@@ -91,6 +91,7 @@ func (l *Lock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
+	funlock(l.f)
 	err := l.f.Close()
 	l.f = nil
 	return err

@@ -20,3 +20,14 @@ func flock(f *os.File) error {
 		}
 	}
 }
+
+// funlock releases the flock on f. The lock belongs to the open file
+// description, which a child forked by another goroutine shares until its
+// exec closes it: closing alone could leave it held for a moment.
+func funlock(f *os.File) {
+	for {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); !errors.Is(err, syscall.EINTR) {
+			return
+		}
+	}
+}
