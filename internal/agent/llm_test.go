@@ -179,7 +179,22 @@ func TestExternalRunner(t *testing.T) {
 	if _, err := h.loop.External(t.Context(), "ses_none", api.ToolExec, nil); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("call to a session without a runner: %v", err)
 	}
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	if h.loop.WaitRunning(short, "ses_ext") {
+		t.Fatal("WaitRunning reported a runner before any started")
+	}
+	cancel()
+	waited := make(chan bool, 1)
+	go func() { waited <- h.loop.WaitRunning(t.Context(), "ses_ext") }()
 	c := h.session("ses_ext", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	select {
+	case ok := <-waited:
+		if !ok {
+			t.Fatal("WaitRunning: false once the runner started")
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("WaitRunning did not return when the runner started")
+	}
 	type reply struct {
 		res api.ToolResult
 		err error

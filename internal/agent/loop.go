@@ -133,6 +133,8 @@ type Loop struct {
 	ctx      context.Context
 	stopping bool
 	runners  map[string]*runner // by session id
+	// started is closed (and replaced) whenever a runner starts.
+	started chan struct{}
 }
 
 // New returns a Loop that runs nothing until Start.
@@ -146,7 +148,7 @@ func New(opts Options) *Loop {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Loop{opts: opts, clock: opts.Clock, log: opts.Logger, runners: map[string]*runner{}}
+	return &Loop{opts: opts, clock: opts.Clock, log: opts.Logger, runners: map[string]*runner{}, started: make(chan struct{})}
 }
 
 // Start lets the loop run sessions until ctx ends; every runner derives
@@ -185,6 +187,8 @@ func (l *Loop) ensure(sessionID string) *runner {
 	r := &runner{l: l, sessionID: sessionID, cancel: cancel, results: make(chan resultMsg),
 		external: make(chan externalReq), done: make(chan struct{}), early: map[int64]resultMsg{}}
 	l.runners[sessionID] = r
+	close(l.started)
+	l.started = make(chan struct{})
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -198,6 +202,24 @@ func (l *Loop) ensure(sessionID string) *runner {
 		l.mu.Unlock()
 	}()
 	return r
+}
+
+// WaitRunning waits until the session has a runner or ctx ends, and
+// reports whether it has one.
+func (l *Loop) WaitRunning(ctx context.Context, sessionID string) bool {
+	for {
+		l.mu.Lock()
+		r, started := l.runners[sessionID], l.started
+		l.mu.Unlock()
+		if r != nil {
+			return true
+		}
+		select {
+		case <-started:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // running returns the session's runner, or nil.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -16,6 +17,10 @@ import (
 // ToolEndSession ends an external session; outside agents call it when
 // they are done.
 const ToolEndSession = agent.ToolEndSession
+
+// runnerStartWait bounds how long a tool call of an outside agent waits
+// for the runner of a session that says it runs.
+const runnerStartWait = 5 * time.Second
 
 // callExternal runs one tool call of an outside agent through the
 // session's runner and waits for its result.
@@ -31,6 +36,15 @@ func (s *Server) callExternal(ctx context.Context, sessionID, tool string, args 
 		return api.ToolResult{}, errConflict("Session %s has ended (%s).", sessionID, sess.Status)
 	}
 	res, err := s.agents.External(ctx, sessionID, tool, args)
+	if errors.Is(err, agent.ErrNotRunning) && sess.Status == api.StatusRunning {
+		// The remote's hello commits the status before its runner starts
+		// (after the welcome): a client that saw "running" waits for it.
+		wctx, cancel := context.WithTimeout(ctx, runnerStartWait)
+		if s.agents.WaitRunning(wctx, sessionID) {
+			res, err = s.agents.External(ctx, sessionID, tool, args)
+		}
+		cancel()
+	}
 	var bad *agent.ToolCallError
 	switch {
 	case errors.Is(err, agent.ErrNotRunning):
