@@ -4,7 +4,10 @@
 // The database runs in WAL mode with synchronous=FULL, so a write is on disk
 // before its method returns. Every write transaction runs on one dedicated
 // connection and begins IMMEDIATE, which serialises writers without
-// SQLITE_BUSY upgrades; queries use a separate pool of read-only connections.
+// SQLITE_BUSY upgrades; the transactions that queue up while one commits
+// share the next commit, each in its own savepoint (group commit, see
+// writer). Queries use a separate pool of read-only connections. Every
+// connection keeps the statements it prepared (see cachingConnector).
 // Times are kept as Unix milliseconds and come back in UTC. The columns, row
 // scanners and the statements both stores send are package sqlstore's.
 package sqlite
@@ -17,6 +20,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -45,6 +49,10 @@ type Store struct {
 
 	// locks are Lock's (locks.go).
 	locks namedLocks
+
+	// writer runs every write transaction on w (writer.go).
+	writer    *writer
+	closeOnce sync.Once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -76,7 +84,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	wq.Set("_journal_mode", "WAL")
 	wq.Set("_synchronous", "FULL")
 	wq.Set("_txlock", "immediate")
-	w, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	w, err := openDB(path+"?"+wq.Encode(), true)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -92,7 +100,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 
 	rq := common // common is not used again
 	rq.Set("_query_only", "1")
-	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	r, err := openDB(path+"?"+rq.Encode(), false)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -106,9 +114,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		o(s)
 	}
 	if s.migrated, err = migrate(ctx, w); err != nil {
-		s.Close()
+		r.Close()
+		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	s.writer = newWriter(w)
 	if s.resealed, err = s.reseal(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -127,23 +137,29 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database.
+// Close closes the database, once the writes already queued are done.
 func (s *Store) Close() error {
+	s.closeOnce.Do(s.writer.close)
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
-// write runs fn in an IMMEDIATE transaction on the writer and commits it.
-// An error from fn rolls back and is returned unchanged.
+// write runs fn in an IMMEDIATE transaction on the writer and returns once
+// it is durable; it may share its commit with other callers' (see writer).
+// An error from fn rolls back fn's writes and is returned unchanged. fn
+// runs on the writer's goroutine and must not call the Store's write
+// methods.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	return s.writer.do(ctx, fn)
+}
+
+// openDB opens a pool on dsn whose connections keep their prepared
+// statements (see cachingConnector).
+func openDB(dsn string, uncancelable bool) (*sql.DB, error) {
+	c, err := sqlite.NewConnector(dsn)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return sql.OpenDB(cachingConnector{Connector: c, uncancelable: uncancelable}), nil
 }
 
 // read runs fn in a read transaction, so its queries see one snapshot.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -403,6 +404,29 @@ func BenchmarkUpdateSessionParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+}
+
+// BenchmarkUpdateSession50 measures claim-style updates from 50 goroutines,
+// as 50 claimers make them; they share commits (group commit), and
+// txs/commit is the mean batch.
+func BenchmarkUpdateSession50(b *testing.B) {
+	const n = 1000
+	s := benchStore(b, n)
+	var tokens, next atomic.Int64
+	commits, txs := s.writer.commits.Load(), s.writer.txs.Load()
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := fmt.Sprint("s", next.Add(1)%n)
+			if _, err := s.UpdateSession(b.Context(), id, claimFn("acc", &tokens)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+	b.ReportMetric(float64(s.writer.txs.Load()-txs)/float64(max(1, s.writer.commits.Load()-commits)), "txs/commit")
 }
 
 // The shared statements (package sqlstore) are written with $N
