@@ -104,7 +104,7 @@ func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.
 // ActiveSessions returns ids of sessions whose status is not final (see
 // api.IsFinal), oldest first.
 func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
-	ids, err := collect(sqlstore.ScanString)(s.pool.Query(ctx, sqlstore.ActiveSessionsSQL, sqlstore.FinalStatuses()...))
+	ids, err := collect(sqlstore.ScanString)(s.pool.Query(ctx, sqlstore.ActiveSessionsSQL))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: active sessions: %w", err)
 	}

@@ -106,7 +106,7 @@ func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.
 // ActiveSessions returns ids of sessions whose status is not final (see
 // api.IsFinal), oldest first.
 func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
-	ids, err := s.ids(ctx, sqlstore.ActiveSessionsSQL, sqlstore.FinalStatuses()...)
+	ids, err := s.ids(ctx, sqlstore.ActiveSessionsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: active sessions: %w", err)
 	}

@@ -17,9 +17,12 @@ const (
 	GetStateSQL = `SELECT ` + StateCols + ` FROM sessions WHERE id = $1`
 	// SessionExistsSQL returns 1 when session $1 exists.
 	SessionExistsSQL = `SELECT 1 FROM sessions WHERE id = $1`
-	// ActiveSessionsSQL lists the ids of sessions whose status is neither
-	// $1 nor $2 (the final ones), oldest first.
-	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ($1, $2) ORDER BY created_at, id`
+	// ActiveSessionsSQL lists the ids of sessions whose status is not final
+	// (see api.IsFinal), oldest first, through the partial index
+	// sessions_active. It spells that index's WHERE exactly, the statuses
+	// as literals: the planners prove a partial index usable from the
+	// query's text, not from the values bound to it.
+	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
 	// FindResealSQL lists id and secrets_json of the sessions whose
 	// secrets are not sealed under key $1, through the index of
 	// secrets_key (rows under any other key, or none).
@@ -70,10 +73,6 @@ const (
 	// DeleteOutpostSQL deletes outpost $1.
 	DeleteOutpostSQL = `DELETE FROM outposts WHERE id = $1`
 )
-
-// FinalStatuses are the arguments of ActiveSessionsSQL: the final statuses
-// (see api.IsFinal).
-func FinalStatuses() []any { return []any{api.StatusExit, api.StatusError} }
 
 // Where builds a WHERE clause of conditions joined by AND, numbering the
 // placeholders of its arguments in order.

@@ -1,0 +1,61 @@
+package sqlite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
+)
+
+// The queries of live work go through indexes that hold no history: the
+// deleted queue entries and the ended sessions an outpost leaves behind
+// would otherwise be read by every count, claim-order list, re-list and
+// sweep (migration 0015_history).
+func TestPlansSkipHistory(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t)
+	defer s.Close()
+	listPending := dialect.ListQueue(store.QueueFilter{OutpostID: "op", Phase: api.PhasePending, ByPriority: true, Limit: 100})
+	relist := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AfterRev: 7, Limit: 100})
+	all := dialect.ListQueue(store.QueueFilter{AfterRev: 7, Limit: 100})
+	byAcceptor := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AcceptorID: "acc"})
+	for _, c := range []struct {
+		name, query string
+		args        []any
+		index       string // one of them, separated by |
+	}{
+		{"live count", relist.Count, relist.CountArgs, "queue_live_rev"},
+		{"live count by phase", listPending.Count, listPending.CountArgs, "queue_outpost_priority"},
+		{"live count by acceptor", byAcceptor.Count, byAcceptor.CountArgs, "queue_live_rev"},
+		{"claim order", listPending.Page, listPending.PageArgs, "queue_outpost_priority|queue_live_rev"},
+		{"re-list", relist.Page, relist.PageArgs, "queue_live_rev"},
+		{"re-list of every outpost", all.Page, all.PageArgs, "queue_live_all_rev"},
+		{"held claims", heldClaimsSQL, []any{"op", api.PhaseClaimed, 5, "s"}, "queue_phase_expiry"},
+		{"active sessions", sqlstore.ActiveSessionsSQL, nil, "sessions_active"},
+	} {
+		rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+c.query, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		p := strings.Join(plan, "; ") + " "
+		ok := false
+		for _, index := range strings.Split(c.index, "|") {
+			ok = ok || strings.Contains(p, "INDEX "+index+" ")
+		}
+		if !ok {
+			t.Errorf("%s: plan %q uses none of %s", c.name, p, c.index)
+		}
+	}
+}
