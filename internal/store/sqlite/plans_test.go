@@ -19,7 +19,6 @@ func TestPlansSkipHistory(t *testing.T) {
 	defer s.Close()
 	listPending := dialect.ListQueue(store.QueueFilter{OutpostID: "op", Phase: api.PhasePending, ByPriority: true, Limit: 100})
 	relist := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AfterRev: 7, Limit: 100})
-	all := dialect.ListQueue(store.QueueFilter{AfterRev: 7, Limit: 100})
 	byAcceptor := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AcceptorID: "acc"})
 	for _, c := range []struct {
 		name, query string
@@ -31,7 +30,6 @@ func TestPlansSkipHistory(t *testing.T) {
 		{"live count by acceptor", byAcceptor.Count, byAcceptor.CountArgs, "queue_live_rev"},
 		{"claim order", listPending.Page, listPending.PageArgs, "queue_outpost_priority|queue_live_rev"},
 		{"re-list", relist.Page, relist.PageArgs, "queue_live_rev"},
-		{"re-list of every outpost", all.Page, all.PageArgs, "queue_live_all_rev"},
 		{"held claims", heldClaimsSQL, []any{"op", api.PhaseClaimed, 5, "s"}, "queue_phase_expiry"},
 		{"active sessions", sqlstore.ActiveSessionsSQL, nil, "sessions_active"},
 	} {

@@ -84,6 +84,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	wq.Set("_journal_mode", "WAL")
 	wq.Set("_synchronous", "FULL")
 	wq.Set("_txlock", "immediate")
+	// Group commit puts each caller's transaction in a savepoint, and
+	// SQLite journals the pages a savepoint changes to a temporary file
+	// unless temporary storage is memory (they are a batch's few pages).
+	wq.Set("_pragma", "temp_store(MEMORY)")
 	w, err := openDB(path+"?"+wq.Encode(), true)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)

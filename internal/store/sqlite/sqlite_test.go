@@ -157,6 +157,7 @@ func TestPragmas(t *testing.T) {
 		{"writer", "synchronous", "2"},
 		{"writer", "foreign_keys", "1"},
 		{"writer", "busy_timeout", strconv.Itoa(busyTimeoutMS)},
+		{"writer", "temp_store", "2"},
 		{"reader", "journal_mode", "wal"},
 		{"reader", "foreign_keys", "1"},
 		{"reader", "query_only", "1"},
