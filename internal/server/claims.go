@@ -310,18 +310,7 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation
-		sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
-		sess.UpdatedAt, sess.EndedAt = now, &now
-		m.Session = &sess
-		m.Events = append(m.Events, statusEvent(sess, now), api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
-		if e.OutpostID != "" && !e.Deleted {
-			e.SessionStatus = api.QueueSessionTerminated
-			e.UpdatedAt = now
-			if e.Phase == api.PhasePending {
-				e.Deleted = true // nobody holds it: nothing to release
-			}
-			m.Entry = &e
-		}
+		endRows(&sess, e, &m, now, status, detail, reason)
 		return m, nil
 	})
 	if err != nil {
@@ -330,13 +319,41 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 	if m.Session == nil {
 		return func() {}, nil
 	}
+	s.committed(sessionID, m)
+	return s.ended(sessionID, status, detail, reason), nil
+}
+
+// endRows is the end of a session in a transaction that read sess and e:
+// it adds to m the session's final status, its status and end events and,
+// for a live entry, the entry marked terminated (a pending one deleted:
+// nobody holds it to release). commitEnd commits it alone; a session
+// runner folds it into the transaction of the session's last result
+// (issue 17 part C: one commit less per session).
+func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
+	sess.UpdatedAt, sess.EndedAt = now, &now
+	m.Session = sess
+	m.Events = append(m.Events, statusEvent(*sess, now), api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
+	if e.OutpostID != "" && !e.Deleted {
+		e.SessionStatus = api.QueueSessionTerminated
+		e.UpdatedAt = now
+		if e.Phase == api.PhasePending {
+			e.Deleted = true // nobody holds it: nothing to release
+		}
+		m.Entry = &e
+	}
+}
+
+// ended follows a committed (and published) end of a session: it counts
+// and logs it, and returns what must follow — stopping the runner and
+// telling the remote to end.
+func (s *Server) ended(sessionID, status, detail, reason string) func() {
 	s.metrics.sessionsEnded.WithLabelValues(status, detail).Inc()
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
-	s.committed(sessionID, m)
 	return func() {
 		s.stopRunner(sessionID) // first, so no call follows the end frame
 		s.hub.end(sessionID, reason)
-	}, nil
+	}
 }
 
 // dropEntry deletes a session's queue entry whatever its claim.
