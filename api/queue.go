@@ -133,6 +133,27 @@ type WatchEvent struct {
 	Cursor string `json:"cursor"`
 }
 
+// MaxClaimNextExclude bounds ClaimNextRequest.Exclude.
+const MaxClaimNextExclude = 100
+
+// ClaimNextRequest is the body of POST /v1/outposts/{outpost}/queue:claim,
+// a server-assigned claim: the server claims for AcceptorID the first
+// pending session of the outpost in claim order (higher priority first,
+// then oldest) that the claimer can take, as a claim by id would, or
+// answers 204 No Content when there is none. It is for Outpost's own
+// claimers, so that concurrent claimers never race for one session; the
+// claim by id stays for everyone.
+type ClaimNextRequest struct {
+	// AcceptorID names the claimer (see ValidateAcceptorID).
+	AcceptorID string `json:"acceptor_id"`
+	// Platform, when set, skips sessions pinned to another platform
+	// (PlatformLinux, ...); sessions that pin none are taken.
+	Platform string `json:"platform,omitempty"`
+	// Exclude lists sessions the claimer does not want now (at most
+	// MaxClaimNextExclude), such as ones it postponed.
+	Exclude []string `json:"exclude,omitempty"`
+}
+
 // ClaimRequest is the body of claim and release.
 type ClaimRequest struct {
 	// AcceptorID names the claimer (see ValidateAcceptorID); a claim by the

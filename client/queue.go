@@ -84,6 +84,23 @@ func (s *QueueService) Claim(ctx context.Context, sessionID, acceptorID string) 
 	return &e, nil
 }
 
+// ClaimNext asks the server to claim for req.AcceptorID the next pending
+// session of outpost (a name or id) in claim order, and returns it as Claim
+// does; nil and no error when none is claimable. Concurrent claimers get
+// different sessions, so they never race for one. A server without the
+// endpoint answers 404 (IsNotFound), as it does for an unknown outpost.
+func (s *QueueService) ClaimNext(ctx context.Context, outpost string, req api.ClaimNextRequest) (*api.QueueEntry, error) {
+	var e api.QueueEntry
+	err := s.c.do(ctx, http.MethodPost, "/v1/outposts/"+url.PathEscape(outpost)+"/queue:claim", nil, req, &e)
+	if err != nil {
+		return nil, err
+	}
+	if e.Metadata.SessionID == "" {
+		return nil, nil // 204: nothing to claim
+	}
+	return &e, nil
+}
+
 // Release gives a claim back so the session requeues at once.
 // IsConflict(err) when acceptorID does not hold the claim.
 func (s *QueueService) Release(ctx context.Context, sessionID, acceptorID string) (*api.QueueEntry, error) {

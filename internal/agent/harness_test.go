@@ -103,6 +103,23 @@ func (h *harness) CommitEnd(ctx context.Context, sessionID, status, detail, reas
 	}, nil
 }
 
+// EndIn is CommitEnd's change in the caller's transaction.
+func (h *harness) EndIn(sess *store.Session, _ store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
+	sess.UpdatedAt, sess.EndedAt = now, &now
+	m.Session = sess
+	m.Events = append(m.Events, statusEvent(*sess, now),
+		api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
+}
+
+// Ended is what follows CommitEnd's transaction.
+func (h *harness) Ended(sessionID, _, _, _ string) func() {
+	return func() {
+		h.loop.StopSession(sessionID)
+		h.ended <- sessionID
+	}
+}
+
 // session creates a running session of agent with its prompt as the first
 // user message, and connects a remote for it.
 func (h *harness) session(id string, spec api.SessionSpec) *fakeConn {
@@ -208,6 +225,12 @@ func (h *harness) events(id string) []api.Event {
 type countingStore struct {
 	store.Store
 	listEvents, listCalls atomic.Int64
+	updates               atomic.Int64 // UpdateSession transactions
+}
+
+func (s *countingStore) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {
+	s.updates.Add(1)
+	return s.Store.UpdateSession(ctx, id, fn)
 }
 
 func (s *countingStore) ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]api.Event, error) {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -94,6 +95,14 @@ type Ender interface {
 	// telling its remote — so that a caller holding a lock over the
 	// transition can release it first. The returned func is never nil.
 	CommitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error)
+	// EndIn writes into a transaction of the caller's — which read sess
+	// and e, and found the session not ended — the change CommitEnd
+	// commits, adding it to m (issue 17 part C: a script's end folds into
+	// its last result's commit). Once m is committed and published, Ended
+	// does the rest of CommitEnd and returns what must follow, as
+	// CommitEnd's func.
+	EndIn(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string)
+	Ended(sessionID, status, detail, reason string) func()
 }
 
 // Options are a Loop's dependencies. Store, Feed, Gateway, Messages and

@@ -38,6 +38,14 @@ type runner struct {
 	// committed events for it. Both owned by run.
 	conv *conversation
 	sub  Subscription
+	// A script session ends in the transaction of its last call's result
+	// (issue 17 part C): finalSeq is that call (0: none, other kinds),
+	// finalEnd gives the end its result makes, and endedHere is set once
+	// that transaction ended the session. Owned by run.
+	finalSeq    int64
+	finalEnd    func(c store.Call) (status, detail, reason string)
+	endedHere   bool
+	scriptSteps int // len(agent.steps)
 }
 
 // resultMsg is a result frame and the connection it came on.
@@ -145,6 +153,10 @@ func (r *runner) run(ctx context.Context) {
 		done[c.Seq] = c
 	}
 	steps := plan(sess)
+	if k := sess.Spec.Agent.Kind; k != api.AgentLLM && k != api.AgentExternal && len(steps) > 0 {
+		r.finalSeq = int64(len(steps))
+	}
+	r.scriptSteps = len(sess.Spec.Agent.Steps)
 	out, ok := r.runSteps(ctx, steps, done)
 	if !ok {
 		return
@@ -283,6 +295,13 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 		}
 	}
 	recordNext := next != nil && (f.OK || !st.stop)
+	// The last step's result ends a script session in its own commit.
+	var endStatus, endDetail, endReason string
+	ending := seq == r.finalSeq && r.finalEnd != nil && next == nil
+	if ending {
+		endStatus, endDetail, endReason = r.finalEnd(call)
+		endReason = r.secrets.String(endReason)
+	}
 	var m store.Mutation
 	err := r.retry(ctx, "record result", func() (err error) {
 		m, err = r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
@@ -295,6 +314,9 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			if recordNext {
 				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
 				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: r.secrets.JSON(next.args)})
+			}
+			if ending {
+				r.l.opts.Ender.EndIn(&sess, e, &m, now, endStatus, endDetail, endReason)
 			}
 			return m, nil
 		})
@@ -313,6 +335,10 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 	}
 	r.committed(m)
 	_ = msg.conn.Ack(ctx, seq)
+	if ending {
+		r.endedHere = true
+		r.l.opts.Ender.Ended(r.sessionID, endStatus, endDetail, endReason)()
+	}
 	return call, recordNext, nil
 }
 
@@ -339,10 +365,16 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 					next = &steps[i+1]
 				}
 			}
+			if seq == r.finalSeq {
+				r.finalEnd = func(c store.Call) (string, string, string) { return r.endAfter(out, st, c, seq) }
+			}
 			var err error
 			var recordedNext bool
 			if c, recordedNext, err = r.execute(ctx, seq, st, next); err != nil {
 				r.fail(ctx, err)
+				return out, false
+			}
+			if r.endedHere {
 				return out, false
 			}
 			done[seq] = c // later calls are numbered after it
@@ -364,6 +396,25 @@ func (r *runner) runSteps(ctx context.Context, steps []step, done map[int64]stor
 		}
 	}
 	return out, true
+}
+
+// endAfter is the end of a script session whose last step st (call seq)
+// came back as c, out being what the steps before it left: the end runSteps
+// and run give it otherwise.
+func (r *runner) endAfter(out stepOutcome, st step, c store.Call, seq int64) (status, detail, reason string) {
+	switch {
+	case c.OK:
+	case st.stop:
+		return api.StatusError, api.DetailError, stoppedText(st, c, seq, nil)
+	case st.tolerated:
+		out.tolerated++
+	default:
+		out.failed = append(out.failed[:len(out.failed):len(out.failed)], stepFailure{st, c})
+	}
+	if len(out.failed) > 0 {
+		return api.StatusError, api.DetailError, failedStepsText(out.failed, r.scriptSteps)
+	}
+	return api.StatusExit, api.DetailFinished, finishedText(r.scriptSteps, out.tolerated)
 }
 
 // lateResult handles a result for a call the runner is not waiting for (a

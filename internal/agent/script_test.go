@@ -126,6 +126,34 @@ func TestScriptStepFailure(t *testing.T) {
 	}
 }
 
+// TestScriptEndsWithItsLastResult: a one-step script session takes two
+// transactions of the runner — the call's record and its result, which
+// also ends the session (issue 17 part C) — and its transcript reads as
+// before: the result, then the final status, then the end.
+func TestScriptEndsWithItsLastResult(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	args, _ := json.Marshal(api.ExecArgs{Command: "true"})
+	c := h.session("ses_one", api.SessionSpec{Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: args}}}})
+	call := c.expectCall(t) // recorded before it was sent
+	before := h.store.updates.Load()
+	h.answer(c, call.Seq, true, `{"exit_code":0}`, "")
+	sess := h.waitEnd("ses_one")
+	if sess.Status != api.StatusExit || sess.StatusDetail != api.DetailFinished || sess.EndedAt == nil {
+		t.Fatalf("session %s/%s ended %v, want exit/finished", sess.Status, sess.StatusDetail, sess.EndedAt)
+	}
+	if n := h.store.updates.Load() - before; n != 1 {
+		t.Errorf("%d session transactions after the call was sent, want 1 (its result, with the end)", n)
+	}
+	var types []string
+	for _, ev := range h.events("ses_one") {
+		types = append(types, ev.Type)
+	}
+	if got := strings.Join(types, " "); !strings.HasSuffix(got, api.EventCall+" "+api.EventResult+" "+api.EventStatus+" "+api.EventEnd) {
+		t.Errorf("transcript %q, want it to end with call, result, status, end", got)
+	}
+}
+
 // TestScriptResumesAfterRestart stops the loop while a call waits for its
 // result and starts a new one on the same store, as after a server
 // restart: the new runner sends the same call again (the remote answers it

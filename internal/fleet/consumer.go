@@ -209,6 +209,10 @@ type Consumer struct {
 	stopping chan struct{} // closed when the consumer shuts down
 	wg       sync.WaitGroup
 
+	// byID is set once the server answered a server-assigned claim with
+	// 404 (a server from before it): claims name their session from then.
+	byID atomic.Bool
+
 	mu      sync.Mutex // guards the following
 	entries map[string]api.QueueEntry
 	held    map[string]*Session
@@ -383,6 +387,9 @@ loop:
 // claimBackoff for the attempt-th failure in a row, whatever wakes the
 // scheduler meanwhile.
 func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool, full time.Duration) {
+	if done, full := c.scheduleNext(ctx); done {
+		return false, full
+	}
 	for ctx.Err() == nil {
 		cands := c.candidates()
 		progressed := false

@@ -37,7 +37,7 @@ type fleetEnv struct {
 
 	mu   sync.Mutex // guards hook and the counters
 	hook func(w http.ResponseWriter, r *http.Request) bool
-	hits map[string]int // "list", "watch", "claim" requests seen
+	hits map[string]int // "list", "watch", "claim", "claim_next" requests seen
 }
 
 func newFleetEnv(t *testing.T, opts server.Options) *fleetEnv {
@@ -76,6 +76,8 @@ func newFleetEnv(t *testing.T, opts server.Options) *fleetEnv {
 			e.hits["list"]++
 		case strings.HasSuffix(r.URL.Path, "/claim"):
 			e.hits["claim"]++
+		case strings.HasSuffix(r.URL.Path, "/queue:claim"):
+			e.hits["claim_next"]++
 		}
 		hook := e.hook
 		e.mu.Unlock()
@@ -284,6 +286,9 @@ func TestClaimConflictSkipped(t *testing.T) {
 	second := e.session(ctx)
 	var raced atomic.Bool
 	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if noClaimNext(w, r) {
+			return true // the race is of claims by id
+		}
 		if strings.HasSuffix(r.URL.Path, "/"+first+"/claim") && raced.CompareAndSwap(false, true) {
 			if _, err := e.admin.Queue.Claim(r.Context(), first, "rival"); err != nil {
 				t.Errorf("rival claim: %v", err)
@@ -647,6 +652,9 @@ func TestFailedClaimWaitsItsBackoff(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if noClaimNext(w, r) {
+			return true // the backoff is of claims by id
+		}
 		if strings.HasSuffix(r.URL.Path, "/"+id+"/claim") && failing.Load() {
 			http.Error(w, `{"error":{"code":"internal","message":"injected"}}`, http.StatusInternalServerError)
 			return true

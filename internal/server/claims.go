@@ -29,65 +29,94 @@ type claimResult struct {
 // claim is the compare-and-swap on acceptor_id: it takes a free or lapsed
 // entry, or renews the caller's own claim, and issues a fresh connect token.
 func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimResult, error) {
-	var res claimResult
-	var queued time.Time // when a session taken from the queue entered it
-	var exhausted bool   // a lapsed claim was the session's last attempt
-	now := s.now()
-	token := newSecret("opc_")
-	m, err := s.store.ClaimSession(ctx, sessionID, now, func(sess store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error) {
-		exhausted = false
-		if e.OutpostID == "" || e.Deleted {
-			return store.Mutation{}, errGone
+	c := s.newClaimTx(acceptor)
+	m, err := s.store.ClaimSession(ctx, sessionID, c.now, c.fn)
+	return s.claimed(ctx, c, m, err)
+}
+
+// claimTx is one claim's transaction function and what it found.
+type claimTx struct {
+	acceptor  string
+	now       time.Time
+	ttl       time.Duration // Options.ClaimTTL
+	token     string
+	res       claimResult
+	queued    time.Time // when a session taken from the queue entered it
+	exhausted bool      // a lapsed claim was the session's last attempt
+	// check, when set, runs first on the entry fn sees; its error aborts.
+	check func(e store.QueueEntry) error
+}
+
+func (s *Server) newClaimTx(acceptor string) *claimTx {
+	return &claimTx{acceptor: acceptor, now: s.now(), ttl: s.opts.ClaimTTL, token: newSecret("opc_")}
+}
+
+// fn is the claim's decision, run in the store's transaction (ClaimSession
+// or ClaimNext).
+func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error) {
+	c.exhausted, c.res = false, claimResult{}
+	sessionID, acceptor, now := e.SessionID, c.acceptor, c.now
+	if c.check != nil {
+		if err := c.check(e); err != nil {
+			return store.Mutation{}, err
 		}
-		var m store.Mutation
-		held := e.Held(now)
-		switch e.SessionStatus {
-		case api.QueueSessionSuspended, api.QueueSessionTerminated:
-			// Never handed out; but its holder may keep renewing until
-			// its remote has exited and it releases.
-			if !held || e.AcceptorID != acceptor {
-				return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
-			}
+	}
+	if e.OutpostID == "" || e.Deleted {
+		return store.Mutation{}, errGone
+	}
+	var m store.Mutation
+	held := e.Held(now)
+	switch e.SessionStatus {
+	case api.QueueSessionSuspended, api.QueueSessionTerminated:
+		// Never handed out; but its holder may keep renewing until
+		// its remote has exited and it releases.
+		if !held || e.AcceptorID != acceptor {
+			return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
 		}
-		if held && e.AcceptorID != acceptor {
-			return store.Mutation{}, errConflict("Session %s is claimed by another acceptor.", sessionID)
+	}
+	if held && e.AcceptorID != acceptor {
+		return store.Mutation{}, errConflict("Session %s is claimed by another acceptor.", sessionID)
+	}
+	c.queued = e.UpdatedAt // a pending entry's last change put it in the queue
+	if e.Phase == api.PhaseClaimed && !held {
+		// The previous holder's claim lapsed and the sweeper has not
+		// seen it yet: requeue first, in this same transaction.
+		c.queued = e.Expiry()
+		if lapse(&sess, &e, now, &m) {
+			c.exhausted = true
+			m.Session, m.Entry = &sess, &e
+			return m, nil
 		}
-		queued = e.UpdatedAt // a pending entry's last change put it in the queue
-		if e.Phase == api.PhaseClaimed && !held {
-			// The previous holder's claim lapsed and the sweeper has not
-			// seen it yet: requeue first, in this same transaction.
-			queued = e.Expiry()
-			if lapse(&sess, &e, now, &m) {
-				exhausted = true
-				m.Session, m.Entry = &sess, &e
-				return m, nil
-			}
+	}
+	c.res.renewed = held
+	if !held && load.MaxRunning > 0 && load.Held >= load.MaxRunning {
+		// The lapse above, if any, is rolled back with the claim: the
+		// sweeper requeues it.
+		return store.Mutation{}, errAtCapacity(sessionID, load)
+	}
+	if !held {
+		e.Epoch++
+		e.Phase = api.PhaseClaimed
+		e.AcceptorID = acceptor
+		e.LiveUntil = time.Time{} // no remote of this claim yet
+		m.Events = append(m.Events, api.Event{Type: api.EventClaim, AcceptorID: acceptor, Time: now.UnixMilli(),
+			Reason: fmt.Sprintf("Claimed by %s.", acceptor)})
+		if sess.Status == api.StatusNew {
+			sess.Status, sess.StatusDetail, sess.Reason = api.StatusClaimed, "", fmt.Sprintf("Claimed by %s; waiting for its remote to connect.", acceptor)
+			m.Events = append(m.Events, statusEvent(sess, now))
 		}
-		res.renewed = held
-		if !held && load.MaxRunning > 0 && load.Held >= load.MaxRunning {
-			// The lapse above, if any, is rolled back with the claim: the
-			// sweeper requeues it.
-			return store.Mutation{}, errAtCapacity(sessionID, load)
-		}
-		if !held {
-			e.Epoch++
-			e.Phase = api.PhaseClaimed
-			e.AcceptorID = acceptor
-			e.LiveUntil = time.Time{} // no remote of this claim yet
-			m.Events = append(m.Events, api.Event{Type: api.EventClaim, AcceptorID: acceptor, Time: now.UnixMilli(),
-				Reason: fmt.Sprintf("Claimed by %s.", acceptor)})
-			if sess.Status == api.StatusNew {
-				sess.Status, sess.StatusDetail, sess.Reason = api.StatusClaimed, "", fmt.Sprintf("Claimed by %s; waiting for its remote to connect.", acceptor)
-				m.Events = append(m.Events, statusEvent(sess, now))
-			}
-		}
-		e.ClaimDeadline = now.Add(s.opts.ClaimTTL)
-		e.UpdatedAt = now
-		sess.UpdatedAt = now
-		m.Session, m.Entry = &sess, &e
-		m.ConnectTokens = append(m.ConnectTokens, store.ConnectToken{Hash: hashSecret(token), SessionID: sessionID, Epoch: e.Epoch, CreatedAt: now})
-		return m, nil
-	})
+	}
+	e.ClaimDeadline = now.Add(c.ttl)
+	e.UpdatedAt = now
+	sess.UpdatedAt = now
+	m.Session, m.Entry = &sess, &e
+	m.ConnectTokens = append(m.ConnectTokens, store.ConnectToken{Hash: hashSecret(c.token), SessionID: sessionID, Epoch: e.Epoch, CreatedAt: now})
+	return m, nil
+}
+
+// claimed publishes a claim's transaction (m, err) and counts its outcome.
+func (s *Server) claimed(ctx context.Context, c *claimTx, m store.Mutation, err error) (claimResult, error) {
+	res := c.res
 	if err != nil {
 		outcome := "error"
 		var he *httpError
@@ -100,18 +129,19 @@ func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (claimRe
 		s.metrics.claims.WithLabelValues(outcome).Inc()
 		return res, err
 	}
-	if exhausted {
+	sessionID := m.Entry.SessionID
+	if c.exhausted {
 		s.metrics.claims.WithLabelValues("lapsed").Inc()
 		s.attemptsExhausted(ctx, sessionID, m)
 		s.metrics.claims.WithLabelValues("conflict").Inc()
 		return res, errConflict("Session %s ended: %s", sessionID, m.Session.Reason)
 	}
-	res.entry, res.token = *m.Entry, token
+	res.entry, res.token = *m.Entry, c.token
 	if res.renewed {
 		s.metrics.claims.WithLabelValues("renewed").Inc()
 	} else {
 		s.metrics.claims.WithLabelValues("claimed").Inc()
-		s.observeQueueWait(ctx, res.entry.OutpostID, res.entry.Kind, now.Sub(queued))
+		s.observeQueueWait(ctx, res.entry.OutpostID, res.entry.Kind, c.now.Sub(c.queued))
 	}
 	s.committed(sessionID, m)
 	return res, nil
@@ -280,18 +310,7 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation
-		sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
-		sess.UpdatedAt, sess.EndedAt = now, &now
-		m.Session = &sess
-		m.Events = append(m.Events, statusEvent(sess, now), api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
-		if e.OutpostID != "" && !e.Deleted {
-			e.SessionStatus = api.QueueSessionTerminated
-			e.UpdatedAt = now
-			if e.Phase == api.PhasePending {
-				e.Deleted = true // nobody holds it: nothing to release
-			}
-			m.Entry = &e
-		}
+		endRows(&sess, e, &m, now, status, detail, reason)
 		return m, nil
 	})
 	if err != nil {
@@ -300,13 +319,41 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 	if m.Session == nil {
 		return func() {}, nil
 	}
+	s.committed(sessionID, m)
+	return s.ended(sessionID, status, detail, reason), nil
+}
+
+// endRows is the end of a session in a transaction that read sess and e:
+// it adds to m the session's final status, its status and end events and,
+// for a live entry, the entry marked terminated (a pending one deleted:
+// nobody holds it to release). commitEnd commits it alone; a session
+// runner folds it into the transaction of the session's last result
+// (issue 17 part C: one commit less per session).
+func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
+	sess.UpdatedAt, sess.EndedAt = now, &now
+	m.Session = sess
+	m.Events = append(m.Events, statusEvent(*sess, now), api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
+	if e.OutpostID != "" && !e.Deleted {
+		e.SessionStatus = api.QueueSessionTerminated
+		e.UpdatedAt = now
+		if e.Phase == api.PhasePending {
+			e.Deleted = true // nobody holds it: nothing to release
+		}
+		m.Entry = &e
+	}
+}
+
+// ended follows a committed (and published) end of a session: it counts
+// and logs it, and returns what must follow — stopping the runner and
+// telling the remote to end.
+func (s *Server) ended(sessionID, status, detail, reason string) func() {
 	s.metrics.sessionsEnded.WithLabelValues(status, detail).Inc()
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
-	s.committed(sessionID, m)
 	return func() {
 		s.stopRunner(sessionID) // first, so no call follows the end frame
 		s.hub.end(sessionID, reason)
-	}, nil
+	}
 }
 
 // dropEntry deletes a session's queue entry whatever its claim.

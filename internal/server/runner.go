@@ -82,6 +82,14 @@ func (e agentEnder) CommitEnd(ctx context.Context, sessionID, status, detail, re
 	return e.s.commitEnd(ctx, sessionID, status, detail, reason)
 }
 
+func (e agentEnder) EndIn(sess *store.Session, entry store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+	endRows(sess, entry, m, now, status, detail, reason)
+}
+
+func (e agentEnder) Ended(sessionID, status, detail, reason string) func() {
+	return e.s.ended(sessionID, status, detail, reason)
+}
+
 // messageLock takes the lock that orders recording a user message of the
 // session against ending the session because its model is done: the
 // store's, so the message and the end may come through different servers.

@@ -744,6 +744,8 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST "+prefix+"/{session}/release", s.authed(s.releaseHandler, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/events", s.authed(s.machineEvent, api.ScopeMachine))
 	}
+	// Issue 17 part C: server-assigned claims for Outpost's own claimers.
+	mux.HandleFunc("POST /v1/outposts/{outpost}/queue:claim", s.authed(s.claimNextHandler, api.ScopeMachine))
 	// Connected workers and orchestrators: heartbeats kept in memory.
 	wk := s.newWorkers()
 	mux.HandleFunc("GET /v1/outposts/{outpost}/workers", s.authed(wk.list, read...))

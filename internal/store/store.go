@@ -62,6 +62,14 @@ type OutpostLoad struct {
 	Held int
 }
 
+// NextFilter narrows ClaimNext's pick (issue 17 part C).
+type NextFilter struct {
+	// Platform, when set, skips entries pinned to another platform.
+	Platform string
+	// Exclude skips these sessions.
+	Exclude []string
+}
+
 // OutpostCounts are an outpost's queue and sessions by state, for metrics.
 type OutpostCounts struct {
 	// Pending counts pending entries; Held claimed ones whose claim has
@@ -337,6 +345,17 @@ type Store interface {
 	// after every other ClaimSession of that outpost committed, so claims
 	// of one outpost never exceed MaxRunning however many race.
 	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
+
+	// ClaimNext (issue 17 part C) is ClaimSession of the first entry of
+	// outpostID that is pending, not deleted, neither suspended nor
+	// terminated, of platform f.Platform or none (when f.Platform is set)
+	// and not in f.Exclude, in claim order (priority, then created_at, then
+	// session id), picked in the same transaction as fn runs. Concurrent
+	// ClaimNext calls pick different entries (SQLite: the single writer;
+	// PostgreSQL: FOR UPDATE SKIP LOCKED on the session row). ErrNotFound
+	// when no entry matches. fn may still see an entry another writer
+	// changed between the pick and its lock; it decides.
+	ClaimNext(ctx context.Context, outpostID string, now time.Time, f NextFilter, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
 	// ListQueue returns entries matching f and the total matching f's
 	// OutpostID, Phase and AcceptorID (ignoring AfterRev and Limit,

@@ -125,9 +125,37 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn f
 
 var heldClaimsSQL = dialect.HeldClaimsSQL()
 
+// ClaimNext (issue 17 part C) is ClaimSession of the outpost's first
+// claimable entry. The pick locks the entry's session row FOR UPDATE SKIP
+// LOCKED, the lock every writer of a session takes first, so concurrent
+// calls pick different entries and none waits for another's; an entry
+// claimed by id meanwhile is still pending in the pick's snapshot, and fn
+// sees it as it is once locked.
+func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	q, args := dialect.ClaimNextSQL(outpostID, f, "FOR UPDATE OF s SKIP LOCKED")
+	var id string
+	pick := func(b *pgx.Batch) {
+		id = ""
+		b.Queue(q, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
+	}
+	m, err := s.updatePicked(ctx, pick, &id, now, true, fn)
+	if err != nil && id == "" && errors.Is(err, store.ErrNotFound) {
+		return store.Mutation{}, fmt.Errorf("postgres: claim the next session of outpost %s: %w", outpostID, store.ErrNotFound)
+	}
+	return m, err
+}
+
 // update is UpdateSession and, with claim, ClaimSession.
 func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool,
 	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	return s.updatePicked(ctx, nil, &id, now, claim, fn)
+}
+
+// updatePicked is update of session *id or, with pick, of the session
+// whose id pick's statement (the first of the transaction) stores in *id.
+func (s *Store) updatePicked(ctx context.Context, pick func(b *pgx.Batch), idp *string, now time.Time, claim bool,
+	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	var id string
 	var m store.Mutation
 	var load store.OutpostLoad
 	var limited bool
@@ -141,6 +169,7 @@ func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool
 	// held, see what those writers committed. What fn sees stays current
 	// until commit.
 	first := func(b *pgx.Batch) {
+		id = *idp
 		b.Queue(sqlstore.GetStateSQL+` FOR UPDATE`, id).QueryRow(func(row pgx.Row) (err error) {
 			sess, err = sqlstore.ScanState(row)
 			return err
@@ -167,7 +196,20 @@ func (s *Store) update(ctx context.Context, id string, now time.Time, claim bool
 			})
 		}
 	}
-	err := s.writeBatch(ctx, first, func(tx pgx.Tx) error {
+	begin, body := first, func(tx pgx.Tx) error { return nil }
+	if pick != nil {
+		// The pick's round trip comes first; the session's reads follow
+		// once its id is known.
+		begin, body = pick, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			first(b)
+			return tx.SendBatch(ctx, b).Close()
+		}
+	}
+	err := s.writeBatch(ctx, begin, func(tx pgx.Tx) error {
+		if err := body(tx); err != nil {
+			return err
+		}
 		if limited {
 			// The outpost's row is locked: the claims committed before
 			// this one are all counted.

@@ -101,7 +101,39 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 // session's outpost at now. The store's one writer serializes it with
 // every other claim.
 func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
-	return s.update(ctx, id, func(tx *sql.Tx, e store.QueueEntry) (store.OutpostLoad, error) {
+	return s.update(ctx, id, s.claimLoad(ctx, id, now), fn)
+}
+
+// ClaimNext (issue 17 part C) is ClaimSession of the outpost's first
+// claimable entry, picked in the same write transaction: the one writer
+// orders it after every other transaction, so concurrent calls never pick
+// the same entry.
+func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	q, args := dialect.ClaimNextSQL(outpostID, f, "")
+	var m store.Mutation
+	var fnErr error
+	var id string
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, q, args...).Scan(&id); err != nil {
+			return err
+		}
+		m, fnErr = updateTx(ctx, tx, id, s.claimLoad(ctx, id, now), fn)
+		return fnErr
+	})
+	var fe fnError
+	if errors.As(fnErr, &fe) {
+		return store.Mutation{}, fe.err
+	}
+	if err != nil {
+		return store.Mutation{}, fmt.Errorf("sqlite: claim the next session of outpost %s: %w", outpostID, mapErr(err))
+	}
+	return m, nil
+}
+
+// claimLoad reads, in a claim's transaction, the load of the outpost of
+// session id's entry e at now.
+func (s *Store) claimLoad(ctx context.Context, id string, now time.Time) func(tx *sql.Tx, e store.QueueEntry) (store.OutpostLoad, error) {
+	return func(tx *sql.Tx, e store.QueueEntry) (store.OutpostLoad, error) {
 		var l store.OutpostLoad
 		if e.OutpostID == "" {
 			return l, nil
@@ -120,7 +152,7 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn f
 			return l, fmt.Errorf("count held claims: %w", err)
 		}
 		return l, nil
-	}, fn)
+	}
 }
 
 var heldClaimsSQL = dialect.HeldClaimsSQL()
@@ -132,33 +164,52 @@ func (s *Store) update(ctx context.Context, id string, load func(*sql.Tx, store.
 	var m store.Mutation
 	var fnErr error
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		sess, err := sqlstore.ScanState(tx.QueryRowContext(ctx, sqlstore.GetStateSQL, id))
-		if err != nil {
-			return err
-		}
-		e, err := sqlstore.ScanEntry(tx.QueryRowContext(ctx, sqlstore.GetEntrySQL, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			e, err = store.QueueEntry{SessionID: id}, nil
-		}
-		if err != nil {
-			return err
-		}
-		var l store.OutpostLoad
-		if load != nil {
-			if l, err = load(tx, e); err != nil {
-				return err
-			}
-		}
-		if m, fnErr = fn(sess, e, l); fnErr != nil {
-			return fnErr
-		}
-		return applyMutation(ctx, tx, id, &m)
+		m, fnErr = updateTx(ctx, tx, id, load, fn)
+		return fnErr
 	})
-	if fnErr != nil {
-		return store.Mutation{}, fnErr
+	var fe fnError
+	if errors.As(fnErr, &fe) {
+		return store.Mutation{}, fe.err
 	}
 	if err != nil {
 		return store.Mutation{}, fmt.Errorf("sqlite: update session %s: %w", id, mapErr(err))
+	}
+	return m, nil
+}
+
+// fnError carries an error of an update's fn out of its transaction, to be
+// returned as is.
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+
+// updateTx is the body of update's transaction tx. An error of fn comes
+// back as a fnError.
+func updateTx(ctx context.Context, tx *sql.Tx, id string, load func(*sql.Tx, store.QueueEntry) (store.OutpostLoad, error),
+	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	sess, err := sqlstore.ScanState(tx.QueryRowContext(ctx, sqlstore.GetStateSQL, id))
+	if err != nil {
+		return store.Mutation{}, err
+	}
+	e, err := sqlstore.ScanEntry(tx.QueryRowContext(ctx, sqlstore.GetEntrySQL, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		e, err = store.QueueEntry{SessionID: id}, nil
+	}
+	if err != nil {
+		return store.Mutation{}, err
+	}
+	var l store.OutpostLoad
+	if load != nil {
+		if l, err = load(tx, e); err != nil {
+			return store.Mutation{}, err
+		}
+	}
+	m, err := fn(sess, e, l)
+	if err != nil {
+		return store.Mutation{}, fnError{err}
+	}
+	if err := applyMutation(ctx, tx, id, &m); err != nil {
+		return store.Mutation{}, err
 	}
 	return m, nil
 }

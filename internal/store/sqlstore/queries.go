@@ -186,6 +186,42 @@ func (d Dialect) ListQueue(f store.QueueFilter) ListQuery {
 // queue_outpost_priority is on it.
 const ClaimOrder = `priority DESC, created_at, session_id`
 
+// ClaimNextSQL picks the session id of outpost $1's first claimable entry
+// for f, in claim order, through the partial index queue_claim_next (whose
+// condition the query spells with literals, so the planner can use it). A
+// non-empty lock is appended (PostgreSQL's row lock of the pick; sessions
+// then joins as s, and has no deleted column, so NotDeleted is the queue's).
+func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string) (string, []any) {
+	args := []any{outpostID, api.QueueSessionSuspended, api.QueueSessionTerminated}
+	var b strings.Builder
+	b.WriteString(`SELECT q.session_id FROM queue q`)
+	if lock != "" {
+		b.WriteString(` JOIN sessions s ON s.id = q.session_id`)
+	}
+	b.WriteString(` WHERE q.outpost_id = $1 AND q.phase = '` + api.PhasePending + `' AND ` + d.NotDeleted +
+		` AND q.session_status NOT IN ($2, $3)`)
+	if f.Platform != "" {
+		args = append(args, f.Platform)
+		fmt.Fprintf(&b, ` AND q.platform IN ('', $%d)`, len(args))
+	}
+	if len(f.Exclude) > 0 {
+		b.WriteString(` AND q.session_id NOT IN (`)
+		for i, id := range f.Exclude {
+			args = append(args, id)
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "$%d", len(args))
+		}
+		b.WriteString(`)`)
+	}
+	b.WriteString(` ORDER BY q.priority DESC, q.created_at, q.session_id LIMIT 1`)
+	if lock != "" {
+		b.WriteString(" " + lock)
+	}
+	return b.String(), args
+}
+
 // HeldClaimsSQL counts the entries of outpost $1 other than session $4
 // whose claim ($2) is held at $3, through the index
 // queue_outpost_priority.

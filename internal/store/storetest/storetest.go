@@ -67,6 +67,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		// Part A of issue 16: stores that are a ChangeFeed.
 		{"ChangeFeed", testChangeFeed},
 		{"Replicas", testReplicas}, // part C
+		// Issue 17 part C: server-assigned claims.
+		{"ClaimNext", testClaimNext},
+		{"ClaimNextConcurrent", testClaimNextConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

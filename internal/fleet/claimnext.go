@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
+)
+
+// Issue 17 part C: a consumer asks the server for the next pending session
+// of its outpost (client.QueueService.ClaimNext) rather than claiming an id
+// the watch showed, so that consumers woken by one change do not race for
+// one session: the watch is a hint that there is work, the server decides
+// which.
+
+// scheduleNext claims through server-assigned claims while there is
+// capacity and the queue, as the consumer knows it, shows a candidate. It
+// reports whether it did the round (done); false leaves the round to the
+// claims by id: against a server without the endpoint (from then on), with
+// more postponed sessions than a request may exclude, or after an error,
+// whose retries the claims by id pace. full is as schedule's.
+func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Duration) {
+	if c.byID.Load() {
+		return false, 0
+	}
+	for ctx.Err() == nil && c.free() > 0 {
+		cands := c.candidates()
+		if len(cands) == 0 {
+			return true, 0
+		}
+		exclude, ok := c.postponed()
+		if !ok {
+			return false, 0
+		}
+		claim, err := c.claimNext(ctx, exclude)
+		switch {
+		case client.HasCode(err, api.CodeOutpostAtCapacity):
+			return true, c.atCapacity()
+		case client.IsNotFound(err):
+			c.log.Info("the server does not assign claims (an older version); claiming sessions by id", "err", err)
+			c.byID.Store(true)
+			return false, 0 // no claim was made: by id from here
+		case err != nil:
+			if ctx.Err() == nil {
+				c.log.Warn("cannot claim the next session; claiming by id", "err", err)
+			}
+			return false, 0
+		case claim == nil:
+			// Nothing claimable for this consumer: what it saw pending
+			// has been taken; the watch will show it so.
+			c.mu.Lock()
+			for _, e := range cands {
+				if cur, ok := c.entries[e.Metadata.SessionID]; ok && cur.Status.Phase == api.PhasePending {
+					cur.Status.Phase = api.PhaseClaimed // until the queue says otherwise
+					c.entries[e.Metadata.SessionID] = cur
+				}
+			}
+			c.mu.Unlock()
+			return true, 0
+		}
+		c.mu.Lock()
+		c.fullTries = 0
+		c.mu.Unlock()
+		c.start(ctx, *claim, false)
+	}
+	return true, 0
+}
+
+// postponed lists the sessions held back by retryAt now, for a request's
+// exclude; false when there are more than it may hold.
+func (c *Consumer) postponed() ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	var out []string
+	for id, at := range c.retryAt {
+		if now.Before(at) {
+			out = append(out, id)
+		}
+	}
+	return out, len(out) <= api.MaxClaimNextExclude
+}
+
+// claimNext is claim of the server's choice. A claim already sent is seen
+// through even when ctx ends meanwhile, and then released at once.
+func (c *Consumer) claimNext(ctx context.Context, exclude []string) (*api.QueueEntry, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	claim, err := c.Client.Queue.ClaimNext(cctx, c.outpostID(), api.ClaimNextRequest{
+		AcceptorID: c.Identity.AcceptorID, Platform: c.platform, Exclude: exclude,
+	})
+	if err == nil && claim != nil && ctx.Err() != nil {
+		c.Release(context.WithoutCancel(ctx), claim.Metadata.SessionID, "")
+		return nil, ctx.Err()
+	}
+	return claim, err
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Issue 17 part C: server-assigned claims. Outpost's own claimers (workers,
+// orchestrators) ask for "the next pending session of this outpost"
+// instead of racing each other for one id they saw on the watch: the
+// store picks the first claimable entry in claim order inside the claim's
+// own transaction, so concurrent claimers get different sessions and a
+// burst has no conflicts. The claim by id stays as the contract has it.
+
+// errRaced aborts a ClaimNext whose pick another writer changed between
+// the pick and its lock (PostgreSQL only): the next pick skips it.
+var errRaced = errors.New("the picked entry changed before it was locked")
+
+// maxClaimNextPicks bounds the picks of one claimNext that each lost a
+// race to another writer.
+const maxClaimNextPicks = 10
+
+// claimNextHandler serves POST /v1/outposts/{outpost}/queue:claim: 200 and
+// the claimed entry as a claim by id answers it, or 204 when no pending
+// session of the outpost is claimable for the request.
+func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.ClaimNextRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkClaimNext(req); err != nil {
+		return err
+	}
+	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	res, ok, err := s.claimNext(ctx, o.ID, req)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	out := toAPIEntry(res.entry)
+	out.Status.ConnectToken = res.token
+	out.Status.GatewayURL = s.gatewayURL
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// checkClaimNext answers 400 for a request that is not valid.
+func checkClaimNext(req api.ClaimNextRequest) error {
+	if err := checkAcceptorID(req.AcceptorID); err != nil {
+		return err
+	}
+	switch req.Platform {
+	case "", api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows:
+	default:
+		return errBadRequest("platform must be %s, %s or %s (or left out for any).", api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows)
+	}
+	if len(req.Exclude) > api.MaxClaimNextExclude {
+		return errBadRequest("exclude lists at most %d sessions; it has %d.", api.MaxClaimNextExclude, len(req.Exclude))
+	}
+	for _, id := range req.Exclude {
+		if id == "" || len(id) > 128 {
+			return errBadRequest("exclude holds session ids of 1 to 128 characters.")
+		}
+	}
+	return nil
+}
+
+// claimNext claims for req.AcceptorID the first claimable pending session
+// of outpost outpostID; false when there is none.
+func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (claimResult, bool, error) {
+	f := store.NextFilter{Platform: req.Platform, Exclude: append([]string(nil), req.Exclude...)}
+	for range maxClaimNextPicks {
+		c := s.newClaimTx(req.AcceptorID)
+		var raced string
+		c.check = func(e store.QueueEntry) error {
+			// What the pick selected, re-read under the session's lock.
+			if e.Deleted || e.Phase != api.PhasePending ||
+				e.SessionStatus == api.QueueSessionSuspended || e.SessionStatus == api.QueueSessionTerminated {
+				raced = e.SessionID
+				return errRaced
+			}
+			return nil
+		}
+		m, err := s.store.ClaimNext(ctx, outpostID, c.now, f, c.fn)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return claimResult{}, false, nil
+		case errors.Is(err, errRaced):
+			f.Exclude = append(f.Exclude, raced)
+			continue
+		}
+		res, err := s.claimed(ctx, c, m, err)
+		return res, err == nil, err
+	}
+	// Every pick lost its race: the claimer asks again on its next hint.
+	return claimResult{}, false, nil
+}
