@@ -20,6 +20,7 @@ func TestPlansSkipHistory(t *testing.T) {
 	listPending := dialect.ListQueue(store.QueueFilter{OutpostID: "op", Phase: api.PhasePending, ByPriority: true, Limit: 100})
 	relist := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AfterRev: 7, Limit: 100})
 	byAcceptor := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AcceptorID: "acc"})
+	claimNext, claimNextArgs := dialect.ClaimNextSQL("op", store.NextFilter{Platform: "linux", Exclude: []string{"ses_x"}}, "")
 	for _, c := range []struct {
 		name, query string
 		args        []any
@@ -32,6 +33,7 @@ func TestPlansSkipHistory(t *testing.T) {
 		{"re-list", relist.Page, relist.PageArgs, "queue_live_rev"},
 		{"held claims", heldClaimsSQL, []any{"op", api.PhaseClaimed, 5, "s"}, "queue_phase_expiry"},
 		{"active sessions", sqlstore.ActiveSessionsSQL, nil, "sessions_active"},
+		{"claim next", claimNext, claimNextArgs, "queue_outpost_priority"},
 	} {
 		rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+c.query, c.args...)
 		if err != nil {

@@ -187,8 +187,9 @@ func (d Dialect) ListQueue(f store.QueueFilter) ListQuery {
 const ClaimOrder = `priority DESC, created_at, session_id`
 
 // ClaimNextSQL picks the session id of outpost $1's first claimable entry
-// for f, in claim order, through the partial index queue_claim_next (whose
-// condition the query spells with literals, so the planner can use it). A
+// for f, in claim order, through the partial index queue_outpost_priority
+// of live entries (its condition is spelled with literals, so the planner
+// can use it: the pick reads no deleted markers). A
 // non-empty lock is appended (PostgreSQL's row lock of the pick; sessions
 // then joins as s, and has no deleted column, so NotDeleted is the queue's).
 func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string) (string, []any) {
