@@ -26,7 +26,15 @@ const maxSessionEnv = 64 << 10
 // It reports whether anything was read: nothing means the worker stopped
 // (or was killed) without handing over a session, and the remote has
 // nothing to serve.
+//
+// When r is also a writer (a worker gives the remote a socket), the remote
+// first writes "ready" and a newline on it: it waits now, and a sandbox
+// around it has been set up. On a read-only pipe that write fails, which
+// is ignored.
 func ReadSessionEnv(r io.Reader, setenv func(key, value string) error) (bool, error) {
+	if w, ok := r.(io.Writer); ok {
+		_, _ = io.WriteString(w, "ready\n")
+	}
 	sc := bufio.NewScanner(io.LimitReader(r, maxSessionEnv))
 	sc.Buffer(make([]byte, 0, 4096), maxSessionEnv)
 	n := 0

@@ -41,6 +41,10 @@ import (
 // has run.
 const maxPrestartDeaths = 3
 
+// readyWait bounds how long a claimed session waits for the pre-started
+// remote to be ready before it gets a new one.
+const readyWait = 10 * time.Second
+
 // prestartPrefix starts the name of a pre-started remote's state dir.
 const prestartPrefix = ".prestart-"
 
@@ -51,9 +55,10 @@ var sessionVars = []string{api.EnvGatewayURL.Name, api.EnvConnectToken.Name, api
 // prestarted is a remote waiting for its session.
 type prestarted struct {
 	p     *remoteProc
-	stdin *os.File // the pipe's write end; closed without a session, the remote exits
-	dir   string   // its state dir as created, also the path the remote sees under bwrap
-	env   []string // its environment: a session's without sessionVars
+	sock  *os.File      // the worker's end of its stdin socket; closed without a session, the remote exits
+	ready chan struct{} // closed when the remote said it waits (sandbox set up)
+	dir   string        // its state dir as created, also the path the remote sees under bwrap
+	env   []string      // its environment: a session's without sessionVars
 	taken chan struct{}
 }
 
@@ -149,20 +154,45 @@ func (ps *prestarter) startLocked() (*prestarted, error) {
 	}
 	lookup := fleet.LookupWithCAFile(os.LookupEnv, ps.w.opts.CAFile)
 	env := baseEnv(fleet.SpawnEnv(&api.QueueEntry{}, "", lookup))
-	r, wr, err := os.Pipe()
+	r, sock, err := sessionSocket()
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("create the session pipe: %w", err)
+		return nil, fmt.Errorf("create the session socket: %w", err)
 	}
 	p, err := ps.w.spawn(ps.command, env, "", dir, r)
 	r.Close()
 	if err != nil {
-		wr.Close()
+		sock.Close()
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	ps.log.Debug("remote pre-started", "pid", p.cmd.Process.Pid, "state_dir", dir)
-	return &prestarted{p: p, stdin: wr, dir: dir, env: env, taken: make(chan struct{})}, nil
+	cur := &prestarted{p: p, sock: sock, dir: dir, env: env, taken: make(chan struct{}), ready: make(chan struct{})}
+	ps.wg.Add(1)
+	go func() {
+		defer ps.wg.Done()
+		if awaitReady(sock) {
+			close(cur.ready)
+		}
+	}()
+	return cur, nil
+}
+
+// awaitReady reads the remote's "ready" line from its socket; false when
+// the socket ends (the remote exited, or the worker closed it) first.
+func awaitReady(sock *os.File) bool {
+	var line []byte
+	b := make([]byte, 16)
+	for {
+		n, err := sock.Read(b)
+		line = append(line, b[:n]...)
+		if strings.Contains(string(line), "\n") {
+			return strings.HasPrefix(string(line), "ready\n")
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 // watch replaces cur when it exits while waiting for a session.
@@ -209,14 +239,23 @@ func (ps *prestarter) take(rc []string, id, stateDir string, env func(stateDir s
 		}
 		go ps.discard(cur)
 	}
+	// Until it says it waits, a remote under bwrap may still be binding
+	// its state dir, which must not move before; a remote still starting
+	// is sooner ready than a new one.
+	ready := time.NewTimer(readyWait)
+	defer ready.Stop()
 	select {
+	case <-cur.ready:
 	case <-cur.p.dead:
 		ps.discard(cur) // taken from ps.cur, it is ours to discard
 		ps.mu.Lock()
 		ps.deaths++
 		ps.mu.Unlock()
 		return nil
-	default:
+	case <-ready.C:
+		ps.log.Warn("the pre-started remote is not ready; starting one for the session", "session", id, "waited", readyWait)
+		go ps.discard(cur)
+		return nil
 	}
 	seen := stateDir // the state dir's path as the remote sees it
 	if ps.w.iso.name() == string(IsolationBwrap) {
@@ -254,8 +293,8 @@ func (ps *prestarter) take(rc []string, id, stateDir string, env func(stateDir s
 	p.stateDir, p.startedAt = stateDir, time.Now()
 	p.stdout.setSession(id)
 	p.stderr.setSession(id)
-	_, err := cur.stdin.WriteString(handover.String())
-	if cerr := cur.stdin.Close(); err == nil {
+	_, err := cur.sock.WriteString(handover.String())
+	if cerr := cur.sock.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -274,7 +313,7 @@ func (ps *prestarter) take(rc []string, id, stateDir string, env func(stateDir s
 // discard stops a pre-started remote that will serve no session and
 // removes its state dir.
 func (ps *prestarter) discard(cur *prestarted) {
-	cur.stdin.Close() // it reads EOF and exits
+	cur.sock.Close() // it reads EOF and exits
 	select {
 	case <-cur.p.dead:
 	case <-time.After(killDelay):

@@ -15,11 +15,12 @@ import (
 
 // fakePrestarted is a shell remote that waits for its session as `outpost
 // remote serve --session-from-stdin` does: it appends its pid to marks
-// when it starts, reads KEY=VALUE lines until EOF, then leaves its
+// when it starts, says "ready" on its stdin socket, reads KEY=VALUE lines until EOF, then leaves its
 // environment in $OUTPOST_STATE_DIR/env.txt and its pid in …/served. It
 // exits 0 at once when nothing was handed over.
 func fakePrestarted(marks string) []string {
 	return []string{"sh", "-c", `echo $$ >> '` + marks + `'
+echo ready >&0
 got=
 while IFS= read -r kv; do export "$kv"; got=1; done
 [ -n "$got" ] || exit 0
@@ -227,5 +228,34 @@ func TestBaseEnvDropsSessionVars(t *testing.T) {
 	want := []string{"PATH=/bin", "HOME=/h", "OUTPOST_CA_FILE=/ca.pem"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("baseEnv = %q, want %q", got, want)
+	}
+}
+
+// TestPrestartWaitsUntilReady: a session is handed over only once the
+// pre-started remote said it waits (under bwrap its sandbox may still be
+// binding the state dir that the hand-over renames).
+func TestPrestartWaitsUntilReady(t *testing.T) {
+	requireUnix(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	self := []string{"remote-of-this-build"}
+	slow := []string{"sh", "-c", `sleep 0.3; echo ready >> '` + marks + `'; echo ready >&0
+while IFS= read -r kv; do export "$kv"; done
+echo $$ > "$OUTPOST_STATE_DIR/served"`}
+	ps, dataDir := newTestPrestarter(t, slow, self)
+	ps.fill()
+	stateDir := filepath.Join(dataDir, "sessions", "sess-1")
+	p := ps.take(self, "sess-1", stateDir, spawnEnv("sess-1"))
+	if p == nil {
+		t.Fatal("take = nil, want the remote that is still starting")
+	}
+	if b, _ := os.ReadFile(marks); string(b) != "ready\n" {
+		t.Errorf("handed over before the remote was ready (marks %q)", b)
+	}
+	if err := <-p.exited; err != nil {
+		t.Fatalf("remote exit: %v", err)
+	}
+	p.logFile.Close()
+	if _, err := os.Stat(filepath.Join(stateDir, "served")); err != nil {
+		t.Errorf("the session was not served: %v", err)
 	}
 }

@@ -210,7 +210,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.SessionID != "" {
 		return c.Serve(ctx, opts.SessionID)
 	}
-	if len(opts.PrestartCommand) > 0 {
+	if len(opts.PrestartCommand) > 0 && canPrestart {
 		w.pre = newPrestarter(w, opts.PrestartCommand, opts.RemoteCommand)
 		defer w.pre.close()
 		w.pre.fill() // before the first claim, which it then serves
