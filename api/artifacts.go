@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 // ToolUploadArtifact sends a file from the remote to the control plane.
@@ -89,7 +90,7 @@ type ArtifactFrame struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
-var artifactNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var artifactNameRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // ValidateArtifactName returns an error when name is not a valid artifact
 // name.

@@ -2,8 +2,9 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 // Kinds of connected acceptors (WorkerInfo.Kind).
@@ -32,7 +33,7 @@ const (
 
 // acceptorIDRE is what an acceptor id must look like, in claims, releases,
 // machine events and presence alike.
-var acceptorIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`)
+var acceptorIDRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`)
 
 // AcceptorIDRule says in words what ValidateAcceptorID accepts.
 const AcceptorIDRule = "1 to 200 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit"
@@ -51,7 +52,7 @@ func ValidateAcceptorID(id string) error {
 }
 
 // instanceRE is what WorkerInfo.Instance must look like when set.
-var instanceRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var instanceRE = lazyregexp.New(`^[A-Za-z0-9._-]{1,64}$`)
 
 // ValidateInstance returns an error when instance, if set, is not 1 to 64
 // letters, digits, '.', '_' and '-'.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +30,11 @@ type RemoteServeOptions struct {
 	f         *Factory
 	LogLevel  string
 	LogFormat string
+	// SessionFromStdin makes the remote wait for the session's spawn
+	// variables on standard input (remote.ReadSessionEnv): a worker
+	// pre-starts its next remote this way. Hidden: not part of the spawn
+	// contract.
+	SessionFromStdin bool
 }
 
 // NewCmdRemoteServe returns `outpost remote serve`. runF replaces the run in
@@ -74,11 +80,30 @@ moved): its claimer must then leave the claim alone.`,
 		},
 	}
 	addLogFlags(serve.Flags(), &opts.LogLevel, &opts.LogFormat)
+	serve.Flags().BoolVar(&opts.SessionFromStdin, "session-from-stdin", false,
+		"wait for the session's spawn variables on standard input (KEY=VALUE lines until EOF), as a worker's pre-started remote")
+	_ = serve.Flags().MarkHidden("session-from-stdin")
 	return serve
 }
 
 func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
 	f := o.f
+	logger := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	// The agent's commands run as this user: keep them out of this
+	// process's environment, where the connect token is.
+	if err := procguard.NotDumpable(); err != nil {
+		logger.Warn("cannot mark the remote not dumpable", "err", err)
+	}
+	if o.SessionFromStdin {
+		// Pre-started by a worker: start-up is done; wait for the session.
+		got, err := remote.ReadSessionEnv(f.IO.In, os.Setenv)
+		if err != nil {
+			return err
+		}
+		if !got {
+			return nil // the worker stopped before handing over a session
+		}
+	}
 	opts, err := remote.OptionsFromEnv()
 	if err != nil {
 		return err
@@ -88,12 +113,7 @@ func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
 			return err
 		}
 	}
-	opts.Logger = newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
-	// The agent's commands run as this user: keep them out of this
-	// process's environment, where the connect token is.
-	if err := procguard.NotDumpable(); err != nil {
-		opts.Logger.Warn("cannot mark the remote not dumpable", "err", err)
-	}
+	opts.Logger = logger
 	err = remote.Serve(ctx, opts)
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -33,7 +33,10 @@ type WorkerStartOptions struct {
 	// KeepWorkspace turns off the clearing of the workspace between
 	// sessions.
 	KeepWorkspace bool
-	LogFormat     string
+	// NoPrestart (part R of issue 17) starts each remote at claim time
+	// instead of keeping one pre-started while idle.
+	NoPrestart bool
+	LogFormat  string
 	// ConfigFile is the YAML file of settings (--config); "" means none.
 	ConfigFile string
 	// overridden lists the file's keys the environment replaced.
@@ -183,6 +186,7 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	fl.StringVar(&opts.Dir, "dir", "", "workspace directory the remote runs in (default: the current directory)")
 	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory, one per running worker (env "+api.EnvWorkerDataDir.Name+"; default ~/.outpost/worker/<workspace name>-<hash of its path>)")
 	fl.BoolVar(&opts.KeepWorkspace, "keep-workspace", false, "keep the files sessions leave in the workspace (default: cleared before the next session; repos/ keeps its object stores)")
+	fl.BoolVar(&opts.NoPrestart, "no-prestart", false, "start each session's remote at claim time (default: keep one started while idle, which takes its start-up out of dispatch)")
 	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env "+envNames(api.EnvGatewayURL)+")")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
 	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
@@ -345,6 +349,7 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 		PollInterval:  o.PollInterval,
 		GracePeriod:   o.GracePeriod,
 		KeepWorkspace: o.KeepWorkspace,
+		NoPrestart:    o.NoPrestart,
 		Logger:        log,
 		Stdout:        f.IO.Out,
 		Isolation:     o.isolation,

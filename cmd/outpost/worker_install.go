@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/deploy/systemd"
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
@@ -48,7 +48,7 @@ const defaultWorkerUser = "outpost"
 
 // instanceName is what an outpost name or id must look like to name a
 // unit instance and its files.
-var instanceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var instanceName = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // NewCmdWorkerInstall returns `outpost worker install`. runF replaces the
 // run in tests.

@@ -16,9 +16,10 @@ package dist
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
+
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 // Platform suffixes of the layout.
@@ -46,7 +47,7 @@ const (
 )
 
 // idPattern is what a version id must be, as public clients check it.
-var idPattern = regexp.MustCompile(`^[0-9a-f]{6,40}$`)
+var idPattern = lazyregexp.New(`^[0-9a-f]{6,40}$`)
 
 // ValidID reports whether s is a version id: 6 to 40 lower-case hex digits.
 func ValidID(s string) bool { return idPattern.MatchString(s) }

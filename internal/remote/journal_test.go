@@ -61,3 +61,36 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestJournalNewIsNotRewritten: a journal with nothing in it (a new
+// session's) is opened as it is, not compacted (a rewrite, a rename and
+// two fsyncs at every remote's start), and still records and replays.
+func TestJournalNewIsNotRewritten(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	path := filepath.Join(state, "journal", "journal.log")
+	must(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	must(t, os.WriteFile(path, nil, 0o600))
+	before, err := os.Stat(path)
+	must(t, err)
+	j, err := openJournal(state)
+	must(t, err)
+	if _, err := j.load(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	must(t, err)
+	if !os.SameFile(before, after) {
+		t.Error("the empty journal was rewritten (compacted) at load")
+	}
+	must(t, j.started(startedRecord{Seq: 1, Tool: api.ToolExec}))
+	j.close()
+	j2, err := openJournal(state)
+	must(t, err)
+	st, err := j2.load()
+	must(t, err)
+	defer j2.close()
+	if len(st.Interrupted) != 1 || st.Interrupted[0].Seq != 1 {
+		t.Fatalf("state after reload: %+v", st)
+	}
+}

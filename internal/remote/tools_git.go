@@ -14,11 +14,12 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 var (
 	repoNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	shaRE      = regexp.MustCompile(`^[0-9a-fA-F]{7,40}$`)
+	shaRE      = lazyregexp.New(`^[0-9a-fA-F]{7,40}$`)
 )
 
 func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {

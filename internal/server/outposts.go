@@ -7,16 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // dnsLabel is what an outpost name must be.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var dnsLabel = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // resolveOutpost finds an outpost by name or id and checks the caller may
 // see it. An outpost outside the caller's token answers as a missing one.
@@ -117,7 +117,7 @@ func parseOutpostCursor(c string) (string, error) {
 }
 
 // validOrgID is what one entry of allowed_org_ids must be.
-var validOrgID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var validOrgID = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // checkOrgIDs validates allowed_org_ids. Like the public fleet API it
 // answers 422 with a detail that names organizations, which its clients

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 )
@@ -54,7 +54,7 @@ func defaultReplicaID() string {
 
 // replicaIDPattern is what a replica id may be: it goes into signed
 // headers between replicas, change payloads and metric labels.
-var replicaIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
+var replicaIDPattern = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
 
 // checkReplicaID refuses a replica id other replicas could not name.
 func checkReplicaID(id string) error {

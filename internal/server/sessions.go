@@ -10,19 +10,19 @@ import (
 	"fmt"
 	"net/http"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
 var (
-	repoName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	repoName = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+	envName  = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
 // Bounds on a session request.

@@ -59,3 +59,11 @@ func (w *lineWriter) emitLocked(line []byte) {
 	}
 	w.log.Info("remote output", "session", w.session, "stream", w.stream, "line", string(line))
 }
+
+// setSession names the session the lines belong to, from now on: a
+// pre-started remote gets its session after its start.
+func (w *lineWriter) setSession(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.session = id
+}

@@ -3,6 +3,7 @@
 package worker
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -27,3 +28,23 @@ func kill(cmd *exec.Cmd) error {
 	}
 	return nil
 }
+
+// sessionSocket returns the two ends of the socket a pre-started remote
+// gets as its standard input: it writes "ready" on it once it waits (its
+// sandbox is then set up), and reads its session from it. The worker's
+// end is non-blocking, so that closing it ends a pending read.
+func sessionSocket() (remoteEnd, workerEnd *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.SetNonblock(fds[1], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "session-socket-remote"), os.NewFile(uintptr(fds[1]), "session-socket"), nil
+}
+
+// canPrestart says whether remotes can be pre-started here (sessionSocket).
+const canPrestart = true

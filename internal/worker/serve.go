@@ -30,7 +30,8 @@ type remoteProc struct {
 	stdout    *lineWriter
 	stderr    *lineWriter
 	logFile   *os.File
-	exited    chan error // receives cmd.Wait's result once
+	exited    chan error    // receives cmd.Wait's result once
+	dead      chan struct{} // closed when the process has exited
 	stateDir  string
 	startedAt time.Time
 	// stopped is set when the worker stopped the remote; the session is then
@@ -45,6 +46,9 @@ type remoteProc struct {
 func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	id := s.ID
 	log := w.log.With("session", id)
+	if !w.opts.Once {
+		defer w.pre.afterSession()
+	}
 	sctx, cancelSetup := s.Setup(ctx)
 	defer cancelSetup()
 	if err := w.ws.before(sctx, id); err != nil {
@@ -80,7 +84,8 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 }
 
 // start starts the remote command rc under the spawn contract, with the
-// environment env gives for the session's state dir.
+// environment env gives for the session's state dir: the pre-started
+// remote when it fits the session (prestart.go), else a new process.
 func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir string) []string) (*remoteProc, error) {
 	id := claim.Metadata.SessionID
 	if claim.Status.GatewayURL == "" || claim.Status.ConnectToken == "" {
@@ -90,9 +95,20 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 		return nil, fmt.Errorf("session id %q cannot name a state directory", id)
 	}
 	stateDir := filepath.Join(w.opts.DataDir, "sessions", id)
+	if p := w.pre.take(rc, id, stateDir, env); p != nil {
+		return p, nil
+	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	return w.spawn(rc, env(stateDir), id, stateDir, nil)
+}
+
+// spawn starts the remote command rc with environment env (plus the
+// detected capabilities) in the workspace, isolated, with stateDir (which
+// exists) as its state dir and its output in stateDir's remote.log. A
+// non-nil stdin becomes its standard input.
+func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File) (*remoteProc, error) {
 	if err := os.MkdirAll(filepath.Join(w.opts.Dir, "repos"), 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
@@ -105,13 +121,16 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
 	}
 	cmd := exec.Command(rc[0], rc[1:]...)
-	cmd.Env = env(stateDir)
+	cmd.Env = env
 	if w.caps != "" {
 		cmd.Env = append(cmd.Env, machine.EnvCapabilities+"="+w.caps)
 	}
 	cmd.Dir = w.opts.Dir
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
 	p := &remoteProc{cmd: cmd, stdout: newWriter("stdout"), stderr: newWriter("stderr"), logFile: logFile,
-		exited: make(chan error, 1), stateDir: stateDir}
+		exited: make(chan error, 1), dead: make(chan struct{}), stateDir: stateDir}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	// Children that keep the output pipes open must not hold up Wait.
 	cmd.WaitDelay = killDelay
@@ -128,7 +147,11 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 		return nil, fmt.Errorf("start %s: %w", rc[0], err)
 	}
 	p.startedAt = time.Now()
-	go func() { p.exited <- cmd.Wait() }() // received by wait or stop, always
+	go func() { // received by wait or stop, always
+		err := cmd.Wait()
+		close(p.dead)
+		p.exited <- err
+	}()
 	return p, nil
 }
 

@@ -94,6 +94,15 @@ type Options struct {
 	// "remote", "serve"]. A session that pins another build runs that
 	// build, downloaded from StaticBaseURL, instead (see RemoteBinarySHA).
 	RemoteCommand []string
+	// PrestartCommand starts a remote of RemoteCommand's build that waits
+	// for its session's spawn variables on its standard input (this
+	// build's `outpost remote serve --session-from-stdin`): an idle worker
+	// keeps one started, so a claimed session does not wait for the
+	// remote's start-up (prestart.go). Empty means this executable's when
+	// RemoteCommand is empty, else no remote is pre-started.
+	PrestartCommand []string
+	// NoPrestart starts every remote at claim time.
+	NoPrestart bool
 	// StaticBaseURL is where remote builds are published in the /dist/
 	// layout (latest_<platform>, devin-remote_<id>_<platform>, .sha256).
 	// Empty means the server's <server>/dist/.
@@ -154,7 +163,8 @@ type worker struct {
 	info     api.WorkerInfo
 	remotes  *dist.Resolver // the remote build of each session
 	iso      *isolation
-	ws       *workspace // nil in direct-serve mode
+	ws       *workspace  // nil in direct-serve mode
+	pre      *prestarter // the pre-started remote; nil: none
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -199,6 +209,11 @@ func Run(ctx context.Context, opts Options) error {
 	c := w.consumer()
 	if opts.SessionID != "" {
 		return c.Serve(ctx, opts.SessionID)
+	}
+	if len(opts.PrestartCommand) > 0 && canPrestart {
+		w.pre = newPrestarter(w, opts.PrestartCommand, opts.RemoteCommand)
+		defer w.pre.close()
+		w.pre.fill() // before the first claim, which it then serves
 	}
 	return c.Run(ctx)
 }
@@ -318,6 +333,12 @@ func (opts Options) withDefaults() (Options, error) {
 			return opts, fmt.Errorf("find the outpost executable to start remotes with: %w", err)
 		}
 		opts.RemoteCommand = []string{exe, "remote", "serve"}
+		if len(opts.PrestartCommand) == 0 {
+			opts.PrestartCommand = []string{exe, "remote", "serve", "--session-from-stdin"}
+		}
+	}
+	if opts.NoPrestart {
+		opts.PrestartCommand = nil
 	}
 	return opts, nil
 }

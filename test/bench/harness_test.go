@@ -235,11 +235,17 @@ func startCluster(b *testing.B, dataDir string) *cluster {
 // with workspace dir, and waits until it is watching the queue. The
 // workspace is kept between sessions (--keep-workspace): BenchmarkDispatch's
 // FIFO lives there, and clearing it is not what a benchmark measures.
+//
+// Part R of issue 17: OUTPOST_BENCH_NO_PRESTART=1 starts workers with
+// --no-prestart (each remote started at claim time), for comparison.
 func (c *cluster) startWorker(dir string) *proc {
 	c.b.Helper()
 	home := c.b.TempDir()
-	w := start(c.b, "worker", []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + c.machine, "HOME=" + home, "XDG_CONFIG_HOME=" + home},
-		"worker", "start", "--outpost", c.outpost, "--dir", dir, "--data-dir", filepath.Join(home, "worker"), "--log-level", "warn", "--keep-workspace")
+	args := []string{"worker", "start", "--outpost", c.outpost, "--dir", dir, "--data-dir", filepath.Join(home, "worker"), "--log-level", "warn", "--keep-workspace"}
+	if os.Getenv("OUTPOST_BENCH_NO_PRESTART") == "1" {
+		args = append(args, "--no-prestart")
+	}
+	w := start(c.b, "worker", []string{"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + c.machine, "HOME=" + home, "XDG_CONFIG_HOME=" + home}, args...)
 	time.Sleep(500 * time.Millisecond) // machine detection, list, then watch
 	select {
 	case <-w.done:
