@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -296,33 +295,67 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	keepalive := time.NewTicker(s.opts.KeepaliveInterval)
 	defer keepalive.Stop()
 	for {
-		wake := s.queueChanged.wait() // before reading, so no change slips between
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true})
+		// Subscribe before reading the store, so no change slips between
+		// (see queueFeed.subscribe); frames the read covered are skipped.
+		ws := s.queueFeed.subscribe(outpostID, after)
+		ok := s.followFeed(ctx, w, flusher, outpostID, ws, &after, keepalive.C)
+		s.queueFeed.unsubscribe(outpostID, ws)
+		if !ok {
+			return nil
+		}
+	}
+}
+
+// followFeed reads the outpost's changes after *after from the store, then
+// writes the feed's frames as they come, until the feed drops the stream
+// (true: read the store again) or the stream ends (false).
+func (s *Server) followFeed(ctx context.Context, w io.Writer, flusher http.Flusher, outpostID string, ws *watchStream, after *int64, keepalive <-chan time.Time) bool {
+	for {
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: *after, Limit: watchBatch, IncludeDeleted: true})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("watch queue", "err", err)
 			}
-			return nil
+			return false
 		}
 		for _, e := range rows {
-			if !sendEntry(w, e) {
-				return nil
+			if _, err := w.Write(encodeEntry(e)); err != nil {
+				return false
 			}
-			after = e.Rev
+			*after = e.Rev
 		}
 		if len(rows) > 0 {
 			flusher.Flush()
 		}
-		if len(rows) == watchBatch {
-			continue
+		if len(rows) < watchBatch {
+			break
 		}
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-wake:
-		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
-				return nil
+			return false
+		case <-ws.dropped:
+			return true
+		case fr := <-ws.frames:
+			for {
+				if fr.rev > *after {
+					if _, err := w.Write(fr.data); err != nil {
+						return false
+					}
+					*after = fr.rev
+				}
+				select {
+				case fr = <-ws.frames:
+					continue
+				default:
+				}
+				break
+			}
+			flusher.Flush()
+		case <-keepalive:
+			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil {
+				return false
 			}
 			flusher.Flush()
 		}
@@ -360,12 +393,7 @@ func (s *Server) relist(ctx context.Context, w io.Writer, flusher http.Flusher, 
 
 // sendEntry writes one watch event; false when the client is gone.
 func sendEntry(w io.Writer, e store.QueueEntry) bool {
-	ev := api.WatchEvent{Type: api.WatchModified, Object: toAPIEntry(e), Cursor: formatCursor(e.Rev)}
-	if e.Deleted {
-		ev.Type = api.WatchDeleted
-	}
-	b, _ := json.Marshal(ev)
-	_, err := fmt.Fprintf(w, "data: %s\n\n", b)
+	_, err := w.Write(encodeEntry(e))
 	return err == nil
 }
 
