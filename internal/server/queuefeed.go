@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -30,6 +31,12 @@ type queueFeed struct {
 	log   *slog.Logger
 	// run starts a reader; it is the server's (runCtx, wg).
 	run func(func(ctx context.Context))
+
+	// every spaces the streams' keepalive comments; one ticker for all
+	// (keepalive), started with the first stream.
+	every   time.Duration
+	tickers sync.Once
+	ticks   *notifier
 
 	mu       sync.Mutex // guards outposts
 	outposts map[string]*outpostFeed
@@ -64,8 +71,25 @@ type watchStream struct {
 	once    sync.Once
 }
 
-func newQueueFeed(st store.Store, log *slog.Logger, run func(func(ctx context.Context))) *queueFeed {
-	return &queueFeed{store: st, log: log, run: run, outposts: map[string]*outpostFeed{}}
+func newQueueFeed(st store.Store, log *slog.Logger, keepalive time.Duration, run func(func(ctx context.Context))) *queueFeed {
+	return &queueFeed{store: st, log: log, run: run, every: keepalive, ticks: newNotifier(), outposts: map[string]*outpostFeed{}}
+}
+
+// keepalive returns a channel closed at the next keepalive tick, shared by
+// every stream instead of a ticker each.
+func (q *queueFeed) keepalive() <-chan struct{} { return q.ticks.wait() }
+
+func (q *queueFeed) tick(ctx context.Context) {
+	t := time.NewTicker(q.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			q.ticks.notify()
+		}
+	}
 }
 
 // notify says the queue of outpostID changed (committed); "" says any
@@ -99,6 +123,7 @@ func (f *outpostFeed) wake() {
 // stream joined. after is the stream's cursor; a new feed starts its own
 // cursor there, so it misses nothing the stream has not read.
 func (q *queueFeed) subscribe(outpostID string, after int64) *watchStream {
+	q.tickers.Do(func() { q.run(q.tick) })
 	ws := &watchStream{frames: make(chan watchFrame, streamFrames), dropped: make(chan struct{})}
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -423,7 +423,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.shared = sharedStore(s.store)
-	s.queueFeed = newQueueFeed(s.store, s.log, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }) // part W
+	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }) // part W
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
