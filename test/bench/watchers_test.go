@@ -81,9 +81,13 @@ func BenchmarkWatchers(b *testing.B) {
 		perWatcher := float64(rss1-rss0) / float64(n)
 
 		var all []time.Duration
-		var worst time.Duration
+		var worst, roundCPU time.Duration
 		for r := range rounds {
 			round := ws.arm()
+			cpu0, err := procCPU(pid)
+			if err != nil {
+				b.Fatal(err)
+			}
 			s, err := c.scriptOn(ctx, "bench", fmt.Sprintf("round %d", r))
 			if err != nil {
 				b.Fatal(err)
@@ -93,8 +97,13 @@ func BenchmarkWatchers(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			cpu1, err := procCPU(pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			roundCPU += cpu1 - cpu0
 			d := summarize(lat)
-			b.Logf("round %d: %s", r, d)
+			b.Logf("round %d: %s; server CPU %s", r, d, cpu1-cpu0)
 			worst = max(worst, d.max)
 			all = append(all, lat...)
 		}
@@ -109,7 +118,8 @@ func BenchmarkWatchers(b *testing.B) {
 		d := summarize(all)
 		b.Logf("watchers=%d connected in %s; server RSS %d MiB before, %d MiB with them, %d MiB after the rounds",
 			n, rd(connected), rss0>>20, rss1>>20, rss2>>20)
-		b.Logf("latency POST returned → event at every watcher, %d rounds: %s", rounds, d)
+		b.Logf("latency POST returned → event at every watcher, %d rounds: %s; server CPU %.1f ms per round (%.1f µs per watcher)",
+			rounds, d, ms(roundCPU)/float64(rounds), us(roundCPU)/float64(rounds*n))
 		b.Logf("server CPU per session on another outpost (%d sessions): %.2f ms without watchers, %.2f ms with %d",
 			k, cpuIdle, cpuWatched, n)
 		b.Logf("SUMMARY watchers=%d p50=%s p99=%s max=%s rss-per-watcher=%.1fKiB other-outpost-cpu=%.2fms/session (%.2f without watchers)",
@@ -117,6 +127,7 @@ func BenchmarkWatchers(b *testing.B) {
 		report(b, "watch-", d, "ms")
 		b.ReportMetric(ms(worst), "watch-max-ms")
 		b.ReportMetric(perWatcher/1024, "KiB/watcher")
+		b.ReportMetric(ms(roundCPU)/float64(rounds), "server-cpu-ms/round")
 		b.ReportMetric(cpuWatched, "other-cpu-ms/session")
 		b.ReportMetric(cpuWatched-cpuIdle, "other-cpu-ms/session-over-idle")
 		ws.close()
