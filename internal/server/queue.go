@@ -77,6 +77,17 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 		if !ok {
 			return s.watchQueue(w, r, outpostID, watchFrom{relist: true, maxRev: maxRev})
 		}
+		if after > 0 {
+			// Tombstones up to the horizon are pruned (queueprune.go): a
+			// replay from below it could miss a deletion.
+			horizon, err := s.store.QueueHorizon(ctx, outpostID)
+			if err != nil {
+				return fmt.Errorf("queue horizon: %w", err)
+			}
+			if after < horizon {
+				return s.watchQueue(w, r, outpostID, watchFrom{relist: true, stale: true, maxRev: maxRev})
+			}
+		}
 		return s.watchQueue(w, r, outpostID, watchFrom{after: after})
 	}
 	if !ok {
@@ -248,6 +259,9 @@ type watchFrom struct {
 	// maxRev, so it comes in the replay and nothing is missed.
 	relist bool
 	maxRev int64
+	// stale says the relist is for a cursor of this server older than the
+	// outpost's pruned tombstones, rather than a foreign one.
+	stale bool
 }
 
 // checkQueueOrder validates a new session's priority and

@@ -53,8 +53,13 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 		if len(c) > 64 {
 			c = c[:64] + "..."
 		}
-		s.log.Info("queue watch from a cursor this server did not issue; re-listing the queue in the stream",
-			"cursor", c, "outpost", outpostID)
+		if from.stale {
+			s.log.Info("queue watch from a cursor older than the queue's pruned tombstones; re-listing the queue in the stream",
+				"cursor", c, "outpost", outpostID)
+		} else {
+			s.log.Info("queue watch from a cursor this server did not issue; re-listing the queue in the stream",
+				"cursor", c, "outpost", outpostID)
+		}
 	}
 	if r.ProtoMajor == 1 {
 		if conn, ok := hijackWatch(w); ok {

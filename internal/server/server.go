@@ -625,6 +625,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.fanout(s.runCtx)
 	}()
+	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // part W of issue 17: queue tombstones
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)
