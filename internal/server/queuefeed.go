@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -36,7 +37,9 @@ type queueFeed struct {
 	// (keepalive), started with the first stream.
 	every   time.Duration
 	tickers sync.Once
-	ticks   *notifier
+	// ticks is closed at the next tick and then replaced: an atomic
+	// load, as every stream reads it each time it waits.
+	ticks atomic.Pointer[chan struct{}]
 
 	mu       sync.Mutex // guards outposts
 	outposts map[string]*outpostFeed
@@ -72,12 +75,15 @@ type watchStream struct {
 }
 
 func newQueueFeed(st store.Store, log *slog.Logger, keepalive time.Duration, run func(func(ctx context.Context))) *queueFeed {
-	return &queueFeed{store: st, log: log, run: run, every: keepalive, ticks: newNotifier(), outposts: map[string]*outpostFeed{}}
+	q := &queueFeed{store: st, log: log, run: run, every: keepalive, outposts: map[string]*outpostFeed{}}
+	ch := make(chan struct{})
+	q.ticks.Store(&ch)
+	return q
 }
 
 // keepalive returns a channel closed at the next keepalive tick, shared by
 // every stream instead of a ticker each.
-func (q *queueFeed) keepalive() <-chan struct{} { return q.ticks.wait() }
+func (q *queueFeed) keepalive() <-chan struct{} { return *q.ticks.Load() }
 
 func (q *queueFeed) tick(ctx context.Context) {
 	t := time.NewTicker(q.every)
@@ -87,7 +93,8 @@ func (q *queueFeed) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			q.ticks.notify()
+			next := make(chan struct{})
+			close(*q.ticks.Swap(&next))
 		}
 	}
 }

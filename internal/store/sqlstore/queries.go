@@ -273,11 +273,14 @@ func (d Dialect) RaiseQueueHorizonSQL() string {
 // PruneQueueSQL deletes up to $4 tombstones (the condition tombstone,
 // the store's spelling of q.deleted, for the index queue_tombstones) last
 // written before $1 (Unix ms) of sessions whose status is $2 or $3
-// (FinalStatuses), oldest first, returning their outposts and revs.
+// (FinalStatuses), oldest first, returning their outposts and revs. The
+// CROSS JOIN keeps SQLite's planner on queue_tombstones, in its order,
+// rather than scanning every ended session by status, which grows with
+// history.
 func PruneQueueSQL(tombstone string) string {
 	return `DELETE FROM queue WHERE session_id IN (
-		SELECT q.session_id FROM queue q JOIN sessions s ON s.id = q.session_id
-		WHERE ` + tombstone + ` AND q.updated_at < $1 AND s.status IN ($2, $3)
+		SELECT q.session_id FROM queue q CROSS JOIN sessions s
+		WHERE s.id = q.session_id AND ` + tombstone + ` AND q.updated_at < $1 AND s.status IN ($2, $3)
 		ORDER BY q.updated_at LIMIT $4) RETURNING outpost_id, rev`
 }
 
