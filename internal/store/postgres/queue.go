@@ -124,7 +124,7 @@ var (
 func (s *Store) PruneQueue(ctx context.Context, before time.Time, limit int) (int, error) {
 	var n int
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		args := append([]any{before.UnixMilli()}, sqlstore.FinalStatuses()...)
+		args := []any{before.UnixMilli(), api.StatusExit, api.StatusError}
 		pruned, err := collect(sqlstore.ScanPruned)(tx.Query(ctx, pruneQueueSQL, append(args, limit)...))
 		if err != nil {
 			return err

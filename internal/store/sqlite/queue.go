@@ -130,7 +130,7 @@ var (
 func (s *Store) PruneQueue(ctx context.Context, before time.Time, limit int) (int, error) {
 	var n int
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		args := append([]any{before.UnixMilli()}, sqlstore.FinalStatuses()...)
+		args := []any{before.UnixMilli(), api.StatusExit, api.StatusError}
 		rows, err := tx.QueryContext(ctx, pruneQueueSQL, append(args, limit)...)
 		pruned, err := collect(rows, err, sqlstore.ScanPruned)
 		if err != nil {

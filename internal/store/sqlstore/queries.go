@@ -273,7 +273,7 @@ func (d Dialect) RaiseQueueHorizonSQL() string {
 // PruneQueueSQL deletes up to $4 tombstones (the condition tombstone,
 // the store's spelling of q.deleted, for the index queue_tombstones) last
 // written before $1 (Unix ms) of sessions whose status is $2 or $3
-// (FinalStatuses), oldest first, returning their outposts and revs. The
+// (api.StatusExit, api.StatusError), oldest first, returning their outposts and revs. The
 // CROSS JOIN keeps SQLite's planner on queue_tombstones, in its order,
 // rather than scanning every ended session by status, which grows with
 // history.
