@@ -29,7 +29,10 @@ const (
 // HeaderWatchRelist is set to "true" on a queue watch stream that starts
 // with the current state of the queue (a re-list: one MODIFIED event per
 // live entry, oldest change first, then every later change) because the
-// server did not issue the stream's cursor. Tombstones from before the
+// server did not issue the stream's cursor, or because the cursor is
+// older than the deletions the server still keeps (it prunes those of
+// ended sessions after a while, so a replay could miss one). Tombstones
+// from before the
 // stream are not sent: a client that keeps the entries it saw forgets them
 // when the header is set and rebuilds them from the stream's events.
 // Streams from a cursor of this server replay its changes and lack the

@@ -378,7 +378,7 @@ func (s *Server) dropEntry(ctx context.Context, sessionID string) error {
 // followers get the events, and remotes of dead epochs are cut off.
 func (s *Server) committed(sessionID string, m store.Mutation) {
 	if m.Entry != nil {
-		s.queueChanged.notify()
+		s.queueFeed.notify(m.Entry.OutpostID)
 		s.hub.fence(sessionID, m.Entry.Epoch)
 	}
 	if len(m.Events) > 0 {

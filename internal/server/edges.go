@@ -155,8 +155,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 // connState is the http.Server's ConnState hook: the gateway hijacks a
-// connection only after its connect token passed, so a hijacked
-// connection is an authenticated one.
+// connection only after its connect token passed, and a queue watch
+// (queuewatch.go) only after its API token did, so a hijacked connection
+// is an authenticated one.
 func connState(c net.Conn, st http.ConnState) {
 	if st == http.StateHijacked {
 		guardedConnOf(c).authenticated()

@@ -76,7 +76,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 		return // published in process when it committed
 	}
 	if c.SessionID == "" {
-		s.queueChanged.notify() // an outpost created or deleted
+		s.queueFeed.notify(c.OutpostID) // an outpost created or deleted
 		return
 	}
 	if c.Seq > 0 {
@@ -84,7 +84,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 		s.userMessages.notify()
 	}
 	if c.Rev > 0 {
-		s.queueChanged.notify()
+		s.queueFeed.notify(c.OutpostID)
 		s.hub.fence(c.SessionID, c.Epoch)
 		if s.hub.get(c.SessionID) != nil {
 			s.endIfEnded(c.SessionID)
@@ -111,7 +111,7 @@ func (s *Server) endIfEnded(sessionID string) {
 // wakeAll wakes every follower, watcher and runner to read the store.
 func (s *Server) wakeAll() {
 	s.topics.pokeEvery(true)
-	s.queueChanged.notify()
+	s.queueFeed.notify("")
 	s.userMessages.notify()
 }
 
@@ -150,7 +150,7 @@ func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 		}
 		if next != rev {
 			rev = next
-			s.queueChanged.notify()
+			s.queueFeed.notify("")
 		}
 	}
 }

@@ -2,13 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -79,6 +76,17 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	if q.Get("watch") == "true" {
 		if !ok {
 			return s.watchQueue(w, r, outpostID, watchFrom{relist: true, maxRev: maxRev})
+		}
+		if after > 0 {
+			// Tombstones up to the horizon are pruned (queueprune.go): a
+			// replay from below it could miss a deletion.
+			horizon, err := s.store.QueueHorizon(ctx, outpostID)
+			if err != nil {
+				return fmt.Errorf("queue horizon: %w", err)
+			}
+			if after < horizon {
+				return s.watchQueue(w, r, outpostID, watchFrom{relist: true, stale: true, maxRev: maxRev})
+			}
 		}
 		return s.watchQueue(w, r, outpostID, watchFrom{after: after})
 	}
@@ -251,122 +259,9 @@ type watchFrom struct {
 	// maxRev, so it comes in the replay and nothing is missed.
 	relist bool
 	maxRev int64
-}
-
-// watchBatch is how many rows a watch reads at a time.
-const watchBatch = 500
-
-// watchQueue streams queue changes as server-sent events, ending the
-// stream within WatchMaxDuration so clients reconnect.
-func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID string, from watchFrom) error {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		return errors.New("response writer cannot flush")
-	}
-	release, err := s.streams.acquire(w, r)
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WatchMaxDuration)
-	defer cancel()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	if from.relist {
-		h.Set(api.HeaderWatchRelist, "true")
-	}
-	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": watching\n\n")
-	flusher.Flush()
-	after := from.after
-	if from.relist {
-		c := r.URL.Query().Get("cursor")
-		if len(c) > 64 {
-			c = c[:64] + "..."
-		}
-		s.log.Info("queue watch from a cursor this server did not issue; re-listing the queue in the stream",
-			"cursor", c, "outpost", outpostID)
-		if !s.relist(ctx, w, flusher, outpostID, from.maxRev) {
-			return nil
-		}
-		after = from.maxRev
-	}
-	keepalive := time.NewTicker(s.opts.KeepaliveInterval)
-	defer keepalive.Stop()
-	for {
-		wake := s.queueChanged.wait() // before reading, so no change slips between
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("watch queue", "err", err)
-			}
-			return nil
-		}
-		for _, e := range rows {
-			if !sendEntry(w, e) {
-				return nil
-			}
-			after = e.Rev
-		}
-		if len(rows) > 0 {
-			flusher.Flush()
-		}
-		if len(rows) == watchBatch {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
-				return nil
-			}
-			flusher.Flush()
-		}
-	}
-}
-
-// relist writes the live entries whose rev is at most maxRev, oldest change
-// first (see watchFrom). It reports whether the stream is still good.
-func (s *Server) relist(ctx context.Context, w io.Writer, flusher http.Flusher, outpostID string, maxRev int64) bool {
-	after := int64(0)
-	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("watch queue: re-list", "err", err)
-			}
-			return false
-		}
-		for _, e := range rows {
-			if e.Rev > maxRev {
-				flusher.Flush()
-				return true
-			}
-			if !sendEntry(w, e) {
-				return false
-			}
-			after = e.Rev
-		}
-		flusher.Flush()
-		if len(rows) < watchBatch {
-			return true
-		}
-	}
-}
-
-// sendEntry writes one watch event; false when the client is gone.
-func sendEntry(w io.Writer, e store.QueueEntry) bool {
-	ev := api.WatchEvent{Type: api.WatchModified, Object: toAPIEntry(e), Cursor: formatCursor(e.Rev)}
-	if e.Deleted {
-		ev.Type = api.WatchDeleted
-	}
-	b, _ := json.Marshal(ev)
-	_, err := fmt.Fprintf(w, "data: %s\n\n", b)
-	return err == nil
+	// stale says the relist is for a cursor of this server older than the
+	// outpost's pruned tombstones, rather than a foreign one.
+	stale bool
 }
 
 // checkQueueOrder validates a new session's priority and

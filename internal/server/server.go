@@ -217,7 +217,9 @@ type Server struct {
 	metricsLn   net.Listener
 	metricsHTTP *http.Server
 
-	queueChanged *notifier
+	// queueFeed fans queue changes out to watches, per outpost (part W
+	// of issue 17, queuefeed.go).
+	queueFeed    *queueFeed
 	userMessages *notifier // wakes llm runners waiting for the user
 	topics       *topics
 	hub          *hub
@@ -389,7 +391,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		log:          opts.Logger,
 		now:          opts.Now,
 		metrics:      newMetrics(opts.ReplicaID),
-		queueChanged: newNotifier(),
 		userMessages: newNotifier(),
 		topics:       newTopics(),
 		certs:        certs,
@@ -422,6 +423,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.shared = sharedStore(s.store)
+	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }) // part W
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
@@ -623,6 +625,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.fanout(s.runCtx)
 	}()
+	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // part W of issue 17: queue tombstones
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)

@@ -363,6 +363,18 @@ type Store interface {
 	ListQueue(ctx context.Context, f QueueFilter) ([]QueueEntry, int, error)
 	// MaxRev is the highest Rev assigned so far (0 when none).
 	MaxRev(ctx context.Context) (int64, error)
+	// Part W of issue 17: queue tombstones are pruned.
+	//
+	// PruneQueue deletes up to limit tombstones (deleted entries) of
+	// ended sessions (api.IsFinal) last written before before, oldest
+	// first, and raises the QueueHorizon of each of their outposts to the
+	// highest rev it deleted there. It returns how many it deleted. A session that is not over keeps its
+	// tombstone: its epoch must keep counting if it is queued again.
+	PruneQueue(ctx context.Context, before time.Time, limit int) (int, error)
+	// QueueHorizon is the highest rev of a tombstone of the outpost ("":
+	// of any) that PruneQueue deleted, 0 when none: a replay of its
+	// changes after a lower cursor may miss deletions.
+	QueueHorizon(ctx context.Context, outpostID string) (int64, error)
 	// LapsedClaims returns ids of claimed, non-deleted entries whose
 	// Expiry is at or before now.
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)

@@ -192,8 +192,10 @@ type cluster struct {
 const adminToken = "opt_bench-admin-token-0123456789"
 
 // startCluster starts `outpost server` on a free loopback port with its
-// data in dataDir ("" means a fresh temporary directory).
-func startCluster(b *testing.B, dataDir string) *cluster {
+// data in dataDir ("" means a fresh temporary directory) and the extra
+// server flags (part W of issue 17: BenchmarkWatchers lifts the stream
+// bound).
+func startCluster(b *testing.B, dataDir string, extra ...string) *cluster {
 	b.Helper()
 	if dataDir == "" {
 		dataDir = b.TempDir()
@@ -204,7 +206,7 @@ func startCluster(b *testing.B, dataDir string) *cluster {
 	// ended sessions of the outpost, which then exists (history_test.go).
 	seeded := seedHistory(b, dataDir)
 	c.server = start(b, "server", []string{"OUTPOST_ADMIN_TOKEN=" + adminToken},
-		append([]string{"server", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, databaseArgs(b)...)...)
+		append(append([]string{"server", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, databaseArgs(b)...), extra...)...)
 	var err error
 	if c.admin, err = client.New(c.url, adminToken); err != nil {
 		b.Fatal(err)

@@ -110,3 +110,48 @@ func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
 	}
 	return ids, nil
 }
+
+// pruneQueueSQL is sqlstore.PruneQueueSQL in PostgreSQL's spelling.
+var (
+	pruneQueueSQL   = sqlstore.PruneQueueSQL("q.deleted")
+	raiseHorizonSQL = dialect.RaiseQueueHorizonSQL()
+)
+
+// PruneQueue deletes up to limit tombstones of ended sessions written
+// before before, and raises the horizon to the highest rev deleted. It
+// notifies nothing: a tombstone past the horizon is no change a watch
+// waits for.
+func (s *Store) PruneQueue(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		args := []any{before.UnixMilli(), api.StatusExit, api.StatusError}
+		pruned, err := collect(sqlstore.ScanPruned)(tx.Query(ctx, pruneQueueSQL, append(args, limit)...))
+		if err != nil {
+			return err
+		}
+		n = len(pruned)
+		if n == 0 {
+			return nil
+		}
+		for outpostID, rev := range sqlstore.Horizons(pruned) {
+			if _, err := tx.Exec(ctx, raiseHorizonSQL, outpostID, rev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune queue: %w", err)
+	}
+	return n, nil
+}
+
+// QueueHorizon is the highest rev of a pruned tombstone of the outpost
+// ("" for any; 0 when none).
+func (s *Store) QueueHorizon(ctx context.Context, outpostID string) (int64, error) {
+	var rev int64
+	if err := s.pool.QueryRow(ctx, sqlstore.QueueHorizonSQL, outpostID).Scan(&rev); err != nil {
+		return 0, fmt.Errorf("postgres: queue horizon: %w", err)
+	}
+	return rev, nil
+}

@@ -118,3 +118,47 @@ func (s *Store) ids(ctx context.Context, q string, args ...any) ([]string, error
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	return collect(rows, err, sqlstore.ScanString)
 }
+
+// pruneQueueSQL is sqlstore.PruneQueueSQL in SQLite's spelling.
+var (
+	pruneQueueSQL   = sqlstore.PruneQueueSQL("q.deleted = 1")
+	raiseHorizonSQL = dialect.RaiseQueueHorizonSQL()
+)
+
+// PruneQueue deletes up to limit tombstones of ended sessions written
+// before before, and raises the horizon to the highest rev deleted.
+func (s *Store) PruneQueue(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		args := []any{before.UnixMilli(), api.StatusExit, api.StatusError}
+		rows, err := tx.QueryContext(ctx, pruneQueueSQL, append(args, limit)...)
+		pruned, err := collect(rows, err, sqlstore.ScanPruned)
+		if err != nil {
+			return err
+		}
+		n = len(pruned)
+		if n == 0 {
+			return nil
+		}
+		for outpostID, rev := range sqlstore.Horizons(pruned) {
+			if _, err := tx.ExecContext(ctx, raiseHorizonSQL, outpostID, rev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune queue: %w", err)
+	}
+	return n, nil
+}
+
+// QueueHorizon is the highest rev of a pruned tombstone of the outpost
+// ("" for any; 0 when none).
+func (s *Store) QueueHorizon(ctx context.Context, outpostID string) (int64, error) {
+	var rev int64
+	if err := s.r.QueryRowContext(ctx, sqlstore.QueueHorizonSQL, outpostID).Scan(&rev); err != nil {
+		return 0, fmt.Errorf("sqlite: queue horizon: %w", err)
+	}
+	return rev, nil
+}

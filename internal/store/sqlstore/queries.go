@@ -257,3 +257,51 @@ func limit(n int) string {
 	}
 	return fmt.Sprintf(" LIMIT %d", n)
 }
+
+// Part W of issue 17: pruning queue tombstones.
+
+// QueueHorizonSQL reads the highest rev of a pruned tombstone of outpost
+// $1, or of any outpost when $1 is ”.
+const QueueHorizonSQL = `SELECT COALESCE(MAX(rev), 0) FROM queue_horizons WHERE $1 = '' OR outpost_id = $1`
+
+// RaiseQueueHorizonSQL raises outpost $1's horizon to rev $2.
+func (d Dialect) RaiseQueueHorizonSQL() string {
+	return `INSERT INTO queue_horizons (outpost_id, rev) VALUES ($1, $2)
+		ON CONFLICT (outpost_id) DO UPDATE SET rev = ` + d.Greatest + `(queue_horizons.rev, excluded.rev)`
+}
+
+// PruneQueueSQL deletes up to $4 tombstones (the condition tombstone,
+// the store's spelling of q.deleted, for the index queue_tombstones) last
+// written before $1 (Unix ms) of sessions whose status is $2 or $3
+// (api.StatusExit, api.StatusError), oldest first, returning their outposts and revs. The
+// CROSS JOIN keeps SQLite's planner on queue_tombstones, in its order,
+// rather than scanning every ended session by status, which grows with
+// history.
+func PruneQueueSQL(tombstone string) string {
+	return `DELETE FROM queue WHERE session_id IN (
+		SELECT q.session_id FROM queue q CROSS JOIN sessions s
+		WHERE s.id = q.session_id AND ` + tombstone + ` AND q.updated_at < $1 AND s.status IN ($2, $3)
+		ORDER BY q.updated_at LIMIT $4) RETURNING outpost_id, rev`
+}
+
+// Pruned is a tombstone PruneQueueSQL deleted.
+type Pruned struct {
+	OutpostID string
+	Rev       int64
+}
+
+// ScanPruned scans a row of PruneQueueSQL.
+func ScanPruned(sc Scanner) (Pruned, error) {
+	var p Pruned
+	err := sc.Scan(&p.OutpostID, &p.Rev)
+	return p, err
+}
+
+// Horizons is the highest rev pruned per outpost.
+func Horizons(pruned []Pruned) map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range pruned {
+		out[p.OutpostID] = max(out[p.OutpostID], p.Rev)
+	}
+	return out
+}

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateSessionRollsBack", testUpdateSessionRollsBack},
 		{"Revs", testRevs},
 		{"ListQueue", testListQueue},
+		{"PruneQueue", testPruneQueue}, // part W of issue 17
 		{"LapsedClaims", testLapsedClaims},
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},

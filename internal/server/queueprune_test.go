@@ -1,0 +1,84 @@
+package server
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// TestWatchStaleCursorRelists prunes the tombstones of ended sessions and
+// watches from cursors around them: from before a pruned deletion the
+// stream re-lists (a replay would miss it), from the horizon on it replays
+// as before, and another outpost's prune does not touch this outpost's
+// watches.
+func TestWatchStaleCursorRelists(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Now()}
+	ts := startServer(t, Options{Now: clock.Now})
+	ts.outpost("w")
+	ts.outpost("other")
+	machine := ts.token([]string{api.ScopeMachine}, "")
+
+	ts.session("other") // so that the cursor below is not 0, which never re-lists
+	var l api.QueueList
+	ts.mustDo(200, "GET", "/v1/queue?outpost=w", machine, nil, &l)
+	before := l.Cursor
+	gone := ts.session("w").Metadata.SessionID
+	keep := ts.session("w").Metadata.SessionID
+	ts.mustDo(200, "POST", "/v1/sessions/"+gone+"/terminate", ts.admin, nil, nil)
+	otherGone := ts.session("other").Metadata.SessionID
+	ts.mustDo(200, "POST", "/v1/sessions/"+otherGone+"/terminate", ts.admin, nil, nil)
+	tomb, err := ts.srv.store.GetQueueEntry(t.Context(), gone)
+	if err != nil || !tomb.Deleted {
+		t.Fatalf("tombstone of %s: %+v, %v", gone, tomb, err)
+	}
+
+	// Nothing is pruned before the age.
+	ts.srv.pruneQueueOnce(t.Context())
+	if _, err := ts.srv.store.GetQueueEntry(t.Context(), gone); err != nil {
+		t.Fatalf("a fresh tombstone was pruned: %v", err)
+	}
+	clock.add(ts.srv.queueTombstoneAge() + time.Minute)
+	ts.srv.pruneQueueOnce(t.Context())
+	for _, id := range []string{gone, otherGone} {
+		if _, err := ts.srv.store.GetQueueEntry(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("tombstone of %s after the prune: %v, want not found", id, err)
+		}
+	}
+	if e, err := ts.srv.store.GetQueueEntry(t.Context(), keep); err != nil || e.Deleted {
+		t.Fatalf("live entry %s after the prune: %+v, %v", keep, e, err)
+	}
+
+	// From before the pruned deletion: a re-list of the live entries,
+	// then live.
+	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=w&cursor="+before)
+	if lw.resp.StatusCode != 200 || lw.resp.Header.Get(api.HeaderWatchRelist) != "true" {
+		t.Fatalf("watch from a cursor below the horizon: %d %v, want a re-list", lw.resp.StatusCode, lw.resp.Header)
+	}
+	if ev := lw.next(t); ev.Type != api.WatchModified || ev.Object.Metadata.SessionID != keep {
+		t.Fatalf("re-list: %+v, want %s as MODIFIED", ev, keep)
+	}
+	fresh := ts.session("w").Metadata.SessionID
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != fresh {
+		t.Fatalf("after the re-list: %+v, want the new session %s", ev, fresh)
+	}
+
+	// From the horizon of "w" on: a replay. Outpost "other" was pruned
+	// up to a higher rev, which only its own watches heed.
+	at := strconv.FormatInt(tomb.Rev, 10)
+	lw = openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=w&cursor="+at)
+	if lw.resp.Header.Get(api.HeaderWatchRelist) != "" {
+		t.Fatal("a watch from the horizon re-listed")
+	}
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != fresh {
+		t.Fatalf("replay from the horizon: %+v, want %s", ev, fresh)
+	}
+	lw = openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=other&cursor="+at)
+	if lw.resp.Header.Get(api.HeaderWatchRelist) != "true" {
+		t.Fatal("a watch of the other outpost from below its horizon did not re-list")
+	}
+}
