@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"regexp"
+	"sync"
 	"time"
-
-	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 // ToolUploadArtifact sends a file from the remote to the control plane.
@@ -90,12 +90,12 @@ type ArtifactFrame struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
-var artifactNameRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var artifactNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // ValidateArtifactName returns an error when name is not a valid artifact
 // name.
 func ValidateArtifactName(name string) error {
-	if !artifactNameRE.MatchString(name) {
+	if !artifactNameRE().MatchString(name) {
 		return fmt.Errorf("artifact name %q is not valid: use 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit", name)
 	}
 	return nil

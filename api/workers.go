@@ -2,9 +2,9 @@ package api
 
 import (
 	"fmt"
+	"regexp"
+	"sync"
 	"time"
-
-	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
 // Kinds of connected acceptors (WorkerInfo.Kind).
@@ -33,7 +33,7 @@ const (
 
 // acceptorIDRE is what an acceptor id must look like, in claims, releases,
 // machine events and presence alike.
-var acceptorIDRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`)
+var acceptorIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$`) })
 
 // AcceptorIDRule says in words what ValidateAcceptorID accepts.
 const AcceptorIDRule = "1 to 200 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit"
@@ -42,7 +42,7 @@ const AcceptorIDRule = "1 to 200 letters, digits, '.', '_', ':', '@' and '-', st
 // worker or an orchestrator) in a claim, a release, a machine event or a
 // heartbeat: see AcceptorIDRule.
 func ValidateAcceptorID(id string) error {
-	if !acceptorIDRE.MatchString(id) {
+	if !acceptorIDRE().MatchString(id) {
 		if id == "" {
 			return fmt.Errorf("an acceptor id is required: use %s", AcceptorIDRule)
 		}
@@ -52,12 +52,12 @@ func ValidateAcceptorID(id string) error {
 }
 
 // instanceRE is what WorkerInfo.Instance must look like when set.
-var instanceRE = lazyregexp.New(`^[A-Za-z0-9._-]{1,64}$`)
+var instanceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) })
 
 // ValidateInstance returns an error when instance, if set, is not 1 to 64
 // letters, digits, '.', '_' and '-'.
 func ValidateInstance(instance string) error {
-	if instance != "" && !instanceRE.MatchString(instance) {
+	if instance != "" && !instanceRE().MatchString(instance) {
 		return fmt.Errorf("instance %q is not valid: use 1 to 64 letters, digits, '.', '_' and '-'", clip(instance, 64))
 	}
 	return nil
