@@ -109,6 +109,9 @@ func (q *queueFeed) notify(outpostID string) {
 		if f := q.outposts[outpostID]; f != nil {
 			f.wake()
 		}
+		if f := q.outposts[""]; f != nil {
+			f.wake() // the watches of every outpost
+		}
 		return
 	}
 	for _, f := range q.outposts {

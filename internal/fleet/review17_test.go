@@ -1,0 +1,82 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/server"
+)
+
+// TestClaimNextEmptyDoesNotHideARequeuedSession (review of issue 17): a
+// server-assigned claim answers 204 while session X is held by another
+// acceptor; before the answer reaches the consumer, X is released and its
+// watch event (pending again) is applied. The consumer then marks every
+// candidate it had "claimed until the queue says otherwise" — including X,
+// whose latest event already said pending — so X is never claimed again.
+func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	x := e.session(ctx)
+	var once sync.Once
+	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/queue:claim") {
+			return false
+		}
+		hooked := false
+		once.Do(func() {
+			hooked = true
+			var req api.ClaimNextRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			if _, err := e.admin.Queue.Claim(ctx, x, "acc-other"); err != nil {
+				t.Errorf("claim by other: %v", err)
+			}
+			got, err := e.admin.Queue.ClaimNext(ctx, e.outpost.Metadata.OutpostID, req)
+			if err != nil || got != nil {
+				t.Errorf("claim next while held = %v, %v; want 204", got, err)
+			}
+			if _, err := e.admin.Queue.Release(ctx, x, "acc-other"); err != nil {
+				t.Errorf("release by other: %v", err)
+			}
+			time.Sleep(500 * time.Millisecond) // the pending event reaches the consumer
+			w.WriteHeader(http.StatusNoContent)
+		})
+		return hooked
+	})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		mu.Lock()
+		ran[s.ID]++
+		mu.Unlock()
+		_, _ = e.admin.Sessions.Terminate(ctx, s.ID, "done")
+		return Outcome{Exited: true}
+	})
+	c := e.consumer("acc-mine", 1, r)
+	done := start(t, ctx, c)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := ran[x]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	n := ran[x]
+	mu.Unlock()
+	if n == 0 {
+		q, _ := e.admin.Queue.Get(ctx, x)
+		t.Errorf("session %s never ran though pending (phase %q); the consumer hid it after an empty claim-next", x, q.Status.Phase)
+	}
+	cancel()
+	<-done
+}
