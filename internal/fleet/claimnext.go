@@ -33,6 +33,9 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 		if !ok {
 			return false, 0
 		}
+		c.mu.Lock()
+		sent := c.applied // what the consumer knew when it asked
+		c.mu.Unlock()
 		claim, err := c.claimNext(ctx, exclude)
 		switch {
 		case client.HasCode(err, api.CodeOutpostAtCapacity):
@@ -51,7 +54,9 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 			// has been taken; the watch will show it so.
 			c.mu.Lock()
 			for _, e := range cands {
-				if cur, ok := c.entries[e.Metadata.SessionID]; ok && cur.Status.Phase == api.PhasePending {
+				// Only an entry no event changed since the request: a newer
+				// one (released meanwhile) may be newer than the answer.
+				if cur, ok := c.entries[e.Metadata.SessionID]; ok && cur.Status.Phase == api.PhasePending && c.appliedAt[e.Metadata.SessionID] <= sent {
 					cur.Status.Phase = api.PhaseClaimed // until the queue says otherwise
 					c.entries[e.Metadata.SessionID] = cur
 				}

@@ -215,8 +215,12 @@ type Consumer struct {
 
 	mu      sync.Mutex // guards the following
 	entries map[string]api.QueueEntry
-	held    map[string]*Session
-	retryAt map[string]time.Time
+	// applied counts the watch events applied to entries; appliedAt is
+	// the count at each entry's last one (scheduleNext).
+	applied   uint64
+	appliedAt map[string]uint64
+	held      map[string]*Session
+	retryAt   map[string]time.Time
 	// fullUntil is when to claim again after the outpost answered that
 	// it is at its max_running; fullTries counts those answers in a row.
 	fullUntil time.Time

@@ -117,6 +117,11 @@ func (c *Consumer) list(ctx context.Context) (string, error) {
 		if !page.HasNextPage || page.Cursor == "" || page.Cursor == f.Cursor {
 			c.mu.Lock()
 			c.entries = fresh
+			c.applied++
+			c.appliedAt = make(map[string]uint64, len(fresh))
+			for id := range fresh {
+				c.appliedAt[id] = c.applied
+			}
 			c.mu.Unlock()
 			c.saveCursor(page.Cursor)
 			c.poke()
@@ -166,6 +171,15 @@ func (c *Consumer) upsert(typ string, e api.QueueEntry) {
 		delete(c.entries, id)
 	} else {
 		c.entries[id] = e
+	}
+	c.applied++
+	if c.appliedAt == nil {
+		c.appliedAt = map[string]uint64{}
+	}
+	if typ == api.WatchDeleted {
+		delete(c.appliedAt, id)
+	} else {
+		c.appliedAt[id] = c.applied
 	}
 	c.mu.Unlock()
 	c.poke()
