@@ -13,12 +13,11 @@ import (
 	"github.com/outpost-sh/outpost/internal/server"
 )
 
-// TestClaimNextEmptyDoesNotHideARequeuedSession (review of issue 17): a
-// server-assigned claim answers 204 while session X is held by another
+// TestClaimNextEmptyDoesNotHideARequeuedSession: a server-assigned claim answers 204 while session X is held by another
 // acceptor; before the answer reaches the consumer, X is released and its
 // watch event (pending again) is applied. The consumer then marks every
-// candidate it had "claimed until the queue says otherwise" — including X,
-// whose latest event already said pending — so X is never claimed again.
+// candidate it had "claimed until the queue says otherwise"; it must not
+// mark X, whose latest event already said pending, or X is never claimed.
 func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 	t.Parallel()
 	e := newFleetEnv(t, server.Options{})
