@@ -14,14 +14,18 @@ import (
 // one session: the watch is a hint that there is work, the server decides
 // which.
 
+// claimNextRetry is how long a consumer claims by id after a
+// server-assigned claim answered 404.
+const claimNextRetry = time.Minute
+
 // scheduleNext claims through server-assigned claims while there is
 // capacity and the queue, as the consumer knows it, shows a candidate. It
 // reports whether it did the round (done); false leaves the round to the
-// claims by id: against a server without the endpoint (from then on), with
+// claims by id: against a server without the endpoint (for claimNextRetry), with
 // more postponed sessions than a request may exclude, or after an error,
 // whose retries the claims by id pace. full is as schedule's.
 func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Duration) {
-	if c.byID.Load() {
+	if until := c.byIDUntil.Load(); until != 0 && c.clock.Now().UnixNano() < until {
 		return false, 0
 	}
 	for ctx.Err() == nil && c.free() > 0 {
@@ -41,9 +45,10 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 		case client.HasCode(err, api.CodeOutpostAtCapacity):
 			return true, c.atCapacity()
 		case client.IsNotFound(err):
-			c.log.Info("the server does not assign claims (an older version); claiming sessions by id", "err", err)
-			c.byID.Store(true)
-			return false, 0 // no claim was made: by id from here
+			if c.byIDUntil.Swap(c.clock.Now().Add(claimNextRetry).UnixNano()) == 0 {
+				c.log.Info("the server does not assign claims (an older version, or the outpost is gone); claiming sessions by id", "err", err)
+			}
+			return false, 0 // no claim was made: by id for a while
 		case err != nil:
 			if ctx.Err() == nil {
 				c.log.Warn("cannot claim the next session; claiming by id", "err", err)

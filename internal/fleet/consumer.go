@@ -209,9 +209,11 @@ type Consumer struct {
 	stopping chan struct{} // closed when the consumer shuts down
 	wg       sync.WaitGroup
 
-	// byID is set once the server answered a server-assigned claim with
-	// 404 (a server from before it): claims name their session from then.
-	byID atomic.Bool
+	// byIDUntil (Unix nanoseconds of the consumer's clock) is when the
+	// consumer next tries a server-assigned claim after one answered 404:
+	// an older server without the endpoint, or an outpost gone for a
+	// moment. Until then it claims by id.
+	byIDUntil atomic.Int64
 
 	mu      sync.Mutex // guards the following
 	entries map[string]api.QueueEntry

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"testing"
@@ -19,7 +20,7 @@ func TestWatchStaleCursorRelists(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{t: time.Now()}
 	ts := startServer(t, Options{Now: clock.Now})
-	ts.outpost("w")
+	w := ts.outpost("w")
 	ts.outpost("other")
 	machine := ts.token([]string{api.ScopeMachine}, "")
 
@@ -81,4 +82,24 @@ func TestWatchStaleCursorRelists(t *testing.T) {
 	if lw.resp.Header.Get(api.HeaderWatchRelist) != "true" {
 		t.Fatal("a watch of the other outpost from below its horizon did not re-list")
 	}
+
+	// A prune that commits after the request's horizon check and before
+	// the stream's first read: the stream's first join checks again and
+	// ends with nothing replayed (the client's reconnect re-lists).
+	cursor, err := strconv.ParseInt(before, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bufferSink
+	if _, _, ok := ts.srv.watchJoin(t.Context(), &sink, w.Metadata.OutpostID, cursor, true); ok || sink.Len() != 0 {
+		t.Fatalf("a first join from below the horizon: ok=%v, wrote %q; want it ended with nothing sent", ok, sink.String())
+	}
+	if _, _, ok := ts.srv.watchJoin(t.Context(), &sink, w.Metadata.OutpostID, cursor, false); !ok {
+		t.Fatal("a rejoin (no horizon check) ended")
+	}
 }
+
+// bufferSink is a watchSink that keeps what is written.
+type bufferSink struct{ bytes.Buffer }
+
+func (*bufferSink) Flush() {}

@@ -78,7 +78,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 		http.Flusher
 	}{w, flusher}
 	if after, ok := s.watchStart(ctx, sink, outpostID, from); ok {
-		if ws, after, ok := s.watchJoin(ctx, sink, outpostID, after); ok {
+		if ws, after, ok := s.watchJoin(ctx, sink, outpostID, after, !from.relist); ok {
 			s.watchFollow(ctx, sink, outpostID, ws, after)
 		}
 	}
@@ -141,7 +141,7 @@ func (s *Server) serveHijackedWatch(conn net.Conn, outpostID string, from watchF
 	after, ok := s.watchStart(ctx, sink, outpostID, from)
 	var ws *watchStream
 	if ok {
-		ws, after, ok = s.watchJoin(ctx, sink, outpostID, after)
+		ws, after, ok = s.watchJoin(ctx, sink, outpostID, after, !from.relist)
 	}
 	if !ok {
 		end()
@@ -172,10 +172,28 @@ func (s *Server) watchStart(ctx context.Context, w watchSink, outpostID string, 
 // the store holds after after (so no change slips between: see
 // queueFeed.subscribe). It returns the subscription and the cursor; false
 // (unsubscribed) when the stream is over.
-func (s *Server) watchJoin(ctx context.Context, w watchSink, outpostID string, after int64) (*watchStream, int64, bool) {
+//
+// A client's cursor was checked against the pruned horizon before the
+// stream started (listQueue); a prune committed between that check and the
+// first read could have taken tombstones after the cursor. So on the
+// stream's first join (checkHorizon) the horizon is read again after the
+// first page and before anything of it is sent: when it passed the cursor,
+// the stream ends with nothing replayed, and the client's reconnect, with
+// the same cursor, re-lists.
+func (s *Server) watchJoin(ctx context.Context, w watchSink, outpostID string, after int64, checkHorizon bool) (*watchStream, int64, bool) {
 	ws := s.queueFeed.subscribe(outpostID, after)
 	for {
 		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true})
+		if err == nil && checkHorizon && after > 0 {
+			checkHorizon = false
+			var horizon int64
+			if horizon, err = s.store.QueueHorizon(ctx, outpostID); err == nil && after < horizon {
+				s.log.Info("queue watch: tombstones after the cursor were pruned as the stream started; ending it so the client re-lists",
+					"outpost", outpostID, "cursor", after, "horizon", horizon)
+				s.queueFeed.unsubscribe(outpostID, ws)
+				return nil, after, false
+			}
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("watch queue", "err", err)
@@ -211,7 +229,7 @@ func (s *Server) watchFollow(ctx context.Context, w watchSink, outpostID string,
 			return
 		}
 		var ok bool
-		if ws, after, ok = s.watchJoin(ctx, w, outpostID, after); !ok {
+		if ws, after, ok = s.watchJoin(ctx, w, outpostID, after, false); !ok {
 			return
 		}
 	}
