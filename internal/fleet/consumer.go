@@ -404,6 +404,9 @@ func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool, full
 				return failed, 0
 			}
 			id := e.Metadata.SessionID
+			c.mu.Lock()
+			sent := c.applied // what the consumer knew when it asked
+			c.mu.Unlock()
 			claim, err := c.claim(ctx, id)
 			switch {
 			case client.HasCode(err, api.CodeOutpostAtCapacity):
@@ -414,7 +417,9 @@ func (c *Consumer) schedule(ctx context.Context, attempt int) (failed bool, full
 				c.obs.Conflict()
 				c.log.Debug("session taken by another claimer", "session", id)
 				c.mu.Lock()
-				if cur, ok := c.entries[id]; ok {
+				// Unless an event changed it since the request (released
+				// meanwhile): that one may be newer than the answer.
+				if cur, ok := c.entries[id]; ok && c.appliedAt[id] <= sent {
 					cur.Status.Phase = api.PhaseClaimed // until the queue says otherwise
 					c.entries[id] = cur
 				}
