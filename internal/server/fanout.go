@@ -160,7 +160,7 @@ func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 func (s *Server) fenceChanged(ctx context.Context, rev int64) (int64, error) {
 	const page = 1000
 	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{AfterRev: rev, Limit: page, IncludeDeleted: true})
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{AfterRev: rev, Limit: page, IncludeDeleted: true, NoTotal: true})
 		if err != nil {
 			return rev, err
 		}

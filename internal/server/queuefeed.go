@@ -185,7 +185,7 @@ func (q *queueFeed) read(ctx context.Context, f *outpostFeed) {
 			return
 		}
 		for {
-			rows, _, err := q.store.ListQueue(ctx, store.QueueFilter{OutpostID: f.id, AfterRev: f.rev, Limit: watchBatch, IncludeDeleted: true})
+			rows, _, err := q.store.ListQueue(ctx, store.QueueFilter{OutpostID: f.id, AfterRev: f.rev, Limit: watchBatch, IncludeDeleted: true, NoTotal: true})
 			if err != nil {
 				if ctx.Err() == nil {
 					q.log.Warn("queue feed: read the queue; its watches read it themselves", "outpost", f.id, "err", err)

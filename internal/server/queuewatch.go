@@ -183,7 +183,7 @@ func (s *Server) watchStart(ctx context.Context, w watchSink, outpostID string, 
 func (s *Server) watchJoin(ctx context.Context, w watchSink, outpostID string, after int64, checkHorizon bool) (*watchStream, int64, bool) {
 	ws := s.queueFeed.subscribe(outpostID, after)
 	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true})
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true, NoTotal: true})
 		if err == nil && checkHorizon && after > 0 {
 			checkHorizon = false
 			var horizon int64
@@ -311,7 +311,7 @@ func (c *connSink) Flush() {
 func (s *Server) relist(ctx context.Context, w io.Writer, flusher http.Flusher, outpostID string, maxRev int64) bool {
 	after := int64(0)
 	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch})
+		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, NoTotal: true})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("watch queue: re-list", "err", err)

@@ -282,6 +282,9 @@ type QueueFilter struct {
 	// and SessionID ascending (the claim order) instead of by Rev;
 	// AfterRev must then be 0.
 	ByPriority bool
+	// NoTotal skips counting the matching rows (ListQueue's total is then
+	// 0): for readers that only page, such as watch streams.
+	NoTotal bool
 }
 
 // SessionFilter selects sessions, newest first.

@@ -48,8 +48,10 @@ func (s *Store) ListQueue(ctx context.Context, f store.QueueFilter) ([]store.Que
 	var out []store.QueueEntry
 	var total int
 	err := s.read(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
-			return err
+		if !f.NoTotal {
+			if err := tx.QueryRow(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
+				return err
+			}
 		}
 		var err error
 		out, err = collect(sqlstore.ScanEntry)(tx.Query(ctx, q.Page, q.PageArgs...))

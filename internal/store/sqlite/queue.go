@@ -46,8 +46,10 @@ func (s *Store) ListQueue(ctx context.Context, f store.QueueFilter) ([]store.Que
 	var out []store.QueueEntry
 	var total int
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
-			return err
+		if !f.NoTotal {
+			if err := tx.QueryRowContext(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
+				return err
+			}
 		}
 		rows, err := tx.QueryContext(ctx, q.Page, q.PageArgs...)
 		out, err = collect(rows, err, sqlstore.ScanEntry)

@@ -48,6 +48,9 @@ func testListQueue(t *testing.T, s store.Store) {
 		{store.QueueFilter{IncludeDeleted: true}, []string{"p1", "c1", "p2", "gone", "c2"}, 4},
 		{store.QueueFilter{IncludeDeleted: true, OutpostID: "A", AfterRev: entries["p2"].Rev}, []string{"gone", "c2"}, 3},
 		{store.QueueFilter{AfterRev: entries["c2"].Rev}, nil, 4},
+		// NoTotal pages the same rows without counting them.
+		{store.QueueFilter{IncludeDeleted: true, OutpostID: "A", AfterRev: entries["p2"].Rev, NoTotal: true}, []string{"gone", "c2"}, 0},
+		{store.QueueFilter{Limit: 2, NoTotal: true}, []string{"p1", "c1"}, 0},
 	} {
 		got, total, err := s.ListQueue(ctx(t), tc.f)
 		what := fmt.Sprintf("ListQueue(%+v)", tc.f)
