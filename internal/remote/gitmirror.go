@@ -1,47 +1,34 @@
 package remote
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gitmirror"
 )
 
-// mirror brings the mirror of url up to date and returns its path, or ""
-// when mirrors are off or the mirror cannot be had (the clone then goes to
-// the remote as usual: a mirror only makes clones faster).
-func (g *git) mirror(ctx context.Context, url string) string {
+// mirror returns the worker's mirror of url for a clone to take its
+// objects from, or "" when mirrors are off, url is not mirrored, or the
+// worker has not made its mirror yet. The remote never writes a mirror:
+// it records url in its state dir, and the worker, outside the sandbox,
+// makes or updates the mirror after the session (package gitmirror).
+func (g *git) mirror(url string) string {
 	root := os.Getenv(api.EnvGitMirrors.Name)
 	if root == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(url))
-	path := filepath.Join(root, hex.EncodeToString(sum[:8])+".git")
-	if _, err := os.Stat(path); err == nil {
-		if err := g.run(ctx, path, "fetch", "--prune", "--quiet", "origin", "+refs/*:refs/*"); err != nil {
-			return path // stale objects still help
-		}
-		return path
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return ""
-	}
-	// Clone beside it and rename, so a concurrent clone never sees half a mirror.
-	tmp, err := os.MkdirTemp(root, ".mirror-")
+	path, err := gitmirror.Path(root, url)
 	if err != nil {
 		return ""
 	}
-	defer os.RemoveAll(tmp)
-	if err := g.run(ctx, "", "clone", "--mirror", "--quiet", "--", url, tmp); err != nil {
-		return ""
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		if _, statErr := os.Stat(path); statErr == nil {
-			return path // another clone won the race
+	if g.c.stateDir != "" {
+		if err := gitmirror.Want(g.c.stateDir, url); err != nil {
+			// A mirror only makes clones faster: the clone goes on.
+			fmt.Fprintf(g.c.stderr, "outpost: %v\n", err)
 		}
+	}
+	if !gitmirror.Ready(path) {
 		return ""
 	}
 	return path

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gitmirror"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 )
 
@@ -74,10 +75,12 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 			return nil, fmt.Errorf("git_clone: %w", err)
 		}
 		clone := []string{"clone"}
-		if mirror := g.mirror(ctx, a.URL); mirror != "" {
-			// Objects come from the local mirror; --dissociate makes the
-			// clone independent of it.
-			clone = append(clone, "--reference-if-able", mirror, "--dissociate")
+		if mirror := g.mirror(a.URL); mirror != "" {
+			// Objects come from the local mirror, read-only, and the rest
+			// from a.URL, so the clone has the newest commits however old
+			// the mirror is; --dissociate makes it independent of the
+			// mirror. Nothing in the mirror's configuration runs.
+			clone = append(gitmirror.ReadArgs(mirror), "clone", "--reference-if-able", mirror, "--dissociate")
 			res.Mirror = mirror
 		}
 		if a.Ref != "" && !shaRE.MatchString(a.Ref) {
@@ -153,9 +156,17 @@ func (g *git) run(ctx context.Context, dir string, args ...string) error {
 	cmd.Stderr = g.c.stderr
 	fmt.Fprintf(g.c.stderr, "$ git %s\n", strings.Join(args, " "))
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("git %s: %w", args[0], err)
+		return fmt.Errorf("git %s: %w", gitVerb(args), err)
 	}
 	return nil
+}
+
+// gitVerb is git's subcommand in args, after any -c options.
+func gitVerb(args []string) string {
+	for len(args) > 2 && args[0] == "-c" {
+		args = args[2:]
+	}
+	return args[0]
 }
 
 // output runs git quietly and returns its trimmed stdout.
