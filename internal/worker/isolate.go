@@ -152,7 +152,8 @@ func chooseIsolation(want Isolation, bwrapErr error, runAs, binds bool) (Isolati
 
 // setupIsolation decides how remotes start (Options.Isolation), checks
 // that it works here, prepares the workspace for a run-as user, logs the
-// mode, and returns the capabilities as sessions will see them.
+// mode, readies the git mirrors directory, and returns the capabilities
+// as sessions will see them.
 func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api.Capabilities, error) {
 	o := w.opts.Isolation
 	want := o.Mode
@@ -224,6 +225,11 @@ func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api
 	}
 	w.iso = iso
 	iso.report(w.log, want, bwrapErr, hostSudo, caps, w.opts.ConnectToken != "")
+	root, err := w.setupMirrors()
+	if err != nil {
+		return caps, err
+	}
+	w.mirrors = newMirrorer(root, w.log)
 	return caps, nil
 }
 
@@ -413,9 +419,10 @@ func (s sandboxSpec) args() []string {
 			binds = append(binds, sandbox.Bind{Src: p, Dest: p, ReadOnly: true})
 		}
 	}
-	// The git mirrors directory is bound read-write.
+	// The git mirrors directory is bound read-only: only the worker,
+	// outside the sandbox, writes mirrors.
 	if p := envValue(s.env, api.EnvGitMirrors.Name); filepath.IsAbs(p) && isDir(p) {
-		binds = append(binds, sandbox.Bind{Src: p, Dest: p})
+		binds = append(binds, sandbox.Bind{Src: p, Dest: p, ReadOnly: true})
 	}
 	if !sandbox.InSystemDirs(s.remote) {
 		binds = append(binds, sandbox.Bind{Src: s.remote, Dest: s.remote, ReadOnly: true})

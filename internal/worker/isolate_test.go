@@ -229,7 +229,7 @@ func TestSandboxArgs(t *testing.T) {
 				present: []mount{
 					{"--ro-bind", tools, "/tools"}, {"--ro-bind", os.DevNull, "/tools/secret"},
 					{"--ro-bind", filepath.Dir(chromeReal), filepath.Dir(chromeReal)}, {"--ro-bind", chromeReal, chromeLink},
-					{"--ro-bind", ca, ca}, {"--ro-bind", xauth, xauth}, {"--bind", mirrors, mirrors},
+					{"--ro-bind", ca, ca}, {"--ro-bind", xauth, xauth}, {"--ro-bind", mirrors, mirrors},
 					{"--dev-bind", "/dev/null", "/dev/null"}, {"--ro-bind", "/sys", "/sys"},
 				},
 				env: map[string]string{"OUTPOST_GIT_MIRRORS": mirrors, "DISPLAY": ":0"},

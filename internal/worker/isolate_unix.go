@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/outpost-sh/outpost/api"
 
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
@@ -72,8 +71,7 @@ func setCredential(cmd *exec.Cmd, u *sessionUser) {
 }
 
 // prepareUser makes what sessions need the run-as user's: the workspace
-// (and its repos), the git mirrors, and a way into the data dir's sessions
-// directory (mode 0711: the user can reach its own state dir by name, and
+// (and its repos) and a way into the data dir's sessions directory (mode 0711: the user can reach its own state dir by name, and
 // list or read nothing else of the data dir). It then checks, as the user,
 // that it can work there and run the remote's executable; this also shows
 // that the worker may switch users.
@@ -93,14 +91,6 @@ func (iso *isolation) prepareUser(ctx context.Context, dataDir, remote string) e
 	}
 	if err := iso.chownTree(iso.dir); err != nil {
 		return err
-	}
-	if m := os.Getenv(api.EnvGitMirrors.Name); filepath.IsAbs(m) {
-		if err := os.MkdirAll(m, 0o755); err != nil {
-			return fmt.Errorf("create the git mirrors directory: %w", err)
-		}
-		if err := iso.chownTree(m); err != nil {
-			return err
-		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -165,6 +165,7 @@ type worker struct {
 	iso      *isolation
 	ws       *workspace  // nil in direct-serve mode
 	pre      *prestarter // the pre-started remote; nil: none
+	mirrors  *mirrorer   // updates the git mirrors after sessions; nil: none
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -206,6 +207,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	w.ws = ws
+	w.mirrors.start(ctx)
+	defer w.mirrors.close()
 	c := w.consumer()
 	if opts.SessionID != "" {
 		return c.Serve(ctx, opts.SessionID)
