@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
