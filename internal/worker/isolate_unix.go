@@ -70,7 +70,8 @@ func setCredential(cmd *exec.Cmd, u *sessionUser) {
 }
 
 // prepareUser makes what sessions need the run-as user's: the workspace
-// (and its repos) and a way into the data dir's sessions directory (mode 0711: the user can reach its own state dir by name, and
+// (and its repos) and a way into the data dir's sessions
+// directory (mode 0711: the user can reach its own state dir by name, and
 // list or read nothing else of the data dir). It then checks, as the user,
 // that it can work there and run the remote's executable; this also shows
 // that the worker may switch users.
