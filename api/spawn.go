@@ -75,11 +75,12 @@ var (
 	EnvDesktop = EnvVar{"OUTPOST_DESKTOP", "DEVIN_OUTPOST_DESKTOP",
 		"true: record the X display, not the browser"}
 	// EnvGitMirrors names a directory of shared bare mirrors on a
-	// long-lived worker: git_clone keeps a mirror of each repository there
-	// and clones from it, fetching only what is new. A remote inherits it
-	// from its worker.
+	// long-lived worker: git_clone clones with the mirror of its URL as a
+	// reference, fetching only what is new from the upstream. A remote
+	// inherits it from its worker and only reads it; the worker makes and
+	// updates the mirrors after each session (internal/gitmirror).
 	EnvGitMirrors = EnvVar{Name: "OUTPOST_GIT_MIRRORS",
-		Meaning: "directory of shared bare git mirrors git_clone clones from"}
+		Meaning: "directory of shared bare git mirrors git_clone clones with (written by the worker only)"}
 )
 
 // RemoteExitRejected is the exit status of `outpost remote serve` when the

@@ -58,7 +58,7 @@ func Prepare(root string) error {
 		return fmt.Errorf("git mirrors directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("git mirrors directory %s is not a directory (a symbolic link?): give %s the path of a directory", root, "OUTPOST_GIT_MIRRORS")
+		return fmt.Errorf("git mirrors directory %s is not a directory (a symbolic link?): give the path of a directory", root)
 	}
 	if !ownedByMe(fi) {
 		// An earlier version gave the directory to the run-as user.
