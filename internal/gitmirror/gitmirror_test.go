@@ -264,14 +264,19 @@ func TestTokenFor(t *testing.T) {
 }
 
 // TestPrepareRemovesStaleMirrors: mirrors of earlier versions (which
-// session code could write) and unfinished clones go; other files stay.
+// session code could write) and clones left unfinished long ago go; a
+// clone that may be another worker's under way and other files stay.
 func TestPrepareRemovesStaleMirrors(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	for _, d := range []string{"0123456789abcdef.git/objects", ".mirror-123/objects", "keep-me"} {
+	for _, d := range []string{"0123456789abcdef.git/objects", ".mirror-123/objects", ".mirror-new/objects", "keep-me"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
+	}
+	old := time.Now().Add(-2 * staleAfter)
+	if err := os.Chtimes(filepath.Join(root, ".mirror-123"), old, old); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chmod(root, 0o777); err != nil {
 		t.Fatal(err)
@@ -279,9 +284,13 @@ func TestPrepareRemovesStaleMirrors(t *testing.T) {
 	if err := Prepare(root); err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	entries, _ := os.ReadDir(root)
-	if len(entries) != 1 || entries[0].Name() != "keep-me" {
-		t.Errorf("after Prepare the directory holds %v, want keep-me alone", entries)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{".mirror-new", "keep-me"}; !slices.Equal(names, want) {
+		t.Errorf("after Prepare the directory holds %q, want %q (a clone under way stays)", names, want)
 	}
 	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("mirrors directory mode %v (%v), want 0755", fi.Mode(), err)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // The worker's side: Prepare at start, Update after each session. Nothing
@@ -40,15 +41,23 @@ const tokenHelper = `!f() { test "$1" = get || { cat >/dev/null; exit 0; }; h=; 
 	`while IFS= read -r l && test -n "$l"; do case $l in host=*) h=${l#host=};; esac; done; ` +
 	`test "$h" = "$` + envHost + `" && printf 'username=` + tokenUser + `\npassword=%s\n' "$` + envToken + `"; }; f`
 
-// staleName matches what a worker may remove from the mirrors directory:
-// mirrors of earlier versions, which sessions could write, and the
-// temporary directories of clones that never finished.
-var staleName = regexp.MustCompile(`^([0-9a-f]{16}\.git|\.mirror-.*)$`)
+// oldMirrorName matches the mirrors of earlier versions, which sessions
+// could write: a worker removes them.
+var oldMirrorName = regexp.MustCompile(`^[0-9a-f]{16}\.git$`)
+
+// tmpPrefix starts the name of a mirror being cloned.
+const tmpPrefix = ".mirror-"
+
+// staleAfter is the age past which a clone under tmpPrefix is taken for
+// one that never finished (a worker killed meanwhile); a younger one may
+// be another worker's, sharing the directory, at work.
+const staleAfter = time.Hour
 
 // Prepare makes root, the mirrors directory, ready for a worker whose
 // sessions must not write it: created if missing, the worker's, mode 0755
 // (session code reads mirrors as another user in user isolation), without
-// the mirrors of earlier versions or a mirror another user owns.
+// the mirrors of earlier versions, a mirror another user owns, or a clone
+// left unfinished.
 func Prepare(root string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create the git mirrors directory: %w", err)
@@ -75,11 +84,13 @@ func Prepare(root string) error {
 	}
 	for _, e := range entries {
 		p := filepath.Join(root, e.Name())
-		stale := staleName.MatchString(e.Name())
-		if !stale && strings.HasSuffix(e.Name(), mirrorExt) {
-			fi, err := os.Lstat(p)
-			stale = err == nil && (!fi.IsDir() || !ownedByMe(fi))
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
 		}
+		stale := oldMirrorName.MatchString(e.Name()) ||
+			(strings.HasPrefix(e.Name(), tmpPrefix) && time.Since(fi.ModTime()) > staleAfter) ||
+			(strings.HasSuffix(e.Name(), mirrorExt) && (!fi.IsDir() || !ownedByMe(fi)))
 		if stale {
 			if err := os.RemoveAll(p); err != nil {
 				return fmt.Errorf("remove the stale git mirror %s: %w", p, err)
@@ -171,7 +182,7 @@ func remake(ctx context.Context, root, path, rawURL, token string) error {
 // create clones the mirror beside path and renames it into place, so that
 // a clone reading mirrors never sees half a one.
 func create(ctx context.Context, root, path, rawURL, token string) error {
-	tmp, err := os.MkdirTemp(root, ".mirror-")
+	tmp, err := os.MkdirTemp(root, tmpPrefix)
 	if err != nil {
 		return fmt.Errorf("git mirror: %w", err)
 	}
