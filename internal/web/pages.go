@@ -42,6 +42,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.setCookie(w, r, tok, 0)
+	h.clearSigninCookie(w, r)
 	http.Redirect(w, r, "/ui/sessions", http.StatusSeeOther)
 }
 
