@@ -101,7 +101,7 @@ func validateSession(req *api.CreateSessionRequest) error {
 	for i, st := range req.Agent.Steps {
 		args, ok := api.NewToolArgs(st.Tool)
 		if !ok {
-			return errBadRequest("agent.steps[%d].tool %q is unknown; tools are %s.", i, st.Tool, strings.Join(api.ToolNames(), ", "))
+			return errBadRequest("agent.steps[%d].tool %q is unknown; tools are %s.", i, st.Tool, verbatim(strings.Join(api.ToolNames(), ", ")))
 		}
 		if len(st.Args) == 0 || string(st.Args) == "null" {
 			req.Agent.Steps[i].Args = json.RawMessage("{}")
