@@ -69,7 +69,7 @@ type SessionSpec struct {
 	// Agent says what drives the session.
 	Agent Agent `json:"agent"`
 	// Env is the environment the session's tools get, on top of the
-	// remote's.
+	// remote's. Names for which ReservedEnvName holds are refused.
 	Env map[string]string `json:"env"`
 	// SecretNames are the names of the session's secrets; their values are
 	// never returned.
@@ -221,8 +221,9 @@ type CreateSessionRequest struct {
 	Repos  []Repo            `json:"repos"`
 	Agent  Agent             `json:"agent"`
 	Env    map[string]string `json:"env"`
-	// Secrets become environment of the session's tools, like Env, but
-	// are stored sealed, never returned, and redacted from the transcript.
+	// Secrets become environment of the session's tools, like Env (the
+	// same names are reserved), but are stored sealed, never returned, and
+	// redacted from the transcript.
 	Secrets map[string]string `json:"secrets"`
 	Limits  Limits            `json:"limits"`
 	// RemoteBinarySHA pins the remote build that serves the session (6 to

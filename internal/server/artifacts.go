@@ -17,6 +17,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // Artifacts are kept in the blob store (s.artifactBlobs, blobs.go) as
@@ -106,6 +107,11 @@ type artifactUploads struct {
 	s  *Server
 	c  *remoteConn
 	up map[int64]*artifactUpload
+	// secrets redacts the session's secrets; read at the first upload (a
+	// session's secrets never change). loaded tells a set that is nil
+	// because the session has no secrets from one not read yet.
+	secrets *redact.Set
+	loaded  bool
 }
 
 func (s *Server) newArtifactUploads(c *remoteConn) *artifactUploads {
@@ -165,13 +171,40 @@ func (u *artifactUploads) begin(ctx context.Context, seq int64, a *api.ArtifactF
 		u.fail(ctx, a.ID, seq, err.Error())
 		return
 	}
+	// An artifact's name is shown wherever the artifact is (its event on
+	// the transcript, the list, the web UI, download URLs) and is its key,
+	// so it cannot be redacted afterwards: a name holding a secret's value
+	// is refused, without repeating it.
+	secrets, err := u.secretSet(ctx)
+	if err != nil {
+		u.s.log.Warn("artifact upload: read the session's secrets", "session", u.c.sessionID, "err", err)
+		u.fail(ctx, a.ID, seq, "the server could not check the artifact's name; upload it again")
+		return
+	}
+	if secrets.String(a.Name) != a.Name {
+		u.fail(ctx, a.ID, seq, "the artifact's name holds the value of one of this session's secrets, and names are shown unredacted; upload it under another name")
+		return
+	}
 	ct := a.ContentType
-	if _, _, err := mime.ParseMediaType(ct); err != nil {
+	if _, _, err := mime.ParseMediaType(ct); err != nil || secrets.String(ct) != ct {
 		ct = "application/octet-stream"
 	}
 	// The Put outlives the frame's context; discard or end finishes it.
 	w := blob.NewWriter(context.WithoutCancel(ctx), u.s.artifactBlobs, artifactKey(u.c.sessionID, a.Name), api.MaxArtifactBytes)
 	u.up[a.ID] = &artifactUpload{seq: seq, name: a.Name, contentType: ct, blob: w, hash: sha256.New()}
+}
+
+// secretSet returns the session's secrets, reading them once.
+func (u *artifactUploads) secretSet(ctx context.Context) (*redact.Set, error) {
+	if u.loaded {
+		return u.secrets, nil
+	}
+	sess, err := u.s.store.GetSession(ctx, u.c.sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("get session %s: %w", u.c.sessionID, err)
+	}
+	u.secrets, u.loaded = redact.NewSet(sess.Secrets), true
+	return u.secrets, nil
 }
 
 // chunk handles a binary artifact chunk.

@@ -42,6 +42,15 @@ func (p principal) allowsOutpost(outpostID string) bool {
 	return p.outpostID == "" || p.outpostID == outpostID
 }
 
+// allowsToken reports whether the principal may see and revoke token t. A
+// token limited to an outpost manages only the tokens limited to that same
+// outpost: an unlimited token, or one of another outpost, does not exist
+// for it, so it can neither widen its own reach nor cut off another
+// outpost's machines.
+func (p principal) allowsToken(t store.Token) bool {
+	return p.outpostID == "" || p.outpostID == t.OutpostID
+}
+
 type principalKey struct{}
 
 func principalFrom(ctx context.Context) principal {

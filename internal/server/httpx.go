@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -26,31 +27,81 @@ type httpError struct {
 func (e *httpError) Error() string { return e.message }
 
 func errBadRequest(format string, args ...any) error {
-	return &httpError{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusBadRequest, api.CodeBadRequest, errorText(format, args...)}
 }
 
 func errNotFound(format string, args ...any) error {
-	return &httpError{http.StatusNotFound, api.CodeNotFound, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusNotFound, api.CodeNotFound, errorText(format, args...)}
 }
 
 func errConflict(format string, args ...any) error {
-	return &httpError{http.StatusConflict, api.CodeConflict, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusConflict, api.CodeConflict, errorText(format, args...)}
 }
 
 func errHTTPGone(format string, args ...any) error {
-	return &httpError{http.StatusGone, api.CodeGone, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusGone, api.CodeGone, errorText(format, args...)}
 }
 
 func errForbidden(format string, args ...any) error {
-	return &httpError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusForbidden, api.CodeForbidden, errorText(format, args...)}
 }
 
 func errUnauthorized(format string, args ...any) error {
-	return &httpError{http.StatusUnauthorized, api.CodeUnauthorized, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusUnauthorized, api.CodeUnauthorized, errorText(format, args...)}
 }
 
 func errUnprocessable(format string, args ...any) error {
-	return &httpError{http.StatusUnprocessableEntity, api.CodeUnprocessable, fmt.Sprintf(format, args...)}
+	return &httpError{http.StatusUnprocessableEntity, api.CodeUnprocessable, errorText(format, args...)}
+}
+
+// maxEcho bounds how many characters of one value an error message
+// repeats. Messages name the value they refuse so its sender can find it,
+// but a request may carry values of a megabyte: repeated whole, a refusal
+// would be as large as the request.
+const maxEcho = 200
+
+// verbatim is text of the server's own (a list of tool names, say) that an
+// error message shows whole, however long.
+type verbatim string
+
+// errorText formats an error message. Every text argument (a string,
+// []byte, error or fmt.Stringer) longer than maxEcho characters is cut to
+// its first maxEcho characters followed by "…", so no input comes back
+// whole; a verbatim argument is shown as it is. The cut values replace
+// those in args (a fresh slice unless the caller spreads one of its own),
+// which keeps errorText and the err… helpers printf wrappers for go vet.
+func errorText(format string, args ...any) string {
+	for i, a := range args {
+		var text string
+		switch v := a.(type) {
+		case verbatim:
+			args[i] = string(v)
+			continue
+		case string:
+			text = v
+		case []byte:
+			text = string(v)
+		case error:
+			text = v.Error()
+		case fmt.Stringer:
+			text = v.String()
+		default:
+			continue
+		}
+		if utf8.RuneCountInString(text) <= maxEcho {
+			continue
+		}
+		n := 0
+		for j := range text {
+			if n == maxEcho {
+				text = text[:j]
+				break
+			}
+			n++
+		}
+		args[i] = text + "…"
+	}
+	return fmt.Sprintf(format, args...)
 }
 
 // decodeError is a request body the decoder refused: the answer for the

@@ -101,7 +101,7 @@ func validateSession(req *api.CreateSessionRequest) error {
 	for i, st := range req.Agent.Steps {
 		args, ok := api.NewToolArgs(st.Tool)
 		if !ok {
-			return errBadRequest("agent.steps[%d].tool %q is unknown; tools are %s.", i, st.Tool, strings.Join(api.ToolNames(), ", "))
+			return errBadRequest("agent.steps[%d].tool %q is unknown; tools are %s.", i, st.Tool, verbatim(strings.Join(api.ToolNames(), ", ")))
 		}
 		if len(st.Args) == 0 || string(st.Args) == "null" {
 			req.Agent.Steps[i].Args = json.RawMessage("{}")
@@ -143,8 +143,11 @@ func validateEnv(field string, env map[string]string) error {
 		return errBadRequest("%s has more than %d variables.", field, maxEnvVars)
 	}
 	for k, v := range env {
-		if !envName.MatchString(k) || strings.HasPrefix(k, "OUTPOST_") {
-			return errBadRequest("%s name %q is not a valid environment variable name (OUTPOST_* is reserved).", field, k)
+		if !envName.MatchString(k) {
+			return errBadRequest("%s name %q is not a valid environment variable name.", field, k)
+		}
+		if api.ReservedEnvName(k) {
+			return errBadRequest("%s name %q is reserved: Outpost sets OUTPOST_* names and reads the public contract's names of its variables (such as %s), so a session may not set them.", field, k, api.EnvConnectToken.Public)
 		}
 		if len(v) > maxEnvValue || strings.ContainsRune(v, 0) {
 			return errBadRequest("%s.%s is too long or holds a NUL byte.", field, k)

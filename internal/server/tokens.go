@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,19 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if req.ExpiresInS < 0 {
 		return errBadRequest("expires_in_s must not be negative.")
 	}
+	p := principalFrom(ctx)
+	for _, sc := range req.Scopes {
+		if !p.has(sc) {
+			return errForbidden("This token does not hold the %s scope, so it cannot give it to another token.", sc)
+		}
+	}
+	if p.outpostID != "" && req.Outpost == "" {
+		own, err := s.ownOutpostName(ctx, p)
+		if err != nil {
+			return err
+		}
+		return errForbidden("This token is limited to outpost %s, so every token it creates must be limited to that outpost too: set outpost to %q.", own, own)
+	}
 	now := s.now()
 	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))), CreatedAt: now}
 	var outpost string
@@ -58,7 +72,23 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// ownOutpostName is the name of the outpost p is limited to, or its id when
+// that outpost was deleted.
+func (s *Server) ownOutpostName(ctx context.Context, p principal) (string, error) {
+	o, err := s.store.GetOutpost(ctx, p.outpostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return p.outpostID, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("get outpost %s: %w", p.outpostID, err)
+	}
+	return o.Name, nil
+}
+
+// listTokens lists the tokens the caller may see: every token for an
+// unlimited one, the tokens limited to the same outpost for a limited one.
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
 	all, err := s.store.ListTokens(r.Context())
 	if err != nil {
 		return fmt.Errorf("list tokens: %w", err)
@@ -73,6 +103,9 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	}
 	list := api.TokenList{Items: []api.Token{}}
 	for _, t := range all {
+		if !p.allowsToken(t) {
+			continue
+		}
 		at := toAPIToken(t)
 		at.Outpost = names[t.OutpostID]
 		list.Items = append(list.Items, at)
@@ -81,8 +114,21 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// revokeToken revokes a token the caller may see; any other answers as a
+// missing one. A token's outpost never changes, so checking it before the
+// revocation cannot be raced.
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("token")
+	if p := principalFrom(r.Context()); p.outpostID != "" {
+		all, err := s.store.ListTokens(r.Context())
+		if err != nil {
+			return fmt.Errorf("list tokens: %w", err)
+		}
+		i := slices.IndexFunc(all, func(t store.Token) bool { return t.ID == id })
+		if i < 0 || !p.allowsToken(all[i]) {
+			return errNotFound("Token %s does not exist.", id)
+		}
+	}
 	if err := s.store.RevokeToken(r.Context(), id, s.now()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Token %s does not exist.", id)

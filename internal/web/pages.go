@@ -42,6 +42,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.setCookie(w, r, tok, 0)
+	h.clearSigninCookie(w, r)
 	http.Redirect(w, r, "/ui/sessions", http.StatusSeeOther)
 }
 
@@ -420,8 +421,13 @@ func (h *Handler) renderTokens(w http.ResponseWriter, r *http.Request, status in
 		return
 	}
 	outposts, _ := h.outposts(r)
+	// A token limited to an outpost makes only tokens limited to it, so
+	// its form offers no unlimited one.
+	var me api.WhoAmI
+	_ = h.call(r, "GET", "/v1/whoami", nil, &me)
 	h.render(w, r, status, "tokens", page{Title: "Tokens", Nav: "tokens", Error: errMsg, Data: map[string]any{
 		"Tokens": list.Items, "Scopes": api.Scopes, "Outposts": outposts.Items, "Created": created,
+		"Limited": me.OutpostID != "",
 	}})
 }
 

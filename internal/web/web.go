@@ -6,6 +6,13 @@
 // kept in an HttpOnly, SameSite=Strict cookie; every page calls the REST
 // API in-process with that token, so the API's scopes and outpost limits
 // apply to the UI exactly as to any client.
+//
+// Every form post must come from a page of this site (the browser's
+// Sec-Fetch-Site and Origin headers, http.CrossOriginProtection) and carry
+// the CSRF value of its visitor: an HMAC of the token cookie once signed
+// in, of a random sign-in cookie before. So no other site can post a form
+// for a visitor — not even the sign-in form, which would sign the visitor
+// in with the other site's token.
 package web
 
 import (
@@ -35,6 +42,15 @@ var assets embed.FS
 // cookieName is the cookie holding the signed-in user's API token.
 const cookieName = "outpost_token"
 
+// signinCookieName is the cookie a signed-out visitor gets with the
+// sign-in form: a random value the form's CSRF value is bound to, so that
+// value differs per visitor and another site cannot learn it. Over HTTPS it
+// has the __Host- prefix, so a neighbouring subdomain cannot plant one.
+const signinCookieName = "outpost_signin"
+
+// signinCookieBytes is the length of a sign-in cookie's random value.
+const signinCookieBytes = 32
+
 // Options configure a Handler.
 type Options struct {
 	// API serves the REST API (/v1/...). The UI calls it in-process with
@@ -56,6 +72,9 @@ type Handler struct {
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
+
+	// sameOrigin refuses form posts a browser sent from another site.
+	sameOrigin *http.CrossOriginProtection
 }
 
 // New builds the UI handler.
@@ -72,9 +91,18 @@ func New(opts Options) (*Handler, error) {
 		log:     opts.Logger,
 		csrfKey: make([]byte, 32),
 		pages:   map[string]*template.Template{},
+
+		sameOrigin: http.NewCrossOriginProtection(),
 	}
 	if _, err := rand.Read(h.csrfKey); err != nil {
 		return nil, fmt.Errorf("web: csrf key: %w", err)
+	}
+	// Behind a reverse proxy the Host the server sees may not be the one
+	// the browser shows; the public URL's origin is this site too.
+	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		if err := h.sameOrigin.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
+		}
 	}
 	for _, p := range []string{"signin", "outposts", "sessions", "session", "newsession", "tokens", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
@@ -121,7 +149,8 @@ func (h *Handler) routes() *http.ServeMux {
 	return m
 }
 
-// ServeHTTP checks the CSRF token of every POST, then serves the page.
+// ServeHTTP checks that every POST came from this site with its visitor's
+// CSRF value, then serves the page.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
@@ -129,7 +158,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	if r.Method == http.MethodPost {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-		if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(h.csrf(r))) {
+		if err := h.sameOrigin.Check(r); err != nil {
+			h.fail(w, r, http.StatusForbidden, "This form was sent from another site, so it was refused. Open this site's page and send the form from there.")
+			return
+		}
+		want := h.csrf(r)
+		if want == "" || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(want)) {
 			h.fail(w, r, http.StatusForbidden, "This form has expired or did not come from this site (missing CSRF token). Reload the page and try again.")
 			return
 		}
@@ -146,12 +180,77 @@ func token(r *http.Request) string {
 	return c.Value
 }
 
-// csrf is the form token of the request's session: an HMAC of the cookie
-// with the server's random key (of a fixed string when signed out).
+// csrf is the form token of the request's visitor: an HMAC, with the
+// server's random key, of the token cookie when signed in, else of the
+// sign-in cookie. It is "" for a signed-out visitor without a sign-in
+// cookie, whose posts are all refused.
 func (h *Handler) csrf(r *http.Request) string {
+	if tok := token(r); tok != "" {
+		return h.mac("outpost-csrf\x00" + tok)
+	}
+	if v := h.signinValue(r); v != "" {
+		return h.mac("outpost-signin\x00" + v)
+	}
+	return ""
+}
+
+func (h *Handler) mac(s string) string {
 	m := hmac.New(sha256.New, h.csrfKey)
-	m.Write([]byte("outpost-csrf\x00" + token(r)))
+	m.Write([]byte(s))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// formCSRF is the CSRF value for the forms of the page answering r. A
+// signed-out visitor without a sign-in cookie gets one here, so every
+// visitor's sign-in form carries a value of its own.
+func (h *Handler) formCSRF(w http.ResponseWriter, r *http.Request) string {
+	if token(r) != "" || h.signinValue(r) != "" {
+		return h.csrf(r)
+	}
+	b := make([]byte, signinCookieBytes)
+	if _, err := rand.Read(b); err != nil {
+		h.log.Error("web: sign-in cookie", "err", err)
+		return ""
+	}
+	v := base64.RawURLEncoding.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{
+		Name: h.signinCookie(r), Value: v, Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.https(r),
+	})
+	return h.mac("outpost-signin\x00" + v)
+}
+
+// signinValue is the request's sign-in cookie, or "" when it has none of
+// the right shape.
+func (h *Handler) signinValue(r *http.Request) string {
+	c, err := r.Cookie(h.signinCookie(r))
+	if err != nil {
+		return ""
+	}
+	if b, err := base64.RawURLEncoding.DecodeString(c.Value); err != nil || len(b) != signinCookieBytes {
+		return ""
+	}
+	return c.Value
+}
+
+// signinCookie is the sign-in cookie's name for r: with the __Host- prefix
+// over HTTPS, where browsers take such a cookie only from this very host.
+func (h *Handler) signinCookie(r *http.Request) string {
+	if h.https(r) {
+		return "__Host-" + signinCookieName
+	}
+	return signinCookieName
+}
+
+// https reports whether the browser reaches the UI over HTTPS.
+func (h *Handler) https(r *http.Request) bool { return h.secure || r.TLS != nil }
+
+// clearSigninCookie removes the sign-in cookie once it has done its job.
+func (h *Handler) clearSigninCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{
+		Name: h.signinCookie(r), Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.https(r),
+	})
 }
 
 type ctxKey struct{}
@@ -274,7 +373,7 @@ type page struct {
 
 // render writes a page with status.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
-	p.CSRF = h.csrf(r)
+	p.CSRF = h.formCSRF(w, r)
 	p.SignedIn = token(r) != ""
 	var buf bytes.Buffer
 	if err := h.pages[name].Execute(&buf, p); err != nil {
@@ -327,7 +426,7 @@ func statusOf(err error) int {
 func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.https(r),
 	})
 }
 

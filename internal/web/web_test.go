@@ -39,40 +39,58 @@ func TestSignInCookieAndCSRF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := func(form url.Values, cookie string) *httptest.ResponseRecorder {
+	// The sign-in page gives each visitor a sign-in cookie of its own,
+	// with the __Host- prefix over HTTPS, and a CSRF value bound to it.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/signin", nil))
+	var signin *http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == "__Host-outpost_signin" {
+			signin = c
+		}
+	}
+	if signin == nil || !signin.Secure || !signin.HttpOnly || signin.Path != "/" || signin.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("sign-in cookie: %v", rec.Header()["Set-Cookie"])
+	}
+	post := func(form url.Values, cookies ...*http.Cookie) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "/ui/signin", strings.NewReader(form.Encode()))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		if cookie != "" {
-			r.AddCookie(&http.Cookie{Name: cookieName, Value: cookie})
+		for _, c := range cookies {
+			r.AddCookie(c)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
 	}
-	if w := post(url.Values{"token": {"good"}}, ""); w.Code != http.StatusForbidden {
+	if w := post(url.Values{"token": {"good"}}, signin); w.Code != http.StatusForbidden {
 		t.Fatalf("sign in without csrf: %d, want 403", w.Code)
 	}
-	csrf := h.csrf(httptest.NewRequest("GET", "/", nil))
-	if w := post(url.Values{"token": {"bad"}, "csrf": {csrf}}, ""); w.Code != http.StatusUnauthorized {
+	get := httptest.NewRequest("GET", "/", nil)
+	get.AddCookie(signin)
+	csrf := h.csrf(get)
+	if w := post(url.Values{"token": {"good"}, "csrf": {csrf}}); w.Code != http.StatusForbidden {
+		t.Fatalf("sign in without the sign-in cookie: %d, want 403", w.Code)
+	}
+	if w := post(url.Values{"token": {"bad"}, "csrf": {csrf}}, signin); w.Code != http.StatusUnauthorized {
 		t.Fatalf("sign in with a bad token: %d, want 401", w.Code)
 	}
-	w := post(url.Values{"token": {"good"}, "csrf": {csrf}}, "")
+	w := post(url.Values{"token": {"good"}, "csrf": {csrf}}, signin)
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("sign in: %d %s", w.Code, w.Body)
 	}
-	c := w.Header().Get("Set-Cookie")
-	for _, want := range []string{"outpost_token=good", "HttpOnly", "SameSite=Strict", "Secure"} {
-		if !strings.Contains(c, want) {
-			t.Errorf("cookie %q lacks %s", c, want)
+	set := strings.Join(w.Header()["Set-Cookie"], "\n")
+	for _, want := range []string{"outpost_token=good", "HttpOnly", "SameSite=Strict", "Secure", "__Host-outpost_signin=; Path=/; Max-Age=0"} {
+		if !strings.Contains(set, want) {
+			t.Errorf("cookies %q lack %s", set, want)
 		}
 	}
 	// The signed-out form token is not valid once signed in.
-	if w := post(url.Values{"csrf": {csrf}}, "good"); w.Code != http.StatusForbidden {
+	if w := post(url.Values{"csrf": {csrf}}, &http.Cookie{Name: cookieName, Value: "good"}, signin); w.Code != http.StatusForbidden {
 		t.Fatalf("post with another session's csrf: %d, want 403", w.Code)
 	}
 	r := httptest.NewRequest("GET", "/ui/outposts", nil)
 	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
-	rec := httptest.NewRecorder()
+	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "No outposts yet.") {
 		t.Fatalf("outposts page: %d %s", rec.Code, rec.Body)
