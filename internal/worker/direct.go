@@ -81,6 +81,7 @@ func ServeDirect(ctx context.Context, opts Options) error {
 	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), log)
 	p.stdout.flush()
 	p.stderr.flush()
+	w.iso.endLeftovers(ctx, log)
 	log.Info("session done", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
 	if exitErr == nil {
 		return nil

@@ -143,51 +143,11 @@ func (iso *isolation) prepareSession(stateDir string) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create workspace: %w", err)
 		}
-		if err := chownPath(d, iso.user); err != nil {
+		if err := chownDir(d, iso.user); err != nil {
 			return err
 		}
 	}
 	return iso.chownTree(stateDir)
-}
-
-// chownTree gives root and everything under it to the run-as user,
-// without following symlinks and leaving alone hidden paths and remote
-// logs (the worker writes those).
-func (iso *isolation) chownTree(root string) error {
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p != root && sandbox.Under(p, iso.hide...) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if d.Name() == remoteLogName && d.Type().IsRegular() {
-			return nil
-		}
-		return chownPath(p, iso.user)
-	})
-	if err != nil {
-		return fmt.Errorf("give %s to the run-as user: %w", root, err)
-	}
-	return nil
-}
-
-// chownPath gives path (not a symlink's target) to u unless it has it.
-func chownPath(path string, u *sessionUser) error {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == u.uid && st.Gid == u.gid {
-		return nil
-	}
-	if err := os.Lchown(path, int(u.uid), int(u.gid)); err != nil {
-		return fmt.Errorf("give %s to %s: %w", path, u.name, err)
-	}
-	return nil
 }
 
 // passwordlessSudo reports whether `sudo -n true` succeeds as u.

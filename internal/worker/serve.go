@@ -74,6 +74,7 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	exitErr := w.wait(ctx, p, s.Stopping(), log)
 	p.stdout.flush()
 	p.stderr.flush()
+	w.iso.endLeftovers(ctx, log)
 	log.Info("remote exited", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
 	out := fleet.Outcome{Exited: !p.stopped, Stop: w.opts.Once,
 		Err: fmt.Errorf("remote for session %s stopped before the session ended (%s)", id, fleet.ExitString(exitErr))}
