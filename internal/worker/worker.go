@@ -206,6 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	w.ws = ws
+	w.sweepStateDirs(ctx, "", true)
 	c := w.consumer()
 	if opts.SessionID != "" {
 		return c.Serve(ctx, opts.SessionID)
