@@ -66,6 +66,10 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 	out := c.Runner.Run(rctx, s)
 	stopKeeping()
 	wg.Wait()
+	resumable := false
+	if r, ok := c.Runner.(Releaser); ok {
+		defer func() { r.Released(bg, s, resumable) }()
+	}
 
 	switch {
 	case lost.Load():
@@ -76,6 +80,7 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		// operator's pods): the claim stays, renewed by the connected
 		// remote, for the next process to adopt.
 		log.Info("claim kept on shutdown: the session's machine goes on, for the next process to adopt", "reason", out.Err)
+		resumable = true
 		return out, nil
 	case out.LeaveClaim:
 		// The claim is someone else's now: another process serving the
@@ -91,6 +96,7 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 			err = errors.New("the session's machine could not be started")
 		}
 		c.Release(bg, s.ID, releaseReason(out, err))
+		resumable = true
 		return out, err
 	}
 	status := "ended"
@@ -115,6 +121,7 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 	// A session given back because the consumer stops has not failed an
 	// attempt.
 	c.release(bg, s.ID, api.ClaimRequest{Reason: reason, Shutdown: s.isStopping()})
+	resumable = true
 	log.Info("session handed back to the queue", "session_status", status, "reason", reason)
 	return out, fmt.Errorf("%w (session status %q); the session goes back to the queue", err, status)
 }

@@ -86,6 +86,18 @@ type Runner interface {
 	Run(ctx context.Context, s *Session) Outcome
 }
 
+// Releaser is implemented by a Runner that keeps something of a session
+// on its machine between runs (a worker's state dir). Once Run returned
+// and the consumer released the claim (or left it), Released tells it
+// whether the session may come back to this consumer: resumable when it
+// went back to the queue unfinished or its machine outlives the consumer,
+// false when it is over here (ended, suspended, gone, or held by another
+// claimer now). It is called before the consumer claims anything in the
+// session's slot.
+type Releaser interface {
+	Released(ctx context.Context, s *Session, resumable bool)
+}
+
 // Outcome is how a session's machine ended.
 type Outcome struct {
 	// Exited says the session's remote exited by itself (it was not

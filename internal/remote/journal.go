@@ -34,12 +34,14 @@ type journal struct {
 	acks map[int64]bool
 }
 
-// startedRecord is a call about to run.
+// startedRecord is a call about to run. Its arguments are not kept: a
+// restarted remote needs only the seq and tool of a call it found
+// interrupted, and arguments hold what a session types, secret values
+// included, which would stay on the machine's disk.
 type startedRecord struct {
-	Seq       int64           `json:"seq"`
-	Tool      string          `json:"tool"`
-	Args      json.RawMessage `json:"args,omitempty"`
-	StartedAt time.Time       `json:"started_at"`
+	Seq       int64     `json:"seq"`
+	Tool      string    `json:"tool"`
+	StartedAt time.Time `json:"started_at"`
 }
 
 // journalLine is one line of the journal.

@@ -3,6 +3,7 @@ package remote
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
@@ -92,5 +93,33 @@ func TestJournalNewIsNotRewritten(t *testing.T) {
 	defer j2.close()
 	if len(st.Interrupted) != 1 || st.Interrupted[0].Seq != 1 {
 		t.Fatalf("state after reload: %+v", st)
+	}
+}
+
+// TestJournalKeepsNoArguments: a call whose arguments hold a secret's
+// literal value leaves no trace of it in the journal, which stays on the
+// machine's disk while its results wait for their acks.
+func TestJournalKeepsNoArguments(t *testing.T) {
+	const secret = "s3cr3t-journal-value-9d1"
+	g := newTestGateway(t)
+	state, work := t.TempDir(), t.TempDir()
+	errc, cancel := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.handshake(t, nil, map[string]string{"API_KEY": secret})
+	gc.send(t, execCall(1, `test "$API_KEY" = "`+secret+`" && echo "same: `+secret+`"`))
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("result = %+v", res)
+	}
+	cancel() // before the ack: the journal keeps the call
+	<-errc
+	b, err := os.ReadFile(filepath.Join(state, "journal", "journal.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"seq":1`) {
+		t.Fatalf("the journal does not hold the call:\n%s", b)
+	}
+	if strings.Contains(string(b), secret) {
+		t.Errorf("the journal holds the secret's value:\n%s", b)
 	}
 }

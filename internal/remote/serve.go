@@ -344,7 +344,7 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *r
 	log.Debug("call started")
 	start := time.Now()
 	res := api.Frame{Type: api.FrameResult, Seq: f.Seq, Tool: f.Tool}
-	rec := startedRecord{Seq: f.Seq, Tool: f.Tool, Args: f.Args, StartedAt: start.UTC()}
+	rec := startedRecord{Seq: f.Seq, Tool: f.Tool, StartedAt: start.UTC()}
 	if err := s.journal.started(rec); err != nil {
 		res.Error = fmt.Sprintf("the remote could not journal the call, so it did not run it: %v", err)
 	} else {

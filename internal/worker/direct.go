@@ -81,8 +81,14 @@ func ServeDirect(ctx context.Context, opts Options) error {
 	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), log)
 	p.stdout.flush()
 	p.stderr.flush()
+	w.iso.endLeftovers(ctx, log)
 	w.mirrors.afterSession(ctx, id, p.stateDir)
 	log.Info("session done", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
+	// A remote that exits 0 by itself saw its session end or sleep: nothing
+	// of its state dir is needed here again (statedir.go).
+	if err := pruneStateDir(p.stateDir, exitErr != nil || p.stopped); err != nil {
+		log.Warn("cannot delete the session's state dir", "state_dir", p.stateDir, "err", err)
+	}
 	if exitErr == nil {
 		return nil
 	}

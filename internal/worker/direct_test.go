@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +27,13 @@ func TestServeDirect(t *testing.T) {
 	requireUnix(t)
 	ctx, _ := testContext(t)
 	var out syncBuffer
-	opts := directOptions(t, `env > "$OUTPOST_STATE_DIR/env.txt"; pwd; echo served`)
+	opts := directOptions(t, `env > "$OUTPOST_STATE_DIR/../../env.txt"; pwd; echo served`)
 	opts.Stdout = &out
 	if err := Run(ctx, opts); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	stateDir := filepath.Join(opts.DataDir, "sessions", "sess-d")
-	env, err := os.ReadFile(filepath.Join(stateDir, "env.txt"))
+	env, err := os.ReadFile(filepath.Join(opts.DataDir, "env.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +49,49 @@ func TestServeDirect(t *testing.T) {
 		}
 	}
 
-	opts = directOptions(t, `echo broken >&2; exit 3`)
+	if _, err := os.Lstat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("the ended session's state dir is still there: %v", err)
+	}
+
+	// A remote that fails leaves the session to run again: its state dir
+	// keeps the journal and remote.log, which the error names, and
+	// nothing else.
+	opts = directOptions(t, `cd "$OUTPOST_STATE_DIR" && mkdir -p journal tmp home && echo j > journal/journal.log &&
+echo tok > git-credentials && echo t > tmp/t && echo broken >&2; exit 3`)
 	err = Run(ctx, opts)
+	stateDir = filepath.Join(opts.DataDir, "sessions", "sess-d")
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "before the session ended") ||
-		!strings.Contains(err.Error(), filepath.Join(opts.DataDir, "sessions", "sess-d", "remote.log")) {
+		!strings.Contains(err.Error(), filepath.Join(stateDir, "remote.log")) {
 		t.Fatalf("Run with a failing remote = %v", err)
 	}
+	if got := stateDirFiles(t, stateDir); got != "journal/journal.log remote.log" {
+		t.Errorf("the failed remote's state dir holds %q, want the journal and remote.log only", got)
+	}
+	if logged, _ := os.ReadFile(filepath.Join(stateDir, remoteLogName)); !strings.Contains(string(logged), "broken\n") {
+		t.Errorf("remote.log = %q", logged)
+	}
+}
+
+// stateDirFiles lists the files (not directories) under dir, by their
+// paths relative to it, sorted and space-separated.
+func stateDirFiles(t *testing.T, dir string) string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	return strings.Join(files, " ")
 }
 
 // TestServeDirectNeedsClaim: without the session, token or gateway the
@@ -130,11 +168,11 @@ func TestGatewayURLFallback(t *testing.T) {
 	dataDir := t.TempDir()
 	err := Run(ctx, Options{Client: c, Outpost: "dev", SessionID: "sess-1", GatewayURL: "wss://fallback.test/v1/gateway",
 		DataDir: dataDir, Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
-		RemoteCommand: []string{"sh", "-c", `echo "$OUTPOST_GATEWAY_URL" > "$OUTPOST_STATE_DIR/gw"`}})
+		RemoteCommand: []string{"sh", "-c", `echo "$OUTPOST_GATEWAY_URL" > "$OUTPOST_STATE_DIR/../../gw"`}})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if gw, _ := os.ReadFile(filepath.Join(dataDir, "sessions", "sess-1", "gw")); string(gw) != "wss://fallback.test/v1/gateway\n" {
+	if gw, _ := os.ReadFile(filepath.Join(dataDir, "gw")); string(gw) != "wss://fallback.test/v1/gateway\n" {
 		t.Errorf("remote's gateway URL = %q", gw)
 	}
 }

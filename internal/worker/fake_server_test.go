@@ -28,7 +28,8 @@ type fakeServer struct {
 	claims          []string // "session acceptor" per successful claim
 	releases        []string // "session acceptor"
 	refuseRenewals  bool
-	statusAfterExit string // session_status reported by GET once claimed
+	statusAfterExit string          // session_status reported by GET once claimed
+	asStored        map[string]bool // entries GET reports as stored, statusAfterExit aside
 	claimed         chan string
 	heartbeats      []api.WorkerInfo // in arrival order
 	goodbyes        []string         // "outpost acceptor"
@@ -134,7 +135,7 @@ func (fs *fakeServer) getEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := *e
-	if out.Status.Phase == api.PhaseClaimed {
+	if out.Status.Phase == api.PhaseClaimed && !fs.asStored[out.Metadata.SessionID] {
 		out.Status.SessionStatus = fs.statusAfterExit
 	}
 	reply(w, 200, out)

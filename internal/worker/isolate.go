@@ -183,6 +183,12 @@ func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api
 			return caps, err
 		}
 		iso.user = u
+		if want == IsolationUser {
+			// Before its files are touched: see endLeftovers.
+			if err := iso.endProcesses(ctx, w.log); err != nil {
+				return caps, err
+			}
+		}
 		if err := iso.prepareUser(ctx, w.opts.DataDir, w.opts.RemoteCommand[0]); err != nil {
 			return caps, err
 		}
@@ -211,6 +217,11 @@ func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api
 		iso.devices = gpuDevices()
 		caps.PasswordlessSudo = false
 	case IsolationUser:
+		if want != IsolationUser {
+			if err := iso.endProcesses(ctx, w.log); err != nil {
+				return caps, err
+			}
+		}
 		iso.home = o.RunAsHome
 		if iso.home == "" {
 			iso.home = filepath.Join(w.opts.Dir, ".home")
@@ -231,6 +242,29 @@ func (w *worker) setupIsolation(ctx context.Context, caps api.Capabilities) (api
 	}
 	w.mirrors = newMirrorer(root, w.log)
 	return caps, nil
+}
+
+// endLeftovers ends, in user isolation, every process of the run-as user
+// once a session's remote has exited: what the session left behind must
+// neither watch the next session nor race the worker while it gives the
+// user its files. A process that survives SIGKILL is logged.
+func (iso *isolation) endLeftovers(ctx context.Context, log *slog.Logger) {
+	if iso == nil || iso.mode != IsolationUser {
+		return
+	}
+	if err := iso.endProcesses(context.WithoutCancel(ctx), log); err != nil {
+		log.Error("cannot end what the session left running as the run-as user", "err", err)
+	}
+}
+
+// endProcesses ends every process of the run-as user, saying how many
+// there were.
+func (iso *isolation) endProcesses(ctx context.Context, log *slog.Logger) error {
+	n, err := iso.user.endProcesses(ctx)
+	if n > 0 {
+		log.Info("ended the processes of the run-as user (it is dedicated to this worker's sessions)", "run_as", iso.user.name, "processes", n)
+	}
+	return err
 }
 
 // report logs the mode at start, and loudly what it leaves open.
@@ -328,7 +362,7 @@ func (iso *isolation) wrap(cmd *exec.Cmd, stateDir string) (func(), error) {
 			return nil, fmt.Errorf("create the sandbox's %s: %w", d, err)
 		}
 		if iso.user != nil {
-			if err := chownPath(p, iso.user); err != nil {
+			if err := chownDir(p, iso.user); err != nil {
 				return nil, err
 			}
 		}

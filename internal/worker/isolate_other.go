@@ -24,7 +24,9 @@ func (iso *isolation) prepareHome() error { return errNoRunAs }
 
 func (iso *isolation) prepareSession(string) error { return errNoRunAs }
 
-func chownPath(string, *sessionUser) error { return errNoRunAs }
+func chownDir(string, *sessionUser) error { return errNoRunAs }
+
+func (u *sessionUser) endProcesses(context.Context) (int, error) { return 0, errNoRunAs }
 
 func (u *sessionUser) passwordlessSudo(context.Context) bool { return false }
 

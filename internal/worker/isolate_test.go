@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -310,7 +311,8 @@ touch "$HOME/h" "$TMPDIR/t" "$OUTPOST_STATE_DIR/s" made-here && echo writable=ye
 ls -A "$(dirname "$(dirname "$OUTPOST_STATE_DIR")")" | tr '\n' ' ' | sed 's/^/data=/'; echo
 cat "$SECRET_DIR/login" 2>/dev/null || echo secret=hidden
 cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c worker-secret-token | sed 's/^/token_hits=/'
-echo "connect=$OUTPOST_CONNECT_TOKEN"`)
+echo "connect=$OUTPOST_CONNECT_TOKEN"
+`+holdScript)
 	opts.RemoteCommand = []string{"sh", "-c", strings.ReplaceAll(opts.RemoteCommand[2], "$SECRET_DIR", secretDir)}
 	opts.Stdout = &out
 	opts.Isolation = IsolationOptions{Mode: IsolationBwrap, Hide: []string{secretDir},
@@ -318,7 +320,14 @@ echo "connect=$OUTPOST_CONNECT_TOKEN"`)
 	if err := os.WriteFile(filepath.Join(opts.DataDir, "acceptor-id"), []byte("w-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(ctx, opts); err != nil {
+	stateDir := filepath.Join(opts.DataDir, "sessions", "sess-d")
+	release := runHeld(t, ctx, opts, &out)
+	for _, p := range []string{filepath.Join(opts.Dir, "made-here"), filepath.Join(stateDir, "s"), filepath.Join(stateDir, "home", "h"), filepath.Join(stateDir, "tmp", "t")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the worker does not see what the sandbox wrote: %v", err)
+		}
+	}
+	if err := release(); err != nil {
 		t.Fatalf("Run = %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -330,11 +339,39 @@ echo "connect=$OUTPOST_CONNECT_TOKEN"`)
 			t.Errorf("the sandboxed remote printed no %q:\n%s", want, got)
 		}
 	}
-	stateDir := filepath.Join(opts.DataDir, "sessions", "sess-d")
-	for _, p := range []string{filepath.Join(opts.Dir, "made-here"), filepath.Join(stateDir, "s"), filepath.Join(stateDir, "home", "h"), filepath.Join(stateDir, "tmp", "t")} {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("the worker does not see what the sandbox wrote: %v", err)
+	if _, err := os.Lstat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("the ended session's state dir (its HOME and /tmp) is still there: %v", err)
+	}
+}
+
+// holdScript ends a test remote's script: it says "holding" and waits
+// (boundedly) for the file go-on in the workspace, so that the test can
+// look at the machine while the session runs (runHeld).
+const holdScript = `echo holding
+i=0; while [ ! -e go-on ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+`
+
+// runHeld starts Run with opts, whose remote ends with holdScript and
+// writes to out, and returns once the remote holds. Calling the returned
+// function lets the remote go on and returns Run's error.
+func runHeld(t *testing.T, ctx context.Context, opts Options, out *syncBuffer) func() error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, opts) }()
+	waitFor(t, ctx, "the remote to hold", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+			return strings.Contains(out.String(), "holding")
 		}
+	})
+	return func() error {
+		if err := os.WriteFile(filepath.Join(opts.Dir, "go-on"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return <-done
 	}
 }
 

@@ -126,58 +126,40 @@ func (iso *isolation) prepareHome() error {
 }
 
 // prepareSession gives the session's state dir to the run-as user, and
-// the workspace's top again in case something replaced it. The remote's
-// log stays the worker's.
+// the workspace's top again in case something replaced it; in user mode
+// it makes the user's HOME again when the workspace was cleared with it.
+// The remote's log stays the worker's.
 func (iso *isolation) prepareSession(stateDir string) error {
-	for _, d := range []string{iso.dir, filepath.Join(iso.dir, "repos")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create workspace: %w", err)
-		}
-		if err := chownPath(d, iso.user); err != nil {
-			return err
+	if err := os.MkdirAll(iso.dir, 0o755); err != nil {
+		return fmt.Errorf("create workspace: %w", err)
+	}
+	if err := chownDir(iso.dir, iso.user); err != nil {
+		return err
+	}
+	if err := userDir(filepath.Join(iso.dir, "repos"), 0o755, iso.user); err != nil {
+		return fmt.Errorf("create workspace: %w", err)
+	}
+	if iso.mode == IsolationUser {
+		if err := userDir(iso.home, 0o700, iso.user); err != nil {
+			return fmt.Errorf("create the run-as user's home: %w", err)
 		}
 	}
 	return iso.chownTree(stateDir)
 }
 
-// chownTree gives root and everything under it to the run-as user,
-// without following symlinks and leaving alone hidden paths and remote
-// logs (the worker writes those).
-func (iso *isolation) chownTree(root string) error {
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+// userDir makes path, whose parent is the worker's or the user's, a
+// directory of u: what an earlier session left there in its place (a
+// symbolic link, a file) is deleted first, never followed.
+func userDir(path string, perm os.FileMode, u *sessionUser) error {
+	if fi, err := os.Lstat(path); err == nil && !fi.IsDir() {
+		if err := os.Remove(path); err != nil {
 			return err
 		}
-		if p != root && sandbox.Under(p, iso.hide...) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if d.Name() == remoteLogName && d.Type().IsRegular() {
-			return nil
-		}
-		return chownPath(p, iso.user)
-	})
-	if err != nil {
-		return fmt.Errorf("give %s to the run-as user: %w", root, err)
 	}
-	return nil
-}
-
-// chownPath gives path (not a symlink's target) to u unless it has it.
-func chownPath(path string, u *sessionUser) error {
-	fi, err := os.Lstat(path)
-	if err != nil {
+	if err := os.Mkdir(path, perm); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == u.uid && st.Gid == u.gid {
-		return nil
-	}
-	if err := os.Lchown(path, int(u.uid), int(u.gid)); err != nil {
-		return fmt.Errorf("give %s to %s: %w", path, u.name, err)
-	}
-	return nil
+	return chownDir(path, u)
 }
 
 // passwordlessSudo reports whether `sudo -n true` succeeds as u.

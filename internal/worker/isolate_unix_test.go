@@ -6,65 +6,79 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 )
 
-// TestUserIsolation runs the remote as nobody (the test must be root): it
-// runs as that user with its own HOME, owns the workspace and its state
-// dir, and cannot read the data dir's other files.
+// TestUserIsolation runs the remote as a user of the test's own (the
+// test must be root): it runs as that user with its own HOME, owns the
+// workspace and its state dir, and cannot read the data dir's other
+// files. A process the session leaves behind is ended with it, and its
+// state dir is deleted.
 func TestUserIsolation(t *testing.T) {
 	requireUnix(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	u, err := lookupSessionUser("nobody")
-	if err != nil {
-		t.Skip(err)
-	}
+	u := testSessionUser(t)
 	t.Parallel()
 	ctx, _ := testContext(t)
 	var out syncBuffer
-	base, err := os.MkdirTemp("", "outpost-user-isolation-") // t.TempDir's parent is closed to nobody
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	base := sharedTempDir(t) // t.TempDir's parent is closed to the user
 	opts := directOptions(t, `echo "uid=$(id -u) home=$HOME user=$USER"
 cat "$OUTPOST_STATE_DIR/../../acceptor-id" 2>/dev/null || echo acceptor=unreadable
 ls "$OUTPOST_STATE_DIR/../.." 2>/dev/null || echo data=unlistable
-touch made-here "$OUTPOST_STATE_DIR/s" && echo writable=yes`)
+touch made-here "$OUTPOST_STATE_DIR/s" && echo writable=yes
+setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > leftover.pid
+`+holdScript)
 	opts.DataDir, opts.Dir = filepath.Join(base, "data"), filepath.Join(base, "work")
 	opts.Stdout = &out
-	opts.Isolation = IsolationOptions{Mode: IsolationUser, RunAs: "nobody"}
+	opts.Isolation = IsolationOptions{Mode: IsolationUser, RunAs: u.name}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(opts.DataDir, "acceptor-id"), []byte("w-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(ctx, opts); err != nil {
+	stateDir := filepath.Join(opts.DataDir, "sessions", "sess-d")
+	release := runHeld(t, ctx, opts, &out)
+	home := filepath.Join(opts.Dir, ".home")
+	for _, p := range []string{filepath.Join(opts.Dir, "made-here"), home, stateDir} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != u.uid {
+			t.Errorf("%s is not %s's: %v", p, u.name, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(stateDir, remoteLogName)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the remote's log is not the worker's: %v", err)
+	}
+	pidText, err := os.ReadFile(filepath.Join(opts.Dir, "leftover.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS == "linux" && !slices.Contains(userProcesses(u.uid), leftover) {
+		t.Fatalf("the session's background process %d does not run as %s", leftover, u.name)
+	}
+	if err := release(); err != nil {
 		t.Fatalf("Run = %v\n%s", err, out.String())
 	}
-	home := filepath.Join(opts.Dir, ".home")
-	for _, want := range []string{fmt.Sprintf("uid=%d home=%s user=nobody", u.uid, home), "acceptor=unreadable", "data=unlistable", "writable=yes"} {
+	for _, want := range []string{fmt.Sprintf("uid=%d home=%s user=%s", u.uid, home, u.name), "acceptor=unreadable", "data=unlistable", "writable=yes"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the remote printed no %q:\n%s", want, out.String())
 		}
 	}
-	for _, p := range []string{filepath.Join(opts.Dir, "made-here"), home, filepath.Join(opts.DataDir, "sessions", "sess-d")} {
-		fi, err := os.Stat(p)
-		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != u.uid {
-			t.Errorf("%s is not nobody's: %v", p, err)
+	if runtime.GOOS == "linux" {
+		if left := userProcesses(u.uid); len(left) != 0 {
+			t.Errorf("processes of %s still run after the session: %v (the leftover was %d)", u.name, left, leftover)
 		}
 	}
-	log := filepath.Join(opts.DataDir, "sessions", "sess-d", remoteLogName)
-	if fi, err := os.Stat(log); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
-		t.Errorf("the remote's log is not the worker's: %v", err)
+	if _, err := os.Lstat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("the ended session's state dir is still there: %v", err)
 	}
 }
 
@@ -117,5 +131,39 @@ func TestOpenRemoteLogRefusesPlants(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(log); string(b) != "line\nline\n" {
 		t.Errorf("remote.log = %q", b)
+	}
+}
+
+// TestPrepareSessionReplacesPlants: before a session starts in user
+// isolation, the workspace's repos/ and the user's HOME are directories
+// of the user again, whatever an earlier session left in their place (a
+// symbolic link to a root-only directory, nothing after a clear), and
+// nothing a link points to changes owner.
+func TestPrepareSessionReplacesPlants(t *testing.T) {
+	requireUnix(t)
+	u := testSessionUser(t)
+	t.Parallel()
+	base := sharedTempDir(t)
+	work, rootOnly, state := filepath.Join(base, "work"), filepath.Join(base, "root-only"), filepath.Join(base, "state")
+	for _, d := range []string{work, rootOnly, state} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	iso := &isolation{mode: IsolationUser, user: u, dir: work, home: filepath.Join(work, ".home")}
+	if err := os.Symlink(rootOnly, filepath.Join(work, "repos")); err != nil {
+		t.Fatal(err)
+	}
+	if err := iso.prepareSession(state); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(work, "repos"), iso.home, state} {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.IsDir() || fi.Sys().(*syscall.Stat_t).Uid != u.uid {
+			t.Errorf("%s is not a directory of %s: %v", p, u.name, err)
+		}
+	}
+	if fi, err := os.Stat(rootOnly); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the root-only directory changed owner: %v", err)
 	}
 }

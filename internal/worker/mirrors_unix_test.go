@@ -43,7 +43,7 @@ func pushReadme(t *testing.T, work, content string) string {
 // TestSessionCannotWriteMirrors: session code (here the remote itself, a
 // script) tries to tamper with the worker's git mirror of a repository it
 // cloned — an upload-pack program in its config, a hook, a new entry, a
-// rename — under bwrap and under user isolation as nobody. The mirrors
+// rename — under bwrap and under user isolation as a user of its own. The mirrors
 // directory is read-only to it, yet it can read the mirror; after the
 // session the worker brings the mirror up to date with the upstream's
 // newest commit, the config as the worker wrote it.
@@ -62,13 +62,10 @@ func TestSessionCannotWriteMirrors(t *testing.T) {
 				if os.Geteuid() != 0 {
 					t.Skip("needs root")
 				}
-				if _, err := lookupSessionUser("nobody"); err != nil {
-					t.Skip(err)
-				}
 			}
 			ctx, _ := testContext(t)
-			// nobody must reach the workspace, the data dir and the mirrors,
-			// and t.TempDir's parent is closed to it.
+			// The run-as user must reach the workspace, the data dir and the mirrors,
+			// and t.TempDir's parent is closed to other users.
 			base, err := os.MkdirTemp("", "outpost-mirrors-")
 			if err != nil {
 				t.Fatal(err)
@@ -117,7 +114,9 @@ echo done`)
 			opts.Stdout = &out
 			opts.Isolation = IsolationOptions{Mode: mode}
 			if mode == IsolationUser {
-				opts.Isolation.RunAs = "nobody"
+				// A user of the test's own: the worker ends every process
+				// of its run-as user.
+				opts.Isolation.RunAs = testSessionUser(t).name
 			}
 			if err := ServeDirect(ctx, opts); err != nil {
 				t.Fatalf("ServeDirect = %v\n%s", err, out.String())

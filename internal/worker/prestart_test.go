@@ -16,8 +16,9 @@ import (
 // fakePrestarted is a shell remote that waits for its session as `outpost
 // remote serve --session-from-stdin` does: it appends its pid to marks
 // when it starts, says "ready" on its stdin socket, reads KEY=VALUE lines until EOF, then leaves its
-// environment in $OUTPOST_STATE_DIR/env.txt and its pid in …/served. It
-// exits 0 at once when nothing was handed over.
+// environment in $OUTPOST_STATE_DIR/env.txt and its pid in …/served, and
+// both in the data dir too (<id>.env.txt, <id>.served), where they outlive
+// the session. It exits 0 at once when nothing was handed over.
 func fakePrestarted(marks string) []string {
 	return []string{"sh", "-c", `echo $$ >> '` + marks + `'
 echo ready >&0
@@ -25,7 +26,9 @@ got=
 while IFS= read -r kv; do export "$kv"; got=1; done
 [ -n "$got" ] || exit 0
 env > "$OUTPOST_STATE_DIR/env.txt"
-echo $$ > "$OUTPOST_STATE_DIR/served"`}
+echo $$ > "$OUTPOST_STATE_DIR/served"
+cp "$OUTPOST_STATE_DIR/env.txt" "$OUTPOST_STATE_DIR/../../$OUTPOST_SESSION_ID.env.txt"
+cp "$OUTPOST_STATE_DIR/served" "$OUTPOST_STATE_DIR/../../$OUTPOST_SESSION_ID.served"`}
 }
 
 // waitFor polls cond until it holds or the test's deadline passes.
@@ -81,14 +84,14 @@ func TestPrestartedRemoteServesSession(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	stateDir := filepath.Join(dataDir, "sessions", "sess-1")
-	served, err := os.ReadFile(filepath.Join(stateDir, "served"))
+	served, err := os.ReadFile(filepath.Join(dataDir, "sess-1.served"))
 	if err != nil {
 		t.Fatalf("the session was not served by the pre-started remote: %v", err)
 	}
 	if pids := marksOf(marks); len(pids) != 1 || strings.TrimSpace(string(served)) != strconv.Itoa(pids[0]) {
 		t.Errorf("served by pid %s, pre-started %v: want the one pre-started remote (Once starts no other)", served, pids)
 	}
-	env, err := os.ReadFile(filepath.Join(stateDir, "env.txt"))
+	env, err := os.ReadFile(filepath.Join(dataDir, "sess-1.env.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +104,8 @@ func TestPrestartedRemoteServesSession(t *testing.T) {
 	if strings.Contains(string(env), "do-not-leak") || strings.Contains(string(env), "worker-secret-token") {
 		t.Errorf("pre-started remote's env leaks the worker's environment:\n%s", env)
 	}
-	if _, err := os.Stat(filepath.Join(stateDir, remoteLogName)); err != nil {
-		t.Errorf("the session's remote.log: %v", err)
+	if _, err := os.Lstat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("the ended session's state dir is still there: %v", err)
 	}
 	if d := prestartDirs(t, dataDir); len(d) != 0 {
 		t.Errorf("pre-start state dirs left: %q", d)

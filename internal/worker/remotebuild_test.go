@@ -16,7 +16,8 @@ import (
 
 // publishBuilds serves a dist dir over loopback with a good build and a
 // tampered one (its check line is of other bytes). Both are shell scripts
-// that leave a marker in the session's state dir saying how they were run.
+// that leave a marker in the data dir (the state dir's grandparent, which
+// outlives the session) saying how they were run.
 func publishBuilds(t *testing.T, good, tampered string) string {
 	t.Helper()
 	suffix := dist.HostSuffix()
@@ -25,7 +26,7 @@ func publishBuilds(t *testing.T, good, tampered string) string {
 	}
 	dir := t.TempDir()
 	script := func(id string) []byte {
-		return []byte("#!/bin/sh\necho \"" + id + " $(basename \"$0\") $*\" > \"$OUTPOST_STATE_DIR/ran.txt\"\n")
+		return []byte("#!/bin/sh\necho \"" + id + " $(basename \"$0\") $*\" > \"$OUTPOST_STATE_DIR/../../ran.txt\"\n")
 	}
 	sum := func(b []byte) string {
 		h := sha256.Sum256(b)
@@ -59,7 +60,7 @@ func TestServesPinnedBuild(t *testing.T) {
 	requireUnix(t)
 	const good, tampered = "00000000900d", "00000000bad0"
 	base := publishBuilds(t, good, tampered)
-	self := []string{"sh", "-c", `echo self > "$OUTPOST_STATE_DIR/ran.txt"`}
+	self := []string{"sh", "-c", `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`}
 
 	for _, tc := range []struct {
 		name, entryPin, workerPin, want string
@@ -84,7 +85,7 @@ func TestServesPinnedBuild(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run = %v", err)
 			}
-			ran, err := os.ReadFile(filepath.Join(dataDir, "sessions", "sess-1", "ran.txt"))
+			ran, err := os.ReadFile(filepath.Join(dataDir, "ran.txt"))
 			if err != nil || strings.TrimSpace(string(ran)) != tc.want {
 				t.Errorf("remote ran as %q (%v), want %q", ran, err, tc.want)
 			}
@@ -114,7 +115,7 @@ func TestRefusesTamperedBuild(t *testing.T) {
 	ctx, _ := testContext(t)
 	dataDir, cache := t.TempDir(), t.TempDir()
 	err := Run(ctx, Options{Client: c, Outpost: "dev", DataDir: dataDir, CacheDir: cache, Dir: t.TempDir(), Logger: testLogger(t),
-		RemoteCommand: []string{"sh", "-c", `echo self > "$OUTPOST_STATE_DIR/ran.txt"`}, StaticBaseURL: base})
+		RemoteCommand: []string{"sh", "-c", `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`}, StaticBaseURL: base})
 	if !errors.Is(err, errStart) {
 		t.Fatalf("Run = %v, want a start error", err)
 	}
@@ -127,7 +128,7 @@ func TestRefusesTamperedBuild(t *testing.T) {
 	if len(claims) != 1 || len(releases) != 1 {
 		t.Errorf("claims %q, releases %q; want the claim released", claims, releases)
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, "sessions", "sess-1", "ran.txt")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dataDir, "ran.txt")); !os.IsNotExist(err) {
 		t.Errorf("a remote ran: %v", err)
 	}
 	if _, err := os.Stat(dist.CachedPath(cache, tampered, dist.HostSuffix())); !os.IsNotExist(err) {

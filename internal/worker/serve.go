@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -74,6 +73,7 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	exitErr := w.wait(ctx, p, s.Stopping(), log)
 	p.stdout.flush()
 	p.stderr.flush()
+	w.iso.endLeftovers(ctx, log)
 	w.mirrors.afterSession(ctx, id, p.stateDir)
 	log.Info("remote exited", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
 	out := fleet.Outcome{Exited: !p.stopped, Stop: w.opts.Once,
@@ -92,10 +92,10 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 	if claim.Status.GatewayURL == "" || claim.Status.ConnectToken == "" {
 		return nil, errors.New("the claim answer has no gateway_url or connect_token (pass --gateway-url when the server gives none)")
 	}
-	if !filepath.IsLocal(id) || strings.ContainsAny(id, `/\`) {
-		return nil, fmt.Errorf("session id %q cannot name a state directory", id)
+	stateDir, err := w.stateDir(id)
+	if err != nil {
+		return nil, err
 	}
-	stateDir := filepath.Join(w.opts.DataDir, "sessions", id)
 	if p := w.pre.take(rc, id, stateDir, env); p != nil {
 		return p, nil
 	}

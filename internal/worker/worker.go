@@ -74,7 +74,8 @@ type Options struct {
 	KeepWorkspace bool
 	// DataDir holds the worker's acceptor-id file, its lock (one running
 	// worker per data dir, see ErrDataDirInUse), the record of its
-	// workspace and a state directory per session (DataDir/sessions/<id>).
+	// workspace and a state directory per session (DataDir/sessions/<id>,
+	// deleted once the session leaves the machine: statedir.go).
 	// Empty means WorkspaceDataDir of the home directory and Dir.
 	DataDir string
 	// Once makes the worker return after serving one session.
@@ -207,6 +208,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	w.ws = ws
+	w.sweepStateDirs(ctx, "", true)
 	w.mirrors.start(ctx)
 	defer w.mirrors.close()
 	c := w.consumer()

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,6 +106,10 @@ type isolationCase struct {
 	sandboxed bool
 	// owner is who must own the file the session wrote ("" any).
 	owner string
+	// dedicated: the sessions run as a user made for this case ({user} in
+	// args and owner), which the worker may end every process of; it must
+	// end one the session leaves behind.
+	dedicated bool
 }
 
 // TestWorkerIsolation starts a worker with its token in its environment,
@@ -136,7 +143,7 @@ func TestWorkerIsolation(t *testing.T) {
 			root: true, log: "isolation=bwrap", sandboxed: true, owner: "nobody"},
 		{name: "worker-as-nobody", args: []string{"--bwrap-ro-bind", "{repo}"}, asNobody: true, root: true,
 			log: "isolation=bwrap", sandboxed: true, owner: "nobody"},
-		{name: "user", args: []string{"--isolation", "user", "--run-as", "nobody"}, root: true, log: "isolation=user", owner: "nobody"},
+		{name: "user", args: []string{"--isolation", "user", "--run-as", "{user}"}, root: true, log: "isolation=user", owner: "{user}", dedicated: true},
 		{name: "none", args: []string{"--isolation", "none"}, log: "session isolation is off", open: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,6 +156,14 @@ func TestWorkerIsolation(t *testing.T) {
 			repo, err := demo.MakeRepo(t.Context(), repoDir)
 			if err != nil {
 				t.Fatal(err)
+			}
+			ownerUID, runAs := nobody.Uid, ""
+			if tc.dedicated {
+				u := dedicatedUser(t)
+				runAs, ownerUID, tc.owner = u.Username, u.Uid, u.Username
+				uid, _ := strconv.Atoi(u.Uid)
+				gid, _ := strconv.Atoi(u.Gid)
+				chownAll(t, repoDir, uid, gid)
 			}
 			if tc.owner == "nobody" {
 				chownAll(t, repoDir, uid, gid)
@@ -178,7 +193,7 @@ func TestWorkerIsolation(t *testing.T) {
 				args = append(args, "--token-file", tokenFile)
 			}
 			for _, a := range tc.args {
-				args = append(args, strings.ReplaceAll(a, "{repo}", repoDir))
+				args = append(args, strings.NewReplacer("{repo}", repoDir, "{user}", runAs).Replace(a))
 			}
 			env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + cfg,
 				"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token}
@@ -190,17 +205,21 @@ func TestWorkerIsolation(t *testing.T) {
 			w := startAs(t, "worker-"+tc.name, env, work, cred, args...)
 			waitFor(t, 30*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), tc.log) })
 
+			steps := []api.Step{
+				{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"make test","cwd":"repos/demo"}`)},
+				{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"made-in-session.txt","content":"written by the session\n"}`)},
+				credentialProbe(token, data, filepath.Join(cfg, "outpost"), home, tokenFile),
+				execStep(`echo "whoami=$(id -un 2>/dev/null || id -u) home=$HOME tmp=${TMPDIR:-unset}"`),
+				{Tool: api.ToolShellStart, Args: json.RawMessage(`{"name":"sh1"}`)},
+				{Tool: api.ToolShellRun, Args: json.RawMessage(`{"name":"sh1","command":"cd repos/demo && echo shell-in-$(basename $(pwd)) on $(tty)"}`)},
+			}
+			if tc.dedicated {
+				steps = append(steps, execStep(`setsid sleep 600 </dev/null >/dev/null 2>&1 & echo "left=$!"`))
+			}
 			id := createSession(t, c, api.CreateSessionRequest{
 				Outpost: outpost, Title: "isolation " + tc.name,
 				Repos: []api.Repo{{URL: repo, Name: "demo", Ref: "main"}},
-				Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
-					{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"make test","cwd":"repos/demo"}`)},
-					{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"made-in-session.txt","content":"written by the session\n"}`)},
-					credentialProbe(token, data, filepath.Join(cfg, "outpost"), home, tokenFile),
-					execStep(`echo "whoami=$(id -un 2>/dev/null || id -u) home=$HOME tmp=${TMPDIR:-unset}"`),
-					{Tool: api.ToolShellStart, Args: json.RawMessage(`{"name":"sh1"}`)},
-					{Tool: api.ToolShellRun, Args: json.RawMessage(`{"name":"sh1","command":"cd repos/demo && echo shell-in-$(basename $(pwd)) on $(tty)"}`)},
-				}},
+				Agent: api.Agent{Kind: api.AgentScript, Steps: steps},
 			})
 			requireFinished(t, c.waitFinal(id, 90*time.Second))
 			out := sessionOutput(t, c, id)
@@ -239,15 +258,80 @@ func TestWorkerIsolation(t *testing.T) {
 				t.Errorf("the clone is not in the workspace: %v", err)
 			}
 			if tc.owner != "" {
-				if got := fileOwner(t, filepath.Join(work, "made-in-session.txt")); got != nobody.Uid {
-					t.Errorf("the session's file belongs to uid %s, want %s (%s)", got, nobody.Uid, tc.owner)
+				if got := fileOwner(t, filepath.Join(work, "made-in-session.txt")); got != ownerUID {
+					t.Errorf("the session's file belongs to uid %s, want %s (%s)", got, ownerUID, tc.owner)
 				}
+			}
+			if tc.dedicated {
+				// The worker ends what the session left running as the user
+				// (its next pre-started remote runs as the user too).
+				m := regexp.MustCompile(`left=(\d+)`).FindStringSubmatch(out)
+				if m == nil {
+					t.Fatalf("the session started no process to leave behind:\n%s", out)
+				}
+				left, _ := strconv.Atoi(m[1])
+				waitFor(t, 15*time.Second, "the session's leftover process to end", func() bool { return !slices.Contains(processesOf(ownerUID), left) })
 			}
 			if m := regexp.MustCompile(`whoami=(\S+)`).FindStringSubmatch(out); tc.owner != "" && (m == nil || m[1] != tc.owner) {
 				t.Errorf("session code runs as %v, want %s", m, tc.owner)
 			}
 		})
 	}
+}
+
+// dedicatedUser creates a Unix user for one test and deletes it when the
+// test ends (the test must be root): a worker in user isolation ends every
+// process of its run-as user, so it must never be one that anything else
+// runs as (nobody).
+func dedicatedUser(t *testing.T) *user.User {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "outpost-e" + hex.EncodeToString(b)
+	// useradd fails while another one holds the passwd lock: try again.
+	var out []byte
+	waitFor(t, 30*time.Second, "useradd "+name, func() bool {
+		var err error
+		out, err = exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
+		return err == nil
+	})
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatalf("look up the new user %s: %v %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		for _, p := range processesOf(u.Uid) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		waitFor(t, 30*time.Second, "userdel "+name, func() bool { return exec.Command("userdel", name).Run() == nil })
+	})
+	return u
+}
+
+// processesOf lists the live processes whose real uid is uid.
+func processesOf(uid string) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "status"))
+		if err != nil {
+			continue
+		}
+		zombie, mine := false, false
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) > 1 && f[0] == "State:":
+				zombie = f[1] == "Z"
+			case len(f) > 1 && f[0] == "Uid:":
+				mine = f[1] == uid
+			}
+		}
+		if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && mine && !zombie {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // sharedTempDir is a temporary directory that other users can enter

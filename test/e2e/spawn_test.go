@@ -286,9 +286,14 @@ func TestWorkerDirectServe(t *testing.T) {
 	if want := workspace + "\n[unset][unset][unset][unset]\n"; !strings.Contains(out, want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
+	// The remote's state dir was in the default data dir, and went with
+	// the session.
 	dataDir, _ := worker.WorkspaceDataDir(home, workspace)
-	if _, err := os.Stat(filepath.Join(dataDir, "sessions", id, "remote.log")); err != nil {
-		t.Errorf("the remote's state dir is not in the default data dir: %v", err)
+	if fi, err := os.Stat(filepath.Join(dataDir, "sessions")); err != nil || !fi.IsDir() {
+		t.Errorf("the remote's state dir was not in the default data dir: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dataDir, "sessions", id)); !os.IsNotExist(err) {
+		t.Errorf("the ended session's state dir is still there: %v", err)
 	}
 
 	reqs, _ := gwRec.snapshot()
