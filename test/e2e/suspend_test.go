@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -282,4 +285,47 @@ func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
 		t.Fatalf("end_session: %d", code)
 	}
 	c.waitFinal(id, 30*time.Second)
+}
+
+// TestSuspendUnreadableFile: a workspace file the remote cannot read to its
+// end (here a sysfs file bind-mounted into the workspace: it says 4096
+// bytes and holds a few, which no permission lets even root read) makes the
+// suspend fail with 502 naming the remote and its reason, not 500; the
+// session goes on running.
+func TestSuspendUnreadableFile(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("bind-mounting a file into the workspace needs root")
+	}
+	c := startCluster(t)
+	token := setupOutpost(t, c, "suspend-unread")
+	_, workspace := startWorker(t, c, "suspend-unread", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-unread", Title: "an unreadable file",
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "echo work > work.txt && : > unreadable")
+	target := filepath.Join(workspace, "unreadable")
+	if out, err := exec.Command("mount", "--bind", "/sys/kernel/uevent_seqnum", target).CombinedOutput(); err != nil {
+		t.Skipf("bind-mount a sysfs file: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", target).Run() })
+
+	req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+id+"/suspend", nil)
+	req.Header.Set("Authorization", "Bearer "+c.admin)
+	resp, err := c.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.ErrorResponse
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if code := resp.StatusCode; code != 502 || e.Error.Code != api.CodeUnavailable || !strings.Contains(e.Error.Message, "remote") || !strings.Contains(e.Error.Message, "unreadable") {
+		t.Fatalf("suspend with an unreadable file = %d %+v, want 502 naming the remote and the file", resp.StatusCode, e.Error)
+	}
+	if s := c.session(id); s.Status.Status != api.StatusRunning {
+		t.Fatalf("after the failed suspend: %+v", s.Status)
+	}
+	if got := externalExec(t, c, id, "cat work.txt"); !strings.Contains(got, "work") {
+		t.Errorf("the session after the failed suspend: %q", got)
+	}
 }
