@@ -196,6 +196,9 @@ func (s *session) restoreSnapshot(ctx context.Context, want api.SnapshotInfo, in
 	start := time.Now()
 	if inPlace != "" && inPlace == want.SHA256 {
 		s.log.Info("the workspace already holds the snapshot to restore (kept on this machine's volume); nothing to download", "sha256", want.SHA256)
+		if s.opts.StateDir != "" { // the workspace is the session's again
+			_ = os.Remove(filepath.Join(s.opts.StateDir, unrestoredFile))
+		}
 		return api.SnapshotInfo{Size: want.Size, SHA256: want.SHA256, Files: want.Files, Bytes: want.Bytes, InPlace: true,
 			DurationMS: time.Since(start).Milliseconds()}
 	}
