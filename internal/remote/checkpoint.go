@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -57,6 +58,16 @@ func (s *session) checkpoint(ctx context.Context) {
 // of a suspend and a checkpoint. On error info.Error says why, with the
 // session's secrets masked.
 func (s *session) snapshotWorkspace(ctx context.Context) (api.SnapshotInfo, error) {
+	s.mu.Lock()
+	why := s.unrestoredReasonLocked()
+	s.mu.Unlock()
+	if why != "" {
+		err := fmt.Errorf("no snapshot was taken: %s, so the workspace is not the session's, and a snapshot of it would replace the one the server keeps", why)
+		s.mu.Lock()
+		info := api.SnapshotInfo{Error: s.secretSet.String(err.Error())}
+		s.mu.Unlock()
+		return info, err
+	}
 	info, err := s.uploadSnapshot(ctx)
 	if err != nil {
 		s.mu.Lock()

@@ -159,6 +159,11 @@ type session struct {
 	// start only after that.
 	restoreStarted bool
 	restored       chan struct{}
+	// unrestored says why the workspace is not the snapshot it was to be
+	// restored from; "" when it is, or none was asked for. It is also
+	// kept in the state dir (unrestoredFile). No snapshot is taken while
+	// it is set.
+	unrestored string
 
 	// suspending is set from a suspend until it fails; suspended is the
 	// answer of the one that succeeded (see suspend.go). Calls are refused

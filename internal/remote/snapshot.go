@@ -30,6 +30,16 @@ const (
 	// Every remote removes the file when it starts, before any call can
 	// change the workspace, so it never outlives the state it describes.
 	inPlaceFile = ".outpost-snapshot-in-place"
+	// unrestoredFile, in the state dir, says that the workspace is not the
+	// snapshot it was to be restored from: the restore failed, or the
+	// remote stopped during it. It is written before the restore starts
+	// and removed once it succeeded. While it is there the remote takes
+	// no snapshot (suspend, checkpoint) of the workspace: the server would
+	// store it over the session's good one, and the workspace the snapshot
+	// holds would be lost. It lives in the state dir, which a restore
+	// never touches, so that a remote started again on the same state
+	// dir keeps refusing.
+	unrestoredFile = "snapshot-unrestored"
 )
 
 // Protocol version 3 moves a workspace with the session: on suspend the
@@ -186,17 +196,35 @@ func (s *session) restoreSnapshot(ctx context.Context, want api.SnapshotInfo, in
 	start := time.Now()
 	if inPlace != "" && inPlace == want.SHA256 {
 		s.log.Info("the workspace already holds the snapshot to restore (kept on this machine's volume); nothing to download", "sha256", want.SHA256)
+		if s.opts.StateDir != "" { // the workspace is the session's again
+			_ = os.Remove(filepath.Join(s.opts.StateDir, unrestoredFile))
+		}
 		return api.SnapshotInfo{Size: want.Size, SHA256: want.SHA256, Files: want.Files, Bytes: want.Bytes, InPlace: true,
 			DurationMS: time.Since(start).Milliseconds()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotRestoreTimeout)
 	defer cancel()
+	marker := ""
+	if s.opts.StateDir != "" {
+		marker = filepath.Join(s.opts.StateDir, unrestoredFile)
+		if err := os.WriteFile(marker, []byte(want.SHA256+"\n"), 0o600); err != nil {
+			s.log.Warn("record the restore in progress", "err", err)
+		}
+	}
 	info, err := s.downloadSnapshot(ctx, want)
 	if err != nil {
 		s.log.Warn("restore the workspace snapshot", "err", err)
 		info = api.SnapshotInfo{Size: want.Size, SHA256: want.SHA256, Error: err.Error()}
+		s.mu.Lock()
+		s.unrestored = err.Error()
+		s.mu.Unlock()
 	} else {
 		s.log.Info("restored the workspace snapshot", "size", info.Size, "files", info.Files, "bytes", info.Bytes)
+		if marker != "" {
+			if err := os.Remove(marker); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("remove the record of the restore in progress", "err", err)
+			}
+		}
 	}
 	info.DurationMS = time.Since(start).Milliseconds()
 	return info
@@ -216,4 +244,20 @@ func (s *session) downloadSnapshot(ctx context.Context, want api.SnapshotInfo) (
 		return api.SnapshotInfo{}, fmt.Errorf("download the workspace snapshot: the gateway answered %s", httpMessage(resp))
 	}
 	return snapshot.Restore(ctx, resp.Body, s.opts.WorkDir, want, s.snapshotOptions())
+}
+
+// unrestoredReasonLocked says why the workspace must not be snapshotted: it is not
+// the snapshot a restore was asked for (see unrestoredFile); "" when it may.
+// Called with s.mu held.
+func (s *session) unrestoredReasonLocked() string {
+	if s.unrestored != "" {
+		return "the restore of the session's snapshot on this machine failed (" + s.unrestored + ")"
+	}
+	if s.opts.StateDir == "" {
+		return ""
+	}
+	if _, err := os.Lstat(filepath.Join(s.opts.StateDir, unrestoredFile)); err == nil {
+		return "a restore of the session's snapshot on this machine did not complete"
+	}
+	return ""
 }

@@ -456,3 +456,72 @@ func TestServeResumeClearedWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeNoSnapshotAfterFailedRestore: a restore that fails half-way (an
+// archive cut in the middle) leaves the workspace as it was, and the remote
+// then takes no snapshot of it — neither for a checkpoint nor for a suspend,
+// nor once started again on the same state dir — since the server would
+// store it over the session's good snapshot; the session goes on.
+func TestServeNoSnapshotAfterFailedRestore(t *testing.T) {
+	src := t.TempDir()
+	write(t, filepath.Join(src, "a.txt"), "from the snapshot\n")
+	random := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{9}).Read(random)
+	write(t, filepath.Join(src, "b.bin"), string(random))
+	var buf bytes.Buffer
+	info, err := snapshot.Write(context.Background(), &buf, src, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &snapshotStore{t: t, archive: buf.Bytes()[:buf.Len()/2]}
+	g := newSnapshotGateway(t, store)
+	work, state := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(work, "mine.txt"), "kept\n")
+
+	errc, _ := startServe(t, g, state, work)
+	gc := g.accept(t)
+	gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{Type: api.FrameWelcome, Snapshot: &info})
+	gc.send(t, execCall(1, "cat mine.txt; ls -A"))
+	if got := gc.next(t, api.FrameRestored).SnapshotRestored; got == nil || got.Error == "" {
+		t.Fatalf("snapshot_restored = %+v, want an error", got)
+	}
+	if res := gc.next(t, api.FrameResult); !res.OK || gc.output(1, api.StreamStdout) != "kept\nmine.txt\n" {
+		t.Fatalf("call = %+v, output %q: the workspace is not as it was", res, gc.output(1, api.StreamStdout))
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+
+	refused := func(gc *gwConn, typ, answer string) {
+		t.Helper()
+		gc.send(t, api.Frame{Type: typ})
+		f := gc.next(t, answer)
+		if f.Snapshot == nil || !strings.Contains(f.Snapshot.Error, "no snapshot was taken") {
+			t.Fatalf("%s = %+v, want a refusal", answer, f.Snapshot)
+		}
+		if _, puts := store.stored(); puts != 0 {
+			t.Fatalf("%d uploads after a failed restore, want none", puts)
+		}
+	}
+	refused(gc, api.FrameCheckpoint, api.FrameCheckpointed)
+	refused(gc, api.FrameSuspend, api.FrameSuspended)
+	gc.send(t, execCall(2, "echo still here"))
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("call after the refused suspend = %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 2})
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+
+	// A remote started again on the same state dir (a reconnect of the
+	// claim: no snapshot in its welcome) refuses too.
+	errc, _ = startServe(t, g, state, work)
+	gc = g.accept(t)
+	gc.handshake(t, nil, nil)
+	refused(gc, api.FrameSuspend, api.FrameSuspended)
+	gc.send(t, api.Frame{Type: api.FrameEnd})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+}

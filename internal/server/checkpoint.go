@@ -163,8 +163,12 @@ func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync
 
 // checkpointDue reports whether the session of c is due a checkpoint and
 // the call after which it would be taken: it runs, has run a call since
-// its latest snapshot, and that snapshot is older than the interval.
+// its latest snapshot, and that snapshot is older than the interval; and
+// the remote of c did not fail to restore the snapshot.
 func (s *Server) checkpointDue(ctx context.Context, c *remoteConn, now time.Time) (int64, bool, error) {
+	if s.suspends.unrestoredWhy(c.sessionID, c.epoch) != "" {
+		return 0, false, nil // its workspace is not the session's: keep the snapshot
+	}
 	sess, err := s.store.GetSession(ctx, c.sessionID)
 	if err != nil {
 		return 0, false, fmt.Errorf("get session: %w", err)

@@ -94,10 +94,17 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if r.ContentLength > limit {
 		return tooLarge(byteSize(r.ContentLength))
 	}
-	size, sum, err := s.blobs.Put(ctx, op.key, r.Body, limit)
+	body := &bodyReader{r: r.Body}
+	size, sum, err := s.blobs.Put(ctx, op.key, body, limit)
 	switch {
 	case errors.Is(err, blob.ErrTooLarge):
 		return tooLarge("more than " + byteSize(limit))
+	case err != nil && body.err != nil:
+		// The remote's upload broke off (its archive failed: a file it
+		// cannot read): its suspended frame says why.
+		msg := fmt.Sprintf("The remote of session %s stopped its upload before the end of the snapshot (%v).", ct.SessionID, body.err)
+		op.setUpload(snapshotUpload{err: msg, status: http.StatusBadGateway})
+		return &httpError{http.StatusBadRequest, api.CodeBadRequest, msg}
 	case err != nil:
 		op.setUpload(snapshotUpload{err: "The server could not store the snapshot.", status: http.StatusInternalServerError})
 		return fmt.Errorf("store snapshot of %s: %w", ct.SessionID, err)
@@ -162,4 +169,19 @@ func byteSize(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// bodyReader remembers the error, other than io.EOF, of reading a request
+// body: a Put that fails with one failed on the sender's side.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,11 +71,47 @@ func (op *suspendOp) uploaded() *snapshotUpload {
 // suspendOps tracks the suspends in progress, one per session at most. The
 // zero value is ready.
 type suspendOps struct {
-	mu  sync.Mutex // guards ops and failed
+	mu  sync.Mutex // guards ops, failed and unrestored
 	ops map[string]*suspendOp
 	// failed holds, by session, the UpdatedAt of a session whose automatic
 	// suspend failed: it is not tried again until the session changes.
 	failed map[string]time.Time
+	// unrestored holds, by session, the claim epoch whose remote could not
+	// restore the session's snapshot, and why: its workspace is not the
+	// session's, and a snapshot of it (suspend or checkpoint) would replace
+	// the good one.
+	unrestored map[string]unrestoredClaim
+}
+
+// unrestoredClaim is a claim whose remote could not restore the snapshot.
+type unrestoredClaim struct {
+	epoch int64
+	why   string
+}
+
+// markUnrestored records that the remote of the claim epoch could not
+// restore the session's snapshot.
+func (o *suspendOps) markUnrestored(sessionID string, epoch int64, why string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.unrestored == nil {
+		o.unrestored = map[string]unrestoredClaim{}
+	}
+	o.unrestored[sessionID] = unrestoredClaim{epoch: epoch, why: why}
+}
+
+// unrestoredWhy returns why the claim epoch's workspace is not the session's
+// snapshot, or "" when nothing says so. An entry of an older claim goes: a
+// new claim restores again.
+func (o *suspendOps) unrestoredWhy(sessionID string, epoch int64) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	u, ok := o.unrestored[sessionID]
+	if ok && u.epoch < epoch {
+		delete(o.unrestored, sessionID)
+		return ""
+	}
+	return u.why
 }
 
 // autoFailed reports whether an automatic suspend of the session failed
@@ -230,6 +267,10 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 		return errConflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
 			id, c.version, api.SnapshotsSince)
 	}
+	if why := s.suspends.unrestoredWhy(id, c.epoch); why != "" {
+		return errConflict("Session %s cannot be suspended: its machine could not restore its workspace snapshot (%s), so the workspace there is not the session's, and a snapshot of it would replace the one the server keeps. The snapshot is kept; the session goes on running.",
+			id, strings.TrimSuffix(why, "."))
+	}
 	op := s.suspends.start(id, c.epoch, fmt.Sprintf("%s-%d", id, c.epoch))
 	if op == nil {
 		if cur := s.suspends.get(id); cur != nil && cur.checkpoint {
@@ -291,9 +332,12 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 	case <-wctx.Done():
 		return api.SnapshotInfo{}, &httpError{http.StatusGatewayTimeout, api.CodeUnavailable, fmt.Sprintf("The remote of session %s took longer than %s to take its snapshot; the session goes on running.", c.sessionID, suspendWait)}
 	}
+	// The remote's own failure (a file it cannot read) breaks its upload
+	// too: its answer says why, so it goes before the upload's, but for a
+	// refusal of the server's own (too large, its store failing).
 	up := op.uploaded()
 	switch {
-	case up != nil && up.err != "":
+	case up != nil && up.err != "" && up.status != http.StatusBadGateway:
 		code := api.CodeInternal
 		if up.status == http.StatusRequestEntityTooLarge {
 			code = api.CodeTooLarge
@@ -303,6 +347,8 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s without a snapshot; the session goes on running.", c.sessionID, typ)}
 	case f.Snapshot.Error != "":
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, sentence(f.Snapshot.Error))}
+	case up != nil && up.err != "":
+		return api.SnapshotInfo{}, &httpError{up.status, api.CodeUnavailable, up.err + " The session goes on running."}
 	case up == nil:
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s before its snapshot was uploaded; the session goes on running.", c.sessionID, typ)}
 	case f.Snapshot.SHA256 != "" && f.Snapshot.SHA256 != up.sha256, f.Snapshot.Size != 0 && f.Snapshot.Size != up.size:
@@ -380,6 +426,9 @@ func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause
 // welcome's snapshot as a restore event.
 func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info api.SnapshotInfo) {
 	ok := info.Error == ""
+	if !ok {
+		s.suspends.markUnrestored(c.sessionID, c.epoch, info.Error)
+	}
 	s.countRestore(ctx, c.sessionID, ok)
 	value, _ := json.Marshal(info)
 	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",

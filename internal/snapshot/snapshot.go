@@ -6,7 +6,9 @@
 //
 // Both directions stream with bounded buffers: memory stays flat whatever
 // the size of the workspace. Restore verifies the checksum before it lets
-// the archive replace anything (see Restore).
+// the archive replace anything, writes no more than the snapshot recorded
+// and the disk has free, keeps the holes of sparse files, and on failure
+// leaves the workspace as it was (see Restore).
 package snapshot
 
 import (

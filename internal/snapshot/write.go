@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -68,7 +67,7 @@ func Write(ctx context.Context, w io.Writer, dir string, opts Options) (api.Snap
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if opts.excluded(rel) || leftByRestore(rel) {
+		if opts.excluded(rel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -178,10 +177,4 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	c.hash.Write(p[:n])
 	c.n += int64(n)
 	return n, err
-}
-
-// leftByRestore reports whether rel is a temporary directory of a Restore
-// that was interrupted: not part of the workspace.
-func leftByRestore(rel string) bool {
-	return !strings.Contains(rel, "/") && (strings.HasPrefix(rel, restorePrefix) || strings.HasPrefix(rel, oldPrefix))
 }

@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -207,4 +211,121 @@ func TestSuspendOverLimit(t *testing.T) {
 		t.Fatalf("end_session: %d", code)
 	}
 	c.waitFinal(id, 30*time.Second)
+}
+
+// TestSuspendResumeReadOnlyAndSparse: a workspace holding a read-only tree
+// (a Go module cache after chmod -R a-w) and a sparse file of 256 MiB with
+// a few bytes of data is suspended on one worker and resumed on another:
+// the tree comes back read-only, the sparse file with its contents and the
+// disk space of its data only, not 256 MiB of zeros.
+func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "suspend-ro")
+	first, firstDir := startWorker(t, c, "suspend-ro", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-ro", Title: "read-only and sparse",
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "mkdir -p gomod/example.com/m@v1.0.0/sub && echo 'module example.com/m' > gomod/example.com/m@v1.0.0/go.mod && "+
+		"echo 'package sub' > gomod/example.com/m@v1.0.0/sub/s.go && chmod -R a-w gomod && "+
+		"truncate -s 256M disk.img && printf sparse-data | dd of=disk.img bs=1 seek=100000000 conv=notrunc 2>/dev/null")
+	out := run(t, c.env(c.admin), "sessions", "suspend", id)
+	if !strings.Contains(out, "suspended") {
+		t.Fatalf("sessions suspend printed %q", out)
+	}
+	waitFor(t, 60*time.Second, "the claim to be released", func() bool {
+		var e api.QueueEntry
+		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending &&
+			e.Status.SessionStatus == api.QueueSessionSuspended
+	})
+	if err := first.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Logf("first worker: %v", err)
+	}
+	_ = filepath.WalkDir(firstDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755) // the read-only tree, for a worker not run as root
+		}
+		return nil
+	})
+	if err := os.RemoveAll(firstDir); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, c, "suspend-ro", token)
+	run(t, c.env(c.admin), "sessions", "resume", id)
+	waitFor(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	got := externalExec(t, c, id, "stat -c '%a %n' gomod/example.com/m@v1.0.0 gomod/example.com/m@v1.0.0/go.mod && cat gomod/example.com/m@v1.0.0/sub/s.go && "+
+		"stat -c 'size %s' disk.img && stat -c 'blocks %b %B' disk.img && dd if=disk.img bs=1 skip=100000000 count=11 2>/dev/null; echo")
+	for _, want := range []string{"555 gomod/example.com/m@v1.0.0\n", "444 gomod/example.com/m@v1.0.0/go.mod\n", "package sub\n", "size 268435456\n", "sparse-data\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the resumed workspace lacks %q:\n%s", want, got)
+		}
+	}
+	var blocks int64
+	for _, line := range strings.Split(got, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "blocks" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			unit, _ := strconv.ParseInt(f[2], 10, 64)
+			blocks = n * unit
+		}
+	}
+	if blocks <= 0 || blocks > 1<<20 {
+		t.Errorf("the sparse file takes %d bytes on disk after the resume, want its few KiB of data:\n%s", blocks, got)
+	}
+	var restore *api.Event
+	evs := c.events(id)
+	for i := range evs {
+		if evs[i].Type == api.EventRestore && len(evs[i].Value) > 0 {
+			restore = &evs[i]
+		}
+	}
+	if restore == nil || restore.OK == nil || !*restore.OK {
+		t.Errorf("restore event %+v", restore)
+	}
+	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
+		t.Fatalf("end_session: %d", code)
+	}
+	c.waitFinal(id, 30*time.Second)
+}
+
+// TestSuspendUnreadableFile: a workspace file the remote cannot read to its
+// end (here a sysfs file bind-mounted into the workspace: it says 4096
+// bytes and holds a few, which no permission lets even root read) makes the
+// suspend fail with 502 naming the remote and its reason, not 500; the
+// session goes on running.
+func TestSuspendUnreadableFile(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("bind-mounting a file into the workspace needs root")
+	}
+	c := startCluster(t)
+	token := setupOutpost(t, c, "suspend-unread")
+	_, workspace := startWorker(t, c, "suspend-unread", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-unread", Title: "an unreadable file",
+		Agent: api.Agent{Kind: api.AgentExternal}})
+	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	externalExec(t, c, id, "echo work > work.txt && : > unreadable")
+	target := filepath.Join(workspace, "unreadable")
+	if out, err := exec.Command("mount", "--bind", "/sys/kernel/uevent_seqnum", target).CombinedOutput(); err != nil {
+		t.Skipf("bind-mount a sysfs file: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", target).Run() })
+
+	req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+id+"/suspend", nil)
+	req.Header.Set("Authorization", "Bearer "+c.admin)
+	resp, err := c.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.ErrorResponse
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if code := resp.StatusCode; code != 502 || e.Error.Code != api.CodeUnavailable || !strings.Contains(e.Error.Message, "remote") || !strings.Contains(e.Error.Message, "unreadable") {
+		t.Fatalf("suspend with an unreadable file = %d %+v, want 502 naming the remote and the file", resp.StatusCode, e.Error)
+	}
+	if s := c.session(id); s.Status.Status != api.StatusRunning {
+		t.Fatalf("after the failed suspend: %+v", s.Status)
+	}
+	if got := externalExec(t, c, id, "cat work.txt"); !strings.Contains(got, "work") {
+		t.Errorf("the session after the failed suspend: %q", got)
+	}
 }
