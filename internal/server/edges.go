@@ -195,12 +195,24 @@ func (g *connGuard) shedOldest() (connStage, bool) {
 	var victim *guardedConn
 	stage := stageSilent
 	for ; stage < stageGone && victim == nil; stage++ {
-		for c := g.stages[stage].head; c != nil; c = c.next {
+		for c := g.stages[stage].head; c != nil; {
+			next := c.next
+			if stage == stageSilent && hasPending(c.Conn) {
+				// Its request is there, unread while the machine is
+				// busy: it is not silent.
+				g.stages[stageSilent].remove(c)
+				c.stage = stagePartial
+				c.silent.Store(false)
+				g.stages[stagePartial].push(c)
+				c = next
+				continue
+			}
 			// A connection authenticating right now is left to it.
 			if c.trusted.CompareAndSwap(false, true) {
 				victim = c
 				break
 			}
+			c = next
 		}
 	}
 	if victim == nil {

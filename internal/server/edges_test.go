@@ -486,3 +486,36 @@ func TestMetricsListen(t *testing.T) {
 		t.Fatalf("the API on the metrics listener: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
+
+// TestHasPending: a connection whose peer sent bytes the server has not
+// read is not silent, and peeking leaves the bytes to be read.
+func TestHasPending(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if hasPending(srv) {
+		t.Fatal("a connection that sent nothing has bytes pending")
+	}
+	if _, err := io.WriteString(client, "GET /"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sent bytes to be pending", func() bool { return hasPending(srv) })
+	buf := make([]byte, 16)
+	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := srv.Read(buf); err != nil || string(buf[:n]) != "GET /" {
+		t.Fatalf("read after the peek: %q, %v", buf[:n], err)
+	}
+}
