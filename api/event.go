@@ -94,16 +94,19 @@ type Event struct {
 	// a chunk of Text on Stream (StreamStdout, StreamStderr). Result events
 	// carry OK, the ExitCode of exec, the tool's result Value (its result
 	// type as JSON) and the Error of a failed call.
-	CallSeq  int64           `json:"call_seq,omitempty"`
-	Tool     string          `json:"tool,omitempty"`
-	Args     json.RawMessage `json:"args,omitempty"`
-	Stream   string          `json:"stream,omitempty"`
-	Text     string          `json:"text,omitempty"`
-	Spilled  bool            `json:"spilled,omitempty"`
-	OK       *bool           `json:"ok,omitempty"`
-	ExitCode *int            `json:"exit_code,omitempty"`
-	Value    json.RawMessage `json:"value,omitempty"`
-	Error    string          `json:"error,omitempty"`
+	CallSeq int64           `json:"call_seq,omitempty"`
+	Tool    string          `json:"tool,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Stream  string          `json:"stream,omitempty"`
+	Text    string          `json:"text,omitempty"`
+	Spilled bool            `json:"spilled,omitempty"`
+	// DroppedBytes, on the output event that ends a call's output, is how
+	// much of it the server dropped past its caps: kept nowhere.
+	DroppedBytes int64           `json:"dropped_bytes,omitempty"`
+	OK           *bool           `json:"ok,omitempty"`
+	ExitCode     *int            `json:"exit_code,omitempty"`
+	Value        json.RawMessage `json:"value,omitempty"`
+	Error        string          `json:"error,omitempty"`
 
 	// Artifact events: an artifact stored by call CallSeq.
 	Artifact *Artifact `json:"artifact,omitempty"`

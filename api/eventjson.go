@@ -47,6 +47,7 @@ func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	if ev.Spilled {
 		dst = append(dst, `,"spilled":true`...)
 	}
+	dst = appendIntField(dst, `,"dropped_bytes":`, ev.DroppedBytes)
 	dst = appendStringField(dst, `,"error":`, ev.Error)
 	dst = appendStringField(dst, `,"step":`, ev.Step)
 	dst = appendStringField(dst, `,"machine":`, ev.Machine)
@@ -260,6 +261,8 @@ func decodeEventFast(data []byte, ev *Event) bool {
 			sp = &ev.Machine
 		case "backend":
 			sp = &ev.Backend
+		case "dropped_bytes":
+			ip = &ev.DroppedBytes
 		case "spilled":
 			switch {
 			case hasLiteral(data, i, "true"):

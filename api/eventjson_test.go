@@ -57,7 +57,7 @@ func randEvent(r *rand.Rand, scalarOnly bool) Event {
 		}
 	}
 	ev := Event{Seq: n(), SessionID: s(), Time: n(), Type: s(), Status: s(), StatusDetail: s(), Reason: s(),
-		AcceptorID: s(), Role: s(), Seen: n(), CallSeq: n(), Tool: s(), Stream: s(), Text: s(), Spilled: r.IntN(2) == 0,
+		AcceptorID: s(), Role: s(), Seen: n(), CallSeq: n(), Tool: s(), Stream: s(), Text: s(), Spilled: r.IntN(2) == 0, DroppedBytes: n(),
 		Error: s(), Step: s(), Machine: s(), Backend: s()}
 	if !scalarOnly && r.IntN(2) == 0 {
 		ok, code := r.IntN(2) == 0, r.IntN(3)
@@ -199,7 +199,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 	known := map[string]bool{
 		"Seq": true, "SessionID": true, "Time": true, "Type": true, "Status": true, "StatusDetail": true, "Reason": true,
 		"AcceptorID": true, "Role": true, "Seen": true, "CallSeq": true, "Tool": true, "Stream": true, "Text": true,
-		"Spilled": true, "Error": true, "Step": true, "Machine": true, "Backend": true,
+		"Spilled": true, "DroppedBytes": true, "Error": true, "Step": true, "Machine": true, "Backend": true,
 		// Slow path.
 		"Capabilities": true, "ToolCalls": true, "Usage": true, "Args": true, "OK": true, "ExitCode": true, "Value": true, "Artifact": true,
 	}

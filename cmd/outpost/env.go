@@ -21,6 +21,8 @@ var (
 	envReconnectGrace    = api.EnvVar{Name: "OUTPOST_RECONNECT_GRACE", Meaning: "how long a claim outlives its remote's connection (--reconnect-grace)"}
 	envArtifactRetention = api.EnvVar{Name: "OUTPOST_ARTIFACT_RETENTION", Meaning: "how long artifacts of ended sessions are kept (--artifact-retention)"}
 	envSnapshotInterval  = api.EnvVar{Name: "OUTPOST_SNAPSHOT_INTERVAL", Meaning: "how often running sessions are checkpointed (--snapshot-interval)"}
+	envMaxCallOutput     = api.EnvVar{Name: "OUTPOST_MAX_CALL_OUTPUT_BYTES", Meaning: "most output of one call the server keeps (--max-call-output-bytes)"}
+	envMaxSessionOutput  = api.EnvVar{Name: "OUTPOST_MAX_SESSION_OUTPUT_BYTES", Meaning: "most spilled output of one session the server keeps (--max-session-output-bytes)"}
 	envBlobStore         = api.EnvVar{Name: "OUTPOST_BLOB_STORE", Meaning: "where snapshots, artifacts and spilled output are kept: fs or postgres (--blob-store)"}
 	envDistDir           = api.EnvVar{Name: "OUTPOST_DIST_DIR", Meaning: "directory of remote builds published at /dist/ (--dist-dir)"}
 	envTLSCert           = api.EnvVar{Name: "OUTPOST_TLS_CERT", Meaning: "PEM certificate chain of HTTPS (--tls-cert)"}
@@ -47,7 +49,7 @@ var (
 // serverEnv lists the variables `outpost server` reads.
 var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention,
-	envSnapshotInterval, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
+	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
 	envReplicaID, envReplicaURL,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLogLevel, envLogFormat,
 }

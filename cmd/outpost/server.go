@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/server"
@@ -52,6 +53,11 @@ type ServerOptions struct {
 	// SnapshotInterval is how often running sessions are checkpointed; 0
 	// never.
 	SnapshotInterval time.Duration
+	// MaxCallOutputBytes and MaxSessionOutputBytes bound the output the
+	// server keeps of one call and the spilled output of one session; 0
+	// means no bound.
+	MaxCallOutputBytes    int64
+	MaxSessionOutputBytes int64
 	// Database is a PostgreSQL URL; "" means the embedded SQLite
 	// database in the data dir.
 	Database string
@@ -102,7 +108,8 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_DIST_DIR,
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_MAX_CALL_OUTPUT_BYTES,
+OUTPOST_MAX_SESSION_OUTPUT_BYTES, OUTPOST_DIST_DIR,
 OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID,
 OUTPOST_REPLICA_URL, OUTPOST_LLM_*,
 OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN, when set, is the
@@ -178,6 +185,8 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.SnapshotTTL, "snapshot-ttl", server.DefaultSnapshotTTL, "how long a suspended session waits for its resume; past it the session ends and its workspace snapshot is deleted")
 	fl.Int64Var(&opts.MaxSnapshotBytes, "max-snapshot-bytes", server.DefaultMaxSnapshotBytes, "the largest workspace snapshot stored on suspend; a larger one fails the suspend and the session goes on running")
 	fl.DurationVar(&opts.SnapshotInterval, "snapshot-interval", 0, "how often a running session that ran a call since its latest snapshot is checkpointed (its machine uploads a workspace snapshot and goes on), so that a machine that dies without suspending loses only what changed since; 0 never (env "+envSnapshotInterval.Name+")")
+	fl.Int64Var(&opts.MaxCallOutputBytes, "max-call-output-bytes", server.DefaultMaxCallOutputBytes, "most output of one call the server keeps, in bytes: the transcript's first MiB and the rest spilled beside it; past it output is dropped and the transcript says how much (env "+envMaxCallOutput.Name+"; 0: no bound)")
+	fl.Int64Var(&opts.MaxSessionOutputBytes, "max-session-output-bytes", server.DefaultMaxSessionOutputBytes, "most output one session's calls spill past the transcript's cap, in bytes, all calls together; past it output is dropped and the transcript says how much (env "+envMaxSessionOutput.Name+"; 0: no bound)")
 	fl.StringVar(&opts.SecretKeyFile, "secret-key-file", "", "file holding the key session secrets are encrypted with, when "+envSecretKey.Name+" is not set (env "+envSecretKeyFile.Name+"; default <data-dir>/secret-key, created on first start)")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
@@ -201,7 +210,7 @@ func addServerEdgeFlags(fl *pflag.FlagSet, opts *ServerOptions) {
 	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	fl.DurationVar(&opts.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "how long a client has to send a request's headers (and finish a TLS handshake)")
 	fl.IntVar(&opts.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers, in bytes; larger requests get 431")
-	fl.IntVar(&opts.MaxUnauthenticatedConns, "max-unauthenticated-conns", server.DefaultMaxUnauthenticatedConns, "most connections open that have not made an authenticated request; more are closed on arrival (0: no bound)")
+	fl.IntVar(&opts.MaxUnauthenticatedConns, "max-unauthenticated-conns", server.DefaultMaxUnauthenticatedConns, "most connections open that have not made an authenticated request; past it a new one takes the place of the oldest that sent nothing, else part of a request (0: no bound)")
 	fl.IntVar(&opts.MaxStreamsPerToken, "max-streams-per-token", server.DefaultMaxStreamsPerToken, "most queue watches and transcript follows open at once with one API token; more get 429 (0: no bound)")
 	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "serve /metrics on this address (plain HTTP) instead of the main listener, e.g. 127.0.0.1:9420")
 	fl.BoolVar(&opts.MetricsTokenRequired, "metrics-token-required", false, "make /metrics ask for a valid API token (any scope)")
@@ -230,6 +239,14 @@ func (o *ServerOptions) resolveEdge(fl *pflag.FlagSet, f *Factory) error {
 
 // noBound maps a flag's 0 (no bound) to the server option's negative.
 func noBound(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// noBound64 is noBound of a byte count.
+func noBound64(n int64) int64 {
 	if n == 0 {
 		return -1
 	}
@@ -308,6 +325,22 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.SnapshotInterval < 0 {
 		return usageErrorf("--snapshot-interval must not be negative: give a duration such as 15m, or 0 for no checkpoints")
+	}
+	for _, v := range []struct {
+		flag string
+		env  api.EnvVar
+		dst  *int64
+	}{{"max-call-output-bytes", envMaxCallOutput, &o.MaxCallOutputBytes}, {"max-session-output-bytes", envMaxSessionOutput, &o.MaxSessionOutputBytes}} {
+		if val := v.env.Get(f.Getenv); !fl.Changed(v.flag) && val != "" {
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				return usageErrorf("%s=%q is not a number of bytes such as 104857600, or 0 for no bound", v.env.Name, val)
+			}
+			*v.dst = n
+		}
+		if *v.dst < 0 {
+			return usageErrorf("--%s must not be negative: give a number of bytes, or 0 for no bound", v.flag)
+		}
 	}
 	if o.SnapshotTTL <= 0 || o.MaxSnapshotBytes <= 0 {
 		return usageErrorf("--snapshot-ttl and --max-snapshot-bytes must be positive")
@@ -435,6 +468,9 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		SnapshotTTL:       o.SnapshotTTL,
 		MaxSnapshotBytes:  o.MaxSnapshotBytes,
 		SnapshotInterval:  o.SnapshotInterval,
+
+		MaxCallOutputBytes:    noBound64(o.MaxCallOutputBytes),
+		MaxSessionOutputBytes: noBound64(o.MaxSessionOutputBytes),
 
 		TLSCertFile:             o.TLSCert,
 		TLSKeyFile:              o.TLSKey,

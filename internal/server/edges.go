@@ -48,6 +48,7 @@ const (
 // edgeMetrics count what the network edge refuses.
 type edgeMetrics struct {
 	connsRefused   prometheus.Counter
+	connsShed      *prometheus.CounterVec
 	streamsRefused prometheus.Counter
 }
 
@@ -55,33 +56,93 @@ func newEdgeMetrics(reg registerer, unauthenticated func() float64) *edgeMetrics
 	m := &edgeMetrics{
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outpost_http_connections_refused_total",
-			Help: "Connections closed on arrival because too many unauthenticated connections were open.",
+			Help: "Connections closed on arrival because the unauthenticated ones open were all being served.",
 		}),
+		connsShed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_http_connections_shed_total",
+			Help: "Unauthenticated connections closed to make room for a new one, by what they had sent: nothing, part of a request, or a request being served.",
+		}, []string{"state"}),
 		streamsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outpost_http_streams_refused_total",
 			Help: "Event streams refused with 429 because their token had too many open.",
 		}),
 	}
-	reg.MustRegister(m.connsRefused, m.streamsRefused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(m.connsRefused, m.connsShed, m.streamsRefused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outpost_http_unauthenticated_connections",
 		Help: "Open connections that have not made an authenticated request yet.",
 	}, unauthenticated))
 	return m
 }
 
+// connStage is how far an unauthenticated connection got, which says how
+// soon the guard sheds it.
+type connStage uint8
+
+const (
+	// stageSilent: nothing sent since it was accepted, or since its last
+	// answer (an idle keep-alive connection). Shed first.
+	stageSilent connStage = iota
+	// stagePartial: part of a request sent — a TLS handshake, a request
+	// line, headers.
+	stagePartial
+	// stageBusy: a request is being served. Shed last.
+	stageBusy
+	// stageGone: authenticated or closed, no longer counted.
+	stageGone
+)
+
+// stageNames label outpost_http_connections_shed_total.
+var stageNames = [...]string{stageSilent: "silent", stagePartial: "partial", stageBusy: "busy"}
+
 // connGuard is a listener that bounds the connections which have not yet
-// made an authenticated request: past max, a new connection is closed as
-// soon as it is accepted. Connections of callers who authenticated (and
-// gateway connections, which are upgraded only after their connect token
-// passed) do not count, so a flood of idle or slow connections cannot
-// starve the workers and remotes already connected.
+// made an authenticated request. Past max, a new connection takes the
+// place of the oldest unauthenticated one that sent nothing (else of the
+// oldest that sent part of a request, else of the oldest being served),
+// which is closed. A client that sends its request as soon as it connects
+// — a health probe, an API client, a remote dialling the gateway — is
+// therefore served however many idle or slow connections a flood holds
+// open: to shed it a flood has to open max connections in the moment
+// between its connect and its request. Connections of callers who
+// authenticated (and gateway connections, which are upgraded only after
+// their connect token passed) do not count and are never shed.
 type connGuard struct {
 	net.Listener
 	max     int64 // <= 0: no bound
 	unauth  atomic.Int64
 	metrics *edgeMetrics
-	log     func(open int64)
-	lastLog atomic.Int64 // unix nanoseconds of the last refusal warning
+	log     func(open int64, shed string)
+	lastLog atomic.Int64 // unix nanoseconds of the last shedding warning
+
+	mu     sync.Mutex          // guards the following
+	stages [stageGone]connList // unauthenticated connections by stage, oldest first
+}
+
+// connList is a doubly linked list of connections through their prev and
+// next; the guard's mu guards it.
+type connList struct{ head, tail *guardedConn }
+
+func (l *connList) push(c *guardedConn) {
+	c.prev, c.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (l *connList) remove(c *guardedConn) {
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		l.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		l.tail = c.prev
+	}
+	c.prev, c.next = nil, nil
 }
 
 func (g *connGuard) Accept() (net.Conn, error) {
@@ -93,19 +154,92 @@ func (g *connGuard) Accept() (net.Conn, error) {
 		// Accept is called by one goroutine, so the count cannot pass
 		// max between the check and the increment.
 		if g.max > 0 && g.unauth.Load() >= g.max {
-			_ = c.Close()
+			stage, ok := g.shedOldest()
+			if !ok {
+				_ = c.Close()
+				if g.metrics != nil {
+					g.metrics.connsRefused.Inc()
+				}
+				g.warn("refused")
+				continue
+			}
 			if g.metrics != nil {
-				g.metrics.connsRefused.Inc()
+				g.metrics.connsShed.WithLabelValues(stageNames[stage]).Inc()
 			}
-			now := time.Now().UnixNano()
-			if last := g.lastLog.Load(); now-last >= int64(refusalLogEvery) && g.lastLog.CompareAndSwap(last, now) && g.log != nil {
-				g.log(g.unauth.Load())
-			}
-			continue
+			g.warn(stageNames[stage])
 		}
+		gc := &guardedConn{Conn: c, g: g}
 		g.unauth.Add(1)
-		return &guardedConn{Conn: c, g: g}, nil
+		g.mu.Lock()
+		gc.stage = stageSilent
+		gc.silent.Store(true)
+		g.stages[stageSilent].push(gc)
+		g.mu.Unlock()
+		return gc, nil
 	}
+}
+
+// warn logs, at most once per refusalLogEvery, that connections are shed.
+func (g *connGuard) warn(what string) {
+	now := time.Now().UnixNano()
+	if last := g.lastLog.Load(); now-last >= int64(refusalLogEvery) && g.lastLog.CompareAndSwap(last, now) && g.log != nil {
+		g.log(g.unauth.Load(), what)
+	}
+}
+
+// shedOldest closes the unauthenticated connection that got least far,
+// the oldest of its stage, and reports its stage; false when none is
+// left to close.
+func (g *connGuard) shedOldest() (connStage, bool) {
+	g.mu.Lock()
+	var victim *guardedConn
+	stage := stageSilent
+	for ; stage < stageGone && victim == nil; stage++ {
+		for c := g.stages[stage].head; c != nil; {
+			next := c.next
+			if stage == stageSilent && hasPending(c.Conn) {
+				// Its request is there, unread while the machine is
+				// busy: it is not silent.
+				g.stages[stageSilent].remove(c)
+				c.stage = stagePartial
+				c.silent.Store(false)
+				g.stages[stagePartial].push(c)
+				c = next
+				continue
+			}
+			// A connection authenticating right now is left to it.
+			if c.trusted.CompareAndSwap(false, true) {
+				victim = c
+				break
+			}
+			c = next
+		}
+	}
+	if victim == nil {
+		g.mu.Unlock()
+		return 0, false
+	}
+	stage = victim.stage
+	g.stages[stage].remove(victim)
+	victim.stage = stageGone
+	victim.silent.Store(false)
+	g.mu.Unlock()
+	g.unauth.Add(-1)
+	_ = victim.Conn.Close()
+	return stage, true
+}
+
+// move puts c, when still counted, at the end of stage's list.
+func (g *connGuard) move(c *guardedConn, stage connStage) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.stage == stageGone {
+		return
+	}
+	g.stages[c.stage].remove(c)
+	c.stage = stage
+	c.silent.Store(stage == stageSilent)
+	g.stages[stage].push(c)
 }
 
 // guardedConn is a connection counted by its guard until it authenticates
@@ -114,12 +248,35 @@ type guardedConn struct {
 	net.Conn
 	g       *connGuard
 	trusted atomic.Bool
+	// silent mirrors stage == stageSilent, so that Read takes the guard's
+	// lock only on the first bytes after a silence.
+	silent atomic.Bool
+
+	// The guard's mu guards the following.
+	stage      connStage
+	prev, next *guardedConn
+}
+
+// Read notes that c sent something: it is no longer silent.
+func (c *guardedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.silent.Load() {
+		c.g.move(c, stagePartial)
+	}
+	return n, err
 }
 
 // authenticated stops counting c as unauthenticated. It is safe on nil.
 func (c *guardedConn) authenticated() {
 	if c != nil && c.trusted.CompareAndSwap(false, true) {
 		c.g.unauth.Add(-1)
+		c.g.mu.Lock()
+		if c.stage != stageGone {
+			c.g.stages[c.stage].remove(c)
+			c.stage = stageGone
+		}
+		c.silent.Store(false)
+		c.g.mu.Unlock()
 	}
 }
 
@@ -158,9 +315,22 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // connection only after its connect token passed, and a queue watch
 // (queuewatch.go) only after its API token did, so a hijacked connection
 // is an authenticated one.
+//
+// It also moves an unauthenticated connection between the guard's
+// stages: being served once its request's headers are read, silent again
+// once answered and waiting for the next request.
 func connState(c net.Conn, st http.ConnState) {
-	if st == http.StateHijacked {
-		guardedConnOf(c).authenticated()
+	gc := guardedConnOf(c)
+	if gc == nil {
+		return
+	}
+	switch st {
+	case http.StateHijacked:
+		gc.authenticated()
+	case http.StateActive:
+		gc.g.move(gc, stageBusy)
+	case http.StateIdle:
+		gc.g.move(gc, stageSilent)
 	}
 }
 

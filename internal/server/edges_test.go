@@ -2,14 +2,18 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -133,9 +137,52 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	}
 }
 
+// dialSending opens a connection and sends raw on it.
+func dialSending(t *testing.T, addr, raw string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if raw != "" {
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// readAnswer reads one answer on c.
+func readAnswer(t *testing.T, c net.Conn) int {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_ = c.SetReadDeadline(time.Time{})
+	return resp.StatusCode
+}
+
+// stageLen is how many connections the guard holds in stage.
+func stageLen(g *connGuard, stage connStage) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for c := g.stages[stage].head; c != nil; c = c.next {
+		n++
+	}
+	return n
+}
+
 // TestUnauthenticatedConnectionsAreBounded fills the bound with silent
-// connections: new connections are closed on arrival, while an
-// authenticated connection goes on being served.
+// and half-sent connections: a new connection takes the place of the
+// oldest that sent nothing, then of the oldest that sent part of a
+// request, and is served, while an authenticated connection goes on being
+// served.
 func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	t.Parallel()
 	const max = 5
@@ -171,25 +218,27 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 		t.Fatalf("authenticated request: %d", code)
 	}
 
-	var silent []net.Conn
-	for range max {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		silent = append(silent, c)
+	// Three connections that sent half a request line, then two that
+	// sent nothing.
+	var partial, silent []net.Conn
+	for range 3 {
+		partial = append(partial, dialSending(t, addr, "GET /heal"))
+	}
+	waitFor(t, "the half-sent connections to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == 3 })
+	for range 2 {
+		silent = append(silent, dialSending(t, addr, ""))
 	}
 	waitFor(t, "the silent connections to be counted", func() bool { return ts.srv.guard.unauth.Load() == max })
 
-	// Past the bound: closed on arrival.
-	extra, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	// Past the bound: a health probe is served, and the oldest silent
+	// connection — not an older half-sent one — is closed for it.
+	probe := dialSending(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if code := readAnswer(t, probe); code != 200 {
+		t.Fatalf("a health probe past the bound: %d", code)
 	}
-	defer extra.Close()
-	if took := waitClosed(t, extra, 10*time.Second); took > 5*time.Second {
-		t.Errorf("the connection past the bound was closed after %s", took)
+	waitClosed(t, silent[0], 10*time.Second)
+	if got := ts.srv.guard.unauth.Load(); got != max {
+		t.Errorf("%d unauthenticated connections counted, want the bound %d", got, max)
 	}
 	// The authenticated connection is still served.
 	if code, _ := get("/v1/outposts", ts.admin); code != 200 {
@@ -200,21 +249,141 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 		t.Fatalf("metrics: %d", code)
 	}
 	text = withoutReplicaLabel(text)
-	if !strings.Contains(text, "outpost_http_unauthenticated_connections 5") {
-		t.Errorf("unauthenticated connections not shown:\n%s", grep(text, "outpost_http_"))
-	}
-	if !strings.Contains(text, "outpost_http_connections_refused_total 1") && !strings.Contains(text, "outpost_http_connections_refused_total 2") {
-		t.Errorf("refusals not counted:\n%s", grep(text, "outpost_http_"))
+	if !strings.Contains(text, "outpost_http_unauthenticated_connections 5") ||
+		!strings.Contains(text, `outpost_http_connections_shed_total{state="silent"} 1`) {
+		t.Errorf("unauthenticated and shed connections not shown:\n%s", grep(text, "outpost_http_"))
 	}
 
-	// Closing the silent ones makes room again.
-	for _, c := range silent {
+	// With only half-sent connections left, the oldest of them goes.
+	for _, c := range append(silent[1:], probe) {
+		c.Close()
+	}
+	waitFor(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 3 })
+	for range 2 {
+		partial = append(partial, dialSending(t, addr, "GET /heal"))
+	}
+	waitFor(t, "five half-sent connections", func() bool { return stageLen(ts.srv.guard, stagePartial) == max })
+	probe = dialSending(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if code := readAnswer(t, probe); code != 200 {
+		t.Fatalf("a health probe past a bound of half-sent connections: %d", code)
+	}
+	waitClosed(t, partial[0], 10*time.Second)
+	if n := counterValue(ts.srv.edge.connsShed.WithLabelValues("partial")); n != 1 {
+		t.Errorf("%v half-sent connections shed, want 1", n)
+	}
+
+	// Closing them makes room again.
+	for _, c := range append(partial, probe) {
 		c.Close()
 	}
 	waitFor(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 0 })
 	resp, _ := rawRequest(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 200 {
 		t.Fatalf("a new connection after room was made: %d", resp.StatusCode)
+	}
+}
+
+// TestConnectionFloodIsShed opens more idle and half-sent connections
+// than the default bound and keeps opening more, as a flood does: while
+// it lasts, a health probe, an authenticated API request and a remote's
+// gateway dial, each on a new connection, are answered at once.
+func TestConnectionFloodIsShed(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{ReadHeaderTimeout: time.Minute})
+	addr := hostOf(ts.url)
+	ts.outpost("flood")
+	id := ts.session("flood").Metadata.SessionID
+	claim := ts.claimFor(id, "m1")
+
+	// The flood: a tenth of it sends half a request line, the rest
+	// nothing, and none is closed on this side: only the server closes
+	// them.
+	const held = DefaultMaxUnauthenticatedConns + 176
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	open := func() {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("flood connection %d: %v", len(flood), err)
+		}
+		if len(flood)%10 == 0 {
+			_, _ = io.WriteString(c, "GET /heal")
+		}
+		flood = append(flood, c)
+	}
+	for range held {
+		open()
+	}
+	waitFor(t, "the flood to reach the bound", func() bool {
+		return ts.srv.guard.unauth.Load() == DefaultMaxUnauthenticatedConns
+	})
+
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	probes := []struct {
+		name string
+		do   func() error
+	}{
+		{"health probe", func() error {
+			resp, err := fresh.Get(ts.url + "/healthz")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		}},
+		{"authenticated request", func() error {
+			req, _ := http.NewRequest("GET", ts.url+"/v1/outposts", nil)
+			req.Header.Set("Authorization", "Bearer "+ts.admin)
+			resp, err := fresh.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		}},
+		{"gateway dial", func() error {
+			h := http.Header{}
+			h.Set("Authorization", "Bearer "+claim.Status.ConnectToken)
+			h.Set(api.HeaderSessionID, id)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			ws, _, err := websocket.Dial(ctx, ts.srv.gatewayURL, &websocket.DialOptions{HTTPClient: fresh, HTTPHeader: h})
+			if err != nil {
+				return err
+			}
+			ws.CloseNow()
+			return nil
+		}},
+	}
+	// Each probe three times, with the flood going on between them: 900
+	// more connections.
+	for round := range 3 {
+		for _, p := range probes {
+			for range 100 {
+				open()
+			}
+			start := time.Now()
+			if err := p.do(); err != nil {
+				t.Fatalf("round %d: %s under the flood: %v", round, p.name, err)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("round %d: %s under the flood took %s", round, p.name, took)
+			}
+		}
+	}
+	if got := ts.srv.guard.unauth.Load(); got > DefaultMaxUnauthenticatedConns {
+		t.Errorf("%d unauthenticated connections open, more than the bound", got)
 	}
 }
 
@@ -315,5 +484,38 @@ func TestMetricsListen(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("the API on the metrics listener: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}
+
+// TestHasPending: a connection whose peer sent bytes the server has not
+// read is not silent, and peeking leaves the bytes to be read.
+func TestHasPending(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if hasPending(srv) {
+		t.Fatal("a connection that sent nothing has bytes pending")
+	}
+	if _, err := io.WriteString(client, "GET /"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sent bytes to be pending", func() bool { return hasPending(srv) })
+	buf := make([]byte, 16)
+	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := srv.Read(buf); err != nil || string(buf[:n]) != "GET /" {
+		t.Fatalf("read after the peek: %q, %v", buf[:n], err)
 	}
 }

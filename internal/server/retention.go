@@ -17,7 +17,9 @@ import (
 // sessions it has not handled, and a download of one of its artifacts
 // answers 410 Gone instead of 404. The transcript's artifact events stay as
 // history. Sessions that have not ended are never listed, whatever their
-// age.
+// age. The output the session's calls spilled past the transcript's cap
+// (output.go) goes with its artifacts: GET …/output/{seq} then answers 410
+// too.
 
 // artifactPruneBatch is how many sessions one step of a sweep lists and
 // then marks in one short write transaction, so a sweep never holds the
@@ -55,6 +57,7 @@ type pruneStats struct {
 	Sessions  int   // sessions whose artifacts were deleted (or that had none)
 	Artifacts int   // artifact files deleted
 	Bytes     int64 // bytes of the files deleted, metadata included
+	Output    int64 // bytes of spilled output deleted
 }
 
 // pruneArtifacts deletes the artifacts of every session that ended before
@@ -70,8 +73,8 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 	now := s.now()
 	cutoff := now.Add(-s.opts.ArtifactRetention)
 	defer func() {
-		if st.Artifacts > 0 {
-			s.log.Info("artifact retention sweep deleted artifacts", "artifacts", st.Artifacts, "bytes", st.Bytes,
+		if st.Artifacts > 0 || st.Output > 0 {
+			s.log.Info("artifact retention sweep deleted artifacts", "artifacts", st.Artifacts, "bytes", st.Bytes, "output_bytes", st.Output,
 				"sessions", st.Sessions, "ended_before", cutoff.UTC().Format(time.RFC3339), "took", time.Since(start).Round(time.Millisecond))
 		}
 	}()
@@ -93,6 +96,12 @@ func (s *Server) pruneArtifacts(ctx context.Context) (pruneStats, error) {
 			s.metrics.artifactBytesPruned.Add(float64(b))
 			if err != nil {
 				s.log.Warn("artifact retention: delete artifacts", "session", id, "err", err)
+				continue
+			}
+			ob, err := s.deleteSpilledOutputOf(ctx, id)
+			st.Output += ob
+			if err != nil {
+				s.log.Warn("artifact retention: delete spilled output", "session", id, "err", err)
 				continue
 			}
 			done = append(done, id)
@@ -137,6 +146,26 @@ func (s *Server) deleteArtifactsOf(ctx context.Context, sessionID string) (artif
 		return 0, 0, fmt.Errorf("delete artifacts of %s: %w", sessionID, err)
 	}
 	return artifacts, bytes, nil
+}
+
+// deleteSpilledOutputOf removes the output a session's calls spilled and
+// returns its bytes.
+func (s *Server) deleteSpilledOutputOf(ctx context.Context, sessionID string) (int64, error) {
+	infos, err := s.outputBlobs.List(ctx, sessionID+"/")
+	if err != nil {
+		return 0, fmt.Errorf("list spilled output of %s: %w", sessionID, err)
+	}
+	if len(infos) == 0 {
+		return 0, nil
+	}
+	var bytes int64
+	for _, in := range infos {
+		bytes += in.Size
+	}
+	if err := s.outputBlobs.DeletePrefix(ctx, sessionID+"/"); err != nil {
+		return 0, fmt.Errorf("delete spilled output of %s: %w", sessionID, err)
+	}
+	return bytes, nil
 }
 
 // artifactGone is the error of a download of an artifact that is not

@@ -66,8 +66,18 @@ type Options struct {
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
 	// OutputCapBytes is how much output of one call the transcript keeps;
-	// the rest goes to a file beside it. 0 means 1 MiB.
+	// the rest is spilled into the blob store. 0 means 1 MiB.
 	OutputCapBytes int64
+	// MaxCallOutputBytes bounds the output of one call the server keeps,
+	// the transcript's part and the spilled rest together; past it output
+	// is dropped and the transcript says how much. 0 means
+	// DefaultMaxCallOutputBytes; negative, no bound.
+	MaxCallOutputBytes int64
+	// MaxSessionOutputBytes bounds the spilled output one session keeps
+	// over all its calls; past it output is dropped as past
+	// MaxCallOutputBytes. 0 means DefaultMaxSessionOutputBytes; negative,
+	// no bound.
+	MaxSessionOutputBytes int64
 	// LLM is the model provider of llm sessions; nil means llm sessions
 	// are refused.
 	LLM llm.Provider
@@ -304,6 +314,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.OutputCapBytes <= 0 {
 		opts.OutputCapBytes = 1 << 20
 	}
+	if opts.MaxCallOutputBytes == 0 {
+		opts.MaxCallOutputBytes = DefaultMaxCallOutputBytes
+	}
+	if opts.MaxSessionOutputBytes == 0 {
+		opts.MaxSessionOutputBytes = DefaultMaxSessionOutputBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -435,8 +451,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
-	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64) {
-		s.log.Warn("closing new connections: too many unauthenticated connections are open", "open", open, "max", opts.MaxUnauthenticatedConns)
+	s.guard = &connGuard{Listener: ln, max: int64(opts.MaxUnauthenticatedConns), log: func(open int64, shed string) {
+		if shed == "refused" {
+			s.log.Warn("closing new connections: the unauthenticated connections open are all being served", "open", open, "max", opts.MaxUnauthenticatedConns)
+			return
+		}
+		s.log.Warn("shedding unauthenticated connections: the bound is reached, the oldest that got least far are closed for new ones", "open", open, "max", opts.MaxUnauthenticatedConns, "shed", shed)
 	}}
 	s.edge = newEdgeMetrics(s.metrics, func() float64 { return float64(s.guard.unauth.Load()) })
 	s.guard.metrics = s.edge

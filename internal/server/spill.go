@@ -60,6 +60,10 @@ func (s *Server) getSpilledOutput(w http.ResponseWriter, r *http.Request) error 
 			total += in.Size
 		}
 	}
+	if len(parts) == 0 && sess.ArtifactsPrunedAt != nil {
+		return errHTTPGone("Session %s's spilled output was deleted with its artifacts by the retention policy on %s.",
+			sess.ID, sess.ArtifactsPrunedAt.UTC().Format("2006-01-02 15:04 UTC"))
+	}
 	if len(parts) == 0 {
 		return errNotFound("Session %s has no spilled output of call %d: a call's output past the transcript's cap is kept once the call ends.", sess.ID, seq)
 	}
