@@ -235,12 +235,16 @@ func (w *worker) consumer() *fleet.Consumer {
 	info := w.info
 	info.Instance = w.id.Instance
 	return &fleet.Consumer{
-		Client:        w.c,
-		Outpost:       w.outpost,
-		Platform:      w.platform,
-		Identity:      w.id,
-		Capacity:      1,
-		Runner:        w,
+		Client:   w.c,
+		Outpost:  w.outpost,
+		Platform: w.platform,
+		Identity: w.id,
+		Capacity: 1,
+		Runner:   w,
+		// A worker's remotes end with it (bwrap dies with its parent, and a
+		// remote outside bwrap dies with the worker too): what its
+		// acceptor id holds as it starts, its dead predecessor held.
+		HandBack:      true,
 		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, nil, w.log),
 		Resolver:      w.remotes,
 		RemoteCommand: w.opts.RemoteCommand,
