@@ -101,6 +101,15 @@ type Options struct {
 	// remote's start-up (prestart.go). Empty means this executable's when
 	// RemoteCommand is empty, else no remote is pre-started.
 	PrestartCommand []string
+	// HandoverCommand starts a remote of RemoteCommand's build that reads
+	// its session's spawn variables from its standard input, like
+	// PrestartCommand: a session that runs RemoteCommand but gets no
+	// pre-started remote (NoPrestart, Once, a state dir of an earlier
+	// remote) runs it, so that its connect token is never in the remote's
+	// initial environment nor in bwrap's arguments and memory, where the
+	// session's code could read it. Empty means this executable's when
+	// RemoteCommand is empty, else the variables go in the environment.
+	HandoverCommand []string
 	// NoPrestart starts every remote at claim time.
 	NoPrestart bool
 	// StaticBaseURL is where remote builds are published in the /dist/
@@ -339,6 +348,9 @@ func (opts Options) withDefaults() (Options, error) {
 		opts.RemoteCommand = []string{exe, "remote", "serve"}
 		if len(opts.PrestartCommand) == 0 {
 			opts.PrestartCommand = []string{exe, "remote", "serve", "--session-from-stdin"}
+		}
+		if len(opts.HandoverCommand) == 0 {
+			opts.HandoverCommand = []string{exe, "remote", "serve", "--session-from-stdin"}
 		}
 	}
 	if opts.NoPrestart {
