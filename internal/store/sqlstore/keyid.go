@@ -24,7 +24,9 @@ const (
 
 // ErrKeyMismatch is returned by CheckKeyID when the database records
 // another key than the keyring's current one, and the keyring does not
-// hold that key either; the error is a *KeyMismatchError.
+// hold that key either; the error is a *KeyMismatchError, which matches
+// sealed.ErrUnknownKey too: the database's secrets are sealed under a key
+// the keyring lacks, or would be once another server seals any.
 var ErrKeyMismatch = errors.New("the database's secret key is not this server's")
 
 // KeyMismatchError names the key the database records and the one the
@@ -38,8 +40,11 @@ func (e *KeyMismatchError) Error() string {
 	return fmt.Sprintf("the database records that its session secrets are sealed under key id %s, and this server's key has id %s", e.Recorded, e.Current)
 }
 
-// Is makes errors.Is(err, ErrKeyMismatch) hold.
-func (e *KeyMismatchError) Is(target error) bool { return target == ErrKeyMismatch }
+// Is makes errors.Is(err, ErrKeyMismatch) and errors.Is(err,
+// sealed.ErrUnknownKey) hold.
+func (e *KeyMismatchError) Is(target error) bool {
+	return target == ErrKeyMismatch || target == sealed.ErrUnknownKey
+}
 
 // Getter reads a setting; ok is false when there is none.
 type Getter func(ctx context.Context, name string) (value string, ok bool, err error)
