@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,5 +152,50 @@ func TestWorkerRestartedAtOnceAfterKill9(t *testing.T) {
 	ws := waitWorkers(t, c, "restarted", 1)
 	if ws[0].PID != second.cmd.Process.Pid {
 		t.Errorf("listed worker %+v, want the restarted one (pid %d)", ws[0], second.cmd.Process.Pid)
+	}
+}
+
+// TestRemoteKill9MidCall kills a session's remote with SIGKILL while a
+// call runs: the worker hands the session back at once, claims it again
+// and starts a remote in the same state dir, whose journal answers the
+// interrupted call, once, as one that may have partly run; it is never
+// run again, and the script goes on to finish.
+func TestRemoteKill9MidCall(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	token := setupOutpost(t, c, "remote-killed")
+	w, dir := startWorker(t, c, "remote-killed", token)
+	t.Cleanup(func() { killInDir(dir) })
+	marks := filepath.Join(t.TempDir(), "runs")
+	blocked := execStep(fmt.Sprintf("echo ran >> %s; while true; do sleep 0.05; done", marks))
+	blocked.ContinueOnError = true
+	id := createSession(t, c, api.CreateSessionRequest{
+		Outpost: "remote-killed", Title: "remote killed mid-call",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("echo one"), blocked, execStep("echo three")}},
+	})
+	waitFor(t, 30*time.Second, "the second call's command to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	m := regexp.MustCompile(`msg="remote started" session=` + id + ` pid=(\d+)`).FindStringSubmatch(w.out.String())
+	if m == nil {
+		t.Fatalf("the worker did not log its remote's pid:\n%s", w.out.String())
+	}
+	pid, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s := c.waitFinal(id, 45*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
+	}
+	results := map[int64]int{}
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventResult {
+			results[ev.CallSeq]++
+		}
+	}
+	if results[1] != 1 || results[2] != 1 || results[3] != 1 {
+		t.Errorf("results per call %v, want one each", results)
+	}
+	if runs, _ := os.ReadFile(marks); strings.Count(string(runs), "ran") != 1 {
+		t.Errorf("the interrupted call ran %d times, want once", strings.Count(string(runs), "ran"))
 	}
 }
