@@ -198,6 +198,15 @@ type Consumer struct {
 	// holds, renewed (a restart found their machines still running): they
 	// count against Capacity and reach the Runner with Session.Adopted set.
 	Recover func(ctx context.Context) []api.QueueEntry
+	// HandBack says the consumer's machines die with its process (a
+	// worker's remotes): claims its acceptor id holds when it starts are
+	// its dead predecessor's, whose machines are gone. Once the identity is
+	// announced (the data dir's lock and the presence prove no other live
+	// process serves them), they are released at once, with a reason, so
+	// that their sessions go back to the queue rather than wait for the
+	// reconnect grace and the claim deadline. Ignored for an identity
+	// without an Instance (shared by design).
+	HandBack bool
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes
@@ -220,6 +229,9 @@ type Consumer struct {
 	halting  atomic.Bool   // set once a session's outcome said Stop
 	stopping chan struct{} // closed when the consumer shuts down
 	wg       sync.WaitGroup
+	// announced is set when the server took the identity's presence at
+	// start (claimIdentity), so nobody else holds its acceptor id.
+	announced bool
 
 	// byIDUntil (Unix nanoseconds of the consumer's clock) is when the
 	// consumer next tries a server-assigned claim after one answered 404:
@@ -335,6 +347,9 @@ func (c *Consumer) run(ctx context.Context, body func(context.Context) error) er
 // feeding it, until ctx ends or a session says Stop.
 func (c *Consumer) consume(ctx context.Context) error {
 	fctx, stopFeed := context.WithCancel(ctx)
+	if c.HandBack && c.announced {
+		c.handBack(ctx)
+	}
 	if c.Recover != nil {
 		for _, e := range c.Recover(ctx) {
 			c.start(ctx, e, true)

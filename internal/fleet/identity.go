@@ -22,6 +22,10 @@ const (
 	// lockFile is the file in the data dir that the running consumer holds
 	// locked (flock) for its whole life, with its pid inside.
 	lockFile = "lock"
+	// instanceFile keeps the instance id of the last process that held the
+	// data dir. A process that takes the lock reads it, as the proof that
+	// this instance is gone, and writes its own.
+	instanceFile = "instance"
 )
 
 // ErrDataDirInUse is returned by OpenIdentity when another running process
@@ -41,6 +45,12 @@ type Identity struct {
 	// heartbeat; "" when the process shares its acceptor id by design
 	// (a worker serving one session an orchestrator claimed).
 	Instance string
+	// Previous is the instance of the process that held the data dir
+	// before this one ("" when unknown). This process holding the lock
+	// proves that one gone, however it ended (even a zombie whose pid
+	// still answers): its presence may be taken over at once, and the
+	// claims it held are not served by anyone.
+	Previous string
 	// Hint ends the error refusing a second process under the acceptor id:
 	// what to do about it.
 	Hint string
@@ -88,8 +98,43 @@ func OpenIdentity(o IdentityOptions) (*Identity, error) {
 	}
 	if !o.Shared {
 		id.Instance = NewInstanceID()
+		if id.Previous, err = swapInstance(o.Dir, id.Instance); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return id, nil
+}
+
+// swapInstance returns the instance id saved in dir by the data dir's
+// previous holder ("" when none) and saves instance in its place. It is
+// called with the data dir locked.
+func swapInstance(dir, instance string) (string, error) {
+	path := filepath.Join(dir, instanceFile)
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read the previous instance id: %w", err)
+	}
+	prev := strings.TrimSpace(string(b))
+	if err := writeFileAtomic(path, instance+"\n"); err != nil {
+		return "", fmt.Errorf("save the instance id: %w", err)
+	}
+	return prev, nil
+}
+
+// writeFileAtomic writes text to path (mode 0600) through a temporary file
+// renamed into place, so a crash never leaves half of it behind.
+func writeFileAtomic(path, text string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.WriteString(text)
+	if err := errors.Join(werr, tmp.Chmod(0o600), tmp.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // NewIdentity is an identity kept by something other than a data dir (the

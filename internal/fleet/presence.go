@@ -154,9 +154,9 @@ func (p *Presence) goodbye(ctx context.Context) {
 // announces itself with a random instance id before it claims anything,
 // and the server refuses a heartbeat under an acceptor id whose live entry
 // names another instance (api.CodeAcceptorInUse). A consumer refused so
-// stops; one whose predecessor on this machine died without a goodbye (its
-// pid is gone) takes the entry over at once rather than wait for it to
-// expire.
+// stops; one whose predecessor on this machine died without a goodbye (the
+// instance that held its data dir before it, or a process whose pid is
+// gone) takes the entry over at once rather than wait for it to expire.
 
 // acceptorInUseError names the acceptor id and its holder; it matches
 // ErrAcceptorInUse.
@@ -197,6 +197,7 @@ func (c *Consumer) claimIdentity(ctx context.Context) error {
 	for takenOver := false; ; takenOver = true {
 		_, err := p.Announce(ctx)
 		if err == nil {
+			c.announced = true
 			return nil
 		}
 		if !client.HasCode(err, api.CodeAcceptorInUse) {
@@ -207,9 +208,9 @@ func (c *Consumer) claimIdentity(ctx context.Context) error {
 			return nil
 		}
 		holder := c.holder(ctx)
-		if !takenOver && holder != nil && predecessor(holder) {
+		if !takenOver && holder != nil && predecessor(c.Identity, holder) {
 			c.log.Info("the previous "+c.Identity.Kind+" under this acceptor id on this machine is gone; taking its place",
-				"acceptor_id", c.Identity.AcceptorID, "previous_pid", holder.PID)
+				"acceptor_id", c.Identity.AcceptorID, "previous_pid", holder.PID, "previous_instance", holder.Instance)
 			if err := c.Client.Workers.GoodbyeInstance(ctx, c.outpostID(), c.Identity.AcceptorID, holder.Instance); err != nil {
 				return fmt.Errorf("forget the previous %s's entry: %w", c.Identity.Kind, err)
 			}
@@ -235,12 +236,50 @@ func (c *Consumer) holder(ctx context.Context) *api.Worker {
 
 // predecessor reports whether h is a dead process of this machine: a
 // consumer that ran here under the same acceptor id and stopped without a
-// goodbye. A process of this machine with this process's pid is one too
-// (a container restarted).
-func predecessor(h *api.Worker) bool {
+// goodbye. The instance that held id's data dir before this process is one
+// (the lock proves it gone, whatever its pid shows: a zombie, or a pid
+// reused, still answers kill(pid, 0)); so is, for a data dir that recorded
+// no instance, a process of this machine whose pid is gone or is this
+// process's (a container restarted).
+func predecessor(id *Identity, h *api.Worker) bool {
+	if id.Previous != "" && h.Instance == id.Previous {
+		return true
+	}
 	host, _ := os.Hostname()
 	if h.Instance == "" || h.PID <= 0 || h.Hostname == "" || h.Hostname != host {
 		return false
 	}
 	return h.PID == os.Getpid() || !processAlive(h.PID)
+}
+
+// handBack releases every claim the consumer's acceptor id holds as it
+// starts (Consumer.HandBack): its predecessor's, whose machines died with
+// it. Each release says why on the session's transcript and counts as a
+// failed attempt of the session, as a lost machine does.
+func (c *Consumer) handBack(ctx context.Context) {
+	f := client.QueueFilter{Outpost: c.outpostID(), Phase: api.PhaseClaimed, AcceptorID: c.Identity.AcceptorID, First: listPage}
+	var ids []string
+	for {
+		l, err := c.Client.Queue.List(ctx, f)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("cannot list the claims the previous "+c.Identity.Kind+" held; they lapse after the reconnect grace", "err", err)
+			}
+			return
+		}
+		for _, e := range l.Items {
+			if a := e.Status.AcceptorID; a != nil && *a == c.Identity.AcceptorID {
+				ids = append(ids, e.Metadata.SessionID)
+			}
+		}
+		if !l.HasNextPage || l.Cursor == "" {
+			break
+		}
+		f.Cursor = l.Cursor
+	}
+	reason := fmt.Sprintf("the %s restarted: its previous process ended without releasing this claim, and the session's remote ended with it", c.Identity.Kind)
+	for _, id := range ids {
+		c.log.Info("handing back a session the previous "+c.Identity.Kind+" held", "session", id)
+		c.Release(ctx, id, reason)
+	}
 }

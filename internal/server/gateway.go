@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -122,14 +123,15 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
 		return
 	}
+	full, err := s.store.GetSession(ctx, sess.ID) // with its env and secrets
+	if err != nil {
+		s.log.Error("gateway welcome", "session", sess.ID, "err", err)
+		return
+	}
+	c.secrets = redact.NewSet(full.Secrets)
 	if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
 	} else {
-		full, err := s.store.GetSession(ctx, sess.ID) // with its env and secrets
-		if err != nil {
-			s.log.Error("gateway welcome", "session", sess.ID, "err", err)
-			return
-		}
 		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.snapshot}); err != nil {
 			return
 		}
@@ -335,11 +337,13 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 	}()
 	out := s.outputFor(c.sessionID)
 	defer out.storeSpills() // after the flush below
+	red := newOutputRedactor(c.secrets)
 	arts := s.newArtifactUploads(c)
 	defer arts.close()
 	flush := time.NewTicker(100 * time.Millisecond)
 	defer flush.Stop()
 	defer out.flush(context.WithoutCancel(ctx))
+	defer red.flushAll(func(f api.OutputFrame) { out.add(context.WithoutCancel(ctx), f) }) // before that flush
 	for {
 		select {
 		case <-flush.C:
@@ -361,6 +365,7 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 				if err != nil {
 					s.log.Warn("gateway output frame", "session", c.sessionID, "err", err)
 				} else {
+					f.Data = red.write(f)
 					out.add(ctx, f) // copies what it keeps
 				}
 				msgBuffers.Put(m.buf)
@@ -376,7 +381,9 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 			switch f.Type {
 			case api.FrameResult:
 				c.gate.leave(f.Seq)
+				red.flush(f.Seq, func(o api.OutputFrame) { out.add(ctx, o) })
 				out.finish(ctx, f.Seq)
+				red.result(&f)
 				s.deliverResult(ctx, c, f)
 			case api.FrameArtifact:
 				out.flush(ctx) // the call's output before its artifact event

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -35,6 +36,9 @@ type remoteConn struct {
 	snapshot *api.SnapshotInfo
 	// restoreFrom is the stored snapshot behind snapshot.
 	restoreFrom store.Snapshot
+	// secrets redacts the session's secrets from what the remote sends
+	// (outputRedactor); set before the connection's frames are read.
+	secrets *redact.Set
 	// moved is set when the session's remote went on through another
 	// replica (a drop, or this replica's graceful stop): its disconnect is
 	// not recorded, the new connection's replica writes the transcript.

@@ -11,6 +11,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // SecretKeyFileName is the key file in the data dir that seals session
@@ -28,6 +29,13 @@ func (s *Server) openSealedStore(ctx context.Context) (store.Store, error) {
 	}
 	s.replicaKey = replicaAuthKey(current)
 	st, err := openStore(ctx, s.opts, keys)
+	var mismatch *sqlstore.KeyMismatchError
+	if errors.As(err, &mismatch) {
+		return nil, fmt.Errorf("server: open database: %w: every server on one database must have the same secret key. "+
+			"Set OUTPOST_SECRET_KEY (or --secret-key-file) to the key with id %s, the one the other servers use; "+
+			"to move to this key instead, also give that key in OUTPOST_SECRET_KEYS_OLD (see \"Rotating the key\" in docs/secrets.md)",
+			err, mismatch.Recorded)
+	}
 	if errors.Is(err, sealed.ErrUnknownKey) {
 		return nil, fmt.Errorf("server: open database: %w. Start the server with the key they were sealed under, "+
 			"as OUTPOST_SECRET_KEY or listed in OUTPOST_SECRET_KEYS_OLD (see docs/secrets.md)", err)

@@ -14,6 +14,7 @@ import (
 // the remote started too.
 func isolate(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithWorker(cmd.SysProcAttr)
 }
 
 // terminate asks the remote to stop.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +104,52 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	if hc := w.opts.HandoverCommand; len(hc) > 0 && canPrestart && slices.Equal(rc, w.opts.RemoteCommand) {
+		return w.spawnHandover(hc, env(stateDir), id, stateDir)
+	}
 	return w.spawn(rc, env(stateDir), id, stateDir, nil)
+}
+
+// spawnHandover starts command, a remote that reads the session's spawn
+// variables from its standard input, with the rest of env as its
+// environment, and hands it those variables as a pre-started remote gets
+// them (prestart.go): over a socket, never in its arguments or initial
+// environment, nor in bwrap's.
+func (w *worker) spawnHandover(command, env []string, id, stateDir string) (*remoteProc, error) {
+	var handover strings.Builder
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if !slices.Contains(sessionVars, k) {
+			continue
+		}
+		if strings.ContainsAny(v, "\n\x00") {
+			return nil, fmt.Errorf("the spawn variable %s holds a line break or a NUL byte", k)
+		}
+		handover.WriteString(kv + "\n")
+	}
+	r, sock, err := sessionSocket()
+	if err != nil {
+		return nil, fmt.Errorf("create the session socket: %w", err)
+	}
+	p, err := w.spawn(command, baseEnv(env), id, stateDir, r)
+	r.Close()
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	// The socket's buffer holds the few lines until the remote reads them,
+	// after its "ready", which nobody waits for here.
+	_, err = sock.WriteString(handover.String())
+	if cerr := sock.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = kill(p.cmd)
+		<-p.dead
+		p.logFile.Close()
+		return nil, fmt.Errorf("hand the session to its remote: %w", err)
+	}
+	return p, nil
 }
 
 // spawn starts the remote command rc with environment env (plus the

@@ -102,6 +102,15 @@ type Options struct {
 	// remote's start-up (prestart.go). Empty means this executable's when
 	// RemoteCommand is empty, else no remote is pre-started.
 	PrestartCommand []string
+	// HandoverCommand starts a remote of RemoteCommand's build that reads
+	// its session's spawn variables from its standard input, like
+	// PrestartCommand: a session that runs RemoteCommand but gets no
+	// pre-started remote (NoPrestart, Once, a state dir of an earlier
+	// remote) runs it, so that its connect token is never in the remote's
+	// initial environment nor in bwrap's arguments and memory, where the
+	// session's code could read it. Empty means this executable's when
+	// RemoteCommand is empty, else the variables go in the environment.
+	HandoverCommand []string
 	// NoPrestart starts every remote at claim time.
 	NoPrestart bool
 	// StaticBaseURL is where remote builds are published in the /dist/
@@ -240,12 +249,16 @@ func (w *worker) consumer() *fleet.Consumer {
 	info := w.info
 	info.Instance = w.id.Instance
 	return &fleet.Consumer{
-		Client:        w.c,
-		Outpost:       w.outpost,
-		Platform:      w.platform,
-		Identity:      w.id,
-		Capacity:      1,
-		Runner:        w,
+		Client:   w.c,
+		Outpost:  w.outpost,
+		Platform: w.platform,
+		Identity: w.id,
+		Capacity: 1,
+		Runner:   w,
+		// A worker's remotes end with it (bwrap dies with its parent, and a
+		// remote outside bwrap dies with the worker too): what its
+		// acceptor id holds as it starts, its dead predecessor held.
+		HandBack:      true,
 		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, nil, w.log),
 		Resolver:      w.remotes,
 		RemoteCommand: w.opts.RemoteCommand,
@@ -340,6 +353,9 @@ func (opts Options) withDefaults() (Options, error) {
 		opts.RemoteCommand = []string{exe, "remote", "serve"}
 		if len(opts.PrestartCommand) == 0 {
 			opts.PrestartCommand = []string{exe, "remote", "serve", "--session-from-stdin"}
+		}
+		if len(opts.HandoverCommand) == 0 {
+			opts.HandoverCommand = []string{exe, "remote", "serve", "--session-from-stdin"}
 		}
 	}
 	if opts.NoPrestart {

@@ -44,6 +44,12 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
 	}
+	// The worker releases the claim a moment after the session ended; the
+	// record compared after the restart is the one without it.
+	waitFor(t, 30*time.Second, "the worker to release the claim", func() bool {
+		s = c.session(id)
+		return s.Status.AcceptorID == nil
+	})
 	before := c.events(id)
 	if !strings.Contains(transcriptText(before), "stored-in-postgres") {
 		t.Fatalf("transcript lacks the step's output: %+v", before)

@@ -141,7 +141,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
-	if s.resealed, err = s.reseal(ctx); err != nil {
+	if s.resealed, err = s.keyID(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}

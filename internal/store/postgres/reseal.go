@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -44,3 +45,30 @@ func (s *Store) reseal(ctx context.Context) (int, error) {
 
 // Resealed is how many sessions' secrets Open sealed under the current key.
 func (s *Store) Resealed() int { return s.resealed }
+
+// keyID checks the recorded secret key id against the keyring before
+// anything is sealed (sqlstore.CheckKeyID), then reseals, then records the
+// current key id (sqlstore.RecordKeyID). It returns how many sessions it
+// sealed anew.
+func (s *Store) keyID(ctx context.Context) (int, error) {
+	get := func(ctx context.Context, name string) (string, bool, error) {
+		var v string
+		err := s.pool.QueryRow(ctx, sqlstore.ReadSettingSQL, name).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", false, nil
+		}
+		return v, err == nil, err
+	}
+	exec := func(ctx context.Context, query string, args ...any) (int64, error) {
+		tag, err := s.pool.Exec(ctx, query, args...)
+		return tag.RowsAffected(), err
+	}
+	if err := sqlstore.CheckKeyID(ctx, s.keys, get); err != nil {
+		return 0, err
+	}
+	n, err := s.reseal(ctx)
+	if err != nil {
+		return n, err
+	}
+	return n, sqlstore.RecordKeyID(ctx, s.keys, get, exec)
+}

@@ -127,6 +127,16 @@ func (k *Keyring) ID() string {
 	return k.current.id
 }
 
+// Has reports whether the key with id is one of the keyring's keys, the
+// current one or an old one.
+func (k *Keyring) Has(id string) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.byID[id]
+	return ok
+}
+
 // GenerateKey returns a new random key.
 func GenerateKey() ([]byte, error) {
 	b := make([]byte, KeySize)

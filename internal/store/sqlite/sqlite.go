@@ -123,7 +123,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.writer = newWriter(w)
-	if s.resealed, err = s.reseal(ctx); err != nil {
+	if s.resealed, err = s.keyID(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/redact"
+)
+
+// outputRedactor redacts a session's secrets from what its remote sends,
+// before any of it reaches the transcript, a spill or a watcher. The remote
+// redacts its output itself; this is for a remote that does not: an old
+// build, or session code that took the remote's connect token and speaks
+// for it. A secret split across two output frames of one call's stream is
+// still found: each (call, stream) holds back a tail that may begin a
+// secret until the next frame, the call's result, or the connection's end.
+// It is used by one connection's read loop only.
+type outputRedactor struct {
+	set     *redact.Set
+	streams map[outputKey]*redact.Stream
+}
+
+type outputKey struct {
+	seq    int64
+	stream string
+}
+
+func newOutputRedactor(set *redact.Set) *outputRedactor {
+	return &outputRedactor{set: set, streams: map[outputKey]*redact.Stream{}}
+}
+
+// write returns f's data with the secrets redacted, less a tail held back.
+func (r *outputRedactor) write(f api.OutputFrame) []byte {
+	if r.set == nil {
+		return f.Data
+	}
+	k := outputKey{f.Seq, f.Stream}
+	st := r.streams[k]
+	if st == nil {
+		st = redact.NewStream(r.set)
+		r.streams[k] = st
+	}
+	return st.Write(f.Data)
+}
+
+// flush hands emit what call seq's streams hold back, redacted.
+func (r *outputRedactor) flush(seq int64, emit func(api.OutputFrame)) {
+	for k, st := range r.streams {
+		if k.seq != seq {
+			continue
+		}
+		if tail := st.Flush(); len(tail) > 0 {
+			emit(api.OutputFrame{Seq: k.seq, Stream: k.stream, Data: tail})
+		}
+		delete(r.streams, k)
+	}
+}
+
+// flushAll hands emit what every stream holds back: the connection ended.
+func (r *outputRedactor) flushAll(emit func(api.OutputFrame)) {
+	for k := range r.streams {
+		r.flush(k.seq, emit)
+	}
+}
+
+// result redacts a result frame's value and error.
+func (r *outputRedactor) result(f *api.Frame) {
+	if r.set == nil {
+		return
+	}
+	if len(f.Value) > 0 {
+		f.Value = r.set.JSON(f.Value)
+	}
+	f.Error = r.set.String(f.Error)
+}
