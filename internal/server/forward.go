@@ -225,6 +225,18 @@ func replicaAuthKey(secretKey []byte) []byte {
 	return m.Sum(nil)
 }
 
+// formKey is the web UI's key for its forms' CSRF values, derived from the
+// secret key every replica shares (through replicaKey), so a form one
+// replica served posts to another; nil without a secret key.
+func formKey(replicaKey []byte) []byte {
+	if len(replicaKey) == 0 {
+		return nil
+	}
+	m := hmac.New(sha256.New, replicaKey)
+	m.Write([]byte("outpost web forms v1"))
+	return m.Sum(nil)
+}
+
 // replicaMAC signs one request between replicas.
 func replicaMAC(key []byte, method, path, from string, at int64) string {
 	m := hmac.New(sha256.New, key)

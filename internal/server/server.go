@@ -812,7 +812,7 @@ func (s *Server) routes() http.Handler {
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.
-	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log})
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey)})
 	if err != nil {
 		panic(err) // embedded templates that do not parse are a build bug
 	}

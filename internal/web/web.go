@@ -61,6 +61,11 @@ type Options struct {
 	PublicURL string
 	// Logger receives template errors; nil means slog.Default().
 	Logger *slog.Logger
+	// FormKey keys the forms' CSRF values. Servers behind one address
+	// (replicas on one database) pass the same key, so a form one of them
+	// served posts to any other and survives a restart; nil means a random
+	// key of this process's.
+	FormKey []byte
 }
 
 // Handler serves the UI under /, /ui/ and /static/.
@@ -94,7 +99,9 @@ func New(opts Options) (*Handler, error) {
 
 		sameOrigin: http.NewCrossOriginProtection(),
 	}
-	if _, err := rand.Read(h.csrfKey); err != nil {
+	if len(opts.FormKey) > 0 {
+		h.csrfKey = opts.FormKey
+	} else if _, err := rand.Read(h.csrfKey); err != nil {
 		return nil, fmt.Errorf("web: csrf key: %w", err)
 	}
 	// Behind a reverse proxy the Host the server sees may not be the one
@@ -181,7 +188,7 @@ func token(r *http.Request) string {
 }
 
 // csrf is the form token of the request's visitor: an HMAC, with the
-// server's random key, of the token cookie when signed in, else of the
+// form key, of the token cookie when signed in, else of the
 // sign-in cookie. It is "" for a signed-out visitor without a sign-in
 // cookie, whose posts are all refused.
 func (h *Handler) csrf(r *http.Request) string {

@@ -97,6 +97,53 @@ func TestSignInCookieAndCSRF(t *testing.T) {
 	}
 }
 
+// TestFormKeySharedByReplicas: two handlers given one form key (replicas
+// on one database behind a balancer) accept each other's forms; handlers
+// with keys of their own do not.
+func TestFormKeySharedByReplicas(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	a, err := New(Options{API: fakeAPI(), FormKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{API: fakeAPI(), FormKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(Options{API: fakeAPI()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/signin", nil))
+	var signin *http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == signinCookieName {
+			signin = c
+		}
+	}
+	if signin == nil {
+		t.Fatalf("no sign-in cookie: %v", rec.Header()["Set-Cookie"])
+	}
+	get := httptest.NewRequest("GET", "/", nil)
+	get.AddCookie(signin)
+	csrf := a.csrf(get)
+	for _, tc := range []struct {
+		name string
+		h    *Handler
+		want int
+	}{{"another replica", b, http.StatusSeeOther}, {"a server with its own key", other, http.StatusForbidden}} {
+		r := httptest.NewRequest("POST", "/ui/signin", strings.NewReader(url.Values{"token": {"good"}, "csrf": {csrf}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.AddCookie(signin)
+		w := httptest.NewRecorder()
+		tc.h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s: sign in with the first one's form: %d, want %d", tc.name, w.Code, tc.want)
+		}
+	}
+}
+
 func TestDiffLines(t *testing.T) {
 	t.Parallel()
 	raw := json.RawMessage(`{"line":3,"diff":"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n ctx\n-<b>old</b>\n+new\n"}`)
