@@ -209,6 +209,15 @@ func TestUpAndRemoteServeOptions(t *testing.T) {
 		t.Errorf("remote serve: %+v", r)
 	}
 	mustRefuse(t, nil, NewCmdRemoteServe, "--log-level", "loud")
+	// A worker hands a session to another build with --then-exec; it takes
+	// the session from standard input and a command, and nothing else takes
+	// arguments.
+	if r, _ = mustParse(t, nil, NewCmdRemoteServe, "--session-from-stdin", "--then-exec", "--", "/cache/remote", "remote", "serve"); !slices.Equal(r.ThenExec, []string{"/cache/remote", "remote", "serve"}) {
+		t.Errorf("remote serve --then-exec: %+v", r)
+	}
+	mustRefuse(t, nil, NewCmdRemoteServe, "--then-exec", "--", "/cache/remote")
+	mustRefuse(t, nil, NewCmdRemoteServe, "--session-from-stdin", "--then-exec")
+	mustRefuse(t, nil, NewCmdRemoteServe, "extra")
 }
 
 func TestWorkerInstallOptions(t *testing.T) {

@@ -35,6 +35,12 @@ type RemoteServeOptions struct {
 	// pre-starts its next remote this way. Hidden: not part of the spawn
 	// contract.
 	SessionFromStdin bool
+	// ThenExec, with SessionFromStdin, is the command (its arguments after
+	// `--`) that is executed with the session's variables in its
+	// environment once they are read: a worker hands a session to another
+	// remote build (a pin) this way, so the variables pass through no
+	// sandbox's arguments. Hidden, like SessionFromStdin.
+	ThenExec []string
 }
 
 // NewCmdRemoteServe returns `outpost remote serve`. runF replaces the run in
@@ -68,10 +74,21 @@ moved): its claimer must then leave the claim alone.`,
     DEVIN_OUTPOST_GATEWAY_URL=ws://127.0.0.1:7420/v1/gateway DEVIN_OUTPOST_CONNECT_TOKEN=... \
     DEVIN_OUTPOST_SESSION_ID=sess_... DEVIN_REMOTE_STATE_DIR=/var/lib/outpost/sess_... \
     outpost remote serve`,
-		Args: exactArgs(0, ""),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if then, _ := cmd.Flags().GetBool("then-exec"); then {
+				return nil
+			}
+			return exactArgs(0, "")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := resolveLog(cmd.Flags(), f.Getenv, &opts.LogLevel, &opts.LogFormat); err != nil {
 				return err
+			}
+			if then, _ := cmd.Flags().GetBool("then-exec"); then {
+				if !opts.SessionFromStdin || len(args) == 0 {
+					return usageErrorf("--then-exec takes --session-from-stdin and a command after --")
+				}
+				opts.ThenExec = args
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -83,6 +100,9 @@ moved): its claimer must then leave the claim alone.`,
 	serve.Flags().BoolVar(&opts.SessionFromStdin, "session-from-stdin", false,
 		"wait for the session's spawn variables on standard input (KEY=VALUE lines until EOF), as a worker's pre-started remote")
 	_ = serve.Flags().MarkHidden("session-from-stdin")
+	serve.Flags().Bool("then-exec", false,
+		"with --session-from-stdin: once the session is read, execute the command given after -- with it in the environment")
+	_ = serve.Flags().MarkHidden("then-exec")
 	return serve
 }
 
@@ -102,6 +122,9 @@ func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
 		}
 		if !got {
 			return nil // the worker stopped before handing over a session
+		}
+		if len(o.ThenExec) > 0 {
+			return execRemote(o.ThenExec)
 		}
 	}
 	opts, err := remote.OptionsFromEnv()

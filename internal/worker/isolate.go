@@ -340,9 +340,10 @@ func sandboxHome(home string) string {
 }
 
 // wrap turns cmd, the remote's command as the worker's own user would run
-// it, into the isolated one. The returned function is called once cmd has
-// started.
-func (iso *isolation) wrap(cmd *exec.Cmd, stateDir string) (func(), error) {
+// it, into the isolated one; then, when not "", is an executable cmd runs
+// in turn (another remote build), shown read-only in the sandbox too. The
+// returned function is called once cmd has started.
+func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then string) (func(), error) {
 	if iso == nil || iso.mode == IsolationNone {
 		return func() {}, nil
 	}
@@ -372,6 +373,11 @@ func (iso *isolation) wrap(cmd *exec.Cmd, stateDir string) (func(), error) {
 		return nil, fmt.Errorf("find the remote's executable: %w", err)
 	}
 	spec := iso.spec(exe, cmd.Dir, stateDir, cmd.Env)
+	if then != "" {
+		if spec.then, err = filepath.Abs(then); err != nil {
+			return nil, fmt.Errorf("find the remote's executable: %w", err)
+		}
+	}
 	f, err := sandbox.ArgsFile(spec.args())
 	if err != nil {
 		return nil, err
@@ -404,6 +410,7 @@ type sandboxSpec struct {
 	workspace string   // read-write at its own path
 	stateDir  string   // read-write at its own path; holds the private home and /tmp
 	remote    string   // the remote's executable, read-only at its own path
+	then      string   // another executable the remote runs, likewise; "" for none
 	env       []string // the remote's; HOME and TMPDIR become the sandbox's
 	hide      []string
 	binds     []sandbox.Bind
@@ -460,6 +467,9 @@ func (s sandboxSpec) args() []string {
 	}
 	if !sandbox.InSystemDirs(s.remote) {
 		binds = append(binds, sandbox.Bind{Src: s.remote, Dest: s.remote, ReadOnly: true})
+	}
+	if s.then != "" && s.then != s.remote && !sandbox.InSystemDirs(s.then) {
+		binds = append(binds, sandbox.Bind{Src: s.then, Dest: s.then, ReadOnly: true})
 	}
 	binds = append(binds, sandbox.Bind{Src: s.stateDir, Dest: s.stateDir})
 	slices.SortStableFunc(binds, func(a, b sandbox.Bind) int { return depth(a.Dest) - depth(b.Dest) })

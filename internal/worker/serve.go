@@ -104,18 +104,26 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
-	if hc := w.opts.HandoverCommand; len(hc) > 0 && canPrestart && slices.Equal(rc, w.opts.RemoteCommand) {
-		return w.spawnHandover(hc, env(stateDir), id, stateDir)
+	if hc := w.opts.HandoverCommand; len(hc) > 0 && canPrestart {
+		if slices.Equal(rc, w.opts.RemoteCommand) {
+			return w.spawnHandover(hc, env(stateDir), id, stateDir, "")
+		}
+		// Another build (a pin) may not read its session from standard
+		// input: this build's remote reads it and executes that build
+		// with it, so the variables never pass through bwrap either.
+		command := append(slices.Clip(hc), append([]string{"--then-exec", "--"}, rc...)...)
+		return w.spawnHandover(command, env(stateDir), id, stateDir, rc[0])
 	}
-	return w.spawn(rc, env(stateDir), id, stateDir, nil)
+	return w.spawn(rc, env(stateDir), id, stateDir, nil, "")
 }
 
 // spawnHandover starts command, a remote that reads the session's spawn
 // variables from its standard input, with the rest of env as its
 // environment, and hands it those variables as a pre-started remote gets
 // them (prestart.go): over a socket, never in its arguments or initial
-// environment, nor in bwrap's.
-func (w *worker) spawnHandover(command, env []string, id, stateDir string) (*remoteProc, error) {
+// environment, nor in bwrap's. then, when not "", is the executable of the
+// build command executes once it has them, which the sandbox must show.
+func (w *worker) spawnHandover(command, env []string, id, stateDir, then string) (*remoteProc, error) {
 	var handover strings.Builder
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -131,7 +139,7 @@ func (w *worker) spawnHandover(command, env []string, id, stateDir string) (*rem
 	if err != nil {
 		return nil, fmt.Errorf("create the session socket: %w", err)
 	}
-	p, err := w.spawn(command, baseEnv(env), id, stateDir, r)
+	p, err := w.spawn(command, baseEnv(env), id, stateDir, r, then)
 	r.Close()
 	if err != nil {
 		sock.Close()
@@ -155,8 +163,9 @@ func (w *worker) spawnHandover(command, env []string, id, stateDir string) (*rem
 // spawn starts the remote command rc with environment env (plus the
 // detected capabilities) in the workspace, isolated, with stateDir (which
 // exists) as its state dir and its output in stateDir's remote.log. A
-// non-nil stdin becomes its standard input.
-func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File) (*remoteProc, error) {
+// non-nil stdin becomes its standard input; then, when not "", is another
+// executable rc runs, which the sandbox shows read-only too.
+func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, then string) (*remoteProc, error) {
 	if err := os.MkdirAll(filepath.Join(w.opts.Dir, "repos"), 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
@@ -183,7 +192,7 @@ func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File) (*
 	// Children that keep the output pipes open must not hold up Wait.
 	cmd.WaitDelay = killDelay
 	isolate(cmd)
-	started, err := w.iso.wrap(cmd, stateDir)
+	started, err := w.iso.wrap(cmd, stateDir, then)
 	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("isolate the remote (%s): %w", w.iso.name(), err)

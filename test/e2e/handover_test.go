@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/dist"
 )
 
 // tokenProbe is a program session code runs to look for a connect token
@@ -59,35 +60,62 @@ print("token-probe hits=%s regions=%d" % (",".join(hits) or "none", regions))
 `
 
 // TestConnectTokenNotInSandboxWithoutPrestart runs a session under bwrap
-// on a worker that starts every remote at claim time (--no-prestart):
-// session code looks for its connect token in every process's environment
-// and command line, in the files they hold open (bwrap's --args memfd)
-// and in the memory of the sandbox's pid 1, and finds it nowhere, because
-// the token reaches the remote over its standard input as it does a
-// pre-started one, never through bwrap.
+// whose remote the worker starts at claim time — on a worker that
+// pre-starts none (--no-prestart), and for a session pinned to another
+// remote build, which a pre-started remote never serves: session code
+// looks for its connect token in every process's environment and command
+// line, in the files they hold open (bwrap's --args memfd) and in the
+// memory of the sandbox's pid 1, and finds it nowhere, because the token
+// reaches the remote over its standard input as it does a pre-started
+// one, never through bwrap (the pinned build is executed with it by this
+// build's remote, inside the sandbox).
 func TestConnectTokenNotInSandboxWithoutPrestart(t *testing.T) {
 	requireBwrap(t)
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3 for the probe")
 	}
-	t.Parallel()
-	c := startCluster(t)
-	token := setupOutpost(t, c, "handover")
-	work, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
-	w := start(t, "worker", append(c.env(token), api.EnvWorkerIsolation.Name+"=bwrap"),
-		"worker", "start", "--outpost", "handover", "--dir", work, "--data-dir", data, "--no-prestart")
-	waitFor(t, 60*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), "isolation=bwrap") })
-	args, _ := json.Marshal(api.ExecArgs{Command: "/usr/bin/python3 -c '" + tokenProbe + "'", TimeoutS: 120})
-	id := createSession(t, c, api.CreateSessionRequest{Outpost: "handover", Title: "token probe",
-		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: args}}}})
-	s := c.waitFinal(id, 120*time.Second)
-	out := sessionOutput(t, c, id)
-	m := regexp.MustCompile(`token-probe hits=(.+) regions=(\d+)`).FindStringSubmatch(out)
-	if s.Status.Status != api.StatusExit || m == nil {
-		t.Fatalf("session ended %s: %s; output:\n%s", s.Status.Status, s.Status.Reason, out)
-	}
-	t.Logf("probe: %s", m[0])
-	if m[1] != "none" {
-		t.Errorf("session code found its connect token in %s", m[1])
+	for _, tc := range []struct {
+		name   string
+		pinned bool
+	}{{"no-prestart", false}, {"pinned-build", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var c *cluster
+			var token string
+			extra := []string{"--no-prestart"}
+			if tc.pinned {
+				suffix := dist.HostSuffix()
+				if suffix == "" {
+					t.Skip("no distribution platform for this machine")
+				}
+				distDir, _ := pinnedDistDir(t, suffix)
+				c = startCluster(t, "--dist-dir", distDir)
+				token = pinnedOutpost(t, c, "handover", pinnedID)
+				extra = []string{"--cache-dir", t.TempDir()}
+			} else {
+				c = startCluster(t)
+				token = setupOutpost(t, c, "handover")
+			}
+			work, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
+			w := start(t, "worker", append(c.env(token), api.EnvWorkerIsolation.Name+"=bwrap"),
+				append([]string{"worker", "start", "--outpost", "handover", "--dir", work, "--data-dir", data}, extra...)...)
+			waitFor(t, 60*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), "isolation=bwrap") })
+			args, _ := json.Marshal(api.ExecArgs{Command: "/usr/bin/python3 -c '" + tokenProbe + "'", TimeoutS: 120})
+			id := createSession(t, c, api.CreateSessionRequest{Outpost: "handover", Title: "token probe",
+				Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: args}}}})
+			s := c.waitFinal(id, 120*time.Second)
+			out := sessionOutput(t, c, id)
+			m := regexp.MustCompile(`token-probe hits=(.+) regions=(\d+)`).FindStringSubmatch(out)
+			if s.Status.Status != api.StatusExit || m == nil {
+				t.Fatalf("session ended %s: %s; output:\n%s", s.Status.Status, s.Status.Reason, out)
+			}
+			t.Logf("probe: %s", m[0])
+			if m[1] != "none" {
+				t.Errorf("session code found its connect token in %s", m[1])
+			}
+			if tc.pinned && (s.Status.Capabilities == nil || s.Status.Capabilities.RemoteVersion != pinnedVersion) {
+				t.Errorf("session served by remote %+v, want the pinned build %s", s.Status.Capabilities, pinnedVersion)
+			}
+		})
 	}
 }
