@@ -18,6 +18,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/deploy/systemd"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
@@ -506,7 +507,7 @@ func (s installStep) do(ctx context.Context, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "Created %s\n", s.dir)
 	case s.file != "":
-		if err := writeFileAtomic(s.file, s.data, s.mode); err != nil {
+		if err := writeFile(s.file, s.data, s.mode); err != nil {
 			return err
 		}
 		if err := s.chown(s.file); err != nil {
@@ -561,30 +562,11 @@ func (s installStep) chown(path string) error {
 	return nil
 }
 
-// writeFileAtomic writes data to path with mode, through a temporary file
+// writeFile writes data to path with mode, through a temporary file
 // renamed over it, creating its directory.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
+func writeFile(path string, data []byte, mode fs.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, data, mode)
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // cacheSubdir is the part of the cache directory holding remotes.
@@ -68,7 +70,7 @@ func (r *Resolver) fetch(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("make the remote executable: %w", err)
 	}
 	// The check line first: a binary in place always has one beside it.
-	if err := writeFileAtomic(checkPath, []byte(CheckLine(want, suffix))); err != nil {
+	if err := atomicfile.Write(checkPath, []byte(CheckLine(want, suffix)), 0o644); err != nil {
 		return "", fmt.Errorf("save the checksum in the cache: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -162,25 +164,4 @@ func (r *Resolver) remember(path string) {
 		r.verified[path] = fileKey{fi.Size(), fi.ModTime()}
 		r.mu.Unlock()
 	}
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename,
-// so readers see the old content or the new, never a part.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // a no-op once renamed
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

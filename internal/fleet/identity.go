@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 const (
@@ -116,25 +117,10 @@ func swapInstance(dir, instance string) (string, error) {
 		return "", fmt.Errorf("read the previous instance id: %w", err)
 	}
 	prev := strings.TrimSpace(string(b))
-	if err := writeFileAtomic(path, instance+"\n"); err != nil {
+	if err := atomicfile.Write(path, []byte(instance+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("save the instance id: %w", err)
 	}
 	return prev, nil
-}
-
-// writeFileAtomic writes text to path (mode 0600) through a temporary file
-// renamed into place, so a crash never leaves half of it behind.
-func writeFileAtomic(path, text string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(text)
-	if err := errors.Join(werr, tmp.Chmod(0o600), tmp.Close()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // NewIdentity is an identity kept by something other than a data dir (the

@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // The worker's side: Prepare at start, Update after each session. Nothing
@@ -256,7 +258,7 @@ func sanitize(ctx context.Context, path, rawURL string) error {
 		fmt.Fprintf(&b, "[extensions]\n\tobjectformat = %s\n", format)
 	}
 	fmt.Fprintf(&b, "[remote \"origin\"]\n\turl = %s\n\tfetch = +refs/*:refs/*\n\tmirror = true\n", quoteConfig(rawURL))
-	return writeFileAtomic(filepath.Join(path, "config"), b.Bytes(), 0o644)
+	return atomicfile.Write(filepath.Join(path, "config"), b.Bytes(), 0o644)
 }
 
 // quoteConfig quotes v as a git configuration value.
@@ -309,27 +311,4 @@ func gitEnv(env []string) []string {
 		}
 	}
 	return append(out, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "LC_ALL=C")
-}
-
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, so that a reader sees the old file or the new one.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

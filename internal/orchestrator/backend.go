@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
@@ -158,9 +159,9 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	}
 	m := &procMachine{pid: cmd.Process.Pid, done: make(chan struct{}), code: -1}
 	start := procStart(m.pid)
-	err = writeFileAtomic(filepath.Join(s.Workspace, pidStartFile), []byte(start+"\n"))
+	err = atomicfile.Write(filepath.Join(s.Workspace, pidStartFile), []byte(start+"\n"), 0o600)
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n"))
+		err = atomicfile.Write(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n"), 0o600)
 	}
 	if err != nil {
 		killGroup(m.pid, syscall.SIGKILL)
@@ -386,14 +387,6 @@ func (b ExecBackend) Teardown(ctx context.Context, s Spec) error {
 		}
 	}
 	return errors.Join(err, os.RemoveAll(s.Workspace))
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // envValue is the value of key in env (KEY=VALUE entries), or "".

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/sandbox"
@@ -277,7 +278,7 @@ func (b *BwrapBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 		<-m.done
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n")); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		return fail(fmt.Errorf("write pid file: %w", err))
 	}
 	if err := waitSandboxStarted(ctx, s.Workspace, m.done); err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -334,7 +335,7 @@ func (b *DockerBackend) Provision(ctx context.Context, s Spec) (Machine, error) 
 		}
 		return nil, fmt.Errorf("start container %s: %w", s.Name, err)
 	}
-	_ = writeFileAtomic(filepath.Join(s.Workspace, "container"), []byte(created.ID+"\n"))
+	_ = atomicfile.Write(filepath.Join(s.Workspace, "container"), []byte(created.ID+"\n"), 0o600)
 	return b.watch(s.Name, created.ID), nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // Git credentials come from the session's secrets and never touch a
@@ -121,11 +123,11 @@ func writeGitCredentials(stateDir string, secrets map[string]string) error {
 		b.WriteString(key + " " + tok + "\n")
 	}
 	credFile := filepath.Join(stateDir, gitCredFileName)
-	if err := gitWriteFileAtomic(credFile, []byte(b.String()), 0o600); err != nil {
+	if err := atomicfile.Write(credFile, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("git credentials: %w", err)
 	}
 	script := fmt.Sprintf(gitCredHelperScript, gitShellQuote(credFile), gitTokenUser)
-	if err := gitWriteFileAtomic(filepath.Join(stateDir, gitCredHelperName), []byte(script), 0o700); err != nil {
+	if err := atomicfile.Write(filepath.Join(stateDir, gitCredHelperName), []byte(script), 0o700); err != nil {
 		return fmt.Errorf("git credentials: %w", err)
 	}
 	if len(bad) > 0 {
@@ -157,27 +159,4 @@ func gitCredentialArgs(c *callEnv) []string {
 // gitShellQuote quotes s for sh.
 func gitShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// gitWriteFileAtomic writes data to path through a temporary file and a rename,
-// so a reader sees the old file or the new one.
-func gitWriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // A repository under repos/ is kept between sessions for its object store
@@ -53,7 +55,7 @@ func resetRepo(ctx context.Context, dir string) error {
 		return err
 	}
 	// From here on git reads only the configuration written here.
-	if err := writeFileAtomic(filepath.Join(gitDir, "config"), cfg, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(gitDir, "config"), cfg, 0o644); err != nil {
 		return fmt.Errorf("write .git/config: %w", err)
 	}
 	if err := clearGitDir(gitDir); err != nil {
@@ -63,7 +65,7 @@ func resetRepo(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("find the remote's default branch (%sHEAD): %w", keptRefs, err)
 	}
-	if err := writeFileAtomic(filepath.Join(gitDir, "HEAD"), []byte(target+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(gitDir, "HEAD"), []byte(target+"\n"), 0o644); err != nil {
 		return fmt.Errorf("write HEAD: %w", err)
 	}
 	refs, err := gitOutput(ctx, dir, "for-each-ref", "--format=%(refname)")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/fleet"
 )
 
@@ -186,7 +187,7 @@ func (ws *workspace) save(last string) error {
 	if err := os.MkdirAll(ws.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create worker data dir: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(ws.dataDir, workspaceRecordFile), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(ws.dataDir, workspaceRecordFile), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("save the workspace record: %w", err)
 	}
 	ws.last = last
@@ -311,27 +312,4 @@ func resolved(path string) string {
 		return r
 	}
 	return abs
-}
-
-// writeFileAtomic writes path with mode perm through a temporary file and
-// a rename, which also replaces a symbolic link rather than writing
-// through it.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
