@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/redact"
 )
@@ -70,4 +72,27 @@ func (r *outputRedactor) result(f *api.Frame) {
 		f.Value = r.set.JSON(f.Value)
 	}
 	f.Error = r.set.String(f.Error)
+}
+
+// report redacts every string of a report frame the remote sends besides
+// output and results (how it restored the session's repositories and
+// snapshot, the snapshot it took): their errors and names reach the
+// transcript and the answers of suspends.
+func (r *outputRedactor) report(f *api.Frame) {
+	if r.set == nil {
+		return
+	}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	red := r.set.JSON(raw)
+	if string(red) == string(raw) {
+		return
+	}
+	var g api.Frame
+	if err := json.Unmarshal(red, &g); err != nil {
+		return
+	}
+	*f = g
 }
