@@ -2,6 +2,7 @@ package gitmirror
 
 import (
 	"context"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,5 +295,36 @@ func TestPrepareRemovesStaleMirrors(t *testing.T) {
 	}
 	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("mirrors directory mode %v (%v), want 0755", fi.Mode(), err)
+	}
+}
+
+// TestUpdateUsesNoCredentialsOfTheWorker: the worker's user has git
+// credentials for a host in its own configuration (an extraHeader, as a
+// build machine may have). A session that asks for the mirror of a private
+// repository of that host without a token of its own must not get one made
+// with the worker's credentials, which every session could then read.
+func TestUpdateUsesNoCredentialsOfTheWorker(t *testing.T) {
+	ctx := testCtx(t)
+	url, _ := upstream(t, "w0rker-only")
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	auth := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:w0rker-only"))
+	gitT(t, home, "config", "--global", "http."+url+".extraHeader", auth)
+	if got := gitT(t, home, "config", "--global", "--get-urlmatch", "http.extraHeader", url); got != auth {
+		t.Fatalf("the worker's configuration does not hold the credentials: %q", got)
+	}
+	root := filepath.Join(t.TempDir(), "mirrors")
+	if err := Prepare(root); err != nil {
+		t.Fatal(err)
+	}
+	err := Update(ctx, root, url, "")
+	path, _ := Path(root, url)
+	if err == nil || Ready(path) {
+		t.Fatalf("Update without the session's token made a mirror with the worker's credentials (err %v)", err)
+	}
+	// With the session's own token it is made as usual.
+	if err := Update(ctx, root, url, "w0rker-only"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -300,7 +300,13 @@ func run(ctx context.Context, mirror, token, rawURL string, args ...string) (str
 }
 
 // gitEnv is env without the git variables that would point git at another
-// repository, configuration or program, plus no prompts.
+// repository, configuration or program, plus no prompts and none of the
+// worker's user's own git configuration (~/.gitconfig): credentials there
+// (an extraHeader, a URL rewritten to one with a token) would fetch into a
+// mirror every session reads what no session's token reaches, and
+// sessions' clones (in a sandbox, or as the run-as user) do not read that
+// file either. The system's configuration (proxies, certificates) still
+// applies.
 func gitEnv(env []string) []string {
 	out := make([]string, 0, len(env)+3)
 	for _, kv := range env {
@@ -310,5 +316,5 @@ func gitEnv(env []string) []string {
 			out = append(out, kv)
 		}
 	}
-	return append(out, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "LC_ALL=C")
+	return append(out, "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C")
 }

@@ -113,6 +113,14 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
 		return // the remote reconnects
 	}
+	full, err := s.store.GetSession(ctx, ct.SessionID) // with its env and secrets
+	if err != nil {
+		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
+		return // the remote reconnects
+	}
+	c.secrets = redact.NewSet(full.Secrets)
+	// What the hello says of the machine goes on the transcript.
+	newOutputRedactor(c.secrets).report(&hello)
 	sess, err := s.onHello(ctx, c, hello, restore)
 	if errors.Is(err, errStaleClaim) {
 		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: errStaleClaim.Error()})
@@ -123,12 +131,6 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
 		return
 	}
-	full, err := s.store.GetSession(ctx, sess.ID) // with its env and secrets
-	if err != nil {
-		s.log.Error("gateway welcome", "session", sess.ID, "err", err)
-		return
-	}
-	c.secrets = redact.NewSet(full.Secrets)
 	if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
 	} else {
@@ -389,12 +391,14 @@ func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
 				out.flush(ctx) // the call's output before its artifact event
 				arts.frame(ctx, f)
 			case api.FrameRestored:
+				red.report(&f)
 				out.flush(ctx)
 				s.recordRestore(ctx, c, f.Restored)
 				if f.SnapshotRestored != nil {
 					s.recordSnapshotRestore(ctx, c, *f.SnapshotRestored)
 				}
 			case api.FrameSuspended, api.FrameCheckpointed:
+				red.report(&f)
 				out.flush(ctx)
 				s.onSuspended(c, f)
 			default:

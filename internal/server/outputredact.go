@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/redact"
 )
@@ -70,4 +72,36 @@ func (r *outputRedactor) result(f *api.Frame) {
 		f.Value = r.set.JSON(f.Value)
 	}
 	f.Error = r.set.String(f.Error)
+}
+
+// report redacts the strings of a frame the remote sends besides output
+// and results (its hello's description of the machine, how it restored the
+// session's repositories and snapshot, the snapshot it took): their errors
+// and names reach the transcript and the answers of suspends. The fields
+// the server matches rather than shows (type, ids, checksums) are kept as
+// they are, so a short secret cannot break them.
+func (r *outputRedactor) report(f *api.Frame) {
+	if r.set == nil {
+		return
+	}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	red := r.set.JSON(raw)
+	if string(red) == string(raw) {
+		return
+	}
+	var g api.Frame
+	if err := json.Unmarshal(red, &g); err != nil {
+		return
+	}
+	g.Type, g.SessionID, g.Instance = f.Type, f.SessionID, f.Instance
+	if f.Snapshot != nil && g.Snapshot != nil {
+		g.Snapshot.SHA256 = f.Snapshot.SHA256
+	}
+	if f.SnapshotRestored != nil && g.SnapshotRestored != nil {
+		g.SnapshotRestored.SHA256 = f.SnapshotRestored.SHA256
+	}
+	*f = g
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/redact"
 )
 
 // TestHostileRemoteOutputRedacted: something that holds a session's
@@ -66,5 +67,65 @@ func TestHostileRemoteOutputRedacted(t *testing.T) {
 	}
 	if !strings.Contains(string(raw), "[REDACTED:API_TOKEN]") {
 		t.Errorf("the result is not redacted:\n%s", raw)
+	}
+}
+
+// TestHostileRemoteReportsRedacted: what stands in for a session's remote
+// (session code that took its connect token) puts the session's secret in
+// the reports it sends besides output and results — the machine its hello
+// describes, how it restored the repositories and the workspace snapshot —
+// which the server writes on the transcript. It finds them redacted there
+// too.
+func TestHostileRemoteReportsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-report-0123456789"
+	ts := startServer(t, Options{})
+	ts.outpost("hostile")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, api.CreateSessionRequest{Outpost: "hostile",
+		Secrets: map[string]string{"API_TOKEN": secret},
+		Agent:   api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"true"}`)}}}}, &s)
+	id := s.Metadata.SessionID
+	claim := ts.claimFor(id, "hostile-machine")
+	r, _ := dialGateway(t, ts.srv.gatewayURL, id, claim.Status.ConnectToken)
+	r.send(api.Frame{Type: api.FrameHello, SessionID: id, Capabilities: &api.Capabilities{OS: "linux", Hostname: "host-" + secret}})
+	r.expect(api.FrameWelcome)
+	call := r.expect(api.FrameCall)
+	r.send(api.Frame{Type: api.FrameRestored,
+		Restored:         []api.RestoredRepo{{Name: "app", URL: "https://example.com/app.git", Error: "clone failed: " + secret}},
+		SnapshotRestored: &api.SnapshotInfo{SHA256: "00", Error: "restore failed: " + secret}})
+	r.send(api.Frame{Type: api.FrameResult, Seq: call.Seq, OK: true, Value: json.RawMessage(`{"exit_code":0}`)})
+	r.expect(api.FrameAck)
+
+	var evs api.EventList
+	waitFor(t, "both restore reports on the transcript", func() bool {
+		ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events", ts.admin, nil, &evs)
+		n := 0
+		for _, ev := range evs.Items {
+			if ev.Type == api.EventRestore {
+				n++
+			}
+		}
+		return n == 2
+	})
+	raw, _ := json.Marshal(evs)
+	if strings.Contains(string(raw), secret) {
+		t.Fatalf("the transcript holds the secret:\n%s", raw)
+	}
+	if !strings.Contains(string(raw), "[REDACTED:API_TOKEN]") {
+		t.Errorf("the reports are not on the transcript, redacted:\n%s", raw)
+	}
+}
+
+// TestReportRedactionKeepsChecksums: a secret short enough to occur in a
+// snapshot's checksum is redacted from the report's text, never from the
+// checksum the server compares with the upload.
+func TestReportRedactionKeepsChecksums(t *testing.T) {
+	t.Parallel()
+	r := newOutputRedactor(redact.NewSet(map[string]string{"S": "ab"}))
+	f := api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{SHA256: "00ab11", Error: "failed: ab"}}
+	r.report(&f)
+	if f.Type != api.FrameSuspended || f.Snapshot.SHA256 != "00ab11" || f.Snapshot.Error != "failed: [REDACTED:S]" {
+		t.Errorf("redacted report %+v %+v", f, *f.Snapshot)
 	}
 }

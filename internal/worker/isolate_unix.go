@@ -215,3 +215,19 @@ func openRemoteLog(path string) (*os.File, error) {
 	}
 	return os.OpenFile(path, flags|os.O_EXCL, 0o600)
 }
+
+// ancestorOf returns the nearest directory above path (path itself left
+// out) that u owns, or "" when none does. Such a directory lets u rename
+// what it holds away and put its own in its place.
+func (u *sessionUser) ancestorOf(path string) string {
+	for p := filepath.Dir(path); ; p = filepath.Dir(p) {
+		if fi, err := os.Lstat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == u.uid {
+				return p
+			}
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
+}

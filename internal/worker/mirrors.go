@@ -45,6 +45,14 @@ func (w *worker) setupMirrors() (string, error) {
 		return "", fmt.Errorf("%s=%s: the git mirrors directory must be outside the workspace %s and not hold it: session code writes the workspace, and must not write mirrors",
 			api.EnvGitMirrors.Name, root, w.opts.Dir)
 	}
+	if w.iso.name() == string(IsolationUser) && w.iso.user != nil {
+		// Session code runs as the user outside a sandbox: in a directory
+		// of its own it could replace the mirrors directory with its own.
+		if d := w.iso.user.ancestorOf(root); d != "" {
+			return "", fmt.Errorf("%s=%s: the git mirrors directory must not lie in %s, which the run-as user %s owns: session code could put mirrors of its own in its place",
+				api.EnvGitMirrors.Name, root, d, w.iso.user.name)
+		}
+	}
 	if err := gitmirror.Prepare(root); err != nil {
 		return "", err
 	}

@@ -159,3 +159,29 @@ func TestMirrorsOutsideTheWorkspace(t *testing.T) {
 		t.Fatalf("ServeDirect = %v, want a refusal of mirrors inside the workspace", err)
 	}
 }
+
+// TestMirrorsOutsideTheRunAsUsersDirs: in user isolation session code runs
+// as the run-as user outside any sandbox, so a mirrors directory in a
+// directory of that user (its HOME, say) could be renamed away and
+// replaced by one of the session's, whose mirrors the next session would
+// clone with. The worker refuses it at start.
+func TestMirrorsOutsideTheRunAsUsersDirs(t *testing.T) {
+	requireUnix(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	home := t.TempDir()
+	if err := os.Chown(home, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{opts: Options{Dir: t.TempDir()}, log: testLogger(t),
+		iso: &isolation{mode: IsolationUser, user: &sessionUser{name: "nobody", uid: 65534, gid: 65534}}}
+	t.Setenv(api.EnvGitMirrors.Name, filepath.Join(home, "cache", "mirrors"))
+	if _, err := w.setupMirrors(); err == nil || !strings.Contains(err.Error(), "run-as user") {
+		t.Fatalf("setupMirrors = %v, want a refusal of mirrors in a directory of the run-as user", err)
+	}
+	t.Setenv(api.EnvGitMirrors.Name, filepath.Join(t.TempDir(), "mirrors"))
+	if _, err := w.setupMirrors(); err != nil {
+		t.Fatalf("setupMirrors in a directory of the worker's = %v", err)
+	}
+}
