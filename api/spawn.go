@@ -102,6 +102,12 @@ var (
 	// public orchestrators read (DEVIN_OUTPOST_ID).
 	EnvOutpost = EnvVar{"OUTPOST_OUTPOST", "DEVIN_OUTPOST_ID",
 		"outpost name or id to serve (--outpost)"}
+	// EnvOutpostPoolID is the older public spelling of EnvOutpost, which
+	// published orchestrators still set. It is deprecated: read only when
+	// neither name of EnvOutpost is set, with a warning, and left out of
+	// WorkerEnv so that help texts do not offer it.
+	EnvOutpostPoolID = EnvVar{Public: "DEVIN_OUTPOST_POOL_ID",
+		Meaning: "deprecated: outpost name or id to serve (--pool); set the outpost's other names instead"}
 	EnvToken = EnvVar{"OUTPOST_TOKEN", "DEVIN_OUTPOSTS_TOKEN",
 		"API token of the outposts.machine scope (--token)"}
 	EnvTokenFile = EnvVar{"OUTPOST_TOKEN_FILE", "",

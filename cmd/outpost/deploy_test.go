@@ -31,7 +31,7 @@ func TestShippedSettingsFiles(t *testing.T) {
 		notListed []string
 	}{
 		{"server.yaml", []string{"server"}, []string{"ca-file", "server", "token", "token-file"}}, // the global flags are the client's
-		{"worker.yaml", []string{"worker", "start"}, []string{"session", "once", "poll-interval-secs", "token"}},
+		{"worker.yaml", []string{"worker", "start"}, []string{"session", "once", "poll-interval-secs", "pool", "token"}},
 		{"orchestrate.yaml", []string{"orchestrate"}, nil},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -20,8 +20,8 @@ func NewCmdRemote(f *Factory) *cobra.Command {
 		Use:   "remote",
 		Short: "Serve one session's tool calls on this machine",
 	}
-	cmd.AddCommand(NewCmdRemoteServe(f, nil))
-	return cmd
+	cmd.AddCommand(withVersionFlag(NewCmdRemoteServe(f, nil)))
+	return withVersionFlag(cmd)
 }
 
 // RemoteServeOptions are the settings of `outpost remote serve`; the

@@ -120,3 +120,23 @@ func TestSessionAndOutpostPinFlags(t *testing.T) {
 		t.Errorf("server --dist-dir = %+v, %v", sopts, err)
 	}
 }
+
+// TestRemoteVersion: setup scripts check the remote with `devin-remote
+// --version` (outpost remote --version): it prints the build's version and
+// exits 0, as `remote serve --version` does.
+func TestRemoteVersion(t *testing.T) {
+	t.Parallel()
+	for _, argv := range [][]string{
+		{"outpost", "remote", "--version"},
+		{"/cache/remote/1a2b3c4d5e6f_linux_x64/devin-remote", "--version"},
+		{"devin-remote", "serve", "--version"},
+	} {
+		tf := newTestFactory(t, nil)
+		if code := tf.run(t, argsOf(argv)...); code != 0 {
+			t.Errorf("%q: exit %d: %s", argv, code, tf.errOut.String())
+		}
+		if got, want := tf.out.String(), versionLine()+"\n"; got != want || !strings.Contains(got, version) {
+			t.Errorf("%q printed %q, want %q", argv, got, want)
+		}
+	}
+}

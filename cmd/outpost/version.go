@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -41,6 +42,21 @@ func runVersion(_ context.Context, opts *VersionOptions) error {
 			"version": version, "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH,
 		})
 	}
-	fmt.Fprintf(f.IO.Out, "outpost %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintln(f.IO.Out, versionLine())
 	return nil
+}
+
+// versionLine is the build's version as `outpost version` prints it.
+func versionLine() string {
+	return fmt.Sprintf("outpost %s (%s, %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// withVersionFlag gives cmd a --version that prints versionLine and exits
+// 0: setup scripts written for the public remote check the build with
+// `devin-remote --version`.
+func withVersionFlag(cmd *cobra.Command) *cobra.Command {
+	cmd.Version = version
+	// A template, so no braces of the version may reach it.
+	cmd.SetVersionTemplate(strings.NewReplacer("{", "{{`{`}}", "}", "{{`}`}}").Replace(versionLine()) + "\n")
+	return cmd
 }

@@ -57,6 +57,8 @@ type WorkerStartOptions struct {
 	isolation worker.IsolationOptions
 
 	pollIntervalSecs int
+	// pool is --pool, the deprecated spelling of --outpost.
+	pool string
 	// StaticBaseURL, CacheDir and RemoteBinarySHA say which remote build
 	// serves a session and where it is downloaded from and kept.
 	StaticBaseURL   string
@@ -110,7 +112,9 @@ under repos/ is reset to a clean checkout with no local branches, tags,
 stashes, hooks or configuration of its own, so only its object store stays
 as a cache. A workspace holding files when the worker first uses it is
 refused (start the worker in an empty directory); --keep-workspace keeps
-everything between sessions instead.
+everything between sessions instead. A worker started for one session
+(--session) serves in its directory as it finds it (the repositories,
+checkpoints and dotfiles its orchestrator prepared) and never clears it.
 
 Session isolation (--isolation, env OUTPOST_WORKER_ISOLATION): session code
 must not read the worker's token. bwrap runs each remote in a bubblewrap
@@ -180,6 +184,10 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
+	// --pool is the public CLI's older spelling of --outpost, which
+	// published orchestrators still pass; resolve warns when it is used.
+	fl.StringVar(&opts.pool, "pool", "", "deprecated spelling of --outpost")
+	_ = fl.MarkHidden("pool")
 	fl.StringVar(&opts.SessionID, "session", "", "serve just this session, then exit (alias --session-id)")
 	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env "+envNames(api.EnvAcceptorID)+"; default: generated once and saved in the data dir)")
 	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
@@ -248,10 +256,19 @@ func (e envFallback) string(flag string, v api.EnvVar, dst *string) {
 // resolve applies environment fallbacks and defaults.
 func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	env := envFallback{fl: fl, getenv: f.Getenv}
+	if err := o.resolvePool(fl, f); err != nil {
+		return err
+	}
 	// The global --token and --server, with the public names too; the
 	// saved login still comes after both. --token-file is a flag, so it
 	// beats the environment.
 	env.string("outpost", api.EnvOutpost, &o.Outpost)
+	if !fl.Changed("outpost") && api.EnvOutpost.Get(f.Getenv) == "" {
+		if v := api.EnvOutpostPoolID.Get(f.Getenv); v != "" {
+			o.Outpost = v
+			fmt.Fprintf(f.IO.ErrOut, "warning: %s is deprecated; set %s instead\n", api.EnvOutpostPoolID.Public, api.EnvOutpost.Public)
+		}
+	}
 	if !fl.Changed("token-file") {
 		env.string("token", api.EnvToken, &f.Token)
 	}
@@ -319,6 +336,21 @@ func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		return usageErrorf("--poll-interval and --grace-period must be positive")
 	}
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
+}
+
+// resolvePool takes --pool, the deprecated spelling of --outpost, as
+// --outpost, with a warning that names the new spelling.
+func (o *WorkerStartOptions) resolvePool(fl *pflag.FlagSet, f *Factory) error {
+	if !fl.Changed("pool") {
+		return nil
+	}
+	if fl.Changed("outpost") && o.Outpost != o.pool {
+		return usageErrorf("--pool is the old spelling of --outpost: give one of them, not both")
+	}
+	fmt.Fprintln(f.IO.ErrOut, "warning: --pool is deprecated; use --outpost instead")
+	// Set as if given on the command line, so that it beats the
+	// environment and the config file as --outpost does.
+	return fl.Set("outpost", o.pool)
 }
 
 func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {

@@ -316,3 +316,70 @@ func TestWorkerStartAcceptorIDChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerStartPoolAlias: --pool and DEVIN_OUTPOST_POOL_ID, the public
+// CLI's older spellings that published orchestrators still use, name the
+// outpost like --outpost and DEVIN_OUTPOST_ID, each with a one-line warning
+// naming the new spelling, and no help text offers them.
+func TestWorkerStartPoolAlias(t *testing.T) {
+	t.Parallel()
+	warnings := func(tf *testFactory) []string {
+		var out []string
+		for _, l := range strings.Split(tf.errOut.String(), "\n") {
+			if strings.HasPrefix(l, "warning: ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		want  string
+		warns string // in the one warning; "" for none
+	}{
+		{"--pool", nil, []string{"--pool", "gpu"}, "gpu", "--outpost"},
+		{"orchestrator's --session --pool --acceptor-id", nil, []string{"--session", "ses_1", "--pool", "gpu", "--acceptor-id", "orch-7"}, "gpu", "--outpost"},
+		{"--pool=", nil, []string{"--pool=gpu"}, "gpu", "--outpost"},
+		{"--pool beats the environment", map[string]string{"OUTPOST_OUTPOST": "env", "DEVIN_OUTPOST_ID": "env"}, []string{"--pool", "gpu"}, "gpu", "--outpost"},
+		{"--pool and --outpost agreeing", nil, []string{"--pool", "gpu", "--outpost", "gpu"}, "gpu", "--outpost"},
+		{"DEVIN_OUTPOST_POOL_ID", map[string]string{"DEVIN_OUTPOST_POOL_ID": "gpu"}, nil, "gpu", "DEVIN_OUTPOST_ID"},
+		{"DEVIN_OUTPOST_ID beats DEVIN_OUTPOST_POOL_ID", map[string]string{"DEVIN_OUTPOST_POOL_ID": "old", "DEVIN_OUTPOST_ID": "gpu"}, nil, "gpu", ""},
+		{"OUTPOST_OUTPOST beats DEVIN_OUTPOST_POOL_ID", map[string]string{"DEVIN_OUTPOST_POOL_ID": "old", "OUTPOST_OUTPOST": "gpu"}, nil, "gpu", ""},
+		{"--outpost beats DEVIN_OUTPOST_POOL_ID", map[string]string{"DEVIN_OUTPOST_POOL_ID": "old"}, []string{"--outpost", "gpu"}, "gpu", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, tf, err := runWorkerStartCmd(t, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Outpost != tc.want {
+				t.Errorf("outpost %q, want %q", o.Outpost, tc.want)
+			}
+			w := warnings(tf)
+			switch {
+			case tc.warns == "" && len(w) != 0:
+				t.Errorf("warnings %q, want none", w)
+			case tc.warns != "" && (len(w) != 1 || !strings.Contains(w[0], "deprecated") || !strings.Contains(w[0], tc.warns)):
+				t.Errorf("warnings %q, want one naming %s", w, tc.warns)
+			}
+		})
+	}
+	o, _, err := runWorkerStartCmd(t, nil, "--session", "ses_1", "--pool", "gpu", "--acceptor-id", "orch-7")
+	if err != nil || o.SessionID != "ses_1" || o.AcceptorID != "orch-7" {
+		t.Errorf("--session --pool --acceptor-id: %+v %v", o, err)
+	}
+	if _, _, err := runWorkerStartCmd(t, nil, "--pool", "old", "--outpost", "gpu"); !isUsage(err) || !strings.Contains(err.Error(), "--pool") {
+		t.Errorf("--pool and --outpost disagreeing: %v, want a usage error", err)
+	}
+	tf := newTestFactory(t, nil)
+	if code := tf.run(t, "worker", "start", "--help"); code != 0 {
+		t.Fatalf("worker start --help: exit %d", code)
+	}
+	help := tf.out.String()
+	if !strings.Contains(help, "--outpost") || strings.Contains(help, "pool") || strings.Contains(help, api.EnvOutpostPoolID.Public) {
+		t.Errorf("the help must offer --outpost and hide --pool and %s:\n%s", api.EnvOutpostPoolID.Public, help)
+	}
+}

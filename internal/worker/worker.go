@@ -68,7 +68,8 @@ type Options struct {
 	// Dir is the workspace the remote runs in; session repositories live in
 	// Dir/repos. Empty means the current directory. Before a session starts
 	// where another one ran, the workspace is cleared (workspace.go) unless
-	// KeepWorkspace is set.
+	// KeepWorkspace or SessionID is set: a worker serving one session
+	// takes Dir as its orchestrator prepared it.
 	Dir string
 	// KeepWorkspace keeps what sessions leave in Dir between sessions.
 	KeepWorkspace bool

@@ -26,7 +26,9 @@ import (
 // The worker owns its workspace: it takes one that is empty (or holds only
 // repos/) and records it in its data dir, so it never deletes files it did
 // not see a session make; it refuses a workspace that holds other files,
-// the root directory and the home directory.
+// the root directory and the home directory. A worker serving one session
+// (Options.SessionID) takes its workspace as it finds it and never clears
+// it: its orchestrator prepared it for that session.
 
 // workspaceRecordFile, in the data dir, names the workspace the worker
 // owns and the session that ran there last.
@@ -82,6 +84,15 @@ func openWorkspace(opts Options) (*workspace, error) {
 	}
 	home, _ := os.UserHomeDir()
 	ws := &workspace{dir: dir, dataDir: resolved(opts.DataDir), home: resolved(home), keep: opts.KeepWorkspace, log: opts.Logger}
+	if opts.SessionID != "" && !ws.keep {
+		// A worker started for one session (--session) serves the
+		// directory its orchestrator prepared for that session (checked-out
+		// repositories, restored checkpoints, dotfiles) and ends with it:
+		// there is no next session to clear it for, and nothing there is
+		// the worker's to delete.
+		ws.keep = true
+		ws.log.Info("serving one session in the workspace as it is; it is not cleared", "dir", dir)
+	}
 	if ws.keep {
 		return ws, nil
 	}

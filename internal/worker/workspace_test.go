@@ -209,6 +209,39 @@ func TestWorkspaceKept(t *testing.T) {
 	}
 }
 
+// TestWorkspaceOneSessionTakenAsItIs: a worker serving one session
+// (--session) serves in the directory its orchestrator prepared, files
+// and all, and never clears it, even where the record says another
+// session ran last.
+func TestWorkspaceOneSessionTakenAsItIs(t *testing.T) {
+	t.Parallel()
+	ctx, _ := testContext(t)
+	dir, dataDir := t.TempDir(), t.TempDir()
+	prepared := map[string]string{"checkpoint.txt": "restored", ".dotfile": "dot", "repos/app/wip.txt": "work", "repos/notarepo": "file"}
+	for name, content := range prepared {
+		writeFile(t, filepath.Join(dir, name), content)
+	}
+	rec := filepath.Join(dataDir, workspaceRecordFile)
+	resolvedDir, _ := filepath.EvalSymlinks(dir)
+	writeFile(t, rec, `{"dir":"`+resolvedDir+`","last_session":"ses_0"}`)
+	ws, err := openWorkspace(Options{Dir: dir, DataDir: dataDir, SessionID: "ses_1", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("a prepared workspace for one session: %v", err)
+	}
+	defer ws.close()
+	if err := ws.before(ctx, "ses_1"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range prepared {
+		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != want {
+			t.Errorf("%s: %q %v, want %q", name, got, err, want)
+		}
+	}
+	if b, err := os.ReadFile(rec); err != nil || !strings.Contains(string(b), "ses_0") {
+		t.Errorf("the workspace record changed: %s %v", b, err)
+	}
+}
+
 // TestWorkspaceRefused: a workspace holding files the worker did not see
 // a session make, the home directory, the root directory and a workspace
 // another worker holds are refused; a workspace the worker took over is

@@ -242,6 +242,11 @@ func TestDevinRemoteName(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "outpost remote [command]") {
 		t.Errorf("devin-remote --help: %v\n%s", err, out)
 	}
+	// Setup scripts check the remote's build this way.
+	out, err = exec.Command(link, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "outpost ") || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("devin-remote --version: %v\n%s", err, out)
+	}
 	// serve without the spawn contract's variables says which are missing.
 	cmd := exec.Command(link, "serve")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
