@@ -17,6 +17,7 @@ type principal struct {
 	tokenID   string
 	scopes    []string
 	outpostID string // "" when not limited
+	expiresAt *time.Time // nil when the token never expires
 }
 
 // has reports whether the principal holds scope, counting the implications:
@@ -87,7 +88,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
 		return principal{}, errUnauthorized("The API token has expired.")
 	}
-	return principal{tokenID: t.ID, scopes: t.Scopes, outpostID: t.OutpostID}, nil
+	return principal{tokenID: t.ID, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt}, nil
 }
 
 // handler is an HTTP handler that returns an error to be written as JSON.

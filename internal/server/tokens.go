@@ -60,6 +60,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 		exp := now.Add(time.Duration(req.ExpiresInS) * time.Second)
 		t.ExpiresAt = &exp
 	}
+	// A token cannot outlive itself through the tokens it creates.
+	if p.expiresAt != nil && (t.ExpiresAt == nil || t.ExpiresAt.After(*p.expiresAt)) {
+		left := int64(p.expiresAt.Sub(now) / time.Second)
+		return errForbidden("This token expires at %s, so every token it creates must expire by then: set expires_in_s to at most %d.", p.expiresAt.UTC().Format(time.RFC3339), left)
+	}
 	secret := newSecret("opt_")
 	t.Hash = hashSecret(secret)
 	if err := s.store.CreateToken(ctx, t); err != nil {

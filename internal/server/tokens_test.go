@@ -200,3 +200,32 @@ func TestTokensPageOfLimitedAdmin(t *testing.T) {
 		t.Fatalf("creating a token of its own outpost in the UI: %d %s", status, page)
 	}
 }
+
+// TestTokenCannotOutliveItsCreator: a token that expires creates only
+// tokens that expire by the same time; one that would live longer, or
+// never expire, is refused with the most it may ask for, and nothing is
+// created.
+func TestTokenCannotOutliveItsCreator(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	var created api.CreateTokenResponse
+	ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Name: "short", Scopes: []string{api.ScopeAdmin}, ExpiresInS: 3600}, &created)
+	short := created.Secret
+	total := len(ts.tokenIDs(ts.admin))
+	for _, body := range []string{
+		`{"name":"forever","scopes":["admin"]}`,
+		`{"name":"longer","scopes":["admin"],"expires_in_s":7200}`,
+	} {
+		a := ts.answer("POST", "/v1/tokens", short, "", body)
+		if a.status != http.StatusForbidden || !strings.Contains(string(a.body), "must expire by then") {
+			t.Errorf("%s from a token that expires in an hour: %d %s", body, a.status, a.body)
+		}
+	}
+	if n := len(ts.tokenIDs(ts.admin)); n != total {
+		t.Fatalf("refused creations changed the tokens: %d, were %d", n, total)
+	}
+	ts.mustDo(201, "POST", "/v1/tokens", short, api.CreateTokenRequest{Name: "within", Scopes: []string{api.ScopeSessionsRead}, ExpiresInS: 600}, &created)
+	if created.Token.ExpiresAt == nil {
+		t.Errorf("the token created within its creator's life never expires: %+v", created.Token)
+	}
+}
