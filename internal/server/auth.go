@@ -16,7 +16,7 @@ import (
 type principal struct {
 	tokenID   string
 	scopes    []string
-	outpostID string // "" when not limited
+	outpostID string     // "" when not limited
 	expiresAt *time.Time // nil when the token never expires
 }
 
