@@ -2,18 +2,14 @@ package remote
 
 import (
 	"context"
-	"crypto/subtle"
 	"io/fs"
-	"net/http"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/githttptest"
 )
 
 // cloneForTest clones url into ws/repos/name with git_clone.
@@ -205,36 +201,6 @@ func TestParseGitStatus(t *testing.T) {
 	}
 }
 
-// gitHTTPServer serves the bare repositories under root with git
-// http-backend, asking for HTTP Basic auth with password token.
-func gitHTTPServer(t *testing.T, root, token string) *httptest.Server {
-	t.Helper()
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Skipf("git --exec-path: %v", err)
-	}
-	backend := filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend")
-	if _, err := os.Stat(backend); err != nil {
-		t.Skipf("git-http-backend not installed: %v", err)
-	}
-	cgiH := &cgi.Handler{
-		Path: backend,
-		Root: "/",
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, pass, ok := r.BasicAuth()
-		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		cgiH.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // grepTree fails the test when a file under root holds s.
 func grepTree(t *testing.T, root, s string) {
 	t.Helper()
@@ -261,7 +227,7 @@ func TestGitPushWithToken(t *testing.T) {
 	bare, _ := newOrigin(t)
 	gitT(t, bare, "config", "http.receivepack", "true")
 	const token = "tok_s3cret_0123456789"
-	srv := gitHTTPServer(t, filepath.Dir(bare), token)
+	srv := githttptest.Serve(t, filepath.Dir(bare), token)
 	url := srv.URL + "/" + filepath.Base(bare)
 
 	ws := t.TempDir()
