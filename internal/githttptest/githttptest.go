@@ -1,6 +1,7 @@
-// Package githttptest serves bare git repositories over HTTP on the
-// loopback interface for tests, with git's own http-backend, so that tests
-// clone and fetch over a real network transport.
+// Package githttptest is the git kit of tests: it serves bare git
+// repositories over HTTP on the loopback interface with git's own
+// http-backend, so that tests clone and fetch over a real network
+// transport, and runs git with a test identity.
 package githttptest
 
 import (
@@ -47,4 +48,17 @@ func Serve(t testing.TB, root, token string) *httptest.Server {
 	}))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// Git runs git in dir with a test identity and main as the default branch,
+// and returns its trimmed output, failing the test on an error.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }

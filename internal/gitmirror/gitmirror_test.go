@@ -14,18 +14,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/githttptest"
 )
 
-// gitT runs git in dir and returns its trimmed output, failing the test on
-// an error.
-func gitT(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+// gitT runs git in dir for a test (githttptest.Git).
+var gitT = githttptest.Git
 
 // upstream serves a new repository app.git over HTTP on loopback (behind
 // token when set) and returns its URL and a work clone to push from.

@@ -121,7 +121,7 @@ func TokenFor(stateDir, rawURL string) string {
 			}
 		}
 	}
-	for _, k := range []string{hostKey(u.Host), hostKey(u.Hostname())} {
+	for _, k := range []string{HostKey(u.Host), HostKey(u.Hostname())} {
 		if t := tokens[k]; t != "" {
 			return t
 		}
@@ -132,8 +132,11 @@ func TokenFor(stateDir, rawURL string) string {
 	return ""
 }
 
-// hostKey is host's key in the credential file.
-func hostKey(host string) string {
+// HostKey is host's key in a session's git credential file and the suffix
+// of the name of the secret that holds its token (GIT_TOKEN_<KEY>): the
+// remote's credential helper and the worker's mirror updates pick a URL's
+// token by it, so both pick the same one.
+func HostKey(host string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z':

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/internal/atomicfile"
+	"github.com/outpost-sh/outpost/internal/gitmirror"
 )
 
 // Git credentials come from the session's secrets and never touch a
@@ -63,26 +64,12 @@ fi
 printf 'username=%s\npassword=%%s\n' "$tok"
 `
 
-// gitHostKey is the key of host in the credential file and the suffix of
-// its secret's name.
-func gitHostKey(host string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z':
-			return r - 'a' + 'A'
-		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			return r
-		}
-		return '_'
-	}, host)
-}
-
 // gitTokenSecretFor names the secret that holds host's token.
 func gitTokenSecretFor(host string) string {
 	if h, _, ok := strings.Cut(host, ":"); ok && !strings.Contains(h, "[") {
 		host = h
 	}
-	return gitTokenSecret + "_" + gitHostKey(host)
+	return gitTokenSecret + "_" + gitmirror.HostKey(host)
 }
 
 // writeGitCredentials writes the credential file and helper for secrets in
@@ -109,7 +96,7 @@ func writeGitCredentials(stateDir string, secrets map[string]string) error {
 		case name == gitTokenSecret:
 			key = "*"
 		case strings.HasPrefix(name, gitTokenSecret+"_") && len(name) > len(gitTokenSecret)+1:
-			key = gitHostKey(strings.TrimPrefix(name, gitTokenSecret+"_"))
+			key = gitmirror.HostKey(strings.TrimPrefix(name, gitTokenSecret+"_"))
 		default:
 			continue
 		}

@@ -9,19 +9,11 @@ import (
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/githttptest"
 )
 
-// gitT runs git in dir for a test and returns its trimmed output.
-func gitT(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+// gitT runs git in dir for a test (githttptest.Git).
+var gitT = githttptest.Git
 
 // newOrigin makes a bare repository with one commit on main and a branch
 // "feature"; it returns the bare repo's path and a work clone to push from.

@@ -15,18 +15,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/gitmirror"
 )
 
-// gitRun runs git in dir and returns its trimmed output, failing the test
-// on an error.
-func gitRun(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+// gitRun runs git in dir for a test (githttptest.Git).
+var gitRun = githttptest.Git
 
 // pushReadme commits content as README in work and pushes it to main.
 func pushReadme(t *testing.T, work, content string) string {
