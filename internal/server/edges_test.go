@@ -221,10 +221,13 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	// Three connections that sent half a request line, then two that
 	// sent nothing.
 	var partial, silent []net.Conn
-	for range 3 {
+	// Each is counted before the next is dialled: the server reads
+	// connections in goroutines of their own, so without the wait the
+	// stage's order need not be the order of dialling.
+	for i := range 3 {
 		partial = append(partial, dialSending(t, addr, "GET /heal"))
+		waitFor(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == i+1 })
 	}
-	waitFor(t, "the half-sent connections to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == 3 })
 	for range 2 {
 		silent = append(silent, dialSending(t, addr, ""))
 	}
@@ -259,10 +262,10 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 		c.Close()
 	}
 	waitFor(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 3 })
-	for range 2 {
+	for i := range 2 {
 		partial = append(partial, dialSending(t, addr, "GET /heal"))
+		waitFor(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == 4+i })
 	}
-	waitFor(t, "five half-sent connections", func() bool { return stageLen(ts.srv.guard, stagePartial) == max })
 	probe = dialSending(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	if code := readAnswer(t, probe); code != 200 {
 		t.Fatalf("a health probe past a bound of half-sent connections: %d", code)
