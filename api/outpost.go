@@ -16,7 +16,8 @@ type Outpost struct {
 
 // OutpostMetadata identifies an outpost.
 type OutpostMetadata struct {
-	// OutpostID is the outpost's id, "outpost_…"; APIs take it or the name.
+	// OutpostID is the outpost's id, "outpost_env-…" (outposts created
+	// before that shape keep their "outpost_…"); APIs take it or the name.
 	OutpostID string `json:"outpost_id"`
 	// AccountID is the public fleet API's field; Outpost has one account.
 	AccountID string `json:"account_id"`

@@ -45,7 +45,8 @@ type Session struct {
 
 // SessionMetadata identifies a session.
 type SessionMetadata struct {
-	// SessionID is the session's id, "ses_…".
+	// SessionID is the session's id, "devin-…" (sessions created before
+	// that shape keep their "ses_…").
 	SessionID string `json:"session_id"`
 	// OutpostID is the id of the outpost whose queue serves it.
 	OutpostID string `json:"outpost_id"`

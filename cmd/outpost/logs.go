@@ -37,7 +37,7 @@ for each exec call, its output, and results with exit codes. With -f, follow
 the session live until it ends; the exit status is then 1 unless it finished
 (an error, a failed step, a limit or a terminate).
 With -o json, print one event per line.`,
-		Example: "  outpost sessions logs ses_123\n  outpost sessions logs -f ses_123\n  outpost sessions logs ses_123 -o json | jq .type",
+		Example: "  outpost sessions logs devin-123\n  outpost sessions logs -f devin-123\n  outpost sessions logs devin-123 -o json | jq .type",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]

@@ -31,9 +31,9 @@ func NewCmdMCP(f *Factory, runF func(context.Context, *MCPOptions) error) *cobra
 		Long: `Serve MCP on standard input and output, forwarding every request to the MCP
 endpoint of an external session (/v1/sessions/ID/mcp): its tools run on the
 machine that serves the session. The token needs the sessions.write scope.`,
-		Example: `  outpost mcp --session ses_123
+		Example: `  outpost mcp --session devin-123
   # in an MCP client's configuration:
-  #   {"command": "outpost", "args": ["mcp", "--session", "ses_123"],
+  #   {"command": "outpost", "args": ["mcp", "--session", "devin-123"],
   #    "env": {"` + api.EnvServer.Name + `": "https://outpost.example.com", "` + api.EnvToken.Name + `": "opt_..."}}`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {

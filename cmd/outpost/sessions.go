@@ -245,7 +245,7 @@ func NewCmdSessionsGet(f *Factory, runF func(context.Context, *SessionsGetOption
 	return &cobra.Command{
 		Use:     "get ID",
 		Short:   "Show one session",
-		Example: "  outpost sessions get ses_123\n  outpost sessions get ses_123 -o json",
+		Example: "  outpost sessions get devin-123\n  outpost sessions get devin-123 -o json",
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
@@ -305,7 +305,7 @@ func NewCmdSessionsTerminate(f *Factory, runF func(context.Context, *SessionsTer
 	cmd := &cobra.Command{
 		Use:     "terminate ID",
 		Short:   "End a session",
-		Example: `  outpost sessions terminate ses_123 --reason "wrong branch"`,
+		Example: `  outpost sessions terminate devin-123 --reason "wrong branch"`,
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
@@ -350,7 +350,7 @@ func NewCmdSessionsSend(f *Factory, runF func(context.Context, *SessionsSendOpti
 	return &cobra.Command{
 		Use:     "send ID TEXT",
 		Short:   "Send a message to an llm session; the model reads it at its next turn",
-		Example: "  outpost sessions send ses_123 \"Also update the changelog.\"",
+		Example: "  outpost sessions send devin-123 \"Also update the changelog.\"",
 		Args:    exactArgs(2, "a session id and the message"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID, opts.Text = args[0], args[1]

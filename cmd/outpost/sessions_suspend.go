@@ -33,7 +33,7 @@ func NewCmdSessionsSuspend(f *Factory, runF func(context.Context, *SessionsSuspe
 not processes or memory), uploads it to the server and is released. The
 command returns once the session is suspended. Resume it with
 'outpost sessions resume' (or, for an llm session, by sending it a message).`,
-		Example: `  outpost sessions suspend ses_123`,
+		Example: `  outpost sessions suspend devin-123`,
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
@@ -76,7 +76,7 @@ func NewCmdSessionsResume(f *Factory, runF func(context.Context, *SessionsResume
 		Short: "Resume a suspended session on the next free machine",
 		Long: `Resume a suspended session: it goes back to its outpost's queue, and the
 next machine restores its workspace snapshot before it runs any call.`,
-		Example: `  outpost sessions resume ses_123`,
+		Example: `  outpost sessions resume devin-123`,
 		Args:    exactArgs(1, "a session id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]

@@ -50,3 +50,26 @@ func TestNames(t *testing.T) {
 		t.Errorf("a long id's Secret name is %d characters, want 62 or 63 (cut to fit)", n)
 	}
 }
+
+// TestNamesOfBothIDShapes: the session ids minted today ("devin-" and 16
+// lower-case base32 characters) and those minted before ("ses_…") name
+// objects that keep the whole id, and are valid label values as they are
+// (LabelSessionID carries the raw id).
+func TestNamesOfBothIDShapes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ id, safe string }{
+		{"devin-abcdefghij234567", "devin-abcdefghij234567"},
+		{"devin-w46rf6ki6zjihjpc", "devin-w46rf6ki6zjihjpc"},
+		{"ses_abcdefghij23", "ses-abcdefghij23"},
+		{"ses_w46rf6ki6zjihjpc", "ses-w46rf6ki6zjihjpc"},
+	} {
+		if errs := validation.IsValidLabelValue(tc.id); len(errs) > 0 {
+			t.Errorf("session id %q is no label value: %v", tc.id, errs)
+		}
+		for prefix, name := range map[string]string{"outpost-": PodName(tc.id), "outpost-token-": SecretName(tc.id), "outpost-work-": VolumeName(tc.id)} {
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 || !strings.HasPrefix(name, prefix+tc.safe+"-") {
+				t.Errorf("name %q of session %q: want %s%s-<hash>, a DNS-1123 label (%v)", name, tc.id, prefix, tc.safe, errs)
+			}
+		}
+	}
+}

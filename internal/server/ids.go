@@ -17,8 +17,25 @@ func randomString(n int) string {
 	return strings.ToLower(idEncoding.EncodeToString(b))
 }
 
-// newID returns a fresh identifier such as "ses_…".
+// The shapes of the ids the public fleet API documents, which its clients
+// check: sessions "devin-…" and outposts "outpost_env-…". What follows the
+// prefix is lower-case base32 (a-z, 2-7), so the ids are URL-safe and the
+// Kubernetes object names derived from them stay DNS labels. Ids minted
+// before these shapes ("ses_…", "outpost_…") stay valid: nothing reads an
+// id's prefix.
+const (
+	sessionIDPrefix = "devin-"
+	outpostIDPrefix = "outpost_env-"
+)
+
+// newID returns a fresh identifier: prefix and 80 random bits.
 func newID(prefix string) string { return prefix + randomString(10) }
+
+// newSessionID returns a fresh session id, "devin-…".
+func newSessionID() string { return newID(sessionIDPrefix) }
+
+// newOutpostID returns a fresh outpost id, "outpost_env-…".
+func newOutpostID() string { return newID(outpostIDPrefix) }
 
 // newSecret returns a fresh bearer secret such as "opt_…".
 func newSecret(prefix string) string { return prefix + randomString(20) }

@@ -200,7 +200,7 @@ func TestFleetOutpostPaths(t *testing.T) {
 	orch := ts.token([]string{api.ScopeOrchestrator}, "")
 	var o api.Outpost
 	ts.mustDo(201, "POST", "/opbeta/outposts", orch, map[string]any{"name": "eks-one-abcdef01", "description": "d", "allowed_org_ids": []string{"org-1"}}, &o)
-	if o.Spec.Platform != api.PlatformLinux || !strings.HasPrefix(o.Metadata.OutpostID, "outpost_") {
+	if o.Spec.Platform != api.PlatformLinux || !outpostIDShape.MatchString(o.Metadata.OutpostID) {
 		t.Fatalf("created %+v", o)
 	}
 	var l api.OutpostList

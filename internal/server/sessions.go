@@ -182,7 +182,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	sess := store.Session{
-		ID:        newID("ses_"),
+		ID:        newSessionID(),
 		OutpostID: o.ID,
 		Spec: api.SessionSpec{
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
