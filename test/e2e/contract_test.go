@@ -30,6 +30,9 @@ type contractEntry struct {
 	Metadata struct {
 		SessionID string `json:"session_id"`
 		OutpostID string `json:"outpost_id"`
+		// CreatedAt and UpdatedAt are Unix seconds, as every timestamp.
+		CreatedAt int64 `json:"created_at"`
+		UpdatedAt int64 `json:"updated_at"`
 	} `json:"metadata"`
 	Spec struct {
 		Kind            string  `json:"kind"`
