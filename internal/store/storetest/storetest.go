@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionRoundTrip", testSessionRoundTrip},
 		{"CreateSessionAssigns", testCreateSessionAssigns},
 		{"ListSessions", testListSessions},
+		{"MixedIDShapes", testMixedIDShapes},
 		{"UpdateSessionWrites", testUpdateSessionWrites},
 		{"UpdateSessionWithoutEntry", testUpdateSessionWithoutEntry},
 		{"UpdateSessionNotFound", testUpdateSessionNotFound},
