@@ -392,6 +392,10 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
 		opts.ConnectToken = o.ConnectToken
+		// The server given (--server, DEVIN_API_URL), not the saved
+		// login's: a pinned build comes from its /dist/, else from the
+		// gateway's server's.
+		opts.ServerURL = f.Server
 	} else {
 		c, err := f.guardedClient()
 		if err != nil {
