@@ -93,8 +93,8 @@ A session whose queue entry pins a remote build (spec.remote_binary_sha)
 runs that build with every backend, as a worker does: downloaded from
 --static-base-url (default the server's /dist/), checked against its
 published SHA-256 and kept in --cache-dir (default <state-dir>/cache). The
-exec backend's commands get it as $OUTPOST_BIN and the pin as
-OUTPOST_WORKER_REMOTE_SHA. A build that cannot be downloaded or does not
+exec backend's commands get it as their outpost binary and the pin as
+OUTPOST_WORKER_REMOTE_SHA (docs/orchestration.md). A build that cannot be downloaded or does not
 match fails the provisioning, which releases the claim with that error. A
 session that pins nothing runs this build.
 
