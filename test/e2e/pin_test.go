@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 )
 
 // distServer publishes a dist dir on a loopback URL of its own, not the
@@ -215,5 +216,36 @@ func TestOrchestratePinnedBuild(t *testing.T) {
 	}
 	if s := c.session(tampered); s.Status.Capabilities != nil {
 		t.Errorf("a remote served the tampered session: %+v", s.Status.Capabilities)
+	}
+}
+
+// TestOrchestrateSandboxPinnedBuild: the bwrap and docker backends run the
+// build a session pins too (bound into the sandbox as devin-remote, mounted
+// into the container as outpost), downloaded from --static-base-url.
+func TestOrchestrateSandboxPinnedBuild(t *testing.T) {
+	t.Parallel()
+	suffix := dist.HostSuffix()
+	if suffix == "" {
+		t.Skip("no distribution platform for this machine")
+	}
+	distDir, _ := pinnedDistDir(t, suffix)
+	ds := serveDist(t, distDir)
+	c := startCluster(t)
+	for _, tc := range []struct {
+		backend string
+		args    func(t *testing.T) []string
+	}{
+		{"bwrap", func(t *testing.T) []string { requireBwrap(t); return nil }},
+		{"docker", func(t *testing.T) []string {
+			return []string{"--docker-host", podmantest.API(t), "--docker-image", podmantest.Image, "--docker-network", "host"}
+		}},
+	} {
+		t.Run(tc.backend, func(t *testing.T) {
+			t.Parallel()
+			outpost := "pin-" + tc.backend
+			args := append([]string{"--backend", tc.backend, "--static-base-url", ds.url}, tc.args(t)...)
+			startOrchestrator(t, c, outpost, pinnedOutpost(t, c, outpost, pinnedID), t.TempDir(), args...)
+			servedBy(t, c.waitFinal(createSession(t, c, echoSession(outpost, "")), 120*time.Second), pinnedVersion)
+		})
 	}
 }
