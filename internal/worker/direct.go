@@ -19,10 +19,13 @@ import (
 // with the claim's opts.ConnectToken and opts.GatewayURL, all three
 // required. It starts the remote as Run does — under the spawn contract
 // (fleet.SpawnEnv, the connect token only as OUTPOST_CONNECT_TOKEN), with the
-// state dir DataDir/sessions/<id>, in the workspace Dir, with the command
-// every remote gets — passes its output through, and waits for it.
+// state dir DataDir/sessions/<id>, in the workspace Dir, with the build the
+// session pins (directPin) or else the command every remote gets — passes
+// its output through, and waits for it.
 //
-// It never calls the API, so it needs no Client and no account token:
+// It never calls the API, so it needs no Client and no account token (only
+// the session's pin is asked of the gateway's server, with the connect
+// token, when the claimer passed none):
 // claiming, renewing and releasing stay with the claimer, and no presence
 // heartbeats are sent. It returns nil when the remote exits 0 (the session
 // ended or slept) and an error otherwise. When ctx ends the remote gets
@@ -129,7 +132,11 @@ func directPin(ctx context.Context, opts Options) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("%w; a claimer may pass the session's spec.remote_binary_sha in %s", err, api.EnvWorkerRemoteSHA.Public)
 	}
-	log.Info("the session's remote build, as the server says", "remote_binary_sha", pin)
+	if pin == "" {
+		log.Info("the session pins no remote build, the server says")
+	} else {
+		log.Info("the session's remote build, as the server says", "remote_binary_sha", pin)
+	}
 	return pin, nil
 }
 
