@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
+	"strings"
 )
 
 // ProtocolVersion is the version of the gateway protocol: the frames a
@@ -179,9 +182,53 @@ const (
 	// takes the remote's connect token as a bearer token and the session in
 	// HeaderSessionID; the body is the archive (see SnapshotInfo).
 	SnapshotPath = "/v1/gateway/snapshot"
+	// GatewaySessionPath answers (GET) what a machine holding only a
+	// claim's connect token needs to know of its session before it starts
+	// the remote (GatewaySession), relative to the public URL as
+	// SnapshotPath, with the same credentials.
+	GatewaySessionPath = "/v1/gateway/session"
 	// HeaderSessionID names the session a remote serves.
 	HeaderSessionID = "X-Outpost-Session"
 )
+
+// GatewaySession is the answer of GatewaySessionPath: the session of the
+// connect token and the remote build its queue entry pins.
+type GatewaySession struct {
+	// SessionID is the session the connect token was issued for.
+	SessionID string `json:"session_id"`
+	// RemoteBinarySHA is the queue entry's spec.remote_binary_sha: the
+	// session's pin, else its outpost's; null when neither pins one.
+	RemoteBinarySHA *string `json:"remote_binary_sha"`
+}
+
+// GatewayHTTPURL is the URL of the gateway's HTTP endpoint path (such as
+// SnapshotPath) for the gateway URL gw: its scheme made http or https for
+// ws or wss (a gateway URL of another scheme is an error), and GatewayPath
+// replaced by path, so that a gateway behind a path prefix keeps it.
+func GatewayHTTPURL(gw, path string) (string, error) {
+	u, err := url.Parse(gw)
+	if err != nil {
+		return "", fmt.Errorf("URL of %s at gateway %q: %w", path, gw, err)
+	}
+	switch u.Scheme {
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	default:
+		return "", fmt.Errorf("URL of %s at gateway %q: not a ws:// or wss:// URL", path, gw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("URL of %s at gateway %q: no host", path, gw)
+	}
+	prefix, _ := strings.CutSuffix(strings.TrimSuffix(u.Path, "/"), GatewayPath)
+	if prefix == strings.TrimSuffix(u.Path, "/") { // no gateway path: the root's
+		prefix = ""
+	}
+	u.Path = prefix + path
+	u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
+	return u.String(), nil
+}
 
 // CloseReconnectNow is the WebSocket close status (1012, "service
 // restart") a gateway closes a remote's connection with when its server

@@ -43,6 +43,10 @@ type OrchestrateOptions struct {
 	dockerMemory  int64
 	dockerUlimits []*orchestrator.Ulimit
 	MetricsListen string
+	// StaticBaseURL and CacheDir say where the remote builds sessions pin
+	// are downloaded from and kept.
+	StaticBaseURL string
+	CacheDir      string
 	PollInterval  time.Duration
 	RetryAfter    time.Duration
 	LogLevel      string
@@ -85,9 +89,21 @@ read-only at /usr/local/bin/outpost and runs 'outpost remote serve' as the
 container's command, with only the spawn contract's variables. The network
 is "host" by default so the remote reaches a gateway on loopback.
 
+A session whose queue entry pins a remote build (spec.remote_binary_sha)
+runs that build with every backend, as a worker does: downloaded from
+--static-base-url (default the server's /dist/), checked against its
+published SHA-256 and kept in --cache-dir (default <state-dir>/cache). The
+exec backend's commands get it as their outpost binary and the pin as
+OUTPOST_WORKER_REMOTE_SHA (docs/orchestration.md). A build that cannot be downloaded or does not
+match fails the provisioning, which releases the claim with that error. A
+session that pins nothing runs this build.
+
 The outpost, token and server may come from the environment, under the
 names the public orchestrators read too: OUTPOST_OUTPOST (DEVIN_OUTPOST_ID),
-OUTPOST_TOKEN (DEVIN_OUTPOSTS_TOKEN), OUTPOST_SERVER (DEVIN_API_URL).
+OUTPOST_TOKEN (DEVIN_OUTPOSTS_TOKEN), OUTPOST_SERVER (DEVIN_API_URL); the
+remote build settings from OUTPOST_WORKER_STATIC_BASE_URL
+(DEVIN_WORKER_STATIC_BASE_URL) and OUTPOST_WORKER_CACHE_DIR
+(DEVIN_WORKER_CACHE_DIR).
 --config FILE reads settings from a YAML file whose keys are the flags'
 names (backend: bwrap, max-concurrent: 4, bwrap-ro-bind: [/srv/git]); a flag
 given beats its environment variable, which beats the file.`,
@@ -133,6 +149,8 @@ given beats its environment variable, which beats the file.`,
 	fl.StringVar(&opts.DockerNetwork, "docker-network", orchestrator.DefaultDockerNetwork, "docker backend: network mode of the containers; host lets the remote reach a loopback gateway")
 	fl.StringArrayVar(&opts.DockerUlimits, "docker-ulimit", nil, "docker backend: ulimit name=soft[:hard], repeatable (default nofile and nproc at this process's own limits)")
 	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics)")
+	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where the remote builds sessions pin are published (env "+envNames(api.EnvWorkerStaticBaseURL)+"; default <server>/dist/)")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env "+envNames(api.EnvWorkerCacheDir)+"; default <state-dir>/cache)")
 	fl.DurationVar(&opts.PollInterval, "poll-interval", orchestrator.DefaultPollInterval, "how often to list the whole queue")
 	fl.DurationVar(&opts.RetryAfter, "retry-after", orchestrator.DefaultRetryAfter, "how long to leave a session whose provisioning failed before trying it again")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
@@ -146,6 +164,11 @@ func (o *OrchestrateOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	env.string("token", api.EnvToken, &f.Token)
 	env.string("server", api.EnvServer, &f.Server)
 	env.string("ca-file", envCAFile, &f.CAFile)
+	env.string("static-base-url", api.EnvWorkerStaticBaseURL, &o.StaticBaseURL)
+	env.string("cache-dir", api.EnvWorkerCacheDir, &o.CacheDir)
+	if err := checkStaticBaseURL(o.StaticBaseURL); err != nil {
+		return err
+	}
 	if o.Outpost == "" {
 		return usageErrorf("orchestrate needs --outpost NAME-OR-ID")
 	}
@@ -248,7 +271,7 @@ func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
 	return orchestrator.Run(ctx, orchestrator.Options{
 		Client: c, Outpost: o.Outpost, StateDir: o.StateDir, Backend: backend, MaxConcurrent: o.MaxConcurrent,
 		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter, Logger: log, Metrics: metrics,
-		CAFile: caFile,
+		CAFile: caFile, StaticBaseURL: o.StaticBaseURL, CacheDir: o.CacheDir,
 	})
 }
 

@@ -148,7 +148,12 @@ OUTPOST_CONNECT_TOKEN) and its gateway URL in DEVIN_OUTPOST_GATEWAY_URL (or
 OUTPOST_GATEWAY_URL, --gateway-url), 'worker start --session ID' serves just
 that session without any API token and without calling the API: whoever
 claimed it keeps claiming, renewing and releasing. It exits 0 when the
-session ends or sleeps. Its data dir defaults to the parent of
+session ends or sleeps. It runs the remote build the session pins: the one
+its claimer passes in DEVIN_WORKER_REMOTE_SHA, else the one the gateway's
+server answers the connect token; a pinned build comes from
+--static-base-url, else the /dist/ of --server (DEVIN_API_URL) when given,
+else of the gateway's server, and one that cannot be downloaded or does not
+match its SHA-256 starts nothing. Its data dir defaults to the parent of
 DEVIN_WORKER_CACHE_DIR (or OUTPOST_WORKER_CACHE_DIR) when that is set.
 
 Each session runs the remote build its queue entry pins
@@ -392,6 +397,10 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
 		opts.ConnectToken = o.ConnectToken
+		// The server given (--server, DEVIN_API_URL), not the saved
+		// login's: a pinned build comes from its /dist/, else from the
+		// gateway's server's.
+		opts.ServerURL = f.Server
 	} else {
 		c, err := f.guardedClient()
 		if err != nil {

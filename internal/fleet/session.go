@@ -40,14 +40,14 @@ func (s *Session) Env(stateDir string) []string {
 // Remote returns the command of the remote serving the session: the build
 // its entry pins, downloaded and verified, or this build's.
 func (s *Session) Remote(ctx context.Context) ([]string, error) {
-	pin := ""
-	if s.Claim.Spec.RemoteBinarySHA != nil {
-		pin = *s.Claim.Spec.RemoteBinarySHA
-	}
-	if s.c.Resolver == nil || pin == "" && s.c.PinnedOnly {
+	if s.c.Resolver == nil {
 		return s.c.RemoteCommand, nil
 	}
-	return s.c.Resolver.Resolve(ctx, pin)
+	var unpinned []string
+	if s.c.PinnedOnly {
+		unpinned = s.c.RemoteCommand
+	}
+	return RemoteOf(ctx, s.c.Resolver, &s.Claim, unpinned)
 }
 
 // Stopping is closed when the consumer shuts down.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/atomicfile"
+	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
@@ -33,8 +34,16 @@ type Spec struct {
 	// Env is the remote's whole environment under the spawn contract: the
 	// session's connect token, never the orchestrator's API token.
 	Env []string
-	// Remote is the command that serves the session (outpost remote serve).
+	// Remote is the command that serves the session: this build's
+	// (outpost remote serve), or the pinned build's, downloaded
+	// (<cache>/remote/<id>_<platform>/devin-remote serve).
 	Remote []string
+	// Pin is the remote build the session's queue entry pins, "" when it
+	// pins none; Remote runs it.
+	Pin string
+	// StaticBaseURL is where the orchestrator downloads pinned builds
+	// from, when it was given one (--static-base-url).
+	StaticBaseURL string
 	// Acceptor is the orchestrator's acceptor id, for backends that label
 	// their machines with it.
 	Acceptor string
@@ -306,9 +315,57 @@ func (b ExecBackend) env(s Spec) []string {
 	env := append([]string{}, s.Env...)
 	env = append(env, api.EnvPlatform.Name+"="+s.Platform, api.EnvWorkspace.Name+"="+s.Workspace, api.EnvMachineName.Name+"="+s.Name)
 	if len(s.Remote) > 0 {
-		env = append(env, api.EnvBinary.Name+"="+s.Remote[0])
+		env = append(env, api.EnvBinary.Name+"="+execBinary(s.Remote[0]))
+	}
+	// A command that starts `outpost worker start --session` on the
+	// machine rather than the remote passes these on, so that the worker
+	// there resolves the same pin (direct-serve reads it as the session's).
+	if s.Pin != "" {
+		env = append(env, api.EnvWorkerRemoteSHA.Name+"="+s.Pin)
+	}
+	if s.StaticBaseURL != "" {
+		env = append(env, api.EnvWorkerStaticBaseURL.Name+"="+s.StaticBaseURL)
 	}
 	return env
+}
+
+// execBinary is $OUTPOST_BIN for a remote binary: the binary itself, or
+// for a downloaded build (devin-remote, which invoked by that name is only
+// `outpost remote`) the link named outpost beside it that outpostLink
+// makes, so that "$OUTPOST_BIN" remote serve runs either build.
+func execBinary(bin string) string {
+	if dist.IsRemoteName(bin) {
+		return filepath.Join(filepath.Dir(bin), outpostLinkName)
+	}
+	return bin
+}
+
+// outpostLinkName is the name of the link to a downloaded build that runs
+// it as the whole outpost command.
+const outpostLinkName = "outpost"
+
+// outpostLink makes the link execBinary names for a downloaded build, once
+// per build: a link made under a temporary name and renamed into place, so
+// that concurrent provisioning never sees a half-made one.
+func outpostLink(bin string) error {
+	if !dist.IsRemoteName(bin) {
+		return nil
+	}
+	link := execBinary(bin)
+	target := filepath.Base(bin)
+	if got, err := os.Readlink(link); err == nil && got == target {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", link, os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("link %s to the pinned build: %w", link, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("link %s to the pinned build: %w", link, err)
+	}
+	return nil
 }
 
 func (b ExecBackend) run(ctx context.Context, s Spec, script string) error {
@@ -340,6 +397,11 @@ func (b ExecBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	if err := os.MkdirAll(s.Workspace, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
+	if len(s.Remote) > 0 {
+		if err := outpostLink(s.Remote[0]); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.run(ctx, s, b.ProvisionCmd); err != nil {
 		return nil, fmt.Errorf("provision command failed: %w", err)
 	}
@@ -359,7 +421,8 @@ func (b ExecBackend) watch(s Spec) Machine {
 		for {
 			time.Sleep(every)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := b.run(ctx, Spec{Env: s.Env, Workspace: s.Workspace, Name: s.Name, Platform: s.Platform, Remote: s.Remote}, b.StatusCmd)
+			err := b.run(ctx, Spec{Env: s.Env, Workspace: s.Workspace, Name: s.Name, Platform: s.Platform, Remote: s.Remote,
+				Pin: s.Pin, StaticBaseURL: s.StaticBaseURL}, b.StatusCmd)
 			cancel()
 			if _, statErr := os.Stat(s.Workspace); err != nil || statErr != nil {
 				close(m.done)

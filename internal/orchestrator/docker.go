@@ -28,6 +28,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/atomicfile"
+	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -233,6 +234,17 @@ func containerMounts(bin string, env []string) ([]mount.Mount, error) {
 	return mounts, nil
 }
 
+// containerCmd is the arguments of DockerBinary that run remote: a
+// downloaded build (devin-remote serve) is mounted as outpost too, under
+// which name it is the whole command, so its arguments get "remote" first.
+func containerCmd(remote []string) []string {
+	args := append([]string{}, remote[1:]...)
+	if dist.IsRemoteName(remote[0]) {
+		args = append([]string{"remote"}, args...)
+	}
+	return args
+}
+
 // hostBinary is the host path of the outpost binary to mount.
 func hostBinary(remote []string) (string, error) {
 	if len(remote) == 0 {
@@ -291,7 +303,7 @@ func (b *DockerBackend) Provision(ctx context.Context, s Spec) (Machine, error) 
 	cfg := &container.Config{
 		Image:      b.opts.Image,
 		Entrypoint: []string{DockerBinary},
-		Cmd:        append([]string{}, s.Remote[1:]...),
+		Cmd:        containerCmd(s.Remote),
 		Env:        containerEnv(s.Env),
 		WorkingDir: DockerWorkDir,
 		Labels:     b.labels(s),

@@ -57,6 +57,11 @@ type Options struct {
 	// RemoteCommand serves a session; empty means [this executable,
 	// "remote", "serve"].
 	RemoteCommand []string
+	// StaticBaseURL is where the remote builds sessions pin are published
+	// in the /dist/ layout; empty means the server's /dist/.
+	StaticBaseURL string
+	// CacheDir holds downloaded remote builds; empty means StateDir/cache.
+	CacheDir string
 	// CAFile is the PEM file of extra CA certificates the client trusts;
 	// remotes get it as OUTPOST_CA_FILE (the bwrap and docker backends
 	// mount it read-only into the machine). Empty means the orchestrator's
@@ -181,17 +186,18 @@ func (o *orchestrator) newConsumer() (*fleet.Consumer, error) {
 		Logger:         o.log,
 	}
 	c.Recover = func(ctx context.Context) []api.QueueEntry { return o.recover(ctx, c) }
-	// The exec backend's commands start "$OUTPOST_BIN remote serve"
-	// themselves: a pinned build, which has another command, cannot be
-	// handed to them.
-	if _, isExec := o.opts.Backend.(ExecBackend); !isExec {
-		r, err := fleet.NewResolver(fleet.ResolverOptions{Client: o.c, CacheDir: filepath.Join(o.opts.StateDir, "cache"),
-			Self: o.opts.RemoteCommand, CAFile: o.opts.CAFile, Logger: o.log})
-		if err != nil {
-			return nil, err
-		}
-		c.Resolver = r
+	// Every backend runs the build a session pins (Session.Remote, as a
+	// worker does); the exec backend's commands get it as $OUTPOST_BIN.
+	cache := o.opts.CacheDir
+	if cache == "" {
+		cache = filepath.Join(o.opts.StateDir, "cache")
 	}
+	r, err := fleet.NewResolver(fleet.ResolverOptions{BaseURL: o.opts.StaticBaseURL, Client: o.c, CacheDir: cache,
+		Self: o.opts.RemoteCommand, CAFile: o.opts.CAFile, Logger: o.log})
+	if err != nil {
+		return nil, err
+	}
+	c.Resolver = r
 	return c, nil
 }
 
@@ -199,7 +205,8 @@ func (o *orchestrator) newConsumer() (*fleet.Consumer, error) {
 // contract's environment for a state dir.
 func (o *orchestrator) spec(id string, remote []string, env func(stateDir string) []string) Spec {
 	ws := filepath.Join(o.opts.StateDir, machinesDir, MachineName(id))
-	s := Spec{SessionID: id, Name: MachineName(id), Workspace: ws, Platform: o.platform, Remote: remote, Acceptor: o.id.AcceptorID}
+	s := Spec{SessionID: id, Name: MachineName(id), Workspace: ws, Platform: o.platform, Remote: remote, Acceptor: o.id.AcceptorID,
+		StaticBaseURL: o.opts.StaticBaseURL}
 	if env != nil {
 		s.Env = env(filepath.Join(ws, "state"))
 	} else {

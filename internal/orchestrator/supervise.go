@@ -20,6 +20,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	bg := context.WithoutCancel(ctx)
 	if s.Adopted {
 		spec := o.spec(id, o.opts.RemoteCommand, s.Env)
+		spec.Pin = fleet.EntryPin(&s.Claim)
 		m, ok := o.opts.Backend.Adopt(ctx, spec)
 		if !ok {
 			log.Info("removing leftover machine")
@@ -41,6 +42,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	defer cancelSetup()
 	remote, err := s.Remote(sctx)
 	spec := o.spec(id, remote, s.Env)
+	spec.Pin = fleet.EntryPin(&s.Claim)
 	t0 := time.Now()
 	var m Machine
 	if err == nil {

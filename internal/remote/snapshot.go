@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,25 +58,7 @@ var errUploadStopped = errors.New("the upload stopped before the end of the arch
 // made http or https and api.GatewayPath replaced by api.SnapshotPath, so a
 // gateway behind a path prefix keeps it.
 func snapshotURL(gw string) (string, error) {
-	u, err := url.Parse(gw)
-	if err != nil {
-		return "", fmt.Errorf("snapshot URL of %q: %w", gw, err)
-	}
-	switch u.Scheme {
-	case "ws":
-		u.Scheme = "http"
-	case "wss":
-		u.Scheme = "https"
-	default:
-		return "", fmt.Errorf("snapshot URL of %q: not a ws:// or wss:// URL", gw)
-	}
-	prefix, _ := strings.CutSuffix(strings.TrimSuffix(u.Path, "/"), api.GatewayPath)
-	if prefix == strings.TrimSuffix(u.Path, "/") { // no gateway path: the root's
-		prefix = ""
-	}
-	u.Path = prefix + api.SnapshotPath
-	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
-	return u.String(), nil
+	return api.GatewayHTTPURL(gw, api.SnapshotPath)
 }
 
 // snapshotOptions leaves the state directory out when it is inside the

@@ -807,6 +807,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
 	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
 	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
+	mux.HandleFunc("GET "+api.GatewaySessionPath, s.gatewayHandler(s.gatewaySession))
 	// Remote builds, public like any download of open-source binaries.
 	mux.Handle("GET "+distPrefix, http.StripPrefix(distPrefix, s.dist))
 

@@ -13,7 +13,7 @@ import (
 // directOptions are the options of a direct-serve run with remote as its
 // remote: no Client at all.
 func directOptions(t *testing.T, remote string) Options {
-	return Options{SessionID: "sess-d", ConnectToken: "ct-direct", GatewayURL: "ws://127.0.0.1:1/v1/gateway",
+	return Options{SessionID: "sess-d", ConnectToken: "ct-direct", GatewayURL: newGatewayServer(t, "").gatewayURL(),
 		DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
 		RemoteCommand: []string{"sh", "-c", remote}}
 }
@@ -38,7 +38,7 @@ func TestServeDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"OUTPOST_CONNECT_TOKEN=ct-direct\n", "OUTPOST_SESSION_ID=sess-d\n",
-		"OUTPOST_GATEWAY_URL=ws://127.0.0.1:1/v1/gateway\n", "OUTPOST_STATE_DIR=" + stateDir + "\n"} {
+		"OUTPOST_GATEWAY_URL=" + opts.GatewayURL + "\n", "OUTPOST_STATE_DIR=" + stateDir + "\n"} {
 		if !strings.Contains(string(env), want) {
 			t.Errorf("remote env lacks %q:\n%s", want, env)
 		}

@@ -1,31 +1,25 @@
 package worker
 
 import (
-	"net/url"
 	"path/filepath"
+	"strings"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/fleet"
 )
 
 // newResolver returns the resolver of the remote build each session runs:
 // the entry's pin, else opts.RemoteBinarySHA, else the latest published
-// at opts.StaticBaseURL (by default the server's /dist/: the client's, or
-// in direct-serve mode the gateway's server); this build runs
-// opts.RemoteCommand. opts has its defaults applied.
+// at opts.StaticBaseURL (by default the client's server's /dist/); this
+// build runs opts.RemoteCommand. opts has its defaults applied.
 func newResolver(opts Options) (*dist.Resolver, error) {
-	base := opts.StaticBaseURL
-	if base == "" && opts.Client == nil && opts.RemoteBinarySHA != "" {
-		// Direct-serve calls nothing but the gateway, unless a pin
-		// needs a build from the gateway's server.
-		base = distFromGateway(opts.GatewayURL)
-	}
 	cache := opts.CacheDir
 	if cache == "" {
 		cache = filepath.Join(opts.DataDir, "cache")
 	}
 	return fleet.NewResolver(fleet.ResolverOptions{
-		BaseURL:  base,
+		BaseURL:  opts.StaticBaseURL,
 		Client:   opts.Client,
 		CacheDir: cache,
 		Pin:      opts.RemoteBinarySHA,
@@ -35,21 +29,12 @@ func newResolver(opts Options) (*dist.Resolver, error) {
 	})
 }
 
-// distFromGateway returns the /dist/ base URL of the server whose gateway
-// is at gatewayURL (ws:// or wss://), or "" when it names no server.
-func distFromGateway(gatewayURL string) string {
-	u, err := url.Parse(gatewayURL)
-	if err != nil || u.Host == "" {
-		return ""
+// directBaseURL is where direct-serve downloads a pinned build from when
+// no static base URL is set: the /dist/ of the server given (ServerURL),
+// else of the gateway's server.
+func directBaseURL(opts Options) (string, error) {
+	if opts.ServerURL != "" {
+		return strings.TrimSuffix(opts.ServerURL, "/") + "/dist/", nil
 	}
-	switch u.Scheme {
-	case "ws", "http":
-		u.Scheme = "http"
-	case "wss", "https":
-		u.Scheme = "https"
-	default:
-		return ""
-	}
-	u.Path, u.RawQuery, u.Fragment = "/dist/", "", ""
-	return u.String()
+	return api.GatewayHTTPURL(opts.GatewayURL, "/dist/")
 }

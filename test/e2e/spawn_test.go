@@ -218,7 +218,9 @@ echo "scan files=$files machine=$machine remote=$remote session_token=$sessionto
 // session runs to its end, the worker exits 0 and the test releases.
 //
 // Proof that the worker never calls the API: its gateway URL goes through a
-// proxy that records every request (only the gateway's may appear), and
+// proxy that records every request (only the gateway's may appear: its
+// WebSocket, and once the session's pin, which the worker asks with the
+// connect token since this claimer passes none), and
 // DEVIN_API_URL, the one variable beyond the operator's, points at an
 // address that records every connection (without it the worker would have
 // a default server the test cannot watch): none may reach it.
@@ -301,10 +303,18 @@ func TestWorkerDirectServe(t *testing.T) {
 	if len(reqs) == 0 {
 		t.Error("the remote did not go through the gateway proxy")
 	}
+	pinAsked := 0
 	for _, r := range reqs {
-		if r != "GET "+api.GatewayPath {
+		switch r {
+		case "GET " + api.GatewayPath:
+		case "GET " + api.GatewaySessionPath:
+			pinAsked++
+		default:
 			t.Errorf("the worker or remote called %q on the server; only the gateway may be called", r)
 		}
+	}
+	if pinAsked != 1 {
+		t.Errorf("the worker asked for the session's pin %d times, want once", pinAsked)
 	}
 	if reqs, conns := apiRec.snapshot(); conns != 0 || len(reqs) != 0 {
 		t.Errorf("the worker called the API URL: %d connections, requests %q", conns, reqs)
