@@ -135,6 +135,9 @@ type dropInServed struct {
 	status   string   // session_status last read before the release
 	released int      // status code of the release
 	reclaim  int      // status code of a claim of the ended entry, after the release
+	// listedEnded: right after the release, a list of the pending
+	// entries held this one with session_status terminated.
+	listedEnded bool
 }
 
 // dropInSession is the claimer's record of a session it claimed.
@@ -191,7 +194,7 @@ func dropInPrepared(id string) map[string]string {
 // run serves until want sessions are all cleaned up and deleted, every
 // entry it sees is skipped, or ctx ends. created is closed once the test
 // has created every session.
-func (d *dropInClaimer) run(ctx context.Context, t *testing.T, want int, created <-chan struct{}) {
+func (d *dropInClaimer) run(ctx context.Context, want int, created <-chan struct{}) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -202,7 +205,7 @@ func (d *dropInClaimer) run(ctx context.Context, t *testing.T, want int, created
 	list, cursor := d.c.entriesCursor(d.outpost, "")
 	wg.Go(func() { d.c.watchQueue(ctx, d.outpost, cursor, events) })
 	for _, e := range list {
-		d.handle(ctx, t, &wg, api.WatchModified, e, results)
+		d.handle(ctx, &wg, api.WatchModified, e, results)
 	}
 	allCreated := false
 	for {
@@ -221,7 +224,7 @@ func (d *dropInClaimer) run(ctx context.Context, t *testing.T, want int, created
 		case <-created:
 			created, allCreated = nil, true
 		case ev := <-events:
-			d.handle(ctx, t, &wg, ev.Type, ev.Object, results)
+			d.handle(ctx, &wg, ev.Type, ev.Object, results)
 		case r := <-results:
 			s := d.sessions[r.id]
 			s.served = r
@@ -231,7 +234,7 @@ func (d *dropInClaimer) run(ctx context.Context, t *testing.T, want int, created
 }
 
 // handle acts on one entry of the list or the watch.
-func (d *dropInClaimer) handle(ctx context.Context, t *testing.T, wg *sync.WaitGroup, typ string, e contractEntry, results chan<- *dropInServed) {
+func (d *dropInClaimer) handle(ctx context.Context, wg *sync.WaitGroup, typ string, e contractEntry, results chan<- *dropInServed) {
 	id := e.Metadata.SessionID
 	if !publicSessionID.MatchString(id) || !publicOutpostID.MatchString(e.Metadata.OutpostID) {
 		if _, ok := d.skipped[id]; !ok {
@@ -354,6 +357,9 @@ func (d *dropInClaimer) serve(ctx context.Context, s *dropInSession, claimed con
 	if r.reclaim = d.c.do("POST", "/opbeta/outposts/devins/"+s.id+"/claim", body, nil); r.reclaim == 200 {
 		d.c.do("POST", "/opbeta/outposts/devins/"+s.id+"/release", body, nil)
 	}
+	for _, e := range d.c.entries(d.outpost, "pending") {
+		r.listedEnded = r.listedEnded || e.Metadata.SessionID == s.id && e.Status.SessionStatus == "terminated"
+	}
 	return r
 }
 
@@ -432,7 +438,7 @@ func TestDropInOrchestrator(t *testing.T) {
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		d.run(ctx, t, dropInSessions, created)
+		d.run(ctx, dropInSessions, created)
 	}()
 	for i := 2; i <= dropInSessions; i++ {
 		ids = append(ids, newSession(i))
@@ -498,6 +504,9 @@ func TestDropInOrchestrator(t *testing.T) {
 		}
 		if r.released != 200 {
 			t.Errorf("release of %s after its end: %d, want 200", id, r.released)
+		}
+		if !r.listedEnded {
+			t.Errorf("session %s: a list of the pending entries right after the release did not hold it with session_status terminated", id)
 		}
 		if r.reclaim != 409 {
 			t.Errorf("claim of %s's ended entry after the release: %d, want 409 (the entry stays listed, not claimable)", id, r.reclaim)
