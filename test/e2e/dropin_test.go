@@ -433,12 +433,16 @@ func TestDropInOrchestrator(t *testing.T) {
 	d := &dropInClaimer{c: cc, outpost: o.Metadata.OutpostID, acceptor: "dropin-orchestrator-7", staticBase: staticBase,
 		dir: t.TempDir(), sessions: map[string]*dropInSession{}, skipped: map[string]string{}}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second+dropInRetention+dropInSweepSlack)
-	defer cancel()
 	created := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
 		d.run(ctx, dropInSessions, created)
+	}()
+	// Should the test stop early, the claimer and its workers stop with it.
+	defer func() {
+		cancel()
+		<-finished
 	}()
 	for i := 2; i <= dropInSessions; i++ {
 		ids = append(ids, newSession(i))
