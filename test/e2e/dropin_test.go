@@ -134,7 +134,9 @@ type dropInServed struct {
 	cached   string   // SHA-256 of the pinned build in the cache dir, "" when absent
 	status   string   // session_status last read before the release
 	released int      // status code of the release
-	reclaim  int      // status code of a claim of the ended entry, after the release
+	// releasedAt is when the release answered.
+	releasedAt time.Time
+	reclaim    int // status code of a claim of the ended entry, after the release
 	// listedEnded: right after the release, a list of the pending
 	// entries held this one with session_status terminated.
 	listedEnded bool
@@ -352,6 +354,7 @@ func (d *dropInClaimer) serve(ctx context.Context, s *dropInSession, claimed con
 	}
 	body := map[string]string{"acceptor_id": d.acceptor}
 	r.released = d.c.do("POST", "/opbeta/outposts/devins/"+s.id+"/release", body, nil)
+	r.releasedAt = time.Now()
 	// The entry of an ended session is listed until the sweeper removes
 	// it, and not claimable meanwhile.
 	if r.reclaim = d.c.do("POST", "/opbeta/outposts/devins/"+s.id+"/claim", body, nil); r.reclaim == 200 {
@@ -528,6 +531,8 @@ func TestDropInOrchestrator(t *testing.T) {
 			if _, err := os.Stat(s.machine); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("session %s: its sandbox is still there after the cleanup: %v", id, err)
 			}
+			t.Logf("session %s: cleaned up %s after its release, DELETED %s after it",
+				id, s.cleanedAt.Sub(r.releasedAt).Round(time.Millisecond), s.deletedAt.Sub(r.releasedAt).Round(time.Second))
 		}
 	}
 	assertServedOnce(t, c, served, d.acceptor, len(steps))
