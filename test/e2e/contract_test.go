@@ -91,6 +91,14 @@ func (c *contractClient) do(method, path string, body, out any) int {
 // has_next_page is false, later pages winning.
 func (c *contractClient) entries(outpost, phase string) []contractEntry {
 	c.t.Helper()
+	out, _ := c.entriesCursor(outpost, phase)
+	return out
+}
+
+// entriesCursor is entries, also returning the last page's cursor: where a
+// watch of the changes after the list starts.
+func (c *contractClient) entriesCursor(outpost, phase string) ([]contractEntry, string) {
+	c.t.Helper()
 	q := url.Values{"outpost": {outpost}}
 	if phase != "" {
 		q.Set("phase", phase)
@@ -115,7 +123,7 @@ func (c *contractClient) entries(outpost, phase string) []contractEntry {
 			out = append(out, e)
 		}
 		if !page.HasNextPage {
-			return out
+			return out, page.Cursor
 		}
 		q.Set("cursor", page.Cursor)
 	}
