@@ -32,7 +32,7 @@ type toolDef struct {
 }
 
 // tool defines a tool whose arguments are a T. target says what a call
-// works on (nil: nothing to show); summary, made by summaryOf, what a
+// works on (nil: nothing to show); summary, made by textOf, what a
 // successful result did (nil: nothing to add).
 func tool[T any](name, description string, refine func(*jsonschema.Schema), target func(T) string, summary func(json.RawMessage) string) toolDef {
 	d := toolDef{
@@ -44,7 +44,7 @@ func tool[T any](name, description string, refine func(*jsonschema.Schema), targ
 		summary:     summary,
 	}
 	if target != nil {
-		d.target = targetOf(target)
+		d.target = textOf(target)
 	}
 	return d
 }
@@ -70,14 +70,14 @@ var toolTable = []toolDef{
 			"first 8 KiB) are refused: use exec with xxd or base64.",
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
-		}, readFileTarget, summaryOf(readFileSummary)),
+		}, readFileTarget, textOf(readFileSummary)),
 	tool[WriteFileArgs](ToolWriteFile,
 		"Write a file with the given content, replacing it whole if it exists (its mode is kept) and creating parent "+
 			"directories; return the number of bytes written. path is relative to the workspace unless absolute. "+
 			"The write is atomic (a temporary file and a rename), and a symlink is written through.",
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
-		}, writeFileTarget, summaryOf(writeFileSummary)),
+		}, writeFileTarget, textOf(writeFileSummary)),
 	tool[EditFileArgs](ToolEditFile,
 		"Replace the text old with new in a file and return the 1-based line where the replacement starts. "+
 			"old must occur exactly once in the file, whitespace included: include surrounding lines to make it unique. "+
@@ -85,11 +85,11 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
 			prop(s, "old").MinLength = jsonschema.Ptr(1)
-		}, editFileTarget, summaryOf(editFileSummary)),
+		}, editFileTarget, textOf(editFileSummary)),
 	tool[ListDirArgs](ToolListDir,
 		"List a directory, sorted by name: each entry's name, type (file, dir, symlink or other) and, for files, size in bytes. "+
 			"path is relative to the workspace unless absolute; empty or absent lists the workspace.",
-		nil, listDirTarget, summaryOf(listDirSummary)),
+		nil, listDirTarget, textOf(listDirSummary)),
 	tool[GitCloneArgs](ToolGitClone,
 		"Clone a git repository into repos/<name> in the workspace, or, when that clone is already there, set its origin "+
 			"to url and fetch; then check out ref if given. Return the clone's path, its HEAD commit and whether an "+
@@ -97,13 +97,13 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "url").MinLength = jsonschema.Ptr(1)
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, gitCloneTarget, summaryOf(gitCloneSummary)),
+		}, gitCloneTarget, textOf(gitCloneSummary)),
 	tool[BrowserNavigateArgs](ToolBrowserNavigate,
 		"Load a URL in the session's headless browser (started on first use, one per session, closed when the session "+
 			"ends) and wait for the page to load; return the final URL (after redirects) and the page title.",
 		func(s *jsonschema.Schema) {
 			prop(s, "url").MinLength = jsonschema.Ptr(1)
-		}, browserNavigateTarget, summaryOf(browserNavigateSummary)),
+		}, browserNavigateTarget, textOf(browserNavigateSummary)),
 	tool[BrowserClickArgs](ToolBrowserClick,
 		"Click the first element matching a CSS selector in the browser's page, waiting up to the call's timeout for it to be visible.",
 		func(s *jsonschema.Schema) {
@@ -124,11 +124,11 @@ var toolTable = []toolDef{
 			"size and pixel dimensions.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, browserScreenshotTarget, summaryOf(browserFileSummary)),
+		}, browserScreenshotTarget, textOf(browserFileSummary)),
 	tool[BrowserTextArgs](ToolBrowserText,
 		"Return the readable text (as rendered, without markup) of the browser's page or of the first element matching a "+
 			"CSS selector; long text is truncated to 100 000 characters.",
-		nil, browserTextTarget, summaryOf(browserTextSummary)),
+		nil, browserTextTarget, textOf(browserTextSummary)),
 	tool[BrowserEvalArgs](ToolBrowserEval,
 		"Evaluate a JavaScript expression in the browser's page (awaiting a promise) and return its value as JSON.",
 		func(s *jsonschema.Schema) {
@@ -136,16 +136,16 @@ var toolTable = []toolDef{
 		}, browserEvalTarget, nil),
 	tool[BrowserConsoleArgs](ToolBrowserConsole,
 		"Return the browser's console messages and uncaught page errors collected since the previous browser_console call.",
-		nil, nil, summaryOf(browserConsoleSummary)),
+		nil, nil, textOf(browserConsoleSummary)),
 	tool[RecordStartArgs](ToolRecordStart,
 		"Start recording the browser's screen into a video (MP4, or WebM when name ends in .webm) with ffmpeg; "+
 			"stop it with record_stop. Only one recording runs at a time.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, recordStartTarget, summaryOf(recordStartSummary)),
+		}, recordStartTarget, textOf(recordStartSummary)),
 	tool[RecordStopArgs](ToolRecordStop,
 		"Stop the running screen recording and return the video file's path, size, duration and frame count.",
-		nil, nil, summaryOf(browserFileSummary)),
+		nil, nil, textOf(browserFileSummary)),
 	tool[UploadArtifactArgs](ToolUploadArtifact,
 		"Upload a file from the remote machine to the control plane as an artifact of the session, to be listed and "+
 			"downloaded later (GET /v1/sessions/{id}/artifacts, outpost sessions artifacts); return its name, size, content "+
@@ -154,13 +154,13 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
-		}, uploadArtifactTarget, summaryOf(uploadArtifactSummary)),
+		}, uploadArtifactTarget, textOf(uploadArtifactSummary)),
 	tool[ShellStartArgs](ToolShellStart,
 		"Start a persistent shell (bash, else sh) named name in the workspace, on a terminal, with the session's "+
 			"environment; it lives until shell_kill or the end of the session. Return its program and process id.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
-		}, shellStartTarget, summaryOf(shellStartSummary)),
+		}, shellStartTarget, textOf(shellStartSummary)),
 	tool[ShellRunArgs](ToolShellRun,
 		"Run a command in a persistent shell and wait for it: its output is the call's output, and the result holds its "+
 			"exit code. cd, exported variables and functions persist between runs. A command still running after "+
@@ -170,7 +170,7 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
 			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)
-		}, shellRunTarget, summaryOf(shellRunSummary)),
+		}, shellRunTarget, textOf(shellRunSummary)),
 	tool[ShellWriteArgs](ToolShellWrite,
 		"Write raw text to a persistent shell's terminal, e.g. to answer a prompt of the running command (end it with a "+
 			"newline to submit a line); read what follows with shell_read.",
@@ -202,13 +202,13 @@ var toolTable = []toolDef{
 			"Return the files touched. Needs git.",
 		func(s *jsonschema.Schema) {
 			prop(s, "patch").MinLength = jsonschema.Ptr(1)
-		}, applyPatchTarget, summaryOf(applyPatchSummary)),
+		}, applyPatchTarget, textOf(applyPatchSummary)),
 	tool[GlobArgs](ToolGlob,
 		"List the files and directories matching a glob pattern ('**' matches any number of directories), sorted, at most 1000; "+
 			".git directories are skipped unless the pattern names them.",
 		func(s *jsonschema.Schema) {
 			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
-		}, globTarget, summaryOf(globSummary)),
+		}, globTarget, textOf(globSummary)),
 	tool[GrepArgs](ToolGrep,
 		"Search the files under path for lines matching a regular expression and return each match's file, 1-based line "+
 			"and text (long lines cut to 500 characters), at most max_matches (default 200); the result says when there were "+
@@ -216,28 +216,28 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
 			prop(s, "max_matches").Minimum = jsonschema.Ptr(0.0)
-		}, grepTarget, summaryOf(grepSummary)),
+		}, grepTarget, textOf(grepSummary)),
 	tool[GitStatusArgs](ToolGitStatus,
 		"Report the state of a clone under repos/<repo>: its branch (empty when HEAD is detached), HEAD commit, upstream "+
 			"and how far ahead and behind it, whether the work tree is clean, and each changed, untracked or unmerged path "+
 			"with git's index and work-tree status letters (at most 1000).",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, gitStatusTarget, summaryOf(gitStatusSummary)),
+		}, gitStatusTarget, textOf(gitStatusSummary)),
 	tool[GitDiffArgs](ToolGitDiff,
 		"Return the unified diff of a clone under repos/<repo>: unstaged changes (work tree against index), or staged "+
 			"ones (index against HEAD) when staged is set, optionally limited to paths. Diffs over 256 KiB are cut and "+
 			"marked truncated.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, gitDiffTarget, summaryOf(gitDiffSummary)),
+		}, gitDiffTarget, textOf(gitDiffSummary)),
 	tool[GitCheckoutArgs](ToolGitCheckout,
 		"Check out a branch, tag or commit in a clone under repos/<repo> (a branch only on origin is checked out tracking "+
 			"it), or with create make a new branch named ref at the current commit; return the branch and HEAD commit.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 			prop(s, "ref").MinLength = jsonschema.Ptr(1)
-		}, gitCheckoutTarget, summaryOf(gitCheckoutSummary)),
+		}, gitCheckoutTarget, textOf(gitCheckoutSummary)),
 	tool[GitCommitArgs](ToolGitCommit,
 		"Commit in a clone under repos/<repo>: stage every change (all) or the given paths first, then commit what is "+
 			"staged with message; return the new commit's sha and branch. Author and committer are the session's "+
@@ -245,14 +245,14 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 			prop(s, "message").MinLength = jsonschema.Ptr(1)
-		}, gitCommitTarget, summaryOf(gitCommitSummary)),
+		}, gitCommitTarget, textOf(gitCommitSummary)),
 	tool[GitPushArgs](ToolGitPush,
 		"Push a branch of a clone under repos/<repo> (default the checked-out one) to the branch of the same name on a "+
 			"remote (default origin), never forced; set_upstream makes it the branch's upstream. Https remotes "+
 			"authenticate with the session's secret GIT_TOKEN_<HOST> (github.com is GIT_TOKEN_GITHUB_COM) or GIT_TOKEN.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}, gitPushTarget, summaryOf(gitPushSummary)),
+		}, gitPushTarget, textOf(gitPushSummary)),
 }
 
 // prop returns the schema of s's property name, for refine functions. A

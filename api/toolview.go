@@ -38,27 +38,15 @@ func ResultSummary(tool string, value json.RawMessage) string {
 	return toolTable[i].summary(value)
 }
 
-// targetOf makes a target function of one that takes the tool's decoded
-// arguments.
-func targetOf[T any](f func(T) string) func(json.RawMessage) string {
+// textOf makes a target or summary function of one that takes the decoded
+// arguments or result; what does not decode as a T reads as "".
+func textOf[T any](f func(T) string) func(json.RawMessage) string {
 	return func(raw json.RawMessage) string {
-		var a T
-		if json.Unmarshal(raw, &a) != nil {
+		var v T
+		if json.Unmarshal(raw, &v) != nil {
 			return ""
 		}
-		return f(a)
-	}
-}
-
-// summaryOf makes a summary function of one that takes the tool's decoded
-// result.
-func summaryOf[R any](f func(R) string) func(json.RawMessage) string {
-	return func(raw json.RawMessage) string {
-		var r R
-		if json.Unmarshal(raw, &r) != nil {
-			return ""
-		}
-		return f(r)
+		return f(v)
 	}
 }
 
