@@ -438,7 +438,7 @@
     src.addEventListener("step", function (msg) {
       var s;
       try { s = JSON.parse(msg.data); } catch (e) { return; }
-      transcript.targets[s.call_seq] = String(s.target || "");
+      if (s && s.call_seq) transcript.targets[s.call_seq] = String(s.target || "");
     });
     src.onmessage = function (msg) {
       var ev;
