@@ -23,8 +23,9 @@
 //     remote's exit status for a refused start (RemoteExitRejected).
 //   - Tool arguments and results, one type per tool (ExecArgs, ExecResult,
 //     ReadFileArgs, …), the Tool… names used by script steps, model tool
-//     calls and MCP alike, and the tool catalogue (Tools, ToolNames) whose
-//     JSON schemas are generated from those same types.
+//     calls and MCP alike, the tool catalogue (Tools, ToolNames) whose
+//     JSON schemas are generated from those same types, and how a call
+//     reads to people (CallTarget, ResultSummary).
 //   - Gateway frames, spoken over the WebSocket between the control plane
 //     and a remote: Frame (JSON text messages, its Type one of the Frame…
 //     constants) and the binary OutputFrame and ArtifactChunk, with the

@@ -1,15 +1,17 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// toolDef is one tool: its name, what it does, and its argument type. The
-// argument type is the one the remote decodes (strictly) and the one its JSON
-// schema is generated from, so there is one definition per tool.
+// toolDef is one tool: its name, what it does, its argument type, and how
+// a call of it reads to people. The argument type is the one the remote
+// decodes (strictly) and the one its JSON schema is generated from, so there
+// is one definition per tool.
 type toolDef struct {
 	name        string
 	description string
@@ -20,17 +22,31 @@ type toolDef struct {
 	// refine adds constraints that a Go type cannot express (bounds,
 	// patterns); it must not add, remove or rename properties. May be nil.
 	refine func(*jsonschema.Schema)
+	// target is CallTarget of the tool's arguments; nil for a tool without
+	// arguments to show.
+	target func(args json.RawMessage) string
+	// summary is ResultSummary of the tool's result value; nil for a tool
+	// whose result says nothing a transcript line needs (exec's exit code
+	// has a line of its own).
+	summary func(value json.RawMessage) string
 }
 
-// tool defines a tool whose arguments are a T.
-func tool[T any](name, description string, refine func(*jsonschema.Schema)) toolDef {
-	return toolDef{
+// tool defines a tool whose arguments are a T. target says what a call
+// works on (nil: nothing to show); summary, made by textOf, what a
+// successful result did (nil: nothing to add).
+func tool[T any](name, description string, refine func(*jsonschema.Schema), target func(T) string, summary func(json.RawMessage) string) toolDef {
+	d := toolDef{
 		name:        name,
 		description: description,
 		newArgs:     func() any { return new(T) },
 		schema:      func() (*jsonschema.Schema, error) { return jsonschema.For[T](schemaOptions) },
 		refine:      refine,
+		summary:     summary,
 	}
+	if target != nil {
+		d.target = textOf(target)
+	}
+	return d
 }
 
 // toolTable is the one list of tools, in the order ToolNames and Tools give
@@ -46,7 +62,7 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "argv").MinItems = jsonschema.Ptr(1)
 			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)
-		}),
+		}, execTarget, nil),
 	tool[ReadFileArgs](ToolReadFile,
 		"Read a text file and return its content and size in bytes. path is relative to the workspace unless absolute. "+
 			"start_line and end_line (1-based, inclusive) return only those lines. Files over 10 MiB are refused: read part of "+
@@ -54,14 +70,14 @@ var toolTable = []toolDef{
 			"first 8 KiB) are refused: use exec with xxd or base64.",
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
-		}),
+		}, readFileTarget, textOf(readFileSummary)),
 	tool[WriteFileArgs](ToolWriteFile,
 		"Write a file with the given content, replacing it whole if it exists (its mode is kept) and creating parent "+
 			"directories; return the number of bytes written. path is relative to the workspace unless absolute. "+
 			"The write is atomic (a temporary file and a rename), and a symlink is written through.",
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
-		}),
+		}, writeFileTarget, textOf(writeFileSummary)),
 	tool[EditFileArgs](ToolEditFile,
 		"Replace the text old with new in a file and return the 1-based line where the replacement starts. "+
 			"old must occur exactly once in the file, whitespace included: include surrounding lines to make it unique. "+
@@ -69,11 +85,11 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
 			prop(s, "old").MinLength = jsonschema.Ptr(1)
-		}),
+		}, editFileTarget, textOf(editFileSummary)),
 	tool[ListDirArgs](ToolListDir,
 		"List a directory, sorted by name: each entry's name, type (file, dir, symlink or other) and, for files, size in bytes. "+
 			"path is relative to the workspace unless absolute; empty or absent lists the workspace.",
-		nil),
+		nil, listDirTarget, textOf(listDirSummary)),
 	tool[GitCloneArgs](ToolGitClone,
 		"Clone a git repository into repos/<name> in the workspace, or, when that clone is already there, set its origin "+
 			"to url and fetch; then check out ref if given. Return the clone's path, its HEAD commit and whether an "+
@@ -81,55 +97,55 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "url").MinLength = jsonschema.Ptr(1)
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, gitCloneTarget, textOf(gitCloneSummary)),
 	tool[BrowserNavigateArgs](ToolBrowserNavigate,
 		"Load a URL in the session's headless browser (started on first use, one per session, closed when the session "+
 			"ends) and wait for the page to load; return the final URL (after redirects) and the page title.",
 		func(s *jsonschema.Schema) {
 			prop(s, "url").MinLength = jsonschema.Ptr(1)
-		}),
+		}, browserNavigateTarget, textOf(browserNavigateSummary)),
 	tool[BrowserClickArgs](ToolBrowserClick,
 		"Click the first element matching a CSS selector in the browser's page, waiting up to the call's timeout for it to be visible.",
 		func(s *jsonschema.Schema) {
 			prop(s, "selector").MinLength = jsonschema.Ptr(1)
-		}),
+		}, browserClickTarget, nil),
 	tool[BrowserTypeArgs](ToolBrowserType,
 		"Focus the first element matching a CSS selector in the browser's page and type text into it, key by key.",
 		func(s *jsonschema.Schema) {
 			prop(s, "selector").MinLength = jsonschema.Ptr(1)
-		}),
+		}, browserTypeTarget, nil),
 	tool[BrowserPressArgs](ToolBrowserPress,
 		"Press one key (a character or a name such as Enter, Tab, Escape, Backspace, ArrowDown) in the browser's focused element.",
 		func(s *jsonschema.Schema) {
 			prop(s, "key").MinLength = jsonschema.Ptr(1)
-		}),
+		}, browserPressTarget, nil),
 	tool[BrowserScreenshotArgs](ToolBrowserScreenshot,
 		"Take a PNG screenshot of the browser's viewport, or of the whole page with full_page, and return the file's path, "+
 			"size and pixel dimensions.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, browserScreenshotTarget, textOf(browserFileSummary)),
 	tool[BrowserTextArgs](ToolBrowserText,
 		"Return the readable text (as rendered, without markup) of the browser's page or of the first element matching a "+
 			"CSS selector; long text is truncated to 100 000 characters.",
-		nil),
+		nil, browserTextTarget, textOf(browserTextSummary)),
 	tool[BrowserEvalArgs](ToolBrowserEval,
 		"Evaluate a JavaScript expression in the browser's page (awaiting a promise) and return its value as JSON.",
 		func(s *jsonschema.Schema) {
 			prop(s, "expression").MinLength = jsonschema.Ptr(1)
-		}),
+		}, browserEvalTarget, nil),
 	tool[BrowserConsoleArgs](ToolBrowserConsole,
 		"Return the browser's console messages and uncaught page errors collected since the previous browser_console call.",
-		nil),
+		nil, nil, textOf(browserConsoleSummary)),
 	tool[RecordStartArgs](ToolRecordStart,
 		"Start recording the browser's screen into a video (MP4, or WebM when name ends in .webm) with ffmpeg; "+
 			"stop it with record_stop. Only one recording runs at a time.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, recordStartTarget, textOf(recordStartSummary)),
 	tool[RecordStopArgs](ToolRecordStop,
 		"Stop the running screen recording and return the video file's path, size, duration and frame count.",
-		nil),
+		nil, nil, textOf(browserFileSummary)),
 	tool[UploadArtifactArgs](ToolUploadArtifact,
 		"Upload a file from the remote machine to the control plane as an artifact of the session, to be listed and "+
 			"downloaded later (GET /v1/sessions/{id}/artifacts, outpost sessions artifacts); return its name, size, content "+
@@ -138,13 +154,13 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "path").MinLength = jsonschema.Ptr(1)
 			prop(s, "name").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
-		}),
+		}, uploadArtifactTarget, textOf(uploadArtifactSummary)),
 	tool[ShellStartArgs](ToolShellStart,
 		"Start a persistent shell (bash, else sh) named name in the workspace, on a terminal, with the session's "+
 			"environment; it lives until shell_kill or the end of the session. Return its program and process id.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
-		}),
+		}, shellStartTarget, textOf(shellStartSummary)),
 	tool[ShellRunArgs](ToolShellRun,
 		"Run a command in a persistent shell and wait for it: its output is the call's output, and the result holds its "+
 			"exit code. cd, exported variables and functions persist between runs. A command still running after "+
@@ -154,14 +170,14 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
 			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)
-		}),
+		}, shellRunTarget, textOf(shellRunSummary)),
 	tool[ShellWriteArgs](ToolShellWrite,
 		"Write raw text to a persistent shell's terminal, e.g. to answer a prompt of the running command (end it with a "+
 			"newline to submit a line); read what follows with shell_read.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
 			prop(s, "text").MinLength = jsonschema.Ptr(1)
-		}),
+		}, shellWriteTarget, nil),
 	tool[ShellReadArgs](ToolShellRead,
 		"Return, as the call's output, what a persistent shell printed since the last shell_run or shell_read, optionally "+
 			"waiting wait_ms for some; the result says whether a command is still running and, once it finished, its exit code.",
@@ -169,30 +185,30 @@ var toolTable = []toolDef{
 			prop(s, "name").Pattern = ShellNamePattern
 			prop(s, "wait_ms").Minimum = jsonschema.Ptr(0.0)
 			prop(s, "wait_ms").Maximum = jsonschema.Ptr(60000.0)
-		}),
+		}, shellReadTarget, nil),
 	tool[ShellInterruptArgs](ToolShellInterrupt,
 		"Send Ctrl-C (SIGINT) to the foreground process group of a persistent shell, stopping the command it runs.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
-		}),
+		}, shellInterruptTarget, nil),
 	tool[ShellKillArgs](ToolShellKill,
 		"Kill a persistent shell and the processes it runs, and forget its name.",
 		func(s *jsonschema.Schema) {
 			prop(s, "name").Pattern = ShellNamePattern
-		}),
+		}, shellKillTarget, nil),
 	tool[ApplyPatchArgs](ToolApplyPatch,
 		"Apply a unified diff (git diff style; several files, new, deleted and renamed files allowed) to the workspace, "+
 			"all or nothing: a patch that does not apply cleanly changes nothing and the error says where it failed. "+
 			"Return the files touched. Needs git.",
 		func(s *jsonschema.Schema) {
 			prop(s, "patch").MinLength = jsonschema.Ptr(1)
-		}),
+		}, applyPatchTarget, textOf(applyPatchSummary)),
 	tool[GlobArgs](ToolGlob,
 		"List the files and directories matching a glob pattern ('**' matches any number of directories), sorted, at most 1000; "+
 			".git directories are skipped unless the pattern names them.",
 		func(s *jsonschema.Schema) {
 			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
-		}),
+		}, globTarget, textOf(globSummary)),
 	tool[GrepArgs](ToolGrep,
 		"Search the files under path for lines matching a regular expression and return each match's file, 1-based line "+
 			"and text (long lines cut to 500 characters), at most max_matches (default 200); the result says when there were "+
@@ -200,28 +216,28 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "pattern").MinLength = jsonschema.Ptr(1)
 			prop(s, "max_matches").Minimum = jsonschema.Ptr(0.0)
-		}),
+		}, grepTarget, textOf(grepSummary)),
 	tool[GitStatusArgs](ToolGitStatus,
 		"Report the state of a clone under repos/<repo>: its branch (empty when HEAD is detached), HEAD commit, upstream "+
 			"and how far ahead and behind it, whether the work tree is clean, and each changed, untracked or unmerged path "+
 			"with git's index and work-tree status letters (at most 1000).",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, gitStatusTarget, textOf(gitStatusSummary)),
 	tool[GitDiffArgs](ToolGitDiff,
 		"Return the unified diff of a clone under repos/<repo>: unstaged changes (work tree against index), or staged "+
 			"ones (index against HEAD) when staged is set, optionally limited to paths. Diffs over 256 KiB are cut and "+
 			"marked truncated.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, gitDiffTarget, textOf(gitDiffSummary)),
 	tool[GitCheckoutArgs](ToolGitCheckout,
 		"Check out a branch, tag or commit in a clone under repos/<repo> (a branch only on origin is checked out tracking "+
 			"it), or with create make a new branch named ref at the current commit; return the branch and HEAD commit.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 			prop(s, "ref").MinLength = jsonschema.Ptr(1)
-		}),
+		}, gitCheckoutTarget, textOf(gitCheckoutSummary)),
 	tool[GitCommitArgs](ToolGitCommit,
 		"Commit in a clone under repos/<repo>: stage every change (all) or the given paths first, then commit what is "+
 			"staged with message; return the new commit's sha and branch. Author and committer are the session's "+
@@ -229,14 +245,14 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 			prop(s, "message").MinLength = jsonschema.Ptr(1)
-		}),
+		}, gitCommitTarget, textOf(gitCommitSummary)),
 	tool[GitPushArgs](ToolGitPush,
 		"Push a branch of a clone under repos/<repo> (default the checked-out one) to the branch of the same name on a "+
 			"remote (default origin), never forced; set_upstream makes it the branch's upstream. Https remotes "+
 			"authenticate with the session's secret GIT_TOKEN_<HOST> (github.com is GIT_TOKEN_GITHUB_COM) or GIT_TOKEN.",
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
-		}),
+		}, gitPushTarget, textOf(gitPushSummary)),
 }
 
 // prop returns the schema of s's property name, for refine functions. A

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/internal/server"
 )
 
 // setting is one flag with an environment variable: how to give it each
@@ -125,6 +127,13 @@ func TestServerConfigPrecedence(t *testing.T) {
 		{flag: "artifact-retention", env: "OUTPOST_ARTIFACT_RETENTION", fileVal: "1h", envVal: "2h", flagVal: "3h",
 			wantFile: "1h0m0s", wantEnv: "2h0m0s", wantFlag: "3h0m0s", def: "720h0m0s",
 			get: dur(func(o *ServerOptions) time.Duration { return o.ArtifactRetention })},
+		{flag: "snapshot-interval", env: "OUTPOST_SNAPSHOT_INTERVAL", fileVal: "1m", envVal: "2m", flagVal: "3m",
+			wantFile: "1m0s", wantEnv: "2m0s", wantFlag: "3m0s", def: "0s",
+			get: dur(func(o *ServerOptions) time.Duration { return o.SnapshotInterval })},
+		{flag: "max-call-output-bytes", env: "OUTPOST_MAX_CALL_OUTPUT_BYTES", fileVal: "100", envVal: "200", flagVal: "300",
+			def: fmt.Sprint(server.DefaultMaxCallOutputBytes), get: str(func(o *ServerOptions) string { return fmt.Sprint(o.MaxCallOutputBytes) })},
+		{flag: "max-session-output-bytes", env: "OUTPOST_MAX_SESSION_OUTPUT_BYTES", fileVal: "100", envVal: "0", flagVal: "300",
+			def: fmt.Sprint(server.DefaultMaxSessionOutputBytes), get: str(func(o *ServerOptions) string { return fmt.Sprint(o.MaxSessionOutputBytes) })},
 		{flag: "llm-provider", env: "OUTPOST_LLM_PROVIDER", fileVal: "openai", envVal: "anthropic", flagVal: "openai-flag",
 			get: str(func(o *ServerOptions) string { return o.LLM.Provider })},
 		{flag: "llm-base-url", env: "OUTPOST_LLM_BASE_URL", fileVal: "http://file/v1", envVal: "http://env/v1", flagVal: "http://flag/v1",

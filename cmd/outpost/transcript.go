@@ -140,7 +140,7 @@ func resultLine(ev api.Event, tool string) string {
 		return "[error] " + orDash(ev.Error)
 	}
 	ok := "[ok]"
-	if s := okSummary(tool, ev.Value); s != "" {
+	if s := api.ResultSummary(tool, ev.Value); s != "" {
 		ok += " " + s
 	}
 	var edit api.EditFileResult

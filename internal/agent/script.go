@@ -81,34 +81,17 @@ func finishedText(total, tolerated int) string {
 	return fmt.Sprintf("%s; %d failed and had continue_on_error.", s, tolerated)
 }
 
-// stepLabel names a step for people: `exec "make test"`, `read_file go.mod`.
+// stepLabel names a step for people: `exec "make test"`, `read_file go.mod`,
+// the tool and what its call works on, as the web UI's step headers say it.
 func stepLabel(tool string, args json.RawMessage) string {
-	if tool == api.ToolExec {
-		var a api.ExecArgs
-		if json.Unmarshal(args, &a) == nil {
-			cmd := a.Command
-			if cmd == "" {
-				cmd = strings.Join(a.Argv, " ")
-			}
-			if cmd != "" {
-				return fmt.Sprintf("exec %q", clip(cmd, 80))
-			}
-		}
+	target := api.CallTarget(tool, args)
+	switch {
+	case target == "":
 		return tool
+	case tool == api.ToolExec:
+		return fmt.Sprintf("exec %q", clip(target, 80))
 	}
-	var a struct {
-		Path string `json:"path"`
-		URL  string `json:"url"`
-	}
-	if json.Unmarshal(args, &a) == nil {
-		if a.Path != "" {
-			return tool + " " + clip(a.Path, 80)
-		}
-		if a.URL != "" {
-			return tool + " " + clip(a.URL, 80)
-		}
-	}
-	return tool
+	return tool + " " + clip(target, 80)
 }
 
 // errorText is a call's error as part of a sentence.

@@ -201,3 +201,29 @@ func TestScriptResumesAfterRestart(t *testing.T) {
 		t.Fatalf("results per call %v, want one each", results)
 	}
 }
+
+// TestStepLabel checks the names failed steps get in a session's reason:
+// the tool and what its call works on, as api.CallTarget says it.
+func TestStepLabel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tool string
+		args any
+		want string
+	}{
+		{api.ToolExec, api.ExecArgs{Command: "make test"}, `exec "make test"`},
+		{api.ToolExec, api.ExecArgs{Argv: []string{"echo", "a b"}}, `exec "echo 'a b'"`},
+		{api.ToolExec, api.ExecArgs{Command: strings.Repeat("x", 100)}, fmt.Sprintf("exec %q", strings.Repeat("x", 79)+"…")},
+		{api.ToolReadFile, api.ReadFileArgs{Path: "go.mod"}, "read_file go.mod"},
+		{api.ToolBrowserNavigate, api.BrowserNavigateArgs{URL: "http://127.0.0.1/"}, "browser_navigate http://127.0.0.1/"},
+		{api.ToolGitClone, api.GitCloneArgs{URL: "/srv/app.git", Name: "app"}, "git_clone app ← /srv/app.git"},
+		{api.ToolGitCommit, api.GitCommitArgs{Repo: "app", Message: "fix"}, "git_commit app: fix"},
+		{api.ToolBrowserConsole, api.BrowserConsoleArgs{}, "browser_console"},
+		{"no_such_tool", map[string]string{"path": "x"}, "no_such_tool"},
+	} {
+		args, _ := json.Marshal(tc.args)
+		if got := stepLabel(tc.tool, args); got != tc.want {
+			t.Errorf("stepLabel(%s, %s) = %q, want %q", tc.tool, args, got, tc.want)
+		}
+	}
+}

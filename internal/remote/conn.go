@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -219,21 +220,11 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn, bc *batchCon
 
 // pingLoop returns when a ping goes unanswered or ctx ends.
 func pingLoop(ctx context.Context, c *websocket.Conn) {
-	t := time.NewTicker(pingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	_ = loop.EveryUntil(ctx, pingInterval, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, pingInterval)
-		err := c.Ping(pctx)
-		cancel()
-		if err != nil {
-			return
-		}
-	}
+		defer cancel()
+		return c.Ping(pctx)
+	})
 }
 
 // writeFrame sends f in the remote's protocol version.

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 )
 
 func init() {
@@ -190,16 +191,7 @@ func startRecording(ctx context.Context, b *browser, path, ctype string, args []
 	// Write the latest frame at a steady rate.
 	go func() {
 		defer close(r.done)
-		t := time.NewTicker(time.Second / recordFPS)
-		defer t.Stop()
-		for {
-			select {
-			case <-subCtx.Done():
-				return
-			case <-t.C:
-				r.writeLatest()
-			}
-		}
+		loop.Every(subCtx, time.Second/recordFPS, func(context.Context) { r.writeLatest() })
 	}()
 	return r, nil
 }

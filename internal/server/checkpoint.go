@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -105,19 +106,10 @@ func (s *Server) checkpointSessions(ctx context.Context) {
 		return
 	}
 	tick := max(min(interval, s.opts.SweepInterval), 10*time.Millisecond)
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	cp := &checkpointer{failed: map[string]time.Time{}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.checkpointRound(ctx, cp, &wg)
-		}
-	}
+	loop.Every(ctx, tick, func(ctx context.Context) { s.checkpointRound(ctx, cp, &wg) })
 }
 
 // checkpointRound starts the checkpoints that are due.

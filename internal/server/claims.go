@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -390,15 +391,8 @@ func (s *Server) committed(sessionID string, m store.Mutation) {
 // their limits, until ctx ends.
 func (s *Server) sweep(ctx context.Context) {
 	interval := max(min(s.opts.SweepInterval, s.opts.ClaimTTL/4), time.Millisecond)
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var lastLimits time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, interval, func(ctx context.Context) {
 		if now := s.now(); now.Sub(lastLimits) >= 5*s.opts.SweepInterval {
 			lastLimits = now
 			s.enforceLimits(ctx)
@@ -408,14 +402,14 @@ func (s *Server) sweep(ctx context.Context) {
 			if ctx.Err() == nil {
 				s.log.Warn("sweep lapsed claims", "err", err)
 			}
-			continue
+			return
 		}
 		for _, id := range ids {
 			if err := s.lapseClaim(ctx, id); err != nil && ctx.Err() == nil {
 				s.log.Warn("requeue lapsed claim", "session", id, "err", err)
 			}
 		}
-	}
+	})
 }
 
 // lapseClaim requeues one entry if its claim is still lapsed. A claim

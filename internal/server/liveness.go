@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -29,22 +30,15 @@ func (s *Server) pingEvery() time.Duration {
 // keepClaimsAlive keeps the claims of every connected remote alive until
 // ctx ends, in one store write per round.
 func (s *Server) keepClaimsAlive(ctx context.Context) {
-	t := time.NewTicker(s.keepAliveEvery())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, s.keepAliveEvery(), func(ctx context.Context) {
 		leases := s.hub.leases()
 		if len(leases) == 0 {
-			continue
+			return
 		}
 		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), leases...); err != nil && ctx.Err() == nil {
 			s.log.Warn("keep connected claims alive", "claims", len(leases), "err", err)
 		}
-	}
+	})
 }
 
 // graceAfter leaves c's claim a reconnect grace from now, when its
@@ -63,25 +57,16 @@ func (s *Server) graceAfter(c *remoteConn) {
 // cut, so its claim starts its grace.
 func (s *Server) pingRemote(ctx context.Context, c *remoteConn) {
 	every := s.pingEvery()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	_ = loop.EveryUntil(ctx, every, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, every)
 		err := c.ws.Ping(pctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Info("remote stopped answering pings; closing its connection", "session", c.sessionID, "err", err)
-				_ = c.ws.CloseNow()
-			}
-			return
+		if err != nil && ctx.Err() == nil {
+			s.log.Info("remote stopped answering pings; closing its connection", "session", c.sessionID, "err", err)
+			_ = c.ws.CloseNow()
 		}
-	}
+		return err
+	})
 }
 
 // otherLiveInstance returns the instance of another remote process serving

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -86,17 +87,10 @@ func newQueueFeed(st store.Store, log *slog.Logger, keepalive time.Duration, run
 func (q *queueFeed) keepalive() <-chan struct{} { return *q.ticks.Load() }
 
 func (q *queueFeed) tick(ctx context.Context) {
-	t := time.NewTicker(q.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			next := make(chan struct{})
-			close(*q.ticks.Swap(&next))
-		}
-	}
+	loop.Every(ctx, q.every, func(context.Context) {
+		next := make(chan struct{})
+		close(*q.ticks.Swap(&next))
+	})
 }
 
 // notify says the queue of outpostID changed (committed); "" says any

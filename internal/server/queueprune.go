@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/loop"
 )
 
 // Queue tombstones (part W of issue 17). A deleted queue entry stays as a
@@ -29,16 +31,7 @@ func (s *Server) queueTombstoneAge() time.Duration {
 
 // pruneQueue prunes old tombstones every queuePruneEvery until ctx ends.
 func (s *Server) pruneQueue(ctx context.Context) {
-	t := time.NewTicker(queuePruneEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.pruneQueueOnce(ctx)
-	}
+	loop.Every(ctx, queuePruneEvery, s.pruneQueueOnce)
 }
 
 // pruneQueueOnce deletes every tombstone past the age, a batch at a time.

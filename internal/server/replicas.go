@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 )
@@ -147,21 +148,14 @@ func (s *Server) heartbeat(ctx context.Context) error {
 // heartbeatReplica heartbeats this replica's row and refreshes the cache of
 // the live ones until ctx ends. The row itself is deleted by a graceful stop.
 func (s *Server) heartbeatReplica(ctx context.Context) {
-	t := time.NewTicker(replicaHeartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, replicaHeartbeatEvery, func(ctx context.Context) {
 		if err := s.heartbeat(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("replica heartbeat", "replica", s.opts.ReplicaID, "err", err)
 		}
 		if err := s.refreshReplicas(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("list replicas", "err", err)
 		}
-	}
+	})
 }
 
 // errNotOwner refuses a write of the agent loop of a replica that does not

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -22,21 +23,14 @@ const snapshotSweepBatch = 100
 // deletes the snapshots of sessions that ended, ending those suspended
 // longer than the snapshot TTL.
 func (s *Server) sweepSuspends(ctx context.Context) {
-	t := time.NewTicker(min(5*s.opts.SweepInterval, time.Minute))
-	defer t.Stop()
 	var wg sync.WaitGroup // the automatic suspends under way
 	defer wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Every(ctx, min(5*s.opts.SweepInterval, time.Minute), func(ctx context.Context) {
 		s.autoSuspend(ctx, &wg)
 		if err := s.expireSnapshots(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("snapshot sweep", "err", err)
 		}
-	}
+	})
 }
 
 // autoSuspend starts, in wg, the suspend of every llm session that has

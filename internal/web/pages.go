@@ -363,7 +363,7 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		q.Set("after", v)
 	}
 	r.Header.Set("Accept", "text/event-stream")
-	h.proxy(w, r, "/v1/sessions/"+url.PathEscape(r.PathValue("session"))+"/events", q, "Accept", "Last-Event-ID")
+	h.proxy(&stepWriter{ResponseWriter: w}, r, "/v1/sessions/"+url.PathEscape(r.PathValue("session"))+"/events", q, "Accept", "Last-Event-ID")
 }
 
 func (h *Handler) artifact(w http.ResponseWriter, r *http.Request) {

@@ -10,8 +10,8 @@ import (
 )
 
 // This file says what a step of the session page shows of its call: the
-// header's target and duration, and the arguments and values its body
-// shows. static/app.js has the same rules for live steps.
+// header's duration, and the arguments and values its body shows. The
+// header's target is api.CallTarget's, for live steps too (stepevents.go).
 
 // tookText says how long a call took, as a CI log does: 340ms, 4.2s, 37s,
 // 2m 5s, 1h 3m.
@@ -27,138 +27,6 @@ func tookText(ms int64) string {
 		return fmt.Sprintf("%dm %ds", ms/60_000, ms%60_000/1000)
 	}
 	return fmt.Sprintf("%dh %dm", ms/3_600_000, ms%3_600_000/60_000)
-}
-
-// targetArgs are the arguments step headers show, of every tool.
-type targetArgs struct {
-	Command    string   `json:"command"`
-	Argv       []string `json:"argv"`
-	Path       string   `json:"path"`
-	URL        string   `json:"url"`
-	Name       string   `json:"name"`
-	Repo       string   `json:"repo"`
-	Ref        string   `json:"ref"`
-	Message    string   `json:"message"`
-	Remote     string   `json:"remote"`
-	Branch     string   `json:"branch"`
-	Pattern    string   `json:"pattern"`
-	Selector   string   `json:"selector"`
-	Key        string   `json:"key"`
-	Text       string   `json:"text"`
-	Expression string   `json:"expression"`
-	Patch      string   `json:"patch"`
-}
-
-// stepTarget is what a call works on, for its header: exec's command line,
-// a file tool's path, a git tool's repository and operation, the browser's
-// URL or selector.
-func stepTarget(tool string, raw json.RawMessage) string {
-	var a targetArgs
-	if len(raw) == 0 || json.Unmarshal(raw, &a) != nil {
-		return ""
-	}
-	switch tool {
-	case api.ToolExec:
-		return execLine(a)
-	case api.ToolShellRun:
-		return "[" + a.Name + "] " + a.Command
-	case api.ToolShellWrite:
-		return "[" + a.Name + "] " + a.Text
-	case api.ToolShellStart, api.ToolShellRead, api.ToolShellInterrupt, api.ToolShellKill:
-		return a.Name
-	case api.ToolListDir:
-		if a.Path == "" {
-			return "."
-		}
-		return a.Path
-	case api.ToolReadFile, api.ToolWriteFile, api.ToolEditFile, api.ToolUploadArtifact:
-		return a.Path
-	case api.ToolGlob:
-		return a.Pattern
-	case api.ToolGrep:
-		if a.Path != "" {
-			return a.Pattern + " in " + a.Path
-		}
-		return a.Pattern
-	case api.ToolApplyPatch:
-		return strings.Join(patchFiles(a.Patch), ", ")
-	case api.ToolGitClone:
-		t := a.Name + " ← " + a.URL
-		if a.Ref != "" {
-			t += " @ " + a.Ref
-		}
-		return t
-	case api.ToolGitStatus, api.ToolGitDiff:
-		return a.Repo
-	case api.ToolGitCheckout:
-		return a.Repo + " → " + a.Ref
-	case api.ToolGitCommit:
-		return a.Repo + ": " + a.Message
-	case api.ToolGitPush:
-		remote := a.Remote
-		if remote == "" {
-			remote = "origin"
-		}
-		if a.Branch != "" {
-			remote += "/" + a.Branch
-		}
-		return a.Repo + " → " + remote
-	case api.ToolBrowserNavigate:
-		return a.URL
-	case api.ToolBrowserClick, api.ToolBrowserType, api.ToolBrowserText:
-		return a.Selector
-	case api.ToolBrowserPress:
-		return a.Key
-	case api.ToolBrowserEval:
-		return a.Expression
-	case api.ToolBrowserScreenshot, api.ToolRecordStart:
-		return a.Name
-	}
-	return ""
-}
-
-// execCommand is exec's command line, whole.
-func execCommand(raw json.RawMessage) string {
-	var a targetArgs
-	if json.Unmarshal(raw, &a) != nil {
-		return ""
-	}
-	return execLine(a)
-}
-
-func execLine(a targetArgs) string {
-	if a.Command != "" || len(a.Argv) == 0 {
-		return a.Command
-	}
-	q := make([]string, len(a.Argv))
-	for i, s := range a.Argv {
-		q[i] = shellQuote(s)
-	}
-	return strings.Join(q, " ")
-}
-
-// shellQuote quotes a word for sh when it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// patchFiles are the files a unified diff writes.
-func patchFiles(patch string) []string {
-	var files []string
-	for _, l := range strings.Split(patch, "\n") {
-		if !strings.HasPrefix(l, "+++ ") {
-			continue
-		}
-		p, _, _ := strings.Cut(strings.TrimSpace(l[4:]), "\t")
-		if p == "/dev/null" {
-			continue
-		}
-		files = append(files, strings.TrimPrefix(p, "b/"))
-	}
-	return files
 }
 
 // targetMax is how many characters of a target a header shows.

@@ -172,9 +172,9 @@ func (s *step) add(ev *api.Event, opts transcriptOptions) {
 	switch ev.Type {
 	case api.EventCall:
 		s.Tool, s.Start, s.args = ev.Tool, ev.Time, ev.Args
-		s.Target = stepTarget(ev.Tool, ev.Args)
+		s.Target = api.CallTarget(ev.Tool, ev.Args)
 		if ev.Tool == api.ToolExec {
-			s.Command = execCommand(ev.Args)
+			s.Command = s.Target
 			s.Term = true
 		}
 	case api.EventOutput:

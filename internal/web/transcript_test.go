@@ -184,32 +184,10 @@ func TestNoiseSummaries(t *testing.T) {
 	}
 }
 
-func TestStepTarget(t *testing.T) {
+// TestOneLine checks how a step's header cuts a long or many-line target
+// (api.CallTarget's).
+func TestOneLine(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		tool string
-		args any
-		want string
-	}{
-		{api.ToolExec, api.ExecArgs{Command: "go test ./..."}, "go test ./..."},
-		{api.ToolExec, api.ExecArgs{Argv: []string{"echo", "it's", "a b", ""}}, `echo 'it'\''s' 'a b' ''`},
-		{api.ToolReadFile, api.ReadFileArgs{Path: "a/b.go"}, "a/b.go"},
-		{api.ToolListDir, api.ListDirArgs{}, "."},
-		{api.ToolGrep, api.GrepArgs{Pattern: "TODO", Path: "src"}, "TODO in src"},
-		{api.ToolApplyPatch, api.ApplyPatchArgs{Patch: "--- a/x.go\n+++ b/x.go\n@@ -1 +1 @@\n-a\n+b\n--- a/gone\n+++ /dev/null\n"}, "x.go"},
-		{api.ToolGitClone, api.GitCloneArgs{URL: "file:///srv/app.git", Name: "app", Ref: "main"}, "app ← file:///srv/app.git @ main"},
-		{api.ToolGitCommit, api.GitCommitArgs{Repo: "app", Message: "Fix it"}, "app: Fix it"},
-		{api.ToolGitPush, api.GitPushArgs{Repo: "app", Branch: "fix"}, "app → origin/fix"},
-		{api.ToolGitCheckout, api.GitCheckoutArgs{Repo: "app", Ref: "v2"}, "app → v2"},
-		{api.ToolBrowserNavigate, api.BrowserNavigateArgs{URL: "https://example.com/"}, "https://example.com/"},
-		{api.ToolBrowserClick, api.BrowserClickArgs{Selector: "#go"}, "#go"},
-		{api.ToolShellRun, api.ShellRunArgs{Name: "dev", Command: "npm start"}, "[dev] npm start"},
-		{"some_tool", map[string]string{"x": "y"}, ""},
-	} {
-		if got := stepTarget(tc.tool, args(tc.args)); got != tc.want {
-			t.Errorf("stepTarget(%s, %v) = %q, want %q", tc.tool, tc.args, got, tc.want)
-		}
-	}
 	if line, full := oneLine("for i in 1 2 3\ndo echo $i\ndone"); line != "for i in 1 2 3 …" || full == "" {
 		t.Errorf("oneLine of a script: %q, %q", line, full)
 	}

@@ -117,54 +117,6 @@
     return Math.floor(ms / 3600000) + "h " + Math.floor(ms % 3600000 / 60000) + "m";
   }
 
-  function shellQuote(s) {
-    if (s !== "" && /^[A-Za-z0-9_@%+=:,.\/-]+$/.test(s)) return s;
-    return "'" + s.replace(/'/g, "'\\''") + "'";
-  }
-
-  function execLine(a) {
-    if (str(a.command) || !Array.isArray(a.argv) || a.argv.length === 0) return str(a.command);
-    return a.argv.map(function (s) { return shellQuote(String(s)); }).join(" ");
-  }
-
-  function patchFiles(patch) {
-    var files = [];
-    patch.split("\n").forEach(function (l) {
-      if (!l.startsWith("+++ ")) return;
-      var p = l.slice(4).trim().split("\t")[0];
-      if (p === "/dev/null") return;
-      files.push(p.startsWith("b/") ? p.slice(2) : p);
-    });
-    return files;
-  }
-
-  // target is what a call works on, for its header (stepTarget in Go).
-  function target(tool, a) {
-    if (!a || typeof a !== "object") return "";
-    switch (tool) {
-      case "exec": return execLine(a);
-      case "shell_run": return "[" + str(a.name) + "] " + str(a.command);
-      case "shell_write": return "[" + str(a.name) + "] " + str(a.text);
-      case "shell_start": case "shell_read": case "shell_interrupt": case "shell_kill": return str(a.name);
-      case "list_dir": return str(a.path) || ".";
-      case "read_file": case "write_file": case "edit_file": case "upload_artifact": return str(a.path);
-      case "glob": return str(a.pattern);
-      case "grep": return str(a.path) ? str(a.pattern) + " in " + str(a.path) : str(a.pattern);
-      case "apply_patch": return patchFiles(str(a.patch)).join(", ");
-      case "git_clone": return str(a.name) + " ← " + str(a.url) + (str(a.ref) ? " @ " + str(a.ref) : "");
-      case "git_status": case "git_diff": return str(a.repo);
-      case "git_checkout": return str(a.repo) + " → " + str(a.ref);
-      case "git_commit": return str(a.repo) + ": " + str(a.message);
-      case "git_push": return str(a.repo) + " → " + (str(a.remote) || "origin") + (str(a.branch) ? "/" + str(a.branch) : "");
-      case "browser_navigate": return str(a.url);
-      case "browser_click": case "browser_type": case "browser_text": return str(a.selector);
-      case "browser_press": return str(a.key);
-      case "browser_eval": return str(a.expression);
-      case "browser_screenshot": case "record_start": return str(a.name);
-    }
-    return "";
-  }
-
   // oneLine cuts a target to its first line and 160 characters: [line, full or ""].
   function oneLine(s) {
     var line = s, i = line.indexOf("\n");
@@ -235,6 +187,9 @@
   function Transcript(list) {
     this.list = list;
     this.steps = {};
+    // targets are what each call works on, by call number, as the server
+    // sends them in "step" events just before the calls.
+    this.targets = {};
     var self = this;
     list.querySelectorAll("li.step[data-call]").forEach(function (li) { self.steps[li.dataset.call] = li; });
   }
@@ -271,7 +226,8 @@
   Transcript.prototype.call = function (li, body, ev) {
     var a = ev.args, tool = String(ev.tool || "");
     li.querySelector("summary .tool").textContent = tool;
-    var t = oneLine(target(tool, a)), what = li.querySelector("summary .what");
+    var target = this.targets[ev.call_seq] || "";
+    var t = oneLine(target), what = li.querySelector("summary .what");
     what.textContent = t[0];
     if (t[1]) what.title = t[1];
     li.dataset.start = String(ev.time_ms);
@@ -287,7 +243,7 @@
     }
     if (tool === "exec") {
       var term = body.querySelector(":scope > pre.term") || place(body, el("pre", "term"));
-      var cmd = execLine(a || {});
+      var cmd = target;
       if (cmd && !term.querySelector(".cmd")) term.insertBefore(el("span", "cmd", "$ " + cmd + "\n"), term.firstChild);
     }
   };
@@ -479,6 +435,11 @@
     var timer = window.setInterval(function () { tick(list); }, 500);
     tick(list);
     var src = new EventSource(url);
+    src.addEventListener("step", function (msg) {
+      var s;
+      try { s = JSON.parse(msg.data); } catch (e) { return; }
+      if (s && s.call_seq) transcript.targets[s.call_seq] = String(s.target || "");
+    });
     src.onmessage = function (msg) {
       var ev;
       try { ev = JSON.parse(msg.data); } catch (e) { return; }
