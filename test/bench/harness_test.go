@@ -407,7 +407,6 @@ type follower struct {
 	mu     sync.Mutex
 	events []arrival
 	done   chan error
-	onEv   func(api.Event, time.Time)
 }
 
 type arrival struct {
