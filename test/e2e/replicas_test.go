@@ -22,8 +22,8 @@ import (
 	"github.com/outpost-sh/outpost/client"
 )
 
-// The tests of several `outpost server` replicas on one PostgreSQL database
-// (issue 16): real server processes behind an in-test balancer
+// The tests of several `outpost server` replicas on one PostgreSQL database:
+// real server processes behind an in-test balancer
 // (test/balancer), real workers and remotes through it.
 
 // TestReplicas runs the steady-state scenarios on one set of three replicas

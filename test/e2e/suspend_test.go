@@ -16,7 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/demo"
 )
 
-// suspendScenario is the scenario up to the suspend: an external
+// suspendScenario is the suspend-and-resume scenario up to the suspend: an external
 // session whose agent (plain HTTP) writes an uncommitted change and an
 // untracked file in its repository and a file outside it, then the CLI
 // suspends it. It returns the session.
@@ -119,7 +119,7 @@ func resumeAndCheck(t *testing.T, c *cluster, id, workspace string) {
 	}
 }
 
-// TestSuspendResumeOnAnotherWorker is the scenario on long-lived
+// TestSuspendResumeOnAnotherWorker is the suspend-and-resume scenario on long-lived
 // workers: suspended, the first worker stopped and its workspace deleted,
 // a second worker in a fresh directory resumes the session and every file
 // is back, the uncommitted change too.
