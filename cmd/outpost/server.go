@@ -189,7 +189,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env "+envDataDir.Name+"; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
 	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env "+envDatabaseURL.Name+"; default the embedded SQLite database in the data dir)")
 	fl.StringVar(&opts.BlobStore, "blob-store", "", "where workspace snapshots, artifacts and spilled output are kept: fs (files in the data dir), postgres (the --database, shared by every server on it) or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true] (an S3-compatible bucket; credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) (env "+envBlobStore.Name+"; default postgres with --database, else fs)")
-	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>)")
+	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>, https:// with --tls-cert)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
@@ -208,7 +208,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
 	addServerEdgeFlags(fl, opts)
 	fl.StringVar(&opts.ReplicaID, "replica-id", "", "name of this server among several replicas on one PostgreSQL database, the label replica of every metric (env "+envReplicaID.Name+"; default the hostname and a random suffix, new at each start)")
-	fl.StringVar(&opts.ReplicaURL, "replica-url", "", "URL the other replicas reach this one at, e.g. http://10.0.0.5:7420 (env "+envReplicaURL.Name+"; default http://<listen> unless it is a wildcard address, else none: requests are then not forwarded here)")
+	fl.StringVar(&opts.ReplicaURL, "replica-url", "", "URL the other replicas reach this one at, e.g. http://10.0.0.5:7420 (env "+envReplicaURL.Name+"; default http://<listen>, https:// with --tls-cert, unless it is a wildcard address, else none: requests are then not forwarded here)")
 	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
