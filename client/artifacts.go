@@ -28,13 +28,19 @@ func (s *ArtifactsService) List(ctx context.Context, sessionID string) (*api.Art
 
 // Get writes the bytes of a session's artifact to w.
 func (s *ArtifactsService) Get(ctx context.Context, sessionID, name string, w io.Writer) error {
-	path := sessionPath(sessionID) + "/artifacts/" + url.PathEscape(name)
-	req, err := s.c.newRequest(ctx, http.MethodGet, path, nil, nil)
+	return s.c.download(ctx, sessionPath(sessionID)+"/artifacts/"+url.PathEscape(name), "artifact", w)
+}
+
+// download copies the body of GET path to w; what names the thing in
+// errors. A body shorter than its Content-Length is an error, not a short
+// copy. It is not retried: w may hold part of the body.
+func (c *Client) download(ctx context.Context, path, what string, w io.Writer) error {
+	req, err := c.newRequest(ctx, http.MethodGet, path, nil, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Accept", "*/*")
-	resp, err := s.c.http.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return &transportError{op: "GET " + path, err: err}
 	}
@@ -44,10 +50,10 @@ func (s *ArtifactsService) Get(ctx context.Context, sessionID, name string, w io
 	}
 	n, err := io.Copy(w, resp.Body)
 	if err != nil {
-		return &transportError{op: "GET " + path, err: fmt.Errorf("read artifact: %w", err)}
+		return &transportError{op: "GET " + path, err: fmt.Errorf("read %s: %w", what, err)}
 	}
 	if resp.ContentLength >= 0 && n != resp.ContentLength {
-		return &transportError{op: "GET " + path, err: fmt.Errorf("artifact cut short: got %d of %d bytes", n, resp.ContentLength)}
+		return &transportError{op: "GET " + path, err: fmt.Errorf("%s cut short: got %d of %d bytes", what, n, resp.ContentLength)}
 	}
 	return nil
 }

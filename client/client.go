@@ -28,7 +28,8 @@ import (
 const DefaultUserAgent = "outpost-go-client"
 
 // requestTimeout bounds ordinary calls whose context has no deadline.
-// Streams (Watch, Follow) are not bounded by it.
+// Streams (Watch, Follow), downloads and tool calls are not bounded by it:
+// they last as long as what they carry.
 const requestTimeout = 60 * time.Second
 
 // maxBody bounds how much of a JSON answer is read.

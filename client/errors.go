@@ -47,6 +47,16 @@ func IsBadRequest(err error) bool { return hasStatus(err, http.StatusBadRequest)
 // IsNotFound reports whether err is a 404 answer.
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
 
+// IsGone reports whether err is a 410 answer: something that existed was
+// deleted for good, such as an artifact or spilled output the retention
+// policy removed.
+func IsGone(err error) bool { return hasStatus(err, http.StatusGone) }
+
+// IsUnavailable reports whether err is a 503 answer, for example a tool
+// call on a session whose machine has not connected yet: the same call may
+// succeed later.
+func IsUnavailable(err error) bool { return hasStatus(err, http.StatusServiceUnavailable) }
+
 // IsUnauthorized reports whether err is a 401 answer: a missing, bad,
 // expired or revoked token.
 func IsUnauthorized(err error) bool { return hasStatus(err, http.StatusUnauthorized) }

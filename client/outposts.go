@@ -58,6 +58,18 @@ func (s *OutpostsService) Create(ctx context.Context, req api.CreateOutpostReque
 	return &o, nil
 }
 
+// Update changes an outpost's limits (orchestrator scope; a token limited
+// to one outpost cannot): the fields req sets change, the others keep
+// their values. It returns the outpost as it now is; a limit out of range
+// is IsBadRequest and changes nothing.
+func (s *OutpostsService) Update(ctx context.Context, nameOrID string, req api.UpdateOutpostRequest) (*api.Outpost, error) {
+	var o api.Outpost
+	if err := s.c.do(ctx, http.MethodPatch, "/v1/outposts/"+url.PathEscape(nameOrID), nil, req, &o); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
 // Delete removes an outpost (orchestrator scope). Without force the server
 // refuses (409) while sessions are claimed; with force it ends every
 // unfinished session of the outpost.

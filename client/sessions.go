@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -102,6 +104,40 @@ func (s *SessionsService) Send(ctx context.Context, id, text string) (*api.Event
 		return nil, err
 	}
 	return &out, nil
+}
+
+// CallTool calls one of an external session's tools as its agent (an
+// agent outside Outpost, agent.kind external) and returns the result once
+// the call has ended. args are the tool's arguments: a value such as
+// api.ExecArgs, a json.RawMessage, or nil for none. A tool that ran and
+// failed is a result with OK false and Error saying why, not an error; an
+// error means the call was not made or not answered: an unknown tool or
+// bad arguments (IsBadRequest), no machine connected yet (IsUnavailable:
+// try again), or a session that is not external or has ended. The call
+// may run as long as the tool does, so only ctx bounds it, and it is never
+// retried: the tool may have run.
+func (s *SessionsService) CallTool(ctx context.Context, id, tool string, args any) (*api.ToolResult, error) {
+	if args == nil {
+		args = struct{}{}
+	}
+	body, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("encode the arguments of %s: %w", tool, err)
+	}
+	var out api.ToolResult
+	if err := s.c.doOnce(ctx, http.MethodPost, sessionPath(id)+"/tools/"+url.PathEscape(tool), nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SpilledOutput writes to w the output of call seq (its transcript event's
+// Seq) past the transcript's per-call cap, which the server keeps once the
+// call ends and the transcript's note about spilled bytes points to. It is
+// IsNotFound when the call spilled nothing or is still running, and IsGone
+// once the retention policy deleted it with the session's artifacts.
+func (s *SessionsService) SpilledOutput(ctx context.Context, id string, seq int64, w io.Writer) error {
+	return s.c.download(ctx, sessionPath(id)+"/output/"+strconv.FormatInt(seq, 10), "spilled output", w)
 }
 
 // Events returns one page of a session's transcript: events with a sequence

@@ -23,7 +23,7 @@ var (
 	envSnapshotInterval  = api.EnvVar{Name: "OUTPOST_SNAPSHOT_INTERVAL", Meaning: "how often running sessions are checkpointed (--snapshot-interval)"}
 	envMaxCallOutput     = api.EnvVar{Name: "OUTPOST_MAX_CALL_OUTPUT_BYTES", Meaning: "most output of one call the server keeps (--max-call-output-bytes)"}
 	envMaxSessionOutput  = api.EnvVar{Name: "OUTPOST_MAX_SESSION_OUTPUT_BYTES", Meaning: "most spilled output of one session the server keeps (--max-session-output-bytes)"}
-	envBlobStore         = api.EnvVar{Name: "OUTPOST_BLOB_STORE", Meaning: "where snapshots, artifacts and spilled output are kept: fs or postgres (--blob-store)"}
+	envBlobStore         = api.EnvVar{Name: "OUTPOST_BLOB_STORE", Meaning: "where snapshots, artifacts and spilled output are kept: fs, postgres or s3://… (--blob-store)"}
 	envDistDir           = api.EnvVar{Name: "OUTPOST_DIST_DIR", Meaning: "directory of remote builds published at /dist/ (--dist-dir)"}
 	envTLSCert           = api.EnvVar{Name: "OUTPOST_TLS_CERT", Meaning: "PEM certificate chain of HTTPS (--tls-cert)"}
 	envTLSKey            = api.EnvVar{Name: "OUTPOST_TLS_KEY", Meaning: "PEM private key of --tls-cert (--tls-key)"}

@@ -108,12 +108,12 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_MAX_CALL_OUTPUT_BYTES,
-OUTPOST_MAX_SESSION_OUTPUT_BYTES, OUTPOST_DIST_DIR,
-OUTPOST_TLS_CERT, OUTPOST_TLS_KEY, OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID,
-OUTPOST_REPLICA_URL, OUTPOST_LLM_*,
-OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN, when set, is the
-admin token.
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_SNAPSHOT_INTERVAL,
+OUTPOST_MAX_CALL_OUTPUT_BYTES, OUTPOST_MAX_SESSION_OUTPUT_BYTES,
+OUTPOST_BLOB_STORE, OUTPOST_DIST_DIR, OUTPOST_TLS_CERT, OUTPOST_TLS_KEY,
+OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID, OUTPOST_REPLICA_URL,
+OUTPOST_LLM_*, OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN,
+when set, is the admin token.
 
 --config FILE reads settings from a YAML file whose keys are the flags'
 names (listen: 0.0.0.0:7420, claim-ttl: 300s). A flag given on the command
@@ -137,9 +137,19 @@ sharing a PostgreSQL database need the same keys. See docs/secrets.md.
 
 State is kept in an embedded SQLite database in the data dir, or, with
 --database postgres://…, in PostgreSQL (the schema is created or migrated at
-start). The data dir still holds the admin token file and spilled output.
-Run one server per database: several servers sharing one are not supported
-yet.
+start). Workspace snapshots, artifacts and spilled output are kept where
+--blob-store says: files in the data dir (the default with SQLite), the
+PostgreSQL database (the default with it) or an S3-compatible bucket. The
+data dir also holds the admin token file (unless OUTPOST_ADMIN_TOKEN is set)
+and, unless OUTPOST_SECRET_KEY or --secret-key-file gives the key, the
+secret key file.
+
+Several servers may share one PostgreSQL database as replicas behind one
+load balancer; any replica answers any request. Give every replica the same
+OUTPOST_SECRET_KEY, OUTPOST_ADMIN_TOKEN and --public-url (the balancer's),
+a blob store they share (postgres or s3://…, not fs), its own --replica-id,
+and a --replica-url the other replicas reach it at directly. See
+docs/replicas.md.
 
 Artifacts of a session that ended longer ago than --artifact-retention are
 deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
@@ -157,6 +167,7 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --listen 0.0.0.0:7420 --public-url https://outpost.example.com \
     --tls-cert /etc/outpost/tls.crt --tls-key /etc/outpost/tls.key --metrics-listen 127.0.0.1:9420
   outpost server --database postgres://… --secret-key-file /etc/outpost/secret-key   # one key for every server on the database
+  outpost server --database postgres://… --listen 10.0.0.5:7420 --replica-id outpost-a --replica-url http://10.0.0.5:7420
   outpost server --config /etc/outpost/server.yaml --log-format json`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -178,7 +189,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.DataDir, "data-dir", "", "data directory (env "+envDataDir.Name+"; default $XDG_DATA_HOME/outpost or ~/.local/share/outpost)")
 	fl.StringVar(&opts.Database, "database", "", "PostgreSQL URL, postgres://user:password@host:port/db (env "+envDatabaseURL.Name+"; default the embedded SQLite database in the data dir)")
 	fl.StringVar(&opts.BlobStore, "blob-store", "", "where workspace snapshots, artifacts and spilled output are kept: fs (files in the data dir), postgres (the --database, shared by every server on it) or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true] (an S3-compatible bucket; credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) (env "+envBlobStore.Name+"; default postgres with --database, else fs)")
-	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>)")
+	fl.StringVar(&opts.PublicURL, "public-url", "", "URL workers and remotes reach the server at (env "+envPublicURL.Name+"; default http://<listen>, https:// with --tls-cert)")
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
@@ -197,7 +208,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
 	addServerEdgeFlags(fl, opts)
 	fl.StringVar(&opts.ReplicaID, "replica-id", "", "name of this server among several replicas on one PostgreSQL database, the label replica of every metric (env "+envReplicaID.Name+"; default the hostname and a random suffix, new at each start)")
-	fl.StringVar(&opts.ReplicaURL, "replica-url", "", "URL the other replicas reach this one at, e.g. http://10.0.0.5:7420 (env "+envReplicaURL.Name+"; default http://<listen> unless it is a wildcard address, else none: requests are then not forwarded here)")
+	fl.StringVar(&opts.ReplicaURL, "replica-url", "", "URL the other replicas reach this one at, e.g. http://10.0.0.5:7420 (env "+envReplicaURL.Name+"; default http://<listen>, https:// with --tls-cert, unless it is a wildcard address, else none: requests are then not forwarded here)")
 	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }

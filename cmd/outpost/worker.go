@@ -33,8 +33,8 @@ type WorkerStartOptions struct {
 	// KeepWorkspace turns off the clearing of the workspace between
 	// sessions.
 	KeepWorkspace bool
-	// NoPrestart (part R of issue 17) starts each remote at claim time
-	// instead of keeping one pre-started while idle.
+	// NoPrestart starts each remote at claim time instead of keeping one
+	// pre-started while idle.
 	NoPrestart bool
 	LogFormat  string
 	// ConfigFile is the YAML file of settings (--config); "" means none.

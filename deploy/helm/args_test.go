@@ -157,8 +157,8 @@ func TestServerArgsParseWithTheRealCommand(t *testing.T) {
 			}
 		}
 	}
-	// Several replicas: the flags of replica identity (part C of issue 16)
-	// once the server has them.
+	// Several replicas: the flags that name each replica and say where the
+	// others reach it, checked only when the server under test has them.
 	if strings.Contains(help, "--replica-url") {
 		_, c := serverPod(t, render(t, Server, Options{Values: values(t,
 			`{replicaCount: 3, database: {url: "postgres://db/o"}, persistence: {enabled: false}, server: {secretKey: {existingSecret: k}}}`)}))

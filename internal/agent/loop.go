@@ -97,8 +97,8 @@ type Ender interface {
 	CommitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error)
 	// EndIn writes into a transaction of the caller's — which read sess
 	// and e, and found the session not ended — the change CommitEnd
-	// commits, adding it to m (issue 17 part C: a script's end folds into
-	// its last result's commit). Once m is committed and published, Ended
+	// commits, adding it to m (a script's end folds into its last result's
+	// commit, one commit less per session). Once m is committed and published, Ended
 	// does the rest of CommitEnd and returns what must follow, as
 	// CommitEnd's func.
 	EndIn(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string)

@@ -38,8 +38,8 @@ type runner struct {
 	// committed events for it. Both owned by run.
 	conv *conversation
 	sub  Subscription
-	// A script session ends in the transaction of its last call's result
-	// (issue 17 part C): finalSeq is that call (0: none, other kinds),
+	// A script session ends in the transaction of its last call's result,
+	// one commit less per session: finalSeq is that call (0: none, other kinds),
 	// finalEnd gives the end its result makes, and endedHere is set once
 	// that transaction ended the session. Owned by run.
 	finalSeq    int64

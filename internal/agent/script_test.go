@@ -128,8 +128,8 @@ func TestScriptStepFailure(t *testing.T) {
 
 // TestScriptEndsWithItsLastResult: a one-step script session takes two
 // transactions of the runner — the call's record and its result, which
-// also ends the session (issue 17 part C) — and its transcript reads as
-// before: the result, then the final status, then the end.
+// also ends the session, one commit less per session — and its transcript
+// reads in order: the result, then the final status, then the end.
 func TestScriptEndsWithItsLastResult(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)

@@ -71,26 +71,26 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		defer func() { r.Released(bg, s, resumable) }()
 	}
 
+	end := out.ending()
 	switch {
 	case lost.Load():
 		log.Warn("session abandoned: the claim was lost", "err", out.Err)
 		return out, fmt.Errorf("lost the claim on session %s", s.ID)
-	case out.LeaveClaim && s.isStopping():
+	case end == handedOff && s.isStopping():
 		// Shutdown of a consumer whose machines outlive it (the
 		// operator's pods): the claim stays, renewed by the connected
 		// remote, for the next process to adopt.
 		log.Info("claim kept on shutdown: the session's machine goes on, for the next process to adopt", "reason", out.Err)
 		resumable = true
 		return out, nil
-	case out.LeaveClaim:
+	case end == handedOff:
 		// The claim is someone else's now: another process serving the
 		// session under this acceptor id, or a new holder. Releasing it
 		// would take it from them.
 		log.Error("the gateway refused the remote: another remote serves the session under the same claim, "+
 			"or the claim ended or moved; leaving the claim alone (not releasing it)", "err", out.Err)
 		return out, fmt.Errorf("the gateway refused the remote for session %s; its claim was left to whoever serves it", s.ID)
-	}
-	if out.Failed {
+	case end == notStarted:
 		err := out.Err
 		if err == nil {
 			err = errors.New("the session's machine could not be started")
@@ -99,10 +99,11 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		resumable = true
 		return out, err
 	}
+	// stopped or exited: the queue says whether the session is over.
 	status := "ended"
 	if !s.isEnded() {
 		window := time.Duration(0)
-		if out.Exited {
+		if end == exited {
 			window = confirmWindow
 		}
 		status = c.confirmEnd(bg, s, window)

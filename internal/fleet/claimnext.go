@@ -8,7 +8,7 @@ import (
 	"github.com/outpost-sh/outpost/client"
 )
 
-// Issue 17 part C: a consumer asks the server for the next pending session
+// A consumer asks the server for the next pending session
 // of its outpost (client.QueueService.ClaimNext) rather than claiming an id
 // the watch showed, so that consumers woken by one change do not race for
 // one session: the watch is a hint that there is work, the server decides

@@ -98,7 +98,9 @@ type Releaser interface {
 	Released(ctx context.Context, s *Session, resumable bool)
 }
 
-// Outcome is how a session's machine ended.
+// Outcome is how a session's machine ended. Its flags come down to one of
+// four endings (see ending: stopped, exited, notStarted, handedOff) that
+// decide what becomes of the claim; Postpone, Stop and Reason qualify it.
 type Outcome struct {
 	// Exited says the session's remote exited by itself (it was not
 	// stopped): the queue's status may lag that, so the consumer waits a
@@ -127,6 +129,43 @@ type Outcome struct {
 	// Stop makes the consumer stop after this session; Run then returns
 	// the session's error, nil when the session is over.
 	Stop bool
+}
+
+// ending is the one thing an Outcome says happened to the session's
+// machine, which decides what becomes of its claim; the flags that set it
+// rank LeaveClaim over Failed over Exited. Postpone, Stop and Reason only
+// qualify it.
+type ending int
+
+const (
+	// stopped: the machine was stopped, or stopped by itself in a way the
+	// runner does not call an exit; the queue says whether the session is
+	// over, and if not the claim goes back to the queue.
+	stopped ending = iota
+	// exited: the remote exited by itself (Exited); as stopped, but the
+	// queue's status may lag the exit, so the consumer waits a moment for
+	// the session's end.
+	exited
+	// notStarted: the machine could not be given (Failed); the claim is
+	// released at once with the reason.
+	notStarted
+	// handedOff: the claim is not the consumer's to release (LeaveClaim):
+	// another remote holds it, or, on shutdown, the machine outlives the
+	// consumer.
+	handedOff
+)
+
+// ending tells which ending o's flags mean.
+func (o Outcome) ending() ending {
+	switch {
+	case o.LeaveClaim:
+		return handedOff
+	case o.Failed:
+		return notStarted
+	case o.Exited:
+		return exited
+	}
+	return stopped
 }
 
 // Observer sees what a consumer does, for metrics. Its methods must not

@@ -99,7 +99,8 @@ func batchingClient(hc *http.Client) (*http.Client, *batchDialer, func()) {
 	t, ok := rt.(*http.Transport)
 	// A transport with its own dial hooks keeps them: wrapping DialContext
 	// would not see those connections.
-	if !ok || t.DialTLSContext != nil || t.DialTLS != nil || t.Dial != nil { //nolint:staticcheck // the deprecated hooks are checked, not used
+	//lint:ignore SA1019 the deprecated hooks are checked, not used
+	if !ok || t.DialTLSContext != nil || t.DialTLS != nil || t.Dial != nil {
 		return hc, nil, func() {}
 	}
 	t = t.Clone()

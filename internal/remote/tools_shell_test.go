@@ -29,21 +29,21 @@ func startTestShell(t *testing.T, name string) (*testCall, string) {
 	return tc, dir
 }
 
-// shellRun runs command and returns its result, error and output.
-func shellRun(t *testing.T, tc *testCall, name, command string, timeoutS int64) (api.ShellRunResult, error, string) {
+// shellRun runs command and returns its result, output and error.
+func shellRun(t *testing.T, tc *testCall, name, command string, timeoutS int64) (api.ShellRunResult, string, error) {
 	t.Helper()
 	var res api.ShellRunResult
 	err := tc.run(t, context.Background(), api.ToolShellRun, api.ShellRunArgs{Name: name, Command: command, TimeoutS: timeoutS}, &res)
-	return res, err, tc.output(api.StreamStdout)
+	return res, tc.output(api.StreamStdout), err
 }
 
 func TestShellStatePersists(t *testing.T) {
 	t.Parallel()
 	tc, dir := startTestShell(t, "main")
-	if _, err, _ := shellRun(t, tc, "main", "mkdir -p sub/deeper && cd sub\nexport GREETING=hello", 10); err != nil {
+	if _, _, err := shellRun(t, tc, "main", "mkdir -p sub/deeper && cd sub\nexport GREETING=hello", 10); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	res, err, out := shellRun(t, tc, "main", `pwd; echo "$GREETING world"`, 10)
+	res, out, err := shellRun(t, tc, "main", `pwd; echo "$GREETING world"`, 10)
 	if err != nil || res.ExitCode != 0 || res.Running {
 		t.Fatalf("run: %+v, %v", res, err)
 	}
@@ -54,20 +54,20 @@ func TestShellStatePersists(t *testing.T) {
 		t.Errorf("output_bytes = %d, want %d", res.OutputBytes, len(out))
 	}
 	// A failing command reports its exit code, and the shell goes on.
-	res, err, out = shellRun(t, tc, "main", "echo oops >&2; (exit 7)", 10)
+	res, out, err = shellRun(t, tc, "main", "echo oops >&2; (exit 7)", 10)
 	if err == nil || res.ExitCode != 7 || !strings.Contains(err.Error(), "exit code 7") || out != "oops\n" {
 		t.Fatalf("failing run: %+v, %v, %q", res, err, out)
 	}
 	// Output without a final newline, and multi-line syntax.
-	_, err, out = shellRun(t, tc, "main", "for i in 1 2 3; do\n  printf %s $i\ndone", 10)
+	_, out, err = shellRun(t, tc, "main", "for i in 1 2 3; do\n  printf %s $i\ndone", 10)
 	if err != nil || out != "123" {
 		t.Fatalf("loop: %v, %q", err, out)
 	}
 	// A syntax error is the command's failure, not the shell's.
-	if res, err, _ := shellRun(t, tc, "main", "if then fi (", 10); err == nil || res.ExitCode == 0 || res.Exited {
+	if res, _, err := shellRun(t, tc, "main", "if then fi (", 10); err == nil || res.ExitCode == 0 || res.Exited {
 		t.Fatalf("syntax error: %+v, %v", res, err)
 	}
-	if _, err, out := shellRun(t, tc, "main", "echo still $GREETING", 10); err != nil || out != "still hello\n" {
+	if _, out, err := shellRun(t, tc, "main", "echo still $GREETING", 10); err != nil || out != "still hello\n" {
 		t.Fatalf("after syntax error: %v, %q", err, out)
 	}
 }
@@ -76,12 +76,12 @@ func TestShellInteractive(t *testing.T) {
 	t.Parallel()
 	tc, _ := startTestShell(t, "talk")
 	ctx := context.Background()
-	res, err, out := shellRun(t, tc, "talk", `read -p "name? " n; echo "hi $n"`, 1)
+	res, out, err := shellRun(t, tc, "talk", `read -p "name? " n; echo "hi $n"`, 1)
 	if err == nil || !res.Running || !strings.Contains(err.Error(), "still running") {
 		t.Fatalf("run = %+v, %v; want still running", res, err)
 	}
 	// Another run is refused while this one waits for input.
-	if _, err, _ := shellRun(t, tc, "talk", "true", 1); err == nil || !strings.Contains(err.Error(), "still running a command") {
+	if _, _, err := shellRun(t, tc, "talk", "true", 1); err == nil || !strings.Contains(err.Error(), "still running a command") {
 		t.Fatalf("second run: %v", err)
 	}
 	var w api.ShellWriteResult
@@ -105,7 +105,7 @@ func TestShellInteractive(t *testing.T) {
 		t.Fatalf("output = %q", got)
 	}
 	// The shell is ready again.
-	if _, err, out := shellRun(t, tc, "talk", "echo again", 10); err != nil || out != "again\n" {
+	if _, out, err := shellRun(t, tc, "talk", "echo again", 10); err != nil || out != "again\n" {
 		t.Fatalf("next run: %v, %q", err, out)
 	}
 }
@@ -137,7 +137,7 @@ func TestShellInterrupt(t *testing.T) {
 	if out := tc.output(api.StreamStdout); strings.Contains(out, "not-reached") {
 		t.Fatalf("output = %q", out)
 	}
-	if _, err, out := shellRun(t, tc, "sleepy", "echo alive", 10); err != nil || out != "alive\n" {
+	if _, out, err := shellRun(t, tc, "sleepy", "echo alive", 10); err != nil || out != "alive\n" {
 		t.Fatalf("after interrupt: %v, %q", err, out)
 	}
 }
@@ -151,7 +151,7 @@ func TestShellOutputBound(t *testing.T) {
 	}
 	const total = 3 << 20
 	// Started in the background, so its output is buffered for shell_read.
-	if _, err, _ := shellRun(t, tc, "loud", "head -c 3145728 /dev/zero | tr '\\0' a &", 10); err != nil {
+	if _, _, err := shellRun(t, tc, "loud", "head -c 3145728 /dev/zero | tr '\\0' a &", 10); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -196,11 +196,11 @@ func TestShellLifecycle(t *testing.T) {
 		t.Fatalf("read unknown: %v", err)
 	}
 	// exit ends the shell; the run reports it.
-	res, err, _ := shellRun(t, tc, "one", "exit 3", 10)
+	res, _, err := shellRun(t, tc, "one", "exit 3", 10)
 	if err == nil || !res.Exited || res.ExitCode != 3 {
 		t.Fatalf("exit: %+v, %v", res, err)
 	}
-	if _, err, _ := shellRun(t, tc, "one", "true", 10); err == nil || !strings.Contains(err.Error(), "exited") {
+	if _, _, err := shellRun(t, tc, "one", "true", 10); err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Fatalf("run after exit: %v", err)
 	}
 	// An exited shell's name can be started again.
@@ -242,10 +242,10 @@ func TestShellWithSh(t *testing.T) {
 	shellPrograms = [][]string{{"sh", "-i"}}
 	defer func() { shellPrograms = saved }()
 	tc, dir := startTestShell(t, "posix")
-	if _, err, _ := shellRun(t, tc, "posix", "mkdir -p d && cd d && export V=1", 10); err != nil {
+	if _, _, err := shellRun(t, tc, "posix", "mkdir -p d && cd d && export V=1", 10); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	res, err, out := shellRun(t, tc, "posix", "pwd; echo v=$V; false", 10)
+	res, out, err := shellRun(t, tc, "posix", "pwd; echo v=$V; false", 10)
 	if err == nil || res.ExitCode != 1 || out != dir+"/d\nv=1\n" {
 		t.Fatalf("run = %+v, %v, %q", res, err, out)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// Issue 17 part C: server-assigned claims. Outpost's own claimers (workers,
+// Server-assigned claims. Outpost's own claimers (workers,
 // orchestrators) ask for "the next pending session of this outpost"
 // instead of racing each other for one id they saw on the watch: the
 // store picks the first claimable entry in claim order inside the claim's

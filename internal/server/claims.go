@@ -328,8 +328,8 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 // it adds to m the session's final status, its status and end events and,
 // for a live entry, the entry marked terminated (a pending one deleted:
 // nobody holds it to release). commitEnd commits it alone; a session
-// runner folds it into the transaction of the session's last result
-// (issue 17 part C: one commit less per session).
+// runner folds it into the transaction of the session's last result, one
+// commit less per session.
 func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
 	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
 	sess.UpdatedAt, sess.EndedAt = now, &now

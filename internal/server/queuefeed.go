@@ -13,7 +13,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// Queue watch fan-out (part W of issue 17). Every committed change of a
+// Queue watch fan-out, so that thousands of idle watchers cost the store
+// one read per change instead of one each. Every committed change of a
 // queue entry wakes only the reader of that entry's outpost; the reader
 // reads the outpost's changes once from the store (ListQueue after its
 // cursor), encodes each watch event once and hands the bytes to every

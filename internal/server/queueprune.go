@@ -7,7 +7,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/loop"
 )
 
-// Queue tombstones (part W of issue 17). A deleted queue entry stays as a
+// Queue tombstones. A deleted queue entry stays as a
 // tombstone so that a watch replaying from an older cursor hears of the
 // deletion; kept forever they made every list and replay count all of
 // history. pruneQueue deletes the tombstones of ended sessions once they

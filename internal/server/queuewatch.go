@@ -13,14 +13,14 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// A queue watch stream (part W of issue 17) takes its outpost's changes
+// A queue watch stream takes its outpost's changes
 // from the queue feed (queuefeed.go). Over HTTP/1.x the stream hijacks
 // its connection once the headers are decided and is served by a small
 // goroutine of its own writing straight to the socket, so an idle watch
 // holds no net/http connection state, no bufio buffers and no handler
 // stack; the response is the same event stream, delimited by the
 // connection's close (Connection: close) instead of chunks. Over HTTP/2
-// the handler serves it as before.
+// the handler serves it itself.
 
 // watchBatch is how many rows a watch reads at a time.
 const watchBatch = 500

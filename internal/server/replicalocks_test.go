@@ -18,7 +18,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 )
 
-// Part B of issue 16: the orderings and the presence the server kept in
+// The orderings and the worker presence that one server could keep in
 // memory hold across two servers on one PostgreSQL database.
 
 // lockPair is two servers (replicas) on one fresh database, sharing a

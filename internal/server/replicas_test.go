@@ -31,8 +31,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
-// Tests of part C: several replicas on one PostgreSQL database, the owner
-// of a running session, forwarding and the hand-over.
+// Tests of several replicas on one PostgreSQL database: the owner of a
+// running session, forwarding and the hand-over.
 
 // replicaServer is one replica of a test's set: a testServer that the test
 // may stop gracefully (stop) before its cleanup.
@@ -216,7 +216,7 @@ func waitRunning(t *testing.T, ts *testServer, id string) {
 	})
 }
 
-// TestReplicas runs the part C scenarios on one PostgreSQL server, each on
+// TestReplicas runs the replica scenarios on one PostgreSQL server, each on
 // its own database.
 func TestReplicas(t *testing.T) {
 	t.Parallel()

@@ -159,6 +159,9 @@ func TestSecretKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := secretOf(t, srv, "s2"); got != "hunter2-listed" {
+		t.Errorf("secret under the listed old key = %q", got)
+	}
 	stop()
 	srv, stop, err = openServer(t, Options{DataDir: plantDir, SecretKey: newKey}, nil)
 	if err != nil {

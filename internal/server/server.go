@@ -131,7 +131,7 @@ type Options struct {
 	// only what changed since; see checkpoint.go. 0 means never.
 	SnapshotInterval time.Duration
 	// BlobStore is where snapshots, artifacts and spilled output are kept
-	// (issue 16 part D, blobs.go): "fs" for files in DataDir, "postgres"
+	// (blobs.go): "fs" for files in DataDir, "postgres"
 	// for the PostgreSQL database of the store (shared by every replica on
 	// it), s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true]
 	// for an S3-compatible bucket (credentials from AWS_ACCESS_KEY_ID and
@@ -177,7 +177,7 @@ type Options struct {
 	// scope.
 	MetricsTokenRequired bool
 
-	// Replicas (part C): several servers on one PostgreSQL database.
+	// Replicas: several servers on one PostgreSQL database.
 
 	// ReplicaID names this server process among the replicas sharing its
 	// database; "" means the hostname and a random suffix, new at each
@@ -227,8 +227,8 @@ type Server struct {
 	metricsLn   net.Listener
 	metricsHTTP *http.Server
 
-	// queueFeed fans queue changes out to watches, per outpost (part W
-	// of issue 17, queuefeed.go).
+	// queueFeed fans queue changes out to watches, per outpost
+	// (queuefeed.go).
 	queueFeed    *queueFeed
 	userMessages *notifier // wakes llm runners waiting for the user
 	topics       *topics
@@ -439,7 +439,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.shared = sharedStore(s.store)
-	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }) // part W
+	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
@@ -645,7 +645,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.fanout(s.runCtx)
 	}()
-	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // part W of issue 17: queue tombstones
+	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // queue tombstones of ended sessions
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)
@@ -767,7 +767,8 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST "+prefix+"/{session}/release", s.authed(s.releaseHandler, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/events", s.authed(s.machineEvent, api.ScopeMachine))
 	}
-	// Issue 17 part C: server-assigned claims for Outpost's own claimers.
+	// Server-assigned claims, so that Outpost's own claimers do not race
+	// for the same id (claimnext.go).
 	mux.HandleFunc("POST /v1/outposts/{outpost}/queue:claim", s.authed(s.claimNextHandler, api.ScopeMachine))
 	// Connected workers and orchestrators: heartbeats kept in memory.
 	wk := s.newWorkers()

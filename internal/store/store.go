@@ -62,7 +62,7 @@ type OutpostLoad struct {
 	Held int
 }
 
-// NextFilter narrows ClaimNext's pick (issue 17 part C).
+// NextFilter narrows ClaimNext's pick.
 type NextFilter struct {
 	// Platform, when set, skips entries pinned to another platform.
 	Platform string
@@ -78,8 +78,8 @@ type OutpostCounts struct {
 	// Running and Suspended count sessions of those statuses.
 	Running, Suspended int
 	// SnapshotBytes sums the sizes of its sessions' stored snapshots
-	// (issue 16 part D: the outpost_snapshot_bytes gauge reads the store,
-	// so every replica reports the same).
+	// (the outpost_snapshot_bytes gauge reads the store, so every replica
+	// reports the same).
 	SnapshotBytes int64
 }
 
@@ -349,7 +349,7 @@ type Store interface {
 	// of one outpost never exceed MaxRunning however many race.
 	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
-	// ClaimNext (issue 17 part C) is ClaimSession of the first entry of
+	// ClaimNext is ClaimSession of the first entry of
 	// outpostID that is pending, not deleted, neither suspended nor
 	// terminated, of platform f.Platform or none (when f.Platform is set)
 	// and not in f.Exclude, in claim order (priority, then created_at, then
@@ -366,7 +366,8 @@ type Store interface {
 	ListQueue(ctx context.Context, f QueueFilter) ([]QueueEntry, int, error)
 	// MaxRev is the highest Rev assigned so far (0 when none).
 	MaxRev(ctx context.Context) (int64, error)
-	// Part W of issue 17: queue tombstones are pruned.
+	// Queue tombstones are pruned, so that lists and replays do not count
+	// all of history.
 	//
 	// PruneQueue deletes up to limit tombstones (deleted entries) of
 	// ended sessions (api.IsFinal) last written before before, oldest
@@ -437,8 +438,8 @@ type Store interface {
 	// CountTokens counts tokens, revoked ones included.
 	CountTokens(ctx context.Context) (int, error)
 
-	// Part B of issue 16: locks and worker presence, shared by every
-	// server on the store (types in presence.go).
+	// Locks and worker presence, shared by every server on the store
+	// (types in presence.go).
 
 	// Lock takes the lock called name, shared (any number of holders) or
 	// exclusive (one holder, no shared ones), waiting until it is held or
@@ -470,7 +471,7 @@ type Store interface {
 	// CountWorkers counts the entries live at now by outpost and kind.
 	CountWorkers(ctx context.Context, now time.Time) ([]WorkerCount, error)
 
-	// Replicas (part C: several servers on one database). Each server
+	// Replicas: several servers on one database. Each server
 	// process heartbeats its row; the live ones are those seen lately.
 
 	// HeartbeatReplica inserts r, or updates its URL and SeenAt.
@@ -486,8 +487,8 @@ type Store interface {
 	Close() error
 }
 
-// Part A (cross-replica fan-out): the feed of committed changes that
-// servers sharing one database wake each other with.
+// Cross-replica fan-out: the feed of committed changes that servers
+// sharing one database wake each other with.
 
 // Change is one committed write another server may be following: events
 // appended to a session's transcript or its queue entry written (Session

@@ -225,13 +225,13 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	repos, err := parseRepos(f.Repos)
 	if err != nil {
-		h.renderNewSession(w, r, http.StatusBadRequest, err.Error(), f)
+		h.renderNewSession(w, r, http.StatusBadRequest, "Check the repositories: "+err.Error()+".", f)
 		return
 	}
 	req.Repos = repos
 	secrets, err := parseSecrets(r.PostFormValue("secrets"))
 	if err != nil {
-		h.renderNewSession(w, r, http.StatusBadRequest, err.Error(), f)
+		h.renderNewSession(w, r, http.StatusBadRequest, "Check the secrets: "+err.Error()+".", f)
 		return
 	}
 	req.Secrets = secrets
@@ -254,7 +254,7 @@ func parseRepos(text string) ([]api.Repo, error) {
 			continue
 		}
 		if len(f) > 3 {
-			return nil, fmt.Errorf("Repository line %d has more than a URL, a ref and a name.", i+1)
+			return nil, fmt.Errorf("repository line %d has more than a URL, a ref and a name", i+1)
 		}
 		repo := api.Repo{URL: f[0]}
 		if len(f) > 1 {
@@ -279,7 +279,7 @@ func parseSecrets(text string) (map[string]string, error) {
 		k, v, ok := strings.Cut(line, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("Secret line %d is not KEY=VALUE.", i+1)
+			return nil, fmt.Errorf("secret line %d is not KEY=VALUE", i+1)
 		}
 		if m == nil {
 			m = map[string]string{}

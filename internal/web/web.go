@@ -260,8 +260,6 @@ func (h *Handler) clearSigninCookie(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-type ctxKey struct{}
-
 // authed sends signed-out users to the sign-in page.
 func (h *Handler) authed(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -193,8 +193,8 @@ const adminToken = "opt_bench-admin-token-0123456789"
 
 // startCluster starts `outpost server` on a free loopback port with its
 // data in dataDir ("" means a fresh temporary directory) and the extra
-// server flags (part W of issue 17: BenchmarkWatchers lifts the stream
-// bound).
+// server flags (BenchmarkWatchers lifts the per-token bound on streams to
+// hold thousands of queue watchers with one token).
 func startCluster(b *testing.B, dataDir string, extra ...string) *cluster {
 	b.Helper()
 	if dataDir == "" {
@@ -202,8 +202,9 @@ func startCluster(b *testing.B, dataDir string, extra ...string) *cluster {
 	}
 	addr := freeAddr(b)
 	c := &cluster{b: b, url: "http://" + addr, dataDir: dataDir, outpost: "bench"}
-	// Part S: OUTPOST_BENCH_HISTORY starts the server on a database of
-	// ended sessions of the outpost, which then exists (history_test.go).
+	// OUTPOST_BENCH_HISTORY starts the server on a database of ended
+	// sessions of the outpost, which then exists (history_test.go), to
+	// measure with a long history behind the live work.
 	seeded := seedHistory(b, dataDir)
 	c.server = start(b, "server", []string{"OUTPOST_ADMIN_TOKEN=" + adminToken},
 		append(append([]string{"server", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, databaseArgs(b)...), extra...)...)
@@ -238,8 +239,8 @@ func startCluster(b *testing.B, dataDir string, extra ...string) *cluster {
 // workspace is kept between sessions (--keep-workspace): BenchmarkDispatch's
 // FIFO lives there, and clearing it is not what a benchmark measures.
 //
-// Part R of issue 17: OUTPOST_BENCH_NO_PRESTART=1 starts workers with
-// --no-prestart (each remote started at claim time), for comparison.
+// OUTPOST_BENCH_NO_PRESTART=1 starts workers with --no-prestart (each
+// remote started at claim time), to measure what pre-starting saves.
 func (c *cluster) startWorker(dir string) *proc {
 	c.b.Helper()
 	home := c.b.TempDir()
@@ -407,7 +408,6 @@ type follower struct {
 	mu     sync.Mutex
 	events []arrival
 	done   chan error
-	onEv   func(api.Event, time.Time)
 }
 
 type arrival struct {

@@ -112,7 +112,8 @@ func freeAddrs(b *testing.B, n int) []string {
 }
 
 // replicaFlags reports whether the binary has --replica-id and
-// --replica-url (issue 16, part C); without them replicas run unnamed.
+// --replica-url; without them (a build from before them, measured for
+// comparison) replicas run unnamed.
 func replicaFlags(b *testing.B) bool {
 	out, _ := exec.Command(outpostBinary(b), "server", "--help").CombinedOutput()
 	return strings.Contains(string(out), "--replica-id") && strings.Contains(string(out), "--replica-url")

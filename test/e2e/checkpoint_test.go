@@ -71,8 +71,8 @@ func TestCheckpointRestoredAfterKill9(t *testing.T) {
 	if !strings.Contains(resume, "last checkpoint") || !strings.Contains(resume, "lost") {
 		t.Errorf("resume event %q does not say the workspace came from the last checkpoint", resume)
 	}
-	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
-		t.Fatalf("end_session: %d", code)
+	if _, err := adminClient(t, c).Sessions.CallTool(t.Context(), id, "end_session", nil); err != nil {
+		t.Fatalf("end_session: %v", err)
 	}
 	if s := c.waitFinal(id, 30*time.Second); s.Status.Status != api.StatusExit {
 		t.Fatalf("ended %+v", s.Status)

@@ -61,7 +61,7 @@ func (g *versionGateway) seen() []int {
 }
 
 // runRemoteAgainst runs `outpost remote serve` against g until it exits.
-func runRemoteAgainst(t *testing.T, g *versionGateway) (error, string) {
+func runRemoteAgainst(t *testing.T, g *versionGateway) (string, error) {
 	t.Helper()
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
@@ -70,7 +70,7 @@ func runRemoteAgainst(t *testing.T, g *versionGateway) (error, string) {
 		"OUTPOST_CONNECT_TOKEN=oct_test", "OUTPOST_SESSION_ID=ses_protocol", "OUTPOST_STATE_DIR=" + t.TempDir()}
 	r := startExact(t, "remote", env, t.TempDir(), "remote", "serve")
 	err := waitExit(t, r, 60*time.Second)
-	return err, r.out.String()
+	return r.out.String(), err
 }
 
 // TestRemoteRefusedProtocolVersionExits3: a gateway whose protocol range
@@ -85,7 +85,7 @@ func TestRemoteRefusedProtocolVersionExits3(t *testing.T) {
 	g := &versionGateway{answer: func(api.Frame) []api.Frame {
 		return []api.Frame{{V: future, Type: api.FrameError, Reason: reason}}
 	}}
-	err, out := runRemoteAgainst(t, g)
+	out, err := runRemoteAgainst(t, g)
 	if exitCode(err) != 3 || !strings.Contains(out, reason) || !strings.Contains(out, "its build speaks") {
 		t.Errorf("remote exit %v, want 3 with the gateway's reason and the remote's range:\n%s", err, out)
 	}
@@ -107,7 +107,7 @@ func TestRemoteStepsDownToPreviousRelease(t *testing.T) {
 		}
 		return []api.Frame{{V: old, Type: api.FrameWelcome}, {V: old, Type: api.FrameEnd, Reason: "done"}}
 	}}
-	err, out := runRemoteAgainst(t, g)
+	out, err := runRemoteAgainst(t, g)
 	if err != nil {
 		t.Fatalf("remote exit %v, want 0:\n%s", err, out)
 	}

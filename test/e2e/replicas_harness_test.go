@@ -104,7 +104,7 @@ func startReplicaSet(t *testing.T, opts replicaOptions) *replicaSet {
 }
 
 // hasReplicaFlags reports whether the binary under test has --replica-id
-// and --replica-url (part C of issue 16); before it, replicas run without.
+// and --replica-url; a build without them runs its replicas unnamed.
 var hasReplicaFlags = sync.OnceValue(func() bool {
 	out, _ := exec.Command(binary, "server", "--help").CombinedOutput()
 	return strings.Contains(string(out), "--replica-id") && strings.Contains(string(out), "--replica-url")

@@ -22,8 +22,8 @@ import (
 	"github.com/outpost-sh/outpost/client"
 )
 
-// The tests of several `outpost server` replicas on one PostgreSQL database
-// (issue 16): real server processes behind an in-test balancer
+// The tests of several `outpost server` replicas on one PostgreSQL database:
+// real server processes behind an in-test balancer
 // (test/balancer), real workers and remotes through it.
 
 // TestReplicas runs the steady-state scenarios on one set of three replicas
@@ -82,8 +82,8 @@ func pollUntil(within time.Duration, cond func() bool) bool {
 	return true
 }
 
-// adminClient is a client.Client with the admin token for one replica (or
-// the balancer).
+// adminClient is a client.Client with the admin token for c: a server,
+// one replica or the balancer.
 func adminClient(t *testing.T, c *cluster) *client.Client {
 	t.Helper()
 	cl, err := client.New(c.url, c.admin)
@@ -286,10 +286,9 @@ func replicaExternal(t *testing.T, rs *replicaSet) {
 	waitFor(t, 30*time.Second, "the session to run", func() bool { return rs.front.session(id).Status.Status == api.StatusRunning })
 	other := rs.replicas[rs.other(holder)]
 
-	var res api.ToolResult
-	if code := other.direct.api("POST", "/v1/sessions/"+id+"/tools/exec", adminToken, map[string]any{"argv": []string{"echo", "through-a-non-owner"}}, &res); code != 200 ||
+	if res, err := adminClient(t, other.direct).Sessions.CallTool(t.Context(), id, api.ToolExec, api.ExecArgs{Argv: []string{"echo", "through-a-non-owner"}}); err != nil ||
 		!res.OK || !strings.Contains(res.Output, "through-a-non-owner") {
-		t.Errorf("exec through %s (the remote is on %s): %d %+v", other.id, rs.replicas[holder].id, code, res)
+		t.Errorf("exec through %s (the remote is on %s): %+v, %v", other.id, rs.replicas[holder].id, res, err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -53,7 +53,7 @@ func countMachineStarts(c *cluster, id string) int {
 	return n
 }
 
-// TestSuspendResumeDocker is the issue's scenario through `outpost
+// TestSuspendResumeDocker is the suspend-and-resume scenario through `outpost
 // orchestrate --backend docker` on Podman: the session's container is
 // removed on suspend (the workspace lived only in it), and a second
 // container, with a new id, restores every file on the resume. The remote

@@ -16,7 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/demo"
 )
 
-// suspendScenario is the scenario up to the suspend: an external
+// suspendScenario is the suspend-and-resume scenario up to the suspend: an external
 // session whose agent (plain HTTP) writes an uncommitted change and an
 // untracked file in its repository and a file outside it, then the CLI
 // suspends it. It returns the session.
@@ -75,9 +75,9 @@ func suspendScenarioFrom(t *testing.T, c *cluster, outpost, repoURL string, runn
 // and returns its output.
 func externalExec(t *testing.T, c *cluster, id, command string) string {
 	t.Helper()
-	var res api.ToolResult
-	if code := c.api("POST", "/v1/sessions/"+id+"/tools/exec", c.admin, api.ExecArgs{Command: command}, &res); code != 200 || !res.OK {
-		t.Fatalf("exec %q: %d %+v", command, code, res)
+	res, err := adminClient(t, c).Sessions.CallTool(t.Context(), id, api.ToolExec, api.ExecArgs{Command: command})
+	if err != nil || !res.OK {
+		t.Fatalf("exec %q: %+v, %v", command, res, err)
 	}
 	return res.Output
 }
@@ -111,15 +111,15 @@ func resumeAndCheck(t *testing.T, c *cluster, id, workspace string) {
 	if restore == nil || restore.OK == nil || !*restore.OK {
 		t.Errorf("restore event %+v", restore)
 	}
-	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
-		t.Fatalf("end_session: %d", code)
+	if _, err := adminClient(t, c).Sessions.CallTool(t.Context(), id, "end_session", nil); err != nil {
+		t.Fatalf("end_session: %v", err)
 	}
 	if s := c.waitFinal(id, 30*time.Second); s.Status.Status != api.StatusExit {
 		t.Fatalf("ended %+v", s.Status)
 	}
 }
 
-// TestSuspendResumeOnAnotherWorker is the scenario on long-lived
+// TestSuspendResumeOnAnotherWorker is the suspend-and-resume scenario on long-lived
 // workers: suspended, the first worker stopped and its workspace deleted,
 // a second worker in a fresh directory resumes the session and every file
 // is back, the uncommitted change too.
@@ -207,8 +207,8 @@ func TestSuspendOverLimit(t *testing.T) {
 	if out := externalExec(t, c, id, "ls -l noise.bin && echo still-here"); !strings.Contains(out, "still-here") {
 		t.Errorf("after the failed suspend: %q", out)
 	}
-	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
-		t.Fatalf("end_session: %d", code)
+	if _, err := adminClient(t, c).Sessions.CallTool(t.Context(), id, "end_session", nil); err != nil {
+		t.Fatalf("end_session: %v", err)
 	}
 	c.waitFinal(id, 30*time.Second)
 }
@@ -281,8 +281,8 @@ func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
 	if restore == nil || restore.OK == nil || !*restore.OK {
 		t.Errorf("restore event %+v", restore)
 	}
-	if code := c.api("POST", "/v1/sessions/"+id+"/tools/end_session", c.admin, map[string]any{}, nil); code != 200 {
-		t.Fatalf("end_session: %d", code)
+	if _, err := adminClient(t, c).Sessions.CallTool(t.Context(), id, "end_session", nil); err != nil {
+		t.Fatalf("end_session: %v", err)
 	}
 	c.waitFinal(id, 30*time.Second)
 }

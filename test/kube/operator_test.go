@@ -23,6 +23,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -54,29 +55,19 @@ func ptr[T any](v T) *T { return &v }
 // moment after remote_connected) it tries again.
 func (f *fixture) tool(id, tool string, args any) api.ToolResult {
 	f.t.Helper()
-	b, _ := json.Marshal(args)
-	var res api.ToolResult
-	var last string
+	var res *api.ToolResult
 	f.waitFor(60*time.Second, tool+" on "+id+" to be answered", func() bool {
-		req, _ := http.NewRequestWithContext(f.t.Context(), "POST", f.url+"/v1/sessions/"+id+"/tools/"+tool, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		last = fmt.Sprintf("%d %s", resp.StatusCode, raw)
-		if resp.StatusCode == http.StatusServiceUnavailable {
+		var err error
+		res, err = f.admin.Sessions.CallTool(f.t.Context(), id, tool, args)
+		if client.IsUnavailable(err) {
 			return false
 		}
-		if resp.StatusCode != 200 || json.Unmarshal(raw, &res) != nil {
-			f.t.Fatalf("%s on %s: %s", tool, id, last)
+		if err != nil {
+			f.t.Fatalf("%s on %s: %v", tool, id, err)
 		}
 		return true
 	})
-	return res
+	return *res
 }
 
 // exec runs a command as an external session's agent and returns its

@@ -360,7 +360,7 @@ func testConcurrent(t *testing.T, o Options) {
 func readWhole(ctx context.Context, s blob.Store, size func(byte) int) error {
 	r, info, err := s.Get(ctx, "k/one")
 	if err != nil {
-		return fmt.Errorf("Get during Puts: %w", err)
+		return fmt.Errorf("get during Puts: %w", err)
 	}
 	defer r.Close()
 	b, err := io.ReadAll(r)

@@ -23,6 +23,9 @@ func lockHolders(t *testing.T, c *pgx.Conn, name string) []int32 {
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid = $1 AND objid = $2
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
 		int64(key>>32), int64(key&0xffffffff))
+	if err != nil {
+		t.Fatalf("query pg_locks: %v", err)
+	}
 	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
 		t.Fatalf("read pg_locks: %v", err)

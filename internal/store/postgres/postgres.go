@@ -149,7 +149,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 }
 
 // Pool is the store's connection pool, for the blob store that keeps its
-// tables in the same database (package blob, part D of issue 16). Closing
+// tables in the same database (package blob). Closing
 // the store closes it.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

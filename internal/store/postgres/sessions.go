@@ -125,7 +125,7 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn f
 
 var heldClaimsSQL = dialect.HeldClaimsSQL()
 
-// ClaimNext (issue 17 part C) is ClaimSession of the outpost's first
+// ClaimNext is ClaimSession of the outpost's first
 // claimable entry. The pick locks the entry's session row FOR UPDATE SKIP
 // LOCKED, the lock every writer of a session takes first, so concurrent
 // calls pick different entries and none waits for another's; an entry

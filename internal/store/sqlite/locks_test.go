@@ -30,7 +30,8 @@ func BenchmarkLock(b *testing.B) {
 		var mu sync.RWMutex
 		for b.Loop() {
 			mu.RLock()
-			mu.RUnlock() //nolint:staticcheck // the cost of the pair is the point
+			//lint:ignore SA2001 the cost of the pair is the point
+			mu.RUnlock()
 		}
 	})
 }

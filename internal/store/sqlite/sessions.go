@@ -104,7 +104,7 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn f
 	return s.update(ctx, id, s.claimLoad(ctx, id, now), fn)
 }
 
-// ClaimNext (issue 17 part C) is ClaimSession of the outpost's first
+// ClaimNext is ClaimSession of the outpost's first
 // claimable entry, picked in the same write transaction: the one writer
 // orders it after every other transaction, so concurrent calls never pick
 // the same entry.

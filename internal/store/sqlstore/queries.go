@@ -258,7 +258,8 @@ func limit(n int) string {
 	return fmt.Sprintf(" LIMIT %d", n)
 }
 
-// Part W of issue 17: pruning queue tombstones.
+// Pruning queue tombstones, so that lists and replays do not count all of
+// history.
 
 // QueueHorizonSQL reads the highest rev of a pruned tombstone of outpost
 // $1, or of any outpost when $1 is ”.

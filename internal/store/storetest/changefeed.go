@@ -12,7 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// testChangeFeed (part A, cross-replica fan-out) runs for a store that is
+// testChangeFeed (cross-replica fan-out) runs for a store that is
 // a store.ChangeFeed: Listen starts with a Resync; then, with writers
 // racing on several sessions, every rev a queue write took is told of
 // once, with its session and epoch, and each session's last change tells

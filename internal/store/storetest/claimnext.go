@@ -11,7 +11,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// Issue 17 part C: ClaimNext, the server-assigned claim.
+// ClaimNext, the server-assigned claim.
 
 // claimNextIDs claims with ClaimNext until none is left and returns the
 // ids in the order they came.

@@ -8,7 +8,7 @@ import (
 )
 
 // testReplicas checks the replicas' heartbeat rows and a queue entry's
-// owner (part C).
+// owner.
 func testReplicas(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	a := store.Replica{ID: "a", URL: "http://10.0.0.1:7420", StartedAt: at(0), SeenAt: at(0)}

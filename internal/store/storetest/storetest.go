@@ -42,7 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateSessionRollsBack", testUpdateSessionRollsBack},
 		{"Revs", testRevs},
 		{"ListQueue", testListQueue},
-		{"PruneQueue", testPruneQueue}, // part W of issue 17
+		{"PruneQueue", testPruneQueue},
 		{"LapsedClaims", testLapsedClaims},
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
@@ -61,15 +61,15 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentCapacity", testConcurrentCapacity},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentAppendEvents", testConcurrentAppendEvents},
-		// Part B of issue 16: locks and worker presence.
+		// Locks and worker presence, shared by every server on the store.
 		{"Locks", testLocks},
 		{"LockCounter", testLockCounter},
 		{"Presence", testPresence},
 		{"ConcurrentPresence", testConcurrentPresence},
-		// Part A of issue 16: stores that are a ChangeFeed.
+		// Stores that are a ChangeFeed (several servers on one database).
 		{"ChangeFeed", testChangeFeed},
-		{"Replicas", testReplicas}, // part C
-		// Issue 17 part C: server-assigned claims.
+		{"Replicas", testReplicas},
+		// Server-assigned claims.
 		{"ClaimNext", testClaimNext},
 		{"ClaimNextConcurrent", testClaimNextConcurrent},
 	}
