@@ -71,6 +71,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		// Issue 17 part C: server-assigned claims.
 		{"ClaimNext", testClaimNext},
 		{"ClaimNextConcurrent", testClaimNextConcurrent},
+		// Entries of ended sessions stay listed until a sweep.
+		{"TombstoneEnded", testTombstoneEnded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
