@@ -13,7 +13,8 @@ import (
 // a client of the fleet API sees: a MODIFIED event of each entry as
 // pending, unclaimed and terminated; both listed (phase pending) and
 // counted in the list's total, but not in queue_depth; a claim of either
-// answered 409 saying the session ended; claim-next taking the one
+// answered 409 saying the session ended; outpost_queue_pending counting
+// only the waiting session; claim-next taking the one
 // claimable session and then nothing. Past the retention the sweep deletes
 // both: a DELETED event each, and they are gone from the list and the
 // entry's own path.
@@ -80,6 +81,9 @@ func TestEndedEntryStaysListed(t *testing.T) {
 	ts.mustDo(200, "GET", "/v1/outposts/dev", machine, nil, &o)
 	if o.Status.QueueDepth != 1 || o.Status.ActiveClaims != 0 {
 		t.Errorf("outpost status %+v, want queue_depth 1 (only %s) and no active claims", o.Status, waiting)
+	}
+	if v, _ := sample(t, ts, "outpost_queue_pending", `outpost="dev"`); v != 1 {
+		t.Errorf("outpost_queue_pending = %v, want 1 (only %s)", v, waiting)
 	}
 
 	// Never claimed, by id or by claim-next.
