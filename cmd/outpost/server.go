@@ -46,6 +46,9 @@ type ServerOptions struct {
 	// ArtifactRetention is how long artifacts of ended sessions are kept;
 	// 0 keeps them forever.
 	ArtifactRetention time.Duration
+	// EndedEntryRetention is how long the queue entry of an ended session
+	// stays listed; 0 deletes it at once.
+	EndedEntryRetention time.Duration
 	// SnapshotTTL is how long a suspended session's snapshot is kept.
 	SnapshotTTL time.Duration
 	// MaxSnapshotBytes is the largest workspace snapshot the server stores.
@@ -108,8 +111,8 @@ creates an admin token and prints it once.
 
 Each flag not given is read from its environment variable: OUTPOST_LISTEN,
 OUTPOST_DATA_DIR, OUTPOST_DATABASE_URL, OUTPOST_PUBLIC_URL, OUTPOST_CLAIM_TTL,
-OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_SNAPSHOT_INTERVAL,
-OUTPOST_MAX_CALL_OUTPUT_BYTES, OUTPOST_MAX_SESSION_OUTPUT_BYTES,
+OUTPOST_RECONNECT_GRACE, OUTPOST_ARTIFACT_RETENTION, OUTPOST_ENDED_ENTRY_RETENTION,
+OUTPOST_SNAPSHOT_INTERVAL, OUTPOST_MAX_CALL_OUTPUT_BYTES, OUTPOST_MAX_SESSION_OUTPUT_BYTES,
 OUTPOST_BLOB_STORE, OUTPOST_DIST_DIR, OUTPOST_TLS_CERT, OUTPOST_TLS_KEY,
 OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID, OUTPOST_REPLICA_URL,
 OUTPOST_LLM_*, OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN,
@@ -155,6 +158,12 @@ Artifacts of a session that ended longer ago than --artifact-retention are
 deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
 of sessions that have not ended are always kept.
 
+The queue entry of an ended session stays listed for --ended-entry-retention
+(phase pending, no acceptor, session_status terminated; claims answer 409),
+so that orchestrators watching the queue see the session end and clean up;
+then it is deleted (watchers get DELETED). 0 deletes it when the session
+ends or its claim is released.
+
 Remote builds are published without a token at <public-url>/dist/ in the
 layout workers download from: this executable's own build, and the builds of
 --dist-dir (the dist/ directory 'make dist' fills), whose files win.`,
@@ -193,6 +202,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.DurationVar(&opts.ClaimTTL, "claim-ttl", 300*time.Second, "how long a claimer has to get a remote connected, after claiming or renewing; a connected remote holds the claim past it (env "+envClaimTTL.Name+")")
 	fl.DurationVar(&opts.ReconnectGrace, "reconnect-grace", 60*time.Second, "how long a claim holds after its remote's connection is gone, so the remote can reconnect (env "+envReconnectGrace.Name+")")
 	fl.DurationVar(&opts.ArtifactRetention, "artifact-retention", defaultArtifactRetention, "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env "+envArtifactRetention.Name+")")
+	fl.DurationVar(&opts.EndedEntryRetention, "ended-entry-retention", server.DefaultEndedEntryRetention, "how long the queue entry of an ended session stays listed, unclaimable, with session_status terminated, so that watchers see the session end before the entry is deleted; 0 deletes it at once (env "+envEndedRetention.Name+")")
 	fl.DurationVar(&opts.SnapshotTTL, "snapshot-ttl", server.DefaultSnapshotTTL, "how long a suspended session waits for its resume; past it the session ends and its workspace snapshot is deleted")
 	fl.Int64Var(&opts.MaxSnapshotBytes, "max-snapshot-bytes", server.DefaultMaxSnapshotBytes, "the largest workspace snapshot stored on suspend; a larger one fails the suspend and the session goes on running")
 	fl.DurationVar(&opts.SnapshotInterval, "snapshot-interval", 0, "how often a running session that ran a call since its latest snapshot is checkpointed (its machine uploads a workspace snapshot and goes on), so that a machine that dies without suspending loses only what changed since; 0 never (env "+envSnapshotInterval.Name+")")
@@ -254,6 +264,15 @@ func noBound(n int) int {
 		return -1
 	}
 	return n
+}
+
+// noBoundDuration maps a duration flag's 0 (none) to the server option's
+// negative, as noBound does.
+func noBoundDuration(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // noBound64 is noBound of a byte count.
@@ -326,6 +345,16 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 	}
 	if o.ArtifactRetention < 0 {
 		return usageErrorf("--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever")
+	}
+	if v := envEndedRetention.Get(f.Getenv); !fl.Changed("ended-entry-retention") && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usageErrorf("%s=%q is not a duration such as 10m, or 0 to delete the entries of ended sessions at once", envEndedRetention.Name, v)
+		}
+		o.EndedEntryRetention = d
+	}
+	if o.EndedEntryRetention < 0 {
+		return usageErrorf("--ended-entry-retention must not be negative: give a duration such as 10m, or 0 to delete the entries of ended sessions at once")
 	}
 	if v := envSnapshotInterval.Get(f.Getenv); !fl.Changed("snapshot-interval") && v != "" {
 		d, err := time.ParseDuration(v)
@@ -474,11 +503,12 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		Logger:          logger,
 		Stdout:          f.IO.Out,
 
-		ArtifactRetention: o.ArtifactRetention,
-		DistDir:           o.DistDir,
-		SnapshotTTL:       o.SnapshotTTL,
-		MaxSnapshotBytes:  o.MaxSnapshotBytes,
-		SnapshotInterval:  o.SnapshotInterval,
+		ArtifactRetention:   o.ArtifactRetention,
+		EndedEntryRetention: noBoundDuration(o.EndedEntryRetention),
+		DistDir:             o.DistDir,
+		SnapshotTTL:         o.SnapshotTTL,
+		MaxSnapshotBytes:    o.MaxSnapshotBytes,
+		SnapshotInterval:    o.SnapshotInterval,
 
 		MaxCallOutputBytes:    noBound64(o.MaxCallOutputBytes),
 		MaxSessionOutputBytes: noBound64(o.MaxSessionOutputBytes),

@@ -63,3 +63,31 @@ func TestServerArtifactRetention(t *testing.T) {
 		}
 	}
 }
+
+// --ended-entry-retention: a duration, 0 deleting at once; bad values are
+// usage errors.
+func TestServerEndedEntryRetention(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{name: "negative flag", args: []string{"--ended-entry-retention", "-1m"}, want: "--ended-entry-retention must not be negative"},
+		{name: "negative env", env: map[string]string{"OUTPOST_ENDED_ENTRY_RETENTION": "-5m"}, want: "--ended-entry-retention must not be negative"},
+		{name: "unparsable env", env: map[string]string{"OUTPOST_ENDED_ENTRY_RETENTION": "ten"}, want: `OUTPOST_ENDED_ENTRY_RETENTION="ten" is not a duration`},
+	} {
+		tf := newTestFactory(t, tc.env)
+		args := append([]string{"server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)
+		if code := tf.run(t, args...); code != 2 {
+			t.Errorf("%s: exit %d, want 2 (stderr %q)", tc.name, code, tf.errOut)
+		}
+		if !strings.Contains(tf.errOut.String(), tc.want) {
+			t.Errorf("%s: stderr %q lacks %q", tc.name, tf.errOut, tc.want)
+		}
+	}
+	if got := noBoundDuration(0); got >= 0 {
+		t.Errorf("--ended-entry-retention 0 reaches the server as %s, want a negative (delete at once)", got)
+	}
+}

@@ -301,8 +301,10 @@ func TestAttemptsRunOut(t *testing.T) {
 		if releases != want || ends != 1 {
 			t.Errorf("%s's transcript has %d releases and %d ends, want %d and 1", id, releases, ends, want)
 		}
-		if _, err := e.admin.Queue.Get(ctx, id); !client.IsNotFound(err) {
-			t.Errorf("%s's queue entry after its end: %v, want not found", id, err)
+		// Listed as ended for the server's retention, never claimable.
+		if qe, err := e.admin.Queue.Get(ctx, id); err != nil || qe.Status.Phase != api.PhasePending || qe.Status.AcceptorID != nil ||
+			qe.Status.SessionStatus != api.QueueSessionTerminated {
+			t.Errorf("%s's queue entry after its end: %+v, %v; want it pending, unclaimed and terminated", id, qe, err)
 		}
 	}
 	cancel()

@@ -46,10 +46,13 @@ type claimTx struct {
 	exhausted bool      // a lapsed claim was the session's last attempt
 	// check, when set, runs first on the entry fn sees; its error aborts.
 	check func(e store.QueueEntry) error
+	// keepEnded is Server.keepEnded: a lapse that ends the session keeps
+	// its entry listed.
+	keepEnded bool
 }
 
 func (s *Server) newClaimTx(acceptor string) *claimTx {
-	return &claimTx{acceptor: acceptor, now: s.now(), ttl: s.opts.ClaimTTL, token: newSecret("opc_")}
+	return &claimTx{acceptor: acceptor, now: s.now(), ttl: s.opts.ClaimTTL, token: newSecret("opc_"), keepEnded: s.keepEnded()}
 }
 
 // fn is the claim's decision, run in the store's transaction (ClaimSession
@@ -71,9 +74,13 @@ func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostL
 	case api.QueueSessionSuspended, api.QueueSessionTerminated:
 		// Never handed out; but its holder may keep renewing until
 		// its remote has exited and it releases.
-		if !held || e.AcceptorID != acceptor {
-			return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
+		if held && e.AcceptorID == acceptor {
+			break
 		}
+		if e.SessionStatus == api.QueueSessionTerminated {
+			return store.Mutation{}, errConflict("Session %s has ended and cannot be claimed; its entry stays listed, session_status terminated, until the ended-entry sweep removes it.", sessionID)
+		}
+		return store.Mutation{}, errConflict("Session %s is %s and cannot be claimed.", sessionID, e.SessionStatus)
 	}
 	if held && e.AcceptorID != acceptor {
 		return store.Mutation{}, errConflict("Session %s is claimed by another acceptor.", sessionID)
@@ -83,7 +90,7 @@ func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostL
 		// The previous holder's claim lapsed and the sweeper has not
 		// seen it yet: requeue first, in this same transaction.
 		c.queued = e.Expiry()
-		if lapse(&sess, &e, now, &m) {
+		if lapse(&sess, &e, now, &m, c.keepEnded) {
 			c.exhausted = true
 			m.Session, m.Entry = &sess, &e
 			return m, nil
@@ -148,8 +155,9 @@ func (s *Server) claimed(ctx context.Context, c *claimTx, m store.Mutation, err 
 	return res, nil
 }
 
-// release gives a claim back. A finished session's entry is dropped; any
-// other goes back to the queue at once.
+// release gives a claim back. A finished session's entry stays listed as
+// ended until the ended-entry sweep (endedentries.go); any other goes back
+// to the queue at once.
 // A non-empty reason says why, on the status and the transcript; with
 // shutdown the claimer is stopping, and the release is no failed attempt.
 func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
@@ -173,7 +181,7 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 		// A release with a reason of a session that is not over is a
 		// failed attempt (its machine died or could not be provisioned);
 		// one without, or from a claimer shutting down, is not.
-		ended = requeue(&sess, &e, now, &m, why, reason != "" && !shutdown)
+		ended = requeue(&sess, &e, now, &m, why, reason != "" && !shutdown, s.keepEnded())
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})
@@ -198,22 +206,23 @@ func errAtCapacity(sessionID string, load store.OutpostLoad) error {
 }
 
 // lapse requeues an entry whose claim ran out, a failed attempt. It reports
-// whether that was the session's last attempt: it has ended in error.
-func lapse(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation) (ended bool) {
+// whether that was the session's last attempt: it has ended in error. With
+// keep an ended session's entry stays listed (endEntry).
+func lapse(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, keep bool) (ended bool) {
 	why := fmt.Sprintf("The claim of %s lapsed: no remote connected before its deadline and it was not renewed.", e.AcceptorID)
 	if !e.LiveUntil.IsZero() {
 		why = fmt.Sprintf("The claim of %s lapsed: its remote's connection was gone longer than the reconnect grace and the claim was not renewed.", e.AcceptorID)
 	}
-	return requeue(sess, e, now, m, why, true)
+	return requeue(sess, e, now, m, why, true, keep)
 }
 
 // requeue ends the current claim. The old connect tokens die with the epoch.
-// A finished session's entry becomes a tombstone; a session that had started
-// returns as kind resume; one that never started returns as new. A failed
-// attempt (failed) of a session that is not over counts against its
-// max_attempts: at the last one the session ends in error instead, listing
-// each attempt's reason, and requeue reports it (ended).
-func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string, failed bool) (ended bool) {
+// A finished session's entry is left ended (endEntry, with keep); a session
+// that had started returns as kind resume; one that never started returns
+// as new. A failed attempt (failed) of a session that is not over counts
+// against its max_attempts: at the last one the session ends in error
+// instead, listing each attempt's reason, and requeue reports it (ended).
+func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string, failed, keep bool) (ended bool) {
 	acceptor := e.AcceptorID
 	e.Epoch++
 	e.Phase = api.PhasePending
@@ -223,7 +232,7 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 	sess.UpdatedAt = now
 	m.Events = append(m.Events, api.Event{Type: api.EventRelease, AcceptorID: acceptor, Time: now.UnixMilli(), Reason: why})
 	if api.IsFinal(sess.Status) {
-		e.Deleted = true
+		endEntry(e, now, keep)
 		return false
 	}
 	if sess.Status == api.StatusSuspended {
@@ -239,7 +248,7 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 			reason := attemptsReason(e.AttemptReasons, limit)
 			sess.Status, sess.StatusDetail, sess.Reason = api.StatusError, api.DetailError, reason
 			sess.EndedAt = &now
-			e.SessionStatus, e.Deleted = api.QueueSessionTerminated, true // pending: nobody to release it
+			endEntry(e, now, keep) // pending: nobody to release it
 			m.Events = append(m.Events, statusEvent(*sess, now),
 				api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: sess.Status, StatusDetail: sess.StatusDetail, Reason: reason})
 			return true
@@ -311,7 +320,7 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation
-		endRows(&sess, e, &m, now, status, detail, reason)
+		endRows(&sess, e, &m, now, status, detail, reason, s.keepEnded())
 		return m, nil
 	})
 	if err != nil {
@@ -326,11 +335,11 @@ func (s *Server) commitEnd(ctx context.Context, sessionID, status, detail, reaso
 
 // endRows is the end of a session in a transaction that read sess and e:
 // it adds to m the session's final status, its status and end events and,
-// for a live entry, the entry marked terminated (a pending one deleted:
-// nobody holds it to release). commitEnd commits it alone; a session
-// runner folds it into the transaction of the session's last result, one
-// commit less per session.
-func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+// for a live entry, the entry marked terminated (a pending one, which
+// nobody holds to release, left ended: endEntry with keep). commitEnd
+// commits it alone; a session runner folds it into the transaction of the
+// session's last result (one commit less per session).
+func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string, keep bool) {
 	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
 	sess.UpdatedAt, sess.EndedAt = now, &now
 	m.Session = sess
@@ -339,10 +348,21 @@ func endRows(sess *store.Session, e store.QueueEntry, m *store.Mutation, now tim
 		e.SessionStatus = api.QueueSessionTerminated
 		e.UpdatedAt = now
 		if e.Phase == api.PhasePending {
-			e.Deleted = true // nobody holds it: nothing to release
+			endEntry(&e, now, keep) // nobody holds it: nothing to release
 		}
 		m.Entry = &e
 	}
+}
+
+// endEntry leaves the pending entry of an ended session as clients of the
+// fleet API expect to see it: listed, unclaimed, session_status
+// terminated, so that a watcher learns the session ended (and cleans up
+// what it keeps for it) before the entry goes. The ended-entry sweep
+// deletes it after the retention; without keep it is deleted at once.
+func endEntry(e *store.QueueEntry, now time.Time, keep bool) {
+	e.SessionStatus = api.QueueSessionTerminated
+	e.UpdatedAt = now
+	e.Deleted = !keep
 }
 
 // ended follows a committed (and published) end of a session: it counts
@@ -431,7 +451,7 @@ func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
 			return store.Mutation{}, nil
 		}
 		var m store.Mutation
-		ended = lapse(&sess, &e, now, &m)
+		ended = lapse(&sess, &e, now, &m, s.keepEnded())
 		m.Session, m.Entry = &sess, &e
 		return m, nil
 	})

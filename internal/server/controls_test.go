@@ -125,9 +125,13 @@ func TestAttemptsByLapse(t *testing.T) {
 			t.Errorf("reason %q does not say %q", s.Status.Reason, want)
 		}
 	}
-	ts.mustDo(404, "GET", "/v1/queue/"+id, ts.admin, nil, nil)
-	if code, _ := ts.claimAnswer(id, "m3"); code != 404 {
-		t.Errorf("claim of the ended session: %d, want 404", code)
+	var e api.QueueEntry
+	ts.mustDo(200, "GET", "/v1/queue/"+id, ts.admin, nil, &e)
+	if e.Status.Phase != api.PhasePending || e.Status.SessionStatus != api.QueueSessionTerminated {
+		t.Errorf("entry of the ended session: %+v, want it listed as pending and terminated", e.Status)
+	}
+	if code, _ := ts.claimAnswer(id, "m3"); code != 409 {
+		t.Errorf("claim of the ended session: %d, want 409", code)
 	}
 	if v, _ := sample(t, ts, "outpost_attempts_failed_total", `how="lapsed",outpost="flaky"`); v != 1 {
 		t.Errorf("lapsed attempts = %v, want 1", v)

@@ -237,5 +237,10 @@ func TestNoCallAfterEnd(t *testing.T) {
 	}
 	ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", ts.admin, api.ClaimRequest{AcceptorID: "other"}, nil)
 	ts.mustDo(200, "POST", "/v1/queue/"+id+"/release", ts.admin, api.ClaimRequest{AcceptorID: "m"}, nil)
-	ts.mustDo(404, "GET", "/v1/queue/"+id, ts.admin, nil, nil)
+	// Listed as ended until the retention passes, never claimable again.
+	ts.mustDo(200, "GET", "/v1/queue/"+id, ts.admin, nil, &e)
+	if e.Status.Phase != api.PhasePending || e.Status.AcceptorID != nil || e.Status.SessionStatus != api.QueueSessionTerminated {
+		t.Fatalf("entry of the ended session after its release: %+v", e.Status)
+	}
+	ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", ts.admin, api.ClaimRequest{AcceptorID: "m"}, nil)
 }

@@ -97,11 +97,14 @@ func TestTerminatedSessionIsNeverHandedOut(t *testing.T) {
 	if after.Status.Status != api.StatusExit || after.Status.StatusDetail != api.DetailUserRequest || after.Status.Reason == "" {
 		t.Fatalf("terminated session status %+v", after.Status)
 	}
-	ts.mustDo(404, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "a"}, nil)
+	// Listed as ended for the retention (TestEndedEntryStaysListed), but
+	// never handed out.
+	ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "a"}, nil)
+	ts.mustDo(204, "POST", "/v1/outposts/dev/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "a"}, nil)
 	var list api.QueueList
 	ts.mustDo(200, "GET", "/v1/queue?outpost=dev", machine, nil, &list)
-	if len(list.Items) != 0 {
-		t.Fatalf("terminated session still listed: %+v", list.Items)
+	if len(list.Items) != 1 || list.Items[0].Status.SessionStatus != api.QueueSessionTerminated || list.Items[0].Status.AcceptorID != nil {
+		t.Fatalf("terminated session listed as %+v, want it unclaimed and terminated", list.Items)
 	}
 }
 
@@ -183,7 +186,8 @@ func watch(t *testing.T, ts *testServer, token, query string, ch chan<- api.Watc
 // session and every deletion.
 func TestListThenWatchMissesNothing(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{WatchMaxDuration: 300 * time.Millisecond, KeepaliveInterval: 50 * time.Millisecond})
+	// Ended sessions' entries go at once: the test counts deletions.
+	ts := startServer(t, Options{WatchMaxDuration: 300 * time.Millisecond, KeepaliveInterval: 50 * time.Millisecond, EndedEntryRetention: -1})
 	ts.outpost("w")
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	created := map[string]bool{}

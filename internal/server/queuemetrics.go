@@ -117,7 +117,7 @@ const queueScrapeTimeout = 5 * time.Second
 
 // queueCollector exports each outpost's queue depth, oldest wait, active
 // claims, running and suspended sessions, max_running and the bytes of
-// its snapshots (from the store, so every replica reports the same): four
+// its snapshots (from the store, so every replica reports the same): three
 // indexed queries per outpost per scrape.
 type queueCollector struct{ s *Server }
 
@@ -143,23 +143,18 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := q.s.now()
 	for _, o := range outposts {
-		pending, total, err := q.s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID, Phase: api.PhasePending, Limit: 1})
+		// The entries of ended sessions, listed for a while, wait for
+		// nothing: OutpostCounts leaves them out.
+		counts, err := q.s.store.OutpostCounts(ctx, o.ID, now)
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(queuePendingDesc, err)
 			return
 		}
-		counts, err := q.s.store.OutpostCounts(ctx, o.ID, now)
-		if err != nil {
-			ch <- prometheus.NewInvalidMetric(claimsActiveDesc, err)
-			return
-		}
 		oldest := 0.0
-		if len(pending) > 0 {
-			// Oldest change first: the first pending entry is the one
-			// pending longest.
-			oldest = max(0, now.Sub(pending[0].UpdatedAt).Seconds())
+		if !counts.OldestPending.IsZero() {
+			oldest = max(0, now.Sub(counts.OldestPending).Seconds())
 		}
-		ch <- prometheus.MustNewConstMetric(queuePendingDesc, prometheus.GaugeValue, float64(total), o.Name)
+		ch <- prometheus.MustNewConstMetric(queuePendingDesc, prometheus.GaugeValue, float64(counts.Pending), o.Name)
 		ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, oldest, o.Name)
 		ch <- prometheus.MustNewConstMetric(claimsActiveDesc, prometheus.GaugeValue, float64(counts.Held), o.Name)
 		ch <- prometheus.MustNewConstMetric(sessionsRunningDesc, prometheus.GaugeValue, float64(counts.Running), o.Name)

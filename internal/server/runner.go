@@ -83,7 +83,7 @@ func (e agentEnder) CommitEnd(ctx context.Context, sessionID, status, detail, re
 }
 
 func (e agentEnder) EndIn(sess *store.Session, entry store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
-	endRows(sess, entry, m, now, status, detail, reason)
+	endRows(sess, entry, m, now, status, detail, reason, e.s.keepEnded())
 }
 
 func (e agentEnder) Ended(sessionID, status, detail, reason string) func() {

@@ -63,6 +63,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// WatchMaxDuration bounds each queue watch stream; 0 means 4m30s.
 	WatchMaxDuration time.Duration
+	// EndedEntryRetention is how long the queue entry of an ended session
+	// stays listed (pending, session_status terminated) before a sweep
+	// deletes it; 0 means DefaultEndedEntryRetention, negative deletes it
+	// when the session ends or its claim is released.
+	EndedEntryRetention time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
 	// OutputCapBytes is how much output of one call the transcript keeps;
@@ -304,6 +309,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.WatchMaxDuration <= 0 {
 		opts.WatchMaxDuration = 270 * time.Second
+	}
+	if opts.EndedEntryRetention == 0 {
+		opts.EndedEntryRetention = DefaultEndedEntryRetention
 	}
 	if opts.KeepaliveInterval <= 0 {
 		opts.KeepaliveInterval = 15 * time.Second
@@ -646,6 +654,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.fanout(s.runCtx)
 	}()
 	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // queue tombstones of ended sessions
+	s.wg.Go(func() { s.sweepEndedEntries(s.runCtx) })
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)

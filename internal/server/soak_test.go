@@ -36,15 +36,30 @@ func TestEverySessionServedOnce(t *testing.T) {
 			defer wg.Done()
 			acceptor := fmt.Sprintf("worker-%d", w)
 			for {
-				var list api.QueueList
-				if code := ts.do("GET", "/v1/queue?outpost=soak&phase=pending&first=50", machine, nil, &list); code != 200 {
-					t.Errorf("list: %d", code)
+				// As the public orchestrators do: the entries of ended
+				// sessions stay listed as pending for a while, so page
+				// through the list and keep the claimable ones.
+				var claimable []api.QueueEntry
+				for cursor := ""; ; {
+					var list api.QueueList
+					if code := ts.do("GET", "/v1/queue?outpost=soak&phase=pending&first=50&cursor="+cursor, machine, nil, &list); code != 200 {
+						t.Errorf("list: %d", code)
+						return
+					}
+					for _, e := range list.Items {
+						if e.Status.SessionStatus != api.QueueSessionTerminated && e.Status.SessionStatus != api.QueueSessionSuspended {
+							claimable = append(claimable, e)
+						}
+					}
+					if !list.HasNextPage {
+						break
+					}
+					cursor = list.Cursor
+				}
+				if len(claimable) == 0 {
 					return
 				}
-				if len(list.Items) == 0 {
-					return
-				}
-				for _, e := range list.Items {
+				for _, e := range claimable {
 					id := e.Metadata.SessionID
 					code := ts.do("POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: acceptor}, nil)
 					if code == 409 || code == 404 {

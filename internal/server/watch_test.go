@@ -88,7 +88,8 @@ func (lw *liveWatch) next(t *testing.T) api.WatchEvent {
 // server issued still replays.
 func TestWatchForeignCursorRelists(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{})
+	// Ended sessions' entries go at once: the test is about deletions.
+	ts := startServer(t, Options{EndedEntryRetention: -1})
 	ts.outpost("w")
 	ts.outpost("other")
 	machine := ts.token([]string{api.ScopeMachine}, "")
@@ -168,7 +169,8 @@ func TestWatchForeignCursorRelists(t *testing.T) {
 // arrives and changes made during the re-list are not lost.
 func TestWatchRelistAcrossPages(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{})
+	// Ended sessions' entries go at once: the test is about deletions.
+	ts := startServer(t, Options{EndedEntryRetention: -1})
 	ts.outpost("big")
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	live := map[string]bool{}

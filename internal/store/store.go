@@ -72,9 +72,14 @@ type NextFilter struct {
 
 // OutpostCounts are an outpost's queue and sessions by state, for metrics.
 type OutpostCounts struct {
-	// Pending counts pending entries; Held claimed ones whose claim has
-	// not lapsed.
+	// Pending counts pending entries but those of ended sessions (kept
+	// listed for a while, never claimed); Held claimed ones whose claim
+	// has not lapsed.
 	Pending, Held int
+	// OldestPending is the earliest UpdatedAt of the entries Pending
+	// counts (when the longest-waiting one entered the queue); zero when
+	// there is none.
+	OldestPending time.Time
 	// Running and Suspended count sessions of those statuses.
 	Running, Suspended int
 	// SnapshotBytes sums the sizes of its sessions' stored snapshots
@@ -313,11 +318,12 @@ type Store interface {
 	ListOutposts(ctx context.Context) ([]Outpost, error)
 	// DeleteOutpost removes an outpost; ErrNotFound when absent.
 	DeleteOutpost(ctx context.Context, id string) error
-	// OutpostStats counts pending non-deleted entries, and claimed entries
-	// whose Expiry is after now.
+	// OutpostStats counts pending non-deleted entries but those of ended
+	// sessions (session_status terminated), and claimed entries whose
+	// Expiry is after now.
 	OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error)
-	// OutpostCounts counts the outpost's pending entries, held claims (at
-	// now) and running and suspended sessions.
+	// OutpostCounts counts the outpost's pending entries (as OutpostStats
+	// does), held claims (at now) and running and suspended sessions.
 	OutpostCounts(ctx context.Context, outpostID string, now time.Time) (OutpostCounts, error)
 	// SetOutpostLimits writes an outpost's limits; ErrNotFound when absent.
 	SetOutpostLimits(ctx context.Context, id string, l OutpostLimits) error
@@ -351,7 +357,7 @@ type Store interface {
 
 	// ClaimNext is ClaimSession of the first entry of
 	// outpostID that is pending, not deleted, neither suspended nor
-	// terminated, of platform f.Platform or none (when f.Platform is set)
+	// terminated (found through an index that holds no other entries), of platform f.Platform or none (when f.Platform is set)
 	// and not in f.Exclude, in claim order (priority, then created_at, then
 	// session id), picked in the same transaction as fn runs. Concurrent
 	// ClaimNext calls pick different entries (SQLite: the single writer;
@@ -379,6 +385,14 @@ type Store interface {
 	// of any) that PruneQueue deleted, 0 when none: a replay of its
 	// changes after a lower cursor may miss deletions.
 	QueueHorizon(ctx context.Context, outpostID string) (int64, error)
+	// TombstoneEnded turns into tombstones up to limit entries of ended
+	// sessions that are still listed — pending, not deleted, session
+	// status terminated — last written before before, oldest first. Each
+	// gets its own new Rev and UpdatedAt now, as a write of UpdateSession
+	// would (watchers hear a deletion; PruneQueue later removes it). It
+	// returns the entries as written. An entry another writer changes
+	// meanwhile is left to it; so several servers may sweep at once.
+	TombstoneEnded(ctx context.Context, before, now time.Time, limit int) ([]QueueEntry, error)
 	// LapsedClaims returns ids of claimed, non-deleted entries whose
 	// Expiry is at or before now.
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)

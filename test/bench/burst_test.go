@@ -177,20 +177,21 @@ func createBurst(ctx context.Context, c *cluster, n int) ([]string, time.Duratio
 	return ids, time.Since(t0), nil
 }
 
-// waitQueueEmpty waits until the cluster's outpost has no queue entry left:
-// every session ended and its claim was released.
+// waitQueueEmpty waits until the cluster's outpost has nothing queued or
+// claimed: every session ended and its claim was released (the entries of
+// ended sessions, listed for the server's retention, count toward neither).
 func waitQueueEmpty(ctx context.Context, c *cluster) error {
 	for {
-		l, err := c.admin.Queue.List(ctx, client.QueueFilter{Outpost: c.outpost, First: 1})
+		o, err := c.admin.Outposts.Get(ctx, c.outpost)
 		if err != nil {
-			return fmt.Errorf("list queue: %w", err)
+			return fmt.Errorf("get outpost: %w", err)
 		}
-		if l.Total == 0 {
+		if o.Status.QueueDepth == 0 && o.Status.ActiveClaims == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d sessions still queued: %w", l.Total, ctx.Err())
+			return fmt.Errorf("%d sessions still queued and %d claimed: %w", o.Status.QueueDepth, o.Status.ActiveClaims, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

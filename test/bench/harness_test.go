@@ -265,12 +265,13 @@ func (c *cluster) script(ctx context.Context, title string, steps ...api.Step) (
 	})
 }
 
-// waitGone waits until a session's queue entry is gone: the session ended
-// and its worker released the claim.
+// waitGone waits until a session's queue entry is released and ended (the
+// entry stays listed as terminated for the server's retention), or gone:
+// the session ended and its worker released the claim.
 func (c *cluster) waitGone(ctx context.Context, id string) error {
 	for {
-		_, err := c.admin.Queue.Get(ctx, id)
-		if client.IsNotFound(err) {
+		e, err := c.admin.Queue.Get(ctx, id)
+		if client.IsNotFound(err) || err == nil && e.Status.AcceptorID == nil && e.Status.SessionStatus == api.QueueSessionTerminated {
 			return nil
 		}
 		select {

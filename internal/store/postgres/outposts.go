@@ -72,29 +72,33 @@ func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 }
 
 // OutpostStats counts the outpost's pending entries and its claims whose
-// Expiry is after now; tombstones count toward neither.
+// Expiry is after now; tombstones count toward neither, and the entries of
+// ended sessions kept listed do not count as pending.
 func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT
-			COUNT(*) FILTER (WHERE phase = $2),
+			COUNT(*) FILTER (WHERE phase = $2 AND session_status <> $5),
 			COUNT(*) FILTER (WHERE phase = $3 AND `+expirySQL+` > $4)
 		FROM queue WHERE outpost_id = $1 AND NOT deleted`,
-		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&queueDepth, &activeClaims)
+		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli(), api.QueueSessionTerminated).Scan(&queueDepth, &activeClaims)
 	if err != nil {
 		return 0, 0, fmt.Errorf("postgres: outpost stats %s: %w", outpostID, err)
 	}
 	return queueDepth, activeClaims, nil
 }
 
-// OutpostCounts counts the outpost's pending entries, claims held at now,
-// and running and suspended sessions, in one snapshot.
+// OutpostCounts counts the outpost's pending entries (not those of ended
+// sessions), claims held at now, and running and suspended sessions, in
+// one snapshot.
 func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Time) (store.OutpostCounts, error) {
 	var c store.OutpostCounts
+	var oldest *int64 // the MIN of no rows is NULL
 	err := s.read(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT
-				COUNT(*) FILTER (WHERE phase = $2),
-				COUNT(*) FILTER (WHERE phase = $3 AND `+expirySQL+` > $4)
+				COUNT(*) FILTER (WHERE phase = $2 AND session_status <> $5),
+				COUNT(*) FILTER (WHERE phase = $3 AND `+expirySQL+` > $4),
+				MIN(updated_at) FILTER (WHERE phase = $2 AND session_status <> $5)
 			FROM queue WHERE outpost_id = $1 AND NOT deleted`,
-			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&c.Pending, &c.Held)
+			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli(), api.QueueSessionTerminated).Scan(&c.Pending, &c.Held, &oldest)
 		if err != nil {
 			return err
 		}
@@ -106,6 +110,9 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 	})
 	if err != nil {
 		return store.OutpostCounts{}, fmt.Errorf("postgres: outpost counts %s: %w", outpostID, err)
+	}
+	if oldest != nil {
+		c.OldestPending = time.UnixMilli(*oldest).UTC()
 	}
 	return c, nil
 }

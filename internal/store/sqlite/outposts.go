@@ -91,29 +91,33 @@ func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 }
 
 // OutpostStats counts the outpost's pending entries and its claims whose
-// Expiry is after now; tombstones count toward neither.
+// Expiry is after now; tombstones count toward neither, and the entries of
+// ended sessions kept listed do not count as pending.
 func (s *Store) OutpostStats(ctx context.Context, outpostID string, now time.Time) (queueDepth, activeClaims int, err error) {
 	err = s.r.QueryRowContext(ctx, `SELECT
-			COALESCE(SUM(phase = $2), 0),
+			COALESCE(SUM(phase = $2 AND session_status <> $5), 0),
 			COALESCE(SUM(phase = $3 AND `+expirySQL+` > $4), 0)
 		FROM queue WHERE outpost_id = $1 AND deleted = 0`,
-		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&queueDepth, &activeClaims)
+		outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli(), api.QueueSessionTerminated).Scan(&queueDepth, &activeClaims)
 	if err != nil {
 		return 0, 0, fmt.Errorf("sqlite: outpost stats %s: %w", outpostID, err)
 	}
 	return queueDepth, activeClaims, nil
 }
 
-// OutpostCounts counts the outpost's pending entries, claims held at now,
-// and running and suspended sessions, in one snapshot.
+// OutpostCounts counts the outpost's pending entries (not those of ended
+// sessions), claims held at now, and running and suspended sessions, in
+// one snapshot.
 func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Time) (store.OutpostCounts, error) {
 	var c store.OutpostCounts
+	var oldest *int64 // the MIN of no rows is NULL
 	err := s.read(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `SELECT
-				COALESCE(SUM(phase = $2), 0),
-				COALESCE(SUM(phase = $3 AND `+expirySQL+` > $4), 0)
+				COALESCE(SUM(phase = $2 AND session_status <> $5), 0),
+				COALESCE(SUM(phase = $3 AND `+expirySQL+` > $4), 0),
+				MIN(CASE WHEN phase = $2 AND session_status <> $5 THEN updated_at END)
 			FROM queue WHERE outpost_id = $1 AND deleted = 0`,
-			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli()).Scan(&c.Pending, &c.Held)
+			outpostID, api.PhasePending, api.PhaseClaimed, now.UnixMilli(), api.QueueSessionTerminated).Scan(&c.Pending, &c.Held, &oldest)
 		if err != nil {
 			return err
 		}
@@ -125,6 +129,9 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 	})
 	if err != nil {
 		return store.OutpostCounts{}, fmt.Errorf("sqlite: outpost counts %s: %w", outpostID, err)
+	}
+	if oldest != nil {
+		c.OldestPending = time.UnixMilli(*oldest).UTC()
 	}
 	return c, nil
 }

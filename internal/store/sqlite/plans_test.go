@@ -12,7 +12,9 @@ import (
 // The queries of live work go through indexes that hold no history: the
 // deleted queue entries and the ended sessions an outpost leaves behind
 // would otherwise be read by every count, claim-order list, re-list and
-// sweep (migration 0015_history).
+// sweep (migration 0015_history), and the pick of a claim-next and the
+// sweep of ended entries read only the entries they may take
+// (0017_ended_entries).
 func TestPlansSkipHistory(t *testing.T) {
 	t.Parallel()
 	s, _ := openTemp(t)
@@ -33,7 +35,8 @@ func TestPlansSkipHistory(t *testing.T) {
 		{"re-list", relist.Page, relist.PageArgs, "queue_live_rev"},
 		{"held claims", heldClaimsSQL, []any{"op", api.PhaseClaimed, 5, "s"}, "queue_phase_expiry"},
 		{"active sessions", sqlstore.ActiveSessionsSQL, nil, "sessions_active"},
-		{"claim next", claimNext, claimNextArgs, "queue_outpost_priority"},
+		{"claim next", claimNext, claimNextArgs, "queue_claimable"},
+		{"ended entries", endedEntriesSQL, []any{5, 100}, "queue_ended"},
 	} {
 		rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+c.query, c.args...)
 		if err != nil {

@@ -187,20 +187,20 @@ func (d Dialect) ListQueue(f store.QueueFilter) ListQuery {
 const ClaimOrder = `priority DESC, created_at, session_id`
 
 // ClaimNextSQL picks the session id of outpost $1's first claimable entry
-// for f, in claim order, through the partial index queue_outpost_priority
-// of live entries (its condition is spelled with literals, so the planner
-// can use it: the pick reads no deleted markers). A
+// for f, in claim order, through the partial index queue_claimable of the
+// entries a claim may pick (its condition is spelled with literals, so the
+// planner can use it: the pick reads no deleted markers, and no entries of
+// ended or suspended sessions, however many the retention keeps). A
 // non-empty lock is appended (PostgreSQL's row lock of the pick; sessions
 // then joins as s, and has no deleted column, so NotDeleted is the queue's).
 func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string) (string, []any) {
-	args := []any{outpostID, api.QueueSessionSuspended, api.QueueSessionTerminated}
+	args := []any{outpostID}
 	var b strings.Builder
 	b.WriteString(`SELECT q.session_id FROM queue q`)
 	if lock != "" {
 		b.WriteString(` JOIN sessions s ON s.id = q.session_id`)
 	}
-	b.WriteString(` WHERE q.outpost_id = $1 AND q.phase = '` + api.PhasePending + `' AND ` + d.NotDeleted +
-		` AND q.session_status NOT IN ($2, $3)`)
+	b.WriteString(` WHERE q.outpost_id = $1 AND ` + d.Claimable())
 	if f.Platform != "" {
 		args = append(args, f.Platform)
 		fmt.Fprintf(&b, ` AND q.platform IN ('', $%d)`, len(args))
@@ -221,6 +221,33 @@ func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string)
 		b.WriteString(" " + lock)
 	}
 	return b.String(), args
+}
+
+// Claimable is the condition of an entry a claim-next may pick, spelled as
+// the WHERE of the index queue_claimable: pending, live, and of a session
+// neither suspended nor ended.
+func (d Dialect) Claimable() string {
+	return d.NotDeleted + ` AND phase = '` + api.PhasePending + `' AND session_status NOT IN ('` +
+		api.QueueSessionSuspended + `', '` + api.QueueSessionTerminated + `')`
+}
+
+// Ended is the condition of the entry of an ended session that is still
+// listed (released, or ended while pending), spelled as the WHERE of the
+// index queue_ended.
+func (d Dialect) Ended() string {
+	return d.NotDeleted + ` AND phase = '` + api.PhasePending + `' AND session_status = '` + api.QueueSessionTerminated + `'`
+}
+
+// EndedEntriesSQL picks the session ids of up to $2 entries of ended
+// sessions last written before $1 (Unix ms), oldest first, through the
+// index queue_ended. A non-empty lock is appended (PostgreSQL's row lock of
+// the session of each pick; sessions then joins as s).
+func (d Dialect) EndedEntriesSQL(lock string) string {
+	if lock == "" {
+		return `SELECT session_id FROM queue WHERE ` + d.Ended() + ` AND updated_at < $1 ORDER BY updated_at, session_id LIMIT $2`
+	}
+	return `SELECT q.session_id FROM queue q JOIN sessions s ON s.id = q.session_id WHERE ` + d.Ended() +
+		` AND q.updated_at < $1 ORDER BY q.updated_at, q.session_id LIMIT $2 ` + lock
 }
 
 // HeldClaimsSQL counts the entries of outpost $1 other than session $4
@@ -305,4 +332,13 @@ func Horizons(pruned []Pruned) map[string]int64 {
 		out[p.OutpostID] = max(out[p.OutpostID], p.Rev)
 	}
 	return out
+}
+
+// TombstoneEndedSQL turns the ended entry of session $1 into a tombstone
+// (deleted, the dialect's true) written at $2 (Unix ms) under rev $3, if
+// it is still an ended entry (Ended) last written before $4, and returns
+// its EntryCols.
+func (d Dialect) TombstoneEndedSQL(deleted string) string {
+	return `UPDATE queue SET deleted = ` + deleted + `, updated_at = $2, rev = $3
+		WHERE session_id = $1 AND ` + d.Ended() + ` AND updated_at < $4 RETURNING ` + EntryCols
 }

@@ -157,10 +157,11 @@ func testConcurrentCapacity(t *testing.T, s store.Store) {
 	}
 	c, err := s.OutpostCounts(ctx(t), "op", base)
 	must(t, "outpost counts", err)
-	equal(t, "counts", c, store.OutpostCounts{Pending: n - 3, Held: 3})
+	equal(t, "pending and held", [2]int{c.Pending, c.Held}, [2]int{n - 3, 3})
 }
 
-// testOutpostCounts checks OutpostCounts: pending entries, held claims, and
+// testOutpostCounts checks OutpostCounts: pending entries (not those of
+// ended sessions) and when the oldest entered the queue, held claims, and
 // running and suspended sessions, and the bytes of their snapshots.
 func testOutpostCounts(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "o")))
@@ -171,6 +172,11 @@ func testOutpostCounts(t *testing.T, s store.Store) {
 	}
 	setEntry(t, s, "s0", claim("a", at(time.Hour)))
 	setEntry(t, s, "s1", claim("b", at(-time.Hour))) // lapsed: not held
+	// An ended session's entry kept listed is not pending, however old.
+	ended := newSession("s5", "op", "t", -time.Second)
+	ended.Status = api.StatusExit
+	create(t, s, ended)
+	setEntry(t, s, "s5", func(e *store.QueueEntry) { e.SessionStatus = api.QueueSessionTerminated })
 	// Snapshot bytes: the sum over the outpost's sessions, another
 	// outpost's not counted, a replaced snapshot counted once.
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("other", "x")))
@@ -187,7 +193,7 @@ func testOutpostCounts(t *testing.T, s store.Store) {
 	}
 	c, err := s.OutpostCounts(ctx(t), "op", base)
 	must(t, "outpost counts", err)
-	equal(t, "counts", c, store.OutpostCounts{Pending: 3, Held: 1, Running: 2, Suspended: 1, SnapshotBytes: 157})
+	equal(t, "counts", c, store.OutpostCounts{Pending: 3, OldestPending: at(2 * time.Second), Held: 1, Running: 2, Suspended: 1, SnapshotBytes: 157})
 	must(t, "delete snapshot", s.DeleteSnapshot(ctx(t), "s2", "k2"))
 	c, err = s.OutpostCounts(ctx(t), "op", base)
 	must(t, "outpost counts", err)

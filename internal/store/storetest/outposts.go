@@ -63,7 +63,7 @@ func testOutpostAllowedOrgIDs(t *testing.T, s store.Store) {
 func testOutpostStats(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "op")))
 	now := at(time.Hour)
-	for _, id := range []string{"p1", "p2", "live", "lapsed", "gone", "gone-claimed", "kept-alive", "no-longer-alive"} {
+	for _, id := range []string{"p1", "p2", "live", "lapsed", "gone", "gone-claimed", "kept-alive", "no-longer-alive", "ended"} {
 		create(t, s, newSession(id, "op", id, 0))
 	}
 	create(t, s, newSession("other", "op2", "other", 0))
@@ -78,6 +78,9 @@ func testOutpostStats(t *testing.T, s store.Store) {
 		e.LiveUntil = now
 	})
 	setEntry(t, s, "gone", func(e *store.QueueEntry) { e.Deleted = true })
+	// Listed (pending) until the sweep, but no session waiting for a
+	// machine: not in the queue's depth.
+	setEntry(t, s, "ended", func(e *store.QueueEntry) { e.SessionStatus = api.QueueSessionTerminated })
 	setEntry(t, s, "gone-claimed", func(e *store.QueueEntry) {
 		claim("acc", now.Add(time.Minute))(e)
 		e.Deleted = true

@@ -72,6 +72,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		// Server-assigned claims.
 		{"ClaimNext", testClaimNext},
 		{"ClaimNextConcurrent", testClaimNextConcurrent},
+		// Entries of ended sessions stay listed until a sweep.
+		{"TombstoneEnded", testTombstoneEnded},
+		{"TombstoneEndedConcurrent", testTombstoneEndedConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
