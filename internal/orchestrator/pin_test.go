@@ -85,3 +85,34 @@ func TestDockerBackendPinnedBuild(t *testing.T) {
 		t.Fatalf("exit: %q", exit)
 	}
 }
+
+// TestOutpostLinkConcurrent: sessions pinning the same build are provisioned
+// at once by one orchestrator, so its link to the build is made by several
+// goroutines of one process together; each must find it made, none fail.
+func TestOutpostLinkConcurrent(t *testing.T) {
+	t.Parallel()
+	for round := range 20 {
+		bin := pinnedBuild(t, "0e2e0000beef")
+		errs := make(chan error, 8)
+		start := make(chan struct{})
+		for range cap(errs) {
+			go func() {
+				<-start
+				errs <- outpostLink(bin)
+			}()
+		}
+		close(start)
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		link := execBinary(bin)
+		if got, err := os.Readlink(link); err != nil || got != filepath.Base(bin) {
+			t.Fatalf("round %d: link %s -> %q, %v", round, link, got, err)
+		}
+		if left, _ := filepath.Glob(link + ".*"); len(left) > 0 {
+			t.Fatalf("round %d: left behind %v", round, left)
+		}
+	}
+}
