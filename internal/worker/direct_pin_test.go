@@ -177,3 +177,31 @@ func TestServeDirectRefusesBuild(t *testing.T) {
 		})
 	}
 }
+
+// TestServeDirectUnpinnedRunsLatest: a directly served session that pins
+// nothing runs the latest build published at the static base URL, when one
+// is set, as the docs promise, and this build when none is.
+func TestServeDirectUnpinnedRunsLatest(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	const good, tampered = "00000000900d", "00000000bad0"
+	builds := writeBuilds(t, good, tampered)
+	if err := os.WriteFile(filepath.Join(builds, dist.LatestName(dist.HostSuffix())), []byte(good+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	published := httptest.NewServer(http.StripPrefix("/dist/", distHandler(t, builds)))
+	t.Cleanup(published.Close)
+	for static, want := range map[string]string{published.URL + "/dist/": good + " devin-remote serve", "": "self"} {
+		gs := newGatewayServer(t, "")
+		gs.dist = distHandler(t, builds) // the gateway's /dist/ is no default for an unpinned session
+		opts := directOptions(t, `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`)
+		opts.GatewayURL, opts.StaticBaseURL = gs.gatewayURL(), static
+		ctx, _ := testContext(t)
+		if err := ServeDirect(ctx, opts); err != nil {
+			t.Fatalf("static base URL %q: ServeDirect = %v", static, err)
+		}
+		if got := ranAs(t, opts.DataDir); got != want {
+			t.Errorf("static base URL %q: remote ran as %q, want %q", static, got, want)
+		}
+	}
+}
