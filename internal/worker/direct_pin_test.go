@@ -205,3 +205,29 @@ func TestServeDirectUnpinnedRunsLatest(t *testing.T) {
 		}
 	}
 }
+
+// TestServeDirectRelativeCacheDir: a cache dir given relative to the
+// working directory names the same dir for the download and for the start
+// of the remote, which runs in another directory (the workspace), and not
+// a dir of the workspace's.
+func TestServeDirectRelativeCacheDir(t *testing.T) {
+	requireUnix(t)
+	const good, tampered = "00000000900d", "00000000bad0"
+	published := httptest.NewServer(http.StripPrefix("/dist/", distHandler(t, writeBuilds(t, good, tampered))))
+	t.Cleanup(published.Close)
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	gs := newGatewayServer(t, good)
+	opts := directOptions(t, `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`)
+	opts.GatewayURL, opts.StaticBaseURL, opts.CacheDir = gs.gatewayURL(), published.URL+"/dist/", "cache"
+	ctx, _ := testContext(t)
+	if err := ServeDirect(ctx, opts); err != nil {
+		t.Fatalf("ServeDirect = %v", err)
+	}
+	if got, want := ranAs(t, opts.DataDir), good+" devin-remote serve"; got != want {
+		t.Errorf("remote ran as %q, want %q", got, want)
+	}
+	if _, err := os.Stat(dist.CachedPath(filepath.Join(cwd, "cache"), good, dist.HostSuffix())); err != nil {
+		t.Errorf("the build is not cached under the working directory: %v", err)
+	}
+}
