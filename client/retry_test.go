@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -81,3 +82,54 @@ func TestDefaultRetryWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestCallToolIsNeverRetried: a tool call that failed on the server's side
+// (a 5xx answer, or the connection cut after the request was sent) is not
+// sent again, as CallTool promises: the tool may have run. Its context has
+// no deadline of the client's, so only the caller's bounds the call.
+func TestCallToolIsNeverRetried(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var deadline atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sessions/{id}/tools/{tool}", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.PathValue("id") == "cut" {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		writeErr(w, http.StatusBadGateway, "unavailable", "The machine went away.")
+	})
+	c := newTestClient(t, mux)
+	c.retry.attempts = 5
+	c.retry.wait = backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}
+	var seen http.RoundTripper = c.http.Transport
+	if seen == nil {
+		seen = http.DefaultTransport
+	}
+	c.http.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if _, ok := r.Context().Deadline(); ok {
+			deadline.Store(true)
+		}
+		return seen.RoundTrip(r)
+	})
+	for _, id := range []string{"fails", "cut"} {
+		calls.Store(0)
+		if _, err := c.Sessions.CallTool(context.Background(), id, "exec", nil); err == nil {
+			t.Fatalf("%s: CallTool succeeded", id)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%s: the call was sent %d times, want once", id, n)
+		}
+	}
+	if deadline.Load() {
+		t.Error("a tool call got a deadline the caller did not set")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -106,3 +106,55 @@ func TestEveryUntil(t *testing.T) {
 		t.Errorf("EveryUntil = %v", err)
 	}
 }
+
+// TestEveryDropsMissedTicks: after a call that took ten periods the loop
+// goes on at its period; the ticks missed meanwhile do not come as a burst
+// of calls, as Every promises.
+func TestEveryDropsMissedTicks(t *testing.T) {
+	t.Parallel()
+	const d = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		calls    int
+		slowDone time.Time
+		after    []time.Duration // when each call after the slow one came, from its end
+	)
+	enough := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Every(ctx, d, func(ctx context.Context) {
+			calls++
+			switch {
+			case calls == 1:
+				<-time.After(10 * d) // a slow call: ten ticks pass meanwhile
+				slowDone = time.Now()
+			case len(after) < 20:
+				after = append(after, time.Since(slowDone))
+				if len(after) == 20 {
+					close(enough)
+				}
+			}
+		})
+	}()
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+		t.Fatal("20 calls after the slow one did not come within 30s")
+	}
+	cancel()
+	<-done
+	// Within three periods of the slow call's end a ticker's loop calls at
+	// most four times (the one tick kept, then one a period); one that
+	// caught up on the ten missed ticks would call at least ten times.
+	var burst int
+	for _, at := range after {
+		if at < 3*d {
+			burst++
+		}
+	}
+	if burst > 4 {
+		t.Errorf("%d calls within %s of the slow call's end (%v): missed ticks were not dropped", burst, 3*d, after)
+	}
+}

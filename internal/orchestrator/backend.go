@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -344,9 +345,15 @@ func execBinary(bin string) string {
 // it as the whole outpost command.
 const outpostLinkName = "outpost"
 
+// linkSeq tells apart the temporary names of links made at once by one
+// process (the pid tells processes apart): sessions pinning the same build
+// are provisioned concurrently.
+var linkSeq atomic.Uint64
+
 // outpostLink makes the link execBinary names for a downloaded build, once
-// per build: a link made under a temporary name and renamed into place, so
-// that concurrent provisioning never sees a half-made one.
+// per build: a link made under a temporary name of its own and renamed into
+// place, so that concurrent provisioning never sees a half-made one nor
+// removes another's.
 func outpostLink(bin string) error {
 	if !dist.IsRemoteName(bin) {
 		return nil
@@ -356,8 +363,8 @@ func outpostLink(bin string) error {
 	if got, err := os.Readlink(link); err == nil && got == target {
 		return nil
 	}
-	tmp := fmt.Sprintf("%s.%d.tmp", link, os.Getpid())
-	_ = os.Remove(tmp)
+	tmp := fmt.Sprintf("%s.%d-%d.tmp", link, os.Getpid(), linkSeq.Add(1))
+	_ = os.Remove(tmp) // left by a process of the same pid that died
 	if err := os.Symlink(target, tmp); err != nil {
 		return fmt.Errorf("link %s to the pinned build: %w", link, err)
 	}

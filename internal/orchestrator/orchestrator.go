@@ -124,6 +124,13 @@ func newOrchestrator(ctx context.Context, opts Options) (*orchestrator, error) {
 			return nil, err
 		}
 	}
+	// A downloaded build is checked here and started in a machine's
+	// workspace, so its path must not be relative.
+	if opts.CacheDir != "" {
+		if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(opts.StateDir, machinesDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}

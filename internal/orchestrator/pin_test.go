@@ -2,13 +2,23 @@ package orchestrator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/server"
 )
 
 // pinnedBuild writes a stand-in for a downloaded build where the resolver
@@ -83,5 +93,121 @@ func TestDockerBackendPinnedBuild(t *testing.T) {
 	}
 	if exit := m.Exit(); !strings.Contains(exit, "ran as "+DockerBinary+" remote serve") {
 		t.Fatalf("exit: %q", exit)
+	}
+}
+
+// TestOutpostLinkConcurrent: sessions pinning the same build are provisioned
+// at once by one orchestrator, so its link to the build is made by several
+// goroutines of one process together; each must find it made, none fail.
+func TestOutpostLinkConcurrent(t *testing.T) {
+	t.Parallel()
+	for round := range 20 {
+		bin := pinnedBuild(t, "0e2e0000beef")
+		errs := make(chan error, 8)
+		start := make(chan struct{})
+		for range cap(errs) {
+			go func() {
+				<-start
+				errs <- outpostLink(bin)
+			}()
+		}
+		close(start)
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		link := execBinary(bin)
+		if got, err := os.Readlink(link); err != nil || got != filepath.Base(bin) {
+			t.Fatalf("round %d: link %s -> %q, %v", round, link, got, err)
+		}
+		if left, _ := filepath.Glob(link + ".*"); len(left) > 0 {
+			t.Fatalf("round %d: left behind %v", round, left)
+		}
+	}
+}
+
+// specBackend hands the spec of its first provisioning to the test, then
+// waits on its context.
+type specBackend struct{ specs chan Spec }
+
+func (specBackend) Name() string { return "spec" }
+func (b specBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
+	select {
+	case b.specs <- s:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (specBackend) Adopt(context.Context, Spec) (Machine, bool) { return nil, false }
+func (specBackend) Teardown(context.Context, Spec) error        { return nil }
+
+// TestRelativeCacheDir: a --cache-dir given relative to the working
+// directory makes an absolute Remote, which the backends start in a
+// machine's workspace: the build checked is the build that runs.
+func TestRelativeCacheDir(t *testing.T) {
+	const pin = "00000000900d"
+	suffix := dist.HostSuffix()
+	if suffix == "" {
+		t.Skip("no platform suffix for this machine")
+	}
+	builds := t.TempDir()
+	bin := []byte("#!/bin/sh\nexit 0\n")
+	sum := sha256.Sum256(bin)
+	for name, b := range map[string][]byte{
+		dist.BinaryName(pin, suffix):   bin,
+		dist.ChecksumName(pin, suffix): []byte(dist.CheckLine(hex.EncodeToString(sum[:]), suffix)),
+	} {
+		if err := os.WriteFile(filepath.Join(builds, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := dist.NewHandler(dist.HandlerOptions{Dir: builds, NoSelf: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := httptest.NewServer(http.StripPrefix("/dist/", h))
+	t.Cleanup(published.Close)
+
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	srv, err := server.New(sctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(sctx) }()
+	defer func() { scancel(); <-served }()
+	c, _ := client.New(srv.URL(), srv.AdminToken())
+	if _, err := c.Outposts.Create(sctx, api.CreateOutpostRequest{Name: "dev", Platform: api.PlatformLinux}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Sessions.Create(sctx, api.CreateSessionRequest{Outpost: "dev", Prompt: "x", RemoteBinarySHA: pin,
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"true"}`)}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	b := specBackend{specs: make(chan Spec, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: c, Outpost: "dev", StateDir: t.TempDir(), Backend: b, RemoteCommand: []string{"/bin/true"},
+			StaticBaseURL: published.URL + "/dist/", CacheDir: "cache", PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	defer func() { cancel(); <-done }()
+	var s Spec
+	select {
+	case s = <-b.specs:
+	case err := <-done:
+		t.Fatalf("Run = %v before any provisioning", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("provision never started")
+	}
+	want := dist.CachedPath(filepath.Join(cwd, "cache"), pin, suffix)
+	if len(s.Remote) == 0 || s.Remote[0] != want {
+		t.Fatalf("Remote = %q, want %s first", s.Remote, want)
 	}
 }

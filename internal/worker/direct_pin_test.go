@@ -177,3 +177,57 @@ func TestServeDirectRefusesBuild(t *testing.T) {
 		})
 	}
 }
+
+// TestServeDirectUnpinnedRunsLatest: a directly served session that pins
+// nothing runs the latest build published at the static base URL, when one
+// is set, as the docs promise, and this build when none is.
+func TestServeDirectUnpinnedRunsLatest(t *testing.T) {
+	t.Parallel()
+	requireUnix(t)
+	const good, tampered = "00000000900d", "00000000bad0"
+	builds := writeBuilds(t, good, tampered)
+	if err := os.WriteFile(filepath.Join(builds, dist.LatestName(dist.HostSuffix())), []byte(good+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	published := httptest.NewServer(http.StripPrefix("/dist/", distHandler(t, builds)))
+	t.Cleanup(published.Close)
+	for static, want := range map[string]string{published.URL + "/dist/": good + " devin-remote serve", "": "self"} {
+		gs := newGatewayServer(t, "")
+		gs.dist = distHandler(t, builds) // the gateway's /dist/ is no default for an unpinned session
+		opts := directOptions(t, `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`)
+		opts.GatewayURL, opts.StaticBaseURL = gs.gatewayURL(), static
+		ctx, _ := testContext(t)
+		if err := ServeDirect(ctx, opts); err != nil {
+			t.Fatalf("static base URL %q: ServeDirect = %v", static, err)
+		}
+		if got := ranAs(t, opts.DataDir); got != want {
+			t.Errorf("static base URL %q: remote ran as %q, want %q", static, got, want)
+		}
+	}
+}
+
+// TestServeDirectRelativeCacheDir: a cache dir given relative to the
+// working directory names the same dir for the download and for the start
+// of the remote, which runs in another directory (the workspace), and not
+// a dir of the workspace's.
+func TestServeDirectRelativeCacheDir(t *testing.T) {
+	requireUnix(t)
+	const good, tampered = "00000000900d", "00000000bad0"
+	published := httptest.NewServer(http.StripPrefix("/dist/", distHandler(t, writeBuilds(t, good, tampered))))
+	t.Cleanup(published.Close)
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	gs := newGatewayServer(t, good)
+	opts := directOptions(t, `echo self > "$OUTPOST_STATE_DIR/../../ran.txt"`)
+	opts.GatewayURL, opts.StaticBaseURL, opts.CacheDir = gs.gatewayURL(), published.URL+"/dist/", "cache"
+	ctx, _ := testContext(t)
+	if err := ServeDirect(ctx, opts); err != nil {
+		t.Fatalf("ServeDirect = %v", err)
+	}
+	if got, want := ranAs(t, opts.DataDir), good+" devin-remote serve"; got != want {
+		t.Errorf("remote ran as %q, want %q", got, want)
+	}
+	if _, err := os.Stat(dist.CachedPath(filepath.Join(cwd, "cache"), good, dist.HostSuffix())); err != nil {
+		t.Errorf("the build is not cached under the working directory: %v", err)
+	}
+}

@@ -355,6 +355,13 @@ func (opts Options) withDefaults() (Options, error) {
 			return opts, err
 		}
 	}
+	// Nor the path of a downloaded build: it is checked here and started
+	// in Dir.
+	if opts.CacheDir != "" {
+		if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+			return opts, err
+		}
+	}
 	if len(opts.RemoteCommand) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
