@@ -45,7 +45,7 @@ func TestFollowLive(t *testing.T) {
 		}
 	}
 	waitFor(t, 30*time.Second, "the worker to release the session", func() bool {
-		return c.api("GET", "/v1/queue/"+id, c.admin, nil, nil) == 404
+		return c.released(id, c.admin)
 	})
 	if err := w.stop(syscall.SIGTERM, 20*time.Second); err != nil {
 		t.Fatalf("worker exit after SIGTERM: %v", err)

@@ -265,6 +265,20 @@ func (c *cluster) env(token string) []string {
 }
 
 // api calls the REST API directly and decodes the answer.
+// released reports whether the queue entry of session id is held by
+// nobody: gone, or, for an ended session, listed without an acceptor for
+// the ended-entry retention.
+func (c *cluster) released(id, token string) bool {
+	var e api.QueueEntry
+	switch c.api("GET", "/v1/queue/"+id, token, nil, &e) {
+	case 404:
+		return true
+	case 200:
+		return e.Status.AcceptorID == nil
+	}
+	return false
+}
+
 func (c *cluster) api(method, path, token string, body, out any) int {
 	c.t.Helper()
 	var rd io.Reader

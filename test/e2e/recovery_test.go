@@ -176,7 +176,7 @@ func TestTerminateAndLimits(t *testing.T) {
 		t.Fatalf("terminated session: %+v", s.Status)
 	}
 	waitFor(t, 30*time.Second, "the worker to release the terminated session", func() bool {
-		return c.api("GET", "/v1/queue/"+long, c.admin, nil, nil) == 404
+		return c.released(long, c.admin)
 	})
 
 	limited := createSession(t, c, api.CreateSessionRequest{

@@ -404,7 +404,7 @@ func replicaTerminate(t *testing.T, rs *replicaSet) {
 			t.Errorf("session terminated through %s: %+v", r.id, st)
 		}
 		waitFor(t, 30*time.Second, "the worker to release "+id+" (its remote heard the end)", func() bool {
-			return rs.front.api("GET", "/v1/queue/"+id, adminToken, nil, nil) == 404
+			return rs.front.released(id, adminToken)
 		})
 	}
 }
