@@ -486,8 +486,23 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		}
 		logger.Info("using PostgreSQL", "database", where)
 	}
-	srv, err := server.New(ctx, server.Options{
-		LLM:             provider,
+	so := o.serverOptions()
+	so.LLM, so.Logger, so.Stdout = provider, logger, f.IO.Out
+	srv, err := server.New(ctx, so)
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// serverOptions maps the settings to the server's: the flags' 0 for "no
+// bound" is the server's negative. The logger, stdout and model provider
+// are runServer's to add.
+func (o *ServerOptions) serverOptions() server.Options {
+	return server.Options{
 		ToolResultLimit: o.ToolResultLimit,
 		Listen:          o.Listen,
 		DataDir:         o.DataDir,
@@ -500,8 +515,6 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 		SecretKey:       o.SecretKey,
 		SecretKeyFile:   o.SecretKeyFile,
 		OldSecretKeys:   o.OldSecretKeys,
-		Logger:          logger,
-		Stdout:          f.IO.Out,
 
 		ArtifactRetention:   o.ArtifactRetention,
 		EndedEntryRetention: noBoundDuration(o.EndedEntryRetention),
@@ -525,12 +538,5 @@ func runServer(ctx context.Context, o *ServerOptions) error {
 
 		ReplicaID:  o.ReplicaID,
 		ReplicaURL: o.ReplicaURL,
-	})
-	if err != nil {
-		return err
 	}
-	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
 }
