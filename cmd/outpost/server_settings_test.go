@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outpost-sh/outpost/internal/server"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/ from the code as it is")
@@ -51,6 +53,48 @@ func TestServerHelpGolden(t *testing.T) {
 		t.Fatalf("server --help: exit %d, %s", code, tf.errOut)
 	}
 	goldenCompare(t, "server-help.golden", tf.out.String())
+}
+
+// TestServerSettingsTable: each row of serverSettings is whole. A field
+// has a flag, given once; the help names a variable exactly when there is
+// one, and the server's list of variables (help, env files) has it; a
+// variable that is parsed says what it wants and is of a kind that can be
+// parsed; a refusal names its flag and bounds a duration or number.
+func TestServerSettingsTable(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for i, s := range serverSettings {
+		if s.field == nil {
+			if s.flag != "" || s.env.Name != "" || s.check == nil || s.refuse != "" {
+				t.Errorf("row %d has no field, so it must be a check alone: %+v", i, s)
+			}
+			continue
+		}
+		if s.flag == "" || seen[s.flag] {
+			t.Errorf("row %d: flag %q is empty or given twice", i, s.flag)
+		}
+		seen[s.flag] = true
+		if strings.Contains(s.usage, "$ENV") != (s.env.Name != "") {
+			t.Errorf("--%s: the help %q and the variable %q disagree", s.flag, s.usage, s.env.Name)
+		}
+		p := s.field(new(server.Options))
+		if s.env.Name != "" {
+			if !slices.Contains(serverEnv, s.env) {
+				t.Errorf("--%s: serverEnv lacks %s", s.flag, s.env.Name)
+			}
+			if _, text := p.(*string); !text {
+				if err := s.parseEnv(p, "0"); err != nil || s.want == "" {
+					t.Errorf("--%s: %s cannot be read (%v) or says not what it wants (%q)", s.flag, s.env.Name, err, s.want)
+				}
+			}
+		}
+		if _, ok := number(p); (s.refuse != "" || s.zeroIsNone) && !ok {
+			t.Errorf("--%s bounds or maps a %T, not a duration or number", s.flag, p)
+		}
+		if s.refuse != "" && !strings.Contains(s.refuse, "--"+s.flag) {
+			t.Errorf("--%s: the refusal %q does not name the flag", s.flag, s.refuse)
+		}
+	}
 }
 
 // The environments of TestServerSettingsGolden: every variable the server
