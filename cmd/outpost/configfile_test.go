@@ -109,7 +109,7 @@ func TestServerConfigPrecedence(t *testing.T) {
 		{flag: "public-url", env: "OUTPOST_PUBLIC_URL", fileVal: "https://file.example", envVal: "https://env.example", flagVal: "https://flag.example",
 			get: str(func(o *ServerOptions) string { return o.PublicURL })},
 		{flag: "database", env: "OUTPOST_DATABASE_URL", fileVal: "postgres://file/db", envVal: "postgres://env/db", flagVal: "postgres://flag/db",
-			get: str(func(o *ServerOptions) string { return o.Database })},
+			get: str(func(o *ServerOptions) string { return o.DatabaseURL })},
 		{flag: "blob-store", env: "OUTPOST_BLOB_STORE", fileVal: "fs", envVal: "fs", flagVal: "fs",
 			get: str(func(o *ServerOptions) string { return o.BlobStore })},
 		{flag: "dist-dir", env: "OUTPOST_DIST_DIR", fileVal: "/file/dist", envVal: "/env/dist", flagVal: "/flag/dist",
@@ -170,8 +170,8 @@ func TestServerConfigTLSPair(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, _, err := parseServer(t, map[string]string{"OUTPOST_TLS_KEY": "/env/tls.key"}, "--config", path)
-	if err != nil || o.TLSCert != "/file/tls.crt" || o.TLSKey != "/env/tls.key" {
-		t.Errorf("cert %q key %q err %v", o.TLSCert, o.TLSKey, err)
+	if err != nil || o.TLSCertFile != "/file/tls.crt" || o.TLSKeyFile != "/env/tls.key" {
+		t.Errorf("cert %q key %q err %v", o.TLSCertFile, o.TLSKeyFile, err)
 	}
 }
 

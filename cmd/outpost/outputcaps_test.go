@@ -27,7 +27,7 @@ func TestServerOutputCapFlags(t *testing.T) {
 		t.Errorf("defaults: call %d, session %d", o.MaxCallOutputBytes, o.MaxSessionOutputBytes)
 	}
 	env := map[string]string{"OUTPOST_MAX_CALL_OUTPUT_BYTES": "5000000", "OUTPOST_MAX_SESSION_OUTPUT_BYTES": "0"}
-	if o := parse(env); o.MaxCallOutputBytes != 5000000 || noBound64(o.MaxSessionOutputBytes) != -1 {
+	if o := parse(env); o.MaxCallOutputBytes != 5000000 || o.serverOptions().MaxSessionOutputBytes != -1 {
 		t.Errorf("from the environment: call %d, session %d", o.MaxCallOutputBytes, o.MaxSessionOutputBytes)
 	}
 	if o := parse(env, "--max-call-output-bytes", "7000000"); o.MaxCallOutputBytes != 7000000 {

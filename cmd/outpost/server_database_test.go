@@ -37,8 +37,8 @@ func TestServerDatabase(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if o.Database != tc.want {
-			t.Errorf("%s: database %q, want %q", tc.name, o.Database, tc.want)
+		if o.DatabaseURL != tc.want {
+			t.Errorf("%s: database %q, want %q", tc.name, o.DatabaseURL, tc.want)
 		}
 	}
 

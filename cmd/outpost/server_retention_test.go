@@ -87,7 +87,11 @@ func TestServerEndedEntryRetention(t *testing.T) {
 			t.Errorf("%s: stderr %q lacks %q", tc.name, tf.errOut, tc.want)
 		}
 	}
-	if got := noBoundDuration(0); got >= 0 {
+	o, _, err := parseServer(t, nil, "--ended-entry-retention", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.serverOptions().EndedEntryRetention; got >= 0 {
 		t.Errorf("--ended-entry-retention 0 reaches the server as %s, want a negative (delete at once)", got)
 	}
 }

@@ -27,19 +27,19 @@ func TestServerEdgeFlags(t *testing.T) {
 		return got
 	}
 	o := parse(nil)
-	if o.TLSCert != "" || o.IdleTimeout != server.DefaultIdleTimeout || o.ReadHeaderTimeout != server.DefaultReadHeaderTimeout ||
+	if o.TLSCertFile != "" || o.IdleTimeout != server.DefaultIdleTimeout || o.ReadHeaderTimeout != server.DefaultReadHeaderTimeout ||
 		o.MaxHeaderBytes != server.DefaultMaxHeaderBytes || o.MaxUnauthenticatedConns != server.DefaultMaxUnauthenticatedConns ||
 		o.MaxStreamsPerToken != server.DefaultMaxStreamsPerToken || o.MetricsListen != "" || o.MetricsTokenRequired {
 		t.Errorf("defaults: %+v", o)
 	}
 	o = parse(map[string]string{"OUTPOST_TLS_CERT": "/env/c.pem", "OUTPOST_TLS_KEY": "/env/k.pem"})
-	if o.TLSCert != "/env/c.pem" || o.TLSKey != "/env/k.pem" {
-		t.Errorf("TLS from the environment: %q %q", o.TLSCert, o.TLSKey)
+	if o.TLSCertFile != "/env/c.pem" || o.TLSKeyFile != "/env/k.pem" {
+		t.Errorf("TLS from the environment: %q %q", o.TLSCertFile, o.TLSKeyFile)
 	}
 	o = parse(map[string]string{"OUTPOST_TLS_CERT": "/env/c.pem", "OUTPOST_TLS_KEY": "/env/k.pem"}, "--tls-cert", "/flag/c.pem", "--tls-key", "/flag/k.pem",
 		"--max-streams-per-token", "0", "--metrics-listen", "127.0.0.1:9420", "--metrics-token-required", "--idle-timeout", "30s")
-	if o.TLSCert != "/flag/c.pem" || o.TLSKey != "/flag/k.pem" || o.MetricsListen != "127.0.0.1:9420" || !o.MetricsTokenRequired ||
-		o.IdleTimeout != 30*time.Second || noBound(o.MaxStreamsPerToken) != -1 || noBound(o.MaxUnauthenticatedConns) != server.DefaultMaxUnauthenticatedConns {
+	if o.TLSCertFile != "/flag/c.pem" || o.TLSKeyFile != "/flag/k.pem" || o.MetricsListen != "127.0.0.1:9420" || !o.MetricsTokenRequired ||
+		o.IdleTimeout != 30*time.Second || o.serverOptions().MaxStreamsPerToken != -1 || o.serverOptions().MaxUnauthenticatedConns != server.DefaultMaxUnauthenticatedConns {
 		t.Errorf("flags: %+v", o)
 	}
 
