@@ -105,7 +105,10 @@ func assertNoSandboxLeft(t *testing.T, state string, pids map[int]bool, ns map[u
 		t.Fatal("never saw a sandbox's pid namespace")
 	}
 	assertNothingLeft(t, state, pids)
-	waitFor(t, 10*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
+	// A torn-down sandbox's processes are killed with its pid namespace;
+	// the wait is for the kernel to reap them, which a loaded machine can
+	// take seconds to do.
+	waitFor(t, 30*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
 }
 
 // transcriptJSON is the whole transcript of a session, as JSON.
