@@ -55,7 +55,7 @@ func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 		ran[s.ID]++
 		mu.Unlock()
 		_, _ = e.admin.Sessions.Terminate(ctx, s.ID, "done")
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
 	c := e.consumer("acc-mine", 1, r)
 	done := start(t, ctx, c)
