@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // noClaimNext answers a server-assigned claim as a server from before it

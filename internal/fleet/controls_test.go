@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // createSession creates a pending session on outpost with priority.

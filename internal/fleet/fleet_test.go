@@ -20,10 +20,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 const testTimeout = 30 * time.Second
