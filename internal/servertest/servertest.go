@@ -6,8 +6,11 @@ package servertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/outpost-sh/outpost/client"
@@ -29,27 +32,15 @@ type Server struct {
 // DataDir is a temporary directory; a nil Logger or Stdout discards.
 func Start(tb testing.TB, opts server.Options) *Server {
 	tb.Helper()
-	opts.Listen = "127.0.0.1:0"
 	if opts.DataDir == "" {
 		opts.DataDir = tb.TempDir()
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Stdout == nil {
-		opts.Stdout = io.Discard
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, opts)
+	srv, stop, err := Serve(opts)
 	if err != nil {
-		cancel()
-		tb.Fatalf("new server: %v", err)
+		tb.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
 	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			tb.Errorf("serve: %v", err)
 		}
 	})
@@ -58,4 +49,36 @@ func Start(tb testing.TB, opts server.Options) *Server {
 		tb.Fatalf("client: %v", err)
 	}
 	return &Server{Server: srv, Client: c}
+}
+
+// Serve starts a server with opts as Start does, DataDir required, and
+// serves it until stop is called; stop returns what serving returned, each
+// time it is called. It is
+// for callers that are no testing.TB (a test script) or that stop the
+// server before their test ends (a benchmark's iterations).
+func Serve(opts server.Options) (srv *server.Server, stop func() error, err error) {
+	if opts.DataDir == "" {
+		return nil, nil, errors.New("servertest: no DataDir")
+	}
+	opts.Listen = "127.0.0.1:0"
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err = server.New(ctx, opts)
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("new server: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	// Once: a second stop returns the first's answer instead of waiting
+	// for a Serve that already returned.
+	return srv, sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	}), nil
 }

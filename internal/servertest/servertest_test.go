@@ -33,3 +33,32 @@ func TestStart(t *testing.T) {
 		t.Errorf("the data dir given holds nothing: %v", err)
 	}
 }
+
+// TestServeStop: a server from Serve answers until stop, which returns
+// serving's nil error, twice; after stop nothing answers. Serve refuses
+// an empty DataDir.
+func TestServeStop(t *testing.T) {
+	t.Parallel()
+	if _, _, err := Serve(server.Options{}); err == nil {
+		t.Error("Serve without a DataDir: no error")
+	}
+	srv, stop, err := Serve(server.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(srv.URL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	if resp, err := http.Get(srv.URL() + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Error("the server answers after stop")
+	}
+}
