@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // requireBwrap skips a test without bubblewrap, unless CI is set: CI
@@ -105,7 +106,7 @@ func assertNoSandboxLeft(t *testing.T, state string, pids map[int]bool, ns map[u
 		t.Fatal("never saw a sandbox's pid namespace")
 	}
 	assertNothingLeft(t, state, pids)
-	waitFor(t, 10*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
+	waitfor.Within(t, 10*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
 }
 
 // transcriptJSON is the whole transcript of a session, as JSON.
@@ -217,7 +218,7 @@ func TestOrchestrateBwrapKill9Restart(t *testing.T) {
 		t.Fatalf("the sandbox's supervisor %d died with the orchestrator", sup)
 	}
 	second := startOrchestrator(t, c, "sandcrash", token, state, args...)
-	waitFor(t, 30*time.Second, "the restarted orchestrator to adopt the sandbox", func() bool {
+	waitfor.Within(t, 30*time.Second, "the restarted orchestrator to adopt the sandbox", func() bool {
 		return strings.Contains(second.out.String(), "adopted leftover machine")
 	})
 	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
