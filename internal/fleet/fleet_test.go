@@ -459,11 +459,9 @@ func TestRunWaitsForEverything(t *testing.T) {
 	lingering := func() bool {
 		return consumerFrames("fleet.(*Consumer)") || consumerFrames("fleet.(*Presence)")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for lingering() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if lingering() {
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	if !waitfor.Poll(lctx, func() bool { return !lingering() }) {
 		buf := make([]byte, 1<<20)
 		t.Errorf("goroutines of the consumer outlive Run:\n%s", buf[:runtime.Stack(buf, true)])
 	}
