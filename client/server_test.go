@@ -8,60 +8,22 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // These tests run the client against a real Outpost server in this
 // process, on loopback, and a real remote for the calls that need a
 // machine.
 
-// startServer starts a server with opts (DataDir and Listen filled in) and
-// returns an admin client of it.
-func startServer(t *testing.T, opts server.Options) (*server.Server, *client.Client) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	opts.Listen, opts.DataDir = "127.0.0.1:0", t.TempDir()
-	opts.Logger, opts.Stdout = slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard
-	srv, err := server.New(ctx, opts)
-	if err != nil {
-		cancel()
-		t.Fatalf("new server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	c, err := client.New(srv.URL(), srv.AdminToken())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, c
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestOutpostsUpdate(t *testing.T) {
 	t.Parallel()
-	_, c := startServer(t, server.Options{})
+	c := servertest.Start(t, server.Options{}).Client
 	ctx := t.Context()
 	if _, err := c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "gpu", MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
@@ -104,7 +66,7 @@ func TestOutpostsUpdate(t *testing.T) {
 func TestSessionsCallToolAndSpilledOutput(t *testing.T) {
 	t.Parallel()
 	const transcriptCap = 4096
-	_, c := startServer(t, server.Options{OutputCapBytes: transcriptCap})
+	c := servertest.Start(t, server.Options{OutputCapBytes: transcriptCap}).Client
 	ctx := t.Context()
 	if _, err := c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "dev"}); err != nil {
 		t.Fatal(err)
@@ -126,7 +88,7 @@ func TestSessionsCallToolAndSpilledOutput(t *testing.T) {
 	serveRemote(t, claim, id)
 
 	var res *api.ToolResult
-	waitFor(t, "the remote to answer a call", func() bool {
+	waitfor.True(t, "the remote to answer a call", func() bool {
 		res, err = c.Sessions.CallTool(ctx, id, api.ToolExec, api.ExecArgs{Command: "echo hello from the client"})
 		if client.IsUnavailable(err) {
 			return false
@@ -155,7 +117,7 @@ func TestSessionsCallToolAndSpilledOutput(t *testing.T) {
 		t.Fatalf("CallTool(exec of %d bytes) = %+v, %v", total, res, err)
 	}
 	var spilled bytes.Buffer
-	waitFor(t, "the spilled output to be kept", func() bool {
+	waitfor.True(t, "the spilled output to be kept", func() bool {
 		spilled.Reset()
 		err := c.Sessions.SpilledOutput(ctx, id, res.Seq, &spilled)
 		if client.IsNotFound(err) {
@@ -181,7 +143,7 @@ func TestSessionsCallToolAndSpilledOutput(t *testing.T) {
 	if _, err := c.Sessions.CallTool(ctx, id, "end_session", nil); err != nil {
 		t.Fatalf("CallTool(end_session) = %v", err)
 	}
-	waitFor(t, "the session to end", func() bool {
+	waitfor.True(t, "the session to end", func() bool {
 		s, err := c.Sessions.Get(ctx, id)
 		return err == nil && api.IsFinal(s.Status.Status)
 	})

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +11,7 @@ import (
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
@@ -23,16 +21,7 @@ const doctorAdmin = "opt_cli-doctor-admin-token"
 // and key when they are set.
 func startDoctorServer(t *testing.T, cert, key string) *server.Server {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key,
-		AdminToken: doctorAdmin, Logger: slog.New(slog.DiscardHandler), Stdout: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return srv
+	return servertest.Start(t, server.Options{TLSCertFile: cert, TLSKeyFile: key, AdminToken: doctorAdmin}).Server
 }
 
 // runDoctorJSON runs `outpost doctor -o json` with env and args, and

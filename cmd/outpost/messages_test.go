@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +14,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 )
 
 // testServer is a real Outpost server in this process, on loopback.
@@ -27,26 +25,8 @@ type testServer struct {
 
 func startTestServer(t *testing.T) *testServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Stdout: io.Discard})
-	if err != nil {
-		cancel()
-		t.Fatalf("new server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	c, err := client.New(srv.URL(), srv.AdminToken())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testServer{url: srv.URL(), admin: srv.AdminToken(), c: c}
+	srv := servertest.Start(t, server.Options{})
+	return &testServer{url: srv.URL(), admin: srv.AdminToken(), c: srv.Client}
 }
 
 func (ts *testServer) token(t *testing.T, outpost string, scopes ...string) string {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 )
 
 // TestMain lets the testscript suite run the real outpost command: a
@@ -56,22 +54,12 @@ func cmdStartServer(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: startserver")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Options{
-		Listen:  "127.0.0.1:0",
-		DataDir: ts.MkAbs("server-data"),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Stdout:  io.Discard,
-	})
+	srv, stop, err := servertest.Serve(server.Options{DataDir: ts.MkAbs("server-data")})
 	if err != nil {
-		cancel()
 		ts.Fatalf("start server: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
 	ts.Defer(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			ts.Logf("server: %v", err)
 		}
 	})

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
@@ -97,15 +96,7 @@ func TestCAFile(t *testing.T) {
 	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ca.Issue(t).Write(t, cert, key)
 	caFile := ca.WriteCA(t, dir, "ca.pem")
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", TLSCertFile: cert, TLSKeyFile: key,
-		AdminToken: "opt_cli-tls-admin-token", Logger: slog.New(slog.DiscardHandler), Stdout: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	srv := servertest.Start(t, server.Options{TLSCertFile: cert, TLSKeyFile: key, AdminToken: "opt_cli-tls-admin-token"})
 	env := map[string]string{"OUTPOST_SERVER": srv.URL(), "OUTPOST_TOKEN": "opt_cli-tls-admin-token"}
 
 	tf := newTestFactory(t, env)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // rebuiltAt folds the transcript's events up to seq into a new
@@ -156,7 +157,7 @@ func TestLLMWaitsForUserThenIdles(t *testing.T) {
 		t.Fatalf("detail %q, want %q", sess.StatusDetail, api.DetailWaitingForUser)
 	}
 	h.message("ses_chat", "main")
-	waitFor(t, "the second model call", func() bool { return len(p.requests()) == 2 })
+	waitfor.Within(t, waitTimeout, "the second model call", func() bool { return len(p.requests()) == 2 })
 	if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatalf("the runner never waited for the user again: %v", err)
 	}
@@ -224,18 +225,6 @@ func TestExternalRunner(t *testing.T) {
 	}
 	if sess := h.waitEnd("ses_ext"); sess.StatusDetail != api.DetailFinished {
 		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
-	}
-}
-
-// waitFor polls cond until it holds, failing after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -71,26 +71,25 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 		defer func() { r.Released(bg, s, resumable) }()
 	}
 
-	end := out.ending()
 	switch {
 	case lost.Load():
 		log.Warn("session abandoned: the claim was lost", "err", out.Err)
 		return out, fmt.Errorf("lost the claim on session %s", s.ID)
-	case end == handedOff && s.isStopping():
+	case out.Ending == EndHandedOff && s.isStopping():
 		// Shutdown of a consumer whose machines outlive it (the
 		// operator's pods): the claim stays, renewed by the connected
 		// remote, for the next process to adopt.
 		log.Info("claim kept on shutdown: the session's machine goes on, for the next process to adopt", "reason", out.Err)
 		resumable = true
 		return out, nil
-	case end == handedOff:
+	case out.Ending == EndHandedOff:
 		// The claim is someone else's now: another process serving the
 		// session under this acceptor id, or a new holder. Releasing it
 		// would take it from them.
 		log.Error("the gateway refused the remote: another remote serves the session under the same claim, "+
 			"or the claim ended or moved; leaving the claim alone (not releasing it)", "err", out.Err)
 		return out, fmt.Errorf("the gateway refused the remote for session %s; its claim was left to whoever serves it", s.ID)
-	case end == notStarted:
+	case out.Ending == EndNotStarted:
 		err := out.Err
 		if err == nil {
 			err = errors.New("the session's machine could not be started")
@@ -103,7 +102,7 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 	status := "ended"
 	if !s.isEnded() {
 		window := time.Duration(0)
-		if end == exited {
+		if out.Ending == EndExited {
 			window = confirmWindow
 		}
 		status = c.confirmEnd(bg, s, window)

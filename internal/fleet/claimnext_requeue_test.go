@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestClaimNextEmptyDoesNotHideARequeuedSession: a server-assigned claim answers 204 while session X is held by another
@@ -24,6 +25,7 @@ func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 	ctx, cancel := testContext(t)
 	x := e.session(ctx)
 	var once sync.Once
+	var c *Consumer // set before it makes its first request
 	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
 		if !strings.HasSuffix(r.URL.Path, "/queue:claim") {
 			return false
@@ -31,6 +33,9 @@ func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 		hooked := false
 		once.Do(func() {
 			hooked = true
+			c.mu.Lock()
+			before := c.appliedAt[x]
+			c.mu.Unlock()
 			var req api.ClaimNextRequest
 			_ = json.NewDecoder(r.Body).Decode(&req)
 			if _, err := e.admin.Queue.Claim(ctx, x, "acc-other"); err != nil {
@@ -43,7 +48,13 @@ func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 			if _, err := e.admin.Queue.Release(ctx, x, "acc-other"); err != nil {
 				t.Errorf("release by other: %v", err)
 			}
-			time.Sleep(500 * time.Millisecond) // the pending event reaches the consumer
+			// The answer waits for the consumer to apply the release
+			// (pending again), which came after its request was sent.
+			waitfor.Until(ctx, t, "the pending event to reach the consumer", func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return c.appliedAt[x] > before && c.entries[x].Status.Phase == api.PhasePending
+			})
 			w.WriteHeader(http.StatusNoContent)
 		})
 		return hooked
@@ -55,20 +66,17 @@ func TestClaimNextEmptyDoesNotHideARequeuedSession(t *testing.T) {
 		ran[s.ID]++
 		mu.Unlock()
 		_, _ = e.admin.Sessions.Terminate(ctx, s.ID, "done")
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
-	c := e.consumer("acc-mine", 1, r)
+	c = e.consumer("acc-mine", 1, r)
 	done := start(t, ctx, c)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	waitfor.Poll(rctx, func() bool {
 		mu.Lock()
-		n := ran[x]
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return ran[x] > 0
+	})
 	mu.Lock()
 	n := ran[x]
 	mu.Unlock()

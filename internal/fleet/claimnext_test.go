@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // noClaimNext answers a server-assigned claim as a server from before it
@@ -40,7 +41,7 @@ func TestBurstHasNoConflicts(t *testing.T) {
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
 	// All pending before any consumer lists the queue: every consumer
 	// sees every session, the most contended start.
@@ -55,7 +56,7 @@ func TestBurstHasNoConflicts(t *testing.T) {
 		c.Observer = obs
 		dones = append(dones, start(t, ctx, c))
 	}
-	waitFor(t, ctx, "every session to run", func() bool {
+	waitfor.Until(ctx, t, "every session to run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(ran) == n
@@ -98,7 +99,7 @@ func TestClaimNextFallsBackToClaimByID(t *testing.T) {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
 		ran <- s.ID
-		return Outcome{Exited: true}
+		return Exited(nil)
 	}))
 	done := start(t, ctx, c)
 	for range 2 {
@@ -131,19 +132,19 @@ func TestClaimNextSkipsPostponed(t *testing.T) {
 	c := e.consumer("acc-postpone", 1, runnerFunc(func(ctx context.Context, s *Session) Outcome {
 		ran <- s.ID
 		if s.ID == first {
-			return Outcome{Postpone: true, Failed: true, Err: errors.New("not this machine")}
+			return NotStarted(errors.New("not this machine")).Postponed()
 		}
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
-		return Outcome{Exited: true}
+		return Exited(nil)
 	}))
 	c.RetryAfter = testTimeout // not within the test
 	done := start(t, ctx, c)
 	if got := receive(t, ctx, "the first session", ran); got != first {
 		t.Fatalf("ran %s, want %s", got, first)
 	}
-	waitFor(t, ctx, "the first session back in the queue", func() bool {
+	waitfor.Until(ctx, t, "the first session back in the queue", func() bool {
 		q, err := e.admin.Queue.Get(ctx, first)
 		return err == nil && q.Status.Phase == api.PhasePending
 	})

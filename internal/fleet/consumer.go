@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -98,14 +99,13 @@ type Releaser interface {
 	Released(ctx context.Context, s *Session, resumable bool)
 }
 
-// Outcome is how a session's machine ended. Its flags come down to one of
-// four endings (see ending: stopped, exited, notStarted, handedOff) that
-// decide what becomes of the claim; Postpone, Stop and Reason qualify it.
+// Outcome is how a session's machine ended. Its Ending decides what becomes
+// of the claim; Postpone, Stop and Reason only qualify it. Runners build one
+// with Stopped, Exited, NotStarted or HandedOff, qualified by Postponed,
+// StopAfter and WithReason.
 type Outcome struct {
-	// Exited says the session's remote exited by itself (it was not
-	// stopped): the queue's status may lag that, so the consumer waits a
-	// moment for the session's end before deciding it is not over.
-	Exited bool
+	// Ending is what happened to the session's machine.
+	Ending Ending
 	// Err says why the machine stopped or could not start. When the
 	// session turns out not to be over it is the release reason (unless
 	// Reason is set) and Run's error for the session; it is ignored when
@@ -113,16 +113,6 @@ type Outcome struct {
 	Err error
 	// Reason, when set, is the release reason instead of Err's text.
 	Reason string
-	// Failed says the machine could not be given at all (provisioning or
-	// starting the remote failed): the claim is released with the reason
-	// at once and Err is the session's error whatever its status.
-	Failed bool
-	// LeaveClaim says the claim belongs to someone else now (the gateway
-	// refused the remote, api.RemoteExitRejected): it is not released.
-	// Returned on shutdown (Stopping) it says the machine outlives the
-	// consumer (the operator's pods): the claim is kept for the next
-	// process to adopt.
-	LeaveClaim bool
 	// Postpone leaves the session to other claimers for
 	// Consumer.RetryAfter before this consumer claims it again.
 	Postpone bool
@@ -131,41 +121,80 @@ type Outcome struct {
 	Stop bool
 }
 
-// ending is the one thing an Outcome says happened to the session's
-// machine, which decides what becomes of its claim; the flags that set it
-// rank LeaveClaim over Failed over Exited. Postpone, Stop and Reason only
-// qualify it.
-type ending int
+// Ending is the one thing an Outcome says happened to the session's
+// machine, which decides what becomes of its claim.
+type Ending int
 
 const (
-	// stopped: the machine was stopped, or stopped by itself in a way the
-	// runner does not call an exit; the queue says whether the session is
-	// over, and if not the claim goes back to the queue.
-	stopped ending = iota
-	// exited: the remote exited by itself (Exited); as stopped, but the
+	// EndStopped: the machine was stopped (the session ended, the claim
+	// was lost, the consumer shuts down), or stopped by itself in a way
+	// the runner does not call an exit. The queue says whether the
+	// session is over; if not, the claim goes back to the queue.
+	EndStopped Ending = iota
+	// EndExited: the remote exited by itself. As EndStopped, but the
 	// queue's status may lag the exit, so the consumer waits a moment for
-	// the session's end.
-	exited
-	// notStarted: the machine could not be given (Failed); the claim is
-	// released at once with the reason.
-	notStarted
-	// handedOff: the claim is not the consumer's to release (LeaveClaim):
-	// another remote holds it, or, on shutdown, the machine outlives the
-	// consumer.
-	handedOff
+	// the session's end before deciding it is not over.
+	EndExited
+	// EndNotStarted: the machine could not be given at all (provisioning
+	// or starting the remote failed). The claim is released with the
+	// reason at once and Err is the session's error whatever its status.
+	EndNotStarted
+	// EndHandedOff: the claim is not the consumer's to release. Before
+	// shutdown it means the gateway refused the remote
+	// (api.RemoteExitRejected): another remote serves the session under
+	// the same claim, or the claim moved. On shutdown (Session.Stopping)
+	// it means the machine outlives the consumer (the operator's pods):
+	// the claim is kept for the next process to adopt.
+	EndHandedOff
 )
 
-// ending tells which ending o's flags mean.
-func (o Outcome) ending() ending {
-	switch {
-	case o.LeaveClaim:
-		return handedOff
-	case o.Failed:
-		return notStarted
-	case o.Exited:
-		return exited
+// String names the ending, for logs and test failures.
+func (e Ending) String() string {
+	switch e {
+	case EndStopped:
+		return "stopped"
+	case EndExited:
+		return "exited"
+	case EndNotStarted:
+		return "not started"
+	case EndHandedOff:
+		return "handed off"
 	}
-	return stopped
+	return fmt.Sprintf("Ending(%d)", int(e))
+}
+
+// Stopped is the Outcome of a machine that was stopped; err says why.
+func Stopped(err error) Outcome { return Outcome{Ending: EndStopped, Err: err} }
+
+// Exited is the Outcome of a remote that exited by itself; err says how.
+func Exited(err error) Outcome { return Outcome{Ending: EndExited, Err: err} }
+
+// NotStarted is the Outcome of a machine that could not be given; err says
+// why and is the session's error.
+func NotStarted(err error) Outcome { return Outcome{Ending: EndNotStarted, Err: err} }
+
+// HandedOff is the Outcome of a session whose claim is left to whoever
+// holds it now; err says why.
+func HandedOff(err error) Outcome { return Outcome{Ending: EndHandedOff, Err: err} }
+
+// Postponed returns o leaving the session to other claimers for
+// Consumer.RetryAfter.
+func (o Outcome) Postponed() Outcome {
+	o.Postpone = true
+	return o
+}
+
+// StopAfter returns o stopping the consumer after this session.
+func (o Outcome) StopAfter() Outcome {
+	o.Stop = true
+	return o
+}
+
+// WithReason returns o with reason as the release reason instead of Err's
+// text.
+func (o Outcome) WithReason(reason string) Outcome {
+	o.Reason = reason
+	return o
 }
 
 // Observer sees what a consumer does, for metrics. Its methods must not
@@ -229,7 +258,7 @@ type Consumer struct {
 	// CheckInterval, when set, reads each held session's entry that often,
 	// in case the watch missed its end (Session.Ended).
 	CheckInterval time.Duration
-	// RetryAfter is how long a session whose Outcome says Postpone is
+	// RetryAfter is how long a session whose Outcome is Postponed is
 	// left to other claimers.
 	RetryAfter time.Duration
 	// Recover, when set, is called once the identity is announced and

@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // createSession creates a pending session on outpost with priority.
@@ -102,7 +103,7 @@ func TestMaxRunningHoldsAcrossConsumers(t *testing.T) {
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
 	var dones []<-chan error
 	for i := range consumers {
@@ -134,7 +135,7 @@ func TestMaxRunningHoldsAcrossConsumers(t *testing.T) {
 		mu.Unlock()
 		finished += batch
 	}
-	waitFor(t, ctx, "every session ended", func() bool {
+	waitfor.Until(ctx, t, "every session ended", func() bool {
 		l, err := e.admin.Sessions.List(ctx, client.SessionFilter{Outpost: "capped", Status: api.StatusExit, First: 1})
 		return err == nil && l.Total == n
 	})
@@ -199,10 +200,10 @@ func TestClaimOrderByPriority(t *testing.T) {
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
 	done := start(t, ctx, e.consumer("acc-prio", 1, r))
-	waitFor(t, ctx, "every session run", func() bool {
+	waitfor.Until(ctx, t, "every session run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == len(want)
@@ -257,13 +258,13 @@ func TestAttemptsRunOut(t *testing.T) {
 		runs[s.ID]++
 		k := runs[s.ID]
 		mu.Unlock()
-		return Outcome{Failed: true, Err: fmt.Errorf("machine %d of the session exploded", k)}
+		return NotStarted(fmt.Errorf("machine %d of the session exploded", k))
 	})
 	c := e.consumer("acc-flaky", 1, r)
 	c.Outpost = *o
 	done := start(t, ctx, c)
 	for id, want := range map[string]int{outpostLimit: 2, own.Metadata.SessionID: 3} {
-		waitFor(t, ctx, "the session to end", func() bool {
+		waitfor.Until(ctx, t, "the session to end", func() bool {
 			s, err := e.admin.Sessions.Get(ctx, id)
 			return err == nil && api.IsFinal(s.Status.Status)
 		})
@@ -329,7 +330,7 @@ func TestShutdownIsNoAttempt(t *testing.T) {
 	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
 		close(running)
 		<-s.Stopping()
-		return Outcome{Err: errors.New("the test's consumer is stopping")}
+		return Stopped(errors.New("the test's consumer is stopping"))
 	})
 	done := start(t, ctx, e.consumer("acc-stop", 1, r))
 	receive(t, ctx, "the runner to start", running)

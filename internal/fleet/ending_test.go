@@ -5,27 +5,27 @@ import (
 	"testing"
 )
 
-// TestOutcomeEnding: an Outcome's flags come down to one ending, LeaveClaim
-// ranking over Failed over Exited, whatever qualifies them.
-func TestOutcomeEnding(t *testing.T) {
+// TestOutcomeConstructors: each constructor gives its one ending, and the
+// qualifiers change nothing but themselves.
+func TestOutcomeConstructors(t *testing.T) {
 	t.Parallel()
 	err := errors.New("why")
 	for _, c := range []struct {
 		name string
 		out  Outcome
-		want ending
+		want Outcome
 	}{
-		{"nothing set", Outcome{}, stopped},
-		{"an error alone", Outcome{Err: err, Reason: "r", Stop: true}, stopped},
-		{"exited", Outcome{Exited: true, Stop: true}, exited},
-		{"failed", Outcome{Failed: true, Postpone: true, Err: err}, notStarted},
-		{"failed after an exit", Outcome{Failed: true, Exited: true, Err: err}, notStarted},
-		{"claim left", Outcome{LeaveClaim: true, Err: err}, handedOff},
-		{"claim left after an exit", Outcome{LeaveClaim: true, Exited: true, Err: err}, handedOff},
-		{"claim left over a failure", Outcome{LeaveClaim: true, Failed: true, Err: err}, handedOff},
+		{"zero", Outcome{}, Outcome{Ending: EndStopped}},
+		{"stopped", Stopped(err).WithReason("r").StopAfter(), Outcome{Ending: EndStopped, Err: err, Reason: "r", Stop: true}},
+		{"exited", Exited(err).StopAfter(), Outcome{Ending: EndExited, Err: err, Stop: true}},
+		{"not started", NotStarted(err).Postponed(), Outcome{Ending: EndNotStarted, Err: err, Postpone: true}},
+		{"handed off", HandedOff(err), Outcome{Ending: EndHandedOff, Err: err}},
 	} {
-		if got := c.out.ending(); got != c.want {
-			t.Errorf("%s: ending = %d, want %d", c.name, got, c.want)
+		if c.out != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.name, c.out, c.want)
 		}
+	}
+	if got := EndHandedOff.String(); got != "handed off" {
+		t.Errorf("EndHandedOff.String() = %q", got)
 	}
 }

@@ -10,7 +10,7 @@ import (
 // RemoteRejected reports whether a remote's exit error (from
 // exec.Cmd.Wait) says the gateway kept refusing it
 // (api.RemoteExitRejected): the claim is then someone else's, see
-// Outcome.LeaveClaim.
+// HandedOff.
 func RemoteRejected(err error) bool {
 	var ee *exec.ExitError
 	return errors.As(err, &ee) && ee.ExitCode() == api.RemoteExitRejected

@@ -22,6 +22,8 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 const testTimeout = 30 * time.Second
@@ -42,24 +44,7 @@ type fleetEnv struct {
 
 func newFleetEnv(t *testing.T, opts server.Options) *fleetEnv {
 	t.Helper()
-	opts.DataDir = t.TempDir()
-	opts.Listen = "127.0.0.1:0"
-	opts.Stdout = io.Discard
-	opts.Logger = slog.New(slog.DiscardHandler)
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, opts)
-	if err != nil {
-		cancel()
-		t.Fatalf("new server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	srv := servertest.Start(t, opts)
 	e := &fleetEnv{t: t, hits: map[string]int{}}
 	u, err := url.Parse(srv.URL())
 	if err != nil {
@@ -159,20 +144,6 @@ func testContext(t *testing.T) (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
-// waitFor polls cond until it holds or the test's deadline passes.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 func receive[T any](t *testing.T, ctx context.Context, what string, ch <-chan T) T {
 	t.Helper()
 	select {
@@ -227,7 +198,7 @@ func TestCapacityUnderBurst(t *testing.T) {
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
-		return Outcome{Exited: true}
+		return Exited(nil)
 	})
 	done := start(t, ctx, e.consumer("acc-burst", capacity, r))
 	for i := 0; i < n; i += capacity {
@@ -241,7 +212,7 @@ func TestCapacityUnderBurst(t *testing.T) {
 			proceed <- struct{}{}
 		}
 	}
-	waitFor(t, ctx, "every claim released", func() bool { return held(t, ctx, e.admin, "acc-burst") == 0 })
+	waitfor.Until(ctx, t, "every claim released", func() bool { return held(t, ctx, e.admin, "acc-burst") == 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
@@ -309,7 +280,7 @@ func TestClaimConflictSkipped(t *testing.T) {
 	if got := receive(t, ctx, "a session to start", started); got != second {
 		t.Fatalf("ran %s, want %s (the first was the rival's)", got, second)
 	}
-	waitFor(t, ctx, "the conflict to be counted", func() bool { return obs.conflicts.Load() == 1 })
+	waitfor.Until(ctx, t, "the conflict to be counted", func() bool { return obs.conflicts.Load() == 1 })
 	q, err := e.admin.Queue.Get(ctx, first)
 	if err != nil || q.Status.AcceptorID == nil || *q.Status.AcceptorID != "rival" {
 		t.Fatalf("first session %+v, %v: want it held by the rival", q, err)
@@ -350,7 +321,7 @@ func TestBrokenWatchFallsBackToList(t *testing.T) {
 	c := e.consumer("acc-poll", 1, r)
 	c.Observer = obs
 	done := start(t, ctx, c)
-	waitFor(t, ctx, "a failed watch", func() bool { return e.count("watch") >= 1 })
+	waitfor.Until(ctx, t, "a failed watch", func() bool { return e.count("watch") >= 1 })
 	lists := e.count("list")
 	id := e.session(ctx)
 	if got := receive(t, ctx, "the session to start", started); got != id {
@@ -418,12 +389,12 @@ func TestRunnerErrorReleasesWithReason(t *testing.T) {
 	var runs atomic.Int32
 	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
 		runs.Add(1)
-		return Outcome{Err: errors.New("the test's machine exploded"), Failed: true, Postpone: true}
+		return NotStarted(errors.New("the test's machine exploded")).Postponed()
 	})
 	c := e.consumer("acc-fail", 1, r)
 	c.RetryAfter = time.Hour
 	done := start(t, ctx, c)
-	waitFor(t, ctx, "the reason on the session", func() bool {
+	waitfor.Until(ctx, t, "the reason on the session", func() bool {
 		s, err := e.admin.Sessions.Get(ctx, id)
 		return err == nil && strings.Contains(s.Status.Reason, "the test's machine exploded")
 	})
@@ -433,7 +404,7 @@ func TestRunnerErrorReleasesWithReason(t *testing.T) {
 	}
 	// The release's own event reaches the consumer; it must not claim the
 	// session again before RetryAfter.
-	waitFor(t, ctx, "a list after the release", func() bool { return e.count("list") >= 1 })
+	waitfor.Until(ctx, t, "a list after the release", func() bool { return e.count("list") >= 1 })
 	if n := runs.Load(); n != 1 {
 		t.Errorf("ran %d times, want once (postponed)", n)
 	}
@@ -469,7 +440,7 @@ func TestRunWaitsForEverything(t *testing.T) {
 	cancel()
 	// Run must not return while the runner runs. Shutdown began (ctx is
 	// over): were Run not waiting for the runner it would return about now.
-	waitFor(t, context.Background(), "the consumer to stop its feed", func() bool { return !consumerFrames("(*Consumer).feed") })
+	waitfor.True(t, "the consumer to stop its feed", func() bool { return !consumerFrames("(*Consumer).feed") })
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned (%v) while its runner was still running", err)
@@ -488,11 +459,9 @@ func TestRunWaitsForEverything(t *testing.T) {
 	lingering := func() bool {
 		return consumerFrames("fleet.(*Consumer)") || consumerFrames("fleet.(*Presence)")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for lingering() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if lingering() {
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	if !waitfor.Poll(lctx, func() bool { return !lingering() }) {
 		buf := make([]byte, 1<<20)
 		t.Errorf("goroutines of the consumer outlive Run:\n%s", buf[:runtime.Stack(buf, true)])
 	}
@@ -525,7 +494,7 @@ func TestStopEndsRun(t *testing.T) {
 		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
 			t.Errorf("terminate: %v", err)
 		}
-		return Outcome{Exited: true, Stop: true}
+		return Exited(nil).StopAfter()
 	})
 	if err := e.consumer("acc-once", 1, r).Run(ctx); err != nil {
 		t.Fatalf("Run = %v, want nil after one session", err)
@@ -572,7 +541,7 @@ func TestKeepRenewsOnItsClock(t *testing.T) {
 		t.Fatalf("renewed after 19s of a 60s claim (%d claims, want %d)", n, claims)
 	}
 	clk.Advance(2 * time.Second)
-	waitFor(t, ctx, "the renewal", func() bool { return e.count("claim") == claims+1 })
+	waitfor.Until(ctx, t, "the renewal", func() bool { return e.count("claim") == claims+1 })
 	// The renewal has reached the server; wait until keep has its answer
 	// and waits for the next round, so the release below comes after it.
 	if err := clk.BlockUntilContext(ctx, 1); err != nil {
@@ -618,7 +587,7 @@ func TestHandBackClaimedAgain(t *testing.T) {
 		}
 		// The watch event showing the session pending again reaches the
 		// consumer before this answer does.
-		waitFor(t, ctx, "the watch to show the session pending", func() bool {
+		waitfor.Until(ctx, t, "the watch to show the session pending", func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			cur, ok := c.entries[sid]
@@ -631,12 +600,12 @@ func TestHandBackClaimedAgain(t *testing.T) {
 	var runs atomic.Int32
 	c = e.consumer("acc-handback", 1, runnerFunc(func(ctx context.Context, s *Session) Outcome {
 		if runs.Add(1) == 1 {
-			return Outcome{Err: errors.New("machine died")}
+			return Stopped(errors.New("machine died"))
 		}
 		return Outcome{}
 	}))
 	done := start(t, ctx, c)
-	waitFor(t, ctx, "the handed-back session to be claimed again", func() bool { return runs.Load() >= 2 })
+	waitfor.Until(ctx, t, "the handed-back session to be claimed again", func() bool { return runs.Load() >= 2 })
 	cancel()
 	<-done
 }
@@ -668,12 +637,12 @@ func TestFailedClaimWaitsItsBackoff(t *testing.T) {
 			t.Errorf("terminate %s: %v", s.ID, err)
 		}
 		ran <- s.ID
-		return Outcome{Exited: true}
+		return Exited(nil)
 	}))
 	c.Clock = clk
 	c.PollInterval = time.Hour // nothing but watch events and the retry wake it
 	done := start(t, ctx, c)
-	waitFor(t, ctx, "the first claim", func() bool { return e.count("claim") == 1 })
+	waitfor.Until(ctx, t, "the first claim", func() bool { return e.count("claim") == 1 })
 	// Events on the outpost wake the scheduler: other sessions, claimed
 	// and run at once.
 	for range 3 {

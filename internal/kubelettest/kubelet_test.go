@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 var (
@@ -407,7 +409,7 @@ func TestClaimOutlivesPods(t *testing.T) {
 	if err := cs.CoreV1().Pods(ns).Delete(t.Context(), "second", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the claim to go with its last pod", func() bool {
+	waitfor.True(t, "the claim to go with its last pod", func() bool {
 		_, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "ws", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -415,16 +417,10 @@ func TestClaimOutlivesPods(t *testing.T) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, path+" to appear", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }
 
 // TestDeletion: a deleted pod's command gets SIGTERM (a shell that traps
@@ -439,7 +435,7 @@ func TestDeletion(t *testing.T) {
 	for _, name := range []string{"traps", "ignores"} {
 		waitPod(t, cs, ns, name, "Running", phase(corev1.PodRunning))
 	}
-	waitFor(t, "both commands running", func() bool { return len(processes("424242")) > 0 && len(processes("434344")) > 0 })
+	waitfor.True(t, "both commands running", func() bool { return len(processes("424242")) > 0 && len(processes("434344")) > 0 })
 
 	start := time.Now()
 	grace := int64(30)
@@ -463,7 +459,7 @@ func TestDeletion(t *testing.T) {
 	if took := time.Since(start); took < time.Second {
 		t.Errorf("a pod that ignores SIGTERM went after %s, before its grace period of 1s", took)
 	}
-	waitFor(t, "every process of the pods to go", func() bool { return len(processes("42424", "43434")) == 0 })
+	waitfor.True(t, "every process of the pods to go", func() bool { return len(processes("42424", "43434")) == 0 })
 	exits := map[string]int{}
 	for _, r := range k.Runs() {
 		exits[r.Pod] = r.ExitCode
@@ -527,7 +523,7 @@ func TestStopKillsEverything(t *testing.T) {
 	for i := range 3 {
 		create(t, cs, ns, shPod(fmt.Sprintf("long-%d", i), `sleep 515151 & sleep 515152`))
 	}
-	waitFor(t, "every pod's processes", func() bool { return k.Running() == 3 && len(processes("515152")) >= 6 })
+	waitfor.True(t, "every pod's processes", func() bool { return k.Running() == 3 && len(processes("515152")) >= 6 })
 	done := make(chan struct{})
 	go func() { k.Stop(); close(done) }()
 	select {
@@ -538,7 +534,7 @@ func TestStopKillsEverything(t *testing.T) {
 	if n := k.Running(); n != 0 {
 		t.Errorf("%d containers still running after Stop", n)
 	}
-	waitFor(t, "every process to go", func() bool { return len(processes("51515")) == 0 })
+	waitfor.True(t, "every process to go", func() bool { return len(processes("51515")) == 0 })
 }
 
 // TestOtherNodesPods: a pod bound to another node is not run.
@@ -583,15 +579,4 @@ func processes(marks ...string) []int {
 		}
 	}
 	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

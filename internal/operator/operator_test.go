@@ -3,8 +3,6 @@ package operator
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -25,6 +23,8 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	outpost "github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -57,26 +57,11 @@ type outpostEnv struct {
 
 func newOutpostEnv(t *testing.T) *outpostEnv {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		cancel()
-		t.Fatalf("new server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	ctx := t.Context()
+	srv := servertest.Start(t, server.Options{})
 	e := &outpostEnv{t: t, hits: map[string]int{}}
 	e.url = countingProxy(t, srv.URL(), e.count, &e.down)
-	if e.admin, err = outpost.New(srv.URL(), srv.AdminToken()); err != nil {
-		t.Fatal(err)
-	}
+	e.admin = srv.Client
 	if _, err := e.admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "dev", Platform: api.PlatformLinux}); err != nil {
 		t.Fatalf("create outpost: %v", err)
 	}
@@ -253,19 +238,14 @@ func waitPool(t *testing.T, ctx context.Context, key client.ObjectKey, what stri
 // detail's text).
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, detail func() string) {
 	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			d := ""
-			if detail != nil {
-				d = ": " + detail()
-			}
-			t.Fatalf("timed out waiting for %s%s", what, d)
-		case <-tick.C:
-		}
+	if waitfor.Poll(ctx, cond) {
+		return
 	}
+	d := ""
+	if detail != nil {
+		d = ": " + detail()
+	}
+	t.Fatalf("timed out waiting for %s%s", what, d)
 }
 
 func testContext(t *testing.T) context.Context {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,6 +30,8 @@ import (
 	outpost "github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -126,24 +127,8 @@ func newKenv(t *testing.T, spec v1alpha1.OutpostPoolSpec) *kenv {
 		t.Fatalf("create namespace: %v", err)
 	}
 
-	sctx, stop := context.WithCancel(context.Background())
-	srv, err := server.New(sctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		stop()
-		t.Fatalf("new server: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	if e.admin, err = outpost.New(srv.URL(), srv.AdminToken()); err != nil {
-		t.Fatal(err)
-	}
+	srv := servertest.Start(t, server.Options{})
+	e.admin = srv.Client
 	o, err := e.admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "dev", Platform: api.PlatformLinux})
 	if err != nil {
 		t.Fatalf("create outpost: %v", err)
@@ -273,15 +258,7 @@ func (e *kenv) terminate(id string) {
 // waitFor polls cond until it holds or the test's deadline passes.
 func (e *kenv) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
+	waitfor.Until(e.ctx, e.t, what, cond)
 }
 
 func (e *kenv) outcome(ch <-chan fleet.Outcome) fleet.Outcome {

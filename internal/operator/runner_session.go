@@ -373,7 +373,7 @@ func (sr *sessionRun) observe(ctx context.Context, pool *v1alpha1.OutpostPool, p
 		sr.r.report(ctx, sr.id, api.MachineStepExit, fmt.Sprintf("The remote in pod %s exited: %s.", sr.pod, why), code)
 		if code != nil && *code == api.RemoteExitRejected {
 			sr.teardown(ctx, "the gateway refused the remote", false)
-			return fleet.Outcome{Exited: true, LeaveClaim: true, Err: fmt.Errorf("the gateway refused the remote in pod %s (%s)", sr.pod, why)}, true
+			return fleet.HandedOff(fmt.Errorf("the gateway refused the remote in pod %s (%s)", sr.pod, why)), true
 		}
 		if out, over := sr.failed(ctx, pool, why, p); over {
 			return out, true
@@ -413,7 +413,7 @@ func (sr *sessionRun) failed(ctx context.Context, pool *v1alpha1.OutpostPool, wh
 		}
 		sr.r.report(ctx, sr.id, api.MachineStepFailed, "Pod "+reason+".", nil)
 		sr.teardown(ctx, "given up", true)
-		return fleet.Outcome{Failed: true, Postpone: true, Err: errors.New(reason)}, true
+		return fleet.NotStarted(errors.New(reason)).Postponed(), true
 	}
 	sr.log.Info("replacing the failed pod", "restart", sr.restarts, "limit", limit, "why", why)
 	if p != nil {
@@ -435,14 +435,14 @@ func (sr *sessionRun) succeeded(ctx context.Context) fleet.Outcome {
 	sr.r.report(ctx, sr.id, api.MachineStepExit, fmt.Sprintf("The remote in pod %s exited: exit code 0.", sr.pod), &code)
 	sr.teardown(ctx, "the remote exited", false)
 	sr.settleVolume(ctx)
-	return fleet.Outcome{Exited: true, Err: errors.New("remote exited: exit code 0")}
+	return fleet.Exited(errors.New("remote exited: exit code 0"))
 }
 
 // ended ends the run of a session the queue shows over (or suspended).
 func (sr *sessionRun) ended(ctx context.Context) fleet.Outcome {
 	sr.teardown(ctx, "the session ended", false)
 	sr.settleVolume(ctx)
-	return fleet.Outcome{Err: errors.New("session ended")}
+	return fleet.Stopped(errors.New("session ended"))
 }
 
 // lost ends the run of a claim lost: the session is someone else's, so
@@ -461,14 +461,14 @@ func (sr *sessionRun) lost(ctx context.Context) fleet.Outcome {
 	if cause == nil {
 		cause = fleet.ErrClaimLost
 	}
-	return fleet.Outcome{Err: fmt.Errorf("%w; pod %s deleted", cause, sr.pod)}
+	return fleet.Stopped(fmt.Errorf("%w; pod %s deleted", cause, sr.pod))
 }
 
 // stopping ends the run as the operator stops: the pod keeps serving and
 // the claim is kept, for the next operator to adopt.
 func (sr *sessionRun) stopping() fleet.Outcome {
 	sr.log.Info("operator stopping; leaving the session's pod and claim to the next one")
-	return fleet.Outcome{LeaveClaim: true, Err: errors.New("the operator stopped; its pod and claim are left for the next operator to adopt")}
+	return fleet.HandedOff(errors.New("the operator stopped; its pod and claim are left for the next operator to adopt"))
 }
 
 // refused ends the run of a session whose objects the API server refused
@@ -497,7 +497,7 @@ func (sr *sessionRun) refused(ctx context.Context, what string, err error) fleet
 			sr.log.Warn("cannot delete the volume", "err", err)
 		}
 	}
-	return fleet.Outcome{Failed: true, Postpone: true, Err: errors.New(why)}
+	return fleet.NotStarted(errors.New(why)).Postponed()
 }
 
 // teardown deletes the session's pod and Secret, and its volume too with

@@ -148,7 +148,7 @@ func TestRunnerSucceeded(t *testing.T) {
 	p = e.waitPod(id, "the pod", nil)
 	e.kubelet(r, p, corev1.PodSucceeded, exited(0, "Completed"))
 	out := e.outcome(ch)
-	if !out.Exited || out.Failed || out.LeaveClaim {
+	if out.Ending != fleet.EndExited {
 		t.Errorf("outcome %+v", out)
 	}
 	for name, obj := range map[string]client.Object{PodName(id): &corev1.Pod{}, SecretName(id): &corev1.Secret{}, VolumeName(id): &corev1.PersistentVolumeClaim{}} {
@@ -216,7 +216,7 @@ func TestRunnerClaimLost(t *testing.T) {
 	e.waitEvent(id, api.EventMachine, api.MachineStepStart, "is running")
 	cancel(fleet.ErrClaimLost)
 	out := e.outcome(ch)
-	if !errors.Is(out.Err, fleet.ErrClaimLost) || out.LeaveClaim || out.Failed {
+	if !errors.Is(out.Err, fleet.ErrClaimLost) || out.Ending != fleet.EndStopped {
 		t.Errorf("outcome %+v", out)
 	}
 	e.waitGone(PodName(id), &corev1.Pod{})
@@ -294,7 +294,7 @@ func TestRunnerRefused(t *testing.T) {
 	r := e.runner()
 	id := e.session()
 	out := e.outcome(e.goRun(e.ctx, r, e.claim(id)))
-	if !out.Failed || !out.Postpone || out.Err == nil || !strings.Contains(out.Err.Error(), "Invalid value") {
+	if out.Ending != fleet.EndNotStarted || !out.Postpone || out.Err == nil || !strings.Contains(out.Err.Error(), "Invalid value") {
 		t.Fatalf("outcome %+v", out)
 	}
 	e.waitEvent(id, api.EventMachine, api.MachineStepFailed, "The Kubernetes API server refused pod "+PodName(id))
@@ -318,7 +318,7 @@ func TestRunnerNotOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.outcome(e.goRun(e.ctx, r, e.claim(id)))
-	if !out.Failed || out.Err == nil || !strings.Contains(out.Err.Error(), "not owned by the pool") {
+	if out.Ending != fleet.EndNotStarted || out.Err == nil || !strings.Contains(out.Err.Error(), "not owned by the pool") {
 		t.Fatalf("outcome %+v", out)
 	}
 	var sec corev1.Secret
@@ -368,7 +368,7 @@ func TestRunnerImageDrift(t *testing.T) {
 	}
 	e.terminate(id)
 	e.kubelet(r, &now, corev1.PodSucceeded, exited(0, "Completed"))
-	if out := e.outcome(ch); !out.Exited {
+	if out := e.outcome(ch); out.Ending != fleet.EndExited {
 		t.Errorf("outcome %+v", out)
 	}
 }
@@ -388,7 +388,7 @@ func TestRunnerVolumeResume(t *testing.T) {
 	// volume for its next pod.
 	p = e.waitPod(id, "the pod", nil)
 	e.kubelet(r, p, corev1.PodSucceeded, exited(0, "Completed"))
-	if out := e.outcome(ch); !out.Exited {
+	if out := e.outcome(ch); out.Ending != fleet.EndExited {
 		t.Fatalf("outcome %+v", out)
 	}
 	var v1 corev1.PersistentVolumeClaim
@@ -513,7 +513,7 @@ func TestRunnerRejected(t *testing.T) {
 	p := e.waitPod(id, "the pod", nil)
 	e.kubelet(r, p, corev1.PodFailed, exited(api.RemoteExitRejected, "Error"))
 	out := e.outcome(ch)
-	if !out.LeaveClaim || out.Failed {
+	if out.Ending != fleet.EndHandedOff {
 		t.Errorf("outcome %+v", out)
 	}
 	e.waitGone(PodName(id), &corev1.Pod{})

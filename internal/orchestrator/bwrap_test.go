@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // newTestBwrap returns a bwrap backend; without bwrap the test is skipped,
@@ -44,16 +45,13 @@ func bwrapSpec(t *testing.T, id string, remote ...string) Spec {
 
 func waitFile(t *testing.T, path string, within time.Duration) []byte {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "END\n") {
-			return b
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not written within %s", path, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var b []byte
+	waitfor.Within(t, within, path+" to be written", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil && strings.HasSuffix(string(b), "END\n")
+	})
+	return b
 }
 
 // facts parses key=value lines.
@@ -70,19 +68,17 @@ func facts(b []byte) map[string]string {
 // assertSandboxGone checks that no process of the sandbox is left.
 func assertSandboxGone(t *testing.T, sup int, ns string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		left := pidsInNamespace(ns)
+	var left []int
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if !waitfor.Poll(ctx, func() bool {
+		left = pidsInNamespace(ns)
 		if alive(sup) {
 			left = append(left, sup)
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox processes left: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(left) == 0
+	}) {
+		t.Fatalf("sandbox processes left: %v", left)
 	}
 }
 

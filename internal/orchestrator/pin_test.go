@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +15,9 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 )
 
 // pinnedBuild writes a stand-in for a downloaded build where the resolver
@@ -170,16 +169,8 @@ func TestRelativeCacheDir(t *testing.T) {
 	published := httptest.NewServer(http.StripPrefix("/dist/", h))
 	t.Cleanup(published.Close)
 
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	srv, err := server.New(sctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(sctx) }()
-	defer func() { scancel(); <-served }()
-	c, _ := client.New(srv.URL(), srv.AdminToken())
+	sctx := t.Context()
+	c := servertest.Start(t, server.Options{}).Client
 	if _, err := c.Outposts.Create(sctx, api.CreateOutpostRequest{Name: "dev", Platform: api.PlatformLinux}); err != nil {
 		t.Fatal(err)
 	}

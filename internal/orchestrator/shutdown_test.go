@@ -3,14 +3,13 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 )
 
 // blockingBackend's Provision waits on its context, like an image pull.
@@ -28,16 +27,8 @@ func (blockingBackend) Teardown(context.Context, Spec) error        { return nil
 // TestShutdownDuringProvision: a shutdown while a machine is being
 // provisioned cancels the provisioning, and Run returns.
 func TestShutdownDuringProvision(t *testing.T) {
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	srv, err := server.New(sctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(sctx) }()
-	defer func() { scancel(); <-served }()
-	c, _ := client.New(srv.URL(), srv.AdminToken())
+	sctx := t.Context()
+	c := servertest.Start(t, server.Options{}).Client
 	if _, err := c.Outposts.Create(sctx, api.CreateOutpostRequest{Name: "dev", Platform: api.PlatformLinux}); err != nil {
 		t.Fatal(err)
 	}

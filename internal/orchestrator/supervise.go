@@ -30,7 +30,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 			}
 			why := fmt.Sprintf("the orchestrator restarted and removed machine %s, whose remote had stopped", spec.Name)
 			o.report(bg, id, api.MachineStepTeardown, why, nil)
-			return fleet.Outcome{Err: errors.New(why), Failed: true}
+			return fleet.NotStarted(errors.New(why))
 		}
 		log.Info("adopted leftover machine")
 		o.report(ctx, id, api.MachineStepStart, fmt.Sprintf("The orchestrator restarted and adopted machine %s, still running.", spec.Name), nil)
@@ -57,7 +57,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 		if terr := o.opts.Backend.Teardown(bg, spec); terr != nil {
 			log.Warn("teardown after failed provisioning", "err", terr)
 		}
-		return fleet.Outcome{Err: errors.New(why), Failed: true, Postpone: true}
+		return fleet.NotStarted(errors.New(why)).Postponed()
 	}
 	took := time.Since(t0)
 	o.m.ProvisionSeconds.Observe(took.Seconds())
@@ -73,15 +73,17 @@ func (o *orchestrator) supervise(ctx context.Context, s *fleet.Session, spec Spe
 	o.m.MachinesActive.Inc()
 	defer o.m.MachinesActive.Dec()
 	bg := context.WithoutCancel(ctx)
-	var out fleet.Outcome
+	ending := fleet.Stopped
 	reason := ""
 	select {
 	case <-m.Done():
-		reason, out.Exited = "remote exited: "+m.Exit(), true
+		reason, ending = "remote exited: "+m.Exit(), fleet.Exited
 		code := exitCode(m)
 		o.report(bg, s.ID, api.MachineStepExit, fmt.Sprintf("The remote in machine %s exited: %s.", spec.Name, m.Exit()), code)
-		// The gateway refused the remote: the claim is someone else's now.
-		out.LeaveClaim = code != nil && *code == api.RemoteExitRejected
+		if code != nil && *code == api.RemoteExitRejected {
+			// The gateway refused the remote: the claim is someone else's now.
+			ending = fleet.HandedOff
+		}
 	case <-s.Ended():
 		reason = "session ended"
 	case <-ctx.Done():
@@ -89,14 +91,14 @@ func (o *orchestrator) supervise(ctx context.Context, s *fleet.Session, spec Spe
 	case <-s.Stopping():
 		reason = "orchestrator shutting down"
 	}
-	out.Err = errors.New(reason)
+	out := ending(errors.New(reason))
 	log.Info("tearing the machine down", "reason", reason)
 	if err := o.opts.Backend.Teardown(bg, spec); err != nil {
 		log.Warn("teardown failed", "err", err)
 		o.m.fail("teardown")
 	}
 	log.Info("machine torn down")
-	if ctx.Err() == nil && !out.LeaveClaim {
+	if ctx.Err() == nil && out.Ending != fleet.EndHandedOff {
 		o.report(bg, s.ID, api.MachineStepTeardown, fmt.Sprintf("Machine %s removed (%s).", spec.Name, reason), nil)
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // startTestShell starts a shell named name in a fresh workspace and ends it
@@ -154,18 +155,16 @@ func TestShellOutputBound(t *testing.T) {
 	if _, _, err := shellRun(t, tc, "loud", "head -c 3145728 /dev/zero | tr '\\0' a &", 10); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	wctx, wcancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer wcancel()
+	var got int64
+	if !waitfor.Poll(wctx, func() bool {
 		sh.mu.Lock()
-		got := sh.received
-		sh.mu.Unlock()
-		if got >= total {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("received only %d bytes", got)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
+		defer sh.mu.Unlock()
+		got = sh.received
+		return got >= total
+	}) {
+		t.Fatalf("received only %d bytes", got)
 	}
 	var rr api.ShellReadResult
 	if err := tc.run(t, context.Background(), api.ToolShellRead, api.ShellReadArgs{Name: "loud"}, &rr); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/remote"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // runRemote serves session id with the real remote, in process, until the
@@ -47,7 +48,7 @@ func runRemote(t *testing.T, ts *testServer, id, work string) {
 func waitEnded(t *testing.T, ts *testServer, id string) api.Session {
 	t.Helper()
 	var s api.Session
-	waitFor(t, "the session to end", func() bool {
+	waitfor.True(t, "the session to end", func() bool {
 		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
 		return api.IsFinal(s.Status.Status)
 	})

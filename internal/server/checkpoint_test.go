@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // checkpointFrom reads frames up to a checkpoint, uploads archive as the
@@ -130,7 +131,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	r.checkpointFrom(ts, id, token, archive1)
 	r.nextCall(2) // the checkpoint let the calls go again
 	var cps []checkpointValue
-	waitFor(t, "the first checkpoint's event", func() bool { cps = checkpointsOf(t, ts, id); return len(cps) == 1 })
+	waitfor.True(t, "the first checkpoint's event", func() bool { cps = checkpointsOf(t, ts, id); return len(cps) == 1 })
 	if cps[0].AfterSeq != 1 || cps[0].SHA256 != sha(archive1) {
 		t.Fatalf("checkpoint event %+v", cps[0])
 	}
@@ -153,7 +154,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	archive2 := []byte("the workspace after call 2, larger")
 	r.checkpointFrom(ts, id, token, archive2)
 	r.nextCall(3)
-	waitFor(t, "the second checkpoint's event", func() bool { cps = checkpointsOf(t, ts, id); return len(cps) == 2 })
+	waitfor.True(t, "the second checkpoint's event", func() bool { cps = checkpointsOf(t, ts, id); return len(cps) == 2 })
 	if cps[1].AfterSeq != 2 {
 		t.Fatalf("second checkpoint event %+v", cps[1])
 	}
@@ -210,7 +211,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	if end := waitEnded(t, ts, id); end.Status.Status != api.StatusExit {
 		t.Fatalf("ended %+v", end.Status)
 	}
-	waitFor(t, "the checkpoint to be deleted", func() bool {
+	waitfor.True(t, "the checkpoint to be deleted", func() bool {
 		_, err := ts.srv.store.GetSnapshot(ctx, id)
 		return errors.Is(err, store.ErrNotFound)
 	})

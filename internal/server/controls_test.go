@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // claimAnswer claims id for acceptor and returns the status and the error
@@ -98,7 +99,7 @@ func TestAttemptsByLapse(t *testing.T) {
 	id := ts.session("flaky").Metadata.SessionID
 	pending := func() api.QueueEntry {
 		var e api.QueueEntry
-		waitFor(t, "the claim to lapse", func() bool {
+		waitfor.True(t, "the claim to lapse", func() bool {
 			ts.mustDo(200, "GET", "/v1/queue/"+id, ts.admin, nil, &e)
 			return e.Status.Phase == api.PhasePending
 		})
@@ -113,7 +114,7 @@ func TestAttemptsByLapse(t *testing.T) {
 	}
 	ts.claimFor(id, "m2")
 	var s api.Session
-	waitFor(t, "the session to end", func() bool {
+	waitfor.True(t, "the session to end", func() bool {
 		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
 		return api.IsFinal(s.Status.Status)
 	})

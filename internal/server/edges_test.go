@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // rawRequest sends raw bytes on a new connection and reads one answer.
@@ -226,12 +227,12 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	// stage's order need not be the order of dialling.
 	for i := range 3 {
 		partial = append(partial, dialSending(t, addr, "GET /heal"))
-		waitFor(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == i+1 })
+		waitfor.True(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == i+1 })
 	}
 	for range 2 {
 		silent = append(silent, dialSending(t, addr, ""))
 	}
-	waitFor(t, "the silent connections to be counted", func() bool { return ts.srv.guard.unauth.Load() == max })
+	waitfor.True(t, "the silent connections to be counted", func() bool { return ts.srv.guard.unauth.Load() == max })
 
 	// Past the bound: a health probe is served, and the oldest silent
 	// connection — not an older half-sent one — is closed for it.
@@ -261,10 +262,10 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	for _, c := range append(silent[1:], probe) {
 		c.Close()
 	}
-	waitFor(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 3 })
+	waitfor.True(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 3 })
 	for i := range 2 {
 		partial = append(partial, dialSending(t, addr, "GET /heal"))
-		waitFor(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == 4+i })
+		waitfor.True(t, "the half-sent connection to be counted", func() bool { return stageLen(ts.srv.guard, stagePartial) == 4+i })
 	}
 	probe = dialSending(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	if code := readAnswer(t, probe); code != 200 {
@@ -279,7 +280,7 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 	for _, c := range append(partial, probe) {
 		c.Close()
 	}
-	waitFor(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 0 })
+	waitfor.True(t, "the closed connections to leave the count", func() bool { return ts.srv.guard.unauth.Load() == 0 })
 	resp, _ := rawRequest(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 200 {
 		t.Fatalf("a new connection after room was made: %d", resp.StatusCode)
@@ -322,7 +323,7 @@ func TestConnectionFloodIsShed(t *testing.T) {
 	for range held {
 		open()
 	}
-	waitFor(t, "the flood to reach the bound", func() bool {
+	waitfor.True(t, "the flood to reach the bound", func() bool {
 		return ts.srv.guard.unauth.Load() == DefaultMaxUnauthenticatedConns
 	})
 
@@ -447,7 +448,7 @@ func TestEventStreamsPerTokenAreBounded(t *testing.T) {
 	}
 	// Ending a stream frees its place.
 	first.Body.Close()
-	waitFor(t, "a freed stream", func() bool {
+	waitfor.True(t, "a freed stream", func() bool {
 		r := openRawWatch(t, ts, machine)
 		r.Body.Close()
 		return r.StatusCode == 200
@@ -515,7 +516,7 @@ func TestHasPending(t *testing.T) {
 	if _, err := io.WriteString(client, "GET /"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sent bytes to be pending", func() bool { return hasPending(srv) })
+	waitfor.True(t, "the sent bytes to be pending", func() bool { return hasPending(srv) })
 	buf := make([]byte, 16)
 	_ = srv.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := srv.Read(buf); err != nil || string(buf[:n]) != "GET /" {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // fanoutReplica is one of several servers on one PostgreSQL database.
@@ -283,7 +284,7 @@ func waitListeners(t *testing.T, db fanoutDB, n int) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	waitFor(t, fmt.Sprintf("%d change feeds listening", n), func() bool {
+	waitfor.True(t, fmt.Sprintf("%d change feeds listening", n), func() bool {
 		var got int
 		err := c.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'outpost-listen' AND datname = current_database()`).Scan(&got)
@@ -384,14 +385,14 @@ func TestFanoutMessageWakesRunner(t *testing.T) {
 	r, _ := dialGateway(t, a.srv.gatewayURL, id, claim.Status.ConnectToken)
 	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
 	r.expect(api.FrameWelcome)
-	waitFor(t, "the session to wait for the user", func() bool {
+	waitfor.True(t, "the session to wait for the user", func() bool {
 		var got api.Session
 		a.mustDo(200, "GET", "/v1/sessions/"+id, a.admin, nil, &got)
 		return got.Status.StatusDetail == api.DetailWaitingForUser
 	})
 	began := time.Now()
 	b.mustDo(202, "POST", "/v1/sessions/"+id+"/messages", b.admin, api.MessageRequest{Text: "Also this."}, nil)
-	waitFor(t, "the runner on A to take the message sent through B", func() bool { return len(model.requests()) >= 2 })
+	waitfor.True(t, "the runner on A to take the message sent through B", func() bool { return len(model.requests()) >= 2 })
 	t.Logf("a message through B reached the runner on A in %s", time.Since(began))
 	var texts []string
 	for _, m := range model.requests()[1].Messages {

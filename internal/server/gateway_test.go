@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // fakeRemote speaks the gateway protocol by hand, to test the server's side.
@@ -85,16 +86,15 @@ func (r *fakeRemote) close() { r.ws.CloseNow() }
 // waitLapsed waits up to 10 s for the session's claim to lapse.
 func waitLapsed(t *testing.T, ts *testServer, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var e api.QueueEntry
-		if code := ts.do("GET", "/v1/queue/"+id, ts.admin, nil, &e); code != 200 || e.Status.Phase == api.PhasePending {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the claim on %s did not lapse: %+v", id, e.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var e api.QueueEntry
+	if !waitfor.Poll(ctx, func() bool {
+		e = api.QueueEntry{}
+		code := ts.do("GET", "/v1/queue/"+id, ts.admin, nil, &e)
+		return code != 200 || e.Status.Phase == api.PhasePending
+	}) {
+		t.Fatalf("the claim on %s did not lapse: %+v", id, e.Status)
 	}
 }
 
@@ -191,7 +191,7 @@ func TestLimitWithoutRemote(t *testing.T) {
 	r.expect(api.FrameCall)
 	ts.srv.stopRunner(id) // as after a server restart: nobody watches the session
 	r.ws.CloseNow()
-	waitFor(t, "the limit to end the session", func() bool {
+	waitfor.True(t, "the limit to end the session", func() bool {
 		var got api.Session
 		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &got)
 		return got.Status.StatusDetail == api.DetailUsageLimitExceeded

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // reader reads a fake remote's frames in the background, as a live remote
@@ -153,7 +154,7 @@ func TestLateKeepAliveKeepsConnectedClaim(t *testing.T) {
 
 	r.close()
 	rd.stop()
-	waitFor(t, "the remote's connection to end", func() bool { return ts.srv.hub.get(id) == nil })
+	waitfor.True(t, "the remote's connection to end", func() bool { return ts.srv.hub.get(id) == nil })
 	clock.add(2 * grace)
 	waitLapsed(t, ts, id)
 }
@@ -423,7 +424,7 @@ func TestSecondRemoteInstanceRefused(t *testing.T) {
 		t.Fatalf("new instance after the old one went silent got %s %q, want welcome", f.Type, f.Reason)
 	}
 	// The gateway attaches a connection just after its welcome.
-	waitFor(t, "instance cccc to be the session's connection", func() bool {
+	waitfor.True(t, "instance cccc to be the session's connection", func() bool {
 		got := ts.srv.hub.get(id)
 		return got != nil && got.instance == "cccc"
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestHostileRemoteOutputRedacted: something that holds a session's
@@ -43,7 +44,7 @@ func TestHostileRemoteOutputRedacted(t *testing.T) {
 	r.expect(api.FrameAck)
 
 	var evs api.EventList
-	waitFor(t, "the result on the transcript", func() bool {
+	waitfor.True(t, "the result on the transcript", func() bool {
 		ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events", ts.admin, nil, &evs)
 		for _, ev := range evs.Items {
 			if ev.Type == api.EventResult && ev.CallSeq == call.Seq {
@@ -98,7 +99,7 @@ func TestHostileRemoteReportsRedacted(t *testing.T) {
 	r.expect(api.FrameAck)
 
 	var evs api.EventList
-	waitFor(t, "both restore reports on the transcript", func() bool {
+	waitfor.True(t, "both restore reports on the transcript", func() bool {
 		ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events", ts.admin, nil, &evs)
 		n := 0
 		for _, ev := range evs.Items {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 func TestClaimIsExclusive(t *testing.T) {
@@ -71,7 +72,7 @@ func TestClaimRenewReleaseAndLapse(t *testing.T) {
 
 	// A claim that is not renewed lapses and the entry returns to pending.
 	ts.mustDo(200, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "b"}, nil)
-	waitFor(t, "claim to lapse", func() bool {
+	waitfor.True(t, "claim to lapse", func() bool {
 		var e api.QueueEntry
 		ts.mustDo(200, "GET", "/v1/queue/"+id, machine, nil, &e)
 		return e.Status.Phase == api.PhasePending

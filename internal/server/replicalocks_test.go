@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // The orderings and the worker presence that one server could keep in
@@ -188,7 +189,7 @@ func testMessageVersusEndAcross(t *testing.T, pg *pgtest.Server) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	waitFor(t, "the second server's message to wait for the lock", func() bool {
+	waitfor.True(t, "the second server's message to wait for the lock", func() bool {
 		var n int
 		err := admin.QueryRow(t.Context(), `SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)

@@ -29,6 +29,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // Tests of several replicas on one PostgreSQL database: the owner of a
@@ -84,7 +85,7 @@ func startReplicaSetC(t *testing.T, db string, n int, opts Options, configure ..
 			ts.admin = out[0].admin
 		}
 		out = append(out, &replicaServer{testServer: ts, stop: stop})
-		waitFor(t, "replica ready", srv.ready.Load)
+		waitfor.True(t, "replica ready", srv.ready.Load)
 	}
 	return out
 }
@@ -197,7 +198,7 @@ func externalSessionC(t *testing.T, ts *testServer, o string) (string, string) {
 func toolCallC(t *testing.T, ts *testServer, id string) api.ToolResult {
 	t.Helper()
 	var res api.ToolResult
-	waitFor(t, "a tool call of "+id+" through "+ts.srv.opts.ReplicaID, func() bool {
+	waitfor.True(t, "a tool call of "+id+" through "+ts.srv.opts.ReplicaID, func() bool {
 		code := ts.do("POST", "/v1/sessions/"+id+"/tools/list_dir", ts.admin, map[string]any{}, &res)
 		if code != http.StatusOK && code != http.StatusServiceUnavailable {
 			t.Fatalf("tool call: %d", code)
@@ -210,7 +211,7 @@ func toolCallC(t *testing.T, ts *testServer, id string) api.ToolResult {
 // waitRunning waits for the session to be running.
 func waitRunning(t *testing.T, ts *testServer, id string) {
 	t.Helper()
-	waitFor(t, "session "+id+" running", func() bool {
+	waitfor.True(t, "session "+id+" running", func() bool {
 		var s api.Session
 		return ts.do("GET", "/v1/sessions/"+id, ts.admin, nil, &s) == 200 && s.Status.Status == api.StatusRunning
 	})
@@ -619,7 +620,7 @@ func testKilledReplica(t *testing.T, db string) {
 	}
 	r2 := connectRemoteC(t, b.srv.gatewayURL, id, token, true)
 	waitFrame(t, r2.frames, api.FrameWelcome)
-	waitFor(t, "b to own the session", func() bool { return ownerOf(t, b.testServer, id) == "r1" })
+	waitfor.True(t, "b to own the session", func() bool { return ownerOf(t, b.testServer, id) == "r1" })
 	res := toolCallC(t, b.testServer, id)
 	if !res.OK {
 		t.Fatalf("tool call after the move: %+v", res)
@@ -708,7 +709,7 @@ func testSuspendThroughOther(t *testing.T, db string) {
 	r.expect(api.FrameWelcome)
 	r.expect(api.FrameCall)
 	done := b.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls on a", func() bool { return a.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls on a", func() bool { return a.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	archive := []byte(strings.Repeat("workspace ", 1000))
@@ -805,7 +806,7 @@ func testRealRemoteHandOver(t *testing.T, db string) {
 			Capabilities: &api.Capabilities{OS: "test", Tools: api.ToolNames()},
 		})
 	}()
-	waitFor(t, "the first result on a", func() bool {
+	waitfor.True(t, "the first result on a", func() bool {
 		if ownerOf(t, b.testServer, id) != "r0" {
 			return false
 		}
@@ -933,15 +934,15 @@ func TestReplicaReadyz(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitFor(t, "ready", func() bool { return ready() == http.StatusOK })
+	waitfor.True(t, "ready", func() bool { return ready() == http.StatusOK })
 	if err := pg.Crash(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not ready while the database is down", func() bool { return ready() == http.StatusServiceUnavailable })
+	waitfor.True(t, "not ready while the database is down", func() bool { return ready() == http.StatusServiceUnavailable })
 	if err := pg.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ready again", func() bool { return ready() == http.StatusOK })
+	waitfor.True(t, "ready again", func() bool { return ready() == http.StatusOK })
 }
 
 // TestReplicaOneServerUnchanged: with the embedded SQLite database nothing

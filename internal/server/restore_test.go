@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestWelcomeRestoresReposOnResume runs a session whose planned and
@@ -69,7 +70,7 @@ func TestWelcomeRestoresReposOnResume(t *testing.T) {
 	}
 
 	var restore, resume api.Event
-	waitFor(t, "the restore event", func() bool {
+	waitfor.True(t, "the restore event", func() bool {
 		var evs api.EventList
 		ts.mustDo(200, "GET", "/v1/sessions/"+id+"/events?limit=1000", ts.admin, nil, &evs)
 		for _, ev := range evs.Items {

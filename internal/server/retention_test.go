@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // plantArtifact stores an artifact of a session the way an upload does:
@@ -217,11 +218,11 @@ func TestArtifactRetentionBackground(t *testing.T) {
 	plantArtifact(t, ts, id, "a.txt", "text/plain", []byte("a"))
 	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/terminate", ts.admin, `{}`, nil)
 	clock.add(2 * time.Hour)
-	waitFor(t, "the background sweep to delete the artifacts", func() bool {
+	waitfor.True(t, "the background sweep to delete the artifacts", func() bool {
 		_, err := os.Stat(ts.srv.artifactDir(id))
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	waitFor(t, "the session to be marked", func() bool {
+	waitfor.True(t, "the session to be marked", func() bool {
 		code, _ := artifactCode(t, ts, id, "a.txt")
 		return code == http.StatusGone
 	})

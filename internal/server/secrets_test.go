@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // secretValue is the session secret these tests look for; 20 characters.
@@ -116,7 +117,7 @@ func TestSecretsRedactedFromCallArguments(t *testing.T) {
 	id := s.Metadata.SessionID
 	wantHidden(t, "the create answer", mustJSON(t, s))
 	stream := follow(t, ts, id)
-	waitFor(t, "the follower to subscribe", func() bool {
+	waitfor.True(t, "the follower to subscribe", func() bool {
 		ts.srv.topics.mu.Lock()
 		defer ts.srv.topics.mu.Unlock()
 		return len(ts.srv.topics.subs[id]) > 0

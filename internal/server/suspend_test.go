@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // snapshotRequest sends a request to the gateway's snapshot path as the
@@ -134,7 +135,7 @@ func TestSuspendAndResume(t *testing.T) {
 
 	// Call 1 is in flight: the suspend waits for it, and holds call 2.
 	done := ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 
@@ -235,7 +236,7 @@ func TestSuspendAndResume(t *testing.T) {
 		t.Fatalf("call after resume %+v, want seq 2", f)
 	}
 	var restores []api.Event
-	waitFor(t, "the restore event", func() bool {
+	waitfor.True(t, "the restore event", func() bool {
 		restores = eventsOf(t, ts, id, api.EventRestore)
 		return len(restores) > 0
 	})
@@ -255,12 +256,12 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 	// The ended session's snapshot goes, blob and row.
 	blob := filepath.Join(ts.srv.opts.DataDir, "snapshots", id+"-1")
-	waitFor(t, "the snapshot to be deleted", func() bool {
+	waitfor.True(t, "the snapshot to be deleted", func() bool {
 		_, err := ts.srv.store.GetSnapshot(context.Background(), id)
 		_, serr := os.Stat(blob)
 		return errors.Is(err, store.ErrNotFound) && errors.Is(serr, os.ErrNotExist)
 	})
-	waitFor(t, "the snapshot bytes to go", func() bool {
+	waitfor.True(t, "the snapshot bytes to go", func() bool {
 		v, ok := sample(t, ts, "outpost_snapshot_bytes", `outpost="sus"`)
 		return ok && v == 0
 	})
@@ -362,7 +363,7 @@ func TestSuspendTooLarge(t *testing.T) {
 		t.Fatalf("call %+v", f)
 	}
 	done := ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 2, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	code, raw := ts.snapshotRequest("PUT", id, claim.Status.ConnectToken, bytes.Repeat([]byte("x"), 200))
@@ -428,7 +429,7 @@ func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
 	}
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Size: int64(len(archive)), SHA256: sha(archive)}})
 	r.expect(api.FrameEnd)
-	waitFor(t, "the session to be suspended", func() bool {
+	waitfor.True(t, "the session to be suspended", func() bool {
 		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
 		return s.Status.Status == api.StatusSuspended
 	})
@@ -452,7 +453,7 @@ func TestAutoSuspendAndResumeOnMessage(t *testing.T) {
 	if w := r2.expect(api.FrameWelcome); w.Snapshot == nil || w.Snapshot.SHA256 != sha(archive) {
 		t.Fatalf("welcome snapshot %+v", w.Snapshot)
 	}
-	waitFor(t, "the model's turn on the user's message", func() bool { return len(model.requests()) >= 2 })
+	waitfor.True(t, "the model's turn on the user's message", func() bool { return len(model.requests()) >= 2 })
 }
 
 // suspendAfterFirstCall creates a script session of two steps on outpost,
@@ -471,7 +472,7 @@ func suspendAfterFirstCall(t *testing.T, ts *testServer, outpost string) (id, to
 	r.expect(api.FrameWelcome)
 	r.expect(api.FrameCall)
 	done = ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	return id, claim.Status.ConnectToken, r, done
@@ -508,9 +509,9 @@ func TestSnapshotTTL(t *testing.T) {
 
 	// Once the connection is gone (its grace recorded), step past the
 	// reconnect grace and the claim deadline: the claim lapses.
-	waitFor(t, "the connection to go", func() bool { return ts.srv.hub.get(id) == nil })
+	waitfor.True(t, "the connection to go", func() bool { return ts.srv.hub.get(id) == nil })
 	offset.Store(int64(10 * time.Minute))
-	waitFor(t, "the claim to lapse", func() bool {
+	waitfor.True(t, "the claim to lapse", func() bool {
 		e := entry(t, ts, id)
 		return e.Status.Phase == api.PhasePending
 	})
@@ -531,7 +532,7 @@ func TestSnapshotTTL(t *testing.T) {
 	if end.Status.Status != api.StatusExit || end.Status.StatusDetail != api.DetailInactivity || !strings.Contains(end.Status.Reason, "longer than the server keeps snapshots") {
 		t.Fatalf("ended %+v", end.Status)
 	}
-	waitFor(t, "the snapshot to be deleted", func() bool {
+	waitfor.True(t, "the snapshot to be deleted", func() bool {
 		_, err := ts.srv.store.GetSnapshot(context.Background(), id)
 		return errors.Is(err, store.ErrNotFound)
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // suspendAnswer is the status and error envelope of a suspend.
@@ -70,7 +71,7 @@ func TestSuspendUnreadableFileBlamesTheRemote(t *testing.T) {
 	r.expect(api.FrameWelcome)
 	r.expect(api.FrameCall)
 	done := ts.suspendAsyncBody(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 
@@ -84,7 +85,7 @@ func TestSuspendUnreadableFileBlamesTheRemote(t *testing.T) {
 	}
 	// The server has seen the upload break before the remote's answer
 	// comes: the order in which a 500 came out.
-	waitFor(t, "the server to see the upload break", func() bool {
+	waitfor.True(t, "the server to see the upload break", func() bool {
 		op := ts.srv.suspends.get(id)
 		return op != nil && op.uploaded() != nil
 	})
@@ -130,7 +131,7 @@ func TestNoSuspendOverGoodSnapshotAfterFailedRestore(t *testing.T) {
 	r.expect(api.FrameWelcome)
 	r.expect(api.FrameCall)
 	done := ts.suspendAsync(id)
-	waitFor(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
+	waitfor.True(t, "the suspend to pause the calls", func() bool { return ts.paused(id) })
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	r.untilSuspend()
 	good := []byte("the good workspace")
@@ -161,7 +162,7 @@ func TestNoSuspendOverGoodSnapshotAfterFailedRestore(t *testing.T) {
 	if f := r2.expect(api.FrameCall); f.Seq != 2 {
 		t.Fatalf("call after the resume %+v, want seq 2", f)
 	}
-	waitFor(t, "the failed restore event", func() bool { return len(eventsOf(t, ts, id, api.EventRestore)) > 0 })
+	waitfor.True(t, "the failed restore event", func() bool { return len(eventsOf(t, ts, id, api.EventRestore)) > 0 })
 	r2.send(api.Frame{Type: api.FrameResult, Seq: 2, OK: true, Value: json.RawMessage(`{}`)})
 	if f := r2.expect2(api.FrameAck, api.FrameCall); f.Type == api.FrameAck {
 		r2.expect(api.FrameCall) // call 3, in flight from now on

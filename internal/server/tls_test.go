@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestServerTLS serves the API and the gateway over TLS: a session runs to
@@ -83,7 +84,7 @@ func TestServerTLS(t *testing.T) {
 	addr := hostOf(ts.url)
 	second := ca.Issue(t)
 	second.Write(t, certFile, keyFile)
-	waitFor(t, "the renewed certificate", func() bool {
+	waitfor.True(t, "the renewed certificate", func() bool {
 		serial, err := tlstest.PeerSerial(addr, ca.Pool())
 		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
 	})

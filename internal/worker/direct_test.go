@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // directOptions are the options of a direct-serve run with remote as its
@@ -131,12 +134,10 @@ func TestServeDirectShutdown(t *testing.T) {
 			opts.Stdout, opts.GracePeriod = &out, 100*time.Millisecond
 			done := make(chan error, 1)
 			go func() { done <- ServeDirect(ctx, opts) }()
-			deadline := time.Now().Add(testTimeout / 2)
-			for !strings.Contains(out.String(), "ready") {
-				if time.Now().After(deadline) {
-					t.Fatalf("the remote did not start; output: %q", out.String())
-				}
-				time.Sleep(10 * time.Millisecond)
+			wctx, wcancel := context.WithTimeout(ctx, testTimeout/2)
+			defer wcancel()
+			if !waitfor.Poll(wctx, func() bool { return strings.Contains(out.String(), "ready") }) {
+				t.Fatalf("the remote did not start; output: %q", out.String())
 			}
 			start := time.Now()
 			cancel()

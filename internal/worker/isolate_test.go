@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/sandbox"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 func TestChooseIsolation(t *testing.T) {
@@ -358,7 +359,7 @@ func runHeld(t *testing.T, ctx context.Context, opts Options, out *syncBuffer) f
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, opts) }()
-	waitFor(t, ctx, "the remote to hold", func() bool {
+	waitfor.Until(ctx, t, "the remote to hold", func() bool {
 		select {
 		case err := <-done:
 			done <- err
@@ -388,12 +389,10 @@ func TestBwrapStopReachesTheRemote(t *testing.T) {
 	opts.Isolation.Mode = IsolationBwrap
 	done := make(chan error, 1)
 	go func() { done <- ServeDirect(ctx, opts) }()
-	deadline := time.Now().Add(testTimeout / 2)
-	for !strings.Contains(out.String(), "ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the remote did not start; output: %q", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, testTimeout/2)
+	defer wcancel()
+	if !waitfor.Poll(wctx, func() bool { return strings.Contains(out.String(), "ready") }) {
+		t.Fatalf("the remote did not start; output: %q", out.String())
 	}
 	cancel()
 	if err := <-done; err != nil || !strings.Contains(out.String(), "got-term") {

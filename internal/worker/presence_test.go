@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestPresenceHeartbeatsAndGoodbye: the worker announces itself with its
@@ -27,15 +28,10 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 	}()
 	waitHeartbeat := func(what string, cond func(api.WorkerInfo) bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		waitfor.Within(t, 10*time.Second, "a heartbeat "+what, func() bool {
 			hb, _ := fs.presence()
-			if slices.ContainsFunc(hb, cond) { // in arrival order
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("no heartbeat %s", what)
+			return slices.ContainsFunc(hb, cond) // in arrival order
+		})
 	}
 	waitHeartbeat("with capabilities", func(i api.WorkerInfo) bool {
 		return i.Kind == api.WorkerKindWorker && i.Capabilities != nil && i.Capabilities.OS == runtime.GOOS &&
@@ -50,10 +46,7 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 		return serving && i.SessionID == "" && i.ActiveSessions == 0
 	})
 	n := len(mustHeartbeats(fs))
-	time.Sleep(200 * time.Millisecond)
-	if len(mustHeartbeats(fs)) <= n {
-		t.Error("the heartbeats stopped")
-	}
+	waitfor.Within(t, 10*time.Second, "the heartbeats to go on after the session", func() bool { return len(mustHeartbeats(fs)) > n })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)

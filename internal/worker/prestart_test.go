@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // fakePrestarted is a shell remote that waits for its session as `outpost
@@ -29,18 +29,6 @@ env > "$OUTPOST_STATE_DIR/env.txt"
 echo $$ > "$OUTPOST_STATE_DIR/served"
 cp "$OUTPOST_STATE_DIR/env.txt" "$OUTPOST_STATE_DIR/../../$OUTPOST_SESSION_ID.env.txt"
 cp "$OUTPOST_STATE_DIR/served" "$OUTPOST_STATE_DIR/../../$OUTPOST_SESSION_ID.served"`}
-}
-
-// waitFor polls cond until it holds or the test's deadline passes.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // marksOf reads the pids a fake pre-started remote appended.
@@ -148,12 +136,12 @@ func TestPrestartReplacesDeadRemote(t *testing.T) {
 	self := []string{"remote-of-this-build"}
 	ps, dataDir := newTestPrestarter(t, fakePrestarted(marks), self)
 	ps.fill()
-	waitFor(t, ctx, "the first pre-started remote", func() bool { return len(marksOf(marks)) == 1 })
+	waitfor.Until(ctx, t, "the first pre-started remote", func() bool { return len(marksOf(marks)) == 1 })
 	first := marksOf(marks)[0]
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "a replacement", func() bool { return len(marksOf(marks)) == 2 })
+	waitfor.Until(ctx, t, "a replacement", func() bool { return len(marksOf(marks)) == 2 })
 	second := marksOf(marks)[1]
 
 	stateDir := filepath.Join(dataDir, "sessions", "sess-9")
@@ -189,7 +177,7 @@ func TestPrestartOnlyWhenItFits(t *testing.T) {
 	self := []string{"remote-of-this-build"}
 	ps, dataDir := newTestPrestarter(t, fakePrestarted(marks), self)
 	ps.fill()
-	waitFor(t, ctx, "the pre-started remote", func() bool { return len(marksOf(marks)) == 1 })
+	waitfor.Until(ctx, t, "the pre-started remote", func() bool { return len(marksOf(marks)) == 1 })
 
 	stateDir := filepath.Join(dataDir, "sessions", "sess-1")
 	env := spawnEnv("sess-1")

@@ -53,7 +53,11 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	sctx, cancelSetup := s.Setup(ctx)
 	defer cancelSetup()
 	if err := w.ws.before(sctx, id); err != nil {
-		return fleet.Outcome{Err: err, Failed: true, Stop: w.opts.Once || errors.Is(err, ErrWorkspace)}
+		out := fleet.NotStarted(err)
+		if w.opts.Once || errors.Is(err, ErrWorkspace) {
+			out = out.StopAfter()
+		}
+		return out
 	}
 	rc, err := s.Remote(sctx)
 	var p *remoteProc
@@ -66,8 +70,8 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	}
 	if err != nil {
 		// The next session would fail the same way: the worker stops.
-		return fleet.Outcome{Err: fmt.Errorf("%w for session %s: %w", errStart, id, err),
-			Reason: fmt.Sprintf("Cannot start the remote: %v.", err), Failed: true, Stop: true}
+		return fleet.NotStarted(fmt.Errorf("%w for session %s: %w", errStart, id, err)).
+			WithReason(fmt.Sprintf("Cannot start the remote: %v.", err)).StopAfter()
 	}
 	defer p.logFile.Close()
 	log.Info("remote started", "pid", p.cmd.Process.Pid, "state_dir", p.stateDir)
@@ -78,10 +82,20 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	w.iso.endLeftovers(ctx, log)
 	w.mirrors.afterSession(ctx, id, p.stateDir)
 	log.Info("remote exited", "remote_exit", fleet.ExitString(exitErr), "duration", time.Since(p.startedAt).Round(time.Second))
-	out := fleet.Outcome{Exited: !p.stopped, Stop: w.opts.Once,
-		Err: fmt.Errorf("remote for session %s stopped before the session ended (%s)", id, fleet.ExitString(exitErr))}
-	if !p.stopped && fleet.RemoteRejected(exitErr) {
-		out.LeaveClaim = true
+	err = fmt.Errorf("remote for session %s stopped before the session ended (%s)", id, fleet.ExitString(exitErr))
+	var out fleet.Outcome
+	switch {
+	case p.stopped:
+		// The worker stopped it (the claim was lost, the worker shuts
+		// down): the queue alone says whether the session is over.
+		out = fleet.Stopped(err)
+	case fleet.RemoteRejected(exitErr):
+		out = fleet.HandedOff(err)
+	default:
+		out = fleet.Exited(err)
+	}
+	if w.opts.Once {
+		out = out.StopAfter()
 	}
 	return out
 }

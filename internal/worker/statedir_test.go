@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // plantState is a test remote's script that leaves in its state dir what
@@ -84,7 +85,7 @@ func TestStateDirDeletedWithSession(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
 	tctx, _ := testContext(t)
-	waitFor(t, tctx, "the remote to hold", func() bool { return strings.Contains(out.String(), "holding") })
+	waitfor.Until(tctx, t, "the remote to hold", func() bool { return strings.Contains(out.String(), "holding") })
 	stop()
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "goes back to the queue") {
 		t.Fatalf("Run stopped = %v, want the session handed back", err)

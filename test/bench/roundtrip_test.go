@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 )
@@ -307,18 +307,13 @@ func runInProcess(b *testing.B, n int, mkStep func(string) api.Step, direct func
 		b.Fatal(err)
 	}
 	ts := &timedStore{Store: sq, times: map[string][]time.Duration{}}
-	srv, err := server.New(ctx, server.Options{Listen: "127.0.0.1:0", DataDir: dataDir, AdminToken: adminToken,
-		Store: ts, Logger: discardLogger(), Stdout: io.Discard})
+	// Stopped at the end of this iteration, not of the benchmark: b.N
+	// iterations start b.N servers.
+	srv, stop, err := servertest.Serve(server.Options{DataDir: dataDir, AdminToken: adminToken, Store: ts})
 	if err != nil {
 		b.Fatal(err)
 	}
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Serve(srvCtx) }()
-	defer func() {
-		stopSrv()
-		<-srvDone
-	}()
+	defer stop()
 
 	c, err := client.New(srv.URL(), adminToken)
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/internal/servertest"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 )
 
@@ -60,22 +60,8 @@ func BenchmarkSessionPage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := server.New(ctx, server.Options{Listen: "127.0.0.1:0", DataDir: dataDir, AdminToken: adminToken,
-		Store: sq, Logger: discardLogger(), Stdout: io.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srvCtx, stopSrv := context.WithCancel(ctx)
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Serve(srvCtx) }()
-	defer func() {
-		stopSrv()
-		<-srvDone
-	}()
-	admin, err := client.New(srv.URL(), adminToken)
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := servertest.Start(b, server.Options{DataDir: dataDir, AdminToken: adminToken, Store: sq})
+	admin := srv.Client
 	if _, err := admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "pages", Platform: api.PlatformLinux}); err != nil {
 		b.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // runFailing runs the binary, expects it to fail, and returns its stderr.
@@ -98,7 +99,7 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 		defer mu.Unlock()
 		return len(created)
 	}
-	waitFor(t, 30*time.Second, "the writer to create 10 sessions", func() bool { return count() >= 10 })
+	waitfor.Within(t, 30*time.Second, "the writer to create 10 sessions", func() bool { return count() >= 10 })
 	mu.Lock()
 	before := append([]string(nil), created...)
 	mu.Unlock()
@@ -109,7 +110,7 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 		t.Errorf("backup printed %q", out)
 	}
 	n := count()
-	waitFor(t, 30*time.Second, "the writer to go on after the backup", func() bool { return count() >= n+5 })
+	waitfor.Within(t, 30*time.Second, "the writer to go on after the backup", func() bool { return count() >= n+5 })
 	close(stop)
 	wg.Wait()
 	if writeErr != nil {

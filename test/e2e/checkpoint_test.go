@@ -9,6 +9,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestCheckpointRestoredAfterKill9: with --snapshot-interval, a worker's
@@ -29,7 +30,7 @@ func TestCheckpointRestoredAfterKill9(t *testing.T) {
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "checkpoint", Title: "checkpoint and kill -9",
 		Repos: []api.Repo{{URL: "file://" + repo, Name: "app"}},
 		Agent: api.Agent{Kind: api.AgentExternal}})
-	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	externalExec(t, c, id, "echo changed-before-the-checkpoint >> repos/app/README.md && echo untracked > repos/app/new.txt && "+
 		"mkdir -p notes && echo outside-the-repo > notes/todo.txt")
 	var last int64
@@ -55,7 +56,7 @@ func TestCheckpointRestoredAfterKill9(t *testing.T) {
 		return ev.Type == api.EventStatus && ev.Status == api.StatusResuming
 	})
 	_, second := startWorker(t, c, "checkpoint", token)
-	waitFor(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	got := externalExec(t, c, id, "cat repos/app/README.md repos/app/new.txt notes/todo.txt && git -C repos/app status --porcelain && pwd")
 	for _, want := range []string{"changed-before-the-checkpoint", "untracked", "outside-the-repo", " M README.md", "?? new.txt", second} {
 		if !strings.Contains(got, want) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // jsonLogLines checks that p logged in JSON: every line on its output
@@ -64,7 +65,7 @@ log-level: debug
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	srv := startExact(t, "server", env, dir, "server", "--config", serverConf)
 	url := "http://" + addr
-	waitFor(t, 20*time.Second, "server ready on the file's address", func() bool {
+	waitfor.Within(t, 20*time.Second, "server ready on the file's address", func() bool {
 		resp, err := (&cluster{}).client().Get(url + "/readyz")
 		if err != nil {
 			return false

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // podmanCLI runs podman with the runtime settings the docker backend's
@@ -151,7 +152,7 @@ func TestContainerImage(t *testing.T) {
 	c := &cluster{t: t, admin: adminToken, addr: addr, url: "http://" + addr}
 	name := strings.ReplaceAll(strings.TrimPrefix(serverImage, "localhost/"), ":", "-")
 	runContainer(t, name, "-e", "OUTPOST_ADMIN_TOKEN="+adminToken, serverImage, "server", "--listen", addr)
-	waitFor(t, 30*time.Second, "the server container to be ready", func() bool {
+	waitfor.Within(t, 30*time.Second, "the server container to be ready", func() bool {
 		resp, err := http.Get(c.url + "/readyz")
 		if err != nil {
 			return false

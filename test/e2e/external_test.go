@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 type bearer struct {
@@ -45,7 +46,7 @@ func TestExternalAgentOverMCP(t *testing.T) {
 	startWorker(t, c, "outside", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "outside", Title: "driven from outside",
 		Agent: api.Agent{Kind: api.AgentExternal}, Env: map[string]string{"GREETING": "hi-from-env"}})
-	waitFor(t, 30*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 30*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

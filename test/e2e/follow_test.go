@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestFollowLive starts `sessions logs -f` before any worker exists, then a
@@ -26,7 +27,7 @@ func TestFollowLive(t *testing.T) {
 		}},
 	})
 	follower := start(t, "follower", c.env(c.admin), "sessions", "logs", "-f", id)
-	waitFor(t, 10*time.Second, "the follower to print the queued status", func() bool {
+	waitfor.Within(t, 10*time.Second, "the follower to print the queued status", func() bool {
 		return strings.Contains(follower.out.String(), "status new")
 	})
 	w, _ := startWorker(t, c, "live", token)
@@ -44,7 +45,7 @@ func TestFollowLive(t *testing.T) {
 			t.Errorf("follower output lacks %q:\n%s", want, out)
 		}
 	}
-	waitFor(t, 30*time.Second, "the worker to release the session", func() bool {
+	waitfor.Within(t, 30*time.Second, "the worker to release the session", func() bool {
 		return c.released(id, c.admin)
 	})
 	if err := w.stop(syscall.SIGTERM, 20*time.Second); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/dist"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // tokenProbe is a program session code runs to look for a connect token
@@ -99,7 +100,7 @@ func TestConnectTokenNotInSandboxWithoutPrestart(t *testing.T) {
 			work, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
 			w := start(t, "worker", append(c.env(token), api.EnvWorkerIsolation.Name+"=bwrap"),
 				append([]string{"worker", "start", "--outpost", "handover", "--dir", work, "--data-dir", data}, extra...)...)
-			waitFor(t, 60*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), "isolation=bwrap") })
+			waitfor.Within(t, 60*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), "isolation=bwrap") })
 			args, _ := json.Marshal(api.ExecArgs{Command: "/usr/bin/python3 -c '" + tokenProbe + "'", TimeoutS: 120})
 			id := createSession(t, c, api.CreateSessionRequest{Outpost: "handover", Title: "token probe",
 				Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: args}}}})

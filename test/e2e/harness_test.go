@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // binary is the outpost binary built once for the whole package.
@@ -245,7 +245,7 @@ func (c *cluster) startServer() {
 	c.t.Helper()
 	args := append([]string{"server", "--listen", c.addr, "--data-dir", c.dataDir}, c.extra...)
 	c.server = start(c.t, "server", append([]string{"OUTPOST_ADMIN_TOKEN=" + c.admin}, c.srvEnv...), args...)
-	waitFor(c.t, 20*time.Second, "server ready", func() bool {
+	waitfor.Within(c.t, 20*time.Second, "server ready", func() bool {
 		resp, err := c.client().Get(c.url + "/readyz")
 		if err != nil {
 			return false
@@ -333,25 +333,9 @@ func (c *cluster) events(id string) []api.Event {
 func (c *cluster) waitFinal(id string, within time.Duration) api.Session {
 	c.t.Helper()
 	var s api.Session
-	waitFor(c.t, within, "session "+id+" to end", func() bool {
+	waitfor.Within(c.t, within, "session "+id+" to end", func() bool {
 		s = c.session(id)
 		return api.IsFinal(s.Status.Status)
 	})
 	return s
-}
-
-// waitFor polls cond every 20 ms until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		case <-tick.C:
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // tourWorker starts `outpost worker start --outpost NAME` the way the
@@ -46,7 +47,7 @@ func connectedWorkers(t *testing.T, c *cluster, outpost string) []api.Worker {
 func waitWorkers(t *testing.T, c *cluster, outpost string, n int) []api.Worker {
 	t.Helper()
 	var ws []api.Worker
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d workers on %s", n, outpost), func() bool {
+	waitfor.Within(t, 60*time.Second, fmt.Sprintf("%d workers on %s", n, outpost), func() bool {
 		ws = connectedWorkers(t, c, outpost)
 		return len(ws) == n
 	})
@@ -189,7 +190,7 @@ func TestSharedAcceptorIDRefused(t *testing.T) {
 	a := tourWorker(t, c, home, filepath.Join(t.TempDir(), "box-a"), "shared", token, "--acceptor-id", "shared-id")
 	b := tourWorker(t, c, home, filepath.Join(t.TempDir(), "box-b"), "shared", token, "--acceptor-id", "shared-id")
 	var refused, serving *proc
-	waitFor(t, 60*time.Second, "one of the two workers to stop", func() bool {
+	waitfor.Within(t, 60*time.Second, "one of the two workers to stop", func() bool {
 		select {
 		case <-a.done:
 			refused, serving = a, b
@@ -469,7 +470,7 @@ func TestRestartedWorkerTakesOverItsIdentity(t *testing.T) {
 	before := waitWorkers(t, c, "restart", 1)[0]
 	first.kill9()
 	second := tourWorker(t, c, home, box, "restart", token)
-	waitFor(t, 30*time.Second, "the restarted worker to take its entry over", func() bool {
+	waitfor.Within(t, 30*time.Second, "the restarted worker to take its entry over", func() bool {
 		ws := connectedWorkers(t, c, "restart")
 		return len(ws) == 1 && ws[0].PID == second.cmd.Process.Pid
 	})

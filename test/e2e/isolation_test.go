@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // credentialProbe is a script step that tries every path session code
@@ -203,7 +204,7 @@ func TestWorkerIsolation(t *testing.T) {
 				chownAll(t, base, uid, gid)
 			}
 			w := startAs(t, "worker-"+tc.name, env, work, cred, args...)
-			waitFor(t, 30*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), tc.log) })
+			waitfor.Within(t, 30*time.Second, "the worker to report its isolation", func() bool { return strings.Contains(w.out.String(), tc.log) })
 
 			steps := []api.Step{
 				{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"make test","cwd":"repos/demo"}`)},
@@ -270,7 +271,7 @@ func TestWorkerIsolation(t *testing.T) {
 					t.Fatalf("the session started no process to leave behind:\n%s", out)
 				}
 				left, _ := strconv.Atoi(m[1])
-				waitFor(t, 15*time.Second, "the session's leftover process to end", func() bool { return !slices.Contains(processesOf(ownerUID), left) })
+				waitfor.Within(t, 15*time.Second, "the session's leftover process to end", func() bool { return !slices.Contains(processesOf(ownerUID), left) })
 			}
 			if m := regexp.MustCompile(`whoami=(\S+)`).FindStringSubmatch(out); tc.owner != "" && (m == nil || m[1] != tc.owner) {
 				t.Errorf("session code runs as %v, want %s", m, tc.owner)
@@ -290,7 +291,7 @@ func dedicatedUser(t *testing.T) *user.User {
 	name := "outpost-e" + hex.EncodeToString(b)
 	// useradd fails while another one holds the passwd lock: try again.
 	var out []byte
-	waitFor(t, 30*time.Second, "useradd "+name, func() bool {
+	waitfor.Within(t, 30*time.Second, "useradd "+name, func() bool {
 		var err error
 		out, err = exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
 		return err == nil
@@ -303,7 +304,7 @@ func dedicatedUser(t *testing.T) *user.User {
 		for _, p := range processesOf(u.Uid) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		waitFor(t, 30*time.Second, "userdel "+name, func() bool { return exec.Command("userdel", name).Run() == nil })
+		waitfor.Within(t, 30*time.Second, "userdel "+name, func() bool { return exec.Command("userdel", name).Run() == nil })
 	})
 	return u
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // fakeOpenAI is an OpenAI-compatible Chat Completions server on loopback
@@ -215,18 +216,18 @@ func TestLLMConversation(t *testing.T) {
 	_, workspace := startWorker(t, c, "chat", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "chat", Title: "chat", Prompt: "Create a file.",
 		Agent: api.Agent{Kind: api.AgentLLM, Interactive: true}, Limits: api.Limits{IdleS: 60}})
-	waitFor(t, 30*time.Second, "the agent to wait for the user", func() bool {
+	waitfor.Within(t, 30*time.Second, "the agent to wait for the user", func() bool {
 		return c.session(id).Status.StatusDetail == api.DetailWaitingForUser
 	})
 	run(t, c.env(c.admin), "sessions", "send", id, "Call it answer.txt.")
-	waitFor(t, 30*time.Second, "answer.txt", func() bool {
+	waitfor.Within(t, 30*time.Second, "answer.txt", func() bool {
 		b, err := os.ReadFile(filepath.Join(workspace, "answer.txt"))
 		return err == nil && string(b) == "42"
 	})
 	if sawUser != "Call it answer.txt." {
 		t.Errorf("the model got %q as the user's message", sawUser)
 	}
-	waitFor(t, 30*time.Second, "the agent to wait again", func() bool {
+	waitfor.Within(t, 30*time.Second, "the agent to wait again", func() bool {
 		s := c.session(id)
 		return s.Status.StatusDetail == api.DetailWaitingForUser && s.Status.Usage.ModelCalls == 3
 	})

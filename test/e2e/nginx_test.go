@@ -18,6 +18,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // requireNginx returns the nginx binary, skipping the test when there is
@@ -143,7 +144,7 @@ http {
 			t.Logf("--- nginx ---\n%s", logs())
 		}
 	})
-	waitFor(t, 10*time.Second, "nginx to listen on "+listen, func() bool {
+	waitfor.Within(t, 10*time.Second, "nginx to listen on "+listen, func() bool {
 		select {
 		case <-done:
 			t.Fatalf("nginx exited: %s", logs())
@@ -249,7 +250,7 @@ func TestNginxReverseProxy(t *testing.T) {
 	startWorker(t, c, "proxied", token)
 	// The session is still running (waiting for release): the follow
 	// shows its first line only if nginx passes the stream on as it comes.
-	waitFor(t, 30*time.Second, "the follow through nginx to show the first line", func() bool {
+	waitfor.Within(t, 30*time.Second, "the follow through nginx to show the first line", func() bool {
 		return strings.Contains(follow.out.String(), "first-line-through-nginx")
 	})
 	if s := c.session(id); s.Status.Status != api.StatusRunning {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // requireBwrap skips a test without bubblewrap, unless CI is set: CI
@@ -108,7 +109,7 @@ func assertNoSandboxLeft(t *testing.T, state string, pids map[int]bool, ns map[u
 	// A torn-down sandbox's processes are killed with its pid namespace;
 	// the wait is for the kernel to reap them, which a loaded machine can
 	// take seconds to do.
-	waitFor(t, 30*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
+	waitfor.Within(t, 30*time.Second, "every sandbox process to go", func() bool { return len(sandboxProcesses(ns)) == 0 })
 }
 
 // transcriptJSON is the whole transcript of a session, as JSON.
@@ -220,7 +221,7 @@ func TestOrchestrateBwrapKill9Restart(t *testing.T) {
 		t.Fatalf("the sandbox's supervisor %d died with the orchestrator", sup)
 	}
 	second := startOrchestrator(t, c, "sandcrash", token, state, args...)
-	waitFor(t, 30*time.Second, "the restarted orchestrator to adopt the sandbox", func() bool {
+	waitfor.Within(t, 30*time.Second, "the restarted orchestrator to adopt the sandbox", func() bool {
 		return strings.Contains(second.out.String(), "adopted leftover machine")
 	})
 	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // The docker backend's end-to-end tests run the real binary against
@@ -43,7 +44,7 @@ func transcriptOutput(c *cluster, id string) string {
 // no machine workspace either.
 func assertNoContainers(t *testing.T, stateDir string, ids ...string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "every container and workspace to go", func() bool {
+	waitfor.Within(t, 30*time.Second, "every container and workspace to go", func() bool {
 		for _, id := range ids {
 			if len(podmantest.Containers(t, "sh.outpost.session="+id)) > 0 {
 				return false
@@ -140,14 +141,14 @@ func TestOrchestrateDockerKill9Restart(t *testing.T) {
 		t.Fatalf("podman inspect %s (the orchestrator's token must not be in it): %v\n%s", name, err, out)
 	}
 	second := startDockerOrchestrator(t, c, "dockcrash", token, state, host, "--max-concurrent", "2")
-	waitFor(t, 30*time.Second, "the restarted orchestrator to deal with the container", func() bool {
+	waitfor.Within(t, 30*time.Second, "the restarted orchestrator to deal with the container", func() bool {
 		out := second.out.String()
 		return strings.Contains(out, "adopted leftover machine") || strings.Contains(out, "removing leftover machine")
 	})
 	// Open the gate in the session's container (a new one, if the old one
 	// was removed and the session provisioned again).
 	var s api.Session
-	waitFor(t, 120*time.Second, "the session to end", func() bool {
+	waitfor.Within(t, 120*time.Second, "the session to end", func() bool {
 		_ = exec.Command("podman", "exec", name, "touch", "/tmp/gate").Run()
 		s = c.session(id)
 		return api.IsFinal(s.Status.Status)
@@ -210,10 +211,10 @@ func TestOrchestrateDockerBurstAndFailure(t *testing.T) {
 	failing := startDockerOrchestrator(t, c, "dockburst", token, t.TempDir(), host,
 		"--docker-ulimit", "nofile=4000000000:4000000000", "--retry-after", "5m")
 	id := createSession(t, c, scriptSession("dockburst", "cannot start", execStep("echo never")))
-	waitFor(t, 30*time.Second, "provisioning to fail", func() bool {
+	waitfor.Within(t, 30*time.Second, "provisioning to fail", func() bool {
 		return strings.Contains(failing.out.String(), "provisioning failed")
 	})
-	waitFor(t, 10*time.Second, "the entry to be pending again", func() bool {
+	waitfor.Within(t, 10*time.Second, "the entry to be pending again", func() bool {
 		var e api.QueueEntry
 		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending && e.Status.AcceptorID == nil
 	})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // startOrchestrator runs `outpost orchestrate` with its state in stateDir.
@@ -88,7 +89,7 @@ func processAlive(pid int) bool {
 // assertNothingLeft waits until no workspace and no remote process is left.
 func assertNothingLeft(t *testing.T, stateDir string, pids map[int]bool) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "every workspace and remote process to go", func() bool {
+	waitfor.Within(t, 30*time.Second, "every workspace and remote process to go", func() bool {
 		entries, _ := os.ReadDir(filepath.Join(stateDir, "machines"))
 		if len(entries) > 0 {
 			return false
@@ -147,7 +148,7 @@ func TestOrchestrateProcessBackend(t *testing.T) {
 func assertMachineSteps(t *testing.T, c *cluster, id string, want ...string) []api.Event {
 	t.Helper()
 	var got []api.Event
-	waitFor(t, 20*time.Second, "provisioning steps "+strings.Join(want, ",")+" on the transcript", func() bool {
+	waitfor.Within(t, 20*time.Second, "provisioning steps "+strings.Join(want, ",")+" on the transcript", func() bool {
 		var list api.EventList
 		if c.api("GET", "/v1/sessions/"+id+"/events?limit=1000", c.admin, nil, &list) != 200 {
 			return false
@@ -217,10 +218,10 @@ func TestOrchestrateExecProvisionFailureReleases(t *testing.T) {
 		"--provision-cmd", "echo no capacity >&2; exit 3", "--teardown-cmd", "true", "--retry-after", "5m")
 	start := time.Now()
 	id := createSession(t, c, scriptSession("failing", "cannot provision", execStep("echo never")))
-	waitFor(t, 30*time.Second, "provisioning to fail", func() bool {
+	waitfor.Within(t, 30*time.Second, "provisioning to fail", func() bool {
 		return strings.Contains(o.out.String(), "provisioning failed")
 	})
-	waitFor(t, 10*time.Second, "the entry to be pending again", func() bool {
+	waitfor.Within(t, 10*time.Second, "the entry to be pending again", func() bool {
 		var e api.QueueEntry
 		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending && e.Status.AcceptorID == nil
 	})
@@ -321,7 +322,7 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 		"--status-cmd", `pid=$(cat "$OUTPOST_WORKSPACE/pid") && [ "$(readlink /proc/$pid/cwd)" = "$OUTPOST_WORKSPACE/work" ]`)
 	sampler := sampleMachines(state)
 	id := createSession(t, c, scriptSession("execs", "exec backend", execStep("echo via exec")))
-	waitFor(t, 30*time.Second, "the provision command's environment", func() bool {
+	waitfor.Within(t, 30*time.Second, "the provision command's environment", func() bool {
 		b, err := os.ReadFile(filepath.Join(envDir, id+".env"))
 		if err != nil || !strings.Contains(string(b), "OUTPOST_CONNECT_TOKEN=") {
 			return false
@@ -341,7 +342,7 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 	long := createSession(t, c, scriptSession("execs", "long", execStep("sleep 600")))
 	waitEvent(t, c, long, "the call to start", func(ev api.Event) bool { return ev.Type == api.EventCall })
 	// The orchestrator is on the outpost's list of connected acceptors.
-	waitFor(t, 10*time.Second, "the orchestrator among the connected workers", func() bool {
+	waitfor.Within(t, 10*time.Second, "the orchestrator among the connected workers", func() bool {
 		var l api.WorkerList
 		if c.api("GET", "/v1/outposts/execs/workers", c.admin, nil, &l) != 200 || len(l.Items) != 1 {
 			return false
@@ -350,7 +351,7 @@ func TestOrchestrateExecBackendAndSIGTERM(t *testing.T) {
 		return w.Kind == api.WorkerKindOrchestrator && w.MaxSessions == 2 && w.ActiveSessions == 1
 	})
 	var body string
-	waitFor(t, 10*time.Second, "metrics", func() bool {
+	waitfor.Within(t, 10*time.Second, "metrics", func() bool {
 		out, err := httpGet("http://" + metrics + "/metrics")
 		body = out
 		return err == nil && strings.Contains(out, "outpost_orchestrator_machines_active 1")

@@ -11,6 +11,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestPostgresSessionSurvivesRestart runs the server on PostgreSQL (a real
@@ -46,7 +47,7 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 	}
 	// The worker releases the claim a moment after the session ended; the
 	// record compared after the restart is the one without it.
-	waitFor(t, 30*time.Second, "the worker to release the claim", func() bool {
+	waitfor.Within(t, 30*time.Second, "the worker to release the claim", func() bool {
 		s = c.session(id)
 		return s.Status.AcceptorID == nil
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // cutProxy forwards loopback TCP connections to a target and can cut every
@@ -111,7 +112,7 @@ func TestGatewayCutMidCall(t *testing.T) {
 			execStep(fmt.Sprintf("echo ran >> %s; echo before-cut; while [ ! -e %s ]; do sleep 0.05; done; echo after-cut", marks, gate)),
 		}},
 	})
-	waitFor(t, 30*time.Second, "the command to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	waitfor.Within(t, 30*time.Second, "the command to run", func() bool { _, err := os.Stat(marks); return err == nil })
 	if n := proxy.cut(); n == 0 {
 		t.Fatal("no gateway connection went through the proxy")
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 func execStep(command string) api.Step {
@@ -21,7 +22,7 @@ func execStep(command string) api.Step {
 // waitEvent waits until the transcript has an event that matches.
 func waitEvent(t *testing.T, c *cluster, id, what string, match func(api.Event) bool) {
 	t.Helper()
-	waitFor(t, 60*time.Second, what, func() bool {
+	waitfor.Within(t, 60*time.Second, what, func() bool {
 		for _, ev := range c.events(id) {
 			if match(ev) {
 				return true
@@ -49,7 +50,7 @@ func TestServerKill9MidCall(t *testing.T) {
 		}},
 	})
 	waitEvent(t, c, id, "the first call to start", func(ev api.Event) bool { return ev.Type == api.EventCall && ev.CallSeq == 1 })
-	waitFor(t, 30*time.Second, "the command to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	waitfor.Within(t, 30*time.Second, "the command to run", func() bool { _, err := os.Stat(marks); return err == nil })
 
 	c.server.kill9()
 	if err := os.WriteFile(release, nil, 0o600); err != nil { // the call finishes while the server is down
@@ -175,7 +176,7 @@ func TestTerminateAndLimits(t *testing.T) {
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailUserRequest || !strings.Contains(s.Status.Reason, "enough") {
 		t.Fatalf("terminated session: %+v", s.Status)
 	}
-	waitFor(t, 30*time.Second, "the worker to release the terminated session", func() bool {
+	waitfor.Within(t, 30*time.Second, "the worker to release the terminated session", func() bool {
 		return c.released(long, c.admin)
 	})
 

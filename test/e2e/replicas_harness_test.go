@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/test/balancer"
 )
 
@@ -136,7 +137,7 @@ func (rs *replicaSet) launch(i int) {
 func (rs *replicaSet) waitReady(i int) {
 	rs.t.Helper()
 	r := rs.replicas[i]
-	waitFor(rs.t, 30*time.Second, "replica "+r.id+" ready", func() bool {
+	waitfor.Within(rs.t, 30*time.Second, "replica "+r.id+" ready", func() bool {
 		select {
 		case <-r.proc.done:
 			rs.t.Fatalf("replica %s exited: %v", r.id, r.proc.err)
@@ -159,7 +160,7 @@ func (rs *replicaSet) kill9(i int) { rs.replicas[i].proc.kill9() }
 func (rs *replicaSet) holder(session string) int {
 	rs.t.Helper()
 	b := -1
-	waitFor(rs.t, 30*time.Second, "the remote of "+session+" to connect", func() bool {
+	waitfor.Within(rs.t, 30*time.Second, "the remote of "+session+" to connect", func() bool {
 		b = rs.lb.Holder(session)
 		return b >= 0
 	})
@@ -171,7 +172,7 @@ func (rs *replicaSet) holder(session string) int {
 // heartbeats reach it).
 func (rs *replicaSet) waitWorkers(outpost string, n int) {
 	rs.t.Helper()
-	waitFor(rs.t, 60*time.Second, fmt.Sprintf("%d workers on %s", n, outpost), func() bool {
+	waitfor.Within(rs.t, 60*time.Second, fmt.Sprintf("%d workers on %s", n, outpost), func() bool {
 		ids := map[string]bool{}
 		for _, r := range rs.replicas {
 			for _, w := range connectedWorkers(rs.t, r.direct, outpost) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestReplicasKill9 runs a dozen four-step script sessions on three
@@ -73,11 +74,11 @@ func TestReplicasKill9(t *testing.T) {
 	}
 
 	// Mid-way: kill the replica holding the remote of a session in a call.
-	waitFor(t, 2*time.Minute, "a quarter of the markers", func() bool { return count() >= sessions*steps/4 })
+	waitfor.Within(t, 2*time.Minute, "a quarter of the markers", func() bool { return count() >= sessions*steps/4 })
 	// The victim is the replica holding the most remotes of running
 	// sessions at that moment.
 	victim, held := -1, 0
-	waitFor(t, 30*time.Second, "a running session's remote", func() bool {
+	waitfor.Within(t, 30*time.Second, "a running session's remote", func() bool {
 		per := make([]int, len(rs.replicas))
 		for _, id := range ids {
 			if h := rs.lb.Holder(id); h >= 0 {
@@ -96,7 +97,7 @@ func TestReplicasKill9(t *testing.T) {
 	t.Logf("killed replica %s, holding %d remotes, with SIGKILL at %d of %d markers", rs.replicas[victim].id, held, atKill, sessions*steps)
 
 	// Later, start it again, on the same address.
-	waitFor(t, 2*time.Minute, "more markers without the killed replica", func() bool { return count() >= atKill+sessions*steps/4 })
+	waitfor.Within(t, 2*time.Minute, "more markers without the killed replica", func() bool { return count() >= atKill+sessions*steps/4 })
 	rs.start(victim)
 	t.Logf("restarted replica %s at %d markers", rs.replicas[victim].id, count())
 

@@ -12,6 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestReplicasBehindNginx runs three replicas behind nginx configured as
@@ -72,7 +73,7 @@ func TestReplicasBehindNginx(t *testing.T) {
 	id := createSession(t, c, apiScriptSession("behind-nginx", "across the kill",
 		execStep(fmt.Sprintf("echo ran >> %s; while [ ! -e %s ]; do sleep 0.05; done; echo released", marks, release)),
 		execStep("echo second-step")))
-	waitFor(t, 30*time.Second, "the call to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	waitfor.Within(t, 30*time.Second, "the call to run", func() bool { _, err := os.Stat(marks); return err == nil })
 	rs.kill9(0)
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // The tests of several `outpost server` replicas on one PostgreSQL database:
@@ -59,27 +60,16 @@ func TestReplicas(t *testing.T) {
 func replicaPresence(t *testing.T, rs *replicaSet) {
 	for _, r := range rs.replicas {
 		var n int
-		ok := pollUntil(5*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		ok := waitfor.Poll(ctx, func() bool {
 			n = len(connectedWorkers(t, r.direct, "steady"))
 			return n == 3
 		})
+		cancel()
 		if !ok {
 			t.Errorf("replica %s lists %d workers of steady, want 3", r.id, n)
 		}
 	}
-}
-
-// pollUntil polls cond every 20 ms until it holds (true) or within passes
-// (false), for a check that is to fail the test with its own message.
-func pollUntil(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // adminClient is a client.Client with the admin token for c: a server,
@@ -165,7 +155,7 @@ func replicaFollower(t *testing.T, rs *replicaSet) {
 		})
 	}
 	isFirstCall := func(ev api.Event) bool { return ev.Type == api.EventCall && ev.CallSeq == 1 }
-	waitFor(t, 20*time.Second, "every follower to see the first call", func() bool {
+	waitfor.Within(t, 20*time.Second, "every follower to see the first call", func() bool {
 		for _, f := range follows {
 			if !f.seen(isFirstCall) {
 				return false
@@ -283,7 +273,7 @@ func replicaExternal(t *testing.T, rs *replicaSet) {
 	}
 	id := s.Metadata.SessionID
 	holder := rs.holder(id)
-	waitFor(t, 30*time.Second, "the session to run", func() bool { return rs.front.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 30*time.Second, "the session to run", func() bool { return rs.front.session(id).Status.Status == api.StatusRunning })
 	other := rs.replicas[rs.other(holder)]
 
 	if res, err := adminClient(t, other.direct).Sessions.CallTool(t.Context(), id, api.ToolExec, api.ExecArgs{Argv: []string{"echo", "through-a-non-owner"}}); err != nil ||
@@ -346,7 +336,7 @@ func replicaMessage(t *testing.T, rs *replicaSet, fake *fakeOpenAI) {
 		t.Fatalf("create session: %d", code)
 	}
 	id := s.Metadata.SessionID
-	waitFor(t, 30*time.Second, "the agent to wait for the user", func() bool {
+	waitfor.Within(t, 30*time.Second, "the agent to wait for the user", func() bool {
 		return rs.front.session(id).Status.StatusDetail == api.DetailWaitingForUser
 	})
 	holder := rs.holder(id)
@@ -356,12 +346,12 @@ func replicaMessage(t *testing.T, rs *replicaSet, fake *fakeOpenAI) {
 		t.Fatalf("message through %s: %d", other.id, code)
 	}
 	sent := time.Now()
-	waitFor(t, 15*time.Second, "the model to be asked again", func() bool { return len(fake.requests()) >= 2 })
+	waitfor.Within(t, 15*time.Second, "the model to be asked again", func() bool { return len(fake.requests()) >= 2 })
 	t.Logf("the message sent through %s reached the model (loop on %s) after %s", other.id, rs.replicas[holder].id, time.Since(sent).Round(time.Millisecond))
 	if got, _ := lastMessage(fake.requests()[1])["content"].(string); got != text {
 		t.Errorf("the model got %q as the user's message", got)
 	}
-	waitFor(t, 15*time.Second, "the agent to wait again", func() bool {
+	waitfor.Within(t, 15*time.Second, "the agent to wait again", func() bool {
 		st := rs.front.session(id).Status
 		return st.StatusDetail == api.DetailWaitingForUser && st.Usage.ModelCalls == 2
 	})
@@ -403,7 +393,7 @@ func replicaTerminate(t *testing.T, rs *replicaSet) {
 		if st.Status != api.StatusExit || st.StatusDetail != api.DetailUserRequest || !strings.Contains(st.Reason, "stop "+r.id) {
 			t.Errorf("session terminated through %s: %+v", r.id, st)
 		}
-		waitFor(t, 30*time.Second, "the worker to release "+id+" (its remote heard the end)", func() bool {
+		waitfor.Within(t, 30*time.Second, "the worker to release "+id+" (its remote heard the end)", func() bool {
 			return rs.front.released(id, adminToken)
 		})
 	}
@@ -547,7 +537,7 @@ func replicaDeleteRace(t *testing.T, rs *replicaSet) {
 			})
 		}
 		// Delete once some creates went through, while they go on.
-		waitFor(t, 20*time.Second, "a few sessions on "+name, func() bool {
+		waitfor.Within(t, 20*time.Second, "a few sessions on "+name, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(created) >= 3*(round%3+1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // unreapedWorker is a worker process the test starts and does not wait
@@ -102,13 +103,13 @@ func TestWorkerRestartedAtOnceAfterKill9(t *testing.T) {
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("echo one"), blocked, execStep("echo three")}},
 	})
 	waitEvent(t, c, id, "the second call to start", func(ev api.Event) bool { return ev.Type == api.EventCall && ev.CallSeq == 2 })
-	waitFor(t, 30*time.Second, "the second call's command to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	waitfor.Within(t, 30*time.Second, "the second call's command to run", func() bool { _, err := os.Stat(marks); return err == nil })
 
 	pid := first.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the killed worker to be a zombie", func() bool { return procState(pid) == "Z" })
+	waitfor.Within(t, 10*time.Second, "the killed worker to be a zombie", func() bool { return procState(pid) == "Z" })
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("the zombie's pid does not answer kill(pid, 0): %v", err)
 	}
@@ -173,7 +174,7 @@ func TestRemoteKill9MidCall(t *testing.T) {
 		Outpost: "remote-killed", Title: "remote killed mid-call",
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("echo one"), blocked, execStep("echo three")}},
 	})
-	waitFor(t, 30*time.Second, "the second call's command to run", func() bool { _, err := os.Stat(marks); return err == nil })
+	waitfor.Within(t, 30*time.Second, "the second call's command to run", func() bool { _, err := os.Stat(marks); return err == nil })
 	m := regexp.MustCompile(`msg="remote started" session=` + id + ` pid=(\d+)`).FindStringSubmatch(w.out.String())
 	if m == nil {
 		t.Fatalf("the worker did not log its remote's pid:\n%s", w.out.String())

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // getRaw returns the status and body of a GET on the cluster, signed in by
@@ -73,7 +74,7 @@ func TestSecretInCallArguments(t *testing.T) {
 		_, body := getRaw(t, c, "/v1/sessions/"+id+"/events", false, "Accept", "text/event-stream")
 		sse <- body
 	}()
-	waitFor(t, 10*time.Second, "the follower to print the queued status", func() bool {
+	waitfor.Within(t, 10*time.Second, "the follower to print the queued status", func() bool {
 		return strings.Contains(follower.out.String(), "status new")
 	})
 	startWorker(t, c, "sec", token)

@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
 	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // httpRepo serves the demo repository over git's dumb HTTP protocol on
@@ -153,7 +154,7 @@ func TestSuspendResumeBwrap(t *testing.T) {
 	startOrchestrator(t, c, "suspend-bwrap", token, state, "--backend", "bwrap", "--max-concurrent", "2")
 	id := suspendScenarioFrom(t, c, "suspend-bwrap", httpRepo(t), nil)
 	assertMachineSteps(t, c, id, api.MachineStepCreate, api.MachineStepStart, api.MachineStepTeardown)
-	waitFor(t, 30*time.Second, "the sandbox's workspace to go", func() bool {
+	waitfor.Within(t, 30*time.Second, "the sandbox's workspace to go", func() bool {
 		entries, _ := filepath.Glob(filepath.Join(state, "machines", "*"))
 		return len(entries) == 0
 	})

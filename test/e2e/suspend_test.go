@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/demo"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // suspendScenario is the suspend-and-resume scenario up to the suspend: an external
@@ -37,7 +38,7 @@ func suspendScenarioFrom(t *testing.T, c *cluster, outpost, repoURL string, runn
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: outpost, Title: "suspend and resume",
 		Repos: []api.Repo{{URL: repoURL, Name: "app"}},
 		Agent: api.Agent{Kind: api.AgentExternal}})
-	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	if running != nil {
 		running(id)
 	}
@@ -63,7 +64,7 @@ func suspendScenarioFrom(t *testing.T, c *cluster, outpost, repoURL string, runn
 		t.Fatalf("snapshot event %+v", snap)
 	}
 	// The machine lets go: the entry is pending but stays out of the queue.
-	waitFor(t, 60*time.Second, "the claim to be released", func() bool {
+	waitfor.Within(t, 60*time.Second, "the claim to be released", func() bool {
 		var e api.QueueEntry
 		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending &&
 			e.Status.SessionStatus == api.QueueSessionSuspended
@@ -91,7 +92,7 @@ func resumeAndCheck(t *testing.T, c *cluster, id, workspace string) {
 	if !strings.Contains(out, "resuming") {
 		t.Fatalf("sessions resume printed %q", out)
 	}
-	waitFor(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	got := externalExec(t, c, id, "cat repos/app/README.md repos/app/new.txt notes/todo.txt && git -C repos/app status --porcelain && pwd")
 	for _, want := range []string{"changed-before-the-suspend", "untracked", "outside-the-repo", " M README.md", "?? new.txt"} {
 		if !strings.Contains(got, want) {
@@ -184,7 +185,7 @@ func TestSuspendOverLimit(t *testing.T) {
 	startWorker(t, c, "suspend-big", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-big", Title: "too big to suspend",
 		Agent: api.Agent{Kind: api.AgentExternal}})
-	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	externalExec(t, c, id, "head -c 200000 /dev/urandom > noise.bin")
 
 	msg := runFail(t, c.env(c.admin), "sessions", "suspend", id)
@@ -225,7 +226,7 @@ func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
 	first, firstDir := startWorker(t, c, "suspend-ro", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-ro", Title: "read-only and sparse",
 		Agent: api.Agent{Kind: api.AgentExternal}})
-	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	externalExec(t, c, id, "mkdir -p gomod/example.com/m@v1.0.0/sub && echo 'module example.com/m' > gomod/example.com/m@v1.0.0/go.mod && "+
 		"echo 'package sub' > gomod/example.com/m@v1.0.0/sub/s.go && chmod -R a-w gomod && "+
 		"truncate -s 256M disk.img && printf sparse-data | dd of=disk.img bs=1 seek=100000000 conv=notrunc 2>/dev/null")
@@ -233,7 +234,7 @@ func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
 	if !strings.Contains(out, "suspended") {
 		t.Fatalf("sessions suspend printed %q", out)
 	}
-	waitFor(t, 60*time.Second, "the claim to be released", func() bool {
+	waitfor.Within(t, 60*time.Second, "the claim to be released", func() bool {
 		var e api.QueueEntry
 		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Status.Phase == api.PhasePending &&
 			e.Status.SessionStatus == api.QueueSessionSuspended
@@ -252,7 +253,7 @@ func TestSuspendResumeReadOnlyAndSparse(t *testing.T) {
 	}
 	startWorker(t, c, "suspend-ro", token)
 	run(t, c.env(c.admin), "sessions", "resume", id)
-	waitFor(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	got := externalExec(t, c, id, "stat -c '%a %n' gomod/example.com/m@v1.0.0 gomod/example.com/m@v1.0.0/go.mod && cat gomod/example.com/m@v1.0.0/sub/s.go && "+
 		"stat -c 'size %s' disk.img && stat -c 'blocks %b %B' disk.img && dd if=disk.img bs=1 skip=100000000 count=11 2>/dev/null; echo")
 	for _, want := range []string{"555 gomod/example.com/m@v1.0.0\n", "444 gomod/example.com/m@v1.0.0/go.mod\n", "package sub\n", "size 268435456\n", "sparse-data\n"} {
@@ -302,7 +303,7 @@ func TestSuspendUnreadableFile(t *testing.T) {
 	_, workspace := startWorker(t, c, "suspend-unread", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "suspend-unread", Title: "an unreadable file",
 		Agent: api.Agent{Kind: api.AgentExternal}})
-	waitFor(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
+	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	externalExec(t, c, id, "echo work > work.txt && : > unreadable")
 	target := filepath.Join(workspace, "unreadable")
 	if out, err := exec.Command("mount", "--bind", "/sys/kernel/uevent_seqnum", target).CombinedOutput(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // tlsCluster is a cluster whose server speaks TLS with a certificate for
@@ -116,7 +117,7 @@ func TestTLSSessionEndToEnd(t *testing.T) {
 	// by the same server process.
 	second := c.ca.Issue(t)
 	second.Write(t, c.certFile, c.keyFile)
-	waitFor(t, 20*time.Second, "the renewed certificate to be served", func() bool {
+	waitfor.Within(t, 20*time.Second, "the renewed certificate to be served", func() bool {
 		serial, err := tlstest.PeerSerial(c.addr, c.ca.Pool())
 		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
 	})

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestUp runs the README's first command twice on one directory: each time
@@ -16,7 +18,7 @@ func TestUp(t *testing.T) {
 	for round := range 2 {
 		addr := freeAddr(t)
 		p := start(t, "up", []string{"HOME=" + t.TempDir()}, "up", "--dir", dir, "--listen", addr)
-		waitFor(t, 60*time.Second, "outpost up to be ready", func() bool {
+		waitfor.Within(t, 60*time.Second, "outpost up to be ready", func() bool {
 			return strings.Contains(p.out.String(), "Press Ctrl-C to stop.")
 		})
 		out := p.out.String()

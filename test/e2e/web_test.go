@@ -20,6 +20,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -250,7 +251,7 @@ func TestWebUI(t *testing.T) {
 	dlg := dialogsOf(ctx)
 	dlg.accept.Store(false)
 	do(t, ctx, "terminate, dismissed", chromedp.Click(chromedp.CSS("#terminate")))
-	waitFor(t, 10*time.Second, "the terminate confirmation", func() bool { return len(dlg.messages()) == 1 })
+	waitfor.Within(t, 10*time.Second, "the terminate confirmation", func() bool { return len(dlg.messages()) == 1 })
 	if msg := dlg.messages()[0]; !strings.Contains(msg, "Terminate this session?") {
 		t.Errorf("confirmation says %q", msg)
 	}
@@ -513,14 +514,14 @@ func TestWebUIWorkersAndMedia(t *testing.T) {
 	dlg.accept.Store(false)
 	do(t, ctx, "outposts page", chromedp.Navigate(c.url+"/ui/outposts"), chromedp.WaitVisible(chromedp.CSS("#create-outpost")))
 	do(t, ctx, "delete, dismissed", chromedp.Click(chromedp.CSS(`main table button.danger`)))
-	waitFor(t, 10*time.Second, "the delete confirmation", func() bool { return len(dlg.messages()) == 1 })
+	waitfor.Within(t, 10*time.Second, "the delete confirmation", func() bool { return len(dlg.messages()) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	if code := c.api("GET", "/v1/outposts/shots", c.admin, nil, nil); code != 200 {
 		t.Fatalf("after dismissing, GET outpost = %d", code)
 	}
 	dlg.accept.Store(true)
 	do(t, ctx, "delete, accepted", chromedp.Click(chromedp.CSS(`main table button.danger`)), chromedp.WaitVisible(chromedp.CSS("#create-outpost")))
-	waitFor(t, 10*time.Second, "the outpost to be deleted", func() bool { return c.api("GET", "/v1/outposts/shots", c.admin, nil, nil) == 404 })
+	waitfor.Within(t, 10*time.Second, "the outpost to be deleted", func() bool { return c.api("GET", "/v1/outposts/shots", c.admin, nil, nil) == 404 })
 	if msg := dlg.messages(); len(msg) != 2 || !strings.Contains(msg[1], "Delete outpost shots?") {
 		t.Errorf("confirmations %q", msg)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/kubelettest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -310,20 +311,10 @@ func (f *fixture) waitFinished(id string, within time.Duration) *api.Session {
 	return s
 }
 
-// waitFor polls cond every 20 ms until it holds or within passes.
+// waitFor polls cond until it holds or within passes.
 func (f *fixture) waitFor(within time.Duration, what string, cond func() bool) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(f.t.Context(), within)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			f.t.Fatalf("timed out after %s waiting for %s", within, what)
-		case <-tick.C:
-		}
-	}
+	waitfor.Within(f.t, within, what, cond)
 }
 
 // managed lists what the operator made in the namespace (its label).
