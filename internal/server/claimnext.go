@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -85,14 +86,13 @@ func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimN
 		var raced string
 		c.check = func(e store.QueueEntry) error {
 			// What the pick selected, re-read under the session's lock.
-			if e.Deleted || e.Phase != api.PhasePending ||
-				e.SessionStatus == api.QueueSessionSuspended || e.SessionStatus == api.QueueSessionTerminated {
+			if !lifecycle.Pickable(e) {
 				raced = e.SessionID
 				return errRaced
 			}
 			return nil
 		}
-		m, err := s.store.ClaimNext(ctx, outpostID, c.now, f, c.fn)
+		m, err := s.store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return claimResult{}, false, nil

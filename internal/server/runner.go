@@ -9,6 +9,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -83,7 +84,7 @@ func (e agentEnder) CommitEnd(ctx context.Context, sessionID, status, detail, re
 }
 
 func (e agentEnder) EndIn(sess *store.Session, entry store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
-	endRows(sess, entry, m, now, status, detail, reason, e.s.keepEnded())
+	lifecycle.EndIn(sess, entry, m, now, status, detail, reason, e.s.keepEnded())
 }
 
 func (e agentEnder) Ended(sessionID, status, detail, reason string) func() {
