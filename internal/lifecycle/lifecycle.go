@@ -9,6 +9,11 @@
 // decision and its write are one atomic step, and publishes what was
 // committed afterwards.
 //
+// A Machine runs these functions against a store, one transaction of the
+// session per transition, and then calls the hooks its owner gave it for
+// what must follow a committed change (queue watchers, fencing, end
+// frames, metrics). Its methods are the way a claim changes hands.
+//
 // Refusals are *Error values whose kind (ErrGone, ErrConflict,
 // ErrAtCapacity, ErrEnded) errors.Is finds; the HTTP edge chooses status
 // codes from the kind, once.

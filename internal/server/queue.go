@@ -209,8 +209,8 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return api.QueueEntry{}, err
 		}
-		out := toAPIEntry(res.entry)
-		out.Status.ConnectToken = res.token
+		out := toAPIEntry(res.Entry)
+		out.Status.ConnectToken = res.Token
 		out.Status.GatewayURL = s.gatewayURL
 		return out, nil
 	})
