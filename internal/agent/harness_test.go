@@ -81,8 +81,8 @@ func (h *harness) stop() {
 	h.loop.Stop()
 }
 
-// CommitEnd is the server's end transition, cut down to the session.
-func (h *harness) CommitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
+// End is the server's end transition, cut down to the session.
+func (h *harness) End(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
 	now := h.clock.Now()
 	m, err := h.store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
@@ -103,7 +103,7 @@ func (h *harness) CommitEnd(ctx context.Context, sessionID, status, detail, reas
 	}, nil
 }
 
-// EndIn is CommitEnd's change in the caller's transaction.
+// EndIn is End's change in the caller's transaction.
 func (h *harness) EndIn(sess *store.Session, _ store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
 	sess.Status, sess.StatusDetail, sess.Reason = status, detail, reason
 	sess.UpdatedAt, sess.EndedAt = now, &now
@@ -112,7 +112,7 @@ func (h *harness) EndIn(sess *store.Session, _ store.QueueEntry, m *store.Mutati
 		api.Event{Type: api.EventEnd, Time: now.UnixMilli(), Status: status, StatusDetail: detail, Reason: reason})
 }
 
-// Ended is what follows CommitEnd's transaction.
+// Ended is what follows End's transaction.
 func (h *harness) Ended(sessionID, _, _, _ string) func() {
 	return func() {
 		h.loop.StopSession(sessionID)

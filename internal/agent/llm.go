@@ -348,7 +348,7 @@ func (r *runner) finish(ctx context.Context, conv *conversation, status, detail,
 	after := func() {}
 	_ = r.retry(r.l.base(), "end session", func() error {
 		var err error
-		after, err = r.l.opts.Ender.CommitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+		after, err = r.l.opts.Ender.End(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
 		return err
 	})
 	// Messages wait only for the transition, not for the remote to hear

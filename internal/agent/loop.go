@@ -88,19 +88,20 @@ type Messages interface {
 	Arrived() <-chan struct{}
 }
 
-// Ender is the server's one transition of a session to a final status.
+// Ender is the one transition of a session to a final status: the
+// server's lifecycle.Machine.
 type Ender interface {
-	// CommitEnd ends the session (a no-op when it ended already) and
+	// End ends the session (a no-op when it ended already) and
 	// returns what must follow the transaction — stopping its runner and
 	// telling its remote — so that a caller holding a lock over the
 	// transition can release it first. The returned func is never nil.
-	CommitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error)
+	End(ctx context.Context, sessionID, status, detail, reason string) (func(), error)
 	// EndIn writes into a transaction of the caller's — which read sess
-	// and e, and found the session not ended — the change CommitEnd
-	// commits, adding it to m (a script's end folds into its last result's
-	// commit, one commit less per session). Once m is committed and published, Ended
-	// does the rest of CommitEnd and returns what must follow, as
-	// CommitEnd's func.
+	// and e, and found the session not ended — the change End commits,
+	// adding it to m (a script's end folds into its last result's commit,
+	// one commit less per session). Once m is committed and published,
+	// Ended does the rest of End and returns what must follow, as End's
+	// func.
 	EndIn(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string)
 	Ended(sessionID, status, detail, reason string) func()
 }

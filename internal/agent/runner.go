@@ -93,7 +93,7 @@ func (r *runner) end(ctx context.Context, status, detail, reason string) {
 	reason = r.secrets.String(reason)
 	after := func() {}
 	_ = r.retry(r.l.base(), "end session", func() (err error) {
-		after, err = r.l.opts.Ender.CommitEnd(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
+		after, err = r.l.opts.Ender.End(context.WithoutCancel(ctx), r.sessionID, status, detail, reason)
 		return err
 	})
 	after()

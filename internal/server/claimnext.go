@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -15,14 +15,6 @@ import (
 // store picks the first claimable entry in claim order inside the claim's
 // own transaction, so concurrent claimers get different sessions and a
 // burst has no conflicts. The claim by id stays as the contract has it.
-
-// errRaced aborts a ClaimNext whose pick another writer changed between
-// the pick and its lock (PostgreSQL only): the next pick skips it.
-var errRaced = errors.New("the picked entry changed before it was locked")
-
-// maxClaimNextPicks bounds the picks of one claimNext that each lost a
-// race to another writer.
-const maxClaimNextPicks = 10
 
 // claimNextHandler serves POST /v1/outposts/{outpost}/queue:claim: 200 and
 // the claimed entry as a claim by id answers it, or 204 when no pending
@@ -48,8 +40,8 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	out := toAPIEntry(res.entry)
-	out.Status.ConnectToken = res.token
+	out := toAPIEntry(res.Entry)
+	out.Status.ConnectToken = res.Token
 	out.Status.GatewayURL = s.gatewayURL
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -78,31 +70,6 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
-func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (claimResult, bool, error) {
-	f := store.NextFilter{Platform: req.Platform, Exclude: append([]string(nil), req.Exclude...)}
-	for range maxClaimNextPicks {
-		c := s.newClaimTx(req.AcceptorID)
-		var raced string
-		c.check = func(e store.QueueEntry) error {
-			// What the pick selected, re-read under the session's lock.
-			if e.Deleted || e.Phase != api.PhasePending ||
-				e.SessionStatus == api.QueueSessionSuspended || e.SessionStatus == api.QueueSessionTerminated {
-				raced = e.SessionID
-				return errRaced
-			}
-			return nil
-		}
-		m, err := s.store.ClaimNext(ctx, outpostID, c.now, f, c.fn)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return claimResult{}, false, nil
-		case errors.Is(err, errRaced):
-			f.Exclude = append(f.Exclude, raced)
-			continue
-		}
-		res, err := s.claimed(ctx, c, m, err)
-		return res, err == nil, err
-	}
-	// Every pick lost its race: the claimer asks again on its next hint.
-	return claimResult{}, false, nil
+func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
+	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -43,7 +44,7 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 			CreatedAtMS: e.CreatedAt.UnixMilli()},
 		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority},
 		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
-			MaxAttempts: maxAttempts(e)},
+			MaxAttempts: lifecycle.MaxAttempts(e)},
 	}
 	if e.Phase == api.PhaseClaimed {
 		out.Status.AcceptorID = strPtr(e.AcceptorID)
@@ -118,20 +119,5 @@ func toAPIToken(t store.Token) api.Token {
 	return api.Token{
 		ID: t.ID, Name: t.Name, Scopes: t.Scopes, OutpostID: t.OutpostID,
 		CreatedAt: t.CreatedAt.Unix(), ExpiresAt: unixPtr(t.ExpiresAt), RevokedAt: unixPtr(t.RevokedAt),
-	}
-}
-
-// queueSessionStatus maps a session status to the coarse status queue
-// entries show.
-func queueSessionStatus(status string) string {
-	switch status {
-	case api.StatusRunning:
-		return api.QueueSessionRunning
-	case api.StatusSuspended:
-		return api.QueueSessionSuspended
-	case api.StatusExit, api.StatusError:
-		return api.QueueSessionTerminated
-	default:
-		return api.QueueSessionPending
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 )
 
 // errorWriter rewrites the error answers of handlers this package does not
@@ -130,5 +131,5 @@ func errorSentence(text string, status int) string {
 		text = "The request failed"
 	}
 	r, n := utf8.DecodeRuneInString(text)
-	return sentence(string(unicode.ToUpper(r)) + text[n:])
+	return lifecycle.Sentence(string(unicode.ToUpper(r)) + text[n:])
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -240,13 +241,13 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 		}
 		if sess.Status != api.StatusRunning {
 			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
-			m.Events = append(m.Events, statusEvent(sess, now))
+			m.Events = append(m.Events, lifecycle.StatusEvent(sess, now))
 		}
 		if sess.StartedAt == nil {
 			sess.StartedAt = &now
 		}
 		sess.UpdatedAt = now
-		e.SessionStatus = queueSessionStatus(sess.Status)
+		e.SessionStatus = lifecycle.QueueSessionStatus(sess.Status)
 		e.UpdatedAt = now
 		m.Session, m.Entry = &sess, &e
 		out = sess

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -128,8 +130,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // leak.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
+	var le *lifecycle.Error
 	switch {
 	case errors.As(err, &he):
+	case errors.As(err, &le):
+		he = lifecycleAnswer(le)
 	case errors.Is(err, store.ErrNotFound):
 		he = &httpError{http.StatusNotFound, api.CodeNotFound, "The requested object does not exist."}
 	case errors.Is(err, store.ErrConflict):
@@ -141,6 +146,22 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		he = &httpError{http.StatusInternalServerError, api.CodeInternal, "The server failed to handle the request; see its log."}
 	}
 	writeJSON(w, he.status, api.NewErrorResponse(he.code, he.message))
+}
+
+// lifecycleAnswer is the answer a client gets for a transition the session
+// state machine refused: the one place its kinds become HTTP statuses. The
+// message is the refusal's own, each value in it bounded as errorText does.
+func lifecycleAnswer(le *lifecycle.Error) *httpError {
+	msg := errorText(le.Format, slices.Clone(le.Args)...)
+	switch {
+	case errors.Is(le, lifecycle.ErrGone):
+		return &httpError{http.StatusNotFound, api.CodeNotFound, msg}
+	case errors.Is(le, lifecycle.ErrAtCapacity):
+		return &httpError{http.StatusConflict, api.CodeOutpostAtCapacity, msg}
+	case errors.Is(le, lifecycle.ErrConflict), errors.Is(le, lifecycle.ErrEnded):
+		return &httpError{http.StatusConflict, api.CodeConflict, msg}
+	}
+	return &httpError{http.StatusInternalServerError, api.CodeInternal, "The server failed to handle the request; see its log."}
 }
 
 // decode reads a JSON body into v strictly: one object, no unknown fields,

@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -57,23 +57,17 @@ func (s *Server) recordMachineEvent(ctx context.Context, id string, req api.Mach
 	ev := api.Event{Type: api.EventMachine, Time: now.UnixMilli(), AcceptorID: req.AcceptorID, Step: req.Step,
 		Machine: req.Machine, Backend: req.Backend, Reason: strings.TrimSpace(req.Message), ExitCode: req.ExitCode}
 	m, err := s.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if e.OutpostID == "" || e.Deleted {
-			return store.Mutation{}, errGone
-		}
-		if !e.Held(now) || e.AcceptorID != req.AcceptorID {
-			return store.Mutation{}, errConflict("Session %s is not claimed by %q (the claim may have lapsed or moved).", id, req.AcceptorID)
+		if err := lifecycle.CheckHolder(e, now, req.AcceptorID); err != nil {
+			return store.Mutation{}, err
 		}
 		m := store.Mutation{Events: []api.Event{ev}}
 		if ev.Reason != "" && (sess.Status == api.StatusClaimed || sess.Status == api.StatusResuming) {
-			sess.Reason = fmt.Sprintf("Machine %s: %s", orUnnamed(req.Machine), sentence(ev.Reason))
+			sess.Reason = fmt.Sprintf("Machine %s: %s", orUnnamed(req.Machine), lifecycle.Sentence(ev.Reason))
 			sess.UpdatedAt = now
 			m.Session = &sess
 		}
 		return m, nil
 	})
-	if errors.Is(err, errGone) {
-		return api.Event{}, errNotFound("Session %s is not in any queue.", id)
-	}
 	if err != nil {
 		return api.Event{}, err
 	}

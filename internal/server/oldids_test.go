@@ -17,6 +17,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/datadir"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
@@ -123,7 +124,7 @@ func seedOldIDs(t *testing.T, st store.Store) oldIDs {
 			CreatedAt: at, UpdatedAt: at}
 		e := &store.QueueEntry{SessionID: id, OutpostID: ids.OutpostID, Kind: api.KindNew, Platform: api.PlatformLinux,
 			Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: at, UpdatedAt: at, MaxAttempts: api.DefaultMaxAttempts}
-		if err := st.CreateSession(ctx, sess, e, []api.Event{statusEvent(sess, at)}); err != nil {
+		if err := st.CreateSession(ctx, sess, e, []api.Event{lifecycle.StatusEvent(sess, at)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -209,8 +209,8 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return api.QueueEntry{}, err
 		}
-		out := toAPIEntry(res.entry)
-		out.Status.ConnectToken = res.token
+		out := toAPIEntry(res.Entry)
+		out.Status.ConnectToken = res.Token
 		out.Status.GatewayURL = s.gatewayURL
 		return out, nil
 	})
@@ -224,7 +224,7 @@ func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 }
 
 // claimAction decodes {"acceptor_id"}, checks the caller may see the entry
-// and runs act, answering 404 when the entry is gone meanwhile.
+// and runs act (an entry gone meanwhile is lifecycle.ErrGone: 404).
 func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
@@ -236,9 +236,6 @@ func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ct
 		return err
 	}
 	out, err := act(ctx, id, req)
-	if errors.Is(err, errGone) {
-		return errNotFound("Session %s is not in any queue.", id)
-	}
 	if err != nil {
 		return err
 	}

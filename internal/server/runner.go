@@ -24,7 +24,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		Feed:            agentFeed{s},
 		Gateway:         agentGateway{s.hub},
 		Messages:        agentMessages{s},
-		Ender:           agentEnder{s},
+		Ender:           s.life,
 		LLM:             s.opts.LLM,
 		ToolResultLimit: s.opts.ToolResultLimit,
 		Clock:           clock,
@@ -74,21 +74,6 @@ func (m agentMessages) Lock(ctx context.Context, sessionID string) (func(), erro
 }
 
 func (m agentMessages) Arrived() <-chan struct{} { return m.s.userMessages.wait() }
-
-// agentEnder ends sessions for the agent loop.
-type agentEnder struct{ s *Server }
-
-func (e agentEnder) CommitEnd(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
-	return e.s.commitEnd(ctx, sessionID, status, detail, reason)
-}
-
-func (e agentEnder) EndIn(sess *store.Session, entry store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
-	endRows(sess, entry, m, now, status, detail, reason, e.s.keepEnded())
-}
-
-func (e agentEnder) Ended(sessionID, status, detail, reason string) func() {
-	return e.s.ended(sessionID, status, detail, reason)
-}
 
 // messageLock takes the lock that orders recording a user message of the
 // session against ending the session because its model is done: the

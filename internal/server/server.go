@@ -25,6 +25,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/datadir"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
@@ -214,6 +215,7 @@ type Server struct {
 	gatewayURL string
 	adminToken string
 	now        func() time.Time
+	life       *lifecycle.Machine // the session state machine, over store
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
@@ -447,6 +449,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.shared = sharedStore(s.store)
+	s.life = s.newLifecycle()
 	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {

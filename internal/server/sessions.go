@@ -16,6 +16,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -202,7 +203,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
 	}
 	red := redact.NewSet(req.Secrets)
-	events := []api.Event{statusEvent(sess, now)}
+	events := []api.Event{lifecycle.StatusEvent(sess, now)}
 	if req.Agent.Kind == api.AgentLLM {
 		// The prompt opens the conversation, before anything else can. Like
 		// all the transcript, and so the model, it never shows a secret.
@@ -370,7 +371,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		}
 		m := store.Mutation{Events: []api.Event{{Type: api.EventMessage, Role: api.RoleUser, Text: redact.NewSet(sess.Secrets).String(req.Text), Time: now.UnixMilli()}}}
 		if cur.Status == api.StatusSuspended {
-			resumeSuspended(&cur, &e, now, &m, "Resumed by a message from the user.")
+			lifecycle.ResumeIn(&cur, &e, &m, now, "Resumed by a message from the user.")
 		}
 		return m, nil
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -212,12 +213,7 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if cur.Status != api.StatusSuspended {
-			return store.Mutation{}, errConflict("Session %s is %s, not suspended: only a suspended session can be resumed.", sess.ID, cur.Status)
-		}
-		var m store.Mutation
-		resumeSuspended(&cur, &e, now, &m, "Resumed by a user.")
-		return m, nil
+		return lifecycle.Resume(cur, e, now, "Resumed by a user.")
 	})
 	if err != nil {
 		return err
@@ -225,27 +221,6 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	s.committed(sess.ID, m)
 	writeJSON(w, http.StatusOK, toAPISession(*m.Session))
 	return nil
-}
-
-// resumeSuspended puts a suspended session back in its queue, kind resume:
-// the next machine restores its snapshot. An entry whose holder has not
-// released it yet stays out of the queue until it does (requeue then makes
-// it pending).
-func resumeSuspended(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.Mutation, why string) {
-	sess.Status, sess.StatusDetail = api.StatusResuming, api.DetailWaitingForMachine
-	sess.Reason = why + " Waiting for a machine to restore its workspace."
-	sess.UpdatedAt = now
-	m.Session = sess
-	m.Events = append(m.Events, statusEvent(*sess, now))
-	if e.OutpostID == "" || e.Deleted {
-		return
-	}
-	e.Kind = api.KindResume
-	if e.Phase == api.PhasePending {
-		e.SessionStatus = queueSessionStatus(sess.Status)
-	}
-	e.UpdatedAt = now
-	m.Entry = e
 }
 
 // suspend suspends a running session through its remote; see the top of
@@ -346,7 +321,7 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 	case f.Snapshot == nil:
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s without a snapshot; the session goes on running.", c.sessionID, typ)}
 	case f.Snapshot.Error != "":
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, sentence(f.Snapshot.Error))}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, lifecycle.Sentence(f.Snapshot.Error))}
 	case up != nil && up.err != "":
 		return api.SnapshotInfo{}, &httpError{up.status, api.CodeUnavailable, up.err + " The session goes on running."}
 	case up == nil:
@@ -388,7 +363,7 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 			{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
 				Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
 					byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)},
-			statusEvent(sess, now),
+			lifecycle.StatusEvent(sess, now),
 		}}, nil
 	})
 	if err != nil {
@@ -435,7 +410,7 @@ func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info 
 		c.acceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
 	switch {
 	case !ok:
-		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.acceptorID, sentence(info.Error))
+		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.acceptorID, lifecycle.Sentence(info.Error))
 	case info.InPlace:
 		reason = fmt.Sprintf("The workspace on %s still held its snapshot (%s in %d files), kept on the machine's volume since the suspend: nothing to download.",
 			c.acceptorID, byteSize(info.Bytes), info.Files)

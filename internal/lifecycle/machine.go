@@ -1,0 +1,340 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// Store is what a Machine needs of the store: one transaction of a
+// session, in its three forms.
+type Store interface {
+	UpdateSession(ctx context.Context, id string, fn func(s store.Session, e store.QueueEntry) (store.Mutation, error)) (store.Mutation, error)
+	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+}
+
+// Hooks are what must follow a committed transition. A nil hook is
+// skipped. They run after the commit, in the caller's goroutine, never
+// inside a transaction.
+type Hooks struct {
+	// Committed follows every committed transition, first: wake the
+	// queue's watchers, cut off remotes of dead epochs, publish the events.
+	Committed func(sessionID string, m store.Mutation)
+	// Claims counts a claim's outcome: claimed, renewed, conflict,
+	// at_capacity, lapsed, released or error.
+	Claims func(outcome string)
+	// Waited follows a fresh claim of a session that waited d in its
+	// queue (since it was created or last requeued).
+	Waited func(ctx context.Context, e store.QueueEntry, d time.Duration)
+	// Attempt follows the end of a claim of a session (how: released,
+	// lapsed or exhausted); m is what was committed.
+	Attempt func(ctx context.Context, m store.Mutation, how string)
+	// Exhausted follows, after Committed and Attempt, the end of a session
+	// whose last attempt failed (a lapse or a release): stop its runner,
+	// tell its remote.
+	Exhausted func(ctx context.Context, sessionID string, m store.Mutation)
+	// Ended follows a committed End and returns what must follow it once
+	// the caller's locks are released (stop the runner, tell the remote);
+	// nil for nothing.
+	Ended func(sessionID, status, detail, reason string) func()
+}
+
+// Options configure a Machine. The zero value of each field is usable
+// except Store's.
+type Options struct {
+	// Store is where transitions are committed. Required.
+	Store Store
+	// Hooks follow committed transitions.
+	Hooks Hooks
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// ClaimTTL is how long a claim holds without a renewal; zero hands
+	// out claims that lapse at once.
+	ClaimTTL time.Duration
+	// KeepEnded keeps the entry of a session that ends listed
+	// (terminated) for the ended-entry sweep, rather than deleting it.
+	KeepEnded bool
+	// NewToken issues a claim's connect token and the hash the store
+	// keeps; nil issues empty tokens.
+	NewToken func() (token, hash string)
+	// Log gets the transitions worth a line; nil discards.
+	Log *slog.Logger
+}
+
+// Machine runs the session state machine against a store: each method is
+// one transition, decided by this package's functions inside the store's
+// transaction for the session and followed by the hooks once committed.
+// Its methods are the way a claim changes hands; it is safe for
+// concurrent use.
+type Machine struct {
+	opts Options
+}
+
+// New returns a Machine with opts.
+func New(opts Options) *Machine {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NewToken == nil {
+		opts.NewToken = func() (string, string) { return "", "" }
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &opts.Hooks
+	if h.Committed == nil {
+		h.Committed = func(string, store.Mutation) {}
+	}
+	if h.Claims == nil {
+		h.Claims = func(string) {}
+	}
+	if h.Waited == nil {
+		h.Waited = func(context.Context, store.QueueEntry, time.Duration) {}
+	}
+	if h.Attempt == nil {
+		h.Attempt = func(context.Context, store.Mutation, string) {}
+	}
+	if h.Exhausted == nil {
+		h.Exhausted = func(context.Context, string, store.Mutation) {}
+	}
+	if h.Ended == nil {
+		h.Ended = func(string, string, string, string) func() { return nil }
+	}
+	return &Machine{opts: opts}
+}
+
+// Grant is a claim handed out: the entry as committed and the connect
+// token issued for its epoch.
+type Grant struct {
+	Entry   store.QueueEntry
+	Token   string
+	Renewed bool // the caller held the claim already
+}
+
+// claimTx is one claim's transaction function and what it decided.
+type claimTx struct {
+	req   ClaimRequest
+	token string
+	// check, when set, runs first on the entry fn sees; its error aborts.
+	check func(e store.QueueEntry) error
+	got   Claimed
+}
+
+func (mc *Machine) newClaimTx(acceptor string) *claimTx {
+	token, hash := mc.opts.NewToken()
+	return &claimTx{token: token, req: ClaimRequest{Acceptor: acceptor, Now: mc.opts.Now(), TTL: mc.opts.ClaimTTL,
+		TokenHash: hash, KeepEnded: mc.opts.KeepEnded}}
+}
+
+// fn runs in the store's transaction; the store may run it more than once.
+func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error) {
+	c.got = Claimed{}
+	if c.check != nil {
+		if err := c.check(e); err != nil {
+			return store.Mutation{}, err
+		}
+	}
+	got, err := Claim(sess, e, load, c.req)
+	if err != nil {
+		return store.Mutation{}, err
+	}
+	c.got = got
+	return got.Mutation, nil
+}
+
+// Claim claims session sessionID for acceptor, or renews acceptor's claim
+// of it (see the function Claim).
+func (mc *Machine) Claim(ctx context.Context, sessionID, acceptor string) (Grant, error) {
+	c := mc.newClaimTx(acceptor)
+	m, err := mc.opts.Store.ClaimSession(ctx, sessionID, c.req.Now, c.fn)
+	return mc.claimed(ctx, c, m, err)
+}
+
+// errRaced aborts a ClaimNext whose pick another writer changed between
+// the pick and its lock (PostgreSQL only): the next pick skips it.
+var errRaced = errors.New("the picked entry changed before it was locked")
+
+// maxClaimNextPicks bounds the picks of one ClaimNext that each lost a
+// race to another writer.
+const maxClaimNextPicks = 10
+
+// ClaimNext claims for acceptor the first claimable pending session of
+// outpost outpostID that f lets through; false when there is none. The
+// store picks in claim order inside the claim's own transaction, so
+// concurrent claimers get different sessions.
+func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f store.NextFilter) (Grant, bool, error) {
+	f.Exclude = append([]string(nil), f.Exclude...)
+	for range maxClaimNextPicks {
+		c := mc.newClaimTx(acceptor)
+		var raced string
+		c.check = func(e store.QueueEntry) error {
+			// What the pick selected, re-read under the session's lock.
+			if !Pickable(e) {
+				raced = e.SessionID
+				return errRaced
+			}
+			return nil
+		}
+		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return Grant{}, false, nil
+		case errors.Is(err, errRaced):
+			f.Exclude = append(f.Exclude, raced)
+			continue
+		}
+		g, err := mc.claimed(ctx, c, m, err)
+		return g, err == nil, err
+	}
+	// Every pick lost its race: the claimer asks again on its next hint.
+	return Grant{}, false, nil
+}
+
+// claimed follows a claim's transaction (m, err): counts its outcome and
+// publishes what it committed.
+func (mc *Machine) claimed(ctx context.Context, c *claimTx, m store.Mutation, err error) (Grant, error) {
+	h := mc.opts.Hooks
+	if err != nil {
+		outcome := "error"
+		switch {
+		case errors.Is(err, ErrAtCapacity):
+			outcome = "at_capacity"
+		case errors.Is(err, ErrConflict), errors.Is(err, ErrEnded):
+			outcome = "conflict"
+		}
+		h.Claims(outcome)
+		return Grant{}, err
+	}
+	sessionID := m.Entry.SessionID
+	if c.got.Exhausted {
+		h.Claims("lapsed")
+		mc.exhausted(ctx, sessionID, m)
+		h.Claims("conflict")
+		return Grant{}, c.got.Err()
+	}
+	g := Grant{Entry: *m.Entry, Token: c.token, Renewed: c.got.Renewed}
+	if g.Renewed {
+		h.Claims("renewed")
+	} else {
+		h.Claims("claimed")
+		h.Waited(ctx, g.Entry, c.req.Now.Sub(c.got.Queued))
+	}
+	h.Committed(sessionID, m)
+	return g, nil
+}
+
+// exhausted follows a committed transition in which a session's last
+// attempt failed and it ended.
+func (mc *Machine) exhausted(ctx context.Context, sessionID string, m store.Mutation) {
+	h := mc.opts.Hooks
+	h.Committed(sessionID, m)
+	h.Attempt(ctx, m, "exhausted")
+	mc.opts.Log.Info("session ended: its attempts ran out", "session", sessionID, "attempts", m.Entry.Attempts, "reason", m.Session.Reason)
+	h.Exhausted(ctx, sessionID, m)
+}
+
+// Release gives acceptor's claim of session sessionID back (see the
+// function Release) and returns the entry as committed.
+func (mc *Machine) Release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
+	now := mc.opts.Now()
+	var ended bool // the release was the session's last attempt
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		m, end, err := Release(sess, e, now, acceptor, reason, shutdown, mc.opts.KeepEnded)
+		ended = end
+		return m, err
+	})
+	if err != nil {
+		return store.QueueEntry{}, err
+	}
+	mc.opts.Hooks.Claims("released")
+	if ended {
+		mc.exhausted(ctx, sessionID, m)
+	} else {
+		mc.opts.Hooks.Committed(sessionID, m)
+		mc.opts.Hooks.Attempt(ctx, m, "released")
+	}
+	return *m.Entry, nil
+}
+
+// Lapse requeues session sessionID if its claim is still lapsed (see the
+// function Lapse); the sweep of lapsed claims calls it.
+func (mc *Machine) Lapse(ctx context.Context, sessionID string) error {
+	now := mc.opts.Now()
+	var ended bool // the lapse was the session's last attempt
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		m, _, end := Lapse(sess, e, now, mc.opts.KeepEnded)
+		ended = end
+		return m, nil
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case m.Entry == nil:
+	case ended:
+		mc.opts.Hooks.Claims("lapsed")
+		mc.exhausted(ctx, sessionID, m)
+	default:
+		mc.opts.Hooks.Claims("lapsed")
+		mc.opts.Log.Info("claim lapsed; session requeued", "session", sessionID, "kind", m.Entry.Kind, "attempts", m.Entry.Attempts)
+		mc.opts.Hooks.Committed(sessionID, m)
+		mc.opts.Hooks.Attempt(ctx, m, "lapsed")
+	}
+	return nil
+}
+
+// End moves session sessionID to a final status (see the function End); a
+// no-op on a session that already ended. It returns what must follow —
+// the Ended hook's work, which may take seconds — so that a caller holding
+// a lock over the transition can release it first. The returned func is
+// never nil.
+func (mc *Machine) End(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
+	now := mc.opts.Now()
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		return End(sess, e, now, status, detail, reason, mc.opts.KeepEnded), nil
+	})
+	if err != nil {
+		return func() {}, fmt.Errorf("end session %s: %w", sessionID, err)
+	}
+	if m.Session == nil {
+		return func() {}, nil
+	}
+	mc.opts.Hooks.Committed(sessionID, m)
+	return mc.Ended(sessionID, status, detail, reason), nil
+}
+
+// EndIn is the function EndIn with the Machine's KeepEnded: a session's
+// end folded into a transaction of the caller's, which read sess and e and
+// found the session not ended. Once the caller has committed and published
+// m, Ended does the rest.
+func (mc *Machine) EndIn(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
+	EndIn(sess, e, m, now, status, detail, reason, mc.opts.KeepEnded)
+}
+
+// Ended follows an end the caller committed and published itself (EndIn):
+// it returns what must follow, as End does. The returned func is never
+// nil.
+func (mc *Machine) Ended(sessionID, status, detail, reason string) func() {
+	if after := mc.opts.Hooks.Ended(sessionID, status, detail, reason); after != nil {
+		return after
+	}
+	return func() {}
+}
+
+// Drop deletes session sessionID's queue entry whatever its claim.
+func (mc *Machine) Drop(ctx context.Context, sessionID string) error {
+	now := mc.opts.Now()
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+		return Drop(e, now), nil
+	})
+	if err != nil {
+		return fmt.Errorf("drop queue entry %s: %w", sessionID, err)
+	}
+	mc.opts.Hooks.Committed(sessionID, m)
+	return nil
+}
