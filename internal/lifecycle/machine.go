@@ -7,15 +7,23 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // Store is what a Machine needs of the store: one transaction of a
-// session, in its three forms.
+// session, in its three forms, and what the sweeps list and write in
+// bulk.
 type Store interface {
 	UpdateSession(ctx context.Context, id string, fn func(s store.Session, e store.QueueEntry) (store.Mutation, error)) (store.Mutation, error)
 	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
 	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+
+	GetSession(ctx context.Context, id string) (store.Session, error)
+	ActiveSessions(ctx context.Context) ([]string, error)
+	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
+	KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error
+	TombstoneEnded(ctx context.Context, before, now time.Time, limit int) ([]store.QueueEntry, error)
 }
 
 // Hooks are what must follow a committed transition. A nil hook is
@@ -42,6 +50,10 @@ type Hooks struct {
 	// the caller's locks are released (stop the runner, tell the remote);
 	// nil for nothing.
 	Ended func(sessionID, status, detail, reason string) func()
+	// Attached reports whether a remote of the session is connected to
+	// this process, and under which claim epoch: the lapse sweep keeps
+	// such a claim alive rather than requeue it.
+	Attached func(sessionID string) (epoch int64, ok bool)
 }
 
 // Options configure a Machine. The zero value of each field is usable
@@ -56,9 +68,16 @@ type Options struct {
 	// ClaimTTL is how long a claim holds without a renewal; zero hands
 	// out claims that lapse at once.
 	ClaimTTL time.Duration
-	// KeepEnded keeps the entry of a session that ends listed
-	// (terminated) for the ended-entry sweep, rather than deleting it.
-	KeepEnded bool
+	// ReconnectGrace is how long KeepAlive keeps a connected claim alive
+	// from now; zero lets it lapse as soon as its deadline has passed.
+	ReconnectGrace time.Duration
+	// SweepInterval spaces the rounds of the lapse sweep (Run); zero
+	// means a second.
+	SweepInterval time.Duration
+	// EndedRetention is how long the entry of a session that ended stays
+	// listed (terminated) before the ended-entry sweep makes it a
+	// tombstone; zero or negative deletes it at once.
+	EndedRetention time.Duration
 	// NewToken issues a claim's connect token and the hash the store
 	// keeps; nil issues empty tokens.
 	NewToken func() (token, hash string)
@@ -86,6 +105,9 @@ func New(opts Options) *Machine {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = time.Second
+	}
 	h := &opts.Hooks
 	if h.Committed == nil {
 		h.Committed = func(string, store.Mutation) {}
@@ -105,8 +127,14 @@ func New(opts Options) *Machine {
 	if h.Ended == nil {
 		h.Ended = func(string, string, string, string) func() { return nil }
 	}
+	if h.Attached == nil {
+		h.Attached = func(string) (int64, bool) { return 0, false }
+	}
 	return &Machine{opts: opts}
 }
+
+// keepEnded reports whether the entry of a session that ends stays listed.
+func (mc *Machine) keepEnded() bool { return mc.opts.EndedRetention > 0 }
 
 // Grant is a claim handed out: the entry as committed and the connect
 // token issued for its epoch.
@@ -128,7 +156,7 @@ type claimTx struct {
 func (mc *Machine) newClaimTx(acceptor string) *claimTx {
 	token, hash := mc.opts.NewToken()
 	return &claimTx{token: token, req: ClaimRequest{Acceptor: acceptor, Now: mc.opts.Now(), TTL: mc.opts.ClaimTTL,
-		TokenHash: hash, KeepEnded: mc.opts.KeepEnded}}
+		TokenHash: hash, KeepEnded: mc.keepEnded()}}
 }
 
 // fn runs in the store's transaction; the store may run it more than once.
@@ -244,7 +272,7 @@ func (mc *Machine) Release(ctx context.Context, sessionID, acceptor, reason stri
 	now := mc.opts.Now()
 	var ended bool // the release was the session's last attempt
 	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		m, end, err := Release(sess, e, now, acceptor, reason, shutdown, mc.opts.KeepEnded)
+		m, end, err := Release(sess, e, now, acceptor, reason, shutdown, mc.keepEnded())
 		ended = end
 		return m, err
 	})
@@ -267,7 +295,7 @@ func (mc *Machine) Lapse(ctx context.Context, sessionID string) error {
 	now := mc.opts.Now()
 	var ended bool // the lapse was the session's last attempt
 	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		m, _, end := Lapse(sess, e, now, mc.opts.KeepEnded)
+		m, _, end := Lapse(sess, e, now, mc.keepEnded())
 		ended = end
 		return m, nil
 	})
@@ -296,7 +324,7 @@ func (mc *Machine) Lapse(ctx context.Context, sessionID string) error {
 func (mc *Machine) End(ctx context.Context, sessionID, status, detail, reason string) (func(), error) {
 	now := mc.opts.Now()
 	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		return End(sess, e, now, status, detail, reason, mc.opts.KeepEnded), nil
+		return End(sess, e, now, status, detail, reason, mc.keepEnded()), nil
 	})
 	if err != nil {
 		return func() {}, fmt.Errorf("end session %s: %w", sessionID, err)
@@ -308,12 +336,12 @@ func (mc *Machine) End(ctx context.Context, sessionID, status, detail, reason st
 	return mc.Ended(sessionID, status, detail, reason), nil
 }
 
-// EndIn is the function EndIn with the Machine's KeepEnded: a session's
-// end folded into a transaction of the caller's, which read sess and e and
-// found the session not ended. Once the caller has committed and published
-// m, Ended does the rest.
+// EndIn is the function EndIn, the entry kept listed as EndedRetention
+// says: a session's end folded into a transaction of the caller's, which
+// read sess and e and found the session not ended. Once the caller has
+// committed and published m, Ended does the rest.
 func (mc *Machine) EndIn(sess *store.Session, e store.QueueEntry, m *store.Mutation, now time.Time, status, detail, reason string) {
-	EndIn(sess, e, m, now, status, detail, reason, mc.opts.KeepEnded)
+	EndIn(sess, e, m, now, status, detail, reason, mc.keepEnded())
 }
 
 // Ended follows an end the caller committed and published itself (EndIn):
@@ -337,4 +365,34 @@ func (mc *Machine) Drop(ctx context.Context, sessionID string) error {
 	}
 	mc.opts.Hooks.Committed(sessionID, m)
 	return nil
+}
+
+// Suspend moves session sessionID to suspended once the remote of its
+// claim epoch has taken its snapshot (see the function Suspend), and
+// publishes it. The snapshot event is dated with the transition.
+func (mc *Machine) Suspend(ctx context.Context, sessionID string, epoch int64, reason string, snapshot api.Event) error {
+	now := mc.opts.Now()
+	snapshot.Time = now.UnixMilli()
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		return Suspend(sess, e, now, epoch, reason, snapshot)
+	})
+	if err != nil {
+		return err
+	}
+	mc.opts.Hooks.Committed(sessionID, m)
+	return nil
+}
+
+// Resume puts suspended session sessionID back in its queue (see the
+// function Resume), publishes it and returns the session as committed.
+func (mc *Machine) Resume(ctx context.Context, sessionID, why string) (store.Session, error) {
+	now := mc.opts.Now()
+	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		return Resume(sess, e, now, why)
+	})
+	if err != nil {
+		return store.Session{}, err
+	}
+	mc.opts.Hooks.Committed(sessionID, m)
+	return *m.Session, nil
 }

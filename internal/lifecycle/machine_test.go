@@ -89,7 +89,9 @@ type rig struct {
 
 const ttl = 30 * time.Second
 
-func newRig(t *testing.T, maxRunning, maxAttempts int) *rig {
+// newRig is a Machine over a fresh SQLite store with outpost o1; with
+// changes to its Options applied.
+func newRig(t *testing.T, maxRunning, maxAttempts int, with ...func(*lifecycle.Options)) *rig {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outpost.db"))
 	if err != nil {
@@ -103,19 +105,29 @@ func newRig(t *testing.T, maxRunning, maxAttempts int) *rig {
 	}
 	r := &rig{st: st, clock: ck, rec: &recorder{}}
 	var n atomic.Int64
-	r.m = lifecycle.New(lifecycle.Options{Store: st, Hooks: r.rec.hooks(), Now: ck.Now, ClaimTTL: ttl, KeepEnded: true,
+	opts := lifecycle.Options{Store: st, Hooks: r.rec.hooks(), Now: ck.Now, ClaimTTL: ttl, EndedRetention: time.Minute,
 		NewToken: func() (string, string) {
 			i := n.Add(1)
 			return fmt.Sprintf("tok%d", i), fmt.Sprintf("hash%d", i)
-		}})
+		}}
+	for _, w := range with {
+		w(&opts)
+	}
+	r.m = lifecycle.New(opts)
 	return r
 }
 
 // session creates a pending session of outpost o1.
 func (r *rig) session(t *testing.T, id string) {
 	t.Helper()
+	r.sessionOf(t, id, api.Limits{})
+}
+
+// sessionOf creates a pending session of outpost o1 with limits.
+func (r *rig) sessionOf(t *testing.T, id string, limits api.Limits) {
+	t.Helper()
 	now := r.clock.Now()
-	sess := store.Session{ID: id, OutpostID: "o1", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+	sess := store.Session{ID: id, OutpostID: "o1", Spec: api.SessionSpec{Limits: limits}, Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
 	e := &store.QueueEntry{SessionID: id, OutpostID: "o1", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending,
 		SessionStatus: api.QueueSessionPending, Epoch: 1, MaxAttempts: 2, CreatedAt: now, UpdatedAt: now}
 	if err := r.st.CreateSession(t.Context(), sess, e, nil); err != nil {

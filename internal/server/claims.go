@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
-	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -21,10 +19,12 @@ import (
 // the server's store and are followed by the server's hooks.
 func (s *Server) newLifecycle() *lifecycle.Machine {
 	return lifecycle.New(lifecycle.Options{
-		Store:     s.store,
-		Now:       s.now,
-		ClaimTTL:  s.opts.ClaimTTL,
-		KeepEnded: s.keepEnded(),
+		Store:          s.store,
+		Now:            s.now,
+		ClaimTTL:       s.opts.ClaimTTL,
+		ReconnectGrace: s.opts.ReconnectGrace,
+		SweepInterval:  s.opts.SweepInterval,
+		EndedRetention: s.opts.EndedEntryRetention,
 		NewToken: func() (string, string) {
 			token := newSecret("opc_")
 			return token, hashSecret(token)
@@ -39,6 +39,12 @@ func (s *Server) newLifecycle() *lifecycle.Machine {
 			Attempt:   s.countAttempt,
 			Exhausted: s.attemptsExhausted,
 			Ended:     s.ended,
+			Attached: func(sessionID string) (int64, bool) {
+				if c := s.hub.get(sessionID); c != nil {
+					return c.epoch, true
+				}
+				return 0, false
+			},
 		},
 	})
 }
@@ -101,70 +107,5 @@ func (s *Server) committed(sessionID string, m store.Mutation) {
 	}
 	if len(m.Events) > 0 {
 		s.topics.publish(sessionID, m.Events...)
-	}
-}
-
-// sweep requeues lapsed claims, and every fifth round ends sessions past
-// their limits, until ctx ends.
-func (s *Server) sweep(ctx context.Context) {
-	interval := max(min(s.opts.SweepInterval, s.opts.ClaimTTL/4), time.Millisecond)
-	var lastLimits time.Time
-	loop.Every(ctx, interval, func(ctx context.Context) {
-		if now := s.now(); now.Sub(lastLimits) >= 5*s.opts.SweepInterval {
-			lastLimits = now
-			s.enforceLimits(ctx)
-		}
-		ids, err := s.store.LapsedClaims(ctx, s.now())
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("sweep lapsed claims", "err", err)
-			}
-			return
-		}
-		for _, id := range ids {
-			if err := s.lapseClaim(ctx, id); err != nil && ctx.Err() == nil {
-				s.log.Warn("requeue lapsed claim", "session", id, "err", err)
-			}
-		}
-	})
-}
-
-// lapseClaim requeues one entry if its claim is still lapsed. A claim
-// whose remote is connected to this server is kept instead: its keep-alive
-// came late (a stalled disk, a busy machine), the remote is not gone.
-func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
-	if c := s.hub.get(sessionID); c != nil {
-		lease := store.Lease{SessionID: sessionID, Epoch: c.epoch}
-		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), lease); err != nil {
-			return fmt.Errorf("keep a connected remote's claim alive: %w", err)
-		}
-		s.log.Warn("a connected remote's claim was about to lapse (its keep-alive came late); kept", "session", sessionID)
-	}
-	return s.life.Lapse(ctx, sessionID)
-}
-
-// enforceLimits ends sessions past limits.max_duration_s that no runner is
-// watching (their remote is gone, or the server restarted meanwhile).
-func (s *Server) enforceLimits(ctx context.Context) {
-	ids, err := s.store.ActiveSessions(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("list active sessions", "err", err)
-		}
-		return
-	}
-	now := s.now()
-	for _, id := range ids {
-		sess, err := s.store.GetSession(ctx, id)
-		if err != nil || sess.StartedAt == nil || sess.Spec.Limits.MaxDurationS <= 0 {
-			continue
-		}
-		if now.Before(sess.StartedAt.Add(time.Duration(sess.Spec.Limits.MaxDurationS) * time.Second)) {
-			continue
-		}
-		reason := fmt.Sprintf("The session reached its limit of %d s (limits.max_duration_s).", sess.Spec.Limits.MaxDurationS)
-		if err := s.endSession(ctx, id, api.StatusExit, api.DetailUsageLimitExceeded, reason); err != nil && ctx.Err() == nil {
-			s.log.Warn("end session past its limit", "session", id, "err", err)
-		}
 	}
 }

@@ -9,10 +9,10 @@ import (
 )
 
 // Claim liveness. A claim promises a remote by its deadline; from the
-// moment the remote says hello, its gateway connection holds the claim.
-// The store keeps each connected claim's LiveUntil a reconnect grace ahead
-// of now, so the claim lapses only a grace after the connection went —
-// whichever server held it, and even if that server died.
+// moment the remote says hello, its gateway connection holds the claim:
+// the server keeps each connected claim alive through the state machine
+// (lifecycle.Machine.KeepAlive), whose sweep requeues the claims that
+// lapse.
 
 // keepAliveEvery is how often connected claims are kept alive: three
 // times per grace, so one slow or failed write costs nothing.
@@ -32,10 +32,7 @@ func (s *Server) pingEvery() time.Duration {
 func (s *Server) keepClaimsAlive(ctx context.Context) {
 	loop.Every(ctx, s.keepAliveEvery(), func(ctx context.Context) {
 		leases := s.hub.leases()
-		if len(leases) == 0 {
-			return
-		}
-		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), leases...); err != nil && ctx.Err() == nil {
+		if err := s.life.KeepAlive(ctx, leases...); err != nil && ctx.Err() == nil {
 			s.log.Warn("keep connected claims alive", "claims", len(leases), "err", err)
 		}
 	})
@@ -46,8 +43,7 @@ func (s *Server) keepClaimsAlive(ctx context.Context) {
 func (s *Server) graceAfter(c *remoteConn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 10*time.Second)
 	defer cancel()
-	err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), store.Lease{SessionID: c.sessionID, Epoch: c.epoch})
-	if err != nil {
+	if err := s.life.KeepAlive(ctx, store.Lease{SessionID: c.sessionID, Epoch: c.epoch}); err != nil {
 		s.log.Warn("record the end of a remote's connection", "session", c.sessionID, "err", err)
 	}
 }

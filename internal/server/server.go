@@ -629,7 +629,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.sweep(s.runCtx)
+		s.life.Run(s.runCtx) // the sweeps of lapsed claims, limits and ended entries
 	}()
 	s.wg.Add(1)
 	go func() {
@@ -657,7 +657,6 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.fanout(s.runCtx)
 	}()
 	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // queue tombstones of ended sessions
-	s.wg.Go(func() { s.sweepEndedEntries(s.runCtx) })
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)

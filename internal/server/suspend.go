@@ -19,12 +19,14 @@ import (
 // the server stops sending calls (callGate), waits until none is in flight,
 // sends suspend; the remote archives its workspace, uploads it (putSnapshot)
 // and answers suspended. The server then stores the snapshot's metadata,
-// moves the session to suspended and its queue entry's session_status to
-// suspended in one transaction, and ends the connection; the remote exits 0
-// and its claimer releases the claim (requeue keeps a suspended session out
-// of the claimable queue). A resume puts the entry back as pending, kind
-// resume; the next remote gets the snapshot in its welcome and restores it
-// before any call. A failed suspend changes nothing but the transcript: the
+// and the state machine moves the session to suspended and its queue
+// entry's session_status to suspended in one transaction
+// (lifecycle.Machine.Suspend); the server ends the connection, the remote
+// exits 0 and its claimer releases the claim (the release keeps a
+// suspended session out of the claimable queue). A resume
+// (lifecycle.Machine.Resume) puts the entry back as pending, kind resume;
+// the next remote gets the snapshot in its welcome and restores it before
+// any call. A failed suspend changes nothing but the transcript: the
 // session goes on running.
 
 const (
@@ -211,28 +213,24 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	now := s.now()
-	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
-		return lifecycle.Resume(cur, e, now, "Resumed by a user.")
-	})
+	resumed, err := s.life.Resume(ctx, sess.ID, "Resumed by a user.")
 	if err != nil {
 		return err
 	}
-	s.committed(sess.ID, m)
-	writeJSON(w, http.StatusOK, toAPISession(*m.Session))
+	writeJSON(w, http.StatusOK, toAPISession(resumed))
 	return nil
 }
 
 // suspend suspends a running session through its remote; see the top of
 // this file. why opens the session's new reason. Every refusal is an
-// *httpError saying what to do.
+// *httpError or a *lifecycle.Error saying what to do.
 func (s *Server) suspend(ctx context.Context, id, why string) error {
 	sess, err := s.store.GetSession(ctx, id)
 	if err != nil {
 		return fmt.Errorf("get session %s: %w", id, err)
 	}
-	if sess.Status != api.StatusRunning {
-		return errConflict("Session %s is %s: only a running session can be suspended.", id, sess.Status)
+	if err := lifecycle.Suspendable(sess); err != nil {
+		return err
 	}
 	c := s.hub.get(id)
 	if c == nil {
@@ -335,8 +333,8 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 	return info, nil
 }
 
-// commitSuspend stores the snapshot and moves the session to suspended in
-// one transaction of the session, then deletes the snapshot it replaced.
+// commitSuspend stores the snapshot, has the state machine move the
+// session to suspended, and then deletes the snapshot it replaced.
 func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp, info api.SnapshotInfo, why string) error {
 	now := s.now()
 	sn := store.Snapshot{SessionID: c.sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
@@ -349,28 +347,14 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 	value, _ := json.Marshal(info)
 	ok := true
 	where := fmt.Sprintf("Kept in the server's blob store as %s until the session resumes or ends (at most %s).", op.key, s.opts.SnapshotTTL)
-	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if sess.Status != api.StatusRunning || e.Epoch != op.epoch || e.Deleted {
-			return store.Mutation{}, errConflict("Session %s changed while it was being suspended (it is %s now); it was not suspended.", c.sessionID, sess.Status)
-		}
-		sess.Status, sess.StatusDetail = api.StatusSuspended, ""
-		sess.Reason = fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, byteSize(info.Size))
-		sess.UpdatedAt = now
-		e.SessionStatus = api.QueueSessionSuspended
-		e.Kind = api.KindResume
-		e.UpdatedAt = now
-		return store.Mutation{Session: &sess, Entry: &e, Events: []api.Event{
-			{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
-				Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
-					byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)},
-			lifecycle.StatusEvent(sess, now),
-		}}, nil
-	})
-	if err != nil {
+	reason := fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, byteSize(info.Size))
+	taken := api.Event{Type: api.EventSnapshot, AcceptorID: c.acceptorID, OK: &ok, Value: value,
+		Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
+			byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)}
+	if err := s.life.Suspend(ctx, c.sessionID, op.epoch, reason, taken); err != nil {
 		s.undoPutSnapshot(context.WithoutCancel(ctx), c.sessionID, prev, op.key)
 		return err
 	}
-	s.committed(c.sessionID, m)
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
 			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
@@ -384,8 +368,12 @@ func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp
 func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause error) {
 	msg := cause.Error()
 	var he *httpError
-	if errors.As(cause, &he) {
+	var le *lifecycle.Error
+	switch {
+	case errors.As(cause, &he):
 		msg = he.message
+	case errors.As(cause, &le):
+		msg = lifecycleAnswer(le).message
 	}
 	ok := false
 	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Error: msg,

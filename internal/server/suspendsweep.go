@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -46,15 +47,17 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 	now := s.now()
 	for _, id := range ids {
 		sess, err := s.store.GetSession(ctx, id)
-		if err != nil || !idleForSuspend(sess, now) || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
+		if err != nil {
+			continue
+		}
+		why, due := lifecycle.SuspendDue(sess, now)
+		if !due || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
 			continue
 		}
 		if c := s.hub.get(id); c == nil || c.version < api.SnapshotsSince {
 			continue // nothing to suspend through now; an older remote never
 		}
 		wg.Go(func() {
-			why := fmt.Sprintf("Suspended after waiting %s for the user (limits.suspend_after_idle_s); a message resumes it.",
-				time.Duration(sess.Spec.Limits.SuspendAfterIdleS)*time.Second)
 			if err := s.suspend(ctx, id, why); err != nil && ctx.Err() == nil {
 				// Not again until the session changes: each try is on the
 				// transcript.
@@ -63,14 +66,6 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		})
 	}
-}
-
-// idleForSuspend reports whether sess is an llm session that has waited
-// for its user past its limits.suspend_after_idle_s at now.
-func idleForSuspend(sess store.Session, now time.Time) bool {
-	after := sess.Spec.Limits.SuspendAfterIdleS
-	return after > 0 && sess.Spec.Agent.Kind == api.AgentLLM && sess.Status == api.StatusRunning &&
-		sess.StatusDetail == api.DetailWaitingForUser && !now.Before(sess.UpdatedAt.Add(time.Duration(after)*time.Second))
 }
 
 // expireSnapshots deletes the snapshots of sessions that ended, and ends
@@ -86,15 +81,12 @@ func (s *Server) expireSnapshots(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if !api.IsFinal(sess.Status) && sess.Status != api.StatusSuspended {
-			// Running or resuming: the snapshot is the one its machine
-			// restores (or restores after a lapse); it goes when the
-			// session ends.
+		fate := lifecycle.ExpireSnapshot(sess, s.opts.SnapshotTTL)
+		if fate.Keep {
 			continue
 		}
-		if sess.Status == api.StatusSuspended {
-			reason := fmt.Sprintf("The session stayed suspended longer than the server keeps snapshots (%s); its snapshot was deleted.", s.opts.SnapshotTTL)
-			if err := s.endSession(ctx, sn.SessionID, api.StatusExit, api.DetailInactivity, reason); err != nil {
+		if end := fate.End; end != nil {
+			if err := s.endSession(ctx, sn.SessionID, end.Status, end.Detail, end.Reason); err != nil {
 				s.log.Warn("end expired suspended session", "session", sn.SessionID, "err", err)
 				continue
 			}
