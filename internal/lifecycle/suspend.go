@@ -36,7 +36,7 @@ func Suspendable(sess store.Session) error {
 // longer running, claimed anew, its entry dropped) is refused: the
 // snapshot is not of its current state.
 func Suspend(sess store.Session, e store.QueueEntry, now time.Time, epoch int64, reason string, snapshot api.Event) (store.Mutation, error) {
-	if sess.Status != api.StatusRunning || e.Epoch != epoch || e.Deleted {
+	if !RunsUnder(sess, e, epoch) {
 		return store.Mutation{}, refuse(ErrConflict, "Session %s changed while it was being suspended (it is %s now); it was not suspended.", e.SessionID, sess.Status)
 	}
 	sess.Status, sess.StatusDetail, sess.Reason = api.StatusSuspended, "", reason
@@ -45,6 +45,13 @@ func Suspend(sess store.Session, e store.QueueEntry, now time.Time, epoch int64,
 	e.Kind = api.KindResume
 	e.UpdatedAt = now
 	return store.Mutation{Session: &sess, Entry: &e, Events: []api.Event{snapshot, StatusEvent(sess, now)}}, nil
+}
+
+// RunsUnder reports whether sess is running under the claim of epoch: a
+// snapshot the remote of that claim took (for a suspend or a checkpoint)
+// is of the session's current workspace.
+func RunsUnder(sess store.Session, e store.QueueEntry, epoch int64) bool {
+	return sess.Status == api.StatusRunning && e.Epoch == epoch && !e.Deleted
 }
 
 // SuspendDue reports whether sess is an llm session that has waited for

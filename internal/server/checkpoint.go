@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -224,7 +225,7 @@ func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspen
 	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
 	ok := true
 	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if sess.Status != api.StatusRunning || e.Epoch != op.epoch || e.Deleted {
+		if !lifecycle.RunsUnder(sess, e, op.epoch) {
 			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.sessionID, sess.Status, errCheckpointBusy)
 		}
 		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
