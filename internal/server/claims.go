@@ -9,11 +9,11 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// The session state machine's store calls. Every transition is one store
-// transaction (UpdateSession, ClaimSession, ClaimNext) whose function is a
-// decision of package lifecycle on the current rows; nothing is read and
-// then written without that guard. What follows a commit (queue feed,
-// fencing, end frames, metrics) is here.
+// The server's side of the session state machine. The transitions, the
+// keep-alive and the sweeps are lifecycle.Machine's, each one store
+// transaction whose decision is made on the rows it read; what must follow
+// a commit here (queue feed, fencing, end frames, metrics) and which
+// remotes are attached to this server are the hooks below.
 
 // newLifecycle is the server's state machine: its transitions commit to
 // the server's store and are followed by the server's hooks.
@@ -49,21 +49,6 @@ func (s *Server) newLifecycle() *lifecycle.Machine {
 	})
 }
 
-// claim is the compare-and-swap on acceptor_id: it takes a free or lapsed
-// entry, or renews the caller's own claim, and issues a fresh connect token.
-func (s *Server) claim(ctx context.Context, sessionID, acceptor string) (lifecycle.Grant, error) {
-	return s.life.Claim(ctx, sessionID, acceptor)
-}
-
-// release gives a claim back. A finished session's entry stays listed as
-// ended until the ended-entry sweep (endedentries.go); any other goes back
-// to the queue at once.
-// A non-empty reason says why, on the status and the transcript; with
-// shutdown the claimer is stopping, and the release is no failed attempt.
-func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
-	return s.life.Release(ctx, sessionID, acceptor, reason, shutdown)
-}
-
 // attemptsExhausted follows a committed transition in which a session's
 // last attempt failed and it ended (after the Committed and Attempt
 // hooks): the metrics, and the runner and remote told.
@@ -91,11 +76,6 @@ func (s *Server) ended(sessionID, status, detail, reason string) func() {
 		s.stopRunner(sessionID) // first, so no call follows the end frame
 		s.hub.end(sessionID, reason)
 	}
-}
-
-// dropEntry deletes a session's queue entry whatever its claim.
-func (s *Server) dropEntry(ctx context.Context, sessionID string) error {
-	return s.life.Drop(ctx, sessionID)
 }
 
 // committed publishes what a transaction wrote: queue watchers wake, event

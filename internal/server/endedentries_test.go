@@ -89,7 +89,7 @@ func TestEndedEntryStaysListed(t *testing.T) {
 	// Never claimed, by id or by claim-next.
 	for _, id := range []string{released, endedPending} {
 		ts.mustDo(409, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "other"}, nil)
-		if _, err := ts.srv.claim(t.Context(), id, "other"); err == nil || !strings.Contains(err.Error(), "has ended") {
+		if _, err := ts.srv.life.Claim(t.Context(), id, "other"); err == nil || !strings.Contains(err.Error(), "has ended") {
 			t.Errorf("claim of ended %s: %v, want a message saying it has ended", id, err)
 		}
 	}

@@ -320,7 +320,7 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 		}
 		// A claimed entry's holder releases it when its remote exits; the
 		// outpost is gone, so drop the entry now.
-		if err := s.dropEntry(ctx, e.SessionID); err != nil {
+		if err := s.life.Drop(ctx, e.SessionID); err != nil {
 			return err
 		}
 	}

@@ -205,7 +205,7 @@ func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, e
 
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
-		res, err := s.claim(ctx, id, req.AcceptorID)
+		res, err := s.life.Claim(ctx, id, req.AcceptorID)
 		if err != nil {
 			return api.QueueEntry{}, err
 		}
@@ -218,7 +218,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
-		e, err := s.release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
+		e, err := s.life.Release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
 		return toAPIEntry(e), err
 	})
 }
