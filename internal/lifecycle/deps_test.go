@@ -16,6 +16,7 @@ func TestLifecycleImportsNothingAbove(t *testing.T) {
 	deps := deptest.Check(t, pkg,
 		deptest.Prefix("github.com/outpost-sh/outpost/internal/server", "the HTTP server calls the state machine"),
 		deptest.Prefix("github.com/outpost-sh/outpost/internal/agent", "the agent loop ends sessions through the state machine"),
+		deptest.Prefix("github.com/outpost-sh/outpost/internal/gateway", "remote connections are the server's; the state machine learns of them through its hooks"),
 		deptest.Prefix("net/http", "status codes are chosen at the server's edge"),
 		deptest.Prefix("github.com/prometheus", "metrics follow a committed change, in the server"),
 	)
