@@ -616,3 +616,26 @@ func TestSnapshotTTLSparesSessionsNotSuspended(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendRefusalAnswers: the state machine's refusals of a suspend and
+// a resume reach the client as the same whole answers the handlers always
+// gave: 409, code conflict, the sentence naming the session's status.
+func TestSuspendRefusalAnswers(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("ref")
+	id := ts.session("ref").Metadata.SessionID
+	for _, tc := range []struct{ action, msg string }{
+		{"suspend", "Session " + id + " is new: only a running session can be suspended."},
+		{"resume", "Session " + id + " is new, not suspended: only a suspended session can be resumed."},
+	} {
+		resp, body := ts.raw("POST", "/v1/sessions/"+id+"/"+tc.action, ts.admin, "", "")
+		want, err := json.Marshal(api.NewErrorResponse(api.CodeConflict, tc.msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusConflict || string(body) != string(want)+"\n" {
+			t.Errorf("%s of a new session: %d %s\nwant 409 %s", tc.action, resp.StatusCode, body, want)
+		}
+	}
+}
