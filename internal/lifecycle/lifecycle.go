@@ -1,5 +1,6 @@
 // Package lifecycle is the session state machine: how a session and its
-// queue entry change hands between claimers and come to an end.
+// queue entry change hands between claimers, are kept alive, suspended and
+// resumed, lapse, and come to an end.
 //
 // Every transition is a pure function of the rows a store transaction
 // read (store.Session, store.QueueEntry, the time) that returns the rows
@@ -12,7 +13,9 @@
 // A Machine runs these functions against a store, one transaction of the
 // session per transition, and then calls the hooks its owner gave it for
 // what must follow a committed change (queue watchers, fencing, end
-// frames, metrics). Its methods are the way a claim changes hands.
+// frames, metrics). Its methods are the way a claim changes hands; it also
+// runs the sweeps that requeue lapsed claims, end sessions past their
+// limits and clear the entries of ended sessions.
 //
 // Refusals are *Error values whose kind (ErrGone, ErrConflict,
 // ErrAtCapacity, ErrEnded) errors.Is finds; the HTTP edge chooses status

@@ -37,7 +37,7 @@ func Suspendable(sess store.Session) error {
 // snapshot is not of its current state.
 func Suspend(sess store.Session, e store.QueueEntry, now time.Time, epoch int64, reason string, snapshot api.Event) (store.Mutation, error) {
 	if !RunsUnder(sess, e, epoch) {
-		return store.Mutation{}, refuse(ErrConflict, "Session %s changed while it was being suspended (it is %s now); it was not suspended.", e.SessionID, sess.Status)
+		return store.Mutation{}, refuse(ErrConflict, "Session %s changed while it was being suspended (it is %s now); it was not suspended.", sess.ID, sess.Status)
 	}
 	sess.Status, sess.StatusDetail, sess.Reason = api.StatusSuspended, "", reason
 	sess.UpdatedAt = now

@@ -45,7 +45,7 @@ func TestSuspend(t *testing.T) {
 		}, 2, api.StatusRunning},
 		{"no entry", func() (store.Session, store.QueueEntry) {
 			sess, _ := runningRows("w1", t0)
-			return sess, store.QueueEntry{SessionID: "s1"}
+			return sess, store.QueueEntry{}
 		}, 2, api.StatusRunning},
 	}
 	for _, tt := range tests {
