@@ -155,12 +155,12 @@ func recordStartTarget(a RecordStartArgs) string             { return a.Name }
 func readFileSummary(r ReadFileResult) string {
 	lines := countLines(r.Content)
 	if r.TotalLines > 0 {
-		return fmt.Sprintf("%s of %d, %s file", plural(lines, "line"), r.TotalLines, byteSize(r.Size))
+		return fmt.Sprintf("%s of %d, %s file", plural(lines, "line"), r.TotalLines, ByteSize(r.Size))
 	}
-	return fmt.Sprintf("%s, %s", plural(lines, "line"), byteSize(r.Size))
+	return fmt.Sprintf("%s, %s", plural(lines, "line"), ByteSize(r.Size))
 }
 
-func writeFileSummary(r WriteFileResult) string { return "wrote " + byteSize(r.Bytes) }
+func writeFileSummary(r WriteFileResult) string { return "wrote " + ByteSize(r.Bytes) }
 
 func editFileSummary(r EditFileResult) string {
 	if r.Line > 0 {
@@ -210,7 +210,7 @@ func gitDiffSummary(r GitDiffResult) string {
 	if r.Bytes == 0 {
 		return "no changes"
 	}
-	return byteSize(r.Bytes) + " of diff" + truncatedText(r.Truncated)
+	return ByteSize(r.Bytes) + " of diff" + truncatedText(r.Truncated)
 }
 
 func browserNavigateSummary(r BrowserNavigateResult) string {
@@ -239,7 +239,7 @@ func browserFileSummary(r BrowserFileResult) string {
 	if r.DurationMS > 0 {
 		parts = append(parts, fmt.Sprintf("%.1f s", float64(r.DurationMS)/1000))
 	}
-	parts = append(parts, byteSize(r.Size))
+	parts = append(parts, ByteSize(r.Size))
 	return strings.Join(parts, ", ")
 }
 
@@ -254,7 +254,7 @@ func uploadArtifactSummary(r ArtifactRef) string {
 	if r.Name == "" {
 		return ""
 	}
-	return fmt.Sprintf("artifact %s, %s", r.Name, byteSize(r.Size))
+	return fmt.Sprintf("artifact %s, %s", r.Name, ByteSize(r.Size))
 }
 
 func shellStartSummary(r ShellStartResult) string {
@@ -304,17 +304,20 @@ func listSummary(items []string, noun string) string {
 	return strings.Join(items, ", ")
 }
 
-// byteSize is a size for people: "812 B", "1.2 KiB", "3.4 MiB".
-func byteSize(n int64) string {
-	switch {
-	case n < 1<<10:
+// ByteSize is a size for people in the largest binary unit that keeps it
+// at least 1: "812 B", "1.2 KiB", "3.4 MiB". The CLI, the web UI, the
+// server's messages and doctor all write sizes with it.
+func ByteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
 		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
-	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func shortCommit(sha string) string {

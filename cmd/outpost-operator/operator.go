@@ -30,26 +30,18 @@ import (
 // version by default (the Dockerfile's worker target).
 const workerImageRepo = "ghcr.io/outpost-sh/outpost-worker"
 
-// Options are the settings of `outpost-operator`.
+// Options are the settings of `outpost-operator`: those of the command
+// itself, and the operator's own, which its flags fill in place.
 type Options struct {
 	// Getenv reads the environment (os.Getenv outside tests).
-	Getenv            func(string) string
-	ErrOut            io.Writer
-	CAFile            string
-	Kubeconfig        string
-	Namespaces        []string
-	MetricsListen     string
-	HealthListen      string
-	LeaderElect       bool
-	LeaderElectionID  string
-	OperatorNamespace string
-	AllowedAPIURLs    []string
-	DefaultAPIURL     string
-	AcceptorID        string
-	WorkerImage       string
-	PodStartTimeout   time.Duration
-	LogLevel          string
-	LogFormat         string
+	Getenv     func(string) string
+	ErrOut     io.Writer
+	Kubeconfig string
+	LogLevel   string
+	LogFormat  string
+	// Options are the operator's settings; runOperator adds the Kubernetes
+	// configuration and the logger.
+	operator.Options
 }
 
 // newCmd returns the outpost-operator command. runF replaces the run in
@@ -211,13 +203,9 @@ func runOperator(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	caFile := o.CAFile
-	return operator.Run(ctx, operator.Options{
-		Config: cfg, Namespaces: o.Namespaces, MetricsListen: o.MetricsListen, HealthListen: o.HealthListen,
-		LeaderElect: o.LeaderElect, LeaderElectionID: o.LeaderElectionID, OperatorNamespace: o.OperatorNamespace,
-		AllowedAPIURLs: o.AllowedAPIURLs, DefaultAPIURL: o.DefaultAPIURL, AcceptorID: o.AcceptorID,
-		WorkerImage: o.WorkerImage, PodStartTimeout: o.PodStartTimeout, CAFile: caFile, Logger: log,
-	})
+	run := o.Options
+	run.Config, run.Logger = cfg, log
+	return operator.Run(ctx, run)
 }
 
 // The operator's client-side rate limit on the Kubernetes API. client-go's

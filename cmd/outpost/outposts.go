@@ -137,7 +137,7 @@ func maxSnapshotText(n int64) string {
 	if n == 0 {
 		return "the server's (outpost server --max-snapshot-bytes)"
 	}
-	return fmt.Sprintf("%s (%d bytes)", byteSize(n), n)
+	return fmt.Sprintf("%s (%d bytes)", api.ByteSize(n), n)
 }
 
 // OutpostsCreateOptions are the settings of `outpost outposts create` and

@@ -94,16 +94,3 @@ func truncate(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
-
-// byteSize is a size for people: "812 B", "1.2 KiB", "3.4 MiB".
-func byteSize(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-}

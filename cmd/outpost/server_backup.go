@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -142,12 +143,12 @@ func runServerBackup(ctx context.Context, o *ServerBackupOptions) error {
 	if f.JSON() {
 		return printJSON(f.IO.Out, map[string]any{"file": o.File, "manifest": m})
 	}
-	files := fmt.Sprintf("%d files (%s) of artifacts and output", m.Files, byteSize(m.Bytes))
+	files := fmt.Sprintf("%d files (%s) of artifacts and output", m.Files, api.ByteSize(m.Bytes))
 	if m.FilesLeftOut {
 		files = "no artifacts or output (--exclude-files)"
 	}
 	fmt.Fprintf(f.IO.Out, "Backed up %s to %s: the database (%d sessions, schema %d, %s) and %s.\n",
-		m.DataDir, o.File, m.Sessions, lastOf(m.Migrations), byteSize(m.DatabaseBytes), files)
+		m.DataDir, o.File, m.Sessions, lastOf(m.Migrations), api.ByteSize(m.DatabaseBytes), files)
 	if m.SecretKeyID != "" {
 		fmt.Fprintf(f.IO.Out, "The archive holds the secret key (key id %s): keep it as private as the data dir; with it anyone can read the sessions' secrets.\n", m.SecretKeyID)
 	}

@@ -147,7 +147,7 @@ func workspaceCheck(dir string) Check {
 		c.Status, c.Detail = Skip, fmt.Sprintf("%s: free disk unknown: %v", dir, err)
 		return c
 	}
-	c.Detail = fmt.Sprintf("%s: %s free", dir, bytesText(free))
+	c.Detail = fmt.Sprintf("%s: %s free", dir, api.ByteSize(int64(free)))
 	switch {
 	case free < DiskFailBytes:
 		c.Status, c.Fix = Fail, "free disk space there, or point --dir at a larger disk: sessions clone and build in it."
@@ -157,18 +157,4 @@ func workspaceCheck(dir string) Check {
 		c.Status = OK
 	}
 	return c
-}
-
-// bytesText is n in the largest binary unit that keeps it at least 1.
-func bytesText(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

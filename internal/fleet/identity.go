@@ -230,7 +230,7 @@ func LoadAcceptorID(dataDir, kind string) (string, error) {
 
 func newAcceptorID(kind string) (string, error) {
 	host, _ := os.Hostname()
-	host = sanitize(host)
+	host = Label(host)
 	if host == "" {
 		host = "host"
 	}
@@ -251,8 +251,10 @@ func NewInstanceID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sanitize keeps letters, digits and dashes of s, lowercased.
-func sanitize(s string) string {
+// Label keeps the letters, digits and dashes of s, lowercased, with dots
+// and underscores turned into dashes: a host or directory name made fit
+// for an acceptor id or a path of the worker's data.
+func Label(s string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
 		switch {

@@ -420,7 +420,7 @@ func WorkspaceDataDir(home, dir string) (string, error) {
 		abs = r
 	}
 	sum := sha256.Sum256([]byte(abs))
-	name := sanitize(filepath.Base(abs))
+	name := fleet.Label(filepath.Base(abs))
 	if len(name) > 40 {
 		name = strings.Trim(name[:40], "-")
 	}
@@ -441,18 +441,4 @@ func orNone(s string) string {
 // exit rather than a failure.
 func isCanceled(ctx context.Context, err error) bool {
 	return err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err()))
-}
-
-// sanitize keeps letters, digits and dashes of s, lowercased.
-func sanitize(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			b.WriteRune(r)
-		case r == '.' || r == '_':
-			b.WriteByte('-')
-		}
-	}
-	return strings.Trim(b.String(), "-")
 }
