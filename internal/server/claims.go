@@ -64,7 +64,7 @@ func (s *Server) release(ctx context.Context, sessionID, acceptor, reason string
 func (s *Server) attemptsExhausted(_ context.Context, sessionID string, m store.Mutation) {
 	s.metrics.sessionsEnded.WithLabelValues(api.StatusError, api.DetailError).Inc()
 	s.stopRunner(sessionID)
-	s.hub.end(sessionID, m.Session.Reason)
+	s.hub.End(sessionID, m.Session.Reason)
 }
 
 // endSession moves a session to a final status. It is a no-op on a session
@@ -83,7 +83,7 @@ func (s *Server) ended(sessionID, status, detail, reason string) func() {
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
 	return func() {
 		s.stopRunner(sessionID) // first, so no call follows the end frame
-		s.hub.end(sessionID, reason)
+		s.hub.End(sessionID, reason)
 	}
 }
 
@@ -97,7 +97,7 @@ func (s *Server) dropEntry(ctx context.Context, sessionID string) error {
 func (s *Server) committed(sessionID string, m store.Mutation) {
 	if m.Entry != nil {
 		s.queueFeed.notify(m.Entry.OutpostID)
-		s.hub.fence(sessionID, m.Entry.Epoch)
+		s.hub.Fence(sessionID, m.Entry.Epoch)
 	}
 	if len(m.Events) > 0 {
 		s.topics.publish(sessionID, m.Events...)
@@ -133,8 +133,8 @@ func (s *Server) sweep(ctx context.Context) {
 // whose remote is connected to this server is kept instead: its keep-alive
 // came late (a stalled disk, a busy machine), the remote is not gone.
 func (s *Server) lapseClaim(ctx context.Context, sessionID string) error {
-	if c := s.hub.get(sessionID); c != nil {
-		lease := store.Lease{SessionID: sessionID, Epoch: c.epoch}
+	if c := s.hub.Get(sessionID); c != nil {
+		lease := store.Lease{SessionID: sessionID, Epoch: c.Epoch}
 		if err := s.store.KeepAlive(ctx, s.now().Add(s.opts.ReconnectGrace), lease); err != nil {
 			return fmt.Errorf("keep a connected remote's claim alive: %w", err)
 		}
