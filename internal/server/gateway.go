@@ -89,7 +89,7 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, cl gateway.C
 	}
 	full, err := s.store.GetSession(ctx, c.SessionID) // with its env and secrets
 	if err != nil {
-		return gateway.Welcome{}, err
+		return gateway.Welcome{}, fmt.Errorf("get session %s: %w", c.SessionID, err)
 	}
 	c.Secrets = redact.NewSet(full.Secrets)
 	// What the hello says of the machine goes on the transcript.
