@@ -21,7 +21,7 @@ import (
 // less. Every interval, a running session whose remote speaks protocol
 // version 3 or later, that has run a call since its latest snapshot and has
 // no call in flight, is asked for a checkpoint: the server holds calls back
-// (callGate) as for a suspend, sends checkpoint, the remote uploads its
+// (gateway.CallGate) as for a suspend, sends checkpoint, the remote uploads its
 // snapshot exactly as for a suspend (putSnapshot) and answers checkpointed,
 // and keeps serving. The server stores it as the session's one snapshot
 // (store.Snapshot; its blob key names the call after which it was taken),

@@ -17,7 +17,7 @@ import (
 )
 
 // Suspend and resume. A running session is suspended through its remote:
-// the server stops sending calls (callGate), waits until none is in flight,
+// the server stops sending calls (gateway.CallGate), waits until none is in flight,
 // sends suspend; the remote archives its workspace, uploads it (putSnapshot)
 // and answers suspended. The server then stores the snapshot's metadata,
 // moves the session to suspended and its queue entry's session_status to
