@@ -40,15 +40,6 @@ const (
 	flushEvery = 100 * time.Millisecond
 )
 
-// Claim is the claim a connect token stands for, as the server checked it.
-type Claim struct {
-	SessionID  string
-	Epoch      int64
-	AcceptorID string
-	// Entry is the session's queue entry as Admit read it.
-	Entry store.QueueEntry
-}
-
 // Welcome is the server's answer to a remote's hello.
 type Welcome struct {
 	// Refused, when not "", refuses the remote: it goes out in an error
@@ -67,19 +58,21 @@ type Welcome struct {
 // then Disconnected.
 type Handler interface {
 	// Admit checks r's connect token against the session's current claim
-	// and counts the connection in the server's shutdown. When it
+	// and counts the connection in the server's shutdown. It returns the
+	// session's queue entry, whose claim the token stands for. When it
 	// returns false it has written the refusal; otherwise done is called
 	// when the connection has ended.
-	Admit(w http.ResponseWriter, r *http.Request) (c Claim, done func(), ok bool)
+	Admit(w http.ResponseWriter, r *http.Request) (e store.QueueEntry, done func(), ok bool)
 	// Hello decides the remote's hello, its version checked: whether the
 	// remote is refused, and what the welcome says (the session's env and
-	// secrets, what to restore). It sets c's Snapshot, RestoreFrom and
+	// secrets, what to restore). e is the entry Admit returned. It sets c's Snapshot, RestoreFrom and
 	// Secrets, and records the remote's arrival. An error ends the
 	// connection without a word: the remote reconnects.
-	Hello(ctx context.Context, c *Conn, cl Claim, hello *api.Frame) (Welcome, error)
+	Hello(ctx context.Context, c *Conn, e store.QueueEntry, hello *api.Frame) (Welcome, error)
 	// Attached follows c's attach to the hub: the server keeps its claim
-	// alive and starts the session's runner when run. It returns false
-	// when the claim moved since Admit: the connection is closed. leave
+	// alive and starts the session's runner when run (the welcome went
+	// out). It returns false when the claim moved since Admit: the
+	// connection is closed. leave
 	// is called, either way, when the connection ends.
 	Attached(ctx context.Context, c *Conn, run bool) (leave func(), ok bool)
 	// Result delivers a call's result, redacted, once its output is on
@@ -124,18 +117,18 @@ func New(hub *Hub, output *Output, h Handler, log *slog.Logger) *Gateway {
 
 // ServeHTTP serves one remote's WebSocket for the life of its connection.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	cl, done, ok := g.handler.Admit(w, r)
+	e, done, ok := g.handler.Admit(w, r)
 	if !ok {
 		return
 	}
 	defer done()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
-		g.log.Warn("gateway accept", "session", cl.SessionID, "err", err)
+		g.log.Warn("gateway accept", "session", e.SessionID, "err", err)
 		return
 	}
 	ws.SetReadLimit(readLimit)
-	c := NewConn(ws, cl.SessionID, cl.Epoch, cl.AcceptorID)
+	c := NewConn(ws, e.SessionID, e.Epoch, e.AcceptorID)
 	defer func() {
 		g.hub.Detach(c) // first, so runners stop choosing this connection
 		close(c.done)
@@ -154,7 +147,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.Instance, c.Version = hello.Instance, api.ProtocolVersion(hello.V)
-	wel, err := g.handler.Hello(ctx, c, cl, &hello)
+	wel, err := g.handler.Hello(ctx, c, e, &hello)
 	if err != nil {
 		g.log.Error("gateway hello", "session", c.SessionID, "err", err)
 		return // the remote reconnects

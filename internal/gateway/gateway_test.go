@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // refusingHandler admits every connection and refuses every hello, the
@@ -29,12 +30,12 @@ func (h *refusingHandler) note(call string) {
 	h.calls = append(h.calls, call)
 }
 
-func (h *refusingHandler) Admit(http.ResponseWriter, *http.Request) (Claim, func(), bool) {
+func (h *refusingHandler) Admit(http.ResponseWriter, *http.Request) (store.QueueEntry, func(), bool) {
 	h.note("admit")
-	return Claim{SessionID: "s1", Epoch: 1, AcceptorID: "acc"}, func() { h.note("done") }, true
+	return store.QueueEntry{SessionID: "s1", Epoch: 1, AcceptorID: "acc"}, func() { h.note("done") }, true
 }
 
-func (h *refusingHandler) Hello(_ context.Context, c *Conn, _ Claim, hello *api.Frame) (Welcome, error) {
+func (h *refusingHandler) Hello(_ context.Context, c *Conn, _ store.QueueEntry, _ *api.Frame) (Welcome, error) {
 	h.note("hello " + c.Instance)
 	return Welcome{Refused: "another remote serves session s1", CloseReason: "another remote is serving this session"}, nil
 }

@@ -49,24 +49,24 @@ type gatewayHandler struct{ s *Server }
 
 // Admit checks the connect token and counts the connection in the
 // server's shutdown.
-func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (gateway.Claim, func(), bool) {
+func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (store.QueueEntry, func(), bool) {
 	s := h.s
-	ct, e, err := s.connectClaim(r.Context(), r)
+	_, e, err := s.connectClaim(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
-		return gateway.Claim{}, nil, false
+		return store.QueueEntry{}, nil, false
 	}
 	if !s.track() {
 		s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The server is shutting down; reconnect shortly."})
-		return gateway.Claim{}, nil, false
+		return store.QueueEntry{}, nil, false
 	}
-	return gateway.Claim{SessionID: ct.SessionID, Epoch: ct.Epoch, AcceptorID: e.AcceptorID, Entry: e}, s.wg.Done, true
+	return e, s.wg.Done, true
 }
 
 // Hello refuses a second remote process under one claim, reads what the
 // welcome gives the remote back (its repositories, its snapshot, the
 // session's env and secrets) and records the remote's arrival.
-func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, cl gateway.Claim, hello *api.Frame) (gateway.Welcome, error) {
+func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.QueueEntry, hello *api.Frame) (gateway.Welcome, error) {
 	s := h.s
 	if other := s.otherLiveInstance(ctx, c); other != "" {
 		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
@@ -75,7 +75,6 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, cl gateway.C
 		s.metrics.remotesRefused.Inc()
 		return gateway.Welcome{Refused: msg, CloseReason: "another remote is serving this session"}, nil
 	}
-	e := cl.Entry
 	var err error
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
