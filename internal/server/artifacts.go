@@ -17,6 +17,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/redact"
 )
 
@@ -105,7 +106,7 @@ type artifactUpload struct {
 // artifactUploads receives the artifact frames of one remote connection.
 type artifactUploads struct {
 	s  *Server
-	c  *remoteConn
+	c  *gateway.Conn
 	up map[int64]*artifactUpload
 	// secrets redacts the session's secrets; read at the first upload (a
 	// session's secrets never change). loaded tells a set that is nil
@@ -114,12 +115,12 @@ type artifactUploads struct {
 	loaded  bool
 }
 
-func (s *Server) newArtifactUploads(c *remoteConn) *artifactUploads {
+func (s *Server) newArtifactUploads(c *gateway.Conn) *artifactUploads {
 	return &artifactUploads{s: s, c: c, up: map[int64]*artifactUpload{}}
 }
 
-// close discards the uploads the connection did not finish.
-func (u *artifactUploads) close() {
+// Close discards the uploads the connection did not finish.
+func (u *artifactUploads) Close() {
 	for id := range u.up {
 		u.discard(id)
 	}
@@ -141,16 +142,16 @@ func (u *artifactUploads) discard(id int64) {
 func (u *artifactUploads) fail(ctx context.Context, id int64, seq int64, msg string) {
 	u.discard(id)
 	u.up[id] = &artifactUpload{failed: true}
-	if err := u.c.send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: id}, Error: msg}); err != nil {
-		u.s.log.Debug("artifact ack", "session", u.c.sessionID, "err", err)
+	if err := u.c.Send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: id}, Error: msg}); err != nil {
+		u.s.log.Debug("artifact ack", "session", u.c.SessionID, "err", err)
 	}
 }
 
-// frame handles a FrameArtifact.
-func (u *artifactUploads) frame(ctx context.Context, f api.Frame) {
+// Frame handles a FrameArtifact.
+func (u *artifactUploads) Frame(ctx context.Context, f api.Frame) {
 	a := f.Artifact
 	if a == nil {
-		u.s.log.Warn("artifact frame without an artifact", "session", u.c.sessionID)
+		u.s.log.Warn("artifact frame without an artifact", "session", u.c.SessionID)
 		return
 	}
 	switch a.Phase {
@@ -177,7 +178,7 @@ func (u *artifactUploads) begin(ctx context.Context, seq int64, a *api.ArtifactF
 	// is refused, without repeating it.
 	secrets, err := u.secretSet(ctx)
 	if err != nil {
-		u.s.log.Warn("artifact upload: read the session's secrets", "session", u.c.sessionID, "err", err)
+		u.s.log.Warn("artifact upload: read the session's secrets", "session", u.c.SessionID, "err", err)
 		u.fail(ctx, a.ID, seq, "the server could not check the artifact's name; upload it again")
 		return
 	}
@@ -190,7 +191,7 @@ func (u *artifactUploads) begin(ctx context.Context, seq int64, a *api.ArtifactF
 		ct = "application/octet-stream"
 	}
 	// The Put outlives the frame's context; discard or end finishes it.
-	w := blob.NewWriter(context.WithoutCancel(ctx), u.s.artifactBlobs, artifactKey(u.c.sessionID, a.Name), api.MaxArtifactBytes)
+	w := blob.NewWriter(context.WithoutCancel(ctx), u.s.artifactBlobs, artifactKey(u.c.SessionID, a.Name), api.MaxArtifactBytes)
 	u.up[a.ID] = &artifactUpload{seq: seq, name: a.Name, contentType: ct, blob: w, hash: sha256.New()}
 }
 
@@ -199,19 +200,19 @@ func (u *artifactUploads) secretSet(ctx context.Context) (*redact.Set, error) {
 	if u.loaded {
 		return u.secrets, nil
 	}
-	sess, err := u.s.store.GetSession(ctx, u.c.sessionID)
+	sess, err := u.s.store.GetSession(ctx, u.c.SessionID)
 	if err != nil {
-		return nil, fmt.Errorf("get session %s: %w", u.c.sessionID, err)
+		return nil, fmt.Errorf("get session %s: %w", u.c.SessionID, err)
 	}
 	u.secrets, u.loaded = redact.NewSet(sess.Secrets), true
 	return u.secrets, nil
 }
 
-// chunk handles a binary artifact chunk.
-func (u *artifactUploads) chunk(ctx context.Context, msg []byte) {
+// Chunk handles a binary artifact chunk.
+func (u *artifactUploads) Chunk(ctx context.Context, msg []byte) {
 	ch, err := api.ParseArtifactChunk(msg)
 	if err != nil {
-		u.s.log.Warn("gateway artifact chunk", "session", u.c.sessionID, "err", err)
+		u.s.log.Warn("gateway artifact chunk", "session", u.c.SessionID, "err", err)
 		return
 	}
 	a := u.up[ch.ID]
@@ -251,14 +252,14 @@ func (u *artifactUploads) end(ctx context.Context, seq int64, f *api.ArtifactFra
 	delete(u.up, f.ID)
 	ev := []api.Event{{Type: api.EventArtifact, Time: u.s.now().UnixMilli(), CallSeq: a.seq, Artifact: &art,
 		Text: fmt.Sprintf("Stored artifact %s (%d bytes, %s).", art.Name, art.Size, art.ContentType)}}
-	if err := u.s.store.AppendEvents(ctx, u.c.sessionID, ev); err != nil {
-		u.s.log.Warn("record artifact", "session", u.c.sessionID, "err", err)
+	if err := u.s.store.AppendEvents(ctx, u.c.SessionID, ev); err != nil {
+		u.s.log.Warn("record artifact", "session", u.c.SessionID, "err", err)
 	} else {
-		u.s.topics.publish(u.c.sessionID, ev...)
+		u.s.topics.publish(u.c.SessionID, ev...)
 	}
-	if err := u.c.send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: f.ID, Name: art.Name,
+	if err := u.c.Send(ctx, api.Frame{Type: api.FrameArtifactAck, Seq: seq, Artifact: &api.ArtifactFrame{ID: f.ID, Name: art.Name,
 		ContentType: art.ContentType, Size: art.Size, SHA256: art.SHA256}}); err != nil {
-		u.s.log.Debug("artifact ack", "session", u.c.sessionID, "err", err)
+		u.s.log.Debug("artifact ack", "session", u.c.SessionID, "err", err)
 	}
 }
 
@@ -267,7 +268,7 @@ var errArtifactDiscarded = errors.New("the artifact upload was discarded")
 
 // store stores a complete upload and writes its metadata.
 func (u *artifactUploads) store(ctx context.Context, a *artifactUpload, sum string) (api.Artifact, error) {
-	sid := u.c.sessionID
+	sid := u.c.SessionID
 	unlock, err := u.s.lockArtifacts(ctx, sid)
 	if err != nil {
 		return api.Artifact{}, fmt.Errorf("the server could not store the artifact: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -21,7 +22,7 @@ import (
 // less. Every interval, a running session whose remote speaks protocol
 // version 3 or later, that has run a call since its latest snapshot and has
 // no call in flight, is asked for a checkpoint: the server holds calls back
-// (callGate) as for a suspend, sends checkpoint, the remote uploads its
+// (gateway.CallGate) as for a suspend, sends checkpoint, the remote uploads its
 // snapshot exactly as for a suspend (putSnapshot) and answers checkpointed,
 // and keeps serving. The server stores it as the session's one snapshot
 // (store.Snapshot; its blob key names the call after which it was taken),
@@ -66,31 +67,6 @@ type checkpointValue struct {
 	AfterSeq int64 `json:"after_seq"`
 }
 
-// pauseIfIdle holds back new calls and reports true when none is in
-// flight; otherwise it changes nothing and reports false. Its caller holds
-// the session's suspendOps slot, so no suspend holds the gate meanwhile.
-func (g *callGate) pauseIfIdle() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.inflight) > 0 {
-		return false
-	}
-	g.paused = true
-	g.notifyLocked()
-	return true
-}
-
-// list returns the attached connections.
-func (h *hub) list() []*remoteConn {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]*remoteConn, 0, len(h.conns))
-	for _, c := range h.conns {
-		out = append(out, c)
-	}
-	return out
-}
-
 // checkpointer is the state of the checkpoint loop.
 type checkpointer struct {
 	mu sync.Mutex // guards failed
@@ -116,19 +92,19 @@ func (s *Server) checkpointSessions(ctx context.Context) {
 // checkpointRound starts the checkpoints that are due.
 func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync.WaitGroup) {
 	now := s.now()
-	for _, c := range s.hub.list() {
-		if c.version < api.SnapshotsSince || s.suspends.get(c.sessionID) != nil {
+	for _, c := range s.hub.List() {
+		if c.Version < api.SnapshotsSince || s.suspends.get(c.SessionID) != nil {
 			continue
 		}
 		cp.mu.Lock()
-		failedAt, failed := cp.failed[c.sessionID]
+		failedAt, failed := cp.failed[c.SessionID]
 		cp.mu.Unlock()
 		if failed && now.Sub(failedAt) < s.opts.SnapshotInterval {
 			continue
 		}
 		seq, due, err := s.checkpointDue(ctx, c, now)
 		if err != nil {
-			s.log.Warn("checkpoint", "session", c.sessionID, "err", err)
+			s.log.Warn("checkpoint", "session", c.SessionID, "err", err)
 			continue
 		}
 		if !due {
@@ -142,14 +118,14 @@ func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync
 			cp.mu.Lock()
 			defer cp.mu.Unlock()
 			if err == nil {
-				delete(cp.failed, c.sessionID)
+				delete(cp.failed, c.SessionID)
 				return
 			}
-			if _, again := cp.failed[c.sessionID]; !again {
+			if _, again := cp.failed[c.SessionID]; !again {
 				s.recordCheckpointFailure(ctx, c, err)
 			}
-			s.log.Warn("checkpoint failed; the session goes on", "session", c.sessionID, "err", err)
-			cp.failed[c.sessionID] = s.now()
+			s.log.Warn("checkpoint failed; the session goes on", "session", c.SessionID, "err", err)
+			cp.failed[c.SessionID] = s.now()
 		})
 	}
 }
@@ -158,18 +134,18 @@ func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync
 // the call after which it would be taken: it runs, has run a call since
 // its latest snapshot, and that snapshot is older than the interval; and
 // the remote of c did not fail to restore the snapshot.
-func (s *Server) checkpointDue(ctx context.Context, c *remoteConn, now time.Time) (int64, bool, error) {
-	if s.suspends.unrestoredWhy(c.sessionID, c.epoch) != "" {
+func (s *Server) checkpointDue(ctx context.Context, c *gateway.Conn, now time.Time) (int64, bool, error) {
+	if s.suspends.unrestoredWhy(c.SessionID, c.Epoch) != "" {
 		return 0, false, nil // its workspace is not the session's: keep the snapshot
 	}
-	sess, err := s.store.GetSession(ctx, c.sessionID)
+	sess, err := s.store.GetSession(ctx, c.SessionID)
 	if err != nil {
 		return 0, false, fmt.Errorf("get session: %w", err)
 	}
 	if sess.Status != api.StatusRunning || sess.LastSeq == 0 {
 		return 0, false, nil
 	}
-	sn, err := s.store.GetSnapshot(ctx, c.sessionID)
+	sn, err := s.store.GetSnapshot(ctx, c.SessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return sess.LastSeq, true, nil
 	}
@@ -186,17 +162,17 @@ func (s *Server) checkpointDue(ctx context.Context, c *remoteConn, now time.Time
 // last whose result the server holds: errCheckpointBusy when a call is in
 // flight, a suspend or checkpoint is in progress or another call ended
 // meanwhile.
-func (s *Server) checkpoint(ctx context.Context, c *remoteConn, seq int64) error {
-	op := s.suspends.startOp(c.sessionID, c.epoch, checkpointKey(c.sessionID, c.epoch, seq), true)
+func (s *Server) checkpoint(ctx context.Context, c *gateway.Conn, seq int64) error {
+	op := s.suspends.startOp(c.SessionID, c.Epoch, checkpointKey(c.SessionID, c.Epoch, seq), true)
 	if op == nil {
 		return errCheckpointBusy
 	}
-	defer s.suspends.finish(c.sessionID, op)
-	if !c.gate.pauseIfIdle() {
+	defer s.suspends.finish(c.SessionID, op)
+	if !c.Gate.PauseIfIdle() {
 		return errCheckpointBusy
 	}
-	defer c.gate.unpause()
-	if sess, err := s.store.GetSession(ctx, c.sessionID); err != nil || sess.LastSeq != seq || sess.Status != api.StatusRunning {
+	defer c.Gate.Unpause()
+	if sess, err := s.store.GetSession(ctx, c.SessionID); err != nil || sess.LastSeq != seq || sess.Status != api.StatusRunning {
 		return errCheckpointBusy
 	}
 	start := s.now()
@@ -212,43 +188,43 @@ func (s *Server) checkpoint(ctx context.Context, c *remoteConn, seq int64) error
 // commitCheckpoint stores the checkpoint as the session's snapshot, records
 // its event and deletes the snapshot it replaced. When the session changed
 // meanwhile (it ended, its claim moved) the replaced snapshot is put back.
-func (s *Server) commitCheckpoint(ctx context.Context, c *remoteConn, op *suspendOp, info api.SnapshotInfo, seq int64) error {
+func (s *Server) commitCheckpoint(ctx context.Context, c *gateway.Conn, op *suspendOp, info api.SnapshotInfo, seq int64) error {
 	ctx = context.WithoutCancel(ctx) // a half-stored checkpoint helps nobody
 	now := s.now()
-	sn := store.Snapshot{SessionID: c.sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
+	sn := store.Snapshot{SessionID: c.SessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
 		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
 	prev, err := s.store.PutSnapshot(ctx, sn)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		_ = s.blobs.Delete(ctx, op.key)
-		return fmt.Errorf("store checkpoint of %s: %w", c.sessionID, err)
+		return fmt.Errorf("store checkpoint of %s: %w", c.SessionID, err)
 	}
 	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
 	ok := true
-	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+	m, err := s.store.UpdateSession(ctx, c.SessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if !lifecycle.RunsUnder(sess, e, op.epoch) {
-			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.sessionID, sess.Status, errCheckpointBusy)
+			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.SessionID, sess.Status, errCheckpointBusy)
 		}
-		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value,
+		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Value: value,
 			Reason: fmt.Sprintf("Took a checkpoint of the workspace after call %d: %s in %d files, %s compressed, in %s. Should the machine end without suspending, the next one restores it; changes after it would be lost.",
 				seq, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)}}}, nil
 	})
 	if err != nil {
-		s.undoPutSnapshot(ctx, c.sessionID, prev, op.key)
+		s.undoPutSnapshot(ctx, c.SessionID, prev, op.key)
 		return err
 	}
-	s.committed(c.sessionID, m)
+	s.committed(c.SessionID, m)
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
-			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
+			s.log.Warn("delete replaced snapshot", "session", c.SessionID, "key", prev.BlobKey, "err", err)
 		}
 	}
-	s.log.Info("checkpoint stored", "session", c.sessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.key)
+	s.log.Info("checkpoint stored", "session", c.SessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.key)
 	return nil
 }
 
 // recordCheckpointFailure writes the first of a row of failed checkpoints on
 // the transcript.
-func (s *Server) recordCheckpointFailure(ctx context.Context, c *remoteConn, cause error) {
+func (s *Server) recordCheckpointFailure(ctx context.Context, c *gateway.Conn, cause error) {
 	msg := cause.Error()
 	var he *httpError
 	if errors.As(cause, &he) {
@@ -256,13 +232,13 @@ func (s *Server) recordCheckpointFailure(ctx context.Context, c *remoteConn, cau
 	}
 	ok := false
 	value, _ := json.Marshal(checkpointValue{SnapshotInfo: api.SnapshotInfo{Error: msg}, Checkpoint: true})
-	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Error: msg, Value: value,
+	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Error: msg, Value: value,
 		Reason: fmt.Sprintf("The periodic checkpoint failed (it is tried again every %s): %s", s.opts.SnapshotInterval, msg)}}
-	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.sessionID, ev); err != nil {
-		s.log.Warn("record failed checkpoint", "session", c.sessionID, "err", err)
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.SessionID, ev); err != nil {
+		s.log.Warn("record failed checkpoint", "session", c.SessionID, "err", err)
 		return
 	}
-	s.topics.publish(c.sessionID, ev...)
+	s.topics.publish(c.SessionID, ev...)
 }
 
 // checkpointNote is the part of a resume event's reason for a workspace

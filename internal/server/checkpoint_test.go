@@ -112,7 +112,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	r.send(api.Frame{Type: api.FrameHello, SessionID: id})
 	r.expect(api.FrameWelcome)
 	r.expect(api.FrameCall)
-	c := ts.srv.hub.get(id)
+	c := ts.srv.hub.Get(id)
 	ctx := context.Background()
 
 	// Call 1 in flight: no checkpoint, and the calls are not held.
@@ -125,7 +125,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 
 	// Call 2 waits (as if the agent took its time) while call 1's result
 	// comes: the session is idle, the checkpoint comes.
-	c.gate.pause()
+	c.Gate.Pause()
 	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
 	archive1 := []byte("the workspace after call 1")
 	r.checkpointFrom(ts, id, token, archive1)
@@ -149,7 +149,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	}
 
 	// After call 2, a second checkpoint replaces the first.
-	c.gate.pause()
+	c.Gate.Pause()
 	r.send(api.Frame{Type: api.FrameResult, Seq: 2, OK: true, Value: json.RawMessage(`{}`)})
 	archive2 := []byte("the workspace after call 2, larger")
 	r.checkpointFrom(ts, id, token, archive2)

@@ -40,8 +40,8 @@ func (s *Server) newLifecycle() *lifecycle.Machine {
 			Exhausted: s.attemptsExhausted,
 			Ended:     s.ended,
 			Attached: func(sessionID string) (int64, bool) {
-				if c := s.hub.get(sessionID); c != nil {
-					return c.epoch, true
+				if c := s.hub.Get(sessionID); c != nil {
+					return c.Epoch, true
 				}
 				return 0, false
 			},
@@ -55,7 +55,7 @@ func (s *Server) newLifecycle() *lifecycle.Machine {
 func (s *Server) attemptsExhausted(_ context.Context, sessionID string, m store.Mutation) {
 	s.metrics.sessionsEnded.WithLabelValues(api.StatusError, api.DetailError).Inc()
 	s.stopRunner(sessionID)
-	s.hub.end(sessionID, m.Session.Reason)
+	s.hub.End(sessionID, m.Session.Reason)
 }
 
 // endSession moves a session to a final status. It is a no-op on a session
@@ -74,7 +74,7 @@ func (s *Server) ended(sessionID, status, detail, reason string) func() {
 	s.log.Info("session ended", "session", sessionID, "status", status, "detail", detail, "reason", reason)
 	return func() {
 		s.stopRunner(sessionID) // first, so no call follows the end frame
-		s.hub.end(sessionID, reason)
+		s.hub.End(sessionID, reason)
 	}
 }
 
@@ -83,7 +83,7 @@ func (s *Server) ended(sessionID, status, detail, reason string) func() {
 func (s *Server) committed(sessionID string, m store.Mutation) {
 	if m.Entry != nil {
 		s.queueFeed.notify(m.Entry.OutpostID)
-		s.hub.fence(sessionID, m.Entry.Epoch)
+		s.hub.Fence(sessionID, m.Entry.Epoch)
 	}
 	if len(m.Events) > 0 {
 		s.topics.publish(sessionID, m.Events...)

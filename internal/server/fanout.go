@@ -63,8 +63,8 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 			s.log.Warn("the change feed reconnected; reading again what is followed here", "err", c.Err)
 		}
 		s.wakeAll()
-		for _, rc := range s.hub.list() {
-			s.endIfEnded(rc.sessionID)
+		for _, rc := range s.hub.List() {
+			s.endIfEnded(rc.SessionID)
 		}
 		select {
 		case resync <- struct{}{}:
@@ -81,12 +81,12 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 	}
 	if c.Seq > 0 {
 		s.topics.poke(c.SessionID, c.Seq)
-		s.userMessages.notify()
+		s.userMessages.Notify()
 	}
 	if c.Rev > 0 {
 		s.queueFeed.notify(c.OutpostID)
-		s.hub.fence(c.SessionID, c.Epoch)
-		if s.hub.get(c.SessionID) != nil {
+		s.hub.Fence(c.SessionID, c.Epoch)
+		if s.hub.Get(c.SessionID) != nil {
 			s.endIfEnded(c.SessionID)
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Server) endIfEnded(sessionID string) {
 			return
 		}
 		s.stopRunner(sessionID) // first, so no call follows the end frame
-		s.hub.end(sessionID, sess.Reason)
+		s.hub.End(sessionID, sess.Reason)
 	})
 }
 
@@ -112,7 +112,7 @@ func (s *Server) endIfEnded(sessionID string) {
 func (s *Server) wakeAll() {
 	s.topics.pokeEvery(true)
 	s.queueFeed.notify("")
-	s.userMessages.notify()
+	s.userMessages.Notify()
 }
 
 // backstop runs a round every fanoutPoll, and at once on resync, until ctx
@@ -165,7 +165,7 @@ func (s *Server) fenceChanged(ctx context.Context, rev int64) (int64, error) {
 			return rev, err
 		}
 		for _, e := range rows {
-			s.hub.fence(e.SessionID, e.Epoch)
+			s.hub.Fence(e.SessionID, e.Epoch)
 			rev = e.Rev
 		}
 		if len(rows) < page {

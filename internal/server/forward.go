@@ -22,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) forwardTarget(ctx context.Context, r *http.Request, sessionID s
 	if !s.shared || sessionID == "" || r.Header.Get(HeaderForwardedBy) != "" {
 		return nil
 	}
-	if s.hub.get(sessionID) != nil {
+	if s.hub.Get(sessionID) != nil {
 		return nil
 	}
 	e, err := s.store.GetQueueEntry(ctx, sessionID)
@@ -86,7 +87,7 @@ func (s *Server) toOwnerGateway(h func(http.ResponseWriter, *http.Request) error
 		if !s.shared || r.Header.Get(HeaderForwardedBy) != "" {
 			return h(w, r)
 		}
-		if sid := r.Header.Get(api.HeaderSessionID); sid != "" && s.hub.get(sid) != nil {
+		if sid := r.Header.Get(api.HeaderSessionID); sid != "" && s.hub.Get(sid) != nil {
 			return h(w, r) // which checks the token names that session
 		}
 		secret := bearer(r)
@@ -289,7 +290,7 @@ func (s *Server) dropHandler(w http.ResponseWriter, r *http.Request) {
 	// The connection is taken before the store is read: one that attaches
 	// after the read (its hello made this replica the owner again) is not
 	// the one this drop is about.
-	held := s.hub.get(id)
+	held := s.hub.Get(id)
 	e, err := s.store.GetQueueEntry(r.Context(), id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.writeError(w, r, err)
@@ -310,18 +311,18 @@ func (s *Server) dropHandler(w http.ResponseWriter, r *http.Request) {
 // unless a connection has attached since. It reports whether it closed a
 // connection. A connection that attached after held was taken belongs to
 // a newer hello and is kept, with its runner.
-func (s *Server) dropSession(sessionID string, held *remoteConn, why string) bool {
+func (s *Server) dropSession(sessionID string, held *gateway.Conn, why string) bool {
 	if held == nil {
-		if s.hub.get(sessionID) == nil {
+		if s.hub.Get(sessionID) == nil {
 			s.agents.StopSession(sessionID)
 		}
 		return false
 	}
-	if !s.hub.dropIf(sessionID, held) {
+	if !s.hub.DropIf(sessionID, held) {
 		return false
 	}
-	held.moved.Store(true)
-	held.close(websocket.StatusPolicyViolation, why)
+	held.Moved.Store(true)
+	held.Close(websocket.StatusPolicyViolation, why)
 	s.agents.StopSession(sessionID)
 	return true
 }

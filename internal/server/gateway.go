@@ -1,29 +1,16 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
-)
-
-const (
-	// gatewayReadLimit bounds one gateway message.
-	gatewayReadLimit = 32 << 20
-	// closeHandshakeWait bounds how long a finished connection waits for
-	// the remote to answer its close before it is cut.
-	closeHandshakeWait = 5 * time.Second
 )
 
 // errStaleClaim refuses a remote whose claim lapsed or moved.
@@ -55,174 +42,136 @@ func (s *Server) connectClaim(ctx context.Context, r *http.Request) (store.Conne
 	return ct, e, nil
 }
 
-// gateway serves one remote's WebSocket for the life of its connection.
-func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
-	ct, e, err := s.connectClaim(r.Context(), r)
+// gatewayHandler is the server's side of the gateway (gateway.Handler):
+// it decides who may connect, what a hello means for the session, and what
+// becomes of the remote's results and reports.
+type gatewayHandler struct{ s *Server }
+
+// Admit checks the connect token and counts the connection in the
+// server's shutdown.
+func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (store.QueueEntry, func(), bool) {
+	s := h.s
+	_, e, err := s.connectClaim(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
-		return
+		return store.QueueEntry{}, nil, false
 	}
 	if !s.track() {
 		s.writeError(w, r, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable, "The server is shutting down; reconnect shortly."})
-		return
+		return store.QueueEntry{}, nil, false
 	}
-	defer s.wg.Done()
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
-	if err != nil {
-		s.log.Warn("gateway accept", "session", ct.SessionID, "err", err)
-		return
-	}
-	ws.SetReadLimit(gatewayReadLimit)
-	c := &remoteConn{sessionID: ct.SessionID, epoch: ct.Epoch, acceptorID: e.AcceptorID, ws: ws,
-		version: api.CurrentProtocolVersion, done: make(chan struct{})}
-	defer func() {
-		s.hub.detach(c) // first, so runners stop choosing this connection
-		close(c.done)
-		c.close(websocket.StatusNormalClosure, "")
-		c.closed(closeHandshakeWait)
-	}()
-	ctx := r.Context()
-	hello, err := readHello(ctx, ws, ct.SessionID)
-	if err != nil {
-		s.log.Warn("gateway hello", "session", ct.SessionID, "v", hello.V, "err", err)
-		if v := api.ProtocolVersion(hello.V); v.Supported() {
-			c.version = v // refused for another reason: say it in the remote's version
-		}
-		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: err.Error()})
-		c.close(websocket.StatusProtocolError, "hello refused; the error frame says why")
-		return
-	}
-	c.instance, c.version = hello.Instance, api.ProtocolVersion(hello.V)
+	return e, s.wg.Done, true
+}
+
+// Hello refuses a second remote process under one claim, reads what the
+// welcome gives the remote back (its repositories, its snapshot, the
+// session's env and secrets) and records the remote's arrival.
+func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.QueueEntry, hello *api.Frame) (gateway.Welcome, error) {
+	s := h.s
 	if other := s.otherLiveInstance(ctx, c); other != "" {
 		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
-			"Two workers or machines must never share an acceptor id or a connect token.", other, c.sessionID, c.instance)
-		s.log.Warn("refused a second remote for one session", "session", c.sessionID, "serving", other, "refused", c.instance, "acceptor", c.acceptorID)
+			"Two workers or machines must never share an acceptor id or a connect token.", other, c.SessionID, c.Instance)
+		s.log.Warn("refused a second remote for one session", "session", c.SessionID, "serving", other, "refused", c.Instance, "acceptor", c.AcceptorID)
 		s.metrics.remotesRefused.Inc()
-		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: msg})
-		c.close(websocket.StatusPolicyViolation, "another remote is serving this session")
-		return
+		return gateway.Welcome{Refused: msg, CloseReason: "another remote is serving this session"}, nil
 	}
+	var err error
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
 	if e.Kind == api.KindResume {
-		if restore, err = s.restoreList(ctx, ct.SessionID); err != nil {
-			s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
-			return // the remote reconnects
+		if restore, err = s.restoreList(ctx, c.SessionID); err != nil {
+			return gateway.Welcome{}, err
 		}
 	}
-	if c.snapshot, err = s.welcomeSnapshot(ctx, c, e); err != nil {
-		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
-		return // the remote reconnects
+	if c.Snapshot, err = s.welcomeSnapshot(ctx, c, e); err != nil {
+		return gateway.Welcome{}, err
 	}
-	full, err := s.store.GetSession(ctx, ct.SessionID) // with its env and secrets
+	full, err := s.store.GetSession(ctx, c.SessionID) // with its env and secrets
 	if err != nil {
-		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
-		return // the remote reconnects
+		return gateway.Welcome{}, fmt.Errorf("get session %s: %w", c.SessionID, err)
 	}
-	c.secrets = redact.NewSet(full.Secrets)
+	c.Secrets = redact.NewSet(full.Secrets)
 	// What the hello says of the machine goes on the transcript.
-	newOutputRedactor(c.secrets).report(&hello)
-	sess, err := s.onHello(ctx, c, hello, restore)
+	gateway.NewOutputRedactor(c.Secrets).Report(hello)
+	sess, err := s.onHello(ctx, c, *hello, restore)
 	if errors.Is(err, errStaleClaim) {
-		_ = c.send(ctx, api.Frame{Type: api.FrameError, Reason: errStaleClaim.Error()})
-		c.close(websocket.StatusPolicyViolation, errStaleClaim.Error())
-		return
+		return gateway.Welcome{Refused: errStaleClaim.Error(), CloseReason: errStaleClaim.Error()}, nil
 	}
 	if err != nil {
-		s.log.Error("gateway hello", "session", ct.SessionID, "err", err)
-		return
+		return gateway.Welcome{}, err
 	}
 	if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
-		_ = c.send(ctx, api.Frame{Type: api.FrameEnd, Reason: sess.Reason})
-	} else {
-		if err := c.send(ctx, api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.snapshot}); err != nil {
-			return
-		}
+		return gateway.Welcome{Frame: api.Frame{Type: api.FrameEnd, Reason: sess.Reason}}, nil
 	}
-	// Attach only after welcome: the runner sends calls to attached
-	// connections, and the remote needs the welcome first.
-	s.hub.attach(c)
-	defer s.graceAfter(c)
+	return gateway.Welcome{Frame: api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.Snapshot}}, nil
+}
+
+// Attached counts the remote, pings it while it is attached, and starts
+// the session's runner unless its claim moved meanwhile. When the
+// connection ends the claim gets its reconnect grace.
+func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool) (func(), bool) {
+	s := h.s
 	s.metrics.remotes.Inc()
-	defer s.metrics.remotes.Dec()
 	pctx, stopPing := context.WithCancel(ctx)
 	pinged := make(chan struct{})
 	go func() {
 		defer close(pinged)
 		s.pingRemote(pctx, c)
 	}()
-	defer func() {
+	leave := func() {
 		stopPing()
 		<-pinged
-	}()
+		s.metrics.remotes.Dec()
+		s.graceAfter(c)
+	}
 	// A claim may have moved between the token check and attach.
-	if cur, err := s.store.GetQueueEntry(ctx, ct.SessionID); err != nil || cur.Epoch != ct.Epoch {
-		c.close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
-		return
+	if cur, err := s.store.GetQueueEntry(ctx, c.SessionID); err != nil || cur.Epoch != c.Epoch {
+		return leave, false
 	}
-	if !api.IsFinal(sess.Status) && sess.Status != api.StatusSuspended {
-		s.ensureRunner(sess.ID)
+	if run {
+		s.ensureRunner(c.SessionID)
 	}
-	s.readLoop(ctx, c)
-	if ctx.Err() == nil && !c.moved.Load() {
-		s.recordDisconnect(c)
+	return leave, true
+}
+
+// Result hands a call's result to the session's runner.
+func (h gatewayHandler) Result(ctx context.Context, c *gateway.Conn, f api.Frame) {
+	h.s.deliverResult(ctx, c, f)
+}
+
+// Artifacts receives the connection's artifact uploads into the blob store.
+func (h gatewayHandler) Artifacts(c *gateway.Conn) gateway.Artifacts {
+	return h.s.newArtifactUploads(c)
+}
+
+// Restored records how the remote restored the session's repositories and
+// snapshot.
+func (h gatewayHandler) Restored(ctx context.Context, c *gateway.Conn, f api.Frame) {
+	h.s.recordRestore(ctx, c, f.Restored)
+	if f.SnapshotRestored != nil {
+		h.s.recordSnapshotRestore(ctx, c, *f.SnapshotRestored)
 	}
 }
 
-// readHello reads the remote's hello and checks its protocol version. A
-// hello that is refused is returned too, as far as it could be read.
-func readHello(ctx context.Context, ws *websocket.Conn, sessionID string) (api.Frame, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	typ, data, err := ws.Read(ctx)
-	if err != nil {
-		return api.Frame{}, fmt.Errorf("read hello: %w", err)
-	}
-	var f api.Frame
-	if typ != websocket.MessageText || json.Unmarshal(data, &f) != nil || f.Type != api.FrameHello {
-		return api.Frame{}, errors.New("the first gateway frame must be a JSON hello")
-	}
-	if err := checkVersion(f); err != nil {
-		return f, err
-	}
-	if f.SessionID != "" && f.SessionID != sessionID {
-		return f, errors.New("hello names another session than the connect token")
-	}
-	return f, nil
-}
+// Suspended takes the remote's snapshot for a suspend or checkpoint.
+func (h gatewayHandler) Suspended(c *gateway.Conn, f api.Frame) { h.s.onSuspended(c, f) }
 
-// checkVersion refuses a hello whose protocol version this server does not
-// accept, or that lacks what its version requires, saying which side to
-// upgrade.
-func checkVersion(hello api.Frame) error {
-	v := api.ProtocolVersion(hello.V)
-	accepts := fmt.Sprintf("this server accepts gateway protocol versions %d to %d", api.MinProtocolVersion, api.CurrentProtocolVersion)
-	switch {
-	case hello.V == 0:
-		return fmt.Errorf("the remote's hello names no gateway protocol version (\"v\") and %s; every Outpost remote names one: run an outpost binary as the remote", accepts)
-	case v < api.MinProtocolVersion:
-		return fmt.Errorf("the remote speaks gateway protocol version %d and %s: upgrade the remote (a newer outpost binary, or a newer remote build pinned for the outpost)", v, accepts)
-	case v > api.CurrentProtocolVersion:
-		return fmt.Errorf("the remote speaks gateway protocol version %d and %s: upgrade the server, or run a remote of protocol version %d or older", v, accepts, api.CurrentProtocolVersion)
-	case v >= api.InstanceRequiredSince && hello.Instance == "":
-		return fmt.Errorf("the remote speaks gateway protocol version %d, whose hello must name the remote's instance, and names none", v)
-	}
-	return nil
-}
+// Disconnected records the remote's disconnect on the transcript.
+func (h gatewayHandler) Disconnected(c *gateway.Conn) { h.s.recordDisconnect(c) }
 
 // onHello records the remote's arrival and moves the session to running.
 // restore is what the welcome will ask the remote to clone again.
-func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
+func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
 	now := s.now()
 	var out store.Session
 	var prevOwner string
-	m, err := s.store.UpdateSession(ctx, c.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+	m, err := s.store.UpdateSession(ctx, c.SessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		out, prevOwner = sess, ""
 		if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 			return store.Mutation{}, nil // the remote is told to end
 		}
 		// The claim may have lapsed or moved since the token was checked.
-		if !e.Held(now) || e.Epoch != c.epoch {
+		if !e.Held(now) || e.Epoch != c.Epoch {
 			return store.Mutation{}, errStaleClaim
 		}
 		// From now on the connection holds the claim (see keepClaimsAlive)
@@ -233,14 +182,14 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 		if hello.Capabilities != nil {
 			sess.Capabilities = hello.Capabilities
 		}
-		m.Events = append(m.Events, api.Event{Type: api.EventRemoteConnected, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
-			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.acceptorID)})
+		m.Events = append(m.Events, api.Event{Type: api.EventRemoteConnected, Time: now.UnixMilli(), AcceptorID: c.AcceptorID,
+			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.AcceptorID)})
 		if sess.Status == api.StatusResuming {
-			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.acceptorID,
-				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.acceptorID, sess.LastSeq, resumeNote(restore, c.snapshot, c.restoreFrom, sess.LastSeq))})
+			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.AcceptorID,
+				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.AcceptorID, sess.LastSeq, resumeNote(restore, c.Snapshot, c.RestoreFrom, sess.LastSeq))})
 		}
 		if sess.Status != api.StatusRunning {
-			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.acceptorID)
+			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.AcceptorID)
 			m.Events = append(m.Events, lifecycle.StatusEvent(sess, now))
 		}
 		if sess.StartedAt == nil {
@@ -254,157 +203,27 @@ func (s *Server) onHello(ctx context.Context, c *remoteConn, hello api.Frame, re
 		return m, nil
 	})
 	if err != nil {
-		return out, fmt.Errorf("record remote of session %s: %w", c.sessionID, err)
+		return out, fmt.Errorf("record remote of session %s: %w", c.SessionID, err)
 	}
-	s.committed(c.sessionID, m)
+	s.committed(c.SessionID, m)
 	if s.shared && prevOwner != "" && prevOwner != s.opts.ReplicaID {
 		// The remote left another replica: that one drops its connection
 		// and runner now rather than when it notices.
-		s.wg.Go(func() { s.tellDrop(context.WithoutCancel(s.runCtx), prevOwner, c.sessionID) })
+		s.wg.Go(func() { s.tellDrop(context.WithoutCancel(s.runCtx), prevOwner, c.SessionID) })
 	}
 	return out, nil
 }
 
-func (s *Server) recordDisconnect(c *remoteConn) {
-	ev := []api.Event{{Type: api.EventRemoteDisconnected, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID,
+func (s *Server) recordDisconnect(c *gateway.Conn) {
+	ev := []api.Event{{Type: api.EventRemoteDisconnected, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID,
 		Reason: "The remote's connection closed; it may reconnect."}}
-	sess, err := s.store.GetSession(context.Background(), c.sessionID)
+	sess, err := s.store.GetSession(context.Background(), c.SessionID)
 	if err != nil || api.IsFinal(sess.Status) {
 		return
 	}
-	if err := s.store.AppendEvents(context.Background(), c.sessionID, ev); err != nil {
-		s.log.Warn("record disconnect", "session", c.sessionID, "err", err)
+	if err := s.store.AppendEvents(context.Background(), c.SessionID, ev); err != nil {
+		s.log.Warn("record disconnect", "session", c.SessionID, "err", err)
 		return
 	}
-	s.topics.publish(c.sessionID, ev...)
-}
-
-// message is one gateway message handed from the reading goroutine. Its
-// buffer comes from msgBuffers and goes back once the message is handled.
-type message struct {
-	typ websocket.MessageType
-	buf *[]byte
-}
-
-// msgBuffers recycles message buffers, so streaming output does not
-// allocate a fresh buffer per chunk.
-var msgBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
-
-// readMessage reads one whole message into a pooled buffer.
-func readMessage(ctx context.Context, ws *websocket.Conn) (message, error) {
-	typ, r, err := ws.Reader(ctx)
-	if err != nil {
-		return message{}, err
-	}
-	bp := msgBuffers.Get().(*[]byte)
-	buf := bytes.NewBuffer((*bp)[:0])
-	if _, err := buf.ReadFrom(r); err != nil {
-		msgBuffers.Put(bp)
-		return message{}, err
-	}
-	*bp = buf.Bytes()
-	return message{typ: typ, buf: bp}, nil
-}
-
-// readLoop handles the remote's frames until the connection ends. Output
-// is batched into transcript events; results go to the session's runner.
-// Messages are read by a goroutine of their own, so that output is flushed
-// on time while the remote is quiet; readLoop returns only after it ended.
-func (s *Server) readLoop(ctx context.Context, c *remoteConn) {
-	rctx, stopReading := context.WithCancel(ctx)
-	msgs := make(chan message, 64)
-	var readErr error // set before msgs is closed
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		defer close(msgs)
-		for {
-			m, err := readMessage(rctx, c.ws)
-			if err != nil {
-				readErr = err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-rctx.Done():
-				msgBuffers.Put(m.buf)
-				return
-			}
-		}
-	})
-	defer func() {
-		stopReading() // ends a read in progress (and with it the connection)
-		for m := range msgs {
-			msgBuffers.Put(m.buf)
-		}
-		reader.Wait()
-	}()
-	out := s.outputFor(c.sessionID)
-	defer out.storeSpills() // after the flush below
-	red := newOutputRedactor(c.secrets)
-	arts := s.newArtifactUploads(c)
-	defer arts.close()
-	flush := time.NewTicker(100 * time.Millisecond)
-	defer flush.Stop()
-	defer out.flush(context.WithoutCancel(ctx))
-	defer red.flushAll(func(f api.OutputFrame) { out.add(context.WithoutCancel(ctx), f) }) // before that flush
-	for {
-		select {
-		case <-flush.C:
-			out.flush(ctx)
-		case m, ok := <-msgs:
-			if !ok {
-				if websocket.CloseStatus(readErr) == -1 && ctx.Err() == nil {
-					s.log.Debug("gateway read", "session", c.sessionID, "err", readErr)
-				}
-				return
-			}
-			if m.typ == websocket.MessageBinary && api.IsArtifactChunk(*m.buf) {
-				arts.chunk(ctx, *m.buf)
-				msgBuffers.Put(m.buf)
-				continue
-			}
-			if m.typ == websocket.MessageBinary {
-				f, err := api.ParseOutputFrame(*m.buf)
-				if err != nil {
-					s.log.Warn("gateway output frame", "session", c.sessionID, "err", err)
-				} else {
-					f.Data = red.write(f)
-					out.add(ctx, f) // copies what it keeps
-				}
-				msgBuffers.Put(m.buf)
-				continue
-			}
-			var f api.Frame
-			err := json.Unmarshal(*m.buf, &f)
-			msgBuffers.Put(m.buf)
-			if err != nil {
-				s.log.Warn("gateway frame", "session", c.sessionID, "err", err)
-				continue
-			}
-			switch f.Type {
-			case api.FrameResult:
-				c.gate.leave(f.Seq)
-				red.flush(f.Seq, func(o api.OutputFrame) { out.add(ctx, o) })
-				out.finish(ctx, f.Seq)
-				red.result(&f)
-				s.deliverResult(ctx, c, f)
-			case api.FrameArtifact:
-				out.flush(ctx) // the call's output before its artifact event
-				arts.frame(ctx, f)
-			case api.FrameRestored:
-				red.report(&f)
-				out.flush(ctx)
-				s.recordRestore(ctx, c, f.Restored)
-				if f.SnapshotRestored != nil {
-					s.recordSnapshotRestore(ctx, c, *f.SnapshotRestored)
-				}
-			case api.FrameSuspended, api.FrameCheckpointed:
-				red.report(&f)
-				out.flush(ctx)
-				s.onSuspended(c, f)
-			default:
-				s.log.Debug("gateway frame ignored", "session", c.sessionID, "type", f.Type)
-			}
-		}
-	}
+	s.topics.publish(c.SessionID, ev...)
 }

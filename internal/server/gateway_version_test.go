@@ -172,13 +172,3 @@ func TestGatewayRefusesOtherVersions(t *testing.T) {
 		t.Errorf("call to a version 1 remote of version %d", f.V)
 	}
 }
-
-// TestSendKeepsToTheRemotesVersion: a frame newer than the remote's
-// version is not sent.
-func TestSendKeepsToTheRemotesVersion(t *testing.T) {
-	c := &remoteConn{sessionID: "s", version: 0} // older than every frame
-	err := c.send(context.Background(), api.Frame{Type: api.FrameWelcome})
-	if err == nil || !strings.Contains(err.Error(), "needs protocol version 1") {
-		t.Fatalf("send = %v, want a refusal", err)
-	}
-}

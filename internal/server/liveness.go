@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -31,7 +32,7 @@ func (s *Server) pingEvery() time.Duration {
 // ctx ends, in one store write per round.
 func (s *Server) keepClaimsAlive(ctx context.Context) {
 	loop.Every(ctx, s.keepAliveEvery(), func(ctx context.Context) {
-		leases := s.hub.leases()
+		leases := s.hub.Leases()
 		if err := s.life.KeepAlive(ctx, leases...); err != nil && ctx.Err() == nil {
 			s.log.Warn("keep connected claims alive", "claims", len(leases), "err", err)
 		}
@@ -40,26 +41,26 @@ func (s *Server) keepClaimsAlive(ctx context.Context) {
 
 // graceAfter leaves c's claim a reconnect grace from now, when its
 // connection has ended: the remote may come back within it.
-func (s *Server) graceAfter(c *remoteConn) {
+func (s *Server) graceAfter(c *gateway.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 10*time.Second)
 	defer cancel()
-	if err := s.life.KeepAlive(ctx, store.Lease{SessionID: c.sessionID, Epoch: c.epoch}); err != nil {
-		s.log.Warn("record the end of a remote's connection", "session", c.sessionID, "err", err)
+	if err := s.life.KeepAlive(ctx, store.Lease{SessionID: c.SessionID, Epoch: c.Epoch}); err != nil {
+		s.log.Warn("record the end of a remote's connection", "session", c.SessionID, "err", err)
 	}
 }
 
 // pingRemote pings c until ctx ends; a remote that stops answering (its
 // machine died or the network dropped without a close) has its connection
 // cut, so its claim starts its grace.
-func (s *Server) pingRemote(ctx context.Context, c *remoteConn) {
+func (s *Server) pingRemote(ctx context.Context, c *gateway.Conn) {
 	every := s.pingEvery()
 	_ = loop.EveryUntil(ctx, every, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, every)
-		err := c.ws.Ping(pctx)
+		err := c.Ping(pctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			s.log.Info("remote stopped answering pings; closing its connection", "session", c.sessionID, "err", err)
-			_ = c.ws.CloseNow()
+			s.log.Info("remote stopped answering pings; closing its connection", "session", c.SessionID, "err", err)
+			c.CloseNow()
 		}
 		return err
 	})
@@ -70,28 +71,17 @@ func (s *Server) pingRemote(ctx context.Context, c *remoteConn) {
 // of the same instance, or a remote that names none, is not a conflict. A
 // current connection that does not answer a ping within a few seconds is
 // taken as dead and cut, so a restarted remote replaces it at once.
-func (s *Server) otherLiveInstance(ctx context.Context, c *remoteConn) string {
-	cur := s.hub.get(c.sessionID)
-	if cur == nil || cur.epoch != c.epoch || cur.instance == "" || c.instance == "" || cur.instance == c.instance {
+func (s *Server) otherLiveInstance(ctx context.Context, c *gateway.Conn) string {
+	cur := s.hub.Get(c.SessionID)
+	if cur == nil || cur.Epoch != c.Epoch || cur.Instance == "" || c.Instance == "" || cur.Instance == c.Instance {
 		return ""
 	}
 	pctx, cancel := context.WithTimeout(ctx, min(s.pingEvery(), 3*time.Second))
 	defer cancel()
-	if err := cur.ws.Ping(pctx); err != nil {
-		s.log.Info("the session's previous remote does not answer; a new instance replaces it", "session", c.sessionID, "old", cur.instance, "new", c.instance)
-		_ = cur.ws.CloseNow()
+	if err := cur.Ping(pctx); err != nil {
+		s.log.Info("the session's previous remote does not answer; a new instance replaces it", "session", c.SessionID, "old", cur.Instance, "new", c.Instance)
+		cur.CloseNow()
 		return ""
 	}
-	return cur.instance
-}
-
-// leases returns the claim of every attached connection.
-func (h *hub) leases() []store.Lease {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]store.Lease, 0, len(h.conns))
-	for _, c := range h.conns {
-		out = append(out, store.Lease{SessionID: c.sessionID, Epoch: c.epoch})
-	}
-	return out
+	return cur.Instance
 }

@@ -154,7 +154,7 @@ func TestLateKeepAliveKeepsConnectedClaim(t *testing.T) {
 
 	r.close()
 	rd.stop()
-	waitfor.True(t, "the remote's connection to end", func() bool { return ts.srv.hub.get(id) == nil })
+	waitfor.True(t, "the remote's connection to end", func() bool { return ts.srv.hub.Get(id) == nil })
 	clock.add(2 * grace)
 	waitLapsed(t, ts, id)
 }
@@ -393,7 +393,7 @@ func TestSecondRemoteInstanceRefused(t *testing.T) {
 		t.Fatalf("second instance got %s %q, want an error naming the serving instance", f.Type, f.Reason)
 	}
 	second.stop()
-	if got := ts.srv.hub.get(id); got == nil || got.instance != "aaaa" {
+	if got := ts.srv.hub.Get(id); got == nil || got.Instance != "aaaa" {
 		t.Fatalf("the session's connection after the refusal: %+v, want instance aaaa", got)
 	}
 	var connected int
@@ -425,7 +425,7 @@ func TestSecondRemoteInstanceRefused(t *testing.T) {
 	}
 	// The gateway attaches a connection just after its welcome.
 	waitfor.True(t, "instance cccc to be the session's connection", func() bool {
-		got := ts.srv.hub.get(id)
-		return got != nil && got.instance == "cccc"
+		got := ts.srv.hub.Get(id)
+		return got != nil && got.Instance == "cccc"
 	})
 }

@@ -9,30 +9,6 @@ import (
 	"github.com/outpost-sh/outpost/api"
 )
 
-// notifier wakes every waiter when something changed. Waiters re-read the
-// store, so a missed wake-up cannot lose a change.
-type notifier struct {
-	mu sync.Mutex // guards ch
-	ch chan struct{}
-}
-
-func newNotifier() *notifier { return &notifier{ch: make(chan struct{})} }
-
-// wait returns a channel closed at the next notify.
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.ch
-}
-
-// notify wakes every current waiter.
-func (n *notifier) notify() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	close(n.ch)
-	n.ch = make(chan struct{})
-}
-
 // topics fans session events out to live followers.
 type topics struct {
 	mu   sync.Mutex // guards subs

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -218,7 +219,7 @@ func (o ownedStore) AppendEvents(ctx context.Context, sessionID string, events [
 // the load balancer, to another replica, whose gateway takes the session
 // on. The caller has closed the listener first.
 func (s *Server) handOver() {
-	conns := s.hub.list()
+	conns := s.hub.List()
 	if len(conns) == 0 {
 		return
 	}
@@ -239,10 +240,10 @@ func (s *Server) handOver() {
 }
 
 // handOverOne clears c's session's owner and closes c.
-func (s *Server) handOverOne(ctx context.Context, c *remoteConn) {
+func (s *Server) handOverOne(ctx context.Context, c *gateway.Conn) {
 	now := s.now()
-	m, err := s.store.UpdateSession(ctx, c.sessionID, func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if e.Owner != s.opts.ReplicaID || e.Epoch != c.epoch {
+	m, err := s.store.UpdateSession(ctx, c.SessionID, func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if e.Owner != s.opts.ReplicaID || e.Epoch != c.Epoch {
 			return store.Mutation{}, nil // another replica has it already
 		}
 		e.Owner = ""
@@ -250,14 +251,14 @@ func (s *Server) handOverOne(ctx context.Context, c *remoteConn) {
 		return store.Mutation{Entry: &e}, nil
 	})
 	if err != nil {
-		s.log.Warn("hand a session over", "session", c.sessionID, "err", err)
+		s.log.Warn("hand a session over", "session", c.SessionID, "err", err)
 	} else {
-		s.committed(c.sessionID, m)
+		s.committed(c.SessionID, m)
 	}
-	c.moved.Store(true)
-	c.close(websocket.StatusCode(api.CloseReconnectNow), "this server is stopping; reconnect now")
+	c.Moved.Store(true)
+	c.Close(websocket.StatusCode(api.CloseReconnectNow), "this server is stopping; reconnect now")
 	// Wait for the close to reach the remote: the server's stop, next,
 	// cancels the connection's reads, which would cut it before the close
 	// frame went and the remote would take it for a drop (and back off).
-	c.closed(2 * time.Second)
+	c.Closed(2 * time.Second)
 }

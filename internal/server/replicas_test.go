@@ -396,7 +396,7 @@ func testForgedForward(t *testing.T, db string) {
 	if code := drop(good); code != http.StatusConflict {
 		t.Errorf("drop of a session owned here: %d, want 409", code)
 	}
-	if a.srv.hub.get(id) == nil {
+	if a.srv.hub.Get(id) == nil {
 		t.Fatal("a refused drop closed the connection")
 	}
 }
@@ -433,7 +433,7 @@ func testRemoteMoves(t *testing.T, db string) {
 	if ownerOf(t, a.testServer, id) != "r1" {
 		t.Fatalf("owner %q after the move, want r1", ownerOf(t, a.testServer, id))
 	}
-	if a.srv.hub.get(id) != nil {
+	if a.srv.hub.Get(id) != nil {
 		t.Error("a still holds a connection of the session")
 	}
 	// b's loop resends call 1 and goes on; each call reaches the remote once.

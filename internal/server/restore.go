@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -110,20 +111,20 @@ func plural(n int, one, many string) string {
 }
 
 // recordRestore records a remote's restored frame as a restore event.
-func (s *Server) recordRestore(ctx context.Context, c *remoteConn, outcomes []api.RestoredRepo) {
+func (s *Server) recordRestore(ctx context.Context, c *gateway.Conn, outcomes []api.RestoredRepo) {
 	if len(outcomes) == 0 {
 		return
 	}
 	reason, ok := restoreReason(outcomes)
 	value, _ := json.Marshal(outcomes)
-	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, Reason: reason, OK: &ok, Value: value}}
-	sess, err := s.store.GetSession(ctx, c.sessionID)
+	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, Reason: reason, OK: &ok, Value: value}}
+	sess, err := s.store.GetSession(ctx, c.SessionID)
 	if err != nil || api.IsFinal(sess.Status) {
 		return
 	}
-	if err := s.store.AppendEvents(ctx, c.sessionID, ev); err != nil {
-		s.log.Warn("record restore", "session", c.sessionID, "err", err)
+	if err := s.store.AppendEvents(ctx, c.SessionID, ev); err != nil {
+		s.log.Warn("record restore", "session", c.SessionID, "err", err)
 		return
 	}
-	s.topics.publish(c.sessionID, ev...)
+	s.topics.publish(c.SessionID, ev...)
 }

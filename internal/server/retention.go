@@ -18,7 +18,7 @@ import (
 // answers 410 Gone instead of 404. The transcript's artifact events stay as
 // history. Sessions that have not ended are never listed, whatever their
 // age. The output the session's calls spilled past the transcript's cap
-// (output.go) goes with its artifacts: GET …/output/{seq} then answers 410
+// (gateway.Output) goes with its artifacts: GET …/output/{seq} then answers 410
 // too.
 
 // artifactPruneBatch is how many sessions one step of a sweep lists and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -22,7 +23,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 	return agent.New(agent.Options{
 		Store:           s.loopStore(),
 		Feed:            agentFeed{s},
-		Gateway:         agentGateway{s.hub},
+		Gateway:         s.hub.Agents(),
 		Messages:        agentMessages{s},
 		Ender:           s.life,
 		LLM:             s.opts.LLM,
@@ -73,7 +74,7 @@ func (m agentMessages) Lock(ctx context.Context, sessionID string) (func(), erro
 	return m.s.messageLock(ctx, sessionID)
 }
 
-func (m agentMessages) Arrived() <-chan struct{} { return m.s.userMessages.wait() }
+func (m agentMessages) Arrived() <-chan struct{} { return m.s.userMessages.Wait() }
 
 // messageLock takes the lock that orders recording a user message of the
 // session against ending the session because its model is done: the
@@ -92,10 +93,10 @@ func (s *Server) ensureRunner(sessionID string) { s.agents.Ensure(sessionID) }
 // stopRunner stops the session's runner, if any, and drops its output.
 func (s *Server) stopRunner(sessionID string) {
 	s.agents.StopSession(sessionID)
-	s.dropOutput(sessionID)
+	s.output.Drop(sessionID)
 }
 
 // deliverResult hands a result frame to the session's runner.
-func (s *Server) deliverResult(ctx context.Context, c *remoteConn, f api.Frame) {
-	s.agents.Deliver(ctx, c.sessionID, agentConn{c}, f)
+func (s *Server) deliverResult(ctx context.Context, c *gateway.Conn, f api.Frame) {
+	s.agents.Deliver(ctx, c.SessionID, gateway.AgentConn(c), f)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/datadir"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -237,9 +238,10 @@ type Server struct {
 	// queueFeed fans queue changes out to watches, per outpost
 	// (queuefeed.go).
 	queueFeed    *queueFeed
-	userMessages *notifier // wakes llm runners waiting for the user
+	userMessages *gateway.Notifier // wakes llm runners waiting for the user
 	topics       *topics
-	hub          *hub
+	hub          *gateway.Hub
+	gw           *gateway.Gateway // serves the remotes' connections through hub
 
 	// agents runs the sessions' runners (internal/agent).
 	agents *agent.Loop
@@ -272,10 +274,21 @@ type Server struct {
 	forwardClient *http.Client
 	ready         atomic.Bool
 
-	mu       sync.Mutex                // guards the following
-	stopping bool                      // no new gateway connections
-	outputs  map[string]*sessionOutput // by session id
+	// output turns remotes' output into transcript events and spills.
+	output *gateway.Output
+
+	mu       sync.Mutex // guards the following
+	stopping bool       // no new gateway connections
 }
+
+// Default bounds of the output the server keeps (see gateway.Output).
+const (
+	// DefaultMaxCallOutputBytes bounds the output of one call.
+	DefaultMaxCallOutputBytes = 100 << 20
+	// DefaultMaxSessionOutputBytes bounds the spilled output of one
+	// session.
+	DefaultMaxSessionOutputBytes = 1 << 30
+)
 
 // IsPostgresURL reports whether a database URL selects PostgreSQL.
 func IsPostgresURL(u string) bool {
@@ -417,12 +430,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		log:          opts.Logger,
 		now:          opts.Now,
 		metrics:      newMetrics(opts.ReplicaID),
-		userMessages: newNotifier(),
+		userMessages: gateway.NewNotifier(),
 		topics:       newTopics(),
 		certs:        certs,
 		dirLock:      lock,
 	}
-	s.hub = newHub()
+	s.hub = gateway.NewHub()
 	dh, err := newDistHandler(opts)
 	if err != nil {
 		return nil, err
@@ -448,6 +461,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
+	s.output = gateway.NewOutput(gateway.OutputConfig{Store: s.store, Blobs: s.outputBlobs, Publish: s.topics.publish,
+		Log: s.log, Now: s.now, CapBytes: opts.OutputCapBytes, MaxCallBytes: opts.MaxCallOutputBytes, MaxSessionBytes: opts.MaxSessionOutputBytes})
+	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log)
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
 	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
@@ -698,7 +714,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// Streams and runners watch runCtx: cancel it so Shutdown does not
 	// wait on long-lived responses.
 	s.runCancel()
-	s.hub.closeAll()
+	s.hub.CloseAll()
 	if err := <-shutDone; err != nil {
 		s.log.Warn("http shutdown", "err", err)
 	}
@@ -816,7 +832,7 @@ func (s *Server) routes() http.Handler {
 	// Every scope implies one of these two, so any valid token may ask.
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
 
-	mux.HandleFunc("GET "+api.GatewayPath, s.gateway)
+	mux.Handle("GET "+api.GatewayPath, s.gw)
 	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
 	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
 	mux.HandleFunc("GET "+api.GatewaySessionPath, s.gatewayHandler(s.gatewaySession))

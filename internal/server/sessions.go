@@ -380,7 +380,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.committed(sess.ID, m)
-	s.userMessages.notify()
+	s.userMessages.Notify()
 	writeJSON(w, http.StatusAccepted, m.Events[0])
 	return nil
 }

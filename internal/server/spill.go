@@ -8,27 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/gateway"
 )
-
-// spillPart parses the part number of key, a blob key of the spilled
-// output of call seq of session sessionID.
-func spillPart(key, sessionID string, seq int64) (int, bool) {
-	rest, ok := strings.CutPrefix(key, spillKey(sessionID, seq, 0))
-	if !ok {
-		return 0, false
-	}
-	if rest == "" {
-		return 0, true
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(rest, "."))
-	if err != nil || n <= 0 || !strings.HasPrefix(rest, ".") {
-		return 0, false
-	}
-	return n, true
-}
 
 // getSpilledOutput serves GET /v1/sessions/{session}/output/{seq}: the
 // output of call seq past the transcript's cap, as text, its parts in
@@ -43,7 +26,7 @@ func (s *Server) getSpilledOutput(w http.ResponseWriter, r *http.Request) error 
 	if err != nil || seq <= 0 {
 		return errNotFound("Session %s has no call %q: a call is a positive number (the seq of its transcript event).", sess.ID, r.PathValue("seq"))
 	}
-	infos, err := s.outputBlobs.List(ctx, spillKey(sess.ID, seq, 0))
+	infos, err := s.outputBlobs.List(ctx, gateway.SpillKey(sess.ID, seq, 0))
 	if err != nil {
 		return fmt.Errorf("list spilled output of %s call %d: %w", sess.ID, seq, err)
 	}
@@ -55,7 +38,7 @@ func (s *Server) getSpilledOutput(w http.ResponseWriter, r *http.Request) error 
 	var parts []part
 	var total int64
 	for _, in := range infos {
-		if n, ok := spillPart(in.Key, sess.ID, seq); ok {
+		if n, ok := gateway.SpillPart(in.Key, sess.ID, seq); ok {
 			parts = append(parts, part{n, in.Key, in.Size})
 			total += in.Size
 		}

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // Suspend and resume. A running session is suspended through its remote:
-// the server stops sending calls (callGate), waits until none is in flight,
+// the server stops sending calls (gateway.CallGate), waits until none is in flight,
 // sends suspend; the remote archives its workspace, uploads it (putSnapshot)
 // and answers suspended. The server then stores the snapshot's metadata,
 // and the state machine moves the session to suspended and its queue
@@ -176,10 +177,10 @@ func (o *suspendOps) finish(sessionID string, op *suspendOp) {
 
 // onSuspended hands a remote's suspended (or checkpointed) frame to the
 // suspend (or checkpoint) waiting for it.
-func (s *Server) onSuspended(c *remoteConn, f api.Frame) {
-	op := s.suspends.get(c.sessionID)
-	if op == nil || op.epoch != c.epoch || op.checkpoint != (f.Type == api.FrameCheckpointed) {
-		s.log.Warn(f.Type+" frame without its request in progress", "session", c.sessionID)
+func (s *Server) onSuspended(c *gateway.Conn, f api.Frame) {
+	op := s.suspends.get(c.SessionID)
+	if op == nil || op.epoch != c.Epoch || op.checkpoint != (f.Type == api.FrameCheckpointed) {
+		s.log.Warn(f.Type+" frame without its request in progress", "session", c.SessionID)
 		return
 	}
 	select {
@@ -232,19 +233,19 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 	if err := lifecycle.Suspendable(sess); err != nil {
 		return err
 	}
-	c := s.hub.get(id)
+	c := s.hub.Get(id)
 	if c == nil {
 		return errConflict("Session %s has no remote connected right now; suspend it once its remote is back.", id)
 	}
-	if c.version < api.SnapshotsSince {
+	if c.Version < api.SnapshotsSince {
 		return errConflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
-			id, c.version, api.SnapshotsSince)
+			id, c.Version, api.SnapshotsSince)
 	}
-	if why := s.suspends.unrestoredWhy(id, c.epoch); why != "" {
+	if why := s.suspends.unrestoredWhy(id, c.Epoch); why != "" {
 		return errConflict("Session %s cannot be suspended: its machine could not restore its workspace snapshot (%s), so the workspace there is not the session's, and a snapshot of it would replace the one the server keeps. The snapshot is kept; the session goes on running.",
 			id, strings.TrimSuffix(why, "."))
 	}
-	op := s.suspends.start(id, c.epoch, fmt.Sprintf("%s-%d", id, c.epoch))
+	op := s.suspends.start(id, c.Epoch, fmt.Sprintf("%s-%d", id, c.Epoch))
 	if op == nil {
 		if cur := s.suspends.get(id); cur != nil && cur.checkpoint {
 			return errConflict("A checkpoint of session %s is being taken; suspend it again in a moment.", id)
@@ -255,7 +256,7 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 	start := s.now()
 	info, err := s.takeSnapshot(ctx, c, op)
 	if err != nil {
-		c.gate.unpause()
+		c.Gate.Unpause()
 		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
 		s.recordSnapshotFailure(ctx, c, err)
 		s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
@@ -265,25 +266,25 @@ func (s *Server) suspend(ctx context.Context, id, why string) error {
 	err = s.commitSuspend(ctx, c, op, info, why)
 	s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
 	if err != nil {
-		c.gate.unpause()
+		c.Gate.Unpause()
 		s.recordSnapshotFailure(ctx, c, err)
 		return err
 	}
-	s.hub.end(id, "The session is suspended; its workspace snapshot is kept by the server.")
+	s.hub.End(id, "The session is suspended; its workspace snapshot is kept by the server.")
 	return nil
 }
 
 // takeSnapshot pauses the session's calls, waits until none is in flight,
 // asks the remote for its snapshot and returns it once uploaded and
 // checked. The caller unpauses on error.
-func (s *Server) takeSnapshot(ctx context.Context, c *remoteConn, op *suspendOp) (api.SnapshotInfo, error) {
-	c.gate.pause()
+func (s *Server) takeSnapshot(ctx context.Context, c *gateway.Conn, op *suspendOp) (api.SnapshotInfo, error) {
+	c.Gate.Pause()
 	wctx, cancel := context.WithTimeout(ctx, suspendCallWait)
 	defer cancel()
-	if err := c.gate.waitIdle(wctx, c.done); errors.Is(err, errConnEnded) {
-		return api.SnapshotInfo{}, errConflict("The remote of session %s disconnected before the suspend; try again once it is back.", c.sessionID)
+	if err := c.Gate.WaitIdle(wctx, c.Done()); errors.Is(err, gateway.ErrConnEnded) {
+		return api.SnapshotInfo{}, errConflict("The remote of session %s disconnected before the suspend; try again once it is back.", c.SessionID)
 	} else if err != nil {
-		return api.SnapshotInfo{}, errConflict("A call of session %s is still running after %s; suspend it once the call has finished.", c.sessionID, suspendCallWait)
+		return api.SnapshotInfo{}, errConflict("A call of session %s is still running after %s; suspend it once the call has finished.", c.SessionID, suspendCallWait)
 	}
 	return s.askSnapshot(ctx, c, op, api.FrameSuspend)
 }
@@ -291,19 +292,19 @@ func (s *Server) takeSnapshot(ctx context.Context, c *remoteConn, op *suspendOp)
 // askSnapshot sends the remote the frame typ (suspend or checkpoint), waits
 // for its answer and returns the snapshot once uploaded and checked. No call
 // is in flight and the gate is paused.
-func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, typ string) (api.SnapshotInfo, error) {
-	if err := c.send(ctx, api.Frame{Type: typ}); err != nil {
-		return api.SnapshotInfo{}, errConflict("The %s could not be sent to the remote of session %s: %v.", typ, c.sessionID, err)
+func (s *Server) askSnapshot(ctx context.Context, c *gateway.Conn, op *suspendOp, typ string) (api.SnapshotInfo, error) {
+	if err := c.Send(ctx, api.Frame{Type: typ}); err != nil {
+		return api.SnapshotInfo{}, errConflict("The %s could not be sent to the remote of session %s: %v.", typ, c.SessionID, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, suspendWait)
 	defer cancel()
 	var f api.Frame
 	select {
 	case f = <-op.suspended:
-	case <-c.done:
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s disconnected while it took its snapshot; the session goes on running.", c.sessionID)}
+	case <-c.Done():
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s disconnected while it took its snapshot; the session goes on running.", c.SessionID)}
 	case <-wctx.Done():
-		return api.SnapshotInfo{}, &httpError{http.StatusGatewayTimeout, api.CodeUnavailable, fmt.Sprintf("The remote of session %s took longer than %s to take its snapshot; the session goes on running.", c.sessionID, suspendWait)}
+		return api.SnapshotInfo{}, &httpError{http.StatusGatewayTimeout, api.CodeUnavailable, fmt.Sprintf("The remote of session %s took longer than %s to take its snapshot; the session goes on running.", c.SessionID, suspendWait)}
 	}
 	// The remote's own failure (a file it cannot read) breaks its upload
 	// too: its answer says why, so it goes before the upload's, but for a
@@ -317,16 +318,16 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 		}
 		return api.SnapshotInfo{}, &httpError{up.status, code, up.err + " The session goes on running."}
 	case f.Snapshot == nil:
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s without a snapshot; the session goes on running.", c.sessionID, typ)}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s without a snapshot; the session goes on running.", c.SessionID, typ)}
 	case f.Snapshot.Error != "":
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.sessionID, lifecycle.Sentence(f.Snapshot.Error))}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s could not take its snapshot: %s The session goes on running.", c.SessionID, lifecycle.Sentence(f.Snapshot.Error))}
 	case up != nil && up.err != "":
 		return api.SnapshotInfo{}, &httpError{up.status, api.CodeUnavailable, up.err + " The session goes on running."}
 	case up == nil:
-		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s before its snapshot was uploaded; the session goes on running.", c.sessionID, typ)}
+		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The remote of session %s answered %s before its snapshot was uploaded; the session goes on running.", c.SessionID, typ)}
 	case f.Snapshot.SHA256 != "" && f.Snapshot.SHA256 != up.sha256, f.Snapshot.Size != 0 && f.Snapshot.Size != up.size:
 		return api.SnapshotInfo{}, &httpError{http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("The snapshot the server received for session %s (%d bytes, sha256 %s) is not the one its remote sent (%d bytes, sha256 %s); the session goes on running.",
-			c.sessionID, up.size, up.sha256, f.Snapshot.Size, f.Snapshot.SHA256)}
+			c.SessionID, up.size, up.sha256, f.Snapshot.Size, f.Snapshot.SHA256)}
 	}
 	info := *f.Snapshot
 	info.Size, info.SHA256, info.Error = up.size, up.sha256, ""
@@ -335,37 +336,37 @@ func (s *Server) askSnapshot(ctx context.Context, c *remoteConn, op *suspendOp, 
 
 // commitSuspend stores the snapshot, has the state machine move the
 // session to suspended, and then deletes the snapshot it replaced.
-func (s *Server) commitSuspend(ctx context.Context, c *remoteConn, op *suspendOp, info api.SnapshotInfo, why string) error {
+func (s *Server) commitSuspend(ctx context.Context, c *gateway.Conn, op *suspendOp, info api.SnapshotInfo, why string) error {
 	now := s.now()
-	sn := store.Snapshot{SessionID: c.sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
+	sn := store.Snapshot{SessionID: c.SessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
 		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
 	prev, err := s.store.PutSnapshot(ctx, sn)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		_ = s.blobs.Delete(ctx, op.key)
-		return fmt.Errorf("store snapshot of %s: %w", c.sessionID, err)
+		return fmt.Errorf("store snapshot of %s: %w", c.SessionID, err)
 	}
 	value, _ := json.Marshal(info)
 	ok := true
 	where := fmt.Sprintf("Kept in the server's blob store as %s until the session resumes or ends (at most %s).", op.key, s.opts.SnapshotTTL)
 	reason := fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, byteSize(info.Size))
-	taken := api.Event{Type: api.EventSnapshot, AcceptorID: c.acceptorID, OK: &ok, Value: value,
+	taken := api.Event{Type: api.EventSnapshot, AcceptorID: c.AcceptorID, OK: &ok, Value: value,
 		Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
 			byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)}
-	if err := s.life.Suspend(ctx, c.sessionID, op.epoch, reason, taken); err != nil {
-		s.undoPutSnapshot(context.WithoutCancel(ctx), c.sessionID, prev, op.key)
+	if err := s.life.Suspend(ctx, c.SessionID, op.epoch, reason, taken); err != nil {
+		s.undoPutSnapshot(context.WithoutCancel(ctx), c.SessionID, prev, op.key)
 		return err
 	}
 	if prev.BlobKey != "" && prev.BlobKey != op.key {
 		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
-			s.log.Warn("delete replaced snapshot", "session", c.sessionID, "key", prev.BlobKey, "err", err)
+			s.log.Warn("delete replaced snapshot", "session", c.SessionID, "key", prev.BlobKey, "err", err)
 		}
 	}
-	s.log.Info("session suspended", "session", c.sessionID, "snapshot_bytes", info.Size, "key", op.key)
+	s.log.Info("session suspended", "session", c.SessionID, "snapshot_bytes", info.Size, "key", op.key)
 	return nil
 }
 
 // recordSnapshotFailure writes a failed suspend on the transcript.
-func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause error) {
+func (s *Server) recordSnapshotFailure(ctx context.Context, c *gateway.Conn, cause error) {
 	msg := cause.Error()
 	var he *httpError
 	var le *lifecycle.Error
@@ -376,64 +377,64 @@ func (s *Server) recordSnapshotFailure(ctx context.Context, c *remoteConn, cause
 		msg = lifecycleAnswer(le).message
 	}
 	ok := false
-	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Error: msg,
+	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Error: msg,
 		Reason: "The suspend failed: " + msg}}
-	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.sessionID, ev); err != nil {
-		s.log.Warn("record failed snapshot", "session", c.sessionID, "err", err)
+	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.SessionID, ev); err != nil {
+		s.log.Warn("record failed snapshot", "session", c.SessionID, "err", err)
 		return
 	}
-	s.topics.publish(c.sessionID, ev...)
+	s.topics.publish(c.SessionID, ev...)
 }
 
 // recordSnapshotRestore records a remote's report on restoring its
 // welcome's snapshot as a restore event.
-func (s *Server) recordSnapshotRestore(ctx context.Context, c *remoteConn, info api.SnapshotInfo) {
+func (s *Server) recordSnapshotRestore(ctx context.Context, c *gateway.Conn, info api.SnapshotInfo) {
 	ok := info.Error == ""
 	if !ok {
-		s.suspends.markUnrestored(c.sessionID, c.epoch, info.Error)
+		s.suspends.markUnrestored(c.SessionID, c.Epoch, info.Error)
 	}
-	s.countRestore(ctx, c.sessionID, ok)
+	s.countRestore(ctx, c.SessionID, ok)
 	value, _ := json.Marshal(info)
 	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",
-		c.acceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
+		c.AcceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
 	switch {
 	case !ok:
-		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.acceptorID, lifecycle.Sentence(info.Error))
+		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.AcceptorID, lifecycle.Sentence(info.Error))
 	case info.InPlace:
 		reason = fmt.Sprintf("The workspace on %s still held its snapshot (%s in %d files), kept on the machine's volume since the suspend: nothing to download.",
-			c.acceptorID, byteSize(info.Bytes), info.Files)
+			c.AcceptorID, byteSize(info.Bytes), info.Files)
 	}
-	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.acceptorID, OK: &ok, Value: value, Error: info.Error, Reason: reason}}
-	if err := s.store.AppendEvents(ctx, c.sessionID, ev); err != nil {
-		s.log.Warn("record snapshot restore", "session", c.sessionID, "err", err)
+	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Value: value, Error: info.Error, Reason: reason}}
+	if err := s.store.AppendEvents(ctx, c.SessionID, ev); err != nil {
+		s.log.Warn("record snapshot restore", "session", c.SessionID, "err", err)
 		return
 	}
-	s.topics.publish(c.sessionID, ev...)
+	s.topics.publish(c.SessionID, ev...)
 }
 
 // welcomeSnapshot returns the snapshot a resumed session's remote restores,
 // or nil.
-func (s *Server) welcomeSnapshot(ctx context.Context, c *remoteConn, e store.QueueEntry) (*api.SnapshotInfo, error) {
-	if e.Kind != api.KindResume || c.version < api.SnapshotsSince {
+func (s *Server) welcomeSnapshot(ctx context.Context, c *gateway.Conn, e store.QueueEntry) (*api.SnapshotInfo, error) {
+	if e.Kind != api.KindResume || c.Version < api.SnapshotsSince {
 		return nil, nil
 	}
 	// Only the first remote of a claim restores; a reconnect of it has
 	// the workspace already (the session is running by then).
-	sess, err := s.store.GetSession(ctx, c.sessionID)
+	sess, err := s.store.GetSession(ctx, c.SessionID)
 	if err != nil {
 		return nil, fmt.Errorf("get session to restore: %w", err)
 	}
 	if sess.Status != api.StatusResuming {
 		return nil, nil
 	}
-	sn, err := s.store.GetSnapshot(ctx, c.sessionID)
+	sn, err := s.store.GetSnapshot(ctx, c.SessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get snapshot to restore: %w", err)
 	}
-	c.restoreFrom = sn
+	c.RestoreFrom = sn
 	return &api.SnapshotInfo{Size: sn.Size, SHA256: sn.SHA256, Files: sn.Files, Bytes: sn.Bytes}, nil
 }
 

@@ -43,13 +43,11 @@ func (ts *testServer) snapshotRequest(method, sessionID, token string, body []by
 
 // paused reports whether the session's connection holds its calls back.
 func (ts *testServer) paused(id string) bool {
-	c := ts.srv.hub.get(id)
+	c := ts.srv.hub.Get(id)
 	if c == nil {
 		return false
 	}
-	c.gate.mu.Lock()
-	defer c.gate.mu.Unlock()
-	return c.gate.paused
+	return c.Gate.Paused()
 }
 
 // suspendAsync posts a suspend and returns its status on the channel.
@@ -509,7 +507,7 @@ func TestSnapshotTTL(t *testing.T) {
 
 	// Once the connection is gone (its grace recorded), step past the
 	// reconnect grace and the claim deadline: the claim lapses.
-	waitfor.True(t, "the connection to go", func() bool { return ts.srv.hub.get(id) == nil })
+	waitfor.True(t, "the connection to go", func() bool { return ts.srv.hub.Get(id) == nil })
 	offset.Store(int64(10 * time.Minute))
 	waitfor.True(t, "the claim to lapse", func() bool {
 		e := entry(t, ts, id)

@@ -168,7 +168,7 @@ func TestNoSuspendOverGoodSnapshotAfterFailedRestore(t *testing.T) {
 		r2.expect(api.FrameCall) // call 3, in flight from now on
 	}
 
-	c := ts.srv.hub.get(id)
+	c := ts.srv.hub.Get(id)
 	if c == nil {
 		t.Fatal("no connection for the resumed session")
 	}

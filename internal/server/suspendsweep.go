@@ -54,7 +54,7 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 		if !due || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
 			continue
 		}
-		if c := s.hub.get(id); c == nil || c.version < api.SnapshotsSince {
+		if c := s.hub.Get(id); c == nil || c.Version < api.SnapshotsSince {
 			continue // nothing to suspend through now; an older remote never
 		}
 		wg.Go(func() {

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/redact"
 )
 
-// outputRedactor redacts a session's secrets from what its remote sends,
+// OutputRedactor redacts a session's secrets from what its remote sends,
 // before any of it reaches the transcript, a spill or a watcher. The remote
 // redacts its output itself; this is for a remote that does not: an old
 // build, or session code that took the remote's connect token and speaks
@@ -15,7 +15,7 @@ import (
 // still found: each (call, stream) holds back a tail that may begin a
 // secret until the next frame, the call's result, or the connection's end.
 // It is used by one connection's read loop only.
-type outputRedactor struct {
+type OutputRedactor struct {
 	set     *redact.Set
 	streams map[outputKey]*redact.Stream
 }
@@ -25,12 +25,13 @@ type outputKey struct {
 	stream string
 }
 
-func newOutputRedactor(set *redact.Set) *outputRedactor {
-	return &outputRedactor{set: set, streams: map[outputKey]*redact.Stream{}}
+// NewOutputRedactor redacts the secrets of set; a nil set redacts nothing.
+func NewOutputRedactor(set *redact.Set) *OutputRedactor {
+	return &OutputRedactor{set: set, streams: map[outputKey]*redact.Stream{}}
 }
 
 // write returns f's data with the secrets redacted, less a tail held back.
-func (r *outputRedactor) write(f api.OutputFrame) []byte {
+func (r *OutputRedactor) Write(f api.OutputFrame) []byte {
 	if r.set == nil {
 		return f.Data
 	}
@@ -44,7 +45,7 @@ func (r *outputRedactor) write(f api.OutputFrame) []byte {
 }
 
 // flush hands emit what call seq's streams hold back, redacted.
-func (r *outputRedactor) flush(seq int64, emit func(api.OutputFrame)) {
+func (r *OutputRedactor) Flush(seq int64, emit func(api.OutputFrame)) {
 	for k, st := range r.streams {
 		if k.seq != seq {
 			continue
@@ -57,14 +58,14 @@ func (r *outputRedactor) flush(seq int64, emit func(api.OutputFrame)) {
 }
 
 // flushAll hands emit what every stream holds back: the connection ended.
-func (r *outputRedactor) flushAll(emit func(api.OutputFrame)) {
+func (r *OutputRedactor) FlushAll(emit func(api.OutputFrame)) {
 	for k := range r.streams {
-		r.flush(k.seq, emit)
+		r.Flush(k.seq, emit)
 	}
 }
 
 // result redacts a result frame's value and error.
-func (r *outputRedactor) result(f *api.Frame) {
+func (r *OutputRedactor) Result(f *api.Frame) {
 	if r.set == nil {
 		return
 	}
@@ -80,7 +81,7 @@ func (r *outputRedactor) result(f *api.Frame) {
 // and names reach the transcript and the answers of suspends. The fields
 // the server matches rather than shows (type, ids, checksums) are kept as
 // they are, so a short secret cannot break them.
-func (r *outputRedactor) report(f *api.Frame) {
+func (r *OutputRedactor) Report(f *api.Frame) {
 	if r.set == nil {
 		return
 	}

@@ -1,11 +1,14 @@
-package server
+package gateway
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
@@ -21,27 +24,19 @@ const (
 )
 
 // Output past a call's transcript cap is spilled into the blob store
-// (s.outputBlobs) as <session>/<seq>.log: streamed while the call runs,
+// (OutputConfig.Blobs) as <session>/<seq>.log: streamed while the call runs,
 // stored when it ends (or when its connection does), and served by every
-// replica (GET /v1/sessions/{session}/output/{seq}, spill.go). A call whose
+// replica (GET /v1/sessions/{session}/output/{seq}, served by the server
+// from the keys SpillKey and SpillPart name). A call whose
 // remote reconnected while it ran spills the rest into a further part,
 // <seq>.log.1, .2, …, read after the first.
 //
 // What the server keeps is bounded, so that one session cannot fill its
-// disk: a call keeps at most Options.MaxCallOutputBytes (transcript and
-// spill together), a session at most Options.MaxSessionOutputBytes of
+// disk: a call keeps at most OutputConfig.MaxCallBytes (transcript and
+// spill together), a session at most OutputConfig.MaxSessionBytes of
 // spilled output over all its calls. Output past either is dropped, and
 // the call's last output event says how much (DroppedBytes). The spilled
-// output goes with the session's artifacts (retention.go).
-
-// Default bounds of the output the server keeps.
-const (
-	// DefaultMaxCallOutputBytes bounds the output of one call.
-	DefaultMaxCallOutputBytes = 100 << 20
-	// DefaultMaxSessionOutputBytes bounds the spilled output of one
-	// session.
-	DefaultMaxSessionOutputBytes = 1 << 30
-)
+// output goes with the session's artifacts (the server's retention).
 
 // unboundedSpill is the blob limit of a spilled part when calls have no
 // bound: in effect none.
@@ -53,17 +48,17 @@ const (
 	capSession = "session"
 )
 
-// spillKey is the blob key of part n of the spilled output of call seq.
-func spillKey(sessionID string, seq int64, part int) string {
+// SpillKey is the blob key of part n of the spilled output of call seq.
+func SpillKey(sessionID string, seq int64, part int) string {
 	if part == 0 {
 		return fmt.Sprintf("%s/%d.log", sessionID, seq)
 	}
 	return fmt.Sprintf("%s/%d.log.%d", sessionID, seq, part)
 }
 
-// sessionOutput turns a session's output frames into transcript events.
-type sessionOutput struct {
-	s         *Server
+// SessionOutput turns a session's output frames into transcript events.
+type SessionOutput struct {
+	cfg       *OutputConfig
 	sessionID string
 
 	mu      sync.Mutex // guards the following
@@ -92,27 +87,60 @@ type callOutput struct {
 	part    int
 }
 
-// outputFor returns the session's output state, creating it.
-func (s *Server) outputFor(sessionID string) *sessionOutput {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.outputs == nil {
-		s.outputs = map[string]*sessionOutput{}
+// OutputConfig is what Output writes to and the bounds it keeps.
+type OutputConfig struct {
+	// Store records the transcript's output events.
+	Store interface {
+		AppendEvents(ctx context.Context, sessionID string, events []api.Event) error
 	}
-	o := s.outputs[sessionID]
+	// Blobs holds the spilled output, by SpillKey.
+	Blobs blob.Store
+	// Publish hands events to the session's live followers once stored
+	// (or, for spilled output, at once).
+	Publish func(sessionID string, events ...api.Event)
+	Log     *slog.Logger
+	Now     func() time.Time
+	// CapBytes is how much output of one call the transcript keeps.
+	CapBytes int64
+	// MaxCallBytes bounds the output of one call kept (transcript and
+	// spill); MaxSessionBytes the spilled output of one session. Not
+	// positive: no bound.
+	MaxCallBytes    int64
+	MaxSessionBytes int64
+}
+
+// Output holds the output state of every session whose remote is
+// connected to this replica.
+type Output struct {
+	cfg OutputConfig
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*SessionOutput
+}
+
+// NewOutput returns an Output that writes as cfg says.
+func NewOutput(cfg OutputConfig) *Output {
+	return &Output{cfg: cfg, sessions: map[string]*SessionOutput{}}
+}
+
+// For returns the session's output state, creating it.
+func (out *Output) For(sessionID string) *SessionOutput {
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	o := out.sessions[sessionID]
 	if o == nil {
-		o = &sessionOutput{s: s, sessionID: sessionID, calls: map[int64]*callOutput{}}
-		s.outputs[sessionID] = o
+		o = &SessionOutput{cfg: &out.cfg, sessionID: sessionID, calls: map[int64]*callOutput{}}
+		out.sessions[sessionID] = o
 	}
 	return o
 }
 
-// dropOutput forgets a finished session's output state.
-func (s *Server) dropOutput(sessionID string) {
-	s.mu.Lock()
-	o := s.outputs[sessionID]
-	delete(s.outputs, sessionID)
-	s.mu.Unlock()
+// Drop forgets a finished session's output state.
+func (out *Output) Drop(sessionID string) {
+	out.mu.Lock()
+	o := out.sessions[sessionID]
+	delete(out.sessions, sessionID)
+	out.mu.Unlock()
 	if o != nil {
 		o.mu.Lock()
 		for seq := range o.calls {
@@ -141,8 +169,8 @@ func validText(b []byte) (string, []byte) {
 	return strings.ToValidUTF8(string(text), "\uFFFD"), b[cut:]
 }
 
-// add takes one output frame.
-func (o *sessionOutput) add(ctx context.Context, f api.OutputFrame) {
+// Add takes one output frame.
+func (o *SessionOutput) Add(ctx context.Context, f api.OutputFrame) {
 	o.mu.Lock()
 	c := o.calls[f.Seq]
 	if c == nil {
@@ -156,7 +184,7 @@ func (o *sessionOutput) add(ctx context.Context, f api.OutputFrame) {
 	text, rest := validText(data)
 	c.carry[f.Stream] = append([]byte(nil), rest...)
 	var live []api.Event
-	if room := o.s.opts.OutputCapBytes - c.stored; room > 0 {
+	if room := o.cfg.CapBytes - c.stored; room > 0 {
 		keep := cutText(text, room)
 		o.appendLocked(f.Seq, f.Stream, keep)
 		c.stored += int64(len(keep))
@@ -172,7 +200,7 @@ func (o *sessionOutput) add(ctx context.Context, f api.OutputFrame) {
 		room, cause, err := o.spillRoomLocked(ctx, f.Seq, c)
 		if err != nil {
 			// Followers still see it; the store has none of it.
-			o.s.log.Warn("spill output", "session", o.sessionID, "seq", f.Seq, "err", err)
+			o.cfg.Log.Warn("spill output", "session", o.sessionID, "seq", f.Seq, "err", err)
 			live = append(live, api.Event{SessionID: o.sessionID, Type: api.EventOutput, CallSeq: f.Seq, Stream: f.Stream, Text: text, Spilled: true})
 			text = ""
 		} else if keep := cutText(text, room); len(keep) < len(text) {
@@ -183,23 +211,23 @@ func (o *sessionOutput) add(ctx context.Context, f api.OutputFrame) {
 	}
 	if text != "" {
 		if err := o.spillLocked(ctx, f.Seq, c, text); err != nil {
-			o.s.log.Warn("spill output", "session", o.sessionID, "seq", f.Seq, "err", err)
+			o.cfg.Log.Warn("spill output", "session", o.sessionID, "seq", f.Seq, "err", err)
 		}
 		live = append(live, api.Event{SessionID: o.sessionID, Type: api.EventOutput, CallSeq: f.Seq, Stream: f.Stream, Text: text, Spilled: true})
 	}
 	full := o.bytes >= outputFlushBytes
 	o.mu.Unlock()
 	if full {
-		o.flush(ctx)
+		o.Flush(ctx)
 	}
 	if len(live) > 0 {
-		o.s.topics.publish(o.sessionID, live...)
+		o.cfg.Publish(o.sessionID, live...)
 	}
 }
 
 // appendLocked merges text into the last pending event of the same call
 // and stream, or starts a new one.
-func (o *sessionOutput) appendLocked(seq int64, stream, text string) {
+func (o *SessionOutput) appendLocked(seq int64, stream, text string) {
 	if text == "" {
 		return
 	}
@@ -211,7 +239,7 @@ func (o *sessionOutput) appendLocked(seq int64, stream, text string) {
 			return
 		}
 	}
-	o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.s.now().UnixMilli(), CallSeq: seq, Stream: stream, Text: text})
+	o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.cfg.Now().UnixMilli(), CallSeq: seq, Stream: stream, Text: text})
 	o.bytes += len(text)
 }
 
@@ -236,9 +264,9 @@ func cutText(text string, n int64) string {
 // and what earlier connections spilled count) or the session's. The first
 // call of a session, and of a call, lists what the blob store holds, so
 // the bounds hold across reconnects, restarts and replicas.
-func (o *sessionOutput) spillRoomLocked(ctx context.Context, seq int64, c *callOutput) (int64, string, error) {
+func (o *SessionOutput) spillRoomLocked(ctx context.Context, seq int64, c *callOutput) (int64, string, error) {
 	if !o.spillKnown {
-		infos, err := o.s.outputBlobs.List(ctx, o.sessionID+"/")
+		infos, err := o.cfg.Blobs.List(ctx, o.sessionID+"/")
 		if err != nil {
 			return 0, "", fmt.Errorf("list spilled output of %s: %w", o.sessionID, err)
 		}
@@ -250,14 +278,14 @@ func (o *sessionOutput) spillRoomLocked(ctx context.Context, seq int64, c *callO
 	if !c.listed {
 		// A part already stored is an earlier connection's (or this
 		// server's, before a reconnect): go on in the next.
-		parts, err := o.s.outputBlobs.List(ctx, spillKey(o.sessionID, seq, 0))
+		parts, err := o.cfg.Blobs.List(ctx, SpillKey(o.sessionID, seq, 0))
 		if err != nil {
 			return 0, "", fmt.Errorf("list spilled output of %s call %d: %w", o.sessionID, seq, err)
 		}
 		var stored int64
 		c.part = 0
 		for _, p := range parts {
-			if n, ok := spillPart(p.Key, o.sessionID, seq); ok {
+			if n, ok := SpillPart(p.Key, o.sessionID, seq); ok {
 				stored += p.Size
 				c.part = max(c.part, n+1)
 			}
@@ -266,10 +294,10 @@ func (o *sessionOutput) spillRoomLocked(ctx context.Context, seq int64, c *callO
 		c.listed = true
 	}
 	room, cause := int64(unboundedSpill), ""
-	if m := o.s.opts.MaxCallOutputBytes; m > 0 {
+	if m := o.cfg.MaxCallBytes; m > 0 {
 		room, cause = m-c.stored-c.earlier-c.spilled, capCall
 	}
-	if m := o.s.opts.MaxSessionOutputBytes; m > 0 && m-o.spilled < room {
+	if m := o.cfg.MaxSessionBytes; m > 0 && m-o.spilled < room {
 		room, cause = m-o.spilled, capSession
 	}
 	return max(room, 0), cause, nil
@@ -277,13 +305,13 @@ func (o *sessionOutput) spillRoomLocked(ctx context.Context, seq int64, c *callO
 
 // spillLocked writes text to the part of call seq being spilled, opening
 // it first; spillRoomLocked has listed the call's parts.
-func (o *sessionOutput) spillLocked(ctx context.Context, seq int64, c *callOutput, text string) error {
+func (o *SessionOutput) spillLocked(ctx context.Context, seq int64, c *callOutput, text string) error {
 	if c.spill == nil {
 		limit := int64(unboundedSpill)
-		if m := o.s.opts.MaxCallOutputBytes; m > 0 {
+		if m := o.cfg.MaxCallBytes; m > 0 {
 			limit = m
 		}
-		c.spill = blob.NewWriter(context.WithoutCancel(ctx), o.s.outputBlobs, spillKey(o.sessionID, seq, c.part), limit)
+		c.spill = blob.NewWriter(context.WithoutCancel(ctx), o.cfg.Blobs, SpillKey(o.sessionID, seq, c.part), limit)
 	}
 	c.spilled += int64(len(text))
 	o.spilled += int64(len(text))
@@ -292,20 +320,20 @@ func (o *sessionOutput) spillLocked(ctx context.Context, seq int64, c *callOutpu
 }
 
 // storeSpillLocked stores the part of call seq's output being spilled.
-func (o *sessionOutput) storeSpillLocked(c *callOutput, seq int64) {
+func (o *SessionOutput) storeSpillLocked(c *callOutput, seq int64) {
 	if c.spill == nil {
 		return
 	}
 	if _, _, err := c.spill.Commit(); err != nil {
-		o.s.log.Warn("store spilled output", "session", o.sessionID, "seq", seq, "err", err)
+		o.cfg.Log.Warn("store spilled output", "session", o.sessionID, "seq", seq, "err", err)
 	}
 	c.spill = nil
 	c.listed = false // a further part follows the one just stored
 }
 
-// storeSpills stores what every call of the session spilled so far: its
+// StoreSpills stores what every call of the session spilled so far: its
 // connection ended.
-func (o *sessionOutput) storeSpills() {
+func (o *SessionOutput) StoreSpills() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for seq, c := range o.calls {
@@ -313,9 +341,9 @@ func (o *sessionOutput) storeSpills() {
 	}
 }
 
-// finish flushes a call's output before its result is recorded, and notes
+// Finish flushes a call's output before its result is recorded, and notes
 // on the transcript where output past the cap went.
-func (o *sessionOutput) finish(ctx context.Context, seq int64) {
+func (o *SessionOutput) Finish(ctx context.Context, seq int64) {
 	o.mu.Lock()
 	if c := o.calls[seq]; c != nil {
 		for stream, carry := range c.carry {
@@ -324,39 +352,39 @@ func (o *sessionOutput) finish(ctx context.Context, seq int64) {
 			}
 		}
 		if c.spilled > 0 {
-			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.s.now().UnixMilli(), CallSeq: seq, Spilled: true,
+			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.cfg.Now().UnixMilli(), CallSeq: seq, Spilled: true,
 				Text: fmt.Sprintf("[%d more bytes of output are kept on the server: GET /v1/sessions/%s/output/%d]", c.spilled, o.sessionID, seq)})
 		}
 		if c.dropped > 0 {
-			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.s.now().UnixMilli(), CallSeq: seq, Spilled: true,
+			o.pending = append(o.pending, api.Event{Type: api.EventOutput, Time: o.cfg.Now().UnixMilli(), CallSeq: seq, Spilled: true,
 				DroppedBytes: c.dropped, Text: o.droppedNote(c)})
 		}
 		o.closeCallLocked(seq)
 	}
 	o.mu.Unlock()
-	o.flush(ctx)
+	o.Flush(ctx)
 }
 
 // droppedNote is the transcript's note on the output of c that a cap
 // dropped.
-func (o *sessionOutput) droppedNote(c *callOutput) string {
+func (o *SessionOutput) droppedNote(c *callOutput) string {
 	if c.cause == capSession {
 		return fmt.Sprintf("[output truncated: %d more bytes were dropped; this session's output past the transcript's cap reached %d bytes, the most the server keeps for one session (outpost server --max-session-output-bytes)]",
-			c.dropped, o.s.opts.MaxSessionOutputBytes)
+			c.dropped, o.cfg.MaxSessionBytes)
 	}
 	return fmt.Sprintf("[output truncated: %d more bytes were dropped; the server keeps at most %d bytes of one call's output (outpost server --max-call-output-bytes)]",
-		c.dropped, o.s.opts.MaxCallOutputBytes)
+		c.dropped, o.cfg.MaxCallBytes)
 }
 
-func (o *sessionOutput) closeCallLocked(seq int64) {
+func (o *SessionOutput) closeCallLocked(seq int64) {
 	if c := o.calls[seq]; c != nil {
 		o.storeSpillLocked(c, seq)
 	}
 	delete(o.calls, seq)
 }
 
-// flush writes pending output events to the transcript.
-func (o *sessionOutput) flush(ctx context.Context) {
+// Flush writes pending output events to the transcript.
+func (o *SessionOutput) Flush(ctx context.Context) {
 	o.mu.Lock()
 	if len(o.pending) == 0 {
 		o.mu.Unlock()
@@ -366,11 +394,28 @@ func (o *sessionOutput) flush(ctx context.Context) {
 	o.pending, o.bytes = nil, 0
 	// Hold the lock while writing so batches reach the store in order.
 	defer o.mu.Unlock()
-	if err := o.s.store.AppendEvents(ctx, o.sessionID, evs); err != nil {
+	if err := o.cfg.Store.AppendEvents(ctx, o.sessionID, evs); err != nil {
 		if ctx.Err() == nil {
-			o.s.log.Warn("record output", "session", o.sessionID, "err", err)
+			o.cfg.Log.Warn("record output", "session", o.sessionID, "err", err)
 		}
 		return
 	}
-	o.s.topics.publish(o.sessionID, evs...)
+	o.cfg.Publish(o.sessionID, evs...)
+}
+
+// SpillPart parses the part number of key, a blob key of the spilled
+// output of call seq of session sessionID.
+func SpillPart(key, sessionID string, seq int64) (int, bool) {
+	rest, ok := strings.CutPrefix(key, SpillKey(sessionID, seq, 0))
+	if !ok {
+		return 0, false
+	}
+	if rest == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(rest, "."))
+	if err != nil || n <= 0 || !strings.HasPrefix(rest, ".") {
+		return 0, false
+	}
+	return n, true
 }
