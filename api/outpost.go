@@ -69,6 +69,12 @@ const (
 	MaxRunningLimit  = 100000
 )
 
+// MaxLimitSeconds bounds a session's limits in seconds (max_duration_s,
+// idle_s, suspend_after_idle_s): a hundred years, far beyond any session,
+// and far inside what a time.Duration holds, so a limit is never a
+// negative duration after the conversion.
+const MaxLimitSeconds = 100 * 365 * 24 * 3600
+
 // OutpostStatus is the live state of an outpost's queue.
 type OutpostStatus struct {
 	// QueueDepth counts pending, unclaimed sessions.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,6 +51,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"bad env name", "POST", "/v1/sessions", `{"outpost":"base","env":{"A B":"1"},"agent":{"kind":"script"}}`, 400},
 		{"reserved env", "POST", "/v1/sessions", `{"outpost":"base","env":{"OUTPOST_CONNECT_TOKEN":"1"},"agent":{"kind":"script"}}`, 400},
 		{"negative limit", "POST", "/v1/sessions", `{"outpost":"base","limits":{"max_duration_s":-1},"agent":{"kind":"script"}}`, 400},
+		{"limit past a time.Duration", "POST", "/v1/sessions", `{"outpost":"base","limits":{"max_duration_s":10000000000},"agent":{"kind":"script"}}`, 400},
+		{"idle limit past a time.Duration", "POST", "/v1/sessions", `{"outpost":"base","limits":{"idle_s":10000000000},"agent":{"kind":"script"}}`, 400},
 		{"bad outpost name", "POST", "/v1/outposts", `{"name":"Bad_Name","platform":"linux"}`, 400},
 		{"outpost name too long", "POST", "/v1/outposts", `{"name":"` + strings.Repeat("a", 64) + `","platform":"linux"}`, 400},
 		{"bad platform", "POST", "/v1/outposts", `{"name":"ok","platform":"beos"}`, 400},
@@ -117,5 +120,25 @@ func TestSessionSecretsAreWriteOnly(t *testing.T) {
 		if b, _ := jsonString(raw); strings.Contains(b, "hunter2") {
 			t.Fatalf("%s leaks a secret: %s", path, b)
 		}
+	}
+}
+
+// A limit in seconds beyond what a time.Duration holds would turn negative
+// after the conversion and end (or suspend) the session at once: it is
+// refused, with the field named.
+func TestLimitsPastADurationAreRefused(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("base")
+	for _, field := range []string{"max_duration_s", "idle_s", "suspend_after_idle_s"} {
+		body := `{"outpost":"base","limits":{"` + field + `":10000000000},"agent":{"kind":"script"}}`
+		resp, raw := ts.raw("POST", "/v1/sessions", ts.admin, "application/json", body)
+		if resp.StatusCode != 400 || !strings.Contains(string(raw), "limits."+field+" is 10000000000") {
+			t.Errorf("%s: status %d, body %s", field, resp.StatusCode, raw)
+		}
+	}
+	body := `{"outpost":"base","limits":{"max_duration_s":` + strconv.Itoa(api.MaxLimitSeconds) + `},"agent":{"kind":"script"}}`
+	if got := ts.do("POST", "/v1/sessions", ts.admin, body, nil); got != 201 {
+		t.Errorf("a hundred years: status %d, want 201", got)
 	}
 }

@@ -136,6 +136,14 @@ func validateSession(req *api.CreateSessionRequest) error {
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"max_duration_s", req.Limits.MaxDurationS}, {"idle_s", req.Limits.IdleS}, {"suspend_after_idle_s", req.Limits.SuspendAfterIdleS}} {
+		if l.v > api.MaxLimitSeconds {
+			return errBadRequest("limits.%s is %d: at most %d (a hundred years).", l.name, l.v, api.MaxLimitSeconds)
+		}
+	}
 	return checkQueueOrder(req)
 }
 
