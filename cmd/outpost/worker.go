@@ -374,33 +374,13 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 	if err != nil {
 		return err
 	}
-	opts := worker.Options{
-		CAFile:        caFile,
-		Outpost:       o.Outpost,
-		SessionID:     o.SessionID,
-		AcceptorID:    o.AcceptorID,
-		Dir:           o.Dir,
-		DataDir:       o.DataDir,
-		GatewayURL:    o.GatewayURL,
-		Once:          o.Once,
-		PollInterval:  o.PollInterval,
-		GracePeriod:   o.GracePeriod,
-		KeepWorkspace: o.KeepWorkspace,
-		NoPrestart:    o.NoPrestart,
-		Logger:        log,
-		Stdout:        f.IO.Out,
-		Isolation:     o.isolation,
-	}
+	opts := o.workerOptions()
+	opts.CAFile, opts.Logger, opts.Stdout = caFile, log, f.IO.Out
 	if o.ConnectToken != "" {
 		// Direct-serve: no API client, no account token. The connect token
 		// goes to the remote alone, so no program this process runs (the
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
-		opts.ConnectToken = o.ConnectToken
-		// The server given (--server, DEVIN_API_URL), not the saved
-		// login's: a pinned build comes from its /dist/, else from the
-		// gateway's server's.
-		opts.ServerURL = f.Server
 	} else {
 		c, err := f.guardedClient()
 		if err != nil {
@@ -413,7 +393,34 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 	if err := procguard.NotDumpable(); err != nil {
 		log.Warn("cannot mark the worker not dumpable", "err", err)
 	}
-	return worker.Run(ctx, o.withRemote(opts))
+	return worker.Run(ctx, opts)
+}
+
+// workerOptions are the worker's options as resolved: the settings, not
+// the client, logger or CA file runWorkerStart adds.
+func (o *WorkerStartOptions) workerOptions() worker.Options {
+	opts := worker.Options{
+		Outpost:       o.Outpost,
+		SessionID:     o.SessionID,
+		AcceptorID:    o.AcceptorID,
+		Dir:           o.Dir,
+		DataDir:       o.DataDir,
+		GatewayURL:    o.GatewayURL,
+		Once:          o.Once,
+		PollInterval:  o.PollInterval,
+		GracePeriod:   o.GracePeriod,
+		KeepWorkspace: o.KeepWorkspace,
+		NoPrestart:    o.NoPrestart,
+		Isolation:     o.isolation,
+	}
+	if o.ConnectToken != "" {
+		opts.ConnectToken = o.ConnectToken
+		// The server given (--server, DEVIN_API_URL), not the saved
+		// login's: a pinned build comes from its /dist/, else from the
+		// gateway's server's.
+		opts.ServerURL = o.f.Server
+	}
+	return o.withRemote(opts)
 }
 
 // resolveIsolation checks the isolation flags and hides the saved login
