@@ -130,7 +130,7 @@ layout workers download from: this executable's own build, and the builds of
 		},
 	}
 	fl := cmd.Flags()
-	addServerSettings(fl, &opts.Options)
+	addSettings(fl, serverSettings, &opts.Options)
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env "+envLLMProvider.Name+")")
@@ -143,7 +143,7 @@ layout workers download from: this executable's own build, and the builds of
 // resolve fills the settings whose flags were not given from the
 // environment, then from defaults, and checks them.
 func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	if err := o.resolveServerSettings(fl); err != nil {
+	if err := resolveSettings(serverSettings, o, &o.Options, fl, f.Getenv); err != nil {
 		return err
 	}
 	if o.DataDir == "" {

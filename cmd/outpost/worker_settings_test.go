@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestWorkerHelpGolden: `outpost worker start --help` stays as it is: the
@@ -19,6 +21,12 @@ func TestWorkerHelpGolden(t *testing.T) {
 		t.Fatalf("worker start --help: exit %d, %s", code, tf.errOut)
 	}
 	goldenCompare(t, "worker-help.golden", tf.out.String())
+}
+
+// TestWorkerSettingsTable: each row of workerStartSettings is whole.
+func TestWorkerSettingsTable(t *testing.T) {
+	t.Parallel()
+	checkSettingsTable(t, workerStartSettings, api.WorkerEnv)
 }
 
 // The environments of TestWorkerSettingsGolden: every variable `worker
@@ -200,7 +208,7 @@ func TestWorkerSettingsGolden(t *testing.T) {
 // keeps for itself.
 func workerSettingLines(o *WorkerStartOptions) []string {
 	var lines []string
-	wo := reflect.ValueOf(o.workerOptions())
+	wo := reflect.ValueOf(o.Options)
 	for i := range wo.NumField() {
 		f, v := wo.Type().Field(i), wo.Field(i)
 		switch v.Kind() {
