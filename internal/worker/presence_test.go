@@ -1,11 +1,15 @@
 package worker
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -20,9 +24,13 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 	fs.add(pendingEntry("sess-1"))
 	ctx, cancel := testContext(t)
 	done := make(chan error, 1)
+	// The beats between the ones that changes send come from the fake
+	// clock: the test advances it rather than waiting for them.
+	clk := clockwork.NewFakeClock()
+	const every = time.Minute
 	go func() {
 		done <- Run(ctx, Options{Client: c, Outpost: "dev", AcceptorID: "w-presence", DataDir: t.TempDir(), Dir: t.TempDir(),
-			HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger(t), Stdout: io.Discard,
+			HeartbeatInterval: every, Clock: clk, Logger: testLogger(t), Stdout: io.Discard,
 			RemoteCommand: []string{"sleep", "0.5"}})
 	}()
 	waitHeartbeat := func(what string, cond func(api.WorkerInfo) bool) {
@@ -49,10 +57,18 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 		}
 		return serving && i.SessionID == "" && i.ActiveSessions == 0
 	})
-	n := len(mustHeartbeats(fs))
-	time.Sleep(200 * time.Millisecond)
-	if len(mustHeartbeats(fs)) <= n {
-		t.Error("the heartbeats stopped")
+	// Idle, the worker beats once an interval: once the presence waits
+	// for the next beat, advancing the clock an interval sends it.
+	for i := range 2 {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := clk.BlockUntilContext(wctx, 1)
+		wcancel()
+		if err != nil {
+			t.Fatalf("the presence does not wait for its next beat: %v", err)
+		}
+		n := len(mustHeartbeats(fs))
+		clk.Advance(every)
+		waitHeartbeat(fmt.Sprintf("%d an interval later", i+1), func(api.WorkerInfo) bool { return len(mustHeartbeats(fs)) > n })
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/dist"
@@ -143,6 +145,9 @@ type Options struct {
 	// server (connected workers are listed on the outpost). Zero means the
 	// interval the server asks for, api.WorkerHeartbeatInterval by default.
 	HeartbeatInterval time.Duration
+	// Clock times the heartbeats; nil is the real clock. Tests drive a
+	// fake one instead of waiting for real beats.
+	Clock clockwork.Clock
 	// Isolation keeps session code away from the worker's credentials
 	// (isolate.go). Its zero value runs remotes as the worker's own user.
 	Isolation IsolationOptions
@@ -269,7 +274,7 @@ func (w *worker) consumer() *fleet.Consumer {
 		// remote outside bwrap dies with the worker too): what its
 		// acceptor id holds as it starts, its dead predecessor held.
 		HandBack:      true,
-		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, nil, w.log),
+		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
 		Resolver:      w.remotes,
 		RemoteCommand: w.opts.RemoteCommand,
 		GatewayURL:    w.opts.GatewayURL,
