@@ -268,11 +268,20 @@ func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
 	if err != nil {
 		return err
 	}
-	return orchestrator.Run(ctx, orchestrator.Options{
-		Client: c, Outpost: o.Outpost, StateDir: o.StateDir, Backend: backend, MaxConcurrent: o.MaxConcurrent,
-		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter, Logger: log, Metrics: metrics,
-		CAFile: caFile, StaticBaseURL: o.StaticBaseURL, CacheDir: o.CacheDir,
-	})
+	opts := o.orchestratorOptions()
+	opts.Client, opts.Backend, opts.Logger, opts.Metrics, opts.CAFile = c, backend, log, metrics, caFile
+	return orchestrator.Run(ctx, opts)
+}
+
+// orchestratorOptions are the orchestrator's options as resolved: the
+// settings, not the client, backend, logger, metrics or CA file
+// runOrchestrate adds.
+func (o *OrchestrateOptions) orchestratorOptions() orchestrator.Options {
+	return orchestrator.Options{
+		Outpost: o.Outpost, StateDir: o.StateDir, MaxConcurrent: o.MaxConcurrent,
+		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter,
+		StaticBaseURL: o.StaticBaseURL, CacheDir: o.CacheDir,
+	}
 }
 
 // resolveBwrap checks and parses the bwrap backend's bind flags.
