@@ -328,7 +328,7 @@ func TestOrchestrateConfig(t *testing.T) {
 		return got, tf.Factory, err
 	}
 	o, f, err := parse(nil, "--config", path)
-	if err != nil || o.Outpost != "file-outpost" || o.Backend != "exec" || o.MaxConcurrent != 4 || f.Server != "https://file.example" {
+	if err != nil || o.Outpost != "file-outpost" || o.BackendName != "exec" || o.MaxConcurrent != 4 || f.Server != "https://file.example" {
 		t.Fatalf("from the file: %+v %v", o, err)
 	}
 	o, f, err = parse(map[string]string{"DEVIN_OUTPOST_ID": "env-outpost", "DEVIN_API_URL": "https://env.example", "DEVIN_OUTPOSTS_TOKEN": "env-token"}, "--config", path)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outpost-sh/outpost/api"
 )
 
 // TestOrchestrateHelpGolden: `outpost orchestrate --help` stays as it is:
@@ -20,6 +22,14 @@ func TestOrchestrateHelpGolden(t *testing.T) {
 		t.Fatalf("orchestrate --help: exit %d, %s", code, tf.errOut)
 	}
 	goldenCompare(t, "orchestrate-help.golden", tf.out.String())
+}
+
+// TestOrchestrateSettingsTable: each row of orchestrateSettings is whole;
+// its variables are among the worker's, whose names the public
+// orchestrators read too.
+func TestOrchestrateSettingsTable(t *testing.T) {
+	t.Parallel()
+	checkSettingsTable(t, orchestrateSettings, api.WorkerEnv)
 }
 
 // The environments of TestOrchestrateSettingsGolden: every variable
@@ -174,7 +184,7 @@ func TestOrchestrateSettingsGolden(t *testing.T) {
 // the settings the command keeps for itself.
 func orchestrateSettingLines(o *OrchestrateOptions) []string {
 	var lines []string
-	oo := reflect.ValueOf(o.orchestratorOptions())
+	oo := reflect.ValueOf(o.Options)
 	for i := range oo.NumField() {
 		f, v := oo.Type().Field(i), oo.Field(i)
 		switch v.Kind() {
@@ -190,7 +200,7 @@ func orchestrateSettingLines(o *OrchestrateOptions) []string {
 	f := o.f
 	return append(lines,
 		fmt.Sprintf("factory: token %q, server %q, CA file %q", f.Token, f.Server, f.CAFile),
-		fmt.Sprintf("backend: %q", o.Backend),
+		fmt.Sprintf("backend: %q", o.BackendName),
 		fmt.Sprintf("exec: provision %q, teardown %q, status %q", o.ProvisionCmd, o.TeardownCmd, o.StatusCmd),
 		fmt.Sprintf("bwrap binds: %q %q, parsed %+v", o.BwrapBinds, o.BwrapROBinds, o.bwrapBinds),
 		fmt.Sprintf("docker: image %q, host %q, cpus %v, memory %q (%d), network %q", o.DockerImage, o.DockerHost, o.DockerCPUs, o.DockerMemory, o.dockerMemory, o.DockerNetwork),

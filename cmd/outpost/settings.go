@@ -16,7 +16,7 @@ import (
 // which is also its key in a config file, the environment variable read
 // when the flag is not given, its default, the field of F it fills and
 // its check, which sees the command's options C. The flag's kind (string,
-// duration, byte count, count, bool or repeatable string) follows from
+// duration, byte count, count, number, bool or repeatable string) follows from
 // the field's Go type. A command's settings are a table of these, so that
 // each is spelled once: help, variables, config keys and checks all come
 // from its row.
@@ -85,6 +85,8 @@ func addSettings[C, F any](fl *pflag.FlagSet, rows []commandSetting[C, F], f *F)
 			fl.IntVar(p, s.flag, s.def.(int), usage)
 		case *bool:
 			fl.BoolVar(p, s.flag, s.def.(bool), usage)
+		case *float64:
+			fl.Float64Var(p, s.flag, s.def.(float64), usage)
 		case *[]string:
 			def, _ := s.def.([]string)
 			fl.StringArrayVar(p, s.flag, def, usage)
