@@ -2,26 +2,16 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
 )
 
-// TestOrchestrateHelpGolden: `outpost orchestrate --help` stays as it is:
-// the flags, their type names, defaults and help, and the variables they
-// name.
+// TestOrchestrateHelpGolden: `outpost orchestrate --help` stays as it is.
 func TestOrchestrateHelpGolden(t *testing.T) {
 	t.Parallel()
-	tf := newTestFactory(t, nil)
-	if code := tf.run(t, "orchestrate", "--help"); code != 0 {
-		t.Fatalf("orchestrate --help: exit %d, %s", code, tf.errOut)
-	}
-	goldenCompare(t, "orchestrate-help.golden", tf.out.String())
+	goldenHelp(t, "orchestrate-help.golden", "orchestrate")
 }
 
 // TestOrchestrateSettingsTable: each row of orchestrateSettings is whole;
@@ -58,7 +48,7 @@ var orchestrateSettingsEnvs = []map[string]string{
 }
 
 // orchestrateSettingsConfig is the config file of the argument sets
-// "config…"; $DIR is as in orchestrateSettingsArgSets.
+// "config…"; $DIR is its directory.
 const orchestrateSettingsConfig = `outpost: file-outpost
 backend: bwrap
 max-concurrent: 4
@@ -77,12 +67,8 @@ server: http://127.0.0.1:7600
 `
 
 // orchestrateSettingsArgSets are the command lines of
-// TestOrchestrateSettingsGolden; $DIR stands for a temporary directory
-// that holds the config file and the directories bound into sandboxes.
-var orchestrateSettingsArgSets = []struct {
-	name string
-	args []string
-}{
+// TestOrchestrateSettingsGolden.
+var orchestrateSettingsArgSets = []argSet{
 	{"none", nil},
 	{"outpost", []string{"--outpost", "dev"}},
 	{"exec", []string{
@@ -122,60 +108,12 @@ var orchestrateSettingsArgSets = []struct {
 // same values, defaults, warnings and errors, in the same order.
 func TestOrchestrateSettingsGolden(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	config := strings.ReplaceAll(orchestrateSettingsConfig, "$DIR", dir)
-	if err := os.WriteFile(filepath.Join(dir, "orchestrate.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
+	dir := settingsDir(t, "orchestrate.yaml", orchestrateSettingsConfig)
+	parse := func(t *testing.T, env map[string]string, args ...string) (*OrchestrateOptions, *testFactory, error) {
+		return parseOptions(t, env, NewCmdOrchestrate, args...)
 	}
-	for _, d := range []string{"a", "b", "d", "rw", "git", "tools"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	norm := func(tf *testFactory, s string) string {
-		return strings.NewReplacer(tf.home, "$HOME", dir, "$DIR").Replace(s)
-	}
-	run := func(env map[string]string, args []string) (string, string, error) {
-		args = slices.Clone(args)
-		for i := range args {
-			args[i] = strings.ReplaceAll(args[i], "$DIR", dir)
-		}
-		o, tf, err := parseOptions(t, env, NewCmdOrchestrate, args...)
-		switch {
-		case err != nil:
-			return "", norm(tf, tf.errOut.String()), err
-		case o == nil:
-			return "the run was not reached, and no error", "", nil
-		}
-		return norm(tf, strings.Join(orchestrateSettingLines(o), "\n")), norm(tf, tf.errOut.String()), nil
-	}
-	def, _, err := run(nil, []string{"--outpost", "dev"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defaults := strings.Split(def, "\n")
-	var b strings.Builder
-	b.WriteString("## defaults (--outpost dev)\n" + def + "\n")
-	for i, env := range orchestrateSettingsEnvs {
-		for _, set := range orchestrateSettingsArgSets {
-			fmt.Fprintf(&b, "## env %d %s, args %s\n", i, envString(env), set.name)
-			got, stderr, err := run(env, set.args)
-			if err != nil {
-				fmt.Fprintf(&b, "error (usage %v): %v\n", isUsage(err), err)
-			}
-			for _, l := range strings.Split(got, "\n") {
-				if l != "" && !slices.Contains(defaults, l) {
-					b.WriteString(l + "\n")
-				}
-			}
-			for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
-				if l != "" {
-					b.WriteString("stderr: " + l + "\n")
-				}
-			}
-		}
-	}
-	goldenCompare(t, "orchestrate-settings.golden", b.String())
+	goldenSettings(t, "orchestrate-settings.golden", dir, orchestrateSettingsEnvs, orchestrateSettingsArgSets, []string{"--outpost", "dev"},
+		parse, orchestrateSettingLines)
 }
 
 // orchestrateSettingLines lists what the orchestrator would be started

@@ -48,11 +48,7 @@ func goldenCompare(t *testing.T, name, got string) {
 // their type names, defaults and help, and the variables they name.
 func TestServerHelpGolden(t *testing.T) {
 	t.Parallel()
-	tf := newTestFactory(t, nil)
-	if code := tf.run(t, "server", "--help"); code != 0 {
-		t.Fatalf("server --help: exit %d, %s", code, tf.errOut)
-	}
-	goldenCompare(t, "server-help.golden", tf.out.String())
+	goldenHelp(t, "server-help.golden", "server")
 }
 
 // TestServerSettingsTable: each row of serverSettings is whole.

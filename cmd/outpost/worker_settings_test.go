@@ -2,25 +2,16 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
 )
 
-// TestWorkerHelpGolden: `outpost worker start --help` stays as it is: the
-// flags, their type names, defaults and help, and the variables they name.
+// TestWorkerHelpGolden: `outpost worker start --help` stays as it is.
 func TestWorkerHelpGolden(t *testing.T) {
 	t.Parallel()
-	tf := newTestFactory(t, nil)
-	if code := tf.run(t, "worker", "start", "--help"); code != 0 {
-		t.Fatalf("worker start --help: exit %d, %s", code, tf.errOut)
-	}
-	goldenCompare(t, "worker-help.golden", tf.out.String())
+	goldenHelp(t, "worker-help.golden", "worker", "start")
 }
 
 // TestWorkerSettingsTable: each row of workerStartSettings is whole.
@@ -78,8 +69,8 @@ var workerSettingsEnvs = []map[string]string{
 	{"OUTPOST_CONNECT_TOKEN": "connect-token", "OUTPOST_WORKER_REMOTE_SHA": "not-hex"},
 }
 
-// workerSettingsConfig is the config file of the argument sets "config…";
-// $DIR is as in workerSettingsArgSets.
+// workerSettingsConfig is the config file of the argument sets
+// "config…"; $DIR is its directory.
 const workerSettingsConfig = `outpost: file-outpost
 acceptor-id: file-acceptor
 data-dir: /file/data
@@ -101,13 +92,9 @@ log-format: json
 server: http://127.0.0.1:7600
 `
 
-// workerSettingsArgSets are the command lines of TestWorkerSettingsGolden;
-// $DIR stands for a temporary directory that holds the config file and
-// the directories bound into sandboxes.
-var workerSettingsArgSets = []struct {
-	name string
-	args []string
-}{
+// workerSettingsArgSets are the command lines of
+// TestWorkerSettingsGolden.
+var workerSettingsArgSets = []argSet{
 	{"none", nil},
 	{"outpost", []string{"--outpost", "dev"}},
 	{"flags", []string{
@@ -142,64 +129,9 @@ var workerSettingsArgSets = []struct {
 // same values, defaults, warnings and errors, in the same order.
 func TestWorkerSettingsGolden(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	config := strings.ReplaceAll(workerSettingsConfig, "$DIR", dir)
-	if err := os.WriteFile(filepath.Join(dir, "worker.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{"a", "b", "d", "rw", "git", "tools"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	norm := func(tf *testFactory, s string) string {
-		return strings.NewReplacer(tf.home, "$HOME", tf.configDir, "$CONFIG", dir, "$DIR", wd, "$WD").Replace(s)
-	}
-	run := func(env map[string]string, args []string) (string, string, error) {
-		args = slices.Clone(args)
-		for i := range args {
-			args[i] = strings.ReplaceAll(args[i], "$DIR", dir)
-		}
-		o, tf, err := runWorkerStartCmd(t, env, args...)
-		switch {
-		case err != nil:
-			return "", norm(tf, tf.errOut.String()), err
-		case o == nil:
-			return "the run was not reached, and no error", "", nil
-		}
-		return norm(tf, strings.Join(workerSettingLines(o), "\n")), norm(tf, tf.errOut.String()), nil
-	}
-	def, _, err := run(nil, []string{"--outpost", "dev"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defaults := strings.Split(def, "\n")
-	var b strings.Builder
-	b.WriteString("## defaults (--outpost dev)\n" + def + "\n")
-	for i, env := range workerSettingsEnvs {
-		for _, set := range workerSettingsArgSets {
-			fmt.Fprintf(&b, "## env %d %s, args %s\n", i, envString(env), set.name)
-			got, stderr, err := run(env, set.args)
-			if err != nil {
-				fmt.Fprintf(&b, "error (usage %v): %v\n", isUsage(err), err)
-			}
-			for _, l := range strings.Split(got, "\n") {
-				if l != "" && !slices.Contains(defaults, l) {
-					b.WriteString(l + "\n")
-				}
-			}
-			for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
-				if l != "" {
-					b.WriteString("stderr: " + l + "\n")
-				}
-			}
-		}
-	}
-	goldenCompare(t, "worker-settings.golden", b.String())
+	dir := settingsDir(t, "worker.yaml", workerSettingsConfig)
+	goldenSettings(t, "worker-settings.golden", dir, workerSettingsEnvs, workerSettingsArgSets, []string{"--outpost", "dev"},
+		runWorkerStartCmd, workerSettingLines)
 }
 
 // workerSettingLines lists what the worker would be started with, a
