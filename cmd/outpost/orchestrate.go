@@ -112,20 +112,8 @@ given beats its environment variable, which beats the file.`,
     --bwrap-ro-bind /srv/toolchains --bwrap-bind /srv/cache/go:/home/outpost/go
   outpost orchestrate --config /etc/outpost/orchestrate-dev.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			f.noteTokenFlag(cmd.Flags())
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runOrchestrate(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runOrchestrate),
 	}
 	fl := cmd.Flags()
 	addSettings(fl, orchestrateSettings, opts)

@@ -85,10 +85,12 @@ var orchestrateSettings = []orchestrateSetting{
 		usage: "how long to leave a session whose provisioning failed before trying it again"},
 }
 
-// resolveEndpoint reads the variables of the global --token, --server and
-// --ca-file, under the public names too.
+// resolveEndpoint warns of a token on the command line and reads the
+// variables of the global --token, --server and --ca-file, under the
+// public names too.
 func (o *OrchestrateOptions) resolveEndpoint() error {
 	f := o.f
+	f.noteTokenFlag(o.fl)
 	env := envFallback{fl: o.fl, getenv: f.Getenv}
 	env.string("token", api.EnvToken, &f.Token)
 	env.string("server", api.EnvServer, &f.Server)

@@ -115,19 +115,8 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --database postgres://… --listen 10.0.0.5:7420 --replica-id outpost-a --replica-url http://10.0.0.5:7420
   outpost server --config /etc/outpost/server.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runServer(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runServer),
 	}
 	fl := cmd.Flags()
 	addSettings(fl, serverSettings, &opts.Options)

@@ -153,19 +153,8 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
   outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost
   outpost worker start --config /etc/outpost/worker-gpu-h200.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runWorkerStart(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runWorkerStart),
 	}
 	fl := cmd.Flags()
 	addSettings(fl, workerStartSettings, opts)
