@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -25,7 +24,8 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 	ctx, cancel := testContext(t)
 	done := make(chan error, 1)
 	// The beats between the ones that changes send come from the fake
-	// clock: the test advances it rather than waiting for them.
+	// clock, which paces the worker's queue consumer too: the test
+	// advances it rather than waiting for them.
 	clk := clockwork.NewFakeClock()
 	const every = time.Minute
 	go func() {
@@ -57,18 +57,11 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 		}
 		return serving && i.SessionID == "" && i.ActiveSessions == 0
 	})
-	// Idle, the worker beats once an interval: once the presence waits
-	// for the next beat, advancing the clock an interval sends it.
+	// Idle, the worker beats once an interval: advancing the clock an
+	// interval at a time sends the next beat.
 	for i := range 2 {
-		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-		err := clk.BlockUntilContext(wctx, 1)
-		wcancel()
-		if err != nil {
-			t.Fatalf("the presence does not wait for its next beat: %v", err)
-		}
 		n := len(mustHeartbeats(fs))
-		clk.Advance(every)
-		waitHeartbeat(fmt.Sprintf("%d an interval later", i+1), func(api.WorkerInfo) bool { return len(mustHeartbeats(fs)) > n })
+		advanceUntil(t, clk, every, fmt.Sprintf("heartbeat %d an interval later", i+1), func() bool { return len(mustHeartbeats(fs)) > n })
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -76,6 +69,20 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 	}
 	if _, goodbyes := fs.presence(); !slices.Equal(goodbyes, []string{"op-1 w-presence"}) {
 		t.Errorf("goodbyes = %q, want one for op-1 w-presence", goodbyes)
+	}
+}
+
+// advanceUntil advances clk by step until cond holds, polling for 10s;
+// each step fires whatever waits on clk (heartbeats, polls, renewals,
+// retries), so cond need not know which comes first.
+func advanceUntil(t *testing.T, clk *clockwork.FakeClock, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", what)
+		}
+		clk.Advance(step)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

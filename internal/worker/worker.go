@@ -145,8 +145,10 @@ type Options struct {
 	// server (connected workers are listed on the outpost). Zero means the
 	// interval the server asks for, api.WorkerHeartbeatInterval by default.
 	HeartbeatInterval time.Duration
-	// Clock times the heartbeats; nil is the real clock. Tests drive a
-	// fake one instead of waiting for real beats.
+	// Clock paces the waits of the worker's queue consumer and presence:
+	// heartbeats, queue polls, claim renewals and retries, and the wait
+	// for a session's status after its remote exits. Nil is the real
+	// clock; tests drive a fake one instead of waiting.
 	Clock clockwork.Clock
 	// Isolation keeps session code away from the worker's credentials
 	// (isolate.go). Its zero value runs remotes as the worker's own user.
@@ -280,6 +282,7 @@ func (w *worker) consumer() *fleet.Consumer {
 		GatewayURL:    w.opts.GatewayURL,
 		CAFile:        w.opts.CAFile,
 		PollInterval:  w.opts.PollInterval,
+		Clock:         w.opts.Clock,
 		Logger:        w.log,
 	}
 }
