@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"strconv"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // SessionsArtifactsOptions are the settings of `outpost sessions
@@ -93,22 +93,18 @@ func runSessionsArtifacts(ctx context.Context, opts *SessionsArtifactsOptions) e
 	return t.flush()
 }
 
-// downloadArtifact writes an artifact to path through a temporary file, so
-// a failed download leaves nothing half-written.
+// downloadArtifact writes an artifact to path whole, so a failed download
+// leaves nothing half-written. The API's errors come back as they are.
 func downloadArtifact(ctx context.Context, c *client.Client, sessionID, name, path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".outpost-artifact-*")
-	if err != nil {
-		return fmt.Errorf("download artifact %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := c.Artifacts.Get(ctx, sessionID, name, tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("download artifact %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	var apiErr error
+	err := atomicfile.WriteFunc(path, 0o600, func(w io.Writer) error {
+		apiErr = c.Artifacts.Get(ctx, sessionID, name, w)
+		return apiErr
+	})
+	switch {
+	case apiErr != nil:
+		return apiErr
+	case err != nil:
 		return fmt.Errorf("download artifact %s: %w", name, err)
 	}
 	return nil

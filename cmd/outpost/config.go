@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // config is the saved login: config.json in the user config directory.
@@ -63,19 +64,7 @@ func saveConfig(f *Factory, cfg config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "config.json.*")
-	if err != nil {
-		return "", fmt.Errorf("save login: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("save login: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("save login: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
 		return "", fmt.Errorf("save login: %w", err)
 	}
 	return path, nil

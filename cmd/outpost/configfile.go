@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outpost-sh/outpost/internal/cliconfig"
@@ -29,6 +31,28 @@ func applyConfigFile(fl *pflag.FlagSet, path string) error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// runWithSettings is the RunE of a long-running command whose options o
+// come from flags, the environment and a config file: it applies the file
+// at *configFile, resolves the settings (the environment, defaults and
+// checks), records in *overridden the file's keys the environment
+// replaced, then runs run, or runF in tests.
+func runWithSettings[O any](o *O, configFile *string, overridden *[]string, resolve func(*pflag.FlagSet) error,
+	runF, run func(context.Context, *O) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := applyConfigFile(cmd.Flags(), *configFile); err != nil {
+			return err
+		}
+		if err := resolve(cmd.Flags()); err != nil {
+			return err
+		}
+		*overridden = overriddenSettings(cmd.Flags(), *configFile)
+		if runF != nil {
+			return runF(cmd.Context(), o)
+		}
+		return run(cmd.Context(), o)
+	}
 }
 
 // given reports whether flag name of fl was set on the command line or by

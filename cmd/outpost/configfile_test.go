@@ -205,7 +205,7 @@ func TestWorkerConfigPrecedence(t *testing.T) {
 		{flag: "remote-binary-sha", env: "OUTPOST_WORKER_REMOTE_SHA", fileVal: "aaaaaa1", envVal: "bbbbbb2", flagVal: "cccccc3",
 			get: str(func(o *WorkerStartOptions) string { return o.RemoteBinarySHA })},
 		{flag: "isolation", env: "OUTPOST_WORKER_ISOLATION", fileVal: "bwrap", envVal: "none", flagVal: "auto",
-			def: "auto", get: str(func(o *WorkerStartOptions) string { return string(o.isolation.Mode) })},
+			def: "auto", get: str(func(o *WorkerStartOptions) string { return string(o.Isolation.Mode) })},
 		{flag: "log-level", env: "OUTPOST_LOG_LEVEL", fileVal: "debug", envVal: "warn", flagVal: "error",
 			def: "info", get: str(func(o *WorkerStartOptions) string { return o.LogLevel })},
 		{flag: "log-format", env: "OUTPOST_LOG_FORMAT", fileVal: "json", envVal: "text", flagVal: "json",
@@ -251,11 +251,11 @@ bwrap-ro-bind:
 		t.Fatal(err)
 	}
 	if o.Outpost != "gpu-h200" || tf.Server != "https://outpost.example.com" || o.PollInterval != 7*time.Second ||
-		o.GracePeriod != 45*time.Second || !o.Once || len(o.isolation.Binds) != 2 {
+		o.GracePeriod != 45*time.Second || !o.Once || len(o.Isolation.Binds) != 2 {
 		t.Errorf("options %+v, server %q", o, tf.Server)
 	}
-	if !slices.Contains(o.isolation.Hide, path) || !slices.Contains(o.isolation.Hide, systemConfigDir) {
-		t.Errorf("hidden from sessions: %q; want the config file and %s", o.isolation.Hide, systemConfigDir)
+	if !slices.Contains(o.Isolation.Hide, path) || !slices.Contains(o.Isolation.Hide, systemConfigDir) {
+		t.Errorf("hidden from sessions: %q; want the config file and %s", o.Isolation.Hide, systemConfigDir)
 	}
 	if len(o.overridden) != 0 {
 		t.Errorf("nothing is overridden: %q", o.overridden)
@@ -328,7 +328,7 @@ func TestOrchestrateConfig(t *testing.T) {
 		return got, tf.Factory, err
 	}
 	o, f, err := parse(nil, "--config", path)
-	if err != nil || o.Outpost != "file-outpost" || o.Backend != "exec" || o.MaxConcurrent != 4 || f.Server != "https://file.example" {
+	if err != nil || o.Outpost != "file-outpost" || o.BackendName != "exec" || o.MaxConcurrent != 4 || f.Server != "https://file.example" {
 		t.Fatalf("from the file: %+v %v", o, err)
 	}
 	o, f, err = parse(map[string]string{"DEVIN_OUTPOST_ID": "env-outpost", "DEVIN_API_URL": "https://env.example", "DEVIN_OUTPOSTS_TOKEN": "env-token"}, "--config", path)

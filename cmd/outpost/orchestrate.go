@@ -7,28 +7,30 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/orchestrator"
 	"github.com/outpost-sh/outpost/internal/procguard"
 )
 
 // OrchestrateOptions are the settings of `outpost orchestrate`.
 type OrchestrateOptions struct {
-	f             *Factory
-	Outpost       string
-	Backend       string
-	MaxConcurrent int
-	StateDir      string
-	AcceptorID    string
-	ProvisionCmd  string
-	TeardownCmd   string
-	StatusCmd     string
+	f *Factory
+	// fl is the command's flags, for the checks that ask which were
+	// given.
+	fl *pflag.FlagSet
+	// Options are the orchestrator's settings as orchestrateSettings fill
+	// them, but the client, backend, logger, metrics and CA file, which
+	// runOrchestrate adds.
+	orchestrator.Options
+	// BackendName is --backend: process, exec, bwrap or docker.
+	BackendName  string
+	ProvisionCmd string
+	TeardownCmd  string
+	StatusCmd    string
 	// Bwrap backend: SRC[:DEST] bind mounts.
 	BwrapBinds   []string
 	BwrapROBinds []string
@@ -43,12 +45,6 @@ type OrchestrateOptions struct {
 	dockerMemory  int64
 	dockerUlimits []*orchestrator.Ulimit
 	MetricsListen string
-	// StaticBaseURL and CacheDir say where the remote builds sessions pin
-	// are downloaded from and kept.
-	StaticBaseURL string
-	CacheDir      string
-	PollInterval  time.Duration
-	RetryAfter    time.Duration
 	LogLevel      string
 	LogFormat     string
 	// ConfigFile is the YAML file of settings (--config); "" means none.
@@ -116,95 +112,22 @@ given beats its environment variable, which beats the file.`,
     --bwrap-ro-bind /srv/toolchains --bwrap-bind /srv/cache/go:/home/outpost/go
   outpost orchestrate --config /etc/outpost/orchestrate-dev.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			f.noteTokenFlag(cmd.Flags())
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runOrchestrate(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runOrchestrate),
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
-	fl.StringVar(&opts.Backend, "backend", "process", "machine backend: process, exec, bwrap or docker")
-	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "most sessions served at once")
-	fl.StringVar(&opts.StateDir, "state-dir", "", "state directory: acceptor id, cursor, machine workspaces (default ~/.outpost/orchestrator)")
-	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (default: generated once and saved in the state dir)")
-	fl.StringVar(&opts.ProvisionCmd, "provision-cmd", "", "exec backend: command that creates the machine and starts the remote")
-	fl.StringVar(&opts.TeardownCmd, "teardown-cmd", "", "exec backend: command that removes the machine")
-	fl.StringVar(&opts.StatusCmd, "status-cmd", "", "exec backend: command that exits 0 while the machine runs (optional)")
-	fl.StringArrayVar(&opts.BwrapBinds, "bwrap-bind", nil, "bwrap backend: bind host path SRC read-write at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
-	fl.StringArrayVar(&opts.BwrapROBinds, "bwrap-ro-bind", nil, "bwrap backend: bind host path SRC read-only at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
-	fl.StringVar(&opts.DockerImage, "docker-image", "", "docker backend: image of the session containers (required; needs git and glibc)")
-	fl.StringVar(&opts.DockerHost, "docker-host", "", "docker backend: Engine API address, e.g. unix:///run/podman/podman.sock (default $DOCKER_HOST, then unix:///var/run/docker.sock)")
-	fl.Float64Var(&opts.DockerCPUs, "docker-cpus", 0, "docker backend: CPUs per container, e.g. 1.5 (default no limit)")
-	fl.StringVar(&opts.DockerMemory, "docker-memory", "", "docker backend: memory per container, e.g. 2g (default no limit)")
-	fl.StringVar(&opts.DockerNetwork, "docker-network", orchestrator.DefaultDockerNetwork, "docker backend: network mode of the containers; host lets the remote reach a loopback gateway")
-	fl.StringArrayVar(&opts.DockerUlimits, "docker-ulimit", nil, "docker backend: ulimit name=soft[:hard], repeatable (default nofile and nproc at this process's own limits)")
-	fl.StringVar(&opts.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics)")
-	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where the remote builds sessions pin are published (env "+envNames(api.EnvWorkerStaticBaseURL)+"; default <server>/dist/)")
-	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env "+envNames(api.EnvWorkerCacheDir)+"; default <state-dir>/cache)")
-	fl.DurationVar(&opts.PollInterval, "poll-interval", orchestrator.DefaultPollInterval, "how often to list the whole queue")
-	fl.DurationVar(&opts.RetryAfter, "retry-after", orchestrator.DefaultRetryAfter, "how long to leave a session whose provisioning failed before trying it again")
+	addSettings(fl, orchestrateSettings, opts)
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
 	return cmd
 }
 
+// resolve applies environment fallbacks and defaults and checks the
+// settings.
 func (o *OrchestrateOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	env := envFallback{fl: fl, getenv: f.Getenv}
-	env.string("outpost", api.EnvOutpost, &o.Outpost)
-	env.string("token", api.EnvToken, &f.Token)
-	env.string("server", api.EnvServer, &f.Server)
-	env.string("ca-file", envCAFile, &f.CAFile)
-	env.string("static-base-url", api.EnvWorkerStaticBaseURL, &o.StaticBaseURL)
-	env.string("cache-dir", api.EnvWorkerCacheDir, &o.CacheDir)
-	if err := checkStaticBaseURL(o.StaticBaseURL); err != nil {
+	o.fl = fl
+	if err := resolveSettings(orchestrateSettings, o, o, fl, f.Getenv); err != nil {
 		return err
-	}
-	if o.Outpost == "" {
-		return usageErrorf("orchestrate needs --outpost NAME-OR-ID")
-	}
-	if o.MaxConcurrent < 1 {
-		return usageErrorf("--max-concurrent must be at least 1")
-	}
-	switch o.Backend {
-	case "docker":
-		if err := o.resolveDocker(f); err != nil {
-			return err
-		}
-	case "bwrap":
-		if err := o.resolveBwrap(); err != nil {
-			return err
-		}
-	case "process":
-	case "exec":
-		if o.ProvisionCmd == "" || o.TeardownCmd == "" {
-			return usageErrorf("the exec backend needs --provision-cmd and --teardown-cmd")
-		}
-	default:
-		return usageErrorf("--backend must be process, exec, bwrap or docker, not %q", o.Backend)
-	}
-	if o.Backend != "bwrap" && len(o.BwrapBinds)+len(o.BwrapROBinds) > 0 {
-		return usageErrorf("--bwrap-bind and --bwrap-ro-bind need --backend bwrap")
-	}
-	if o.Backend != "docker" && (o.DockerImage != "" || o.DockerHost != "" || o.DockerCPUs != 0 || o.DockerMemory != "" ||
-		len(o.DockerUlimits) > 0 || o.DockerNetwork != orchestrator.DefaultDockerNetwork) {
-		return usageErrorf("the --docker-* flags need --backend docker")
-	}
-	if o.StateDir == "" {
-		home, err := f.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("find the home directory (set --state-dir): %w", err)
-		}
-		o.StateDir = filepath.Join(home, ".outpost", "orchestrator")
 	}
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
@@ -223,10 +146,10 @@ func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
 		log.Warn("cannot mark the orchestrator not dumpable", "err", err)
 	}
 	var backend orchestrator.Backend = orchestrator.ProcessBackend{}
-	if o.Backend == "exec" {
+	if o.BackendName == "exec" {
 		backend = orchestrator.ExecBackend{ProvisionCmd: o.ProvisionCmd, TeardownCmd: o.TeardownCmd, StatusCmd: o.StatusCmd}
 	}
-	if o.Backend == "bwrap" {
+	if o.BackendName == "bwrap" {
 		bb, err := orchestrator.NewBwrapBackend(ctx, orchestrator.BwrapOptions{Binds: o.bwrapBinds})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -236,7 +159,7 @@ func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
 		}
 		backend = bb
 	}
-	if o.Backend == "docker" {
+	if o.BackendName == "docker" {
 		db, err := o.dockerBackend(ctx, log)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -268,11 +191,9 @@ func runOrchestrate(ctx context.Context, o *OrchestrateOptions) error {
 	if err != nil {
 		return err
 	}
-	return orchestrator.Run(ctx, orchestrator.Options{
-		Client: c, Outpost: o.Outpost, StateDir: o.StateDir, Backend: backend, MaxConcurrent: o.MaxConcurrent,
-		AcceptorID: o.AcceptorID, PollInterval: o.PollInterval, RetryAfter: o.RetryAfter, Logger: log, Metrics: metrics,
-		CAFile: caFile, StaticBaseURL: o.StaticBaseURL, CacheDir: o.CacheDir,
-	})
+	opts := o.Options
+	opts.Client, opts.Backend, opts.Logger, opts.Metrics, opts.CAFile = c, backend, log, metrics, caFile
+	return orchestrator.Run(ctx, opts)
 }
 
 // resolveBwrap checks and parses the bwrap backend's bind flags.

@@ -115,22 +115,11 @@ layout workers download from: this executable's own build, and the builds of
   outpost server --database postgres://… --listen 10.0.0.5:7420 --replica-id outpost-a --replica-url http://10.0.0.5:7420
   outpost server --config /etc/outpost/server.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runServer(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runServer),
 	}
 	fl := cmd.Flags()
-	addServerSettings(fl, &opts.Options)
+	addSettings(fl, serverSettings, &opts.Options)
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env "+envLLMProvider.Name+")")
@@ -143,7 +132,7 @@ layout workers download from: this executable's own build, and the builds of
 // resolve fills the settings whose flags were not given from the
 // environment, then from defaults, and checks them.
 func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	if err := o.resolveServerSettings(fl); err != nil {
+	if err := resolveSettings(serverSettings, o, &o.Options, fl, f.Getenv); err != nil {
 		return err
 	}
 	if o.DataDir == "" {

@@ -1,52 +1,16 @@
 package main
 
 import (
-	"fmt"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/server"
 )
 
-// serverSetting is one setting of `outpost server`: its flag, which is also
-// its key in a config file, the environment variable read when the flag is
-// not given, its default, the field of server.Options it fills and its
-// check. The flag's kind (string, duration, byte count, count or bool)
-// follows from the field's Go type.
-type serverSetting struct {
-	flag string
-	// env is the variable read when the flag is not given; Name "" when
-	// there is none.
-	env api.EnvVar
-	// usage is the flag's help; $ENV in it stands for env's name.
-	usage string
-	// def is the default, of the field's type.
-	def any
-	// field returns the pointer the flag is bound to.
-	field func(*server.Options) any
-	// bareSeconds lets the variable of a duration be a number of seconds
-	// too (OUTPOST_CLAIM_TTL=300), as these variables were first read.
-	bareSeconds bool
-	// want completes "OUTPOST_X=… is not " for a variable that does not
-	// parse: what a value looks like.
-	want string
-	// least is the smallest value of a duration or number that refuse
-	// lets through; refuse "" means no bound.
-	least  int64
-	refuse string
-	// check, when set, is the setting's own check, run where the table
-	// puts it: several look at other settings, which are read by then.
-	check func(*ServerOptions) error
-	// zeroIsNone marks a flag whose 0 means none or no bound, which
-	// server.Options spells as a negative value (its 0 is the default).
-	zeroIsNone bool
-}
+// serverSetting is one setting of `outpost server`, bound to a field of
+// server.Options; its check sees the whole ServerOptions.
+type serverSetting = commandSetting[ServerOptions, server.Options]
 
 // serverSettings are the settings of `outpost server` but the model
 // provider's (llm.ConfigFromEnv reads those) and the log's (every
@@ -172,122 +136,4 @@ func checkBlobStore(o *ServerOptions) error {
 		return usageErrorf("--blob-store must be fs, postgres or s3://bucket[/prefix][?endpoint=host:port&region=…&insecure=true], not %q", b)
 	}
 	return nil
-}
-
-// addServerSettings adds the flags of serverSettings to fl, bound to o.
-// pflag's typed functions keep --help's type names and leave out zero
-// defaults.
-func addServerSettings(fl *pflag.FlagSet, o *server.Options) {
-	for _, s := range serverSettings {
-		if s.field == nil {
-			continue // a check only
-		}
-		usage := strings.ReplaceAll(s.usage, "$ENV", s.env.Name)
-		switch p := s.field(o).(type) {
-		case *string:
-			fl.StringVar(p, s.flag, s.def.(string), usage)
-		case *time.Duration:
-			fl.DurationVar(p, s.flag, s.def.(time.Duration), usage)
-		case *int64:
-			fl.Int64Var(p, s.flag, s.def.(int64), usage)
-		case *int:
-			fl.IntVar(p, s.flag, s.def.(int), usage)
-		case *bool:
-			fl.BoolVar(p, s.flag, s.def.(bool), usage)
-		default:
-			panic(fmt.Sprintf("server setting --%s: a field of type %T", s.flag, p))
-		}
-	}
-}
-
-// resolveServerSettings gives the settings whose flags were not given
-// the values of their variables, and checks them in the table's order.
-// Text is read first, as reading it cannot fail: a check may then look at
-// any text setting, and a variable that does not parse is reported where
-// its setting's check is.
-func (o *ServerOptions) resolveServerSettings(fl *pflag.FlagSet) error {
-	env := envFallback{fl: fl, getenv: o.f.Getenv}
-	for _, s := range serverSettings {
-		if p, ok := s.fieldOf(o).(*string); ok && s.env.Name != "" {
-			env.string(s.flag, s.env, p)
-		}
-	}
-	for _, s := range serverSettings {
-		if err := s.resolve(o, fl); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// fieldOf is s's field in o's server options; nil for a check only.
-func (s serverSetting) fieldOf(o *ServerOptions) any {
-	if s.field == nil {
-		return nil
-	}
-	return s.field(&o.Options)
-}
-
-// resolve reads s's variable, unless s is text (read already) or its
-// flag was given, then checks s.
-func (s serverSetting) resolve(o *ServerOptions, fl *pflag.FlagSet) error {
-	p := s.fieldOf(o)
-	if _, text := p.(*string); !text && !fl.Changed(s.flag) {
-		if v := s.env.Get(o.f.Getenv); v != "" {
-			if err := s.parseEnv(p, v); err != nil {
-				return usageErrorf("%s=%q is not %s", s.env.Name, v, s.want)
-			}
-		}
-	}
-	if n, ok := number(p); ok && s.refuse != "" && n < s.least {
-		return usageErrorf("%s", s.refuse)
-	}
-	if s.check != nil {
-		return s.check(o)
-	}
-	return nil
-}
-
-// parseEnv sets *p to the variable's value v. Byte counts are read in
-// base 10 only, so 0x10 and 1_000, which the flag takes, are refused.
-func (s serverSetting) parseEnv(p any, v string) error {
-	var err error
-	switch p := p.(type) {
-	case *time.Duration:
-		if s.bareSeconds {
-			*p, err = parseSeconds(v)
-		} else {
-			*p, err = time.ParseDuration(v)
-		}
-	case *int64:
-		*p, err = strconv.ParseInt(v, 10, 64)
-	default:
-		return fmt.Errorf("server setting --%s: no variable is read into a %T", s.flag, p)
-	}
-	return err
-}
-
-// number is the value at p of a duration or number; false for text, a
-// bool or a check without a field.
-func number(p any) (int64, bool) {
-	if v := reflect.ValueOf(p); v.Kind() == reflect.Pointer && v.Elem().CanInt() {
-		return v.Elem().Int(), true
-	}
-	return 0, false
-}
-
-// noneIfZero gives the duration or number at p, when 0, the server's
-// negative for none.
-func noneIfZero(p any) {
-	if v := reflect.ValueOf(p).Elem(); v.IsZero() {
-		v.SetInt(-1)
-	}
-}
-
-// parseSeconds parses a Go duration or a bare number of seconds.
-func parseSeconds(s string) (time.Duration, error) {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.Duration(n) * time.Second, nil
-	}
-	return time.ParseDuration(s)
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-sh/outpost/internal/server"
+	"github.com/outpost-sh/outpost/api"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/ from the code as it is")
@@ -48,24 +48,27 @@ func goldenCompare(t *testing.T, name, got string) {
 // their type names, defaults and help, and the variables they name.
 func TestServerHelpGolden(t *testing.T) {
 	t.Parallel()
-	tf := newTestFactory(t, nil)
-	if code := tf.run(t, "server", "--help"); code != 0 {
-		t.Fatalf("server --help: exit %d, %s", code, tf.errOut)
-	}
-	goldenCompare(t, "server-help.golden", tf.out.String())
+	goldenHelp(t, "server-help.golden", "server")
 }
 
-// TestServerSettingsTable: each row of serverSettings is whole. A field
-// has a flag, given once; the help names a variable exactly when there is
-// one, and the server's list of variables (help, env files) has it; a
-// variable that is parsed says what it wants and is of a kind that can be
-// parsed; a refusal names its flag and bounds a duration or number.
+// TestServerSettingsTable: each row of serverSettings is whole.
 func TestServerSettingsTable(t *testing.T) {
 	t.Parallel()
+	checkSettingsTable(t, serverSettings, serverEnv)
+}
+
+// checkSettingsTable checks that each row of a command's settings is
+// whole. A field has a flag, given once; the help names a variable
+// exactly when there is one, and the command's list of variables (help,
+// env files) has it; a variable that is parsed says what it wants and is
+// of a kind that can be parsed; a refusal names its flag and bounds a
+// duration or number.
+func checkSettingsTable[C, F any](t *testing.T, rows []commandSetting[C, F], vars []api.EnvVar) {
+	t.Helper()
 	seen := map[string]bool{}
-	for i, s := range serverSettings {
+	for i, s := range rows {
 		if s.field == nil {
-			if s.flag != "" || s.env.Name != "" || s.check == nil || s.refuse != "" {
+			if s.flag != "" || s.hasEnv() || s.check == nil || s.refuse != "" {
 				t.Errorf("row %d has no field, so it must be a check alone: %+v", i, s)
 			}
 			continue
@@ -74,17 +77,18 @@ func TestServerSettingsTable(t *testing.T) {
 			t.Errorf("row %d: flag %q is empty or given twice", i, s.flag)
 		}
 		seen[s.flag] = true
-		if strings.Contains(s.usage, "$ENV") != (s.env.Name != "") {
-			t.Errorf("--%s: the help %q and the variable %q disagree", s.flag, s.usage, s.env.Name)
+		names := strings.Contains(s.usage, "$ENV") || strings.Contains(s.usage, "$NAME") || strings.Contains(s.usage, "$PUBLIC")
+		if names != s.hasEnv() {
+			t.Errorf("--%s: the help %q and the variable %v disagree", s.flag, s.usage, s.env)
 		}
-		p := s.field(new(server.Options))
-		if s.env.Name != "" {
-			if !slices.Contains(serverEnv, s.env) {
-				t.Errorf("--%s: serverEnv lacks %s", s.flag, s.env.Name)
+		p := s.field(new(F))
+		if s.hasEnv() {
+			if !slices.Contains(vars, s.env) {
+				t.Errorf("--%s: the command's variables lack %v", s.flag, s.env)
 			}
 			if _, text := p.(*string); !text {
 				if err := s.parseEnv(p, "0"); err != nil || s.want == "" {
-					t.Errorf("--%s: %s cannot be read (%v) or says not what it wants (%q)", s.flag, s.env.Name, err, s.want)
+					t.Errorf("--%s: %v cannot be read (%v) or says not what it wants (%q)", s.flag, s.env, err, s.want)
 				}
 			}
 		}

@@ -4,66 +4,46 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/procguard"
-	"github.com/outpost-sh/outpost/internal/sandbox"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // WorkerStartOptions are the settings of `outpost worker start`.
 type WorkerStartOptions struct {
-	f            *Factory
-	Outpost      string
-	SessionID    string
-	AcceptorID   string
-	Once         bool
-	Dir          string
-	DataDir      string
-	GatewayURL   string
-	PollInterval time.Duration
-	GracePeriod  time.Duration
-	LogLevel     string
-	// KeepWorkspace turns off the clearing of the workspace between
-	// sessions.
-	KeepWorkspace bool
-	// NoPrestart starts each remote at claim time instead of keeping one
-	// pre-started while idle.
-	NoPrestart bool
-	LogFormat  string
+	f *Factory
+	// fl is the command's flags, for the checks that ask which were
+	// given.
+	fl *pflag.FlagSet
+	// Options are the worker's settings as workerStartSettings fill them, but
+	// the client, logger, output and CA file, which runWorkerStart adds.
+	// ConnectToken comes from the environment only (api.EnvSessionToken)
+	// and selects direct-serve mode for SessionID; Isolation.RunAs and
+	// RunAsHome are flags, the rest of Isolation follows from the
+	// isolation flags.
+	worker.Options
+	LogLevel  string
+	LogFormat string
 	// ConfigFile is the YAML file of settings (--config); "" means none.
 	ConfigFile string
 	// overridden lists the file's keys the environment replaced.
 	overridden []string
-	// ConnectToken, from the environment only (api.EnvSessionToken), selects
-	// direct-serve mode for SessionID.
-	ConnectToken string
 	// PTYBridgePort is accepted for the public worker's sake and ignored.
 	PTYBridgePort string
-	// Isolation is how session code is kept from the worker's credentials
-	// (worker.Isolation); RunAs, RunAsHome and the binds refine it.
-	Isolation    string
-	RunAs        string
-	RunAsHome    string
-	BwrapBinds   []string
-	BwrapROBinds []string
-
-	isolation worker.IsolationOptions
+	// IsolationMode is --isolation, parsed into Isolation.Mode; the binds
+	// are parsed into Isolation.Binds.
+	IsolationMode string
+	BwrapBinds    []string
+	BwrapROBinds  []string
 
 	pollIntervalSecs int
 	// pool is --pool, the deprecated spelling of --outpost.
 	pool string
-	// StaticBaseURL, CacheDir and RemoteBinarySHA say which remote build
-	// serves a session and where it is downloaded from and kept.
-	StaticBaseURL   string
-	CacheDir        string
-	RemoteBinarySHA string
 	// legacyAcceptorFile is the acceptor id file of the single data dir
 	// older versions used by default, when it exists and the default data
 	// dir is in use.
@@ -173,48 +153,17 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
   outpost worker start --outpost dev --remote-binary-sha 1a2b3c4d5e6f --cache-dir /var/cache/outpost
   outpost worker start --config /etc/outpost/worker-gpu-h200.yaml --log-format json`,
 		Args: exactArgs(0, ""),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd.Flags(), opts.ConfigFile); err != nil {
-				return err
-			}
-			if err := opts.resolve(cmd.Flags(), f); err != nil {
-				return err
-			}
-			opts.overridden = overriddenSettings(cmd.Flags(), opts.ConfigFile)
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runWorkerStart(cmd.Context(), opts)
-		},
+		RunE: runWithSettings(opts, &opts.ConfigFile, &opts.overridden, func(fl *pflag.FlagSet) error { return opts.resolve(fl, f) },
+			runF, runWorkerStart),
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Outpost, "outpost", "", "outpost name or id to serve (env "+envNames(api.EnvOutpost)+")")
+	addSettings(fl, workerStartSettings, opts)
 	// --pool is the public CLI's older spelling of --outpost, which
 	// published orchestrators still pass; resolve warns when it is used.
 	fl.StringVar(&opts.pool, "pool", "", "deprecated spelling of --outpost")
 	_ = fl.MarkHidden("pool")
-	fl.StringVar(&opts.SessionID, "session", "", "serve just this session, then exit (alias --session-id)")
-	fl.StringVar(&opts.AcceptorID, "acceptor-id", "", "identity in claims (env "+envNames(api.EnvAcceptorID)+"; default: generated once and saved in the data dir)")
-	fl.BoolVar(&opts.Once, "once", false, "exit after serving one session")
-	fl.StringVar(&opts.Dir, "dir", "", "workspace directory the remote runs in (default: the current directory)")
-	fl.StringVar(&opts.DataDir, "data-dir", "", "worker data directory, one per running worker (env "+api.EnvWorkerDataDir.Name+"; default ~/.outpost/worker/<workspace name>-<hash of its path>)")
-	fl.BoolVar(&opts.KeepWorkspace, "keep-workspace", false, "keep the files sessions leave in the workspace (default: cleared before the next session; repos/ keeps its object stores)")
-	fl.BoolVar(&opts.NoPrestart, "no-prestart", false, "start each session's remote at claim time (default: keep one started while idle, which takes its start-up out of dispatch)")
-	fl.StringVar(&opts.GatewayURL, "gateway-url", "", "gateway URL used only if a claim answer has none; in direct-serve the claim's (env "+envNames(api.EnvGatewayURL)+")")
-	fl.DurationVar(&opts.PollInterval, "poll-interval", worker.DefaultPollInterval, "how often to list the queue when watching it fails")
-	fl.IntVar(&opts.pollIntervalSecs, "poll-interval-secs", 0, "--poll-interval in seconds, the public worker's spelling")
-	fl.DurationVar(&opts.GracePeriod, "grace-period", worker.DefaultGracePeriod, "how long a running session may finish after SIGTERM before its remote is killed")
-	fl.StringVar(&opts.PTYBridgePort, "pty-bridge-port", "", "accepted and ignored: Outpost has no PTY bridge (env "+envNames(api.EnvPTYBridgePort)+")")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
 	addConfigFlag(fl, &opts.ConfigFile)
-	fl.StringVar(&opts.StaticBaseURL, "static-base-url", "", "where remote builds are published (env "+api.EnvWorkerStaticBaseURL.Name+", then "+api.EnvWorkerStaticBaseURL.Public+"; default <server>/dist/)")
-	fl.StringVar(&opts.CacheDir, "cache-dir", "", "directory of downloaded remote builds (env "+api.EnvWorkerCacheDir.Name+", then "+api.EnvWorkerCacheDir.Public+"; default <data-dir>/cache)")
-	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build for sessions that pin none (env "+api.EnvWorkerRemoteSHA.Name+", then "+api.EnvWorkerRemoteSHA.Public+"; default the latest published)")
-	fl.StringVar(&opts.Isolation, "isolation", string(worker.IsolationAuto), "how session code is kept from the worker's credentials: auto, bwrap, user or none (env "+api.EnvWorkerIsolation.Name+")")
-	fl.StringVar(&opts.RunAs, "run-as", "", "Unix user sessions run as (--isolation user; with bwrap, the user bwrap runs as); the worker must run as root")
-	fl.StringVar(&opts.RunAsHome, "run-as-home", "", "HOME of the run-as user in --isolation user (default <dir>/.home)")
-	fl.StringArrayVar(&opts.BwrapBinds, "bwrap-bind", nil, "bwrap isolation: bind host path SRC read-write at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
-	fl.StringArrayVar(&opts.BwrapROBinds, "bwrap-ro-bind", nil, "bwrap isolation: bind host path SRC read-only at DEST (default SRC) in every sandbox, SRC[:DEST], repeatable")
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		switch name {
 		case "session-id":
@@ -241,104 +190,15 @@ func envHelp(vars []api.EnvVar) string {
 	return b.String()
 }
 
-// envFallback gives a flag not set on the command line the value of its
-// environment variable under either name (api.EnvVar: the OUTPOST_ name
-// first, then the public one).
-type envFallback struct {
-	fl     *pflag.FlagSet
-	getenv func(string) string
-}
-
-func (e envFallback) string(flag string, v api.EnvVar, dst *string) {
-	if e.fl.Changed(flag) {
-		return
-	}
-	if val := v.Get(e.getenv); val != "" {
-		*dst = val
-	}
-}
-
-// resolve applies environment fallbacks and defaults.
+// resolve applies environment fallbacks and defaults and checks the
+// settings.
 func (o *WorkerStartOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
-	env := envFallback{fl: fl, getenv: f.Getenv}
 	if err := o.resolvePool(fl, f); err != nil {
 		return err
 	}
-	// The global --token and --server, with the public names too; the
-	// saved login still comes after both. --token-file is a flag, so it
-	// beats the environment.
-	env.string("outpost", api.EnvOutpost, &o.Outpost)
-	if !fl.Changed("outpost") && api.EnvOutpost.Get(f.Getenv) == "" {
-		if v := api.EnvOutpostPoolID.Get(f.Getenv); v != "" {
-			o.Outpost = v
-			fmt.Fprintf(f.IO.ErrOut, "warning: %s is deprecated; set %s instead\n", api.EnvOutpostPoolID.Public, api.EnvOutpost.Public)
-		}
-	}
-	if !fl.Changed("token-file") {
-		env.string("token", api.EnvToken, &f.Token)
-	}
-	f.noteTokenFlag(fl)
-	env.string("server", api.EnvServer, &f.Server)
-	env.string("ca-file", envCAFile, &f.CAFile)
-	env.string("acceptor-id", api.EnvAcceptorID, &o.AcceptorID)
-	env.string("data-dir", api.EnvWorkerDataDir, &o.DataDir)
-	env.string("gateway-url", api.EnvGatewayURL, &o.GatewayURL)
-	env.string("pty-bridge-port", api.EnvPTYBridgePort, &o.PTYBridgePort)
-	o.ConnectToken = api.EnvSessionToken.Get(f.Getenv)
-
-	if o.ConnectToken != "" {
-		if o.SessionID == "" {
-			return usageErrorf("%s holds a claim's connect token, which serves one claimed session: pass --session ID (the claimed session), or unset it to claim from the queue", api.EnvSessionToken)
-		}
-		if o.GatewayURL == "" {
-			return usageErrorf("serving session %s directly needs the claim's gateway URL: set %s or pass --gateway-url", o.SessionID, api.EnvGatewayURL)
-		}
-		// The public worker keeps its session state dirs next to its cache.
-		if cache := api.EnvWorkerCacheDir.Get(f.Getenv); o.DataDir == "" && cache != "" {
-			o.DataDir = filepath.Dir(filepath.Clean(cache))
-		}
-	}
-	if err := o.resolveRemote(fl, f); err != nil {
+	o.fl = fl
+	if err := resolveSettings(workerStartSettings, o, o, fl, f.Getenv); err != nil {
 		return err
-	}
-	if o.Dir == "" {
-		wd, err := f.Getwd()
-		if err != nil {
-			return fmt.Errorf("find the current directory (set --dir): %w", err)
-		}
-		o.Dir = wd
-	}
-	if o.DataDir == "" {
-		home, err := f.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("find the home directory for the worker data dir (set --data-dir): %w", err)
-		}
-		if o.DataDir, err = worker.WorkspaceDataDir(home, o.Dir); err != nil {
-			return err
-		}
-		if legacy := filepath.Join(home, ".outpost", "worker", "acceptor-id"); fileExists(legacy) {
-			o.legacyAcceptorFile = legacy
-		}
-	}
-	if o.AcceptorID != "" {
-		if err := api.ValidateAcceptorID(o.AcceptorID); err != nil {
-			return usageErrorf("--acceptor-id: %w", err)
-		}
-	}
-	if o.Outpost == "" && o.SessionID == "" {
-		return usageErrorf("worker start needs --outpost NAME-OR-ID")
-	}
-	if err := o.resolveIsolation(fl, f); err != nil {
-		return err
-	}
-	if given(fl, "poll-interval-secs") {
-		if given(fl, "poll-interval") {
-			return usageErrorf("give --poll-interval or --poll-interval-secs, not both")
-		}
-		o.PollInterval = time.Duration(o.pollIntervalSecs) * time.Second
-	}
-	if o.PollInterval <= 0 || o.GracePeriod <= 0 {
-		return usageErrorf("--poll-interval and --grace-period must be positive")
 	}
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
@@ -374,33 +234,13 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 	if err != nil {
 		return err
 	}
-	opts := worker.Options{
-		CAFile:        caFile,
-		Outpost:       o.Outpost,
-		SessionID:     o.SessionID,
-		AcceptorID:    o.AcceptorID,
-		Dir:           o.Dir,
-		DataDir:       o.DataDir,
-		GatewayURL:    o.GatewayURL,
-		Once:          o.Once,
-		PollInterval:  o.PollInterval,
-		GracePeriod:   o.GracePeriod,
-		KeepWorkspace: o.KeepWorkspace,
-		NoPrestart:    o.NoPrestart,
-		Logger:        log,
-		Stdout:        f.IO.Out,
-		Isolation:     o.isolation,
-	}
+	opts := o.Options
+	opts.CAFile, opts.Logger, opts.Stdout = caFile, log, f.IO.Out
 	if o.ConnectToken != "" {
 		// Direct-serve: no API client, no account token. The connect token
 		// goes to the remote alone, so no program this process runs (the
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
-		opts.ConnectToken = o.ConnectToken
-		// The server given (--server, DEVIN_API_URL), not the saved
-		// login's: a pinned build comes from its /dist/, else from the
-		// gateway's server's.
-		opts.ServerURL = f.Server
 	} else {
 		c, err := f.guardedClient()
 		if err != nil {
@@ -413,62 +253,7 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 	if err := procguard.NotDumpable(); err != nil {
 		log.Warn("cannot mark the worker not dumpable", "err", err)
 	}
-	return worker.Run(ctx, o.withRemote(opts))
-}
-
-// resolveIsolation checks the isolation flags and hides the saved login
-// from sessions.
-func (o *WorkerStartOptions) resolveIsolation(fl *pflag.FlagSet, f *Factory) error {
-	env := envFallback{fl: fl, getenv: f.Getenv}
-	env.string("isolation", api.EnvWorkerIsolation, &o.Isolation)
-	mode, err := worker.ParseIsolation(o.Isolation)
-	if err != nil {
-		return usageErrorf("--isolation: %v", err)
-	}
-	iso := worker.IsolationOptions{Mode: mode, RunAs: o.RunAs, RunAsHome: o.RunAsHome}
-	switch {
-	case o.RunAs != "" && mode == worker.IsolationNone:
-		return usageErrorf("--run-as needs --isolation user, bwrap or auto: with none sessions run as the worker's own user")
-	case o.RunAs == "" && mode == worker.IsolationUser:
-		return usageErrorf("--isolation user needs --run-as USER: the Unix user sessions run as")
-	case o.RunAsHome != "" && !filepath.IsAbs(o.RunAsHome):
-		return usageErrorf("--run-as-home must be an absolute path")
-	case len(o.BwrapBinds)+len(o.BwrapROBinds) > 0 && (mode == worker.IsolationNone || mode == worker.IsolationUser):
-		return usageErrorf("--bwrap-bind and --bwrap-ro-bind need --isolation bwrap or auto")
-	}
-	for _, flag := range []struct {
-		specs []string
-		ro    bool
-	}{{o.BwrapBinds, false}, {o.BwrapROBinds, true}} {
-		for _, spec := range flag.specs {
-			b, err := sandbox.ParseBind(spec, flag.ro)
-			if err != nil {
-				return usageError{err}
-			}
-			iso.Binds = append(iso.Binds, b)
-		}
-	}
-	if path, err := configPath(f); err == nil {
-		iso.Hide = append(iso.Hide, filepath.Dir(path))
-	}
-	// A token file is never shown to session code, wherever it lives.
-	for _, path := range []string{f.TokenFile, f.Getenv(api.EnvTokenFile.Name)} {
-		if path != "" {
-			if abs, err := filepath.Abs(path); err == nil {
-				iso.Hide = append(iso.Hide, abs)
-			}
-		}
-	}
-	// The config file may hold the token, and /etc/outpost the service's
-	// environment files and token files.
-	iso.Hide = append(iso.Hide, systemConfigDir)
-	if o.ConfigFile != "" {
-		if abs, err := filepath.Abs(o.ConfigFile); err == nil {
-			iso.Hide = append(iso.Hide, abs)
-		}
-	}
-	o.isolation = iso
-	return nil
+	return worker.Run(ctx, opts)
 }
 
 // newCmdWorkerOutpost returns `outpost worker outpost`, the fleet-style

@@ -21,7 +21,7 @@ func TestWorkerStartIsolationFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iso := o.isolation
+	iso := o.Isolation
 	if iso.Mode != worker.IsolationAuto || !slices.Contains(iso.Hide, filepath.Join(tf.configDir, "outpost")) {
 		t.Errorf("default isolation %+v", iso)
 	}
@@ -29,11 +29,11 @@ func TestWorkerStartIsolationFlags(t *testing.T) {
 		t.Errorf("binds %+v, want %+v", iso.Binds, want)
 	}
 	o, _, err = runWorkerStartCmd(t, map[string]string{"OUTPOST_WORKER_ISOLATION": "none"}, "--outpost", "dev")
-	if err != nil || o.isolation.Mode != worker.IsolationNone {
+	if err != nil || o.Isolation.Mode != worker.IsolationNone {
 		t.Errorf("OUTPOST_WORKER_ISOLATION=none: %+v %v", o, err)
 	}
 	o, _, err = runWorkerStartCmd(t, map[string]string{"OUTPOST_WORKER_ISOLATION": "none"}, "--outpost", "dev", "--isolation", "user", "--run-as", "nobody", "--run-as-home", "/srv/home")
-	if err != nil || o.isolation.Mode != worker.IsolationUser || o.isolation.RunAs != "nobody" || o.isolation.RunAsHome != "/srv/home" {
+	if err != nil || o.Isolation.Mode != worker.IsolationUser || o.Isolation.RunAs != "nobody" || o.Isolation.RunAsHome != "/srv/home" {
 		t.Errorf("--isolation user over the environment: %+v %v", o, err)
 	}
 	for _, tc := range []struct {

@@ -4,6 +4,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,18 @@ import (
 // replaced, not written through: a symlink there is replaced by the file.
 // The temporary file is removed when anything fails.
 func Write(path string, data []byte, perm fs.FileMode) error {
+	return WriteFunc(path, perm, func(w io.Writer) error {
+		if _, err := w.Write(data); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// WriteFunc is Write for content that write streams, such as a download:
+// path changes only if write returns nil, and its error is returned
+// as it is, so that a caller can tell it from a failure to write the file.
+func WriteFunc(path string, perm fs.FileMode, write func(io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -24,9 +37,9 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

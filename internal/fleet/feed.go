@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 )
 
 // errWatchEndedAtOnce is a watch the server ended as soon as it started.
@@ -195,8 +195,6 @@ func (c *Consumer) saveCursor(cursor string) {
 	if c.CursorFile == "" {
 		return
 	}
-	tmp := c.CursorFile + ".tmp"
-	if err := os.WriteFile(tmp, []byte(cursor+"\n"), 0o600); err == nil {
-		_ = os.Rename(tmp, c.CursorFile)
-	}
+	// A cursor not saved only costs a longer replay at the next start.
+	_ = atomicfile.Write(c.CursorFile, []byte(cursor+"\n"), 0o600)
 }

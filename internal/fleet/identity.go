@@ -204,25 +204,8 @@ func LoadAcceptorID(dataDir, kind string) (string, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create %s: %w", dataDir, err)
 	}
-	// Write to a temporary file and rename, so a crash never leaves a
-	// half-written id behind.
-	tmp, err := os.CreateTemp(dataDir, acceptorFile+".*")
-	if err != nil {
-		return "", fmt.Errorf("save acceptor id: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(id + "\n"); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("save acceptor id: %w", err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("save acceptor id: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("save acceptor id: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	// Written whole, so a crash never leaves a half-written id behind.
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("save acceptor id: %w", err)
 	}
 	return id, nil

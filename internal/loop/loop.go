@@ -6,6 +6,8 @@ package loop
 import (
 	"context"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Every calls fn every d until ctx ends; the first call comes d after the
@@ -13,7 +15,13 @@ import (
 // ticks missed meanwhile are dropped (a time.Ticker's), so calls neither
 // overlap nor bunch up after a slow one. d must be positive.
 func Every(ctx context.Context, d time.Duration, fn func(context.Context)) {
-	_ = EveryUntil(ctx, d, func(ctx context.Context) error {
+	EveryClock(ctx, nil, d, fn)
+}
+
+// EveryClock is Every timed by clk, so that a test can drive the loop with
+// a fake clock instead of waiting for real ticks; nil is the real clock.
+func EveryClock(ctx context.Context, clk clockwork.Clock, d time.Duration, fn func(context.Context)) {
+	_ = EveryUntilClock(ctx, clk, d, func(ctx context.Context) error {
 		fn(ctx)
 		return nil
 	})
@@ -22,13 +30,21 @@ func Every(ctx context.Context, d time.Duration, fn func(context.Context)) {
 // EveryUntil calls fn as Every does, until ctx ends or fn returns an
 // error, and returns that error or ctx.Err().
 func EveryUntil(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
-	t := time.NewTicker(d)
+	return EveryUntilClock(ctx, nil, d, fn)
+}
+
+// EveryUntilClock is EveryUntil timed by clk; nil is the real clock.
+func EveryUntilClock(ctx context.Context, clk clockwork.Clock, d time.Duration, fn func(context.Context) error) error {
+	if clk == nil {
+		clk = clockwork.NewRealClock()
+	}
+	t := clk.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if err := fn(ctx); err != nil {
 			return err

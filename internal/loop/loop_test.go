@@ -6,61 +6,98 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
-// TestEvery runs a loop until its function has run three times, then ends
-// its context: the first call comes a period after the start, calls never
-// overlap, and the loop returns once the context ends, calling no more.
-func TestEvery(t *testing.T) {
-	t.Parallel()
-	const d = 20 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var calls, running atomic.Int32
-	var overlapped atomic.Bool
-	third := make(chan struct{})
-	var first atomic.Int64
-	start := time.Now()
-	done := make(chan struct{})
+// fakeLoop runs EveryClock with a fake clock whose function reports each
+// call's time on calls and returns when the test sends on release.
+type fakeLoop struct {
+	clk        *clockwork.FakeClock
+	start      time.Time
+	calls      chan time.Time
+	release    chan struct{}
+	overlapped atomic.Bool
+	done       chan struct{}
+}
+
+func startFakeLoop(t *testing.T, ctx context.Context, d time.Duration) *fakeLoop {
+	t.Helper()
+	l := &fakeLoop{clk: clockwork.NewFakeClock(), calls: make(chan time.Time), release: make(chan struct{}), done: make(chan struct{})}
+	l.start = l.clk.Now()
+	var running atomic.Int32
 	go func() {
-		defer close(done)
-		Every(ctx, d, func(context.Context) {
+		defer close(l.done)
+		EveryClock(ctx, l.clk, d, func(context.Context) {
 			if running.Add(1) > 1 {
-				overlapped.Store(true)
+				l.overlapped.Store(true)
 			}
 			defer running.Add(-1)
-			if calls.Add(1) == 1 {
-				first.Store(int64(time.Since(start)))
-			}
-			if calls.Load() == 3 {
-				close(third)
-			}
+			l.calls <- l.clk.Now()
+			<-l.release
 		})
 	}()
-	select {
-	case <-third:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("three calls did not come within 10s (%d did)", calls.Load())
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.clk.BlockUntilContext(wctx, 1); err != nil {
+		t.Fatalf("the loop did not start its ticker: %v", err)
 	}
+	return l
+}
+
+// next waits for the loop's next call and returns the clock's time then.
+func (l *fakeLoop) next(t *testing.T) time.Time {
+	t.Helper()
+	select {
+	case at := <-l.calls:
+		return at
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call within 10s")
+		return time.Time{}
+	}
+}
+
+// stop ends the loop's context and waits for the loop to return, which
+// must come without another call.
+func (l *fakeLoop) stop(t *testing.T, cancel context.CancelFunc) {
+	t.Helper()
 	cancel()
 	select {
-	case <-done:
+	case <-l.done:
+	case at := <-l.calls:
+		t.Errorf("a call at %s after the start, after its context ended", at.Sub(l.start))
+		close(l.release)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Every did not return after its context ended")
 	}
-	if got := time.Duration(first.Load()); got < d {
-		t.Errorf("the first call came %s after the start, before the period %s", got, d)
+}
+
+// TestEvery drives a loop with a fake clock: the first call comes a period
+// after the start, not before, each later one a period after the one
+// before, and the loop returns once its context ends, calling no more.
+func TestEvery(t *testing.T) {
+	t.Parallel()
+	const d = time.Minute
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	l := startFakeLoop(t, ctx, d)
+	l.clk.Advance(d - time.Nanosecond)
+	l.clk.Advance(time.Nanosecond)
+	// A call at d-1ns would be the one received here.
+	if at := l.next(t); !at.Equal(l.start.Add(d)) {
+		t.Errorf("the first call came %s after the start, want %s", at.Sub(l.start), d)
 	}
-	if overlapped.Load() {
+	l.release <- struct{}{}
+	for i := 2; i <= 3; i++ {
+		l.clk.Advance(d)
+		if at := l.next(t); !at.Equal(l.start.Add(time.Duration(i) * d)) {
+			t.Errorf("call %d came %s after the start, want %s", i, at.Sub(l.start), time.Duration(i)*d)
+		}
+		l.release <- struct{}{}
+	}
+	l.stop(t, cancel)
+	if l.overlapped.Load() {
 		t.Error("two calls ran at once")
-	}
-	n := calls.Load()
-	if n < 3 {
-		t.Fatalf("%d calls", n)
-	}
-	// Every has returned: nothing calls fn any more.
-	if got := calls.Load(); got != n {
-		t.Errorf("%d calls after Every returned, %d before", got, n)
 	}
 }
 
@@ -108,53 +145,39 @@ func TestEveryUntil(t *testing.T) {
 }
 
 // TestEveryDropsMissedTicks: after a call that took ten periods the loop
-// goes on at its period; the ticks missed meanwhile do not come as a burst
-// of calls, as Every promises.
+// calls once for the ticks missed meanwhile, then goes on at its period;
+// the missed ticks do not come as a burst of calls, as Every promises.
 func TestEveryDropsMissedTicks(t *testing.T) {
 	t.Parallel()
-	const d = 20 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
+	const d = time.Minute
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var (
-		calls    int
-		slowDone time.Time
-		after    []time.Duration // when each call after the slow one came, from its end
-	)
-	enough := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Every(ctx, d, func(ctx context.Context) {
-			calls++
-			switch {
-			case calls == 1:
-				<-time.After(10 * d) // a slow call: ten ticks pass meanwhile
-				slowDone = time.Now()
-			case len(after) < 20:
-				after = append(after, time.Since(slowDone))
-				if len(after) == 20 {
-					close(enough)
-				}
-			}
-		})
-	}()
-	select {
-	case <-enough:
-	case <-time.After(30 * time.Second):
-		t.Fatal("20 calls after the slow one did not come within 30s")
+	l := startFakeLoop(t, ctx, d)
+	l.clk.Advance(d)
+	l.next(t)
+	// The call is slow: ten ticks pass while it runs.
+	for range 10 {
+		l.clk.Advance(d)
 	}
-	cancel()
-	<-done
-	// Within three periods of the slow call's end a ticker's loop calls at
-	// most four times (the one tick kept, then one a period); one that
-	// caught up on the ten missed ticks would call at least ten times.
-	var burst int
-	for _, at := range after {
-		if at < 3*d {
-			burst++
+	l.release <- struct{}{}
+	slowDone := l.clk.Now()
+	// The one tick kept.
+	if at := l.next(t); !at.Equal(slowDone) {
+		t.Errorf("the call after the slow one came %s after it ended, want at once", at.Sub(slowDone))
+	}
+	l.release <- struct{}{}
+	// A loop that caught up on the missed ticks would call again at once,
+	// at the same time; Every calls a period later.
+	for i := 1; i <= 3; i++ {
+		l.clk.Advance(d)
+		if at := l.next(t); !at.Equal(slowDone.Add(time.Duration(i) * d)) {
+			t.Errorf("call %d after the slow one came %s after it ended, want %s: missed ticks were not dropped",
+				i+1, at.Sub(slowDone), time.Duration(i)*d)
 		}
+		l.release <- struct{}{}
 	}
-	if burst > 4 {
-		t.Errorf("%d calls within %s of the slow call's end (%v): missed ticks were not dropped", burst, 3*d, after)
+	l.stop(t, cancel)
+	if l.overlapped.Load() {
+		t.Error("two calls ran at once")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/dist"
 	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/machine"
 )
 
@@ -392,6 +393,9 @@ func (b ExecBackend) run(ctx context.Context, s Spec, script string) error {
 	return nil
 }
 
+// errMachineStopped ends the status loop of an exec machine.
+var errMachineStopped = errors.New("the machine stopped")
+
 type execMachine struct {
 	done chan struct{}
 	exit string
@@ -424,18 +428,20 @@ func (b ExecBackend) watch(s Spec) Machine {
 	if every <= 0 {
 		every = 2 * time.Second
 	}
+	// The loop ends when the machine does: when the status command fails
+	// or the workspace is gone (torn down).
 	go func() {
-		for {
-			time.Sleep(every)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = loop.EveryUntil(context.Background(), every, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err := b.run(ctx, Spec{Env: s.Env, Workspace: s.Workspace, Name: s.Name, Platform: s.Platform, Remote: s.Remote,
 				Pin: s.Pin, StaticBaseURL: s.StaticBaseURL}, b.StatusCmd)
 			cancel()
 			if _, statErr := os.Stat(s.Workspace); err != nil || statErr != nil {
 				close(m.done)
-				return
+				return errMachineStopped
 			}
-		}
+			return nil
+		})
 	}()
 	return m
 }

@@ -80,6 +80,65 @@ func TestExecBackendEnvAndFailure(t *testing.T) {
 	}
 }
 
+// TestExecBackendStatusCommand: the status command runs every StatusEvery
+// while it exits 0, and the machine is done once it fails, or once the
+// workspace is gone.
+func TestExecBackendStatusCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := ExecBackend{ProvisionCmd: "true", TeardownCmd: "true", StatusEvery: 10 * time.Millisecond,
+		StatusCmd: `echo run >> "$OUTPOST_WORKSPACE/runs"; [ ! -e "$OUTPOST_WORKSPACE/stopped" ]`}
+	spec := func(id string) Spec {
+		return Spec{SessionID: id, Name: MachineName(id), Workspace: filepath.Join(dir, MachineName(id)), Platform: "linux",
+			Env: []string{"PATH=" + os.Getenv("PATH")}}
+	}
+	waitDone := func(m Machine, what string) {
+		t.Helper()
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the machine is not done 10s after %s", what)
+		}
+	}
+
+	s := spec("ses_status")
+	m, err := b.Provision(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(filepath.Join(s.Workspace, "runs"))
+		return strings.Count(string(b), "run")
+	}
+	for deadline := time.Now().Add(10 * time.Second); runs() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the status command ran %d times in 10s, want 3", runs())
+		}
+		select {
+		case <-m.Done():
+			t.Fatal("the machine is done while its status command exits 0")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.Workspace, "stopped"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(m, "its status command failed")
+	if !strings.Contains(m.Exit(), "status command") {
+		t.Errorf("exit %q, want the status command named", m.Exit())
+	}
+
+	s = spec("ses_gone")
+	m, err = b.Provision(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(s.Workspace); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(m, "its workspace was removed")
+}
+
 // After a crash the pid in a workspace may belong to another process by
 // now: it is neither adopted nor signalled.
 func TestProcessBackendIgnoresReusedPid(t *testing.T) {

@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // TestRejectedRemoteKeepsClaim: a remote the gateway refused (exit
@@ -37,9 +40,25 @@ func TestRemoteFailureReleases(t *testing.T) {
 	fs.statusAfterExit = "running"
 	fs.add(pendingEntry("sess-1"))
 	ctx, _ := testContext(t)
-	err := Run(ctx, Options{Client: c, Outpost: "dev", Once: true, AcceptorID: "w-fail",
-		DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
-		RemoteCommand: []string{"sh", "-c", "exit 1"}})
+	// The server still says running after the remote exits: the worker
+	// waits its window for the status to change, on a fake clock the test
+	// advances rather than for real.
+	clk := clockwork.NewFakeClock()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: c, Outpost: "dev", Once: true, AcceptorID: "w-fail",
+			DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard, Clock: clk,
+			RemoteCommand: []string{"sh", "-c", "exit 1"}})
+	}()
+	var err error
+	advanceUntil(t, clk, time.Second, "return from Run", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
 	if err == nil {
 		t.Fatal("Run = nil, want the remote's failure")
 	}

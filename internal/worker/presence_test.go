@@ -1,11 +1,14 @@
 package worker
 
 import (
+	"fmt"
 	"io"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/waitfor"
@@ -21,9 +24,14 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 	fs.add(pendingEntry("sess-1"))
 	ctx, cancel := testContext(t)
 	done := make(chan error, 1)
+	// The beats between the ones that changes send come from the fake
+	// clock, which paces the worker's queue consumer too: the test
+	// advances it rather than waiting for them.
+	clk := clockwork.NewFakeClock()
+	const every = time.Minute
 	go func() {
 		done <- Run(ctx, Options{Client: c, Outpost: "dev", AcceptorID: "w-presence", DataDir: t.TempDir(), Dir: t.TempDir(),
-			HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger(t), Stdout: io.Discard,
+			HeartbeatInterval: every, Clock: clk, Logger: testLogger(t), Stdout: io.Discard,
 			RemoteCommand: []string{"sleep", "0.5"}})
 	}()
 	waitHeartbeat := func(what string, cond func(api.WorkerInfo) bool) {
@@ -45,14 +53,32 @@ func TestPresenceHeartbeatsAndGoodbye(t *testing.T) {
 		}
 		return serving && i.SessionID == "" && i.ActiveSessions == 0
 	})
-	n := len(mustHeartbeats(fs))
-	waitfor.Within(t, 10*time.Second, "the heartbeats to go on after the session", func() bool { return len(mustHeartbeats(fs)) > n })
+	// Idle, the worker beats once an interval: advancing the clock an
+	// interval at a time sends the next beat.
+	for i := range 2 {
+		n := len(mustHeartbeats(fs))
+		advanceUntil(t, clk, every, fmt.Sprintf("heartbeat %d an interval later", i+1), func() bool { return len(mustHeartbeats(fs)) > n })
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	if _, goodbyes := fs.presence(); !slices.Equal(goodbyes, []string{"op-1 w-presence"}) {
 		t.Errorf("goodbyes = %q, want one for op-1 w-presence", goodbyes)
+	}
+}
+
+// advanceUntil advances clk by step until cond holds, polling for 10s;
+// each step fires whatever waits on clk (heartbeats, polls, renewals,
+// retries), so cond need not know which comes first.
+func advanceUntil(t *testing.T, clk *clockwork.FakeClock, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", what)
+		}
+		clk.Advance(step)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/dist"
@@ -143,6 +145,11 @@ type Options struct {
 	// server (connected workers are listed on the outpost). Zero means the
 	// interval the server asks for, api.WorkerHeartbeatInterval by default.
 	HeartbeatInterval time.Duration
+	// Clock paces the waits of the worker's queue consumer and presence:
+	// heartbeats, queue polls, claim renewals and retries, and the wait
+	// for a session's status after its remote exits. Nil is the real
+	// clock; tests drive a fake one instead of waiting.
+	Clock clockwork.Clock
 	// Isolation keeps session code away from the worker's credentials
 	// (isolate.go). Its zero value runs remotes as the worker's own user.
 	Isolation IsolationOptions
@@ -269,12 +276,13 @@ func (w *worker) consumer() *fleet.Consumer {
 		// remote outside bwrap dies with the worker too): what its
 		// acceptor id holds as it starts, its dead predecessor held.
 		HandBack:      true,
-		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, nil, w.log),
+		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
 		Resolver:      w.remotes,
 		RemoteCommand: w.opts.RemoteCommand,
 		GatewayURL:    w.opts.GatewayURL,
 		CAFile:        w.opts.CAFile,
 		PollInterval:  w.opts.PollInterval,
+		Clock:         w.opts.Clock,
 		Logger:        w.log,
 	}
 }

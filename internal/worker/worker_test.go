@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/outpost-sh/outpost/api"
 )
 
@@ -149,9 +151,23 @@ func TestLostClaimKillsRemote(t *testing.T) {
 	fs.refuseRenewals = true
 	fs.add(pendingEntry("sess-1"))
 	ctx, _ := testContext(t)
-	err := Run(ctx, Options{Client: c, Outpost: "op-1", SessionID: "sess-1", AcceptorID: "w-lost",
-		DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard,
-		RemoteCommand: []string{"sleep", "60"}})
+	// The renewal comes on a fake clock the test advances.
+	clk := clockwork.NewFakeClockAt(time.Now())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Client: c, Outpost: "op-1", SessionID: "sess-1", AcceptorID: "w-lost",
+			DataDir: t.TempDir(), Dir: t.TempDir(), Logger: testLogger(t), Stdout: io.Discard, Clock: clk,
+			RemoteCommand: []string{"sleep", "60"}})
+	}()
+	var err error
+	advanceUntil(t, clk, 100*time.Millisecond, "return from Run", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
 	if err == nil || !strings.Contains(err.Error(), "lost the claim") {
 		t.Fatalf("Run = %v, want a lost claim", err)
 	}

@@ -80,10 +80,14 @@ func TestArtifacts(t *testing.T) {
 	if !strings.Contains(table, "greeting.txt") || !strings.Contains(table, "1234567") {
 		t.Fatalf("artifacts table:\n%s", table)
 	}
-	// An unknown artifact is a clear error.
-	msg := runFail(t, c.env(c.admin), "sessions", "artifacts", id, "--get", "nope.txt", "--out", filepath.Join(t.TempDir(), "x"))
+	// An unknown artifact is a clear error, and nothing is written.
+	outDir := t.TempDir()
+	msg := runFail(t, c.env(c.admin), "sessions", "artifacts", id, "--get", "nope.txt", "--out", filepath.Join(outDir, "x"))
 	if !strings.Contains(msg, "no artifact") {
 		t.Fatalf("unknown artifact: %q", msg)
+	}
+	if entries, _ := os.ReadDir(outDir); len(entries) != 0 {
+		t.Errorf("a failed download left %d files in the --out directory", len(entries))
 	}
 }
 

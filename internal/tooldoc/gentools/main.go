@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/tooldoc"
 )
 
@@ -30,22 +30,6 @@ func run(out string) error {
 		_, err := os.Stdout.Write(doc)
 		return err
 	}
-	// Write beside the target and rename, so a failed run leaves the old file.
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".tools-*.md")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(doc); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), out)
+	// Written whole, so a failed run leaves the old file.
+	return atomicfile.Write(out, doc, 0o644)
 }
