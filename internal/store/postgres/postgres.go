@@ -71,6 +71,9 @@ const connectTimeout = 15 * time.Second
 
 // Store is a store.Store backed by a PostgreSQL database.
 type Store struct {
+	// Store is what both databases share: most methods of store.Store.
+	sqlstore.Store
+
 	pool *pgxpool.Pool
 
 	// keys seal session secrets; nil keeps them as plaintext JSON.
@@ -132,6 +135,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.Store = sqlstore.NewStore("postgres", plugin{s}, &dialect, s.keys)
 	go s.runLateNotifier() // before anything can fail: Close waits for it
 	if len(s.replica) > maxReplicaID {
 		s.Close()
@@ -263,6 +267,13 @@ var dialect = sqlstore.Dialect{
 	NotDeleted: "NOT deleted",
 	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
 	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	Tombstone:  "q.deleted",
+	True:       "true",
+	NoLimit:    nil, // LIMIT NULL
+	In: func(w *sqlstore.Where, col string, ids []string) string {
+		return col + " = ANY(" + w.Arg(ids) + "::text[])"
+	},
+	Lock: sqlstore.Lock{Row: " FOR UPDATE", Outpost: " FOR UPDATE OF o", Pick: "FOR UPDATE OF s SKIP LOCKED"},
 	IsUniqueViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
@@ -275,9 +286,6 @@ func mapErr(err error) error { return dialect.MapErr(err) }
 
 // expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
 var expirySQL = dialect.Expiry()
-
-// lapsedClaimsSQL is the statement of LapsedClaims.
-var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
 
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {

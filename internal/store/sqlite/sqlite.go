@@ -36,6 +36,9 @@ const busyTimeoutMS = 10000
 
 // Store is a store.Store backed by one SQLite database file.
 type Store struct {
+	// Store is what both databases share: most methods of store.Store.
+	sqlstore.Store
+
 	w *sql.DB // the single writer connection
 	r *sql.DB // read-only pool
 
@@ -123,6 +126,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.writer = newWriter(w)
+	s.Store = sqlstore.NewStore("sqlite", plugin{s}, &dialect, s.keys)
 	if s.resealed, err = s.keyID(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -186,6 +190,21 @@ var dialect = sqlstore.Dialect{
 	Before: func(c, id string) string {
 		return "(created_at < " + c + " OR (created_at = " + c + " AND id < " + id + "))"
 	},
+	Tombstone: "q.deleted = 1",
+	True:      "1",
+	NoLimit:   int64(-1),
+	In: func(w *sqlstore.Where, col string, ids []string) string {
+		var b strings.Builder
+		b.WriteString(col + " IN (")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(w.Arg(id))
+		}
+		b.WriteString(")")
+		return b.String()
+	},
 	IsUniqueViolation: func(err error) bool {
 		var se *sqlite.Error
 		if !errors.As(err, &se) {
@@ -202,9 +221,6 @@ func mapErr(err error) error { return dialect.MapErr(err) }
 
 // expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
 var expirySQL = dialect.Expiry()
-
-// lapsedClaimsSQL is the statement of LapsedClaims.
-var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
 
 // mustAffect turns a result that touched no row into sql.ErrNoRows.
 func mustAffect(res sql.Result, err error) error {

@@ -9,8 +9,13 @@
 // just as it does ?N, so one text serves both. What the dialects spell
 // differently (GREATEST or MAX, a boolean test, substring search, row-value
 // comparison, which error is a unique violation) is a Dialect each store
-// fills in. Statements whose shape differs (PostgreSQL's batches, unnest and
-// CTEs, SQLite's IN lists) stay in their store.
+// fills in.
+//
+// The methods of store.Store are written once, on Store, over a Plugin:
+// how a database runs a transaction (SQLite's one writer with group
+// commit, PostgreSQL's pipelined batches with retries) and the few
+// statements whose shape differs (PostgreSQL's unnest and CTEs, its change
+// feed). Packages sqlite and postgres are those plugins.
 package sqlstore
 
 import (
@@ -70,6 +75,18 @@ type Dialect struct {
 	Before func(c, id string) string
 	// IsUniqueViolation reports a unique or primary key violation.
 	IsUniqueViolation func(error) bool
+	// Tombstone tests that the queue row q is a tombstone, spelled as the
+	// WHERE of the index queue_tombstones.
+	Tombstone string
+	// True is the literal of a true boolean column.
+	True string
+	// NoLimit is the LIMIT argument that sets no cap.
+	NoLimit any
+	// In returns the condition that column col is one of ids, adding its
+	// arguments to w.
+	In func(w *Where, col string, ids []string) string
+	// Lock is how the dialect locks rows.
+	Lock Lock
 }
 
 // Expiry is a queue entry's Expiry as SQL; the index queue_phase_expiry is
