@@ -145,7 +145,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
-	if s.resealed, err = s.keyID(ctx); err != nil {
+	if s.resealed, err = sqlstore.OpenKeys(ctx, &s.Store); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
@@ -268,12 +268,24 @@ var dialect = sqlstore.Dialect{
 	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
 	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
 	Tombstone:  "q.deleted",
+	CountIf:    func(cond string) string { return "COUNT(*) FILTER (WHERE " + cond + ")" },
+	MinIf:      func(col, cond string) string { return "MIN(" + col + ") FILTER (WHERE " + cond + ")" },
 	True:       "true",
 	NoLimit:    nil, // LIMIT NULL
 	In: func(w *sqlstore.Where, col string, ids []string) string {
 		return col + " = ANY(" + w.Arg(ids) + "::text[])"
 	},
-	Lock: sqlstore.Lock{Row: " FOR UPDATE", Outpost: " FOR UPDATE OF o", Pick: "FOR UPDATE OF s SKIP LOCKED"},
+	Lock: sqlstore.Lock{Row: " FOR UPDATE", Outpost: " FOR UPDATE OF o", Pick: "FOR UPDATE OF s SKIP LOCKED",
+		// A transaction-scoped advisory lock of the outpost's presence,
+		// rather than the outpost row, which claims lock.
+		Workers: func(outpostID string) (string, []any) {
+			return `SELECT pg_advisory_xact_lock($1)`, []any{lockKey("workers:" + outpostID)}
+		},
+	},
+	IsForeignKeyViolation: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23503"
+	},
 	IsUniqueViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
@@ -283,9 +295,6 @@ var dialect = sqlstore.Dialect{
 // mapErr turns driver errors into store errors: unique violations become
 // store.ErrConflict, pgx.ErrNoRows store.ErrNotFound.
 func mapErr(err error) error { return dialect.MapErr(err) }
-
-// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
-var expirySQL = dialect.Expiry()
 
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {

@@ -127,7 +127,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s.writer = newWriter(w)
 	s.Store = sqlstore.NewStore("sqlite", plugin{s}, &dialect, s.keys)
-	if s.resealed, err = s.keyID(ctx); err != nil {
+	if s.resealed, err = sqlstore.OpenKeys(ctx, &s.Store); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -191,6 +191,8 @@ var dialect = sqlstore.Dialect{
 		return "(created_at < " + c + " OR (created_at = " + c + " AND id < " + id + "))"
 	},
 	Tombstone: "q.deleted = 1",
+	CountIf:   func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
+	MinIf:     func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
 	True:      "1",
 	NoLimit:   int64(-1),
 	In: func(w *sqlstore.Where, col string, ids []string) string {
@@ -219,9 +221,6 @@ var dialect = sqlstore.Dialect{
 // violations become store.ErrConflict, sql.ErrNoRows store.ErrNotFound.
 func mapErr(err error) error { return dialect.MapErr(err) }
 
-// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
-var expirySQL = dialect.Expiry()
-
 // mustAffect turns a result that touched no row into sql.ErrNoRows.
 func mustAffect(res sql.Result, err error) error {
 	if err != nil {
@@ -245,3 +244,6 @@ func collect[T any](rows *sql.Rows, err error, scan func(sqlstore.Scanner) (T, e
 	defer rows.Close()
 	return sqlstore.Collect(rows, scan)
 }
+
+// Resealed is how many sessions' secrets Open sealed under the current key.
+func (s *Store) Resealed() int { return s.resealed }

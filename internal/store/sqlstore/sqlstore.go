@@ -75,6 +75,10 @@ type Dialect struct {
 	Before func(c, id string) string
 	// IsUniqueViolation reports a unique or primary key violation.
 	IsUniqueViolation func(error) bool
+	// IsForeignKeyViolation reports a foreign key violation; nil where a
+	// transaction checks the rows it refers to under a lock that keeps
+	// them (SQLite's one writer).
+	IsForeignKeyViolation func(error) bool
 	// Tombstone tests that the queue row q is a tombstone, spelled as the
 	// WHERE of the index queue_tombstones.
 	Tombstone string
@@ -85,6 +89,10 @@ type Dialect struct {
 	// In returns the condition that column col is one of ids, adding its
 	// arguments to w.
 	In func(w *Where, col string, ids []string) string
+	// CountIf returns the aggregate that counts the rows for which cond
+	// holds; MinIf the least of col over them.
+	CountIf func(cond string) string
+	MinIf   func(col, cond string) string
 	// Lock is how the dialect locks rows.
 	Lock Lock
 }

@@ -22,6 +22,7 @@ type Store struct {
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
 	endedEntries, tombstoneEnded                       string
+	outpostStats, outpostCounts                        string
 }
 
 // NewStore returns the core of the store named name ("sqlite",
@@ -35,6 +36,8 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 		pruneQueue:     PruneQueueSQL(d.Tombstone),
 		endedEntries:   d.EndedEntriesSQL(d.Lock.Pick),
 		tombstoneEnded: d.TombstoneEndedSQL(d.True),
+		outpostStats:   d.OutpostStatsSQL(false),
+		outpostCounts:  d.OutpostStatsSQL(true),
 	}}
 }
 
