@@ -35,26 +35,6 @@ func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	return o, err
 }
 
-// GetOutpost finds an outpost by id or, failing that, by name.
-func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost, error) {
-	// An id match wins over a name match.
-	o, err := scanOutpost(s.pool.QueryRow(ctx, `SELECT `+outpostCols+` FROM outposts
-		WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, idOrName))
-	if err != nil {
-		return store.Outpost{}, fmt.Errorf("postgres: get outpost %s: %w", idOrName, mapErr(err))
-	}
-	return o, nil
-}
-
-// ListOutposts returns every outpost, ordered by name.
-func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
-	out, err := collect(scanOutpost)(s.pool.Query(ctx, `SELECT `+outpostCols+` FROM outposts ORDER BY name`))
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list outposts: %w", err)
-	}
-	return out, nil
-}
-
 // DeleteOutpost removes an outpost; store.ErrNotFound when absent. Its
 // sessions and queue entries are left to the caller.
 func (s *Store) DeleteOutpost(ctx context.Context, id string) error {

@@ -263,15 +263,16 @@ func retryable(err error) bool {
 
 // dialect is how PostgreSQL spells what sqlstore leaves to the store.
 var dialect = sqlstore.Dialect{
-	Greatest:   "GREATEST",
-	NotDeleted: "NOT deleted",
-	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
-	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
-	Tombstone:  "q.deleted",
-	CountIf:    func(cond string) string { return "COUNT(*) FILTER (WHERE " + cond + ")" },
-	MinIf:      func(col, cond string) string { return "MIN(" + col + ") FILTER (WHERE " + cond + ")" },
-	True:       "true",
-	NoLimit:    nil, // LIMIT NULL
+	Greatest:    "GREATEST",
+	NotDeleted:  "NOT deleted",
+	Contains:    func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
+	Before:      func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	OutpostCols: outpostCols,
+	ScanOutpost: scanOutpost,
+	Tombstone:   "q.deleted",
+	CountIf:     func(cond string) string { return "COUNT(*) FILTER (WHERE " + cond + ")" },
+	MinIf:       func(col, cond string) string { return "MIN(" + col + ") FILTER (WHERE " + cond + ")" },
+	NoLimit:     nil, // LIMIT NULL
 	In: func(w *sqlstore.Where, col string, ids []string) string {
 		return col + " = ANY(" + w.Arg(ids) + "::text[])"
 	},

@@ -54,28 +54,6 @@ func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	return o, nil
 }
 
-// GetOutpost finds an outpost by id or, failing that, by name.
-func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost, error) {
-	// An id match wins over a name match.
-	row := s.r.QueryRowContext(ctx, `SELECT `+outpostCols+` FROM outposts
-		WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, idOrName)
-	o, err := scanOutpost(row)
-	if err != nil {
-		return store.Outpost{}, fmt.Errorf("sqlite: get outpost %s: %w", idOrName, mapErr(err))
-	}
-	return o, nil
-}
-
-// ListOutposts returns every outpost, ordered by name.
-func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+outpostCols+` FROM outposts ORDER BY name`)
-	out, err := collect(rows, err, scanOutpost)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list outposts: %w", err)
-	}
-	return out, nil
-}
-
 // DeleteOutpost removes an outpost; store.ErrNotFound when absent. Its
 // sessions and queue entries are left to the caller.
 func (s *Store) DeleteOutpost(ctx context.Context, id string) error {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
-	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // KeepAlive raises live_until on the leases' entries still of their epoch.
@@ -35,11 +34,3 @@ func (s *Store) KeepAlive(ctx context.Context, until time.Time, leases ...store.
 	}
 	return nil
 }
-
-// ids runs a query of one string column.
-func (s *Store) ids(ctx context.Context, q string, args ...any) ([]string, error) {
-	return sqlstore.QueryAll(ctx, plugin{s}, sqlstore.ScanString, q, args...)
-}
-
-// heldClaimsSQL is the statement of an outpost's held claims.
-var heldClaimsSQL = dialect.HeldClaimsSQL()

@@ -190,11 +190,12 @@ var dialect = sqlstore.Dialect{
 	Before: func(c, id string) string {
 		return "(created_at < " + c + " OR (created_at = " + c + " AND id < " + id + "))"
 	},
-	Tombstone: "q.deleted = 1",
-	CountIf:   func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
-	MinIf:     func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
-	True:      "1",
-	NoLimit:   int64(-1),
+	OutpostCols: outpostCols,
+	ScanOutpost: scanOutpost,
+	Tombstone:   "q.deleted = 1",
+	CountIf:     func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
+	MinIf:       func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
+	NoLimit:     int64(-1),
 	In: func(w *sqlstore.Where, col string, ids []string) string {
 		var b strings.Builder
 		b.WriteString(col + " IN (")

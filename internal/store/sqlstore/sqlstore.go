@@ -82,8 +82,6 @@ type Dialect struct {
 	// Tombstone tests that the queue row q is a tombstone, spelled as the
 	// WHERE of the index queue_tombstones.
 	Tombstone string
-	// True is the literal of a true boolean column.
-	True string
 	// NoLimit is the LIMIT argument that sets no cap.
 	NoLimit any
 	// In returns the condition that column col is one of ids, adding its
@@ -93,6 +91,11 @@ type Dialect struct {
 	// holds; MinIf the least of col over them.
 	CountIf func(cond string) string
 	MinIf   func(col, cond string) string
+	// OutpostCols are the columns of an outpost that ScanOutpost reads
+	// (the allowed organisations are a JSON text in SQLite, an array in
+	// PostgreSQL).
+	OutpostCols string
+	ScanOutpost func(Scanner) (store.Outpost, error)
 	// Lock is how the dialect locks rows.
 	Lock Lock
 }

@@ -21,7 +21,6 @@ type Store struct {
 // once.
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
-	endedEntries, tombstoneEnded                       string
 	outpostStats, outpostCounts                        string
 }
 
@@ -30,14 +29,12 @@ type statements struct {
 // spelled as d says, and seals session secrets with keys (nil: plaintext).
 func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 	return Store{name: name, db: db, d: d, keys: keys, sql: statements{
-		heldClaims:     d.HeldClaimsSQL(),
-		lapsedClaims:   d.LapsedClaimsSQL(),
-		raiseHorizon:   d.RaiseQueueHorizonSQL(),
-		pruneQueue:     PruneQueueSQL(d.Tombstone),
-		endedEntries:   d.EndedEntriesSQL(d.Lock.Pick),
-		tombstoneEnded: d.TombstoneEndedSQL(d.True),
-		outpostStats:   d.OutpostStatsSQL(false),
-		outpostCounts:  d.OutpostStatsSQL(true),
+		heldClaims:    d.HeldClaimsSQL(),
+		lapsedClaims:  d.LapsedClaimsSQL(),
+		raiseHorizon:  d.RaiseQueueHorizonSQL(),
+		pruneQueue:    PruneQueueSQL(d.Tombstone),
+		outpostStats:  d.OutpostStatsSQL(false),
+		outpostCounts: d.OutpostStatsSQL(true),
 	}}
 }
 
@@ -45,11 +42,6 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 // what failed.
 func (s *Store) errorf(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %s: %w", s.name, fmt.Sprintf(format, args...), s.d.MapErr(err))
-}
-
-// ids runs a query of one text column on q.
-func ids(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {
-	return QueryAll(ctx, q, ScanString, query, args...)
 }
 
 // QueryAll runs query on q and reads every row with scan.

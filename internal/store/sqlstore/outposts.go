@@ -122,3 +122,23 @@ func (s *Store) OutpostCounts(ctx context.Context, outpostID string, now time.Ti
 	}
 	return c, nil
 }
+
+// GetOutpost finds an outpost by id or, failing that, by name.
+func (s *Store) GetOutpost(ctx context.Context, idOrName string) (store.Outpost, error) {
+	// An id match wins over a name match.
+	o, err := s.d.ScanOutpost(s.db.QueryRow(ctx, `SELECT `+s.d.OutpostCols+` FROM outposts
+		WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, idOrName))
+	if err != nil {
+		return store.Outpost{}, s.errorf(err, "get outpost %s", idOrName)
+	}
+	return o, nil
+}
+
+// ListOutposts returns every outpost, ordered by name.
+func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
+	out, err := QueryAll(ctx, s.db, s.d.ScanOutpost, `SELECT `+s.d.OutpostCols+` FROM outposts ORDER BY name`)
+	if err != nil {
+		return nil, s.errorf(err, "list outposts")
+	}
+	return out, nil
+}
