@@ -28,9 +28,11 @@
 // events.
 //
 // Times are kept as Unix milliseconds, as in the SQLite store, and come back
-// in UTC. The columns, row scanners and the statements both stores send
-// are package sqlstore's; this package holds what only PostgreSQL says
-// (batches, unnest, FOR UPDATE, the rev taken in a CTE).
+// in UTC. Most methods of store.Store are package sqlstore's core, written
+// once for both databases; this package is its plugin (plugin.go: batches
+// in one round trip, unnest, the rev taken in a CTE, the row locks the
+// dialect spells) and keeps what only PostgreSQL has: the pools, retries,
+// LISTEN/NOTIFY, advisory locks, migrations.
 package postgres
 
 import (

@@ -8,8 +8,10 @@
 // share the next commit, each in its own savepoint (group commit, see
 // writer). Queries use a separate pool of read-only connections. Every
 // connection keeps the statements it prepared (see cachingConnector).
-// Times are kept as Unix milliseconds and come back in UTC. The columns, row
-// scanners and the statements both stores send are package sqlstore's.
+// Times are kept as Unix milliseconds and come back in UTC. Most methods of
+// store.Store are package sqlstore's core, written once for both
+// databases; this package is its plugin (plugin.go) and keeps what only
+// SQLite has: the writer, the statement cache, backups, migrations.
 package sqlite
 
 import (

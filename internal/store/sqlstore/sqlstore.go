@@ -1,4 +1,5 @@
-// Package sqlstore holds what the SQLite and PostgreSQL stores share: the
+// Package sqlstore holds what the SQLite and PostgreSQL stores share: most
+// methods of store.Store with their queries and row logic (Store), the
 // columns of each table and the row scanners that read them, the encodings
 // of times, JSON and optional values in columns, the statements both
 // dialects accept, the WHERE clauses of the list filters, and the mapping of
