@@ -82,8 +82,9 @@ func (b *Batch) Len() int { return len(b.Items) }
 // Plugin is what a database gives the core (Store): how it runs
 // transactions and the few writes whose statements differ in shape.
 type Plugin interface {
-	// Querier runs single statements outside a transaction, on a pool
-	// that may be read-only: the core only reads through it.
+	// Querier runs one statement outside a transaction: QueryRow and
+	// Query read (SQLite's read-only pool), Exec writes in a transaction
+	// of its own (SQLite's one writer).
 	Querier
 	// Write runs first's statements (nil: none) and then fn in one write
 	// transaction, and returns once it committed durably. An error of fn
