@@ -73,16 +73,6 @@ var notifySQL = `SELECT pg_notify('` + changesChannel + `', json_build_object(
 	'o', $1::text, 's', $2::text, 'p', $3::text, 'q', $4::bigint, 'e', $5::bigint,
 	'r', CASE WHEN $6::boolean THEN (SELECT value FROM counters WHERE name = 'rev') ELSE 0 END)::text)`
 
-// queueNotify queues into b the notification of the write of e, the
-// queue entry of session id, whose highest event seq is seq once the
-// transaction commits. Queued last, after the entry's write.
-func (s *Store) queueNotify(b *pgx.Batch, id, outpostID string, seq int64, e *store.QueueEntry) {
-	if e.OutpostID != "" {
-		outpostID = e.OutpostID
-	}
-	b.Queue(notifySQL, s.replica, id, outpostID, seq, e.Epoch, true)
-}
-
 // lateNotifySQL notifies each payload of $1 (text[]).
 const lateNotifySQL = `SELECT pg_notify('` + changesChannel + `', p) FROM unnest($1::text[]) AS p`
 

@@ -28,9 +28,11 @@
 // events.
 //
 // Times are kept as Unix milliseconds, as in the SQLite store, and come back
-// in UTC. The columns, row scanners and the statements both stores send
-// are package sqlstore's; this package holds what only PostgreSQL says
-// (batches, unnest, FOR UPDATE, the rev taken in a CTE).
+// in UTC. Most methods of store.Store are package sqlstore's core, written
+// once for both databases; this package is its plugin (plugin.go: batches
+// in one round trip, unnest, the rev taken in a CTE, the row locks the
+// dialect spells) and keeps what only PostgreSQL has: the pools, retries,
+// LISTEN/NOTIFY, advisory locks, migrations.
 package postgres
 
 import (
@@ -71,6 +73,9 @@ const connectTimeout = 15 * time.Second
 
 // Store is a store.Store backed by a PostgreSQL database.
 type Store struct {
+	// Store is what both databases share: most methods of store.Store.
+	sqlstore.Store
+
 	pool *pgxpool.Pool
 
 	// keys seal session secrets; nil keeps them as plaintext JSON.
@@ -132,6 +137,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.Store = sqlstore.NewStore("postgres", plugin{s}, &dialect, s.keys)
 	go s.runLateNotifier() // before anything can fail: Close waits for it
 	if len(s.replica) > maxReplicaID {
 		s.Close()
@@ -141,7 +147,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
-	if s.resealed, err = s.keyID(ctx); err != nil {
+	if s.resealed, err = sqlstore.OpenKeys(ctx, &s.Store); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
@@ -259,10 +265,30 @@ func retryable(err error) bool {
 
 // dialect is how PostgreSQL spells what sqlstore leaves to the store.
 var dialect = sqlstore.Dialect{
-	Greatest:   "GREATEST",
-	NotDeleted: "NOT deleted",
-	Contains:   func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
-	Before:     func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	Greatest:    "GREATEST",
+	NotDeleted:  "NOT deleted",
+	Contains:    func(col, arg string) string { return "strpos(" + col + ", " + arg + ") > 0" },
+	Before:      func(c, id string) string { return "(created_at, id) < (" + c + ", " + id + ")" },
+	OutpostCols: outpostCols,
+	ScanOutpost: scanOutpost,
+	Tombstone:   "q.deleted",
+	CountIf:     func(cond string) string { return "COUNT(*) FILTER (WHERE " + cond + ")" },
+	MinIf:       func(col, cond string) string { return "MIN(" + col + ") FILTER (WHERE " + cond + ")" },
+	NoLimit:     nil, // LIMIT NULL
+	In: func(w *sqlstore.Where, col string, ids []string) string {
+		return col + " = ANY(" + w.Arg(ids) + "::text[])"
+	},
+	Lock: sqlstore.Lock{Row: " FOR UPDATE", Outpost: " FOR UPDATE OF o", Pick: "FOR UPDATE OF s SKIP LOCKED",
+		// A transaction-scoped advisory lock of the outpost's presence,
+		// rather than the outpost row, which claims lock.
+		Workers: func(outpostID string) (string, []any) {
+			return `SELECT pg_advisory_xact_lock($1)`, []any{lockKey("workers:" + outpostID)}
+		},
+	},
+	IsForeignKeyViolation: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23503"
+	},
 	IsUniqueViolation: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "23505"
@@ -272,12 +298,6 @@ var dialect = sqlstore.Dialect{
 // mapErr turns driver errors into store errors: unique violations become
 // store.ErrConflict, pgx.ErrNoRows store.ErrNotFound.
 func mapErr(err error) error { return dialect.MapErr(err) }
-
-// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
-var expirySQL = dialect.Expiry()
-
-// lapsedClaimsSQL is the statement of LapsedClaims.
-var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
 
 // mustAffect turns a command that touched no row into pgx.ErrNoRows.
 func mustAffect(tag pgconn.CommandTag, err error) error {

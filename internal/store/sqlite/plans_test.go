@@ -22,6 +22,7 @@ func TestPlansSkipHistory(t *testing.T) {
 	listPending := dialect.ListQueue(store.QueueFilter{OutpostID: "op", Phase: api.PhasePending, ByPriority: true, Limit: 100})
 	relist := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AfterRev: 7, Limit: 100})
 	byAcceptor := dialect.ListQueue(store.QueueFilter{OutpostID: "op", AcceptorID: "acc"})
+	heldClaimsSQL := dialect.HeldClaimsSQL()
 	claimNext, claimNextArgs := dialect.ClaimNextSQL("op", store.NextFilter{Platform: "linux", Exclude: []string{"ses_x"}}, "")
 	for _, c := range []struct {
 		name, query string

@@ -8,8 +8,10 @@
 // share the next commit, each in its own savepoint (group commit, see
 // writer). Queries use a separate pool of read-only connections. Every
 // connection keeps the statements it prepared (see cachingConnector).
-// Times are kept as Unix milliseconds and come back in UTC. The columns, row
-// scanners and the statements both stores send are package sqlstore's.
+// Times are kept as Unix milliseconds and come back in UTC. Most methods of
+// store.Store are package sqlstore's core, written once for both
+// databases; this package is its plugin (plugin.go) and keeps what only
+// SQLite has: the writer, the statement cache, backups, migrations.
 package sqlite
 
 import (
@@ -36,6 +38,9 @@ const busyTimeoutMS = 10000
 
 // Store is a store.Store backed by one SQLite database file.
 type Store struct {
+	// Store is what both databases share: most methods of store.Store.
+	sqlstore.Store
+
 	w *sql.DB // the single writer connection
 	r *sql.DB // read-only pool
 
@@ -123,7 +128,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.writer = newWriter(w)
-	if s.resealed, err = s.keyID(ctx); err != nil {
+	s.Store = sqlstore.NewStore("sqlite", plugin{s}, &dialect, s.keys)
+	if s.resealed, err = sqlstore.OpenKeys(ctx, &s.Store); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -186,6 +192,24 @@ var dialect = sqlstore.Dialect{
 	Before: func(c, id string) string {
 		return "(created_at < " + c + " OR (created_at = " + c + " AND id < " + id + "))"
 	},
+	OutpostCols: outpostCols,
+	ScanOutpost: scanOutpost,
+	Tombstone:   "q.deleted = 1",
+	CountIf:     func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
+	MinIf:       func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
+	NoLimit:     int64(-1),
+	In: func(w *sqlstore.Where, col string, ids []string) string {
+		var b strings.Builder
+		b.WriteString(col + " IN (")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(w.Arg(id))
+		}
+		b.WriteString(")")
+		return b.String()
+	},
 	IsUniqueViolation: func(err error) bool {
 		var se *sqlite.Error
 		if !errors.As(err, &se) {
@@ -199,12 +223,6 @@ var dialect = sqlstore.Dialect{
 // mapErr turns driver errors into store errors: unique and primary key
 // violations become store.ErrConflict, sql.ErrNoRows store.ErrNotFound.
 func mapErr(err error) error { return dialect.MapErr(err) }
-
-// expirySQL is an entry's Expiry as SQL (see sqlstore.Dialect.Expiry).
-var expirySQL = dialect.Expiry()
-
-// lapsedClaimsSQL is the statement of LapsedClaims.
-var lapsedClaimsSQL = dialect.LapsedClaimsSQL()
 
 // mustAffect turns a result that touched no row into sql.ErrNoRows.
 func mustAffect(res sql.Result, err error) error {
@@ -229,3 +247,6 @@ func collect[T any](rows *sql.Rows, err error, scan func(sqlstore.Scanner) (T, e
 	defer rows.Close()
 	return sqlstore.Collect(rows, scan)
 }
+
+// Resealed is how many sessions' secrets Open sealed under the current key.
+func (s *Store) Resealed() int { return s.resealed }

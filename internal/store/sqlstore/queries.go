@@ -266,6 +266,19 @@ const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q
 // max_snapshot_bytes $4 of outpost $1.
 const SetOutpostLimitsSQL = `UPDATE outposts SET max_running = $2, max_attempts = $3, max_snapshot_bytes = $4 WHERE id = $1`
 
+// OutpostStatsSQL counts the live entries of outpost $1 that are pending
+// ($2) but not of an ended session ($5), and those claimed ($3) with an
+// Expiry after $4; with oldest, it also reads the least updated_at of the
+// pending ones (NULL when none).
+func (d Dialect) OutpostStatsSQL(oldest bool) string {
+	pending := `phase = $2 AND session_status <> $5`
+	q := `SELECT ` + d.CountIf(pending) + `, ` + d.CountIf(`phase = $3 AND `+d.Expiry()+` > $4`)
+	if oldest {
+		q += `, ` + d.MinIf("updated_at", pending)
+	}
+	return q + ` FROM queue WHERE outpost_id = $1 AND ` + d.NotDeleted
+}
+
 // SessionCountsSQL counts the sessions of outpost $1 whose status is $2 and
 // those whose status is $3, through the index sessions_outpost_status.
 const SessionCountsSQL = `SELECT

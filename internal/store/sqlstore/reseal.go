@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -53,4 +55,42 @@ func ScanReseal(sc Scanner) (Reseal, error) {
 	var r Reseal
 	err := sc.Scan(&r.ID, &r.Old)
 	return r, err
+}
+
+// OpenKeys is what a store's Open does with its keyring: it checks the
+// recorded secret key id against the keyring before anything is sealed
+// (CheckKeyID), seals anew under the current key the secrets of every
+// session not sealed under it (ResealSecrets; each write guarded by the
+// value it replaces, so servers starting together do not undo each
+// other), then records the current key id (RecordKeyID). It returns how
+// many sessions it sealed anew.
+func OpenKeys(ctx context.Context, s *Store) (int, error) {
+	get := func(ctx context.Context, name string) (string, bool, error) {
+		var v string
+		err := s.db.QueryRow(ctx, ReadSettingSQL, name).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", false, nil
+		}
+		return v, err == nil, err
+	}
+	if err := CheckKeyID(ctx, s.keys, get); err != nil {
+		return 0, err
+	}
+	find := func(ctx context.Context) ([]Reseal, error) {
+		return QueryAll(ctx, s.db, ScanReseal, FindResealSQL, s.keys.ID())
+	}
+	write := func(ctx context.Context, batch []Reseal) error {
+		return s.db.Write(ctx, nil, func(tx Tx) error {
+			b := &Batch{}
+			for _, r := range batch {
+				b.Exec(ResealSQL, r.New, s.keys.ID(), r.ID, r.Old)
+			}
+			return tx.Send(ctx, b)
+		})
+	}
+	n, err := ResealSecrets(ctx, s.keys, find, write)
+	if err != nil {
+		return n, err
+	}
+	return n, RecordKeyID(ctx, s.keys, get, s.db.Exec)
 }

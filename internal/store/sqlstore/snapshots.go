@@ -1,6 +1,11 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -47,4 +52,53 @@ func ScanSnapshot(sc Scanner) (store.Snapshot, error) {
 	}
 	s.CreatedAt = FromMS(created)
 	return s, nil
+}
+
+// PutSnapshot stores sn as its session's snapshot and returns the one it
+// replaced (store.ErrNotFound with a zero Snapshot when none).
+func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) (store.Snapshot, error) {
+	var prev store.Snapshot
+	err := s.db.Write(ctx, nil, func(tx Tx) error {
+		var err error
+		prev, err = ScanSnapshot(tx.QueryRow(ctx, GetSnapshotSQL+s.d.Lock.Row, sn.SessionID))
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		_, err = tx.Exec(ctx, UpsertSnapshotSQL, SnapshotArgs(sn)...)
+		return err
+	})
+	if err != nil {
+		return store.Snapshot{}, s.errorf(err, "put snapshot of %s", sn.SessionID)
+	}
+	if prev.SessionID == "" {
+		return prev, store.ErrNotFound
+	}
+	return prev, nil
+}
+
+// GetSnapshot returns a session's snapshot.
+func (s *Store) GetSnapshot(ctx context.Context, sessionID string) (store.Snapshot, error) {
+	sn, err := ScanSnapshot(s.db.QueryRow(ctx, GetSnapshotSQL, sessionID))
+	if err != nil {
+		return store.Snapshot{}, s.errorf(err, "get snapshot of %s", sessionID)
+	}
+	return sn, nil
+}
+
+// DeleteSnapshot removes a session's snapshot if it is still blobKey's.
+func (s *Store) DeleteSnapshot(ctx context.Context, sessionID, blobKey string) error {
+	if _, err := s.db.Exec(ctx, DeleteSnapshotSQL, sessionID, blobKey); err != nil {
+		return s.errorf(err, "delete snapshot of %s", sessionID)
+	}
+	return nil
+}
+
+// ListSnapshotsExpired returns snapshots of final sessions or created
+// before createdBefore, oldest first, up to limit (0 or less: no cap).
+func (s *Store) ListSnapshotsExpired(ctx context.Context, createdBefore time.Time, limit int) ([]store.Snapshot, error) {
+	out, err := QueryAll(ctx, s.db, ScanSnapshot, ExpiredSnapshotsSQL, append(ExpiredSnapshotsArgs(MS(createdBefore)), s.limit(limit))...)
+	if err != nil {
+		return nil, s.errorf(err, "list expired snapshots")
+	}
+	return out, nil
 }

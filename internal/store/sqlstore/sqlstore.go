@@ -1,4 +1,5 @@
-// Package sqlstore holds what the SQLite and PostgreSQL stores share: the
+// Package sqlstore holds what the SQLite and PostgreSQL stores share: most
+// methods of store.Store with their queries and row logic (Store), the
 // columns of each table and the row scanners that read them, the encodings
 // of times, JSON and optional values in columns, the statements both
 // dialects accept, the WHERE clauses of the list filters, and the mapping of
@@ -9,8 +10,13 @@
 // just as it does ?N, so one text serves both. What the dialects spell
 // differently (GREATEST or MAX, a boolean test, substring search, row-value
 // comparison, which error is a unique violation) is a Dialect each store
-// fills in. Statements whose shape differs (PostgreSQL's batches, unnest and
-// CTEs, SQLite's IN lists) stay in their store.
+// fills in.
+//
+// The methods of store.Store are written once, on Store, over a Plugin:
+// how a database runs a transaction (SQLite's one writer with group
+// commit, PostgreSQL's pipelined batches with retries) and the few
+// statements whose shape differs (PostgreSQL's unnest and CTEs, its change
+// feed). Packages sqlite and postgres are those plugins.
 package sqlstore
 
 import (
@@ -70,6 +76,29 @@ type Dialect struct {
 	Before func(c, id string) string
 	// IsUniqueViolation reports a unique or primary key violation.
 	IsUniqueViolation func(error) bool
+	// IsForeignKeyViolation reports a foreign key violation; nil where a
+	// transaction checks the rows it refers to under a lock that keeps
+	// them (SQLite's one writer).
+	IsForeignKeyViolation func(error) bool
+	// Tombstone tests that the queue row q is a tombstone, spelled as the
+	// WHERE of the index queue_tombstones.
+	Tombstone string
+	// NoLimit is the LIMIT argument that sets no cap.
+	NoLimit any
+	// In returns the condition that column col is one of ids, adding its
+	// arguments to w.
+	In func(w *Where, col string, ids []string) string
+	// CountIf returns the aggregate that counts the rows for which cond
+	// holds; MinIf the least of col over them.
+	CountIf func(cond string) string
+	MinIf   func(col, cond string) string
+	// OutpostCols are the columns of an outpost that ScanOutpost reads
+	// (the allowed organisations are a JSON text in SQLite, an array in
+	// PostgreSQL).
+	OutpostCols string
+	ScanOutpost func(Scanner) (store.Outpost, error)
+	// Lock is how the dialect locks rows.
+	Lock Lock
 }
 
 // Expiry is a queue entry's Expiry as SQL; the index queue_phase_expiry is

@@ -1,0 +1,89 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// PutWorker records a heartbeat in one write transaction whose reads are
+// sent with its BEGIN. The heartbeats of one outpost are ordered (by the
+// dialect's Lock.Workers on PostgreSQL, an advisory lock that leaves the
+// outpost row, which claims lock, alone; by the one writer on SQLite), so
+// the live count and the instance check hold across servers. An outpost
+// deleted meanwhile fails the insert's foreign key: store.ErrNotFound.
+func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.Worker, error) {
+	now := MS(w.LastSeenAt)
+	var out store.Worker
+	var prev *store.Worker
+	var live int
+	err := s.db.Write(ctx, func(b *Batch) {
+		prev, live = nil, 0
+		if s.d.Lock.Workers != nil {
+			q, args := s.d.Lock.Workers(w.OutpostID)
+			b.Exec(q, args...)
+		}
+		b.QueryRow(func(row Scanner) error {
+			var id string
+			return row.Scan(&id)
+		}, OutpostExistsSQL, w.OutpostID)
+		b.Exec(PruneWorkersSQL, w.OutpostID, now)
+		b.QueryRow(func(row Scanner) error {
+			p, err := ScanWorker(row)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			prev = &p
+			return err
+		}, GetWorkerSQL, w.OutpostID, w.AcceptorID)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&live) }, CountOutpostWorkersSQL, w.OutpostID)
+	}, func(tx Tx) error {
+		var err error
+		if out, err = PlanWorker(prev, live, w, max); err != nil {
+			return err
+		}
+		args, err := WorkerArgs(out)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, UpsertWorkerSQL, args...)
+		if err != nil && s.d.IsForeignKeyViolation != nil && s.d.IsForeignKeyViolation(err) {
+			err = sql.ErrNoRows // the outpost went
+		}
+		return err
+	})
+	if err != nil {
+		return store.Worker{}, s.errorf(err, "put worker %s of %s", w.AcceptorID, w.OutpostID)
+	}
+	return out, nil
+}
+
+// DeleteWorker removes an acceptor's entry unless another instance holds it.
+func (s *Store) DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string) (bool, error) {
+	n, err := s.db.Exec(ctx, DeleteWorkerSQL, outpostID, acceptorID, instance)
+	if err != nil {
+		return false, s.errorf(err, "delete worker %s of %s", acceptorID, outpostID)
+	}
+	return n > 0, nil
+}
+
+// ListWorkers returns the outpost's live entries by acceptor id.
+func (s *Store) ListWorkers(ctx context.Context, outpostID string, now time.Time) ([]store.Worker, error) {
+	out, err := QueryAll(ctx, s.db, ScanWorker, ListWorkersSQL, outpostID, MS(now))
+	if err != nil {
+		return nil, s.errorf(err, "list workers of %s", outpostID)
+	}
+	return out, nil
+}
+
+// CountWorkers counts the live entries by outpost and kind.
+func (s *Store) CountWorkers(ctx context.Context, now time.Time) ([]store.WorkerCount, error) {
+	out, err := QueryAll(ctx, s.db, ScanWorkerCount, CountWorkersSQL, MS(now))
+	if err != nil {
+		return nil, s.errorf(err, "count workers")
+	}
+	return out, nil
+}

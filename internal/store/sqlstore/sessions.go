@@ -1,0 +1,349 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// CreateSession inserts a session, its queue entry (when e is not nil) and
+// its first events in one transaction, writing the assigned Rev into e and
+// Seq and SessionID into events. The writes go in one batch.
+func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.QueueEntry, events []api.Event) error {
+	var entry store.QueueEntry
+	err := s.db.Write(ctx, nil, func(tx Tx) error {
+		b := &Batch{}
+		args, err := SessionArgs(&sess, s.keys)
+		if err != nil {
+			return err
+		}
+		b.Exec(InsertSessionSQL, args...)
+		// A new session has no events yet (were it not new, the insert
+		// fails).
+		if err := s.queueEvents(b, sess.ID, 0, events); err != nil {
+			return err
+		}
+		if e != nil {
+			entry = *e
+			entry.SessionID = sess.ID
+			s.db.QueueUpsertEntry(b, &entry)
+			s.db.QueueNotify(b, sess.ID, sess.OutpostID, int64(len(events)), &entry)
+		}
+		return tx.Send(ctx, b)
+	})
+	if err != nil {
+		return s.errorf(err, "create session %s", sess.ID)
+	}
+	if e != nil {
+		*e = entry
+	} else if len(events) > 0 {
+		s.db.Appended(sess.ID, sess.OutpostID, int64(len(events)))
+	}
+	return nil
+}
+
+// GetSession returns one session.
+func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+	sess, err := ScanSession(s.db.QueryRow(ctx, GetSessionSQL, id), s.keys)
+	if err != nil {
+		return store.Session{}, s.errorf(err, "get session %s", id)
+	}
+	return sess, nil
+}
+
+// ListSessions returns a page of sessions, newest first, and the number of
+// sessions matching f's OutpostID, Status and Title. A Limit of 0 means no cap.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, int, error) {
+	q := s.d.ListSessions(f)
+	var out []store.Session
+	var total int
+	err := s.db.Read(ctx, func(tx Tx) error {
+		if err := tx.QueryRow(ctx, q.Count, q.CountArgs...).Scan(&total); err != nil {
+			return err
+		}
+		var err error
+		out, err = QueryAll(ctx, tx, func(sc Scanner) (store.Session, error) { return ScanSession(sc, s.keys) }, q.Page, q.PageArgs...)
+		return err
+	})
+	if err != nil {
+		return nil, 0, s.errorf(err, "list sessions")
+	}
+	return out, total, nil
+}
+
+// UpdateSession runs fn on the current session and queue entry inside one
+// write transaction that holds the session's lock (its row's on
+// PostgreSQL, the one writer on SQLite), then writes the Mutation fn
+// returns. A session without a queue entry is passed a zero entry with
+// only SessionID set. An error from fn rolls back and is returned as is.
+// The session, entry, calls and connect tokens of the mutation are bound
+// to id.
+//
+// fn must be quick and must not call the Store's write methods (on SQLite
+// it runs on the one writer, which would deadlock), and must keep no
+// effects of a try that did not commit: on a serialization failure or a
+// deadlock PostgreSQL's transaction, fn included, is tried again (a
+// bounded number of times).
+func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, nil, &id, time.Time{}, false, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		return fn(sess, e)
+	})
+}
+
+// ClaimSession is UpdateSession whose fn also gets the load of the
+// session's outpost at now. Claims of one outpost are serialized (by the
+// outpost row's lock on PostgreSQL, taken after the session's; by the one
+// writer on SQLite), so each counts the claims the ones before it
+// committed.
+func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, nil, &id, now, true, fn)
+}
+
+// ClaimNext is ClaimSession of the outpost's first claimable entry, picked
+// in the same transaction so that concurrent calls never pick the same
+// entry. On PostgreSQL the pick locks the entry's session row FOR UPDATE
+// SKIP LOCKED, the lock every writer of a session takes first, so none
+// waits for another's; an entry claimed by id meanwhile is still pending in
+// the pick's snapshot, and fn sees it as it is once locked. On SQLite the
+// one writer orders the pick after every other transaction.
+func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	q, args := s.d.ClaimNextSQL(outpostID, f, s.d.Lock.Pick)
+	var id string
+	pick := func(b *Batch) {
+		id = ""
+		b.QueryRow(func(row Scanner) error { return row.Scan(&id) }, q, args...)
+	}
+	m, err := s.update(ctx, pick, &id, now, true, fn)
+	if err != nil && id == "" && errors.Is(err, store.ErrNotFound) {
+		return store.Mutation{}, fmt.Errorf("%s: claim the next session of outpost %s: %w", s.name, outpostID, store.ErrNotFound)
+	}
+	return m, err
+}
+
+// update is UpdateSession and, with claim, ClaimSession of session *idp
+// or, with pick, of the session whose id pick's statement (the first of
+// the transaction) stores in *idp.
+func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now time.Time, claim bool,
+	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	var id string
+	var m store.Mutation
+	var load store.OutpostLoad
+	var limited bool
+	var fnErr error
+	var sess store.Session
+	var e store.QueueEntry
+	var seq int64
+	// The first batch begins the transaction and takes the session row's
+	// lock, which orders it after every other writer of the session; the
+	// statements after it, each with a snapshot taken once the lock is
+	// held, see what those writers committed. What fn sees stays current
+	// until commit.
+	first := func(b *Batch) {
+		id = *idp
+		b.QueryRow(func(row Scanner) (err error) {
+			sess, err = ScanState(row)
+			return err
+		}, GetStateSQL+s.d.Lock.Row, id)
+		b.QueryRow(func(row Scanner) (err error) {
+			e, err = ScanEntry(row)
+			if errors.Is(err, sql.ErrNoRows) {
+				e, err = store.QueueEntry{SessionID: id}, nil
+			}
+			return err
+		}, GetEntrySQL, id)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, id)
+		if claim {
+			load, limited = store.OutpostLoad{}, false
+			b.QueryRow(func(row Scanner) error {
+				err := row.Scan(&load.MaxRunning)
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil // no entry or no outpost: no limit to hold
+				}
+				limited = err == nil && load.MaxRunning > 0
+				return err
+			}, OutpostLimitsSQL+s.d.Lock.Outpost, id)
+		}
+	}
+	begin, body := first, func(Tx) error { return nil }
+	if pick != nil {
+		// The pick comes first; the session's reads follow once its id is
+		// known.
+		begin, body = pick, func(tx Tx) error {
+			b := &Batch{}
+			first(b)
+			return tx.Send(ctx, b)
+		}
+	}
+	err := s.db.Write(ctx, begin, func(tx Tx) error {
+		if err := body(tx); err != nil {
+			return err
+		}
+		if limited {
+			// The outpost's row is locked: the claims committed before
+			// this one are all counted.
+			if err := tx.QueryRow(ctx, s.heldClaimsSQL(), e.OutpostID, api.PhaseClaimed, now.UnixMilli(), id).Scan(&load.Held); err != nil {
+				return fmt.Errorf("count held claims: %w", err)
+			}
+		}
+		fnErr = nil
+		if m, fnErr = fn(sess, e, load); fnErr != nil {
+			return fnErr
+		}
+		return s.applyMutation(ctx, tx, id, seq, e.OutpostID, &m)
+	})
+	if fnErr != nil {
+		return store.Mutation{}, fnErr
+	}
+	if err != nil {
+		return store.Mutation{}, s.errorf(err, "update session %s", id)
+	}
+	if n := len(m.Events); n > 0 && m.Entry == nil {
+		s.db.Appended(id, e.OutpostID, m.Events[n-1].Seq)
+	}
+	return m, nil
+}
+
+// heldClaimsSQL is the dialect's HeldClaimsSQL.
+func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
+
+// applyMutation writes m for session id of outpost outpostID, whose
+// highest event seq is seq, in one batch, assigning revs and seqs into m.
+// The queue entry is written last but for its notification: its rev locks
+// the global counter.
+func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation) error {
+	b := &Batch{}
+	if m.Session != nil {
+		m.Session.ID = id
+		args, err := StateArgs(m.Session)
+		if err != nil {
+			return err
+		}
+		b.MustAffect(UpdateStateSQL, args...)
+	}
+	if err := s.queueEvents(b, id, seq, m.Events); err != nil {
+		return err
+	}
+	for i := range m.Calls {
+		c := &m.Calls[i]
+		c.SessionID = id
+		b.Exec(UpsertCallSQL, CallArgs(c)...)
+	}
+	for i := range m.ConnectTokens {
+		ct := &m.ConnectTokens[i]
+		ct.SessionID = id
+		b.Exec(InsertConnectTokenSQL, ct.Hash, id, ct.Epoch, MS(ct.CreatedAt))
+	}
+	if m.Entry != nil {
+		m.Entry.SessionID = id
+		b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
+		s.db.QueueUpsertEntry(b, m.Entry)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if m.Entry != nil {
+		s.db.QueueNotify(b, id, outpostID, seq+int64(len(m.Events)), m.Entry)
+	}
+	return tx.Send(ctx, b)
+}
+
+// queueEvents queues into b the append of events to a transcript whose
+// highest stored Seq is seq, numbering them and writing Seq and SessionID
+// back. The caller holds the session's lock (or is creating its row), so
+// no other transaction numbers the same transcript meanwhile.
+func (s *Store) queueEvents(b *Batch, sessionID string, seq int64, events []api.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(events))
+	bodies := make([]string, len(events))
+	for i := range events {
+		seq++
+		events[i].Seq, events[i].SessionID = seq, sessionID
+		body, err := Marshal(events[i])
+		if err != nil {
+			return fmt.Errorf("event %d: %w", seq, err)
+		}
+		seqs[i], bodies[i] = seq, body
+	}
+	s.db.QueueInsertEvents(b, sessionID, seqs, bodies)
+	return nil
+}
+
+// AppendEvents appends events to a session's transcript in one transaction,
+// writing the assigned Seq and SessionID back into events.
+// store.ErrNotFound when the session is absent.
+func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api.Event) error {
+	if len(events) == 0 {
+		// Nothing to write; still say whether the session exists.
+		var one int
+		if err := s.db.QueryRow(ctx, SessionExistsSQL, sessionID).Scan(&one); err != nil {
+			return s.errorf(err, "append events %s", sessionID)
+		}
+		return nil
+	}
+	var seq int64
+	first := func(b *Batch) {
+		b.QueryRow(func(row Scanner) error {
+			var one int
+			return row.Scan(&one)
+		}, SessionExistsSQL+s.d.Lock.Row, sessionID)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, sessionID)
+	}
+	err := s.db.Write(ctx, first, func(tx Tx) error {
+		b := &Batch{}
+		if err := s.queueEvents(b, sessionID, seq, events); err != nil {
+			return err
+		}
+		return tx.Send(ctx, b)
+	})
+	if err != nil {
+		return s.errorf(err, "append events %s", sessionID)
+	}
+	s.db.Appended(sessionID, "", events[len(events)-1].Seq)
+	return nil
+}
+
+// ListEvents returns up to limit events with Seq > after, in order; a limit
+// of 0 or less means no cap.
+func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]api.Event, error) {
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		sessionID, after, s.limit(limit))
+}
+
+// TailEvents returns the last limit events of a session, in order.
+func (s *Store) TailEvents(ctx context.Context, sessionID string, limit int) ([]api.Event, error) {
+	return s.queryEvents(ctx, sessionID, `SELECT body_json FROM (SELECT seq, body_json FROM events WHERE session_id = $1
+		ORDER BY seq DESC LIMIT $2) AS tail ORDER BY seq`, sessionID, int64(max(limit, 0)))
+}
+
+// limit is the LIMIT argument of n rows; a cap of 0 or less is none.
+func (s *Store) limit(n int) any {
+	if n <= 0 {
+		return s.d.NoLimit
+	}
+	return int64(n)
+}
+
+// queryEvents runs a query of events' body_json.
+func (s *Store) queryEvents(ctx context.Context, sessionID, query string, args ...any) ([]api.Event, error) {
+	out, err := QueryAll(ctx, s.db, ScanEvent, query, args...)
+	if err != nil {
+		return nil, s.errorf(err, "list events %s", sessionID)
+	}
+	return out, nil
+}
+
+// ListCalls returns every call of a session in Seq order.
+func (s *Store) ListCalls(ctx context.Context, sessionID string) ([]store.Call, error) {
+	out, err := QueryAll(ctx, s.db, ScanCall, ListCallsSQL, sessionID)
+	if err != nil {
+		return nil, s.errorf(err, "list calls %s", sessionID)
+	}
+	return out, nil
+}
