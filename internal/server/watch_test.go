@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/queuefeed"
 )
 
 // liveWatch is an open queue watch stream whose events arrive on events
@@ -174,7 +175,7 @@ func TestWatchRelistAcrossPages(t *testing.T) {
 	ts.outpost("big")
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	live := map[string]bool{}
-	for range watchBatch + 20 {
+	for range queuefeed.Batch + 20 {
 		live[ts.session("big").Metadata.SessionID] = true
 	}
 	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=big&cursor=djE6MTc4MTA1MDAwMC4w")
