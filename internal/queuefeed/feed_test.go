@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
 )
 
-// testFeed is a feed over a real SQLite store with one outpost, "w".
+// testFeed is a feed over a real SQLite store with outposts "w" and
+// "other".
 type testFeed struct {
 	t     *testing.T
 	st    store.Store
@@ -32,6 +34,12 @@ func newTestFeed(t *testing.T) *testFeed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return newTestFeedOn(t, st)
+}
+
+// newTestFeedOn is newTestFeed on st.
+func newTestFeedOn(t *testing.T, st store.Store) *testFeed {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -40,26 +48,31 @@ func newTestFeed(t *testing.T) *testFeed {
 		return api.QueueEntry{Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID}}
 	}, Keepalive: time.Hour, Go: func(fn func(context.Context)) { wg.Go(func() { fn(ctx) }) },
 		Now: func() time.Time { return tf.clock }, TombstoneAge: time.Hour})
-	if err := st.CreateOutpost(t.Context(), store.Outpost{ID: "w", Name: "w", Platform: api.PlatformLinux, CreatedAt: tf.clock}); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"w", "other"} {
+		if err := st.CreateOutpost(t.Context(), store.Outpost{ID: id, Name: id, Platform: api.PlatformLinux, CreatedAt: tf.clock}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return tf
 }
 
 // session creates a session of "w" with a pending entry, tells the feed,
 // and returns its id.
-func (tf *testFeed) session() string {
+func (tf *testFeed) session() string { return tf.sessionOf("w") }
+
+// sessionOf is session for outpost outpostID.
+func (tf *testFeed) sessionOf(outpostID string) string {
 	tf.t.Helper()
 	tf.n++
 	id := fmt.Sprintf("s%03d", tf.n)
-	sess := store.Session{ID: id, OutpostID: "w", Status: api.StatusNew, CreatedAt: tf.clock, UpdatedAt: tf.clock,
-		Spec: api.SessionSpec{Outpost: "w", Agent: api.Agent{Kind: api.AgentScript}}}
-	e := &store.QueueEntry{SessionID: id, OutpostID: "w", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending,
+	sess := store.Session{ID: id, OutpostID: outpostID, Status: api.StatusNew, CreatedAt: tf.clock, UpdatedAt: tf.clock,
+		Spec: api.SessionSpec{Outpost: outpostID, Agent: api.Agent{Kind: api.AgentScript}}}
+	e := &store.QueueEntry{SessionID: id, OutpostID: outpostID, Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending,
 		SessionStatus: api.QueueSessionPending, CreatedAt: tf.clock, UpdatedAt: tf.clock}
 	if err := tf.st.CreateSession(tf.t.Context(), sess, e, nil); err != nil {
 		tf.t.Fatal(err)
 	}
-	tf.feed.Notify("w")
+	tf.feed.Notify(outpostID)
 	return id
 }
 
@@ -139,6 +152,63 @@ func (tf *testFeed) follow(after int64) *eventSink {
 	}()
 	tf.t.Cleanup(func() { cancel(); <-done })
 	return sink
+}
+
+// readCountingStore counts the queue reads of one outpost.
+type readCountingStore struct {
+	store.Store
+	outpostID atomic.Pointer[string]
+	reads     atomic.Int64
+}
+
+func (s *readCountingStore) ListQueue(ctx context.Context, f store.QueueFilter) ([]store.QueueEntry, int, error) {
+	if id := s.outpostID.Load(); id != nil && f.OutpostID == *id {
+		s.reads.Add(1)
+	}
+	return s.Store.ListQueue(ctx, f)
+}
+
+// TestFeedReadsOncePerChange opens several streams of one outpost and
+// changes another outpost's queue, then this one's: the other outpost's
+// changes cost these streams no read of the store, and this outpost's
+// change is read once for all of them, not once per stream.
+func TestFeedReadsOncePerChange(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outpost.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	counting := &readCountingStore{Store: st}
+	tf := newTestFeedOn(t, counting)
+
+	const streams = 6
+	var sinks []*eventSink
+	for range streams {
+		sinks = append(sinks, tf.follow(0))
+	}
+	// Every stream has joined the feed once its first session arrived.
+	first := tf.session()
+	for _, s := range sinks {
+		if ev := s.next(t); ev.Object.Metadata.SessionID != first {
+			t.Fatalf("first event %+v, want %s", ev, first)
+		}
+	}
+	w := "w"
+	counting.outpostID.Store(&w)
+	for range 5 {
+		tf.sessionOf("other")
+	}
+	second := tf.session()
+	for _, s := range sinks {
+		if ev := s.next(t); ev.Object.Metadata.SessionID != second {
+			t.Fatalf("next event %+v, want %s (nothing of the other outpost)", ev, second)
+		}
+	}
+	// One read for the change (two if a kick came between its pages).
+	if n := counting.reads.Load(); n < 1 || n > 2 {
+		t.Errorf("%d reads of outpost w's queue for 5 changes elsewhere and 1 here with %d streams; want 1", n, streams)
+	}
 }
 
 // TestFeedDropsLaggingStream fills a subscription that nobody reads: the

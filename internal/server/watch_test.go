@@ -198,3 +198,21 @@ func TestWatchRelistAcrossPages(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchAllOutpostsSeesNewSession: a queue watch with no outpost
+// filter (the contract's `outpost` is optional) follows the feed of
+// outpost "", which every outpost's change wakes too (on SQLite there is
+// no change feed or backstop to make up for a missed wake-up).
+func TestWatchAllOutpostsSeesNewSession(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("w")
+	machine := ts.token([]string{api.ScopeMachine}, "")
+	var l api.QueueList
+	ts.mustDo(200, "GET", "/v1/queue", machine, nil, &l)
+	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&cursor="+l.Cursor)
+	id := ts.session("w").Metadata.SessionID
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != id {
+		t.Fatalf("event %+v, want session %s", ev, id)
+	}
+}
