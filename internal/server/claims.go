@@ -82,7 +82,7 @@ func (s *Server) ended(sessionID, status, detail, reason string) func() {
 // followers get the events, and remotes of dead epochs are cut off.
 func (s *Server) committed(sessionID string, m store.Mutation) {
 	if m.Entry != nil {
-		s.queueFeed.notify(m.Entry.OutpostID)
+		s.queueFeed.Notify(m.Entry.OutpostID)
 		s.hub.Fence(sessionID, m.Entry.Epoch)
 	}
 	if len(m.Events) > 0 {

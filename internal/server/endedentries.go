@@ -7,5 +7,5 @@ import "time"
 // say otherwise, so that clients of the fleet API see the session ended
 // before its entry goes. The state machine's ended-entry sweep
 // (lifecycle.Machine.SweepEnded) makes it a tombstone afterwards, which
-// queueprune.go later prunes as any other.
+// the queue feed later prunes as any other (queuefeed.Feed.Prune).
 const DefaultEndedEntryRetention = 10 * time.Minute

@@ -76,7 +76,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 		return // published in process when it committed
 	}
 	if c.SessionID == "" {
-		s.queueFeed.notify(c.OutpostID) // an outpost created or deleted
+		s.queueFeed.Notify(c.OutpostID) // an outpost created or deleted
 		return
 	}
 	if c.Seq > 0 {
@@ -84,7 +84,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 		s.userMessages.Notify()
 	}
 	if c.Rev > 0 {
-		s.queueFeed.notify(c.OutpostID)
+		s.queueFeed.Notify(c.OutpostID)
 		s.hub.Fence(c.SessionID, c.Epoch)
 		if s.hub.Get(c.SessionID) != nil {
 			s.endIfEnded(c.SessionID)
@@ -111,7 +111,7 @@ func (s *Server) endIfEnded(sessionID string) {
 // wakeAll wakes every follower, watcher and runner to read the store.
 func (s *Server) wakeAll() {
 	s.topics.pokeEvery(true)
-	s.queueFeed.notify("")
+	s.queueFeed.Notify("")
 	s.userMessages.Notify()
 }
 
@@ -150,7 +150,7 @@ func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 		}
 		if next != rev {
 			rev = next
-			s.queueFeed.notify("")
+			s.queueFeed.Notify("")
 		}
 	}
 }

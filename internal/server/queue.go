@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/queuefeed"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -30,7 +31,7 @@ func errForeignCursor(c string) error {
 	return errBadRequest("The cursor %q is not one this server issued; list without a cursor to start again.", c)
 }
 
-func formatCursor(rev int64) string { return strconv.FormatInt(rev, 10) }
+func formatCursor(rev int64) string { return queuefeed.FormatCursor(rev) }
 
 // parseFirst reads a page size bounded by [1, max].
 func parseFirst(v string, def, max int) (int, error) {
@@ -75,20 +76,20 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	after, ok := parseCursor(q.Get("cursor"), maxRev)
 	if q.Get("watch") == "true" {
 		if !ok {
-			return s.watchQueue(w, r, outpostID, watchFrom{relist: true, maxRev: maxRev})
+			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}})
 		}
 		if after > 0 {
-			// Tombstones up to the horizon are pruned (queueprune.go): a
-			// replay from below it could miss a deletion.
+			// Tombstones up to the horizon are pruned (queuefeed.Prune):
+			// a replay from below it could miss a deletion.
 			horizon, err := s.store.QueueHorizon(ctx, outpostID)
 			if err != nil {
 				return fmt.Errorf("queue horizon: %w", err)
 			}
 			if after < horizon {
-				return s.watchQueue(w, r, outpostID, watchFrom{relist: true, stale: true, maxRev: maxRev})
+				return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}, stale: true})
 			}
 		}
-		return s.watchQueue(w, r, outpostID, watchFrom{after: after})
+		return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{After: after}})
 	}
 	if !ok {
 		return errForeignCursor(q.Get("cursor"))
@@ -245,19 +246,9 @@ func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ct
 
 // watchFrom is where a watch stream starts.
 type watchFrom struct {
-	// after replays the changes after this rev.
-	after int64
-	// relist, for a cursor this server did not issue, starts with the
-	// current state instead: every live entry whose rev is at most maxRev
-	// (the store's highest rev when the stream began), oldest change
-	// first, then every change after maxRev, tombstones included. That is
-	// a replay from the beginning without the tombstones of entries gone
-	// before the stream; an entry that changes meanwhile has a rev above
-	// maxRev, so it comes in the replay and nothing is missed.
-	relist bool
-	maxRev int64
-	// stale says the relist is for a cursor of this server older than the
-	// outpost's pruned tombstones, rather than a foreign one.
+	queuefeed.From
+	// stale says the re-list is for a cursor of this server older than
+	// the outpost's pruned tombstones, rather than a foreign one.
 	stale bool
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/queuefeed"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -40,12 +41,12 @@ func TestWatchStaleCursorRelists(t *testing.T) {
 	}
 
 	// Nothing is pruned before the age.
-	ts.srv.pruneQueueOnce(t.Context())
+	ts.srv.queueFeed.PruneOnce(t.Context())
 	if _, err := ts.srv.store.GetQueueEntry(t.Context(), gone); err != nil {
 		t.Fatalf("a fresh tombstone was pruned: %v", err)
 	}
-	clock.add(ts.srv.queueTombstoneAge() + time.Minute)
-	ts.srv.pruneQueueOnce(t.Context())
+	clock.add(queuefeed.TombstoneAge(ts.srv.opts.WatchMaxDuration) + time.Minute)
+	ts.srv.queueFeed.PruneOnce(t.Context())
 	for _, id := range []string{gone, otherGone} {
 		if _, err := ts.srv.store.GetQueueEntry(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("tombstone of %s after the prune: %v, want not found", id, err)
@@ -86,21 +87,20 @@ func TestWatchStaleCursorRelists(t *testing.T) {
 
 	// A prune that commits after the request's horizon check and before
 	// the stream's first read: the stream's first join checks again and
-	// ends with nothing replayed (the client's reconnect re-lists).
+	// ends with nothing replayed (the client's reconnect re-lists). That
+	// a rejoin does not check again is the feed's own test
+	// (queuefeed.TestJoinChecksHorizonOnce).
 	cursor, err := strconv.ParseInt(before, 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sink bufferSink
-	if _, _, ok := ts.srv.watchJoin(t.Context(), &sink, w.Metadata.OutpostID, cursor, true); ok || sink.Len() != 0 {
-		t.Fatalf("a first join from below the horizon: ok=%v, wrote %q; want it ended with nothing sent", ok, sink.String())
-	}
-	if _, _, ok := ts.srv.watchJoin(t.Context(), &sink, w.Metadata.OutpostID, cursor, false); !ok {
-		t.Fatal("a rejoin (no horizon check) ended")
+	if st := ts.srv.queueFeed.Join(t.Context(), &sink, w.Metadata.OutpostID, queuefeed.From{After: cursor}); st != nil || sink.Len() != 0 {
+		t.Fatalf("a first join from below the horizon: %v, wrote %q; want it ended with nothing sent", st, sink.String())
 	}
 }
 
-// bufferSink is a watchSink that keeps what is written.
+// bufferSink is a queuefeed.Sink that keeps what is written.
 type bufferSink struct{ bytes.Buffer }
 
 func (*bufferSink) Flush() {}

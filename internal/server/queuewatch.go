@@ -10,27 +10,16 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// A queue watch stream takes its outpost's changes
-// from the queue feed (queuefeed.go). Over HTTP/1.x the stream hijacks
-// its connection once the headers are decided and is served by a small
-// goroutine of its own writing straight to the socket, so an idle watch
-// holds no net/http connection state, no bufio buffers and no handler
-// stack; the response is the same event stream, delimited by the
-// connection's close (Connection: close) instead of chunks. Over HTTP/2
-// the handler serves it itself.
-
-// watchBatch is how many rows a watch reads at a time.
-const watchBatch = 500
-
-// watchSink is where a stream writes: the response (with its Flush) or a
-// hijacked connection (connSink).
-type watchSink interface {
-	io.Writer
-	http.Flusher
-}
+// A queue watch stream takes its outpost's changes from the queue feed
+// (internal/queuefeed); the server decides its headers and holds its
+// connection. Over HTTP/1.x the stream hijacks its connection once the
+// headers are decided and is served by a small goroutine of its own
+// writing straight to the socket, so an idle watch holds no net/http
+// connection state, no bufio buffers and no handler stack; the response is
+// the same event stream, delimited by the connection's close (Connection:
+// close) instead of chunks. Over HTTP/2 the handler serves it itself.
 
 // watchQueue streams queue changes as server-sent events, ending the
 // stream within WatchMaxDuration so clients reconnect.
@@ -47,7 +36,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	if from.relist {
+	if from.Relist {
 		h.Set(api.HeaderWatchRelist, "true")
 		c := r.URL.Query().Get("cursor")
 		if len(c) > 64 {
@@ -77,10 +66,8 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 		io.Writer
 		http.Flusher
 	}{w, flusher}
-	if after, ok := s.watchStart(ctx, sink, outpostID, from); ok {
-		if ws, after, ok := s.watchJoin(ctx, sink, outpostID, after, !from.relist); ok {
-			s.watchFollow(ctx, sink, outpostID, ws, after)
-		}
+	if st := s.queueFeed.Join(ctx, sink, outpostID, from.From); st != nil {
+		st.Follow(ctx, sink)
 	}
 	return nil
 }
@@ -138,12 +125,8 @@ func (s *Server) serveHijackedWatch(conn net.Conn, outpostID string, from watchF
 		release()
 	}
 	sink := &connSink{conn: conn}
-	after, ok := s.watchStart(ctx, sink, outpostID, from)
-	var ws *watchStream
-	if ok {
-		ws, after, ok = s.watchJoin(ctx, sink, outpostID, after, !from.relist)
-	}
-	if !ok {
+	st := s.queueFeed.Join(ctx, sink, outpostID, from.From)
+	if st == nil {
 		end()
 		s.wg.Done() // track's
 		return
@@ -151,130 +134,8 @@ func (s *Server) serveHijackedWatch(conn net.Conn, outpostID string, from watchF
 	go func() {
 		defer s.wg.Done() // track's
 		defer end()
-		s.watchFollow(ctx, sink, outpostID, ws, after)
+		st.Follow(ctx, sink)
 	}()
-}
-
-// watchStart replays what a stream starts with (the re-list for a foreign
-// cursor) and returns the cursor it follows from; false when the stream is
-// over.
-func (s *Server) watchStart(ctx context.Context, w watchSink, outpostID string, from watchFrom) (int64, bool) {
-	if !from.relist {
-		return from.after, true
-	}
-	if !s.relist(ctx, w, w, outpostID, from.maxRev) {
-		return 0, false
-	}
-	return from.maxRev, true
-}
-
-// watchJoin subscribes the stream to its outpost's feed, then writes what
-// the store holds after after (so no change slips between: see
-// queueFeed.subscribe). It returns the subscription and the cursor; false
-// (unsubscribed) when the stream is over.
-//
-// A client's cursor was checked against the pruned horizon before the
-// stream started (listQueue); a prune committed between that check and the
-// first read could have taken tombstones after the cursor. So on the
-// stream's first join (checkHorizon) the horizon is read again after the
-// first page and before anything of it is sent: when it passed the cursor,
-// the stream ends with nothing replayed, and the client's reconnect, with
-// the same cursor, re-lists.
-func (s *Server) watchJoin(ctx context.Context, w watchSink, outpostID string, after int64, checkHorizon bool) (*watchStream, int64, bool) {
-	ws := s.queueFeed.subscribe(outpostID, after)
-	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, IncludeDeleted: true, NoTotal: true})
-		if err == nil && checkHorizon && after > 0 {
-			checkHorizon = false
-			var horizon int64
-			if horizon, err = s.store.QueueHorizon(ctx, outpostID); err == nil && after < horizon {
-				s.log.Info("queue watch: tombstones after the cursor were pruned as the stream started; ending it so the client re-lists",
-					"outpost", outpostID, "cursor", after, "horizon", horizon)
-				s.queueFeed.unsubscribe(outpostID, ws)
-				return nil, after, false
-			}
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("watch queue", "err", err)
-			}
-			s.queueFeed.unsubscribe(outpostID, ws)
-			return nil, after, false
-		}
-		for _, e := range rows {
-			if !sendEntry(w, e) {
-				s.queueFeed.unsubscribe(outpostID, ws)
-				return nil, after, false
-			}
-			after = e.Rev
-		}
-		if len(rows) > 0 {
-			w.Flush()
-		}
-		if len(rows) < watchBatch {
-			return ws, after, true
-		}
-	}
-}
-
-// watchFollow writes the feed's frames to a joined stream, skipping those
-// at or below the cursor, and joins again whenever the feed drops it, until
-// the stream ends.
-func (s *Server) watchFollow(ctx context.Context, w watchSink, outpostID string, ws *watchStream, after int64) {
-	for {
-		var dropped bool
-		after, dropped = s.watchTail(ctx, w, ws, after)
-		s.queueFeed.unsubscribe(outpostID, ws)
-		if !dropped {
-			return
-		}
-		var ok bool
-		if ws, after, ok = s.watchJoin(ctx, w, outpostID, after, false); !ok {
-			return
-		}
-	}
-}
-
-// watchTail writes the feed's frames until the feed drops the stream
-// (true) or the stream ends (false), and returns the cursor.
-func (s *Server) watchTail(ctx context.Context, w watchSink, ws *watchStream, after int64) (int64, bool) {
-	for {
-		select {
-		case <-ctx.Done():
-			return after, false
-		case <-ws.dropped:
-			return after, true
-		case fr := <-ws.frames:
-			var err error
-			if after, err = writeFrames(w, ws, fr, after); err != nil {
-				return after, false
-			}
-			w.Flush()
-		case <-s.queueFeed.keepalive():
-			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil {
-				return after, false
-			}
-			w.Flush()
-		}
-	}
-}
-
-// writeFrames writes fr and whatever else is waiting, skipping frames at
-// or below after, and returns the new cursor.
-func writeFrames(w io.Writer, ws *watchStream, fr watchFrame, after int64) (int64, error) {
-	for {
-		if fr.rev > after {
-			if _, err := w.Write(fr.data); err != nil {
-				return after, err
-			}
-			after = fr.rev
-		}
-		select {
-		case fr = <-ws.frames:
-		default:
-			return after, nil
-		}
-	}
 }
 
 // connSink writes a hijacked stream: what is written between flushes goes
@@ -304,39 +165,4 @@ func (c *connSink) Flush() {
 		_, c.err = c.conn.Write(c.pending)
 	}
 	c.pending = nil
-}
-
-// relist writes the live entries whose rev is at most maxRev, oldest change
-// first (see watchFrom). It reports whether the stream is still good.
-func (s *Server) relist(ctx context.Context, w io.Writer, flusher http.Flusher, outpostID string, maxRev int64) bool {
-	after := int64(0)
-	for {
-		rows, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, AfterRev: after, Limit: watchBatch, NoTotal: true})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("watch queue: re-list", "err", err)
-			}
-			return false
-		}
-		for _, e := range rows {
-			if e.Rev > maxRev {
-				flusher.Flush()
-				return true
-			}
-			if !sendEntry(w, e) {
-				return false
-			}
-			after = e.Rev
-		}
-		flusher.Flush()
-		if len(rows) < watchBatch {
-			return true
-		}
-	}
-}
-
-// sendEntry writes one watch event; false when the client is gone.
-func sendEntry(w io.Writer, e store.QueueEntry) bool {
-	_, err := w.Write(encodeEntry(e))
-	return err == nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/queuefeed"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -235,9 +236,9 @@ type Server struct {
 	metricsLn   net.Listener
 	metricsHTTP *http.Server
 
-	// queueFeed fans queue changes out to watches, per outpost
-	// (queuefeed.go).
-	queueFeed    *queueFeed
+	// queueFeed fans queue changes out to watches, per outpost, and
+	// prunes the queue's tombstones.
+	queueFeed    *queuefeed.Feed
 	userMessages *gateway.Notifier // wakes llm runners waiting for the user
 	topics       *topics
 	hub          *gateway.Hub
@@ -466,7 +467,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log)
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
-	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
+	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
+		Go: func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }, Now: s.now, TombstoneAge: queuefeed.TombstoneAge(opts.WatchMaxDuration)})
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
@@ -672,7 +674,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.fanout(s.runCtx)
 	}()
-	s.wg.Go(func() { s.pruneQueue(s.runCtx) }) // queue tombstones of ended sessions
+	s.wg.Go(func() { s.queueFeed.Prune(s.runCtx) }) // queue tombstones of ended sessions
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)

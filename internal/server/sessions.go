@@ -221,7 +221,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("create session: %w", err)
 	}
 	s.metrics.sessionsCreated.Inc()
-	s.queueFeed.notify(o.ID)
+	s.queueFeed.Notify(o.ID)
 	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", red.String(sess.Spec.Title))
 	writeJSON(w, http.StatusCreated, toAPISession(sess))
 	return nil

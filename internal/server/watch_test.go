@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/queuefeed"
 )
 
 // liveWatch is an open queue watch stream whose events arrive on events
@@ -174,7 +175,7 @@ func TestWatchRelistAcrossPages(t *testing.T) {
 	ts.outpost("big")
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	live := map[string]bool{}
-	for range watchBatch + 20 {
+	for range queuefeed.Batch + 20 {
 		live[ts.session("big").Metadata.SessionID] = true
 	}
 	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=big&cursor=djE6MTc4MTA1MDAwMC4w")
@@ -195,5 +196,23 @@ func TestWatchRelistAcrossPages(t *testing.T) {
 		if id != ended && seen[id] != api.WatchModified {
 			t.Errorf("session %s: %q", id, seen[id])
 		}
+	}
+}
+
+// TestWatchAllOutpostsSeesNewSession: a queue watch with no outpost
+// filter (the contract's `outpost` is optional) follows the feed of
+// outpost "", which every outpost's change wakes too (on SQLite there is
+// no change feed or backstop to make up for a missed wake-up).
+func TestWatchAllOutpostsSeesNewSession(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("w")
+	machine := ts.token([]string{api.ScopeMachine}, "")
+	var l api.QueueList
+	ts.mustDo(200, "GET", "/v1/queue", machine, nil, &l)
+	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&cursor="+l.Cursor)
+	id := ts.session("w").Metadata.SessionID
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != id {
+		t.Fatalf("event %+v, want session %s", ev, id)
 	}
 }
