@@ -30,7 +30,7 @@ func NewOutputRedactor(set *redact.Set) *OutputRedactor {
 	return &OutputRedactor{set: set, streams: map[outputKey]*redact.Stream{}}
 }
 
-// write returns f's data with the secrets redacted, less a tail held back.
+// Write returns f's data with the secrets redacted, less a tail held back.
 func (r *OutputRedactor) Write(f api.OutputFrame) []byte {
 	if r.set == nil {
 		return f.Data
@@ -44,7 +44,7 @@ func (r *OutputRedactor) Write(f api.OutputFrame) []byte {
 	return st.Write(f.Data)
 }
 
-// flush hands emit what call seq's streams hold back, redacted.
+// Flush hands emit what call seq's streams hold back, redacted.
 func (r *OutputRedactor) Flush(seq int64, emit func(api.OutputFrame)) {
 	for k, st := range r.streams {
 		if k.seq != seq {
@@ -57,14 +57,14 @@ func (r *OutputRedactor) Flush(seq int64, emit func(api.OutputFrame)) {
 	}
 }
 
-// flushAll hands emit what every stream holds back: the connection ended.
+// FlushAll hands emit what every stream holds back: the connection ended.
 func (r *OutputRedactor) FlushAll(emit func(api.OutputFrame)) {
 	for k := range r.streams {
 		r.Flush(k.seq, emit)
 	}
 }
 
-// result redacts a result frame's value and error.
+// Result redacts a result frame's value and error.
 func (r *OutputRedactor) Result(f *api.Frame) {
 	if r.set == nil {
 		return
@@ -75,7 +75,7 @@ func (r *OutputRedactor) Result(f *api.Frame) {
 	f.Error = r.set.String(f.Error)
 }
 
-// report redacts the strings of a frame the remote sends besides output
+// Report redacts the strings of a frame the remote sends besides output
 // and results (its hello's description of the machine, how it restored the
 // session's repositories and snapshot, the snapshot it took): their errors
 // and names reach the transcript and the answers of suspends. The fields
