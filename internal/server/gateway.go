@@ -63,18 +63,14 @@ func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (store.Que
 	return e, s.wg.Done, true
 }
 
-// Hello refuses a second remote process under one claim, reads what the
-// welcome gives the remote back (its repositories, its snapshot, the
-// session's env and secrets) and records the remote's arrival.
+// Refused counts a second remote process refused under one claim.
+func (h gatewayHandler) Refused(*gateway.Conn, string) { h.s.metrics.remotesRefused.Inc() }
+
+// Hello reads what the welcome gives the remote back (its repositories,
+// its snapshot, the session's env and secrets) and records the remote's
+// arrival.
 func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.QueueEntry, hello *api.Frame) (gateway.Welcome, error) {
 	s := h.s
-	if other := s.otherLiveInstance(ctx, c); other != "" {
-		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
-			"Two workers or machines must never share an acceptor id or a connect token.", other, c.SessionID, c.Instance)
-		s.log.Warn("refused a second remote for one session", "session", c.SessionID, "serving", other, "refused", c.Instance, "acceptor", c.AcceptorID)
-		s.metrics.remotesRefused.Inc()
-		return gateway.Welcome{Refused: msg, CloseReason: "another remote is serving this session"}, nil
-	}
 	var err error
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
@@ -106,21 +102,13 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.Queu
 	return gateway.Welcome{Frame: api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.Snapshot}}, nil
 }
 
-// Attached counts the remote, pings it while it is attached, and starts
-// the session's runner unless its claim moved meanwhile. When the
-// connection ends the claim gets its reconnect grace.
+// Attached counts the remote and starts the session's runner unless its
+// claim moved meanwhile. When the connection ends the claim gets its
+// reconnect grace.
 func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool) (func(), bool) {
 	s := h.s
 	s.metrics.remotes.Inc()
-	pctx, stopPing := context.WithCancel(ctx)
-	pinged := make(chan struct{})
-	go func() {
-		defer close(pinged)
-		s.pingRemote(pctx, c)
-	}()
 	leave := func() {
-		stopPing()
-		<-pinged
 		s.metrics.remotes.Dec()
 		s.graceAfter(c)
 	}

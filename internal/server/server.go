@@ -463,7 +463,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s.output = gateway.NewOutput(gateway.OutputConfig{Store: s.store, Blobs: s.outputBlobs, Publish: s.topics.publish,
 		Log: s.log, Now: s.now, CapBytes: opts.OutputCapBytes, MaxCallBytes: opts.MaxCallOutputBytes, MaxSessionBytes: opts.MaxSessionOutputBytes})
-	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log)
+	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log, gateway.Options{PingEvery: s.pingEvery()})
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
 	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
