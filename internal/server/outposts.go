@@ -210,7 +210,7 @@ func checkOutpostLimits(maxRunning, maxAttempts int) error {
 func (s *Server) checkSnapshotLimit(n int64) error {
 	if n < 0 || n > s.opts.MaxSnapshotBytes {
 		return errBadRequest("max_snapshot_bytes must be from 0 (this server's limit) to this server's limit of %d bytes (%s; outpost server --max-snapshot-bytes).",
-			s.opts.MaxSnapshotBytes, byteSize(s.opts.MaxSnapshotBytes))
+			s.opts.MaxSnapshotBytes, api.ByteSize(s.opts.MaxSnapshotBytes))
 	}
 	return nil
 }
