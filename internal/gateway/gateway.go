@@ -1,9 +1,10 @@
 // Package gateway serves the remotes' WebSocket connections: one per
 // session whose claim a remote serves. It holds the connections (Hub),
-// holds calls back while a session is suspended (CallGate), reads the
-// remote's frames, turns its output into transcript events and spills
-// (Output), and redacts the session's secrets from all it sends
-// (OutputRedactor).
+// pings them and refuses a second live remote instance of one claim
+// (liveness.go), holds calls back while a session is suspended
+// (CallGate), reads the remote's frames, turns its output into transcript
+// events and spills (Output), and redacts the session's secrets from all
+// it sends (OutputRedactor).
 //
 // What the gateway cannot decide it asks the server through Handler: who
 // may connect, what a remote's hello means for the session and what the
