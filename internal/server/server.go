@@ -28,6 +28,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/retention"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -217,6 +218,7 @@ type Server struct {
 	adminToken string
 	now        func() time.Time
 	life       *lifecycle.Machine // the session state machine, over store
+	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
@@ -466,6 +468,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log, gateway.Options{PingEvery: s.pingEvery()})
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
+	s.retention = s.newRetention()
 	s.queueFeed = newQueueFeed(s.store, s.log, opts.KeepaliveInterval, func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) })
 	s.startedAt = time.Now()
 	if s.replicaKey == nil {
@@ -655,7 +658,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.retainArtifacts(s.runCtx)
+		s.retention.Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {
