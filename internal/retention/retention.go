@@ -10,6 +10,7 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -72,15 +73,7 @@ func New(opts Options) *Sweeper {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Lock == nil {
-		opts.Lock = func(context.Context, string) (func(), error) { return func() {}, nil }
-	}
-	if opts.Pruned == nil {
-		opts.Pruned = func(int, int64) {}
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	opts.Log = cmp.Or(opts.Log, slog.New(slog.DiscardHandler))
 	return &Sweeper{opts: opts}
 }
 
@@ -145,7 +138,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 			// Count what was deleted even when a later file failed.
 			st.Artifacts += n
 			st.Bytes += b
-			s.opts.Pruned(n, b)
+			if s.opts.Pruned != nil {
+				s.opts.Pruned(n, b)
+			}
 			if err != nil {
 				s.opts.Log.Warn("artifact retention: delete artifacts", "session", id, "err", err)
 				continue
@@ -177,11 +172,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 // the blob store, under the session's artifact lock, and returns how many
 // artifacts and bytes it held. A session without any has none.
 func (s *Sweeper) DeleteArtifacts(ctx context.Context, sessionID string) (artifacts int, bytes int64, err error) {
-	unlock, err := s.opts.Lock(ctx, sessionID)
-	if err != nil {
-		return 0, 0, err
+	if s.opts.Lock != nil {
+		unlock, err := s.opts.Lock(ctx, sessionID)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	infos, err := s.opts.Artifacts.List(ctx, sessionID+"/")
 	if err != nil {
 		return 0, 0, fmt.Errorf("list artifacts of %s: %w", sessionID, err)
