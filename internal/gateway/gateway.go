@@ -1,9 +1,10 @@
 // Package gateway serves the remotes' WebSocket connections: one per
 // session whose claim a remote serves. It holds the connections (Hub),
-// holds calls back while a session is suspended (CallGate), reads the
-// remote's frames, turns its output into transcript events and spills
-// (Output), and redacts the session's secrets from all it sends
-// (OutputRedactor).
+// pings them and refuses a second live remote instance of one claim
+// (liveness.go), holds calls back while a session is suspended
+// (CallGate), reads the remote's frames, turns its output into transcript
+// events and spills (Output), and redacts the session's secrets from all
+// it sends (OutputRedactor).
 //
 // What the gateway cannot decide it asks the server through Handler: who
 // may connect, what a remote's hello means for the session and what the
@@ -63,17 +64,21 @@ type Handler interface {
 	// returns false it has written the refusal; otherwise done is called
 	// when the connection has ended.
 	Admit(w http.ResponseWriter, r *http.Request) (e store.QueueEntry, done func(), ok bool)
-	// Hello decides the remote's hello, its version checked: whether the
-	// remote is refused, and what the welcome says (the session's env and
-	// secrets, what to restore). e is the entry Admit returned. It sets c's Snapshot, RestoreFrom and
-	// Secrets, and records the remote's arrival. An error ends the
-	// connection without a word: the remote reconnects.
+	// Refused is told that c was refused because another live remote
+	// instance (serving) serves the session under the same claim.
+	Refused(c *Conn, serving string)
+	// Hello decides the remote's hello, its version checked and no other
+	// live instance serving the claim: whether the remote is refused, and
+	// what the welcome says (the session's env and secrets, what to
+	// restore). e is the entry Admit returned. It sets c's Snapshot,
+	// RestoreFrom and Secrets, and records the remote's arrival. An error
+	// ends the connection without a word: the remote reconnects.
 	Hello(ctx context.Context, c *Conn, e store.QueueEntry, hello *api.Frame) (Welcome, error)
-	// Attached follows c's attach to the hub: the server keeps its claim
-	// alive and starts the session's runner when run (the welcome went
-	// out). It returns false when the claim moved since Admit: the
-	// connection is closed. leave
-	// is called, either way, when the connection ends.
+	// Attached follows c's attach to the hub, while the gateway pings
+	// the remote: the server keeps its claim alive and starts the
+	// session's runner when run (the welcome went out). It returns false
+	// when the claim moved since Admit: the connection is closed. leave is
+	// called, either way, when the connection ends.
 	Attached(ctx context.Context, c *Conn, run bool) (leave func(), ok bool)
 	// Result delivers a call's result, redacted, once its output is on
 	// the transcript.
@@ -101,18 +106,27 @@ type Artifacts interface {
 	Close()
 }
 
+// Options configure a Gateway.
+type Options struct {
+	// PingEvery is how often each attached remote is pinged, and how
+	// long its pong may take before the connection is cut. Zero means
+	// 15 seconds.
+	PingEvery time.Duration
+}
+
 // Gateway serves the remotes' connections (GET api.GatewayPath).
 type Gateway struct {
 	hub     *Hub
 	output  *Output
 	handler Handler
 	log     *slog.Logger
+	opts    Options
 }
 
 // New returns a gateway that attaches connections to hub, writes their
 // output through output and asks h what it cannot decide.
-func New(hub *Hub, output *Output, h Handler, log *slog.Logger) *Gateway {
-	return &Gateway{hub: hub, output: output, handler: h, log: log}
+func New(hub *Hub, output *Output, h Handler, log *slog.Logger, opts Options) *Gateway {
+	return &Gateway{hub: hub, output: output, handler: h, log: log, opts: opts}
 }
 
 // ServeHTTP serves one remote's WebSocket for the life of its connection.
@@ -147,6 +161,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.Instance, c.Version = hello.Instance, api.ProtocolVersion(hello.V)
+	if other := g.otherLiveInstance(ctx, c); other != "" {
+		g.log.Warn("refused a second remote for one session", "session", c.SessionID, "serving", other, "refused", c.Instance, "acceptor", c.AcceptorID)
+		g.handler.Refused(c, other)
+		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
+			"Two workers or machines must never share an acceptor id or a connect token.", other, c.SessionID, c.Instance)
+		_ = c.Send(ctx, api.Frame{Type: api.FrameError, Reason: msg})
+		c.Close(websocket.StatusPolicyViolation, "another remote is serving this session")
+		return
+	}
 	wel, err := g.handler.Hello(ctx, c, e, &hello)
 	if err != nil {
 		g.log.Error("gateway hello", "session", c.SessionID, "err", err)
@@ -164,8 +187,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Attach only after welcome: the runner sends calls to attached
 	// connections, and the remote needs the welcome first.
 	g.hub.Attach(c)
+	stopPing := g.pingWhileAttached(ctx, c)
 	leave, ok := g.handler.Attached(ctx, c, run)
-	defer leave()
+	defer func() {
+		stopPing()
+		leave()
+	}()
 	if !ok {
 		c.Close(websocket.StatusPolicyViolation, "the claim this remote served has lapsed or moved")
 		return

@@ -35,6 +35,8 @@ func (h *refusingHandler) Admit(http.ResponseWriter, *http.Request) (store.Queue
 	return store.QueueEntry{SessionID: "s1", Epoch: 1, AcceptorID: "acc"}, func() { h.note("done") }, true
 }
 
+func (h *refusingHandler) Refused(*Conn, string) { h.note("refused") }
+
 func (h *refusingHandler) Hello(_ context.Context, c *Conn, _ store.QueueEntry, _ *api.Frame) (Welcome, error) {
 	h.note("hello " + c.Instance)
 	return Welcome{Refused: "another remote serves session s1", CloseReason: "another remote is serving this session"}, nil
@@ -58,7 +60,7 @@ func TestRefusedHelloIsNeverAttached(t *testing.T) {
 	t.Parallel()
 	h := &refusingHandler{}
 	hub := NewHub()
-	g := New(hub, NewOutput(OutputConfig{}), h, slog.New(slog.DiscardHandler))
+	g := New(hub, NewOutput(OutputConfig{}), h, slog.New(slog.DiscardHandler), Options{})
 	served := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(served)

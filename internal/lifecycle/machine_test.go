@@ -341,3 +341,51 @@ func TestMachineClaimNext(t *testing.T) {
 		t.Fatalf("claim-next with every pending session excluded: %v, %v", ok, err)
 	}
 }
+
+// TestMachineArrive: a remote's hello commits the session running and
+// publishes it; a second hello under a newer claim is refused and writes
+// nothing; an ended session is handed back as it stands, unpublished.
+func TestMachineArrive(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0, 0, func(o *lifecycle.Options) { o.ReconnectGrace = 20 * time.Second })
+	ctx := t.Context()
+	r.session(t, "s1")
+	g, err := r.m.Claim(ctx, "s1", "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rec.take()
+	r.clock.Add(time.Second)
+	sess, prev, err := r.m.Arrive(ctx, "s1", lifecycle.Arrival{Epoch: g.Entry.Epoch, AcceptorID: "w1", Owner: "r1"})
+	if err != nil || sess.Status != api.StatusRunning || prev != "" {
+		t.Fatalf("Arrive = %+v, %q, %v, want running", sess, prev, err)
+	}
+	wantCalls(t, r.rec.take(), "committed s1 epoch 2 events 2")
+	if e := r.entry(t, "s1"); e.Owner != "r1" || !e.LiveUntil.Equal(r.clock.Now().Add(20*time.Second)) || e.SessionStatus != api.QueueSessionRunning {
+		t.Fatalf("stored entry = %+v, want owned by r1, live a grace ahead, running", e)
+	}
+	if _, _, err := r.m.Arrive(ctx, "s1", lifecycle.Arrival{Epoch: g.Entry.Epoch + 1, AcceptorID: "w1", Owner: "r2"}); !errors.Is(err, lifecycle.ErrConflict) {
+		t.Fatalf("Arrive under another epoch: %v, want ErrConflict", err)
+	}
+	wantCalls(t, r.rec.take())
+	if e := r.entry(t, "s1"); e.Owner != "r1" {
+		t.Fatalf("a refused arrival changed the owner to %q", e.Owner)
+	}
+	// A reconnect through another replica names the replica it left.
+	if _, prev, err := r.m.Arrive(ctx, "s1", lifecycle.Arrival{Epoch: g.Entry.Epoch, AcceptorID: "w1", Owner: "r2"}); err != nil || prev != "r1" {
+		t.Fatalf("reconnect through r2: prevOwner %q, %v, want r1", prev, err)
+	}
+	wantCalls(t, r.rec.take(), "committed s1 epoch 2 events 1")
+
+	after, err := r.m.End(ctx, "s1", api.StatusExit, api.DetailUserRequest, "Ended by a user.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after()
+	r.rec.take()
+	sess, _, err = r.m.Arrive(ctx, "s1", lifecycle.Arrival{Epoch: g.Entry.Epoch, AcceptorID: "w1", Owner: "r1"})
+	if err != nil || sess.Status != api.StatusExit || sess.Reason != "Ended by a user." {
+		t.Fatalf("Arrive on an ended session = %+v, %v, want it as it stands", sess, err)
+	}
+	wantCalls(t, r.rec.take())
+}

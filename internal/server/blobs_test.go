@@ -173,7 +173,7 @@ func artifactAcrossReplicas(t *testing.T, a *testServer, stopA func(), b *testSe
 		}
 	}
 	// Retention through B deletes them for everyone.
-	if n, _, err := b.srv.deleteArtifactsOf(t.Context(), id); err != nil || n != 1 {
+	if n, _, err := b.srv.retention.DeleteArtifacts(t.Context(), id); err != nil || n != 1 {
 		t.Fatalf("delete artifacts through B = %d, %v", n, err)
 	}
 	resp = get(t, b.url+"/v1/sessions/"+id+"/artifacts/big.bin", b.admin)

@@ -191,12 +191,9 @@ func (s *Server) checkpoint(ctx context.Context, c *gateway.Conn, seq int64) err
 func (s *Server) commitCheckpoint(ctx context.Context, c *gateway.Conn, op *suspendOp, info api.SnapshotInfo, seq int64) error {
 	ctx = context.WithoutCancel(ctx) // a half-stored checkpoint helps nobody
 	now := s.now()
-	sn := store.Snapshot{SessionID: c.SessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
-		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
-	prev, err := s.store.PutSnapshot(ctx, sn)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		_ = s.blobs.Delete(ctx, op.key)
-		return fmt.Errorf("store checkpoint of %s: %w", c.SessionID, err)
+	prev, err := s.storeSnapshot(ctx, c.SessionID, op, info, now, "checkpoint")
+	if err != nil {
+		return err
 	}
 	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
 	ok := true
@@ -205,19 +202,15 @@ func (s *Server) commitCheckpoint(ctx context.Context, c *gateway.Conn, op *susp
 			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.SessionID, sess.Status, errCheckpointBusy)
 		}
 		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Value: value,
-			Reason: fmt.Sprintf("Took a checkpoint of the workspace after call %d: %s in %d files, %s compressed, in %s. Should the machine end without suspending, the next one restores it; changes after it would be lost.",
-				seq, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)}}}, nil
+			Reason: fmt.Sprintf("Took a checkpoint of the workspace after call %d: %s. Should the machine end without suspending, the next one restores it; changes after it would be lost.",
+				seq, snapshotTaken(info))}}}, nil
 	})
 	if err != nil {
 		s.undoPutSnapshot(ctx, c.SessionID, prev, op.key)
 		return err
 	}
 	s.committed(c.SessionID, m)
-	if prev.BlobKey != "" && prev.BlobKey != op.key {
-		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
-			s.log.Warn("delete replaced snapshot", "session", c.SessionID, "key", prev.BlobKey, "err", err)
-		}
-	}
+	s.deleteReplaced(ctx, c.SessionID, prev, op.key)
 	s.log.Info("checkpoint stored", "session", c.SessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.key)
 	return nil
 }
@@ -253,7 +246,7 @@ func checkpointNote(info *api.SnapshotInfo, from store.Snapshot, seq, lastSeq in
 		lost = fmt.Sprintf("the changes calls %d to %d made to the workspace are lost (their results above stand, their files do not): check the files before relying on them", seq+1, lastSeq)
 	}
 	return fmt.Sprintf("The old machine ended without suspending: its workspace is restored there from the last checkpoint, taken at %s after call %d (%s, %d files), before the next call; %s. Processes and memory of the old machine are not restored.",
-		from.CreatedAt.UTC().Format(time.RFC3339), seq, byteSize(info.Size), info.Files, lost)
+		from.CreatedAt.UTC().Format(time.RFC3339), seq, api.ByteSize(info.Size), info.Files, lost)
 }
 
 // undoPutSnapshot takes back a PutSnapshot of key whose transaction failed:

@@ -54,18 +54,14 @@ type edgeMetrics struct {
 
 func newEdgeMetrics(reg registerer, unauthenticated func() float64) *edgeMetrics {
 	m := &edgeMetrics{
-		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_http_connections_refused_total",
-			Help: "Connections closed on arrival because the unauthenticated ones open were all being served.",
-		}),
+		connsRefused: counter("outpost_http_connections_refused_total",
+			"Connections closed on arrival because the unauthenticated ones open were all being served."),
 		connsShed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_http_connections_shed_total",
 			Help: "Unauthenticated connections closed to make room for a new one, by what they had sent: nothing, part of a request, or a request being served.",
 		}, []string{"state"}),
-		streamsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_http_streams_refused_total",
-			Help: "Event streams refused with 429 because their token had too many open.",
-		}),
+		streamsRefused: counter("outpost_http_streams_refused_total",
+			"Event streams refused with 429 because their token had too many open."),
 	}
 	reg.MustRegister(m.connsRefused, m.connsShed, m.streamsRefused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outpost_http_unauthenticated_connections",

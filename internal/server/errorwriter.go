@@ -91,27 +91,24 @@ func withJSONErrors(h http.Handler, keepJSON bool) http.Handler {
 	})
 }
 
+// statusCodes are the error codes of the HTTP statuses that have their
+// own; other statuses from 500 up are internal, the rest bad requests.
+var statusCodes = map[int]string{
+	http.StatusUnauthorized:          api.CodeUnauthorized,
+	http.StatusForbidden:             api.CodeForbidden,
+	http.StatusNotFound:              api.CodeNotFound,
+	http.StatusMethodNotAllowed:      api.CodeMethodNotAllowed,
+	http.StatusConflict:              api.CodeConflict,
+	http.StatusGone:                  api.CodeGone,
+	http.StatusRequestEntityTooLarge: api.CodeTooLarge,
+	http.StatusUnprocessableEntity:   api.CodeUnprocessable,
+	http.StatusServiceUnavailable:    api.CodeUnavailable,
+}
+
 // codeOf is the error code of an HTTP status.
 func codeOf(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return api.CodeUnauthorized
-	case http.StatusForbidden:
-		return api.CodeForbidden
-	case http.StatusNotFound:
-		return api.CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return api.CodeMethodNotAllowed
-	case http.StatusConflict:
-		return api.CodeConflict
-	case http.StatusGone:
-		return api.CodeGone
-	case http.StatusRequestEntityTooLarge:
-		return api.CodeTooLarge
-	case http.StatusUnprocessableEntity:
-		return api.CodeUnprocessable
-	case http.StatusServiceUnavailable:
-		return api.CodeUnavailable
+	if code, ok := statusCodes[status]; ok {
+		return code
 	}
 	if status >= 500 {
 		return api.CodeInternal

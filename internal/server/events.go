@@ -47,6 +47,13 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if len(evs) > limit {
 		list.Items, list.HasNextPage = evs[:limit], true
 	}
+	writeEventList(w, list)
+	return nil
+}
+
+// writeEventList answers list, its Next the last event's seq (where a
+// reader picks up) when it holds any, and its items [] rather than null.
+func writeEventList(w http.ResponseWriter, list api.EventList) {
 	if list.Items == nil {
 		list.Items = []api.Event{}
 	}
@@ -54,7 +61,6 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		list.Next = list.Items[n-1].Seq
 	}
 	writeJSON(w, http.StatusOK, list)
-	return nil
 }
 
 // tailEvents answers ?tail=N: the newest N (1–1000) events, in order; Next
@@ -71,14 +77,7 @@ func (s *Server) tailEvents(w http.ResponseWriter, r *http.Request, sessionID, v
 	if err != nil {
 		return fmt.Errorf("tail events: %w", err)
 	}
-	list := api.EventList{Items: evs}
-	if list.Items == nil {
-		list.Items = []api.Event{}
-	}
-	if k := len(list.Items); k > 0 {
-		list.Next = list.Items[k-1].Seq
-	}
-	writeJSON(w, http.StatusOK, list)
+	writeEventList(w, api.EventList{Items: evs})
 	return nil
 }
 

@@ -63,18 +63,14 @@ func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (store.Que
 	return e, s.wg.Done, true
 }
 
-// Hello refuses a second remote process under one claim, reads what the
-// welcome gives the remote back (its repositories, its snapshot, the
-// session's env and secrets) and records the remote's arrival.
+// Refused counts a second remote process refused under one claim.
+func (h gatewayHandler) Refused(*gateway.Conn, string) { h.s.metrics.remotesRefused.Inc() }
+
+// Hello reads what the welcome gives the remote back (its repositories,
+// its snapshot, the session's env and secrets) and records the remote's
+// arrival.
 func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.QueueEntry, hello *api.Frame) (gateway.Welcome, error) {
 	s := h.s
-	if other := s.otherLiveInstance(ctx, c); other != "" {
-		msg := fmt.Sprintf("another remote (instance %s) is serving session %s under the same claim; this one (instance %s) is refused. "+
-			"Two workers or machines must never share an acceptor id or a connect token.", other, c.SessionID, c.Instance)
-		s.log.Warn("refused a second remote for one session", "session", c.SessionID, "serving", other, "refused", c.Instance, "acceptor", c.AcceptorID)
-		s.metrics.remotesRefused.Inc()
-		return gateway.Welcome{Refused: msg, CloseReason: "another remote is serving this session"}, nil
-	}
 	var err error
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
@@ -106,21 +102,13 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.Queu
 	return gateway.Welcome{Frame: api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.Snapshot}}, nil
 }
 
-// Attached counts the remote, pings it while it is attached, and starts
-// the session's runner unless its claim moved meanwhile. When the
-// connection ends the claim gets its reconnect grace.
+// Attached counts the remote and starts the session's runner unless its
+// claim moved meanwhile. When the connection ends the claim gets its
+// reconnect grace.
 func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool) (func(), bool) {
 	s := h.s
 	s.metrics.remotes.Inc()
-	pctx, stopPing := context.WithCancel(ctx)
-	pinged := make(chan struct{})
-	go func() {
-		defer close(pinged)
-		s.pingRemote(pctx, c)
-	}()
 	leave := func() {
-		stopPing()
-		<-pinged
 		s.metrics.remotes.Dec()
 		s.graceAfter(c)
 	}
@@ -159,59 +147,26 @@ func (h gatewayHandler) Suspended(c *gateway.Conn, f api.Frame) { h.s.onSuspende
 // Disconnected records the remote's disconnect on the transcript.
 func (h gatewayHandler) Disconnected(c *gateway.Conn) { h.s.recordDisconnect(c) }
 
-// onHello records the remote's arrival and moves the session to running.
-// restore is what the welcome will ask the remote to clone again.
+// onHello records the remote's arrival through the state machine, which
+// moves the session to running. restore is what the welcome will ask the
+// remote to clone again.
 func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
-	now := s.now()
-	var out store.Session
-	var prevOwner string
-	m, err := s.store.UpdateSession(ctx, c.SessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		out, prevOwner = sess, ""
-		if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
-			return store.Mutation{}, nil // the remote is told to end
-		}
-		// The claim may have lapsed or moved since the token was checked.
-		if !e.Held(now) || e.Epoch != c.Epoch {
-			return store.Mutation{}, errStaleClaim
-		}
-		// From now on the connection holds the claim (see keepClaimsAlive)
-		// and this replica owns the session (replicas.go).
-		e.LiveUntil = now.Add(s.opts.ReconnectGrace)
-		prevOwner, e.Owner = e.Owner, s.opts.ReplicaID
-		var m store.Mutation
-		if hello.Capabilities != nil {
-			sess.Capabilities = hello.Capabilities
-		}
-		m.Events = append(m.Events, api.Event{Type: api.EventRemoteConnected, Time: now.UnixMilli(), AcceptorID: c.AcceptorID,
-			Capabilities: hello.Capabilities, Reason: fmt.Sprintf("The remote of %s connected.", c.AcceptorID)})
-		if sess.Status == api.StatusResuming {
-			m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: c.AcceptorID,
-				Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", c.AcceptorID, sess.LastSeq, resumeNote(restore, c.Snapshot, c.RestoreFrom, sess.LastSeq))})
-		}
-		if sess.Status != api.StatusRunning {
-			sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", c.AcceptorID)
-			m.Events = append(m.Events, lifecycle.StatusEvent(sess, now))
-		}
-		if sess.StartedAt == nil {
-			sess.StartedAt = &now
-		}
-		sess.UpdatedAt = now
-		e.SessionStatus = lifecycle.QueueSessionStatus(sess.Status)
-		e.UpdatedAt = now
-		m.Session, m.Entry = &sess, &e
-		out = sess
-		return m, nil
+	sess, prevOwner, err := s.life.Arrive(ctx, c.SessionID, lifecycle.Arrival{
+		Epoch: c.Epoch, AcceptorID: c.AcceptorID, Owner: s.opts.ReplicaID, Capabilities: hello.Capabilities,
+		ResumeNote: func(lastSeq int64) string { return resumeNote(restore, c.Snapshot, c.RestoreFrom, lastSeq) },
 	})
-	if err != nil {
-		return out, fmt.Errorf("record remote of session %s: %w", c.SessionID, err)
+	if errors.Is(err, lifecycle.ErrConflict) {
+		return sess, errStaleClaim
 	}
-	s.committed(c.SessionID, m)
+	if err != nil {
+		return sess, fmt.Errorf("record remote of session %s: %w", c.SessionID, err)
+	}
 	if s.shared && prevOwner != "" && prevOwner != s.opts.ReplicaID {
 		// The remote left another replica: that one drops its connection
 		// and runner now rather than when it notices.
 		s.wg.Go(func() { s.tellDrop(context.WithoutCancel(s.runCtx), prevOwner, c.SessionID) })
 	}
-	return out, nil
+	return sess, nil
 }
 
 func (s *Server) recordDisconnect(c *gateway.Conn) {

@@ -22,8 +22,9 @@ func (s *Server) keepAliveEvery() time.Duration {
 }
 
 // pingEvery is how often the gateway pings each remote; a remote that does
-// not answer within the same time is taken as gone. At least a second, so
-// a busy machine's late pong is not taken for a dead one.
+// not answer within the same time is taken as gone (gateway.Options). At
+// least a second, so a busy machine's late pong is not taken for a dead
+// one.
 func (s *Server) pingEvery() time.Duration {
 	return min(max(s.opts.ReconnectGrace/3, time.Second), 15*time.Second)
 }
@@ -47,41 +48,4 @@ func (s *Server) graceAfter(c *gateway.Conn) {
 	if err := s.life.KeepAlive(ctx, store.Lease{SessionID: c.SessionID, Epoch: c.Epoch}); err != nil {
 		s.log.Warn("record the end of a remote's connection", "session", c.SessionID, "err", err)
 	}
-}
-
-// pingRemote pings c until ctx ends; a remote that stops answering (its
-// machine died or the network dropped without a close) has its connection
-// cut, so its claim starts its grace.
-func (s *Server) pingRemote(ctx context.Context, c *gateway.Conn) {
-	every := s.pingEvery()
-	_ = loop.EveryUntil(ctx, every, func(ctx context.Context) error {
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := c.Ping(pctx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			s.log.Info("remote stopped answering pings; closing its connection", "session", c.SessionID, "err", err)
-			c.CloseNow()
-		}
-		return err
-	})
-}
-
-// otherLiveInstance returns the instance of another remote process serving
-// c's session under the same claim while it is alive, or "". A reconnect
-// of the same instance, or a remote that names none, is not a conflict. A
-// current connection that does not answer a ping within a few seconds is
-// taken as dead and cut, so a restarted remote replaces it at once.
-func (s *Server) otherLiveInstance(ctx context.Context, c *gateway.Conn) string {
-	cur := s.hub.Get(c.SessionID)
-	if cur == nil || cur.Epoch != c.Epoch || cur.Instance == "" || c.Instance == "" || cur.Instance == c.Instance {
-		return ""
-	}
-	pctx, cancel := context.WithTimeout(ctx, min(s.pingEvery(), 3*time.Second))
-	defer cancel()
-	if err := cur.Ping(pctx); err != nil {
-		s.log.Info("the session's previous remote does not answer; a new instance replaces it", "session", c.SessionID, "old", cur.Instance, "new", c.Instance)
-		cur.CloseNow()
-		return ""
-	}
-	return cur.Instance
 }

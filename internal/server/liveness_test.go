@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/waitfor"
 )
@@ -395,6 +397,9 @@ func TestSecondRemoteInstanceRefused(t *testing.T) {
 	second.stop()
 	if got := ts.srv.hub.Get(id); got == nil || got.Instance != "aaaa" {
 		t.Fatalf("the session's connection after the refusal: %+v, want instance aaaa", got)
+	}
+	if n := testutil.ToFloat64(ts.srv.metrics.remotesRefused); n != 1 {
+		t.Errorf("outpost_gateway_remotes_refused_total = %v after one refusal, want 1", n)
 	}
 	var connected int
 	for _, ev := range sessionEvents(t, ts, id) {

@@ -48,9 +48,7 @@ func newMetrics(replica string) *metrics {
 			Help:    "Duration of authenticated API requests.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"method"}),
-		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_sessions_created_total", Help: "Sessions created.",
-		}),
+		sessionsCreated: counter("outpost_sessions_created_total", "Sessions created."),
 		sessionsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_sessions_ended_total", Help: "Sessions ended, by final status and detail.",
 		}, []string{"status", "detail"}),
@@ -60,9 +58,7 @@ func newMetrics(replica string) *metrics {
 		remotes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outpost_gateway_remotes", Help: "Remotes connected to the gateway.",
 		}),
-		remotesRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_gateway_remotes_refused_total", Help: "Remotes refused because another remote process was serving their session under the same claim.",
-		}),
+		remotesRefused: counter("outpost_gateway_remotes_refused_total", "Remotes refused because another remote process was serving their session under the same claim."),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_tool_calls_total", Help: "Tool call results by tool and outcome.",
 		}, []string{"tool", "ok"}),
@@ -72,15 +68,9 @@ func newMetrics(replica string) *metrics {
 			// 50 ms to 1 h.
 			Buckets: prometheus.ExponentialBucketsRange(0.05, 3600, 17),
 		}, []string{"outpost", "kind"}),
-		artifactsPruned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_artifacts_pruned_total", Help: "Artifacts deleted by the artifact retention policy.",
-		}),
-		artifactBytesPruned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_artifacts_pruned_bytes_total", Help: "Bytes of artifact files deleted by the artifact retention policy.",
-		}),
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outpost_requests_forwarded_total", Help: "Requests forwarded to the replica that owns their session.",
-		}),
+		artifactsPruned:     counter("outpost_artifacts_pruned_total", "Artifacts deleted by the artifact retention policy."),
+		artifactBytesPruned: counter("outpost_artifacts_pruned_bytes_total", "Bytes of artifact files deleted by the artifact retention policy."),
+		forwarded:           counter("outpost_requests_forwarded_total", "Requests forwarded to the replica that owns their session."),
 	}
 	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded,
@@ -91,6 +81,11 @@ func newMetrics(replica string) *metrics {
 		m.claims.WithLabelValues(o)
 	}
 	return m
+}
+
+// counter is a counter without labels.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }
 
 // MustRegister registers collectors on the registry and remembers them.

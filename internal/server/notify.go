@@ -71,6 +71,18 @@ func (t *topics) unsubscribe(sessionID string, sub *subscriber) {
 	}
 }
 
+// subscribers returns the session's subscribers now, so that they are
+// handed events without t's lock held.
+func (t *topics) subscribers(sessionID string) []*subscriber {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	subs := make([]*subscriber, 0, len(t.subs[sessionID]))
+	for sub := range t.subs[sessionID] {
+		subs = append(subs, sub)
+	}
+	return subs
+}
+
 // lagGrace is how long publish waits for a full follower before it drops
 // it; the dropped follower resumes from the store.
 const lagGrace = 100 * time.Millisecond
@@ -78,12 +90,7 @@ const lagGrace = 100 * time.Millisecond
 // publish hands events to every follower of the session. A follower whose
 // buffer stays full for lagGrace is dropped (its lagged channel closes).
 func (t *topics) publish(sessionID string, events ...api.Event) {
-	t.mu.Lock()
-	subs := make([]*subscriber, 0, len(t.subs[sessionID]))
-	for sub := range t.subs[sessionID] {
-		subs = append(subs, sub)
-	}
-	t.mu.Unlock()
+	subs := t.subscribers(sessionID)
 	for _, sub := range subs {
 		for _, ev := range events {
 			if !sub.offer(ev) {
@@ -101,12 +108,7 @@ const pokeAll = math.MaxInt64
 // to seq (pokeAll: unknown, read it all): followers replay the store up to
 // there, other subscribers are dropped (see subscriber).
 func (t *topics) poke(sessionID string, seq int64) {
-	t.mu.Lock()
-	subs := make([]*subscriber, 0, len(t.subs[sessionID]))
-	for sub := range t.subs[sessionID] {
-		subs = append(subs, sub)
-	}
-	t.mu.Unlock()
+	subs := t.subscribers(sessionID)
 	for _, sub := range subs {
 		sub.poke(seq)
 	}

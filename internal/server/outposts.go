@@ -210,7 +210,7 @@ func checkOutpostLimits(maxRunning, maxAttempts int) error {
 func (s *Server) checkSnapshotLimit(n int64) error {
 	if n < 0 || n > s.opts.MaxSnapshotBytes {
 		return errBadRequest("max_snapshot_bytes must be from 0 (this server's limit) to this server's limit of %d bytes (%s; outpost server --max-snapshot-bytes).",
-			s.opts.MaxSnapshotBytes, byteSize(s.opts.MaxSnapshotBytes))
+			s.opts.MaxSnapshotBytes, api.ByteSize(s.opts.MaxSnapshotBytes))
 	}
 	return nil
 }
@@ -226,15 +226,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if p := principalFrom(ctx); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot change outposts.")
 	}
-	unlock, err := s.lockOutposts(ctx, false)
+	o, unlock, err := s.lockOutpost(ctx, r.PathValue("outpost"), false)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
-	if err != nil {
-		return err
-	}
 	if req.MaxRunning != nil {
 		o.MaxRunning = *req.MaxRunning
 	}
@@ -280,6 +276,21 @@ func (s *Server) getOutpost(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, ao)
 	return nil
+}
+
+// lockOutpost takes the outposts lock (lockOutposts) and then resolves ref
+// under it: the outpost cannot be deleted, or its limits changed, until
+// unlock.
+func (s *Server) lockOutpost(ctx context.Context, ref string, shared bool) (o store.Outpost, unlock func(), err error) {
+	unlock, err = s.lockOutposts(ctx, shared)
+	if err != nil {
+		return o, nil, err
+	}
+	if o, err = s.resolveOutpost(ctx, ref); err != nil {
+		unlock()
+		return o, nil, err
+	}
+	return o, unlock, nil
 }
 
 func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {

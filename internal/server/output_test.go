@@ -120,7 +120,7 @@ func TestOutputCapsBoundSpill(t *testing.T) {
 
 	// The retention sweep deletes it with the artifacts.
 	clock.add(2 * time.Hour)
-	st, err := ts.srv.pruneArtifacts(t.Context())
+	st, err := ts.srv.retention.Sweep(t.Context())
 	if err != nil || st.Sessions != 1 || st.Output != sessionCap {
 		t.Fatalf("retention sweep: %+v, %v", st, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/retention"
 	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
@@ -108,12 +109,12 @@ func TestArtifactRetention(t *testing.T) {
 	ts.mustDo(200, "POST", "/v1/sessions/"+recent+"/terminate", ts.admin, `{}`, nil)
 
 	// Nothing has ended 30 days ago yet.
-	if st, err := ts.srv.pruneArtifacts(t.Context()); err != nil || st.Artifacts != 0 || st.Sessions != 0 {
+	if st, err := ts.srv.retention.Sweep(t.Context()); err != nil || st.Artifacts != 0 || st.Sessions != 0 {
 		t.Fatalf("sweep at day 20: %+v, %v", st, err)
 	}
 
 	clock.add(11 * 24 * time.Hour) // old ended 31 days ago, recent 11
-	st, err := ts.srv.pruneArtifacts(t.Context())
+	st, err := ts.srv.retention.Sweep(t.Context())
 	if err != nil || st.Artifacts != 2 || st.Sessions != 1 || st.Bytes < int64(len(png)+6) {
 		t.Fatalf("sweep at day 31: %+v, %v", st, err)
 	}
@@ -158,14 +159,14 @@ func TestArtifactRetention(t *testing.T) {
 	}
 
 	// A second sweep has nothing left to do.
-	if st, err := ts.srv.pruneArtifacts(t.Context()); err != nil || st.Artifacts != 0 || st.Sessions != 0 {
+	if st, err := ts.srv.retention.Sweep(t.Context()); err != nil || st.Artifacts != 0 || st.Sessions != 0 {
 		t.Errorf("second sweep: %+v, %v", st, err)
 	}
 
 	// Long after, recent goes too; the session that never ended stays,
 	// whatever its age.
 	clock.add(365 * 24 * time.Hour)
-	if st, err := ts.srv.pruneArtifacts(t.Context()); err != nil || st.Artifacts != 2 || st.Sessions != 1 {
+	if st, err := ts.srv.retention.Sweep(t.Context()); err != nil || st.Artifacts != 2 || st.Sessions != 1 {
 		t.Errorf("sweep a year later: %+v, %v", st, err)
 	}
 	if code, _ := artifactCode(t, ts, recent, "log.txt"); code != http.StatusGone {
@@ -200,7 +201,7 @@ func TestArtifactRetentionZeroKeeps(t *testing.T) {
 	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/terminate", ts.admin, `{}`, nil)
 	clock.add(10 * 365 * 24 * time.Hour)
 	time.Sleep(50 * time.Millisecond) // the background sweep would have run
-	if st, err := ts.srv.pruneArtifacts(t.Context()); err != nil || st != (pruneStats{}) {
+	if st, err := ts.srv.retention.Sweep(t.Context()); err != nil || st != (retention.Stats{}) {
 		t.Fatalf("sweep with retention 0: %+v, %v", st, err)
 	}
 	if names := artifactNames(t, ts, id); len(names) != 1 {

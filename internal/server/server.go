@@ -29,6 +29,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/queuefeed"
+	"github.com/outpost-sh/outpost/internal/retention"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -218,6 +219,7 @@ type Server struct {
 	adminToken string
 	now        func() time.Time
 	life       *lifecycle.Machine // the session state machine, over store
+	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
@@ -464,9 +466,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s.output = gateway.NewOutput(gateway.OutputConfig{Store: s.store, Blobs: s.outputBlobs, Publish: s.topics.publish,
 		Log: s.log, Now: s.now, CapBytes: opts.OutputCapBytes, MaxCallBytes: opts.MaxCallOutputBytes, MaxSessionBytes: opts.MaxSessionOutputBytes})
-	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log)
+	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log, gateway.Options{PingEvery: s.pingEvery()})
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
+	s.retention = s.newRetention()
 	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
 		Go: func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }, Now: s.now, TombstoneAge: queuefeed.TombstoneAge(opts.WatchMaxDuration)})
 	s.startedAt = time.Now()
@@ -657,7 +660,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.retainArtifacts(s.runCtx)
+		s.retention.Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {

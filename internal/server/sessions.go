@@ -180,15 +180,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if req.Agent.Kind == api.AgentLLM && s.opts.LLM == nil {
 		return errBadRequest("This server has no model provider configured: start it with OUTPOST_LLM_PROVIDER (openai or anthropic), OUTPOST_LLM_BASE_URL, OUTPOST_LLM_API_KEY and OUTPOST_LLM_MODEL.")
 	}
-	unlock, err := s.lockOutposts(ctx, true)
+	o, unlock, err := s.lockOutpost(ctx, req.Outpost, true)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	o, err := s.resolveOutpost(ctx, req.Outpost)
-	if err != nil {
-		return err
-	}
 	now := s.now()
 	sess := store.Session{
 		ID:        newSessionID(),

@@ -42,10 +42,10 @@ type snapshotCap struct {
 func (l snapshotCap) tooLarge(size string) string {
 	if l.outpost == "" {
 		return fmt.Sprintf("The snapshot (%s) is larger than this server's limit of %s per snapshot: make the workspace smaller (delete build output, caches) or raise the limit (outpost server --max-snapshot-bytes).",
-			size, byteSize(l.bytes))
+			size, api.ByteSize(l.bytes))
 	}
 	return fmt.Sprintf("The snapshot (%s) is larger than outpost %s's limit of %s per snapshot (its max_snapshot_bytes): make the workspace smaller (delete build output, caches) or raise the outpost's limit (PATCH /v1/outposts/%s with max_snapshot_bytes; 0 for the server's).",
-		size, l.outpost, byteSize(l.bytes), l.outpost)
+		size, l.outpost, api.ByteSize(l.bytes), l.outpost)
 }
 
 // snapshotLimit is the limit for the sessions of outpost outpostID: its
@@ -92,13 +92,13 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, msg}
 	}
 	if r.ContentLength > limit {
-		return tooLarge(byteSize(r.ContentLength))
+		return tooLarge(api.ByteSize(r.ContentLength))
 	}
 	body := &bodyReader{r: r.Body}
 	size, sum, err := s.blobs.Put(ctx, op.key, body, limit)
 	switch {
 	case errors.Is(err, blob.ErrTooLarge):
-		return tooLarge("more than " + byteSize(limit))
+		return tooLarge("more than " + api.ByteSize(limit))
 	case err != nil && body.err != nil:
 		// The remote's upload broke off (its archive failed: a file it
 		// cannot read): its suspended frame says why.
@@ -155,20 +155,6 @@ func (s *Server) gatewayHandler(h func(http.ResponseWriter, *http.Request) error
 			s.writeError(w, r, err)
 		}
 	}
-}
-
-// byteSize writes n bytes for people.
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // bodyReader remembers the error, other than io.EOF, of reading a request

@@ -337,32 +337,54 @@ func (s *Server) askSnapshot(ctx context.Context, c *gateway.Conn, op *suspendOp
 // commitSuspend stores the snapshot, has the state machine move the
 // session to suspended, and then deletes the snapshot it replaced.
 func (s *Server) commitSuspend(ctx context.Context, c *gateway.Conn, op *suspendOp, info api.SnapshotInfo, why string) error {
-	now := s.now()
-	sn := store.Snapshot{SessionID: c.SessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
-		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
-	prev, err := s.store.PutSnapshot(ctx, sn)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		_ = s.blobs.Delete(ctx, op.key)
-		return fmt.Errorf("store snapshot of %s: %w", c.SessionID, err)
+	prev, err := s.storeSnapshot(ctx, c.SessionID, op, info, s.now(), "snapshot")
+	if err != nil {
+		return err
 	}
 	value, _ := json.Marshal(info)
 	ok := true
 	where := fmt.Sprintf("Kept in the server's blob store as %s until the session resumes or ends (at most %s).", op.key, s.opts.SnapshotTTL)
-	reason := fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, byteSize(info.Size))
+	reason := fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, api.ByteSize(info.Size))
 	taken := api.Event{Type: api.EventSnapshot, AcceptorID: c.AcceptorID, OK: &ok, Value: value,
-		Reason: fmt.Sprintf("Took a snapshot of the workspace: %s in %d files, %s compressed, in %s. %s",
-			byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond, where)}
+		Reason: fmt.Sprintf("Took a snapshot of the workspace: %s. %s", snapshotTaken(info), where)}
 	if err := s.life.Suspend(ctx, c.SessionID, op.epoch, reason, taken); err != nil {
 		s.undoPutSnapshot(context.WithoutCancel(ctx), c.SessionID, prev, op.key)
 		return err
 	}
-	if prev.BlobKey != "" && prev.BlobKey != op.key {
-		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
-			s.log.Warn("delete replaced snapshot", "session", c.SessionID, "key", prev.BlobKey, "err", err)
-		}
-	}
+	s.deleteReplaced(ctx, c.SessionID, prev, op.key)
 	s.log.Info("session suspended", "session", c.SessionID, "snapshot_bytes", info.Size, "key", op.key)
 	return nil
+}
+
+// storeSnapshot stores what op uploaded as the session's snapshot (what
+// names it in the error: a snapshot or a checkpoint) and returns the
+// snapshot it replaced; when it cannot, the upload's blob goes.
+func (s *Server) storeSnapshot(ctx context.Context, sessionID string, op *suspendOp, info api.SnapshotInfo, now time.Time, what string) (store.Snapshot, error) {
+	sn := store.Snapshot{SessionID: sessionID, BlobKey: op.key, Size: info.Size, SHA256: info.SHA256,
+		Files: info.Files, Bytes: info.Bytes, Epoch: op.epoch, CreatedAt: now}
+	prev, err := s.store.PutSnapshot(ctx, sn)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		_ = s.blobs.Delete(ctx, op.key)
+		return prev, fmt.Errorf("store %s of %s: %w", what, sessionID, err)
+	}
+	return prev, nil
+}
+
+// deleteReplaced deletes the blob of prev, the snapshot the one under key
+// replaced, once the new one is committed.
+func (s *Server) deleteReplaced(ctx context.Context, sessionID string, prev store.Snapshot, key string) {
+	if prev.BlobKey != "" && prev.BlobKey != key {
+		if err := s.blobs.Delete(ctx, prev.BlobKey); err != nil {
+			s.log.Warn("delete replaced snapshot", "session", sessionID, "key", prev.BlobKey, "err", err)
+		}
+	}
+}
+
+// snapshotTaken says what a snapshot holds and what it took, for its
+// event on the transcript.
+func snapshotTaken(info api.SnapshotInfo) string {
+	return fmt.Sprintf("%s in %d files, %s compressed, in %s",
+		api.ByteSize(info.Bytes), info.Files, api.ByteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
 }
 
 // recordSnapshotFailure writes a failed suspend on the transcript.
@@ -396,13 +418,13 @@ func (s *Server) recordSnapshotRestore(ctx context.Context, c *gateway.Conn, inf
 	s.countRestore(ctx, c.SessionID, ok)
 	value, _ := json.Marshal(info)
 	reason := fmt.Sprintf("Restored the workspace from its snapshot on %s: %s in %d files (%s compressed) in %s.",
-		c.AcceptorID, byteSize(info.Bytes), info.Files, byteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
+		c.AcceptorID, api.ByteSize(info.Bytes), info.Files, api.ByteSize(info.Size), time.Duration(info.DurationMS)*time.Millisecond)
 	switch {
 	case !ok:
 		reason = fmt.Sprintf("Could not restore the workspace from its snapshot on %s: %s Files of the workspace may be missing.", c.AcceptorID, lifecycle.Sentence(info.Error))
 	case info.InPlace:
 		reason = fmt.Sprintf("The workspace on %s still held its snapshot (%s in %d files), kept on the machine's volume since the suspend: nothing to download.",
-			c.AcceptorID, byteSize(info.Bytes), info.Files)
+			c.AcceptorID, api.ByteSize(info.Bytes), info.Files)
 	}
 	ev := []api.Event{{Type: api.EventRestore, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Value: value, Error: info.Error, Reason: reason}}
 	if err := s.store.AppendEvents(ctx, c.SessionID, ev); err != nil {
@@ -448,5 +470,5 @@ func resumeNote(restore []api.GitCloneArgs, info *api.SnapshotInfo, from store.S
 		return checkpointNote(info, from, seq, lastSeq)
 	}
 	return fmt.Sprintf("Its workspace is restored there from its snapshot (%s, %d files) before the next call; processes and memory of the old machine are not.",
-		byteSize(info.Size), info.Files)
+		api.ByteSize(info.Size), info.Files)
 }
