@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -67,7 +68,9 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 
 	after := c.session(id)
 	if after.Status.Status != api.StatusExit || after.Spec.Title != "on postgres" || !reflect.DeepEqual(after, s) {
-		t.Fatalf("session after restart: %+v", after)
+		a, _ := json.Marshal(after)
+		b, _ := json.Marshal(s)
+		t.Fatalf("session after restart differs:\n got  %s\n want %s", a, b)
 	}
 	if got := c.events(id); !reflect.DeepEqual(got, before) {
 		t.Fatalf("transcript after restart differs:\n got  %+v\n want %+v", got, before)
