@@ -342,7 +342,10 @@ func assertServedOnce(t *testing.T, c *cluster, ids []string, acceptor string, s
 // devin-remote from the server's distribution with the DEVIN_* names.
 func TestSandboxStyleClaimerNeverRenews(t *testing.T) {
 	t.Parallel()
-	const ttl, steps = 3, 12 // each session runs four claim TTLs or more
+	// Each session runs four claim TTLs or more. The TTL is also the time
+	// a claimed session's remote has to connect, which on a loaded machine
+	// (the remote's start, under the race detector) can take seconds.
+	const ttl, steps = 5, 20
 	c := startCluster(t, "--claim-ttl", fmt.Sprintf("%ds", ttl))
 	token := setupOutpost(t, c, "sandbox")
 	ids := longSessions(t, c, "sandbox", 3, steps)
