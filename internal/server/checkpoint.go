@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/suspend"
 )
 
 // Periodic checkpoints (Options.SnapshotInterval, outpost server
@@ -32,40 +31,6 @@ import (
 // what was lost (resumeNote). A checkpoint that fails changes nothing; the
 // first of a row is on the transcript, and it is tried again an interval
 // later.
-
-// errCheckpointBusy skips a checkpoint: a call is in flight, a suspend or
-// checkpoint is in progress, or the session moved on meanwhile.
-var errCheckpointBusy = errors.New("the session is busy; the checkpoint waits for the next round")
-
-// checkpointKey is the blob key of a checkpoint taken by the claim of epoch
-// after call seq.
-func checkpointKey(sessionID string, epoch, seq int64) string {
-	return fmt.Sprintf("%s-%d-c%d", sessionID, epoch, seq)
-}
-
-// checkpointKeySeq matches the call sequence number in a checkpoint's key.
-var checkpointKeySeq = regexp.MustCompile(`-c([0-9]+)$`)
-
-// checkpointSeq returns the call after which the snapshot sn was taken,
-// when it is a checkpoint (not a suspend's snapshot).
-func checkpointSeq(sn store.Snapshot) (int64, bool) {
-	m := checkpointKeySeq.FindStringSubmatch(sn.BlobKey)
-	if m == nil {
-		return 0, false
-	}
-	seq, err := strconv.ParseInt(m[1], 10, 64)
-	return seq, err == nil
-}
-
-// checkpointValue is the value of a checkpoint's snapshot event.
-type checkpointValue struct {
-	api.SnapshotInfo
-	// Checkpoint tells a checkpoint's snapshot event from a suspend's.
-	Checkpoint bool `json:"checkpoint"`
-	// AfterSeq is the last call whose result the server held when it was
-	// taken.
-	AfterSeq int64 `json:"after_seq"`
-}
 
 // checkpointer is the state of the checkpoint loop.
 type checkpointer struct {
@@ -93,7 +58,7 @@ func (s *Server) checkpointSessions(ctx context.Context) {
 func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync.WaitGroup) {
 	now := s.now()
 	for _, c := range s.hub.List() {
-		if c.Version < api.SnapshotsSince || s.suspends.get(c.SessionID) != nil {
+		if c.Version < api.SnapshotsSince || s.suspends.Get(c.SessionID) != nil {
 			continue
 		}
 		cp.mu.Lock()
@@ -112,7 +77,7 @@ func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync
 		}
 		wg.Go(func() {
 			err := s.checkpoint(ctx, c, seq)
-			if errors.Is(err, errCheckpointBusy) || ctx.Err() != nil {
+			if errors.Is(err, suspend.ErrCheckpointBusy) || ctx.Err() != nil {
 				return
 			}
 			cp.mu.Lock()
@@ -135,7 +100,7 @@ func (s *Server) checkpointRound(ctx context.Context, cp *checkpointer, wg *sync
 // its latest snapshot, and that snapshot is older than the interval; and
 // the remote of c did not fail to restore the snapshot.
 func (s *Server) checkpointDue(ctx context.Context, c *gateway.Conn, now time.Time) (int64, bool, error) {
-	if s.suspends.unrestoredWhy(c.SessionID, c.Epoch) != "" {
+	if s.suspends.UnrestoredWhy(c.SessionID, c.Epoch) != "" {
 		return 0, false, nil // its workspace is not the session's: keep the snapshot
 	}
 	sess, err := s.store.GetSession(ctx, c.SessionID)
@@ -152,33 +117,33 @@ func (s *Server) checkpointDue(ctx context.Context, c *gateway.Conn, now time.Ti
 	if err != nil {
 		return 0, false, fmt.Errorf("get snapshot: %w", err)
 	}
-	if seq, ok := checkpointSeq(sn); ok && seq >= sess.LastSeq {
+	if seq, ok := suspend.CheckpointSeq(sn); ok && seq >= sess.LastSeq {
 		return 0, false, nil // nothing ran since
 	}
 	return sess.LastSeq, now.Sub(sn.CreatedAt) >= s.opts.SnapshotInterval, nil
 }
 
 // checkpoint takes a checkpoint of the session of c after call seq, the
-// last whose result the server holds: errCheckpointBusy when a call is in
+// last whose result the server holds: suspend.ErrCheckpointBusy when a call is in
 // flight, a suspend or checkpoint is in progress or another call ended
 // meanwhile.
 func (s *Server) checkpoint(ctx context.Context, c *gateway.Conn, seq int64) error {
-	op := s.suspends.startOp(c.SessionID, c.Epoch, checkpointKey(c.SessionID, c.Epoch, seq), true)
+	op := s.suspends.StartCheckpoint(c.SessionID, c.Epoch, suspend.CheckpointKey(c.SessionID, c.Epoch, seq))
 	if op == nil {
-		return errCheckpointBusy
+		return suspend.ErrCheckpointBusy
 	}
-	defer s.suspends.finish(c.SessionID, op)
+	defer s.suspends.Finish(c.SessionID, op)
 	if !c.Gate.PauseIfIdle() {
-		return errCheckpointBusy
+		return suspend.ErrCheckpointBusy
 	}
 	defer c.Gate.Unpause()
 	if sess, err := s.store.GetSession(ctx, c.SessionID); err != nil || sess.LastSeq != seq || sess.Status != api.StatusRunning {
-		return errCheckpointBusy
+		return suspend.ErrCheckpointBusy
 	}
 	start := s.now()
-	info, err := s.askSnapshot(ctx, c, op, api.FrameCheckpoint)
+	info, err := suspend.Ask(ctx, c, op, api.FrameCheckpoint)
 	if err != nil {
-		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.key)
+		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.Key)
 		return err
 	}
 	info.DurationMS = max(info.DurationMS, s.now().Sub(start).Milliseconds())
@@ -188,43 +153,39 @@ func (s *Server) checkpoint(ctx context.Context, c *gateway.Conn, seq int64) err
 // commitCheckpoint stores the checkpoint as the session's snapshot, records
 // its event and deletes the snapshot it replaced. When the session changed
 // meanwhile (it ended, its claim moved) the replaced snapshot is put back.
-func (s *Server) commitCheckpoint(ctx context.Context, c *gateway.Conn, op *suspendOp, info api.SnapshotInfo, seq int64) error {
+func (s *Server) commitCheckpoint(ctx context.Context, c *gateway.Conn, op *suspend.Op, info api.SnapshotInfo, seq int64) error {
 	ctx = context.WithoutCancel(ctx) // a half-stored checkpoint helps nobody
 	now := s.now()
-	prev, err := s.storeSnapshot(ctx, c.SessionID, op, info, now, "checkpoint")
+	prev, err := suspend.Put(ctx, s.store, s.blobs, c.SessionID, op, info, now, "checkpoint")
 	if err != nil {
 		return err
 	}
-	value, _ := json.Marshal(checkpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
+	value, _ := json.Marshal(suspend.CheckpointValue{SnapshotInfo: info, Checkpoint: true, AfterSeq: seq})
 	ok := true
 	m, err := s.store.UpdateSession(ctx, c.SessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if !lifecycle.RunsUnder(sess, e, op.epoch) {
-			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.SessionID, sess.Status, errCheckpointBusy)
+		if !lifecycle.RunsUnder(sess, e, op.Epoch) {
+			return store.Mutation{}, fmt.Errorf("session %s changed during its checkpoint (it is %s now): %w", c.SessionID, sess.Status, suspend.ErrCheckpointBusy)
 		}
 		return store.Mutation{Events: []api.Event{{Type: api.EventSnapshot, Time: now.UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Value: value,
 			Reason: fmt.Sprintf("Took a checkpoint of the workspace after call %d: %s. Should the machine end without suspending, the next one restores it; changes after it would be lost.",
-				seq, snapshotTaken(info))}}}, nil
+				seq, suspend.Taken(info))}}}, nil
 	})
 	if err != nil {
-		s.undoPutSnapshot(ctx, c.SessionID, prev, op.key)
+		suspend.UndoPut(ctx, s.store, s.blobs, s.log, c.SessionID, prev, op.Key)
 		return err
 	}
 	s.committed(c.SessionID, m)
-	s.deleteReplaced(ctx, c.SessionID, prev, op.key)
-	s.log.Info("checkpoint stored", "session", c.SessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.key)
+	suspend.DeleteReplaced(ctx, s.blobs, s.log, c.SessionID, prev, op.Key)
+	s.log.Info("checkpoint stored", "session", c.SessionID, "after_seq", seq, "snapshot_bytes", info.Size, "key", op.Key)
 	return nil
 }
 
 // recordCheckpointFailure writes the first of a row of failed checkpoints on
 // the transcript.
 func (s *Server) recordCheckpointFailure(ctx context.Context, c *gateway.Conn, cause error) {
-	msg := cause.Error()
-	var he *httpError
-	if errors.As(cause, &he) {
-		msg = he.message
-	}
+	msg := clientMessage(cause)
 	ok := false
-	value, _ := json.Marshal(checkpointValue{SnapshotInfo: api.SnapshotInfo{Error: msg}, Checkpoint: true})
+	value, _ := json.Marshal(suspend.CheckpointValue{SnapshotInfo: api.SnapshotInfo{Error: msg}, Checkpoint: true})
 	ev := []api.Event{{Type: api.EventSnapshot, Time: s.now().UnixMilli(), AcceptorID: c.AcceptorID, OK: &ok, Error: msg, Value: value,
 		Reason: fmt.Sprintf("The periodic checkpoint failed (it is tried again every %s): %s", s.opts.SnapshotInterval, msg)}}
 	if err := s.store.AppendEvents(context.WithoutCancel(ctx), c.SessionID, ev); err != nil {
@@ -232,33 +193,4 @@ func (s *Server) recordCheckpointFailure(ctx context.Context, c *gateway.Conn, c
 		return
 	}
 	s.topics.publish(c.SessionID, ev...)
-}
-
-// checkpointNote is the part of a resume event's reason for a workspace
-// restored from the checkpoint from, taken after call seq, when the server
-// holds results up to call lastSeq.
-func checkpointNote(info *api.SnapshotInfo, from store.Snapshot, seq, lastSeq int64) string {
-	lost := "changes made to the workspace after it (by processes still running then) are lost"
-	switch {
-	case seq+1 == lastSeq:
-		lost = fmt.Sprintf("the changes call %d made to the workspace are lost (its result above stands, its files do not): check the files before relying on them", lastSeq)
-	case seq < lastSeq:
-		lost = fmt.Sprintf("the changes calls %d to %d made to the workspace are lost (their results above stand, their files do not): check the files before relying on them", seq+1, lastSeq)
-	}
-	return fmt.Sprintf("The old machine ended without suspending: its workspace is restored there from the last checkpoint, taken at %s after call %d (%s, %d files), before the next call; %s. Processes and memory of the old machine are not restored.",
-		from.CreatedAt.UTC().Format(time.RFC3339), seq, api.ByteSize(info.Size), info.Files, lost)
-}
-
-// undoPutSnapshot takes back a PutSnapshot of key whose transaction failed:
-// the snapshot it replaced (prev) becomes the session's again, or, when it
-// replaced none, the row goes; key's blob is deleted either way.
-func (s *Server) undoPutSnapshot(ctx context.Context, sessionID string, prev store.Snapshot, key string) {
-	if prev.BlobKey != "" && prev.BlobKey != key {
-		if _, err := s.store.PutSnapshot(ctx, prev); err != nil {
-			s.log.Warn("put back the snapshot a new one replaced", "session", sessionID, "err", err)
-		}
-	} else {
-		_ = s.store.DeleteSnapshot(ctx, sessionID, key)
-	}
-	_ = s.blobs.Delete(ctx, key)
 }

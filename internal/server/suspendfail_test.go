@@ -86,8 +86,8 @@ func TestSuspendUnreadableFileBlamesTheRemote(t *testing.T) {
 	// The server has seen the upload break before the remote's answer
 	// comes: the order in which a 500 came out.
 	waitfor.True(t, "the server to see the upload break", func() bool {
-		op := ts.srv.suspends.get(id)
-		return op != nil && op.uploaded() != nil
+		op := ts.srv.suspends.Get(id)
+		return op != nil && op.Uploaded() != nil
 	})
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Error: why}})
 	var got suspendAnswer

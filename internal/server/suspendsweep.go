@@ -51,7 +51,7 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		why, due := lifecycle.SuspendDue(sess, now)
-		if !due || s.suspends.get(id) != nil || s.suspends.autoFailed(id, sess.UpdatedAt) {
+		if !due || s.suspends.Get(id) != nil || s.suspends.AutoFailed(id, sess.UpdatedAt) {
 			continue
 		}
 		if c := s.hub.Get(id); c == nil || c.Version < api.SnapshotsSince {
@@ -61,7 +61,7 @@ func (s *Server) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 			if err := s.suspend(ctx, id, why); err != nil && ctx.Err() == nil {
 				// Not again until the session changes: each try is on the
 				// transcript.
-				s.suspends.markAutoFailed(id, sess.UpdatedAt)
+				s.suspends.MarkAutoFailed(id, sess.UpdatedAt)
 				s.log.Warn("automatic suspend", "session", id, "err", err)
 			}
 		})
@@ -91,7 +91,7 @@ func (s *Server) expireSnapshots(ctx context.Context) error {
 				continue
 			}
 		}
-		if s.suspends.get(sn.SessionID) != nil {
+		if s.suspends.Get(sn.SessionID) != nil {
 			continue // a new snapshot is on its way; the next round sees it
 		}
 		if err := s.deleteSnapshot(ctx, sn); err != nil {
