@@ -117,7 +117,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	ctx := context.Background()
 
 	// Call 1 in flight: no checkpoint, and the calls are not held.
-	if err := ts.srv.checkpoint(ctx, c, 0); !errors.Is(err, suspend.ErrCheckpointBusy) {
+	if err := ts.srv.checkpoints().Take(ctx, c, 0); !errors.Is(err, suspend.ErrCheckpointBusy) {
 		t.Fatalf("checkpoint with a call in flight: %v, want busy", err)
 	}
 	if ts.paused(id) {
@@ -145,7 +145,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 		t.Fatalf("checkpoint blob: %v", err)
 	}
 	// Call 2 in flight: still no checkpoint taken by hand either.
-	if err := ts.srv.checkpoint(ctx, c, 1); !errors.Is(err, suspend.ErrCheckpointBusy) {
+	if err := ts.srv.checkpoints().Take(ctx, c, 1); !errors.Is(err, suspend.ErrCheckpointBusy) {
 		t.Fatalf("checkpoint with call 2 in flight: %v, want busy", err)
 	}
 

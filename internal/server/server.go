@@ -671,7 +671,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.checkpointSessions(s.runCtx)
+		s.checkpoints().Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {

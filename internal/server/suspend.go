@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -71,78 +70,23 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// suspend suspends a running session through its remote; see the top of
-// this file. why opens the session's new reason. Every refusal is an
-// *httpError, a *lifecycle.Error or a *suspend.Error saying what to do.
-func (s *Server) suspend(ctx context.Context, id, why string) error {
-	sess, err := s.store.GetSession(ctx, id)
-	if err != nil {
-		return fmt.Errorf("get session %s: %w", id, err)
+// suspender returns the suspend driver over the server's parts.
+func (s *Server) suspender() *suspend.Suspender {
+	return &suspend.Suspender{
+		Ops: &s.suspends, Hub: s.hub, Store: s.store, Blobs: s.blobs, Machine: s.life, Log: s.log,
+		Now:    func() time.Time { return s.now() },
+		TTL:    s.opts.SnapshotTTL,
+		Count:  s.countSuspend,
+		Failed: s.recordSnapshotFailure,
 	}
-	if err := lifecycle.Suspendable(sess); err != nil {
-		return err
-	}
-	c := s.hub.Get(id)
-	if c == nil {
-		return errConflict("Session %s has no remote connected right now; suspend it once its remote is back.", id)
-	}
-	if c.Version < api.SnapshotsSince {
-		return errConflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
-			id, c.Version, api.SnapshotsSince)
-	}
-	if why := s.suspends.UnrestoredWhy(id, c.Epoch); why != "" {
-		return errConflict("Session %s cannot be suspended: its machine could not restore its workspace snapshot (%s), so the workspace there is not the session's, and a snapshot of it would replace the one the server keeps. The snapshot is kept; the session goes on running.",
-			id, strings.TrimSuffix(why, "."))
-	}
-	op := s.suspends.Start(id, c.Epoch, fmt.Sprintf("%s-%d", id, c.Epoch))
-	if op == nil {
-		if cur := s.suspends.Get(id); cur != nil && cur.Checkpoint {
-			return errConflict("A checkpoint of session %s is being taken; suspend it again in a moment.", id)
-		}
-		return errConflict("Session %s is being suspended already.", id)
-	}
-	defer s.suspends.Finish(id, op)
-	start := s.now()
-	info, err := suspend.Take(ctx, c, op)
-	if err != nil {
-		c.Gate.Unpause()
-		_ = s.blobs.Delete(context.WithoutCancel(ctx), op.Key)
-		s.recordSnapshotFailure(ctx, c, err)
-		s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
-		return err
-	}
-	info.DurationMS = max(info.DurationMS, s.now().Sub(start).Milliseconds())
-	err = s.commitSuspend(ctx, c, op, info, why)
-	s.countSuspend(context.WithoutCancel(ctx), sess.OutpostID, err)
-	if err != nil {
-		c.Gate.Unpause()
-		s.recordSnapshotFailure(ctx, c, err)
-		return err
-	}
-	s.hub.End(id, "The session is suspended; its workspace snapshot is kept by the server.")
-	return nil
 }
 
-// commitSuspend stores the snapshot, has the state machine move the
-// session to suspended, and then deletes the snapshot it replaced.
-func (s *Server) commitSuspend(ctx context.Context, c *gateway.Conn, op *suspend.Op, info api.SnapshotInfo, why string) error {
-	prev, err := suspend.Put(ctx, s.store, s.blobs, c.SessionID, op, info, s.now(), "snapshot")
-	if err != nil {
-		return err
-	}
-	value, _ := json.Marshal(info)
-	ok := true
-	where := fmt.Sprintf("Kept in the server's blob store as %s until the session resumes or ends (at most %s).", op.Key, s.opts.SnapshotTTL)
-	reason := fmt.Sprintf("%s Its workspace snapshot (%s) is kept by the server; resume it to go on.", why, api.ByteSize(info.Size))
-	taken := api.Event{Type: api.EventSnapshot, AcceptorID: c.AcceptorID, OK: &ok, Value: value,
-		Reason: fmt.Sprintf("Took a snapshot of the workspace: %s. %s", suspend.Taken(info), where)}
-	if err := s.life.Suspend(ctx, c.SessionID, op.Epoch, reason, taken); err != nil {
-		suspend.UndoPut(context.WithoutCancel(ctx), s.store, s.blobs, s.log, c.SessionID, prev, op.Key)
-		return err
-	}
-	suspend.DeleteReplaced(ctx, s.blobs, s.log, c.SessionID, prev, op.Key)
-	s.log.Info("session suspended", "session", c.SessionID, "snapshot_bytes", info.Size, "key", op.Key)
-	return nil
+// suspend suspends a running session through its remote (see
+// suspend.Suspender). why opens the session's new reason. Every refusal
+// is an *httpError, a *lifecycle.Error or a *suspend.Error saying what to
+// do.
+func (s *Server) suspend(ctx context.Context, id, why string) error {
+	return s.suspender().Suspend(ctx, id, why)
 }
 
 // clientMessage is the sentence a client is shown for a failed suspend or

@@ -172,7 +172,7 @@ func TestNoSuspendOverGoodSnapshotAfterFailedRestore(t *testing.T) {
 	if c == nil {
 		t.Fatal("no connection for the resumed session")
 	}
-	if _, due, err := ts.srv.checkpointDue(t.Context(), c, time.Now().Add(time.Hour)); err != nil || due {
+	if _, due, err := ts.srv.checkpoints().Due(t.Context(), c, time.Now().Add(time.Hour)); err != nil || due {
 		t.Errorf("checkpoint due = %v (%v) on a machine whose restore failed", due, err)
 	}
 	answer := ts.suspendAsyncBody(id)
