@@ -666,7 +666,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.sweepSuspends(s.runCtx)
+		s.suspendSweep().Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {
