@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/suspend"
 	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
@@ -78,11 +79,11 @@ func (r *fakeRemote) nextCallCheckpointing(ts *testServer, id, token string, arc
 }
 
 // checkpointsOf returns the checkpoints' snapshot events that succeeded.
-func checkpointsOf(t *testing.T, ts *testServer, id string) []checkpointValue {
+func checkpointsOf(t *testing.T, ts *testServer, id string) []suspend.CheckpointValue {
 	t.Helper()
-	var out []checkpointValue
+	var out []suspend.CheckpointValue
 	for _, ev := range eventsOf(t, ts, id, api.EventSnapshot) {
-		var v checkpointValue
+		var v suspend.CheckpointValue
 		if err := json.Unmarshal(ev.Value, &v); err != nil {
 			t.Fatalf("snapshot event value %s: %v", ev.Value, err)
 		}
@@ -116,7 +117,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	ctx := context.Background()
 
 	// Call 1 in flight: no checkpoint, and the calls are not held.
-	if err := ts.srv.checkpoint(ctx, c, 0); !errors.Is(err, errCheckpointBusy) {
+	if err := ts.srv.checkpoints().Take(ctx, c, 0); !errors.Is(err, suspend.ErrCheckpointBusy) {
 		t.Fatalf("checkpoint with a call in flight: %v, want busy", err)
 	}
 	if ts.paused(id) {
@@ -130,13 +131,13 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	archive1 := []byte("the workspace after call 1")
 	r.checkpointFrom(ts, id, token, archive1)
 	r.nextCall(2) // the checkpoint let the calls go again
-	var cps []checkpointValue
+	var cps []suspend.CheckpointValue
 	waitfor.True(t, "the first checkpoint's event", func() bool { cps = checkpointsOf(t, ts, id); return len(cps) == 1 })
 	if cps[0].AfterSeq != 1 || cps[0].SHA256 != sha(archive1) {
 		t.Fatalf("checkpoint event %+v", cps[0])
 	}
 	sn, err := ts.srv.store.GetSnapshot(ctx, id)
-	if err != nil || sn.BlobKey != checkpointKey(id, 1, 1) || sn.SHA256 != sha(archive1) {
+	if err != nil || sn.BlobKey != suspend.CheckpointKey(id, 1, 1) || sn.SHA256 != sha(archive1) {
 		t.Fatalf("snapshot row %+v (%v)", sn, err)
 	}
 	blobs := filepath.Join(ts.srv.opts.DataDir, "snapshots")
@@ -144,7 +145,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 		t.Fatalf("checkpoint blob: %v", err)
 	}
 	// Call 2 in flight: still no checkpoint taken by hand either.
-	if err := ts.srv.checkpoint(ctx, c, 1); !errors.Is(err, errCheckpointBusy) {
+	if err := ts.srv.checkpoints().Take(ctx, c, 1); !errors.Is(err, suspend.ErrCheckpointBusy) {
 		t.Fatalf("checkpoint with call 2 in flight: %v, want busy", err)
 	}
 
@@ -158,10 +159,10 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 	if cps[1].AfterSeq != 2 {
 		t.Fatalf("second checkpoint event %+v", cps[1])
 	}
-	if sn, err = ts.srv.store.GetSnapshot(ctx, id); err != nil || sn.BlobKey != checkpointKey(id, 1, 2) || sn.SHA256 != sha(archive2) {
+	if sn, err = ts.srv.store.GetSnapshot(ctx, id); err != nil || sn.BlobKey != suspend.CheckpointKey(id, 1, 2) || sn.SHA256 != sha(archive2) {
 		t.Fatalf("snapshot row after the second checkpoint %+v (%v)", sn, err)
 	}
-	if _, err := os.Stat(filepath.Join(blobs, checkpointKey(id, 1, 1))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(blobs, suspend.CheckpointKey(id, 1, 1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the replaced checkpoint's blob is still there: %v", err)
 	}
 
@@ -221,7 +222,7 @@ func TestCheckpointRestoredOnLapse(t *testing.T) {
 // and what is lost.
 func TestCheckpointNote(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	from := store.Snapshot{BlobKey: checkpointKey("ses_1", 3, 7), CreatedAt: at}
+	from := store.Snapshot{BlobKey: suspend.CheckpointKey("ses_1", 3, 7), CreatedAt: at}
 	info := &api.SnapshotInfo{Size: 2048, Files: 4}
 	cases := []struct {
 		last int64

@@ -13,6 +13,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/suspend"
 )
 
 // maxBodyBytes bounds every request body.
@@ -131,10 +132,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	var le *lifecycle.Error
+	var se *suspend.Error
 	switch {
 	case errors.As(err, &he):
 	case errors.As(err, &le):
 		he = lifecycleAnswer(le)
+	case errors.As(err, &se):
+		he = &httpError{se.Status, se.Code, se.Message}
 	case errors.Is(err, store.ErrNotFound):
 		he = &httpError{http.StatusNotFound, api.CodeNotFound, "The requested object does not exist."}
 	case errors.Is(err, store.ErrConflict):

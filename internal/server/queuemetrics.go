@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/suspend"
 )
 
 // The queue's gauges are read from the store at each scrape, so they are
@@ -88,8 +89,10 @@ func (s *Server) countAttempt(ctx context.Context, m store.Mutation, how string)
 func (s *Server) countSuspend(ctx context.Context, outpostID string, err error) {
 	outcome := suspendOK
 	var he *httpError
+	var se *suspend.Error
 	switch {
-	case errors.As(err, &he) && he.status == http.StatusRequestEntityTooLarge:
+	case errors.As(err, &he) && he.status == http.StatusRequestEntityTooLarge,
+		errors.As(err, &se) && se.Status == http.StatusRequestEntityTooLarge:
 		outcome = suspendTooLarge
 	case err != nil:
 		outcome = suspendFailed

@@ -34,6 +34,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/postgres"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/sqlite"
+	"github.com/outpost-sh/outpost/internal/suspend"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/web"
 )
@@ -260,7 +261,7 @@ type Server struct {
 	blobs         blob.Store
 	artifactBlobs blob.Store
 	outputBlobs   blob.Store
-	suspends      suspendOps
+	suspends      suspend.Ops
 
 	// outpostNames caches outpost names by id for metric labels (an id's
 	// name never changes): outpost id → name.
@@ -665,12 +666,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.sweepSuspends(s.runCtx)
+		s.suspendSweep().Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.checkpointSessions(s.runCtx)
+		s.checkpoints().Run(s.runCtx)
 	}()
 	s.wg.Add(1)
 	go func() {

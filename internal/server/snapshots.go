@@ -12,6 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/suspend"
 )
 
 // Workspace snapshots: a remote uploads its archive (PUT api.SnapshotPath)
@@ -76,26 +77,26 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	op := s.suspends.get(ct.SessionID)
-	if op == nil || op.epoch != ct.Epoch {
+	op := s.suspends.Get(ct.SessionID)
+	if op == nil || op.Epoch != ct.Epoch {
 		return errConflict("Session %s is not being suspended by this remote's claim: a snapshot is taken only when the server asks for one.", ct.SessionID)
 	}
 	lim, err := s.snapshotLimit(ctx, e.OutpostID)
 	if err != nil {
-		op.setUpload(snapshotUpload{err: "The server could not read the snapshot limit.", status: http.StatusInternalServerError})
+		op.SetUpload(suspend.Upload{Err: "The server could not read the snapshot limit.", Status: http.StatusInternalServerError})
 		return err
 	}
 	limit := lim.bytes
 	tooLarge := func(size string) error {
 		msg := lim.tooLarge(size)
-		op.setUpload(snapshotUpload{err: msg, status: http.StatusRequestEntityTooLarge})
+		op.SetUpload(suspend.Upload{Err: msg, Status: http.StatusRequestEntityTooLarge})
 		return &httpError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, msg}
 	}
 	if r.ContentLength > limit {
 		return tooLarge(api.ByteSize(r.ContentLength))
 	}
 	body := &bodyReader{r: r.Body}
-	size, sum, err := s.blobs.Put(ctx, op.key, body, limit)
+	size, sum, err := s.blobs.Put(ctx, op.Key, body, limit)
 	switch {
 	case errors.Is(err, blob.ErrTooLarge):
 		return tooLarge("more than " + api.ByteSize(limit))
@@ -103,13 +104,13 @@ func (s *Server) putSnapshot(w http.ResponseWriter, r *http.Request) error {
 		// The remote's upload broke off (its archive failed: a file it
 		// cannot read): its suspended frame says why.
 		msg := fmt.Sprintf("The remote of session %s stopped its upload before the end of the snapshot (%v).", ct.SessionID, body.err)
-		op.setUpload(snapshotUpload{err: msg, status: http.StatusBadGateway})
+		op.SetUpload(suspend.Upload{Err: msg, Status: http.StatusBadGateway})
 		return &httpError{http.StatusBadRequest, api.CodeBadRequest, msg}
 	case err != nil:
-		op.setUpload(snapshotUpload{err: "The server could not store the snapshot.", status: http.StatusInternalServerError})
+		op.SetUpload(suspend.Upload{Err: "The server could not store the snapshot.", Status: http.StatusInternalServerError})
 		return fmt.Errorf("store snapshot of %s: %w", ct.SessionID, err)
 	}
-	op.setUpload(snapshotUpload{size: size, sha256: sum})
+	op.SetUpload(suspend.Upload{Size: size, SHA256: sum})
 	writeJSON(w, http.StatusCreated, api.SnapshotInfo{Size: size, SHA256: sum})
 	return nil
 }

@@ -606,7 +606,7 @@ func TestSnapshotTTLSparesSessionsNotSuspended(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ts.srv.expireSnapshots(ctx); err != nil {
+		if err := ts.srv.suspendSweep().Expire(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := ts.srv.store.GetSnapshot(ctx, id); err != nil {

@@ -86,8 +86,8 @@ func TestSuspendUnreadableFileBlamesTheRemote(t *testing.T) {
 	// The server has seen the upload break before the remote's answer
 	// comes: the order in which a 500 came out.
 	waitfor.True(t, "the server to see the upload break", func() bool {
-		op := ts.srv.suspends.get(id)
-		return op != nil && op.uploaded() != nil
+		op := ts.srv.suspends.Get(id)
+		return op != nil && op.Uploaded() != nil
 	})
 	r.send(api.Frame{Type: api.FrameSuspended, Snapshot: &api.SnapshotInfo{Error: why}})
 	var got suspendAnswer
@@ -172,7 +172,7 @@ func TestNoSuspendOverGoodSnapshotAfterFailedRestore(t *testing.T) {
 	if c == nil {
 		t.Fatal("no connection for the resumed session")
 	}
-	if _, due, err := ts.srv.checkpointDue(t.Context(), c, time.Now().Add(time.Hour)); err != nil || due {
+	if _, due, err := ts.srv.checkpoints().Due(t.Context(), c, time.Now().Add(time.Hour)); err != nil || due {
 		t.Errorf("checkpoint due = %v (%v) on a machine whose restore failed", due, err)
 	}
 	answer := ts.suspendAsyncBody(id)
