@@ -368,14 +368,19 @@ func (s *session) runCall(ctx context.Context, f api.Frame, env []string, set *r
 		log.Error("journal the result", "err", err)
 	}
 	s.mu.Lock()
-	delete(s.running, f.Seq)
 	s.done[f.Seq] = &doneEntry{frame: res, queued: true}
+	s.mu.Unlock()
+	// The result is queued before the call stops counting as running, so
+	// that a suspend or checkpoint waiting for idle queues its answer after
+	// this result, never before it.
+	s.out.pushResult(f.Seq)
+	s.mu.Lock()
+	delete(s.running, f.Seq)
 	s.mu.Unlock()
 	select {
 	case s.callsChanged <- struct{}{}:
 	default:
 	}
-	s.out.pushResult(f.Seq)
 	level := slog.LevelDebug
 	if !res.OK {
 		level = slog.LevelInfo
