@@ -195,6 +195,8 @@ var dialect = sqlstore.Dialect{
 	OutpostCols: outpostCols,
 	ScanOutpost: scanOutpost,
 	Tombstone:   "q.deleted = 1",
+	// A statement is a call in process, and QueueNotify reads no seq.
+	SeqOnDemand: true,
 	CountIf:     func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
 	MinIf:       func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
 	NoLimit:     int64(-1),

@@ -105,7 +105,8 @@ type Plugin interface {
 	// QueueNotify queues into b, after the write of e (the queue entry of
 	// session id, of outpost outpostID, whose events reach seq), what
 	// tells other servers of the change; nothing where no other server
-	// shares the database.
+	// shares the database. seq is 0 for a mutation that appends no
+	// events where the dialect reads seqs on demand (Dialect.SeqOnDemand).
 	QueueNotify(b *Batch, id, outpostID string, seq int64, e *store.QueueEntry)
 	// Appended tells, once committed, that the events of session id of
 	// outpost outpostID reach seq, in a transaction that wrote no queue

@@ -156,7 +156,10 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			}
 			return err
 		}, GetEntrySQL, id)
-		b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, id)
+		seq = 0
+		if !s.d.SeqOnDemand {
+			b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, id)
+		}
 		if claim {
 			load, limited = store.OutpostLoad{}, false
 			b.QueryRow(func(row Scanner) error {
@@ -194,6 +197,13 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		if m, fnErr = fn(sess, e, load); fnErr != nil {
 			return fnErr
 		}
+		if s.d.SeqOnDemand && len(m.Events) > 0 {
+			// Most updates append no event; the dialect reads the seq
+			// only for those that do.
+			if err := tx.QueryRow(ctx, MaxEventSeqSQL, id).Scan(&seq); err != nil {
+				return fmt.Errorf("max event seq: %w", err)
+			}
+		}
 		return s.applyMutation(ctx, tx, id, seq, e.OutpostID, &m)
 	})
 	if fnErr != nil {
@@ -212,7 +222,8 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 
 // applyMutation writes m for session id of outpost outpostID, whose
-// highest event seq is seq, in one batch, assigning revs and seqs into m.
+// highest event seq is seq (0 when the dialect reads it on demand and m
+// appends no events), in one batch, assigning revs and seqs into m.
 // The queue entry is written last but for its notification: its rev locks
 // the global counter.
 func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation) error {

@@ -99,6 +99,14 @@ type Dialect struct {
 	ScanOutpost func(Scanner) (store.Outpost, error)
 	// Lock is how the dialect locks rows.
 	Lock Lock
+	// SeqOnDemand reads a transcript's highest seq in UpdateSession and
+	// its kin only when the mutation appends events, in a statement of its
+	// own after fn, rather than with the session's first reads. Set it
+	// where a statement costs no round trip (SQLite, in process) and the
+	// plugin's QueueNotify reads no seq, which is 0 for a mutation that
+	// appends none; leave it unset where the first reads go in one round
+	// trip (PostgreSQL's pipelined batch), which a later read would add to.
+	SeqOnDemand bool
 }
 
 // Expiry is a queue entry's Expiry as SQL; the index queue_phase_expiry is
