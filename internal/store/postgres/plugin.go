@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,7 +46,8 @@ func (p plugin) Write(ctx context.Context, first func(*sqlstore.Batch), fn func(
 	var begin func(*pgx.Batch)
 	if first != nil {
 		begin = func(pb *pgx.Batch) {
-			b := &sqlstore.Batch{}
+			// The first reads of an update are four statements at most.
+			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4)}
 			first(b)
 			queue(pb, b)
 		}
@@ -105,6 +107,7 @@ func (p plugin) Appended(id, outpostID string, seq int64) { p.s.late.add(id, out
 
 // queue queues b's statements into pb.
 func queue(pb *pgx.Batch, b *sqlstore.Batch) {
+	pb.QueuedQueries = slices.Grow(pb.QueuedQueries, b.Len())
 	for _, it := range b.Items {
 		q := pb.Queue(it.SQL, it.Args...)
 		switch {

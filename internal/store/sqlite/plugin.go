@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
@@ -41,7 +42,8 @@ func (p plugin) Write(ctx context.Context, first func(*sqlstore.Batch), fn func(
 	return p.s.write(ctx, func(tx *sql.Tx) error {
 		t := sqlTx{tx}
 		if first != nil {
-			b := &sqlstore.Batch{}
+			// The first reads of an update are four statements at most.
+			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4)}
 			first(b)
 			if err := t.Send(ctx, b); err != nil {
 				return err
@@ -56,19 +58,25 @@ func (p plugin) Read(ctx context.Context, fn func(sqlstore.Tx) error) error {
 	return p.s.read(ctx, func(tx *sql.Tx) error { return fn(sqlTx{tx}) })
 }
 
-// upsertEntrySQL writes a queue entry (sqlstore.EntryArgs) under the rev
-// NextRevSQL took just before it in the transaction: SQLite has no
-// statement that both takes the rev and writes with it.
+// upsertEntrySQL writes a queue entry (sqlstore.EntryArgs, then its rev
+// as $20).
 var upsertEntrySQL = `INSERT INTO queue (` + sqlstore.EntryCols + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT value FROM counters WHERE name = 'rev'),
-		$10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $20, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 	` + dialect.EntryConflictSQL()
 
 // QueueUpsertEntry takes the next rev into e.Rev, then writes e under it.
 func (plugin) QueueUpsertEntry(b *sqlstore.Batch, e *store.QueueEntry) {
 	b.QueryRow(func(row sqlstore.Scanner) error { return row.Scan(&e.Rev) }, sqlstore.NextRevSQL)
-	b.Exec(upsertEntrySQL, sqlstore.EntryArgs(e)...)
+	b.Exec(upsertEntrySQL, append(sqlstore.EntryArgs(e), revArg{e})...)
 }
+
+// revArg is the rev of e as a statement's argument, read when the
+// statement runs: a batch's arguments are read when it is queued, before
+// NextRevSQL took the rev. It spares the upsert a subquery of the counter.
+type revArg struct{ e *store.QueueEntry }
+
+// Value is e.Rev.
+func (r revArg) Value() (driver.Value, error) { return r.e.Rev, nil }
 
 // insertEventSQL inserts one event; SQLite runs it once an event, each a
 // step of a prepared statement.

@@ -227,7 +227,9 @@ func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 // The queue entry is written last but for its notification: its rev locks
 // the global counter.
 func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation) error {
-	b := &Batch{}
+	// Sized for every statement m can take (state, events, calls, tokens,
+	// the entry's four), so queueing never grows it.
+	b := &Batch{Items: make([]BatchItem, 0, 5+len(m.Events)+len(m.Calls)+len(m.ConnectTokens))}
 	if m.Session != nil {
 		m.Session.ID = id
 		args, err := StateArgs(m.Session)
