@@ -143,3 +143,67 @@ func testConcurrentAppendEvents(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testConcurrentMixedAppends races updates that append events, updates
+// that only move the entry (which a store may let skip reading the
+// transcript's highest seq) and plain appends on one session: every event
+// gets its own seq, with none skipped, and each call's events are
+// consecutive.
+func testConcurrentMixedAppends(t *testing.T, s store.Store) {
+	create(t, s, newSession("s1", "op", "t", 0))
+	const writers, each = 12, 5
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			for j := range each {
+				evs := []api.Event{{Time: int64(i*each + j), Type: api.EventOutput}, {Time: int64(i*each + j), Type: api.EventOutput}}
+				var err error
+				switch i % 3 {
+				case 0:
+					err = s.AppendEvents(ctx(t), "s1", evs)
+				case 1:
+					var m store.Mutation
+					m, err = s.UpdateSession(ctx(t), "s1", func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+						e.Epoch++
+						return store.Mutation{Entry: &e, Events: evs}, nil
+					})
+					evs = m.Events
+				default:
+					_, err = s.UpdateSession(ctx(t), "s1", func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+						e.Epoch++
+						return store.Mutation{Entry: &e}, nil
+					})
+					evs = nil
+				}
+				if err != nil {
+					t.Errorf("writer %d: %v", i, err)
+					return
+				}
+				if len(evs) == 2 && evs[1].Seq != evs[0].Seq+1 {
+					t.Errorf("writer %d: one call got seqs %d and %d", i, evs[0].Seq, evs[1].Seq)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	evs, err := s.ListEvents(ctx(t), "s1", 0, 0)
+	must(t, "list", err)
+	// Writers 0, 3, 6, 9 append and 1, 4, 7, 10 update with events, two
+	// events a call.
+	if want := 2 * 2 * (writers / 3) * each; len(evs) != want {
+		t.Fatalf("%d events stored, want %d", len(evs), want)
+	}
+	for i, ev := range evs {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+		if i%2 == 1 && ev.Time != evs[i-1].Time {
+			t.Errorf("events of one call interleaved at seq %d", ev.Seq)
+		}
+	}
+	e, err := s.GetQueueEntry(ctx(t), "s1")
+	must(t, "get entry", err)
+	if want := int64(2 * (writers / 3) * each); e.Epoch != want {
+		t.Errorf("epoch %d, want %d: an update was lost", e.Epoch, want)
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentCapacity", testConcurrentCapacity},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentAppendEvents", testConcurrentAppendEvents},
+		{"ConcurrentMixedAppends", testConcurrentMixedAppends},
 		// Locks and worker presence, shared by every server on the store.
 		{"Locks", testLocks},
 		{"LockCounter", testLockCounter},
