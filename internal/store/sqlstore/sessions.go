@@ -130,46 +130,51 @@ func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, 
 // the transaction) stores in *idp.
 func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now time.Time, claim bool,
 	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
-	var id string
-	var m store.Mutation
-	var load store.OutpostLoad
-	var limited bool
-	var fnErr error
-	var sess store.Session
-	var e store.QueueEntry
-	var seq int64
+	// What the transaction reads and fn returns, kept in one value: the
+	// callbacks below share it, so it is one allocation, not one a
+	// variable.
+	var u struct {
+		id      string
+		m       store.Mutation
+		load    store.OutpostLoad
+		limited bool
+		fnErr   error
+		sess    store.Session
+		e       store.QueueEntry
+		seq     int64
+	}
 	// The first batch begins the transaction and takes the session row's
 	// lock, which orders it after every other writer of the session; the
 	// statements after it, each with a snapshot taken once the lock is
 	// held, see what those writers committed. What fn sees stays current
 	// until commit.
 	first := func(b *Batch) {
-		id = *idp
+		u.id = *idp
 		b.QueryRow(func(row Scanner) (err error) {
-			sess, err = ScanState(row)
+			u.sess, err = ScanState(row)
 			return err
-		}, GetStateSQL+s.d.Lock.Row, id)
+		}, s.sql.getStateLocked, u.id)
 		b.QueryRow(func(row Scanner) (err error) {
-			e, err = ScanEntry(row)
+			u.e, err = ScanEntry(row)
 			if errors.Is(err, sql.ErrNoRows) {
-				e, err = store.QueueEntry{SessionID: id}, nil
+				u.e, err = store.QueueEntry{SessionID: u.id}, nil
 			}
 			return err
-		}, GetEntrySQL, id)
-		seq = 0
+		}, GetEntrySQL, u.id)
+		u.seq = 0
 		if !s.d.SeqOnDemand {
-			b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, id)
+			b.QueryRow(func(row Scanner) error { return row.Scan(&u.seq) }, MaxEventSeqSQL, u.id)
 		}
 		if claim {
-			load, limited = store.OutpostLoad{}, false
+			u.load, u.limited = store.OutpostLoad{}, false
 			b.QueryRow(func(row Scanner) error {
-				err := row.Scan(&load.MaxRunning)
+				err := row.Scan(&u.load.MaxRunning)
 				if errors.Is(err, sql.ErrNoRows) {
 					return nil // no entry or no outpost: no limit to hold
 				}
-				limited = err == nil && load.MaxRunning > 0
+				u.limited = err == nil && u.load.MaxRunning > 0
 				return err
-			}, OutpostLimitsSQL+s.d.Lock.Outpost, id)
+			}, s.sql.outpostLimitsLocked, u.id)
 		}
 	}
 	begin, body := first, func(Tx) error { return nil }
@@ -186,36 +191,36 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		if err := body(tx); err != nil {
 			return err
 		}
-		if limited {
+		if u.limited {
 			// The outpost's row is locked: the claims committed before
 			// this one are all counted.
-			if err := tx.QueryRow(ctx, s.heldClaimsSQL(), e.OutpostID, api.PhaseClaimed, now.UnixMilli(), id).Scan(&load.Held); err != nil {
+			if err := tx.QueryRow(ctx, s.heldClaimsSQL(), u.e.OutpostID, api.PhaseClaimed, now.UnixMilli(), u.id).Scan(&u.load.Held); err != nil {
 				return fmt.Errorf("count held claims: %w", err)
 			}
 		}
-		fnErr = nil
-		if m, fnErr = fn(sess, e, load); fnErr != nil {
-			return fnErr
+		u.fnErr = nil
+		if u.m, u.fnErr = fn(u.sess, u.e, u.load); u.fnErr != nil {
+			return u.fnErr
 		}
-		if s.d.SeqOnDemand && len(m.Events) > 0 {
+		if s.d.SeqOnDemand && len(u.m.Events) > 0 {
 			// Most updates append no event; the dialect reads the seq
 			// only for those that do.
-			if err := tx.QueryRow(ctx, MaxEventSeqSQL, id).Scan(&seq); err != nil {
+			if err := tx.QueryRow(ctx, MaxEventSeqSQL, u.id).Scan(&u.seq); err != nil {
 				return fmt.Errorf("max event seq: %w", err)
 			}
 		}
-		return s.applyMutation(ctx, tx, id, seq, e.OutpostID, &m)
+		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, &u.m)
 	})
-	if fnErr != nil {
-		return store.Mutation{}, fnErr
+	if u.fnErr != nil {
+		return store.Mutation{}, u.fnErr
 	}
 	if err != nil {
-		return store.Mutation{}, s.errorf(err, "update session %s", id)
+		return store.Mutation{}, s.errorf(err, "update session %s", u.id)
 	}
-	if n := len(m.Events); n > 0 && m.Entry == nil {
-		s.db.Appended(id, e.OutpostID, m.Events[n-1].Seq)
+	if n := len(u.m.Events); n > 0 && u.m.Entry == nil {
+		s.db.Appended(u.id, u.e.OutpostID, u.m.Events[n-1].Seq)
 	}
-	return m, nil
+	return u.m, nil
 }
 
 // heldClaimsSQL is the dialect's HeldClaimsSQL.

@@ -22,6 +22,10 @@ type Store struct {
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
 	outpostStats, outpostCounts                        string
+	// getStateLocked and outpostLimitsLocked are GetStateSQL and
+	// OutpostLimitsSQL with the dialect's row locks, joined once rather
+	// than on every update.
+	getStateLocked, outpostLimitsLocked string
 }
 
 // NewStore returns the core of the store named name ("sqlite",
@@ -35,6 +39,9 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 		pruneQueue:    PruneQueueSQL(d.Tombstone),
 		outpostStats:  d.OutpostStatsSQL(false),
 		outpostCounts: d.OutpostStatsSQL(true),
+
+		getStateLocked:      GetStateSQL + d.Lock.Row,
+		outpostLimitsLocked: OutpostLimitsSQL + d.Lock.Outpost,
 	}}
 }
 
