@@ -388,6 +388,26 @@ func BenchmarkUpdateSession(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 }
 
+// BenchmarkUpdateSessionNoEvents measures serial updates that move the
+// queue entry and append no event (a claim's renewal, say), each one
+// durable transaction: they need not read the transcript's highest seq.
+func BenchmarkUpdateSessionNoEvents(b *testing.B) {
+	const n = 1000
+	s := benchStore(b, n)
+	i := 0
+	for b.Loop() {
+		_, err := s.UpdateSession(b.Context(), fmt.Sprint("s", i%n), func(_ store.Session, e store.QueueEntry) (store.Mutation, error) {
+			e.ClaimDeadline, e.UpdatedAt = time.Now().Add(time.Minute), time.Now()
+			return store.Mutation{Entry: &e}, nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "updates/s")
+}
+
 // BenchmarkUpdateSessionParallel measures claim-style updates from many
 // goroutines, which the single writer serialises.
 func BenchmarkUpdateSessionParallel(b *testing.B) {
