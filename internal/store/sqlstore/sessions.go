@@ -305,17 +305,19 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api
 		}
 		return nil
 	}
-	var seq int64
+	// What the first batch reads, in one value the callbacks share (one
+	// allocation, not one a variable).
+	var r struct {
+		one int
+		seq int64
+	}
 	first := func(b *Batch) {
-		b.QueryRow(func(row Scanner) error {
-			var one int
-			return row.Scan(&one)
-		}, SessionExistsSQL+s.d.Lock.Row, sessionID)
-		b.QueryRow(func(row Scanner) error { return row.Scan(&seq) }, MaxEventSeqSQL, sessionID)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&r.one) }, s.sql.sessionExistsLocked, sessionID)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&r.seq) }, MaxEventSeqSQL, sessionID)
 	}
 	err := s.db.Write(ctx, first, func(tx Tx) error {
-		b := &Batch{}
-		if err := s.queueEvents(b, sessionID, seq, events); err != nil {
+		b := &Batch{Items: make([]BatchItem, 0, 1)}
+		if err := s.queueEvents(b, sessionID, r.seq, events); err != nil {
 			return err
 		}
 		return tx.Send(ctx, b)

@@ -22,10 +22,10 @@ type Store struct {
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
 	outpostStats, outpostCounts                        string
-	// getStateLocked and outpostLimitsLocked are GetStateSQL and
-	// OutpostLimitsSQL with the dialect's row locks, joined once rather
-	// than on every update.
-	getStateLocked, outpostLimitsLocked string
+	// getStateLocked, outpostLimitsLocked and sessionExistsLocked are
+	// GetStateSQL, OutpostLimitsSQL and SessionExistsSQL with the
+	// dialect's row locks, joined once rather than on every write.
+	getStateLocked, outpostLimitsLocked, sessionExistsLocked string
 }
 
 // NewStore returns the core of the store named name ("sqlite",
@@ -42,6 +42,7 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 
 		getStateLocked:      GetStateSQL + d.Lock.Row,
 		outpostLimitsLocked: OutpostLimitsSQL + d.Lock.Outpost,
+		sessionExistsLocked: SessionExistsSQL + d.Lock.Row,
 	}}
 }
 
