@@ -202,16 +202,16 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Secrets:       req.Secrets,
 		NetworkPolicy: own,
 		Status:        api.StatusNew,
-		Reason:    fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
-		CreatedAt: now,
-		UpdatedAt: now,
+		Reason:        fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
+		CreatedAt:     now,
+		UpdatedAt:     now,
 	}
 	entry := &store.QueueEntry{
 		SessionID: sess.ID, OutpostID: o.ID, Kind: api.KindNew, Platform: o.Platform,
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
-		NetworkPolicy:   netpolicy.Effective(o.NetworkPolicy, own),
+		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
 	}
 	red := redact.NewSet(req.Secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}
