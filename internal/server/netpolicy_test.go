@@ -72,12 +72,30 @@ func TestNetworkPolicyOutpostAndSession(t *testing.T) {
 	if got := policyJSON(t, entry.Spec.NetworkPolicy); got != normalized {
 		t.Fatalf("queue entry spec.network_policy %s, want %s", got, normalized)
 	}
-	// The same through the public fleet API's prefix.
+	// The same in a list, and through the public fleet API's prefixes.
 	var fleet api.QueueList
-	ts.mustDo(200, "GET", "/v1/queue?outpost=net", machine, nil, &fleet)
+	ts.mustDo(200, "GET", "/opbeta/outposts/devins?outpost="+o.Metadata.OutpostID, machine, nil, &fleet)
 	if len(fleet.Items) != 1 || policyJSON(t, fleet.Items[0].Spec.NetworkPolicy) != normalized {
 		t.Fatalf("listed entries %+v", fleet.Items)
 	}
+	var viaFleet api.Outpost
+	ts.mustDo(200, "PATCH", "/opbeta/outposts/outposts/"+o.Metadata.OutpostID, ts.admin, api.UpdateOutpostRequest{NetworkPolicy: &outpostPolicy}, &viaFleet)
+	if policyJSON(t, viaFleet.Spec.NetworkPolicy) != normalized {
+		t.Fatalf("PATCH through the fleet prefix answered %s", policyJSON(t, viaFleet.Spec.NetworkPolicy))
+	}
+	var sessions api.SessionList
+	ts.mustDo(200, "GET", "/v1/sessions?outpost=net", ts.admin, nil, &sessions)
+	if len(sessions.Items) != 1 || policyJSON(t, sessions.Items[0].Spec.NetworkPolicy) != normalized {
+		t.Fatalf("listed sessions %+v", sessions.Items)
+	}
+	// A token limited to another outpost cannot change the session.
+	ts.outpost("elsewhere")
+	limited := ts.token([]string{api.ScopeSessionsWrite, api.ScopeNetworkAdmin}, "elsewhere")
+	ts.mustDo(404, "PATCH", "/v1/sessions/"+follow.Metadata.SessionID, limited, map[string]any{"network_policy": nil}, nil)
+	// network.admin alone may ask who it is, and nothing else.
+	onlyNet := ts.token([]string{api.ScopeNetworkAdmin}, "")
+	ts.mustDo(200, "GET", "/v1/whoami", onlyNet, nil, nil)
+	ts.mustDo(403, "PATCH", "/v1/sessions/"+follow.Metadata.SessionID, onlyNet, map[string]any{"network_policy": nil}, nil)
 
 	// Narrowing: accepted from a sessions.write token.
 	narrow := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "api.example.test", Ports: []int{443}}, {IPv4: "10.1.2.0/24", Ports: []int{443}}}}
@@ -220,7 +238,11 @@ func TestNetworkPolicyLiveChangeWatched(t *testing.T) {
 	ownID := ts.session("net").Metadata.SessionID
 	own := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "b.example.test"}}}
 	ts.mustDo(200, "PATCH", "/v1/sessions/"+ownID, writer, api.UpdateSessionRequest{NetworkPolicy: &own}, nil)
-	ts.mustDo(200, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "w1"}, nil)
+	var claimed api.QueueEntry
+	ts.mustDo(200, "POST", "/v1/queue/"+id+"/claim", machine, api.ClaimRequest{AcceptorID: "w1"}, &claimed)
+	if policyJSON(t, claimed.Spec.NetworkPolicy) != normalized {
+		t.Fatalf("the claim answered policy %s, want %s", policyJSON(t, claimed.Spec.NetworkPolicy), normalized)
+	}
 
 	var l api.QueueList
 	ts.mustDo(200, "GET", "/v1/queue?outpost=net", machine, nil, &l)
