@@ -292,6 +292,19 @@ func TestNetworkPolicyLiveChangeWatched(t *testing.T) {
 	if ev.Object.Metadata.SessionID != id || ev.Object.Spec.NetworkPolicy != nil {
 		t.Fatalf("watch event %+v, want %s unrestricted", ev, id)
 	}
+	// A policy the session with its own would widen is refused, unless
+	// the token holds network.admin (admin does).
+	orch := ts.token([]string{api.ScopeOrchestrator}, "")
+	tight := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}
+	code, msg := ts.failure("PATCH", "/v1/outposts/net", orch, api.UpdateOutpostRequest{NetworkPolicy: &tight})
+	if code != 409 || !strings.Contains(msg, ownID) || !strings.Contains(msg, "network.admin") {
+		t.Fatalf("narrowing under a session's own policy: %d %q", code, msg)
+	}
+	var unchanged api.Outpost
+	ts.mustDo(200, "GET", "/v1/outposts/net", ts.admin, nil, &unchanged)
+	if unchanged.Spec.NetworkPolicy != nil && unchanged.Spec.NetworkPolicy.Enabled {
+		t.Fatalf("the refused PATCH changed the outpost's policy to %s", policyJSON(t, unchanged.Spec.NetworkPolicy))
+	}
 	// A PATCH of another field sends nothing; the next event is the
 	// session-own one's change.
 	mr := 5
