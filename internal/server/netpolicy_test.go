@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -437,4 +438,39 @@ func (ts *testServer) fetchWith(method, path, token string, raw []byte) (int, ht
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+// On PostgreSQL with two replicas, a policy change made on one reaches a
+// queue watch on the other (the change's notification, not the backstop
+// poll), for a session's own policy and for its outpost's.
+func TestNetworkPolicyChangeAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, _ := startFanoutPair(t, time.Hour)
+	a.mustDo(201, "POST", "/v1/outposts", a.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id := a.session("net").Metadata.SessionID
+	var l api.QueueList
+	b.mustDo(200, "GET", "/v1/queue?outpost=net", b.admin, nil, &l)
+	if len(l.Items) != 1 || policyJSON(t, l.Items[0].Spec.NetworkPolicy) != normalized {
+		t.Fatalf("replica b lists %+v", l.Items)
+	}
+	lw := openWatch(t, b.testServer, b.admin, "/v1/queue?watch=true&outpost=net&cursor="+l.Cursor)
+
+	narrow := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}
+	a.mustDo(200, "PATCH", "/v1/sessions/"+id, a.admin, api.UpdateSessionRequest{NetworkPolicy: &narrow}, nil)
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != id || policyJSON(t, ev.Object.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b's watch: %+v, want the narrowed policy", ev)
+	}
+	a.mustDo(200, "PATCH", "/v1/sessions/"+id, a.admin, map[string]any{"network_policy": nil}, nil)
+	if ev := lw.next(t); policyJSON(t, ev.Object.Spec.NetworkPolicy) != normalized {
+		t.Fatalf("replica b's watch: %+v, want the outpost's policy", ev)
+	}
+	a.mustDo(200, "PATCH", "/v1/outposts/net", a.admin, api.UpdateOutpostRequest{NetworkPolicy: &narrow}, nil)
+	if ev := lw.next(t); policyJSON(t, ev.Object.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b's watch: %+v, want the outpost's new policy", ev)
+	}
+	var s api.Session
+	b.mustDo(200, "GET", "/v1/sessions/"+id, b.admin, nil, &s)
+	if policyJSON(t, s.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b shows the session's policy %s", policyJSON(t, s.Spec.NetworkPolicy))
+	}
 }
