@@ -407,6 +407,14 @@ func TestNetworkDecisionsIntoTranscript(t *testing.T) {
 	if v, _ := sample(t, ts, "outpost_network_connections_total", `decision="allow",outpost="net"`); v != 1 {
 		t.Errorf("allowed connections counted %v, want 1", v)
 	}
+	// The web UI's session page shows the policy and the decisions.
+	status, page := rawGet(t, ts, "/ui/sessions/"+id, true)
+	for _, want := range []string{"only hostname *.example.test; ipv4 10.1.0.0/16 ports 80,443; ipv6 fd00::/8",
+		"network deny tcp 192.0.2.9:22: no rule allows it ×7", "network allow tcp api.example.test (10.1.2.3:443) by hostname *.example.test"} {
+		if status != 200 || !strings.Contains(page, want) {
+			t.Errorf("the session page (%d) does not show %q", status, want)
+		}
+	}
 	// A step and decisions together: the answer is the step's event.
 	var ev api.Event
 	ts.mustDo(201, "POST", path, machine, api.MachineEventRequest{AcceptorID: "w1", Step: api.MachineStepStart, Network: decisions[:1]}, &ev)
