@@ -76,7 +76,8 @@ func (m *Matcher) Restricted() bool { return m != nil && m.restricted }
 // everything with rule "". An IP literal matches no hostname rule, and
 // neither does a host that is not a DNS name (an empty label, a byte
 // other than a letter, digit, '-' or '_'), so no trick of spelling
-// reaches a glob's suffix.
+// reaches a glob's suffix. Port 0 means any port: a DNS question for a
+// name is answered when some rule allows the name on some port.
 func (m *Matcher) AllowName(host string, port uint16) (rule string, ok bool) {
 	if !m.Restricted() {
 		return "", true
@@ -86,7 +87,7 @@ func (m *Matcher) AllowName(host string, port uint16) (rule string, ok bool) {
 		return "", false
 	}
 	for _, r := range m.names {
-		if !portAllowed(r.ports, port) {
+		if port != 0 && !portAllowed(r.ports, port) {
 			continue
 		}
 		if r.glob {

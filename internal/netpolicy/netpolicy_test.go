@@ -370,3 +370,28 @@ func normalizeHostnameOK(h string) error {
 	_, err := normalizeHostname(h)
 	return err
 }
+
+// TestAllowNamePortZeroIsAnyPort: a name allowed only on some ports is
+// still resolvable (a DNS question carries no port), and port 0 never
+// widens an address rule.
+func TestAllowNamePortZeroIsAnyPort(t *testing.T) {
+	m, err := Compile(api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{
+		{Hostname: "a.test", Ports: []int{443}},
+		{IPv4: "10.0.0.0/8", Ports: []int{443}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.AllowName("a.test", 0); !ok {
+		t.Error("AllowName(a.test, 0) refused a name some rule allows")
+	}
+	if _, ok := m.AllowName("a.test", 80); ok {
+		t.Error("AllowName(a.test, 80) allowed a port no rule lists")
+	}
+	if _, ok := m.AllowName("b.test", 0); ok {
+		t.Error("AllowName(b.test, 0) allowed a name no rule lists")
+	}
+	if _, ok := m.AllowAddr(netip.MustParseAddr("10.1.2.3"), 0); ok {
+		t.Error("AllowAddr(.., 0) allowed a port no rule lists")
+	}
+}
