@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 // The test hosts: addresses on a veth in a namespace of their own, joined
 // to the test's private namespace (where the engine dials from).
 var (
-	worldAddr4 = netip.MustParseAddr("10.99.0.1")
+	worldAddr4   = netip.MustParseAddr("10.99.0.1")
 	hostAllowed4 = netip.MustParseAddr("10.99.0.10") // HTTPS allowed.test
 	hostWeb4     = netip.MustParseAddr("10.99.0.11") // HTTP web.test, TCP echo :7000, UDP echo :7001, sink :7100
 	hostOther4   = netip.MustParseAddr("10.99.0.12") // HTTPS other.test, HTTP, TCP echo, UDP echo
