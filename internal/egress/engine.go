@@ -209,7 +209,13 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	reno := tcpip.CongestionControlOption("reno")
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
-	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &recovery, &reno, &rcv, &snd} {
+	// A SYN that meets an endpoint in TIME-WAIT is dropped (the forwarder
+	// is no listener to hand it to), so a session that opens connections
+	// fast, reusing its ports, would see timeouts. Between the namespace and
+	// the stack there is no network to hold old duplicates: a short
+	// TIME-WAIT is safe.
+	timeWait := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &recovery, &reno, &rcv, &snd, &timeWait} {
 		if err := st.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("set TCP option %T: %s", opt, err)
