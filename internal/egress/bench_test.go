@@ -152,4 +152,3 @@ func BenchmarkEgressMemory(b *testing.B) {
 		p.ns.Close()
 	}
 }
-
