@@ -164,7 +164,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	}
 	maxFlows := cfg.MaxFlows
 	if maxFlows <= 0 {
-		maxFlows = 4096
+		maxFlows = 1024
 	}
 	e.slots = make(chan struct{}, maxFlows)
 	e.policy.Store(&policyBox{cfg.Policy})
@@ -207,8 +207,10 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	// turns both off for the same reason).
 	recovery := tcpip.TCPRecovery(0)
 	reno := tcpip.CongestionControlOption("reno")
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
+	// Buffers bound what a flow can pin when one side stops reading: with
+	// the default MaxFlows, at most 1024 × 2 MiB of the worker's memory.
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 256 << 10, Max: 1 << 20}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 256 << 10, Max: 1 << 20}
 	// A SYN that meets an endpoint in TIME-WAIT is dropped (the forwarder
 	// is no listener to hand it to), so a session that opens connections
 	// fast, reusing its ports, would see timeouts. Between the namespace and
