@@ -184,4 +184,3 @@ func TestFloodLeavesTheEngineServing(t *testing.T) {
 		t.Errorf("stats after the flood = %+v", st)
 	}
 }
-
