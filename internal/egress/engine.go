@@ -266,11 +266,29 @@ func (e *Engine) SetPolicy(p Policy) {
 	}
 }
 
-// permits re-evaluates an open flow, by its name when it had one (its
-// address was checked against the name when it opened) or by its address.
+// ruleHostOnly is the reason for refusing a destination only the worker
+// itself could mean.
+const ruleHostOnly = "the worker's own loopback, unspecified, broadcast and multicast addresses are not reachable"
+
+// hostOnly reports whether a is an address that names the worker itself or
+// no host at all. The session's own loopback never reaches the TUN device,
+// so such a destination arrives only in a packet crafted to get the engine
+// to dial the worker's loopback for it (a datagram to 0.0.0.0 passes the
+// stack and, dialed from the host, lands on the host's loopback).
+func hostOnly(a netip.Addr) bool {
+	return a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// permits decides a destination: always-reachable ones first, then the
+// worker's own addresses (never), then the policy, by the flow's name when
+// it has one (its address was checked against the name when it opened) or
+// by its address.
 func (e *Engine) permits(p Policy, host string, addr netip.Addr, port uint16) (string, bool) {
 	if e.always[netip.AddrPortFrom(addr, port)] {
 		return "always reachable", true
+	}
+	if hostOnly(addr) {
+		return ruleHostOnly, false
 	}
 	if p == nil || !p.Restricted() {
 		return "", true
