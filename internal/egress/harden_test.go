@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 )
 
 // tlsGet fetches / over TLS from inside the namespace, with the given SNI.
@@ -182,5 +185,36 @@ func TestFloodLeavesTheEngineServing(t *testing.T) {
 	}
 	if st := s.eng.Stats(); st.TCPDenied < 300 || st.UDPDenied < 2000 {
 		t.Errorf("stats after the flood = %+v", st)
+	}
+}
+
+// TestICMPGoesNowhere sends an echo request from a raw ICMP socket in the
+// namespace: the engine neither answers nor forwards it.
+func TestICMPGoesNowhere(t *testing.T) {
+	s := newSession(t, nil, nil)
+	var pc net.PacketConn
+	err := s.ns.Do(func() error {
+		var err error
+		pc, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	m := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 7, Seq: 1, Data: []byte("anyone?")}}
+	b, err := m.Marshal(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{hostWeb4.String(), "192.0.2.1"} {
+		if _, err := pc.WriteTo(b, &net.IPAddr{IP: net.ParseIP(dst)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 1500)
+	if n, from, err := pc.ReadFrom(buf); err == nil {
+		t.Fatalf("an ICMP answer came back from %v (%d bytes)", from, n)
 	}
 }

@@ -62,6 +62,15 @@ func TestSniffHTTP(t *testing.T) {
 		{"GE", "", sniffMore},
 		{"SSH-2.0-OpenSSH_9.0\r\n", "", sniffNone},
 		{"\x00\x01", "", sniffNone},
+		{"GET / HTTP/1.1\r\nHost: web.test\r\nHost: evil.test\r\n\r\n", "", sniffNone},
+		{"GET http://evil.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n", "", sniffNone},
+		{"GET http://Web.test:80/x HTTP/1.1\r\nHost: web.test\r\n\r\n", "Web.test", sniffDone},
+		{"GET https://web.test HTTP/1.1\r\n\r\n", "web.test", sniffDone},
+		{"GET http://user@evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", "", sniffNone},
+		{"CONNECT web.test:443 HTTP/1.1\r\nHost: web.test:443\r\n\r\n", "web.test", sniffDone},
+		{"CONNECT evil.test:443 HTTP/1.1\r\nHost: web.test\r\n\r\n", "", sniffNone},
+		{"GET  / HTTP/1.1\r\nHost: web.test\r\n\r\n", "web.test", sniffDone},
+		{"GET / HTTP/1.1 extra\r\nHost: web.test\r\n\r\n", "", sniffNone},
 	} {
 		host, st := sniff([]byte(tc.in))
 		if host != tc.host || st != tc.st {
