@@ -305,8 +305,16 @@ func (e *Engine) currentPolicy() Policy { return e.policy.Load().p }
 
 func restricted(p Policy) bool { return p != nil && p.Restricted() }
 
-// Stats returns the engine's counters.
+// Stats returns the engine's counters; the bytes include those of flows
+// still open.
 func (e *Engine) Stats() Stats {
+	var liveOut, liveIn int64
+	e.mu.Lock()
+	for f := range e.flows {
+		liveOut += f.out.Load()
+		liveIn += f.in.Load()
+	}
+	e.mu.Unlock()
 	return Stats{
 		TCPAllowed:  e.n.tcpAllowed.Load(),
 		TCPDenied:   e.n.tcpDenied.Load(),
@@ -314,8 +322,8 @@ func (e *Engine) Stats() Stats {
 		UDPDenied:   e.n.udpDenied.Load(),
 		DNSAllowed:  e.n.dnsAllowed.Load(),
 		DNSDenied:   e.n.dnsDenied.Load(),
-		BytesOut:    e.n.bytesOut.Load(),
-		BytesIn:     e.n.bytesIn.Load(),
+		BytesOut:    e.n.bytesOut.Load() + liveOut,
+		BytesIn:     e.n.bytesIn.Load() + liveIn,
 		ActiveFlows: e.n.active.Load(),
 		Closed:      e.n.closed.Load(),
 	}
@@ -372,11 +380,12 @@ func (e *Engine) begin(f *flow) bool {
 func (e *Engine) finish(f *flow) {
 	e.mu.Lock()
 	delete(e.flows, f)
+	// Moved under the lock, so Stats counts the flow's bytes once.
+	e.n.bytesOut.Add(f.out.Load())
+	e.n.bytesIn.Add(f.in.Load())
 	e.mu.Unlock()
 	<-e.slots
 	e.n.active.Add(-1)
-	e.n.bytesOut.Add(f.out.Load())
-	e.n.bytesIn.Add(f.in.Load())
 	if f.denied {
 		e.wg.Done()
 		return
