@@ -363,18 +363,29 @@ func (e *Engine) shutdown() {
 	e.st.Wait()
 }
 
+// takeSlot takes one of the MaxFlows slots; false when none is free.
+func (e *Engine) takeSlot() bool {
+	select {
+	case e.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveSlot returns a slot takeSlot took.
+func (e *Engine) giveSlot() { <-e.slots }
+
 // begin registers a flow and takes a slot for it; false when the engine is
 // closed or full. The caller runs finish when the flow ends.
 func (e *Engine) begin(f *flow) bool {
-	select {
-	case e.slots <- struct{}{}:
-	default:
+	if !e.takeSlot() {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		<-e.slots
+		e.giveSlot()
 		return false
 	}
 	e.flows[f] = struct{}{}
@@ -391,7 +402,7 @@ func (e *Engine) finish(f *flow) {
 	e.n.bytesOut.Add(f.out.Load())
 	e.n.bytesIn.Add(f.in.Load())
 	e.mu.Unlock()
-	<-e.slots
+	e.giveSlot()
 	e.n.active.Add(-1)
 	if f.denied {
 		e.wg.Done()
