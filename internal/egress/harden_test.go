@@ -2,13 +2,17 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +262,25 @@ func TestDNSConnectionsCountAgainstTheCap(t *testing.T) {
 			t.Fatalf("DNS after the held connections closed: %v, %v", addrs, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStartKeepsAParentDeathSignalChildAlive starts a child that asks to
+// die with its parent thread: it must outlive Start, and run inside the
+// namespace.
+func TestStartKeepsAParentDeathSignalChildAlive(t *testing.T) {
+	s := newSession(t, nil, nil)
+	cmd := exec.Command("sh", "-c", "sleep 0.5; cat /proc/self/net/dev")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := s.ns.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the child died: %v", err)
+	}
+	if !strings.Contains(out.String(), tunName) {
+		t.Fatalf("the child's interfaces have no %s:\n%s", tunName, out.String())
 	}
 }

@@ -175,6 +175,12 @@ func (n *Namespace) ResolvConf() []byte {
 }
 
 // Start starts cmd inside the namespace. The caller waits for it as usual.
+//
+// The thread that forks cmd enters the namespace and goes back to the
+// caller's before it serves other goroutines. It must not end instead: the
+// kernel sends a child's parent-death signal (SysProcAttr.Pdeathsig, bwrap's
+// --die-with-parent) when the thread that forked it ends, which would kill
+// cmd at once.
 func (n *Namespace) Start(cmd *exec.Cmd) error {
 	n.mu.Lock()
 	closed := n.closed
@@ -184,20 +190,33 @@ func (n *Namespace) Start(cmd *exec.Cmd) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		// Locked and never unlocked: the thread joins the namespace for the
-		// fork and is discarded when the goroutine ends.
 		runtime.LockOSThread()
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("open the current network namespace: %w", err)
+			return
+		}
+		defer unix.Close(home)
 		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("enter network namespace: %w", err)
 			return
 		}
-		done <- cmd.Start()
+		err = cmd.Start()
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		// Otherwise the thread stays locked and ends with the goroutine,
+		// taking the namespace with it rather than into other goroutines.
+		done <- err
 	}()
 	return <-done
 }
 
 // Do runs f on an OS thread inside the namespace. Sockets f opens belong to
-// the namespace and keep working after f returns, from any goroutine.
+// the namespace and keep working after f returns, from any goroutine. The
+// thread ends when f returns; start processes with Start, not from f.
 func (n *Namespace) Do(f func() error) error {
 	n.mu.Lock()
 	closed := n.closed
