@@ -284,3 +284,43 @@ func TestStartKeepsAParentDeathSignalChildAlive(t *testing.T) {
 		t.Fatalf("the child's interfaces have no %s:\n%s", tunName, out.String())
 	}
 }
+
+// TestPolicyChangeWhileDialing changes the policy while the engine is still
+// dialing an allowed destination: the connection must not outlive the
+// change it raced.
+func TestPolicyChangeWhileDialing(t *testing.T) {
+	dialing := make(chan struct{}, 1)
+	release := make(chan struct{})
+	s := newSession(t, webPolicy(), func(c *Config) {
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hostPort(hostWeb4, 7000) {
+				dialing <- struct{}{}
+				<-release
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+		got <- result{c, err}
+	}()
+	<-dialing
+	s.eng.SetPolicy(&testPolicy{names: []string{"allowed.test"}})
+	close(release)
+	r := <-got
+	if r.err != nil {
+		return // refused outright: fine
+	}
+	defer r.c.Close()
+	io.WriteString(r.c, "still there?\n")
+	r.c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if l, err := bufio.NewReader(r.c).ReadString('\n'); err == nil {
+		t.Fatalf("the connection the new policy forbids echoed %q", l)
+	}
+}

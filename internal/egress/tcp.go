@@ -135,7 +135,12 @@ func (e *Engine) splice(f *flow, conn *gonet.TCPConn, ep tcpip.Endpoint, up net.
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
-	if closed {
+	// The policy may have changed while the flow was being decided and
+	// dialed, before SetPolicy could close it: decide again now that it can.
+	if _, ok := e.permits(e.currentPolicy(), f.host, f.addr, f.port); closed || !ok {
+		if !closed {
+			e.n.closed.Add(1)
+		}
 		f.kill()
 		return
 	}
