@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -322,5 +323,21 @@ func TestPolicyChangeWhileDialing(t *testing.T) {
 	r.c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if l, err := bufio.NewReader(r.c).ReadString('\n'); err == nil {
 		t.Fatalf("the connection the new policy forbids echoed %q", l)
+	}
+}
+
+// TestNewNamespaceWithoutPrivilegeSaysSo runs without root only (as root
+// there is nothing to refuse): the error names what is missing.
+func TestNewNamespaceWithoutPrivilegeSaysSo(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs as a user without root, where NewNamespace must refuse")
+	}
+	_, err := NewNamespace(context.Background())
+	if err == nil {
+		t.Fatal("NewNamespace succeeded without root")
+	}
+	t.Log(err)
+	if !strings.Contains(err.Error(), "root") && !strings.Contains(err.Error(), "iproute2") {
+		t.Fatalf("NewNamespace without root: %v, want a sentence naming what is missing", err)
 	}
 }
