@@ -341,3 +341,35 @@ func TestNewNamespaceWithoutPrivilegeSaysSo(t *testing.T) {
 		t.Fatalf("NewNamespace without root: %v, want a sentence naming what is missing", err)
 	}
 }
+
+// namelessPolicy is a testPolicy that says when it has no hostname rules.
+type namelessPolicy struct{ testPolicy }
+
+func (p *namelessPolicy) HasNameRules(port uint16) bool {
+	return len(p.names) > 0 && p.portOK(port)
+}
+
+// TestNoNameRulesResetsAtOnce: with a policy that says it has no hostname
+// rules, a connection to an unlisted address is refused at the handshake,
+// with nothing to wait for.
+func TestNoNameRulesResetsAtOnce(t *testing.T) {
+	s := newSession(t, &namelessPolicy{testPolicy{prefixes: []netip.Prefix{netip.MustParsePrefix("10.99.0.11/32")}}}, func(c *Config) {
+		c.PeekTimeout = 10 * time.Second
+	})
+	start := time.Now()
+	_, err := s.dial("tcp", hostPort(hostOther4, 7000))
+	if !isReset(err) {
+		t.Fatalf("dial an unlisted address: %v, want connection refused", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("refusal took %v", el)
+	}
+	s.dec.wait(t, "deny at the handshake", func(d Decision) bool {
+		return !d.Allow && d.Addr == hostOther4 && d.Port == 7000
+	})
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatalf("the allowed address: %v", err)
+	}
+	c.Close()
+}

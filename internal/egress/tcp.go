@@ -62,6 +62,11 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	}
 
 	// The address alone is not allowed: only a name can let it through.
+	if nr, ok := pol.(NameRules); ok && !nr.HasNameRules(port) {
+		r.Complete(true)
+		e.deny(ProtoTCP, "", dst, port, "no rule allows the address")
+		return
+	}
 	if !e.begin(f) {
 		r.Complete(true)
 		e.deny(ProtoTCP, "", dst, port, "too many open connections")
