@@ -181,6 +181,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	})
 	if err != nil {
 		e.cancel()
+		n.unserve()
 		return nil, fmt.Errorf("serve egress: %w", err)
 	}
 	e.st = st
@@ -361,6 +362,7 @@ func (e *Engine) shutdown() {
 	e.flushUDPDenied(true)
 	e.st.Close()
 	e.st.Wait()
+	e.ns.unserve()
 }
 
 // takeSlot takes one of the MaxFlows slots; false when none is free.

@@ -373,3 +373,39 @@ func TestNoNameRulesResetsAtOnce(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestClosingTheNamespaceFirst closes the namespace under a serving engine
+// (the wrong order): neither hangs nor panics, and Close still returns.
+func TestClosingTheNamespaceFirst(t *testing.T) {
+	w := needWorld(t)
+	ns, err := NewNamespace(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := Serve(context.Background(), ns, Config{Policy: webPolicy(), Resolver: w.resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{ns: ns, eng: eng}
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(exec.Command("true")); err == nil {
+		t.Error("Start on a closed namespace succeeded")
+	}
+	done := make(chan struct{})
+	go func() {
+		eng.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Engine.Close hung after the namespace closed")
+	}
+}
