@@ -255,8 +255,8 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	return st, nil
 }
 
-// SetPolicy replaces the policy. New connections see it at once; open
-// connections and UDP flows it no longer allows are closed.
+// SetPolicy replaces the policy (nil: unrestricted). New connections see
+// it at once; open connections and UDP flows it no longer allows are closed.
 func (e *Engine) SetPolicy(p Policy) {
 	e.policy.Store(&policyBox{p})
 	e.mu.Lock()
