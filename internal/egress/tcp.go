@@ -73,7 +73,6 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	defer e.finish(f)
-	f.rule = ""
 	conn, ep := accept(r)
 	if conn == nil {
 		f.denied = true
