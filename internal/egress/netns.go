@@ -1,0 +1,269 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
+)
+
+// The namespace's addresses. The TUN device holds .2; the engine answers
+// DNS on .1 (and on any other address, port 53). They are private to the
+// namespace, so every session namespace uses the same ones.
+var (
+	tunAddr4 = netip.MustParsePrefix("10.254.0.2/24")
+	dnsAddr4 = netip.MustParseAddr("10.254.0.1")
+	tunAddr6 = netip.MustParsePrefix("fd65:6772:6573::2/64")
+	dnsAddr6 = netip.MustParseAddr("fd65:6772:6573::1")
+)
+
+const (
+	tunName = "tun0"
+	// tunMTU is large so that bulk transfers cross the TUN device in few
+	// packets; the namespace's traffic never meets a real link.
+	tunMTU = 65000
+)
+
+// Namespace is a network namespace with lo up and a TUN device as its only
+// route out (IPv4 and IPv6 default routes). Traffic leaves it only through an
+// [Engine] serving it.
+type Namespace struct {
+	nsFD  int // the namespace, held open for Path and Start
+	tunFD int // the TUN device's queue, read by the engine
+
+	mu        sync.Mutex // guards the following
+	closed    bool
+	served    bool // an engine reads tunFD: it closes it when it stops
+	tunClosed bool
+}
+
+// NewNamespace creates a namespace and its TUN device. It needs root (or
+// CAP_NET_ADMIN and CAP_SYS_ADMIN) and the ip command of iproute2, and says so
+// when either is missing.
+func NewNamespace(ctx context.Context) (*Namespace, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ipPath, err := lookIP()
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		n   *Namespace
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread enters the new namespace and never leaves it: the
+		// goroutine ends locked, so the runtime discards the thread instead
+		// of handing it to other goroutines.
+		runtime.LockOSThread()
+		n, err := newNamespaceLocked(ctx, ipPath)
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.n, r.err
+}
+
+func lookIP() (string, error) {
+	if p, err := exec.LookPath("ip"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("create network namespace: the ip command (iproute2) is not installed")
+}
+
+func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("create network namespace: needs root or CAP_SYS_ADMIN and CAP_NET_ADMIN: %w", err)
+		}
+		return nil, fmt.Errorf("create network namespace: %w", err)
+	}
+	nsFD, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	tunFD, err := tun.Open(tunName)
+	if err != nil {
+		unix.Close(nsFD)
+		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+	}
+	unix.CloseOnExec(tunFD)
+	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
+	// Children of a locked thread start in its namespace, so ip configures
+	// this one.
+	script := strings.Join([]string{
+		"link set lo up",
+		fmt.Sprintf("link set %s mtu %d up", tunName, tunMTU),
+		fmt.Sprintf("addr add %s dev %s", tunAddr4, tunName),
+		fmt.Sprintf("addr add %s dev %s nodad", tunAddr6, tunName),
+		fmt.Sprintf("route add default dev %s", tunName),
+		fmt.Sprintf("route add ::/0 dev %s", tunName),
+	}, "\n") + "\n"
+	cmd := exec.CommandContext(ctx, ipPath, "-batch", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("configure network namespace: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	if err := waitIPv6Ready(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// waitIPv6Ready waits until the kernel routes the TUN device's IPv6
+// address to itself. The kernel adds that local route only once the
+// device's link state has settled (its link watch can take up to a second);
+// until then it may send from the address but drops what comes back to it,
+// so a session's first IPv6 exchange would be lost. It runs on the thread
+// that is in the namespace.
+func waitIPv6Ready(ctx context.Context) error {
+	// /proc/net/ipv6_route writes the destination as 32 hex digits and
+	// the prefix length in hex: the address's own route is "<addr> 80".
+	want := strings.ReplaceAll(tunAddr6.Addr().StringExpanded(), ":", "") + " 80 "
+	start := time.Now()
+	for {
+		b, err := os.ReadFile("/proc/thread-self/net/ipv6_route")
+		if err != nil {
+			return fmt.Errorf("configure network namespace: read IPv6 routes: %w", err)
+		}
+		if strings.Contains(string(b), want) {
+			return nil
+		}
+		if time.Since(start) > 5*time.Second {
+			return errors.New("configure network namespace: the kernel did not route the TUN device's IPv6 address within 5 seconds")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Path is a path to the namespace usable with setns(2) or nsenter --net=,
+// valid while n is open and this process runs.
+func (n *Namespace) Path() string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), n.nsFD)
+}
+
+// DNS is the nameserver address to put in the sandbox's resolv.conf. (The
+// engine answers port 53 on every address; this is the one that looks right.)
+func (n *Namespace) DNS() netip.Addr { return dnsAddr4 }
+
+// ResolvConf is a resolv.conf naming the namespace's DNS addresses.
+func (n *Namespace) ResolvConf() []byte {
+	return fmt.Appendf(nil, "# written by outpost: the session's network policy answers DNS\nnameserver %s\nnameserver %s\noptions edns0 trust-ad\n", dnsAddr4, dnsAddr6)
+}
+
+// Start starts cmd inside the namespace. The caller waits for it as usual.
+//
+// The thread that forks cmd enters the namespace and goes back to the
+// caller's before it serves other goroutines. It must not end instead: the
+// kernel sends a child's parent-death signal (SysProcAttr.Pdeathsig, bwrap's
+// --die-with-parent) when the thread that forked it ends, which would kill
+// cmd at once.
+func (n *Namespace) Start(cmd *exec.Cmd) error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return errors.New("start in network namespace: the namespace is closed")
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("open the current network namespace: %w", err)
+			return
+		}
+		defer unix.Close(home)
+		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		err = cmd.Start()
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		// Otherwise the thread stays locked and ends with the goroutine,
+		// taking the namespace with it rather than into other goroutines.
+		done <- err
+	}()
+	return <-done
+}
+
+// Do runs f on an OS thread inside the namespace. Sockets f opens belong to
+// the namespace and keep working after f returns, from any goroutine. The
+// thread ends when f returns; start processes with Start, not from f.
+func (n *Namespace) Do(f func() error) error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return errors.New("enter network namespace: the namespace is closed")
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// Close releases the namespace and its TUN device. Processes still inside
+// keep the namespace alive but lose their route out. Close the engine
+// serving n first; if it still runs, the TUN device goes when it stops
+// (closing it under the engine's reads would let them reach whatever file
+// reuses the descriptor).
+func (n *Namespace) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	err := unix.Close(n.nsFD)
+	if !n.served {
+		n.tunClosed = true
+		err = errors.Join(err, unix.Close(n.tunFD))
+	}
+	return err
+}
+
+// unserve is called by the engine once it no longer reads the TUN device.
+func (n *Namespace) unserve() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.served = false
+	if n.closed && !n.tunClosed {
+		n.tunClosed = true
+		unix.Close(n.tunFD)
+	}
+}
