@@ -63,7 +63,13 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 			c.check(kctx, s)
 		}()
 	}
-	out := c.Runner.Run(rctx, s)
+	var out Outcome
+	if err := c.networkRefusal(&s.Claim); err != nil {
+		log.Warn("refusing a session with a network policy", "err", err)
+		out = refusedNetwork(err)
+	} else {
+		out = c.Runner.Run(rctx, s)
+	}
 	stopKeeping()
 	wg.Wait()
 	resumable := false
