@@ -32,6 +32,24 @@ const (
 	// failed and the session went on running. A restore of it is an
 	// EventRestore whose Value holds the remote's SnapshotRestored.
 	EventSnapshot = "snapshot"
+	// EventNetwork is one network decision of the session's egress
+	// policy, or several equal ones grouped (Count): Decision, Host when
+	// known, Address, Port, Protocol, the Rule that decided, and for
+	// allowed connections the bytes each way.
+	EventNetwork = "network"
+)
+
+// Network decisions (Event.Decision, NetworkDecision.Decision).
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+)
+
+// Network protocols (Event.Protocol, NetworkDecision.Protocol).
+const (
+	ProtocolTCP = "tcp"
+	ProtocolUDP = "udp"
+	ProtocolDNS = "dns"
 )
 
 // Message roles on EventMessage events.
@@ -116,6 +134,23 @@ type Event struct {
 	Step    string `json:"step,omitempty"`
 	Machine string `json:"machine,omitempty"`
 	Backend string `json:"backend,omitempty"`
+
+	// Network events: the Decision (DecisionAllow, DecisionDeny) on a
+	// connection to Host (the name it asked for, when known: TLS SNI, HTTP
+	// Host, DNS question) at Address and Port over Protocol (ProtocolTCP,
+	// ProtocolUDP, ProtocolDNS); Rule describes the policy rule that
+	// allowed it, or why it was denied. BytesOut and BytesIn count what an
+	// allowed connection sent and received; Count, when above 1, says the
+	// event groups that many equal decisions.
+	Decision string `json:"decision,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Address  string `json:"address,omitempty"`
+	Port     int    `json:"port,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Rule     string `json:"rule,omitempty"`
+	BytesOut int64  `json:"bytes_out,omitempty"`
+	BytesIn  int64  `json:"bytes_in,omitempty"`
+	Count    int64  `json:"count,omitempty"`
 }
 
 // EventList is the answer of GET /v1/sessions/{id}/events.

@@ -23,7 +23,7 @@ import (
 // json.Encoder with SetEscapeHTML(false)), and without a trailing newline.
 func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	if ev.Capabilities != nil || ev.ToolCalls != nil || ev.Usage != nil || ev.Args != nil ||
-		ev.OK != nil || ev.ExitCode != nil || ev.Value != nil || ev.Artifact != nil {
+		ev.OK != nil || ev.ExitCode != nil || ev.Value != nil || ev.Artifact != nil || hasNetwork(ev) {
 		return appendEventSlow(dst, ev)
 	}
 	dst = append(dst, `{"seq":`...)
@@ -53,6 +53,13 @@ func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = appendStringField(dst, `,"machine":`, ev.Machine)
 	dst = appendStringField(dst, `,"backend":`, ev.Backend)
 	return append(dst, '}'), nil
+}
+
+// hasNetwork reports whether a network event's fields are set; those rare
+// events take the slow path.
+func hasNetwork(ev *Event) bool {
+	return ev.Decision != "" || ev.Host != "" || ev.Address != "" || ev.Port != 0 || ev.Protocol != "" ||
+		ev.Rule != "" || ev.BytesOut != 0 || ev.BytesIn != 0 || ev.Count != 0
 }
 
 func appendEventSlow(dst []byte, ev *Event) ([]byte, error) {

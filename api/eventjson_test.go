@@ -63,6 +63,10 @@ func randEvent(r *rand.Rand, scalarOnly bool) Event {
 		ok, code := r.IntN(2) == 0, r.IntN(3)
 		ev.OK, ev.ExitCode, ev.Value, ev.Args = &ok, &code, json.RawMessage(`{"x": [1, "<y>"]}`), json.RawMessage(`[ ]`)
 	}
+	if !scalarOnly && r.IntN(2) == 0 {
+		ev.Decision, ev.Host, ev.Address, ev.Protocol, ev.Rule = s(), s(), s(), s(), s()
+		ev.Port, ev.BytesOut, ev.BytesIn, ev.Count = int(n()), n(), n(), n()
+	}
 	return ev
 }
 
@@ -202,6 +206,8 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		"Spilled": true, "DroppedBytes": true, "Error": true, "Step": true, "Machine": true, "Backend": true,
 		// Slow path.
 		"Capabilities": true, "ToolCalls": true, "Usage": true, "Args": true, "OK": true, "ExitCode": true, "Value": true, "Artifact": true,
+		"Decision": true, "Host": true, "Address": true, "Port": true, "Protocol": true, "Rule": true,
+		"BytesOut": true, "BytesIn": true, "Count": true,
 	}
 	for f := range reflect.TypeFor[Event]().Fields() {
 		if !known[f.Name] {

@@ -73,24 +73,49 @@ type QueueSpec struct {
 	// Priority is the session's: claimers take higher priorities first,
 	// FIFO within one.
 	Priority int `json:"priority"`
-	// NetworkPolicy is the public contract's field; Outpost sets none.
+	// NetworkPolicy is the session's effective network policy: its own
+	// when it has one, else its outpost's. Null (omitted) when the session
+	// is unrestricted. A claimer must enforce it or refuse the session.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
-// NetworkPolicy is the effective network policy of a session.
+// NetworkPolicy says what a session's code may reach on the network. It is
+// set on an outpost (the default of its sessions) and on a session (which
+// may only narrow its outpost's unless a token with ScopeNetworkAdmin sets
+// it).
 type NetworkPolicy struct {
-	// Enabled says the policy applies; Allow lists what is reachable then.
-	Enabled bool                `json:"enabled"`
-	Allow   []NetworkPolicyRule `json:"allow"`
+	// Enabled says the policy applies: connections are allowed only when
+	// a rule of Allow admits them. False means unrestricted, and Allow is
+	// ignored.
+	Enabled bool `json:"enabled"`
+	// Allow lists what is reachable while Enabled (at most
+	// MaxNetworkPolicyRules rules); an empty list reaches nothing but the
+	// resolver.
+	Allow []NetworkPolicyRule `json:"allow"`
 }
 
-// NetworkPolicyRule allows one host glob or address range.
+// MaxNetworkPolicyRules bounds NetworkPolicy.Allow and
+// MaxNetworkPolicyPorts NetworkPolicyRule.Ports.
+const (
+	MaxNetworkPolicyRules = 1000
+	MaxNetworkPolicyPorts = 100
+)
+
+// NetworkPolicyRule allows one host name (or name glob) or address range,
+// on every port or on the listed ones.
 type NetworkPolicyRule struct {
-	// One of Hostname (a glob), IPv4 and IPv6 (an address or CIDR range)
-	// is set.
+	// Exactly one of Hostname, IPv4 and IPv6 is set. Hostname is a DNS
+	// name ("api.example.test") or a glob whose first label is "*"
+	// ("*.example.test": any name below example.test, not example.test
+	// itself), matched case-insensitively against a connection's TLS SNI
+	// or HTTP Host. IPv4 and IPv6 are an address or a CIDR range of their
+	// family.
 	Hostname string `json:"hostname,omitempty"`
 	IPv4     string `json:"ipv4,omitempty"`
 	IPv6     string `json:"ipv6,omitempty"`
+	// Ports limits the rule to these destination ports (1 to 65535, at
+	// most MaxNetworkPolicyPorts); empty allows every port.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // QueueStatus is the claim state of a queue entry.

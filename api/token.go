@@ -7,10 +7,14 @@ const (
 	ScopeSessionsRead  = "sessions.read"
 	ScopeSessionsWrite = "sessions.write"
 	ScopeAdmin         = "admin"
+	// ScopeNetworkAdmin lets a token give a session a network policy that
+	// widens its outpost's (sessions.write is still needed to change a
+	// session). Admin implies it.
+	ScopeNetworkAdmin = "network.admin"
 )
 
 // Scopes lists every scope a token can hold.
-var Scopes = []string{ScopeMachine, ScopeOrchestrator, ScopeSessionsRead, ScopeSessionsWrite, ScopeAdmin}
+var Scopes = []string{ScopeMachine, ScopeOrchestrator, ScopeSessionsRead, ScopeSessionsWrite, ScopeNetworkAdmin, ScopeAdmin}
 
 // HasScope reports whether a token holding scopes may act with scope want,
 // counting the implications: admin implies every scope,

@@ -1,0 +1,488 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+)
+
+const (
+	nicID = 1
+	// maxHandshakes caps TCP connections between SYN and the policy's
+	// answer; SYNs past it are dropped, so a SYN flood costs little.
+	maxHandshakes = 256
+	// nameTTL is how long the engine remembers the addresses it answered
+	// for a name, for the check that a connection naming it goes there.
+	nameTTL = 10 * time.Minute
+	// maxNames bounds that memory.
+	maxNames = 4096
+)
+
+// Engine enforces a policy on a [Namespace]'s traffic. Its methods are safe
+// for concurrent use.
+type Engine struct {
+	ns        *Namespace
+	log       *slog.Logger
+	resolver  *net.Resolver
+	dial      func(ctx context.Context, network, address string) (net.Conn, error)
+	decide    func(Decision)
+	always    map[netip.AddrPort]bool
+	peekWait  time.Duration
+	udpIdle   time.Duration
+	st        *stack.Stack
+	slots     chan struct{} // one per open flow, up to MaxFlows
+	policy    atomic.Pointer[policyBox]
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the flows' goroutines
+	once      sync.Once
+	watchDone chan struct{}
+
+	mu        sync.Mutex // guards the following
+	closed    bool
+	flows     map[*flow]struct{}
+	names     map[string]nameEntry
+	udpDenied map[netip.AddrPort]*denyGroup
+
+	n counters
+}
+
+type policyBox struct{ p Policy }
+
+type counters struct {
+	tcpAllowed, tcpDenied, udpAllowed, udpDenied, dnsAllowed, dnsDenied atomic.Int64
+	bytesOut, bytesIn, active, closed                                   atomic.Int64
+}
+
+type nameEntry struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+// flow is one open TCP connection or UDP flow.
+type flow struct {
+	proto   string
+	host    string
+	addr    netip.Addr
+	port    uint16
+	start   time.Time
+	rule    string
+	out, in atomic.Int64
+	denied  bool // decided against after all: reported by deny, not finish
+
+	mu     sync.Mutex // guards killFn
+	killFn func()
+}
+
+// setKill sets what kill does.
+func (f *flow) setKill(fn func()) {
+	f.mu.Lock()
+	f.killFn = fn
+	f.mu.Unlock()
+}
+
+// kill closes both sides of the flow; safe to call more than once and
+// before the flow is connected.
+func (f *flow) kill() {
+	f.mu.Lock()
+	fn := f.killFn
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// Serve starts enforcing cfg on n's traffic. It runs until ctx ends or
+// Close is called. A namespace is served by one engine.
+func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
+	if n == nil {
+		return nil, errors.New("serve egress: no namespace")
+	}
+	n.mu.Lock()
+	switch {
+	case n.closed:
+		n.mu.Unlock()
+		return nil, errors.New("serve egress: the namespace is closed")
+	case n.served:
+		n.mu.Unlock()
+		return nil, errors.New("serve egress: the namespace already has an engine")
+	}
+	n.served = true
+	n.mu.Unlock()
+
+	e := &Engine{
+		ns:        n,
+		log:       cfg.Log,
+		resolver:  cfg.Resolver,
+		dial:      cfg.Dial,
+		decide:    cfg.OnDecision,
+		always:    make(map[netip.AddrPort]bool, len(cfg.Always)),
+		peekWait:  cfg.PeekTimeout,
+		udpIdle:   cfg.UDPIdle,
+		flows:     make(map[*flow]struct{}),
+		names:     make(map[string]nameEntry),
+		udpDenied: make(map[netip.AddrPort]*denyGroup),
+		watchDone: make(chan struct{}),
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.resolver == nil {
+		e.resolver = net.DefaultResolver
+	}
+	if e.dial == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		e.dial = d.DialContext
+	}
+	if e.decide == nil {
+		e.decide = func(Decision) {}
+	}
+	for _, ap := range cfg.Always {
+		e.always[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+	}
+	if e.peekWait <= 0 {
+		e.peekWait = 2 * time.Second
+	}
+	if e.udpIdle <= 0 {
+		e.udpIdle = 60 * time.Second
+	}
+	maxFlows := cfg.MaxFlows
+	if maxFlows <= 0 {
+		maxFlows = 4096
+	}
+	e.slots = make(chan struct{}, maxFlows)
+	e.policy.Store(&policyBox{cfg.Policy})
+
+	st, err := newStack(n.tunFD)
+	if err != nil {
+		return nil, fmt.Errorf("serve egress: %w", err)
+	}
+	e.st = st
+	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	tcpFwd := tcp.NewForwarder(st, 0, maxHandshakes, e.handleTCP)
+	st.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
+	udpFwd := udp.NewForwarder(st, e.handleUDP)
+	st.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+
+	go func() {
+		defer close(e.watchDone)
+		select {
+		case <-ctx.Done():
+		case <-e.ctx.Done():
+		}
+		e.once.Do(e.shutdown)
+	}()
+	return e, nil
+}
+
+// newStack builds the userspace stack on the TUN device: one NIC that
+// accepts every destination (promiscuous) and answers from it (spoofing), so
+// each connection the namespace opens lands in a forwarder.
+func newStack(tunFD int) (*stack.Stack, error) {
+	st := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	sack := tcpip.TCPSACKEnabled(true)
+	// gVisor's RACK recovery and cubic misbehave at high rates (tailscale
+	// turns both off for the same reason).
+	recovery := tcpip.TCPRecovery(0)
+	reno := tcpip.CongestionControlOption("reno")
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &recovery, &reno, &rcv, &snd} {
+		if err := st.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("set TCP option %T: %s", opt, err)
+		}
+	}
+	link, err := fdbased.New(&fdbased.Options{FDs: []int{tunFD}, MTU: tunMTU, RXChecksumOffload: true})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("attach TUN device: %w", err)
+	}
+	if err := st.CreateNIC(nicID, link); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("create NIC: %s", err)
+	}
+	if err := st.SetPromiscuousMode(nicID, true); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("promiscuous mode: %s", err)
+	}
+	if err := st.SetSpoofing(nicID, true); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("spoofing: %s", err)
+	}
+	any4, _ := tcpip.NewSubnet(tcpip.AddrFromSlice(make([]byte, 4)), tcpip.MaskFromBytes(make([]byte, 4)))
+	any6, _ := tcpip.NewSubnet(tcpip.AddrFromSlice(make([]byte, 16)), tcpip.MaskFromBytes(make([]byte, 16)))
+	st.SetRouteTable([]tcpip.Route{{Destination: any4, NIC: nicID}, {Destination: any6, NIC: nicID}})
+	return st, nil
+}
+
+// SetPolicy replaces the policy. New connections see it at once; open
+// connections and UDP flows it no longer allows are closed.
+func (e *Engine) SetPolicy(p Policy) {
+	e.policy.Store(&policyBox{p})
+	e.mu.Lock()
+	var doomed []*flow
+	for f := range e.flows {
+		if _, ok := e.permits(p, f.host, f.addr, f.port); !ok {
+			doomed = append(doomed, f)
+		}
+	}
+	e.mu.Unlock()
+	for _, f := range doomed {
+		e.n.closed.Add(1)
+		e.log.Info("egress: closing a connection the new policy forbids", "protocol", f.proto, "host", f.host, "address", f.addr, "port", f.port)
+		f.kill()
+	}
+}
+
+// permits re-evaluates an open flow, by its name when it had one (its
+// address was checked against the name when it opened) or by its address.
+func (e *Engine) permits(p Policy, host string, addr netip.Addr, port uint16) (string, bool) {
+	if e.always[netip.AddrPortFrom(addr, port)] {
+		return "always reachable", true
+	}
+	if p == nil || !p.Restricted() {
+		return "", true
+	}
+	if host != "" {
+		if rule, ok := p.AllowName(host, port); ok {
+			return rule, true
+		}
+	}
+	return p.AllowAddr(addr, port)
+}
+
+func (e *Engine) currentPolicy() Policy { return e.policy.Load().p }
+
+func restricted(p Policy) bool { return p != nil && p.Restricted() }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	return Stats{
+		TCPAllowed:  e.n.tcpAllowed.Load(),
+		TCPDenied:   e.n.tcpDenied.Load(),
+		UDPAllowed:  e.n.udpAllowed.Load(),
+		UDPDenied:   e.n.udpDenied.Load(),
+		DNSAllowed:  e.n.dnsAllowed.Load(),
+		DNSDenied:   e.n.dnsDenied.Load(),
+		BytesOut:    e.n.bytesOut.Load(),
+		BytesIn:     e.n.bytesIn.Load(),
+		ActiveFlows: e.n.active.Load(),
+		Closed:      e.n.closed.Load(),
+	}
+}
+
+// Close stops the engine: open connections are closed and the namespace
+// loses its way out. It does not close the namespace.
+func (e *Engine) Close() error {
+	e.cancel()
+	e.once.Do(e.shutdown)
+	<-e.watchDone
+	return nil
+}
+
+func (e *Engine) shutdown() {
+	e.cancel()
+	e.mu.Lock()
+	e.closed = true
+	flows := make([]*flow, 0, len(e.flows))
+	for f := range e.flows {
+		flows = append(flows, f)
+	}
+	e.mu.Unlock()
+	for _, f := range flows {
+		f.kill()
+	}
+	e.wg.Wait()
+	e.flushUDPDenied(true)
+	e.st.Close()
+	e.st.Wait()
+}
+
+// begin registers a flow and takes a slot for it; false when the engine is
+// closed or full. The caller runs finish when the flow ends.
+func (e *Engine) begin(f *flow) bool {
+	select {
+	case e.slots <- struct{}{}:
+	default:
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		<-e.slots
+		return false
+	}
+	e.flows[f] = struct{}{}
+	e.wg.Add(1)
+	e.n.active.Add(1)
+	return true
+}
+
+// finish unregisters f and reports it.
+func (e *Engine) finish(f *flow) {
+	e.mu.Lock()
+	delete(e.flows, f)
+	e.mu.Unlock()
+	<-e.slots
+	e.n.active.Add(-1)
+	e.n.bytesOut.Add(f.out.Load())
+	e.n.bytesIn.Add(f.in.Load())
+	if f.denied {
+		e.wg.Done()
+		return
+	}
+	e.decide(Decision{
+		Time: f.start, Allow: true, Host: f.host, Addr: f.addr, Port: f.port,
+		Protocol: f.proto, Rule: f.rule, BytesOut: f.out.Load(), BytesIn: f.in.Load(), Count: 1,
+	})
+	e.wg.Done()
+}
+
+// enter counts the calling goroutine among those Close waits for (the
+// caller runs e.wg.Done when it ends); false when the engine is closed.
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	return true
+}
+
+// goTracked runs fn as a goroutine the engine waits for, unless it is closed.
+func (e *Engine) goTracked(fn func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+func (e *Engine) deny(proto, host string, addr netip.Addr, port uint16, why string) {
+	switch proto {
+	case ProtoTCP:
+		e.n.tcpDenied.Add(1)
+	case ProtoDNS:
+		e.n.dnsDenied.Add(1)
+	}
+	e.log.Debug("egress: denied", "protocol", proto, "host", host, "address", addr, "port", port, "reason", why)
+	e.decide(Decision{Time: time.Now(), Host: host, Addr: addr, Port: port, Protocol: proto, Rule: why, Count: 1})
+}
+
+// resolvesTo reports whether host resolves, on the host, to addr: from the
+// addresses the engine answered for it, else by asking the resolver now.
+func (e *Engine) resolvesTo(ctx context.Context, host string, addr netip.Addr) bool {
+	now := time.Now()
+	e.mu.Lock()
+	ent, ok := e.names[host]
+	e.mu.Unlock()
+	if ok && now.Before(ent.expires) && containsAddr(ent.addrs, addr) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := e.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return false
+	}
+	e.remember(host, addrs)
+	return containsAddr(addrs, addr)
+}
+
+func (e *Engine) remember(host string, addrs []netip.Addr) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.names) >= maxNames {
+		for k, v := range e.names {
+			if now.After(v.expires) {
+				delete(e.names, k)
+			}
+		}
+		if len(e.names) >= maxNames {
+			clear(e.names)
+		}
+	}
+	ent := e.names[host]
+	if now.After(ent.expires) {
+		ent.addrs = nil
+	}
+	for _, a := range addrs {
+		if !containsAddr(ent.addrs, a) && len(ent.addrs) < 64 {
+			ent.addrs = append(ent.addrs, a.Unmap())
+		}
+	}
+	ent.expires = now.Add(nameTTL)
+	e.names[host] = ent
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, b := range list {
+		if b.Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip.Unmap()
+}
+
+func normalizeHost(h string) string {
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// copyCounting copies src to dst, adding to n as it goes, with a pooled buffer.
+func copyCounting(dst io.Writer, src io.Reader, n *atomic.Int64) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for {
+		r, err := src.Read(buf)
+		if r > 0 {
+			w, werr := dst.Write(buf[:r])
+			n.Add(int64(w))
+			if werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}

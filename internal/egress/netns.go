@@ -1,0 +1,196 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
+)
+
+// The namespace's addresses. The TUN device holds .2; the engine answers
+// DNS on .1 (and on any other address, port 53). They are private to the
+// namespace, so every session namespace uses the same ones.
+var (
+	tunAddr4 = netip.MustParsePrefix("10.254.0.2/24")
+	dnsAddr4 = netip.MustParseAddr("10.254.0.1")
+	tunAddr6 = netip.MustParsePrefix("fd65:6772:6573::2/64")
+	dnsAddr6 = netip.MustParseAddr("fd65:6772:6573::1")
+)
+
+const (
+	tunName = "tun0"
+	// tunMTU is large so that bulk transfers cross the TUN device in few
+	// packets; the namespace's traffic never meets a real link.
+	tunMTU = 65000
+)
+
+// Namespace is a network namespace with lo up and a TUN device as its only
+// route out (IPv4 and IPv6 default routes). Traffic leaves it only through an
+// [Engine] serving it.
+type Namespace struct {
+	nsFD  int // the namespace, held open for Path and Start
+	tunFD int // the TUN device's queue, read by the engine
+
+	mu     sync.Mutex // guards the following
+	closed bool
+	served bool
+}
+
+// NewNamespace creates a namespace and its TUN device. It needs root (or
+// CAP_NET_ADMIN and CAP_SYS_ADMIN) and the ip command of iproute2, and says so
+// when either is missing.
+func NewNamespace(ctx context.Context) (*Namespace, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ipPath, err := lookIP()
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		n   *Namespace
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread enters the new namespace and never leaves it: the
+		// goroutine ends locked, so the runtime discards the thread instead
+		// of handing it to other goroutines.
+		runtime.LockOSThread()
+		n, err := newNamespaceLocked(ctx, ipPath)
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.n, r.err
+}
+
+func lookIP() (string, error) {
+	if p, err := exec.LookPath("ip"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("create network namespace: the ip command (iproute2) is not installed")
+}
+
+func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("create network namespace: needs root or CAP_SYS_ADMIN and CAP_NET_ADMIN: %w", err)
+		}
+		return nil, fmt.Errorf("create network namespace: %w", err)
+	}
+	nsFD, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	tunFD, err := tun.Open(tunName)
+	if err != nil {
+		unix.Close(nsFD)
+		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+	}
+	unix.CloseOnExec(tunFD)
+	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
+	// Children of a locked thread start in its namespace, so ip configures
+	// this one.
+	script := strings.Join([]string{
+		"link set lo up",
+		fmt.Sprintf("link set %s mtu %d up", tunName, tunMTU),
+		fmt.Sprintf("addr add %s dev %s", tunAddr4, tunName),
+		fmt.Sprintf("addr add %s dev %s nodad", tunAddr6, tunName),
+		fmt.Sprintf("route add default dev %s", tunName),
+		fmt.Sprintf("route add ::/0 dev %s", tunName),
+	}, "\n") + "\n"
+	cmd := exec.CommandContext(ctx, ipPath, "-batch", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("configure network namespace: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	return n, nil
+}
+
+// Path is a path to the namespace usable with setns(2) or nsenter --net=,
+// valid while n is open and this process runs.
+func (n *Namespace) Path() string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), n.nsFD)
+}
+
+// DNS is the nameserver address to put in the sandbox's resolv.conf. (The
+// engine answers port 53 on every address; this is the one that looks right.)
+func (n *Namespace) DNS() netip.Addr { return dnsAddr4 }
+
+// ResolvConf is a resolv.conf naming the namespace's DNS addresses.
+func (n *Namespace) ResolvConf() []byte {
+	return fmt.Appendf(nil, "# written by outpost: the session's network policy answers DNS\nnameserver %s\nnameserver %s\noptions edns0 trust-ad\n", dnsAddr4, dnsAddr6)
+}
+
+// Start starts cmd inside the namespace. The caller waits for it as usual.
+func (n *Namespace) Start(cmd *exec.Cmd) error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return errors.New("start in network namespace: the namespace is closed")
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Locked and never unlocked: the thread joins the namespace for the
+		// fork and is discarded when the goroutine ends.
+		runtime.LockOSThread()
+		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		done <- cmd.Start()
+	}()
+	return <-done
+}
+
+// Do runs f on an OS thread inside the namespace. Sockets f opens belong to
+// the namespace and keep working after f returns, from any goroutine.
+func (n *Namespace) Do(f func() error) error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return errors.New("enter network namespace: the namespace is closed")
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// Close releases the namespace and its TUN device. Processes still inside
+// keep the namespace alive but lose their route out. Close an engine serving
+// n first.
+func (n *Namespace) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	return errors.Join(unix.Close(n.tunFD), unix.Close(n.nsFD))
+}
