@@ -169,16 +169,18 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	e.slots = make(chan struct{}, maxFlows)
 	e.policy.Store(&policyBox{cfg.Policy})
 
-	st, err := newStack(n.tunFD)
+	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	st, err := newStack(n.tunFD, func(st *stack.Stack) {
+		tcpFwd := tcp.NewForwarder(st, 0, maxHandshakes, e.handleTCP)
+		st.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
+		udpFwd := udp.NewForwarder(st, e.handleUDP)
+		st.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	})
 	if err != nil {
+		e.cancel()
 		return nil, fmt.Errorf("serve egress: %w", err)
 	}
 	e.st = st
-	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	tcpFwd := tcp.NewForwarder(st, 0, maxHandshakes, e.handleTCP)
-	st.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
-	udpFwd := udp.NewForwarder(st, e.handleUDP)
-	st.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
 
 	go func() {
 		defer close(e.watchDone)
@@ -193,8 +195,9 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 
 // newStack builds the userspace stack on the TUN device: one NIC that
 // accepts every destination (promiscuous) and answers from it (spoofing), so
-// each connection the namespace opens lands in a forwarder.
-func newStack(tunFD int) (*stack.Stack, error) {
+// each connection the namespace opens lands in a forwarder. install sets the
+// forwarders up before the first packet can arrive.
+func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
@@ -212,6 +215,7 @@ func newStack(tunFD int) (*stack.Stack, error) {
 			return nil, fmt.Errorf("set TCP option %T: %s", opt, err)
 		}
 	}
+	install(st)
 	link, err := fdbased.New(&fdbased.Options{FDs: []int{tunFD}, MTU: tunMTU, RXChecksumOffload: true})
 	if err != nil {
 		st.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"strings"
 )
 
@@ -149,9 +150,13 @@ func sniffHTTP(b []byte) (string, sniffState) {
 }
 
 // validHost accepts DNS names only (no addresses, no odd bytes): a name is
-// what AllowName and the resolver are asked about.
+// what AllowName and the resolver are asked about, and an address in a Host
+// header is decided by AllowAddr like any other.
 func validHost(h string) bool {
 	if h == "" || len(h) > 253 {
+		return false
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
 		return false
 	}
 	for i := 0; i < len(h); i++ {

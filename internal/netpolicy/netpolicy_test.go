@@ -1,0 +1,334 @@
+package netpolicy
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+func rules(rs ...api.NetworkPolicyRule) api.NetworkPolicy {
+	return api.NetworkPolicy{Enabled: true, Allow: rs}
+}
+
+func host(h string, ports ...int) api.NetworkPolicyRule {
+	return api.NetworkPolicyRule{Hostname: h, Ports: ports}
+}
+
+func v4(s string, ports ...int) api.NetworkPolicyRule {
+	return api.NetworkPolicyRule{IPv4: s, Ports: ports}
+}
+
+func v6(s string, ports ...int) api.NetworkPolicyRule {
+	return api.NetworkPolicyRule{IPv6: s, Ports: ports}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tooMany := make([]api.NetworkPolicyRule, api.MaxNetworkPolicyRules+1)
+	for i := range tooMany {
+		tooMany[i] = host("a.example.test")
+	}
+	manyPorts := make([]int, api.MaxNetworkPolicyPorts+1)
+	for i := range manyPorts {
+		manyPorts[i] = i + 1
+	}
+	for _, tc := range []struct {
+		name string
+		p    api.NetworkPolicy
+		want string // "" for valid; else a part of the error
+	}{
+		{"empty disabled", api.NetworkPolicy{}, ""},
+		{"empty enabled", rules(), ""},
+		{"name", rules(host("api.example.test")), ""},
+		{"single label", rules(host("localhost")), ""},
+		{"glob", rules(host("*.example.test", 443)), ""},
+		{"glob of a tld", rules(host("*.test")), ""},
+		{"upper and trailing dot", rules(host("API.Example.TEST.")), ""},
+		{"underscore", rules(host("_dmarc.example.test")), ""},
+		{"v4 address", rules(v4("10.1.2.3")), ""},
+		{"v4 cidr", rules(v4("10.1.0.0/16", 80, 443)), ""},
+		{"v4 cidr host bits", rules(v4("10.1.2.3/16")), ""},
+		{"v6 cidr", rules(v6("fd00::/8")), ""},
+		{"v6 address", rules(v6("2001:db8::1")), ""},
+		{"none set", rules(api.NetworkPolicyRule{Ports: []int{80}}), `allow[0]: set exactly one of "hostname", "ipv4" and "ipv6"`},
+		{"two set", rules(host("a.test"), api.NetworkPolicyRule{Hostname: "a.test", IPv4: "10.0.0.1"}), "allow[1]: set exactly one"},
+		{"ip in hostname", rules(host("10.0.0.1")), "allow[0]: hostname \"10.0.0.1\" is an IP address; use an ipv4 or ipv6 rule"},
+		{"v6 in hostname", rules(host("[::1]")), "is an IP address"},
+		{"numeric tld", rules(host("1.2.3")), "numeric label"},
+		{"bare star", rules(host("*")), "names no domain"},
+		{"star dot", rules(host("*.")), "names no domain"},
+		{"inner star", rules(host("a.*.example.test")), `may hold "*" only as its whole first label`},
+		{"partial star", rules(host("a*.example.test")), "only letters, digits"},
+		{"double glob", rules(host("*.*.example.test")), `"*" only as its whole first label`},
+		{"empty label", rules(host("a..test")), "empty label"},
+		{"hyphen", rules(host("-a.test")), "starts or ends with '-'"},
+		{"space", rules(host("a b.test")), "only letters, digits"},
+		{"long label", rules(host(strings.Repeat("a", 64) + ".test")), "longer than 63"},
+		{"long name", rules(host(strings.Repeat("a.", 127) + "test")), "longer than 253"},
+		{"v6 in ipv4", rules(v4("fd00::/8")), `allow[0]: ipv4 "fd00::/8": is not IPv4; use an ipv6 rule`},
+		{"v4 in ipv6", rules(v6("10.0.0.0/8")), "is not IPv6"},
+		{"mapped in ipv6", rules(v6("::ffff:10.0.0.1")), "IPv4-mapped"},
+		{"bad cidr", rules(v4("10.0.0.0/33")), "is not an address or CIDR range"},
+		{"name in ipv4", rules(v4("example.test")), "is not an address"},
+		{"zone", rules(v6("fe80::1%eth0")), "zone"},
+		{"port 0", rules(host("a.test", 0)), "port 0 is not between 1 and 65535"},
+		{"port high", rules(v4("10.0.0.1", 65536)), "port 65536"},
+		{"many ports", rules(host("a.test", manyPorts...)), "at most 100"},
+		{"too many rules", rules(tooMany...), "1001 allow rules; at most 1000"},
+		{"disabled still checked", api.NetworkPolicy{Allow: []api.NetworkPolicyRule{host("10.0.0.1")}}, "IP address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Validate(tc.p)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("Validate accepted %+v", tc.p)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("Validate: %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	got, err := Normalize(rules(host("API.Example.TEST."), v4("10.1.2.3/16", 443, 80, 443), v6("2001:DB8::1"), v6("2001:db8::/32")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(got)
+	want := `{"enabled":true,"allow":[{"hostname":"api.example.test"},{"ipv4":"10.1.0.0/16","ports":[80,443]},{"ipv6":"2001:db8::1"},{"ipv6":"2001:db8::/32"}]}`
+	if string(b) != want {
+		t.Fatalf("Normalize = %s\nwant %s", b, want)
+	}
+	empty, _ := Normalize(api.NetworkPolicy{Enabled: true})
+	if b, _ := json.Marshal(empty); string(b) != `{"enabled":true,"allow":[]}` {
+		t.Fatalf("Normalize of no rules = %s", b)
+	}
+}
+
+func TestMatcher(t *testing.T) {
+	t.Parallel()
+	m, err := Compile(rules(
+		host("*.example.test"),
+		host("api.other.test", 443),
+		v4("10.1.0.0/16", 443),
+		v4("192.0.2.7"),
+		v6("fd00::/8"),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Restricted() {
+		t.Fatal("Restricted() = false")
+	}
+	for _, tc := range []struct {
+		host string
+		port uint16
+		rule string
+	}{
+		{"a.example.test", 80, "hostname *.example.test"},
+		{"a.b.example.test", 22, "hostname *.example.test"},
+		{"A.Example.Test.", 443, "hostname *.example.test"},
+		{"example.test", 443, ""},
+		{"badexample.test", 443, ""},
+		{"example.test.evil", 443, ""},
+		{"api.other.test", 443, "hostname api.other.test ports 443"},
+		{"API.OTHER.TEST", 443, "hostname api.other.test ports 443"},
+		{"api.other.test", 80, ""},
+		{"x.api.other.test", 443, ""},
+		{"", 443, ""},
+		{".", 443, ""},
+		{"10.1.0.1", 443, ""},
+	} {
+		rule, ok := m.AllowName(tc.host, tc.port)
+		if rule != tc.rule || ok != (tc.rule != "") {
+			t.Errorf("AllowName(%q, %d) = %q, %v; want %q", tc.host, tc.port, rule, ok, tc.rule)
+		}
+	}
+	for _, tc := range []struct {
+		addr string
+		port uint16
+		rule string
+	}{
+		{"10.1.255.255", 443, "ipv4 10.1.0.0/16 ports 443"},
+		{"::ffff:10.1.0.9", 443, "ipv4 10.1.0.0/16 ports 443"},
+		{"10.1.0.1", 80, ""},
+		{"10.2.0.1", 443, ""},
+		{"192.0.2.7", 1, "ipv4 192.0.2.7"},
+		{"192.0.2.8", 1, ""},
+		{"fd12::1", 53, "ipv6 fd00::/8"},
+		{"fe80::1", 53, ""},
+		{"::1", 53, ""},
+	} {
+		rule, ok := m.AllowAddr(netip.MustParseAddr(tc.addr), tc.port)
+		if rule != tc.rule || ok != (tc.rule != "") {
+			t.Errorf("AllowAddr(%s, %d) = %q, %v; want %q", tc.addr, tc.port, rule, ok, tc.rule)
+		}
+	}
+	if _, ok := m.AllowAddr(netip.Addr{}, 443); ok {
+		t.Error("AllowAddr allowed the zero address")
+	}
+}
+
+func TestMatcherUnrestricted(t *testing.T) {
+	t.Parallel()
+	for _, m := range []*Matcher{nil, mustCompile(t, api.NetworkPolicy{Allow: []api.NetworkPolicyRule{host("a.test")}})} {
+		if m.Restricted() {
+			t.Fatal("Restricted() = true for a disabled policy")
+		}
+		if rule, ok := m.AllowName("anything.test", 1); !ok || rule != "" {
+			t.Errorf("AllowName = %q, %v", rule, ok)
+		}
+		if rule, ok := m.AllowAddr(netip.MustParseAddr("8.8.8.8"), 1); !ok || rule != "" {
+			t.Errorf("AllowAddr = %q, %v", rule, ok)
+		}
+	}
+	// Enabled with no rules: nothing.
+	m := mustCompile(t, rules())
+	if _, ok := m.AllowName("a.test", 443); ok {
+		t.Error("an empty restricted policy allowed a name")
+	}
+	if _, ok := m.AllowAddr(netip.MustParseAddr("10.0.0.1"), 443); ok {
+		t.Error("an empty restricted policy allowed an address")
+	}
+}
+
+func TestCompileRefusesInvalid(t *testing.T) {
+	t.Parallel()
+	if m, err := Compile(rules(host("a.test"), v4("nope"))); err == nil || m != nil || !strings.Contains(err.Error(), "allow[1]") {
+		t.Fatalf("Compile = %v, %v", m, err)
+	}
+}
+
+func mustCompile(t *testing.T, p api.NetworkPolicy) *Matcher {
+	t.Helper()
+	m, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	outer := rules(host("*.example.test"), host("api.other.test", 443), v4("10.1.0.0/16", 80, 443), v4("10.1.0.0/16", 8080), v6("fd00::/8"))
+	for _, tc := range []struct {
+		name         string
+		outer, inner api.NetworkPolicy
+		want         string
+	}{
+		{"unrestricted outer admits unrestricted", api.NetworkPolicy{}, api.NetworkPolicy{}, ""},
+		{"unrestricted outer admits anything", api.NetworkPolicy{}, rules(v4("0.0.0.0/0")), ""},
+		{"same", outer, outer, ""},
+		{"empty inner", outer, rules(), ""},
+		{"name under glob", outer, rules(host("a.example.test", 22)), ""},
+		{"glob under glob", outer, rules(host("*.a.example.test")), ""},
+		{"equal name with ports", outer, rules(host("API.other.test", 443)), ""},
+		{"sub range", outer, rules(v4("10.1.2.0/24", 443)), ""},
+		{"ports across two outer rules", outer, rules(v4("10.1.2.3", 443, 8080)), ""},
+		{"v6 sub range", outer, rules(v6("fd12::/16")), ""},
+		{"restricted refuses unrestricted", outer, api.NetworkPolicy{}, "unrestricted, which widens"},
+		{"glob domain itself", outer, rules(host("example.test")), "allow[0] (hostname example.test) is not within"},
+		{"glob equal to outer glob", outer, rules(host("*.example.test")), ""},
+		{"wider glob", outer, rules(host("*.test")), "allow[0] (hostname *.test)"},
+		{"name port widened", outer, rules(host("api.other.test")), "allow[0] (hostname api.other.test)"},
+		{"name other port", outer, rules(host("api.other.test", 80)), "ports 80"},
+		{"wider range", outer, rules(host("a.example.test"), v4("10.0.0.0/8", 443)), "allow[1] (ipv4 10.0.0.0/8 ports 443)"},
+		{"range all ports", outer, rules(v4("10.1.0.1")), "allow[0] (ipv4 10.1.0.1)"},
+		{"range port outside", outer, rules(v4("10.1.0.1", 22)), "ports 22"},
+		{"kind mismatch", rules(v4("0.0.0.0/0")), rules(v6("::/0")), "allow[0] (ipv6 ::/0)"},
+		{"name not by address", rules(v4("0.0.0.0/0")), rules(host("a.test")), "hostname a.test"},
+		{"invalid inner", outer, rules(host("10.0.0.1")), "IP address"},
+		{"invalid outer", rules(host("10.0.0.1")), rules(), "outer network policy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Within(tc.outer, tc.inner)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Within: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatal("Within accepted it")
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("Within: %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEffective(t *testing.T) {
+	t.Parallel()
+	o, s, off := rules(host("a.test")), rules(host("b.test")), &api.NetworkPolicy{}
+	for _, tc := range []struct {
+		outpost, session, want *api.NetworkPolicy
+	}{
+		{nil, nil, nil},
+		{&o, nil, &o},
+		{&o, &s, &s},
+		{nil, &s, &s},
+		{&o, off, nil},
+		{off, nil, nil},
+		{off, &s, &s},
+	} {
+		if got := Effective(tc.outpost, tc.session); got != tc.want {
+			t.Errorf("Effective(%v, %v) = %v, want %v", tc.outpost, tc.session, got, tc.want)
+		}
+	}
+}
+
+// FuzzPolicy feeds arbitrary JSON policies through Validate, Compile and
+// the Matcher: none may panic, Compile must accept exactly what Validate
+// accepts, a normalized policy must stay as it is when normalized again,
+// and a valid policy is always within itself.
+func FuzzPolicy(f *testing.F) {
+	for _, s := range []string{
+		`{"enabled":true,"allow":[{"hostname":"*.example.test"},{"ipv4":"10.1.0.0/16","ports":[443]},{"ipv6":"fd00::/8"}]}`,
+		`{"enabled":true,"allow":[{"hostname":"10.0.0.1"}]}`,
+		`{"enabled":false,"allow":[{"ipv6":"::ffff:1.2.3.4/120"}]}`,
+		`{"enabled":true,"allow":[{"hostname":"A.B.","ports":[0,1,65535]}]}`,
+		`{"enabled":true,"allow":[{"hostname":"*.*"},{"ipv4":"1.2.3.4/0"}]}`,
+	} {
+		f.Add([]byte(s), "a.example.test", "10.1.2.3", uint16(443))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, name, addr string, port uint16) {
+		var p api.NetworkPolicy
+		if json.Unmarshal(data, &p) != nil {
+			return
+		}
+		verr := Validate(p)
+		m, cerr := Compile(p)
+		if (verr == nil) != (cerr == nil) {
+			t.Fatalf("Validate: %v; Compile: %v", verr, cerr)
+		}
+		if cerr != nil {
+			return
+		}
+		n, err := Normalize(p)
+		if err != nil {
+			t.Fatalf("Normalize: %v", err)
+		}
+		n2, err := Normalize(n)
+		if err != nil {
+			t.Fatalf("Normalize of its result: %v", err)
+		}
+		a, _ := json.Marshal(n)
+		b, _ := json.Marshal(n2)
+		if string(a) != string(b) {
+			t.Fatalf("Normalize is not stable: %s then %s", a, b)
+		}
+		if err := Within(p, p); err != nil {
+			t.Fatalf("a policy is not within itself: %v", err)
+		}
+		m.AllowName(name, port)
+		if a, err := netip.ParseAddr(addr); err == nil {
+			rule, ok := m.AllowAddr(a, port)
+			if ok && m.Restricted() && rule == "" {
+				t.Fatal("an allowed address names no rule")
+			}
+		}
+	})
+}
