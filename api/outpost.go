@@ -57,6 +57,10 @@ type OutpostSpec struct {
 	// server --max-snapshot-bytes), which also caps it. A suspend whose
 	// snapshot is larger fails and the session goes on running.
 	MaxSnapshotBytes int64 `json:"max_snapshot_bytes"`
+	// NetworkPolicy is the outpost's network policy, the default of its
+	// sessions (see SessionSpec.NetworkPolicy); null when it has none
+	// (unrestricted).
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // DefaultMaxAttempts is how many attempts a session gets when neither it
@@ -108,6 +112,8 @@ type CreateOutpostRequest struct {
 	// MaxSnapshotBytes is OutpostSpec's: 0 (the server's limit) up to the
 	// server's limit.
 	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
+	// NetworkPolicy is OutpostSpec's; omitted for none (unrestricted).
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -120,6 +126,12 @@ type UpdateOutpostRequest struct {
 	// MaxSnapshotBytes is as in CreateOutpostRequest; it applies to the
 	// next suspends.
 	MaxSnapshotBytes *int64 `json:"max_snapshot_bytes,omitempty"`
+	// NetworkPolicy replaces the outpost's network policy ({"enabled":
+	// false} lifts it). It applies at once to the outpost's sessions that
+	// have no policy of their own, running ones included: their queue
+	// entries change (a MODIFIED watch event each) and their workers
+	// apply the new policy.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

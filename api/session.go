@@ -83,6 +83,24 @@ type SessionSpec struct {
 	// Priority orders the outpost's queue: higher priorities are claimed
 	// first, FIFO within one. 0 by default.
 	Priority int `json:"priority"`
+	// NetworkPolicy is the session's effective network policy: its own
+	// when it has one, else its outpost's; null (omitted) when the session
+	// is unrestricted. It is what the queue entry's spec.network_policy
+	// shows.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// NetworkPolicyOwn is true when NetworkPolicy is the session's own
+	// rather than its outpost's.
+	NetworkPolicyOwn bool `json:"network_policy_own,omitempty"`
+}
+
+// UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.
+type UpdateSessionRequest struct {
+	// NetworkPolicy replaces the session's own network policy; it takes
+	// effect on a running session's new connections at once. JSON null
+	// removes it, so the session follows its outpost's again. Without
+	// ScopeNetworkAdmin it must only narrow the outpost's (see
+	// CreateSessionRequest.NetworkPolicy). The field is required.
+	NetworkPolicy *NetworkPolicy `json:"network_policy"`
 }
 
 // Priorities are at least MinPriority and at most MaxPriority.
@@ -234,6 +252,11 @@ type CreateSessionRequest struct {
 	// claimed first, FIFO within one; MinPriority to MaxPriority, 0 by
 	// default.
 	Priority int `json:"priority,omitempty"`
+	// NetworkPolicy is the session's own network policy, replacing its
+	// outpost's; omitted to follow the outpost's. It may only narrow the
+	// outpost's policy (every rule within one of the outpost's) unless
+	// the token holds ScopeNetworkAdmin.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.

@@ -66,6 +66,16 @@ func (s *SessionsService) List(ctx context.Context, f SessionFilter) (*api.Sessi
 	return &out, nil
 }
 
+// Update changes a session (PATCH /v1/sessions/{id}): its own network
+// policy, or with a nil NetworkPolicy none, so it follows its outpost's.
+func (s *SessionsService) Update(ctx context.Context, id string, req api.UpdateSessionRequest) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodPatch, "/v1/sessions/"+url.PathEscape(id), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Terminate ends a session; reason may be empty.
 func (s *SessionsService) Terminate(ctx context.Context, id, reason string) (*api.Session, error) {
 	var out api.Session

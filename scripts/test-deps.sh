@@ -11,6 +11,8 @@
 #   nginx                   the reverse proxy test (test/e2e/nginx_test.go runs its
 #                           own nginx on loopback; the service Debian starts when
 #                           it installs the package is stopped and disabled)
+#   iproute2, curl,         the egress engine's tests (network namespaces, veth
+#   util-linux              pairs, curl run inside a session's namespace, unshare)
 # and gives git an identity if it has none (tests commit to throwaway
 # repositories). Run by `make test`; as root it installs with apt-get, with
 # passwordless sudo through sudo, otherwise it says what to install.
@@ -23,7 +25,8 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
-  '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx; do
+  '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx \
+  ip:iproute2 curl:curl unshare:util-linux; do
   have "${pair%%:*}" || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -19,7 +19,7 @@ func NewCmdOutposts(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "outposts",
 		Aliases: []string{"outpost"},
-		Short:   "List, show, create and delete outposts",
+		Short:   "List, show, create, update and delete outposts",
 	}
 	create := NewCmdOutpostsCreate(f, nil)
 	create.Example = `  outpost outposts create dev
@@ -28,7 +28,7 @@ func NewCmdOutposts(f *Factory) *cobra.Command {
   outpost outposts create ci --max-snapshot-bytes 2147483648`
 	del := NewCmdOutpostsDelete(f, nil)
 	del.Example = "  outpost outposts delete dev\n  outpost outposts delete dev --force"
-	cmd.AddCommand(NewCmdOutpostsList(f, nil), NewCmdOutpostsGet(f, nil), create, del)
+	cmd.AddCommand(NewCmdOutpostsList(f, nil), NewCmdOutpostsGet(f, nil), create, NewCmdOutpostsUpdate(f, nil), del)
 	return cmd
 }
 
@@ -120,6 +120,7 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 		"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
 		"Active claims", strconv.Itoa(o.Status.ActiveClaims), "Max running", maxRunningText(o.Spec.MaxRunning),
 		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts), "Max snapshot size", maxSnapshotText(o.Spec.MaxSnapshotBytes),
+		"Network policy", policyText(o.Spec.NetworkPolicy),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
 }
 
@@ -147,6 +148,8 @@ type OutpostsCreateOptions struct {
 	// Request is the new outpost: its name from the argument, the rest
 	// from the flags.
 	Request api.CreateOutpostRequest
+	// Policy are the network policy flags.
+	Policy PolicyFlags
 }
 
 // NewCmdOutpostsCreate returns `outpost outposts create`. runF replaces the
@@ -159,6 +162,10 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 		Args:  exactArgs(1, "the new outpost's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Request.Name = args[0]
+			var err error
+			if opts.Request.NetworkPolicy, err = opts.Policy.policy(f); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -172,7 +179,95 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.IntVar(&opts.Request.MaxRunning, "max-running", 0, "how many of its sessions may be claimed at once, whatever the number of machines (0: no cap)")
 	fl.IntVar(&opts.Request.MaxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
 	fl.Int64Var(&opts.Request.MaxSnapshotBytes, "max-snapshot-bytes", 0, "the largest workspace snapshot, in bytes, stored when one of its sessions is suspended, at most the server's --max-snapshot-bytes (0: the server's)")
+	opts.Policy.add(fl)
 	return cmd
+}
+
+// OutpostsUpdateOptions are the settings of `outpost outposts update`.
+type OutpostsUpdateOptions struct {
+	f *Factory
+	// Outpost is the outpost's name or id (the argument).
+	Outpost string
+	// Request holds the flags that were given.
+	Request api.UpdateOutpostRequest
+	// Policy are the network policy flags.
+	Policy PolicyFlags
+	// Unrestricted lifts the outpost's network policy.
+	Unrestricted bool
+}
+
+// NewCmdOutpostsUpdate returns `outpost outposts update`. runF replaces the
+// run in tests.
+func NewCmdOutpostsUpdate(f *Factory, runF func(context.Context, *OutpostsUpdateOptions) error) *cobra.Command {
+	opts := &OutpostsUpdateOptions{f: f}
+	var maxRunning, maxAttempts int
+	var maxSnapshot int64
+	cmd := &cobra.Command{
+		Use:   "update NAME-OR-ID",
+		Short: "Change an outpost's limits or network policy",
+		Long: `Change an outpost's limits or network policy; what no flag names stays as it is.
+A new network policy applies at once to the outpost's sessions that have none of
+their own, running ones included.`,
+		Example: `  outpost outposts update gpu --max-running 5
+  outpost outposts update dev --allow-host '*.example.test' --allow-cidr 10.1.0.0/16
+  outpost outposts update dev --network-policy policy.json
+  outpost outposts update dev --unrestricted`,
+		Args: exactArgs(1, "an outpost name or id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Outpost = args[0]
+			fl := cmd.Flags()
+			if fl.Changed("max-running") {
+				opts.Request.MaxRunning = &maxRunning
+			}
+			if fl.Changed("max-attempts") {
+				opts.Request.MaxAttempts = &maxAttempts
+			}
+			if fl.Changed("max-snapshot-bytes") {
+				opts.Request.MaxSnapshotBytes = &maxSnapshot
+			}
+			if opts.Unrestricted && opts.Policy.given() {
+				return usageErrorf("--unrestricted lifts the network policy; it cannot be given with a policy")
+			}
+			var err error
+			if opts.Request.NetworkPolicy, err = opts.Policy.policy(f); err != nil {
+				return err
+			}
+			if opts.Unrestricted {
+				opts.Request.NetworkPolicy = &api.NetworkPolicy{Allow: []api.NetworkPolicyRule{}}
+			}
+			if opts.Request == (api.UpdateOutpostRequest{}) {
+				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, a network policy or --unrestricted")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runOutpostsUpdate(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&maxRunning, "max-running", 0, "how many of its sessions may be claimed at once (0: no cap)")
+	fl.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
+	fl.Int64Var(&maxSnapshot, "max-snapshot-bytes", 0, "the largest workspace snapshot stored, in bytes (0: the server's)")
+	fl.BoolVar(&opts.Unrestricted, "unrestricted", false, "lift the outpost's network policy")
+	opts.Policy.add(fl)
+	return cmd
+}
+
+func runOutpostsUpdate(ctx context.Context, opts *OutpostsUpdateOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	o, err := c.Outposts.Update(ctx, opts.Outpost, opts.Request)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, o)
+	}
+	fmt.Fprintf(f.IO.Out, "Updated outpost %s; network policy: %s.\n", o.Spec.Name, policyText(o.Spec.NetworkPolicy))
+	return nil
 }
 
 func runOutpostsCreate(ctx context.Context, opts *OutpostsCreateOptions) error {

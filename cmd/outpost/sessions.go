@@ -29,7 +29,7 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 	cmd.AddCommand(NewCmdSessionsCreate(f, nil), NewCmdSessionsList(f, nil), NewCmdSessionsGet(f, nil),
 		NewCmdSessionsLogs(f, nil), NewCmdSessionsTerminate(f, nil), NewCmdSessionsSend(f, nil),
 		NewCmdSessionsSuspend(f, nil), NewCmdSessionsResume(f, nil),
-		NewCmdSessionsArtifacts(f, nil))
+		NewCmdSessionsArtifacts(f, nil), NewCmdSessionsNetwork(f))
 	return cmd
 }
 
@@ -47,6 +47,8 @@ type SessionsCreateOptions struct {
 	Priority    int
 	PrioritySet bool
 	Follow      bool
+	// Policy are the network policy flags (override the file).
+	Policy PolicyFlags
 	// Request is built from File and the flags by resolve.
 	Request api.CreateSessionRequest
 }
@@ -91,6 +93,7 @@ failed step, a limit or a terminate).`,
 	fl.StringVar(&opts.RemoteBinarySHA, "remote-binary-sha", "", "remote build to serve the session, over its outpost's (overrides the file)")
 	fl.IntVar(&opts.Priority, "priority", 0, "place in the outpost's queue: higher is claimed first, FIFO within one (overrides the file)")
 	fl.BoolVar(&opts.Follow, "follow", false, "print the transcript until the session ends")
+	opts.Policy.add(fl)
 	return cmd
 }
 
@@ -124,6 +127,13 @@ func (o *SessionsCreateOptions) resolve(f *Factory) error {
 	}
 	if o.PrioritySet {
 		o.Request.Priority = o.Priority
+	}
+	if o.Policy.given() {
+		p, err := o.Policy.policy(f)
+		if err != nil {
+			return err
+		}
+		o.Request.NetworkPolicy = p
 	}
 	if o.Request.Outpost == "" {
 		return usageErrorf("sessions create needs an outpost: pass --outpost or set outpost in the file")
@@ -286,7 +296,7 @@ func runSessionsGet(ctx context.Context, opts *SessionsGetOptions) error {
 		"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
 		"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
 		"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens),
-		"Machine", machineText(s.Status.Capabilities))
+		"Machine", machineText(s.Status.Capabilities), "Network policy", sessionPolicyText(s))
 }
 
 // SessionsTerminateOptions are the settings of `outpost sessions terminate`.

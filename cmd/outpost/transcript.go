@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
 // transcriptPrinter renders session events for people: status changes with
@@ -72,6 +73,8 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 			s += fmt.Sprintf(" (exit code %d)", *ev.ExitCode)
 		}
 		return p.note(ev, s+reasonText(ev.Reason))
+	case api.EventNetwork:
+		return p.note(ev, "network "+netpolicy.EventText(ev))
 	case api.EventMessage:
 		text := ev.Role + ": " + ev.Text
 		for _, tc := range ev.ToolCalls {

@@ -25,12 +25,16 @@ import (
 // safe for concurrent use and must not block.
 type Policy interface {
 	// AllowName reports whether host (lower case, no trailing dot) may be
-	// reached on port, and the rule that allowed it. Port 0 asks whether any
-	// rule allows host on some port: the engine asks that when it answers a
-	// DNS query, before it knows which port the session will use.
+	// reached on port, and the rule that allowed it.
+	//
+	// Port 0 means "on any port": implementations must allow (host, 0) when
+	// any rule allows host on some port, a rule limited to ports [443]
+	// included. The engine asks that when it answers a DNS query, before it
+	// knows which port the session will use; a policy that refused port 0
+	// would answer NXDOMAIN for names it allows on some ports only.
 	AllowName(host string, port uint16) (rule string, ok bool)
-	// AllowAddr reports whether addr may be reached on port (0: on some
-	// port, as for AllowName), and the rule that allowed it.
+	// AllowAddr reports whether addr may be reached on port, and the rule
+	// that allowed it.
 	AllowAddr(addr netip.Addr, port uint16) (rule string, ok bool)
 	// Restricted reports whether the policy restricts anything. An
 	// unrestricted policy lets every destination through (decisions are
@@ -96,7 +100,7 @@ type Config struct {
 	// Log receives the engine's own diagnostics. Nil: discarded.
 	Log *slog.Logger
 	// MaxFlows caps the TCP connections and UDP flows open at once; a new
-	// one past the cap is refused (and reported as denied). Zero: 4096.
+	// one past the cap is refused (and reported as denied). Zero: 1024.
 	MaxFlows int
 	// PeekTimeout bounds how long the engine waits for the first bytes of
 	// a connection whose address no rule allows, to find a name in them.

@@ -59,6 +59,9 @@ func TestAllowedAddressReaches(t *testing.T) {
 	if err != nil || got != msg {
 		t.Fatalf("echo = %q, %v", got, err)
 	}
+	if st := s.eng.Stats(); st.ActiveFlows != 1 || st.BytesOut != int64(len(msg)) || st.BytesIn != int64(len(msg)) {
+		t.Errorf("stats while open = %+v, want one flow and its bytes", st)
+	}
 	c.Close()
 	d := s.dec.wait(t, "allow tcp 10.99.0.11:7000", func(d Decision) bool {
 		return d.Allow && d.Addr == hostWeb4 && d.Port == 7000

@@ -164,7 +164,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	}
 	maxFlows := cfg.MaxFlows
 	if maxFlows <= 0 {
-		maxFlows = 4096
+		maxFlows = 1024
 	}
 	e.slots = make(chan struct{}, maxFlows)
 	e.policy.Store(&policyBox{cfg.Policy})
@@ -207,9 +207,17 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	// turns both off for the same reason).
 	recovery := tcpip.TCPRecovery(0)
 	reno := tcpip.CongestionControlOption("reno")
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 4 << 20}
-	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &recovery, &reno, &rcv, &snd} {
+	// Buffers bound what a flow can pin when one side stops reading: with
+	// the default MaxFlows, at most 1024 × 2 MiB of the worker's memory.
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 256 << 10, Max: 1 << 20}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 256 << 10, Max: 1 << 20}
+	// A SYN that meets an endpoint in TIME-WAIT is dropped (the forwarder
+	// is no listener to hand it to), so a session that opens connections
+	// fast, reusing its ports, would see timeouts. Between the namespace and
+	// the stack there is no network to hold old duplicates: a short
+	// TIME-WAIT is safe.
+	timeWait := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &recovery, &reno, &rcv, &snd, &timeWait} {
 		if err := st.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("set TCP option %T: %s", opt, err)
@@ -258,11 +266,29 @@ func (e *Engine) SetPolicy(p Policy) {
 	}
 }
 
-// permits re-evaluates an open flow, by its name when it had one (its
-// address was checked against the name when it opened) or by its address.
+// ruleHostOnly is the reason for refusing a destination only the worker
+// itself could mean.
+const ruleHostOnly = "the worker's own loopback, unspecified, broadcast and multicast addresses are not reachable"
+
+// hostOnly reports whether a is an address that names the worker itself or
+// no host at all. The session's own loopback never reaches the TUN device,
+// so such a destination arrives only in a packet crafted to get the engine
+// to dial the worker's loopback for it (a datagram to 0.0.0.0 passes the
+// stack and, dialed from the host, lands on the host's loopback).
+func hostOnly(a netip.Addr) bool {
+	return a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// permits decides a destination: always-reachable ones first, then the
+// worker's own addresses (never), then the policy, by the flow's name when
+// it has one (its address was checked against the name when it opened) or
+// by its address.
 func (e *Engine) permits(p Policy, host string, addr netip.Addr, port uint16) (string, bool) {
 	if e.always[netip.AddrPortFrom(addr, port)] {
 		return "always reachable", true
+	}
+	if hostOnly(addr) {
+		return ruleHostOnly, false
 	}
 	if p == nil || !p.Restricted() {
 		return "", true
@@ -279,8 +305,16 @@ func (e *Engine) currentPolicy() Policy { return e.policy.Load().p }
 
 func restricted(p Policy) bool { return p != nil && p.Restricted() }
 
-// Stats returns the engine's counters.
+// Stats returns the engine's counters; the bytes include those of flows
+// still open.
 func (e *Engine) Stats() Stats {
+	var liveOut, liveIn int64
+	e.mu.Lock()
+	for f := range e.flows {
+		liveOut += f.out.Load()
+		liveIn += f.in.Load()
+	}
+	e.mu.Unlock()
 	return Stats{
 		TCPAllowed:  e.n.tcpAllowed.Load(),
 		TCPDenied:   e.n.tcpDenied.Load(),
@@ -288,8 +322,8 @@ func (e *Engine) Stats() Stats {
 		UDPDenied:   e.n.udpDenied.Load(),
 		DNSAllowed:  e.n.dnsAllowed.Load(),
 		DNSDenied:   e.n.dnsDenied.Load(),
-		BytesOut:    e.n.bytesOut.Load(),
-		BytesIn:     e.n.bytesIn.Load(),
+		BytesOut:    e.n.bytesOut.Load() + liveOut,
+		BytesIn:     e.n.bytesIn.Load() + liveIn,
 		ActiveFlows: e.n.active.Load(),
 		Closed:      e.n.closed.Load(),
 	}
@@ -346,11 +380,12 @@ func (e *Engine) begin(f *flow) bool {
 func (e *Engine) finish(f *flow) {
 	e.mu.Lock()
 	delete(e.flows, f)
+	// Moved under the lock, so Stats counts the flow's bytes once.
+	e.n.bytesOut.Add(f.out.Load())
+	e.n.bytesIn.Add(f.in.Load())
 	e.mu.Unlock()
 	<-e.slots
 	e.n.active.Add(-1)
-	e.n.bytesOut.Add(f.out.Load())
-	e.n.bytesIn.Add(f.in.Load())
 	if f.denied {
 		e.wg.Done()
 		return

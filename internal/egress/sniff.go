@@ -131,22 +131,64 @@ func sniffHTTP(b []byte) (string, sniffState) {
 		return "", sniffMore
 	}
 	lines := strings.Split(string(b[:end]), "\r\n")
+	// The request target names a host too when it is absolute (a proxy
+	// request) or an authority (CONNECT); a server may prefer it to the
+	// Host header, so the two must agree.
+	var target string
+	if parts := strings.Fields(lines[0]); len(parts) == 3 {
+		switch t := parts[1]; {
+		case parts[0] == "CONNECT":
+			target = t
+		case len(t) > 8 && strings.EqualFold(t[:7], "http://"):
+			target, _, _ = strings.Cut(t[7:], "/")
+		case len(t) > 9 && strings.EqualFold(t[:8], "https://"):
+			target, _, _ = strings.Cut(t[8:], "/")
+		}
+	} else {
+		return "", sniffNone
+	}
+	var host string
+	hosts := 0
 	for _, line := range lines[1:] {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok || !strings.EqualFold(strings.TrimSpace(k), "host") {
 			continue
 		}
-		v = strings.TrimSpace(v)
-		if h, _, err := net.SplitHostPort(v); err == nil {
-			v = h
-		}
-		v = strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")
-		if !validHost(v) {
+		hosts++
+		host = v
+	}
+	if hosts > 1 {
+		return "", sniffNone
+	}
+	if hosts == 1 {
+		host = hostOfAuthority(host)
+		if !validHost(host) {
 			return "", sniffNone
 		}
-		return v, sniffDone
 	}
-	return "", sniffNone
+	if target != "" {
+		t := hostOfAuthority(target)
+		if !validHost(t) || hosts == 1 && !strings.EqualFold(t, host) {
+			return "", sniffNone
+		}
+		host = t
+	}
+	if host == "" {
+		return "", sniffNone
+	}
+	return host, sniffDone
+}
+
+// hostOfAuthority returns the host of "host[:port]" (userinfo refused).
+func hostOfAuthority(a string) string {
+	a = strings.TrimSpace(a)
+	if strings.Contains(a, "@") {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		a = h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
 }
 
 // validHost accepts DNS names only (no addresses, no odd bytes): a name is

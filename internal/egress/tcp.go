@@ -30,6 +30,11 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	pol := e.currentPolicy()
 	rule, ok := e.permits(pol, "", dst, port)
+	if !ok && rule == ruleHostOnly {
+		r.Complete(true)
+		e.deny(ProtoTCP, "", dst, port, rule)
+		return
+	}
 	f := &flow{proto: ProtoTCP, addr: dst, port: port, start: start, rule: rule}
 	if ok {
 		if !e.begin(f) {

@@ -24,6 +24,7 @@ const (
 
 type denyGroup struct {
 	first   time.Time
+	rule    string
 	pending int // denials since the last report
 }
 
@@ -39,7 +40,7 @@ func (e *Engine) handleUDP(r *udp.ForwarderRequest) bool {
 	}
 	rule, ok := e.permits(e.currentPolicy(), "", dst, port)
 	if !ok {
-		e.denyUDP(dst, port, "no rule allows the address")
+		e.denyUDP(dst, port, denyRule(rule))
 		return true
 	}
 	f := &flow{proto: ProtoUDP, addr: dst, port: port, start: time.Now(), rule: rule}
@@ -121,7 +122,7 @@ func (e *Engine) denyUDP(dst netip.Addr, port uint16, why string) {
 		if len(e.udpDenied) >= maxDenyGroups {
 			report = e.takeDeniedLocked(true)
 		}
-		e.udpDenied[key] = &denyGroup{first: now}
+		e.udpDenied[key] = &denyGroup{first: now, rule: why}
 		report = append(report, Decision{Time: now, Addr: dst, Port: port, Protocol: ProtoUDP, Rule: why, Count: 1})
 	case now.Sub(g.first) >= denyWindow:
 		report = append(report, Decision{Time: g.first, Addr: dst, Port: port, Protocol: ProtoUDP, Rule: why, Count: g.pending + 1})
@@ -135,6 +136,14 @@ func (e *Engine) denyUDP(dst netip.Addr, port uint16, why string) {
 	}
 }
 
+// denyRule is the reason a denial carries: the one permits gave, if any.
+func denyRule(rule string) string {
+	if rule != "" {
+		return rule
+	}
+	return "no rule allows the address"
+}
+
 // takeDeniedLocked empties the groups (all, or those whose window ended)
 // and returns the reports of their pending denials.
 func (e *Engine) takeDeniedLocked(all bool) []Decision {
@@ -145,7 +154,7 @@ func (e *Engine) takeDeniedLocked(all bool) []Decision {
 			continue
 		}
 		if g.pending > 0 {
-			out = append(out, Decision{Time: g.first, Addr: k.Addr(), Port: k.Port(), Protocol: ProtoUDP, Rule: "no rule allows the address", Count: g.pending})
+			out = append(out, Decision{Time: g.first, Addr: k.Addr(), Port: k.Port(), Protocol: ProtoUDP, Rule: g.rule, Count: g.pending})
 		}
 		delete(e.udpDenied, k)
 	}

@@ -332,3 +332,21 @@ func FuzzPolicy(f *testing.F) {
 		}
 	})
 }
+
+func TestEventText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ev   api.Event
+		want string
+	}{
+		{api.Event{Decision: "deny", Protocol: "tcp", Host: "api.example.test", Address: "10.1.2.3", Port: 443, Rule: "no rule allows it", Count: 3},
+			"deny tcp api.example.test (10.1.2.3:443): no rule allows it ×3"},
+		{api.Event{Decision: "allow", Protocol: "tcp", Address: "fd00::1", Port: 22, Rule: "ipv6 fd00::/8", BytesOut: 517, BytesIn: 4096},
+			"allow tcp [fd00::1]:22 by ipv6 fd00::/8, 517 B out, 4.0 KiB in"},
+		{api.Event{Decision: "deny", Protocol: "dns", Host: "evil.test"}, "deny dns evil.test"},
+	} {
+		if got := EventText(tc.ev); got != tc.want {
+			t.Errorf("EventText = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
 		Spec: api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs,
 			RemoteBinarySHA: strPtr(o.RemoteBinarySHA), MaxRunning: o.MaxRunning, MaxAttempts: cmp.Or(o.MaxAttempts, api.DefaultMaxAttempts),
-			MaxSnapshotBytes: o.MaxSnapshotBytes},
+			MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: o.NetworkPolicy},
 		Status: api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }
@@ -42,7 +42,8 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 	out := api.QueueEntry{
 		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix(),
 			CreatedAtMS: e.CreatedAt.UnixMilli()},
-		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority},
+		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority,
+			NetworkPolicy: e.NetworkPolicy},
 		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
 			MaxAttempts: lifecycle.MaxAttempts(e)},
 	}

@@ -32,6 +32,9 @@ type metrics struct {
 	artifactBytesPruned prometheus.Counter
 	// forwarded counts requests forwarded to a session's owner (forward.go).
 	forwarded prometheus.Counter
+	// networkConnections counts the network decisions workers report
+	// (machine.go), grouped ones by their count.
+	networkConnections *prometheus.CounterVec
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -71,9 +74,12 @@ func newMetrics(replica string) *metrics {
 		artifactsPruned:     counter("outpost_artifacts_pruned_total", "Artifacts deleted by the artifact retention policy."),
 		artifactBytesPruned: counter("outpost_artifacts_pruned_bytes_total", "Bytes of artifact files deleted by the artifact retention policy."),
 		forwarded:           counter("outpost_requests_forwarded_total", "Requests forwarded to the replica that owns their session."),
+		networkConnections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_network_connections_total", Help: "Connections of restricted sessions allowed or denied by their network policy, by outpost and decision, as their workers report them.",
+		}, []string{"outpost", "decision"}),
 	}
 	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
-		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded,
+		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -177,12 +178,16 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkSnapshotLimit(req.MaxSnapshotBytes); err != nil {
 		return err
 	}
+	policy, err := checkPolicy(req.NetworkPolicy)
+	if err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
-		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, CreatedAt: s.now()}
+		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -248,7 +253,17 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := checkOutpostLimits(o.MaxRunning, o.MaxAttempts); err != nil {
 		return err
 	}
-	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes}
+	policyChanged := false
+	if req.NetworkPolicy != nil {
+		policy, err := checkPolicy(req.NetworkPolicy)
+		if err != nil {
+			return err
+		}
+		policyChanged = !samePolicy(netpolicy.Effective(o.NetworkPolicy, nil), netpolicy.Effective(policy, nil))
+		o.NetworkPolicy = policy
+	}
+	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
+		NetworkPolicy: o.NetworkPolicy}
 	if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
@@ -256,7 +271,14 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("update outpost %s: %w", o.ID, err)
 	}
 	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,
-		"max_snapshot_bytes", o.MaxSnapshotBytes)
+		"max_snapshot_bytes", o.MaxSnapshotBytes, "network_policy_changed", policyChanged)
+	if policyChanged {
+		// The outpost's policy is stored; an error here leaves some entries
+		// behind, which the next change of the policy brings up to date.
+		if err := s.spreadOutpostPolicy(ctx, o); err != nil {
+			return err
+		}
+	}
 	ao, err := s.apiOutpost(ctx, o)
 	if err != nil {
 		return err

@@ -817,6 +817,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/output/{seq}", s.authed(s.getSpilledOutput, api.ScopeSessionsRead))
 	// What needs the session's remote connection is served by the replica
 	// that holds it (toOwner, forward.go).
+	mux.HandleFunc("PATCH /v1/sessions/{session}", s.authed(s.toOwner(s.updateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
@@ -835,8 +836,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
-	// Every scope implies one of these two, so any valid token may ask.
-	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead))
+	// Every scope implies one of these, so any valid token may ask.
+	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
 	mux.Handle("GET "+api.GatewayPath, s.gw)
 	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))

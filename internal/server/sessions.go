@@ -17,6 +17,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -185,6 +186,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer unlock()
+	own, err := checkSessionPolicy(ctx, o, req.NetworkPolicy)
+	if err != nil {
+		return err
+	}
 	now := s.now()
 	sess := store.Session{
 		ID:        newSessionID(),
@@ -194,17 +199,19 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 			Priority: req.Priority,
 		},
-		Secrets:   req.Secrets,
-		Status:    api.StatusNew,
-		Reason:    fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
-		CreatedAt: now,
-		UpdatedAt: now,
+		Secrets:       req.Secrets,
+		NetworkPolicy: own,
+		Status:        api.StatusNew,
+		Reason:        fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
+		CreatedAt:     now,
+		UpdatedAt:     now,
 	}
 	entry := &store.QueueEntry{
 		SessionID: sess.ID, OutpostID: o.ID, Kind: api.KindNew, Platform: o.Platform,
 		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, CreatedAt: now, UpdatedAt: now,
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
+		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
 	}
 	red := redact.NewSet(req.Secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}
@@ -219,7 +226,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	s.metrics.sessionsCreated.Inc()
 	s.queueFeed.Notify(o.ID)
 	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", red.String(sess.Spec.Title))
-	writeJSON(w, http.StatusCreated, toAPISession(sess))
+	out := toAPISession(sess)
+	out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = entry.NetworkPolicy, own != nil
+	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
 
@@ -244,7 +253,10 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := toAPISession(sess)
+	out, err := s.apiSession(r.Context(), sess)
+	if err != nil {
+		return err
+	}
 	if e, err := s.store.GetQueueEntry(r.Context(), sess.ID); err == nil && e.Phase == api.PhaseClaimed && !e.Deleted {
 		out.Status.AcceptorID = strPtr(e.AcceptorID)
 	}
@@ -306,8 +318,24 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if len(rows) > limit {
 		rows, list.HasNextPage = rows[:limit], true
 	}
+	policies := map[string]*api.NetworkPolicy{} // by outpost, for the sessions that follow theirs
 	for _, sess := range rows {
-		list.Items = append(list.Items, toAPISession(sess))
+		out := toAPISession(sess)
+		if sess.NetworkPolicy != nil {
+			out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = netpolicy.Effective(nil, sess.NetworkPolicy), true
+		} else {
+			p, seen := policies[sess.OutpostID]
+			if !seen {
+				o, err := s.store.GetOutpost(ctx, sess.OutpostID)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("list sessions: outpost %s: %w", sess.OutpostID, err)
+				}
+				p = netpolicy.Effective(o.NetworkPolicy, nil)
+				policies[sess.OutpostID] = p
+			}
+			out.Spec.NetworkPolicy = p
+		}
+		list.Items = append(list.Items, out)
 	}
 	if len(rows) > 0 {
 		list.Cursor = sessionCursor(rows[len(rows)-1])
@@ -339,8 +367,7 @@ func (s *Server) terminateSession(w http.ResponseWriter, r *http.Request) error 
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toAPISession(sess))
-	return nil
+	return s.writeSession(ctx, w, sess)
 }
 
 // sendMessage records a user message; an llm session reads it at its next

@@ -51,8 +51,7 @@ func (s *Server) suspendHandler(w http.ResponseWriter, r *http.Request) error {
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toAPISession(sess))
-	return nil
+	return s.writeSession(ctx, w, sess)
 }
 
 // resumeHandler is POST /v1/sessions/{session}/resume.
@@ -66,8 +65,7 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toAPISession(resumed))
-	return nil
+	return s.writeSession(ctx, w, resumed)
 }
 
 // suspender returns the suspend driver over the server's parts.

@@ -42,7 +42,10 @@ type Outpost struct {
 	// MaxSnapshotBytes is the largest workspace snapshot stored for its
 	// sessions; 0 means the server's limit.
 	MaxSnapshotBytes int64
-	CreatedAt        time.Time
+	// NetworkPolicy is the default network policy of its sessions; nil
+	// when it has none (unrestricted).
+	NetworkPolicy *api.NetworkPolicy
+	CreatedAt     time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after
@@ -52,6 +55,9 @@ type OutpostLimits struct {
 	MaxRunning, MaxAttempts int
 	// MaxSnapshotBytes is Outpost's.
 	MaxSnapshotBytes int64
+	// NetworkPolicy is Outpost's; nil removes it. The queue entries of
+	// its sessions are the caller's to bring up to date.
+	NetworkPolicy *api.NetworkPolicy
 }
 
 // OutpostLoad is what a claim decides from besides its own rows.
@@ -107,6 +113,11 @@ type Session struct {
 	UpdatedAt time.Time
 	StartedAt *time.Time
 	EndedAt   *time.Time
+	// NetworkPolicy is the session's own network policy, which replaces
+	// its outpost's; nil when it has none and follows its outpost's.
+	// CreateSession writes it, and so does UpdateSession (it is part of
+	// the state a Mutation's Session replaces).
+	NetworkPolicy *api.NetworkPolicy
 	// ArtifactsPrunedAt is when the retention sweep deleted the session's
 	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
 	// CreateSession and UpdateSession never write it.
@@ -157,6 +168,11 @@ type QueueEntry struct {
 	// Requests that need the connection are forwarded to it, and the agent
 	// loop of another replica may not write the session.
 	Owner string
+	// NetworkPolicy is the session's effective network policy (its own,
+	// else its outpost's); nil when it is unrestricted. The fleet API
+	// shows it as spec.network_policy; writers keep it current when
+	// either policy changes.
+	NetworkPolicy *api.NetworkPolicy
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64

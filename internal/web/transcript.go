@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
 // This file turns a session's transcript events into what the session page
@@ -99,6 +100,7 @@ type rawEvent struct {
 var noiseTypes = map[string]bool{
 	api.EventMachine: true, api.EventClaim: true, api.EventRelease: true,
 	api.EventRemoteConnected: true, api.EventRemoteDisconnected: true, api.EventStatus: true,
+	api.EventNetwork: true,
 }
 
 // transcriptOptions say how a page of events is shown.
@@ -269,6 +271,10 @@ func noiseLineOf(ev *api.Event, raw rawEvent) noiseLine {
 			l.Text += fmt.Sprintf(" exit %d", *ev.ExitCode)
 		}
 		l.Failed = ev.Step == api.MachineStepFailed
+	case api.EventNetwork:
+		l.Kind = ev.Decision
+		l.Text = "network " + netpolicy.EventText(*ev)
+		l.Failed = ev.Decision == api.DecisionDeny
 	case api.EventClaim:
 		l.Kind = "claimed"
 		l.Text = "claimed by " + ev.AcceptorID

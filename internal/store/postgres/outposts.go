@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/outpost-sh/outpost/internal/store"
@@ -11,11 +12,15 @@ import (
 // CreateOutpost inserts an outpost; store.ErrConflict when the id or name is
 // taken.
 func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
+	policy, err := sqlstore.EncodePolicy(o.NetworkPolicy)
+	if err != nil {
+		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, err)
+	}
 	// The insert and its notification in one statement (notify.go).
-	_, err := s.pool.Exec(ctx, `WITH o AS (INSERT INTO outposts (`+outpostCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id)
+	_, err = s.pool.Exec(ctx, `WITH o AS (INSERT INTO outposts (`+outpostCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12) RETURNING id)
 		SELECT pg_notify('`+changesChannel+`', $11) FROM o`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, s.outpostPayload(o.ID))
+		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, s.outpostPayload(o.ID), policy)
 	if err != nil {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, mapErr(err))
 	}
@@ -23,16 +28,23 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids, created_at, remote_binary_sha,
-	max_running, max_attempts, max_snapshot_bytes`
+	max_running, max_attempts, max_snapshot_bytes, network_policy_json`
 
 // scanOutpost reads outpostCols; a NULL allowed_org_ids scans as nil, an
 // empty array as an empty list.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
 	var created int64
-	err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes)
+	var policy sql.NullString
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &o.AllowedOrgIDs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy); err != nil {
+		return store.Outpost{}, err
+	}
 	o.CreatedAt = sqlstore.FromMS(created)
-	return o, err
+	var err error
+	if o.NetworkPolicy, err = sqlstore.ScanPolicy(policy); err != nil {
+		return store.Outpost{}, fmt.Errorf("outpost %s network policy: %w", o.ID, err)
+	}
+	return o, nil
 }
 
 // DeleteOutpost removes an outpost; store.ErrNotFound when absent. Its

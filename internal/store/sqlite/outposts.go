@@ -21,10 +21,14 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 		}
 		orgs = j
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	policy, err := sqlstore.EncodePolicy(o.NetworkPolicy)
+	if err != nil {
+		return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy)
 		return err
 	})
 	if err != nil {
@@ -34,15 +38,19 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
-	max_running, max_attempts, max_snapshot_bytes`
+	max_running, max_attempts, max_snapshot_bytes, network_policy_json`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
-	var orgs sql.NullString
+	var orgs, policy sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy); err != nil {
 		return store.Outpost{}, err
+	}
+	var err error
+	if o.NetworkPolicy, err = sqlstore.ScanPolicy(policy); err != nil {
+		return store.Outpost{}, fmt.Errorf("outpost %s network policy: %w", o.ID, err)
 	}
 	o.CreatedAt = sqlstore.FromMS(created)
 	if orgs.Valid {

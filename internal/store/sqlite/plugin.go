@@ -61,7 +61,7 @@ func (p plugin) Read(ctx context.Context, fn func(sqlstore.Tx) error) error {
 // statement that both takes the rev and writes with it.
 var upsertEntrySQL = `INSERT INTO queue (` + sqlstore.EntryCols + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT value FROM counters WHERE name = 'rev'),
-		$10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		$10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 	` + dialect.EntryConflictSQL()
 
 // QueueUpsertEntry takes the next rev into e.Rev, then writes e under it.

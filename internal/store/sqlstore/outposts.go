@@ -78,7 +78,11 @@ func (s *Store) mustAffect(n int64, err error) error {
 // SetOutpostLimits writes an outpost's limits; store.ErrNotFound when
 // absent.
 func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.OutpostLimits) error {
-	if err := s.mustAffect(s.db.Exec(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes)); err != nil {
+	policy, err := EncodePolicy(l.NetworkPolicy)
+	if err != nil {
+		return s.errorf(err, "set outpost limits %s", id)
+	}
+	if err := s.mustAffect(s.db.Exec(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes, policy)); err != nil {
 		return s.errorf(err, "set outpost limits %s", id)
 	}
 	return nil

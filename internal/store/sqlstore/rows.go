@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,23 +13,27 @@ import (
 
 // SessionCols are the columns ScanSession reads.
 const SessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
-	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at`
+	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
+	network_policy_json`
 
 // ScanSession reads SessionCols, opening the secrets with keys.
 func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
-	var caps, usage nullString
+	var caps, usage, policy nullString
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy); err != nil {
 		return store.Session{}, err
+	}
+	var err error
+	if s.NetworkPolicy, err = decodePolicy(policy); err != nil {
+		return store.Session{}, fmt.Errorf("session %s network policy: %w", s.ID, err)
 	}
 	if err := json.Unmarshal([]byte(spec), &s.Spec); err != nil {
 		return store.Session{}, fmt.Errorf("session %s spec: %w", s.ID, err)
 	}
-	var err error
 	if s.Secrets, err = keys.OpenSecrets(s.ID, secrets); err != nil {
 		return store.Session{}, fmt.Errorf("session %s secrets: %w", s.ID, err)
 	}
@@ -44,18 +49,22 @@ func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 // StateCols are the columns of a session that change after creation, which
 // ScanState reads.
 const StateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at, usage_json, artifacts_pruned_at`
+	started_at, ended_at, usage_json, artifacts_pruned_at, network_policy_json`
 
 // ScanState reads StateCols: a session without its immutable spec and
 // secrets, which write transactions neither need nor rewrite.
 func ScanState(sc Scanner) (store.Session, error) {
 	var s store.Session
-	var caps, usage nullString
+	var caps, usage, policy nullString
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy); err != nil {
 		return store.Session{}, err
+	}
+	var err error
+	if s.NetworkPolicy, err = decodePolicy(policy); err != nil {
+		return store.Session{}, fmt.Errorf("session %s network policy: %w", s.ID, err)
 	}
 	if err := decodeState(&s, caps, usage); err != nil {
 		return store.Session{}, err
@@ -102,7 +111,8 @@ func stateValues(s *store.Session) (caps, usage any, err error) {
 // (but not artifacts_pruned_at, which only MarkArtifactsPruned writes), with
 // StateArgs.
 const UpdateStateSQL = `UPDATE sessions SET status = $2, status_detail = $3, reason = $4, last_seq = $5,
-	capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10 WHERE id = $1`
+	capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10,
+	network_policy_json = $11 WHERE id = $1`
 
 // StateArgs are the arguments of UpdateStateSQL for s.
 func StateArgs(s *store.Session) ([]any, error) {
@@ -110,14 +120,18 @@ func StateArgs(s *store.Session) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy, err := EncodePolicy(s.NetworkPolicy)
+	if err != nil {
+		return nil, err
+	}
 	return []any{s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, MS(s.UpdatedAt), PtrMS(s.StartedAt),
-		PtrMS(s.EndedAt), usage}, nil
+		PtrMS(s.EndedAt), usage, policy}, nil
 }
 
 // InsertSessionSQL inserts a session, with SessionArgs.
 const InsertSessionSQL = `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
 	status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
-	secrets_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+	secrets_key, network_policy_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
 // SessionArgs are the arguments of InsertSessionSQL for s, its secrets
 // sealed with keys (nil keeps them plaintext).
@@ -134,25 +148,33 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy, err := EncodePolicy(s.NetworkPolicy)
+	if err != nil {
+		return nil, err
+	}
 	return []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID()}, nil
+		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID(), policy}, nil
 }
 
 // EntryCols are the columns of a queue entry, which ScanEntry reads.
 const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
 	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha,
-	priority, attempts, max_attempts, attempt_reasons_json, owner`
+	priority, attempts, max_attempts, attempt_reasons_json, owner, network_policy_json`
 
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline, live nullInt64
 	var created, updated, priority, attempts, maxAttempts int64
-	var reasons nullString
+	var reasons, policy nullString
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
 		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA,
-		&priority, &attempts, &maxAttempts, &reasons, &e.Owner); err != nil {
+		&priority, &attempts, &maxAttempts, &reasons, &e.Owner, &policy); err != nil {
 		return store.QueueEntry{}, err
+	}
+	var err error
+	if e.NetworkPolicy, err = decodePolicy(policy); err != nil {
+		return store.QueueEntry{}, fmt.Errorf("queue entry %s network policy: %w", e.SessionID, err)
 	}
 	e.ClaimDeadline, e.CreatedAt, e.UpdatedAt = deadline.time(), FromMS(created), FromMS(updated)
 	e.LiveUntil = live.time()
@@ -166,7 +188,7 @@ func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 }
 
 // EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
-// their order ($1–$9, then $10–$19 for deleted … owner).
+// their order ($1–$9, then $10–$20 for deleted … network_policy_json).
 // The rev is the store's to place.
 func EntryArgs(e *store.QueueEntry) []any {
 	var reasons any // NULL while there are none
@@ -176,7 +198,44 @@ func EntryArgs(e *store.QueueEntry) []any {
 	}
 	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
 		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA,
-		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner}
+		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner, mustEncodePolicy(e.NetworkPolicy)}
+}
+
+// EncodePolicy is the value of a network_policy_json column: NULL for no
+// policy.
+func EncodePolicy(p *api.NetworkPolicy) (any, error) {
+	if p == nil {
+		return nil, nil
+	}
+	s, err := Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("network policy: %w", err)
+	}
+	return s, nil
+}
+
+// mustEncodePolicy is EncodePolicy of a value that always encodes (an
+// api.NetworkPolicy holds only strings, ints and bools).
+func mustEncodePolicy(p *api.NetworkPolicy) any {
+	v, _ := EncodePolicy(p)
+	return v
+}
+
+// ScanPolicy reads a network_policy_json column: nil for NULL.
+func ScanPolicy(v sql.NullString) (*api.NetworkPolicy, error) {
+	return decodePolicy(nullString{v: v.String, valid: v.Valid})
+}
+
+// decodePolicy reads a network_policy_json column.
+func decodePolicy(v nullString) (*api.NetworkPolicy, error) {
+	if !v.valid {
+		return nil, nil
+	}
+	p := new(api.NetworkPolicy)
+	if err := json.Unmarshal([]byte(v.v), p); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // EntryConflictSQL is the ON CONFLICT clause of an upsert of a queue entry:
@@ -190,7 +249,7 @@ func (d Dialect) EntryConflictSQL() string {
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
 		updated_at = excluded.updated_at, priority = excluded.priority, attempts = excluded.attempts,
 		max_attempts = excluded.max_attempts, attempt_reasons_json = excluded.attempt_reasons_json,
-		owner = excluded.owner, live_until = CASE WHEN excluded.epoch = queue.epoch
+		owner = excluded.owner, network_policy_json = excluded.network_policy_json, live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END`
 }

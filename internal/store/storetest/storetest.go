@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConnectTokens", testConnectTokens},
 		{"Tokens", testTokens},
 		{"OutpostLimits", testOutpostLimits},
+		{"NetworkPolicy", testNetworkPolicy},
 		{"QueuePriority", testQueuePriority},
 		{"ClaimLoad", testClaimLoad},
 		{"OutpostCounts", testOutpostCounts},

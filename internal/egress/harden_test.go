@@ -1,0 +1,220 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+)
+
+// tlsGet fetches / over TLS from inside the namespace, with the given SNI.
+func (s *session) tlsGet(addr, sni string, write func(net.Conn, []byte) error) (string, error) {
+	raw, err := s.dial("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(5 * time.Second))
+	c := tls.Client(writerConn{raw, write}, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", sni)
+	resp, err := io.ReadAll(c)
+	return string(resp), err
+}
+
+// writerConn lets a test shape how the client's bytes are written.
+type writerConn struct {
+	net.Conn
+	write func(net.Conn, []byte) error
+}
+
+func (w writerConn) Write(b []byte) (int, error) {
+	if w.write == nil {
+		return w.Conn.Write(b)
+	}
+	if err := w.write(w.Conn, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func TestClientHelloInSmallPieces(t *testing.T) {
+	s := newSession(t, webPolicy(), func(c *Config) { c.PeekTimeout = 3 * time.Second })
+	byteByByte := func(c net.Conn, b []byte) error {
+		for i := range b {
+			if _, err := c.Write(b[i : i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	resp, err := s.tlsGet(hostPort(hostAllowed4, 443), "allowed.test", byteByByte)
+	if err != nil || len(resp) == 0 {
+		t.Fatalf("ClientHello written a byte at a time: %q, %v", resp, err)
+	}
+}
+
+func TestSetPolicyReevaluatesByName(t *testing.T) {
+	s := newSession(t, webPolicy(), nil)
+	open := func() net.Conn {
+		t.Helper()
+		c, err := s.dial("tcp", hostPort(hostWeb4, 80))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Keep-alive: the connection stays open after the answer.
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: web.test\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Read(make([]byte, 4096)); err != nil {
+			t.Fatalf("first request: %v", err)
+		}
+		return c
+	}
+	// web.test's address is allowed by prefix, so drop the prefix: the
+	// name must now carry the connection.
+	s.eng.SetPolicy(&testPolicy{names: []string{"web.test"}})
+	c := open()
+	defer c.Close()
+	s.eng.SetPolicy(&testPolicy{names: []string{"web.test", "other.test"}})
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: web.test\r\n\r\n")
+	if _, err := c.Read(make([]byte, 4096)); err != nil {
+		t.Fatalf("a connection whose name is still allowed was closed: %v", err)
+	}
+	s.eng.SetPolicy(&testPolicy{names: []string{"other.test"}})
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: web.test\r\n\r\n")
+	if _, err := c.Read(make([]byte, 4096)); err == nil {
+		t.Fatal("a connection whose name is no longer allowed still answers")
+	}
+}
+
+func TestServeEndsWithItsContext(t *testing.T) {
+	w := needWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ns, err := NewNamespace(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	eng, err := Serve(ctx, ns, Config{Policy: webPolicy(), Resolver: w.resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{ns: ns, eng: eng}
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cancel()
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection outlived the engine's context")
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFloodLeavesTheEngineServing opens many connections that never speak
+// and sprays datagrams at many ports; the engine refuses what it must,
+// keeps its memory bounded and serves a well-behaved connection after.
+func TestFloodLeavesTheEngineServing(t *testing.T) {
+	s := newSession(t, webPolicy(), func(c *Config) {
+		c.MaxFlows = 64
+		c.PeekTimeout = 300 * time.Millisecond
+	})
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() {
+			c, err := s.dial("tcp", hostPort(hostOther4, 7000+i%50))
+			if err != nil {
+				return
+			}
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			c.Read(make([]byte, 1))
+			c.Close()
+		})
+	}
+	u, err := s.dial("udp", hostPort(hostOther4, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pcs []net.Conn
+	for port := range 2000 {
+		c, err := s.dial("udp", hostPort(hostOther4, 10000+port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("x"))
+		pcs = append(pcs, c)
+	}
+	u.Close()
+	wg.Wait()
+	for _, c := range pcs {
+		c.Close()
+	}
+	s.eng.mu.Lock()
+	groups := len(s.eng.udpDenied)
+	s.eng.mu.Unlock()
+	if groups > maxDenyGroups {
+		t.Errorf("%d UDP deny groups kept, want at most %d", groups, maxDenyGroups)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.eng.Stats().ActiveFlows > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := s.eng.Stats().ActiveFlows; n != 0 {
+		t.Fatalf("%d flows still open after the flood", n)
+	}
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatalf("after the flood: %v", err)
+	}
+	defer c.Close()
+	io.WriteString(c, "alive\n")
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if l, err := bufio.NewReader(c).ReadString('\n'); err != nil || l != "alive\n" {
+		t.Fatalf("echo after the flood: %q, %v", l, err)
+	}
+	if st := s.eng.Stats(); st.TCPDenied < 300 || st.UDPDenied < 2000 {
+		t.Errorf("stats after the flood = %+v", st)
+	}
+}
+
+// TestICMPGoesNowhere sends an echo request from a raw ICMP socket in the
+// namespace: the engine neither answers nor forwards it.
+func TestICMPGoesNowhere(t *testing.T) {
+	s := newSession(t, nil, nil)
+	var pc net.PacketConn
+	err := s.ns.Do(func() error {
+		var err error
+		pc, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	m := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 7, Seq: 1, Data: []byte("anyone?")}}
+	b, err := m.Marshal(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{hostWeb4.String(), "192.0.2.1"} {
+		if _, err := pc.WriteTo(b, &net.IPAddr{IP: net.ParseIP(dst)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 1500)
+	if n, from, err := pc.ReadFrom(buf); err == nil {
+		t.Fatalf("an ICMP answer came back from %v (%d bytes)", from, n)
+	}
+}

@@ -1,0 +1,48 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+// EventText is the one-line text of a network transcript event, as the
+// CLI and the web UI show it: "deny tcp api.example.test (10.1.2.3:443):
+// no rule allows it ×3", "allow tcp 10.1.2.3:443 by ipv4 10.1.0.0/16, 517
+// B out, 4.0 KiB in".
+func EventText(ev api.Event) string {
+	var b strings.Builder
+	b.WriteString(ev.Decision + " " + ev.Protocol + " ")
+	dest := ev.Address
+	if ev.Port != 0 && ev.Address != "" {
+		dest = net.JoinHostPort(ev.Address, strconv.Itoa(ev.Port))
+	}
+	switch {
+	case ev.Host != "" && dest != "":
+		fmt.Fprintf(&b, "%s (%s)", ev.Host, dest)
+	case ev.Host != "":
+		b.WriteString(ev.Host)
+		if ev.Port != 0 {
+			b.WriteString(":" + strconv.Itoa(ev.Port))
+		}
+	default:
+		b.WriteString(dest)
+	}
+	if ev.Rule != "" {
+		if ev.Decision == api.DecisionAllow {
+			b.WriteString(" by " + ev.Rule)
+		} else {
+			b.WriteString(": " + ev.Rule)
+		}
+	}
+	if ev.BytesOut != 0 || ev.BytesIn != 0 {
+		fmt.Fprintf(&b, ", %s out, %s in", api.ByteSize(ev.BytesOut), api.ByteSize(ev.BytesIn))
+	}
+	if ev.Count > 1 {
+		fmt.Fprintf(&b, " ×%d", ev.Count)
+	}
+	return b.String()
+}

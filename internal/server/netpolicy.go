@@ -1,0 +1,192 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// The network policies: an outpost's (the default of its sessions), a
+// session's own (which replaces it), and the effective one each queue
+// entry holds, which the fleet API shows as spec.network_policy. Workers
+// watch the queue and apply a changed entry's policy to the running
+// session, so every change of an effective policy is written as a change
+// of the entry.
+
+// checkPolicy validates a policy from a request and returns it normalized;
+// nil stays nil. A bad policy answers 400 with the validation's sentence.
+func checkPolicy(p *api.NetworkPolicy) (*api.NetworkPolicy, error) {
+	if p == nil {
+		return nil, nil
+	}
+	n, err := netpolicy.Normalize(*p)
+	if err != nil {
+		return nil, errBadRequest("Invalid network_policy: %v.", err)
+	}
+	return &n, nil
+}
+
+// checkSessionPolicy validates a session's own policy against its outpost:
+// without network.admin it may only narrow the outpost's.
+func checkSessionPolicy(ctx context.Context, o store.Outpost, p *api.NetworkPolicy) (*api.NetworkPolicy, error) {
+	n, err := checkPolicy(p)
+	if err != nil || n == nil {
+		return n, err
+	}
+	outer := o.NetworkPolicy
+	if outer == nil || !outer.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+		return n, nil
+	}
+	if err := netpolicy.Within(*outer, *n); err != nil {
+		return nil, errForbidden("The session's %v of outpost %s; only a token with the %s scope may widen it.", err, o.Name, api.ScopeNetworkAdmin)
+	}
+	return n, nil
+}
+
+// samePolicy compares two effective policies.
+func samePolicy(a, b *api.NetworkPolicy) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(*a, *b)
+}
+
+// apiSession is toAPISession with the session's effective network policy,
+// which needs its outpost's.
+func (s *Server) apiSession(ctx context.Context, sess store.Session) (api.Session, error) {
+	out := toAPISession(sess)
+	if sess.NetworkPolicy != nil {
+		out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = netpolicy.Effective(nil, sess.NetworkPolicy), true
+		return out, nil
+	}
+	o, err := s.store.GetOutpost(ctx, sess.OutpostID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// An outpost deleted under its ended sessions: nothing to follow.
+	case err != nil:
+		return api.Session{}, fmt.Errorf("session %s: outpost %s: %w", sess.ID, sess.OutpostID, err)
+	default:
+		out.Spec.NetworkPolicy = netpolicy.Effective(o.NetworkPolicy, nil)
+	}
+	return out, nil
+}
+
+// writeSession answers 200 with the API view of sess.
+func (s *Server) writeSession(ctx context.Context, w http.ResponseWriter, sess store.Session) error {
+	out, err := s.apiSession(ctx, sess)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// updateSession is PATCH /v1/sessions/{session}: it replaces the session's
+// own network policy, or removes it with null. The session's queue entry
+// gets the new effective policy in the same transaction, which the queue's
+// watchers (the worker serving it) see as a MODIFIED event.
+func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var raw map[string]json.RawMessage
+	if err := decode(w, r, &raw); err != nil {
+		return err
+	}
+	var req api.UpdateSessionRequest
+	body, ok := raw["network_policy"]
+	for k := range raw {
+		if k != "network_policy" {
+			return errBadRequest("The request has an unknown field %q.", k)
+		}
+	}
+	if !ok {
+		return errBadRequest("network_policy is required: a policy, or null to follow the outpost's.")
+	}
+	if err := json.Unmarshal(body, &req.NetworkPolicy); err != nil {
+		return errBadRequest("network_policy is not a network policy: %v.", err)
+	}
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	// Shared: an outpost's policy cannot change while this session's
+	// effective one is decided from it.
+	o, unlock, err := s.lockOutpost(ctx, sess.OutpostID, true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	own, err := checkSessionPolicy(ctx, o, req.NetworkPolicy)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	m, err := s.store.UpdateSession(ctx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if api.IsFinal(st.Status) || e.OutpostID == "" || e.Deleted {
+			return store.Mutation{}, errConflict("Session %s has ended; its network policy no longer applies.", st.ID)
+		}
+		st.NetworkPolicy, st.UpdatedAt = own, now
+		m := store.Mutation{Session: &st}
+		if eff := netpolicy.Effective(o.NetworkPolicy, own); !samePolicy(eff, e.NetworkPolicy) {
+			e.NetworkPolicy = eff
+			m.Entry = &e
+		}
+		return m, nil
+	})
+	if err != nil {
+		return mapSessionUpdateErr(sess.ID, err)
+	}
+	s.committed(sess.ID, m)
+	sess.NetworkPolicy, sess.UpdatedAt = own, now
+	s.log.Info("session network policy changed", "session", sess.ID, "own", own != nil)
+	return s.writeSession(ctx, w, sess)
+}
+
+func mapSessionUpdateErr(id string, err error) error {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		return err
+	case errors.Is(err, store.ErrNotFound):
+		return errNotFound("Session %s does not exist.", id)
+	}
+	return fmt.Errorf("update session %s: %w", id, err)
+}
+
+// spreadOutpostPolicy brings the queue entries of outpost o's live
+// sessions that follow its policy up to date with it: each changed entry
+// is a MODIFIED event for the workers that serve them. The caller holds
+// the outposts lock, so no other change of o's policy interleaves.
+func (s *Server) spreadOutpostPolicy(ctx context.Context, o store.Outpost) error {
+	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID, NoTotal: true})
+	if err != nil {
+		return fmt.Errorf("list the queue of outpost %s: %w", o.Name, err)
+	}
+	eff := netpolicy.Effective(o.NetworkPolicy, nil)
+	for _, listed := range entries {
+		if listed.Deleted || listed.SessionStatus == api.QueueSessionTerminated {
+			continue
+		}
+		m, err := s.store.UpdateSession(ctx, listed.SessionID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
+			if st.NetworkPolicy != nil || e.Deleted || e.OutpostID != o.ID || samePolicy(eff, e.NetworkPolicy) {
+				return store.Mutation{}, nil
+			}
+			e.NetworkPolicy = eff
+			return store.Mutation{Entry: &e}, nil
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("apply outpost %s's network policy to session %s: %w", o.Name, listed.SessionID, err)
+		}
+		s.committed(listed.SessionID, m)
+	}
+	return nil
+}
