@@ -43,8 +43,9 @@ func (o *orchestrator) startGuard(ctx context.Context, s *fleet.Session, spec *S
 	g, err := netguard.Start(ctx, netguard.Options{
 		Session: s.ID, Policy: s.Claim.Spec.NetworkPolicy, GatewayURL: s.Claim.Status.GatewayURL, ResolvConf: resolv, Log: log,
 		Report: func(ctx context.Context, batch []api.NetworkDecision) error {
-			_, err := o.c.Queue.MachineEvent(ctx, s.ID, api.MachineEventRequest{AcceptorID: o.id.AcceptorID,
-				Machine: spec.Name, Backend: o.opts.Backend.Name(), Network: batch})
+			// Decisions alone: the server takes machine and backend only
+			// with a step.
+			_, err := o.c.Queue.MachineEvent(ctx, s.ID, api.MachineEventRequest{AcceptorID: o.id.AcceptorID, Network: batch})
 			return err
 		},
 	})
