@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -67,7 +68,8 @@ func (s *Session) Entry() api.QueueEntry {
 }
 
 // Updated receives a value after the session's entry changed (see Entry).
-// Changes that come faster than they are read are merged into one.
+// Changes that come faster than they are read are merged into one. It is
+// the channel Restricting reads too: use one or the other.
 func (s *Session) Updated() <-chan struct{} { return s.changes }
 
 // sessionState is the part of a Session the watch updates.
@@ -75,4 +77,28 @@ type sessionState struct {
 	mu      sync.Mutex // guards latest
 	latest  *api.QueueEntry
 	changes chan struct{}
+}
+
+// Restricting returns a channel that is closed when the session's entry,
+// open when its machine started, turns restricted (a network policy was
+// enabled while it ran): its machine runs outside any enforcement point
+// and must stop, so that the session restarts behind one. It watches
+// until ctx ends. It reads Updated: use one or the other.
+func (s *Session) Restricting(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.changes:
+			}
+			e := s.Entry()
+			if Restricted(&e) {
+				close(out)
+				return
+			}
+		}
+	}()
+	return out
 }

@@ -97,7 +97,8 @@ func Start(ctx context.Context, opts Options) (*Guard, error) {
 		}
 	}
 	if opts.ResolvConf != "" {
-		if err := os.MkdirAll(filepath.Dir(opts.ResolvConf), 0o755); err != nil {
+		// Traversable, not listable: a sandbox's user reads its file by name.
+		if err := os.MkdirAll(filepath.Dir(opts.ResolvConf), 0o711); err != nil {
 			g.Close()
 			return nil, fmt.Errorf("write the session's resolv.conf: %w", err)
 		}

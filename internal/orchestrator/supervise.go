@@ -88,7 +88,18 @@ func (o *orchestrator) supervise(ctx context.Context, s *fleet.Session, spec Spe
 	bg := context.WithoutCancel(ctx)
 	ending := fleet.Stopped
 	reason := ""
+	var restricting <-chan struct{}
+	if spec.Network == nil {
+		// An open session whose policy is enabled while its machine runs
+		// has no enforcement point: the machine goes, and it restarts
+		// behind one.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
+		restricting = s.Restricting(wctx)
+	}
 	select {
+	case <-restricting:
+		reason = "the session's network policy was enabled while its machine ran without one; the machine was removed so that the session restarts behind the policy"
 	case <-m.Done():
 		reason, ending = "remote exited: "+m.Exit(), fleet.Exited
 		code := exitCode(m)

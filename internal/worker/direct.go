@@ -92,7 +92,7 @@ func ServeDirect(ctx context.Context, opts Options) error {
 
 	// No claim to lose here: the claimer stops the remote by ending the
 	// session or by claiming it elsewhere, which kills its connect token.
-	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), log)
+	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), nil, log)
 	p.stdout.flush()
 	p.stderr.flush()
 	w.iso.endLeftovers(ctx, log)

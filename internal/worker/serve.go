@@ -39,6 +39,9 @@ type remoteProc struct {
 	// stopped is set when the worker stopped the remote; the session is then
 	// not expected to end, so its status is read once, not waited for.
 	stopped bool
+	// restricted is set when it was stopped because the session's network
+	// policy was enabled while it ran outside a namespace.
+	restricted bool
 }
 
 // Run is the worker's fleet.Runner: it runs a remote for the claimed
@@ -88,7 +91,15 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		guard.Follow(s.Updated(), s.Entry)
 	}
 
-	exitErr := w.wait(ctx, p, s.Stopping(), log)
+	var restricting <-chan struct{}
+	if guard == nil {
+		// An open session whose policy is enabled while it runs has no
+		// enforcement point: its remote stops, and it restarts behind one.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
+		restricting = s.Restricting(wctx)
+	}
+	exitErr := w.wait(ctx, p, s.Stopping(), restricting, log)
 	p.stdout.flush()
 	p.stderr.flush()
 	w.iso.endLeftovers(ctx, log)
@@ -97,6 +108,8 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	err = fmt.Errorf("remote for session %s stopped before the session ended (%s)", id, fleet.ExitString(exitErr))
 	var out fleet.Outcome
 	switch {
+	case p.restricted:
+		out = fleet.Stopped(err).WithReason("The session's network policy was enabled while its remote ran without one; the remote was stopped so that the session restarts behind the policy.")
 	case p.stopped:
 		// The worker stopped it (the claim was lost, the worker shuts
 		// down): the queue alone says whether the session is over.
@@ -252,12 +265,17 @@ func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, th
 }
 
 // wait returns the remote's exit error once it exits. When ctx ends (the
-// claim is lost) it stops the remote at once; when stopping is closed it
-// gives the remote the grace period first.
-func (w *worker) wait(ctx context.Context, p *remoteProc, stopping <-chan struct{}, log *slog.Logger) error {
+// claim is lost) or restricting is closed (the session needs a network
+// namespace it does not run in) it stops the remote at once; when stopping
+// is closed it gives the remote the grace period first.
+func (w *worker) wait(ctx context.Context, p *remoteProc, stopping, restricting <-chan struct{}, log *slog.Logger) error {
 	select {
 	case err := <-p.exited:
 		return err
+	case <-restricting:
+		log.Warn("the session's network policy was enabled while it ran without one: stopping its remote so that it restarts behind the policy")
+		p.restricted = true
+		return w.stop(p, log)
 	case <-ctx.Done():
 	case <-stopping:
 		log.Info("shutting down: waiting for the session's remote to finish", "grace_period", w.opts.GracePeriod)
