@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -54,25 +55,47 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	hosts := startTestHosts(t)
 	c := startCluster(t)
-	outpost := "netpol"
-	token := setupOutpost(t, c, outpost)
-	env := func() []string {
-		return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "XDG_CONFIG_HOME=" + t.TempDir(),
-			"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token}
+	// The run-as user of user isolation must reach the binary.
+	if err := os.Chmod(filepath.Dir(binary), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	worker := func(name, isolation string) *proc {
-		work := sharedTempDir(t, name)
-		return startExact(t, name, env(), work, "worker", "start", "--outpost", outpost, "--dir", work,
-			"--data-dir", filepath.Join(t.TempDir(), "data"), "--isolation", isolation, "--log-level", "debug")
-	}
-	open := worker("worker-none", "none")
-	waitfor.Within(t, 30*time.Second, "the unisolated worker to leave restricted sessions to others", func() bool {
-		return strings.Contains(open.out.String(), "sessions with a network policy are left to other workers")
-	})
+	t.Run("bwrap", func(t *testing.T) { restrictedSession(t, c, hosts, "bwrap", true) })
+	t.Run("user", func(t *testing.T) { restrictedSession(t, c, hosts, "user", false) })
+	t.Run("enabled-while-running", func(t *testing.T) { policyEnabledWhileRunning(t, c) })
+}
 
+// netWorker starts a worker of outpost with the given isolation (and a
+// run-as user for user isolation).
+func netWorker(t *testing.T, c *cluster, outpost, token, name, isolation string) *proc {
+	t.Helper()
+	work := sharedTempDir(t, name)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "XDG_CONFIG_HOME=" + t.TempDir(),
+		"OUTPOST_SERVER=" + c.url, "OUTPOST_TOKEN=" + token}
+	args := []string{"worker", "start", "--outpost", outpost, "--dir", work, "--data-dir", filepath.Join(sharedTempDir(t, name+"-data"), "data"),
+		"--isolation", isolation, "--log-level", "debug"}
+	if isolation == "user" {
+		args = append(args, "--run-as", dedicatedUser(t).Username)
+	}
+	return startExact(t, name, env, work, args...)
+}
+
+// restrictedSession runs a restricted session's probes on a worker of the
+// given isolation; withOpen also runs an unisolated worker on the outpost
+// first, which must leave the session alone.
+func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation string, withOpen bool) {
+	outpost := "netpol-" + isolation
+	token := setupOutpost(t, c, outpost)
+	var open *proc
+	if withOpen {
+		open = netWorker(t, c, outpost, token, "worker-none", "none")
+		waitfor.Within(t, 30*time.Second, "the unisolated worker to leave restricted sessions to others", func() bool {
+			return strings.Contains(open.out.String(), "sessions with a network policy are left to other workers")
+		})
+	}
+	udp0, dns0 := hosts.udp.Load(), hosts.dns.Load()
 	live := `for i in $(seq 1 100); do curl -s --max-time 2 -o /dev/null http://denied.test/ && { echo live=reached; exit 0; }; sleep 0.3; done; echo live=never`
 	id := createSession(t, c, api.CreateSessionRequest{
-		Outpost: outpost, Title: "network policy",
+		Outpost: outpost, Title: "network policy " + isolation,
 		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "allowed.test"}}},
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
 			execStep(`out=$(curl -s --max-time 10 http://allowed.test/) && echo "allowed=$out" || echo allowed=refused`),
@@ -83,12 +106,14 @@ func TestNetworkPolicy(t *testing.T) {
 			execStep(live),
 		}},
 	})
-	// The unisolated worker has seen the session pending and left it.
-	waitfor.Within(t, 30*time.Second, "the unisolated worker to see the session", func() bool {
-		var e api.QueueEntry
-		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Spec.NetworkPolicy != nil
-	})
-	sandboxed := worker("worker-bwrap", "bwrap")
+	if withOpen {
+		// The unisolated worker has had the session in its queue.
+		waitfor.Within(t, 30*time.Second, "the session in the queue", func() bool {
+			var e api.QueueEntry
+			return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Spec.NetworkPolicy != nil
+		})
+	}
+	enforcing := netWorker(t, c, outpost, token, "worker-"+isolation, isolation)
 	waitfor.Within(t, 90*time.Second, "the session's probes to run", func() bool {
 		return strings.Contains(sessionOutput(t, c, id), "dns=asked")
 	})
@@ -100,47 +125,85 @@ func TestNetworkPolicy(t *testing.T) {
 	s := c.waitFinal(id, 90*time.Second)
 	out := sessionOutput(t, c, id)
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
-		t.Fatalf("session ended %s/%s: %s\n%s\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out, sandboxed.out.String())
+		t.Fatalf("session ended %s/%s: %s\n%s\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out, enforcing.out.String())
 	}
 	for _, want := range []string{"allowed=hello allowed.test", "denied=refused", "raw=refused", "udp=refused", "dns=asked", "live=reached"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the session printed no %q:\n%s", want, out)
 		}
 	}
-	if n := hosts.udp.Load(); n != 0 {
+	if n := hosts.udp.Load() - udp0; n != 0 {
 		t.Errorf("the UDP echo got %d datagrams", n)
 	}
-	if n := hosts.dns.Load(); n != 0 {
+	if n := hosts.dns.Load() - dns0; n != 0 {
 		t.Errorf("the test hosts' DNS server got %d queries: a session reached another DNS server", n)
 	}
-	if strings.Contains(open.out.String(), `msg="claimed session" session=`+id) {
+	if open != nil && strings.Contains(open.out.String(), `msg="claimed session" session=`+id) {
 		t.Errorf("the unisolated worker claimed the restricted session:\n%s", open.out.String())
 	}
+	// The last decisions reach the transcript as the worker closes the
+	// session's engine, just after the session ends.
+	kinds := []string{"allowed", "denied", "raw", "udp", "dns", "live"}
 	found := map[string]bool{}
-	for _, ev := range c.events(id) {
-		if ev.Type != api.EventNetwork {
-			continue
+	waitfor.Within(t, 30*time.Second, "every decision in the transcript", func() bool {
+		for _, ev := range c.events(id) {
+			if ev.Type != api.EventNetwork {
+				continue
+			}
+			switch {
+			case ev.Decision == api.DecisionAllow && ev.Host == "allowed.test" && ev.Port == 80 && ev.BytesIn > 0:
+				found["allowed"] = true
+			case ev.Decision == api.DecisionDeny && ev.Host == "denied.test" && ev.Protocol == api.ProtocolTCP:
+				found["denied"] = true
+			case ev.Decision == api.DecisionDeny && ev.Address == hostsAddr && ev.Port == 8080:
+				found["raw"] = true
+			case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolUDP && ev.Port == 9999:
+				found["udp"] = true
+			case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolDNS && ev.Host == "denied.test":
+				found["dns"] = true
+			case ev.Decision == api.DecisionAllow && ev.Host == "denied.test" && ev.Protocol == api.ProtocolTCP:
+				found["live"] = true
+			}
 		}
-		t.Logf("network event: %s %s %s %s:%d %q x%d", ev.Decision, ev.Protocol, ev.Host, ev.Address, ev.Port, ev.Rule, ev.Count)
-		switch {
-		case ev.Decision == api.DecisionAllow && ev.Host == "allowed.test" && ev.Port == 80 && ev.BytesIn > 0:
-			found["allowed"] = true
-		case ev.Decision == api.DecisionDeny && ev.Host == "denied.test" && ev.Protocol == api.ProtocolTCP:
-			found["denied"] = true
-		case ev.Decision == api.DecisionDeny && ev.Address == hostsAddr && ev.Port == 8080:
-			found["raw"] = true
-		case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolUDP && ev.Port == 9999:
-			found["udp"] = true
-		case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolDNS && ev.Host == "denied.test":
-			found["dns"] = true
-		case ev.Decision == api.DecisionAllow && ev.Host == "denied.test" && ev.Protocol == api.ProtocolTCP:
-			found["live"] = true
-		}
+		return len(found) == len(kinds)
+	})
+	if t.Failed() {
+		t.Logf("the worker's log:\n%s", tail(enforcing.out.String(), 6000))
 	}
-	for _, k := range []string{"allowed", "denied", "raw", "udp", "dns", "live"} {
-		if !found[k] {
-			t.Errorf("no network event for %s in the transcript", k)
-		}
+}
+
+// policyEnabledWhileRunning: an open session whose policy is enabled
+// while it runs loses its remote, which ran outside any namespace, with
+// the reason, and its next remote runs behind the policy. (The call the
+// stopped remote was running is cancelled, which ends a script session;
+// what matters here is that nothing more runs open.)
+func policyEnabledWhileRunning(t *testing.T, c *cluster) {
+	outpost := "netpol-later"
+	token := setupOutpost(t, c, outpost)
+	w := netWorker(t, c, outpost, token, "worker-later", "bwrap")
+	wait := `for i in $(seq 1 300); do curl -s --max-time 1 -o /dev/null http://denied.test/ || { echo blocked=yes; exit 0; }; echo open; sleep 0.2; done; echo blocked=never`
+	id := createSession(t, c, api.CreateSessionRequest{
+		Outpost: outpost, Title: "policy enabled while running",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep(wait)}},
+	})
+	waitfor.Within(t, 60*time.Second, "the open session to reach the host", func() bool {
+		return strings.Contains(sessionOutput(t, c, id), "open")
+	})
+	patch := api.UpdateSessionRequest{NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "allowed.test"}}}}
+	if code := c.api("PATCH", "/v1/sessions/"+id, c.admin, patch, nil); code != 200 {
+		t.Fatalf("PATCH the session's policy: %d", code)
+	}
+	waitfor.Within(t, 60*time.Second, "the worker to stop the open remote", func() bool {
+		return strings.Contains(w.out.String(), "network policy was enabled while it ran without one")
+	})
+	waitfor.Within(t, 60*time.Second, "the session's remote to start again behind the policy", func() bool {
+		return strings.Count(w.out.String(), `msg="remote started" session=`+id) == 2 &&
+			strings.Contains(w.out.String(), "network_policy=true")
+	})
+	s := c.waitFinal(id, 90*time.Second)
+	t.Logf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
+	if strings.Contains(sessionOutput(t, c, id), "blocked=never") {
+		t.Errorf("the session ran on open:\n%s", sessionOutput(t, c, id))
 	}
 }
 
@@ -161,8 +224,12 @@ func reexecInPrivateNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := `ip link set lo up && mount --bind "$0" /etc/hosts && exec "$@"`
+	run := "^TestNetworkPolicy$"
+	if f := flag.Lookup("test.run"); f != nil && strings.HasPrefix(f.Value.String(), run+"/") {
+		run = f.Value.String() // a subtest asked for
+	}
 	cmd := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, hostsFile,
-		os.Args[0], "-test.run", "^TestNetworkPolicy$", "-test.v", "-test.timeout", "280s")
+		os.Args[0], "-test.run", run, "-test.v", "-test.timeout", "280s")
 	cmd.Env = append(os.Environ(), privateNetnsEnv+"=1", binaryEnv+"="+binary)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestNetworkPolicy") {
