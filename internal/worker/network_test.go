@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,13 @@ func TestRestrictedSessionInNamespace(t *testing.T) {
 			if err := Run(ctx, opts); err != nil {
 				t.Fatalf("Run = %v\n%s", err, out.String())
 			}
-			hostNS, _ := os.Readlink("/proc/self/ns/net")
+			// A child's, not /proc/self's: the main thread may have been left in
+			// a namespace a locked goroutine made (the runtime keeps it, idle).
+			nsOut, err := exec.Command("readlink", "/proc/self/ns/net").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostNS := strings.TrimSpace(string(nsOut))
 			got := out.String()
 			for _, want := range []string{"gateway=404", "address=refused", "name=refused"} {
 				if !strings.Contains(got, want) {
