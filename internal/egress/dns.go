@@ -105,13 +105,20 @@ func (e *Engine) answerDNS(ctx context.Context, q []byte) []byte {
 
 // serveDNSOverUDP answers the queries of one client port until it idles.
 func (e *Engine) serveDNSOverUDP(r *udp.ForwarderRequest) {
+	// Each client port holds a goroutine for a few seconds: it takes a
+	// flow slot, and a query past the cap is dropped (the client retries).
+	if !e.takeSlot() {
+		return
+	}
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
+		e.giveSlot()
 		return
 	}
 	conn := gonet.NewUDPConn(&wq, ep)
 	if !e.goTracked(func() {
+		defer e.giveSlot()
 		defer conn.Close()
 		stop := context.AfterFunc(e.ctx, func() { conn.Close() })
 		defer stop()
@@ -134,6 +141,7 @@ func (e *Engine) serveDNSOverUDP(r *udp.ForwarderRequest) {
 		}
 	}) {
 		conn.Close()
+		e.giveSlot()
 	}
 }
 
@@ -151,6 +159,11 @@ func truncated(q []byte) []byte {
 
 // serveDNSOverTCP answers length-prefixed queries on one connection.
 func (e *Engine) serveDNSOverTCP(r *tcp.ForwarderRequest) {
+	if !e.takeSlot() {
+		r.Complete(true)
+		return
+	}
+	defer e.giveSlot()
 	if !e.enter() {
 		r.Complete(true)
 		return

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gvlog "gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -33,6 +34,8 @@ const (
 	// maxNames bounds that memory.
 	maxNames = 4096
 )
+
+var quietGVisor sync.Once
 
 // Engine enforces a policy on a [Namespace]'s traffic. Its methods are safe
 // for concurrent use.
@@ -198,6 +201,10 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 // each connection the namespace opens lands in a forwarder. install sets the
 // forwarders up before the first packet can arrive.
 func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
+	// gVisor logs to stderr on its own, at Info for packets a session can
+	// craft at will (martians); the engine reports what matters through
+	// decisions and its slog logger instead.
+	quietGVisor.Do(func() { gvlog.SetLevel(gvlog.Warning) })
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
@@ -356,18 +363,29 @@ func (e *Engine) shutdown() {
 	e.st.Wait()
 }
 
+// takeSlot takes one of the MaxFlows slots; false when none is free.
+func (e *Engine) takeSlot() bool {
+	select {
+	case e.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveSlot returns a slot takeSlot took.
+func (e *Engine) giveSlot() { <-e.slots }
+
 // begin registers a flow and takes a slot for it; false when the engine is
 // closed or full. The caller runs finish when the flow ends.
 func (e *Engine) begin(f *flow) bool {
-	select {
-	case e.slots <- struct{}{}:
-	default:
+	if !e.takeSlot() {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		<-e.slots
+		e.giveSlot()
 		return false
 	}
 	e.flows[f] = struct{}{}
@@ -384,7 +402,7 @@ func (e *Engine) finish(f *flow) {
 	e.n.bytesOut.Add(f.out.Load())
 	e.n.bytesIn.Add(f.in.Load())
 	e.mu.Unlock()
-	<-e.slots
+	e.giveSlot()
 	e.n.active.Add(-1)
 	if f.denied {
 		e.wg.Done()

@@ -2,12 +2,17 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,5 +221,66 @@ func TestICMPGoesNowhere(t *testing.T) {
 	buf := make([]byte, 1500)
 	if n, from, err := pc.ReadFrom(buf); err == nil {
 		t.Fatalf("an ICMP answer came back from %v (%d bytes)", from, n)
+	}
+}
+
+// TestDNSConnectionsCountAgainstTheCap holds TCP connections to the DNS
+// address open: past MaxFlows they are refused, and DNS works again once
+// they close.
+func TestDNSConnectionsCountAgainstTheCap(t *testing.T) {
+	s := newSession(t, webPolicy(), func(c *Config) { c.MaxFlows = 8 })
+	var held []net.Conn
+	refused := 0
+	for range 20 {
+		c, err := s.dial("tcp", hostPort(s.ns.DNS(), 53))
+		if err != nil {
+			refused++
+			continue
+		}
+		held = append(held, c)
+	}
+	// A connection the engine refuses after the handshake reads as reset.
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); isReset(err) {
+			refused++
+		}
+	}
+	if refused < 12 {
+		t.Errorf("%d of 20 held DNS connections refused, want at least 12 past a cap of 8", refused)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		addrs, err := s.lookup(t, netip.Addr{}, "ip4", "allowed.test")
+		if err == nil && len(addrs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DNS after the held connections closed: %v, %v", addrs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStartKeepsAParentDeathSignalChildAlive starts a child that asks to
+// die with its parent thread: it must outlive Start, and run inside the
+// namespace.
+func TestStartKeepsAParentDeathSignalChildAlive(t *testing.T) {
+	s := newSession(t, nil, nil)
+	cmd := exec.Command("sh", "-c", "sleep 0.5; cat /proc/self/net/dev")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := s.ns.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the child died: %v", err)
+	}
+	if !strings.Contains(out.String(), tunName) {
+		t.Fatalf("the child's interfaces have no %s:\n%s", tunName, out.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
@@ -121,7 +122,41 @@ func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) 
 		n.Close()
 		return nil, fmt.Errorf("configure network namespace: %w: %s", err, bytes.TrimSpace(out.Bytes()))
 	}
+	if err := waitIPv6Ready(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
 	return n, nil
+}
+
+// waitIPv6Ready waits until the kernel routes the TUN device's IPv6
+// address to itself. The kernel adds that local route only once the
+// device's link state has settled (its link watch can take up to a second);
+// until then it may send from the address but drops what comes back to it,
+// so a session's first IPv6 exchange would be lost. It runs on the thread
+// that is in the namespace.
+func waitIPv6Ready(ctx context.Context) error {
+	// /proc/net/ipv6_route writes the destination as 32 hex digits and
+	// the prefix length in hex: the address's own route is "<addr> 80".
+	want := strings.ReplaceAll(tunAddr6.Addr().StringExpanded(), ":", "") + " 80 "
+	start := time.Now()
+	for {
+		b, err := os.ReadFile("/proc/thread-self/net/ipv6_route")
+		if err != nil {
+			return fmt.Errorf("configure network namespace: read IPv6 routes: %w", err)
+		}
+		if strings.Contains(string(b), want) {
+			return nil
+		}
+		if time.Since(start) > 5*time.Second {
+			return errors.New("configure network namespace: the kernel did not route the TUN device's IPv6 address within 5 seconds")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // Path is a path to the namespace usable with setns(2) or nsenter --net=,
@@ -140,6 +175,12 @@ func (n *Namespace) ResolvConf() []byte {
 }
 
 // Start starts cmd inside the namespace. The caller waits for it as usual.
+//
+// The thread that forks cmd enters the namespace and goes back to the
+// caller's before it serves other goroutines. It must not end instead: the
+// kernel sends a child's parent-death signal (SysProcAttr.Pdeathsig, bwrap's
+// --die-with-parent) when the thread that forked it ends, which would kill
+// cmd at once.
 func (n *Namespace) Start(cmd *exec.Cmd) error {
 	n.mu.Lock()
 	closed := n.closed
@@ -149,20 +190,33 @@ func (n *Namespace) Start(cmd *exec.Cmd) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		// Locked and never unlocked: the thread joins the namespace for the
-		// fork and is discarded when the goroutine ends.
 		runtime.LockOSThread()
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("open the current network namespace: %w", err)
+			return
+		}
+		defer unix.Close(home)
 		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("enter network namespace: %w", err)
 			return
 		}
-		done <- cmd.Start()
+		err = cmd.Start()
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		// Otherwise the thread stays locked and ends with the goroutine,
+		// taking the namespace with it rather than into other goroutines.
+		done <- err
 	}()
 	return <-done
 }
 
 // Do runs f on an OS thread inside the namespace. Sockets f opens belong to
-// the namespace and keep working after f returns, from any goroutine.
+// the namespace and keep working after f returns, from any goroutine. The
+// thread ends when f returns; start processes with Start, not from f.
 func (n *Namespace) Do(f func() error) error {
 	n.mu.Lock()
 	closed := n.closed

@@ -73,13 +73,16 @@ func (m *Matcher) Restricted() bool { return m != nil && m.restricted }
 // case-insensitively, a trailing dot ignored) on port against the
 // policy's hostname rules. It returns the description of the first rule
 // that allows it, or "" and false; an unrestricted Matcher allows
-// everything with rule "". An IP literal matches no hostname rule.
+// everything with rule "". An IP literal matches no hostname rule, and
+// neither does a host that is not a DNS name (an empty label, a byte
+// other than a letter, digit, '-' or '_'), so no trick of spelling
+// reaches a glob's suffix.
 func (m *Matcher) AllowName(host string, port uint16) (rule string, ok bool) {
 	if !m.Restricted() {
 		return "", true
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if host == "" {
+	if !dnsName(host) {
 		return "", false
 	}
 	for _, r := range m.names {
@@ -112,6 +115,31 @@ func (m *Matcher) AllowAddr(addr netip.Addr, port uint16) (rule string, ok bool)
 		}
 	}
 	return "", false
+}
+
+// dnsName reports whether h (lower-case) is a DNS name: labels of 1 to 63
+// letters, digits, '-' and '_', at most 253 bytes in all.
+func dnsName(h string) bool {
+	if h == "" || len(h) > maxHostnameLen {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(h); i++ {
+		switch c := h[i]; {
+		case c == '.':
+			if n == 0 {
+				return false
+			}
+			n = 0
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			if n++; n > 63 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return n > 0
 }
 
 func portAllowed(ports []int, port uint16) bool {

@@ -144,6 +144,14 @@ func TestMatcher(t *testing.T) {
 		{"", 443, ""},
 		{".", 443, ""},
 		{"10.1.0.1", 443, ""},
+		{"a..example.test", 443, ""},
+		{"evil.test\x00.example.test", 443, ""},
+		{"evil.test/.example.test", 443, ""},
+		{"a b.example.test", 443, ""},
+		{"ä.example.test", 443, ""},
+		{"xn--4ca.example.test", 443, "hostname *.example.test"},
+		{strings.Repeat("a", 64) + ".example.test", 443, ""},
+		{strings.Repeat("a.", 125) + "example.test", 443, ""},
 	} {
 		rule, ok := m.AllowName(tc.host, tc.port)
 		if rule != tc.rule || ok != (tc.rule != "") {
@@ -323,7 +331,12 @@ func FuzzPolicy(f *testing.F) {
 		if err := Within(p, p); err != nil {
 			t.Fatalf("a policy is not within itself: %v", err)
 		}
-		m.AllowName(name, port)
+		if rule, ok := m.AllowName(name, port); ok && m.Restricted() {
+			h := strings.ToLower(strings.TrimSuffix(name, "."))
+			if rule == "" || normalizeHostnameOK(h) != nil {
+				t.Fatalf("AllowName(%q) allowed a name that is no DNS name (rule %q)", name, rule)
+			}
+		}
 		if a, err := netip.ParseAddr(addr); err == nil {
 			rule, ok := m.AllowAddr(a, port)
 			if ok && m.Restricted() && rule == "" {
@@ -349,4 +362,11 @@ func TestEventText(t *testing.T) {
 			t.Errorf("EventText = %q, want %q", got, tc.want)
 		}
 	}
+}
+
+// normalizeHostnameOK checks an allowed host as a hostname rule would be
+// checked (without a glob).
+func normalizeHostnameOK(h string) error {
+	_, err := normalizeHostname(h)
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -157,6 +158,46 @@ func mapSessionUpdateErr(id string, err error) error {
 		return errNotFound("Session %s does not exist.", id)
 	}
 	return fmt.Errorf("update session %s: %w", id, err)
+}
+
+// checkOutpostNarrowing refuses a new outpost policy that would leave
+// live sessions of o with policies of their own wider than it (they were
+// checked against the old one), unless the caller holds network.admin:
+// a session's policy only narrows its outpost's, whichever of the two
+// changes. The caller holds the outposts lock, so no session's own
+// policy changes meanwhile.
+func (s *Server) checkOutpostNarrowing(ctx context.Context, o store.Outpost, next *api.NetworkPolicy) error {
+	if next == nil || !next.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+		return nil
+	}
+	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID, NoTotal: true})
+	if err != nil {
+		return fmt.Errorf("list the queue of outpost %s: %w", o.Name, err)
+	}
+	var wider []string
+	for _, e := range entries {
+		if e.Deleted || e.SessionStatus == api.QueueSessionTerminated {
+			continue
+		}
+		sess, err := s.store.GetSession(ctx, e.SessionID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get session %s: %w", e.SessionID, err)
+		}
+		if sess.NetworkPolicy != nil && !api.IsFinal(sess.Status) && netpolicy.Within(*next, *sess.NetworkPolicy) != nil {
+			wider = append(wider, sess.ID)
+		}
+	}
+	if len(wider) == 0 {
+		return nil
+	}
+	if len(wider) > 10 {
+		wider = append(wider[:10], fmt.Sprintf("and %d more", len(wider)-10))
+	}
+	return errConflict("The new network policy would not contain the policies of sessions %s, which have their own; change or clear theirs first, or use a token with the %s scope.",
+		strings.Join(wider, ", "), api.ScopeNetworkAdmin)
 }
 
 // spreadOutpostPolicy brings the queue entries of outpost o's live

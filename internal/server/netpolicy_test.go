@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -292,6 +293,19 @@ func TestNetworkPolicyLiveChangeWatched(t *testing.T) {
 	if ev.Object.Metadata.SessionID != id || ev.Object.Spec.NetworkPolicy != nil {
 		t.Fatalf("watch event %+v, want %s unrestricted", ev, id)
 	}
+	// A policy the session with its own would widen is refused, unless
+	// the token holds network.admin (admin does).
+	orch := ts.token([]string{api.ScopeOrchestrator}, "")
+	tight := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}
+	code, msg := ts.failure("PATCH", "/v1/outposts/net", orch, api.UpdateOutpostRequest{NetworkPolicy: &tight})
+	if code != 409 || !strings.Contains(msg, ownID) || !strings.Contains(msg, "network.admin") {
+		t.Fatalf("narrowing under a session's own policy: %d %q", code, msg)
+	}
+	var unchanged api.Outpost
+	ts.mustDo(200, "GET", "/v1/outposts/net", ts.admin, nil, &unchanged)
+	if unchanged.Spec.NetworkPolicy != nil && unchanged.Spec.NetworkPolicy.Enabled {
+		t.Fatalf("the refused PATCH changed the outpost's policy to %s", policyJSON(t, unchanged.Spec.NetworkPolicy))
+	}
 	// A PATCH of another field sends nothing; the next event is the
 	// session-own one's change.
 	mr := 5
@@ -393,6 +407,14 @@ func TestNetworkDecisionsIntoTranscript(t *testing.T) {
 	if v, _ := sample(t, ts, "outpost_network_connections_total", `decision="allow",outpost="net"`); v != 1 {
 		t.Errorf("allowed connections counted %v, want 1", v)
 	}
+	// The web UI's session page shows the policy and the decisions.
+	status, page := rawGet(t, ts, "/ui/sessions/"+id, true)
+	for _, want := range []string{"only hostname *.example.test; ipv4 10.1.0.0/16 ports 80,443; ipv6 fd00::/8",
+		"network deny tcp 192.0.2.9:22: no rule allows it ×7", "network allow tcp api.example.test (10.1.2.3:443) by hostname *.example.test"} {
+		if status != 200 || !strings.Contains(page, want) {
+			t.Errorf("the session page (%d) does not show %q", status, want)
+		}
+	}
 	// A step and decisions together: the answer is the step's event.
 	var ev api.Event
 	ts.mustDo(201, "POST", path, machine, api.MachineEventRequest{AcceptorID: "w1", Step: api.MachineStepStart, Network: decisions[:1]}, &ev)
@@ -424,4 +446,39 @@ func (ts *testServer) fetchWith(method, path, token string, raw []byte) (int, ht
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+// On PostgreSQL with two replicas, a policy change made on one reaches a
+// queue watch on the other (the change's notification, not the backstop
+// poll), for a session's own policy and for its outpost's.
+func TestNetworkPolicyChangeAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, _ := startFanoutPair(t, time.Hour)
+	a.mustDo(201, "POST", "/v1/outposts", a.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id := a.session("net").Metadata.SessionID
+	var l api.QueueList
+	b.mustDo(200, "GET", "/v1/queue?outpost=net", b.admin, nil, &l)
+	if len(l.Items) != 1 || policyJSON(t, l.Items[0].Spec.NetworkPolicy) != normalized {
+		t.Fatalf("replica b lists %+v", l.Items)
+	}
+	lw := openWatch(t, b.testServer, b.admin, "/v1/queue?watch=true&outpost=net&cursor="+l.Cursor)
+
+	narrow := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}
+	a.mustDo(200, "PATCH", "/v1/sessions/"+id, a.admin, api.UpdateSessionRequest{NetworkPolicy: &narrow}, nil)
+	if ev := lw.next(t); ev.Object.Metadata.SessionID != id || policyJSON(t, ev.Object.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b's watch: %+v, want the narrowed policy", ev)
+	}
+	a.mustDo(200, "PATCH", "/v1/sessions/"+id, a.admin, map[string]any{"network_policy": nil}, nil)
+	if ev := lw.next(t); policyJSON(t, ev.Object.Spec.NetworkPolicy) != normalized {
+		t.Fatalf("replica b's watch: %+v, want the outpost's policy", ev)
+	}
+	a.mustDo(200, "PATCH", "/v1/outposts/net", a.admin, api.UpdateOutpostRequest{NetworkPolicy: &narrow}, nil)
+	if ev := lw.next(t); policyJSON(t, ev.Object.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b's watch: %+v, want the outpost's new policy", ev)
+	}
+	var s api.Session
+	b.mustDo(200, "GET", "/v1/sessions/"+id, b.admin, nil, &s)
+	if policyJSON(t, s.Spec.NetworkPolicy) != policyJSON(t, &narrow) {
+		t.Fatalf("replica b shows the session's policy %s", policyJSON(t, s.Spec.NetworkPolicy))
+	}
 }

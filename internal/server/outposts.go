@@ -260,6 +260,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		policyChanged = !samePolicy(netpolicy.Effective(o.NetworkPolicy, nil), netpolicy.Effective(policy, nil))
+		if policyChanged {
+			if err := s.checkOutpostNarrowing(ctx, o, policy); err != nil {
+				return err
+			}
+		}
 		o.NetworkPolicy = policy
 	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,

@@ -14,9 +14,24 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
 var funcs = template.FuncMap{
+	// networkPolicy shows an effective network policy in one line.
+	"networkPolicy": func(p *api.NetworkPolicy) string {
+		if p == nil || !p.Enabled {
+			return "unrestricted"
+		}
+		if len(p.Allow) == 0 {
+			return "nothing allowed"
+		}
+		rules := make([]string, len(p.Allow))
+		for i, r := range p.Allow {
+			rules[i] = netpolicy.Describe(r)
+		}
+		return "only " + strings.Join(rules, "; ")
+	},
 	"unix": func(v int64) string {
 		if v == 0 {
 			return ""

@@ -60,7 +60,8 @@ var (
 	entryFields = map[string]objectFields{
 		"":         {contract: []string{"metadata", "spec", "status"}},
 		"metadata": {contract: []string{"session_id", "outpost_id", "created_at", "updated_at"}, added: []string{"created_at_ms"}},
-		// Outpost enforces no network policy, so it sends none.
+		// The network policy is sent only for a restricted session; the
+		// sessions here are unrestricted.
 		"spec": {contract: []string{"kind", "platform", "remote_binary_sha", "network_policy"}, added: []string{"priority"},
 			absent: []string{"network_policy"}},
 		// connect_token and gateway_url are only in a claim's answer.
@@ -77,7 +78,7 @@ var (
 		"":         {contract: []string{"metadata", "spec", "status"}},
 		"metadata": {contract: []string{"outpost_id", "account_id", "created_at"}},
 		"spec": {contract: []string{"name", "platform", "description", "allowed_org_ids"},
-			added: []string{"remote_binary_sha", "max_running", "max_attempts", "max_snapshot_bytes"}},
+			added: []string{"remote_binary_sha", "max_running", "max_attempts", "max_snapshot_bytes", "network_policy"}},
 		"status": {contract: []string{"queue_depth", "active_claims"}},
 	}
 	queueListFields   = objectFields{contract: []string{"items", "cursor", "has_next_page", "total"}}
