@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +19,6 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/egress"
-	"golang.org/x/sys/unix"
 )
 
 // Guard is a restricted session's enforcement point: its namespace and
@@ -117,50 +114,11 @@ func Start(ctx context.Context, opts Options) (*Guard, error) {
 	return g, nil
 }
 
-// Start starts cmd inside the session's namespace.
-//
-// The thread that forks cmd enters the namespace and then goes back to
-// the worker's before it serves other goroutines. It must not end instead
-// (as egress.Namespace.Start's does): the kernel sends a child's parent-
-// death signal (Pdeathsig, bwrap's --die-with-parent) when the thread
-// that started it ends, which would kill the session's remote at once.
-func (g *Guard) Start(cmd *exec.Cmd) error {
-	target, err := unix.Open(g.ns.Path(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the session's network namespace: %w", err)
-	}
-	defer unix.Close(target)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open the worker's network namespace: %w", err)
-			return
-		}
-		defer unix.Close(home)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("enter the session's network namespace: %w", err)
-			return
-		}
-		err = cmd.Start()
-		if serr := unix.Setns(home, unix.CLONE_NEWNET); serr != nil {
-			// The thread stays in the session's namespace: it ends with
-			// this goroutine (locked), and with it, the child.
-			if err == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-			done <- errors.Join(err, fmt.Errorf("leave the session's network namespace: %w", serr))
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- err
-	}()
-	return <-done
-}
+// Start starts cmd inside the session's namespace. The thread that forks
+// it goes back to the caller's namespace (egress.Namespace.Start), so a
+// child's parent-death signal (Pdeathsig, bwrap's --die-with-parent) does
+// not fire as it returns.
+func (g *Guard) Start(cmd *exec.Cmd) error { return g.ns.Start(cmd) }
 
 // NamespacePath is a path to the namespace (setns, nsenter --net=, podman
 // --network ns:PATH), valid while g is open.
