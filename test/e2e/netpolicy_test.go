@@ -62,6 +62,53 @@ func TestNetworkPolicy(t *testing.T) {
 	t.Run("bwrap", func(t *testing.T) { restrictedSession(t, c, hosts, "bwrap", true) })
 	t.Run("user", func(t *testing.T) { restrictedSession(t, c, hosts, "user", false) })
 	t.Run("enabled-while-running", func(t *testing.T) { policyEnabledWhileRunning(t, c) })
+	t.Run("orchestrate", func(t *testing.T) { orchestratedRestricted(t, c) })
+}
+
+// orchestratedRestricted: `outpost orchestrate --backend process` never
+// claims a restricted session; `--backend bwrap` serves it behind its
+// policy.
+func orchestratedRestricted(t *testing.T, c *cluster) {
+	outpost := "netpol-orch"
+	token := setupOutpost(t, c, outpost)
+	open := startOrchestrator(t, c, outpost, token, t.TempDir(), "--backend", "process")
+	waitfor.Within(t, 30*time.Second, "the process orchestrator to start", func() bool {
+		return strings.Contains(open.out.String(), "orchestrator ready")
+	})
+	id := createSession(t, c, api.CreateSessionRequest{
+		Outpost: outpost, Title: "orchestrated network policy",
+		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "allowed.test"}}},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			execStep(`out=$(curl -s --max-time 10 http://allowed.test/) && echo "allowed=$out" || echo allowed=refused`),
+			execStep(`curl -s --max-time 10 -o /dev/null http://denied.test/ && echo denied=reached || echo denied=refused`),
+		}},
+	})
+	waitfor.Within(t, 30*time.Second, "the session in the queue", func() bool {
+		var e api.QueueEntry
+		return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Spec.NetworkPolicy != nil
+	})
+	sandboxed := startOrchestrator(t, c, outpost, token, t.TempDir(), "--backend", "bwrap")
+	s := c.waitFinal(id, 90*time.Second)
+	out := sessionOutput(t, c, id)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s\n%s\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out, sandboxed.out.String())
+	}
+	for _, want := range []string{"allowed=hello allowed.test", "denied=refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the session printed no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(open.out.String(), `msg="claimed session" session=`+id) {
+		t.Errorf("the process orchestrator claimed the restricted session:\n%s", open.out.String())
+	}
+	waitfor.Within(t, 30*time.Second, "the denial in the transcript", func() bool {
+		for _, ev := range c.events(id) {
+			if ev.Type == api.EventNetwork && ev.Decision == api.DecisionDeny && ev.Host == "denied.test" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // netWorker starts a worker of outpost with the given isolation (and a
