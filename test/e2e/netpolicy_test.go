@@ -150,6 +150,7 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation str
 			execStep(`curl -s --max-time 10 -o /dev/null http://` + hostsAddr + `:8080/ && echo raw=reached || echo raw=refused`),
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/9999; echo ping >&3; if read -t 3 l <&3; then echo udp=reached; else echo udp=refused; fi'`),
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/53; printf "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06denied\x04test\x00\x00\x01\x00\x01" >&3; read -t 3 -N 2 r <&3; echo dns=asked'`),
+			execStep(`getent hosts nothere.test >/dev/null && echo lookup=resolved || echo lookup=refused`),
 			execStep(live),
 		}},
 	})
@@ -174,7 +175,7 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation str
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 		t.Fatalf("session ended %s/%s: %s\n%s\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out, enforcing.out.String())
 	}
-	for _, want := range []string{"allowed=hello allowed.test", "denied=refused", "raw=refused", "udp=refused", "dns=asked", "live=reached"} {
+	for _, want := range []string{"allowed=hello allowed.test", "denied=refused", "raw=refused", "udp=refused", "dns=asked", "lookup=refused", "live=reached"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the session printed no %q:\n%s", want, out)
 		}
@@ -190,7 +191,7 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation str
 	}
 	// The last decisions reach the transcript as the worker closes the
 	// session's engine, just after the session ends.
-	kinds := []string{"allowed", "denied", "raw", "udp", "dns", "live"}
+	kinds := []string{"allowed", "denied", "raw", "udp", "dns", "lookup", "live"}
 	found := map[string]bool{}
 	waitfor.Within(t, 30*time.Second, "every decision in the transcript", func() bool {
 		for _, ev := range c.events(id) {
@@ -208,6 +209,10 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation str
 				found["udp"] = true
 			case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolDNS && ev.Host == "denied.test":
 				found["dns"] = true
+			case ev.Decision == api.DecisionDeny && ev.Protocol == api.ProtocolDNS && ev.Host == "nothere.test":
+				// Through the namespace's resolv.conf (bwrap) or the relay
+				// at the host's loopback nameserver (user).
+				found["lookup"] = true
 			case ev.Decision == api.DecisionAllow && ev.Host == "denied.test" && ev.Protocol == api.ProtocolTCP:
 				found["live"] = true
 			}
@@ -270,12 +275,19 @@ func reexecInPrivateNetns(t *testing.T) {
 	if err := os.WriteFile(hostsFile, append(orig, names...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := `ip link set lo up && mount --bind "$0" /etc/hosts && exec "$@"`
+	// A loopback nameserver, as systemd-resolved's stub: a session that
+	// reads the host's resolv.conf (user isolation) must still get its
+	// DNS answered, by the engine.
+	resolvFile := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolvFile, []byte("nameserver 127.0.0.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `ip link set lo up && mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"`
 	run := "^TestNetworkPolicy$"
 	if f := flag.Lookup("test.run"); f != nil && strings.HasPrefix(f.Value.String(), run+"/") {
 		run = f.Value.String() // a subtest asked for
 	}
-	cmd := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, hostsFile,
+	cmd := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, hostsFile, resolvFile,
 		os.Args[0], "-test.run", run, "-test.v", "-test.timeout", "280s")
 	cmd.Env = append(os.Environ(), privateNetnsEnv+"=1", binaryEnv+"="+binary)
 	out, err := cmd.CombinedOutput()
