@@ -159,3 +159,22 @@ func TestLoopbackNameservers(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// BenchmarkGuardStartClose is what a restricted session's start and end
+// add: a namespace, its TUN device, the engine and the gateway's bridge.
+func BenchmarkGuardStartClose(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	gateway := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer gateway.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		g, err := Start(ctx, Options{Session: "bench", GatewayURL: gateway.URL,
+			Policy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Close()
+	}
+}
