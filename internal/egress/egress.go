@@ -42,6 +42,18 @@ type Policy interface {
 	Restricted() bool
 }
 
+// NameRules is implemented by a [Policy] that can tell whether any of its
+// hostname rules covers a port. When none does, a connection to an address
+// no rule allows is reset at once instead of being accepted so its first
+// bytes can be read for a name (which a client that waits for the server
+// to speak first would only see fail after Config.PeekTimeout).
+// *netpolicy.Matcher may implement it; the engine works without.
+type NameRules interface {
+	// HasNameRules reports whether some hostname rule allows some name on
+	// port.
+	HasNameRules(port uint16) bool
+}
+
 // Protocols of a [Decision].
 const (
 	ProtoTCP = "tcp"

@@ -181,6 +181,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	})
 	if err != nil {
 		e.cancel()
+		n.unserve()
 		return nil, fmt.Errorf("serve egress: %w", err)
 	}
 	e.st = st
@@ -254,8 +255,8 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, error) {
 	return st, nil
 }
 
-// SetPolicy replaces the policy. New connections see it at once; open
-// connections and UDP flows it no longer allows are closed.
+// SetPolicy replaces the policy (nil: unrestricted). New connections see
+// it at once; open connections and UDP flows it no longer allows are closed.
 func (e *Engine) SetPolicy(p Policy) {
 	e.policy.Store(&policyBox{p})
 	e.mu.Lock()
@@ -361,6 +362,7 @@ func (e *Engine) shutdown() {
 	e.flushUDPDenied(true)
 	e.st.Close()
 	e.st.Wait()
+	e.ns.unserve()
 }
 
 // takeSlot takes one of the MaxFlows slots; false when none is free.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -282,5 +283,129 @@ func TestStartKeepsAParentDeathSignalChildAlive(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), tunName) {
 		t.Fatalf("the child's interfaces have no %s:\n%s", tunName, out.String())
+	}
+}
+
+// TestPolicyChangeWhileDialing changes the policy while the engine is still
+// dialing an allowed destination: the connection must not outlive the
+// change it raced.
+func TestPolicyChangeWhileDialing(t *testing.T) {
+	dialing := make(chan struct{}, 1)
+	release := make(chan struct{})
+	s := newSession(t, webPolicy(), func(c *Config) {
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hostPort(hostWeb4, 7000) {
+				dialing <- struct{}{}
+				<-release
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+		got <- result{c, err}
+	}()
+	<-dialing
+	s.eng.SetPolicy(&testPolicy{names: []string{"allowed.test"}})
+	close(release)
+	r := <-got
+	if r.err != nil {
+		return // refused outright: fine
+	}
+	defer r.c.Close()
+	io.WriteString(r.c, "still there?\n")
+	r.c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if l, err := bufio.NewReader(r.c).ReadString('\n'); err == nil {
+		t.Fatalf("the connection the new policy forbids echoed %q", l)
+	}
+}
+
+// TestNewNamespaceWithoutPrivilegeSaysSo runs without root only (as root
+// there is nothing to refuse): the error names what is missing.
+func TestNewNamespaceWithoutPrivilegeSaysSo(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs as a user without root, where NewNamespace must refuse")
+	}
+	_, err := NewNamespace(context.Background())
+	if err == nil {
+		t.Fatal("NewNamespace succeeded without root")
+	}
+	t.Log(err)
+	if !strings.Contains(err.Error(), "root") && !strings.Contains(err.Error(), "iproute2") {
+		t.Fatalf("NewNamespace without root: %v, want a sentence naming what is missing", err)
+	}
+}
+
+// namelessPolicy is a testPolicy that says when it has no hostname rules.
+type namelessPolicy struct{ testPolicy }
+
+func (p *namelessPolicy) HasNameRules(port uint16) bool {
+	return len(p.names) > 0 && p.portOK(port)
+}
+
+// TestNoNameRulesResetsAtOnce: with a policy that says it has no hostname
+// rules, a connection to an unlisted address is refused at the handshake,
+// with nothing to wait for.
+func TestNoNameRulesResetsAtOnce(t *testing.T) {
+	s := newSession(t, &namelessPolicy{testPolicy{prefixes: []netip.Prefix{netip.MustParsePrefix("10.99.0.11/32")}}}, func(c *Config) {
+		c.PeekTimeout = 10 * time.Second
+	})
+	start := time.Now()
+	_, err := s.dial("tcp", hostPort(hostOther4, 7000))
+	if !isReset(err) {
+		t.Fatalf("dial an unlisted address: %v, want connection refused", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("refusal took %v", el)
+	}
+	s.dec.wait(t, "deny at the handshake", func(d Decision) bool {
+		return !d.Allow && d.Addr == hostOther4 && d.Port == 7000
+	})
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatalf("the allowed address: %v", err)
+	}
+	c.Close()
+}
+
+// TestClosingTheNamespaceFirst closes the namespace under a serving engine
+// (the wrong order): neither hangs nor panics, and Close still returns.
+func TestClosingTheNamespaceFirst(t *testing.T) {
+	w := needWorld(t)
+	ns, err := NewNamespace(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := Serve(context.Background(), ns, Config{Policy: webPolicy(), Resolver: w.resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{ns: ns, eng: eng}
+	c, err := s.dial("tcp", hostPort(hostWeb4, 7000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(exec.Command("true")); err == nil {
+		t.Error("Start on a closed namespace succeeded")
+	}
+	done := make(chan struct{})
+	go func() {
+		eng.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Engine.Close hung after the namespace closed")
 	}
 }

@@ -41,9 +41,10 @@ type Namespace struct {
 	nsFD  int // the namespace, held open for Path and Start
 	tunFD int // the TUN device's queue, read by the engine
 
-	mu     sync.Mutex // guards the following
-	closed bool
-	served bool
+	mu        sync.Mutex // guards the following
+	closed    bool
+	served    bool // an engine reads tunFD: it closes it when it stops
+	tunClosed bool
 }
 
 // NewNamespace creates a namespace and its TUN device. It needs root (or
@@ -237,8 +238,10 @@ func (n *Namespace) Do(f func() error) error {
 }
 
 // Close releases the namespace and its TUN device. Processes still inside
-// keep the namespace alive but lose their route out. Close an engine serving
-// n first.
+// keep the namespace alive but lose their route out. Close the engine
+// serving n first; if it still runs, the TUN device goes when it stops
+// (closing it under the engine's reads would let them reach whatever file
+// reuses the descriptor).
 func (n *Namespace) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -246,5 +249,21 @@ func (n *Namespace) Close() error {
 		return nil
 	}
 	n.closed = true
-	return errors.Join(unix.Close(n.tunFD), unix.Close(n.nsFD))
+	err := unix.Close(n.nsFD)
+	if !n.served {
+		n.tunClosed = true
+		err = errors.Join(err, unix.Close(n.tunFD))
+	}
+	return err
+}
+
+// unserve is called by the engine once it no longer reads the TUN device.
+func (n *Namespace) unserve() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.served = false
+	if n.closed && !n.tunClosed {
+		n.tunClosed = true
+		unix.Close(n.tunFD)
+	}
 }

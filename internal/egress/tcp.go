@@ -62,13 +62,17 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	}
 
 	// The address alone is not allowed: only a name can let it through.
+	if nr, ok := pol.(NameRules); ok && !nr.HasNameRules(port) {
+		r.Complete(true)
+		e.deny(ProtoTCP, "", dst, port, "no rule allows the address")
+		return
+	}
 	if !e.begin(f) {
 		r.Complete(true)
 		e.deny(ProtoTCP, "", dst, port, "too many open connections")
 		return
 	}
 	defer e.finish(f)
-	f.rule = ""
 	conn, ep := accept(r)
 	if conn == nil {
 		f.denied = true
@@ -135,7 +139,12 @@ func (e *Engine) splice(f *flow, conn *gonet.TCPConn, ep tcpip.Endpoint, up net.
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
-	if closed {
+	// The policy may have changed while the flow was being decided and
+	// dialed, before SetPolicy could close it: decide again now that it can.
+	if _, ok := e.permits(e.currentPolicy(), f.host, f.addr, f.port); closed || !ok {
+		if !closed {
+			e.n.closed.Add(1)
+		}
 		f.kill()
 		return
 	}

@@ -76,6 +76,12 @@ func (e *Engine) relayUDP(f *flow, conn *gonet.UDPConn) {
 	f.setKill(func() { once.Do(func() { conn.Close(); up.Close() }) })
 	stop := context.AfterFunc(e.ctx, f.kill)
 	defer stop()
+	// The policy may have changed while the flow was being dialed.
+	if _, ok := e.permits(e.currentPolicy(), "", f.addr, f.port); !ok {
+		e.n.closed.Add(1)
+		f.kill()
+		return
+	}
 	var last sync.Mutex
 	lastSeen := time.Now()
 	touch := func() { last.Lock(); lastSeen = time.Now(); last.Unlock() }
