@@ -75,17 +75,29 @@ func Start(ctx context.Context, opts Options) (*Guard, error) {
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	g.batch = newBatcher(opts.Report, opts.Log)
 	var always []netip.AddrPort
+	var bridged int
+	var bridgeErr error
 	for _, ap := range gw {
 		if ap.Addr().IsLoopback() {
 			// The namespace has a loopback of its own: the gateway on the
-			// host's is bridged into it at the same address and port.
+			// host's is bridged into it at the same address and port. One
+			// address that cannot be (::1 where IPv6 is off) is left out
+			// while another reaches the gateway.
 			if err := g.bridgeTCP(ap); err != nil {
-				g.Close()
-				return nil, err
+				bridgeErr = err
+				continue
 			}
+			bridged++
 			continue
 		}
 		always = append(always, ap)
+	}
+	if bridgeErr != nil {
+		if bridged == 0 && len(always) == 0 {
+			g.Close()
+			return nil, bridgeErr
+		}
+		g.log.Warn("one of the gateway's loopback addresses is not bridged into the session's namespace", "err", bridgeErr)
 	}
 	if opts.RelayNameservers {
 		if err := g.relayNameservers(); err != nil {
