@@ -298,6 +298,10 @@ type Capabilities struct {
 	Tools []string `json:"tools"`
 	// RemoteVersion is the remote's build.
 	RemoteVersion string `json:"remote_version"`
+	// NetworkPolicy is whether the worker serving the machine enforces a
+	// session's network policy (spec.network_policy); one that does not
+	// never claims a restricted session.
+	NetworkPolicy bool `json:"network_policy"`
 }
 
 // ToolResult answers a tool call made from outside (POST

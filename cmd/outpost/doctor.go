@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/netguard"
 	"github.com/outpost-sh/outpost/internal/worker"
 )
 
@@ -123,6 +124,7 @@ func runDoctor(ctx context.Context, o *DoctorOptions) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.Caps = machine.Detect(ctx) })
 	wg.Go(func() { m.Extras = machine.DetectExtras(ctx) })
+	wg.Go(func() { m.Network.Err = netguard.Check(ctx) })
 	wg.Go(func() {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			m.Sandbox = doctor.Sandbox{NotUsed: "not checked: the workspace is missing"}

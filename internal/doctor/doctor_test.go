@@ -31,8 +31,9 @@ func TestMachineChecks(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bare := MachineChecks(Machine{Dir: filepath.Join(dir, "missing"), Sandbox: Sandbox{Err: errors.New("bwrap not found")}})
-	for name, want := range map[string]Status{"git": Fail, "chrome": Warn, "ffmpeg": Warn, "xvfb": Warn, "sudo": Warn, "bwrap": Warn, "containers": Warn, "workspace": Fail} {
+	bare := MachineChecks(Machine{Dir: filepath.Join(dir, "missing"), Sandbox: Sandbox{Err: errors.New("bwrap not found")},
+		Network: Network{Err: errors.New("create network namespace: needs root")}})
+	for name, want := range map[string]Status{"git": Fail, "chrome": Warn, "ffmpeg": Warn, "xvfb": Warn, "sudo": Warn, "bwrap": Warn, "network": Warn, "containers": Warn, "workspace": Fail} {
 		c := byName(t, bare, name)
 		if c.Status != want || c.Fix == "" || c.Required != (want == Fail) {
 			t.Errorf("bare %s: %+v, want %s with a fix", name, c, want)

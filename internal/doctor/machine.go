@@ -44,6 +44,18 @@ type Machine struct {
 	// SessionsSudo, when set, is whether sessions get the machine's sudo
 	// (false in a bwrap sandbox); nil means the worker's own user's.
 	SessionsSudo *bool
+	// Network is whether sessions' network policies can be enforced here.
+	Network Network
+}
+
+// Network is what was found out about enforcing network policies here
+// (netguard.Check, or the worker's own decision at start).
+type Network struct {
+	// Err is why this machine (or worker) cannot enforce a session's
+	// network policy; nil when it can.
+	Err error
+	// NotUsed, when set, says why it was not checked.
+	NotUsed string
 }
 
 // MachineChecks judges what was detected about a machine: git and the
@@ -74,7 +86,7 @@ func MachineChecks(m Machine) []Check {
 		checks = append(checks, Check{Name: "xvfb", Status: Warn, Detail: "not found: no virtual X display for desktop sessions on a machine without a screen",
 			Fix: "install Xvfb (apt-get install xvfb) to record a virtual desktop (OUTPOST_DESKTOP=true with DISPLAY)."})
 	}
-	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo), bwrapCheck(m.Sandbox), containersCheck(m.Extras))
+	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo), bwrapCheck(m.Sandbox), networkCheck(m.Network), containersCheck(m.Extras))
 	return append(checks, workspaceCheck(m.Dir))
 }
 
@@ -110,6 +122,22 @@ func bwrapCheck(s Sandbox) Check {
 	default:
 		c.Status, c.Detail = Warn, fmt.Sprintf("%s cannot make a sandbox here, so sessions would run as the worker's user and could read its token: %v", s.Bwrap, s.Err)
 		c.Fix = "allow unprivileged user namespaces (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone; on Ubuntu 24.04 an AppArmor profile for bwrap), or run the worker as root with --isolation user --run-as USER."
+	}
+	return c
+}
+
+// networkCheck says whether sessions with a network policy can run here;
+// a worker that cannot enforce one leaves them to others, so it warns.
+func networkCheck(n Network) Check {
+	c := Check{Name: "network"}
+	switch {
+	case n.NotUsed != "":
+		c.Status, c.Detail = Skip, n.NotUsed
+	case n.Err == nil:
+		c.Status, c.Detail = OK, "enforced: each restricted session runs in a network namespace of its own behind the worker's egress engine (with --isolation bwrap or user; a worker with --isolation none refuses them)"
+	default:
+		c.Status, c.Detail = Warn, fmt.Sprintf("not enforced here, so sessions with a network policy are left to other workers: %v", n.Err)
+		c.Fix = "run the worker as root on Linux, with the ip command (iproute2) and /dev/net/tun, and --isolation bwrap or user."
 	}
 	return c
 }

@@ -63,7 +63,13 @@ func (c *Consumer) serveSession(ctx context.Context, s *Session) (Outcome, error
 			c.check(kctx, s)
 		}()
 	}
-	out := c.Runner.Run(rctx, s)
+	var out Outcome
+	if err := c.networkRefusal(&s.Claim); err != nil {
+		log.Warn("refusing a session with a network policy", "err", err)
+		out = refusedNetwork(err)
+	} else {
+		out = c.Runner.Run(rctx, s)
+	}
 	stopKeeping()
 	wg.Wait()
 	resumable := false
@@ -156,6 +162,9 @@ func (c *Consumer) keep(ctx context.Context, s *Session, log *slog.Logger) bool 
 			continue
 		}
 		deadline = claimDeadline(e)
+		// A backstop for the watch: the renewal's entry carries the
+		// session's current spec (its network policy).
+		s.updated(*e)
 		log.Debug("claim renewed", "claim_deadline", deadline.Format(time.TimeOnly), "session_status", e.Status.SessionStatus)
 		// Suspended is over for this machine too; its remote exits on the
 		// server's end frame, and this is the backstop if it does not.
@@ -189,6 +198,9 @@ func (c *Consumer) check(ctx context.Context, s *Session) {
 		if client.IsNotFound(err) || err == nil && e.Status.SessionStatus == api.QueueSessionTerminated {
 			s.end()
 			return
+		}
+		if err == nil {
+			s.updated(*e)
 		}
 	}
 }

@@ -77,8 +77,10 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 	return true, 0
 }
 
-// postponed lists the sessions held back by retryAt now, for a request's
-// exclude; false when there are more than it may hold.
+// postponed lists the sessions held back by retryAt now, and the pending
+// ones whose network policy the consumer cannot enforce (the server does
+// not know what a claimer enforces), for a request's exclude; false when
+// there are more than it may hold.
 func (c *Consumer) postponed() ([]string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,6 +88,11 @@ func (c *Consumer) postponed() ([]string, bool) {
 	var out []string
 	for id, at := range c.retryAt {
 		if now.Before(at) {
+			out = append(out, id)
+		}
+	}
+	for id, e := range c.entries {
+		if e.Status.Phase == api.PhasePending && !now.Before(c.retryAt[id]) && c.networkRefusal(&e) != nil {
 			out = append(out, id)
 		}
 	}

@@ -275,6 +275,13 @@ type Consumer struct {
 	// reconnect grace and the claim deadline. Ignored for an identity
 	// without an Instance (shared by design).
 	HandBack bool
+	// NetworkEnforcement says whether the Runner enforces a session's
+	// network policy (spec.network_policy enabled) now: nil when it does,
+	// else the sentence why not. Nil means it enforces none, and
+	// restricted sessions are then never served open: they are not
+	// claimed, and one the server hands over anyway is given back at
+	// once with the reason, which reaches its transcript.
+	NetworkEnforcement func() error
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes
@@ -628,7 +635,8 @@ func (c *Consumer) claimable(e *api.QueueEntry) bool {
 	case e.Status.SessionStatus == api.QueueSessionSuspended,
 		e.Status.SessionStatus == api.QueueSessionTerminated,
 		e.Metadata.OutpostID != "" && e.Metadata.OutpostID != c.outpostID(),
-		e.Spec.Platform != "" && e.Spec.Platform != c.platform:
+		e.Spec.Platform != "" && e.Spec.Platform != c.platform,
+		c.networkRefusal(e) != nil:
 		return false
 	}
 	return true

@@ -162,6 +162,8 @@ func (c *Consumer) upsert(typ string, e api.QueueEntry) {
 	c.mu.Lock()
 	if s := c.held[id]; s != nil && (typ == api.WatchDeleted || e.Status.SessionStatus == api.QueueSessionTerminated) {
 		s.end()
+	} else if s != nil {
+		s.updated(e)
 	}
 	if old, ok := c.entries[id]; typ == api.WatchDeleted || ok && old.Status.Phase == api.PhaseClaimed && e.Status.Phase == api.PhasePending {
 		// A claim ended: a slot of the outpost's max_running may be free.

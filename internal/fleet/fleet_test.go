@@ -40,6 +40,7 @@ type fleetEnv struct {
 	mu   sync.Mutex // guards hook and the counters
 	hook func(w http.ResponseWriter, r *http.Request) bool
 	hits map[string]int // "list", "watch", "claim", "claim_next" requests seen
+	rp   http.Handler   // the proxy to the server, without the hook
 }
 
 func newFleetEnv(t *testing.T, opts server.Options) *fleetEnv {
@@ -52,6 +53,7 @@ func newFleetEnv(t *testing.T, opts server.Options) *fleetEnv {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
+	e.rp = rp
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		switch {

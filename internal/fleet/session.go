@@ -25,6 +25,7 @@ type Session struct {
 	stopping <-chan struct{}
 	ended    chan struct{}
 	endOnce  sync.Once
+	sessionState
 }
 
 // Env returns the spawn contract's environment for the session's remote,
@@ -100,6 +101,7 @@ func (s *Session) isEnded() bool {
 // register records a held claim.
 func (c *Consumer) register(claim api.QueueEntry, adopted bool, stopping <-chan struct{}) *Session {
 	s := &Session{ID: claim.Metadata.SessionID, Claim: claim, Adopted: adopted, c: c, stopping: stopping, ended: make(chan struct{})}
+	s.changes = make(chan struct{}, 1)
 	c.mu.Lock()
 	c.held[s.ID] = s
 	c.heldChangedLocked()

@@ -23,6 +23,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/loop"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/netguard"
 )
 
 // Spec is what a backend needs to create a session's machine.
@@ -49,6 +50,22 @@ type Spec struct {
 	// Acceptor is the orchestrator's acceptor id, for backends that label
 	// their machines with it.
 	Acceptor string
+	// Network, for a restricted session, is its enforcement point: the
+	// machine must start in its network namespace (Network.Start), which
+	// only a NetworkEnforcer backend does; nil for an open session.
+	Network *netguard.Guard
+	// ResolvConf, with Network, is the host path of the namespace's
+	// resolv.conf, to show at the machine's /etc/resolv.conf.
+	ResolvConf string
+}
+
+// NetworkEnforcer is implemented by backends whose machines can start in a
+// restricted session's network namespace (Spec.Network). The orchestrator
+// hands restricted sessions only to those; others refuse them.
+type NetworkEnforcer interface {
+	// EnforcesNetwork is nil when the backend runs machines in
+	// Spec.Network's namespace here, else why it cannot, in a sentence.
+	EnforcesNetwork() error
 }
 
 // Machine is a provisioned machine running a session's remote.

@@ -19,6 +19,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/netguard"
 	"github.com/outpost-sh/outpost/internal/sandbox"
 )
 
@@ -78,7 +79,14 @@ type BwrapBackend struct {
 	bwrap string
 	binds []BwrapBind
 	mask  []string // host paths hidden behind a tmpfs
+	// netErr is why restricted sessions cannot run here (no network
+	// namespaces: not root, not Linux); nil when they can.
+	netErr error
 }
+
+// EnforcesNetwork says whether sandboxes can start in a restricted
+// session's network namespace here.
+func (b *BwrapBackend) EnforcesNetwork() error { return b.netErr }
 
 // NewBwrapBackend finds bwrap and checks that it can create a sandbox here
 // (unprivileged user namespaces may be disabled).
@@ -100,6 +108,9 @@ func NewBwrapBackend(ctx context.Context, opts BwrapOptions) (*BwrapBackend, err
 	probe = append(probe, "--remount-ro", "/")
 	if err := sandbox.Probe(ctx, path, probe, nil); err != nil {
 		return nil, err
+	}
+	if err := netguard.Check(ctx); err != nil {
+		b.netErr = fmt.Errorf("the orchestrator cannot make a network namespace for a sandbox here (%w)", err)
 	}
 	return b, nil
 }
@@ -175,6 +186,11 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		args = append(args, "--ro-bind", src, BwrapCAFile)
 	}
 	args = append(args, b.bindArgs()...)
+	if s.ResolvConf != "" {
+		// The namespace's: the engine answers DNS, whatever the host's
+		// resolver is.
+		args = append(args, "--ro-bind", s.ResolvConf, "/etc/resolv.conf")
+	}
 	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4")
 	args = append(args, sandbox.EnvArgs(sandboxEnv(s.Env))...)
 	if caps := sandboxCapabilities(detectHost(), s.Name); caps != "" {
@@ -267,7 +283,11 @@ func (b *BwrapBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	// A session of its own: no terminal, no signal sent to the
 	// orchestrator's process group reaches it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if s.Network != nil {
+		start = func() error { return s.Network.Start(cmd) }
+	}
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
 	argsF.Close()

@@ -21,6 +21,9 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	if s.Adopted {
 		spec := o.spec(id, o.opts.RemoteCommand, s.Env)
 		spec.Pin = fleet.EntryPin(&s.Claim)
+		if fleet.Restricted(&s.Claim) {
+			return o.dropRestricted(bg, s, spec, log)
+		}
 		m, ok := o.opts.Backend.Adopt(ctx, spec)
 		if !ok {
 			log.Info("removing leftover machine")
@@ -45,6 +48,13 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	spec.Pin = fleet.EntryPin(&s.Claim)
 	t0 := time.Now()
 	var m Machine
+	if err == nil && fleet.Restricted(&s.Claim) {
+		g, out := o.startGuard(sctx, s, &spec, log)
+		if g == nil {
+			return out
+		}
+		defer g.Close()
+	}
 	if err == nil {
 		o.report(ctx, id, api.MachineStepCreate, fmt.Sprintf("Creating machine %s (%s backend).", spec.Name, o.opts.Backend.Name()), nil)
 		m, err = o.opts.Backend.Provision(sctx, spec)
@@ -63,6 +73,9 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	o.m.ProvisionSeconds.Observe(took.Seconds())
 	log.Info("machine provisioned; remote started", "took", took.Round(time.Millisecond))
 	o.report(ctx, id, api.MachineStepStart, fmt.Sprintf("Machine %s is up and its remote started (%s).", spec.Name, took.Round(time.Millisecond)), nil)
+	if spec.Network != nil {
+		spec.Network.Follow(s.Updated(), s.Entry)
+	}
 	return o.supervise(ctx, s, spec, m, log)
 }
 
@@ -75,7 +88,18 @@ func (o *orchestrator) supervise(ctx context.Context, s *fleet.Session, spec Spe
 	bg := context.WithoutCancel(ctx)
 	ending := fleet.Stopped
 	reason := ""
+	var restricting <-chan struct{}
+	if spec.Network == nil {
+		// An open session whose policy is enabled while its machine runs
+		// has no enforcement point: the machine goes, and it restarts
+		// behind one.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
+		restricting = s.Restricting(wctx)
+	}
 	select {
+	case <-restricting:
+		reason = "the session's network policy was enabled while its machine ran without one; the machine was removed so that the session restarts behind the policy"
 	case <-m.Done():
 		reason, ending = "remote exited: "+m.Exit(), fleet.Exited
 		code := exitCode(m)

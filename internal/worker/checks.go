@@ -34,6 +34,7 @@ func (w *worker) logChecks(ctx context.Context, caps api.Capabilities) {
 	if w.iso != nil {
 		m.Sandbox = w.iso.probe
 	}
+	m.Network.Err = w.netErr
 	checks := doctor.MachineChecks(m)
 	w.log.Info("machine checks ('outpost doctor' explains each)", doctor.Summary(checks)...)
 	if failed := doctor.Failures(checks); len(failed) > 0 {

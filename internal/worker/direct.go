@@ -81,7 +81,9 @@ func ServeDirect(ctx context.Context, opts Options) error {
 	log := w.log.With("session", id)
 	log.Info("serving a session claimed elsewhere; the claimer keeps the claim", "dir", opts.Dir)
 	lookup := fleet.LookupWithCAFile(os.LookupEnv, opts.CAFile)
-	p, err := w.start(claim, rc, func(stateDir string) []string { return fleet.SpawnEnv(claim, stateDir, lookup) })
+	// A session claimed elsewhere comes without its queue entry: its
+	// claimer enforces its network policy, or refuses it (fleet).
+	p, err := w.start(claim, rc, func(stateDir string) []string { return fleet.SpawnEnv(claim, stateDir, lookup) }, nil)
 	if err != nil {
 		return fmt.Errorf("%w for session %s: %w", errStart, id, err)
 	}
@@ -90,7 +92,7 @@ func ServeDirect(ctx context.Context, opts Options) error {
 
 	// No claim to lose here: the claimer stops the remote by ending the
 	// session or by claiming it elsewhere, which kills its connect token.
-	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), log)
+	exitErr := w.wait(context.WithoutCancel(ctx), p, ctx.Done(), nil, log)
 	p.stdout.flush()
 	p.stderr.flush()
 	w.iso.endLeftovers(ctx, log)

@@ -31,10 +31,12 @@ type fakeServer struct {
 	statusAfterExit string          // session_status reported by GET once claimed
 	asStored        map[string]bool // entries GET reports as stored, statusAfterExit aside
 	claimed         chan string
-	heartbeats      []api.WorkerInfo // in arrival order
-	goodbyes        []string         // "outpost acceptor"
-	failHeartbeats  bool             // answer heartbeats with 500
-	noGatewayURL    bool             // claim answers without a gateway_url
+	heartbeats      []api.WorkerInfo      // in arrival order
+	goodbyes        []string              // "outpost acceptor"
+	failHeartbeats  bool                  // answer heartbeats with 500
+	noGatewayURL    bool                  // claim answers without a gateway_url
+	network         []api.NetworkDecision // decisions posted as machine events
+	url             string
 }
 
 func newFakeServer(t *testing.T, platform string) (*fakeServer, *client.Client) {
@@ -48,7 +50,9 @@ func newFakeServer(t *testing.T, platform string) (*fakeServer, *client.Client) 
 	mux.HandleFunc("POST /v1/queue/{id}/release", fs.release)
 	mux.HandleFunc("PUT /v1/outposts/{name}/workers/{acceptor}", fs.heartbeat)
 	mux.HandleFunc("DELETE /v1/outposts/{name}/workers/{acceptor}", fs.goodbye)
+	mux.HandleFunc("POST /v1/queue/{id}/events", fs.machineEvent)
 	srv := httptest.NewServer(mux)
+	fs.url = srv.URL
 	t.Cleanup(srv.Close)
 	c, err := client.New(srv.URL, "worker-secret-token")
 	if err != nil {
@@ -222,4 +226,22 @@ func (fs *fakeServer) presence() (heartbeats []api.WorkerInfo, goodbyes []string
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return slices.Clone(fs.heartbeats), slices.Clone(fs.goodbyes)
+}
+
+func (fs *fakeServer) machineEvent(w http.ResponseWriter, r *http.Request) {
+	var req api.MachineEventRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.AcceptorID == "" {
+		replyErr(w, 400, "bad machine event")
+		return
+	}
+	fs.mu.Lock()
+	fs.network = append(fs.network, req.Network...)
+	fs.mu.Unlock()
+	reply(w, 201, api.Event{Type: api.EventMachine})
+}
+
+func (fs *fakeServer) decisions() []api.NetworkDecision {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return slices.Clone(fs.network)
 }

@@ -341,9 +341,11 @@ func sandboxHome(home string) string {
 
 // wrap turns cmd, the remote's command as the worker's own user would run
 // it, into the isolated one; then, when not "", is an executable cmd runs
-// in turn (another remote build), shown read-only in the sandbox too. The
-// returned function is called once cmd has started.
-func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then string) (func(), error) {
+// in turn (another remote build), shown read-only in the sandbox too;
+// resolvConf, when not "", is bound over the sandbox's /etc/resolv.conf
+// (a restricted session's, naming its namespace's DNS). The returned
+// function is called once cmd has started.
+func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then, resolvConf string) (func(), error) {
 	if iso == nil || iso.mode == IsolationNone {
 		return func() {}, nil
 	}
@@ -373,6 +375,7 @@ func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then string) (func(), error)
 		return nil, fmt.Errorf("find the remote's executable: %w", err)
 	}
 	spec := iso.spec(exe, cmd.Dir, stateDir, cmd.Env)
+	spec.resolvConf = resolvConf
 	if then != "" {
 		if spec.then, err = filepath.Abs(then); err != nil {
 			return nil, fmt.Errorf("find the remote's executable: %w", err)
@@ -416,6 +419,8 @@ type sandboxSpec struct {
 	binds     []sandbox.Bind
 	chrome    string
 	devices   []string
+	// resolvConf, when set, is bound read-only over /etc/resolv.conf.
+	resolvConf string
 }
 
 // args are bwrap's arguments for the sandbox, given with --args (they hold
@@ -472,6 +477,9 @@ func (s sandboxSpec) args() []string {
 		binds = append(binds, sandbox.Bind{Src: s.then, Dest: s.then, ReadOnly: true})
 	}
 	binds = append(binds, sandbox.Bind{Src: s.stateDir, Dest: s.stateDir})
+	if s.resolvConf != "" {
+		binds = append(binds, sandbox.Bind{Src: s.resolvConf, Dest: "/etc/resolv.conf", ReadOnly: true})
+	}
 	slices.SortStableFunc(binds, func(a, b sandbox.Bind) int { return depth(a.Dest) - depth(b.Dest) })
 	for _, b := range binds {
 		l.Bind(b)

@@ -159,7 +159,7 @@ func (ps *prestarter) startLocked() (*prestarted, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("create the session socket: %w", err)
 	}
-	p, err := ps.w.spawn(ps.command, env, "", dir, r, "")
+	p, err := ps.w.spawn(ps.command, env, "", dir, r, "", nil)
 	r.Close()
 	if err != nil {
 		sock.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/netguard"
 )
 
 // killDelay is how long a remote asked to stop has before it is killed.
@@ -38,6 +39,9 @@ type remoteProc struct {
 	// stopped is set when the worker stopped the remote; the session is then
 	// not expected to end, so its status is read once, not waited for.
 	stopped bool
+	// restricted is set when it was stopped because the session's network
+	// policy was enabled while it ran outside a namespace.
+	restricted bool
 }
 
 // Run is the worker's fleet.Runner: it runs a remote for the claimed
@@ -59,14 +63,22 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		}
 		return out
 	}
+	claim := s.Claim
+	if claim.Status.GatewayURL == "" {
+		claim.Status.GatewayURL = w.opts.GatewayURL
+	}
+	var guard *netguard.Guard
+	if fleet.Restricted(&claim) {
+		var out fleet.Outcome
+		if guard, out = w.startGuard(sctx, s, &claim, log); guard == nil {
+			return out
+		}
+		defer guard.Close()
+	}
 	rc, err := s.Remote(sctx)
 	var p *remoteProc
 	if err == nil {
-		claim := s.Claim
-		if claim.Status.GatewayURL == "" {
-			claim.Status.GatewayURL = w.opts.GatewayURL
-		}
-		p, err = w.start(&claim, rc, s.Env)
+		p, err = w.start(&claim, rc, s.Env, guard)
 	}
 	if err != nil {
 		// The next session would fail the same way: the worker stops.
@@ -74,9 +86,20 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 			WithReason(fmt.Sprintf("Cannot start the remote: %v.", err)).StopAfter()
 	}
 	defer p.logFile.Close()
-	log.Info("remote started", "pid", p.cmd.Process.Pid, "state_dir", p.stateDir)
+	log.Info("remote started", "pid", p.cmd.Process.Pid, "state_dir", p.stateDir, "network_policy", guard != nil)
+	if guard != nil {
+		guard.Follow(s.Updated(), s.Entry)
+	}
 
-	exitErr := w.wait(ctx, p, s.Stopping(), log)
+	var restricting <-chan struct{}
+	if guard == nil {
+		// An open session whose policy is enabled while it runs has no
+		// enforcement point: its remote stops, and it restarts behind one.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
+		restricting = s.Restricting(wctx)
+	}
+	exitErr := w.wait(ctx, p, s.Stopping(), restricting, log)
 	p.stdout.flush()
 	p.stderr.flush()
 	w.iso.endLeftovers(ctx, log)
@@ -85,6 +108,8 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	err = fmt.Errorf("remote for session %s stopped before the session ended (%s)", id, fleet.ExitString(exitErr))
 	var out fleet.Outcome
 	switch {
+	case p.restricted:
+		out = fleet.Stopped(err).WithReason("The session's network policy was enabled while its remote ran without one; the remote was stopped so that the session restarts behind the policy.")
 	case p.stopped:
 		// The worker stopped it (the claim was lost, the worker shuts
 		// down): the queue alone says whether the session is over.
@@ -102,8 +127,10 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 
 // start starts the remote command rc under the spawn contract, with the
 // environment env gives for the session's state dir: the pre-started
-// remote when it fits the session (prestart.go), else a new process.
-func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir string) []string) (*remoteProc, error) {
+// remote when it fits the session (prestart.go), else a new process. A
+// restricted session's remote starts in its guard's network namespace,
+// never as the pre-started remote, which runs in the worker's.
+func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir string) []string, guard *netguard.Guard) (*remoteProc, error) {
 	id := claim.Metadata.SessionID
 	if claim.Status.GatewayURL == "" || claim.Status.ConnectToken == "" {
 		return nil, errors.New("the claim answer has no gateway_url or connect_token (pass --gateway-url when the server gives none)")
@@ -112,23 +139,25 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 	if err != nil {
 		return nil, err
 	}
-	if p := w.pre.take(rc, id, stateDir, env); p != nil {
-		return p, nil
+	if guard == nil {
+		if p := w.pre.take(rc, id, stateDir, env); p != nil {
+			return p, nil
+		}
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
 	if hc := w.opts.HandoverCommand; len(hc) > 0 && canPrestart {
 		if slices.Equal(rc, w.opts.RemoteCommand) {
-			return w.spawnHandover(hc, env(stateDir), id, stateDir, "")
+			return w.spawnHandover(hc, env(stateDir), id, stateDir, "", guard)
 		}
 		// Another build (a pin) may not read its session from standard
 		// input: this build's remote reads it and executes that build
 		// with it, so the variables never pass through bwrap either.
 		command := append(slices.Clip(hc), append([]string{"--then-exec", "--"}, rc...)...)
-		return w.spawnHandover(command, env(stateDir), id, stateDir, rc[0])
+		return w.spawnHandover(command, env(stateDir), id, stateDir, rc[0], guard)
 	}
-	return w.spawn(rc, env(stateDir), id, stateDir, nil, "")
+	return w.spawn(rc, env(stateDir), id, stateDir, nil, "", guard)
 }
 
 // spawnHandover starts command, a remote that reads the session's spawn
@@ -137,7 +166,7 @@ func (w *worker) start(claim *api.QueueEntry, rc []string, env func(stateDir str
 // them (prestart.go): over a socket, never in its arguments or initial
 // environment, nor in bwrap's. then, when not "", is the executable of the
 // build command executes once it has them, which the sandbox must show.
-func (w *worker) spawnHandover(command, env []string, id, stateDir, then string) (*remoteProc, error) {
+func (w *worker) spawnHandover(command, env []string, id, stateDir, then string, guard *netguard.Guard) (*remoteProc, error) {
 	var handover strings.Builder
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -153,7 +182,7 @@ func (w *worker) spawnHandover(command, env []string, id, stateDir, then string)
 	if err != nil {
 		return nil, fmt.Errorf("create the session socket: %w", err)
 	}
-	p, err := w.spawn(command, baseEnv(env), id, stateDir, r, then)
+	p, err := w.spawn(command, baseEnv(env), id, stateDir, r, then, guard)
 	r.Close()
 	if err != nil {
 		sock.Close()
@@ -178,8 +207,9 @@ func (w *worker) spawnHandover(command, env []string, id, stateDir, then string)
 // detected capabilities) in the workspace, isolated, with stateDir (which
 // exists) as its state dir and its output in stateDir's remote.log. A
 // non-nil stdin becomes its standard input; then, when not "", is another
-// executable rc runs, which the sandbox shows read-only too.
-func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, then string) (*remoteProc, error) {
+// executable rc runs, which the sandbox shows read-only too. A non-nil
+// guard starts it in the session's network namespace.
+func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, then string, guard *netguard.Guard) (*remoteProc, error) {
 	if err := os.MkdirAll(filepath.Join(w.opts.Dir, "repos"), 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
@@ -206,12 +236,20 @@ func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, th
 	// Children that keep the output pipes open must not hold up Wait.
 	cmd.WaitDelay = killDelay
 	isolate(cmd)
-	started, err := w.iso.wrap(cmd, stateDir, then)
+	resolv := ""
+	if guard != nil {
+		resolv = w.resolvConf(id)
+	}
+	started, err := w.iso.wrap(cmd, stateDir, then, resolv)
 	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("isolate the remote (%s): %w", w.iso.name(), err)
 	}
-	err = cmd.Start()
+	if guard != nil {
+		err = guard.Start(cmd)
+	} else {
+		err = cmd.Start()
+	}
 	started()
 	if err != nil {
 		logFile.Close()
@@ -227,12 +265,17 @@ func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, th
 }
 
 // wait returns the remote's exit error once it exits. When ctx ends (the
-// claim is lost) it stops the remote at once; when stopping is closed it
-// gives the remote the grace period first.
-func (w *worker) wait(ctx context.Context, p *remoteProc, stopping <-chan struct{}, log *slog.Logger) error {
+// claim is lost) or restricting is closed (the session needs a network
+// namespace it does not run in) it stops the remote at once; when stopping
+// is closed it gives the remote the grace period first.
+func (w *worker) wait(ctx context.Context, p *remoteProc, stopping, restricting <-chan struct{}, log *slog.Logger) error {
 	select {
 	case err := <-p.exited:
 		return err
+	case <-restricting:
+		log.Warn("the session's network policy was enabled while it ran without one: stopping its remote so that it restarts behind the policy")
+		p.restricted = true
+		return w.stop(p, log)
 	case <-ctx.Done():
 	case <-stopping:
 		log.Info("shutting down: waiting for the session's remote to finish", "grace_period", w.opts.GracePeriod)

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -193,6 +194,11 @@ type worker struct {
 	ws       *workspace  // nil in direct-serve mode
 	pre      *prestarter // the pre-started remote; nil: none
 	mirrors  *mirrorer   // updates the git mirrors after sessions; nil: none
+	// netErr is why the worker cannot enforce network policies (nil: it
+	// can), found at start; netBroken, when set, why enforcement failed
+	// since.
+	netErr    error
+	netBroken atomic.Pointer[error]
 }
 
 // Run serves sessions until ctx ends (a clean exit: nil), or, with Once or
@@ -275,15 +281,17 @@ func (w *worker) consumer() *fleet.Consumer {
 		// A worker's remotes end with it (bwrap dies with its parent, and a
 		// remote outside bwrap dies with the worker too): what its
 		// acceptor id holds as it starts, its dead predecessor held.
-		HandBack:      true,
-		Presence:      fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
-		Resolver:      w.remotes,
-		RemoteCommand: w.opts.RemoteCommand,
-		GatewayURL:    w.opts.GatewayURL,
-		CAFile:        w.opts.CAFile,
-		PollInterval:  w.opts.PollInterval,
-		Clock:         w.opts.Clock,
-		Logger:        w.log,
+		HandBack: true,
+		Presence: fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
+		Resolver: w.remotes,
+		// Restricted sessions only where the worker enforces them.
+		NetworkEnforcement: w.networkEnforcement,
+		RemoteCommand:      w.opts.RemoteCommand,
+		GatewayURL:         w.opts.GatewayURL,
+		CAFile:             w.opts.CAFile,
+		PollInterval:       w.opts.PollInterval,
+		Clock:              w.opts.Clock,
+		Logger:             w.log,
 	}
 }
 
@@ -316,6 +324,13 @@ func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, 
 	}
 	if caps, err = w.setupIsolation(ctx, caps); err != nil {
 		return nil, err
+	}
+	w.netErr = w.checkNetwork(ctx)
+	caps.NetworkPolicy = w.netErr == nil
+	if w.netErr != nil {
+		w.log.Info("sessions with a network policy are left to other workers", "reason", w.netErr)
+	} else {
+		w.log.Info("network policies are enforced: restricted sessions run in a network namespace of their own")
 	}
 	w.logChecks(ctx, caps)
 	w.info = api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: caps.Hostname, Version: machine.Version,

@@ -1,0 +1,74 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/netguard"
+)
+
+// A restricted session (spec.network_policy enabled) gets its machine only
+// from a backend that starts it behind the session's enforcement point
+// (NetworkEnforcer: bwrap, as root on Linux). Every other backend refuses
+// it: the consumer never claims it, and one claimed anyway is given back
+// with the sentence why. Its machine is never served open.
+
+// networkEnforcement is the consumer's NetworkEnforcement.
+func (o *orchestrator) networkEnforcement() error {
+	ne, ok := o.opts.Backend.(NetworkEnforcer)
+	if !ok {
+		return fmt.Errorf("the %s backend cannot enforce a network policy; use --backend bwrap (as root on Linux)", o.opts.Backend.Name())
+	}
+	return ne.EnforcesNetwork()
+}
+
+// startGuard starts the enforcement point of s's machine and sets it on
+// spec. When it cannot, it returns nil and the Outcome that gives the
+// claim back with the reason.
+func (o *orchestrator) startGuard(ctx context.Context, s *fleet.Session, spec *Spec, log *slog.Logger) (*netguard.Guard, fleet.Outcome) {
+	refuse := func(err error) fleet.Outcome {
+		why := fmt.Sprintf("Refused to run a session with a network policy on machine %s: %v.", spec.Name, err)
+		o.report(context.WithoutCancel(ctx), s.ID, api.MachineStepFailed, why, nil)
+		return fleet.NotStarted(errors.New(why)).WithReason(why).Postponed()
+	}
+	if err := o.networkEnforcement(); err != nil {
+		return nil, refuse(err)
+	}
+	resolv := filepath.Join(spec.Workspace, "resolv.conf") // outside every bind
+	g, err := netguard.Start(ctx, netguard.Options{
+		Session: s.ID, Policy: s.Claim.Spec.NetworkPolicy, GatewayURL: s.Claim.Status.GatewayURL, ResolvConf: resolv, Log: log,
+		Report: func(ctx context.Context, batch []api.NetworkDecision) error {
+			// Decisions alone: the server takes machine and backend only
+			// with a step.
+			_, err := o.c.Queue.MachineEvent(ctx, s.ID, api.MachineEventRequest{AcceptorID: o.id.AcceptorID, Network: batch})
+			return err
+		},
+	})
+	if err != nil {
+		log.Error("cannot enforce the session's network policy", "err", err)
+		o.m.fail("provision")
+		return nil, refuse(fmt.Errorf("the network enforcement could not start: %w", err))
+	}
+	spec.Network, spec.ResolvConf = g, resolv
+	return g, fleet.Outcome{}
+}
+
+// dropRestricted tears down the machine a previous run left for a
+// restricted session: its enforcement point ended with that run (the
+// sandbox kept its namespace but lost its only way out), so the session
+// goes back to the queue for a fresh machine.
+func (o *orchestrator) dropRestricted(ctx context.Context, s *fleet.Session, spec Spec, log *slog.Logger) fleet.Outcome {
+	log.Info("removing the leftover machine of a restricted session: its network enforcement ended with the previous run")
+	if err := o.opts.Backend.Teardown(ctx, spec); err != nil {
+		log.Warn("teardown of leftover machine failed", "err", err)
+		o.m.fail("teardown")
+	}
+	why := fmt.Sprintf("the orchestrator restarted and removed machine %s: the session's network enforcement ended with the previous run", spec.Name)
+	o.report(ctx, s.ID, api.MachineStepTeardown, why, nil)
+	return fleet.NotStarted(errors.New(why))
+}
