@@ -53,7 +53,7 @@ func TestHTTPLayerErrorsAreJSON(t *testing.T) {
 		allow     string
 	}{
 		{"method of another route", "PUT /v1/sessions HTTP/1.1\r\nHost: x\r\n\r\n", 405, api.CodeMethodNotAllowed, "GET, HEAD, POST"},
-		{"unknown method", "BREW /v1/sessions/ses_1 HTTP/1.1\r\nHost: x\r\n\r\n", 405, api.CodeMethodNotAllowed, "GET, HEAD"},
+		{"unknown method", "BREW /v1/sessions/ses_1 HTTP/1.1\r\nHost: x\r\n\r\n", 405, api.CodeMethodNotAllowed, "GET, HEAD, PATCH"},
 		{"options", "OPTIONS /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 405, api.CodeMethodNotAllowed, "GET, HEAD"},
 		{"dot-dot", "GET /v1/../healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400, api.CodeBadRequest, ""},
 		{"escaped dot-dot", "GET /v1/sessions/%2e%2e/tokens HTTP/1.1\r\nHost: x\r\n\r\n", 400, api.CodeBadRequest, ""},
