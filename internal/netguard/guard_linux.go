@@ -268,21 +268,32 @@ func (g *Guard) relayNameservers() error {
 }
 
 // relayDNS forwards each query pc receives to the engine and its answer
-// back, one query at a time per client address.
+// back, at most maxRelays at once: session code can send queries far
+// faster than the engine answers them once its DNS slots are taken, and
+// each relayed query holds a socket and a goroutine for up to 5 seconds.
+// Past the bound the relay stops reading, and the kernel drops what no
+// longer fits pc's buffer, as a busy nameserver would.
 func (g *Guard) relayDNS(pc net.PacketConn) {
 	upstream := netip.AddrPortFrom(g.ns.DNS(), 53).String()
 	buf := make([]byte, 65535)
 	var relays sync.WaitGroup
 	defer relays.Wait()
+	slots := make(chan struct{}, maxRelays)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
 		q := bytes.Clone(buf[:n])
+		select {
+		case slots <- struct{}{}:
+		case <-g.ctx.Done():
+			return
+		}
 		relays.Add(1)
 		go func() {
 			defer relays.Done()
+			defer func() { <-slots }()
 			var up net.Conn
 			err := g.ns.Do(func() error {
 				var err error
@@ -335,3 +346,7 @@ func (g *Guard) Follow(updated <-chan struct{}, entry func() api.QueueEntry) {
 		follow(g.ctx, g, updated, entry, g.log.Warn)
 	}()
 }
+
+// maxRelays bounds the queries the loopback nameserver relay has in
+// flight, each with a socket to the engine.
+const maxRelays = 64
