@@ -195,7 +195,18 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 		defer g.wg.Done()
 		var conns sync.WaitGroup
 		defer conns.Wait()
+		// The bridge is open whatever the policy: past maxBridged it
+		// accepts nothing until a relayed connection ends, so session
+		// code that opens connections as fast as it can waits in the
+		// listener's backlog instead of costing the worker two sockets
+		// and the control plane a connection each.
+		slots := make(chan struct{}, maxBridged)
 		for {
+			select {
+			case slots <- struct{}{}:
+			case <-g.ctx.Done():
+				return
+			}
 			c, err := ln.Accept()
 			if err != nil {
 				return
@@ -203,6 +214,7 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
+				defer func() { <-slots }()
 				g.pipe(c, ap)
 			}()
 		}
@@ -350,3 +362,6 @@ func (g *Guard) Follow(updated <-chan struct{}, entry func() api.QueueEntry) {
 // maxRelays bounds the queries the loopback nameserver relay has in
 // flight, each with a socket to the engine.
 const maxRelays = 64
+
+// maxBridged bounds the connections a gateway bridge relays at once.
+const maxBridged = 256
