@@ -190,16 +190,26 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 		return fmt.Errorf("bridge the gateway at %s into the session's network namespace: %w", ap, err)
 	}
 	g.lns = append(g.lns, ln)
+	d := net.Dialer{Timeout: 10 * time.Second}
+	g.serveTCP(ln, "the gateway", func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", ap.String())
+	})
+	return nil
+}
+
+// serveTCP relays each connection ln accepts to a new one from dial, until
+// the guard closes. It runs on the guard's WaitGroup.
+func (g *Guard) serveTCP(ln net.Listener, what string, dial func(context.Context) (net.Conn, error)) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		var conns sync.WaitGroup
 		defer conns.Wait()
-		// The bridge is open whatever the policy: past maxBridged it
+		// A bridge is open whatever the policy: past maxBridged it
 		// accepts nothing until a relayed connection ends, so session
 		// code that opens connections as fast as it can waits in the
 		// listener's backlog instead of costing the worker two sockets
-		// and the control plane a connection each.
+		// (and the control plane a connection) each.
 		slots := make(chan struct{}, maxBridged)
 		for {
 			select {
@@ -215,21 +225,19 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 			go func() {
 				defer conns.Done()
 				defer func() { <-slots }()
-				g.pipe(c, ap)
+				g.pipe(c, what, dial)
 			}()
 		}
 	}()
-	return nil
 }
 
-// pipe copies between c and a new connection to ap on the host until
-// either side ends or the guard closes.
-func (g *Guard) pipe(c net.Conn, ap netip.AddrPort) {
+// pipe copies between c and a new connection from dial until either side
+// ends or the guard closes.
+func (g *Guard) pipe(c net.Conn, what string, dial func(context.Context) (net.Conn, error)) {
 	defer c.Close()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	up, err := d.DialContext(g.ctx, "tcp", ap.String())
+	up, err := dial(g.ctx)
 	if err != nil {
-		g.log.Warn("cannot reach the gateway for the session's namespace", "address", ap, "err", err)
+		g.log.Warn("cannot reach "+what+" for the session's namespace", "err", err)
 		return
 	}
 	defer up.Close()
@@ -250,11 +258,16 @@ func (g *Guard) pipe(c net.Conn, ap netip.AddrPort) {
 	<-done
 }
 
-// relayNameservers answers DNS over UDP inside the namespace on each
-// loopback nameserver of the host's /etc/resolv.conf, by relaying the
-// queries to the engine's DNS address.
+// relayNameservers answers DNS over UDP and TCP inside the namespace on
+// each loopback nameserver of the host's /etc/resolv.conf, by relaying
+// the queries to the engine's DNS address. TCP too: a resolver handed a
+// truncated answer (a name with many addresses) asks again over TCP.
 func (g *Guard) relayNameservers() error {
-	b, err := os.ReadFile("/etc/resolv.conf")
+	path := g.opts.hostResolvConf
+	if path == "" {
+		path = "/etc/resolv.conf"
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil // no resolv.conf: the resolver's default (loopback) is not relayed
 	}
@@ -275,6 +288,27 @@ func (g *Guard) relayNameservers() error {
 			defer g.wg.Done()
 			g.relayDNS(pc)
 		}()
+		var ln net.Listener
+		err = g.ns.Do(func() error {
+			var err error
+			ln, err = net.Listen("tcp", ap.String())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("answer DNS over TCP at %s in the session's network namespace: %w", ap, err)
+		}
+		g.lns = append(g.lns, ln)
+		upstream := netip.AddrPortFrom(g.ns.DNS(), 53).String()
+		g.serveTCP(ln, "the namespace's DNS", func(ctx context.Context) (net.Conn, error) {
+			var up net.Conn
+			err := g.ns.Do(func() error {
+				d := net.Dialer{Timeout: 5 * time.Second}
+				var err error
+				up, err = d.DialContext(ctx, "tcp", upstream)
+				return err
+			})
+			return up, err
+		})
 	}
 	return nil
 }

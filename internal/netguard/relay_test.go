@@ -108,3 +108,63 @@ func openFDs(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// TestDNSRelayOverTCP: a resolver that gets a truncated answer from the
+// loopback nameserver asks it again over TCP (glibc does, for a name with
+// many addresses); the relay answers there too, not with a refusal.
+func TestDNSRelayOverTCP(t *testing.T) {
+	needRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gateway := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer gateway.Close()
+	resolv := t.TempDir() + "/resolv.conf"
+	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Start(ctx, Options{Session: "tcpdns", GatewayURL: gateway.URL, RelayNameservers: true, hostResolvConf: resolv,
+		Policy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "allowed.example.test"}}},
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true}, Questions: []dnsmessage.Question{{
+		Name: dnsmessage.MustNewName("denied.example.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}
+	query, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		var c net.Conn
+		if err := g.ns.Do(func() error {
+			var err error
+			c, err = net.DialTimeout(network, "127.0.0.53:53", 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatalf("%s to the relay: %v", network, err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		msg := query
+		if network == "tcp" {
+			msg = append([]byte{byte(len(query) >> 8), byte(len(query))}, query...)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		n, err := io.ReadAtLeast(c, buf, 12)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: the relay answered nothing: %v", network, err)
+		}
+		ans := buf[:n]
+		if network == "tcp" {
+			ans = ans[2:]
+		}
+		var p dnsmessage.Parser
+		if h, err := p.Start(ans); err != nil || h.ID != 7 || h.RCode != dnsmessage.RCodeNameError {
+			t.Fatalf("%s answer %+v, %v; want NXDOMAIN to query 7", network, h, err)
+		}
+	}
+}
