@@ -106,6 +106,7 @@ func TestBatcherFloodOfDistinctDecisions(t *testing.T) {
 			folded = true
 		}
 	}
+	t.Logf("%d attempts to distinct destinations over %d flushes: %d events", want, rounds, len(posted))
 	if got != want || !folded {
 		t.Fatalf("the events count %d attempts (folded: %v), want all %d with the excess folded", got, folded, want)
 	}
