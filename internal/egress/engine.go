@@ -81,7 +81,8 @@ type nameEntry struct {
 // flow is one open TCP connection or UDP flow.
 type flow struct {
 	proto   string
-	host    string
+	host    string // set under Engine.mu once the flow is decided by name
+	peeking bool   // its name is being read; guarded by Engine.mu
 	addr    netip.Addr
 	port    uint16
 	start   time.Time
@@ -262,6 +263,9 @@ func (e *Engine) SetPolicy(p Policy) {
 	e.mu.Lock()
 	var doomed []*flow
 	for f := range e.flows {
+		if f.peeking {
+			continue // decided again by splice once its name is known
+		}
 		if _, ok := e.permits(p, f.host, f.addr, f.port); !ok {
 			doomed = append(doomed, f)
 		}

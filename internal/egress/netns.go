@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
 )
 
 // The namespace's addresses. The TUN device holds .2; the engine answers
@@ -26,6 +25,10 @@ var (
 	tunAddr6 = netip.MustParsePrefix("fd65:6772:6573::2/64")
 	dnsAddr6 = netip.MustParseAddr("fd65:6772:6573::1")
 )
+
+// tunOpened is called as soon as a TUN descriptor exists; tests start a
+// process there, as another goroutine of the worker might at that moment.
+var tunOpened = func(fd int) {}
 
 const (
 	tunName = "tun0"
@@ -98,12 +101,11 @@ func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace: %w", err)
 	}
-	tunFD, err := tun.Open(tunName)
+	tunFD, err := openTUN(tunName)
 	if err != nil {
 		unix.Close(nsFD)
 		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
 	}
-	unix.CloseOnExec(tunFD)
 	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
 	// Children of a locked thread start in its namespace, so ip configures
 	// this one.
@@ -158,6 +160,31 @@ func waitIPv6Ready(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// openTUN creates the TUN device name in the calling thread's namespace
+// and returns its queue, non-blocking as the engine reads it. The
+// descriptor is close-on-exec from the moment it exists: set afterwards
+// (gVisor's tun.Open opens it without), a process another goroutine
+// starts in between would inherit it, and with it the session's traffic
+// and a way to write packets into its namespace.
+func openTUN(name string) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, err
+	}
+	tunOpened(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	return fd, nil
 }
 
 // Path is a path to the namespace usable with setns(2) or nsenter --net=,

@@ -67,6 +67,10 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 		e.deny(ProtoTCP, "", dst, port, "no rule allows the address")
 		return
 	}
+	// Until its name is known the flow is left out of SetPolicy's checks
+	// (by address alone it would be closed at every change): it meets the
+	// policy in force once decided, in splice, before any byte goes up.
+	f.peeking = true
 	if !e.begin(f) {
 		r.Complete(true)
 		e.deny(ProtoTCP, "", dst, port, "too many open connections")
@@ -99,7 +103,10 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 		reject("the name does not resolve to the address")
 		return
 	}
-	f.host, f.rule = host, rule
+	// SetPolicy reads an open flow's name under e.mu.
+	e.mu.Lock()
+	f.host, f.rule, f.peeking = host, rule, false
+	e.mu.Unlock()
 	up, err := e.dial(e.ctx, "tcp", net.JoinHostPort(dst.String(), strconv.Itoa(int(port))))
 	if err != nil {
 		ep.Abort()

@@ -13,13 +13,23 @@ import (
 const (
 	// flushEvery is how often decisions go to the transcript.
 	flushEvery = time.Second
-	// maxPending bounds the distinct decisions waiting for a flush; equal
-	// ones are grouped, and more distinct ones are dropped (and counted)
-	// while the server is slow.
-	maxPending = 2000
+	// distinctBurst and distinctPerFlush budget the distinct decisions a
+	// session puts on its transcript: at most distinctBurst in one flush,
+	// distinctPerFlush more for each flush after. Equal decisions are
+	// grouped whatever the budget; a distinct one past it is counted in
+	// an overflow decision per decision and protocol (overflowRule), so
+	// a session that tries thousands of random names or addresses a
+	// second adds tens of events, not thousands, and every attempt is
+	// still counted.
+	distinctBurst    = 200
+	distinctPerFlush = 20
 	// reportTimeout bounds one post of a batch.
 	reportTimeout = 10 * time.Second
 )
+
+// overflowRule is the rule of the decision that counts the attempts past
+// the bound on distinct decisions, grouped by decision and protocol.
+const overflowRule = "too many distinct destinations to list each"
 
 // decisionKey is what makes two decisions equal for grouping: everything
 // but their time, counts and bytes.
@@ -55,8 +65,9 @@ type batcher struct {
 	mu      sync.Mutex // guards the following
 	order   []decisionKey
 	pending map[decisionKey]*api.NetworkDecision
-	dropped int64 // decisions dropped since the last flush
-	lost    int64 // all dropped or failed to post, for the end's log line
+	budget  int   // distinct decisions that may still be added
+	folded  int64 // decisions folded into overflow ones since the last flush
+	lost    int64 // decisions that failed to post, for the end's log line
 
 	kick chan struct{}
 	done chan struct{}
@@ -64,7 +75,7 @@ type batcher struct {
 }
 
 func newBatcher(report func(context.Context, []api.NetworkDecision) error, log *slog.Logger) *batcher {
-	return &batcher{report: report, log: log, pending: map[decisionKey]*api.NetworkDecision{},
+	return &batcher{report: report, log: log, pending: map[decisionKey]*api.NetworkDecision{}, budget: distinctBurst,
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -84,9 +95,18 @@ func (b *batcher) add(d Decision) {
 		p.BytesIn += d.BytesIn
 		return
 	}
-	if len(b.pending) >= maxPending {
-		b.dropped += n
-		return
+	if b.budget <= 0 {
+		k = decisionKey{allow: d.Allow, protocol: d.Protocol, rule: overflowRule}
+		b.folded += n
+		if p := b.pending[k]; p != nil {
+			p.Count += n
+			p.BytesOut += d.BytesOut
+			p.BytesIn += d.BytesIn
+			return
+		}
+		d = Decision{Time: d.Time, Allow: d.Allow, Protocol: d.Protocol, Rule: overflowRule, BytesOut: d.BytesOut, BytesIn: d.BytesIn}
+	} else {
+		b.budget--
 	}
 	decision := api.DecisionDeny
 	if d.Allow {
@@ -101,17 +121,19 @@ func (b *batcher) add(d Decision) {
 	b.order = append(b.order, k)
 }
 
-// take empties the pending decisions, in the order they first came.
-func (b *batcher) take() (batch []api.NetworkDecision, dropped int64) {
+// take empties the pending decisions, in the order they first came, and
+// refills the budget of distinct ones; folded is how many were counted in
+// overflow decisions.
+func (b *batcher) take() (batch []api.NetworkDecision, folded int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, k := range b.order {
 		batch = append(batch, *b.pending[k])
 	}
-	dropped = b.dropped
-	b.order, b.pending, b.dropped = nil, map[decisionKey]*api.NetworkDecision{}, 0
-	b.lost += dropped
-	return batch, dropped
+	folded = b.folded
+	b.order, b.pending, b.folded = nil, map[decisionKey]*api.NetworkDecision{}, 0
+	b.budget = min(b.budget+distinctPerFlush, distinctBurst)
+	return batch, folded
 }
 
 // run flushes every flushEvery until close, then once more.
@@ -136,9 +158,9 @@ func (b *batcher) run(ctx context.Context) {
 
 // flush posts what is pending, MaxNetworkDecisions at a time.
 func (b *batcher) flush(ctx context.Context) {
-	batch, dropped := b.take()
-	if dropped > 0 {
-		b.log.Warn("network decisions dropped: the transcript could not keep up", "dropped", dropped)
+	batch, folded := b.take()
+	if folded > 0 {
+		b.log.Debug("network decisions past the budget of distinct ones, counted without their destinations", "decisions", folded)
 	}
 	for len(batch) > 0 {
 		n := min(len(batch), api.MaxNetworkDecisions)

@@ -14,9 +14,9 @@ import (
 )
 
 // TestBatcherGroupsAndBounds: equal decisions become one with a count
-// and summed bytes, in first-seen order; past maxPending distinct ones
-// are dropped and counted; a failed post counts as lost; close posts
-// what is left.
+// and summed bytes, in first-seen order; past the budget distinct ones
+// are folded into an overflow decision that counts them; a failed post
+// counts as lost; close posts what is left.
 func TestBatcherGroupsAndBounds(t *testing.T) {
 	var mu sync.Mutex
 	var posted [][]api.NetworkDecision
@@ -47,12 +47,15 @@ func TestBatcherGroupsAndBounds(t *testing.T) {
 		t.Errorf("deny = %+v", d)
 	}
 
-	for i := range maxPending + 5 {
+	for i := range distinctBurst + 5 {
 		b.add(Decision{Allow: false, Addr: addr, Port: uint16(i + 1), Protocol: api.ProtocolTCP})
 	}
-	batch, dropped := b.take()
-	if len(batch) != maxPending || dropped != 5 {
-		t.Fatalf("took %d decisions and %d dropped, want %d and 5", len(batch), dropped, maxPending)
+	batch, folded := b.take()
+	if len(batch) != distinctBurst+1 || folded != 5 {
+		t.Fatalf("took %d decisions and %d folded, want %d and 5", len(batch), folded, distinctBurst+1)
+	}
+	if o := batch[distinctBurst]; o.Rule != overflowRule || o.Count != 5 || o.Address != "" || o.Port != 0 || o.Protocol != api.ProtocolTCP {
+		t.Fatalf("overflow decision = %+v", o)
 	}
 
 	mu.Lock()
@@ -60,7 +63,51 @@ func TestBatcherGroupsAndBounds(t *testing.T) {
 	mu.Unlock()
 	b.run(context.Background())
 	b.add(Decision{Allow: false, Addr: addr, Port: 1, Protocol: api.ProtocolTCP, Count: 3})
-	if lost := b.close(); lost != 5+3 {
-		t.Fatalf("lost %d decisions, want the 5 dropped and the 3 not posted", lost)
+	if lost := b.close(); lost != 3 {
+		t.Fatalf("lost %d decisions, want the 3 not posted", lost)
+	}
+}
+
+// TestBatcherFloodOfDistinctDecisions: session code that tries thousands
+// of distinct destinations a second (random names, random addresses) puts
+// a bounded number of events on the transcript, not thousands a second;
+// the attempts past the bound are still counted there, grouped by
+// decision and protocol, so no attempt goes unseen.
+func TestBatcherFloodOfDistinctDecisions(t *testing.T) {
+	var posted []api.NetworkDecision
+	b := newBatcher(func(_ context.Context, batch []api.NetworkDecision) error {
+		posted = append(posted, batch...)
+		return nil
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	const rounds, perRound = 10, 1000
+	var want int64
+	for r := range rounds {
+		before := len(posted)
+		for i := range perRound {
+			a := netip.AddrFrom4([4]byte{10, byte(r), byte(i >> 8), byte(i)})
+			b.add(Decision{Addr: a, Port: 443, Protocol: api.ProtocolTCP, Rule: "no rule allows the address"})
+			want++
+		}
+		b.add(Decision{Host: "x.test", Protocol: api.ProtocolDNS, Rule: "no rule allows the name", Count: 3})
+		want += 3
+		b.flush(context.Background())
+		if n := len(posted) - before; n > 250 {
+			t.Fatalf("flush %d posted %d events for one second of attempts; want at most 250", r, n)
+		}
+	}
+	if len(posted) > 600 {
+		t.Fatalf("%d events for %d seconds of a flood; want at most 600", len(posted), rounds)
+	}
+	var got int64
+	folded := false
+	for _, d := range posted {
+		got += d.Count
+		if d.Rule == overflowRule && d.Address == "" && d.Decision == api.DecisionDeny {
+			folded = true
+		}
+	}
+	t.Logf("%d attempts to distinct destinations over %d flushes: %d events", want, rounds, len(posted))
+	if got != want || !folded {
+		t.Fatalf("the events count %d attempts (folded: %v), want all %d with the excess folded", got, folded, want)
 	}
 }

@@ -190,12 +190,33 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 		return fmt.Errorf("bridge the gateway at %s into the session's network namespace: %w", ap, err)
 	}
 	g.lns = append(g.lns, ln)
+	d := net.Dialer{Timeout: 10 * time.Second}
+	g.serveTCP(ln, "the gateway", func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", ap.String())
+	})
+	return nil
+}
+
+// serveTCP relays each connection ln accepts to a new one from dial, until
+// the guard closes. It runs on the guard's WaitGroup.
+func (g *Guard) serveTCP(ln net.Listener, what string, dial func(context.Context) (net.Conn, error)) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		var conns sync.WaitGroup
 		defer conns.Wait()
+		// A bridge is open whatever the policy: past maxBridged it
+		// accepts nothing until a relayed connection ends, so session
+		// code that opens connections as fast as it can waits in the
+		// listener's backlog instead of costing the worker two sockets
+		// (and the control plane a connection) each.
+		slots := make(chan struct{}, maxBridged)
 		for {
+			select {
+			case slots <- struct{}{}:
+			case <-g.ctx.Done():
+				return
+			}
 			c, err := ln.Accept()
 			if err != nil {
 				return
@@ -203,21 +224,20 @@ func (g *Guard) bridgeTCP(ap netip.AddrPort) error {
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
-				g.pipe(c, ap)
+				defer func() { <-slots }()
+				g.pipe(c, what, dial)
 			}()
 		}
 	}()
-	return nil
 }
 
-// pipe copies between c and a new connection to ap on the host until
-// either side ends or the guard closes.
-func (g *Guard) pipe(c net.Conn, ap netip.AddrPort) {
+// pipe copies between c and a new connection from dial until either side
+// ends or the guard closes.
+func (g *Guard) pipe(c net.Conn, what string, dial func(context.Context) (net.Conn, error)) {
 	defer c.Close()
-	d := net.Dialer{Timeout: 10 * time.Second}
-	up, err := d.DialContext(g.ctx, "tcp", ap.String())
+	up, err := dial(g.ctx)
 	if err != nil {
-		g.log.Warn("cannot reach the gateway for the session's namespace", "address", ap, "err", err)
+		g.log.Warn("cannot reach "+what+" for the session's namespace", "err", err)
 		return
 	}
 	defer up.Close()
@@ -238,11 +258,16 @@ func (g *Guard) pipe(c net.Conn, ap netip.AddrPort) {
 	<-done
 }
 
-// relayNameservers answers DNS over UDP inside the namespace on each
-// loopback nameserver of the host's /etc/resolv.conf, by relaying the
-// queries to the engine's DNS address.
+// relayNameservers answers DNS over UDP and TCP inside the namespace on
+// each loopback nameserver of the host's /etc/resolv.conf, by relaying
+// the queries to the engine's DNS address. TCP too: a resolver handed a
+// truncated answer (a name with many addresses) asks again over TCP.
 func (g *Guard) relayNameservers() error {
-	b, err := os.ReadFile("/etc/resolv.conf")
+	path := g.opts.hostResolvConf
+	if path == "" {
+		path = "/etc/resolv.conf"
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil // no resolv.conf: the resolver's default (loopback) is not relayed
 	}
@@ -263,26 +288,58 @@ func (g *Guard) relayNameservers() error {
 			defer g.wg.Done()
 			g.relayDNS(pc)
 		}()
+		var ln net.Listener
+		err = g.ns.Do(func() error {
+			var err error
+			ln, err = net.Listen("tcp", ap.String())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("answer DNS over TCP at %s in the session's network namespace: %w", ap, err)
+		}
+		g.lns = append(g.lns, ln)
+		upstream := netip.AddrPortFrom(g.ns.DNS(), 53).String()
+		g.serveTCP(ln, "the namespace's DNS", func(ctx context.Context) (net.Conn, error) {
+			var up net.Conn
+			err := g.ns.Do(func() error {
+				d := net.Dialer{Timeout: 5 * time.Second}
+				var err error
+				up, err = d.DialContext(ctx, "tcp", upstream)
+				return err
+			})
+			return up, err
+		})
 	}
 	return nil
 }
 
 // relayDNS forwards each query pc receives to the engine and its answer
-// back, one query at a time per client address.
+// back, at most maxRelays at once: session code can send queries far
+// faster than the engine answers them once its DNS slots are taken, and
+// each relayed query holds a socket and a goroutine for up to 5 seconds.
+// Past the bound the relay stops reading, and the kernel drops what no
+// longer fits pc's buffer, as a busy nameserver would.
 func (g *Guard) relayDNS(pc net.PacketConn) {
 	upstream := netip.AddrPortFrom(g.ns.DNS(), 53).String()
 	buf := make([]byte, 65535)
 	var relays sync.WaitGroup
 	defer relays.Wait()
+	slots := make(chan struct{}, maxRelays)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
 		q := bytes.Clone(buf[:n])
+		select {
+		case slots <- struct{}{}:
+		case <-g.ctx.Done():
+			return
+		}
 		relays.Add(1)
 		go func() {
 			defer relays.Done()
+			defer func() { <-slots }()
 			var up net.Conn
 			err := g.ns.Do(func() error {
 				var err error
@@ -335,3 +392,10 @@ func (g *Guard) Follow(updated <-chan struct{}, entry func() api.QueueEntry) {
 		follow(g.ctx, g, updated, entry, g.log.Warn)
 	}()
 }
+
+// maxRelays bounds the queries the loopback nameserver relay has in
+// flight, each with a socket to the engine.
+const maxRelays = 64
+
+// maxBridged bounds the connections a gateway bridge relays at once.
+const maxBridged = 256

@@ -58,6 +58,10 @@ type Options struct {
 	// Log receives the guard's log, one debug line per denied attempt.
 	// Nil discards it.
 	Log *slog.Logger
+
+	// hostResolvConf is the host's resolv.conf RelayNameservers reads;
+	// empty: /etc/resolv.conf. Tests point it at their own.
+	hostResolvConf string
 }
 
 // compile is the matcher of a session's policy; nil is unrestricted.

@@ -28,8 +28,11 @@ func EventText(ev api.Event) string {
 		if ev.Port != 0 {
 			b.WriteString(":" + strconv.Itoa(ev.Port))
 		}
-	default:
+	case dest != "":
 		b.WriteString(dest)
+	default:
+		// A worker's count of attempts past its budget of distinct ones.
+		b.WriteString("other destinations")
 	}
 	if ev.Rule != "" {
 		if ev.Decision == api.DecisionAllow {

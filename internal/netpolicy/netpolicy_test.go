@@ -357,6 +357,8 @@ func TestEventText(t *testing.T) {
 		{api.Event{Decision: "allow", Protocol: "tcp", Address: "fd00::1", Port: 22, Rule: "ipv6 fd00::/8", BytesOut: 517, BytesIn: 4096},
 			"allow tcp [fd00::1]:22 by ipv6 fd00::/8, 517 B out, 4.0 KiB in"},
 		{api.Event{Decision: "deny", Protocol: "dns", Host: "evil.test"}, "deny dns evil.test"},
+		{api.Event{Decision: "deny", Protocol: "tcp", Rule: "too many distinct destinations to list each", Count: 5000},
+			"deny tcp other destinations: too many distinct destinations to list each ×5000"},
 	} {
 		if got := EventText(tc.ev); got != tc.want {
 			t.Errorf("EventText = %q, want %q", got, tc.want)

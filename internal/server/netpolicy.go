@@ -160,6 +160,26 @@ func mapSessionUpdateErr(id string, err error) error {
 	return fmt.Errorf("update session %s: %w", id, err)
 }
 
+// checkOutpostWidening refuses a new outpost policy that allows what o's
+// restricted one does not, or lifts it, unless the caller holds
+// network.admin: the outpost's policy bounds what its sessions reach, and
+// an outposts.orchestrator token (which orchestrators hold) may not open
+// it, as a sessions.write token may not open a session's.
+func checkOutpostWidening(ctx context.Context, o store.Outpost, next *api.NetworkPolicy) error {
+	cur := o.NetworkPolicy
+	if cur == nil || !cur.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+		return nil
+	}
+	n := api.NetworkPolicy{}
+	if next != nil {
+		n = *next
+	}
+	if err := netpolicy.Within(*cur, n); err != nil {
+		return errForbidden("Outpost %s's new %v; only a token with the %s scope may widen an outpost's network policy.", o.Name, err, api.ScopeNetworkAdmin)
+	}
+	return nil
+}
+
 // checkOutpostNarrowing refuses a new outpost policy that would leave
 // live sessions of o with policies of their own wider than it (they were
 // checked against the old one), unless the caller holds network.admin:

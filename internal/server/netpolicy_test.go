@@ -482,3 +482,38 @@ func TestNetworkPolicyChangeAcrossReplicas(t *testing.T) {
 		t.Fatalf("replica b shows the session's policy %s", policyJSON(t, s.Spec.NetworkPolicy))
 	}
 }
+
+// An outpost's restricted policy is widened or lifted only by a token
+// with network.admin (admin has it): an outposts.orchestrator token, which
+// orchestrators hold, may set or narrow it, not open its sessions'
+// networks, as a sessions.write token may not open a session's.
+func TestNetworkPolicyOutpostWideningNeedsNetworkAdmin(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	ts.outpost("open")
+	orch := ts.token([]string{api.ScopeOrchestrator}, "")
+	netAdmin := ts.token([]string{api.ScopeOrchestrator, api.ScopeNetworkAdmin}, "")
+	for _, wide := range []api.NetworkPolicy{
+		{},
+		{Enabled: true, Allow: append([]api.NetworkPolicyRule{{IPv4: "0.0.0.0/0"}}, outpostPolicy.Allow...)},
+		{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "example.test"}}},
+	} {
+		code, msg := ts.failure("PATCH", "/v1/outposts/net", orch, api.UpdateOutpostRequest{NetworkPolicy: &wide})
+		if code != 403 || !strings.Contains(msg, "network.admin") || !strings.Contains(msg, "widen") {
+			t.Errorf("widening to %s: %d %q, want 403 naming network.admin", policyJSON(t, &wide), code, msg)
+		}
+	}
+	var o api.Outpost
+	ts.mustDo(200, "GET", "/v1/outposts/net", ts.admin, nil, &o)
+	if got := policyJSON(t, o.Spec.NetworkPolicy); got != normalized {
+		t.Fatalf("refused PATCHes changed the outpost's policy to %s", got)
+	}
+	// Narrowing, and restricting an open outpost, need no network.admin.
+	narrow := api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "api.example.test"}}}
+	ts.mustDo(200, "PATCH", "/v1/outposts/net", orch, api.UpdateOutpostRequest{NetworkPolicy: &narrow}, nil)
+	ts.mustDo(200, "PATCH", "/v1/outposts/open", orch, api.UpdateOutpostRequest{NetworkPolicy: &narrow}, nil)
+	// Widening back: network.admin or admin.
+	ts.mustDo(200, "PATCH", "/v1/outposts/net", netAdmin, api.UpdateOutpostRequest{NetworkPolicy: &outpostPolicy}, nil)
+	ts.mustDo(200, "PATCH", "/v1/outposts/open", ts.admin, api.UpdateOutpostRequest{NetworkPolicy: &api.NetworkPolicy{}}, nil)
+}

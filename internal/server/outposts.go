@@ -261,6 +261,9 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 		}
 		policyChanged = !samePolicy(netpolicy.Effective(o.NetworkPolicy, nil), netpolicy.Effective(policy, nil))
 		if policyChanged {
+			if err := checkOutpostWidening(ctx, o, policy); err != nil {
+				return err
+			}
 			if err := s.checkOutpostNarrowing(ctx, o, policy); err != nil {
 				return err
 			}
