@@ -2,7 +2,10 @@ package netpolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -393,5 +396,51 @@ func TestAllowNamePortZeroIsAnyPort(t *testing.T) {
 	}
 	if _, ok := m.AllowAddr(netip.MustParseAddr("10.1.2.3"), 0); ok {
 		t.Error("AllowAddr(.., 0) allowed a port no rule lists")
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	got, err := CheckRequest(api.NetworkAccessRequestArgs{Domains: []string{"API.Example.test.", "*.b.test", "api.example.test"}, Reason: "fixtures"})
+	if err != nil || !slices.Equal(got, []string{"api.example.test", "*.b.test"}) {
+		t.Fatalf("CheckRequest = %v, %v", got, err)
+	}
+	many := make([]string, api.MaxNetworkRequestDomains+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d.test", i)
+	}
+	for _, bad := range []api.NetworkAccessRequestArgs{
+		{Reason: "r"},
+		{Domains: []string{"a.test"}, Reason: " "},
+		{Domains: []string{"10.0.0.1"}, Reason: "r"},
+		{Domains: []string{"*"}, Reason: "r"},
+		{Domains: []string{"a..test"}, Reason: "r"},
+		{Domains: many, Reason: "r"},
+		{Domains: []string{"a.test"}, Reason: strings.Repeat("x", api.MaxNetworkRequestReason+1)},
+	} {
+		if _, err := CheckRequest(bad); err == nil {
+			t.Errorf("CheckRequest(%+v) accepted it", bad)
+		}
+	}
+}
+
+func TestAllowHostnames(t *testing.T) {
+	p := api.NetworkPolicy{Enabled: false, Allow: []api.NetworkPolicyRule{{Hostname: "a.test", Ports: []int{443}}, {Hostname: "b.test"}}}
+	got, err := AllowHostnames(p, []string{"a.test", "b.test", "*.c.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.NetworkPolicyRule{{Hostname: "a.test", Ports: []int{443}}, {Hostname: "b.test"}, {Hostname: "a.test"}, {Hostname: "*.c.test"}}
+	if !got.Enabled || !reflect.DeepEqual(got.Allow, want) {
+		t.Fatalf("AllowHostnames = %+v", got)
+	}
+	if len(p.Allow) != 2 {
+		t.Fatal("AllowHostnames changed its argument")
+	}
+	full := api.NetworkPolicy{Enabled: true}
+	for i := range api.MaxNetworkPolicyRules {
+		full.Allow = append(full.Allow, api.NetworkPolicyRule{Hostname: fmt.Sprintf("h%d.test", i)})
+	}
+	if _, err := AllowHostnames(full, []string{"x.test"}); err == nil {
+		t.Fatal("AllowHostnames went past the rule limit")
 	}
 }
