@@ -1,6 +1,8 @@
 package netpolicy
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,4 +52,22 @@ func AllowHostnames(p api.NetworkPolicy, domains []string) (api.NetworkPolicy, e
 		}
 	}
 	return Normalize(out)
+}
+
+// ParseRequest decodes the arguments of a network access request strictly
+// (no unknown fields) and checks them (CheckRequest); the result holds the
+// normalized domains.
+func ParseRequest(raw json.RawMessage) (api.NetworkAccessRequestArgs, error) {
+	var a api.NetworkAccessRequestArgs
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return api.NetworkAccessRequestArgs{}, fmt.Errorf("the arguments are not a network access request: %w", err)
+	}
+	domains, err := CheckRequest(a)
+	if err != nil {
+		return api.NetworkAccessRequestArgs{}, err
+	}
+	a.Domains = domains
+	return a, nil
 }
