@@ -1,9 +1,13 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
@@ -277,5 +281,61 @@ func TestNetworkRequestBadScriptStep(t *testing.T) {
 	for _, args := range []string{`{"domains":["10.0.0.1"],"reason":"r"}`, `{"domains":[],"reason":"r"}`, `{"domains":["a.test"],"reason":""}`} {
 		body := fmt.Sprintf(`{"outpost":"o","agent":{"kind":"script","steps":[{"tool":"network_access_request","args":%s}]}}`, args)
 		ts.mustDo(400, "POST", "/v1/sessions", ts.admin, body, nil)
+	}
+}
+
+// startStoppable is startServer with a stop the test calls itself: a
+// server restarted on the same data directory.
+func startStoppable(t *testing.T, opts Options) (*testServer, func()) {
+	t.Helper()
+	opts.Listen = "127.0.0.1:0"
+	opts.Stdout = io.Discard
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := New(ctx, opts)
+	if err != nil {
+		cancel()
+		t.Fatalf("new server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &testServer{t: t, srv: srv, url: srv.URL(), admin: srv.AdminToken()}, stop
+}
+
+// A pending request survives a restart of the server: it is answered
+// while no runner waits for it, and the next machine goes on after it.
+func TestNetworkRequestAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts, stop := startStoppable(t, Options{DataDir: dir})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id := requestSession(ts, ts.admin, "net", nil, "pkg.other.test")
+	r := connect(ts, id)
+	waitPending(ts, id)
+	r.close()
+	stop()
+
+	ts2, _ := startStoppable(t, Options{DataDir: dir})
+	ts2.admin = ts.admin // created once, by the first start
+	if reqs := requestEvents(ts2, id); len(reqs) != 1 || reqs[0].State != api.NetworkRequestPending {
+		t.Fatalf("after the restart: %+v", reqs)
+	}
+	ts2.mustDo(200, "POST", "/v1/sessions/"+id+"/network-requests/1/grant", ts2.admin, nil, nil)
+	if res, ok := toolResult(ts2, id, 1); !ok || !res.Granted {
+		t.Fatalf("tool result after the restart: %+v", res)
+	}
+	r2 := connect(ts2, id) // the same machine, back with a renewed claim
+	if call := r2.expect(api.FrameCall); call.Seq != 2 || call.Tool != api.ToolListDir {
+		t.Fatalf("first call of the next machine: %+v", call)
 	}
 }
