@@ -444,3 +444,21 @@ func TestAllowHostnames(t *testing.T) {
 		t.Fatal("AllowHostnames went past the rule limit")
 	}
 }
+
+func TestRequestText(t *testing.T) {
+	for _, c := range []struct {
+		r    api.NetworkRequest
+		want string
+	}{
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestPending, Domains: []string{"a.test", "*.b.test"}, Reason: "fixtures"},
+			`network request 3 pending: a.test, *.b.test — "fixtures"`},
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestGranted, Scope: api.NetworkGrantOutpost, AnsweredBy: "tok_1"},
+			"network request 3 granted for the outpost by tok_1"},
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestDenied, AnsweredBy: "tok_1", Answer: "use the mirror"},
+			"network request 3 denied by tok_1: use the mirror"},
+	} {
+		if got := RequestText(c.r); got != c.want {
+			t.Errorf("RequestText = %q, want %q", got, c.want)
+		}
+	}
+}
