@@ -45,8 +45,8 @@ func networkRequestEvent(now time.Time, seq int64, args json.RawMessage, red *re
 type noConn struct{}
 
 func (noConn) Call(context.Context, int64, string, json.RawMessage) error { return nil }
-func (noConn) Ack(context.Context, int64) error                          { return nil }
-func (noConn) Done() <-chan struct{}                                     { return nil }
+func (noConn) Ack(context.Context, int64) error                           { return nil }
+func (noConn) Done() <-chan struct{}                                      { return nil }
 
 // awaitAnswer is execute for a call the control plane answers: it waits
 // until the call has its result in the store. A call whose arguments are
