@@ -275,12 +275,6 @@ func noiseLineOf(ev *api.Event, raw rawEvent) noiseLine {
 		l.Kind = ev.Decision
 		l.Text = "network " + netpolicy.EventText(*ev)
 		l.Failed = ev.Decision == api.DecisionDeny
-	case api.EventNetworkRequest:
-		if r := ev.NetworkRequest; r != nil {
-			l.Kind = r.State
-			l.Text = netpolicy.RequestText(*r)
-			l.Failed = r.State == api.NetworkRequestDenied
-		}
 	case api.EventClaim:
 		l.Kind = "claimed"
 		l.Text = "claimed by " + ev.AcceptorID
