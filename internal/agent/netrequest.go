@@ -29,15 +29,25 @@ const answerPoll = 2 * time.Second
 
 // networkRequestEvent is the pending network_request event of call seq, or
 // false when args are not a valid request (the call then gets an error
-// result instead). The reason is shown with secret values redacted.
+// result instead). Domains and reason are shown with secret values
+// redacted, as the call's arguments are.
 func networkRequestEvent(now time.Time, seq int64, args json.RawMessage, red *redact.Set) (api.Event, bool) {
 	a, err := netpolicy.ParseRequest(args)
 	if err != nil {
 		return api.Event{}, false
 	}
 	return api.Event{Type: api.EventNetworkRequest, Time: now.UnixMilli(), CallSeq: seq, Tool: api.ToolNetworkAccessRequest,
-		NetworkRequest: &api.NetworkRequest{ID: strconv.FormatInt(seq, 10), Domains: a.Domains, Reason: red.String(a.Reason),
+		NetworkRequest: &api.NetworkRequest{ID: strconv.FormatInt(seq, 10), Domains: redactAll(red, a.Domains), Reason: red.String(a.Reason),
 			State: api.NetworkRequestPending}}, true
+}
+
+// redactAll is each of list with secret values redacted.
+func redactAll(red *redact.Set, list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = red.String(s)
+	}
+	return out
 }
 
 // noConn stands for the remote of a result the runner makes itself; there

@@ -93,9 +93,16 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 		return err
 	}
 	p := principalFrom(ctx)
-	view := api.NetworkRequest{ID: strconv.FormatInt(seq, 10), Domains: req.Domains, Reason: redact.NewSet(sess.Secrets).String(req.Reason),
-		AnsweredBy: p.tokenID}
-	result := api.NetworkAccessResult{RequestID: view.ID, Granted: a.grant, Domains: req.Domains}
+	// The transcript shows what the agent asked with secret values
+	// redacted, as its call's arguments; the policy gets the names as
+	// asked.
+	red := redact.NewSet(sess.Secrets)
+	shown := make([]string, len(req.Domains))
+	for i, d := range req.Domains {
+		shown[i] = red.String(d)
+	}
+	view := api.NetworkRequest{ID: strconv.FormatInt(seq, 10), Domains: shown, Reason: red.String(req.Reason), AnsweredBy: p.tokenID}
+	result := api.NetworkAccessResult{RequestID: view.ID, Granted: a.grant, Domains: shown}
 	// own is the session's new policy; keepOwn leaves it as it is.
 	own, keepOwn := sess.NetworkPolicy, true
 	outpostChanged := false
