@@ -339,3 +339,38 @@ func TestNetworkRequestAcrossRestart(t *testing.T) {
 		t.Fatalf("first call of the next machine: %+v", call)
 	}
 }
+
+// An outside agent's network_access_request waits in its HTTP call until
+// a person answers, and gets the answer as the tool's result.
+func TestNetworkRequestExternal(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"net","agent":{"kind":"external"}}`, &s)
+	id := s.Metadata.SessionID
+	connect(ts, id)
+	type answer struct {
+		code int
+		res  api.ToolResult
+	}
+	got := make(chan answer, 1)
+	go func() {
+		var res api.ToolResult
+		code := ts.do("POST", "/v1/sessions/"+id+"/tools/"+api.ToolNetworkAccessRequest, ts.admin,
+			api.NetworkAccessRequestArgs{Domains: []string{"pkg.other.test"}, Reason: "go mod download"}, &res)
+		got <- answer{code, res}
+	}()
+	req := waitPending(ts, id)
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/network-requests/"+req.ID+"/deny", ts.admin, api.NetworkDenyRequest{Reason: "not today"}, nil)
+	a := <-got
+	var res api.NetworkAccessResult
+	if a.code != 200 || !a.res.OK || json.Unmarshal(a.res.Value, &res) != nil || res.Granted || res.Reason != "not today" {
+		t.Fatalf("the outside agent's call answered %d %+v", a.code, a.res)
+	}
+	// A bad request is the caller's error at once, shown as no request.
+	ts.mustDo(400, "POST", "/v1/sessions/"+id+"/tools/"+api.ToolNetworkAccessRequest, ts.admin, `{"domains":["*"],"reason":"x"}`, nil)
+	if reqs := requestEvents(ts, id); len(reqs) != 2 {
+		t.Fatalf("network_request events %+v", reqs)
+	}
+}
