@@ -88,6 +88,11 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 		return err
 	}
 	defer unlock()
+	// Read again under the lock: a PATCH of its policy may have come
+	// between.
+	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
+		return err
+	}
 	call, req, err := s.pendingRequest(ctx, sess.ID, seq)
 	if err != nil {
 		return err

@@ -374,3 +374,49 @@ func TestNetworkRequestExternal(t *testing.T) {
 		t.Fatalf("network_request events %+v", reqs)
 	}
 }
+
+// Answers racing for one request: exactly one wins, the others get 409,
+// and the transcript holds one answer and one result.
+func TestNetworkRequestAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id := requestSession(ts, ts.admin, "net", nil, "pkg.other.test")
+	connect(ts, id)
+	waitPending(ts, id)
+	codes := make(chan int, 8)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			answer, body := "grant", any(api.NetworkGrantRequest{Scope: api.NetworkGrantOutpost})
+			if i%2 == 1 {
+				answer, body = "deny", api.NetworkDenyRequest{Reason: "no"}
+			}
+			codes <- ts.do("POST", "/v1/sessions/"+id+"/network-requests/1/"+answer, ts.admin, body, nil)
+		})
+	}
+	wg.Wait()
+	close(codes)
+	won := 0
+	for c := range codes {
+		switch c {
+		case 200:
+			won++
+		case 409:
+		default:
+			t.Errorf("an answer got %d", c)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d answers won, want 1", won)
+	}
+	results := 0
+	for _, ev := range events(ts, id) {
+		if ev.Type == api.EventResult && ev.CallSeq == 1 {
+			results++
+		}
+	}
+	if reqs := requestEvents(ts, id); len(reqs) != 2 || results != 1 {
+		t.Fatalf("%d results and network_request events %+v", results, reqs)
+	}
+}
