@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
@@ -418,5 +419,42 @@ func TestNetworkRequestAnsweredOnce(t *testing.T) {
 	}
 	if reqs := requestEvents(ts, id); len(reqs) != 2 || results != 1 {
 		t.Fatalf("%d results and network_request events %+v", results, reqs)
+	}
+}
+
+// A request waiting on one replica is answered through another that
+// cannot forward to it: the waiting runner sees the answer committed
+// elsewhere and the outside agent's call returns it.
+func TestNetworkRequestAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	rs := startReplicaSetC(t, pg.Database(t), 2, Options{}, func(i int, o *Options) {
+		if i == 0 {
+			o.ReplicaURL = "http://127.0.0.1:1" // nothing answers there
+		}
+	})
+	a, b := rs[0], rs[1]
+	a.mustDo(201, "POST", "/v1/outposts", a.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id, token := externalSessionC(t, a.testServer, "net")
+	rem := connectRemoteC(t, a.srv.gatewayURL, id, token, true)
+	waitFrame(t, rem.frames, api.FrameWelcome)
+	waitRunning(t, a.testServer, id)
+	got := make(chan api.ToolResult, 1)
+	go func() {
+		var res api.ToolResult
+		a.do("POST", "/v1/sessions/"+id+"/tools/"+api.ToolNetworkAccessRequest, a.admin,
+			api.NetworkAccessRequestArgs{Domains: []string{"pkg.other.test"}, Reason: "go mod download"}, &res)
+		got <- res
+	}()
+	waitPending(b.testServer, id)
+	b.mustDo(200, "POST", "/v1/sessions/"+id+"/network-requests/1/grant", b.admin, nil, nil)
+	var res api.NetworkAccessResult
+	if r := <-got; !r.OK || json.Unmarshal(r.Value, &res) != nil || !res.Granted {
+		t.Fatalf("the call through replica a answered %+v", r)
+	}
+	var s api.Session
+	a.mustDo(200, "GET", "/v1/sessions/"+id, a.admin, nil, &s)
+	if !hasHost(s.Spec.NetworkPolicy, "pkg.other.test") {
+		t.Fatalf("policy after the grant through b: %+v", s.Spec.NetworkPolicy)
 	}
 }
