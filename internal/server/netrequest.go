@@ -93,6 +93,9 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
 		return err
 	}
+	if api.IsFinal(sess.Status) {
+		return errConflict("Session %s has ended; its network requests can no longer be answered.", sess.ID)
+	}
 	call, req, err := s.pendingRequest(ctx, sess.ID, seq)
 	if err != nil {
 		return err
@@ -173,7 +176,7 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 			return store.Mutation{}, errConflict("Session %s has ended; its network requests can no longer be answered.", st.ID)
 		}
 		var m store.Mutation
-		st.UpdatedAt = now
+		st.UpdatedAt, st.LastSeq = now, max(st.LastSeq, seq)
 		m.Session = &st
 		if !keepOwn || outpostChanged {
 			if e.OutpostID == "" || e.Deleted {

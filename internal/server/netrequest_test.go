@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -128,6 +129,8 @@ func TestNetworkRequestGrantForSession(t *testing.T) {
 	ts.mustDo(404, "POST", base+"99/grant", writer, nil, nil)
 	ts.mustDo(404, "POST", base+"x/deny", writer, nil, nil)
 	ts.mustDo(400, "POST", base+"1/grant", writer, api.NetworkGrantRequest{Scope: "world"}, nil)
+	ts.mustDo(400, "POST", base+"1/grant", writer, `{"scop":"outpost"}`, nil)
+	ts.mustDo(400, "POST", base+"1/deny", writer, api.NetworkDenyRequest{Reason: strings.Repeat("x", api.MaxNetworkRequestReason+1)}, nil)
 	// For the outpost: the outpost's right, which sessions.write is not.
 	ts.mustDo(403, "POST", base+"1/grant", writer, api.NetworkGrantRequest{Scope: api.NetworkGrantOutpost}, nil)
 	if got := requestEvents(ts, id); len(got) != 1 {
