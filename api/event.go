@@ -37,6 +37,10 @@ const (
 	// known, Address, Port, Protocol, the Rule that decided, and for
 	// allowed connections the bytes each way.
 	EventNetwork = "network"
+	// EventNetworkRequest is a network access request of the agent
+	// (NetworkRequest, its call CallSeq): one event when it asks, State
+	// pending, and one when a person answers it.
+	EventNetworkRequest = "network_request"
 )
 
 // Network decisions (Event.Decision, NetworkDecision.Decision).
@@ -151,6 +155,8 @@ type Event struct {
 	BytesOut int64  `json:"bytes_out,omitempty"`
 	BytesIn  int64  `json:"bytes_in,omitempty"`
 	Count    int64  `json:"count,omitempty"`
+	// Network request events: the request and its state.
+	NetworkRequest *NetworkRequest `json:"network_request,omitempty"`
 }
 
 // EventList is the answer of GET /v1/sessions/{id}/events.

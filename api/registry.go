@@ -29,6 +29,9 @@ type toolDef struct {
 	// whose result says nothing a transcript line needs (exec's exit code
 	// has a line of its own).
 	summary func(value json.RawMessage) string
+	// server marks a tool the control plane answers itself: its calls
+	// never reach the remote.
+	server bool
 }
 
 // tool defines a tool whose arguments are a T. target says what a call
@@ -253,6 +256,28 @@ var toolTable = []toolDef{
 		func(s *jsonschema.Schema) {
 			prop(s, "repo").Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 		}, gitPushTarget, textOf(gitPushSummary)),
+	serverTool(tool[NetworkAccessRequestArgs](ToolNetworkAccessRequest,
+		"Ask a person for network access the session's policy does not give: domains are host names (api.example.com) "+
+			"or wildcards (*.example.com), reason says why the task needs them. The call waits until a person grants or "+
+			"denies the request, which may take a while; the result says whether it was granted, for this session or "+
+			"for every session of the outpost, and a denial's reason. Ask only after a connection was refused by the "+
+			"policy, and do not ask again for what was denied.",
+		func(s *jsonschema.Schema) {
+			d := prop(s, "domains")
+			d.MinItems = jsonschema.Ptr(1)
+			d.MaxItems = jsonschema.Ptr(MaxNetworkRequestDomains)
+			d.Items.MinLength = jsonschema.Ptr(1)
+			d.Items.MaxLength = jsonschema.Ptr(253)
+			r := prop(s, "reason")
+			r.MinLength = jsonschema.Ptr(1)
+			r.MaxLength = jsonschema.Ptr(MaxNetworkRequestReason)
+		}, networkRequestTarget, textOf(networkRequestSummary))),
+}
+
+// serverTool marks d as a tool the control plane answers itself.
+func serverTool(d toolDef) toolDef {
+	d.server = true
+	return d
 }
 
 // prop returns the schema of s's property name, for refine functions. A
@@ -291,6 +316,25 @@ func NewToolArgs(tool string) (any, bool) {
 		return nil, false
 	}
 	return toolTable[i].newArgs(), true
+}
+
+// IsServerTool reports whether the control plane answers calls of tool
+// itself (network_access_request): they never reach a remote.
+func IsServerTool(tool string) bool {
+	i, ok := toolIndex[tool]
+	return ok && toolTable[i].server
+}
+
+// RemoteToolNames lists the tools a remote runs: ToolNames without the
+// server's own.
+func RemoteToolNames() []string {
+	var names []string
+	for _, d := range toolTable {
+		if !d.server {
+			names = append(names, d.name)
+		}
+	}
+	return names
 }
 
 // ToolNames lists every tool, in a stable order.

@@ -363,3 +363,15 @@ func truncate(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
+
+func networkRequestTarget(a NetworkAccessRequestArgs) string { return strings.Join(a.Domains, ", ") }
+
+func networkRequestSummary(r NetworkAccessResult) string {
+	if !r.Granted {
+		if r.Reason != "" {
+			return "denied: " + r.Reason
+		}
+		return "denied"
+	}
+	return "granted for the " + r.Scope
+}

@@ -70,6 +70,8 @@ func TestToolViews(t *testing.T) {
 			"app: Fix it", "commit 1a2b3c4 on main"},
 		ToolGitPush: {GitPushArgs{Repo: "app", Branch: "fix"}, GitPushResult{Remote: "origin", Branch: "fix", Commit: "1a2b3c4d5e6f"},
 			"app → origin/fix", "pushed fix (1a2b3c4) to origin"},
+		ToolNetworkAccessRequest: {NetworkAccessRequestArgs{Domains: []string{"a.test", "*.b.test"}, Reason: "r"},
+			NetworkAccessResult{Granted: true, Scope: NetworkGrantSession}, "a.test, *.b.test", "granted for the session"},
 	}
 	for _, name := range ToolNames() {
 		c, ok := cases[name]

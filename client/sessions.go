@@ -267,3 +267,31 @@ func (s *SessionsService) followOnce(ctx context.Context, id string, last *int64
 var errEnded = errors.New("session ended")
 
 func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
+
+// GrantNetworkRequest grants the session's network access request
+// requestID: for the session (scope api.NetworkGrantSession or "") or for
+// every session of its outpost (api.NetworkGrantOutpost). It returns the
+// answered request.
+func (s *SessionsService) GrantNetworkRequest(ctx context.Context, id, requestID, scope string) (*api.NetworkRequest, error) {
+	var out api.NetworkRequest
+	err := s.c.do(ctx, http.MethodPost, networkRequestPath(id, requestID)+"/grant", nil, api.NetworkGrantRequest{Scope: scope}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DenyNetworkRequest denies the session's network access request
+// requestID; reason, which may be empty, is what the agent reads.
+func (s *SessionsService) DenyNetworkRequest(ctx context.Context, id, requestID, reason string) (*api.NetworkRequest, error) {
+	var out api.NetworkRequest
+	err := s.c.do(ctx, http.MethodPost, networkRequestPath(id, requestID)+"/deny", nil, api.NetworkDenyRequest{Reason: reason}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func networkRequestPath(id, requestID string) string {
+	return sessionPath(id) + "/network-requests/" + url.PathEscape(requestID)
+}

@@ -117,9 +117,10 @@ func policyText(p *api.NetworkPolicy) string {
 func NewCmdSessionsNetwork(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "network",
-		Short: "Change a session's network policy",
+		Short: "Change a session's network policy; answer its network access requests",
 	}
-	cmd.AddCommand(NewCmdSessionsNetworkSet(f, nil), NewCmdSessionsNetworkClear(f, nil))
+	cmd.AddCommand(NewCmdSessionsNetworkSet(f, nil), NewCmdSessionsNetworkClear(f, nil),
+		NewCmdSessionsNetworkGrant(f, nil), NewCmdSessionsNetworkDeny(f, nil))
 	return cmd
 }
 

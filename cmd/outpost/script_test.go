@@ -1,18 +1,27 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/servertest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // TestMain lets the testscript suite run the real outpost command: a
@@ -42,6 +51,8 @@ func TestScripts(t *testing.T) {
 			"startserver": cmdStartServer,
 			"capture":     cmdCapture,
 			"exits":       cmdExits,
+			"serveremote": cmdServeRemote,
+			"waitevent":   cmdWaitEvent,
 		},
 	})
 }
@@ -98,5 +109,71 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// scriptClient is a client of the script's server, as $OUTPOST_SERVER and
+// $OUTPOST_TOKEN say.
+func scriptClient(ts *testscript.TestScript) *client.Client {
+	c, err := client.New(ts.Getenv(api.EnvServer.Name), ts.Getenv(api.EnvToken.Name))
+	if err != nil {
+		ts.Fatalf("client: %v", err)
+	}
+	return c
+}
+
+// cmdServeRemote claims session ID and serves it with a real remote in the
+// test process, in a workspace of the script's work dir, until the script
+// ends: `serveremote $SESSION`.
+func cmdServeRemote(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: serveremote SESSION")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	claim, err := scriptClient(ts).Queue.Claim(ctx, args[0], "script-machine")
+	if err != nil {
+		cancel()
+		ts.Fatalf("claim %s: %v", args[0], err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- remote.Serve(ctx, remote.Options{GatewayURL: claim.Status.GatewayURL, ConnectToken: claim.Status.ConnectToken,
+			SessionID: args[0], StateDir: ts.MkAbs("remote-state"), WorkDir: ts.MkAbs("remote-work"),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	ts.Defer(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			ts.Logf("remote: %v", err)
+		}
+	})
+}
+
+// cmdWaitEvent waits up to 15 s for an event of session ID whose JSON
+// matches REGEXP: `waitevent $SESSION '"state":"pending"'`.
+func cmdWaitEvent(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitevent SESSION REGEXP")
+	}
+	re, err := regexp.Compile(args[1])
+	if err != nil {
+		ts.Fatalf("waitevent: %v", err)
+	}
+	c := scriptClient(ts)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if !waitfor.Poll(ctx, func() bool {
+		l, err := c.Sessions.Events(ctx, args[0], 0, 0)
+		if err != nil {
+			return false
+		}
+		for _, ev := range l.Items {
+			if b, _ := json.Marshal(ev); re.Match(b) {
+				return true
+			}
+		}
+		return false
+	}) {
+		ts.Fatalf("no event of %s matches %s", args[0], args[1])
 	}
 }

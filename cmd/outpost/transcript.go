@@ -75,6 +75,10 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 		return p.note(ev, s+reasonText(ev.Reason))
 	case api.EventNetwork:
 		return p.note(ev, "network "+netpolicy.EventText(ev))
+	case api.EventNetworkRequest:
+		if ev.NetworkRequest != nil {
+			return p.note(ev, netpolicy.RequestText(*ev.NetworkRequest))
+		}
 	case api.EventMessage:
 		text := ev.Role + ": " + ev.Text
 		for _, tc := range ev.ToolCalls {

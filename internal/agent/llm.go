@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/llm"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -191,6 +192,11 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 		}
 		call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: tc.Name, Args: args, CreatedAt: now}
 		after = append(after, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: tc.Name, Args: red.JSON(args)})
+		if problem == "" && tc.Name == api.ToolNetworkAccessRequest {
+			if ev, ok := networkRequestEvent(now, seq, args, red); ok {
+				after = append(after, ev)
+			}
+		}
 		if problem != "" {
 			ok := false
 			call.Done, call.Error, call.DoneAt = true, problem, &now
@@ -236,6 +242,11 @@ func toolCallProblem(tc llm.ToolCall) string {
 	}
 	if dec.More() {
 		return fmt.Sprintf("The arguments of %s are not valid: data after the JSON object. Send one JSON object.", tc.Name)
+	}
+	if tc.Name == api.ToolNetworkAccessRequest {
+		if _, err := netpolicy.ParseRequest(raw); err != nil {
+			return fmt.Sprintf("The arguments of %s are not valid: %v.", tc.Name, err)
+		}
 	}
 	return ""
 }

@@ -205,10 +205,16 @@ func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, errSessionEnded
 		}
-		return store.Mutation{
+		m := store.Mutation{
 			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
 			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: r.secrets.JSON(st.args)}},
-		}, nil
+		}
+		if st.tool == api.ToolNetworkAccessRequest {
+			if ev, ok := networkRequestEvent(now, seq, st.args, r.secrets); ok {
+				m.Events = append(m.Events, ev)
+			}
+		}
+		return m, nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("record call %d: %w", seq, err)
@@ -222,6 +228,9 @@ func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64
 // journal makes a resend harmless: a call it ran already is answered from
 // the journal, one still running is not started again.
 func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (store.Call, bool, error) {
+	if api.IsServerTool(st.tool) {
+		return r.awaitAnswer(ctx, seq, st)
+	}
 	for {
 		if msg, ok := r.early[seq]; ok {
 			delete(r.early, seq)
@@ -429,7 +438,9 @@ func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 		if c.Seq != msg.frame.Seq {
 			continue
 		}
-		if !c.Done {
+		// A call the control plane answers is never the remote's to
+		// complete, whatever it sends.
+		if !c.Done && !api.IsServerTool(c.Tool) {
 			_, _, err := r.complete(ctx, c.Seq, step{tool: c.Tool, args: c.Args}, msg, nil)
 			return err
 		}

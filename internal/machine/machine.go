@@ -30,9 +30,10 @@ var Version = "dev"
 // probeTimeout bounds each external program Detect runs.
 const probeTimeout = 3 * time.Second
 
-// Tools lists the tool names a remote of this build supports.
+// Tools lists the tool names a remote of this build supports: all but
+// those the control plane answers itself.
 func Tools() []string {
-	return api.ToolNames()
+	return api.RemoteToolNames()
 }
 
 // Detect reports the capabilities of this machine. It never fails: whatever

@@ -35,7 +35,7 @@ func TestDetect(t *testing.T) {
 	if c.ChromePath != chrome {
 		t.Errorf("chrome = %q, want %q", c.ChromePath, chrome)
 	}
-	if !slices.Contains(c.Tools, api.ToolExec) || len(c.Tools) != len(api.ToolNames()) {
+	if !slices.Contains(c.Tools, api.ToolExec) || slices.Contains(c.Tools, api.ToolNetworkAccessRequest) || len(c.Tools) != len(api.RemoteToolNames()) {
 		t.Errorf("tools = %v", c.Tools)
 	}
 	if c.RemoteVersion == "" {

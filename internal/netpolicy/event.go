@@ -49,3 +49,26 @@ func EventText(ev api.Event) string {
 	}
 	return b.String()
 }
+
+// RequestText is the one-line text of a network_request transcript event,
+// as the CLI and the web UI show it: `network request 3 pending:
+// pkg.example.test, *.cdn.example.test — "go mod download"`, `network
+// request 3 granted for the session by tok_1`, `network request 3 denied
+// by tok_1: use the mirror`.
+func RequestText(r api.NetworkRequest) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "network request %s %s", r.ID, r.State)
+	switch r.State {
+	case api.NetworkRequestPending:
+		fmt.Fprintf(&b, ": %s — %q", strings.Join(r.Domains, ", "), r.Reason)
+	case api.NetworkRequestGranted:
+		fmt.Fprintf(&b, " for the %s", r.Scope)
+	}
+	if r.AnsweredBy != "" {
+		b.WriteString(" by " + r.AnsweredBy)
+	}
+	if r.Answer != "" {
+		b.WriteString(": " + r.Answer)
+	}
+	return b.String()
+}

@@ -2,7 +2,10 @@ package netpolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -395,5 +398,69 @@ func TestAllowNamePortZeroIsAnyPort(t *testing.T) {
 	}
 	if _, ok := m.AllowAddr(netip.MustParseAddr("10.1.2.3"), 0); ok {
 		t.Error("AllowAddr(.., 0) allowed a port no rule lists")
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	got, err := CheckRequest(api.NetworkAccessRequestArgs{Domains: []string{"API.Example.test.", "*.b.test", "api.example.test"}, Reason: "fixtures"})
+	if err != nil || !slices.Equal(got, []string{"api.example.test", "*.b.test"}) {
+		t.Fatalf("CheckRequest = %v, %v", got, err)
+	}
+	many := make([]string, api.MaxNetworkRequestDomains+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d.test", i)
+	}
+	for _, bad := range []api.NetworkAccessRequestArgs{
+		{Reason: "r"},
+		{Domains: []string{"a.test"}, Reason: " "},
+		{Domains: []string{"10.0.0.1"}, Reason: "r"},
+		{Domains: []string{"*"}, Reason: "r"},
+		{Domains: []string{"a..test"}, Reason: "r"},
+		{Domains: many, Reason: "r"},
+		{Domains: []string{"a.test"}, Reason: strings.Repeat("x", api.MaxNetworkRequestReason+1)},
+	} {
+		if _, err := CheckRequest(bad); err == nil {
+			t.Errorf("CheckRequest(%+v) accepted it", bad)
+		}
+	}
+}
+
+func TestAllowHostnames(t *testing.T) {
+	p := api.NetworkPolicy{Enabled: false, Allow: []api.NetworkPolicyRule{{Hostname: "a.test", Ports: []int{443}}, {Hostname: "b.test"}}}
+	got, err := AllowHostnames(p, []string{"a.test", "b.test", "*.c.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.NetworkPolicyRule{{Hostname: "a.test", Ports: []int{443}}, {Hostname: "b.test"}, {Hostname: "a.test"}, {Hostname: "*.c.test"}}
+	if !got.Enabled || !reflect.DeepEqual(got.Allow, want) {
+		t.Fatalf("AllowHostnames = %+v", got)
+	}
+	if len(p.Allow) != 2 {
+		t.Fatal("AllowHostnames changed its argument")
+	}
+	full := api.NetworkPolicy{Enabled: true}
+	for i := range api.MaxNetworkPolicyRules {
+		full.Allow = append(full.Allow, api.NetworkPolicyRule{Hostname: fmt.Sprintf("h%d.test", i)})
+	}
+	if _, err := AllowHostnames(full, []string{"x.test"}); err == nil {
+		t.Fatal("AllowHostnames went past the rule limit")
+	}
+}
+
+func TestRequestText(t *testing.T) {
+	for _, c := range []struct {
+		r    api.NetworkRequest
+		want string
+	}{
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestPending, Domains: []string{"a.test", "*.b.test"}, Reason: "fixtures"},
+			`network request 3 pending: a.test, *.b.test — "fixtures"`},
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestGranted, Scope: api.NetworkGrantOutpost, AnsweredBy: "tok_1"},
+			"network request 3 granted for the outpost by tok_1"},
+		{api.NetworkRequest{ID: "3", State: api.NetworkRequestDenied, AnsweredBy: "tok_1", Answer: "use the mirror"},
+			"network request 3 denied by tok_1: use the mirror"},
+	} {
+		if got := RequestText(c.r); got != c.want {
+			t.Errorf("RequestText = %q, want %q", got, c.want)
+		}
 	}
 }

@@ -132,12 +132,9 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) error {
 		if api.IsFinal(st.Status) || e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errConflict("Session %s has ended; its network policy no longer applies.", st.ID)
 		}
-		st.NetworkPolicy, st.UpdatedAt = own, now
-		m := store.Mutation{Session: &st}
-		if eff := netpolicy.Effective(o.NetworkPolicy, own); !samePolicy(eff, e.NetworkPolicy) {
-			e.NetworkPolicy = eff
-			m.Entry = &e
-		}
+		st.UpdatedAt = now
+		var m store.Mutation
+		setOwnPolicy(o, &st, &e, own, &m)
 		return m, nil
 	})
 	if err != nil {
@@ -147,6 +144,19 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) error {
 	sess.NetworkPolicy, sess.UpdatedAt = own, now
 	s.log.Info("session network policy changed", "session", sess.ID, "own", own != nil)
 	return s.writeSession(ctx, w, sess)
+}
+
+// setOwnPolicy gives st the own policy own (nil: follow outpost o's) in
+// m, and e the effective policy that follows when it changes: what a
+// worker serving the session sees as a MODIFIED entry. Every change of a
+// session's own policy goes through it.
+func setOwnPolicy(o store.Outpost, st *store.Session, e *store.QueueEntry, own *api.NetworkPolicy, m *store.Mutation) {
+	st.NetworkPolicy = own
+	m.Session = st
+	if eff := netpolicy.Effective(o.NetworkPolicy, own); !samePolicy(eff, e.NetworkPolicy) {
+		e.NetworkPolicy = eff
+		m.Entry = e
+	}
 }
 
 func mapSessionUpdateErr(id string, err error) error {

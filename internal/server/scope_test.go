@@ -81,6 +81,8 @@ func TestForeignIsMissing(t *testing.T) {
 		{"GET", "/v1/sessions/{id}/artifacts", "", ""},
 		{"GET", "/v1/sessions/{id}/artifacts/report.txt", "", ""},
 		{"POST", "/v1/sessions/{id}/terminate", "", `{"reason":"x"}`},
+		{"POST", "/v1/sessions/{id}/network-requests/1/grant", "", `{}`},
+		{"POST", "/v1/sessions/{id}/network-requests/1/deny", "", `{"reason":"x"}`},
 		{"POST", "/v1/sessions/{id}/tools/exec", "", `{"command":"true"}`},
 		{"POST", "/v1/sessions/{id}/mcp", "application/json, text/event-stream", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
 		{"GET", "/v1/queue/{id}", "", ""},

@@ -822,6 +822,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.toOwner(s.sendMessage), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/grant", s.authed(s.toOwner(s.grantNetworkRequest), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/deny", s.authed(s.toOwner(s.denyNetworkRequest), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toOwner(s.toolHandler), api.ScopeSessionsWrite))
 	mcpH := withJSONErrors(s.mcpHandler(), true)
 	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(s.toOwner(func(w http.ResponseWriter, r *http.Request) error {

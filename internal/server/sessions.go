@@ -114,6 +114,11 @@ func validateSession(req *api.CreateSessionRequest) error {
 		if err := dec.Decode(args); err != nil {
 			return errBadRequest("agent.steps[%d].args do not fit tool %s: %v.", i, st.Tool, err)
 		}
+		if st.Tool == api.ToolNetworkAccessRequest {
+			if _, err := netpolicy.ParseRequest(st.Args); err != nil {
+				return errBadRequest("agent.steps[%d]: %v.", i, err)
+			}
+		}
 		if ex, ok := args.(*api.ExecArgs); ok {
 			if (ex.Command == "") == (len(ex.Argv) == 0) {
 				return errBadRequest("agent.steps[%d]: exec needs exactly one of command and argv.", i)

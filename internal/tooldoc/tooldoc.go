@@ -24,7 +24,8 @@ func Markdown(tools []api.ToolSpec) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Tools\n\n")
 	b.WriteString("<!-- Generated from api.Tools() by `go generate ./internal/tooldoc`; do not edit. -->\n\n")
-	b.WriteString("These are the tools an outpost's remote runs. Script steps (`agent.steps[].tool` and `.args`), " +
+	b.WriteString("These are the tools of a session: all but one run on the outpost's remote; " +
+		"`network_access_request` is answered by the control plane (a person grants or denies it). Script steps (`agent.steps[].tool` and `.args`), " +
 		"model tool calls (OpenAI and Anthropic function tools) and MCP tool listings all use these names and " +
 		"arguments. The schemas are generated from the argument types in `api/tools.go`, the same Go types " +
 		"the remote decodes, so there is one definition per tool. The remote rejects arguments it does not know " +
@@ -46,6 +47,12 @@ func writeTool(b *bytes.Buffer, t api.ToolSpec) error {
 		return fmt.Errorf("schema: %w", err)
 	}
 	fmt.Fprintf(b, "\n## %s\n\n%s\n\n", t.Name, t.Description)
+	if api.IsServerTool(t.Name) {
+		b.WriteString("The control plane answers this tool itself; the call never reaches the remote. " +
+			"A person answers it with `POST /v1/sessions/{id}/network-requests/{request_id}/grant` or `/deny`, " +
+			"`outpost sessions network grant|deny`, or the session's page in the web UI (see [api.md](api.md)). " +
+			"The result is `{\"request_id\", \"granted\", \"scope\", \"domains\", \"reason\"}`; a denial is a result, not an error.\n\n")
+	}
 	if len(s.Properties) == 0 {
 		b.WriteString("No arguments.\n")
 	} else {

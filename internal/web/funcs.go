@@ -51,7 +51,13 @@ var funcs = template.FuncMap{
 	"raw":   rawHTML,
 	"pre":   preText,
 	"join":  strings.Join,
-	"has":   func(list []string, s string) bool { return slices.Contains(list, s) },
+	"requestText": func(r *api.NetworkRequest) string {
+		if r == nil {
+			return ""
+		}
+		return strings.TrimPrefix(netpolicy.RequestText(*r), "network request ")
+	},
+	"has": func(list []string, s string) bool { return slices.Contains(list, s) },
 	"okText": func(ok *bool) string {
 		if ok == nil {
 			return ""

@@ -339,8 +339,54 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil})
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
-		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM,
+		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": pendingRequests(events),
 	}})
+}
+
+// pendingRequests are the network access requests among events that no
+// later event answers, in the order they were made. Only the events the
+// page loaded count: a request older than them is answered with the CLI
+// or the API.
+func pendingRequests(events []api.Event) []api.NetworkRequest {
+	var order []string
+	latest := map[string]api.NetworkRequest{}
+	for _, ev := range events {
+		r := ev.NetworkRequest
+		if ev.Type != api.EventNetworkRequest || r == nil {
+			continue
+		}
+		if _, seen := latest[r.ID]; !seen {
+			order = append(order, r.ID)
+		}
+		latest[r.ID] = *r
+	}
+	var out []api.NetworkRequest
+	for _, id := range order {
+		if r := latest[id]; r.State == api.NetworkRequestPending {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// grantRequest and denyRequest answer a network access request of the
+// session; the session page shows the outcome.
+func (h *Handler) grantRequest(w http.ResponseWriter, r *http.Request) {
+	h.answerRequest(w, r, "grant", api.NetworkGrantRequest{Scope: r.PostFormValue("scope")})
+}
+
+func (h *Handler) denyRequest(w http.ResponseWriter, r *http.Request) {
+	h.answerRequest(w, r, "deny", api.NetworkDenyRequest{Reason: strings.TrimSpace(r.PostFormValue("reason"))})
+}
+
+func (h *Handler) answerRequest(w http.ResponseWriter, r *http.Request, answer string, body any) {
+	id := r.PathValue("session")
+	path := "/v1/sessions/" + url.PathEscape(id) + "/network-requests/" + url.PathEscape(r.PathValue("request")) + "/" + answer
+	if err := h.call(r, "POST", path, body, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 // newestEvents returns the last transcriptPage events of a session.

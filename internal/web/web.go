@@ -147,6 +147,8 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
 	m.HandleFunc("POST /ui/sessions/{session}/suspend", h.authed(h.suspend))
 	m.HandleFunc("POST /ui/sessions/{session}/resume", h.authed(h.resume))
+	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/grant", h.authed(h.grantRequest))
+	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/deny", h.authed(h.denyRequest))
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))

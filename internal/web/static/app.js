@@ -407,6 +407,22 @@
         k("artifact");
         if (ev.artifact) text(" " + ev.artifact.name + " (" + size(ev.artifact.size) + ")");
         break;
+      case "network_request":
+        var r = ev.network_request || {};
+        k("network request", r.state === "denied");
+        text(" " + str(r.id) + " " + str(r.state));
+        if (r.state === "pending") {
+          text(": " + (r.domains || []).join(", ") + " — " + JSON.stringify(str(r.reason)) + " ");
+          var reload = el("a", "", "answer it");
+          reload.href = location.pathname + "#network-requests";
+          reload.addEventListener("click", function () { location.reload(); });
+          li.appendChild(reload);
+        } else {
+          if (r.state === "granted") text(" for the " + str(r.scope));
+          if (r.answered_by) text(" by " + r.answered_by);
+          if (r.answer) text(": " + r.answer);
+        }
+        break;
       default:
         k(ev.type);
         if (ev.acceptor_id) text(" " + ev.acceptor_id);
