@@ -47,7 +47,7 @@ func TestLLMNetworkRequestWaitsForAnswer(t *testing.T) {
 	), say("Downloaded."))
 	p := newProvider(t, model)
 	h := newHarness(t, p)
-	c := h.session("ses_ask", api.SessionSpec{Prompt: "Build it.", Agent: api.Agent{Kind: api.AgentLLM}})
+	h.session("ses_ask", api.SessionSpec{Prompt: "Build it.", Agent: api.Agent{Kind: api.AgentLLM}})
 
 	var pending *api.NetworkRequest
 	waitfor.True(t, "the pending request", func() bool {
@@ -73,7 +73,7 @@ func TestLLMNetworkRequestWaitsForAnswer(t *testing.T) {
 	// The loop restarts while the request waits: it goes on waiting.
 	h.stop()
 	h.start(p)
-	c = h.connect("ses_ask")
+	c := h.connect("ses_ask")
 	h.grant("ses_ask", 1, api.NetworkAccessResult{RequestID: "1", Granted: true, Scope: api.NetworkGrantSession, Domains: []string{"pkg.example.test"}})
 	if sess := h.waitEnd("ses_ask"); sess.StatusDetail != api.DetailFinished {
 		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
