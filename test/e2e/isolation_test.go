@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"os/user"
@@ -289,11 +290,17 @@ func dedicatedUser(t *testing.T) *user.User {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "outpost-e" + hex.EncodeToString(b)
-	// useradd fails while another one holds the passwd lock: try again.
+	// useradd fails while another one holds the passwd lock, or when the
+	// uid is taken: try again. The uid is drawn at random from a wide range
+	// rather than taken as the next free system uid: a uid freed by another
+	// test's userdel would otherwise come back at once, and a worker of
+	// that test still ending "its" user's processes (kill -9 -1 as the uid)
+	// would end this test's.
 	var out []byte
 	waitfor.Within(t, 30*time.Second, "useradd "+name, func() bool {
 		var err error
-		out, err = exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
+		uid := 1_000_000 + mrand.IntN(1_000_000_000)
+		out, err = exec.Command("useradd", "--system", "--uid", strconv.Itoa(uid), "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
 		return err == nil
 	})
 	u, err := user.Lookup(name)

@@ -46,12 +46,13 @@ func TestPostgresSessionSurvivesRestart(t *testing.T) {
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
 	}
-	// The worker releases the claim a moment after the session ended; the
-	// record compared after the restart is the one without it.
+	// The worker releases the claim a moment after the session ended, and
+	// the release touches the session's record; the record compared after
+	// the restart is the one read once the queue entry is held by nobody.
 	waitfor.Within(t, 30*time.Second, "the worker to release the claim", func() bool {
-		s = c.session(id)
-		return s.Status.AcceptorID == nil
+		return c.released(id, c.admin)
 	})
+	s = c.session(id)
 	before := c.events(id)
 	if !strings.Contains(transcriptText(before), "stored-in-postgres") {
 		t.Fatalf("transcript lacks the step's output: %+v", before)
