@@ -43,7 +43,9 @@ type decisionKey struct {
 }
 
 // Decision is one allowed or denied attempt, as the egress engine reports
-// it; the fields mean what egress.Decision's do.
+// it; the fields mean what egress.Decision's do. It is a copy of that type,
+// not an alias, because egress (gVisor's TUN endpoint) builds on Linux only
+// and the batcher builds and is tested everywhere.
 type Decision struct {
 	Time              time.Time
 	Allow             bool

@@ -60,22 +60,33 @@ func samePolicy(a, b *api.NetworkPolicy) bool {
 }
 
 // apiSession is toAPISession with the session's effective network policy,
-// which needs its outpost's.
+// its own or its outpost's.
 func (s *Server) apiSession(ctx context.Context, sess store.Session) (api.Session, error) {
+	return s.apiSessionCached(ctx, sess, nil)
+}
+
+// apiSessionCached is apiSession reading each outpost's policy once
+// through policies (by outpost id; nil: no cache), for a list of sessions.
+func (s *Server) apiSessionCached(ctx context.Context, sess store.Session, policies map[string]*api.NetworkPolicy) (api.Session, error) {
 	out := toAPISession(sess)
 	if sess.NetworkPolicy != nil {
 		out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = netpolicy.Effective(nil, sess.NetworkPolicy), true
 		return out, nil
 	}
-	o, err := s.store.GetOutpost(ctx, sess.OutpostID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		// An outpost deleted under its ended sessions: nothing to follow.
-	case err != nil:
-		return api.Session{}, fmt.Errorf("session %s: outpost %s: %w", sess.ID, sess.OutpostID, err)
-	default:
-		out.Spec.NetworkPolicy = netpolicy.Effective(o.NetworkPolicy, nil)
+	p, seen := policies[sess.OutpostID]
+	if !seen {
+		o, err := s.store.GetOutpost(ctx, sess.OutpostID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			// An outpost deleted under its ended sessions has nothing to
+			// follow; any other error is the store's.
+			return api.Session{}, fmt.Errorf("session %s: outpost %s: %w", sess.ID, sess.OutpostID, err)
+		}
+		p = netpolicy.Effective(o.NetworkPolicy, nil)
+		if policies != nil {
+			policies[sess.OutpostID] = p
+		}
 	}
+	out.Spec.NetworkPolicy = p
 	return out, nil
 }
 

@@ -325,20 +325,9 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	}
 	policies := map[string]*api.NetworkPolicy{} // by outpost, for the sessions that follow theirs
 	for _, sess := range rows {
-		out := toAPISession(sess)
-		if sess.NetworkPolicy != nil {
-			out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = netpolicy.Effective(nil, sess.NetworkPolicy), true
-		} else {
-			p, seen := policies[sess.OutpostID]
-			if !seen {
-				o, err := s.store.GetOutpost(ctx, sess.OutpostID)
-				if err != nil && !errors.Is(err, store.ErrNotFound) {
-					return fmt.Errorf("list sessions: outpost %s: %w", sess.OutpostID, err)
-				}
-				p = netpolicy.Effective(o.NetworkPolicy, nil)
-				policies[sess.OutpostID] = p
-			}
-			out.Spec.NetworkPolicy = p
+		out, err := s.apiSessionCached(ctx, sess, policies)
+		if err != nil {
+			return fmt.Errorf("list sessions: %w", err)
 		}
 		list.Items = append(list.Items, out)
 	}
