@@ -79,6 +79,13 @@ type NetworkRequest struct {
 	Answer string `json:"answer,omitempty"`
 }
 
+// NetworkRequestList is GET /v1/sessions/{id}/network-requests: the
+// session's requests that wait for an answer, oldest first. An ended
+// session's requests can no longer be answered, so its list is empty.
+type NetworkRequestList struct {
+	Items []NetworkRequest `json:"items"`
+}
+
 // NetworkGrantRequest is the body of POST
 // /v1/sessions/{id}/network-requests/{request_id}/grant.
 type NetworkGrantRequest struct {

@@ -268,6 +268,16 @@ var errEnded = errors.New("session ended")
 
 func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
 
+// NetworkRequests lists the session's network access requests that wait
+// for an answer, oldest first; an ended session has none.
+func (s *SessionsService) NetworkRequests(ctx context.Context, id string) ([]api.NetworkRequest, error) {
+	var out api.NetworkRequestList
+	if err := s.c.do(ctx, http.MethodGet, sessionPath(id)+"/network-requests", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
 // GrantNetworkRequest grants the session's network access request
 // requestID: for the session (scope api.NetworkGrantSession or "") or for
 // every session of its outpost (api.NetworkGrantOutpost). It returns the

@@ -120,7 +120,7 @@ func NewCmdSessionsNetwork(f *Factory) *cobra.Command {
 		Short: "Change a session's network policy; answer its network access requests",
 	}
 	cmd.AddCommand(NewCmdSessionsNetworkSet(f, nil), NewCmdSessionsNetworkClear(f, nil),
-		NewCmdSessionsNetworkGrant(f, nil), NewCmdSessionsNetworkDeny(f, nil))
+		NewCmdSessionsNetworkGrant(f, nil), NewCmdSessionsNetworkDeny(f, nil), NewCmdSessionsNetworkList(f, nil))
 	return cmd
 }
 

@@ -114,3 +114,57 @@ func runSessionsNetworkAnswer(ctx context.Context, opts *SessionsNetworkAnswerOp
 	fmt.Fprintln(f.IO.Out, ".")
 	return nil
 }
+
+// SessionsNetworkListOptions are the settings of `outpost sessions network
+// list`.
+type SessionsNetworkListOptions struct {
+	f *Factory
+	// ID is the session (the argument).
+	ID string
+}
+
+// NewCmdSessionsNetworkList returns `outpost sessions network list`. runF
+// replaces the run in tests.
+func NewCmdSessionsNetworkList(f *Factory, runF func(context.Context, *SessionsNetworkListOptions) error) *cobra.Command {
+	opts := &SessionsNetworkListOptions{f: f}
+	return &cobra.Command{
+		Use:   "list ID",
+		Short: "List a session's network access requests that wait for an answer",
+		Long: `List the agent's network access requests that no one has answered yet, oldest
+first, with the ids that grant and deny take. An ended session has none: its
+requests can no longer be answered.`,
+		Example: `  outpost sessions network list devin-123`,
+		Args:    exactArgs(1, "a session id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runSessionsNetworkList(cmd.Context(), opts)
+		},
+	}
+}
+
+func runSessionsNetworkList(ctx context.Context, opts *SessionsNetworkListOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	items, err := c.Sessions.NetworkRequests(ctx, opts.ID)
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, api.NetworkRequestList{Items: items})
+	}
+	if len(items) == 0 {
+		fmt.Fprintf(f.IO.Out, "Session %s has no network request waiting for an answer.\n", opts.ID)
+		return nil
+	}
+	t := newTable(f.IO.Out, "REQUEST", "DOMAINS", "REASON")
+	for _, r := range items {
+		t.row(r.ID, strings.Join(r.Domains, ", "), truncate(r.Reason, 60))
+	}
+	return t.flush()
+}

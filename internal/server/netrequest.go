@@ -211,6 +211,48 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 	return nil
 }
 
+// listNetworkRequests is GET /v1/sessions/{session}/network-requests: the
+// requests that wait for an answer, read from the session's calls (not its
+// transcript, which may be long), with secret values redacted as the
+// transcript shows them.
+func (s *Server) listNetworkRequests(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	out := api.NetworkRequestList{Items: []api.NetworkRequest{}}
+	if api.IsFinal(sess.Status) {
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+	calls, err := s.store.ListCalls(ctx, sess.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("Session %s does not exist.", sess.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("list the calls of session %s: %w", sess.ID, err)
+	}
+	red := redact.NewSet(sess.Secrets)
+	for _, c := range calls {
+		if c.Done || c.Tool != api.ToolNetworkAccessRequest {
+			continue
+		}
+		req, err := netpolicy.ParseRequest(c.Args)
+		if err != nil {
+			continue // refused when it was made: never a request
+		}
+		shown := make([]string, len(req.Domains))
+		for i, d := range req.Domains {
+			shown[i] = red.String(d)
+		}
+		out.Items = append(out.Items, api.NetworkRequest{ID: strconv.FormatInt(c.Seq, 10), Domains: shown,
+			Reason: red.String(req.Reason), State: api.NetworkRequestPending})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // pendingRequest returns call seq of the session, which must be a
 // network access request without an answer, and its arguments.
 func (s *Server) pendingRequest(ctx context.Context, sessionID string, seq int64) (store.Call, api.NetworkAccessRequestArgs, error) {

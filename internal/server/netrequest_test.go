@@ -123,6 +123,16 @@ func TestNetworkRequestGrantForSession(t *testing.T) {
 	lw := openWatch(t, ts, machine, "/v1/queue?watch=true&outpost=net&cursor="+l.Cursor)
 
 	base := "/v1/sessions/" + id + "/network-requests/"
+	// The list shows the request to readers, with the ids the answers
+	// take; another outpost's token does not see the session.
+	var list api.NetworkRequestList
+	ts.mustDo(200, "GET", base[:len(base)-1], reader, nil, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != "1" || list.Items[0].State != api.NetworkRequestPending ||
+		!slices.Equal(list.Items[0].Domains, []string{"files.example.test"}) || list.Items[0].Reason == "" {
+		t.Fatalf("pending list %+v", list)
+	}
+	ts.mustDo(404, "GET", base[:len(base)-1], limited, nil, nil)
+	ts.mustDo(403, "GET", base[:len(base)-1], machine, nil, nil)
 	ts.mustDo(403, "POST", base+"1/grant", reader, nil, nil)
 	ts.mustDo(404, "POST", base+"1/grant", limited, nil, nil)
 	ts.mustDo(404, "POST", base+"2/grant", writer, nil, nil) // list_dir: not a request
@@ -144,6 +154,10 @@ func TestNetworkRequestGrantForSession(t *testing.T) {
 	}
 	ts.mustDo(409, "POST", base+"1/grant", writer, nil, nil)
 	ts.mustDo(409, "POST", base+"1/deny", writer, nil, nil)
+	ts.mustDo(200, "GET", base[:len(base)-1], reader, nil, &list)
+	if len(list.Items) != 0 {
+		t.Fatalf("an answered request is still listed: %+v", list)
+	}
 
 	// The remote's first call is the script's second step: the request
 	// never reached it.
@@ -275,6 +289,35 @@ func TestNetworkRequestGrantForOutpost(t *testing.T) {
 	if !res.Granted || res.Reason == "" {
 		t.Fatalf("grant on an unrestricted session: %+v", res)
 	}
+}
+
+// A request still waiting when its session ends lapses: the list is empty
+// and an answer is refused, so nobody answers into an ended session.
+func TestNetworkRequestLapsesWithSession(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	id := requestSession(ts, ts.admin, "net", nil, "files.example.test")
+	connect(ts, id)
+	waitPending(ts, id)
+	path := "/v1/sessions/" + id + "/network-requests"
+	var list api.NetworkRequestList
+	ts.mustDo(200, "GET", path, ts.admin, nil, &list)
+	if len(list.Items) != 1 {
+		t.Fatalf("pending list before the end %+v", list)
+	}
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/terminate", ts.admin, nil, nil)
+	waitfor.True(t, "the session to end", func() bool {
+		var sess api.Session
+		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &sess)
+		return api.IsFinal(sess.Status.Status)
+	})
+	ts.mustDo(200, "GET", path, ts.admin, nil, &list)
+	if len(list.Items) != 0 {
+		t.Fatalf("an ended session lists requests %+v", list)
+	}
+	ts.mustDo(409, "POST", path+"/1/grant", ts.admin, nil, nil)
+	ts.mustDo(404, "GET", "/v1/sessions/nope/network-requests", ts.admin, nil, nil)
 }
 
 // Bad requests are refused when the session is created.

@@ -822,6 +822,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.toOwner(s.sendMessage), api.ScopeSessionsWrite))
+	mux.HandleFunc("GET /v1/sessions/{session}/network-requests", s.authed(s.listNetworkRequests, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/grant", s.authed(s.toOwner(s.grantNetworkRequest), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/deny", s.authed(s.toOwner(s.denyNetworkRequest), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toOwner(s.toolHandler), api.ScopeSessionsWrite))

@@ -14,8 +14,8 @@ import (
 )
 
 // TestNetworkRequestButtons: a running session's page offers Grant and
-// Deny for each request still pending (not for one answered later in the
-// transcript); each posts the answer, with its scope or reason, to the API
+// Deny for each request the API lists as waiting (one older than the
+// page's events too; not one answered since); each posts the answer, with its scope or reason, to the API
 // and comes back to the page; an API refusal shows on the page.
 func TestNetworkRequestButtons(t *testing.T) {
 	var mu sync.Mutex
@@ -38,6 +38,12 @@ func TestNetworkRequestButtons(t *testing.T) {
 			s.Metadata.SessionID = "ses_1"
 			s.Status.Status = api.StatusRunning
 			_ = json.NewEncoder(w).Encode(s)
+		case r.URL.Path == "/v1/sessions/ses_1/network-requests":
+			// Request 9 is older than the events the page loads.
+			_ = json.NewEncoder(w).Encode(api.NetworkRequestList{Items: []api.NetworkRequest{
+				{ID: "3", State: api.NetworkRequestPending, Domains: []string{"pkg.example.test", "*.cdn.test"}, Reason: "go mod download"},
+				{ID: "9", State: api.NetworkRequestPending, Domains: []string{"early.test"}, Reason: "from long ago"},
+			}})
 		case r.URL.Path == "/v1/sessions/ses_1/events":
 			_ = json.NewEncoder(w).Encode(api.EventList{Items: []api.Event{
 				{Seq: 1, Type: api.EventNetworkRequest, CallSeq: 1, NetworkRequest: &api.NetworkRequest{ID: "1", State: api.NetworkRequestPending, Domains: []string{"old.test"}, Reason: "r"}},
@@ -63,6 +69,9 @@ func TestNetworkRequestButtons(t *testing.T) {
 	}
 	if strings.Contains(body, `id="grant-1"`) {
 		t.Fatal("an answered request has buttons")
+	}
+	if !strings.Contains(body, `id="grant-9"`) || !strings.Contains(body, "early.test") {
+		t.Fatal("a request older than the page's events has no buttons")
 	}
 	if !strings.Contains(body, `network request</span> 3 pending`) {
 		t.Error("the transcript lacks the request's line")

@@ -334,39 +334,19 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 	var arts api.ArtifactList
 	_ = h.call(r, "GET", base+"/artifacts", nil, &arts)
 	final := api.IsFinal(s.Status.Status)
+	// The requests waiting for an answer come from the API, not from the
+	// events on this page: a request older than them still gets buttons.
+	var requests api.NetworkRequestList
+	if !final {
+		_ = h.call(r, "GET", base+"/network-requests", nil, &requests)
+	}
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
 	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil})
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
-		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": pendingRequests(events),
+		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items,
 	}})
-}
-
-// pendingRequests are the network access requests among events that no
-// later event answers, in the order they were made. Only the events the
-// page loaded count: a request older than them is answered with the CLI
-// or the API.
-func pendingRequests(events []api.Event) []api.NetworkRequest {
-	var order []string
-	latest := map[string]api.NetworkRequest{}
-	for _, ev := range events {
-		r := ev.NetworkRequest
-		if ev.Type != api.EventNetworkRequest || r == nil {
-			continue
-		}
-		if _, seen := latest[r.ID]; !seen {
-			order = append(order, r.ID)
-		}
-		latest[r.ID] = *r
-	}
-	var out []api.NetworkRequest
-	for _, id := range order {
-		if r := latest[id]; r.State == api.NetworkRequestPending {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // grantRequest and denyRequest answer a network access request of the
