@@ -180,6 +180,12 @@ type ClaimNextRequest struct {
 	// Exclude lists sessions the claimer does not want now (at most
 	// MaxClaimNextExclude), such as ones it postponed.
 	Exclude []string `json:"exclude,omitempty"`
+	// NetworkPolicy says the claimer enforces spec.network_policy. Only
+	// such a claimer is given a restricted session (one whose policy is
+	// enabled): a claimer that leaves it out — one that cannot enforce, or
+	// a build from before policies existed — is never handed one to serve
+	// open. A claim by id is the contract's and takes any entry.
+	NetworkPolicy bool `json:"network_policy,omitempty"`
 }
 
 // ClaimRequest is the body of claim and release.

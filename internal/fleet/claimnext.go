@@ -77,10 +77,10 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 	return true, 0
 }
 
-// postponed lists the sessions held back by retryAt now, and the pending
-// ones whose network policy the consumer cannot enforce (the server does
-// not know what a claimer enforces), for a request's exclude; false when
-// there are more than it may hold.
+// postponed lists the sessions held back by retryAt now, for a request's
+// exclude; false when there are more than it may hold. Restricted sessions
+// a consumer cannot enforce are not listed: the request says whether it
+// enforces, and the server skips them for one that does not.
 func (c *Consumer) postponed() ([]string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,11 +88,6 @@ func (c *Consumer) postponed() ([]string, bool) {
 	var out []string
 	for id, at := range c.retryAt {
 		if now.Before(at) {
-			out = append(out, id)
-		}
-	}
-	for id, e := range c.entries {
-		if e.Status.Phase == api.PhasePending && !now.Before(c.retryAt[id]) && c.networkRefusal(&e) != nil {
 			out = append(out, id)
 		}
 	}
@@ -106,6 +101,7 @@ func (c *Consumer) claimNext(ctx context.Context, exclude []string) (*api.QueueE
 	defer cancel()
 	claim, err := c.Client.Queue.ClaimNext(cctx, c.outpostID(), api.ClaimNextRequest{
 		AcceptorID: c.Identity.AcceptorID, Platform: c.platform, Exclude: exclude,
+		NetworkPolicy: c.enforcesNetwork(),
 	})
 	if err == nil && claim != nil && ctx.Err() != nil {
 		c.Release(context.WithoutCancel(ctx), claim.Metadata.SessionID, "")

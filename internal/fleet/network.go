@@ -32,6 +32,12 @@ func (c *Consumer) networkRefusal(e *api.QueueEntry) error {
 	return c.NetworkEnforcement()
 }
 
+// enforcesNetwork says whether the runner enforces network policies now,
+// which a claim-next request tells the server.
+func (c *Consumer) enforcesNetwork() bool {
+	return c.NetworkEnforcement != nil && c.NetworkEnforcement() == nil
+}
+
 // refusedNetwork is the Outcome of a restricted session claimed by a
 // consumer that cannot enforce its policy (the server chose it before the
 // watch showed its policy): its claim is given back at once with the

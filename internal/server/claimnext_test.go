@@ -123,3 +123,54 @@ func TestClaimNextIsExclusive(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimNextRestricted: a claim-next that does not say it enforces
+// network policies (a claimer that cannot, or a build from before them)
+// is never given a restricted session, whatever its priority; one that
+// says so is. A policy enabled later keeps the entry from such claimers,
+// and a claim by id (the contract's) still takes it.
+func TestClaimNextRestricted(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("dev")
+	machine := ts.token([]string{api.ScopeMachine}, "dev")
+	create := func(prio int, policy *api.NetworkPolicy) string {
+		body := map[string]any{"outpost": "dev", "title": "t", "priority": prio,
+			"agent": map[string]any{"kind": "script", "steps": []any{map[string]any{"tool": "exec", "args": map[string]any{"command": "true"}}}}}
+		if policy != nil {
+			body["network_policy"] = policy
+		}
+		var s api.Session
+		ts.mustDo(201, "POST", "/v1/sessions", ts.admin, body, &s)
+		return s.Metadata.SessionID
+	}
+	restricted := create(9, &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}})
+	stored := create(8, &api.NetworkPolicy{Enabled: false, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}})
+	open := create(0, nil)
+	next := func(req api.ClaimNextRequest) (int, string) {
+		t.Helper()
+		var e api.QueueEntry
+		code := ts.do("POST", "/v1/outposts/dev/queue:claim", machine, req, &e)
+		return code, e.Metadata.SessionID
+	}
+	if code, id := next(api.ClaimNextRequest{AcceptorID: "old"}); code != 200 || id != stored {
+		t.Fatalf("claim without enforcement: %d %s, want 200 %s (a disabled policy is unrestricted)", code, id, stored)
+	}
+	if code, id := next(api.ClaimNextRequest{AcceptorID: "old"}); code != 200 || id != open {
+		t.Fatalf("second claim without enforcement: %d %s, want 200 %s", code, id, open)
+	}
+	if code, id := next(api.ClaimNextRequest{AcceptorID: "old"}); code != 204 {
+		t.Fatalf("third claim without enforcement: %d %s, want 204: only the restricted one is left", code, id)
+	}
+	if code, id := next(api.ClaimNextRequest{AcceptorID: "enforcer", NetworkPolicy: true}); code != 200 || id != restricted {
+		t.Fatalf("claim by an enforcer: %d %s, want 200 %s", code, id, restricted)
+	}
+
+	// Restricted after it was created: its outpost's policy is enabled.
+	later := create(0, nil)
+	ts.mustDo(200, "PATCH", "/v1/outposts/dev", ts.admin, map[string]any{"network_policy": map[string]any{"enabled": true, "allow": []any{}}}, nil)
+	if code, id := next(api.ClaimNextRequest{AcceptorID: "old"}); code != 204 {
+		t.Fatalf("claim without enforcement after the outpost's policy was enabled: %d %s, want 204", code, id)
+	}
+	ts.mustDo(200, "POST", "/v1/queue/"+later+"/claim", machine, api.ClaimRequest{AcceptorID: "third-party"}, nil)
+}

@@ -74,6 +74,10 @@ type NextFilter struct {
 	Platform string
 	// Exclude skips these sessions.
 	Exclude []string
+	// Restricted lets the pick be an entry with a network policy (its
+	// network_policy_json set); false skips them, for a claimer that does
+	// not enforce one.
+	Restricted bool
 }
 
 // OutpostCounts are an outpost's queue and sessions by state, for metrics.

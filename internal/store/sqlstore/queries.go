@@ -205,6 +205,9 @@ func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string)
 		args = append(args, f.Platform)
 		fmt.Fprintf(&b, ` AND q.platform IN ('', $%d)`, len(args))
 	}
+	if !f.Restricted {
+		b.WriteString(` AND q.network_policy_json IS NULL`)
+	}
 	if len(f.Exclude) > 0 {
 		b.WriteString(` AND q.session_id NOT IN (`)
 		for i, id := range f.Exclude {

@@ -36,7 +36,8 @@ func claimNextIDs(t *testing.T, s store.Store, outpost string, f store.NextFilte
 // testClaimNext checks what ClaimNext picks: an outpost's pending live
 // entries in claim order (priority, then created_at), neither claimed,
 // deleted, suspended nor terminated, nor another outpost's; the platform
-// filter keeps unpinned entries; Exclude skips; fn's error comes back as
+// filter keeps unpinned entries; Exclude skips; an entry with a network
+// policy only when Restricted; fn's error comes back as
 // is and leaves the entry alone; ErrNotFound when none is left.
 func testClaimNext(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "o")))
@@ -54,6 +55,9 @@ func testClaimNext(t *testing.T, s store.Store) {
 	setEntry(t, s, "s9", func(e *store.QueueEntry) { e.SessionStatus = api.QueueSessionTerminated })
 	setEntry(t, s, "s4", func(e *store.QueueEntry) { e.Platform = api.PlatformMacOS })
 	setEntry(t, s, "s0", func(e *store.QueueEntry) { e.Platform = "" }) // pins none
+	setEntry(t, s, "s3", func(e *store.QueueEntry) {
+		e.NetworkPolicy = &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "a.example.test"}}}
+	})
 
 	// fn's error: returned as is, nothing written.
 	errNo := errors.New("not now")
@@ -67,9 +71,9 @@ func testClaimNext(t *testing.T, s store.Store) {
 		t.Fatalf("ClaimNext with a failing fn = %v, want fn's error", err)
 	}
 
-	equal(t, "claim order, linux, s1 excluded", claimNextIDs(t, s, "op", store.NextFilter{Platform: api.PlatformLinux, Exclude: []string{"s1"}}),
-		[]string{"s5", "s3", "s0", "s2"})
-	equal(t, "what is left, any platform", claimNextIDs(t, s, "op", store.NextFilter{}), []string{"s1", "s4"})
+	equal(t, "claim order, linux, s1 excluded, unrestricted only", claimNextIDs(t, s, "op", store.NextFilter{Platform: api.PlatformLinux, Exclude: []string{"s1"}}),
+		[]string{"s5", "s0", "s2"})
+	equal(t, "what is left, any platform, restricted too", claimNextIDs(t, s, "op", store.NextFilter{Restricted: true}), []string{"s1", "s3", "s4"})
 	equal(t, "the other outpost", claimNextIDs(t, s, "op2", store.NextFilter{}), []string{"x"})
 	_, err = s.ClaimNext(ctx(t), "nope", base, store.NextFilter{}, func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
 		t.Error("fn ran with nothing to claim")
