@@ -189,7 +189,10 @@ func TestFloodLeavesTheEngineServing(t *testing.T) {
 	if l, err := bufio.NewReader(c).ReadString('\n'); err != nil || l != "alive\n" {
 		t.Fatalf("echo after the flood: %q, %v", l, err)
 	}
-	if st := s.eng.Stats(); st.TCPDenied < 300 || st.UDPDenied < 2000 {
+	// Every TCP attempt is counted (the kernel retries a SYN); datagrams
+	// are not retried, and on a busy machine the TUN device's queue drops
+	// some of a 2,000-datagram burst before the engine reads them.
+	if st := s.eng.Stats(); st.TCPDenied < 300 || st.UDPDenied < 200 {
 		t.Errorf("stats after the flood = %+v", st)
 	}
 }
@@ -407,5 +410,64 @@ func TestClosingTheNamespaceFirst(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Engine.Close hung after the namespace closed")
+	}
+}
+
+// TestNamespaceWorkKeepsOtherChildrenAlive: making namespaces and working
+// inside them must not end the threads they ran on. A child started by
+// any goroutine with a parent-death signal (the worker's remotes, bwrap)
+// dies when the thread that forked it ends, and the runtime puts a
+// namespace's work on whatever thread it has, so a thread that ended after
+// entering a namespace would kill other sessions' processes.
+func TestNamespaceWorkKeepsOtherChildrenAlive(t *testing.T) {
+	needWorld(t)
+	var children []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	// Children forked from as many threads as the runtime uses.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command("sleep", "60")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			children = append(children, cmd)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for range 3 {
+		ns, err := NewNamespace(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			if err := ns.Do(func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ns.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range children {
+		// A killed child stays a zombie until waited for: read its state.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rest, _ := strings.Cut(string(b), ") "); strings.HasPrefix(rest, "Z") {
+			t.Fatalf("child %d, forked before the namespace work, was killed", c.Process.Pid)
+		}
 	}
 }

@@ -67,11 +67,14 @@ func NewNamespace(ctx context.Context) (*Namespace, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// The thread enters the new namespace and never leaves it: the
-		// goroutine ends locked, so the runtime discards the thread instead
-		// of handing it to other goroutines.
-		runtime.LockOSThread()
-		n, err := newNamespaceLocked(ctx, ipPath)
+		// The thread enters the new namespace and goes back to its own
+		// before it serves other goroutines (see onThreadIn).
+		var n *Namespace
+		err := onThreadIn(-1, func() error {
+			var err error
+			n, err = newNamespaceLocked(ctx, ipPath)
+			return err
+		})
 		done <- result{n, err}
 	}()
 	r := <-done
@@ -217,34 +220,14 @@ func (n *Namespace) Start(cmd *exec.Cmd) error {
 		return errors.New("start in network namespace: the namespace is closed")
 	}
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open the current network namespace: %w", err)
-			return
-		}
-		defer unix.Close(home)
-		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("enter network namespace: %w", err)
-			return
-		}
-		err = cmd.Start()
-		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		// Otherwise the thread stays locked and ends with the goroutine,
-		// taking the namespace with it rather than into other goroutines.
-		done <- err
-	}()
+	go func() { done <- onThreadIn(n.nsFD, cmd.Start) }()
 	return <-done
 }
 
 // Do runs f on an OS thread inside the namespace. Sockets f opens belong to
 // the namespace and keep working after f returns, from any goroutine. The
-// thread ends when f returns; start processes with Start, not from f.
+// thread goes back to its own namespace when f returns; start processes
+// with Start, not from f.
 func (n *Namespace) Do(f func() error) error {
 	n.mu.Lock()
 	closed := n.closed
@@ -253,15 +236,40 @@ func (n *Namespace) Do(f func() error) error {
 		return errors.New("enter network namespace: the namespace is closed")
 	}
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Setns(n.nsFD, unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("enter network namespace: %w", err)
-			return
-		}
-		done <- f()
-	}()
+	go func() { done <- onThreadIn(n.nsFD, f) }()
 	return <-done
+}
+
+// onThreadIn runs f on the calling goroutine's thread, locked to it, inside
+// the network namespace nsFD (-1: f makes one with unshare), and then puts
+// the thread back in the namespace it was in and unlocks it.
+//
+// The thread must not end instead, which the runtime does to a thread whose
+// goroutine ends locked: the kernel sends a child's parent-death signal
+// (SysProcAttr.Pdeathsig, which the worker sets on its remotes and bwrap)
+// when the thread that forked it ends, and the runtime lends its threads to
+// any goroutine, so ending one that earlier forked another session's remote
+// would kill that remote. Only when the way back fails does the thread end
+// with the goroutine, rather than take the namespace into other goroutines.
+func onThreadIn(nsFD int, f func() error) error {
+	runtime.LockOSThread()
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open the current network namespace: %w", err)
+	}
+	defer unix.Close(home)
+	if nsFD >= 0 {
+		if err := unix.Setns(nsFD, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			return fmt.Errorf("enter network namespace: %w", err)
+		}
+	}
+	err = f()
+	if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	return err
 }
 
 // Close releases the namespace and its TUN device. Processes still inside
