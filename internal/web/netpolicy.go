@@ -270,7 +270,9 @@ func (h *Handler) sessionPolicy(r *http.Request, s api.Session, final bool, sent
 		// the API's refusal says how.
 		var o api.Outpost
 		if err := h.call(r, "GET", "/v1/outposts/"+url.PathEscape(s.Spec.Outpost), nil, &o); err == nil && enabled(o.Spec.NetworkPolicy) {
-			ed.Bound, ed.Locked = o.Spec.NetworkPolicy, true
+			// Locked, the form can only say "restricted", even for a
+			// session someone with network.admin left unrestricted.
+			ed.Bound, ed.Locked, ed.Enabled = o.Spec.NetworkPolicy, true, true
 		}
 	}
 	if sent != nil {
