@@ -86,7 +86,10 @@ type QueueSpec struct {
 type NetworkPolicy struct {
 	// Enabled says the policy applies: connections are allowed only when
 	// a rule of Allow admits them. False means unrestricted, and Allow is
-	// ignored.
+	// ignored. A request whose policy has Allow rules must send "enabled"
+	// explicitly: the server refuses one without it, which would
+	// otherwise read as false and store the rules unenforced. This type
+	// always encodes the key.
 	Enabled bool `json:"enabled"`
 	// Allow lists what is reachable while Enabled (at most
 	// MaxNetworkPolicyRules rules); an empty list reaches nothing but the

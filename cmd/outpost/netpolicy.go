@@ -65,6 +65,12 @@ func (p *PolicyFlags) policy(f *Factory) (*api.NetworkPolicy, error) {
 		if err := dec.Decode(&pol); err != nil {
 			return nil, usageErrorf("%s is not a network policy (JSON with enabled and allow): %v", p.File, err)
 		}
+		// The decoded policy cannot tell a missing "enabled" from false,
+		// so the file's own JSON is checked, as the server checks a
+		// request's.
+		if err := netpolicy.CheckEnabledKey(b); err != nil {
+			return nil, usageErrorf("%s: %v", p.File, err)
+		}
 	}
 	for _, h := range p.Hosts {
 		pol.Allow = append(pol.Allow, api.NetworkPolicyRule{Hostname: h})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/machine"
+	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
 // NewCmdSessions returns `outpost sessions`.
@@ -148,6 +150,19 @@ func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
 	if err := yaml.UnmarshalStrict(b, &req); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")
 		return req, fmt.Errorf("%s is not a valid session file: %s", name, msg)
+	}
+	// A network_policy with rules but no "enabled" decodes as disabled:
+	// refused here as the server refuses it, since the client sends the
+	// decoded request, in which a missing "enabled" reads as false.
+	if j, err := yaml.YAMLToJSON(b); err == nil {
+		var shape struct {
+			NetworkPolicy json.RawMessage `json:"network_policy"`
+		}
+		if json.Unmarshal(j, &shape) == nil {
+			if err := netpolicy.CheckEnabledKey(shape.NetworkPolicy); err != nil {
+				return req, usageErrorf("%s: %v", name, err)
+			}
+		}
 	}
 	return req, nil
 }

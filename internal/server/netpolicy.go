@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -20,6 +22,43 @@ import (
 // watch the queue and apply a changed entry's policy to the running
 // session, so every change of an effective policy is written as a change
 // of the entry.
+
+// decodeWithPolicy is decode for the request bodies that carry a
+// network_policy (outposts create and update, sessions create). Besides
+// decoding strictly, it refuses a policy with allow rules but no
+// "enabled" (netpolicy.CheckEnabledKey), which would decode as disabled
+// and be stored unrestricted. The check reads the body's own JSON, since
+// the decoded api.NetworkPolicy cannot tell a missing "enabled" from
+// false; answers keep their shape, and nothing is stored before it.
+func decodeWithPolicy(w http.ResponseWriter, r *http.Request, v any) error {
+	var body bytes.Buffer
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(r.Body, &body), r.Body}
+	if err := decode(w, r, v); err != nil {
+		return err
+	}
+	// The strict decode took the body, so it is one JSON object; its
+	// network_policy is found as that decode found it (the last of
+	// duplicate keys, matched case-insensitively).
+	var outer struct {
+		NetworkPolicy json.RawMessage `json:"network_policy"`
+	}
+	if err := json.NewDecoder(&body).Decode(&outer); err != nil {
+		return fmt.Errorf("read network_policy again: %w", err)
+	}
+	return checkEnabledKey(outer.NetworkPolicy)
+}
+
+// checkEnabledKey answers 400 for a network_policy whose JSON has allow
+// rules but no "enabled".
+func checkEnabledKey(raw json.RawMessage) error {
+	if err := netpolicy.CheckEnabledKey(raw); err != nil {
+		return errBadRequest("%v.", err)
+	}
+	return nil
+}
 
 // checkPolicy validates a policy from a request and returns it normalized;
 // nil stays nil. A bad policy answers 400 with the validation's sentence.
@@ -120,8 +159,15 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errBadRequest("network_policy is required: a policy, or null to follow the outpost's.")
 	}
-	if err := json.Unmarshal(body, &req.NetworkPolicy); err != nil {
+	// As strict as decode: a misspelt key ("alow") is refused, not
+	// dropped.
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req.NetworkPolicy); err != nil {
 		return errBadRequest("network_policy is not a network policy: %v.", err)
+	}
+	if err := checkEnabledKey(body); err != nil {
+		return err
 	}
 	sess, err := s.sessionFor(ctx, r.PathValue("session"))
 	if err != nil {

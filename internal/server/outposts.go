@@ -145,7 +145,7 @@ func checkOrgIDs(ids []string) error {
 
 func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateOutpostRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := decodeWithPolicy(w, r, &req); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && (typeErr.Field == "allowed_org_ids" || strings.HasPrefix(typeErr.Field, "allowed_org_ids.")) {
 			return errUnprocessable("allowed_org_ids must be null or a list of organization ids (strings).")
@@ -225,7 +225,7 @@ func (s *Server) checkSnapshotLimit(n int64) error {
 func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.UpdateOutpostRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := decodeWithPolicy(w, r, &req); err != nil {
 		return err
 	}
 	if p := principalFrom(ctx); p.outpostID != "" {

@@ -174,7 +174,7 @@ func validateEnv(field string, env map[string]string) error {
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateSessionRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := decodeWithPolicy(w, r, &req); err != nil {
 		return err
 	}
 	if err := validateSession(&req); err != nil {

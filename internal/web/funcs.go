@@ -32,6 +32,13 @@ var funcs = template.FuncMap{
 		}
 		return "only " + strings.Join(rules, "; ")
 	},
+	"policyRules": policyRules,
+	// withCSRF hands the policy section the page's form value.
+	"withCSRF": func(csrf string, ed policyEditor) policyEditor {
+		ed.CSRF = csrf
+		return ed
+	},
+	"inc": func(i int) int { return i + 1 },
 	"unix": func(v int64) string {
 		if v == 0 {
 			return ""

@@ -293,10 +293,20 @@ func parseSecrets(text string) (map[string]string, error) {
 const transcriptPage = 500
 
 func (h *Handler) sessionPage(w http.ResponseWriter, r *http.Request) {
-	h.renderSession(w, r, http.StatusOK, "", "")
+	notice := ""
+	if r.URL.Query().Get("policy") == "saved" {
+		notice = "The network policy is saved; the session's new connections follow it."
+	}
+	h.renderSession(w, r, http.StatusOK, "", notice)
 }
 
 func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string) {
+	h.renderSessionWith(w, r, status, errMsg, notice, nil)
+}
+
+// renderSessionWith renders the session page; sent, when not nil, is the
+// network policy form the API refused, shown again as the user sent it.
+func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string, sent *policyEditor) {
 	id := r.PathValue("session")
 	base := "/v1/sessions/" + url.PathEscape(id)
 	var s api.Session
@@ -346,6 +356,7 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items,
+		"Policy": h.sessionPolicy(r, s, final, sent),
 	}})
 }
 

@@ -111,8 +111,10 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "sessions", "session", "newsession", "tokens", "error"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "error"} {
+		// policy.html only defines the network policy section, which the
+		// outpost and session pages share.
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse %s: %w", p, err)
 		}
@@ -137,6 +139,8 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/outposts", h.authed(h.outpostsPage))
 	m.HandleFunc("POST /ui/outposts", h.authed(h.createOutpost))
 	m.HandleFunc("POST /ui/outposts/{outpost}/delete", h.authed(h.deleteOutpost))
+	m.HandleFunc("GET /ui/outposts/{outpost}", h.authed(h.outpostPage))
+	m.HandleFunc("POST /ui/outposts/{outpost}/network-policy", h.authed(h.setOutpostPolicy))
 	m.HandleFunc("GET /ui/sessions", h.authed(h.sessionsPage))
 	m.HandleFunc("GET /ui/sessions/new", h.authed(h.newSessionPage))
 	m.HandleFunc("POST /ui/sessions", h.authed(h.createSession))
@@ -147,6 +151,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
 	m.HandleFunc("POST /ui/sessions/{session}/suspend", h.authed(h.suspend))
 	m.HandleFunc("POST /ui/sessions/{session}/resume", h.authed(h.resume))
+	m.HandleFunc("POST /ui/sessions/{session}/network-policy", h.authed(h.setSessionPolicy))
 	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/grant", h.authed(h.grantRequest))
 	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/deny", h.authed(h.denyRequest))
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))

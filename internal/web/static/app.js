@@ -489,8 +489,26 @@
     if (f && f.dataset && f.dataset.confirm && !window.confirm(f.dataset.confirm)) e.preventDefault();
   });
 
+  // The network policy form's "Add another rule" copies the blank row at
+  // its end; without JavaScript the button stays hidden and each save
+  // brings a new blank row.
+  document.addEventListener("click", function (e) {
+    var b = e.target && e.target.closest ? e.target.closest("[data-add-rule]") : null;
+    if (!b) return;
+    var rows = document.getElementById(b.dataset.addRule);
+    var blanks = rows ? rows.querySelectorAll("tr.new-rule") : [];
+    if (!blanks.length) return;
+    var copy = blanks[blanks.length - 1].cloneNode(true);
+    copy.querySelectorAll("input").forEach(function (i) { i.value = ""; });
+    copy.querySelectorAll("select").forEach(function (s) { s.selectedIndex = 0; });
+    rows.appendChild(copy);
+    var v = copy.querySelector("input[name=value]");
+    if (v) v.focus();
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     var list = document.getElementById("transcript");
     if (list && list.dataset.events) follow(list);
+    document.querySelectorAll("[data-add-rule]").forEach(function (b) { b.hidden = false; });
   });
 })();
