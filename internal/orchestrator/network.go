@@ -14,7 +14,8 @@ import (
 
 // A restricted session (spec.network_policy enabled) gets its machine only
 // from a backend that starts it behind the session's enforcement point
-// (NetworkEnforcer: bwrap, as root on Linux). Every other backend refuses
+// (NetworkEnforcer: bwrap, and docker with a local rootful daemon, both as
+// root on Linux). Every other backend refuses
 // it: the consumer never claims it, and one claimed anyway is given back
 // with the sentence why. Its machine is never served open.
 
@@ -22,7 +23,7 @@ import (
 func (o *orchestrator) networkEnforcement() error {
 	ne, ok := o.opts.Backend.(NetworkEnforcer)
 	if !ok {
-		return fmt.Errorf("the %s backend cannot enforce a network policy; use --backend bwrap (as root on Linux)", o.opts.Backend.Name())
+		return fmt.Errorf("the %s backend cannot enforce a network policy; use --backend bwrap or docker (as root on Linux)", o.opts.Backend.Name())
 	}
 	return ne.EnforcesNetwork()
 }
