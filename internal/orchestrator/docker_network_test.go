@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/netguard"
@@ -103,6 +106,7 @@ func needNetworkEnforcement(t *testing.T, b *DockerBackend) {
 // cannot rewrite its resolv.conf and lacks NET_ADMIN and NET_RAW. Teardown
 // leaves neither the container nor its namespace's holder.
 func TestDockerRestrictedContainer(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, DockerOptions{Outpost: "netunit"})
 	needNetworkEnforcement(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -166,6 +170,25 @@ func TestDockerRestrictedContainer(t *testing.T) {
 	}()
 	if got := podmantest.Containers(t, LabelSession+"="+s.SessionID); len(got) != 2 {
 		t.Errorf("containers of the session: %v, want the machine and its namespace's holder", got)
+	}
+	// Podman leaves NET_ADMIN and NET_RAW out by default, Docker keeps
+	// NET_RAW (and inspect shows only what differs from the defaults): the
+	// drop is asked for whatever the runtime's defaults.
+	var hc container.HostConfig
+	if err := b.restrict(s, &hc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range restrictedCapDrop {
+		if !slices.Contains(hc.CapDrop, c) {
+			t.Errorf("a restricted container's dropped capabilities %v lack %s", hc.CapDrop, c)
+		}
+	}
+	info, err := b.cli.ContainerInspect(ctx, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.HostConfig.NetworkMode.IsContainer() {
+		t.Errorf("the container's network mode is %q, not its holder's", info.HostConfig.NetworkMode)
 	}
 	f := containerFacts(t, s.Name, 60*time.Second)
 
@@ -254,11 +277,13 @@ func TestDockerRefusesWithoutEnforcement(t *testing.T) {
 // does not adopt a container that joined another's network namespace: its
 // guard ended with the previous run.
 func TestDockerAdoptRefusesJoinedNamespace(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, DockerOptions{Outpost: "netunit"})
 	needNetworkEnforcement(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := shellSpec(t, `exec sleep 300`)
+	s.Acceptor = "acc-" + s.SessionID
 	if err := os.MkdirAll(s.Workspace, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -282,6 +307,13 @@ func TestDockerAdoptRefusesJoinedNamespace(t *testing.T) {
 	g.Close() // the previous run ends
 	// A restarted orchestrator: a new backend, the same daemon.
 	b2 := newTestBackend(t, DockerOptions{Host: b.Host(), Outpost: "netunit"})
+	ids, err := b2.Leftovers(ctx, s.Acceptor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return id != s.SessionID }) {
+		t.Errorf("leftovers of the acceptor = %v, want the session %s (its machine and its holder)", ids, s.SessionID)
+	}
 	if _, ok := b2.Adopt(ctx, s); ok {
 		t.Error("adopted a container whose network namespace's guard is gone")
 	}
