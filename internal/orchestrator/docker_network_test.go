@@ -47,6 +47,7 @@ echo "gateway=$(get 127.0.0.1 GATEWAY_PORT)"
 echo "allowed=$(get ` + allowedDest + ` 80)"
 echo "denied=$(get ` + deniedDest + ` 80)"
 echo "otherport=$(get ` + allowedDest + ` 8080)"
+echo "ipv6=$(get 2001:db8::7 80)"
 getent hosts denied.example.test >/dev/null && echo name=resolved || echo name=refused
 echo "udp=$(timeout 4 bash -c 'exec 3<>/dev/udp/` + allowedDest + `/7 && echo ping >&3 && dd bs=512 count=1 <&3 2>/dev/null' 2>/dev/null || echo refused)"
 echo "dns=$(timeout 4 bash -c 'exec 3<>/dev/udp/` + deniedDest + `/53 && printf "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06denied\x07example\x04test\x00\x00\x01\x00\x01" >&3 && dd bs=512 count=1 <&3 2>/dev/null | od -An -tx1 | tr -d " \n"' 2>/dev/null || echo none)"
@@ -102,7 +103,8 @@ func needNetworkEnforcement(t *testing.T, b *DockerBackend) {
 // TestDockerRestrictedContainer: a restricted session's container runs in
 // a namespace its guard serves: it reaches the gateway on the host's
 // loopback and what the policy allows, and not another address, another
-// port, UDP, a name the policy does not allow, nor another nameserver; it
+// port, an IPv6 address, UDP, a name the policy does not allow, nor
+// another nameserver; it
 // cannot rewrite its resolv.conf and lacks NET_ADMIN and NET_RAW. Teardown
 // leaves neither the container nor its namespace's holder.
 func TestDockerRestrictedContainer(t *testing.T) {
@@ -201,7 +203,7 @@ func TestDockerRestrictedContainer(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"resolv": "nameserver 10.254.0.1", "resolvwrite": "refused", "gateway": "gateway",
-		"allowed": "allowed", "denied": "refused", "otherport": "refused", "name": "refused", "udp": "refused",
+		"allowed": "allowed", "denied": "refused", "otherport": "refused", "ipv6": "refused", "name": "refused", "udp": "refused",
 	} {
 		if got := strings.TrimSpace(strings.TrimSuffix(f[k], "\r")); got != want {
 			t.Errorf("%s = %q, want %q", k, f[k], want)
