@@ -189,8 +189,10 @@ func (b *DockerBackend) startHolder(ctx context.Context, name, id string) (*hold
 		return nil, fmt.Errorf("container %s is not running", name)
 	}
 	pid := info.State.Pid
-	if !isHolderProcess(pid, name) {
-		return nil, fmt.Errorf("the daemon reports pid %d for container %s, which is not that container's process here (is the daemon in another pid namespace or on another machine?)", pid, name)
+	if !waitHolderProcess(ctx, pid, name) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return nil, fmt.Errorf("the daemon reports pid %d for container %s, which runs %q here, not the container's command (is the daemon in another pid namespace or on another machine?)",
+			pid, name, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
@@ -204,6 +206,27 @@ func (b *DockerBackend) startHolder(ctx context.Context, name, id string) (*hold
 	}
 	return &holder{id: info.ID, ns: f}, nil
 }
+
+// waitHolderProcess waits until pid runs the holder's command: the
+// runtime may report a started container while its process still runs the
+// runtime's own init, a moment before it executes the command.
+func waitHolderProcess(ctx context.Context, pid int, name string) bool {
+	deadline := time.Now().Add(holderExecTimeout)
+	for !isHolderProcess(pid, name) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// holderExecTimeout bounds the wait for a holder's process to execute its
+// command.
+const holderExecTimeout = 10 * time.Second
 
 // isHolderProcess reports whether pid runs holderScript for the holder
 // named name.
