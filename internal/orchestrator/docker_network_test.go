@@ -370,3 +370,60 @@ func (r *decisions) has(decision, addr string) bool {
 	}
 	return false
 }
+
+// BenchmarkDockerProvision measures Provision of an open machine and of a
+// restricted one (holder, guard, container in the holder's namespace),
+// teardown excluded.
+func BenchmarkDockerProvision(b *testing.B) {
+	be := newTestBackend(b, DockerOptions{Outpost: "bench"})
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	if _, err := be.Check(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err := be.EnforcesNetwork(); err != nil {
+		b.Skipf("no network enforcement here: %v", err)
+	}
+	ctx := context.Background()
+	const script = `trap 'exit 0' TERM; sleep 300 & wait`
+	for _, restricted := range []bool{false, true} {
+		name := "open"
+		if restricted {
+			name = "restricted"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				s := shellSpec(b, script)
+				var g *netguard.Guard
+				if restricted {
+					if err := os.MkdirAll(s.Workspace, 0o700); err != nil {
+						b.Fatal(err)
+					}
+					path, err := be.NetworkNamespace(ctx, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					resolv := filepath.Join(s.Workspace, "resolv.conf")
+					g, err = netguard.Start(ctx, netguard.Options{Session: s.SessionID, GatewayURL: "http://127.0.0.1:1", ResolvConf: resolv,
+						Namespace: path, Policy: &api.NetworkPolicy{Enabled: true}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					s.Network, s.ResolvConf = g, resolv
+				}
+				if _, err := be.Provision(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := be.Teardown(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+				if g != nil {
+					g.Close()
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
