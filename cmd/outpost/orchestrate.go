@@ -83,7 +83,12 @@ Backend docker: a fresh container per session through the Docker Engine API
 needs git and a glibc the outpost binary runs on. This binary is mounted
 read-only at /usr/local/bin/outpost and runs 'outpost remote serve' as the
 container's command, with only the spawn contract's variables. The network
-is "host" by default so the remote reaches a gateway on loopback.
+is "host" by default so the remote reaches a gateway on loopback. A session
+with a network policy runs, when the orchestrator is root and the daemon is
+local and rootful, in the network namespace of a holder container
+(NAME-netns, network none) that the session's enforcement point serves,
+without NET_ADMIN and NET_RAW; otherwise such sessions are never claimed,
+and the start log says why (docs/security.md).
 
 A session whose queue entry pins a remote build (spec.remote_binary_sha)
 runs that build with every backend, as a worker does: downloaded from
@@ -266,5 +271,8 @@ func (o *OrchestrateOptions) dockerBackend(ctx context.Context, log *slog.Logger
 		return nil, err
 	}
 	log.Info("docker backend ready", "host", b.Host(), "api_version", v, "image", o.DockerImage, "network", o.DockerNetwork)
+	if err := b.EnforcesNetwork(); err != nil {
+		log.Warn("sessions with a network policy are left to other orchestrators and workers", "reason", err)
+	}
 	return b, nil
 }

@@ -81,6 +81,144 @@ func NewNamespace(ctx context.Context) (*Namespace, error) {
 	return r.n, r.err
 }
 
+// JoinNamespace serves an existing network namespace, the one at path (a
+// container's, /proc/PID/ns/net), instead of a new one: it creates the TUN
+// device there and routes everything through it, as NewNamespace does. The
+// namespace must have no interface but lo, so that the TUN device is its
+// only way out; one with any other is refused and left unchanged. IPv6 is
+// configured where the namespace has it; where a runtime turned it off
+// there, it stays off (nothing else could carry it out either).
+//
+// Closing n releases the TUN device; the namespace itself lives as long as
+// the processes in it.
+func JoinNamespace(ctx context.Context, path string) (*Namespace, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ipPath, err := lookIP()
+	if err != nil {
+		return nil, err
+	}
+	nsFD, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(nsFD, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+		unix.Close(nsFD)
+		return nil, fmt.Errorf("open network namespace %s: not a namespace", path)
+	}
+	type result struct {
+		n   *Namespace
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// As in NewNamespace, the thread ends in the namespace, locked, and
+		// the runtime discards it.
+		runtime.LockOSThread()
+		n, err := joinNamespaceLocked(ctx, ipPath, nsFD)
+		done <- result{n, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		unix.Close(nsFD)
+	}
+	return r.n, r.err
+}
+
+func joinNamespaceLocked(ctx context.Context, ipPath string, nsFD int) (*Namespace, error) {
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the current network namespace: %w", err)
+	}
+	defer unix.Close(home)
+	var a, b unix.Stat_t
+	if unix.Fstat(home, &a) != nil || unix.Fstat(nsFD, &b) != nil || (a.Dev == b.Dev && a.Ino == b.Ino) {
+		// Never the caller's own namespace: the TUN device's routes would
+		// take the whole machine's traffic.
+		return nil, errors.New("join network namespace: it is this process's own")
+	}
+	if err := unix.Setns(nsFD, unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("enter network namespace: %w", err)
+	}
+	links, err := os.ReadFile("/proc/thread-self/net/dev")
+	if err != nil {
+		return nil, fmt.Errorf("list the namespace's interfaces: %w", err)
+	}
+	if other := otherInterfaces(links); len(other) > 0 {
+		return nil, fmt.Errorf("join network namespace: it has interfaces other than lo (%s), which would be ways out the policy does not see", strings.Join(other, ", "))
+	}
+	tunFD, err := openTUN(tunName)
+	if err != nil {
+		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+	}
+	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
+	fail := func(err error) (*Namespace, error) {
+		n.mu.Lock()
+		n.closed, n.tunClosed = true, true
+		n.mu.Unlock()
+		unix.Close(tunFD) // nsFD is the caller's to close
+		return nil, err
+	}
+	v4 := []string{
+		"link set lo up",
+		fmt.Sprintf("link set %s mtu %d up", tunName, tunMTU),
+		fmt.Sprintf("addr add %s dev %s", tunAddr4, tunName),
+		fmt.Sprintf("route add default dev %s", tunName),
+	}
+	if err := runIP(ctx, ipPath, v4); err != nil {
+		return fail(err)
+	}
+	if ipv6Enabled() {
+		v6 := []string{
+			fmt.Sprintf("addr add %s dev %s nodad", tunAddr6, tunName),
+			fmt.Sprintf("route add ::/0 dev %s", tunName),
+		}
+		if err := runIP(ctx, ipPath, v6); err != nil {
+			return fail(err)
+		}
+		if err := waitIPv6Ready(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	return n, nil
+}
+
+// runIP runs ip's batch of commands in the calling thread's namespace.
+func runIP(ctx context.Context, ipPath string, cmds []string) error {
+	cmd := exec.CommandContext(ctx, ipPath, "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("configure network namespace: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+// ipv6Enabled reports whether the calling thread's namespace has IPv6 on
+// for new interfaces (a container runtime may have turned it off).
+func ipv6Enabled() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + tunName + "/disable_ipv6")
+	return err == nil && strings.TrimSpace(string(b)) == "0"
+}
+
+// otherInterfaces lists the interfaces of a /proc/net/dev other than lo
+// and the TUN device.
+func otherInterfaces(dev []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(dev), "\n") {
+		name, _, ok := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.Contains(name, "|") || name == "lo" || name == tunName {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 func lookIP() (string, error) {
 	if p, err := exec.LookPath("ip"); err == nil {
 		return p, nil

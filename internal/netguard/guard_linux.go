@@ -67,7 +67,12 @@ func Start(ctx context.Context, opts Options) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := egress.NewNamespace(ctx)
+	var ns *egress.Namespace
+	if opts.Namespace != "" {
+		ns, err = egress.JoinNamespace(ctx, opts.Namespace)
+	} else {
+		ns, err = egress.NewNamespace(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	// Dial opens the host side of allowed connections. Nil: a dialer
 	// with a 10-second timeout. Tests point it at their own servers.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Namespace, when set, is a path to an existing network namespace with
+	// nothing but lo (a container's, /proc/PID/ns/net) that the guard
+	// serves instead of making one: for machines whose runtime makes their
+	// namespace. Empty: the guard makes the namespace.
+	Namespace string
 	// Log receives the guard's log, one debug line per denied attempt.
 	// Nil discards it.
 	Log *slog.Logger

@@ -68,6 +68,18 @@ type NetworkEnforcer interface {
 	EnforcesNetwork() error
 }
 
+// NetworkNamespacer is implemented by NetworkEnforcer backends whose
+// runtime, not the guard, makes a machine's network namespace (a container
+// runtime): the orchestrator asks for the namespace first, and the
+// session's guard serves it (netguard.Options.Namespace) before Provision
+// starts the machine in it.
+type NetworkNamespacer interface {
+	// NetworkNamespace makes the network namespace of s's machine, with
+	// nothing but lo in it, and returns a path to it that is valid until
+	// Teardown, which removes whatever it made.
+	NetworkNamespace(ctx context.Context, s Spec) (string, error)
+}
+
 // Machine is a provisioned machine running a session's remote.
 type Machine interface {
 	// Done is closed once the remote has exited (never, when the backend

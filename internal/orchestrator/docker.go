@@ -98,8 +98,10 @@ type DockerBackend struct {
 	imageMu sync.Mutex // held during a pull
 	imageOK bool
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards the following
 	machines map[string]*dockerMachine
+	holders  map[string]*holder // by machine name: restricted machines' namespaces
+	netErr   error              // why restricted sessions cannot run here; nil when they can
 }
 
 // NewDockerBackend makes a backend; it does not contact the API (see Check).
@@ -122,7 +124,8 @@ func NewDockerBackend(opts DockerOptions) (*DockerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker backend: create the Engine API client: %w", err)
 	}
-	return &DockerBackend{opts: opts, cli: cli, machines: map[string]*dockerMachine{}}, nil
+	return &DockerBackend{opts: opts, cli: cli, machines: map[string]*dockerMachine{}, holders: map[string]*holder{},
+		netErr: errors.New("the docker backend has not checked yet whether it can enforce a network policy here")}, nil
 }
 
 func (*DockerBackend) Name() string { return "docker" }
@@ -134,7 +137,10 @@ func (b *DockerBackend) Host() string { return b.cli.DaemonHost() }
 func (b *DockerBackend) Close() error { return b.cli.Close() }
 
 // Check reaches the API (negotiating its version) and makes sure the image
-// is present, pulling it if needed; it returns the API version in use.
+// is present, pulling it if needed; it returns the API version in use. It
+// also finds out whether restricted sessions can run here (see
+// EnforcesNetwork), which is no error: the backend then serves open
+// sessions only.
 func (b *DockerBackend) Check(ctx context.Context) (string, error) {
 	ping, err := b.cli.Ping(ctx)
 	if err != nil {
@@ -145,7 +151,14 @@ func (b *DockerBackend) Check(ctx context.Context) (string, error) {
 	if versionLess(v, MinDockerAPIVersion) {
 		return v, fmt.Errorf("docker backend: the Engine API at %s speaks %s, older than the %s this backend needs", b.Host(), v, MinDockerAPIVersion)
 	}
-	return v, b.ensureImage(ctx)
+	if err := b.ensureImage(ctx); err != nil {
+		return v, err
+	}
+	netErr := b.checkNetwork(ctx)
+	b.mu.Lock()
+	b.netErr = netErr
+	b.mu.Unlock()
+	return v, nil
 }
 
 // ensureImage pulls the image when it is missing, once per backend.
@@ -322,6 +335,11 @@ func (b *DockerBackend) Provision(ctx context.Context, s Spec) (Machine, error) 
 			Ulimits:  b.opts.Ulimits,
 		},
 	}
+	if s.Network != nil {
+		if err := b.restrict(s, hc); err != nil {
+			return nil, err
+		}
+	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.Name)
 	if cerrdefs.IsConflict(err) {
 		// A container of that name is left from an earlier run whose
@@ -361,19 +379,29 @@ func (b *DockerBackend) Adopt(ctx context.Context, s Spec) (Machine, bool) {
 	if info.Config.Labels[LabelManaged] != "true" || info.Config.Labels[LabelSession] != s.SessionID || !info.State.Running {
 		return nil, false
 	}
+	if joinedNamespace(info) {
+		// Its namespace's guard ended with the orchestrator that started
+		// it: it has no way out, and no policy would hold if it had one.
+		return nil, false
+	}
 	return b.watch(s.Name, info.ID), true
 }
 
 // Teardown stops the container (SIGTERM, SIGKILL after StopGrace), removes
-// it and the workspace. A missing container is not an error; a container
+// it, the holder of its network namespace if it has one, and the
+// workspace. A missing container is not an error; a container
 // of that name the backend did not make is left alone.
 //
 // When the API fails, the workspace is kept so that a restarted
 // orchestrator tries again rather than leak the container.
 func (b *DockerBackend) Teardown(ctx context.Context, s Spec) error {
+	// The session's container first: the holder's namespace is its.
 	err := b.removeManaged(ctx, s.Name)
-	if err != nil && !errors.Is(err, errNotManaged) {
-		return fmt.Errorf("%w (workspace %s kept for a later teardown)", err, s.Workspace)
+	herr := b.removeHolder(ctx, s.Name)
+	for _, e := range []error{err, herr} {
+		if e != nil && !errors.Is(e, errNotManaged) {
+			return fmt.Errorf("%w (workspace %s kept for a later teardown)", errors.Join(err, herr), s.Workspace)
+		}
 	}
 	if err == nil {
 		b.mu.Lock()
@@ -384,7 +412,7 @@ func (b *DockerBackend) Teardown(ctx context.Context, s Spec) error {
 			m.finish("container removed")
 		}
 	}
-	return errors.Join(err, os.RemoveAll(s.Workspace))
+	return errors.Join(err, herr, os.RemoveAll(s.Workspace))
 }
 
 // errNotManaged marks a container of a machine's name that the backend did

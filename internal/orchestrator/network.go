@@ -14,7 +14,8 @@ import (
 
 // A restricted session (spec.network_policy enabled) gets its machine only
 // from a backend that starts it behind the session's enforcement point
-// (NetworkEnforcer: bwrap, as root on Linux). Every other backend refuses
+// (NetworkEnforcer: bwrap, and docker with a local rootful daemon, both as
+// root on Linux). Every other backend refuses
 // it: the consumer never claims it, and one claimed anyway is given back
 // with the sentence why. Its machine is never served open.
 
@@ -22,7 +23,7 @@ import (
 func (o *orchestrator) networkEnforcement() error {
 	ne, ok := o.opts.Backend.(NetworkEnforcer)
 	if !ok {
-		return fmt.Errorf("the %s backend cannot enforce a network policy; use --backend bwrap (as root on Linux)", o.opts.Backend.Name())
+		return fmt.Errorf("the %s backend cannot enforce a network policy; use --backend bwrap or docker (as root on Linux)", o.opts.Backend.Name())
 	}
 	return ne.EnforcesNetwork()
 }
@@ -40,8 +41,19 @@ func (o *orchestrator) startGuard(ctx context.Context, s *fleet.Session, spec *S
 		return nil, refuse(err)
 	}
 	resolv := filepath.Join(spec.Workspace, "resolv.conf") // outside every bind
+	var nsPath string
+	if nn, ok := o.opts.Backend.(NetworkNamespacer); ok {
+		var err error
+		if nsPath, err = nn.NetworkNamespace(ctx, *spec); err != nil {
+			log.Error("cannot make the machine's network namespace", "err", err)
+			o.m.fail("provision")
+			o.teardownUnstarted(ctx, *spec, log)
+			return nil, refuse(fmt.Errorf("the machine's network namespace could not be made: %w", err))
+		}
+	}
 	g, err := netguard.Start(ctx, netguard.Options{
 		Session: s.ID, Policy: s.Claim.Spec.NetworkPolicy, GatewayURL: s.Claim.Status.GatewayURL, ResolvConf: resolv, Log: log,
+		Namespace: nsPath,
 		Report: func(ctx context.Context, batch []api.NetworkDecision) error {
 			// Decisions alone: the server takes machine and backend only
 			// with a step.
@@ -52,6 +64,9 @@ func (o *orchestrator) startGuard(ctx context.Context, s *fleet.Session, spec *S
 	if err != nil {
 		log.Error("cannot enforce the session's network policy", "err", err)
 		o.m.fail("provision")
+		if nsPath != "" {
+			o.teardownUnstarted(ctx, *spec, log)
+		}
 		return nil, refuse(fmt.Errorf("the network enforcement could not start: %w", err))
 	}
 	spec.Network, spec.ResolvConf = g, resolv
@@ -71,4 +86,13 @@ func (o *orchestrator) dropRestricted(ctx context.Context, s *fleet.Session, spe
 	why := fmt.Sprintf("the orchestrator restarted and removed machine %s: the session's network enforcement ended with the previous run", spec.Name)
 	o.report(ctx, s.ID, api.MachineStepTeardown, why, nil)
 	return fleet.NotStarted(errors.New(why))
+}
+
+// teardownUnstarted removes what the backend made for a machine that
+// never started (its network namespace's holder).
+func (o *orchestrator) teardownUnstarted(ctx context.Context, spec Spec, log *slog.Logger) {
+	if err := o.opts.Backend.Teardown(context.WithoutCancel(ctx), spec); err != nil {
+		log.Warn("teardown of the unstarted machine failed", "err", err)
+		o.m.fail("teardown")
+	}
 }

@@ -59,8 +59,9 @@ func TestNetworkPolicy(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(binary), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("bwrap", func(t *testing.T) { restrictedSession(t, c, hosts, "bwrap", true) })
-	t.Run("user", func(t *testing.T) { restrictedSession(t, c, hosts, "user", false) })
+	t.Run("bwrap", func(t *testing.T) { restrictedSession(t, c, hosts, workerEnforcer("bwrap", true)) })
+	t.Run("user", func(t *testing.T) { restrictedSession(t, c, hosts, workerEnforcer("user", false)) })
+	t.Run("docker", func(t *testing.T) { restrictedSession(t, c, hosts, dockerEnforcer(t)) })
 	t.Run("enabled-while-running", func(t *testing.T) { policyEnabledWhileRunning(t, c) })
 	t.Run("orchestrate", func(t *testing.T) { orchestratedRestricted(t, c) })
 }
@@ -126,42 +127,68 @@ func netWorker(t *testing.T, c *cluster, outpost, token, name, isolation string)
 	return startExact(t, name, env, work, args...)
 }
 
-// restrictedSession runs a restricted session's probes on a worker of the
-// given isolation; withOpen also runs an unisolated worker on the outpost
-// first, which must leave the session alone.
-func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation string, withOpen bool) {
+// enforcer is what serves a restricted session in restrictedSession.
+type enforcer struct {
+	name string
+	// withOpen also runs an unisolated worker on the outpost first, which
+	// must leave the session alone.
+	withOpen bool
+	start    func(t *testing.T, c *cluster, outpost, token string) *proc
+	// fetch is a shell command that prints the body of http://HOST:PORT/
+	// and fails when there is none, within secs seconds.
+	fetch func(host, port string, secs int) string
+	// after runs once the session has ended and its decisions are in.
+	after func(t *testing.T, id string)
+}
+
+// curlFetch fetches with curl, which the workers' host has.
+func curlFetch(host, port string, secs int) string {
+	return fmt.Sprintf(`curl -s --max-time %d http://%s:%s/`, secs, host, port)
+}
+
+// workerEnforcer is a worker of the given isolation.
+func workerEnforcer(isolation string, withOpen bool) enforcer {
+	return enforcer{name: isolation, withOpen: withOpen, fetch: curlFetch,
+		start: func(t *testing.T, c *cluster, outpost, token string) *proc {
+			return netWorker(t, c, outpost, token, "worker-"+isolation, isolation)
+		}}
+}
+
+// restrictedSession runs a restricted session's probes behind e.
+func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, e enforcer) {
+	isolation := e.name
 	outpost := "netpol-" + isolation
 	token := setupOutpost(t, c, outpost)
 	var open *proc
-	if withOpen {
+	if e.withOpen {
 		open = netWorker(t, c, outpost, token, "worker-none", "none")
 		waitfor.Within(t, 30*time.Second, "the unisolated worker to leave restricted sessions to others", func() bool {
 			return strings.Contains(open.out.String(), "sessions with a network policy are left to other workers")
 		})
 	}
 	udp0, dns0 := hosts.udp.Load(), hosts.dns.Load()
-	live := `for i in $(seq 1 100); do curl -s --max-time 2 -o /dev/null http://denied.test/ && { echo live=reached; exit 0; }; sleep 0.3; done; echo live=never`
+	live := `for i in $(seq 1 100); do ` + e.fetch("denied.test", "80", 2) + ` >/dev/null && { echo live=reached; exit 0; }; sleep 0.3; done; echo live=never`
 	id := createSession(t, c, api.CreateSessionRequest{
 		Outpost: outpost, Title: "network policy " + isolation,
 		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "allowed.test"}}},
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
-			execStep(`out=$(curl -s --max-time 10 http://allowed.test/) && echo "allowed=$out" || echo allowed=refused`),
-			execStep(`curl -s --max-time 10 -o /dev/null http://denied.test/ && echo denied=reached || echo denied=refused`),
-			execStep(`curl -s --max-time 10 -o /dev/null http://` + hostsAddr + `:8080/ && echo raw=reached || echo raw=refused`),
+			execStep(`out=$(` + e.fetch("allowed.test", "80", 10) + `) && echo "allowed=$out" || echo allowed=refused`),
+			execStep(e.fetch("denied.test", "80", 10) + ` >/dev/null && echo denied=reached || echo denied=refused`),
+			execStep(e.fetch(hostsAddr, "8080", 10) + ` >/dev/null && echo raw=reached || echo raw=refused`),
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/9999; echo ping >&3; if read -t 3 l <&3; then echo udp=reached; else echo udp=refused; fi'`),
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/53; printf "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06denied\x04test\x00\x00\x01\x00\x01" >&3; read -t 3 -N 2 r <&3; echo dns=asked'`),
 			execStep(`getent hosts nothere.test >/dev/null && echo lookup=resolved || echo lookup=refused`),
 			execStep(live),
 		}},
 	})
-	if withOpen {
+	if e.withOpen {
 		// The unisolated worker has had the session in its queue.
 		waitfor.Within(t, 30*time.Second, "the session in the queue", func() bool {
 			var e api.QueueEntry
 			return c.api("GET", "/v1/queue/"+id, c.admin, nil, &e) == 200 && e.Spec.NetworkPolicy != nil
 		})
 	}
-	enforcing := netWorker(t, c, outpost, token, "worker-"+isolation, isolation)
+	enforcing := e.start(t, c, outpost, token)
 	waitfor.Within(t, 90*time.Second, "the session's probes to run", func() bool {
 		return strings.Contains(sessionOutput(t, c, id), "dns=asked")
 	})
@@ -219,8 +246,11 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, isolation str
 		}
 		return len(found) == len(kinds)
 	})
+	if e.after != nil {
+		e.after(t, id)
+	}
 	if t.Failed() {
-		t.Logf("the worker's log:\n%s", tail(enforcing.out.String(), 6000))
+		t.Logf("the enforcer's log:\n%s", tail(enforcing.out.String(), 6000))
 	}
 }
 

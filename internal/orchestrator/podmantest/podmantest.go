@@ -111,7 +111,7 @@ func startService() (*exec.Cmd, string, error) {
 	cmd := exec.Command("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "system", "service", "--time=0", "unix://"+sock)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startPinned(cmd); err != nil {
 		os.RemoveAll(dir)
 		return nil, "", fmt.Errorf("start the podman API service: %w", err)
 	}
@@ -133,6 +133,34 @@ func startService() (*exec.Cmd, string, error) {
 	}
 }
 
+// pinned are the threads that started services, by service: see
+// startPinned. Guarded by mu.
+var pinned = map[*exec.Cmd]chan struct{}{}
+
+// startPinned starts cmd from an OS thread kept for it until stop: the
+// kernel sends a child's parent-death signal (Pdeathsig) when the thread
+// that forked it ends, and code under test ends threads (a goroutine that
+// enters a network namespace exits locked, and the runtime discards its
+// thread), which may be the one that forked the service a moment earlier.
+func startPinned(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		errc <- err
+		if err == nil {
+			<-release
+		}
+	}()
+	if err := <-errc; err != nil {
+		return err
+	}
+	pinned[cmd] = release
+	return nil
+}
+
 // stop ends the service's process group (SIGTERM, SIGKILL after 10 s) and
 // removes its socket directory.
 func stop(cmd *exec.Cmd, dir string) {
@@ -146,4 +174,8 @@ func stop(cmd *exec.Cmd, dir string) {
 		<-done
 	}
 	os.RemoveAll(dir)
+	if release := pinned[cmd]; release != nil {
+		close(release)
+		delete(pinned, cmd)
+	}
 }
