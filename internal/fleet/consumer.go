@@ -282,6 +282,13 @@ type Consumer struct {
 	// claimed, and one the server hands over anyway is given back at
 	// once with the reason, which reaches its transcript.
 	NetworkEnforcement func() error
+	// NetworkRefusal, when set, is asked about each restricted entry once
+	// NetworkEnforcement allowed restricted sessions: nil when the Runner
+	// enforces that entry's policy too, else the sentence why not (a rule
+	// its enforcement cannot express). Such an entry is treated as all
+	// restricted ones are without enforcement. It may be called with the
+	// consumer's lock held: it must not block or call the consumer.
+	NetworkRefusal func(e *api.QueueEntry) error
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes

@@ -90,6 +90,10 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 		case <-sr.s.Stopping():
 		case <-sr.wake:
 		case <-tick.C:
+		case <-sr.s.Updated():
+			if out, done := sr.syncPolicy(ctx); done {
+				return out
+			}
 		}
 	}
 }
@@ -107,9 +111,15 @@ func (sr *sessionRun) setup(ctx context.Context) (fleet.Outcome, bool) {
 	if err == nil {
 		err = sr.retry(sctx, "write the session's Secret", func(ctx context.Context) error { return sr.writeSecret(ctx, pool) })
 	}
+	if err == nil {
+		// Before the pod: a restricted session's pod never runs open.
+		err = sr.retry(sctx, "write the session's NetworkPolicy", sr.ensurePolicy)
+	}
 	switch {
 	case err == nil:
 		return fleet.Outcome{}, true
+	case errors.As(err, new(policyRefusal)):
+		return sr.policyRefused(ctx, err), false
 	case ctx.Err() != nil:
 		return sr.lost(ctx), false
 	case isClosed(sr.s.Ended()):
@@ -258,6 +268,19 @@ func (sr *sessionRun) absent(ctx context.Context, pool *v1alpha1.OutpostPool) (f
 
 // create makes the session's pod.
 func (sr *sessionRun) create(ctx context.Context, pool *v1alpha1.OutpostPool) (fleet.Outcome, bool) {
+	// Written again before every pod, in case it was deleted meanwhile.
+	if err := sr.ensurePolicy(ctx); err != nil {
+		switch {
+		case errors.As(err, new(policyRefusal)):
+			return sr.policyRefused(ctx, err), true
+		case permanent(err):
+			return sr.refused(ctx, "NetworkPolicy "+NetworkPolicyName(sr.id), err), true
+		}
+		if ctx.Err() == nil {
+			sr.log.Warn("cannot write the session's network policy; the pod waits for it", "err", err)
+		}
+		return fleet.Outcome{}, false
+	}
 	pod := RenderPod(pool, sr.claim, sr.r.render())
 	err := sr.r.cfg.Kube.Create(ctx, pod, client.FieldOwner(ManagedBy))
 	switch {
