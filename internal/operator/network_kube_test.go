@@ -1,0 +1,182 @@
+package operator
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/operator/v1alpha1"
+)
+
+// restrictedSession creates a pending session with its own network policy.
+func (e *kenv) restrictedSession(rules ...api.NetworkPolicyRule) string {
+	e.t.Helper()
+	s, err := e.admin.Sessions.Create(e.ctx, api.CreateSessionRequest{Outpost: "dev", Prompt: "test",
+		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: rules},
+		Agent:         api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"true"}`)}}}})
+	if err != nil {
+		e.t.Fatalf("create session: %v", err)
+	}
+	return s.Metadata.SessionID
+}
+
+// TestRunnerNetworkPolicy: on a real API server, a restricted session's
+// pod gets a NetworkPolicy written before it, owned by the pool, selecting
+// that pod and allowing DNS, the control plane and the policy's address
+// rules; an unrestricted session's gets none; a session with a hostname
+// rule is never claimed and stays pending. Once the session ends and its
+// pod is gone, the policy is collected.
+func TestRunnerNetworkPolicy(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{Network: enforcing()})
+	r := e.runner()
+	r.policyGrace = 0
+	restricted := e.restrictedSession(api.NetworkPolicyRule{IPv4: "10.1.0.0/16", Ports: []int{443}}, api.NetworkPolicyRule{IPv6: "fd00::/8"})
+	open := e.session()
+	named := e.restrictedSession(api.NetworkPolicyRule{Hostname: "example.test"})
+	c := e.consumer(r, 3)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	e.startConsumer(c)
+
+	e.waitFor("two pods", func() bool { return len(e.pods()) == 2 })
+	p := e.waitPod(restricted, "the restricted session's pod", nil)
+	var np networkingv1.NetworkPolicy
+	if !e.get(NetworkPolicyName(restricted), &np) {
+		t.Fatal("no NetworkPolicy for the restricted session")
+	}
+	npRV, _ := strconv.ParseInt(np.ResourceVersion, 10, 64)
+	podRV, _ := strconv.ParseInt(p.ResourceVersion, 10, 64)
+	if npRV == 0 || npRV >= podRV {
+		t.Errorf("NetworkPolicy written at resourceVersion %d, the pod at %d: the policy must come first", npRV, podRV)
+	}
+	ref := metav1.GetControllerOf(&np)
+	if ref == nil || ref.UID != e.getPool().UID || ref.Kind != "OutpostPool" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Errorf("owner references %+v, want the pool as controller", np.OwnerReferences)
+	}
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if p.Labels[k] != v {
+			t.Errorf("the policy selects %s=%s, the pod has %q", k, v, p.Labels[k])
+		}
+	}
+	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeEgress {
+		t.Errorf("policy types %v", np.Spec.PolicyTypes)
+	}
+	eg := np.Spec.Egress
+	if len(eg) != 4 {
+		t.Fatalf("egress %+v", eg)
+	}
+	if portsOf(eg[0].Ports) != "UDP/53 TCP/53" || eg[0].To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("DNS rule %+v", eg[0])
+	}
+	if eg[1].To[0].IPBlock.CIDR != "10.96.0.0/24" || portsOf(eg[1].Ports) != "TCP/443" {
+		t.Errorf("control plane rule %+v", eg[1])
+	}
+	if eg[2].To[0].IPBlock.CIDR != "10.1.0.0/16" || portsOf(eg[2].Ports) != "TCP/443 UDP/443" {
+		t.Errorf("ipv4 rule %+v", eg[2])
+	}
+	if eg[3].To[0].IPBlock.CIDR != "fd00::/8" || portsOf(eg[3].Ports) != "TCP/* UDP/*" {
+		t.Errorf("ipv6 rule %+v", eg[3])
+	}
+	e.waitEvent(restricted, api.EventMachine, api.MachineStepCreate, "Created NetworkPolicy "+np.Name)
+
+	e.waitPod(open, "the unrestricted session's pod", nil)
+	if e.get(NetworkPolicyName(open), &networkingv1.NetworkPolicy{}) {
+		t.Error("an unrestricted session got a NetworkPolicy")
+	}
+	if got := e.entry(named); got.Status.Phase != api.PhasePending {
+		t.Errorf("the session with a hostname rule is %s, want pending", got.Status.Phase)
+	}
+	if e.get(PodName(named), &corev1.Pod{}) || e.get(NetworkPolicyName(named), &networkingv1.NetworkPolicy{}) {
+		t.Error("the session with a hostname rule has a pod or a NetworkPolicy")
+	}
+
+	// Collected only once its pod is gone.
+	if err := r.CollectNetworkPolicies(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.get(np.Name, &networkingv1.NetworkPolicy{}) {
+		t.Fatal("the policy of a serving session was collected")
+	}
+	e.terminate(restricted)
+	e.waitGone(PodName(restricted), &corev1.Pod{})
+	e.waitFor("the run over", func() bool { return !r.running(restricted) })
+	if err := r.CollectNetworkPolicies(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.get(np.Name, &networkingv1.NetworkPolicy{}) {
+		t.Error("the policy outlived its session's pod")
+	}
+}
+
+// TestPoolRefusesRestrictedSessions: through the operator, a pool that
+// does not enforce, one whose settings lack the control plane, and one
+// that enforces but meets a hostname rule each leave the restricted
+// session pending and say why: the NetworkPolicy condition, and an Event
+// on the pool naming the session.
+func TestPoolRefusesRestrictedSessions(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ns := namespace(t, ctx)
+	env := newOutpostEnv(t)
+	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test"})
+	pool := newPool(t, ctx, ns, "gpu", env.url, env.token, 2)
+	key := client.ObjectKeyFromObject(pool)
+	cond := func(reason, text string) func(*v1alpha1.OutpostPool) bool {
+		return func(p *v1alpha1.OutpostPool) bool {
+			c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionNetworkPolicy)
+			return ready(p) && c != nil && c.Reason == reason && strings.Contains(c.Message, text)
+		}
+	}
+	s, err := env.admin.Sessions.Create(ctx, api.CreateSessionRequest{Outpost: "dev", Prompt: "test",
+		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{Hostname: "example.test"}}},
+		Agent:         api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"true"}`)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.Metadata.SessionID
+	waitPool(t, ctx, key, "NotEnforced naming the session", cond(ReasonNetworkNotEnforced, id))
+
+	edit := func(n v1alpha1.NetworkSpec) {
+		p := getPool(t, ctx, key)
+		p.Spec.Network = n
+		if err := kube.Update(ctx, p); err != nil {
+			t.Fatalf("update pool: %v", err)
+		}
+	}
+	edit(v1alpha1.NetworkSpec{Enforcement: v1alpha1.NetworkEnforcementNetworkPolicy})
+	waitPool(t, ctx, key, "NetworkSettingsInvalid for the missing control plane", cond(ReasonNetworkSettingsInvalid, "spec.network.controlPlane is required"))
+
+	edit(enforcing())
+	waitPool(t, ctx, key, "Enforced, the hostname rule refused", cond(ReasonNetworkEnforced, "cannot express"))
+	waitFor(t, ctx, "an Event on the pool naming the session", func() bool {
+		var l eventsv1.EventList
+		if err := kube.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, ev := range l.Items {
+			if ev.Regarding.UID == pool.UID && ev.Reason == ReasonSessionRefused && ev.Type == corev1.EventTypeWarning &&
+				strings.Contains(ev.Note, id) && strings.Contains(ev.Note, "hostname rule") {
+				return true
+			}
+		}
+		return false
+	}, nil)
+	e, err := env.admin.Queue.Get(ctx, id)
+	if err != nil || e.Status.Phase != api.PhasePending {
+		t.Fatalf("the session is %+v (%v), want pending", e, err)
+	}
+	var pods corev1.PodList
+	if err := kube.List(ctx, &pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods %d (%v), want none", len(pods.Items), err)
+	}
+}
