@@ -658,6 +658,11 @@ func (c *Consumer) free() int {
 	return c.Capacity - len(c.held)
 }
 
+// Wake makes the consumer look at the entries it knows again without
+// waiting for the queue to change, as after a change of what
+// NetworkRefusal decides. It never blocks.
+func (c *Consumer) Wake() { c.poke() }
+
 func (c *Consumer) poke() {
 	select {
 	case c.wake <- struct{}{}:

@@ -56,15 +56,23 @@ func TestValidateNetwork(t *testing.T) {
 		"every namespace":      {peer(networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{}}), "selects every pod"},
 		"bad selector": {peer(networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: "app", Operator: "Near"}}}}), "podSelector"},
-		"port 0":           {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(0))}), "port 0 is not between"},
-		"port 70000":       {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(70000))}), "port 70000"},
-		"bad protocol":     {ports(networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.Protocol("ICMP"))}), `protocol "ICMP"`},
-		"endPort below":    {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(443)), EndPort: ptr.To[int32](80)}), "endPort 80"},
-		"endPort alone":    {ports(networkingv1.NetworkPolicyPort{EndPort: ptr.To[int32](80)}), "endPort without port"},
-		"bad port name":    {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromString("not a name!"))}), `port "not a name!"`},
-		"bad DNS peer":     {func() v1alpha1.NetworkSpec { n := enforcing(); n.DNS = []networkingv1.NetworkPolicyPeer{{}}; return n }(), "spec.network.dns[0]: names no peer"},
-		"DNS every pod":    {func() v1alpha1.NetworkSpec { n := enforcing(); n.DNS = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}; return n }(), "spec.network.dns[0]: selects every pod"},
-		"DNS every adress": {func() v1alpha1.NetworkSpec { n := enforcing(); n.DNS = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}; return n }(), "allows every address"},
+		"port 0":        {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(0))}), "port 0 is not between"},
+		"port 70000":    {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(70000))}), "port 70000"},
+		"bad protocol":  {ports(networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.Protocol("ICMP"))}), `protocol "ICMP"`},
+		"endPort below": {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(443)), EndPort: ptr.To[int32](80)}), "endPort 80"},
+		"endPort alone": {ports(networkingv1.NetworkPolicyPort{EndPort: ptr.To[int32](80)}), "endPort without port"},
+		"bad port name": {ports(networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromString("not a name!"))}), `port "not a name!"`},
+		"bad DNS peer":  {func() v1alpha1.NetworkSpec { n := enforcing(); n.DNS = []networkingv1.NetworkPolicyPeer{{}}; return n }(), "spec.network.dns[0]: names no peer"},
+		"DNS every pod": {func() v1alpha1.NetworkSpec {
+			n := enforcing()
+			n.DNS = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+			return n
+		}(), "spec.network.dns[0]: selects every pod"},
+		"DNS every adress": {func() v1alpha1.NetworkSpec {
+			n := enforcing()
+			n.DNS = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}
+			return n
+		}(), "allows every address"},
 	}
 	for name, c := range bad {
 		err := ValidateNetwork(c.n)

@@ -282,6 +282,7 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 	if pc != nil && pc.fingerprint == fingerprint && pc.running() {
 		if old := pc.pool.Swap(pool.DeepCopy()); old.Generation != pool.Generation {
 			pc.runner.NotifyAll() // a new template or image: pods not serving yet are replaced
+			pc.consumer.Wake()    // new network settings: restricted sessions are decided again
 		}
 		if !pc.suspect.Load() {
 			return pc, nil

@@ -49,6 +49,7 @@ type poolConsumer struct {
 	outpost     api.Outpost
 	api         *outpost.Client
 	runner      *Runner
+	consumer    *fleet.Consumer
 	log         *slog.Logger
 	// poke asks for a reconcile of the pool (its status changed).
 	poke func()
@@ -148,6 +149,7 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 		Logger:             log,
 	}
 	c.Recover = func(ctx context.Context) []api.QueueEntry { return pc.recover(ctx, c) }
+	pc.consumer = c
 	cctx, cancel := context.WithCancel(ctx)
 	pc.cancel = cancel
 	go func() {
