@@ -180,3 +180,75 @@ func TestPoolRefusesRestrictedSessions(t *testing.T) {
 		t.Fatalf("pods %d (%v), want none", len(pods.Items), err)
 	}
 }
+
+// TestRunnerNetworkPolicyFollowsChanges: a running session's policy
+// changed through the API rewrites its NetworkPolicy in place (same pod);
+// an unrestricted session turned restricted gets one; a new control plane
+// in the pool's spec reaches the policies of serving pods; a change to a
+// hostname rule, which the pool cannot enforce, ends its pod and gives
+// the session back with the sentence why, never serving it open.
+func TestRunnerNetworkPolicyFollowsChanges(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{Network: enforcing()})
+	r := e.runner()
+	id := e.restrictedSession(api.NetworkPolicyRule{IPv4: "10.1.0.0/16"})
+	open := e.session()
+	c := e.consumer(r, 2)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	e.startConsumer(c)
+	p := e.waitPod(id, "the restricted session's pod", nil)
+	e.kubelet(r, p, corev1.PodRunning, running())
+	po := e.waitPod(open, "the unrestricted session's pod", nil)
+	e.kubelet(r, po, corev1.PodRunning, running())
+
+	setPolicy := func(sid string, rules ...api.NetworkPolicyRule) {
+		t.Helper()
+		if _, err := e.admin.Sessions.Update(e.ctx, sid, api.UpdateSessionRequest{NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: rules}}); err != nil {
+			t.Fatalf("update the session's policy: %v", err)
+		}
+	}
+	policy := func(sid string) *networkingv1.NetworkPolicy {
+		var np networkingv1.NetworkPolicy
+		if !e.get(NetworkPolicyName(sid), &np) {
+			return nil
+		}
+		return &np
+	}
+	setPolicy(id, api.NetworkPolicyRule{IPv4: "10.2.0.0/24", Ports: []int{22}})
+	e.waitFor("the NetworkPolicy rewritten", func() bool {
+		np := policy(id)
+		return np != nil && len(np.Spec.Egress) == 3 && np.Spec.Egress[2].To[0].IPBlock.CIDR == "10.2.0.0/24" &&
+			portsOf(np.Spec.Egress[2].Ports) == "TCP/22 UDP/22"
+	})
+	if cur := e.waitPod(id, "the same pod", nil); cur.UID != p.UID {
+		t.Errorf("the pod was replaced (%s, was %s)", cur.UID, p.UID)
+	}
+
+	setPolicy(open, api.NetworkPolicyRule{IPv4: "192.0.2.0/24"})
+	e.waitFor("a NetworkPolicy for the session turned restricted", func() bool {
+		np := policy(open)
+		return np != nil && len(np.Spec.Egress) == 3 && np.Spec.Egress[2].To[0].IPBlock.CIDR == "192.0.2.0/24"
+	})
+
+	// A new control plane in the pool's spec reaches the serving pods.
+	e.editPool(func(spec *v1alpha1.OutpostPoolSpec) {
+		spec.Network.ControlPlane.To[0].IPBlock.CIDR = "10.97.0.0/24"
+	})
+	e.mu.Lock()
+	e.pool.Generation++ // as the API server counts a spec change
+	e.mu.Unlock()
+	r.NotifyAll()
+	e.waitFor("the control plane rewritten in both policies", func() bool {
+		a, b := policy(id), policy(open)
+		return a != nil && b != nil && a.Spec.Egress[1].To[0].IPBlock.CIDR == "10.97.0.0/24" && b.Spec.Egress[1].To[0].IPBlock.CIDR == "10.97.0.0/24"
+	})
+
+	setPolicy(id, api.NetworkPolicyRule{Hostname: "example.test"})
+	e.waitGone(PodName(id), &corev1.Pod{})
+	e.waitEvent(id, api.EventMachine, api.MachineStepFailed, "hostname rule")
+	e.waitFor("the session pending again", func() bool { return e.entry(id).Status.Phase == api.PhasePending })
+	if policy(id) == nil {
+		t.Error("the NetworkPolicy went before its pod was collected as gone")
+	}
+}

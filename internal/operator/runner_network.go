@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
 // defaultPolicyGrace is how old a NetworkPolicy without a pod must be
@@ -39,9 +40,18 @@ func (sr *sessionRun) ensurePolicy(ctx context.Context) error {
 	if err != nil {
 		return policyRefusal{err}
 	}
+	if err := sr.writePolicy(ctx, pool, want); err != nil {
+		return err
+	}
+	sr.policyGen = pool.Generation
+	return nil
+}
+
+// writePolicy makes the session's NetworkPolicy want (nil: none).
+func (sr *sessionRun) writePolicy(ctx context.Context, pool *v1alpha1.OutpostPool, want *networkingv1.NetworkPolicy) error {
 	name := NetworkPolicyName(sr.id)
 	var cur networkingv1.NetworkPolicy
-	err = sr.r.cfg.Kube.Get(ctx, sr.r.key(name), &cur)
+	err := sr.r.cfg.Kube.Get(ctx, sr.r.key(name), &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 		if want == nil {

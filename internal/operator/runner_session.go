@@ -55,6 +55,9 @@ type sessionRun struct {
 	madeVolume bool
 	// resumed says the volume's suspended-at mark was cleared.
 	resumed bool
+	// policyGen is the pool's generation the session's NetworkPolicy was
+	// last written for.
+	policyGen int64
 	// What was last reported about the served pod.
 	scheduled, started, timed bool
 	waiting                   string
@@ -80,6 +83,13 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 		case <-sr.s.Stopping():
 			return sr.stopping()
 		default:
+		}
+		if sr.r.cfg.Pool().Generation != sr.policyGen {
+			// New network settings (control plane, DNS, enforcement)
+			// reach the pods that serve already.
+			if out, done := sr.syncPolicy(ctx); done {
+				return out
+			}
 		}
 		if out, done := sr.step(ctx); done {
 			return out
