@@ -144,6 +144,9 @@ func checkIPBlock(b networkingv1.IPBlock) error {
 	if err != nil {
 		return fmt.Errorf("ipBlock.cidr %q is not a CIDR range (an address is written 10.0.0.1/32)", b.CIDR)
 	}
+	if cidr.Masked() != cidr {
+		return fmt.Errorf("ipBlock.cidr %q has host bits set; write %s", b.CIDR, cidr.Masked())
+	}
 	if cidr.Bits() == 0 {
 		return fmt.Errorf("ipBlock.cidr %q allows every address, which enforces nothing", b.CIDR)
 	}
@@ -152,6 +155,8 @@ func checkIPBlock(b networkingv1.IPBlock) error {
 		switch {
 		case err != nil:
 			return fmt.Errorf("ipBlock.except %q is not a CIDR range", e)
+		case ex.Masked() != ex:
+			return fmt.Errorf("ipBlock.except %q has host bits set; write %s", e, ex.Masked())
 		case ex.Addr().Is4() != cidr.Addr().Is4() || ex.Bits() <= cidr.Bits() || !cidr.Contains(ex.Addr()):
 			return fmt.Errorf("ipBlock.except %q is not a range inside %s", e, b.CIDR)
 		}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,6 +153,12 @@ func TestPoolRefusesRestrictedSessions(t *testing.T) {
 		if err := kube.Update(ctx, p); err != nil {
 			t.Fatalf("update pool: %v", err)
 		}
+	}
+	// The CRD admits no other enforcement.
+	bad := getPool(t, ctx, key)
+	bad.Spec.Network.Enforcement = "Cilium"
+	if err := kube.Update(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.network.enforcement") {
+		t.Fatalf("enforcement Cilium: %v, want the CRD's refusal", err)
 	}
 	edit(v1alpha1.NetworkSpec{Enforcement: v1alpha1.NetworkEnforcementNetworkPolicy})
 	waitPool(t, ctx, key, "NetworkSettingsInvalid for the missing control plane", cond(ReasonNetworkSettingsInvalid, "spec.network.controlPlane is required"))

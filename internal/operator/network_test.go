@@ -47,6 +47,8 @@ func TestValidateNetwork(t *testing.T) {
 		"no peers":             {func() v1alpha1.NetworkSpec { n := enforcing(); n.ControlPlane.To = nil; return n }(), "controlPlane.to is empty"},
 		"empty peer":           {peer(networkingv1.NetworkPolicyPeer{}), "to[0]: names no peer"},
 		"not a CIDR":           {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.1"}}), `ipBlock.cidr "10.0.0.1" is not a CIDR`},
+		"host bits":            {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.1/8"}}), "host bits set; write 10.0.0.0/8"},
+		"except host bits":     {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"10.1.0.1/16"}}}), "host bits set; write 10.1.0.0/16"},
 		"every IPv4 address":   {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}), "allows every address"},
 		"every IPv6 address":   {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "::/0"}}), "allows every address"},
 		"except outside":       {peer(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"192.168.0.0/16"}}}), "not a range inside"},
