@@ -19,7 +19,7 @@ import (
 
 // defaultPolicyGrace is how old a NetworkPolicy without a pod must be
 // before it is collected: a pod just made may not be in the cache yet.
-const defaultPolicyGrace = time.Minute
+const defaultPolicyGrace = 10 * time.Second
 
 // policyRefusal is why the pool cannot enforce (any more) the session's
 // network policy: its pod must not run.
