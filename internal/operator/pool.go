@@ -282,7 +282,11 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 	if pc != nil && pc.fingerprint == fingerprint && pc.running() {
 		if old := pc.pool.Swap(pool.DeepCopy()); old.Generation != pool.Generation {
 			pc.runner.NotifyAll() // a new template or image: pods not serving yet are replaced
-			pc.consumer.Wake()    // new network settings: restricted sessions are decided again
+			// New network settings: restricted sessions are decided, and
+			// their refusals said, again.
+			pc.refusals.reset()
+			pc.lastRefusal.Store(nil)
+			pc.consumer.Wake()
 		}
 		if !pc.suspect.Load() {
 			return pc, nil

@@ -439,6 +439,13 @@ type refusals struct {
 	m  map[string]string
 }
 
+// reset forgets every refusal.
+func (r *refusals) reset() {
+	r.mu.Lock()
+	clear(r.m)
+	r.mu.Unlock()
+}
+
 // first records that id is refused for why, and reports whether that is
 // new.
 func (r *refusals) first(id, why string) bool {
