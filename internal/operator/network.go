@@ -71,6 +71,10 @@ func PoolNetworkEnforcement(pool *v1alpha1.OutpostPool) error {
 	case "", v1alpha1.NetworkEnforcementNone:
 		return errNotEnforced
 	case v1alpha1.NetworkEnforcementNetworkPolicy:
+		if pool.Spec.Worker.Template.Spec.HostNetwork {
+			return errors.New("the pod template sets hostNetwork, and a NetworkPolicy does not apply to a pod on the node's network: " +
+				"remove hostNetwork to serve restricted sessions")
+		}
 		return ValidateNetwork(pool.Spec.Network)
 	default:
 		return fmt.Errorf("spec.network.enforcement %q is neither None nor NetworkPolicy", pool.Spec.Network.Enforcement)

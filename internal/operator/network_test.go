@@ -100,6 +100,18 @@ func TestValidateNetwork(t *testing.T) {
 	if err := PoolNetworkEnforcement(pool); err == nil || !strings.Contains(err.Error(), "spec.network.enforcement is None") {
 		t.Errorf("a pool without network settings: %v", err)
 	}
+	pool.Spec.Network = enforcing()
+	if err := PoolNetworkEnforcement(pool); err != nil {
+		t.Errorf("an enforcing pool: %v", err)
+	}
+	pool.Spec.Worker.Template.Spec.HostNetwork = true
+	if err := PoolNetworkEnforcement(pool); err == nil || !strings.Contains(err.Error(), "hostNetwork") {
+		t.Errorf("a pool whose pods run on the node's network: %v", err)
+	}
+	if err := SessionNetworkRefusal(pool, restrictedClaim(api.NetworkPolicyRule{IPv4: "10.0.0.1"})); err == nil {
+		t.Error("a restricted session accepted by a pool whose pods run on the node's network")
+	}
+	pool.Spec.Worker.Template.Spec.HostNetwork = false
 	pool.Spec.Network.Enforcement = "Cilium"
 	if err := PoolNetworkEnforcement(pool); err == nil || !strings.Contains(err.Error(), `"Cilium" is neither`) {
 		t.Errorf("an unknown enforcement: %v", err)
