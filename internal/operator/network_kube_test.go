@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,5 +259,46 @@ func TestRunnerNetworkPolicyFollowsChanges(t *testing.T) {
 	e.waitFor("the session pending again", func() bool { return e.entry(id).Status.Phase == api.PhasePending })
 	if policy(id) == nil {
 		t.Error("the NetworkPolicy went before its pod was collected as gone")
+	}
+}
+
+// TestRunnerNetworkPolicyWrittenBack: a serving session's NetworkPolicy
+// deleted, or widened, by hand is written back at the runner's next poll.
+func TestRunnerNetworkPolicyWrittenBack(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{Network: enforcing()})
+	r := e.runner()
+	r.cfg.PollInterval = 100 * time.Millisecond
+	id := e.restrictedSession(api.NetworkPolicyRule{IPv4: "10.1.0.0/16"})
+	c := e.consumer(r, 1)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	e.startConsumer(c)
+	p := e.waitPod(id, "the pod", nil)
+	e.kubelet(r, p, corev1.PodRunning, running())
+	name := NetworkPolicyName(id)
+	var np networkingv1.NetworkPolicy
+	if !e.get(name, &np) {
+		t.Fatal("no NetworkPolicy")
+	}
+	want := np.Spec
+
+	np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{}) // an empty rule allows everything
+	if err := kube.Update(e.ctx, &np); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the widened policy written back", func() bool {
+		var cur networkingv1.NetworkPolicy
+		return e.get(name, &cur) && equality.Semantic.DeepEqual(cur.Spec, want)
+	})
+	if err := kube.Delete(e.ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the deleted policy made again", func() bool {
+		var cur networkingv1.NetworkPolicy
+		return e.get(name, &cur) && cur.UID != np.UID && equality.Semantic.DeepEqual(cur.Spec, want)
+	})
+	if cur := e.waitPod(id, "the same pod", nil); cur.UID != p.UID {
+		t.Errorf("the pod was replaced")
 	}
 }

@@ -77,15 +77,16 @@ func (sr *sessionRun) writePolicy(ctx context.Context, pool *v1alpha1.OutpostPoo
 		return nil
 	case cur.DeletionTimestamp != nil:
 		return fmt.Errorf("network policy %s is being deleted", name)
-	case equality.Semantic.DeepEqual(cur.Spec, want.Spec) && equality.Semantic.DeepEqual(cur.Labels, want.Labels):
+	case equality.Semantic.DeepEqual(cur.Spec, want.Spec) && equality.Semantic.DeepEqual(cur.Labels, want.Labels) &&
+		equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences):
 		return nil
 	}
 	cur.Labels, cur.Spec, cur.OwnerReferences = want.Labels, want.Spec, want.OwnerReferences
 	if err := sr.r.cfg.Kube.Update(ctx, &cur, client.FieldOwner(ManagedBy)); err != nil {
 		return fmt.Errorf("update network policy %s: %w", name, err)
 	}
-	sr.log.Info("network policy updated", "network_policy", name)
-	sr.r.report(ctx, sr.id, api.MachineStepStart, fmt.Sprintf("Updated NetworkPolicy %s to the session's new network policy.", name), nil)
+	sr.log.Info("network policy rewritten", "network_policy", name)
+	sr.r.report(ctx, sr.id, api.MachineStepStart, fmt.Sprintf("Rewrote NetworkPolicy %s: the session's network policy or the pool's settings changed, or it was edited.", name), nil)
 	return nil
 }
 

@@ -56,8 +56,9 @@ type sessionRun struct {
 	// resumed says the volume's suspended-at mark was cleared.
 	resumed bool
 	// policyGen is the pool's generation the session's NetworkPolicy was
-	// last written for.
+	// last written for; policyDue asks for it to be checked again.
 	policyGen int64
+	policyDue bool
 	// What was last reported about the served pod.
 	scheduled, started, timed bool
 	waiting                   string
@@ -84,9 +85,11 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 			return sr.stopping()
 		default:
 		}
-		if sr.r.cfg.Pool().Generation != sr.policyGen {
+		if sr.policyDue || sr.r.cfg.Pool().Generation != sr.policyGen {
 			// New network settings (control plane, DNS, enforcement)
-			// reach the pods that serve already.
+			// reach the pods that serve already; at each poll, a policy
+			// deleted or edited by hand is written back.
+			sr.policyDue = false
 			if out, done := sr.syncPolicy(ctx); done {
 				return out
 			}
@@ -100,6 +103,7 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 		case <-sr.s.Stopping():
 		case <-sr.wake:
 		case <-tick.C:
+			sr.policyDue = true
 		case <-sr.s.Updated():
 			if out, done := sr.syncPolicy(ctx); done {
 				return out
