@@ -2,8 +2,10 @@ package operator
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -301,4 +303,79 @@ func TestRunnerNetworkPolicyWrittenBack(t *testing.T) {
 	if cur := e.waitPod(id, "the same pod", nil); cur.UID != p.UID {
 		t.Errorf("the pod was replaced")
 	}
+}
+
+// signalWriter logs to the test and closes seen once a line holds text.
+type signalWriter struct {
+	t    *testing.T
+	text string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	if strings.Contains(string(p), w.text) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// TestDeletedPoolHeldForRestrictedPods: a deleted pool whose restricted
+// session's pod is still terminating is held, with its NetworkPolicy,
+// until that pod is gone, so the pod never runs open; then it goes.
+func TestDeletedPoolHeldForRestrictedPods(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ns := namespace(t, ctx)
+	env := newOutpostEnv(t)
+	w := &signalWriter{t: t, text: "holding the deleted pool", seen: make(chan struct{})}
+	startOperator(t, Options{Namespaces: []string{ns}, OperatorNamespace: ns, AllowedAPIURLs: []string{env.url}, AcceptorID: "k8s-test",
+		Logger: slog.New(slog.NewTextHandler(w, nil))})
+	pool := newPool(t, ctx, ns, "gpu", env.url, env.token, 2)
+	pool = getPool(t, ctx, client.ObjectKeyFromObject(pool))
+	pool.Spec.Network = enforcing()
+	if err := kube.Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	s, err := env.admin.Sessions.Create(ctx, api.CreateSessionRequest{Outpost: "dev", Prompt: "test",
+		NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{IPv4: "10.0.0.0/8"}}},
+		Agent:         api.Agent{Kind: api.AgentExternal}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.Metadata.SessionID
+	podKey := client.ObjectKey{Namespace: ns, Name: PodName(id)}
+	var pod corev1.Pod
+	waitFor(t, ctx, "the session's pod", func() bool { return kube.Get(ctx, podKey, &pod) == nil }, nil)
+	// A pod that lingers as a terminating one does on a node.
+	pod.Finalizers = append(pod.Finalizers, "outpost.dev/test-hold")
+	if err := kube.Update(ctx, &pod); err != nil {
+		t.Fatal(err)
+	}
+	deleting := getPool(t, ctx, client.ObjectKeyFromObject(pool))
+	if err := kube.Delete(ctx, deleting); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.seen:
+	case <-ctx.Done():
+		t.Fatal("the deleted pool was not held for its restricted pod")
+	}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(pool), &v1alpha1.OutpostPool{}); err != nil {
+		t.Fatalf("the pool went while its restricted pod terminates: %v", err)
+	}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: NetworkPolicyName(id)}, &networkingv1.NetworkPolicy{}); err != nil {
+		t.Fatalf("the NetworkPolicy of the terminating pod: %v", err)
+	}
+	if err := kube.Get(ctx, podKey, &pod); err != nil || pod.DeletionTimestamp == nil {
+		t.Fatalf("the pod %v, deleting %v: want it terminating", err, pod.DeletionTimestamp)
+	}
+	pod.Finalizers = nil
+	if err := kube.Update(ctx, &pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pool gone once its pod is", func() bool {
+		return apierrors.IsNotFound(kube.Get(ctx, client.ObjectKeyFromObject(pool), &v1alpha1.OutpostPool{}))
+	}, nil)
 }

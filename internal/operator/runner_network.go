@@ -156,3 +156,32 @@ func (r *Runner) CollectNetworkPolicies(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// policiesInUse counts the pool's NetworkPolicies whose session still has
+// a pod (one being deleted included): a deleted pool is held until they
+// are gone, or the garbage collector would delete the policies while
+// those pods run through their grace period.
+func (r *Runner) policiesInUse(ctx context.Context) (int, error) {
+	pool := r.cfg.Pool()
+	var list networkingv1.NetworkPolicyList
+	if err := r.cfg.Kube.List(ctx, &list, r.listOpts()...); err != nil {
+		return 0, fmt.Errorf("list network policies: %w", err)
+	}
+	n := 0
+	for i := range list.Items {
+		np := &list.Items[i]
+		id := np.Labels[LabelSessionID]
+		if !OwnedBy(np, pool) || id == "" {
+			continue
+		}
+		var p corev1.Pod
+		err := r.cfg.Kube.Get(ctx, r.key(PodName(id)), &p)
+		switch {
+		case err == nil:
+			n++
+		case !apierrors.IsNotFound(err):
+			return 0, fmt.Errorf("read pod %s: %w", PodName(id), err)
+		}
+	}
+	return n, nil
+}
