@@ -161,7 +161,8 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		claim.Status.GatewayURL = envValue(s.Env(""), api.EnvGatewayURL.Name)
 	}
 	sr := &sessionRun{r: r, s: s, claim: &claim, id: s.ID, pod: PodName(s.ID), wake: wake, start: time.Now(),
-		log: r.log.With("session", s.ID, "pod", PodName(s.ID))}
+		mayHavePolicy: s.Adopted || r.cfg.Pool().Spec.Network.Enforcement != "",
+		log:           r.log.With("session", s.ID, "pod", PodName(s.ID))}
 	defer func() {
 		if sr.active && r.cfg.Metrics.PodsActive != nil {
 			r.cfg.Metrics.PodsActive.Dec()

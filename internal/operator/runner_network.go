@@ -40,9 +40,23 @@ func (sr *sessionRun) ensurePolicy(ctx context.Context) error {
 	if err != nil {
 		return policyRefusal{err}
 	}
+	if want == nil && !sr.mayHavePolicy {
+		// Unrestricted, and no policy of this run's or before it: nothing
+		// to read (a pool without network settings asks nothing about
+		// NetworkPolicies, nor needs the RBAC).
+		sr.policyGen = pool.Generation
+		return nil
+	}
 	if err := sr.writePolicy(ctx, pool, want); err != nil {
+		if want == nil {
+			// A leftover policy can only restrict the session more:
+			// it is collected once the pod is gone.
+			sr.log.Warn("cannot remove the NetworkPolicy of a session that is unrestricted now", "err", err)
+			return nil
+		}
 		return err
 	}
+	sr.mayHavePolicy = want != nil
 	sr.policyGen = pool.Generation
 	return nil
 }
@@ -57,6 +71,7 @@ func (sr *sessionRun) writePolicy(ctx context.Context, pool *v1alpha1.OutpostPoo
 		if want == nil {
 			return nil
 		}
+		sr.mayHavePolicy = true // a create that fails may still have been made
 		if err := sr.r.cfg.Kube.Create(ctx, want, client.FieldOwner(ManagedBy)); err != nil {
 			return fmt.Errorf("create network policy %s: %w", name, err)
 		}
@@ -128,6 +143,9 @@ func (r *Runner) CollectNetworkPolicies(ctx context.Context) error {
 	pool := r.cfg.Pool()
 	var list networkingv1.NetworkPolicyList
 	if err := r.cfg.Kube.List(ctx, &list, r.listOpts()...); err != nil {
+		if apierrors.IsForbidden(err) && PoolNetworkEnforcement(pool) != nil {
+			return nil // a pool that never enforced, without the RBAC for it
+		}
 		return fmt.Errorf("list network policies: %w", err)
 	}
 	var errs []error

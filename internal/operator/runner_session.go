@@ -59,6 +59,10 @@ type sessionRun struct {
 	// last written for; policyDue asks for it to be checked again.
 	policyGen int64
 	policyDue bool
+	// mayHavePolicy says the session may have a NetworkPolicy: this run
+	// wrote one, or one of a previous run may be left (an adopted
+	// session, or a pool that has network settings).
+	mayHavePolicy bool
 	// What was last reported about the served pod.
 	scheduled, started, timed bool
 	waiting                   string
