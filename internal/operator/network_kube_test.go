@@ -1,11 +1,14 @@
 package operator
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,4 +381,81 @@ func TestDeletedPoolHeldForRestrictedPods(t *testing.T) {
 	waitFor(t, ctx, "the pool gone once its pod is", func() bool {
 		return apierrors.IsNotFound(kube.Get(ctx, client.ObjectKeyFromObject(pool), &v1alpha1.OutpostPool{}))
 	}, nil)
+}
+
+// noNetworkPolicies is the client of an operator whose RBAC predates
+// network enforcement: every NetworkPolicy request is forbidden, and
+// counted.
+type noNetworkPolicies struct {
+	client.Client
+	asked *atomic.Int32
+}
+
+func (c noNetworkPolicies) forbid(obj any) error {
+	switch obj.(type) {
+	case *networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList:
+		c.asked.Add(1)
+		return apierrors.NewForbidden(networkingv1.Resource("networkpolicies"), "", errors.New("no RBAC for it"))
+	}
+	return nil
+}
+
+func (c noNetworkPolicies) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.forbid(obj); err != nil {
+		return err
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c noNetworkPolicies) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.forbid(list); err != nil {
+		return err
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+func (c noNetworkPolicies) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.forbid(obj); err != nil {
+		return err
+	}
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+// TestUnrestrictedNeedsNoNetworkPolicyRBAC: a pool without network
+// settings serves its sessions to the end, and collects, without asking
+// anything about NetworkPolicies, so an operator whose RBAC predates them
+// keeps working; the same client refuses a restricted session in an
+// enforcing pool rather than serve it open.
+func TestUnrestrictedNeedsNoNetworkPolicyRBAC(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{})
+	var asked atomic.Int32
+	r := e.runner()
+	r.cfg.Kube = noNetworkPolicies{Client: kube, asked: &asked}
+	id := e.session()
+	e.startConsumer(e.consumer(r, 1))
+	p := e.waitPod(id, "the pod", nil)
+	e.kubelet(r, p, corev1.PodRunning, running())
+	r.NotifyAll()
+	if err := r.CollectNetworkPolicies(e.ctx); err != nil {
+		t.Errorf("collect: %v", err)
+	}
+	e.terminate(id)
+	e.waitGone(PodName(id), &corev1.Pod{})
+	if n := asked.Load(); n != 1 { // the collector's list, forbidden and let go
+		t.Errorf("%d NetworkPolicy requests, want only the collector's list", n)
+	}
+
+	e2 := newKenv(t, v1alpha1.OutpostPoolSpec{Network: enforcing()})
+	r2 := e2.runner()
+	r2.cfg.Kube = noNetworkPolicies{Client: kube, asked: &asked}
+	rid := e2.restrictedSession(api.NetworkPolicyRule{IPv4: "10.0.0.0/8"})
+	c := e2.consumer(r2, 1)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e2.getPool(), q) }
+	e2.startConsumer(c)
+	e2.waitEvent(rid, api.EventMachine, api.MachineStepFailed, "read network policy")
+	if e2.get(PodName(rid), &corev1.Pod{}) {
+		t.Error("a restricted session got a pod without its NetworkPolicy")
+	}
 }
