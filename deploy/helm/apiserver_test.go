@@ -261,6 +261,7 @@ defaultPool:
   token: {value: opt_x}
   maxConcurrentSessions: 4
   resume: {policy: FilesystemSnapshot, volumeSize: 5Gi, snapshotTtlSeconds: 3600}
+  network: {enforcement: NetworkPolicy, controlPlane: {to: [{namespaceSelector: {matchLabels: {team: outpost}}}]}}
   worker: {template: {spec: {nodeSelector: {a: b}, containers: [{name: outpost-remote, resources: {limits: {memory: 2Gi}}}]}}}
 `)})
 		if err != nil {
