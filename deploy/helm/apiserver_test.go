@@ -175,7 +175,8 @@ operator: {watchNamespaces: [team-a, team-b]}
 		var q []access
 		for _, ns := range []string{"team-a", "team-b"} {
 			for _, verb := range []string{"get", "create", "update", "patch", "delete"} {
-				q = append(q, access{verb: verb, resource: "secrets", namespace: ns, allowed: true})
+				q = append(q, access{verb: verb, resource: "secrets", namespace: ns, allowed: true},
+					access{verb: verb, group: "networking.k8s.io", resource: "networkpolicies", namespace: ns, allowed: true})
 			}
 			for _, res := range []string{"pods", "persistentvolumeclaims"} {
 				for _, verb := range []string{"get", "list", "watch", "create", "delete"} {
@@ -185,6 +186,8 @@ operator: {watchNamespaces: [team-a, team-b]}
 			q = append(q,
 				access{verb: "list", resource: "secrets", namespace: ns},
 				access{verb: "watch", resource: "secrets", namespace: ns},
+				access{verb: "list", group: "networking.k8s.io", resource: "networkpolicies", namespace: ns, allowed: true},
+				access{verb: "watch", group: "networking.k8s.io", resource: "networkpolicies", namespace: ns},
 				access{verb: "watch", group: "outpost.dev", resource: "outpostpools", namespace: ns, allowed: true},
 				access{verb: "patch", group: "outpost.dev", resource: "outpostpools", subresource: "status", namespace: ns, allowed: true},
 				access{verb: "update", group: "outpost.dev", resource: "outpostpools", subresource: "finalizers", namespace: ns, allowed: true},
@@ -258,6 +261,7 @@ defaultPool:
   token: {value: opt_x}
   maxConcurrentSessions: 4
   resume: {policy: FilesystemSnapshot, volumeSize: 5Gi, snapshotTtlSeconds: 3600}
+  network: {enforcement: NetworkPolicy, controlPlane: {to: [{namespaceSelector: {matchLabels: {team: outpost}}}]}}
   worker: {template: {spec: {nodeSelector: {a: b}, containers: [{name: outpost-remote, resources: {limits: {memory: 2Gi}}}]}}}
 `)})
 		if err != nil {

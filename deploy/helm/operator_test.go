@@ -216,6 +216,10 @@ defaultPool:
   restartLimit: 2
   token: {value: opt_secret_value}
   resume: {policy: FilesystemSnapshot, volumeSize: 5Gi, storageClassName: fast, snapshotTtlSeconds: 86400}
+  network:
+    enforcement: NetworkPolicy
+    controlPlane: {to: [{ipBlock: {cidr: 10.96.12.0/24}}], ports: [{protocol: TCP, port: 443}]}
+    dns: [{ipBlock: {cidr: 169.254.20.10/32}}]
   worker:
     template:
       metadata: {labels: {team: a}}
@@ -240,6 +244,11 @@ defaultPool:
 		s.Worker.Template.Spec.Containers[0].Resources.Limits.Memory().String() != "4Gi" ||
 		s.Worker.Overrides.Image != "registry.example.com/worker:1" || s.Worker.Overrides.Command != nil {
 		t.Errorf("worker %+v", s.Worker)
+	}
+	if n := s.Network; n.Enforcement != v1alpha1.NetworkEnforcementNetworkPolicy || n.ControlPlane == nil ||
+		n.ControlPlane.To[0].IPBlock.CIDR != "10.96.12.0/24" || n.ControlPlane.Ports[0].Port.IntValue() != 443 ||
+		len(n.DNS) != 1 || n.DNS[0].IPBlock.CIDR != "169.254.20.10/32" {
+		t.Errorf("network %+v", n)
 	}
 	sec := one[*corev1.Secret](t, r, "outpost-operator-default-token", "agents")
 	if sec.StringData["token"] != "opt_secret_value" || sec.Type != corev1.SecretTypeOpaque {

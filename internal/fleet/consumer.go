@@ -282,6 +282,13 @@ type Consumer struct {
 	// claimed, and one the server hands over anyway is given back at
 	// once with the reason, which reaches its transcript.
 	NetworkEnforcement func() error
+	// NetworkRefusal, when set, is asked about each restricted entry once
+	// NetworkEnforcement allowed restricted sessions: nil when the Runner
+	// enforces that entry's policy too, else the sentence why not (a rule
+	// its enforcement cannot express). Such an entry is treated as all
+	// restricted ones are without enforcement. It may be called with the
+	// consumer's lock held: it must not block or call the consumer.
+	NetworkRefusal func(e *api.QueueEntry) error
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes
@@ -650,6 +657,11 @@ func (c *Consumer) free() int {
 	defer c.mu.Unlock()
 	return c.Capacity - len(c.held)
 }
+
+// Wake makes the consumer look at the entries it knows again without
+// waiting for the queue to change, as after a change of what
+// NetworkRefusal decides. It never blocks.
+func (c *Consumer) Wake() { c.poke() }
 
 func (c *Consumer) poke() {
 	select {

@@ -29,7 +29,13 @@ func (c *Consumer) networkRefusal(e *api.QueueEntry) error {
 	if c.NetworkEnforcement == nil {
 		return errNoEnforcement
 	}
-	return c.NetworkEnforcement()
+	if err := c.NetworkEnforcement(); err != nil {
+		return err
+	}
+	if c.NetworkRefusal != nil {
+		return c.NetworkRefusal(e)
+	}
+	return nil
 }
 
 // enforcesNetwork says whether the runner enforces network policies now,

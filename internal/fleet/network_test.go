@@ -137,3 +137,60 @@ func TestRestrictedSessionServedByEnforcer(t *testing.T) {
 		t.Fatalf("the runner's session %+v is not restricted", s.Claim.Spec)
 	}
 }
+
+// TestNetworkRefusalPerEntry: a consumer that enforces network policies
+// but refuses this entry's (NetworkRefusal) does not claim it, and says
+// nothing to the runner; once the refusal is lifted (and the consumer
+// woken, as the operator does after a pool's spec changed) it is claimed
+// and run.
+func TestNetworkRefusalPerEntry(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	defer cancel()
+	id := e.session(ctx)
+	e.restrictEntries()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var asked atomic.Int32
+	ran := make(chan *Session, 1)
+	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		ran <- s
+		if _, err := e.admin.Sessions.Terminate(ctx, s.ID, "done"); err != nil {
+			t.Errorf("terminate: %v", err)
+		}
+		return Exited(nil)
+	})
+	c := e.consumer("acc-per-entry", 1, r)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error {
+		if q.Metadata.SessionID != id {
+			t.Errorf("asked about %s", q.Metadata.SessionID)
+		}
+		asked.Add(1)
+		if refuse.Load() {
+			return errors.New("its hostname rules cannot be enforced here")
+		}
+		return nil
+	}
+	done := start(t, ctx, c)
+	waitfor.Until(ctx, t, "the refusal asked", func() bool { return asked.Load() > 0 })
+	select {
+	case <-ran:
+		t.Fatal("the runner ran a refused session")
+	default:
+	}
+	if n := held(t, ctx, e.admin, "acc-per-entry"); n != 0 {
+		t.Fatalf("the consumer holds %d claims, want none", n)
+	}
+	refuse.Store(false)
+	c.Wake()
+	s := receive(t, ctx, "the runner", ran)
+	if s.ID != id {
+		t.Fatalf("ran %s, want %s", s.ID, id)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -125,6 +126,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if err := networkingv1.AddToScheme(scheme); err != nil {
+		return err
+	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
@@ -163,7 +167,9 @@ func Run(ctx context.Context, o Options) error {
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read when needed, never listed nor watched: the
 			// operator needs no list or watch of Secrets anywhere.
-			DisableFor: []client.Object{&corev1.Secret{}},
+			// NetworkPolicies are read by name and listed seldom (to
+			// collect those of gone pods), not worth a watch.
+			DisableFor: []client.Object{&corev1.Secret{}, &networkingv1.NetworkPolicy{}},
 		}},
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
@@ -214,6 +220,7 @@ func Run(ctx context.Context, o Options) error {
 		kube: mgr.GetClient(), consumers: cons, allow: allow, defaultURL: o.DefaultAPIURL, acceptor: acceptor,
 		workerImage: o.WorkerImage, startTimeout: o.PodStartTimeout, http: hc, metrics: metrics, log: log,
 		events: make(chan event.GenericEvent, 1024), state: map[types.UID]*poolState{},
+		recorder: mgr.GetEventRecorder(ManagedBy),
 	}
 	if err := r.setup(mgr); err != nil {
 		return fmt.Errorf("set up the OutpostPool controller: %w", err)

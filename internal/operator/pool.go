@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,6 +86,9 @@ type poolReconciler struct {
 	metrics      *Metrics
 	log          *slog.Logger
 	events       chan event.GenericEvent
+	// recorder records the pool's Events (a restricted session refused);
+	// nil records none.
+	recorder events.EventRecorder
 
 	mu    sync.Mutex // guards state
 	state map[types.UID]*poolState
@@ -205,6 +210,9 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if err := pc.runner.CollectVolumes(ctx); err != nil {
 			r.log.Warn("cannot collect the pool's expired volumes", "pool", req.String(), "err", err)
 		}
+		if err := pc.runner.CollectNetworkPolicies(ctx); err != nil {
+			r.log.Warn("cannot collect the network policies of gone pods", "pool", req.String(), "err", err)
+		}
 	}
 	s := r.poolState(pool.UID)
 	st := r.status(&pool, pc, prob)
@@ -274,6 +282,11 @@ func (r *poolReconciler) serve(ctx context.Context, pool *v1alpha1.OutpostPool) 
 	if pc != nil && pc.fingerprint == fingerprint && pc.running() {
 		if old := pc.pool.Swap(pool.DeepCopy()); old.Generation != pool.Generation {
 			pc.runner.NotifyAll() // a new template or image: pods not serving yet are replaced
+			// New network settings: restricted sessions are decided, and
+			// their refusals said, again.
+			pc.refusals.reset()
+			pc.lastRefusal.Store(nil)
+			pc.consumer.Wake()
 		}
 		if !pc.suspect.Load() {
 			return pc, nil
@@ -346,7 +359,31 @@ func (r *poolReconciler) status(pool *v1alpha1.OutpostPool, pc *poolConsumer, pr
 		cond.Message = fmt.Sprintf("serving outpost %s", pc.outpost.Spec.Name)
 	}
 	apimeta.SetStatusCondition(&st.Conditions, cond)
+	apimeta.SetStatusCondition(&st.Conditions, networkCondition(pool, pc))
 	return st
+}
+
+// networkCondition is the pool's NetworkPolicy condition: whether it
+// serves restricted sessions, and the last one it refused.
+func networkCondition(pool *v1alpha1.OutpostPool, pc *poolConsumer) metav1.Condition {
+	c := metav1.Condition{Type: ConditionNetworkPolicy, Status: metav1.ConditionTrue, Reason: ReasonNetworkEnforced,
+		ObservedGeneration: pool.Generation, LastTransitionTime: metav1.Now(),
+		Message: "restricted sessions get a NetworkPolicy allowing egress only to DNS, the control plane and their ipv4/ipv6 rules; " +
+			"sessions whose policy has hostname rules are not claimed"}
+	if err := PoolNetworkEnforcement(pool); err != nil {
+		c.Status, c.Message = metav1.ConditionFalse, "restricted sessions are not claimed: "+err.Error()
+		c.Reason = ReasonNetworkSettingsInvalid
+		if errors.Is(err, errNotEnforced) {
+			c.Reason = ReasonNetworkNotEnforced
+		}
+	}
+	if pc != nil {
+		if last := pc.lastRefusal.Load(); last != nil {
+			c.Message += ". Last refused: " + *last
+		}
+	}
+	c.Message = clip(c.Message, 2000)
+	return c
 }
 
 func (r *poolReconciler) poolState(uid types.UID) *poolState {

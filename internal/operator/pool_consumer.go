@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
@@ -47,6 +49,7 @@ type poolConsumer struct {
 	outpost     api.Outpost
 	api         *outpost.Client
 	runner      *Runner
+	consumer    *fleet.Consumer
 	log         *slog.Logger
 	// poke asks for a reconcile of the pool (its status changed).
 	poke func()
@@ -57,6 +60,11 @@ type poolConsumer struct {
 	// suspect is set when listing or watching the queue fails, so the next
 	// reconcile looks the outpost up again (the token may be revoked).
 	suspect atomic.Bool
+	// refusals remembers the restricted sessions refused and why, so that
+	// each is said once; lastRefusal is the last one, for the status.
+	refusals    refusals
+	lastRefusal atomic.Pointer[string]
+	recorder    events.EventRecorder
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned; err and exited are then set
@@ -101,7 +109,8 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 	key := types.NamespacedName{Namespace: cs.pool.Namespace, Name: cs.pool.Name}
 	log := r.log.With("pool", key.String())
 	pc := &poolConsumer{key: key, uid: cs.pool.UID, fingerprint: cs.fingerprint, acceptor: cs.acceptor,
-		outpost: cs.outpost, api: cs.api, log: log, done: make(chan struct{}), poke: func() { r.poke(key) }}
+		outpost: cs.outpost, api: cs.api, log: log, done: make(chan struct{}), poke: func() { r.poke(key) },
+		recorder: r.recorder, refusals: refusals{m: map[string]string{}}}
 	pc.pool.Store(cs.pool.DeepCopy())
 	name := key.String()
 	pc.runner = NewRunner(RunnerConfig{
@@ -133,9 +142,14 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 			}
 		},
 		Observer: poolObserver{pc: pc, conflicts: r.metrics.ClaimConflicts.WithLabelValues(name)},
-		Logger:   log,
+		// Decided per entry, with the pool's latest spec: NetworkRefusal
+		// refuses what the pool cannot enforce, and says so.
+		NetworkEnforcement: func() error { return nil },
+		NetworkRefusal:     pc.networkRefusal,
+		Logger:             log,
 	}
 	c.Recover = func(ctx context.Context) []api.QueueEntry { return pc.recover(ctx, c) }
+	pc.consumer = c
 	cctx, cancel := context.WithCancel(ctx)
 	pc.cancel = cancel
 	go func() {
@@ -390,4 +404,59 @@ func (cs *consumers) remove(key types.NamespacedName) *poolConsumer {
 		pc.stop()
 	}
 	return pc
+}
+
+// networkRefusal is the consumer's NetworkRefusal: why the pool does not
+// serve e's restricted session, said once per session and reason as a
+// Warning Event on the pool and a log line, and kept for its status.
+func (pc *poolConsumer) networkRefusal(e *api.QueueEntry) error {
+	pool := pc.pool.Load()
+	err := SessionNetworkRefusal(pool, e)
+	if err == nil {
+		return nil
+	}
+	id := e.Metadata.SessionID
+	if !pc.refusals.first(id, err.Error()) {
+		return err
+	}
+	msg := fmt.Sprintf("session %s stays pending for another claimer: %v", id, err)
+	pc.log.Warn("not claiming a restricted session", "session", id, "err", err)
+	if pc.recorder != nil {
+		pc.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ReasonSessionRefused, "Claim", "%s", clip(msg, 1000))
+	}
+	pc.lastRefusal.Store(&msg)
+	pc.poke()
+	return err
+}
+
+// maxRefusals bounds the sessions refusals remembers; past it, it starts
+// over (a session may then be said again).
+const maxRefusals = 4096
+
+// refusals are the sessions refused and why.
+type refusals struct {
+	mu sync.Mutex // guards m
+	m  map[string]string
+}
+
+// reset forgets every refusal.
+func (r *refusals) reset() {
+	r.mu.Lock()
+	clear(r.m)
+	r.mu.Unlock()
+}
+
+// first records that id is refused for why, and reports whether that is
+// new.
+func (r *refusals) first(id, why string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m[id] == why {
+		return false
+	}
+	if len(r.m) >= maxRefusals {
+		clear(r.m)
+	}
+	r.m[id] = why
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,10 @@ import (
 	outpost "github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
+
+// policyHold bounds how long a deleted pool is held for its restricted
+// sessions' pods to go.
+const policyHold = 5 * time.Minute
 
 // finalize serves a deleted pool: its consumer stops, its pods, Secrets
 // and volumes are deleted, its claims released (not as failed attempts),
@@ -66,6 +71,16 @@ func (r *poolReconciler) finalize(ctx context.Context, pool *v1alpha1.OutpostPoo
 	}
 	if c != nil {
 		r.releaseAll(ctx, c, acceptor, "the OutpostPool "+key.String()+" was deleted", log)
+	}
+	// The pods of restricted sessions stay restricted while they
+	// terminate: the pool (and so its NetworkPolicies) is held until
+	// they are gone, for at most policyHold (a pod on a lost node may
+	// never be).
+	if n, err := runner(nil).policiesInUse(ctx); err != nil {
+		log.Warn("cannot tell whether restricted sessions' pods remain", "err", err)
+	} else if n > 0 && time.Since(pool.DeletionTimestamp.Time) < policyHold {
+		log.Info("holding the deleted pool until its restricted sessions' pods are gone", "pods", n)
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	patch := client.MergeFromWithOptions(pool.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pool, Finalizer)

@@ -81,6 +81,8 @@ type RunnerConfig struct {
 type Runner struct {
 	cfg RunnerConfig
 	log *slog.Logger
+	// policyGrace is defaultPolicyGrace but in tests.
+	policyGrace time.Duration
 
 	mu    sync.Mutex // guards wakes
 	wakes map[string]chan struct{}
@@ -97,7 +99,7 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, log: log, wakes: map[string]chan struct{}{}}
+	return &Runner{cfg: cfg, log: log, policyGrace: defaultPolicyGrace, wakes: map[string]chan struct{}{}}
 }
 
 // Notify wakes the run of the session, if any, to read its objects again:
@@ -159,7 +161,8 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		claim.Status.GatewayURL = envValue(s.Env(""), api.EnvGatewayURL.Name)
 	}
 	sr := &sessionRun{r: r, s: s, claim: &claim, id: s.ID, pod: PodName(s.ID), wake: wake, start: time.Now(),
-		log: r.log.With("session", s.ID, "pod", PodName(s.ID))}
+		mayHavePolicy: s.Adopted || r.cfg.Pool().Spec.Network.Enforcement != "",
+		log:           r.log.With("session", s.ID, "pod", PodName(s.ID))}
 	defer func() {
 		if sr.active && r.cfg.Metrics.PodsActive != nil {
 			r.cfg.Metrics.PodsActive.Dec()
@@ -241,7 +244,8 @@ func ignoreGone(err error) error {
 // admission or RBAC forbids, or an object in the way that is not ours.
 func permanent(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
-		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsMethodNotSupported(err) || errors.Is(err, errNotOurs)
+		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsMethodNotSupported(err) || errors.Is(err, errNotOurs) ||
+		errors.As(err, new(policyRefusal))
 }
 
 // errNotOurs is an object under a session's name that the pool does not

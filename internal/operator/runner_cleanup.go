@@ -150,7 +150,8 @@ func (r *Runner) Leftovers(ctx context.Context) ([]Leftover, error) {
 }
 
 // Remove deletes the session's pod and Secret, and its volume unless
-// keepVolume; objects already gone are no error.
+// keepVolume; objects already gone are no error. Its NetworkPolicy stays
+// until the pod is gone (CollectNetworkPolicies).
 func (r *Runner) Remove(ctx context.Context, sessionID string, keepVolume bool) error {
 	errs := []error{r.deletePod(ctx, sessionID, ""), r.deleteSecret(ctx, sessionID)}
 	if !keepVolume {

@@ -55,6 +55,14 @@ type sessionRun struct {
 	madeVolume bool
 	// resumed says the volume's suspended-at mark was cleared.
 	resumed bool
+	// policyGen is the pool's generation the session's NetworkPolicy was
+	// last written for; policyDue asks for it to be checked again.
+	policyGen int64
+	policyDue bool
+	// mayHavePolicy says the session may have a NetworkPolicy: this run
+	// wrote one, or one of a previous run may be left (an adopted
+	// session, or a pool that has network settings).
+	mayHavePolicy bool
 	// What was last reported about the served pod.
 	scheduled, started, timed bool
 	waiting                   string
@@ -81,6 +89,15 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 			return sr.stopping()
 		default:
 		}
+		if sr.policyDue || sr.r.cfg.Pool().Generation != sr.policyGen {
+			// New network settings (control plane, DNS, enforcement)
+			// reach the pods that serve already; at each poll, a policy
+			// deleted or edited by hand is written back.
+			sr.policyDue = false
+			if out, done := sr.syncPolicy(ctx); done {
+				return out
+			}
+		}
 		if out, done := sr.step(ctx); done {
 			return out
 		}
@@ -90,6 +107,11 @@ func (sr *sessionRun) run(ctx context.Context) fleet.Outcome {
 		case <-sr.s.Stopping():
 		case <-sr.wake:
 		case <-tick.C:
+			sr.policyDue = true
+		case <-sr.s.Updated():
+			if out, done := sr.syncPolicy(ctx); done {
+				return out
+			}
 		}
 	}
 }
@@ -107,9 +129,15 @@ func (sr *sessionRun) setup(ctx context.Context) (fleet.Outcome, bool) {
 	if err == nil {
 		err = sr.retry(sctx, "write the session's Secret", func(ctx context.Context) error { return sr.writeSecret(ctx, pool) })
 	}
+	if err == nil {
+		// Before the pod: a restricted session's pod never runs open.
+		err = sr.retry(sctx, "write the session's NetworkPolicy", sr.ensurePolicy)
+	}
 	switch {
 	case err == nil:
 		return fleet.Outcome{}, true
+	case errors.As(err, new(policyRefusal)):
+		return sr.policyRefused(ctx, err), false
 	case ctx.Err() != nil:
 		return sr.lost(ctx), false
 	case isClosed(sr.s.Ended()):
@@ -258,6 +286,19 @@ func (sr *sessionRun) absent(ctx context.Context, pool *v1alpha1.OutpostPool) (f
 
 // create makes the session's pod.
 func (sr *sessionRun) create(ctx context.Context, pool *v1alpha1.OutpostPool) (fleet.Outcome, bool) {
+	// Written again before every pod, in case it was deleted meanwhile.
+	if err := sr.ensurePolicy(ctx); err != nil {
+		switch {
+		case errors.As(err, new(policyRefusal)):
+			return sr.policyRefused(ctx, err), true
+		case permanent(err):
+			return sr.refused(ctx, "NetworkPolicy "+NetworkPolicyName(sr.id), err), true
+		}
+		if ctx.Err() == nil {
+			sr.log.Warn("cannot write the session's network policy; the pod waits for it", "err", err)
+		}
+		return fleet.Outcome{}, false
+	}
 	pod := RenderPod(pool, sr.claim, sr.r.render())
 	err := sr.r.cfg.Kube.Create(ctx, pod, client.FieldOwner(ManagedBy))
 	switch {

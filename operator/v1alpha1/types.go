@@ -15,6 +15,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -132,6 +133,60 @@ type OutpostPoolSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	RestartLimit *int32 `json:"restartLimit,omitempty"`
+
+	// Network says whether and how the pool enforces its sessions' network
+	// policies (a queue entry's spec.network_policy). Unset, the pool
+	// claims no session whose policy is enabled.
+	// +optional
+	Network NetworkSpec `json:"network,omitempty"`
+}
+
+// NetworkEnforcement is how a pool enforces its sessions' network policies.
+// +kubebuilder:validation:Enum=None;NetworkPolicy
+type NetworkEnforcement string
+
+const (
+	// NetworkEnforcementNone: the pool enforces nothing and claims no
+	// restricted session (the default).
+	NetworkEnforcementNone NetworkEnforcement = "None"
+	// NetworkEnforcementNetworkPolicy: each restricted session's pod gets a
+	// NetworkPolicy allowing egress only to DNS, the control plane and the
+	// policy's ipv4/ipv6 rules. A NetworkPolicy cannot match host names,
+	// so a session whose policy has hostname rules is not claimed. The
+	// cluster's network plugin must enforce NetworkPolicy.
+	NetworkEnforcementNetworkPolicy NetworkEnforcement = "NetworkPolicy"
+)
+
+// NetworkSpec is how a pool enforces its sessions' network policies.
+type NetworkSpec struct {
+	// Enforcement is None (claim no restricted session; the default) or
+	// NetworkPolicy (address rules enforced by a NetworkPolicy per pod;
+	// sessions with hostname rules are not claimed).
+	// +optional
+	Enforcement NetworkEnforcement `json:"enforcement,omitempty"`
+
+	// ControlPlane is where the session pods reach the Outpost server (its
+	// API, gateway and remote builds): NetworkPolicy peers (ipBlock CIDRs
+	// of the server's pod or load balancer addresses, or pod and namespace
+	// selectors) and the ports, since a NetworkPolicy cannot match a name.
+	// Required with NetworkPolicy enforcement.
+	// +optional
+	ControlPlane *NetworkDestination `json:"controlPlane,omitempty"`
+
+	// DNS is the cluster's DNS servers, reached on port 53 over UDP and
+	// TCP. Empty means kube-dns: pods labelled k8s-app=kube-dns in the
+	// namespace kube-system.
+	// +optional
+	DNS []networkingv1.NetworkPolicyPeer `json:"dns,omitempty"`
+}
+
+// NetworkDestination is a set of NetworkPolicy peers and ports.
+type NetworkDestination struct {
+	// To are the peers; at least one.
+	To []networkingv1.NetworkPolicyPeer `json:"to"`
+	// Ports are the ports allowed to them; empty means every port.
+	// +optional
+	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 }
 
 // SecretKeyRef names a key of a Secret in the pool's namespace.

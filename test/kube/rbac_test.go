@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -243,6 +244,51 @@ func TestChartRBAC(t *testing.T) {
 	}
 	if _, err := f.cs.CoordinationV1().Leases(rel.ns).Get(t.Context(), "outpost-operator", metav1.GetOptions{}); err != nil {
 		t.Errorf("the leader-election Lease in %s: %v", rel.ns, err)
+	}
+
+	// A restricted session runs behind a NetworkPolicy made with the
+	// chart's rights, collected once its pod is gone; one with a hostname
+	// rule stays pending, and the pool says why in an Event.
+	netPool := f.pool("net", "net", f.outpost("net"), func(p *v1alpha1.OutpostPool) {
+		p.Spec.Network = v1alpha1.NetworkSpec{Enforcement: v1alpha1.NetworkEnforcementNetworkPolicy,
+			ControlPlane: &v1alpha1.NetworkDestination{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "127.0.0.0/8"}}}}}
+	})
+	restrict := func(title string, rule api.NetworkPolicyRule) string {
+		return f.createSession(api.CreateSessionRequest{Outpost: "net", Title: title, Agent: api.Agent{Kind: api.AgentExternal},
+			NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{rule}}})
+	}
+	restricted := restrict("restricted", api.NetworkPolicyRule{IPv4: "192.0.2.0/24", Ports: []int{443}})
+	named := restrict("named", api.NetworkPolicyRule{Hostname: "example.test"})
+	policies := func(id string) []networkingv1.NetworkPolicy {
+		l, err := f.cs.NetworkingV1().NetworkPolicies(f.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "outpost.dev/session-id=" + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	f.waitStatus(restricted, api.StatusRunning, 90*time.Second)
+	if nps := policies(restricted); len(nps) != 1 || len(nps[0].Spec.Egress) != 3 || nps[0].Spec.Egress[2].To[0].IPBlock.CIDR != "192.0.2.0/24" ||
+		len(nps[0].OwnerReferences) != 1 || nps[0].OwnerReferences[0].UID != netPool.UID {
+		t.Errorf("the restricted session's NetworkPolicies: %+v", nps)
+	}
+	f.waitFor(60*time.Second, "an Event on the pool refusing the session with a hostname rule", func() bool {
+		l, err := f.cs.EventsV1().Events(f.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range l.Items {
+			if ev.Reason == "RestrictedSessionRefused" && ev.Regarding.Name == "net" && strings.Contains(ev.Note, named) {
+				return true
+			}
+		}
+		return false
+	})
+	f.tool(restricted, "end_session", map[string]any{})
+	f.waitFor(60*time.Second, "the restricted session to end", func() bool { return api.IsFinal(f.session(restricted).Status.Status) })
+	f.waitNothingLeft(60 * time.Second)
+	f.waitFor(150*time.Second, "its NetworkPolicy collected", func() bool { return len(policies(restricted)) == 0 })
+	if e := f.queueEntry(named); e.Status.Phase != api.PhasePending || len(policies(named)) != 0 {
+		t.Errorf("the session with a hostname rule: %+v, policies %d", e.Status, len(policies(named)))
 	}
 
 	// FilesystemSnapshot: the session's claim is made, marked on suspend,

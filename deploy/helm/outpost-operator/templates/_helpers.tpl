@@ -155,7 +155,9 @@ outpost-operator.poolRules: what the operator needs where pools live: read
 its pools and write their status and finalizer; make, watch and delete the
 sessions' Pods and PersistentVolumeClaims; write the per-session Secrets and
 read the pools' token Secrets by name — never list or watch Secrets, so the
-operator holds no cache of them; record events.
+operator holds no cache of them; write the restricted sessions'
+NetworkPolicies (listed to collect those of gone pods, never watched);
+record events.
 */}}
 {{- define "outpost-operator.poolRules" -}}
 - apiGroups: ["outpost.dev"]
@@ -173,6 +175,9 @@ operator holds no cache of them; record events.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "update", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "create", "update", "patch", "delete"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch", "update"]
