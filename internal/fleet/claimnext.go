@@ -77,11 +77,15 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 	return true, 0
 }
 
-// postponed lists the sessions held back by retryAt now, for a request's
-// exclude; false when there are more than it may hold. Restricted sessions
-// a consumer cannot enforce are not listed: the request says whether it
-// enforces, and the server skips them for one that does not.
+// postponed lists the sessions held back by retryAt now, and the pending
+// restricted ones the runner refuses one by one (NetworkRefusal), for a
+// request's exclude; false when there are more than it may hold. Restricted
+// sessions a consumer cannot enforce at all are not listed: the request
+// says whether it enforces, and the server skips them for one that does not.
 func (c *Consumer) postponed() ([]string, bool) {
+	// A runner that enforces policies may still refuse some (the operator:
+	// hostname rules); those the server cannot know are excluded here.
+	perEntry := c.NetworkRefusal != nil && c.enforcesNetwork()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -89,6 +93,13 @@ func (c *Consumer) postponed() ([]string, bool) {
 	for id, at := range c.retryAt {
 		if now.Before(at) {
 			out = append(out, id)
+		}
+	}
+	if perEntry {
+		for id, e := range c.entries {
+			if e.Status.Phase == api.PhasePending && Restricted(&e) && !now.Before(c.retryAt[id]) && c.NetworkRefusal(&e) != nil {
+				out = append(out, id)
+			}
 		}
 	}
 	return out, len(out) <= api.MaxClaimNextExclude
