@@ -119,6 +119,13 @@ func runRecordStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, 
 		return nil, err
 	}
 	path := filepath.Join(dir, name)
+	if c.desktop != nil && c.desktop.opts != nil { // the session's desktop, started if need be
+		d, _, err := c.desktop.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return startDesktopRecording(c, d.Display(), path)
+	}
 	if display, ok := desktopDisplay(); ok {
 		return startDesktopRecording(c, display, path)
 	}

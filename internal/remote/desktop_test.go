@@ -1,0 +1,209 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/png"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+// startDesktopServe runs Serve for a session with a desktop (or without,
+// when desk is nil).
+func startDesktopServe(t *testing.T, g *testGateway, desk *DesktopOptions) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	caps := api.Capabilities{OS: "test", Tools: []string{api.ToolExec, api.ToolComputer}}
+	go func() {
+		defer close(done)
+		errc <- Serve(ctx, Options{
+			GatewayURL: g.url(), ConnectToken: testToken, SessionID: testSession,
+			StateDir: t.TempDir(), WorkDir: t.TempDir(),
+			Logger:       slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+			Capabilities: &caps, Desktop: desk,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return errc
+}
+
+// computerCall runs one computer action and returns its result.
+func computerCall(t *testing.T, gc *gwConn, seq int64, a api.ComputerArgs) (api.ComputerResult, api.Frame) {
+	t.Helper()
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: seq, Tool: api.ToolComputer, Args: mustJSON(a)})
+	f := gc.next(t, api.FrameResult)
+	if f.Seq != seq {
+		t.Fatalf("result of %d, want %d", f.Seq, seq)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: seq})
+	var r api.ComputerResult
+	if f.OK {
+		if err := json.Unmarshal(f.Value, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r, f
+}
+
+// level is the mean red level of r in a computer result's image.
+func level(t *testing.T, res api.ComputerResult, r image.Rectangle) int {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(res.Image.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, n := 0, 0
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			red, _, _, _ := img.At(x, y).RGBA()
+			sum += int(red >> 8)
+			n++
+		}
+	}
+	return sum / n
+}
+
+// TestServeDesktop: a session with a desktop gets one of its size on
+// first use; its programs find it in $DISPLAY; the computer tool sees an
+// X program's window appear and closes it with a key; the session's end
+// takes the display away.
+func TestServeDesktop(t *testing.T) {
+	for _, bin := range []string{"Xvfb", "xmessage", "setsid"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing (scripts/test-deps.sh installs it)", bin)
+			}
+			t.Skipf("%s is not installed", bin)
+		}
+	}
+	g := newTestGateway(t)
+	errc := startDesktopServe(t, g, &DesktopOptions{WindowManager: "none"})
+	gc := g.accept(t)
+	hello := gc.next(t, api.FrameHello)
+	if c := hello.Capabilities; c == nil || !c.Desktop || !slices.Contains(c.Tools, api.ToolComputer) {
+		t.Fatalf("hello capabilities = %+v, want a desktop and the computer tool", hello.Capabilities)
+	}
+	gc.send(t, api.Frame{Type: api.FrameWelcome, Desktop: &api.DesktopSize{Width: 640, Height: 480}})
+
+	blank, f := computerCall(t, gc, 1, api.ComputerArgs{Action: api.ComputerScreenshot})
+	if !f.OK || blank.Width != 640 || blank.Height != 480 || blank.Image == nil || blank.Image.MediaType != "image/png" {
+		t.Fatalf("screenshot result = %+v (%s)", blank, f.Error)
+	}
+	win := image.Rect(100, 100, 130, 120) // the top left of the message's window
+	base := level(t, blank, win)
+
+	gc.send(t, execCall(2, `echo "display=$DISPLAY"; setsid xmessage -geometry +100+100 -default okay "hello from outpost" >/dev/null 2>&1 &`))
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("exec: %+v", res)
+	}
+	out := gc.output(2, api.StreamStdout)
+	display := strings.TrimSpace(strings.TrimPrefix(out, "display="))
+	if !strings.HasPrefix(display, ":") {
+		t.Fatalf("the session's programs got DISPLAY %q", out)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 2})
+
+	// The window appears (xmessage needs a moment to map it).
+	seq := int64(3)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		shot, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerScreenshot})
+		seq++
+		if !f.OK {
+			t.Fatal(f.Error)
+		}
+		if level(t, shot, win) != base {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("xmessage's window never showed on the screenshots")
+		}
+	}
+	// Pointer into the window (focus follows it without a window
+	// manager), then Return presses the default button and closes it.
+	if _, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerMouseMove, Coordinate: []int{120, 110}}); !f.OK {
+		t.Fatal(f.Error)
+	}
+	seq++
+	if _, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerKey, Text: "Return"}); !f.OK {
+		t.Fatal(f.Error)
+	}
+	seq++
+	for {
+		shot, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerScreenshot})
+		seq++
+		if !f.OK {
+			t.Fatal(f.Error)
+		}
+		if level(t, shot, win) == base {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Return did not close xmessage's window")
+		}
+	}
+	// Bad arguments: a clear error, nothing run.
+	if _, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerLeftClick, Coordinate: []int{640, 0}}); f.OK || !strings.Contains(f.Error, "outside the screen") {
+		t.Errorf("click outside the screen: %+v", f)
+	}
+	seq++
+
+	gc.send(t, api.Frame{Type: api.FrameEnd, Reason: "done"})
+	if err := waitErr(t, errc); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if _, err := os.Stat("/tmp/.X11-unix/X" + strings.TrimPrefix(display, ":")); !os.IsNotExist(err) {
+		t.Errorf("the display's socket is left after the session (stat: %v)", err)
+	}
+}
+
+// TestServeWithoutDesktop: a session without a desktop is not offered the
+// computer tool, and a call of it says why.
+func TestServeWithoutDesktop(t *testing.T) {
+	g := newTestGateway(t)
+	startDesktopServe(t, g, nil)
+	gc := g.accept(t)
+	hello := gc.handshake(t, nil, nil)
+	if c := hello.Capabilities; c.Desktop || slices.Contains(c.Tools, api.ToolComputer) {
+		t.Fatalf("capabilities = %+v, want no desktop and no computer tool", c)
+	}
+	_, f := computerCall(t, gc, 1, api.ComputerArgs{Action: api.ComputerScreenshot})
+	if f.OK || !strings.Contains(f.Error, "this session has no desktop") {
+		t.Fatalf("computer without a desktop: %+v", f)
+	}
+}
+
+func TestDesktopFromEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if d := desktopFromEnv(env(nil)); d != nil {
+		t.Errorf("no variable: %+v", d)
+	}
+	if d := desktopFromEnv(env(map[string]string{"DEVIN_OUTPOST_DESKTOP": "true"})); d == nil || d.Display != "" {
+		t.Errorf("public name, no DISPLAY: %+v, want a virtual desktop", d)
+	}
+	if d := desktopFromEnv(env(map[string]string{"OUTPOST_DESKTOP": "true", "DISPLAY": ":3"})); d == nil || d.Display != ":3" {
+		t.Errorf("with DISPLAY: %+v, want that display", d)
+	}
+	if d := desktopFromEnv(env(map[string]string{"OUTPOST_DESKTOP": "false"})); d != nil {
+		t.Errorf("false: %+v", d)
+	}
+}
