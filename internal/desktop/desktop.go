@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/jezek/xgb"
-	"github.com/outpost-sh/outpost/api"
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
+	"github.com/outpost-sh/outpost/api"
 )
 
 // Default size of a desktop whose session names none.

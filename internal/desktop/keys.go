@@ -171,4 +171,3 @@ func parseCombo(combo string) ([]xproto.Keysym, error) {
 	}
 	return out, nil
 }
-
