@@ -383,3 +383,19 @@ func (l *lastLines) String() string {
 	defer l.mu.Unlock()
 	return strings.TrimSpace(string(l.buf))
 }
+
+// Probe starts a small desktop, drives and captures it once, and stops
+// it: whether sessions' desktops work on this machine. It returns the
+// window manager found ("" when none).
+func Probe(ctx context.Context) (string, error) {
+	d, err := Start(ctx, Options{Width: 320, Height: 240})
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	c := NewComputer(d)
+	if _, err := c.Do(ctx, api.ComputerArgs{Action: api.ComputerMouseMove, Coordinate: []int{10, 10}}); err != nil {
+		return d.WindowManager(), err
+	}
+	return d.WindowManager(), d.Close()
+}
