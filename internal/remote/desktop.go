@@ -37,13 +37,18 @@ func desktopFromEnv(getenv func(string) string) *DesktopOptions {
 	return &DesktopOptions{Display: getenv("DISPLAY")}
 }
 
-// displayTools start programs that may open windows: the first of them
-// starts the desktop, and they get its $DISPLAY.
+// displayTools use the desktop: the first of them starts it, and they get
+// its $DISPLAY.
 var displayTools = []string{
-	api.ToolComputer, api.ToolExec, api.ToolShellStart, api.ToolRecordStart,
+	api.ToolComputer, api.ToolRecordStart,
 	api.ToolBrowserNavigate, api.ToolBrowserClick, api.ToolBrowserType, api.ToolBrowserPress,
 	api.ToolBrowserScreenshot, api.ToolBrowserText, api.ToolBrowserEval, api.ToolBrowserConsole,
 }
+
+// programTools start the session's programs: they get $DISPLAY once the
+// desktop runs, and start it first when the session asked for one
+// (spec.desktop), so a session that never uses a screen costs no Xvfb.
+var programTools = []string{api.ToolExec, api.ToolShellStart}
 
 // desktopHost is a session's desktop, started by the first call that needs
 // it and closed with the session.
@@ -53,7 +58,9 @@ type desktopHost struct {
 
 	mu sync.Mutex // guards the following
 	// size is the session's (welcome.desktop); zero means the default.
-	size   api.DesktopSize
+	// requested is set when the session gave one.
+	size      api.DesktopSize
+	requested bool
 	d      *desktop.Desktop
 	comp   *desktop.Computer
 	err    error // why the desktop could not start; retried on the next call
@@ -71,7 +78,15 @@ func (h *desktopHost) setSize(s *api.DesktopSize) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.size = *s
+	h.size, h.requested = *s, true
+}
+
+// wanted reports whether a call of a program tool should start the
+// desktop or find it running.
+func (h *desktopHost) wanted() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.requested || h.d != nil
 }
 
 // get returns the desktop, starting it when it is not running.
@@ -119,10 +134,14 @@ func (h *desktopHost) close() {
 }
 
 // withDisplay gives a call of tool the desktop's $DISPLAY, starting the
-// desktop when it is the first call that needs it. A desktop that does
+// desktop when it is the first call that needs it (see displayTools and
+// programTools). A desktop that does
 // not start leaves env as it is (the computer tool then says why).
 func (s *session) withDisplay(ctx context.Context, tool string, env []string) []string {
-	if s.desk.opts == nil || !slices.Contains(displayTools, tool) {
+	if s.desk.opts == nil {
+		return env
+	}
+	if !slices.Contains(displayTools, tool) && !(slices.Contains(programTools, tool) && s.desk.wanted()) {
 		return env
 	}
 	d, _, err := s.desk.get(ctx)

@@ -207,3 +207,39 @@ func TestDesktopFromEnv(t *testing.T) {
 		t.Errorf("false: %+v", d)
 	}
 }
+
+// TestServeDesktopOnDemand: a session that gave no desktop size gets the
+// default one, started by its first computer call, not by its commands;
+// from then on its commands find it in $DISPLAY.
+func TestServeDesktopOnDemand(t *testing.T) {
+	if _, err := exec.LookPath("Xvfb"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("Xvfb is missing (scripts/test-deps.sh installs it)")
+		}
+		t.Skip("Xvfb is not installed")
+	}
+	t.Setenv("DISPLAY", "") // the remote's own environment has none
+	g := newTestGateway(t)
+	startDesktopServe(t, g, &DesktopOptions{WindowManager: "none"})
+	gc := g.accept(t)
+	gc.handshake(t, nil, nil)
+
+	gc.send(t, execCall(1, `echo "display=$DISPLAY."`))
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("exec: %+v", res)
+	}
+	if out := gc.output(1, api.StreamStdout); out != "display=.\n" {
+		t.Errorf("before the desktop is used, a command got %q", out)
+	}
+	shot, f := computerCall(t, gc, 2, api.ComputerArgs{Action: api.ComputerScreenshot})
+	if !f.OK || shot.Width != 1280 || shot.Height != 800 {
+		t.Fatalf("first screenshot: %+v %s, want the default 1280×800", shot, f.Error)
+	}
+	gc.send(t, execCall(3, `echo "display=$DISPLAY."`))
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("exec: %+v", res)
+	}
+	if out := gc.output(3, api.StreamStdout); !strings.HasPrefix(out, "display=:") {
+		t.Errorf("once the desktop runs, a command got %q", out)
+	}
+}
