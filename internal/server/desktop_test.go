@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -60,5 +61,28 @@ func TestSessionDesktopSize(t *testing.T) {
 	ts.mustDo(200, "GET", "/v1/sessions", ts.admin, nil, &after)
 	if after.Total != before.Total {
 		t.Errorf("refused requests created sessions: %d, then %d", before.Total, after.Total)
+	}
+}
+
+func TestComputerImageForMCP(t *testing.T) {
+	t.Parallel()
+	png := []byte("\x89PNG fake")
+	value, _ := json.Marshal(api.ComputerResult{Image: &api.ComputerImage{MediaType: "image/png", Data: base64.StdEncoding.EncodeToString(png)}, Width: 2, Height: 1})
+	img := computerImage(api.ToolComputer, api.ToolResult{OK: true, Value: value})
+	if img == nil || string(img.Data) != string(png) || img.MIMEType != "image/png" {
+		t.Fatalf("image content = %+v", img)
+	}
+	for _, res := range []struct {
+		tool string
+		r    api.ToolResult
+	}{
+		{api.ToolExec, api.ToolResult{OK: true, Value: value}},
+		{api.ToolComputer, api.ToolResult{OK: false, Value: value}},
+		{api.ToolComputer, api.ToolResult{OK: true, Value: json.RawMessage(`{"coordinate":[1,2]}`)}},
+		{api.ToolComputer, api.ToolResult{OK: true, Value: json.RawMessage(`{"image":{"media_type":"image/png","data":"!!"}}`)}},
+	} {
+		if img := computerImage(res.tool, res.r); img != nil {
+			t.Errorf("%s %+v: image %+v, want none", res.tool, res.r, img)
+		}
 	}
 }
