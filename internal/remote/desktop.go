@@ -37,18 +37,16 @@ func desktopFromEnv(getenv func(string) string) *DesktopOptions {
 	return &DesktopOptions{Display: getenv("DISPLAY")}
 }
 
-// displayTools use the desktop: the first of them starts it, and they get
-// its $DISPLAY.
-var displayTools = []string{
-	api.ToolComputer, api.ToolRecordStart,
+// programTools start programs that may open windows. They get $DISPLAY
+// once the desktop runs, and start it first when the session asked for
+// one (spec.desktop); otherwise only the computer tool starts it, so a
+// session that never uses a screen costs no Xvfb and its browser stays
+// headless.
+var programTools = []string{
+	api.ToolExec, api.ToolShellStart, api.ToolRecordStart,
 	api.ToolBrowserNavigate, api.ToolBrowserClick, api.ToolBrowserType, api.ToolBrowserPress,
 	api.ToolBrowserScreenshot, api.ToolBrowserText, api.ToolBrowserEval, api.ToolBrowserConsole,
 }
-
-// programTools start the session's programs: they get $DISPLAY once the
-// desktop runs, and start it first when the session asked for one
-// (spec.desktop), so a session that never uses a screen costs no Xvfb.
-var programTools = []string{api.ToolExec, api.ToolShellStart}
 
 // desktopHost is a session's desktop, started by the first call that needs
 // it and closed with the session.
@@ -134,14 +132,13 @@ func (h *desktopHost) close() {
 }
 
 // withDisplay gives a call of tool the desktop's $DISPLAY, starting the
-// desktop when it is the first call that needs it (see displayTools and
-// programTools). A desktop that does
+// desktop when it is the first call that needs it (see programTools). A desktop that does
 // not start leaves env as it is (the computer tool then says why).
 func (s *session) withDisplay(ctx context.Context, tool string, env []string) []string {
 	if s.desk.opts == nil {
 		return env
 	}
-	if !slices.Contains(displayTools, tool) && !(slices.Contains(programTools, tool) && s.desk.wanted()) {
+	if tool != api.ToolComputer && !(slices.Contains(programTools, tool) && s.desk.wanted()) {
 		return env
 	}
 	d, _, err := s.desk.get(ctx)
