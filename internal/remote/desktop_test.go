@@ -243,3 +243,46 @@ func TestServeDesktopOnDemand(t *testing.T) {
 		t.Errorf("once the desktop runs, a command got %q", out)
 	}
 }
+
+// TestServeDesktopBrowser: on a session's desktop the browser is a window
+// the computer tool sees.
+func TestServeDesktopBrowser(t *testing.T) {
+	for _, bin := range []string{"Xvfb", "chromium"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed", bin)
+		}
+	}
+	g := newTestGateway(t)
+	startDesktopServe(t, g, &DesktopOptions{WindowManager: "none"})
+	gc := g.accept(t)
+	gc.next(t, api.FrameHello)
+	gc.send(t, api.Frame{Type: api.FrameWelcome, Desktop: &api.DesktopSize{Width: 800, Height: 600}})
+
+	page := "data:text/html,<body style='background:rgb(255,0,0);margin:0'></body>"
+	gc.send(t, api.Frame{Type: api.FrameCall, Seq: 1, Tool: api.ToolBrowserNavigate, Args: mustJSON(api.BrowserNavigateArgs{URL: page}), TimeoutS: 60})
+	if res := gc.next(t, api.FrameResult); !res.OK {
+		t.Fatalf("browser_navigate: %+v", res)
+	}
+	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
+	shot, f := computerCall(t, gc, 2, api.ComputerArgs{Action: api.ComputerScreenshot})
+	if !f.OK {
+		t.Fatal(f.Error)
+	}
+	raw, _ := base64.StdEncoding.DecodeString(shot.Image.Data)
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	red := 0
+	for y := 0; y < 600; y += 4 {
+		for x := 0; x < 800; x += 4 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			if r>>8 > 240 && g>>8 < 16 && b>>8 < 16 {
+				red++
+			}
+		}
+	}
+	if total := 200 * 150; red < total/4 {
+		t.Errorf("%d of %d sampled pixels are the page's red: the browser is not on the desktop", red, total)
+	}
+}
