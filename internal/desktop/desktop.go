@@ -14,8 +14,10 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +67,9 @@ type Options struct {
 	WindowManager string
 	// XvfbPath is the Xvfb binary; "" looks it up in PATH.
 	XvfbPath string
+	// AuthDir is where the display's authority file is made (in a
+	// directory of its own, removed by Close); "" means os.TempDir().
+	AuthDir string
 	// Env is the environment of Xvfb and the window manager; nil means
 	// the process's.
 	Env []string
@@ -89,8 +94,12 @@ func XvfbPath() string {
 type Desktop struct {
 	display       string
 	width, height int
-	wmName        string
-	log           *slog.Logger
+	// authFile holds the display's cookie ($XAUTHORITY of its clients);
+	// "" for an attached display.
+	authFile, authDir string
+	cookie            []byte
+	wmName            string
+	log               *slog.Logger
 
 	conn *xgb.Conn
 	root xproto.Window
@@ -134,15 +143,30 @@ func Start(ctx context.Context, opts Options) (*Desktop, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	cookie, err := newCookie()
+	if err != nil {
+		return nil, fmt.Errorf("start desktop: %w", err)
+	}
+	dir, err := authDir(opts.AuthDir)
+	if err != nil {
+		return nil, fmt.Errorf("start desktop: %w", err)
+	}
+	authFile := filepath.Join(dir, "Xauthority")
+	if err := writeAuthority(authFile, "", cookie); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start desktop: %w", err)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start desktop: %w", err)
 	}
 	defer pr.Close()
 	// -nolisten tcp: the display is reached through its Unix socket only,
-	// so nothing listens on the network.
+	// so nothing listens on the network; -auth: only clients with the
+	// cookie get in.
 	cmd := exec.Command(path, "-displayfd", "3", "-screen", "0", fmt.Sprintf("%dx%dx24", w, h),
-		"-nolisten", "tcp", "-noreset", "+extension", "XTEST")
+		"-nolisten", "tcp", "-noreset", "+extension", "XTEST", "-auth", authFile)
 	cmd.Env = opts.Env
 	cmd.ExtraFiles = []*os.File{pw}
 	stderr := &lastLines{}
@@ -150,10 +174,12 @@ func Start(ctx context.Context, opts Options) (*Desktop, error) {
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		pw.Close()
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start desktop: run Xvfb: %w", err)
 	}
 	pw.Close()
-	d := &Desktop{width: w, height: h, log: logger, xvfb: cmd, exited: make(chan struct{}), buttons: map[byte]bool{}}
+	d := &Desktop{width: w, height: h, log: logger, xvfb: cmd, exited: make(chan struct{}), buttons: map[byte]bool{},
+		authFile: authFile, authDir: dir, cookie: cookie}
 	go func() {
 		_ = cmd.Wait()
 		close(d.exited)
@@ -173,6 +199,11 @@ func Start(ctx context.Context, opts Options) (*Desktop, error) {
 			return nil, fmt.Errorf("start desktop: Xvfb named no display: %s", stderr.String())
 		}
 		d.display = ":" + n
+		// Clients look the cookie up by display number.
+		if err := writeAuthority(authFile, n, cookie); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("start desktop: %w", err)
+		}
 	case <-ctx.Done():
 		d.Close()
 		return nil, fmt.Errorf("start desktop: %w", ctx.Err())
@@ -180,9 +211,13 @@ func Start(ctx context.Context, opts Options) (*Desktop, error) {
 		d.Close()
 		return nil, fmt.Errorf("start desktop: Xvfb named no display within %s: %s", startTimeout, stderr.String())
 	}
-	if err := d.connect(); err != nil {
+	netConn, err := dialDisplay(strings.TrimPrefix(d.display, ":"), cookie)
+	if err == nil {
+		err = d.connect(netConn)
+	}
+	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("start desktop: %w", err)
+		return nil, fmt.Errorf("start desktop: connect to display %s: %w", d.display, err)
 	}
 	d.startWM(opts)
 	logger.Info("desktop started", "display", d.display, "width", w, "height", h, "window_manager", d.wmName)
@@ -196,8 +231,8 @@ func Attach(ctx context.Context, display string, logger *slog.Logger) (*Desktop,
 		logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Desktop{display: display, log: logger, buttons: map[byte]bool{}}
-	if err := d.connect(); err != nil {
-		return nil, err
+	if err := d.connect(nil); err != nil {
+		return nil, fmt.Errorf("connect to display %s: %w", display, err)
 	}
 	scr := xproto.Setup(d.conn).DefaultScreen(d.conn)
 	d.width, d.height = int(scr.WidthInPixels), int(scr.HeightInPixels)
@@ -212,10 +247,21 @@ func CheckSize(w, h int) error {
 	return nil
 }
 
-func (d *Desktop) connect() error {
-	conn, err := xgb.NewConnDisplay(d.display)
+// connect speaks X over netConn, or dials d.display (with the process's
+// $XAUTHORITY) when it is nil.
+func (d *Desktop) connect(netConn net.Conn) error {
+	var conn *xgb.Conn
+	var err error
+	if netConn != nil {
+		conn, err = xgb.NewConnNet(netConn)
+	} else {
+		conn, err = xgb.NewConnDisplay(d.display)
+	}
 	if err != nil {
-		return fmt.Errorf("connect to display %s: %w", d.display, err)
+		if netConn != nil {
+			netConn.Close()
+		}
+		return err
 	}
 	if err := xtest.Init(conn); err != nil {
 		conn.Close()
@@ -248,7 +294,7 @@ func (d *Desktop) startWM(opts Options) {
 	if env == nil {
 		env = os.Environ()
 	}
-	env = append(withoutDisplay(env), "DISPLAY="+d.display)
+	env = append(withoutDisplay(env), d.Env()...)
 	for _, name := range names {
 		path, err := exec.LookPath(name)
 		if err != nil {
@@ -270,11 +316,21 @@ func (d *Desktop) startWM(opts Options) {
 func withoutDisplay(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "DISPLAY=") {
+		if !strings.HasPrefix(kv, "DISPLAY=") && !strings.HasPrefix(kv, "XAUTHORITY=") {
 			out = append(out, kv)
 		}
 	}
 	return out
+}
+
+// Env is what a program needs to use the display: DISPLAY, and
+// XAUTHORITY (the file with its cookie) for a display Start made.
+func (d *Desktop) Env() []string {
+	env := []string{"DISPLAY=" + d.display}
+	if d.authFile != "" {
+		env = append(env, "XAUTHORITY="+d.authFile)
+	}
+	return env
 }
 
 // Display is the X display name (":7"), the value of $DISPLAY for the
@@ -299,6 +355,11 @@ func (d *Desktop) Close() error {
 		}
 		if d.xvfb != nil {
 			d.closeErr = stopGroup(d.xvfb, d.exited)
+		}
+		if d.authDir != "" {
+			if err := os.RemoveAll(d.authDir); err != nil && d.closeErr == nil {
+				d.closeErr = fmt.Errorf("remove the display's authority file: %w", err)
+			}
 		}
 		d.log.Info("desktop stopped", "display", d.display)
 	})
@@ -398,4 +459,19 @@ func Probe(ctx context.Context) (string, error) {
 		return d.WindowManager(), err
 	}
 	return d.WindowManager(), d.Close()
+}
+
+// newConn opens another connection to a display Start made, with its
+// cookie (a live view or a test's own X client).
+func (d *Desktop) newConn() (*xgb.Conn, error) {
+	nc, err := dialDisplay(strings.TrimPrefix(d.display, ":"), d.cookie)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := xgb.NewConnNet(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return conn, nil
 }

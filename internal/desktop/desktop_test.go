@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -53,9 +54,9 @@ type testWindow struct {
 	minCode xproto.Keycode
 }
 
-func openWindow(t *testing.T, display string, x, y, w, h int) *testWindow {
+func openWindow(t *testing.T, d *Desktop, x, y, w, h int) *testWindow {
 	t.Helper()
-	conn, err := xgb.NewConnDisplay(display)
+	conn, err := d.newConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestClickAndTypeChangeTheScreen(t *testing.T) {
 	if !strings.HasPrefix(d.Display(), ":") {
 		t.Fatalf("display %q", d.Display())
 	}
-	tw := openWindow(t, d.Display(), 100, 100, 200, 150)
+	tw := openWindow(t, d, 100, 100, 200, 150)
 	c := NewComputer(d)
 	if w, h := c.ScreenshotSize(); w != 640 || h != 480 {
 		t.Fatalf("screenshot size %d×%d, want the display's 640×480", w, h)
@@ -234,7 +235,7 @@ func TestClickAndTypeChangeTheScreen(t *testing.T) {
 
 func TestZoomReturnsTheRegionAtFullResolution(t *testing.T) {
 	d := startDesktop(t, 2400, 1200) // larger than the model's limit
-	openWindow(t, d.Display(), 1200, 600, 400, 300)
+	openWindow(t, d, 1200, 600, 400, 300)
 	c := NewComputer(d)
 	sw, sh := c.ScreenshotSize()
 	if sw >= 2400 || sw > api.ComputerMaxLongEdge || sw*sh > api.ComputerMaxPixels || sw*1200 != sh*2400 && (sw*1200-sh*2400) > 2400 {
@@ -260,7 +261,7 @@ func TestZoomReturnsTheRegionAtFullResolution(t *testing.T) {
 		t.Error("the zoomed region does not show the window's corner")
 	}
 	// A click at the window's place in screenshot space lands in it.
-	tw2 := openWindow(t, d.Display(), 100, 100, 300, 300)
+	tw2 := openWindow(t, d, 100, 100, 300, 300)
 	do(t, c, api.ComputerArgs{Action: api.ComputerLeftClick, Coordinate: []int{250 * sw / 2400, 250 * sh / 1200}})
 	select {
 	case e := <-tw2.clicks:
@@ -333,8 +334,11 @@ func TestCloseLeavesNothingBehind(t *testing.T) {
 	if err := syscall.Kill(pid, 0); err == nil {
 		t.Errorf("Xvfb (pid %d) still runs after Close", pid)
 	}
-	if _, err := xgb.NewConnDisplay(d.Display()); err == nil {
+	if _, err := d.newConn(); err == nil {
 		t.Error("the display still answers after Close")
+	}
+	if _, err := os.Stat(d.authDir); !os.IsNotExist(err) {
+		t.Errorf("the authority directory %s is left after Close (stat: %v)", d.authDir, err)
 	}
 }
 
@@ -475,5 +479,34 @@ func BenchmarkCapture(b *testing.B) {
 		if _, err := d.Capture(image.Rectangle{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDisplayNeedsItsCookie: other processes of the machine (another
+// session) cannot use a desktop's display; programs given its Env can.
+func TestDisplayNeedsItsCookie(t *testing.T) {
+	d := startDesktop(t, 320, 240)
+	t.Setenv("XAUTHORITY", filepath.Join(t.TempDir(), "none"))
+	if conn, err := xgb.NewConnDisplay(d.Display()); err == nil {
+		conn.Close()
+		t.Fatal("a client without the cookie connected")
+	}
+	if _, err := exec.LookPath("xwininfo"); err != nil {
+		t.Skip("xwininfo is not installed (x11-utils)")
+	}
+	bare := exec.Command("xwininfo", "-root")
+	bare.Env = []string{"DISPLAY=" + d.Display(), "XAUTHORITY=/nonexistent"}
+	if out, err := bare.CombinedOutput(); err == nil {
+		t.Errorf("xwininfo without the cookie ran: %s", out)
+	}
+	with := exec.Command("xwininfo", "-root")
+	with.Env = d.Env()
+	if out, err := with.CombinedOutput(); err != nil || !strings.Contains(string(out), "320") {
+		t.Errorf("xwininfo with the desktop's Env: %v: %s", err, out)
+	}
+	if info, err := os.Stat(d.authFile); err != nil {
+		t.Error(err)
+	} else if info.Mode().Perm() != 0o600 {
+		t.Errorf("authority file mode %v, want 0600", info.Mode())
 	}
 }

@@ -181,7 +181,8 @@ func startBrowser(c *callEnv) (*browser, error) {
 	// On the session's desktop the browser is a window a person (and the
 	// computer tool) can see; elsewhere it runs headless.
 	if display := envValue(c.env, "DISPLAY"); display != "" && c.desktop != nil && c.desktop.opts != nil {
-		opts = append(opts, chromedp.Flag("headless", false), chromedp.Env("DISPLAY="+display), chromedp.Flag("window-position", "0,0"))
+		opts = append(opts, chromedp.Flag("headless", false), chromedp.Flag("window-position", "0,0"),
+			chromedp.Env("DISPLAY="+display, "XAUTHORITY="+envValue(c.env, "XAUTHORITY")))
 	} else {
 		opts = append(opts, chromedp.Flag("headless", "new"))
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/outpost-sh/outpost/api"
@@ -59,10 +60,10 @@ type desktopHost struct {
 	// requested is set when the session gave one.
 	size      api.DesktopSize
 	requested bool
-	d      *desktop.Desktop
-	comp   *desktop.Computer
-	err    error // why the desktop could not start; retried on the next call
-	closed bool
+	d         *desktop.Desktop
+	comp      *desktop.Computer
+	err       error // why the desktop could not start; retried on the next call
+	closed    bool
 }
 
 // available reports whether this machine can give the session a desktop.
@@ -148,7 +149,12 @@ func (s *session) withDisplay(ctx context.Context, tool string, env []string) []
 		}
 		return env
 	}
-	return mergeEnv(env, map[string]string{"DISPLAY": d.Display()})
+	vars := map[string]string{}
+	for _, kv := range d.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	return mergeEnv(env, vars)
 }
 
 func runComputer(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {

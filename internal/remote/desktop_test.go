@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/desktop"
 )
 
 // startDesktopServe runs Serve for a session with a desktop (or without,
@@ -264,25 +265,78 @@ func TestServeDesktopBrowser(t *testing.T) {
 		t.Fatalf("browser_navigate: %+v", res)
 	}
 	gc.send(t, api.Frame{Type: api.FrameAck, Seq: 1})
-	shot, f := computerCall(t, gc, 2, api.ComputerArgs{Action: api.ComputerScreenshot})
-	if !f.OK {
-		t.Fatal(f.Error)
+	// The window paints a moment after the page has loaded.
+	deadline := time.Now().Add(waitTimeout)
+	for seq := int64(2); ; seq++ {
+		shot, f := computerCall(t, gc, seq, api.ComputerArgs{Action: api.ComputerScreenshot})
+		if !f.OK {
+			t.Fatal(f.Error)
+		}
+		red := redPixels(t, shot)
+		if total := 200 * 150; red >= total/4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sampled pixels are the page's red: the browser is not on the desktop", red)
+		}
 	}
+}
+
+// redPixels counts the pure red pixels of a screenshot, one in 4×4.
+func redPixels(t *testing.T, shot api.ComputerResult) int {
+	t.Helper()
 	raw, _ := base64.StdEncoding.DecodeString(shot.Image.Data)
 	img, err := png.Decode(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	red := 0
-	for y := 0; y < 600; y += 4 {
-		for x := 0; x < 800; x += 4 {
-			r, g, b, _ := img.At(x, y).RGBA()
-			if r>>8 > 240 && g>>8 < 16 && b>>8 < 16 {
+	b := img.Bounds()
+	for y := 0; y < b.Dy(); y += 4 {
+		for x := 0; x < b.Dx(); x += 4 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r>>8 > 240 && g>>8 < 16 && bl>>8 < 16 {
 				red++
 			}
 		}
 	}
-	if total := 200 * 150; red < total/4 {
-		t.Errorf("%d of %d sampled pixels are the page's red: the browser is not on the desktop", red, total)
+	return red
+}
+
+// TestRecordSessionDesktop: record_start records the session's desktop,
+// which ffmpeg reaches with the display's cookie.
+func TestRecordSessionDesktop(t *testing.T) {
+	for _, bin := range []string{"Xvfb", "ffmpeg"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed", bin)
+		}
+	}
+	d, err := desktop.Start(context.Background(), desktop.Options{Width: 320, Height: 240, WindowManager: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	tc := newTestCall(t, t.TempDir(), nil)
+	tc.c.stateDir = t.TempDir()
+	tc.c.env = mergeEnv(tc.c.env, map[string]string{"DISPLAY": d.Display(), "XAUTHORITY": strings.TrimPrefix(d.Env()[1], "XAUTHORITY=")})
+	tc.c.desktop = &desktopHost{opts: &DesktopOptions{}}
+	defer tc.c.browser.close()
+	ctx := context.Background()
+	if err := tc.run(t, ctx, api.ToolRecordStart, api.RecordStartArgs{Name: "desk.mp4"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Some frames of the display, then stop.
+	comp := desktop.NewComputer(d)
+	for i := range 10 {
+		if _, err := comp.Do(ctx, api.ComputerArgs{Action: api.ComputerMouseMove, Coordinate: []int{10 + i*20, 10 + i*10}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res api.BrowserFileResult
+	if err := tc.run(t, ctx, api.ToolRecordStop, api.RecordStopArgs{}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Size == 0 || res.ContentType != "video/mp4" {
+		t.Fatalf("record_stop = %+v", res)
 	}
 }
