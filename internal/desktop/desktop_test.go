@@ -510,3 +510,44 @@ func TestDisplayNeedsItsCookie(t *testing.T) {
 		t.Errorf("authority file mode %v, want 0600", info.Mode())
 	}
 }
+
+// TestActionsAfterCloseFail: a closed desktop answers an error at once,
+// never hangs.
+func TestActionsAfterCloseFail(t *testing.T) {
+	d := startDesktop(t, 320, 240)
+	c := NewComputer(d)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Do(ctx, api.ComputerArgs{Action: api.ComputerScreenshot})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a screenshot of a closed desktop succeeded")
+		}
+	case <-ctx.Done():
+		t.Fatal("a screenshot of a closed desktop hangs")
+	}
+}
+
+func TestParseCombo(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		fail bool
+	}{
+		{"ctrl+a", 2, false}, {"Return", 1, false}, {"ctrl+shift+T", 3, false}, {"ctrl++", 2, false},
+		{"+", 1, false}, {"ctrl+", 0, true}, {"", 0, true}, {"ctrl+nosuch", 0, true}, {"super+F35", 2, false},
+	} {
+		syms, err := parseCombo(tc.in)
+		if (err != nil) != tc.fail || (!tc.fail && len(syms) != tc.want) {
+			t.Errorf("parseCombo(%q) = %v, %v", tc.in, syms, err)
+		}
+	}
+}
