@@ -115,7 +115,9 @@ installed), started on first use and stopped with the session; its programs
 find it in $DISPLAY, the computer tool drives it and record_start records it.
 on also falls back to the worker's own $DISPLAY when Xvfb is missing (the
 agent then drives that screen), and refuses to start without either. off
-gives sessions none. Sessions see the choice as capabilities.desktop.
+gives sessions none. A worker whose own environment sets OUTPOST_DESKTOP=true
+and DISPLAY gives its sessions that display instead (unless off). Sessions
+see the choice as capabilities.desktop.
 
 Each environment variable also answers to the public Outposts contract's
 name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins

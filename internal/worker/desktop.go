@@ -46,8 +46,14 @@ const (
 )
 
 // resolveDesktop decides what sessions get from mode and this machine:
-// Xvfb's presence and the worker's $DISPLAY.
-func resolveDesktop(mode DesktopMode, xvfb, display string) (desktopKind, error) {
+// Xvfb's presence and the worker's $DISPLAY. shared is set when the
+// worker's own environment turns the spawn contract's desktop switch on
+// (api.EnvDesktop) with a DISPLAY: an operator who set that up means
+// sessions to use that display, as they did before virtual desktops.
+func resolveDesktop(mode DesktopMode, xvfb, display string, shared bool) (desktopKind, error) {
+	if mode != DesktopOff && shared && display != "" {
+		return desktopScreen, nil
+	}
 	switch mode {
 	case DesktopOff:
 		return desktopNone, nil
@@ -91,7 +97,7 @@ func (w *worker) setupDesktop() error {
 	if err != nil {
 		return err
 	}
-	w.desktop, err = resolveDesktop(mode, desktop.XvfbPath(), os.Getenv("DISPLAY"))
+	w.desktop, err = resolveDesktop(mode, desktop.XvfbPath(), os.Getenv("DISPLAY"), api.EnvDesktop.Get(os.Getenv) == "true")
 	if err != nil {
 		return err
 	}

@@ -23,19 +23,25 @@ func TestResolveDesktop(t *testing.T) {
 	for _, tc := range []struct {
 		mode          DesktopMode
 		xvfb, display string
+		shared        bool
 		want          desktopKind
 		fails         bool
 	}{
-		{DesktopAuto, "/usr/bin/Xvfb", "", desktopVirtual, false},
-		{DesktopAuto, "/usr/bin/Xvfb", ":0", desktopVirtual, false}, // never the worker's screen by default
-		{DesktopAuto, "", ":0", desktopNone, false},
-		{DesktopAuto, "", "", desktopNone, false},
-		{DesktopOn, "/usr/bin/Xvfb", ":0", desktopVirtual, false},
-		{DesktopOn, "", ":0", desktopScreen, false},
-		{DesktopOn, "", "", desktopNone, true},
-		{DesktopOff, "/usr/bin/Xvfb", ":0", desktopNone, false},
+		{DesktopAuto, "/usr/bin/Xvfb", "", false, desktopVirtual, false},
+		{DesktopAuto, "/usr/bin/Xvfb", ":0", false, desktopVirtual, false}, // never the worker's screen by default
+		{DesktopAuto, "", ":0", false, desktopNone, false},
+		{DesktopAuto, "", "", false, desktopNone, false},
+		{DesktopOn, "/usr/bin/Xvfb", ":0", false, desktopVirtual, false},
+		{DesktopOn, "", ":0", false, desktopScreen, false},
+		{DesktopOn, "", "", false, desktopNone, true},
+		{DesktopOff, "/usr/bin/Xvfb", ":0", false, desktopNone, false},
+		// OUTPOST_DESKTOP=true with a DISPLAY in the worker's environment:
+		// that display, as before virtual desktops, unless off.
+		{DesktopAuto, "/usr/bin/Xvfb", ":99", true, desktopScreen, false},
+		{DesktopOff, "/usr/bin/Xvfb", ":99", true, desktopNone, false},
+		{DesktopAuto, "/usr/bin/Xvfb", "", true, desktopVirtual, false},
 	} {
-		got, err := resolveDesktop(tc.mode, tc.xvfb, tc.display)
+		got, err := resolveDesktop(tc.mode, tc.xvfb, tc.display, tc.shared)
 		if got != tc.want || (err != nil) != tc.fails {
 			t.Errorf("resolveDesktop(%s, %q, %q) = %v, %v", tc.mode, tc.xvfb, tc.display, got, err)
 		}
