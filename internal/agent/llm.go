@@ -47,10 +47,11 @@ func systemPrompt(sess store.Session) string {
 // generated from the types the remote decodes. The computer tool is
 // offered only when the machine gives the session a desktop.
 //
-// Models get computer as a function tool whose result is JSON (the
-// screenshot as base64 in value.image). Anthropic's native computer-use
-// tool type (computer_20250124) needs the beta Messages API and image
-// blocks in tool results, which internal/llm does not speak yet.
+// Models get computer as a function tool; its screenshot reaches
+// Anthropic models as an image in the tool result (splitImages), while
+// OpenAI-compatible tool messages carry text only. Anthropic's native
+// computer-use tool type (computer_20250124) needs the beta Messages API,
+// which internal/llm does not speak yet.
 func modelTools(caps *api.Capabilities) []llm.Tool {
 	var tools []llm.Tool
 	for _, t := range api.Tools() {

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/outpost-sh/outpost/api"
@@ -27,5 +29,27 @@ func TestComputerToolOnlyWithADesktop(t *testing.T) {
 	}
 	if len(with) != len(modelTools(nil))+1 {
 		t.Errorf("%d tools with a desktop, %d without: only computer should differ", len(with), len(modelTools(nil)))
+	}
+}
+
+func TestSplitImages(t *testing.T) {
+	t.Parallel()
+	ok := true
+	value := json.RawMessage(`{"image":{"media_type":"image/png","data":"iVBORw0K"},"width":1280,"height":800,"display_width":1280,"display_height":800}`)
+	ev, images := splitImages(api.Event{Type: api.EventResult, Tool: api.ToolComputer, OK: &ok, Value: value})
+	if len(images) != 1 || images[0].Data != "iVBORw0K" || images[0].MediaType != "image/png" {
+		t.Fatalf("images = %+v", images)
+	}
+	if strings.Contains(string(ev.Value), "iVBORw0K") || !strings.Contains(string(ev.Value), `"width":1280`) {
+		t.Errorf("text value = %s, want the sizes without the base64", ev.Value)
+	}
+	for _, e := range []api.Event{
+		{Type: api.EventResult, Tool: api.ToolExec, Value: value},
+		{Type: api.EventResult, Tool: api.ToolComputer, Value: json.RawMessage(`{"coordinate":[1,2],"display_width":10,"display_height":10}`)},
+		{Type: api.EventResult, Tool: api.ToolComputer},
+	} {
+		if got, images := splitImages(e); images != nil || string(got.Value) != string(e.Value) {
+			t.Errorf("%+v: changed to %s with %d images", e, got.Value, len(images))
+		}
 	}
 }
