@@ -273,6 +273,10 @@ func TestEncodedArgsFitSchema(t *testing.T) {
 		if spec.Name == ToolExec {
 			v.FieldByName("Argv").SetZero() // exactly one of command and argv
 		}
+		if spec.Name == ToolComputer { // an enum and fixed-length points
+			*args.(*ComputerArgs) = ComputerArgs{Action: ComputerZoom, Coordinate: []int{1, 1}, StartCoordinate: []int{0, 0},
+				Text: "x", ScrollDirection: "up", ScrollAmount: new(int), Duration: new(float64), Region: []int{0, 0, 1, 1}}
+		}
 		raw, err := json.Marshal(args)
 		if err != nil {
 			t.Fatal(err)
@@ -297,6 +301,12 @@ func fill(t *testing.T, f reflect.Value) {
 		f.SetInt(1)
 	case reflect.Bool:
 		f.SetBool(true)
+	case reflect.Float64:
+		f.SetFloat(1)
+	case reflect.Pointer:
+		p := reflect.New(f.Type().Elem())
+		fill(t, p.Elem())
+		f.Set(p)
 	case reflect.Slice:
 		s := reflect.MakeSlice(f.Type(), 1, 1)
 		fill(t, s.Index(0))

@@ -273,6 +273,9 @@ type Frame struct {
 	// before it runs any call, and reports with FrameRestored. An older
 	// remote ignores it.
 	Restore []GitCloneArgs `json:"restore,omitempty"`
+	// Desktop is the session's desktop size (spec.desktop); nil means the
+	// default. An older remote ignores it.
+	Desktop *DesktopSize `json:"desktop,omitempty"`
 
 	// Snapshot: in welcome, the snapshot to restore before any call (a
 	// resumed session that was suspended with one); in suspended, the

@@ -149,6 +149,33 @@ var toolTable = []toolDef{
 	tool[RecordStopArgs](ToolRecordStop,
 		"Stop the running screen recording and return the video file's path, size, duration and frame count.",
 		nil, nil, textOf(browserFileSummary)),
+	tool[ComputerArgs](ToolComputer,
+		"Use the session's desktop as a person would, with Anthropic's computer-use actions: screenshot; left_click, "+
+			"right_click, middle_click, double_click, triple_click (at coordinate, else where the pointer is; text holds "+
+			"modifier keys); left_click_drag (start_coordinate to coordinate); left_mouse_down, left_mouse_up; mouse_move; "+
+			"scroll (scroll_direction, scroll_amount); type (text); key and hold_key (text such as ctrl+a or Return; "+
+			"hold_key for duration seconds); cursor_position; wait (duration seconds); zoom (region [x0, y0, x1, y1] "+
+			"returned at full resolution). Coordinates are in the screenshot's pixels. Every action but cursor_position "+
+			"returns a PNG screenshot taken after it (image, width, height). Offered only when the session has a desktop.",
+		func(s *jsonschema.Schema) {
+			a := prop(s, "action")
+			for _, name := range ComputerActions {
+				a.Enum = append(a.Enum, name)
+			}
+			for _, name := range []string{"coordinate", "start_coordinate"} {
+				c := prop(s, name)
+				c.MinItems, c.MaxItems = jsonschema.Ptr(2), jsonschema.Ptr(2)
+				c.Items = &jsonschema.Schema{Type: "integer", Minimum: jsonschema.Ptr(0.0)}
+			}
+			r := prop(s, "region")
+			r.MinItems, r.MaxItems = jsonschema.Ptr(4), jsonschema.Ptr(4)
+			r.Items = &jsonschema.Schema{Type: "integer", Minimum: jsonschema.Ptr(0.0)}
+			prop(s, "scroll_direction").Enum = []any{"up", "down", "left", "right"}
+			prop(s, "scroll_amount").Minimum = jsonschema.Ptr(0.0)
+			prop(s, "scroll_amount").Maximum = jsonschema.Ptr(float64(ComputerMaxScroll))
+			prop(s, "duration").Minimum = jsonschema.Ptr(0.0)
+			prop(s, "duration").Maximum = jsonschema.Ptr(float64(ComputerMaxDurationS))
+		}, computerTarget, textOf(computerSummary)),
 	tool[UploadArtifactArgs](ToolUploadArtifact,
 		"Upload a file from the remote machine to the control plane as an artifact of the session, to be listed and "+
 			"downloaded later (GET /v1/sessions/{id}/artifacts, outpost sessions artifacts); return its name, size, content "+
@@ -296,6 +323,7 @@ func prop(s *jsonschema.Schema, name string) *jsonschema.Schema {
 var schemaOptions = &jsonschema.ForOptions{
 	TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[[]string](): {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+		reflect.TypeFor[[]int]():    {Type: "array", Items: &jsonschema.Schema{Type: "integer"}},
 	},
 }
 

@@ -91,6 +91,10 @@ type SessionSpec struct {
 	// NetworkPolicyOwn is true when NetworkPolicy is the session's own
 	// rather than its outpost's.
 	NetworkPolicyOwn bool `json:"network_policy_own,omitempty"`
+	// Desktop is the size of the session's desktop, on a machine that
+	// gives sessions one (Capabilities.Desktop); null (omitted) means the
+	// default, 1280×800.
+	Desktop *DesktopSize `json:"desktop,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.
@@ -257,6 +261,10 @@ type CreateSessionRequest struct {
 	// outpost's policy (every rule within one of the outpost's) unless
 	// the token holds ScopeNetworkAdmin.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Desktop sizes the session's desktop (MinDesktopSize to
+	// MaxDesktopSize pixels each way); omitted means 1280×800. The desktop
+	// itself starts on first use, on machines that give sessions one.
+	Desktop *DesktopSize `json:"desktop,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.
@@ -302,6 +310,9 @@ type Capabilities struct {
 	// session's network policy (spec.network_policy); one that does not
 	// never claims a restricted session.
 	NetworkPolicy bool `json:"network_policy"`
+	// Desktop is whether the remote gives its session a desktop (an X
+	// display, virtual or real) and so serves the computer tool.
+	Desktop bool `json:"desktop,omitempty"`
 }
 
 // ToolResult answers a tool call made from outside (POST

@@ -73,7 +73,7 @@ var (
 	EnvChromePath = EnvVar{"OUTPOST_CHROME_PATH", "DEVIN_CHROME_PATH",
 		"Chrome or Chromium for the browser tools"}
 	EnvDesktop = EnvVar{"OUTPOST_DESKTOP", "DEVIN_OUTPOST_DESKTOP",
-		"true: record the X display, not the browser"}
+		"true: the session gets a desktop (the X display in DISPLAY, else a virtual one started on first use)"}
 	// EnvGitMirrors names a directory of shared bare mirrors on a
 	// long-lived worker: git_clone clones with the mirror of its URL as a
 	// reference, fetching only what is new from the upstream. A remote
@@ -133,6 +133,8 @@ var (
 		"remote binary version when the session pins none (--remote-binary-sha)"}
 	EnvWorkerIsolation = EnvVar{"OUTPOST_WORKER_ISOLATION", "",
 		"how session code is kept from the worker's credentials: auto, bwrap, user or none (--isolation)"}
+	EnvWorkerDesktop = EnvVar{"OUTPOST_WORKER_DESKTOP", "",
+		"give each session a desktop: auto, on or off (--desktop)"}
 )
 
 // WorkerEnv lists the variables `outpost worker start` reads, EnvGatewayURL
@@ -141,7 +143,7 @@ var (
 var WorkerEnv = []EnvVar{
 	EnvOutpost, EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
-	EnvWorkerIsolation,
+	EnvWorkerIsolation, EnvWorkerDesktop,
 }
 
 // The environment of an orchestrator's exec backend commands

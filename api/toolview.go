@@ -150,6 +150,18 @@ func browserEvalTarget(a BrowserEvalArgs) string             { return a.Expressi
 func browserScreenshotTarget(a BrowserScreenshotArgs) string { return a.Name }
 func recordStartTarget(a RecordStartArgs) string             { return a.Name }
 
+func computerTarget(a ComputerArgs) string {
+	switch {
+	case len(a.Region) == 4:
+		return fmt.Sprintf("%s %v", a.Action, a.Region)
+	case len(a.Coordinate) == 2:
+		return fmt.Sprintf("%s %d,%d", a.Action, a.Coordinate[0], a.Coordinate[1])
+	case a.Text != "" && a.Action != ComputerType:
+		return a.Action + " " + a.Text
+	}
+	return a.Action
+}
+
 // ---- summaries
 
 func readFileSummary(r ReadFileResult) string {
@@ -227,6 +239,16 @@ func browserTextSummary(r BrowserTextResult) string {
 func browserConsoleSummary(r BrowserConsoleResult) string { return plural(len(r.Messages), "message") }
 
 // browserFileSummary describes a screenshot or recording.
+func computerSummary(r ComputerResult) string {
+	switch {
+	case len(r.Coordinate) == 2:
+		return fmt.Sprintf("pointer at %d,%d", r.Coordinate[0], r.Coordinate[1])
+	case r.Image != nil:
+		return fmt.Sprintf("screenshot %d×%d", r.Width, r.Height)
+	}
+	return ""
+}
+
 func browserFileSummary(r BrowserFileResult) string {
 	name := path.Base(r.Path)
 	if r.Artifact != nil {

@@ -44,6 +44,8 @@ func TestToolViews(t *testing.T) {
 			"demo", "recording to demo.mp4"},
 		ToolRecordStop: {RecordStopArgs{}, BrowserFileResult{Path: "/w/demo.mp4", Size: 3 << 20, DurationMS: 4200, Artifact: &ArtifactRef{Name: "demo.mp4"}},
 			"", "demo.mp4, 4.2 s, 3.0 MiB"},
+		ToolComputer: {ComputerArgs{Action: ComputerLeftClick, Coordinate: []int{10, 20}}, ComputerResult{Image: &ComputerImage{}, Width: 1280, Height: 800},
+			"left_click 10,20", "screenshot 1280×800"},
 		ToolUploadArtifact: {UploadArtifactArgs{Path: "out/report.html"}, ArtifactRef{Name: "report.html", Size: 812},
 			"out/report.html", "artifact report.html, 812 B"},
 		ToolShellStart: {ShellStartArgs{Name: "dev"}, ShellStartResult{Name: "dev", Shell: "bash", PID: 42},

@@ -2,6 +2,8 @@
 # Installs what the tests need on a Debian machine, when it is missing:
 #   git, gcc, make          the build and the git tools' tests
 #   chromium, ffmpeg, xvfb  the browser and screen-recording tools' tests
+#   matchbox-window-manager the desktop's window manager (internal/desktop)
+#   x11-utils               xmessage, the X program the desktop tests open
 #   podman, runc,           the docker backend's tests (Podman's Docker-compatible
 #   debootstrap             API service, and the test image scripts/test-image.sh makes)
 #   bubblewrap, uidmap      the bwrap backend's tests
@@ -24,6 +26,7 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
+  matchbox-window-manager:matchbox-window-manager xmessage:x11-utils \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
   '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx \
   ip:iproute2 curl:curl unshare:util-linux; do

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/desktop"
 	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/netguard"
@@ -54,8 +55,9 @@ func NewCmdDoctor(f *Factory, runF func(context.Context, *DoctorOptions) error) 
 		Use:   "doctor",
 		Short: "Check that this machine can serve sessions, and that the server and token work",
 		Long: `Check a worker machine, one line per check with the fix when it fails:
-git (required), Chrome or Chromium, ffmpeg, Xvfb, passwordless sudo, bubblewrap
-(the test sandbox a worker makes at start for --isolation auto), Podman or
+git (required), Chrome or Chromium, ffmpeg, the desktop (a small Xvfb
+display started, driven and stopped), passwordless sudo, bubblewrap (the
+test sandbox a worker makes at start for --isolation auto), Podman or
 Docker, the workspace (--dir: it exists, free disk; required); and the server
 (--server, --token and --ca-file, or their environment variables, or the
 saved login, as 'worker start' reads them): that it answers, that its TLS
@@ -125,6 +127,13 @@ func runDoctor(ctx context.Context, o *DoctorOptions) error {
 	wg.Go(func() { m.Caps = machine.Detect(ctx) })
 	wg.Go(func() { m.Extras = machine.DetectExtras(ctx) })
 	wg.Go(func() { m.Network.Err = netguard.Check(ctx) })
+	wg.Go(func() {
+		if desktop.XvfbPath() == "" {
+			return
+		}
+		m.Desktop.Probed = true
+		m.Desktop.WindowManager, m.Desktop.Err = desktop.Probe(ctx)
+	})
 	wg.Go(func() {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			m.Sandbox = doctor.Sandbox{NotUsed: "not checked: the workspace is missing"}

@@ -38,8 +38,10 @@ type WorkerStartOptions struct {
 	// IsolationMode is --isolation, parsed into Isolation.Mode; the binds
 	// are parsed into Isolation.Binds.
 	IsolationMode string
-	BwrapBinds    []string
-	BwrapROBinds  []string
+	// DesktopMode is --desktop, parsed into Desktop.
+	DesktopMode  string
+	BwrapBinds   []string
+	BwrapROBinds []string
 
 	pollIntervalSecs int
 	// pool is --pool, the deprecated spelling of --outpost.
@@ -105,6 +107,17 @@ worker runs as root). none runs it as the worker's own user, which can read
 the worker's token. auto, the default, is bwrap when bubblewrap works here,
 else user when --run-as is given, else none with a warning. Add sandbox binds
 with --bwrap-bind and --bwrap-ro-bind SRC[:DEST] (repeatable).
+
+Desktop (--desktop, env OUTPOST_WORKER_DESKTOP): with auto, the default, and
+Xvfb installed, each session gets a virtual X display of its own (at its
+spec.desktop size, default 1280x800, with a light window manager when one is
+installed), started on first use and stopped with the session; its programs
+find it in $DISPLAY, the computer tool drives it and record_start records it.
+on also falls back to the worker's own $DISPLAY when Xvfb is missing (the
+agent then drives that screen), and refuses to start without either. off
+gives sessions none. A worker whose own environment sets OUTPOST_DESKTOP=true
+and DISPLAY gives its sessions that display instead (unless off). Sessions
+see the choice as capabilities.desktop.
 
 Each environment variable also answers to the public Outposts contract's
 name (DEVIN_...); the OUTPOST_ name wins when both are set, and a flag wins

@@ -101,6 +101,16 @@ var workerStartSettings = []workerStartSetting{
 	{flag: "isolation", env: api.EnvWorkerIsolation, def: string(worker.IsolationAuto), field: func(o *WorkerStartOptions) any { return &o.IsolationMode },
 		usage: "how session code is kept from the worker's credentials: auto, bwrap, user or none (env $ENV)",
 		check: (*WorkerStartOptions).resolveIsolation},
+	{flag: "desktop", env: api.EnvWorkerDesktop, def: string(worker.DesktopAuto), field: func(o *WorkerStartOptions) any { return &o.DesktopMode },
+		usage: "give each session a desktop: auto (a virtual one when Xvfb is installed), on or off (env $ENV)",
+		check: func(o *WorkerStartOptions) error {
+			mode, err := worker.ParseDesktop(o.DesktopMode)
+			if err != nil {
+				return usageErrorf("--desktop: %v", err)
+			}
+			o.Desktop = mode
+			return nil
+		}},
 	{flag: "poll-interval-secs", def: 0, field: func(o *WorkerStartOptions) any { return &o.pollIntervalSecs },
 		usage: "--poll-interval in seconds, the public worker's spelling",
 		check: func(o *WorkerStartOptions) error {

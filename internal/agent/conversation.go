@@ -165,7 +165,9 @@ func (c *conversation) apply(ev api.Event) {
 			return
 		}
 		delete(c.pending, ev.CallSeq)
-		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK})
+		ev, images := splitImages(ev)
+		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK,
+			Images: images})
 		delete(c.output, ev.CallSeq)
 	}
 }
@@ -296,4 +298,24 @@ func (r *runner) feedLagged() <-chan struct{} {
 		return nil
 	}
 	return r.sub.Lagged()
+}
+
+// splitImages takes the screenshot out of a computer result: the model
+// gets it as an image, and the result's text without its base64.
+func splitImages(ev api.Event) (api.Event, []llm.Image) {
+	if ev.Tool != api.ToolComputer || len(ev.Value) == 0 {
+		return ev, nil
+	}
+	var v api.ComputerResult
+	if json.Unmarshal(ev.Value, &v) != nil || v.Image == nil {
+		return ev, nil
+	}
+	img := llm.Image{MediaType: v.Image.MediaType, Data: v.Image.Data}
+	v.Image = nil
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ev, nil
+	}
+	ev.Value = b
+	return ev, []llm.Image{img}
 }

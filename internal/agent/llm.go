@@ -44,10 +44,20 @@ func systemPrompt(sess store.Session) string {
 }
 
 // modelTools are the tools offered to models: the remote's, with schemas
-// generated from the types the remote decodes.
-func modelTools() []llm.Tool {
+// generated from the types the remote decodes. The computer tool is
+// offered only when the machine gives the session a desktop.
+//
+// Models get computer as a function tool; its screenshot reaches
+// Anthropic models as an image in the tool result (splitImages), while
+// OpenAI-compatible tool messages carry text only. Anthropic's native
+// computer-use tool type (computer_20250124) needs the beta Messages API,
+// which internal/llm does not speak yet.
+func modelTools(caps *api.Capabilities) []llm.Tool {
 	var tools []llm.Tool
 	for _, t := range api.Tools() {
+		if t.Name == api.ToolComputer && (caps == nil || !caps.Desktop) {
+			continue
+		}
 		tools = append(tools, llm.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
 	}
 	return tools
@@ -83,7 +93,7 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 	if maxSteps <= 0 {
 		maxSteps = defaultMaxSteps
 	}
-	tools := modelTools()
+	tools := modelTools(sess.Capabilities)
 	// The model sees what the transcript shows: never a secret's value.
 	system := r.secrets.String(systemPrompt(sess))
 	// cur is the session as the runner's last transaction left it (its

@@ -304,3 +304,46 @@ func TestLLMMessageBeforeTheEnd(t *testing.T) {
 		t.Fatalf("transcript ends with %+v", evs[len(evs)-1])
 	}
 }
+
+// TestLLMComputerScreenshotIsAnImage: a computer call's screenshot reaches
+// the model as an image of the tool result, and its text holds the sizes
+// without the base64; the transcript keeps the whole result.
+func TestLLMComputerScreenshotIsAnImage(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t,
+		use([3]string{"a", api.ToolComputer, `{"action":"screenshot"}`}),
+		say("I see the desktop."))
+	p := newProvider(t, model)
+	h := newHarness(t, p)
+	c := h.session("ses_cu", api.SessionSpec{Prompt: "Look at the screen.", Agent: api.Agent{Kind: api.AgentLLM}})
+	if call := c.expectCall(t); call.Seq != 1 || call.Tool != api.ToolComputer {
+		t.Fatalf("first call %+v", call)
+	}
+	h.answer(c, 1, true, `{"image":{"media_type":"image/png","data":"iVBORw0KGgo="},"width":1280,"height":800,"display_width":1280,"display_height":800}`, "")
+	if sess := h.waitEnd("ses_cu"); sess.Status != api.StatusExit {
+		t.Fatalf("session %s: %s", sess.Status, sess.Reason)
+	}
+	reqs := p.requests()
+	checkPathsAgree(t, h.events("ses_cu"), reqs)
+	var tool *llm.Message
+	for i, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == llm.RoleTool {
+			tool = &reqs[len(reqs)-1].Messages[i]
+		}
+	}
+	if tool == nil || len(tool.Images) != 1 || tool.Images[0].Data != "iVBORw0KGgo=" || tool.Images[0].MediaType != "image/png" {
+		t.Fatalf("tool message %+v, want the screenshot as an image", tool)
+	}
+	if strings.Contains(tool.Text, "iVBORw0KGgo=") || !strings.Contains(tool.Text, `"width":1280`) {
+		t.Errorf("tool text %q, want the sizes without the base64", tool.Text)
+	}
+	var kept bool
+	for _, ev := range h.events("ses_cu") {
+		if ev.Type == api.EventResult && strings.Contains(string(ev.Value), "iVBORw0KGgo=") {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Error("the transcript lost the screenshot")
+	}
+}

@@ -33,7 +33,7 @@ func TestMachineChecks(t *testing.T) {
 	}
 	bare := MachineChecks(Machine{Dir: filepath.Join(dir, "missing"), Sandbox: Sandbox{Err: errors.New("bwrap not found")},
 		Network: Network{Err: errors.New("create network namespace: needs root")}})
-	for name, want := range map[string]Status{"git": Fail, "chrome": Warn, "ffmpeg": Warn, "xvfb": Warn, "sudo": Warn, "bwrap": Warn, "network": Warn, "containers": Warn, "workspace": Fail} {
+	for name, want := range map[string]Status{"git": Fail, "chrome": Warn, "ffmpeg": Warn, "desktop": Warn, "sudo": Warn, "bwrap": Warn, "network": Warn, "containers": Warn, "workspace": Fail} {
 		c := byName(t, bare, name)
 		if c.Status != want || c.Fix == "" || c.Required != (want == Fail) {
 			t.Errorf("bare %s: %+v, want %s with a fix", name, c, want)
@@ -116,5 +116,30 @@ func TestPrint(t *testing.T) {
 	}
 	if got := Failures(checks); len(got) != 1 || got[0] != "token: not valid (use another.)" {
 		t.Errorf("failures: %v", got)
+	}
+}
+
+func TestDesktopCheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		xvfb string
+		d    Desktop
+		want Status
+		says string
+	}{
+		{"", Desktop{}, Warn, "no Xvfb"},
+		{"/usr/bin/Xvfb", Desktop{}, OK, "on first use"},
+		{"/usr/bin/Xvfb", Desktop{Probed: true, WindowManager: "openbox"}, OK, "window manager: openbox"},
+		{"/usr/bin/Xvfb", Desktop{Probed: true}, OK, "window manager: none"},
+		{"/usr/bin/Xvfb", Desktop{Probed: true, Err: errors.New("no XTEST")}, Warn, "no XTEST"},
+		{"/usr/bin/Xvfb", Desktop{Off: true}, Skip, "--desktop off"},
+	} {
+		c := desktopCheck(tc.xvfb, tc.d)
+		if c.Name != "desktop" || c.Status != tc.want || !strings.Contains(c.Detail, tc.says) || c.Required {
+			t.Errorf("desktopCheck(%q, %+v) = %+v, want %s saying %q", tc.xvfb, tc.d, c, tc.want, tc.says)
+		}
+		if c.Status == Warn && c.Fix == "" {
+			t.Errorf("%+v: a warning without a fix", c)
+		}
 	}
 }

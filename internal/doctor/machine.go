@@ -46,6 +46,21 @@ type Machine struct {
 	SessionsSudo *bool
 	// Network is whether sessions' network policies can be enforced here.
 	Network Network
+	// Desktop is what a desktop probe found; its zero value judges from
+	// Extras.Xvfb alone.
+	Desktop Desktop
+}
+
+// Desktop is what was found out about giving sessions a desktop here
+// (desktop.Probe).
+type Desktop struct {
+	// Probed is set when a desktop was started to check it; Err is then
+	// why it did not work, WindowManager the window manager it ran.
+	Probed        bool
+	Err           error
+	WindowManager string
+	// Off says sessions get no desktop by choice (worker --desktop off).
+	Off bool
 }
 
 // Network is what was found out about enforcing network policies here
@@ -80,12 +95,7 @@ func MachineChecks(m Machine) []Check {
 		checks = append(checks, Check{Name: "ffmpeg", Status: Warn, Detail: "not found: screen recording (record_start) fails",
 			Fix: "install ffmpeg (apt-get install ffmpeg)."})
 	}
-	if m.Extras.Xvfb != "" {
-		checks = append(checks, Check{Name: "xvfb", Status: OK, Detail: m.Extras.Xvfb})
-	} else {
-		checks = append(checks, Check{Name: "xvfb", Status: Warn, Detail: "not found: no virtual X display for desktop sessions on a machine without a screen",
-			Fix: "install Xvfb (apt-get install xvfb) to record a virtual desktop (OUTPOST_DESKTOP=true with DISPLAY)."})
-	}
+	checks = append(checks, desktopCheck(m.Extras.Xvfb, m.Desktop))
 	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo), bwrapCheck(m.Sandbox), networkCheck(m.Network), containersCheck(m.Extras))
 	return append(checks, workspaceCheck(m.Dir))
 }
@@ -185,4 +195,33 @@ func workspaceCheck(dir string) Check {
 		c.Status = OK
 	}
 	return c
+}
+
+func desktopCheck(xvfb string, d Desktop) Check {
+	c := Check{Name: "desktop"}
+	switch {
+	case d.Off:
+		c.Status, c.Detail = Skip, "off (worker --desktop off): sessions get no desktop and no computer tool"
+	case xvfb == "":
+		c.Status, c.Detail = Warn, "no Xvfb: sessions get no desktop and no computer tool (unless the worker runs with --desktop on and a DISPLAY)"
+		c.Fix = "install Xvfb and a light window manager (apt-get install xvfb matchbox-window-manager)."
+	case d.Probed && d.Err != nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("Xvfb is installed (%s) but a desktop did not work: %v", xvfb, d.Err)
+		c.Fix = "run Xvfb -displayfd 1 by hand to see why it does not start."
+	case d.Probed:
+		c.Status, c.Detail = OK, "a virtual desktop (Xvfb) starts and the computer tool drives it; window manager: "+orNone(d.WindowManager)
+		if d.WindowManager == "" {
+			c.Detail += " (windows keep the place their programs ask for; apt-get install matchbox-window-manager for one)"
+		}
+	default:
+		c.Status, c.Detail = OK, "Xvfb ("+xvfb+"): sessions get a virtual desktop on first use"
+	}
+	return c
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

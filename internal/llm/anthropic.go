@@ -151,7 +151,15 @@ func anthropicBlocks(m Message) (string, []anthropic.ContentBlockParamUnion) {
 				IsError:   anthropic.Bool(m.IsError),
 			}})
 		}
-		return RoleUser, append(blocks, anthropic.NewToolResultBlock(m.ToolCallID, m.Text, m.IsError))
+		res := anthropic.NewToolResultBlock(m.ToolCallID, m.Text, m.IsError)
+		for _, img := range m.Images {
+			res.OfToolResult.Content = append(res.OfToolResult.Content, anthropic.ToolResultBlockParamContentUnion{
+				OfImage: &anthropic.ImageBlockParam{Source: anthropic.ImageBlockParamSourceUnion{
+					OfBase64: &anthropic.Base64ImageSourceParam{Data: img.Data, MediaType: anthropic.Base64ImageSourceMediaType(img.MediaType)},
+				}},
+			})
+		}
+		return RoleUser, append(blocks, res)
 	default:
 		if m.Text != "" {
 			blocks = append(blocks, anthropic.NewTextBlock(m.Text))

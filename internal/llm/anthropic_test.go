@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -142,5 +143,45 @@ func TestObjectArguments(t *testing.T) {
 		if string(got) != tc.want || !json.Valid(got) {
 			t.Errorf("objectArguments(%q) = %s, want %s", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestAnthropicToolResultImage: a tool result's images reach Anthropic as
+// image blocks of the tool_result, after its text; OpenAI-compatible
+// servers get a line saying the image was left out.
+func TestAnthropicToolResultImage(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t, reply{body: `{"id":"msg_3","type":"message","role":"assistant","model":"m",
+		"content":[{"type":"text","text":"I see it."}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":2}}`})
+	p := newTestProvider(t, Config{Provider: "anthropic", BaseURL: f.url(), Model: "m"})
+	_, err := p.Complete(context.Background(), Request{
+		MaxTokens: 1000,
+		Messages: []Message{
+			{Role: RoleUser, Text: "look"},
+			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "t1", Name: "computer", Arguments: json.RawMessage(`{"action":"screenshot"}`)}}},
+			{Role: RoleTool, ToolCallID: "t1", Text: `{"width":2,"height":1}`, Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}},
+		},
+	})
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	assertJSON(t, "request body", f.requests()[0].body, `{
+		"model": "m",
+		"max_tokens": 1000,
+		"messages": [
+			{"role": "user", "content": [{"type": "text", "text": "look"}]},
+			{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "computer", "input": {"action": "screenshot"}}]},
+			{"role": "user", "content": [
+				{"type": "tool_result", "tool_use_id": "t1", "is_error": false, "content": [
+					{"type": "text", "text": "{\"width\":2,\"height\":1}"},
+					{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}}
+				]}
+			]}
+		]
+	}`)
+	msg := openAIMessage(Message{Role: RoleTool, ToolCallID: "t1", Text: "{}", Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}})
+	b, _ := json.Marshal(msg)
+	if !strings.Contains(string(b), "an image (image/png, 8 bytes base64)") || strings.Contains(string(b), "iVBORw0K") {
+		t.Errorf("OpenAI tool message %s", b)
 	}
 }

@@ -33,6 +33,18 @@ type Message struct {
 	// receives it as is_error; OpenAI-compatible servers have no such flag
 	// and receive the text prefixed with "Error: " instead.
 	IsError bool `json:"is_error,omitempty"`
+	// Images go with a tool result (RoleTool only): Anthropic receives
+	// them as image blocks of the tool_result; OpenAI-compatible tool
+	// messages carry text only, so those servers get a line per image
+	// saying it was left out.
+	Images []Image `json:"images,omitempty"`
+}
+
+// Image is an image of a tool result, base64-encoded.
+type Image struct {
+	// MediaType is image/png, image/jpeg, image/gif or image/webp.
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
 }
 
 // ToolCall is one call of a tool that the model asked for.

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -126,6 +127,9 @@ func openAIMessage(m Message) openai.ChatCompletionMessageParamUnion {
 		text := m.Text
 		if m.IsError && !strings.HasPrefix(strings.ToLower(text), "error") {
 			text = "Error: " + text
+		}
+		for _, img := range m.Images {
+			text += fmt.Sprintf("\n[an image (%s, %d bytes base64) is on the session's transcript; this provider's tool results carry text only]", img.MediaType, len(img.Data))
 		}
 		return openai.ToolMessage(text, m.ToolCallID)
 	default: // RoleUser; validate has rejected the rest

@@ -155,7 +155,7 @@ func startBrowser(c *callEnv) (*browser, error) {
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(profile),
-		chromedp.Flag("headless", "new"),
+
 		chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("no-first-run", true),
@@ -177,6 +177,14 @@ func startBrowser(c *callEnv) (*browser, error) {
 		chromedp.Flag("mute-audio", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.WindowSize(viewportWidth, viewportHeight),
+	}
+	// On the session's desktop the browser is a window a person (and the
+	// computer tool) can see; elsewhere it runs headless.
+	if display := envValue(c.env, "DISPLAY"); display != "" && c.desktop != nil && c.desktop.opts != nil {
+		opts = append(opts, chromedp.Flag("headless", false), chromedp.Flag("window-position", "0,0"),
+			chromedp.Env("DISPLAY="+display, "XAUTHORITY="+envValue(c.env, "XAUTHORITY")))
+	} else {
+		opts = append(opts, chromedp.Flag("headless", "new"))
 	}
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	log := c.log

@@ -119,6 +119,11 @@ func runRecordStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, 
 		return nil, err
 	}
 	path := filepath.Join(dir, name)
+	// The session's desktop when it has one running (the call's
+	// $DISPLAY), else the browser's screen.
+	if display := envValue(c.env, "DISPLAY"); display != "" && c.desktop != nil && c.desktop.opts != nil {
+		return startDesktopRecording(c, display, path)
+	}
 	if display, ok := desktopDisplay(); ok {
 		return startDesktopRecording(c, display, path)
 	}

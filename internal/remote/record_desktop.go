@@ -47,6 +47,7 @@ func startDesktopRecording(c *callEnv, display, path string) (any, error) {
 	out := args[indexOf(args, "-vf"):]
 	r := &desktopRecording{path: path, contentType: ctype, stderr: &tailBuffer{}, exited: make(chan error, 1)}
 	r.cmd = exec.Command("ffmpeg", append(in, out...)...)
+	r.cmd.Env = c.env // XAUTHORITY with the display's cookie
 	r.cmd.Stderr = tailWriter{r.stderr}
 	if r.stdin, err = r.cmd.StdinPipe(); err != nil {
 		return nil, fmt.Errorf("record the display: %w", err)

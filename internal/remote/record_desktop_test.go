@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func TestDesktopRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	t.Cleanup(func() { _ = xvfb.Process.Kill(); _ = xvfb.Wait() })
+	// SIGTERM, not a kill: Xvfb then removes its socket from /tmp/.X11-unix.
+	t.Cleanup(func() { _ = xvfb.Process.Signal(syscall.SIGTERM); _ = xvfb.Wait() })
 	line := make(chan string, 1)
 	go func() {
 		s, _ := bufio.NewReader(r).ReadString('\n')

@@ -83,6 +83,10 @@ type Options struct {
 	// Clock times the waits between reconnect attempts and GiveUpAfter.
 	// Nil means the real clock.
 	Clock clockwork.Clock
+	// Desktop, when set, gives the session a desktop: the computer tool,
+	// and $DISPLAY for its programs. Nil means none (OptionsFromEnv sets
+	// it from api.EnvDesktop).
+	Desktop *DesktopOptions
 }
 
 // OptionsFromEnv builds Options from the spawn contract's variables
@@ -102,6 +106,7 @@ func optionsFromEnv(getenv func(string) string, getwd func() (string, error)) (O
 		ConnectToken: api.EnvConnectToken.Get(getenv),
 		SessionID:    api.EnvSessionID.Get(getenv),
 		StateDir:     api.EnvStateDir.Get(getenv),
+		Desktop:      desktopFromEnv(getenv),
 	}
 	if err := missingSpawnVars(getenv); err != nil {
 		return Options{}, err

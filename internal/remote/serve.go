@@ -58,6 +58,7 @@ func Serve(ctx context.Context, opts Options) error {
 		s.shells.closeAll()
 		s.wg.Wait()
 		s.browser.close()
+		s.desk.close()
 		_ = s.journal.close()
 	}()
 
@@ -145,6 +146,9 @@ type session struct {
 	// uploads waiting for the server's ack.
 	shells  shellSet
 	uploads uploadSet
+	// desk is the session's desktop, started by the first call that
+	// needs a display.
+	desk desktopHost
 
 	mu        sync.Mutex
 	running   map[int64]context.CancelFunc
@@ -212,6 +216,11 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 	} else {
 		s.caps = machine.Detect(ctx)
 	}
+	s.desk = desktopHost{opts: opts.Desktop, log: s.log}
+	s.caps.Desktop = s.desk.available()
+	if !s.caps.Desktop { // the computer tool is offered only with a desktop
+		s.caps.Tools = slices.DeleteFunc(slices.Clone(s.caps.Tools), func(t string) bool { return t == api.ToolComputer })
+	}
 	for seq, f := range st.Done {
 		s.done[seq] = &doneEntry{frame: f}
 	}
@@ -263,6 +272,7 @@ func (s *session) welcome(f api.Frame) {
 	defer s.mu.Unlock()
 	s.env = f.Env
 	s.secrets = f.Secrets
+	s.desk.setSize(f.Desktop)
 	s.secretSet = redact.NewSet(f.Secrets)
 	if err := writeGitCredentials(s.opts.StateDir, f.Secrets); err != nil {
 		s.log.Warn("write the git credential helper", "err", err)
@@ -339,6 +349,7 @@ func (s *session) handleCall(f api.Frame) {
 		defer s.wg.Done()
 		defer cancel()
 		s.waitRestored(ctx) // repositories of a resumed session first
+		env := s.withDisplay(ctx, f.Tool, env)
 		s.runCall(ctx, f, env, set)
 	}()
 }

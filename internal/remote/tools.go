@@ -81,6 +81,8 @@ type callEnv struct {
 	// shells and uploads are the session's, shared by its calls.
 	shells  *shellSet
 	uploads *uploadSet
+	// desktop is the session's desktop (its opts nil when it has none).
+	desktop *desktopHost
 }
 
 func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv {
@@ -98,6 +100,7 @@ func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv
 		browser:  &s.browser,
 		shells:   &s.shells,
 		uploads:  &s.uploads,
+		desktop:  &s.desk,
 	}
 }
 

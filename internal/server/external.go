@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,6 +110,33 @@ func (s *Server) mcpTool(sessionID, tool string) mcp.ToolHandler {
 		if text == "" && len(res.Value) > 0 {
 			text = string(res.Value)
 		}
-		return &mcp.CallToolResult{IsError: !res.OK, Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+		content := []mcp.Content{&mcp.TextContent{Text: text}}
+		if img := computerImage(tool, res); img != nil {
+			// The screenshot as MCP image content, which clients show to
+			// their model as an image rather than as base64 text.
+			var value api.ComputerResult
+			_ = json.Unmarshal(res.Value, &value)
+			value.Image = nil
+			meta, _ := json.Marshal(value)
+			content = []mcp.Content{img, &mcp.TextContent{Text: string(meta)}}
+		}
+		return &mcp.CallToolResult{IsError: !res.OK, Content: content}, nil
 	}
+}
+
+// computerImage is the image of a successful computer call's result, nil
+// for any other.
+func computerImage(tool string, res api.ToolResult) *mcp.ImageContent {
+	if tool != api.ToolComputer || !res.OK {
+		return nil
+	}
+	var v api.ComputerResult
+	if json.Unmarshal(res.Value, &v) != nil || v.Image == nil {
+		return nil
+	}
+	data, err := base64.StdEncoding.DecodeString(v.Image.Data)
+	if err != nil {
+		return nil
+	}
+	return &mcp.ImageContent{Data: data, MIMEType: v.Image.MediaType}
 }

@@ -99,7 +99,7 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.Queu
 	if api.IsFinal(sess.Status) || sess.Status == api.StatusSuspended {
 		return gateway.Welcome{Frame: api.Frame{Type: api.FrameEnd, Reason: sess.Reason}}, nil
 	}
-	return gateway.Welcome{Frame: api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.Snapshot}}, nil
+	return gateway.Welcome{Frame: api.Frame{Type: api.FrameWelcome, SessionID: sess.ID, Env: full.Spec.Env, Secrets: full.Secrets, Restore: restore, Snapshot: c.Snapshot, Desktop: full.Spec.Desktop}}, nil
 }
 
 // Attached counts the remote and starts the session's runner unless its

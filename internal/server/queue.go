@@ -252,14 +252,20 @@ type watchFrom struct {
 	stale bool
 }
 
-// checkQueueOrder validates a new session's priority and
-// limits.max_attempts.
+// checkQueueOrder validates a new session's priority,
+// limits.max_attempts and desktop size.
 func checkQueueOrder(req *api.CreateSessionRequest) error {
 	if req.Priority < api.MinPriority || req.Priority > api.MaxPriority {
 		return errBadRequest("priority must be from %d to %d.", api.MinPriority, api.MaxPriority)
 	}
 	if req.Limits.MaxAttempts < 0 || req.Limits.MaxAttempts > api.MaxAttemptsLimit {
 		return errBadRequest("limits.max_attempts must be from 0 (the outpost's) to %d.", api.MaxAttemptsLimit)
+	}
+	if d := req.Desktop; d != nil {
+		if d.Width < api.MinDesktopSize || d.Width > api.MaxDesktopSize || d.Height < api.MinDesktopSize || d.Height > api.MaxDesktopSize {
+			return errBadRequest("desktop.width and desktop.height must each be from %d to %d pixels; omit desktop for the default 1280×800.",
+				api.MinDesktopSize, api.MaxDesktopSize)
+		}
 	}
 	return nil
 }

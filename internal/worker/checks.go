@@ -35,6 +35,7 @@ func (w *worker) logChecks(ctx context.Context, caps api.Capabilities) {
 		m.Sandbox = w.iso.probe
 	}
 	m.Network.Err = w.netErr
+	m.Desktop.Off = w.desktop == desktopNone && w.opts.Desktop == DesktopOff
 	checks := doctor.MachineChecks(m)
 	w.log.Info("machine checks ('outpost doctor' explains each)", doctor.Summary(checks)...)
 	if failed := doctor.Failures(checks); len(failed) > 0 {

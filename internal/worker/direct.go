@@ -70,6 +70,9 @@ func ServeDirect(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("%w for session %s: %w", errStart, opts.SessionID, err)
 	}
+	if err := w.setupDesktop(); err != nil {
+		return err
+	}
 	caps, err := w.detect(ctx)
 	if err != nil {
 		return err

@@ -222,7 +222,7 @@ func (w *worker) spawn(rc, env []string, id, stateDir string, stdin *os.File, th
 		return &lineWriter{mu: mu, file: logFile, out: w.opts.Stdout, log: w.log, session: id, stream: stream}
 	}
 	cmd := exec.Command(rc[0], rc[1:]...)
-	cmd.Env = env
+	cmd.Env = desktopEnv(env, w.desktop)
 	if w.caps != "" {
 		cmd.Env = append(cmd.Env, machine.EnvCapabilities+"="+w.caps)
 	}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,9 @@ type Options struct {
 	// Isolation keeps session code away from the worker's credentials
 	// (isolate.go). Its zero value runs remotes as the worker's own user.
 	Isolation IsolationOptions
+	// Desktop says whether sessions get a desktop (desktop.go); "" is
+	// DesktopAuto: a virtual one when Xvfb is installed.
+	Desktop DesktopMode
 }
 
 // ErrPlatformMismatch is returned by Run when the outpost's platform is not
@@ -188,6 +192,7 @@ type worker struct {
 	platform string // this machine's platform, e.g. api.PlatformLinux
 	id       *fleet.Identity
 	caps     string // detected capabilities (JSON), passed to remotes
+	desktop  desktopKind
 	info     api.WorkerInfo
 	remotes  *dist.Resolver // the remote build of each session
 	iso      *isolation
@@ -318,6 +323,9 @@ func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, 
 	if p := fleet.OutpostPlatform(o); p != w.platform {
 		return nil, &platformError{outpost: o.Spec.Name, want: p, have: w.platform}
 	}
+	if err := w.setupDesktop(); err != nil {
+		return nil, err
+	}
 	caps, err := w.detect(ctx)
 	if err != nil {
 		return nil, err
@@ -411,6 +419,10 @@ func (w *worker) detect(ctx context.Context) (api.Capabilities, error) {
 		return api.Capabilities{}, err
 	}
 	caps := machine.Detect(ctx)
+	caps.Desktop = w.desktop != desktopNone
+	if !caps.Desktop {
+		caps.Tools = slices.DeleteFunc(caps.Tools, func(t string) bool { return t == api.ToolComputer })
+	}
 	if b, err := json.Marshal(caps); err == nil {
 		w.caps = string(b)
 	}
