@@ -179,10 +179,16 @@ func openTUN(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	// A virtio-net header on every packet lets the device take checksum
+	// offload (see tunLink).
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	if err := setTUNOffload(fd); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TUN offload: %w", err)
 	}
 	return fd, nil
 }
