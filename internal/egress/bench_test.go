@@ -67,6 +67,37 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	}
 }
 
+// BenchmarkEgressDownload reads bulk data from a source on a test host, the
+// direction of a clone or a package download: through the engine from a
+// session namespace, and directly.
+func BenchmarkEgressDownload(b *testing.B) {
+	for _, mode := range []string{"direct", "engine"} {
+		b.Run(mode, func(b *testing.B) {
+			needWorld(b)
+			dial := directDial
+			if mode == "engine" {
+				dial = newNSDialer(b, newSession(b, benchPolicy(), nil).ns).dial
+			}
+			c, err := dial("tcp", hostPort(hostWeb4, 7200))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			buf := make([]byte, 1<<20)
+			b.SetBytes(int64(len(buf)))
+			b.ResetTimer()
+			cpu0 := processCPU(b)
+			for range b.N {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/MiB")
+		})
+	}
+}
+
 // processCPU is the user and system CPU time this process has used.
 func processCPU(b *testing.B) time.Duration {
 	var ru unix.Rusage
