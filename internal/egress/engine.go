@@ -174,7 +174,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 	e.policy.Store(&policyBox{cfg.Policy})
 
 	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	st, link, err := newStack(n.tunFD, func(st *stack.Stack) {
+	st, link, err := newStack(n.tunFD, n.vnetHdr, func(st *stack.Stack) {
 		tcpFwd := tcp.NewForwarder(st, 0, maxHandshakes, e.handleTCP)
 		st.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
 		udpFwd := udp.NewForwarder(st, e.handleUDP)
@@ -204,7 +204,7 @@ func Serve(ctx context.Context, n *Namespace, cfg Config) (*Engine, error) {
 // forwarders up before the first packet can arrive.
 //
 // The caller stops the link (tunLink.shutdown) before it closes the stack.
-func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, *tunLink, error) {
+func newStack(tunFD int, vnetHdr bool, install func(*stack.Stack)) (*stack.Stack, *tunLink, error) {
 	// gVisor logs to stderr on its own, at Info for packets a session can
 	// craft at will (martians); the engine reports what matters through
 	// decisions and its slog logger instead.
@@ -235,7 +235,7 @@ func newStack(tunFD int, install func(*stack.Stack)) (*stack.Stack, *tunLink, er
 		}
 	}
 	install(st)
-	link, err := newTUNLink(tunFD, tunMTU)
+	link, err := newTUNLink(tunFD, tunMTU, vnetHdr)
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("attach TUN device: %w", err)

@@ -44,9 +44,14 @@ var readSizes = []int{128, 256, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}
 // processor goroutine that fdbased makes. TSO stays off: the device's MTU already
 // lets the kernel send 64 KB segments, and a GSO packet would need
 // splitting. Packets written to the session carry an empty header, so the
-// kernel checks their checksums as it did.
+// kernel checks their checksums as it did. Where the kernel refuses the
+// header or the offload, NewNamespace opens a plain device and the link
+// reads and writes bare packets (hdrLen 0).
 type tunLink struct {
 	fd int
+	// hdrLen is the virtio-net header's size: vnetHdrSize, or 0 on a
+	// device opened without one (no offload, each packet alone).
+	hdrLen int
 
 	// stopFD is an eventfd whose counter stops the read loop.
 	// Close-on-exec, unlike the one gVisor's fdbased endpoint makes (and
@@ -66,12 +71,16 @@ var _ stack.LinkEndpoint = (*tunLink)(nil)
 
 // newTUNLink returns a link on the TUN queue fd. The caller keeps fd, calls
 // shutdown before it closes or waits for the stack, and closes fd after.
-func newTUNLink(fd int, mtu uint32) (*tunLink, error) {
+func newTUNLink(fd int, mtu uint32, vnetHdr bool) (*tunLink, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("create eventfd: %w", err)
 	}
-	return &tunLink{fd: fd, mtu: mtu, stopFD: efd}, nil
+	l := &tunLink{fd: fd, mtu: mtu, stopFD: efd}
+	if vnetHdr {
+		l.hdrLen = vnetHdrSize
+	}
+	return l, nil
 }
 
 // shutdown stops the read loop, waits for it and releases the link's
@@ -173,9 +182,16 @@ func (l *tunLink) Wait() { l.wg.Wait() }
 func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 	var hdr [vnetHdrSize]byte
 	views := make([]*buffer.View, len(readSizes))
-	iovecs := make([]unix.Iovec, 1+len(readSizes))
-	iovecs[0] = unix.Iovec{Base: &hdr[0]}
-	iovecs[0].SetLen(len(hdr))
+	// With a header, the first iovec takes it and the views follow.
+	first := 0
+	if l.hdrLen > 0 {
+		first = 1
+	}
+	iovecs := make([]unix.Iovec, first+len(readSizes))
+	if first == 1 {
+		iovecs[0] = unix.Iovec{Base: &hdr[0]}
+		iovecs[0].SetLen(l.hdrLen)
+	}
 	defer func() {
 		for _, v := range views {
 			if v != nil {
@@ -188,8 +204,8 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 			if v == nil {
 				v = buffer.NewViewSize(readSizes[i])
 				views[i] = v
-				iovecs[i+1] = unix.Iovec{Base: v.BasePtr()}
-				iovecs[i+1].SetLen(v.Size())
+				iovecs[first+i] = unix.Iovec{Base: v.BasePtr()}
+				iovecs[first+i].SetLen(v.Size())
 			}
 		}
 		n, errno := rawfile.BlockingReadvUntilStopped(l.stopFD, l.fd, iovecs)
@@ -202,10 +218,10 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 			}
 			return
 		}
-		n -= vnetHdrSize
+		n -= l.hdrLen
 		// A GSO packet cannot arrive while TSO is off; one that did would
 		// be a bundle of segments the stack cannot take as one.
-		if n <= 0 || hdr[vnetHdrGSOType] != 0 {
+		if n <= 0 || (l.hdrLen > 0 && hdr[vnetHdrGSOType] != 0) {
 			continue
 		}
 		var proto tcpip.NetworkProtocolNumber
@@ -244,8 +260,10 @@ func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	written := 0
 	for _, pkt := range pkts.AsSlice() {
 		iovecs := arr[:0]
-		iovecs = append(iovecs, unix.Iovec{Base: &hdr[0]})
-		iovecs[0].SetLen(len(hdr))
+		if l.hdrLen > 0 {
+			iovecs = append(iovecs, unix.Iovec{Base: &hdr[0]})
+			iovecs[0].SetLen(l.hdrLen)
+		}
 		for _, s := range pkt.AsSlices() {
 			if len(s) == 0 {
 				continue

@@ -17,10 +17,43 @@ import (
 // A link that misread the virtio-net header, lost the tail of a packet
 // spread over several read buffers or reused a buffer a queued segment
 // still held would corrupt or stall the stream.
+//
+// Each test runs on a device with the virtio-net header and offload, and
+// on a plain one, as the engine runs where the kernel refuses them.
 func TestBulkKeepsEveryByte(t *testing.T) {
+	bothLinks(t, testBulkKeepsEveryByte)
+}
+
+// bothLinks runs test with and without TUN offload.
+func bothLinks(t *testing.T, test func(t *testing.T, offload bool)) {
+	for _, offload := range []bool{true, false} {
+		name := "offload"
+		if !offload {
+			name = "plain"
+		}
+		t.Run(name, func(t *testing.T) {
+			offloadTUN = offload
+			defer func() { offloadTUN = true }()
+			test(t, offload)
+		})
+	}
+}
+
+// checkLink fails unless s's device is the kind asked for: a kernel that
+// refused the offload would otherwise pass the offload tests on the plain
+// path.
+func checkLink(t *testing.T, s *session, offload bool) {
+	t.Helper()
+	if s.ns.vnetHdr != offload {
+		t.Fatalf("the namespace's TUN device has a virtio-net header: %v, want %v", s.ns.vnetHdr, offload)
+	}
+}
+
+func testBulkKeepsEveryByte(t *testing.T, offload bool) {
 	for _, host := range []netip.Addr{hostWeb4, hostWeb6} {
 		t.Run(host.String(), func(t *testing.T) {
 			s := newSession(t, &testPolicy{prefixes: []netip.Prefix{netip.PrefixFrom(host, host.BitLen())}}, nil)
+			checkLink(t, s, offload)
 			c, err := s.dial("tcp", hostPort(host, 7000))
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +101,12 @@ func TestBulkKeepsEveryByte(t *testing.T) {
 // cross the engine both ways intact (their checksums, too, are left to the
 // device on the way in).
 func TestLargeDatagramsKeepEveryByte(t *testing.T) {
+	bothLinks(t, testLargeDatagramsKeepEveryByte)
+}
+
+func testLargeDatagramsKeepEveryByte(t *testing.T, offload bool) {
 	s := newSession(t, &testPolicy{prefixes: []netip.Prefix{netip.MustParsePrefix("10.99.0.11/32"), netip.MustParsePrefix("fd99::11/128")}}, nil)
+	checkLink(t, s, offload)
 	for _, host := range []netip.Addr{hostWeb4, hostWeb6} {
 		c, err := s.dial("udp", hostPort(host, 7001))
 		if err != nil {
