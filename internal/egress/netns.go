@@ -43,6 +43,9 @@ const (
 type Namespace struct {
 	nsFD  int // the namespace, held open for Path and Start
 	tunFD int // the TUN device's queue, read by the engine
+	// vnetHdr is whether tunFD carries a virtio-net header before each
+	// packet (with checksum offload); false where the kernel refused it.
+	vnetHdr bool
 
 	mu        sync.Mutex // guards the following
 	closed    bool
@@ -242,12 +245,19 @@ func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace: %w", err)
 	}
-	tunFD, err := openTUN(tunName)
+	tunFD, err := openTUN(tunName, offloadTUN)
+	vnetHdr := err == nil && offloadTUN
+	if errors.Is(err, errNoOffload) {
+		// A kernel (or a sandbox's emulated /dev/net/tun) without
+		// virtio-net headers or checksum offload still gets a working
+		// engine, only one that costs more per byte.
+		tunFD, err = openTUN(tunName, false)
+	}
 	if err != nil {
 		unix.Close(nsFD)
 		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
 	}
-	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
+	n := &Namespace{nsFD: nsFD, tunFD: tunFD, vnetHdr: vnetHdr}
 	// Children of a locked thread start in its namespace, so ip configures
 	// this one.
 	script := strings.Join([]string{
@@ -303,13 +313,23 @@ func waitIPv6Ready(ctx context.Context) error {
 	}
 }
 
+// offloadTUN is whether NewNamespace asks for a virtio-net header and
+// checksum offload; tests turn it off to run the engine as it runs where the
+// kernel refuses them.
+var offloadTUN = true
+
+// errNoOffload is openTUN's answer when the device takes no virtio-net
+// header or checksum offload; the device is closed.
+var errNoOffload = errors.New("the TUN device takes no virtio-net header or checksum offload")
+
 // openTUN creates the TUN device name in the calling thread's namespace
-// and returns its queue, non-blocking as the engine reads it. The
-// descriptor is close-on-exec from the moment it exists: set afterwards
-// (gVisor's tun.Open opens it without), a process another goroutine
-// starts in between would inherit it, and with it the session's traffic
-// and a way to write packets into its namespace.
-func openTUN(name string) (int, error) {
+// and returns its queue, non-blocking as the engine reads it, with a
+// virtio-net header and checksum offload when offload is set (see
+// tunLink). The descriptor is close-on-exec from the moment it exists: set
+// afterwards (gVisor's tun.Open opens it without), a process another
+// goroutine starts in between would inherit it, and with it the session's
+// traffic and a way to write packets into its namespace.
+func openTUN(name string, offload bool) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return -1, err
@@ -320,10 +340,25 @@ func openTUN(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if offload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
+		if offload && errors.Is(err, unix.EINVAL) {
+			return -1, fmt.Errorf("%w: TUNSETIFF: %w", errNoOffload, err)
+		}
 		return -1, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	if offload {
+		if err := setTUNOffload(fd); err != nil {
+			// Closing the only queue of a device that is not persistent
+			// removes it, so the name is free for the plain one.
+			unix.Close(fd)
+			return -1, fmt.Errorf("%w: %w", errNoOffload, err)
+		}
 	}
 	return fd, nil
 }

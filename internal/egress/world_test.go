@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 var (
 	worldAddr4   = netip.MustParseAddr("10.99.0.1")
 	hostAllowed4 = netip.MustParseAddr("10.99.0.10") // HTTPS allowed.test
-	hostWeb4     = netip.MustParseAddr("10.99.0.11") // HTTP web.test, TCP echo :7000, UDP echo :7001, sink :7100
+	hostWeb4     = netip.MustParseAddr("10.99.0.11") // HTTP web.test, TCP echo :7000, UDP echo :7001, sink :7100, source :7200
 	hostOther4   = netip.MustParseAddr("10.99.0.12") // HTTPS other.test, HTTP, TCP echo, UDP echo
 	hostDNS4     = netip.MustParseAddr("10.99.0.13") // DNS :53, DoH doh.test :443
 	hostAllowed6 = netip.MustParseAddr("fd99::10")
@@ -225,6 +225,11 @@ func (w *world) startServers() error {
 			return err
 		}
 		go serveSink(sink)
+		source, err := w.listen("tcp", hostPort(a, 7200))
+		if err != nil {
+			return err
+		}
+		go serveSource(source)
 		pc, err := w.listenUDP(hostPort(a, 7001))
 		if err != nil {
 			return err
@@ -268,6 +273,25 @@ func serveSink(ln net.Listener) {
 			defer c.Close()
 			n, _ := io.Copy(io.Discard, c)
 			fmt.Fprintf(c, "%d\n", n)
+		}()
+	}
+}
+
+// serveSource writes zeros to each connection until the client closes it.
+func serveSource(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 1<<20)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
 		}()
 	}
 }
