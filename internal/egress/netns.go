@@ -117,8 +117,8 @@ func JoinNamespace(ctx context.Context, path string) (*Namespace, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// As in NewNamespace, the thread ends in the namespace, locked, and
-		// the runtime discards it.
+		// As in NewNamespace, the thread goes back to its own namespace
+		// before it serves other goroutines (see onThreadIn).
 		runtime.LockOSThread()
 		n, err := joinNamespaceLocked(ctx, ipPath, nsFD)
 		done <- result{n, err}
@@ -133,9 +133,17 @@ func JoinNamespace(ctx context.Context, path string) (*Namespace, error) {
 func joinNamespaceLocked(ctx context.Context, ipPath string, nsFD int) (*Namespace, error) {
 	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		runtime.UnlockOSThread()
 		return nil, fmt.Errorf("open the current network namespace: %w", err)
 	}
 	defer unix.Close(home)
+	defer func() {
+		// Back home and unlocked; a thread that cannot go back ends with
+		// its goroutine.
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
 	var a, b unix.Stat_t
 	if unix.Fstat(home, &a) != nil || unix.Fstat(nsFD, &b) != nil || (a.Dev == b.Dev && a.Ino == b.Ino) {
 		// Never the caller's own namespace: the TUN device's routes would
@@ -152,11 +160,11 @@ func joinNamespaceLocked(ctx context.Context, ipPath string, nsFD int) (*Namespa
 	if other := otherInterfaces(links); len(other) > 0 {
 		return nil, fmt.Errorf("join network namespace: it has interfaces other than lo (%s), which would be ways out the policy does not see", strings.Join(other, ", "))
 	}
-	tunFD, err := openTUN(tunName)
+	tunFD, vnetHdr, err := openSessionTUN()
 	if err != nil {
-		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+		return nil, err
 	}
-	n := &Namespace{nsFD: nsFD, tunFD: tunFD}
+	n := &Namespace{nsFD: nsFD, tunFD: tunFD, vnetHdr: vnetHdr}
 	fail := func(err error) (*Namespace, error) {
 		n.mu.Lock()
 		n.closed, n.tunClosed = true, true
@@ -245,17 +253,10 @@ func newNamespaceLocked(ctx context.Context, ipPath string) (*Namespace, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace: %w", err)
 	}
-	tunFD, err := openTUN(tunName, offloadTUN)
-	vnetHdr := err == nil && offloadTUN
-	if errors.Is(err, errNoOffload) {
-		// A kernel (or a sandbox's emulated /dev/net/tun) without
-		// virtio-net headers or checksum offload still gets a working
-		// engine, only one that costs more per byte.
-		tunFD, err = openTUN(tunName, false)
-	}
+	tunFD, vnetHdr, err := openSessionTUN()
 	if err != nil {
 		unix.Close(nsFD)
-		return nil, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+		return nil, err
 	}
 	n := &Namespace{nsFD: nsFD, tunFD: tunFD, vnetHdr: vnetHdr}
 	// Children of a locked thread start in its namespace, so ip configures
@@ -321,6 +322,24 @@ var offloadTUN = true
 // errNoOffload is openTUN's answer when the device takes no virtio-net
 // header or checksum offload; the device is closed.
 var errNoOffload = errors.New("the TUN device takes no virtio-net header or checksum offload")
+
+// openSessionTUN creates the session's TUN device in the calling thread's
+// namespace: with a virtio-net header and checksum offload where the kernel
+// takes them, else a plain one; the bool says which.
+func openSessionTUN() (int, bool, error) {
+	tunFD, err := openTUN(tunName, offloadTUN)
+	vnetHdr := err == nil && offloadTUN
+	if errors.Is(err, errNoOffload) {
+		// A kernel (or a sandbox's emulated /dev/net/tun) without
+		// virtio-net headers or checksum offload still gets a working
+		// engine, only one that costs more per byte.
+		tunFD, err = openTUN(tunName, false)
+	}
+	if err != nil {
+		return -1, false, fmt.Errorf("create TUN device (is /dev/net/tun there?): %w", err)
+	}
+	return tunFD, vnetHdr, nil
+}
 
 // openTUN creates the TUN device name in the calling thread's namespace
 // and returns its queue, non-blocking as the engine reads it, with a
