@@ -46,14 +46,11 @@ func startDesktop(t *testing.T, w, h int) *Desktop {
 // testWindow is a tiny X client: a white window that turns black at its
 // first button press and records the keys pressed in it.
 type testWindow struct {
-	conn    *xgb.Conn
-	win     xproto.Window
-	clicks  chan xproto.ButtonPressEvent
-	keys    chan xproto.KeyPressEvent
-	mapped  chan struct{}
-	keysyms []xproto.Keysym
-	per     int
-	minCode xproto.Keycode
+	conn   *xgb.Conn
+	win    xproto.Window
+	clicks chan xproto.ButtonPressEvent
+	keys   chan xproto.KeyPressEvent
+	mapped chan struct{}
 }
 
 func openWindow(t *testing.T, d *Desktop, x, y, w, h int) *testWindow {

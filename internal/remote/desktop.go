@@ -62,7 +62,6 @@ type desktopHost struct {
 	requested bool
 	d         *desktop.Desktop
 	comp      *desktop.Computer
-	err       error // why the desktop could not start; retried on the next call
 	closed    bool
 }
 
