@@ -31,7 +31,8 @@ import (
 //
 //   - the holder, OUTPOST-NAME-netns: network "none" (a fresh namespace with
 //     lo only), every capability dropped, a read-only root, a shell that
-//     only waits. The orchestrator reads its host pid from the Engine API,
+//     only waits, run without an init process whatever the daemon's
+//     default. The orchestrator reads its host pid from the Engine API,
 //     checks that /proc/PID is that very process (its command line names the
 //     holder), opens /proc/PID/ns/net, and the guard sets the namespace up
 //     from the host: TUN device, routes, DNS, the gateway's bridge;
@@ -138,12 +139,17 @@ func (b *DockerBackend) NetworkNamespace(ctx context.Context, s Spec) (string, e
 		Entrypoint: []string{"/bin/sh", "-c", holderScript, name},
 		Labels:     labels,
 	}
+	noInit := false
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		ReadonlyRootfs: true,
 		SecurityOpt:    []string{"no-new-privileges"},
 		Resources:      container.Resources{Ulimits: b.opts.Ulimits},
+		// No init process, whatever the daemon's default ("init": true):
+		// under one, the pid the daemon reports is the init's, not the
+		// holder's shell, and startHolder rightly refuses it.
+		Init: &noInit,
 	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
