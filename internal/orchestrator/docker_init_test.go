@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/outpost-sh/outpost/internal/orchestrator/podmantest"
 )
 
 // initDaemon serves the Engine API at upstream (a unix socket path) on a
@@ -107,5 +110,53 @@ func TestDockerHolderUnderDaemonInit(t *testing.T) {
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(info.State.Pid) + "/cmdline")
 	if given.Load() == 0 || strings.HasPrefix(string(cmdline), "/bin/sh\x00") {
 		t.Fatalf("the simulated daemon ran no init (%d creates given one; pid %d runs %q)", given.Load(), info.State.Pid, cmdline)
+	}
+}
+
+// TestDockerCheckRemovesStaleProbes: the probe holder an orchestrator left
+// when it ended during its check is removed by a later check of its
+// outpost's orchestrator; a probe that may still be under way, and another
+// outpost's, are left alone.
+func TestDockerCheckRemovesStaleProbes(t *testing.T) {
+	t.Parallel()
+	outpost := "probeunit-" + strings.ToLower(randomID(t))
+	crashed := newTestBackend(t, DockerOptions{Outpost: outpost})
+	needNetworkEnforcement(t, crashed)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left := Spec{Name: probePrefix + strings.ToLower(randomID(t))}
+	if _, err := crashed.NetworkNamespace(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = crashed.removeHolder(context.WithoutCancel(ctx), left.Name) }()
+	present := func() bool {
+		return slices.Contains(podmantest.Containers(t, LabelOutpost+"="+outpost), holderName(left.Name))
+	}
+
+	young := newTestBackend(t, DockerOptions{Outpost: outpost})
+	if _, err := young.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !present() {
+		t.Fatal("a check removed a probe that may still be under way")
+	}
+	other := newTestBackend(t, DockerOptions{Outpost: outpost + "-other"})
+	other.staleProbeAge = 0
+	if _, err := other.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !present() {
+		t.Fatal("another outpost's check removed the probe")
+	}
+	next := newTestBackend(t, DockerOptions{Outpost: outpost})
+	next.staleProbeAge = 0
+	if _, err := next.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if present() {
+		t.Error("the leftover probe holder is still there after its outpost's next check")
+	}
+	if err := next.EnforcesNetwork(); err != nil {
+		t.Errorf("after removing the leftover: %v", err)
 	}
 }
