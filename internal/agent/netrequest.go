@@ -41,8 +41,10 @@ func networkRequestEvent(now time.Time, seq int64, args json.RawMessage, red *re
 			State: api.NetworkRequestPending}}, true
 }
 
-// redactAll is each of list with secret values redacted.
+// redactAll is each of list, normalized (lower-case) domains, with secret
+// values redacted in any case the agent wrote them.
 func redactAll(red *redact.Set, list []string) []string {
+	red = red.Folded()
 	out := make([]string, len(list))
 	for i, s := range list {
 		out[i] = red.String(s)

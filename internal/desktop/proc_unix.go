@@ -33,6 +33,11 @@ func stopGroup(cmd *exec.Cmd, exited chan struct{}) error {
 }
 
 func procAttr() *syscall.SysProcAttr {
-	// A group of its own: teardown reaches whatever it forked.
-	return &syscall.SysProcAttr{Setpgid: true}
+	// A group of its own: teardown reaches whatever it forked. Being out
+	// of its parent's group, it escapes a kill of that group (a worker or
+	// a process backend killing a remote that did not stop), so it also
+	// ends with the process that started it where the kernel can say so.
+	a := &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(a)
+	return a
 }

@@ -102,6 +102,9 @@ type DockerBackend struct {
 	machines map[string]*dockerMachine
 	holders  map[string]*holder // by machine name: restricted machines' namespaces
 	netErr   error              // why restricted sessions cannot run here; nil when they can
+
+	// staleProbeAge is staleProbeAge but in tests.
+	staleProbeAge time.Duration
 }
 
 // NewDockerBackend makes a backend; it does not contact the API (see Check).
@@ -125,7 +128,8 @@ func NewDockerBackend(opts DockerOptions) (*DockerBackend, error) {
 		return nil, fmt.Errorf("docker backend: create the Engine API client: %w", err)
 	}
 	return &DockerBackend{opts: opts, cli: cli, machines: map[string]*dockerMachine{}, holders: map[string]*holder{},
-		netErr: errors.New("the docker backend has not checked yet whether it can enforce a network policy here")}, nil
+		netErr:        errors.New("the docker backend has not checked yet whether it can enforce a network policy here"),
+		staleProbeAge: staleProbeAge}, nil
 }
 
 func (*DockerBackend) Name() string { return "docker" }

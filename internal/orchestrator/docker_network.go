@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/outpost-sh/outpost/internal/netguard"
@@ -31,7 +32,8 @@ import (
 //
 //   - the holder, OUTPOST-NAME-netns: network "none" (a fresh namespace with
 //     lo only), every capability dropped, a read-only root, a shell that
-//     only waits. The orchestrator reads its host pid from the Engine API,
+//     only waits, run without an init process whatever the daemon's
+//     default. The orchestrator reads its host pid from the Engine API,
 //     checks that /proc/PID is that very process (its command line names the
 //     holder), opens /proc/PID/ns/net, and the guard sets the namespace up
 //     from the host: TUN device, routes, DNS, the gateway's bridge;
@@ -110,9 +112,10 @@ func (b *DockerBackend) checkNetwork(ctx context.Context) error {
 	if err := netguard.Check(ctx); err != nil {
 		return fmt.Errorf("the orchestrator cannot make a network namespace's TUN device here (%w)", err)
 	}
+	b.removeStaleProbes(ctx)
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	probe := Spec{Name: "outpost-netprobe-" + hex.EncodeToString(suffix)}
+	probe := Spec{Name: probePrefix + hex.EncodeToString(suffix)}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -122,6 +125,33 @@ func (b *DockerBackend) checkNetwork(ctx context.Context) error {
 		return fmt.Errorf("the orchestrator cannot enter the network namespace of the daemon's containers (%v)", err)
 	}
 	return nil
+}
+
+// probePrefix names the holders checkNetwork starts to try the daemon.
+const probePrefix = "outpost-netprobe-"
+
+// staleProbeAge is how old a probe's holder must be to be the leftover of
+// an orchestrator that ended during its check (a probe lasts seconds), and
+// not another's probe under way.
+const staleProbeAge = 10 * time.Minute
+
+// removeStaleProbes removes the probe holders that an earlier run of an
+// orchestrator of this outpost left when it ended during its check: they
+// belong to no session, so no teardown ever reaches them, and they would
+// wait forever.
+func (b *DockerBackend) removeStaleProbes(ctx context.Context) {
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelRole+"="+RoleNetns))
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return // the probe that follows says what is wrong with the daemon
+	}
+	for _, c := range list {
+		probe := slices.ContainsFunc(c.Names, func(n string) bool { return strings.HasPrefix(strings.TrimPrefix(n, "/"), probePrefix) })
+		if !probe || c.Labels[LabelSession] != "" || c.Labels[LabelOutpost] != b.opts.Outpost || time.Since(time.Unix(c.Created, 0)) < b.staleProbeAge {
+			continue
+		}
+		_ = b.forceRemove(ctx, c.ID)
+	}
 }
 
 // NetworkNamespace starts the holder of s's machine's network namespace
@@ -138,12 +168,17 @@ func (b *DockerBackend) NetworkNamespace(ctx context.Context, s Spec) (string, e
 		Entrypoint: []string{"/bin/sh", "-c", holderScript, name},
 		Labels:     labels,
 	}
+	noInit := false
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		ReadonlyRootfs: true,
 		SecurityOpt:    []string{"no-new-privileges"},
 		Resources:      container.Resources{Ulimits: b.opts.Ulimits},
+		// No init process, whatever the daemon's default ("init": true):
+		// under one, the pid the daemon reports is the init's, not the
+		// holder's shell, and startHolder rightly refuses it.
+		Init: &noInit,
 	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if cerrdefs.IsConflict(err) {

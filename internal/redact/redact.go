@@ -10,6 +10,7 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -41,14 +42,23 @@ func NewSet(secrets map[string]string) *Set {
 	if len(s.list) == 0 {
 		return nil
 	}
-	sort.Slice(s.list, func(i, j int) bool {
-		a, b := s.list[i], s.list[j]
+	sortSecrets(s.list)
+	return s
+}
+
+// sortSecrets puts the longest values first, so that a secret holding
+// another is redacted whole.
+func sortSecrets(list []secret) {
+	sort.Slice(list, func(i, j int) bool {
+		a, b := list[i], list[j]
 		if len(a.value) != len(b.value) {
 			return len(a.value) > len(b.value)
 		}
-		return bytes.Compare(a.repl, b.repl) < 0
+		if c := bytes.Compare(a.repl, b.repl); c != 0 {
+			return c < 0
+		}
+		return bytes.Compare(a.value, b.value) < 0
 	})
-	return s
 }
 
 // scan replaces every secret in buf. Unless final, it stops at the first
@@ -123,6 +133,25 @@ func (s *Set) String(str string) string {
 	}
 	out, _ := s.scan([]byte(str), true)
 	return string(out)
+}
+
+// Folded is s for text that was lower-cased after a secret may have gone
+// into it, such as a host name, which is normalized to lower case: it
+// redacts each value as it is and in lower case, under the same name, so a
+// secret with capitals is not shown in lower case. A nil s gives nil.
+func (s *Set) Folded() *Set {
+	if s == nil {
+		return nil
+	}
+	f := &Set{list: slices.Clone(s.list), first: s.first}
+	for _, sec := range s.list {
+		if low := bytes.ToLower(sec.value); !bytes.Equal(low, sec.value) {
+			f.list = append(f.list, secret{value: low, repl: sec.repl})
+			f.first[low[0]] = true
+		}
+	}
+	sortSecrets(f.list)
+	return f
 }
 
 // JSON replaces every secret in the strings (and object keys) of a JSON

@@ -119,3 +119,27 @@ func TestRedactJSONUnchanged(t *testing.T) {
 		t.Errorf("nil set = %q", got)
 	}
 }
+
+// TestFolded: a folded set redacts each secret as it is and lower-cased,
+// under its own name; the set it came from is unchanged.
+func TestFolded(t *testing.T) {
+	s := NewSet(map[string]string{"A": "AbC1", "B": "lower", "C": "AbC1xYz"})
+	f := s.Folded()
+	for in, want := range map[string]string{
+		"x.abc1.y":    "x.[REDACTED:A].y",
+		"x.AbC1.y":    "x.[REDACTED:A].y",
+		"abc1xyz.t":   "[REDACTED:C].t",
+		"lower.t":     "[REDACTED:B].t",
+		"abc.nothing": "abc.nothing",
+	} {
+		if got := f.String(in); got != want {
+			t.Errorf("Folded().String(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := s.String("x.abc1.y"); got != "x.abc1.y" {
+		t.Errorf("the original set now redacts lower case: %q", got)
+	}
+	if (*Set)(nil).Folded() != nil {
+		t.Error("a nil set folds to a set")
+	}
+}

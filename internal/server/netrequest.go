@@ -105,10 +105,7 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 	// redacted, as its call's arguments; the policy gets the names as
 	// asked.
 	red := redact.NewSet(sess.Secrets)
-	shown := make([]string, len(req.Domains))
-	for i, d := range req.Domains {
-		shown[i] = red.String(d)
-	}
+	shown := redactDomains(red, req.Domains)
 	view := api.NetworkRequest{ID: strconv.FormatInt(seq, 10), Domains: shown, Reason: red.String(req.Reason), AnsweredBy: p.tokenID}
 	result := api.NetworkAccessResult{RequestID: view.ID, Granted: a.grant, Domains: shown}
 	// own is the session's new policy; keepOwn leaves it as it is.
@@ -242,15 +239,23 @@ func (s *Server) listNetworkRequests(w http.ResponseWriter, r *http.Request) err
 		if err != nil {
 			continue // refused when it was made: never a request
 		}
-		shown := make([]string, len(req.Domains))
-		for i, d := range req.Domains {
-			shown[i] = red.String(d)
-		}
-		out.Items = append(out.Items, api.NetworkRequest{ID: strconv.FormatInt(c.Seq, 10), Domains: shown,
+		out.Items = append(out.Items, api.NetworkRequest{ID: strconv.FormatInt(c.Seq, 10), Domains: redactDomains(red, req.Domains),
 			Reason: red.String(req.Reason), State: api.NetworkRequestPending})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// redactDomains is a request's domains, normalized to lower case, with
+// the session's secret values redacted whatever their case: a secret with
+// capitals that the agent put into a domain is otherwise shown lower-cased.
+func redactDomains(red *redact.Set, domains []string) []string {
+	red = red.Folded()
+	out := make([]string, len(domains))
+	for i, d := range domains {
+		out[i] = red.String(d)
+	}
+	return out
 }
 
 // pendingRequest returns call seq of the session, which must be a

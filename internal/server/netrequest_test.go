@@ -504,3 +504,47 @@ func TestNetworkRequestAcrossReplicas(t *testing.T) {
 		t.Fatalf("policy after the grant through b: %+v", s.Spec.NetworkPolicy)
 	}
 }
+
+// TestNetworkRequestRedactsSecretsInAnyCase: a secret with capitals that
+// the agent put into a requested domain is redacted from what people see
+// of the request (the pending event, the list, the answer), although the
+// domains are shown lower-cased, as rules hold them.
+func TestNetworkRequestRedactsSecretsInAnyCase(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
+	writer := ts.token([]string{api.ScopeSessionsWrite}, "")
+	const secret = "Tok3nXyZ"
+	body := map[string]any{
+		"outpost": "net", "title": "asks", "secrets": map[string]string{"API_TOKEN": secret},
+		"agent": map[string]any{"kind": "script", "steps": []any{
+			map[string]any{"tool": api.ToolNetworkAccessRequest, "args": api.NetworkAccessRequestArgs{
+				Domains: []string{secret + ".leak.test"}, Reason: "The tests fetch fixtures."}},
+			map[string]any{"tool": api.ToolListDir, "args": map[string]any{}},
+		}},
+	}
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", writer, body, &s)
+	id := s.Metadata.SessionID
+	connect(ts, id)
+	leaks := func(what string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if strings.Contains(strings.ToLower(string(b)), strings.ToLower(secret)) {
+			t.Errorf("%s shows the secret: %s", what, b)
+		}
+		if !strings.Contains(string(b), "[REDACTED:API_TOKEN]") {
+			t.Errorf("%s does not say a secret was there: %s", what, b)
+		}
+	}
+	leaks("the pending event", waitPending(ts, id))
+	var list api.NetworkRequestList
+	ts.mustDo(200, "GET", "/v1/sessions/"+id+"/network-requests", writer, nil, &list)
+	leaks("the list of requests", list)
+	var denied api.NetworkRequest
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/network-requests/1/deny", writer, nil, &denied)
+	leaks("the answer", denied)
+	leaks("the answer's event", requestEvents(ts, id)[1])
+	res, _ := toolResult(ts, id, 1)
+	leaks("the result", res)
+}
