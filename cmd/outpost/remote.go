@@ -11,6 +11,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/procguard"
 	"github.com/outpost-sh/outpost/internal/remote"
+	"github.com/outpost-sh/outpost/internal/sockguard"
 )
 
 // NewCmdRemote returns `outpost remote`, whose `serve` is the per-session
@@ -113,6 +114,12 @@ func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
 	// process's environment, where the connect token is.
 	if err := procguard.NotDumpable(); err != nil {
 		logger.Warn("cannot mark the remote not dumpable", "err", err)
+	}
+	// In a restricted session's namespace, close the socket families no
+	// namespace confines before any session code runs; a remote that
+	// cannot starts nothing.
+	if err := sockguard.Apply(); err != nil {
+		return fmt.Errorf("restricted session: %w", err)
 	}
 	if o.SessionFromStdin {
 		// Pre-started by a worker: start-up is done; wait for the session.

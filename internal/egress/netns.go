@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/outpost-sh/outpost/internal/sockguard"
 )
 
 // The namespace's addresses. The TUN device holds .2; the engine answers
@@ -31,7 +33,7 @@ var (
 var tunOpened = func(fd int) {}
 
 const (
-	tunName = "tun0"
+	tunName = sockguard.Interface
 	// tunMTU is large so that bulk transfers cross the TUN device in few
 	// packets; the namespace's traffic never meets a real link.
 	tunMTU = 65000

@@ -141,6 +141,20 @@ type enforcer struct {
 	after func(t *testing.T, id string)
 }
 
+// vsockProbe tries to open an AF_VSOCK socket: vsock=refused when a
+// filter says "permission denied" (a machine without vsock says something
+// else: vsock=other).
+const vsockProbe = `if command -v python3 >/dev/null; then python3 -c '
+import socket
+try:
+    socket.socket(40, socket.SOCK_STREAM)
+    print("vsock=open")
+except PermissionError:
+    print("vsock=refused")
+except OSError as e:
+    print("vsock=other", e)
+'; else echo vsock=untested; fi`
+
 // curlFetch fetches with curl, which the workers' host has.
 func curlFetch(host, port string, secs int) string {
 	return fmt.Sprintf(`curl -s --max-time %d http://%s:%s/`, secs, host, port)
@@ -178,6 +192,10 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, e enforcer) {
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/9999; echo ping >&3; if read -t 3 l <&3; then echo udp=reached; else echo udp=refused; fi'`),
 			execStep(`bash -c 'exec 3<>/dev/udp/` + hostsAddr + `/53; printf "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06denied\x04test\x00\x00\x01\x00\x01" >&3; read -t 3 -N 2 r <&3; echo dns=asked'`),
 			execStep(`getent hosts nothere.test >/dev/null && echo lookup=resolved || echo lookup=refused`),
+			// AF_VSOCK reaches a VM's host from any namespace: the remote's
+			// filter refuses the socket itself. (Images without python3
+			// say so instead.)
+			execStep(vsockProbe),
 			execStep(live),
 		}},
 	})
@@ -202,7 +220,14 @@ func restrictedSession(t *testing.T, c *cluster, hosts *testHosts, e enforcer) {
 	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
 		t.Fatalf("session ended %s/%s: %s\n%s\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out, enforcing.out.String())
 	}
-	for _, want := range []string{"allowed=hello allowed.test", "denied=refused", "raw=refused", "udp=refused", "dns=asked", "lookup=refused", "live=reached"} {
+	wants := []string{"allowed=hello allowed.test", "denied=refused", "raw=refused", "udp=refused", "dns=asked", "lookup=refused", "live=reached"}
+	if e.fetch != nil && strings.HasPrefix(e.fetch("h", "1", 1), "curl") {
+		wants = append(wants, "vsock=refused") // the worker's host has python3
+	}
+	if strings.Contains(out, "vsock=open") || strings.Contains(out, "vsock=other") {
+		t.Errorf("a vsock socket was not refused by the filter:\n%s", out)
+	}
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("the session printed no %q:\n%s", want, out)
 		}
