@@ -28,6 +28,9 @@ type Streamer struct {
 // NewStreamer returns a streamer of d.
 func NewStreamer(d *Desktop) *Streamer { return &Streamer{d: d} }
 
+// Desktop is the desktop s streams.
+func (s *Streamer) Desktop() *Desktop { return s.d }
+
 // Reset makes the next frame a keyframe: every tile.
 func (s *Streamer) Reset() { s.last = nil }
 
