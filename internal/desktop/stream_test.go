@@ -117,3 +117,30 @@ func TestInputReachesWindows(t *testing.T) {
 	default:
 	}
 }
+
+// TestDamageWatchSeesChanges: a window drawn on the screen is reported;
+// an unchanged screen is not.
+func TestDamageWatchSeesChanges(t *testing.T) {
+	t.Parallel()
+	d := startDesktop(t, 320, 240)
+	w, err := d.WatchDamage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	select { // the X server may report the screen once as the watch starts
+	case <-w.Changed():
+	case <-time.After(300 * time.Millisecond):
+	}
+	select {
+	case <-w.Changed():
+		t.Fatal("an unchanged screen reported damage")
+	case <-time.After(300 * time.Millisecond):
+	}
+	openWindow(t, d, 10, 10, 50, 50)
+	select {
+	case <-w.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a new window reported no damage")
+	}
+}

@@ -154,19 +154,26 @@ func (s *session) runInputs(ctx context.Context) {
 	}
 }
 
-// stream sends frames while the server wants them.
+// stream sends frames while the server wants them. With the X server's
+// DAMAGE extension it captures only after the screen changed; without it
+// it polls at the frame rate.
 func (s *session) stream(ctx context.Context) {
 	v := &s.live
+	var st *desktop.Streamer
+	var watch *desktop.DamageWatch
 	defer func() {
+		if watch != nil {
+			watch.Close()
+		}
 		v.mu.Lock()
 		v.running = false
 		v.mu.Unlock()
 	}()
-	var st *desktop.Streamer
 	var next time.Time
+	dirty := true // capture the first frame whatever the damage says
 	for {
 		v.mu.Lock()
-		on, pending, fps := v.on, v.pending, v.fps
+		on, pending, fps, keyframe := v.on, v.pending, v.fps, v.keyframe
 		v.mu.Unlock()
 		if !on {
 			return
@@ -174,13 +181,27 @@ func (s *session) stream(ctx context.Context) {
 		if fps <= 0 || fps > api.DesktopMaxFPS {
 			fps = api.DesktopMaxFPS
 		}
-		wait := time.Until(next)
-		if pending {
-			wait = time.Hour // until the frame is written
-		}
 		d := s.desk.running()
-		if d == nil {
-			wait = min(wait, time.Second) // no desktop yet: look again
+		if d != nil && (st == nil || st.Desktop() != d) {
+			st, dirty = desktop.NewStreamer(d), true
+			if watch != nil {
+				watch.Close()
+			}
+			var err error
+			if watch, err = d.WatchDamage(); err != nil {
+				s.log.Info("the live desktop polls the screen", "reason", err)
+				watch = nil
+			}
+		}
+		var damaged <-chan struct{}
+		wait := time.Until(next)
+		switch {
+		case d == nil:
+			wait = time.Second // no desktop yet: look again
+		case pending:
+			wait = time.Hour // until the frame is written
+		case watch != nil && !dirty && !keyframe:
+			damaged, wait = watch.Changed(), time.Hour
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -189,31 +210,26 @@ func (s *session) stream(ctx context.Context) {
 				t.Stop()
 				return
 			case <-v.wake:
+			case <-damaged:
+				dirty = true
 			case <-t.C:
 			}
 			t.Stop()
 			continue
 		}
-		if d == nil {
-			continue
-		}
 		next = time.Now().Add(time.Second / time.Duration(fps))
-		if st == nil || st.Desktop() != d {
-			st = desktop.NewStreamer(d)
-		}
+		dirty = false
 		v.mu.Lock()
 		if v.keyframe {
 			st.Reset()
 			v.keyframe = false
 		}
-		v.mu.Unlock()
-		f, ok, err := st.Next()
-		v.mu.Lock()
 		v.captures++
 		v.mu.Unlock()
+		f, ok, err := st.Next()
 		if err != nil {
 			s.log.Warn("capture a desktop frame", "err", err)
-			next = time.Now().Add(time.Second)
+			next, dirty = time.Now().Add(time.Second), true
 			continue
 		}
 		if !ok {
