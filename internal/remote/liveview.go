@@ -165,19 +165,20 @@ func (s *session) stream(ctx context.Context) {
 		if watch != nil {
 			watch.Close()
 		}
-		v.mu.Lock()
-		v.running = false
-		v.mu.Unlock()
 	}()
 	var next time.Time
 	dirty := true // capture the first frame whatever the damage says
 	for {
 		v.mu.Lock()
 		on, pending, fps, keyframe := v.on, v.pending, v.fps, v.keyframe
-		v.mu.Unlock()
-		if !on {
+		if !on || ctx.Err() != nil {
+			// Cleared under the lock that on is read under, so a start
+			// that comes now finds the stream stopped and starts another.
+			v.running = false
+			v.mu.Unlock()
 			return
 		}
+		v.mu.Unlock()
 		if fps <= 0 || fps > api.DesktopMaxFPS {
 			fps = api.DesktopMaxFPS
 		}
@@ -207,8 +208,6 @@ func (s *session) stream(ctx context.Context) {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
-				t.Stop()
-				return
 			case <-v.wake:
 			case <-damaged:
 				dirty = true
