@@ -297,6 +297,14 @@ idleLoop:
 	if m := a.msg(api.DesktopMsgError); !strings.Contains(m.Error, api.DesktopMsgTakeControl) {
 		t.Errorf("input without control refused with %q", m.Error)
 	}
+	a.send(api.DesktopMessage{Type: "dance"})
+	if m := a.msg(api.DesktopMsgError); !strings.Contains(m.Error, "unknown message type") {
+		t.Errorf("an unknown message refused with %q", m.Error)
+	}
+	a.send(api.DesktopMessage{Type: api.DesktopMsgInput})
+	if m := a.msg(api.DesktopMsgError); m.Error == "" {
+		t.Errorf("an input message without input: %+v", m)
+	}
 	keyIn := ts.srv.live.FramesIn(id)
 
 	// A program paints the screen: both viewers get the same changed
@@ -384,6 +392,49 @@ idleLoop:
 		want := []string{api.DesktopTakeControl, api.DesktopHandBack}[i%2]
 		if e.Action != want || e.Actor != who.ID || e.Reason == "" {
 			t.Errorf("desktop event %d: %+v, want %s by %s", i, e, want, who.ID)
+		}
+	}
+}
+
+// TestLiveDesktopAuth: the web UI's sign-in cookie stands for a bearer
+// token, only from the server's own origin; a session without a machine
+// answers 503 before any upgrade.
+func TestLiveDesktopAuth(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("la")
+	id := ts.session("la").Metadata.SessionID
+	reader := ts.token([]string{api.ScopeSessionsRead}, "")
+	for _, c := range []struct {
+		name, cookie, bearer, origin string
+		want                         int
+	}{
+		{"cookie", reader, "", "", 503},
+		{"cookie from this origin", reader, "", ts.url, 503},
+		{"cookie from another site", reader, "", "https://evil.example", 403},
+		{"bad cookie", "nope", "", "", 401},
+		{"bearer from another site", "", reader, "https://evil.example", 503}, // no ambient credential
+		{"nothing", "", "", "", 401},
+	} {
+		req, _ := http.NewRequest("GET", ts.url+"/v1/sessions/"+id+"/desktop", nil)
+		if c.cookie != "" {
+			req.AddCookie(&http.Cookie{Name: webTokenCookie, Value: c.cookie})
+		}
+		if c.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+c.bearer)
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.ErrorResponse
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != c.want || e.Error.Message == "" {
+			t.Errorf("%s: %d %q, want %d with a message", c.name, resp.StatusCode, e.Error.Message, c.want)
 		}
 	}
 }
