@@ -45,10 +45,21 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrRefused wraps refusals a viewer caused (input without control,
-// control without sessions.write, control held by another viewer); the
-// message is a sentence for the viewer.
+// ErrRefused matches (errors.Is) the refusals a viewer caused: input
+// without control, control without sessions.write, control held by
+// another viewer, a malformed input. Their message is a sentence for the
+// viewer.
 var ErrRefused = errors.New("refused")
+
+// refusal is a refusal of a viewer's message.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string        { return r.msg }
+func (r *refusal) Is(target error) bool { return target == ErrRefused }
+
+func refused(format string, args ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, args...)}
+}
 
 // sendTimeout bounds one frame to a remote.
 const sendTimeout = 10 * time.Second
@@ -172,7 +183,7 @@ func (h *Hub) Leave(ctx context.Context, v *Viewer) {
 // TakeControl gives v control of its session's desktop.
 func (h *Hub) TakeControl(ctx context.Context, v *Viewer) error {
 	if !v.CanControl {
-		return fmt.Errorf("%w: taking control of the desktop needs a token with the %s scope", ErrRefused, api.ScopeSessionsWrite)
+		return refused("Taking control of the desktop needs a token with the %s scope.", api.ScopeSessionsWrite)
 	}
 	r, err := h.opts.Remote(v.SessionID)
 	if err != nil {
@@ -182,7 +193,7 @@ func (h *Hub) TakeControl(ctx context.Context, v *Viewer) error {
 	s := h.sessions[v.SessionID]
 	if s == nil {
 		h.mu.Unlock()
-		return fmt.Errorf("%w: this viewer has left", ErrRefused)
+		return refused("This viewer has left.")
 	}
 	if s.controller != nil {
 		other := s.controller
@@ -190,7 +201,7 @@ func (h *Hub) TakeControl(ctx context.Context, v *Viewer) error {
 		if other == v {
 			return nil
 		}
-		return fmt.Errorf("%w: token %s has control of the desktop; it must hand back first", ErrRefused, other.Actor)
+		return refused("Token %s has control of the desktop; it must hand back first.", other.Actor)
 	}
 	s.controller = v
 	h.mu.Unlock()
@@ -214,7 +225,7 @@ func (h *Hub) TakeControl(ctx context.Context, v *Viewer) error {
 // HandBack returns control from v to the agent.
 func (h *Hub) HandBack(ctx context.Context, v *Viewer) error {
 	if _, you := h.Controller(v); !you {
-		return fmt.Errorf("%w: this viewer does not have control of the desktop", ErrRefused)
+		return refused("This viewer does not have control of the desktop.")
 	}
 	return h.handBack(ctx, v, fmt.Sprintf("Token %s handed the desktop back to the agent.", v.Actor))
 }
@@ -247,13 +258,13 @@ func (h *Hub) handBack(ctx context.Context, v *Viewer, reason string) error {
 // may.
 func (h *Hub) Input(ctx context.Context, v *Viewer, in api.DesktopInput) error {
 	if !v.CanControl {
-		return fmt.Errorf("%w: input needs a token with the %s scope; this viewer may only watch", ErrRefused, api.ScopeSessionsWrite)
+		return refused("Input needs a token with the %s scope; this viewer may only watch.", api.ScopeSessionsWrite)
 	}
 	if _, you := h.Controller(v); !you {
-		return fmt.Errorf("%w: send %s before input", ErrRefused, api.DesktopMsgTakeControl)
+		return refused("Send %s before input: only the person in control sends input.", api.DesktopMsgTakeControl)
 	}
 	if err := checkInput(in); err != nil {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
+		return refused("Input refused: %v.", err)
 	}
 	r, err := h.opts.Remote(v.SessionID)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -162,12 +163,12 @@ func (s *Server) readViewer(ctx context.Context, ws *websocket.Conn, v *liveview
 			err = s.live.HandBack(ctx, v)
 		case api.DesktopMsgInput:
 			if m.Input == nil {
-				err = errors.New("an input message needs input")
+				err = errors.New("An input message needs its input field.")
 			} else {
 				err = s.live.Input(ctx, v, *m.Input)
 			}
 		default:
-			err = errors.New("unknown message type " + strconvQuote(m.Type) + ": send take_control, hand_back or input")
+			err = fmt.Errorf("Unknown message type %q: send take_control, hand_back or input.", m.Type)
 		}
 		if err != nil {
 			if !errors.Is(err, liveview.ErrRefused) {
@@ -200,5 +201,3 @@ func truncateReason(s string) string {
 	}
 	return s
 }
-
-func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }

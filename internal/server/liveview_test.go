@@ -298,7 +298,7 @@ idleLoop:
 		t.Errorf("input without control refused with %q", m.Error)
 	}
 	a.send(api.DesktopMessage{Type: "dance"})
-	if m := a.msg(api.DesktopMsgError); !strings.Contains(m.Error, "unknown message type") {
+	if m := a.msg(api.DesktopMsgError); !strings.Contains(m.Error, "Unknown message type") {
 		t.Errorf("an unknown message refused with %q", m.Error)
 	}
 	a.send(api.DesktopMessage{Type: api.DesktopMsgInput})
