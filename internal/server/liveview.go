@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -163,12 +162,12 @@ func (s *Server) readViewer(ctx context.Context, ws *websocket.Conn, v *liveview
 			err = s.live.HandBack(ctx, v)
 		case api.DesktopMsgInput:
 			if m.Input == nil {
-				err = errors.New("An input message needs its input field.")
+				err = errBadRequest("An input message needs its input field.")
 			} else {
 				err = s.live.Input(ctx, v, *m.Input)
 			}
 		default:
-			err = fmt.Errorf("Unknown message type %q: send take_control, hand_back or input.", m.Type)
+			err = errBadRequest("Unknown message type %q: send take_control, hand_back or input.", m.Type)
 		}
 		if err != nil {
 			if !errors.Is(err, liveview.ErrRefused) {

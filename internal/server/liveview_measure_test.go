@@ -107,7 +107,7 @@ func TestLiveDesktopMeasure(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // xterm starts
-	for len(v.bytes) > 0 { // frames received before the window
+	for len(v.bytes) > 0 {  // frames received before the window
 		<-v.bytes
 		<-v.tiles
 	}
