@@ -321,7 +321,7 @@ idleLoop:
 	if !bytes.Equal(tileAt(fa, 0, 0).PNG, tileAt(fb, 0, 0).PNG) {
 		t.Errorf("the two viewers got different tiles")
 	}
-	if n := ts.srv.live.FramesIn(id) - keyIn; n < 1 || n > 3 {
+	if n := ts.srv.live.FramesIn(id) - keyIn; n < 1 || n > 5 {
 		t.Errorf("the remote sent %d frames for one change", n)
 	}
 
