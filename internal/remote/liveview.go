@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -102,14 +103,23 @@ func (s *session) handleDesktopControl(f api.Frame) {
 	}
 }
 
+// maxControlWait bounds how long an agent's screen action waits for a
+// person to hand back (a call's own timeout may be shorter); the call then
+// fails and the agent may try again.
+const maxControlWait = 30 * time.Minute
+
 // waitControl waits while a person has control of the desktop.
 func (s *session) waitControl(ctx context.Context) error {
 	s.live.mu.Lock()
 	released := s.live.released
 	s.live.mu.Unlock()
+	t := time.NewTimer(maxControlWait)
+	defer t.Stop()
 	select {
 	case <-released:
 		return nil
+	case <-t.C:
+		return fmt.Errorf("waited %s", maxControlWait)
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
