@@ -104,9 +104,10 @@ type Viewer struct {
 
 	frames chan []byte
 	notes  chan api.DesktopMessage
-	// behind is set when a frame was dropped for this viewer: it takes
-	// only a keyframe next. Guarded by the hub's mu.
-	behind bool
+	// behind is set when a frame was dropped for this viewer (or before
+	// its first): it takes only a keyframe next; asked is set once a
+	// keyframe was asked for it. Guarded by the hub's mu.
+	behind, asked bool
 	hub    *Hub
 }
 
@@ -124,7 +125,7 @@ func (h *Hub) Join(ctx context.Context, sessionID, actor string, canControl bool
 		return nil, err
 	}
 	v := &Viewer{SessionID: sessionID, Actor: actor, CanControl: canControl, hub: h,
-		frames: make(chan []byte, h.opts.Queue), notes: make(chan api.DesktopMessage, 16), behind: true}
+		frames: make(chan []byte, h.opts.Queue), notes: make(chan api.DesktopMessage, 16), behind: true, asked: true}
 	h.mu.Lock()
 	s := h.sessions[sessionID]
 	if s == nil {
@@ -299,18 +300,20 @@ func checkInput(in api.DesktopInput) error {
 }
 
 // Tiles hands a frame of the remote of sessionID to its viewers. msg is
-// copied once, shared by all.
+// copied once, shared by all. A viewer whose queue is full loses the
+// frame and then takes only a keyframe, which is asked for once it has
+// caught up (Caught): asking at once would make every frame a keyframe,
+// for every viewer, while one stays slow.
 func (h *Hub) Tiles(sessionID string, msg []byte) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	s := h.sessions[sessionID]
 	if s == nil {
-		h.mu.Unlock()
 		return
 	}
 	s.framesIn.Add(1)
 	key := len(msg) > 1 && msg[1]&1 != 0
 	b := append([]byte(nil), msg...)
-	needKey := false
 	for v := range s.viewers {
 		if v.behind && !key {
 			continue
@@ -320,12 +323,24 @@ func (h *Hub) Tiles(sessionID string, msg []byte) {
 			v.behind = false
 		default:
 			v.behind = true // it lost tiles: only a keyframe repairs its picture
-			needKey = true
+		}
+		if key {
+			v.asked = false
 		}
 	}
+}
+
+// Caught tells the hub that v's queue is empty: a viewer that lost
+// frames asks for a keyframe now, once.
+func (h *Hub) Caught(v *Viewer) {
+	h.mu.Lock()
+	ask := v.behind && !v.asked && len(v.frames) == 0
+	if ask {
+		v.asked = true
+	}
 	h.mu.Unlock()
-	if needKey {
-		h.keyframe(sessionID)
+	if ask {
+		h.keyframe(v.SessionID)
 	}
 }
 

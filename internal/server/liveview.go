@@ -131,6 +131,7 @@ func (s *Server) desktopView(w http.ResponseWriter, r *http.Request) error {
 			if err := ws.Write(rctx, websocket.MessageBinary, b); err != nil {
 				return nil
 			}
+			s.live.Caught(v)
 		case m := <-v.Notes():
 			if err := writeViewer(rctx, ws, m); err != nil {
 				return nil
