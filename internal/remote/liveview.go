@@ -32,8 +32,8 @@ type liveView struct {
 	fps          int
 	// running is set while the stream's goroutine runs.
 	running bool
-	// pending is set while a frame waits in the outbox.
-	pending bool
+	// pending counts the messages of the last frame still in the outbox.
+	pending int
 	// controlled is set while a person has control; released is closed
 	// when they hand back.
 	controlled bool
@@ -180,7 +180,7 @@ func (s *session) stream(ctx context.Context) {
 	dirty := true // capture the first frame whatever the damage says
 	for {
 		v.mu.Lock()
-		on, pending, fps, keyframe := v.on, v.pending, v.fps, v.keyframe
+		on, pending, fps, keyframe := v.on, v.pending > 0, v.fps, v.keyframe
 		if !on || ctx.Err() != nil {
 			// Cleared under the lock that on is read under, so a start
 			// that comes now finds the stream stopped and starts another.
@@ -244,19 +244,46 @@ func (s *session) stream(ctx context.Context) {
 		if !ok {
 			continue
 		}
+		msgs := splitFrame(f, maxDesktopMessage)
 		v.mu.Lock()
-		v.pending = true
+		v.pending += len(msgs)
 		v.mu.Unlock()
-		s.out.pushDesktop(f.AppendBinary(nil))
+		for _, m := range msgs {
+			s.out.pushDesktop(m)
+		}
 	}
 }
 
 // desktopSent is told that the queued frame left (or was dropped).
 func (s *session) desktopSent() {
 	s.live.mu.Lock()
-	s.live.pending = false
+	s.live.pending = max(0, s.live.pending-1)
 	s.live.mu.Unlock()
 	s.live.poke()
+}
+
+// maxDesktopMessage bounds one message of a frame, well under the
+// gateway's 32 MiB read limit: a keyframe of a large screen full of noise
+// is split into several (only the first marked a keyframe).
+const maxDesktopMessage = 4 << 20
+
+// splitFrame encodes f as messages of at most max bytes each (a single
+// tile larger than that goes alone).
+func splitFrame(f api.DesktopTiles, max int) [][]byte {
+	var out [][]byte
+	part := api.DesktopTiles{Keyframe: f.Keyframe, Width: f.Width, Height: f.Height}
+	size := 0
+	for _, t := range f.Tiles {
+		n := 12 + len(t.PNG)
+		if len(part.Tiles) > 0 && (size+n > max || len(part.Tiles) == 0xffff) {
+			out = append(out, part.AppendBinary(nil))
+			part = api.DesktopTiles{Width: f.Width, Height: f.Height}
+			size = 0
+		}
+		part.Tiles = append(part.Tiles, t)
+		size += n
+	}
+	return append(out, part.AppendBinary(nil))
 }
 
 // liveDisconnected stops the stream and hands control back when the
