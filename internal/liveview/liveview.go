@@ -108,7 +108,7 @@ type Viewer struct {
 	// its first): it takes only a keyframe next; asked is set once a
 	// keyframe was asked for it. Guarded by the hub's mu.
 	behind, asked bool
-	hub    *Hub
+	hub           *Hub
 }
 
 // Frames delivers the stream's frames (api.DesktopTiles messages).
