@@ -108,7 +108,6 @@ type Viewer struct {
 	// its first): it takes only a keyframe next; asked is set once a
 	// keyframe was asked for it. Guarded by the hub's mu.
 	behind, asked bool
-	hub           *Hub
 }
 
 // Frames delivers the stream's frames (api.DesktopTiles messages).
@@ -124,7 +123,7 @@ func (h *Hub) Join(ctx context.Context, sessionID, actor string, canControl bool
 	if err != nil {
 		return nil, err
 	}
-	v := &Viewer{SessionID: sessionID, Actor: actor, CanControl: canControl, hub: h,
+	v := &Viewer{SessionID: sessionID, Actor: actor, CanControl: canControl,
 		frames: make(chan []byte, h.opts.Queue), notes: make(chan api.DesktopMessage, 16), behind: true, asked: true}
 	h.mu.Lock()
 	s := h.sessions[sessionID]
