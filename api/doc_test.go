@@ -95,7 +95,7 @@ func receiverType(e ast.Expr) string {
 
 // notJSON are exported structs that are never JSON: binary gateway
 // messages, and the spawn contract's variable names.
-var notJSON = map[string]bool{"ArtifactChunk": true, "OutputFrame": true, "EnvVar": true, "FrameType": true}
+var notJSON = map[string]bool{"ArtifactChunk": true, "OutputFrame": true, "EnvVar": true, "FrameType": true, "DesktopTiles": true, "DesktopTile": true}
 
 // foreignNames are JSON names another protocol spells: MCP's tools/list
 // answer has inputSchema.

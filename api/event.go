@@ -157,6 +157,12 @@ type Event struct {
 	Count    int64  `json:"count,omitempty"`
 	// Network request events: the request and its state.
 	NetworkRequest *NetworkRequest `json:"network_request,omitempty"`
+
+	// Desktop events (EventDesktop): the Action (DesktopTakeControl,
+	// DesktopHandBack) and the Actor, the id of the API token that took
+	// or handed back control.
+	Action string `json:"action,omitempty"`
+	Actor  string `json:"actor,omitempty"`
 }
 
 // EventList is the answer of GET /v1/sessions/{id}/events.

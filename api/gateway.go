@@ -159,6 +159,10 @@ var FrameTypes = []FrameType{
 	{Name: FrameSuspended, Since: 3, From: SentByRemote},
 	{Name: FrameCheckpoint, Since: 3, From: SentByServer},
 	{Name: FrameCheckpointed, Since: 3, From: SentByRemote},
+	{Name: FrameDesktopStream, Since: 3, From: SentByServer},
+	{Name: FrameDesktopInput, Since: 3, From: SentByServer},
+	{Name: FrameDesktopControl, Since: 3, From: SentByServer},
+	{Name: "desktop_tiles", Binary: true, Since: 3, From: SentByRemote},
 }
 
 // FrameSince returns the version that introduced the JSON frame type name,
@@ -302,6 +306,12 @@ type Frame struct {
 
 	// artifact, artifact_ack
 	Artifact *ArtifactFrame `json:"artifact,omitempty"`
+
+	// desktop_stream, desktop_input, desktop_control
+	DesktopStream *DesktopStream `json:"desktop_stream,omitempty"`
+	DesktopInput  *DesktopInput  `json:"desktop_input,omitempty"`
+	// DesktopControl is DesktopTakeControl or DesktopHandBack.
+	DesktopControl string `json:"desktop_control,omitempty"`
 }
 
 // SnapshotInfo describes a workspace snapshot: a zstd-compressed tar of the

@@ -107,3 +107,24 @@ func TestProtocolVersionSupported(t *testing.T) {
 		t.Error("the server no longer accepts the previous version; a rolling upgrade needs it")
 	}
 }
+
+func TestDesktopTilesRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := DesktopTiles{Keyframe: true, Width: 1280, Height: 800, Tiles: []DesktopTile{
+		{X: 0, Y: 64, W: 64, H: 64, PNG: []byte("png-a")}, {X: 1216, Y: 768, W: 64, H: 32, PNG: []byte("b")},
+	}}
+	b := f.AppendBinary(nil)
+	if !IsDesktopTiles(b) || IsArtifactChunk(b) {
+		t.Fatalf("message kind not recognised")
+	}
+	got, err := ParseDesktopTiles(b)
+	if err != nil || !got.Keyframe || got.Width != 1280 || got.Height != 800 || len(got.Tiles) != 2 ||
+		got.Tiles[1].X != 1216 || string(got.Tiles[0].PNG) != "png-a" || got.Tiles[1].H != 32 {
+		t.Fatalf("round trip = %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{b[:5], b[:len(b)-1], append(b[:len(b):len(b)], 0), {'o', 0, 0, 0, 0, 0, 0, 0}} {
+		if _, err := ParseDesktopTiles(bad); err == nil {
+			t.Errorf("malformed message %q accepted", bad)
+		}
+	}
+}

@@ -313,6 +313,11 @@ type Capabilities struct {
 	// Desktop is whether the remote gives its session a desktop (an X
 	// display, virtual or real) and so serves the computer tool.
 	Desktop bool `json:"desktop,omitempty"`
+	// LiveDesktop is whether the remote streams its desktop to live
+	// viewers and takes a person's input (FrameDesktopStream,
+	// FrameDesktopInput, FrameDesktopControl). A server sends those frames
+	// only to a remote that says so.
+	LiveDesktop bool `json:"live_desktop,omitempty"`
 }
 
 // ToolResult answers a tool call made from outside (POST

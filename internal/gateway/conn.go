@@ -31,6 +31,9 @@ type Conn struct {
 	// frame sent to it carries it, and nothing newer is sent. Until hello
 	// is read it is api.CurrentProtocolVersion.
 	Version api.ProtocolVersion
+	// LiveDesktop is the hello's Capabilities.LiveDesktop: the remote
+	// takes the live desktop's frames.
+	LiveDesktop bool
 	// Gate holds calls back while the session is being suspended.
 	Gate CallGate
 	// Snapshot is what the welcome asked the remote to restore; nil when

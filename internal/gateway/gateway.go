@@ -91,6 +91,10 @@ type Handler interface {
 	// Suspended takes the remote's answer to a suspend or a checkpoint (a
 	// suspended or checkpointed frame, redacted).
 	Suspended(c *Conn, f api.Frame)
+	// DesktopTiles receives a frame of the live desktop (an
+	// api.DesktopTiles binary message); msg is only valid during the
+	// call.
+	DesktopTiles(c *Conn, msg []byte)
 	// Disconnected records that c's connection closed while the session
 	// may go on: not at a server's shutdown, nor when the session's
 	// remote went on through another replica (Conn.Moved).
@@ -161,6 +165,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.Instance, c.Version = hello.Instance, api.ProtocolVersion(hello.V)
+	c.LiveDesktop = hello.Capabilities != nil && hello.Capabilities.LiveDesktop
 	if other := g.otherLiveInstance(ctx, c); other != "" {
 		g.log.Warn("refused a second remote for one session", "session", c.SessionID, "serving", other, "refused", c.Instance, "acceptor", c.AcceptorID)
 		g.handler.Refused(c, other)
@@ -325,6 +330,11 @@ func (g *Gateway) readLoop(ctx context.Context, c *Conn) {
 			}
 			if m.typ == websocket.MessageBinary && api.IsArtifactChunk(*m.buf) {
 				arts.Chunk(ctx, *m.buf)
+				msgBuffers.Put(m.buf)
+				continue
+			}
+			if m.typ == websocket.MessageBinary && api.IsDesktopTiles(*m.buf) {
+				g.handler.DesktopTiles(c, *m.buf)
 				msgBuffers.Put(m.buf)
 				continue
 			}

@@ -51,6 +51,7 @@ func (h *refusingHandler) Artifacts(*Conn) Artifacts                  { h.note("
 func (h *refusingHandler) Restored(context.Context, *Conn, api.Frame) { h.note("restored") }
 func (h *refusingHandler) Suspended(*Conn, api.Frame)                 { h.note("suspended") }
 func (h *refusingHandler) Disconnected(*Conn)                         { h.note("disconnected") }
+func (h *refusingHandler) DesktopTiles(*Conn, []byte)                 {}
 
 // TestRefusedHelloIsNeverAttached: a hello the Handler refuses is answered
 // with an error frame in the remote's version and a policy-violation close;

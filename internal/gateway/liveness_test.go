@@ -62,6 +62,7 @@ func (h *welcomingHandler) Artifacts(*Conn) Artifacts                  { return 
 func (h *welcomingHandler) Restored(context.Context, *Conn, api.Frame) {}
 func (h *welcomingHandler) Suspended(*Conn, api.Frame)                 {}
 func (h *welcomingHandler) Disconnected(*Conn)                         {}
+func (h *welcomingHandler) DesktopTiles(*Conn, []byte)                 {}
 
 type noArtifacts struct{}
 

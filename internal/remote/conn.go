@@ -100,6 +100,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	s.out.setConnected(true)
 	defer func() {
 		s.out.setConnected(false)
+		s.liveDisconnected()
 		cancelConn()
 		c.CloseNow()
 		wg.Wait()
@@ -133,6 +134,12 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 			s.handleSuspend()
 		case api.FrameCheckpoint:
 			s.handleCheckpoint()
+		case api.FrameDesktopStream:
+			s.handleDesktopStream(f)
+		case api.FrameDesktopInput:
+			s.handleDesktopInput(f)
+		case api.FrameDesktopControl:
+			s.handleDesktopControl(f)
 		case api.FrameEnd:
 			s.log.Info("gateway ended the session", "reason", f.Reason)
 			c.Close(websocket.StatusNormalClosure, "session ended")
@@ -200,6 +207,9 @@ func (s *session) writeLoop(ctx context.Context, c *websocket.Conn, bc *batchCon
 			if err != nil {
 				s.out.unpop(it)
 			}
+		} else if it.desktop != nil {
+			err = c.Write(wctx, websocket.MessageBinary, it.desktop)
+			s.desktopSent() // a frame that failed is not sent again: the next one is newer
 		} else if it.frame != nil {
 			err = s.writeFrame(wctx, c, *it.frame)
 			if err != nil {

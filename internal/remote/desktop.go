@@ -118,6 +118,13 @@ func (h *desktopHost) get(ctx context.Context) (*desktop.Desktop, *desktop.Compu
 	return h.d, h.comp, nil
 }
 
+// running returns the desktop when it runs, else nil; it starts nothing.
+func (h *desktopHost) running() *desktop.Desktop {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.d
+}
+
 // close stops a desktop this session started.
 func (h *desktopHost) close() {
 	h.mu.Lock()
@@ -164,6 +171,13 @@ func runComputer(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 	_, comp, err := c.desktop.get(ctx)
 	if err != nil {
 		return nil, err
+	}
+	// A person who took control of the desktop has it until they hand
+	// back: the agent's screen actions wait (up to the call's timeout).
+	if c.waitControl != nil {
+		if err := c.waitControl(ctx); err != nil {
+			return nil, fmt.Errorf("computer: a person has control of the desktop and did not hand it back in time: %w", err)
+		}
 	}
 	return comp.Do(ctx, a)
 }

@@ -27,6 +27,8 @@ type outItem struct {
 	artifact *artifactItem
 	// frame is a JSON notice to send as it is (restored).
 	frame *api.Frame
+	// desktop is a binary frame of the live desktop (api.DesktopTiles).
+	desktop []byte
 	// size is what the item counts against maxBuffered.
 	size int
 }
@@ -152,6 +154,15 @@ func (o *outbox) pushResult(seq int64) {
 func (o *outbox) pushFrame(f api.Frame) {
 	o.mu.Lock()
 	o.items = append(o.items, outItem{frame: &f})
+	o.mu.Unlock()
+	o.signal()
+}
+
+// pushDesktop queues a frame of the live desktop. Its stream queues one
+// at a time (see liveview.go), so it is not counted against maxBuffered.
+func (o *outbox) pushDesktop(msg []byte) {
+	o.mu.Lock()
+	o.items = append(o.items, outItem{desktop: msg})
 	o.mu.Unlock()
 	o.signal()
 }

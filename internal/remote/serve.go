@@ -53,10 +53,12 @@ func Serve(ctx context.Context, opts Options) error {
 	}
 	callCtx, stopCalls := context.WithCancel(ctx)
 	s.callCtx = callCtx
+	s.live.wg.Go(func() { s.runInputs(callCtx) })
 	defer func() {
 		stopCalls()
 		s.shells.closeAll()
 		s.wg.Wait()
+		s.live.wg.Wait()
 		s.browser.close()
 		s.desk.close()
 		_ = s.journal.close()
@@ -147,8 +149,9 @@ type session struct {
 	shells  shellSet
 	uploads uploadSet
 	// desk is the session's desktop, started by the first call that
-	// needs a display.
+	// needs a display; live its live view and takeover (liveview.go).
 	desk desktopHost
+	live liveView
 
 	mu        sync.Mutex
 	running   map[int64]context.CancelFunc
@@ -218,6 +221,8 @@ func newSession(ctx context.Context, opts Options) (*session, error) {
 	}
 	s.desk = desktopHost{opts: opts.Desktop, log: s.log}
 	s.caps.Desktop = s.desk.available()
+	s.caps.LiveDesktop = s.caps.Desktop
+	s.live.init()
 	if !s.caps.Desktop { // the computer tool is offered only with a desktop
 		s.caps.Tools = slices.DeleteFunc(slices.Clone(s.caps.Tools), func(t string) bool { return t == api.ToolComputer })
 	}

@@ -83,6 +83,9 @@ type callEnv struct {
 	uploads *uploadSet
 	// desktop is the session's desktop (its opts nil when it has none).
 	desktop *desktopHost
+	// waitControl waits while a person has control of the desktop; nil
+	// waits for nothing.
+	waitControl func(context.Context) error
 }
 
 func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv {
@@ -101,6 +104,8 @@ func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv
 		shells:   &s.shells,
 		uploads:  &s.uploads,
 		desktop:  &s.desk,
+
+		waitControl: s.waitControl,
 	}
 }
 

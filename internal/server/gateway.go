@@ -118,6 +118,7 @@ func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool)
 	}
 	if run {
 		s.ensureRunner(c.SessionID)
+		s.live.Attached(ctx, c.SessionID) // viewers waiting for this remote
 	}
 	return leave, true
 }
@@ -143,6 +144,9 @@ func (h gatewayHandler) Restored(ctx context.Context, c *gateway.Conn, f api.Fra
 
 // Suspended takes the remote's snapshot for a suspend or checkpoint.
 func (h gatewayHandler) Suspended(c *gateway.Conn, f api.Frame) { h.s.onSuspended(c, f) }
+
+// DesktopTiles hands a frame of the live desktop to its viewers.
+func (h gatewayHandler) DesktopTiles(c *gateway.Conn, msg []byte) { h.s.live.Tiles(c.SessionID, msg) }
 
 // Disconnected records the remote's disconnect on the transcript.
 func (h gatewayHandler) Disconnected(c *gateway.Conn) { h.s.recordDisconnect(c) }

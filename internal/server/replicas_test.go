@@ -232,6 +232,7 @@ func TestReplicas(t *testing.T) {
 	t.Run("HandOverMany", func(t *testing.T) { t.Parallel(); testHandOverMany(t, pg.Database(t)) })
 	t.Run("ForwardOverTLS", func(t *testing.T) { t.Parallel(); testForwardOverTLS(t, pg.Database(t)) })
 	t.Run("SuspendThroughOther", func(t *testing.T) { t.Parallel(); testSuspendThroughOther(t, pg.Database(t)) })
+	t.Run("LiveDesktopThroughOther", func(t *testing.T) { t.Parallel(); testLiveDesktopThroughOther(t, pg.Database(t)) })
 }
 
 // testForwardToOwner: an external tool call, an MCP call and a terminate

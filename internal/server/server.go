@@ -27,6 +27,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
+	"github.com/outpost-sh/outpost/internal/liveview"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/queuefeed"
 	"github.com/outpost-sh/outpost/internal/retention"
@@ -245,6 +246,7 @@ type Server struct {
 	userMessages *gateway.Notifier // wakes llm runners waiting for the user
 	topics       *topics
 	hub          *gateway.Hub
+	live         *liveview.Hub    // the live desktops' viewers (liveview.go)
 	gw           *gateway.Gateway // serves the remotes' connections through hub
 
 	// agents runs the sessions' runners (internal/agent).
@@ -440,6 +442,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		dirLock:      lock,
 	}
 	s.hub = gateway.NewHub()
+	s.live = s.newLiveView()
 	dh, err := newDistHandler(opts)
 	if err != nil {
 		return nil, err
@@ -834,6 +837,7 @@ func (s *Server) routes() http.Handler {
 		mcpH.ServeHTTP(w, r)
 		return nil
 	}), api.ScopeSessionsWrite))
+	mux.HandleFunc("GET "+api.DesktopPath, s.withWebCookie(s.authed(s.toOwner(s.desktopView), api.ScopeSessionsRead)))
 	mux.HandleFunc("POST /internal/v1/sessions/{session}/drop", s.dropHandler)
 
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
