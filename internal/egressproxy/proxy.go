@@ -212,8 +212,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("cannot reach %s: %v", t, err), http.StatusBadGateway)
 		return
 	}
-	tn.addr, tn.rule = addr, rule
-	if !tn.setUp(upstream) {
+	tn.rule = rule
+	if !tn.setUp(upstream, addr) {
 		http.Error(w, "refused by the session's network policy: "+tn.revokedWhy(), http.StatusForbidden)
 		return
 	}
@@ -290,38 +290,53 @@ type denial struct{ why string }
 func (d denial) Error() string { return d.why }
 
 // decide decides t against the session's current policy: the rule that
-// allows it, or a denial.
-func (p *Proxy) decide(id string, t target) (*netpolicy.Matcher, string, error) {
+// allows it, or a denial. byAddr says no hostname rule allows the name,
+// so only its addresses an address rule allows may be dialled (what the
+// pod could reach directly anyway).
+func (p *Proxy) decide(id string, t target) (m *netpolicy.Matcher, rule string, byAddr bool, err error) {
 	s, ok := p.o.Lookup(id)
 	if !ok {
-		return nil, "", denial{"the session is not served here any more"}
+		return nil, "", false, denial{"the session is not served here any more"}
 	}
 	var pol api.NetworkPolicy
 	if s.Policy != nil {
 		pol = *s.Policy
 	}
-	m, err := netpolicy.Compile(pol)
+	m, err = netpolicy.Compile(pol)
 	if err != nil {
-		return nil, "", denial{"the session's network policy is not valid"}
+		return nil, "", false, denial{"the session's network policy is not valid"}
 	}
 	if t.host == "" {
 		rule, ok := m.AllowAddr(t.ip, t.port)
 		if !ok {
-			return nil, "", denial{fmt.Sprintf("no address rule allows %s (an IP literal is allowed only by an ipv4/ipv6 rule)", t)}
+			return nil, "", false, denial{fmt.Sprintf("no address rule allows %s (an IP literal is allowed only by an ipv4/ipv6 rule)", t)}
 		}
-		return m, rule, nil
+		return m, rule, false, nil
 	}
-	rule, ok := m.AllowName(t.host, t.port)
-	if !ok {
-		return nil, "", denial{fmt.Sprintf("no rule allows %s", t)}
+	if rule, ok := m.AllowName(t.host, t.port); ok {
+		return m, rule, false, nil
 	}
-	return m, rule, nil
+	return m, "", true, nil
+}
+
+// recheck decides an open tunnel again.
+func (p *Proxy) recheck(tn *tunnel) error {
+	m, _, byAddr, err := p.decide(tn.id, tn.t)
+	if err != nil || !byAddr {
+		return err
+	}
+	if a := tn.dialled(); a.IsValid() {
+		if _, ok := m.AllowAddr(a, tn.t.port); !ok {
+			return denial{fmt.Sprintf("no rule allows %s at %s", tn.t, a)}
+		}
+	}
+	return nil
 }
 
 // open decides t and dials it: an IP literal as is, a name only at an
 // address the proxy resolved it to.
 func (p *Proxy) open(ctx context.Context, id string, t target) (net.Conn, netip.Addr, string, error) {
-	m, rule, err := p.decide(id, t)
+	m, rule, byAddr, err := p.decide(id, t)
 	if err != nil {
 		return nil, t.ip, "", err
 	}
@@ -330,6 +345,9 @@ func (p *Proxy) open(ctx context.Context, id string, t target) (net.Conn, netip.
 	addrs := []netip.Addr{t.ip}
 	if t.host != "" {
 		addrs, err = p.o.Resolve(ctx, t.host)
+		if err != nil && byAddr {
+			return nil, netip.Addr{}, "", denial{fmt.Sprintf("no rule allows %s", t)}
+		}
 		if err != nil {
 			return nil, netip.Addr{}, "", fmt.Errorf("resolve %s: %w", t.host, err)
 		}
@@ -339,6 +357,15 @@ func (p *Proxy) open(ctx context.Context, id string, t target) (net.Conn, netip.
 	for _, a := range addrs {
 		a = a.Unmap().WithZone("")
 		last = a
+		rule := rule
+		if byAddr {
+			r, ok := m.AllowAddr(a, t.port)
+			if !ok {
+				errs = append(errs, denial{fmt.Sprintf("no rule allows %s", t)})
+				continue
+			}
+			rule = r
+		}
 		if t.host != "" && !p.o.AllowLocal && local(a) {
 			if _, ok := m.AllowAddr(a, t.port); !ok {
 				errs = append(errs, denial{fmt.Sprintf("%s resolves to %s, a local address no address rule allows", t.host, a)})
@@ -354,7 +381,11 @@ func (p *Proxy) open(ctx context.Context, id string, t target) (net.Conn, netip.
 	if len(errs) == 0 {
 		return nil, netip.Addr{}, "", fmt.Errorf("%s has no address", t.host)
 	}
-	if d := (denial{}); len(errs) == len(addrs) && errors.As(errs[0], &d) {
+	var d denial
+	if len(errs) == len(addrs) && errors.As(errs[0], &d) {
+		if byAddr {
+			last = netip.Addr{} // the name's addresses are not the program's business
+		}
 		return nil, last, "", d
 	}
 	return nil, last, "", errors.Join(errs...)
@@ -405,7 +436,7 @@ func (p *Proxy) Recheck(sessionID string) {
 	}
 	p.mu.Unlock()
 	for _, tn := range open {
-		if _, _, err := p.decide(sessionID, tn.t); err != nil {
+		if err := p.recheck(tn); err != nil {
 			p.log.Info("closing a tunnel the session's policy forbids now", "session", sessionID, "target", tn.t, "why", err)
 			tn.revoke("the session's policy no longer allows it: " + err.Error())
 		}

@@ -464,3 +464,25 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("origin-form: %d", resp.StatusCode)
 	}
 }
+
+// TestNameAllowedByAddressRule: a name no hostname rule allows is reached
+// at its addresses an address rule allows (the pod could dial them
+// directly), and at no other.
+func TestNameAllowedByAddressRule(t *testing.T) {
+	t.Parallel()
+	addr, _ := echoServer(t)
+	_, p, _ := net.SplitHostPort(addr)
+	w := newWorld(t, &api.NetworkPolicy{Enabled: true, Allow: []api.NetworkPolicyRule{{IPv4: "127.0.0.1"}}}, nil)
+	resp, _, _ := w.connect("denied.test:"+p, auth(sessionID, secret)) // resolves to 127.0.0.1
+	if resp.StatusCode != 200 {
+		t.Fatalf("a name at an allowed address: %d", resp.StatusCode)
+	}
+	resp, _, _ = w.connect("moved.test:"+p, auth(sessionID, secret)) // resolves to 127.0.0.2
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a name at an address no rule allows: %d", resp.StatusCode)
+	}
+	resp, _, _ = w.connect("nowhere.test:"+p, auth(sessionID, secret)) // does not resolve
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a name that does not resolve: %d", resp.StatusCode)
+	}
+}

@@ -28,7 +28,7 @@ type tunnel struct {
 	out, in atomic.Int64 // bytes client→destination, destination→client
 	last    atomic.Int64 // UnixNano of the last byte moved
 
-	mu      sync.Mutex // guards up (while it is set), client, closed, revoked
+	mu      sync.Mutex // guards up and addr (while they are set), client, closed, revoked
 	client  net.Conn
 	closed  bool
 	revoked string
@@ -36,10 +36,10 @@ type tunnel struct {
 
 // setUp sets the destination connection; false (and it is closed) when
 // the tunnel was closed meanwhile.
-func (tn *tunnel) setUp(c net.Conn) bool {
+func (tn *tunnel) setUp(c net.Conn, addr netip.Addr) bool {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
-	tn.up = c
+	tn.up, tn.addr = c, addr
 	if tn.closed {
 		_ = c.Close()
 	}
@@ -79,6 +79,16 @@ func (tn *tunnel) revokedWhy() string {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
 	return tn.revoked
+}
+
+// dialled is the destination address once dialled.
+func (tn *tunnel) dialled() netip.Addr {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	if tn.up == nil {
+		return netip.Addr{}
+	}
+	return tn.addr
 }
 
 func (tn *tunnel) touch() { tn.last.Store(time.Now().UnixNano()) }

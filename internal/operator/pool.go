@@ -74,7 +74,9 @@ var degradedBackoff = backoff.Policy{Base: 2 * time.Second, Max: 2 * time.Minute
 // poolReconciler reconciles OutpostPools: it keeps one fleet consumer per
 // usable pool and writes the pool's status.
 type poolReconciler struct {
-	kube        client.Client
+	kube client.Client
+	// egress is the egress proxy's registry; nil when none is served.
+	egress      *EgressSessions
 	consumers   *consumers
 	allow       *AllowList
 	defaultURL  string

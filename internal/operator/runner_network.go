@@ -122,6 +122,11 @@ func (sr *sessionRun) policyRefused(ctx context.Context, err error) fleet.Outcom
 // applies it to the running pod); one the pool cannot enforce ends the
 // run. Failing to write it is retried at the next change or poll.
 func (sr *sessionRun) syncPolicy(ctx context.Context) (fleet.Outcome, bool) {
+	if sr.unproxy != nil {
+		// The proxy reads the new policy at each connection; open tunnels
+		// it forbids now are closed.
+		sr.r.cfg.Egress.Changed(sr.id)
+	}
 	err := sr.ensurePolicy(ctx)
 	switch {
 	case err == nil:
