@@ -51,8 +51,12 @@ func TestValidateEgressProxy(t *testing.T) {
 		"credentials": {with(func(e *v1alpha1.EgressProxy) { e.URL = "http://u:hunter2@op:3128" }), "carries credentials"},
 		"path":        {with(func(e *v1alpha1.EgressProxy) { e.URL = "http://op:3128/x" }), "path, query or fragment"},
 		"no peers":    {with(func(e *v1alpha1.EgressProxy) { e.To = nil }), "spec.network.egressProxy: to is empty"},
-		"every pod":   {with(func(e *v1alpha1.EgressProxy) { e.To = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}} }), "egressProxy: to[0]: selects every pod"},
-		"every addr":  {with(func(e *v1alpha1.EgressProxy) { e.To = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}} }), "allows every address"},
+		"every pod": {with(func(e *v1alpha1.EgressProxy) {
+			e.To = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+		}), "egressProxy: to[0]: selects every pod"},
+		"every addr": {with(func(e *v1alpha1.EgressProxy) {
+			e.To = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}}
+		}), "allows every address"},
 		"bad port entry": {with(func(e *v1alpha1.EgressProxy) {
 			e.Ports = []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(70000))}}
 		}), "egressProxy: ports[0]: port 70000"},
