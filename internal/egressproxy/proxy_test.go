@@ -486,3 +486,21 @@ func TestNameAllowedByAddressRule(t *testing.T) {
 		t.Fatalf("a name that does not resolve: %d", resp.StatusCode)
 	}
 }
+
+// TestTunnelClosedAtOnceIsReported: a tunnel the client closes before
+// sending a byte was still allowed and dialled, and says so.
+func TestTunnelClosedAtOnceIsReported(t *testing.T) {
+	t.Parallel()
+	addr, hits := echoServer(t)
+	_, p, _ := net.SplitHostPort(addr)
+	w := newWorld(t, names("allowed.test"), nil)
+	resp, c, _ := w.connect("allowed.test:"+p, auth(sessionID, secret))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	c.Close()
+	w.waitReport(func(d api.NetworkDecision) bool { return d.Decision == api.DecisionAllow && d.Host == "allowed.test" })
+	if hits.Load() != 1 {
+		t.Fatalf("%d connections reached the destination", hits.Load())
+	}
+}

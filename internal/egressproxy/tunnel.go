@@ -114,6 +114,15 @@ func (p *Proxy) connect(w http.ResponseWriter, tn *tunnel) {
 		return
 	}
 	defer tn.close()
+	// From here the connection was allowed and dialled: it is reported as
+	// allowed, with its bytes, however it ends, unless its ClientHello
+	// named another host.
+	fronted := false
+	defer func() {
+		if !fronted {
+			p.report(tn)
+		}
+	}()
 	_ = conn.SetWriteDeadline(time.Now().Add(p.o.HandshakeTimeout))
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
@@ -125,6 +134,7 @@ func (p *Proxy) connect(w http.ResponseWriter, tn *tunnel) {
 	}
 	if tn.t.host != "" {
 		if sni, _ := egress.TLSServerName(first); sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), tn.t.host) {
+			fronted = true
 			p.deny(tn.id, target{host: strings.ToLower(sni), port: tn.t.port}, tn.addr,
 				"the TLS server name "+sni+" is not the tunnel's host "+tn.t.host)
 			return
@@ -137,7 +147,6 @@ func (p *Proxy) connect(w http.ResponseWriter, tn *tunnel) {
 		tn.out.Add(int64(len(first)))
 	}
 	p.splice(tn, brw.Reader)
-	p.report(tn)
 }
 
 // firstBytes reads what the client sends first: a whole TLS record when

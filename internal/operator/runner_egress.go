@@ -38,8 +38,8 @@ func (sr *sessionRun) proxySetup(pool *v1alpha1.OutpostPool) error {
 	sr.proxyURL = u
 	if sr.unproxy == nil {
 		post := func(ctx context.Context, batch []api.NetworkDecision) error {
-			_, err := sr.r.cfg.API.Queue.MachineEvent(ctx, sr.id, api.MachineEventRequest{AcceptorID: sr.r.cfg.AcceptorID,
-				Machine: PodName(sr.id), Backend: backendName, Network: batch})
+			// Decisions only: the server takes no machine step with them.
+			_, err := sr.r.cfg.API.Queue.MachineEvent(ctx, sr.id, api.MachineEventRequest{AcceptorID: sr.r.cfg.AcceptorID, Network: batch})
 			return err
 		}
 		sr.unproxy = sr.r.cfg.Egress.add(sr.id, sr.proxyPass, sr.s.Entry, post, sr.r.cfg.Metrics.EgressDecisions)

@@ -1,0 +1,160 @@
+package operator
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/egressproxy"
+	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/operator/v1alpha1"
+)
+
+// TestRunnerEgressProxy: on a real API server, a pool that names the
+// operator's egress proxy claims a session with a hostname rule; its
+// NetworkPolicy adds egress to the proxy's peers and port and nothing
+// else; its pod reads the proxy URL from the session's Secret under the
+// proxy variables; the credential in that Secret is the one the proxy
+// accepts for the session, and the proxy's decisions reach the session's
+// transcript through the server's API.
+func TestRunnerEgressProxy(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{Network: proxying()})
+	es := NewEgressSessions(testLogger(t))
+	r := e.runner()
+	r.cfg.Egress = es
+	named := e.restrictedSession(api.NetworkPolicyRule{Hostname: "allowed.test"}, api.NetworkPolicyRule{IPv4: "10.1.0.0/16", Ports: []int{443}})
+	c := e.consumer(r, 2)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q, true) }
+	e.startConsumer(c)
+
+	p := e.waitPod(named, "the proxied session's pod", nil)
+	var np networkingv1.NetworkPolicy
+	if !e.get(NetworkPolicyName(named), &np) {
+		t.Fatal("no NetworkPolicy")
+	}
+	eg := np.Spec.Egress
+	if len(eg) != 4 {
+		t.Fatalf("egress %+v, want DNS, control plane, proxy and one address rule", eg)
+	}
+	if len(eg[2].To) != 1 || eg[2].To[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "outpost-system" || portsOf(eg[2].Ports) != "TCP/3128" {
+		t.Errorf("proxy rule %+v", eg[2])
+	}
+	if eg[3].To[0].IPBlock.CIDR != "10.1.0.0/16" {
+		t.Errorf("address rule %+v", eg[3])
+	}
+
+	ct := worker(t, p, DefaultContainerName)
+	for _, n := range []string{"HTTPS_PROXY", "http_proxy", "ALL_PROXY", fleet.EnvEgressProxy} {
+		v := envVar(ct.Env, n)
+		if v == nil || v.ValueFrom == nil || v.ValueFrom.SecretKeyRef == nil || v.ValueFrom.SecretKeyRef.Key != ProxyURLKey {
+			t.Errorf("pod env %s = %+v", n, v)
+		}
+	}
+	if v := envVar(ct.Env, "NO_PROXY"); v == nil || v.Value == "" {
+		t.Errorf("NO_PROXY %+v", v)
+	}
+	var sec corev1.Secret
+	if !e.get(SecretName(named), &sec) {
+		t.Fatal("no Secret")
+	}
+	pu, err := url.Parse(string(sec.Data[ProxyURLKey]))
+	if err != nil || pu.User == nil || pu.User.Username() != named || pu.Host != "outpost-operator.outpost-system.svc:3128" {
+		t.Fatalf("the Secret's proxy URL %q: %v", sec.Data[ProxyURLKey], err)
+	}
+	pw, _ := pu.User.Password()
+	if len(pw) < 32 {
+		t.Errorf("proxy password of %d characters", len(pw))
+	}
+
+	// The proxy accepts that credential, and only for this session.
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	proxy := egressproxy.New(egressproxy.Options{Lookup: es.Lookup, Report: es.Report, AllowLocal: true,
+		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}})
+	es.SetProxy(proxy)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(e.ctx)
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(pctx, ln) }()
+	defer func() { stop(); <-served }()
+	_, port, _ := net.SplitHostPort(echo.Addr().String())
+	connect := func(host, user, pass string) int {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		authz := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+		fmt.Fprintf(c, "CONNECT %s:%s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", host, port, host, authz)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	if got := connect("allowed.test", named, pw); got != 200 {
+		t.Errorf("allowed name with the Secret's credential: %d", got)
+	}
+	if got := connect("denied.test", named, pw); got != http.StatusForbidden {
+		t.Errorf("denied name: %d", got)
+	}
+	if got := connect("allowed.test", named, pw+"x"); got != http.StatusProxyAuthRequired {
+		t.Errorf("wrong password: %d", got)
+	}
+	var lastEvents []api.Event
+	defer func() {
+		if t.Failed() {
+			for _, ev := range lastEvents {
+				t.Logf("event %+v", ev)
+			}
+		}
+	}()
+	e.waitFor("the proxy's decisions on the transcript", func() bool {
+		es.flush(e.ctx) // as Run does each second
+		var allow, deny bool
+		evs := e.events(named)
+		lastEvents = evs
+		for _, ev := range evs {
+			allow = allow || ev.Type == api.EventNetwork && ev.Decision == api.DecisionAllow && ev.Host == "allowed.test"
+			deny = deny || ev.Type == api.EventNetwork && ev.Decision == api.DecisionDeny && ev.Host == "denied.test"
+		}
+		return allow && deny
+	})
+
+	// Once the session is over, the proxy no longer knows it.
+	e.terminate(named)
+	e.waitFor("the run over", func() bool { return !r.running(named) })
+	if got := connect("allowed.test", named, pw); got != http.StatusProxyAuthRequired {
+		t.Errorf("after the session: %d", got)
+	}
+}
