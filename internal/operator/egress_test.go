@@ -242,3 +242,31 @@ func TestEgressSessionsGroupAndPost(t *testing.T) {
 		t.Fatalf("posted for a removed session: %+v", posted)
 	}
 }
+
+// TestProxiedPodKeepsTemplateNoProxy: hosts the template lists in
+// NO_PROXY stay direct; its proxy variables are replaced.
+func TestProxiedPodKeepsTemplateNoProxy(t *testing.T) {
+	t.Parallel()
+	pool := testPool()
+	pool.Spec.Network = proxying()
+	pool.Spec.Worker.Template.Spec.Containers = []corev1.Container{{Name: DefaultContainerName,
+		Env: []corev1.EnvVar{{Name: "NO_PROXY", Value: "builds.example.com, localhost"}, {Name: "HTTPS_PROXY", Value: "http://corp:3128"}}}}
+	claim := restrictedClaim(api.NetworkPolicyRule{Hostname: "a.test"})
+	claim.Status.GatewayURL = "wss://gw.example.com/v1/gateway"
+	c := worker(t, RenderPod(pool, claim, Render{EgressProxy: true}), DefaultContainerName)
+	if v := envVar(c.Env, "NO_PROXY"); v == nil || v.Value != "localhost,127.0.0.1,::1,gw.example.com,builds.example.com" {
+		t.Errorf("NO_PROXY %+v", v)
+	}
+	n := 0
+	for _, e := range c.Env {
+		if e.Name == "HTTPS_PROXY" {
+			n++
+			if e.Value != "" || e.ValueFrom == nil {
+				t.Errorf("the template's HTTPS_PROXY survived: %+v", e)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d HTTPS_PROXY variables", n)
+	}
+}

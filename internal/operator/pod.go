@@ -242,6 +242,14 @@ func workerEnv(env []corev1.EnvVar, pool *v1alpha1.OutpostPool, claim *api.Queue
 	for _, n := range append(slices.Clone(ProxyVars), NoProxyVars...) {
 		owned[n] = true
 	}
+	// The template's NO_PROXY entries are kept (a host its NetworkPolicy
+	// reaches directly, such as a separate host of remote builds).
+	var extraNoProxy []string
+	for _, e := range env {
+		if slices.Contains(NoProxyVars, e.Name) && e.Value != "" {
+			extraNoProxy = append(extraNoProxy, e.Value)
+		}
+	}
 	env = slices.DeleteFunc(slices.Clone(env), func(e corev1.EnvVar) bool { return owned[e.Name] })
 	isolation := slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == api.EnvWorkerIsolation.Name })
 	env = append(env,
@@ -262,7 +270,7 @@ func workerEnv(env []corev1.EnvVar, pool *v1alpha1.OutpostPool, claim *api.Queue
 			env = append(env, corev1.EnvVar{Name: n, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(id)}, Key: ProxyURLKey, Optional: ptr.To(false)}}})
 		}
-		noProxy := noProxyList(claim.Status.GatewayURL)
+		noProxy := noProxyList(claim.Status.GatewayURL, extraNoProxy)
 		for _, n := range NoProxyVars {
 			env = append(env, corev1.EnvVar{Name: n, Value: noProxy})
 		}
@@ -279,12 +287,20 @@ var ProxyVars = []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy
 // NoProxyVars are the variables that list what is reached directly.
 var NoProxyVars = []string{"NO_PROXY", "no_proxy"}
 
-// noProxyList is NO_PROXY of a proxied pod: loopback and the control
-// plane's host, which its NetworkPolicy lets the pod reach directly.
-func noProxyList(gatewayURL string) string {
+// noProxyList is NO_PROXY of a proxied pod: loopback, the control
+// plane's host, which its NetworkPolicy lets the pod reach directly, and
+// the template's entries.
+func noProxyList(gatewayURL string, extra []string) string {
 	list := []string{"localhost", "127.0.0.1", "::1"}
 	if u, err := url.Parse(gatewayURL); err == nil && u.Hostname() != "" {
 		list = append(list, u.Hostname())
+	}
+	for _, x := range extra {
+		for _, h := range strings.Split(x, ",") {
+			if h = strings.TrimSpace(h); h != "" && !slices.Contains(list, h) {
+				list = append(list, h)
+			}
+		}
 	}
 	return strings.Join(list, ",")
 }
