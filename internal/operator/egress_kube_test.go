@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -150,6 +151,37 @@ func TestRunnerEgressProxy(t *testing.T) {
 		}
 		return allow && deny
 	})
+
+	// A policy change reaches the proxy through the queue watch: an open
+	// tunnel the new policy forbids is closed, and the next one refused.
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	fmt.Fprintf(tc, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test\r\nProxy-Authorization: Basic %s\r\n\r\n",
+		port, base64.StdEncoding.EncodeToString([]byte(named+":"+pw)))
+	tbr := bufio.NewReader(tc)
+	if resp, err := http.ReadResponse(tbr, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("open tunnel: %v %v", resp, err)
+	}
+	changed := time.Now()
+	if _, err := e.admin.Sessions.Update(e.ctx, named, api.UpdateSessionRequest{NetworkPolicy: &api.NetworkPolicy{Enabled: true,
+		Allow: []api.NetworkPolicyRule{{Hostname: "other.test"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { _, err := tbr.ReadByte(); closed <- err }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Error("read a byte nobody sent")
+		}
+		t.Logf("the forbidden tunnel closed %v after the PATCH", time.Since(changed).Round(time.Millisecond))
+	case <-e.ctx.Done():
+		t.Fatal("the forbidden tunnel stayed open after the policy change")
+	}
+	e.waitFor("the next connection refused", func() bool { return connect("allowed.test", named, pw) == http.StatusForbidden })
 
 	// Once the session is over, the proxy no longer knows it.
 	e.terminate(named)
