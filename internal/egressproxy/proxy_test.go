@@ -504,3 +504,93 @@ func TestTunnelClosedAtOnceIsReported(t *testing.T) {
 		t.Fatalf("%d connections reached the destination", hits.Load())
 	}
 }
+
+// clientHello returns the first TLS record a client naming sni sends.
+func clientHello(t *testing.T, sni string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() {
+		tc := tls.Client(a, &tls.Config{ServerName: sni, InsecureSkipVerify: true}) //nolint:gosec // only its first bytes are used
+		_ = tc.Handshake()
+	}()
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(b, head); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(head[3])<<8|int(head[4]))
+	if _, err := io.ReadFull(b, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(head, body...)
+}
+
+// TestUnreadableClientHelloRefused: in a tunnel to a name, a ClientHello
+// without SNI, or split across records so that its first holds no whole
+// message (a server would reassemble it and read another name), is
+// refused before a byte reaches the destination.
+func TestUnreadableClientHelloRefused(t *testing.T) {
+	t.Parallel()
+	addr, _ := echoServer(t)
+	_, p, _ := net.SplitHostPort(addr)
+	w := newWorld(t, names("allowed.test"), nil)
+	hello := clientHello(t, "evil.test")
+	body := hello[5:]
+	split := func(b []byte) []byte { return append([]byte{0x16, 3, 1, byte(len(b) >> 8), byte(len(b))}, b...) }
+	for name, first := range map[string][]byte{
+		"no SNI": clientHello(t, ""),
+		"split":  append(split(body[:40]), split(body[40:])...),
+	} {
+		resp, c, br := w.connect("allowed.test:"+p, auth(sessionID, secret))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: CONNECT %d", name, resp.StatusCode)
+		}
+		if _, err := c.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := br.ReadByte(); err == nil {
+			t.Errorf("%s: the destination echoed the ClientHello", name)
+		}
+	}
+	w.waitReport(func(d api.NetworkDecision) bool {
+		return d.Decision == api.DecisionDeny && strings.Contains(d.Rule, "names no server")
+	})
+	// The whole ClientHello naming the host goes through.
+	resp, c, br := w.connect("allowed.test:"+p, auth(sessionID, secret))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %d", resp.StatusCode)
+	}
+	good := clientHello(t, "allowed.test")
+	c.Write(good)
+	got := make([]byte, len(good))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatalf("a ClientHello naming the host: %v", err)
+	}
+}
+
+// TestPlainHTTPHostIsTheURLs: a Host header that differs from the
+// absolute URL's host does not reach the destination.
+func TestPlainHTTPHostIsTheURLs(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(hello))
+	defer srv.Close()
+	p := port(t, srv.URL)
+	w := newWorld(t, names("allowed.test"), nil)
+	c, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://allowed.test:%s/ HTTP/1.1\r\nHost: evil.test\r\nProxy-Authorization: %s\r\n\r\n", p, auth(sessionID, secret))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "hello from allowed.test:"+p {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}

@@ -132,8 +132,17 @@ func (p *Proxy) connect(w http.ResponseWriter, tn *tunnel) {
 	if err != nil {
 		return
 	}
-	if tn.t.host != "" {
-		if sni, _ := egress.TLSServerName(first); sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), tn.t.host) {
+	if tn.t.host != "" && len(first) > 0 {
+		// A ClientHello must name the tunnel's host. One without a name,
+		// or split so that its first record holds no whole ClientHello,
+		// is refused: the server could read another name from it.
+		sni, _ := egress.TLSServerName(first)
+		switch {
+		case sni == "":
+			fronted = true
+			p.deny(tn.id, tn.t, tn.addr, "the TLS ClientHello names no server (SNI), or is split so that it cannot be read")
+			return
+		case !strings.EqualFold(strings.TrimSuffix(sni, "."), tn.t.host):
 			fronted = true
 			p.deny(tn.id, target{host: strings.ToLower(sni), port: tn.t.port}, tn.addr,
 				"the TLS server name "+sni+" is not the tunnel's host "+tn.t.host)
