@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
@@ -34,6 +36,7 @@ import (
 // Defaults of Options' zero values.
 const (
 	DefaultMaxTunnels       = 64
+	DefaultMaxConns         = 4096
 	DefaultDialTimeout      = 10 * time.Second
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultIdleTimeout      = 5 * time.Minute
@@ -70,6 +73,10 @@ type Options struct {
 	// MaxTunnels bounds a session's open tunnels and requests; zero means
 	// DefaultMaxTunnels.
 	MaxTunnels int
+	// MaxConns bounds the client connections open at once, authenticated
+	// or not (each session's are bounded by MaxTunnels too); zero means
+	// DefaultMaxConns. Beyond it new connections wait to be accepted.
+	MaxConns int
 	// DialTimeout bounds resolving and dialling; zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -108,6 +115,9 @@ func New(o Options) *Proxy {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
@@ -145,7 +155,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(netutil.LimitListener(ln, p.o.MaxConns)) }()
 	var err error
 	select {
 	case <-ctx.Done():

@@ -594,3 +594,36 @@ func TestPlainHTTPHostIsTheURLs(t *testing.T) {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestMaxConns: connections past MaxConns wait, unanswered, until one
+// closes; the ones in get answers.
+func TestMaxConns(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, names("allowed.test"), func(o *Options) { o.MaxConns = 1 })
+	first, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first connection is served (a 407 proves it was accepted).
+	io.WriteString(first, "CONNECT allowed.test:1 HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	fbr := bufio.NewReader(first)
+	if resp, err := http.ReadResponse(fbr, nil); err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("first: %v %v", resp, err)
+	}
+	second, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	io.WriteString(second, "CONNECT allowed.test:1 HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	sbr := bufio.NewReader(second)
+	if _, err := sbr.ReadByte(); err == nil {
+		t.Fatal("a connection past MaxConns was answered")
+	}
+	first.Close()
+	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(sbr, nil); err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("second, once the first closed: %v %v", resp, err)
+	}
+}
