@@ -190,3 +190,52 @@ func TestRunnerEgressProxy(t *testing.T) {
 		t.Errorf("after the session: %d", got)
 	}
 }
+
+// TestProxiedChangesWhileServing: a session with address rules only is
+// proxied from the start, so a hostname rule added while it serves works
+// in the same pod; a session claimed unrestricted has no proxy settings,
+// so when its policy gains a hostname rule its pod is ended and the
+// session given back with the reason, never left with names failing.
+func TestProxiedChangesWhileServing(t *testing.T) {
+	t.Parallel()
+	e := newKenv(t, v1alpha1.OutpostPoolSpec{Network: proxying()})
+	es := NewEgressSessions(testLogger(t))
+	r := e.runner()
+	r.cfg.Egress = es
+	addrOnly := e.restrictedSession(api.NetworkPolicyRule{IPv4: "10.1.0.0/16"})
+	open := e.session()
+	c := e.consumer(r, 2)
+	c.NetworkEnforcement = func() error { return nil }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q, true) }
+	e.startConsumer(c)
+	p := e.waitPod(addrOnly, "the address-only session's pod", nil)
+	e.kubelet(r, p, corev1.PodRunning, running())
+	po := e.waitPod(open, "the unrestricted session's pod", nil)
+	e.kubelet(r, po, corev1.PodRunning, running())
+	if v := envVar(worker(t, p, DefaultContainerName).Env, "HTTPS_PROXY"); v == nil {
+		t.Error("a restricted session of a proxied pool has no HTTPS_PROXY")
+	}
+	if v := envVar(worker(t, po, DefaultContainerName).Env, "HTTPS_PROXY"); v != nil {
+		t.Errorf("an unrestricted session has HTTPS_PROXY: %+v", v)
+	}
+
+	set := func(sid string, rules ...api.NetworkPolicyRule) {
+		t.Helper()
+		if _, err := e.admin.Sessions.Update(e.ctx, sid, api.UpdateSessionRequest{NetworkPolicy: &api.NetworkPolicy{Enabled: true, Allow: rules}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(addrOnly, api.NetworkPolicyRule{Hostname: "a.test"})
+	e.waitFor("the proxy sees the new rule", func() bool {
+		s, ok := es.Lookup(addrOnly)
+		return ok && s.Policy != nil && len(s.Policy.Allow) == 1 && s.Policy.Allow[0].Hostname == "a.test"
+	})
+	if cur := e.waitPod(addrOnly, "the same pod", nil); cur.UID != p.UID {
+		t.Errorf("the proxied pod was replaced (%s, was %s)", cur.UID, p.UID)
+	}
+
+	set(open, api.NetworkPolicyRule{Hostname: "a.test"})
+	e.waitGone(PodName(open), &corev1.Pod{})
+	e.waitEvent(open, api.EventMachine, api.MachineStepFailed, "made without the egress proxy")
+	e.waitFor("the session pending again", func() bool { return e.entry(open).Status.Phase == api.PhasePending })
+}
