@@ -30,7 +30,7 @@ const (
 // world is a proxy on loopback with a hosts map for a resolver and one
 // session whose policy a test changes.
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	addr  string
 	hosts map[string][]netip.Addr
@@ -40,7 +40,7 @@ type world struct {
 	reported []api.NetworkDecision
 }
 
-func newWorld(t *testing.T, policy *api.NetworkPolicy, tweak func(*Options)) *world {
+func newWorld(t testing.TB, policy *api.NetworkPolicy, tweak func(*Options)) *world {
 	t.Helper()
 	w := &world{t: t, policy: policy, hosts: map[string][]netip.Addr{
 		"allowed.test": {netip.MustParseAddr("127.0.0.1")},
@@ -174,7 +174,7 @@ func names(hosts ...string) *api.NetworkPolicy {
 func hello(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+r.Host) }
 
 // echoServer echoes each connection and counts them.
-func echoServer(t *testing.T) (string, *atomic.Int64) {
+func echoServer(t testing.TB) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
