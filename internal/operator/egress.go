@@ -36,6 +36,10 @@ type EgressSessions struct {
 }
 
 type egressSession struct {
+	// goneAt is when the run ended: the proxy no longer serves the
+	// session, but the reports of its last tunnels, closed then, are
+	// still taken for a few flushes.
+	goneAt time.Time
 	secret string
 	entry  func() api.QueueEntry
 	post   func(ctx context.Context, batch []api.NetworkDecision) error
@@ -76,7 +80,7 @@ func (es *EgressSessions) Lookup(id string) (egressproxy.Session, bool) {
 	es.mu.Lock()
 	s := es.sessions[id]
 	es.mu.Unlock()
-	if s == nil {
+	if s == nil || !s.goneAt.IsZero() {
 		return egressproxy.Session{}, false
 	}
 	e := s.entry()
@@ -125,9 +129,7 @@ func (es *EgressSessions) add(id, secret string, entry func() api.QueueEntry,
 	es.mu.Unlock()
 	return func() {
 		es.mu.Lock()
-		if es.sessions[id] == s {
-			delete(es.sessions, id)
-		}
+		s.goneAt = time.Now()
 		p := es.proxy
 		es.mu.Unlock()
 		if p != nil {
@@ -169,6 +171,11 @@ func (es *EgressSessions) flush(ctx context.Context) {
 	es.mu.Lock()
 	all := es.pending
 	es.pending = map[string]*egressBatch{}
+	for id, s := range es.sessions {
+		if !s.goneAt.IsZero() && time.Since(s.goneAt) > 3*egressFlushInterval {
+			delete(es.sessions, id)
+		}
+	}
 	es.mu.Unlock()
 	for id, b := range all {
 		batch := make([]api.NetworkDecision, 0, len(b.order))

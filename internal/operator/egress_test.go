@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -236,10 +237,20 @@ func TestEgressSessionsGroupAndPost(t *testing.T) {
 	if _, ok := es.Lookup("ses_1"); ok {
 		t.Fatal("a removed session is still served")
 	}
+	// The last tunnels' reports, which come as they close, still count.
 	es.Report("ses_1", d)
 	es.flush(context.Background())
-	if len(posted) != 1 {
-		t.Fatalf("posted for a removed session: %+v", posted)
+	if len(posted) != 2 || len(posted[1]) != 1 {
+		t.Fatalf("the report of a tunnel closed at the end: %+v", posted)
+	}
+	es.mu.Lock()
+	es.sessions["ses_1"].goneAt = time.Now().Add(-time.Minute)
+	es.mu.Unlock()
+	es.flush(context.Background())
+	es.Report("ses_1", d)
+	es.flush(context.Background())
+	if len(posted) != 2 {
+		t.Fatalf("posted for a session long gone: %+v", posted)
 	}
 }
 
