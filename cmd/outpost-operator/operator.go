@@ -99,6 +99,7 @@ Serves /healthz and /readyz on --health-listen and Prometheus metrics
 	fl.StringArrayVar(&opts.Namespaces, "namespace", nil, "namespace whose pools to serve, repeatable (default every namespace)")
 	fl.StringVar(&opts.MetricsListen, "metrics-listen", ":8080", `address to serve Prometheus metrics on (/metrics); "0" serves none`)
 	fl.StringVar(&opts.HealthListen, "health-listen", ":8081", `address to serve /healthz and /readyz on; "0" serves none`)
+	fl.StringVar(&opts.EgressProxyListen, "egress-proxy-listen", "", `address to serve the egress proxy on, e.g. :3128, which enforces restricted sessions' hostname rules for pools that name it (spec.network.egressProxy); "" serves none`)
 	fl.BoolVar(&opts.LeaderElect, "leader-elect", false, "claim only while holding the leader election Lease (for more than one replica)")
 	fl.StringVar(&opts.LeaderElectionID, "leader-election-id", operator.DefaultLeaderElectionID, "name of the leader election Lease")
 	fl.StringVar(&opts.OperatorNamespace, "operator-namespace", "", "namespace of the Lease and the acceptor id's ConfigMap (default $POD_NAMESPACE, else the service account's, else default)")
@@ -152,7 +153,7 @@ func (o *Options) resolve(fl *pflag.FlagSet) error {
 	if errs := validation.IsDNS1123Subdomain(o.LeaderElectionID); len(errs) > 0 {
 		return usageErrorf("--leader-election-id %q is not a valid Lease name: %s", o.LeaderElectionID, strings.Join(errs, "; "))
 	}
-	for name, addr := range map[string]string{"--metrics-listen": o.MetricsListen, "--health-listen": o.HealthListen} {
+	for name, addr := range map[string]string{"--metrics-listen": o.MetricsListen, "--health-listen": o.HealthListen, "--egress-proxy-listen": o.EgressProxyListen} {
 		if addr == "0" || addr == "" {
 			continue
 		}

@@ -395,3 +395,31 @@ operator: {leaderElect: false}`, "replicaCount > 1 needs operator.leaderElect"},
 		}
 	}
 }
+
+// TestOperatorEgressProxy: off by default; enabled, the operator serves
+// its egress proxy on the port, which the container declares and a
+// Service named for pools' egressProxy.url fronts.
+func TestOperatorEgressProxy(t *testing.T) {
+	t.Parallel()
+	r := render(t, Operator, Options{ReleaseName: "outpost-operator", Namespace: "outpost-system", Values: values(t, "")})
+	_, c := operatorContainer(t, r, "outpost-operator")
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--egress-proxy-listen") {
+			t.Errorf("egress proxy on by default: %q", a)
+		}
+	}
+	r = render(t, Operator, Options{ReleaseName: "outpost-operator", Namespace: "outpost-system", Values: values(t, `
+egressProxy: {enabled: true, port: 3129}
+`)})
+	_, c = operatorContainer(t, r, "outpost-operator")
+	if !slices.Contains(c.Args, "--egress-proxy-listen=:3129") {
+		t.Errorf("args %q", c.Args)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "egress-proxy" && p.ContainerPort == 3129 }) {
+		t.Errorf("ports %+v", c.Ports)
+	}
+	svc := one[*corev1.Service](t, r, "outpost-operator-egress-proxy", "outpost-system")
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 3129 || svc.Spec.Ports[0].TargetPort.StrVal != "egress-proxy" || len(svc.Spec.Selector) == 0 {
+		t.Errorf("service %+v", svc.Spec)
+	}
+}

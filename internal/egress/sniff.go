@@ -271,3 +271,18 @@ func (r *reader) bytes24() ([]byte, bool) {
 	*r = (*r)[3:]
 	return r.take(n)
 }
+
+// MaxClientHello bounds what a caller should buffer before calling
+// TLSServerName: one whole TLS record.
+const MaxClientHello = maxPeek
+
+// TLSServerName reads the server name (SNI) of the TLS ClientHello that b
+// starts with. done is false while b is too short to tell; once done,
+// name is the SNI, or "" when b is not a ClientHello or carries no name.
+func TLSServerName(b []byte) (name string, done bool) {
+	if len(b) > 0 && b[0] != 0x16 {
+		return "", true
+	}
+	name, st := sniffTLS(b)
+	return name, st != sniffMore
+}

@@ -35,6 +35,17 @@ var windowsPassThrough = []string{
 	"NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE",
 }
 
+// EnvEgressProxy, in a consumer's environment, is the proxy URL its
+// remotes must reach names through (a Kubernetes session pod whose
+// NetworkPolicy allows only the operator's egress proxy): the remote gets
+// it as HTTPS_PROXY, HTTP_PROXY, ALL_PROXY (each in both cases), and the
+// consumer's NO_PROXY. Other consumers pass no proxy variable on, so a
+// host's own proxy settings never steer a session's traffic.
+const EnvEgressProxy = "OUTPOST_EGRESS_PROXY"
+
+// proxyVars are the variables EnvEgressProxy becomes.
+var proxyVars = []string{"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"}
+
 // SpawnEnv returns the environment of a remote serving the claimed entry:
 // the spawn contract's variables under their Outpost names (OUTPOST_…,
 // which the remote reads as it reads the public names) and the few system
@@ -59,6 +70,16 @@ func SpawnEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (strin
 	for _, k := range names {
 		if v := getenv(k); v != "" {
 			env = append(env, k+"="+v)
+		}
+	}
+	if proxy := getenv(EnvEgressProxy); proxy != "" {
+		for _, k := range proxyVars {
+			env = append(env, k+"="+proxy)
+		}
+		for _, k := range []string{"NO_PROXY", "no_proxy"} {
+			if v := getenv(k); v != "" {
+				env = append(env, k+"="+v)
+			}
 		}
 	}
 	slices.Sort(env)

@@ -52,3 +52,31 @@ func TestSpawnEnvIsClean(t *testing.T) {
 		t.Errorf("the --ca-file is not passed on in place of the environment's: %q", got)
 	}
 }
+
+// TestSpawnEnvEgressProxy: a host's own proxy variables never reach a
+// remote; the egress proxy its consumer names does, under every name
+// programs read, with the consumer's NO_PROXY.
+func TestSpawnEnvEgressProxy(t *testing.T) {
+	t.Parallel()
+	host := map[string]string{"PATH": "/usr/bin", "HTTPS_PROXY": "http://corp:3128", "NO_PROXY": "gw.example"}
+	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
+	claim := &api.QueueEntry{Metadata: api.QueueMetadata{SessionID: "sess-1"}}
+	for _, kv := range SpawnEnv(claim, "/d", lookup) {
+		if strings.Contains(strings.ToUpper(kv), "PROXY") {
+			t.Errorf("a host proxy variable reached the remote: %q", kv)
+		}
+	}
+	host[EnvEgressProxy] = "http://sess-1:pw@egress:3128"
+	got := SpawnEnv(claim, "/d", lookup)
+	for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"} {
+		if !slices.Contains(got, k+"=http://sess-1:pw@egress:3128") {
+			t.Errorf("%s is not the egress proxy: %q", k, got)
+		}
+	}
+	if !slices.Contains(got, "NO_PROXY=gw.example") {
+		t.Errorf("NO_PROXY not passed on: %q", got)
+	}
+	if slices.Contains(got, EnvEgressProxy+"=http://sess-1:pw@egress:3128") {
+		t.Errorf("%s itself need not reach the remote: %q", EnvEgressProxy, got)
+	}
+}

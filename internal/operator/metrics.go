@@ -17,6 +17,9 @@ type Metrics struct {
 	PodsActive        *prometheus.GaugeVec
 	PodsGivenUp       *prometheus.CounterVec
 	ProvisionSeconds  *prometheus.HistogramVec
+	// EgressDecisions counts the egress proxy's decisions by pool and
+	// decision (allow, deny).
+	EgressDecisions *prometheus.CounterVec
 }
 
 // NewMetrics returns the metrics registered on reg. Metrics already
@@ -47,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
 	}, pool))
 	errs = append(errs, err)
+	m.EgressDecisions, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outpost_operator_egress_decisions_total", Help: "Connections the egress proxy allowed or denied, by decision.",
+	}, []string{"pool", "decision"}))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("register the operator's metrics: %w", err)
 	}
@@ -72,6 +79,7 @@ func (m *Metrics) runner(pool string) RunnerMetrics {
 		PodsActive:       m.PodsActive.WithLabelValues(pool),
 		PodsGivenUp:      m.PodsGivenUp.WithLabelValues(pool),
 		ProvisionSeconds: m.ProvisionSeconds.WithLabelValues(pool),
+		EgressDecisions:  m.EgressDecisions.MustCurryWith(prometheus.Labels{"pool": pool}),
 	}
 }
 
@@ -89,4 +97,5 @@ func (m *Metrics) forget(pool string) {
 		m.ClaimConflicts.MetricVec, m.PodsGivenUp.MetricVec, m.PodsActive.MetricVec, m.ProvisionSeconds.MetricVec} {
 		v.DeleteLabelValues(pool)
 	}
+	m.EgressDecisions.DeletePartialMatch(prometheus.Labels{"pool": pool})
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,10 +26,14 @@ import (
 // its pod is selected by a NetworkPolicy of its own, written before the
 // pod, that allows egress to the cluster's DNS, to the control plane (the
 // pool's spec.network.controlPlane) and to one ipBlock per ipv4/ipv6 rule,
-// nothing else. A NetworkPolicy cannot match a host name, so a policy
-// with hostname rules is refused: the pool does not claim the session and
-// says why (an Event on the pool, its NetworkPolicy condition, a log
-// line). Nothing restricted is ever served open.
+// nothing else. A NetworkPolicy cannot match a host name: where the pool
+// names the operator's egress proxy (spec.network.egressProxy) and the
+// operator serves it, the NetworkPolicy also allows the proxy's peers and
+// port, the pod's proxy variables point there with the session's own
+// credential, and the proxy decides names; elsewhere a policy with
+// hostname rules is refused: the pool does not claim the session and says
+// why (an Event on the pool, its NetworkPolicy condition, a log line).
+// Nothing restricted is ever served open.
 
 // ConditionNetworkPolicy is the pool's condition that says whether it
 // serves restricted sessions: True while it enforces their network
@@ -109,7 +115,62 @@ func ValidateNetwork(n v1alpha1.NetworkSpec) error {
 			return fmt.Errorf("spec.network.dns[%d]: %w", i, err)
 		}
 	}
+	if n.EgressProxy != nil {
+		if err := checkEgressProxy(*n.EgressProxy); err != nil {
+			return fmt.Errorf("spec.network.egressProxy: %w", err)
+		}
+	}
 	return nil
+}
+
+// checkEgressProxy checks the pool's egress proxy settings.
+func checkEgressProxy(e v1alpha1.EgressProxy) error {
+	if _, _, err := proxyEndpoint(e.URL); err != nil {
+		return err
+	}
+	if len(e.To) == 0 {
+		return errors.New("to is empty: name the operator's pods (an empty list would allow every destination)")
+	}
+	for i, p := range e.To {
+		if err := checkPeer(p); err != nil {
+			return fmt.Errorf("to[%d]: %w", i, err)
+		}
+	}
+	for i, p := range e.Ports {
+		if err := checkPort(p); err != nil {
+			return fmt.Errorf("ports[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// proxyEndpoint parses an egress proxy URL: http://host:port, nothing
+// more.
+func proxyEndpoint(raw string) (host string, port int, err error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "", 0, fmt.Errorf("url %q is not a URL", raw)
+	case u.Scheme != "http":
+		return "", 0, fmt.Errorf("url %q: the scheme must be http (the proxy speaks plain HTTP; tunnels carry TLS end to end)", raw)
+	case u.User != nil:
+		return "", 0, fmt.Errorf("url %q carries credentials; each session gets its own, so leave them out", redactURL(u))
+	case u.Hostname() == "" || u.Port() == "":
+		return "", 0, fmt.Errorf("url %q must name a host and a port, as http://outpost-operator.outpost-system.svc:3128", raw)
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
+		return "", 0, fmt.Errorf("url %q has a path, query or fragment; give only http://host:port", raw)
+	}
+	port, err = strconv.Atoi(u.Port())
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("url %q: port %q is not between 1 and 65535", raw, u.Port())
+	}
+	return u.Hostname(), port, nil
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	return c.String()
 }
 
 // checkPeer checks one NetworkPolicy peer of the pool's settings.
@@ -201,9 +262,10 @@ func checkPort(p networkingv1.NetworkPolicyPort) error {
 }
 
 // SessionNetworkRefusal is why the pool will not serve the session of e:
-// nil when e is unrestricted or the pool enforces its policy. It names a
-// hostname rule, which a NetworkPolicy cannot express.
-func SessionNetworkRefusal(pool *v1alpha1.OutpostPool, e *api.QueueEntry) error {
+// nil when e is unrestricted or the pool enforces its policy. A hostname
+// rule needs the pool's egress proxy (spec.network.egressProxy) and an
+// operator that serves it (proxyServed, --egress-proxy-listen).
+func SessionNetworkRefusal(pool *v1alpha1.OutpostPool, e *api.QueueEntry, proxyServed bool) error {
 	if !fleet.Restricted(e) {
 		return nil
 	}
@@ -215,12 +277,30 @@ func SessionNetworkRefusal(pool *v1alpha1.OutpostPool, e *api.QueueEntry) error 
 		return fmt.Errorf("the session's network policy is not valid: %w", err)
 	}
 	for i, r := range p.Allow {
-		if r.Hostname != "" {
+		if r.Hostname == "" {
+			continue
+		}
+		switch {
+		case pool.Spec.Network.EgressProxy == nil:
 			return fmt.Errorf("its network policy has a hostname rule (allow[%d] %q), which a Kubernetes NetworkPolicy cannot express, "+
-				"and this pool enforces address rules only: use ipv4/ipv6 rules, or serve the session from a worker or orchestrator that enforces names", i, r.Hostname)
+				"and this pool names no egress proxy: set spec.network.egressProxy (and run the operator with --egress-proxy-listen) "+
+				"to enforce names through the operator's proxy, or use ipv4/ipv6 rules", i, r.Hostname)
+		case !proxyServed:
+			return fmt.Errorf("its network policy has a hostname rule (allow[%d] %q), and the pool names an egress proxy, "+
+				"but this operator serves none: run it with --egress-proxy-listen", i, r.Hostname)
 		}
 	}
 	return nil
+}
+
+// proxied reports whether the session of e reaches names through the
+// operator's egress proxy: it is restricted, the pool names the proxy and
+// the operator serves it. Every such session gets the proxy, not only
+// those with hostname rules now, so a rule added while it runs works at
+// once; the proxy allows no more than the policy does.
+func proxied(pool *v1alpha1.OutpostPool, e *api.QueueEntry, rd Render) bool {
+	return rd.EgressProxy && fleet.Restricted(e) && pool.Spec.Network.EgressProxy != nil &&
+		pool.Spec.Network.Enforcement == v1alpha1.NetworkEnforcementNetworkPolicy
 }
 
 // RenderNetworkPolicy renders the NetworkPolicy of the session of e, nil
@@ -228,12 +308,13 @@ func SessionNetworkRefusal(pool *v1alpha1.OutpostPool, e *api.QueueEntry) error 
 // labels (which a template cannot override) and allows egress only to the
 // DNS peers on port 53 (UDP and TCP), to the control plane, and, per
 // ipv4/ipv6 rule, to its range over TCP and UDP (on its ports, or every
-// port). It fails as SessionNetworkRefusal does.
+// port), and, where the session is proxied, to the egress proxy. It fails
+// as SessionNetworkRefusal does.
 func RenderNetworkPolicy(pool *v1alpha1.OutpostPool, e *api.QueueEntry, rd Render) (*networkingv1.NetworkPolicy, error) {
 	if !fleet.Restricted(e) {
 		return nil, nil
 	}
-	if err := SessionNetworkRefusal(pool, e); err != nil {
+	if err := SessionNetworkRefusal(pool, e, rd.EgressProxy); err != nil {
 		return nil, err
 	}
 	id := e.Metadata.SessionID
@@ -248,7 +329,18 @@ func RenderNetworkPolicy(pool *v1alpha1.OutpostPool, e *api.QueueEntry, rd Rende
 			port(corev1.ProtocolUDP, dnsPort), port(corev1.ProtocolTCP, dnsPort)}},
 		{To: deepPeers(n.ControlPlane.To), Ports: deepPorts(n.ControlPlane.Ports)},
 	}
+	if proxied(pool, e, rd) {
+		ports := deepPorts(n.EgressProxy.Ports)
+		if len(ports) == 0 {
+			_, pt, _ := proxyEndpoint(n.EgressProxy.URL) // checked by ValidateNetwork
+			ports = []networkingv1.NetworkPolicyPort{port(corev1.ProtocolTCP, pt)}
+		}
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: deepPeers(n.EgressProxy.To), Ports: ports})
+	}
 	for _, r := range p.Allow {
+		if r.Hostname != "" {
+			continue // the egress proxy's
+		}
 		cidr := r.IPv4 + r.IPv6
 		if !strings.Contains(cidr, "/") {
 			// Normalize writes a single address bare; an ipBlock takes a range.

@@ -53,7 +53,7 @@ func TestRunnerNetworkPolicy(t *testing.T) {
 	named := e.restrictedSession(api.NetworkPolicyRule{Hostname: "example.test"})
 	c := e.consumer(r, 3)
 	c.NetworkEnforcement = func() error { return nil }
-	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q, false) }
 	e.startConsumer(c)
 
 	e.waitFor("two pods", func() bool { return len(e.pods()) == 2 })
@@ -209,7 +209,7 @@ func TestRunnerNetworkPolicyFollowsChanges(t *testing.T) {
 	open := e.session()
 	c := e.consumer(r, 2)
 	c.NetworkEnforcement = func() error { return nil }
-	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q, false) }
 	e.startConsumer(c)
 	p := e.waitPod(id, "the restricted session's pod", nil)
 	e.kubelet(r, p, corev1.PodRunning, running())
@@ -277,7 +277,7 @@ func TestRunnerNetworkPolicyWrittenBack(t *testing.T) {
 	id := e.restrictedSession(api.NetworkPolicyRule{IPv4: "10.1.0.0/16"})
 	c := e.consumer(r, 1)
 	c.NetworkEnforcement = func() error { return nil }
-	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q) }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e.getPool(), q, false) }
 	e.startConsumer(c)
 	p := e.waitPod(id, "the pod", nil)
 	e.kubelet(r, p, corev1.PodRunning, running())
@@ -452,7 +452,7 @@ func TestUnrestrictedNeedsNoNetworkPolicyRBAC(t *testing.T) {
 	rid := e2.restrictedSession(api.NetworkPolicyRule{IPv4: "10.0.0.0/8"})
 	c := e2.consumer(r2, 1)
 	c.NetworkEnforcement = func() error { return nil }
-	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e2.getPool(), q) }
+	c.NetworkRefusal = func(q *api.QueueEntry) error { return SessionNetworkRefusal(e2.getPool(), q, false) }
 	e2.startConsumer(c)
 	e2.waitEvent(rid, api.EventMachine, api.MachineStepFailed, "read network policy")
 	if e2.get(PodName(rid), &corev1.Pod{}) {

@@ -108,7 +108,7 @@ func TestValidateNetwork(t *testing.T) {
 	if err := PoolNetworkEnforcement(pool); err == nil || !strings.Contains(err.Error(), "hostNetwork") {
 		t.Errorf("a pool whose pods run on the node's network: %v", err)
 	}
-	if err := SessionNetworkRefusal(pool, restrictedClaim(api.NetworkPolicyRule{IPv4: "10.0.0.1"})); err == nil {
+	if err := SessionNetworkRefusal(pool, restrictedClaim(api.NetworkPolicyRule{IPv4: "10.0.0.1"}), false); err == nil {
 		t.Error("a restricted session accepted by a pool whose pods run on the node's network")
 	}
 	pool.Spec.Worker.Template.Spec.HostNetwork = false
@@ -197,7 +197,7 @@ func TestRenderNetworkPolicy(t *testing.T) {
 	if _, err := RenderNetworkPolicy(pool, names, Render{}); err == nil || !strings.Contains(err.Error(), `allow[1] "*.example.test"`) {
 		t.Errorf("hostname rule: %v", err)
 	}
-	if err := SessionNetworkRefusal(pool, names); err == nil || !strings.Contains(err.Error(), "cannot express") {
+	if err := SessionNetworkRefusal(pool, names, false); err == nil || !strings.Contains(err.Error(), "cannot express") {
 		t.Errorf("hostname rule refusal: %v", err)
 	}
 	// An empty allow list is a policy too: DNS and the control plane only.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +31,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/outpost-sh/outpost/internal/egressproxy"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
@@ -54,6 +57,10 @@ type Options struct {
 	// MetricsListen is the address of the Prometheus metrics (/metrics);
 	// "" or "0" serves none.
 	MetricsListen string
+	// EgressProxyListen is the address the egress proxy is served on
+	// (by the leader only, which serves the sessions); "" or "0" serves
+	// none, and pools' sessions with hostname rules are not claimed.
+	EgressProxyListen string
 	// HealthListen is the address of /healthz and /readyz; "" or "0"
 	// serves none.
 	HealthListen string
@@ -216,7 +223,29 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.Add(cons); err != nil {
 		return err
 	}
-	r := &poolReconciler{
+	var egress *EgressSessions
+	if addr := listenOrOff(o.EgressProxyListen); addr != "0" {
+		egress = NewEgressSessions(log.With("component", "egress-proxy"))
+		proxy := egressproxy.New(egressproxy.Options{Lookup: egress.Lookup, Report: egress.Report, Logger: log.With("component", "egress-proxy")})
+		egress.SetProxy(proxy)
+		// A Runnable that needs leader election: only the leader, which
+		// serves the sessions, listens.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("egress proxy: listen on %s: %w", addr, err)
+			}
+			log.Info("egress proxy listening", "addr", ln.Addr().String())
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = egress.Run(ctx) })
+			err = proxy.Serve(ctx, ln)
+			wg.Wait()
+			return err
+		})); err != nil {
+			return err
+		}
+	}
+	r := &poolReconciler{egress: egress,
 		kube: mgr.GetClient(), consumers: cons, allow: allow, defaultURL: o.DefaultAPIURL, acceptor: acceptor,
 		workerImage: o.WorkerImage, startTimeout: o.PodStartTimeout, http: hc, metrics: metrics, log: log,
 		events: make(chan event.GenericEvent, 1024), state: map[types.UID]*poolState{},

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/operator/v1alpha1"
 )
 
@@ -96,6 +98,10 @@ type Render struct {
 	OutpostID string
 	// WorkerImage is the operator's default worker image.
 	WorkerImage string
+	// EgressProxy says the operator serves the egress proxy: restricted
+	// sessions of a pool that names it (spec.network.egressProxy) reach
+	// names through it.
+	EgressProxy bool
 }
 
 // Labels are the operator's labels of a session's objects.
@@ -216,19 +222,32 @@ func RenderPod(pool *v1alpha1.OutpostPool, claim *api.QueueEntry, rd Render) *co
 		c.Args = slices.Clone(o.Args)
 	}
 	c.WorkingDir = workspaceDir
-	c.Env = workerEnv(c.Env, pool, claim)
+	c.Env = workerEnv(c.Env, pool, claim, proxied(pool, claim, rd))
 	return pod
 }
 
 // workerEnv is the template container's env without the variables the
 // operator owns, then the spawn contract's: the connect token only through
-// a secretKeyRef to the session's Secret.
-func workerEnv(env []corev1.EnvVar, pool *v1alpha1.OutpostPool, claim *api.QueueEntry) []corev1.EnvVar {
+// a secretKeyRef to the session's Secret. A proxied session's proxy
+// variables read its proxy URL from the Secret too; NO_PROXY keeps the
+// control plane (and loopback) off the proxy.
+func workerEnv(env []corev1.EnvVar, pool *v1alpha1.OutpostPool, claim *api.QueueEntry, proxy bool) []corev1.EnvVar {
 	id := claim.Metadata.SessionID
 	owned := map[string]bool{}
 	for _, v := range ownedEnv {
 		for _, n := range v.Names() {
 			owned[n] = true
+		}
+	}
+	for _, n := range append(slices.Clone(ProxyVars), NoProxyVars...) {
+		owned[n] = true
+	}
+	// The template's NO_PROXY entries are kept (a host its NetworkPolicy
+	// reaches directly, such as a separate host of remote builds).
+	var extraNoProxy []string
+	for _, e := range env {
+		if slices.Contains(NoProxyVars, e.Name) && e.Value != "" {
+			extraNoProxy = append(extraNoProxy, e.Value)
 		}
 	}
 	env = slices.DeleteFunc(slices.Clone(env), func(e corev1.EnvVar) bool { return owned[e.Name] })
@@ -246,17 +265,59 @@ func workerEnv(env []corev1.EnvVar, pool *v1alpha1.OutpostPool, claim *api.Queue
 		// The pod is the isolation boundary.
 		env = append(env, corev1.EnvVar{Name: api.EnvWorkerIsolation.Name, Value: "none"})
 	}
+	if proxy {
+		for _, n := range ProxyVars {
+			env = append(env, corev1.EnvVar{Name: n, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(id)}, Key: ProxyURLKey, Optional: ptr.To(false)}}})
+		}
+		noProxy := noProxyList(claim.Status.GatewayURL, extraNoProxy)
+		for _, n := range NoProxyVars {
+			env = append(env, corev1.EnvVar{Name: n, Value: noProxy})
+		}
+	}
 	return env
 }
 
+// ProxyVars are the variables a proxied session's pod gets its proxy URL
+// in: the names curl, Go, Python, Node's agents and git read.
+// EnvEgressProxy (the last) tells the worker to pass them on to the
+// session's remote, whose environment is otherwise clean.
+var ProxyVars = []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy", fleet.EnvEgressProxy}
+
+// NoProxyVars are the variables that list what is reached directly.
+var NoProxyVars = []string{"NO_PROXY", "no_proxy"}
+
+// noProxyList is NO_PROXY of a proxied pod: loopback, the control
+// plane's host, which its NetworkPolicy lets the pod reach directly, and
+// the template's entries.
+func noProxyList(gatewayURL string, extra []string) string {
+	list := []string{"localhost", "127.0.0.1", "::1"}
+	if u, err := url.Parse(gatewayURL); err == nil && u.Hostname() != "" {
+		list = append(list, u.Hostname())
+	}
+	for _, x := range extra {
+		for _, h := range strings.Split(x, ",") {
+			if h = strings.TrimSpace(h); h != "" && !slices.Contains(list, h) {
+				list = append(list, h)
+			}
+		}
+	}
+	return strings.Join(list, ",")
+}
+
 // RenderSecret renders the session's Secret: Opaque, holding the connect
-// token under TokenKey and nothing else.
-func RenderSecret(pool *v1alpha1.OutpostPool, sessionID, token string, rd Render) *corev1.Secret {
-	return &corev1.Secret{
+// token under TokenKey and, for a proxied session (proxyURL not empty),
+// its proxy URL under ProxyURLKey; nothing else.
+func RenderSecret(pool *v1alpha1.OutpostPool, sessionID, token, proxyURL string, rd Render) *corev1.Secret {
+	s := &corev1.Secret{
 		ObjectMeta: meta(pool, SecretName(sessionID), sessionID, rd),
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{TokenKey: []byte(token)},
 	}
+	if proxyURL != "" {
+		s.Data[ProxyURLKey] = []byte(proxyURL)
+	}
+	return s
 }
 
 // RenderVolume renders the session's PersistentVolumeClaim

@@ -260,7 +260,7 @@ func TestWorkerImage(t *testing.T) {
 func TestRenderSecretAndVolume(t *testing.T) {
 	t.Parallel()
 	pool, claim := testPool(), testClaim()
-	s := RenderSecret(pool, claim.Metadata.SessionID, claim.Status.ConnectToken, testRender)
+	s := RenderSecret(pool, claim.Metadata.SessionID, claim.Status.ConnectToken, "", testRender)
 	if s.Name != SecretName(claim.Metadata.SessionID) || s.Type != corev1.SecretTypeOpaque || len(s.Data) != 1 ||
 		string(s.Data["token"]) != "opc_secret" || len(s.StringData) != 0 || s.Labels[LabelSessionID] != "ses_Abc123" ||
 		len(s.OwnerReferences) != 1 {

@@ -74,7 +74,9 @@ var degradedBackoff = backoff.Policy{Base: 2 * time.Second, Max: 2 * time.Minute
 // poolReconciler reconciles OutpostPools: it keeps one fleet consumer per
 // usable pool and writes the pool's status.
 type poolReconciler struct {
-	kube        client.Client
+	kube client.Client
+	// egress is the egress proxy's registry; nil when none is served.
+	egress      *EgressSessions
 	consumers   *consumers
 	allow       *AllowList
 	defaultURL  string
@@ -359,17 +361,26 @@ func (r *poolReconciler) status(pool *v1alpha1.OutpostPool, pc *poolConsumer, pr
 		cond.Message = fmt.Sprintf("serving outpost %s", pc.outpost.Spec.Name)
 	}
 	apimeta.SetStatusCondition(&st.Conditions, cond)
-	apimeta.SetStatusCondition(&st.Conditions, networkCondition(pool, pc))
+	apimeta.SetStatusCondition(&st.Conditions, networkCondition(pool, pc, r.egress != nil))
 	return st
 }
 
 // networkCondition is the pool's NetworkPolicy condition: whether it
 // serves restricted sessions, and the last one it refused.
-func networkCondition(pool *v1alpha1.OutpostPool, pc *poolConsumer) metav1.Condition {
+func networkCondition(pool *v1alpha1.OutpostPool, pc *poolConsumer, proxyServed bool) metav1.Condition {
 	c := metav1.Condition{Type: ConditionNetworkPolicy, Status: metav1.ConditionTrue, Reason: ReasonNetworkEnforced,
 		ObservedGeneration: pool.Generation, LastTransitionTime: metav1.Now(),
 		Message: "restricted sessions get a NetworkPolicy allowing egress only to DNS, the control plane and their ipv4/ipv6 rules; " +
-			"sessions whose policy has hostname rules are not claimed"}
+			"sessions whose policy has hostname rules are not claimed (set spec.network.egressProxy to enforce them)"}
+	switch {
+	case pool.Spec.Network.EgressProxy != nil && proxyServed:
+		c.Message = "restricted sessions get a NetworkPolicy allowing egress only to DNS, the control plane, the operator's egress proxy " +
+			"and their ipv4/ipv6 rules; the proxy enforces their hostname rules"
+	case pool.Spec.Network.EgressProxy != nil:
+		c.Message = "restricted sessions get a NetworkPolicy allowing egress only to DNS, the control plane and their ipv4/ipv6 rules; " +
+			"sessions whose policy has hostname rules are not claimed: the pool names an egress proxy, but the operator serves none " +
+			"(run it with --egress-proxy-listen)"
+	}
 	if err := PoolNetworkEnforcement(pool); err != nil {
 		c.Status, c.Message = metav1.ConditionFalse, "restricted sessions are not claimed: "+err.Error()
 		c.Reason = ReasonNetworkSettingsInvalid

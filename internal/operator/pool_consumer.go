@@ -116,6 +116,7 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 	pc.runner = NewRunner(RunnerConfig{
 		Kube: r.kube, Pool: pc.pool.Load, API: cs.api, AcceptorID: cs.acceptor, OutpostID: cs.outpost.Metadata.OutpostID,
 		WorkerImage: r.workerImage, StartTimeout: r.startTimeout, Metrics: r.metrics.runner(name), Logger: log,
+		Egress: r.egress,
 	})
 	host, _ := os.Hostname()
 	info := api.WorkerInfo{Kind: api.WorkerKindOrchestrator, Hostname: host, Version: machine.Version,
@@ -411,7 +412,7 @@ func (cs *consumers) remove(key types.NamespacedName) *poolConsumer {
 // Warning Event on the pool and a log line, and kept for its status.
 func (pc *poolConsumer) networkRefusal(e *api.QueueEntry) error {
 	pool := pc.pool.Load()
-	err := SessionNetworkRefusal(pool, e)
+	err := SessionNetworkRefusal(pool, e, pc.runner.cfg.Egress != nil)
 	if err == nil {
 		return nil
 	}

@@ -70,7 +70,7 @@ func TestRecoverRenewFailsForAWhile(t *testing.T) {
 	s := e.claim(id)
 	pool := e.getPool()
 	rd := Render{OutpostID: e.outpost.Metadata.OutpostID, WorkerImage: testImage}
-	if err := kube.Create(e.ctx, RenderSecret(pool, id, s.Claim.Status.ConnectToken, rd)); err != nil {
+	if err := kube.Create(e.ctx, RenderSecret(pool, id, s.Claim.Status.ConnectToken, "", rd)); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.Create(e.ctx, RenderPod(pool, &s.Claim, rd)); err != nil {

@@ -40,6 +40,9 @@ type RunnerMetrics struct {
 	// ProvisionSeconds observes the time from a claim's run to its worker
 	// container running.
 	ProvisionSeconds prometheus.Observer
+	// EgressDecisions counts the egress proxy's decisions by "decision"
+	// (allow, deny).
+	EgressDecisions *prometheus.CounterVec
 }
 
 // RunnerConfig configures a pool's Runner.
@@ -61,6 +64,10 @@ type RunnerConfig struct {
 	WorkerImage string
 	// Metrics are counted when set.
 	Metrics RunnerMetrics
+	// Egress is the operator's egress proxy's registry, nil when the
+	// operator serves no proxy: the runner adds each proxied session it
+	// serves.
+	Egress *EgressSessions
 	// PollInterval is how often a session's pod is read again without a
 	// Notify; zero means DefaultPollInterval.
 	PollInterval time.Duration
@@ -164,6 +171,9 @@ func (r *Runner) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		mayHavePolicy: s.Adopted || r.cfg.Pool().Spec.Network.Enforcement != "",
 		log:           r.log.With("session", s.ID, "pod", PodName(s.ID))}
 	defer func() {
+		if sr.unproxy != nil {
+			sr.unproxy()
+		}
 		if sr.active && r.cfg.Metrics.PodsActive != nil {
 			r.cfg.Metrics.PodsActive.Dec()
 		}
@@ -183,7 +193,7 @@ func envValue(env []string, name string) string {
 
 // render is the rendering options of the runner's pool.
 func (r *Runner) render() Render {
-	return Render{OutpostID: r.cfg.OutpostID, WorkerImage: r.cfg.WorkerImage}
+	return Render{OutpostID: r.cfg.OutpostID, WorkerImage: r.cfg.WorkerImage, EgressProxy: r.cfg.Egress != nil}
 }
 
 // report puts a provisioning step of the session's pod onto its

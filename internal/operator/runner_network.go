@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,11 @@ import (
 // defaultPolicyGrace is how old a NetworkPolicy without a pod must be
 // before it is collected: a pod just made may not be in the cache yet.
 const defaultPolicyGrace = 10 * time.Second
+
+// hasHostname reports whether p has a hostname rule.
+func hasHostname(p *api.NetworkPolicy) bool {
+	return p != nil && slices.ContainsFunc(p.Allow, func(r api.NetworkPolicyRule) bool { return r.Hostname != "" })
+}
 
 // policyRefusal is why the pool cannot enforce (any more) the session's
 // network policy: its pod must not run.
@@ -39,6 +45,12 @@ func (sr *sessionRun) ensurePolicy(ctx context.Context) error {
 	want, err := RenderNetworkPolicy(pool, &e, sr.r.render())
 	if err != nil {
 		return policyRefusal{err}
+	}
+	if want != nil && sr.proxyURL == "" && hasHostname(e.Spec.NetworkPolicy) {
+		// The pod was made without the proxy (the session, or the pool's
+		// proxy, came later): its names would all fail. A new pod gets it.
+		return policyRefusal{errors.New("its network policy has hostname rules now, and its pod was made without the egress proxy's settings; " +
+			"it is served again with them")}
 	}
 	if want == nil && !sr.mayHavePolicy {
 		// Unrestricted, and no policy of this run's or before it: nothing
@@ -122,6 +134,11 @@ func (sr *sessionRun) policyRefused(ctx context.Context, err error) fleet.Outcom
 // applies it to the running pod); one the pool cannot enforce ends the
 // run. Failing to write it is retried at the next change or poll.
 func (sr *sessionRun) syncPolicy(ctx context.Context) (fleet.Outcome, bool) {
+	if sr.unproxy != nil {
+		// The proxy reads the new policy at each connection; open tunnels
+		// it forbids now are closed.
+		sr.r.cfg.Egress.Changed(sr.id)
+	}
 	err := sr.ensurePolicy(ctx)
 	switch {
 	case err == nil:

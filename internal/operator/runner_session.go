@@ -51,6 +51,11 @@ type sessionRun struct {
 	active bool
 	// secret is the UID of the session's Secret once written.
 	secret types.UID
+	// proxyURL is the session's egress proxy URL with its credential, ""
+	// when it is not proxied; unproxy removes it from the proxy.
+	proxyURL  string
+	proxyPass string
+	unproxy   func()
 	// madeVolume says this run created the session's volume.
 	madeVolume bool
 	// resumed says the volume's suspended-at mark was cleared.
@@ -197,9 +202,15 @@ func (sr *sessionRun) ensureVolume(ctx context.Context, pool *v1alpha1.OutpostPo
 // replacement pod gets the newest. An adopted session keeps its restart
 // count; a fresh claim starts from zero.
 func (sr *sessionRun) writeSecret(ctx context.Context, pool *v1alpha1.OutpostPool) error {
-	want := RenderSecret(pool, sr.id, sr.claim.Status.ConnectToken, sr.r.render())
 	var cur corev1.Secret
-	err := sr.r.cfg.Kube.Get(ctx, sr.r.key(want.Name), &cur)
+	err := sr.r.cfg.Kube.Get(ctx, sr.r.key(SecretName(sr.id)), &cur)
+	if err == nil && OwnedBy(&cur, pool) {
+		sr.proxySecretFrom(&cur)
+	}
+	if perr := sr.proxySetup(pool); perr != nil {
+		return perr
+	}
+	want := RenderSecret(pool, sr.id, sr.claim.Status.ConnectToken, sr.proxyURL, sr.r.render())
 	switch {
 	case apierrors.IsNotFound(err):
 		sr.restarts = 0

@@ -151,9 +151,11 @@ const (
 	NetworkEnforcementNone NetworkEnforcement = "None"
 	// NetworkEnforcementNetworkPolicy: each restricted session's pod gets a
 	// NetworkPolicy allowing egress only to DNS, the control plane and the
-	// policy's ipv4/ipv6 rules. A NetworkPolicy cannot match host names,
-	// so a session whose policy has hostname rules is not claimed. The
-	// cluster's network plugin must enforce NetworkPolicy.
+	// policy's ipv4/ipv6 rules, and to the operator's egress proxy when
+	// the pool names one (spec.network.egressProxy), which enforces the
+	// hostname rules; without one a session whose policy has hostname
+	// rules is not claimed. The cluster's network plugin must enforce
+	// NetworkPolicy.
 	NetworkEnforcementNetworkPolicy NetworkEnforcement = "NetworkPolicy"
 )
 
@@ -161,7 +163,8 @@ const (
 type NetworkSpec struct {
 	// Enforcement is None (claim no restricted session; the default) or
 	// NetworkPolicy (address rules enforced by a NetworkPolicy per pod;
-	// sessions with hostname rules are not claimed).
+	// hostname rules by the operator's egress proxy when egressProxy is
+	// set, else sessions with hostname rules are not claimed).
 	// +optional
 	Enforcement NetworkEnforcement `json:"enforcement,omitempty"`
 
@@ -178,6 +181,28 @@ type NetworkSpec struct {
 	// namespace kube-system.
 	// +optional
 	DNS []networkingv1.NetworkPolicyPeer `json:"dns,omitempty"`
+
+	// EgressProxy is where session pods reach the operator's egress proxy
+	// (the operator runs with --egress-proxy-listen), which enforces
+	// hostname rules. Unset, sessions with hostname rules are not claimed.
+	// +optional
+	EgressProxy *EgressProxy `json:"egressProxy,omitempty"`
+}
+
+// EgressProxy is how session pods reach the operator's egress proxy.
+type EgressProxy struct {
+	// URL is the proxy as pods dial it, http://host:port: usually the
+	// operator's Service (http://outpost-operator.outpost-system.svc:3128).
+	// No credentials, path or query: each session gets its own credential.
+	// +kubebuilder:validation:MinLength=1
+	URL string `json:"url"`
+	// To are the NetworkPolicy peers the proxy is reached at: the
+	// operator's pods (pod and namespace selectors); at least one.
+	To []networkingv1.NetworkPolicyPeer `json:"to"`
+	// Ports are the ports allowed to them; empty means the URL's port over
+	// TCP.
+	// +optional
+	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 }
 
 // NetworkDestination is a set of NetworkPolicy peers and ports.
