@@ -11,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/liveview"
+	"github.com/outpost-sh/outpost/internal/web"
 )
 
 // The live desktop's WebSocket (api.DesktopPath): a viewer watches the
@@ -18,10 +19,6 @@ import (
 // fanned out by s.live; with sessions.write it may take control and send
 // input. It is served by the replica holding the session's connection
 // (toOwner), like every other request that needs the remote.
-
-// webTokenCookie is the web UI's sign-in cookie: it holds the signed-in
-// person's API token (internal/web).
-const webTokenCookie = "outpost_token"
 
 // viewerReadLimit bounds one message of a viewer: text input is at most
 // 4096 bytes.
@@ -67,7 +64,7 @@ func (s *Server) recordDesktop(ctx context.Context, sessionID, action, actor, re
 func (s *Server) withWebCookie(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" {
-			if c, err := r.Cookie(webTokenCookie); err == nil && c.Value != "" {
+			if c, err := r.Cookie(web.CookieName); err == nil && c.Value != "" {
 				if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
 					s.writeError(w, r, errForbidden("The live desktop was opened from another site with this site's sign-in cookie, so it was refused."))
 					return

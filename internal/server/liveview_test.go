@@ -25,6 +25,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/desktop"
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/waitfor"
+	"github.com/outpost-sh/outpost/internal/web"
 )
 
 // needDesktop skips a test without Xvfb and xsetroot (CI has both:
@@ -418,7 +419,7 @@ func TestLiveDesktopAuth(t *testing.T) {
 	} {
 		req, _ := http.NewRequest("GET", ts.url+"/v1/sessions/"+id+"/desktop", nil)
 		if c.cookie != "" {
-			req.AddCookie(&http.Cookie{Name: webTokenCookie, Value: c.cookie})
+			req.AddCookie(&http.Cookie{Name: web.CookieName, Value: c.cookie})
 		}
 		if c.bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+c.bearer)

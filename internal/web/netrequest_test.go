@@ -59,7 +59,7 @@ func TestNetworkRequestButtons(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/ui/sessions/ses_1", nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+	r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	body := w.Body.String()
@@ -82,7 +82,7 @@ func TestNetworkRequestButtons(t *testing.T) {
 		form.Set("csrf", csrf)
 		r := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+		r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w

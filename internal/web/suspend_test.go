@@ -43,7 +43,7 @@ func TestSuspendResumeButtons(t *testing.T) {
 	}
 	page := func() string {
 		r := httptest.NewRequest("GET", "/ui/sessions/ses_1", nil)
-		r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+		r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != 200 {
@@ -71,13 +71,13 @@ func TestSuspendResumeButtons(t *testing.T) {
 		}
 	}
 	r := httptest.NewRequest("GET", "/", nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+	r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 	csrf := h.csrf(r)
 	for _, action := range []string{"suspend", "resume"} {
 		form := url.Values{"csrf": {csrf}}
 		r := httptest.NewRequest("POST", "/ui/sessions/ses_1/"+action, strings.NewReader(form.Encode()))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+		r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/sessions/ses_1" {

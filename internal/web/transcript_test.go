@@ -236,7 +236,7 @@ func TestSessionPageReadsLikeACILog(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := httptest.NewRequest("GET", "/ui/sessions/ses_1", nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+	r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	body := w.Body.String()

@@ -39,8 +39,8 @@ import (
 //go:embed templates/*.html static/*
 var assets embed.FS
 
-// cookieName is the cookie holding the signed-in user's API token.
-const cookieName = "outpost_token"
+// CookieName is the cookie holding the signed-in user's API token.
+const CookieName = "outpost_token"
 
 // signinCookieName is the cookie a signed-out visitor gets with the
 // sign-in form: a random value the form's CSRF value is bound to, so that
@@ -187,7 +187,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // token is the signed-in user's API token, or "".
 func token(r *http.Request) string {
-	c, err := r.Cookie(cookieName)
+	c, err := r.Cookie(CookieName)
 	if err != nil {
 		return ""
 	}
@@ -437,7 +437,7 @@ func statusOf(err error) int {
 
 func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: value, Path: "/", MaxAge: maxAge,
+		Name: CookieName, Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.https(r),
 	})
 }

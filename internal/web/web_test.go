@@ -85,11 +85,11 @@ func TestSignInCookieAndCSRF(t *testing.T) {
 		}
 	}
 	// The signed-out form token is not valid once signed in.
-	if w := post(url.Values{"csrf": {csrf}}, &http.Cookie{Name: cookieName, Value: "good"}, signin); w.Code != http.StatusForbidden {
+	if w := post(url.Values{"csrf": {csrf}}, &http.Cookie{Name: CookieName, Value: "good"}, signin); w.Code != http.StatusForbidden {
 		t.Fatalf("post with another session's csrf: %d, want 403", w.Code)
 	}
 	r := httptest.NewRequest("GET", "/ui/outposts", nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: "good"})
+	r.AddCookie(&http.Cookie{Name: CookieName, Value: "good"})
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "No outposts yet.") {
