@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -110,9 +111,60 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		ctx, stop := s.whileValid(r, p)
+		defer stop()
+		r = r.WithContext(context.WithValue(ctx, principalKey{}, p))
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
+	}
+}
+
+// whileValid returns the request's context, ended (with the refusal as its
+// cause) once the request's token is revoked or expires, so that requests
+// that stream for minutes or hours (a transcript follow, a queue watch, a
+// live desktop) do not outlive the token that opened them. The token is
+// checked again every TokenRecheckInterval and at its expiry, only while
+// the request runs: the first check is a timer that a short request stops
+// before it fires. stop releases the timer; call it when the handler
+// returns.
+func (s *Server) whileValid(r *http.Request, p principal) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	next := func() time.Duration {
+		d := s.opts.TokenRecheckInterval
+		if p.expiresAt != nil {
+			d = max(min(d, p.expiresAt.Sub(s.now())), 0)
+		}
+		return d
+	}
+	var (
+		mu      sync.Mutex // guards timer and stopped
+		timer   *time.Timer
+		stopped bool
+	)
+	check := func() {
+		_, err := s.authenticate(r.WithContext(ctx))
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusUnauthorized {
+			s.log.Info("request ended: its token is no longer valid", "path", r.URL.Path, "token", p.tokenID, "reason", he.message)
+			cancel(err)
+			return
+		}
+		// A store error is not a revocation: check again later.
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer.Reset(next())
+		}
+	}
+	mu.Lock()
+	timer = time.AfterFunc(next(), check)
+	mu.Unlock()
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		cancel(nil)
 	}
 }

@@ -112,16 +112,26 @@ func (s *Server) desktopView(w http.ResponseWriter, r *http.Request) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The reader's context outlives the request's: coder/websocket drops
+	// the connection without a close frame when a read's context ends, and
+	// a viewer whose token was revoked should hear why. The reader ends
+	// when the connection closes.
+	readCtx, stopRead := context.WithCancel(context.WithoutCancel(ctx))
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
 		defer cancel()
-		s.readViewer(rctx, ws, v)
+		s.readViewer(readCtx, ws, v)
 	}()
-	defer func() { cancel(); <-readDone }()
+	defer func() { ws.CloseNow(); stopRead(); <-readDone }()
 	for {
 		select {
 		case <-rctx.Done():
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+				// The viewer's token was revoked or expired (whileValid).
+				ws.Close(websocket.StatusPolicyViolation, truncateReason(clientMessage(cause)))
+				return nil
+			}
 			ws.Close(websocket.StatusNormalClosure, "")
 			return nil
 		case b := <-v.Frames():

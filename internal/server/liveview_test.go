@@ -71,6 +71,8 @@ type viewer struct {
 	msgs  chan api.DesktopMessage
 	tiles chan api.DesktopTiles
 	bytes chan int
+	// closeErr is why the socket's reading ended; set before msgs closes.
+	closeErr error
 }
 
 func dialViewer(t *testing.T, ts *testServer, id, token string) (*viewer, api.DesktopMessage) {
@@ -88,6 +90,7 @@ func dialViewer(t *testing.T, ts *testServer, id, token string) (*viewer, api.De
 		for {
 			typ, b, err := ws.Read(context.Background())
 			if err != nil {
+				v.closeErr = err
 				close(v.msgs)
 				return
 			}

@@ -76,6 +76,11 @@ type Options struct {
 	EndedEntryRetention time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
+	// TokenRecheckInterval is how often a request that is still running
+	// (a transcript follow, a queue watch, a live desktop) checks its API
+	// token again, ending when the token was revoked or expired; 0 means
+	// 15s. A token that expires sooner ends its requests at its expiry.
+	TokenRecheckInterval time.Duration
 	// OutputCapBytes is how much output of one call the transcript keeps;
 	// the rest is spilled into the blob store. 0 means 1 MiB.
 	OutputCapBytes int64
@@ -336,6 +341,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.KeepaliveInterval <= 0 {
 		opts.KeepaliveInterval = 15 * time.Second
+	}
+	if opts.TokenRecheckInterval <= 0 {
+		opts.TokenRecheckInterval = 15 * time.Second
 	}
 	if opts.ToolResultLimit <= 0 {
 		opts.ToolResultLimit = 16000
