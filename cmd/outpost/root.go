@@ -235,6 +235,7 @@ run their tool calls locally.`,
 		NewCmdSessions(f),
 		NewCmdTokens(f),
 		NewCmdLogin(f, nil),
+		NewCmdCerts(f, nil),
 		NewCmdUp(f, nil),
 		NewCmdMCP(f, nil),
 	)
