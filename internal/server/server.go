@@ -437,14 +437,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
-		warning, err := datadir.Tighten(opts.DataDir)
-		if err != nil {
-			lock.Release()
-			return nil, fmt.Errorf("server: %w", err)
-		}
-		if warning != "" {
-			opts.Logger.Warn(warning)
-		}
 	}
 	started := false
 	defer func() {
@@ -474,6 +466,16 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
+	}
+	if lock != nil {
+		warning, err := datadir.Tighten(opts.DataDir)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if warning != "" {
+			s.log.Warn(warning)
+		}
 	}
 	s.store = opts.Store
 	if s.store == nil {
