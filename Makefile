@@ -47,13 +47,17 @@ deps:
 # KUBEBUILDER_ASSETS, which scripts/envtest-assets.sh prepares (builds
 # kube-apiserver once, about 5 minutes; cached); without them those tests
 # skip, or fail when CI is set. The S3 blob store's tests run versitygw,
-# which scripts/s3-server.sh builds once (about 4 minutes; cached).
+# which scripts/s3-server.sh builds once (about 4 minutes; cached). Tests
+# get a git identity of their own (GIT_CONFIG_GLOBAL, a temporary file),
+# so the run never reads or writes your ~/.gitconfig.
 test: deps lint
 	@assets="$${KUBEBUILDER_ASSETS:-$$(bash scripts/envtest-assets.sh)}" || \
 	  echo "test: no kube-apiserver/etcd (scripts/envtest-assets.sh failed); the operator's tests skip" >&2; \
 	s3="$${OUTPOST_VERSITYGW:-$$(bash scripts/s3-server.sh)}" || \
 	  echo "test: no S3-compatible server (scripts/s3-server.sh failed); the S3 blob tests skip" >&2; \
-	KUBEBUILDER_ASSETS="$$assets" OUTPOST_VERSITYGW="$$s3" $(GO) test -race -count=1 -timeout 25m ./...
+	gitconfig=$$(mktemp) && printf '[user]\n\tname = Outpost Tests\n\temail = tests@outpost.invalid\n' > "$$gitconfig" && \
+	KUBEBUILDER_ASSETS="$$assets" OUTPOST_VERSITYGW="$$s3" GIT_CONFIG_GLOBAL="$$gitconfig" $(GO) test -race -count=1 -timeout 25m ./...; \
+	rc=$$?; rm -f "$$gitconfig"; exit $$rc
 
 # bench: the benchmarks behind docs/benchmarks.md.
 bench:

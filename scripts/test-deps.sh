@@ -57,5 +57,3 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "test-deps: missing ${need[*]} and no apt-get to install them" >&2
   fi
 fi
-git config --global user.name >/dev/null 2>&1 || git config --global user.name "Outpost Tests"
-git config --global user.email >/dev/null 2>&1 || git config --global user.email "tests@outpost.invalid"

@@ -21,6 +21,10 @@ import (
 type config struct {
 	Server string `json:"server"`
 	Token  string `json:"token"`
+	// CAFile is the CA file the login was checked with (--ca-file or
+	// OUTPOST_CA_FILE), trusted for the saved server when neither is
+	// given later.
+	CAFile string `json:"ca_file,omitempty"`
 }
 
 func configPath(f *Factory) (string, error) {
@@ -89,7 +93,9 @@ func NewCmdLogin(f *Factory, runF func(context.Context, *LoginOptions) error) *c
 		Short: "Save the server URL and token for later commands",
 		Long: `Check that the server answers and accepts the API token, then save both to
 config.json in the user config directory (mode 0600), so later commands need
-neither --server nor --token. When the check fails nothing is saved.`,
+neither --server nor --token. A server signed by a private CA needs --ca-file
+(or OUTPOST_CA_FILE) here; the CA file's path is saved with the login and
+trusted for that server later. When the check fails nothing is saved.`,
 		Example: `  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
   ` + api.EnvToken.Name + `=... outpost login --server https://outpost.example.com`,
 		Args: exactArgs(0, ""),
@@ -121,7 +127,19 @@ neither --server nor --token. When the check fails nothing is saved.`,
 
 func runLogin(ctx context.Context, opts *LoginOptions) error {
 	f, server, token := opts.f, opts.Server, opts.Token
-	c, err := client.New(server, token, client.WithUserAgent("outpost-cli/"+version))
+	caFile, err := f.TrustedCAFile()
+	if err != nil {
+		return err
+	}
+	copts := []client.Option{client.WithUserAgent("outpost-cli/" + version)}
+	hc, err := f.HTTPClient()
+	if err != nil {
+		return err
+	}
+	if hc != nil {
+		copts = append(copts, client.WithHTTPClient(hc))
+	}
+	c, err := client.New(server, token, copts...)
 	if err != nil {
 		return usageError{err}
 	}
@@ -131,9 +149,13 @@ func runLogin(ctx context.Context, opts *LoginOptions) error {
 		}
 		return errors.New(strings.TrimSuffix(userMessage(f, nil, err), ".") + "; nothing was saved")
 	}
-	path, err := saveConfig(f, config{Server: server, Token: token})
+	path, err := saveConfig(f, config{Server: server, Token: token, CAFile: caFile})
 	if err != nil {
 		return err
+	}
+	if caFile != "" {
+		fmt.Fprintf(f.IO.Out, "Saved the login for %s, trusting the CA in %s, to %s.\n", server, caFile, path)
+		return nil
 	}
 	fmt.Fprintf(f.IO.Out, "Saved the login for %s to %s.\n", server, path)
 	return nil

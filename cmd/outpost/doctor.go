@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -151,6 +152,10 @@ func runDoctor(ctx context.Context, o *DoctorOptions) error {
 	if m.Sandbox.Err == nil && m.Sandbox.NotUsed == "" {
 		noSudo := false // a bwrap sandbox gives sessions none
 		m.SessionsSudo = &noSudo
+	}
+	m.Root = os.Geteuid() == 0
+	if _, err := exec.LookPath("sudo"); err != nil {
+		m.NoSudo = true
 	}
 	checks := append(doctor.MachineChecks(m), serverChecks...)
 	passed := doctor.Passed(checks)

@@ -131,11 +131,24 @@ func (f *Factory) Endpoint() (server, token string, err error) {
 }
 
 // TrustedCAFile returns the absolute path of the CA file to trust besides
-// the system's roots: --ca-file, else OUTPOST_CA_FILE, else "".
+// the system's roots: --ca-file, else OUTPOST_CA_FILE, else the CA file
+// saved with the login when the server in use is the saved one, else "".
 func (f *Factory) TrustedCAFile() (string, error) {
 	ca := f.CAFile
 	if ca == "" {
 		ca = envCAFile.Get(f.Getenv)
+	}
+	if ca == "" {
+		// An unreadable saved login is reported by the commands that need
+		// it (Endpoint); here it only means no saved CA.
+		cfg, _ := loadConfig(f)
+		server := f.Server
+		if server == "" {
+			server = f.Getenv(api.EnvServer.Name)
+		}
+		if cfg.CAFile != "" && (server == "" || strings.TrimSuffix(server, "/") == strings.TrimSuffix(cfg.Server, "/")) {
+			ca = cfg.CAFile
+		}
 	}
 	if ca == "" {
 		return "", nil
@@ -222,6 +235,7 @@ run their tool calls locally.`,
 		NewCmdSessions(f),
 		NewCmdTokens(f),
 		NewCmdLogin(f, nil),
+		NewCmdCerts(f, nil),
 		NewCmdUp(f, nil),
 		NewCmdMCP(f, nil),
 	)

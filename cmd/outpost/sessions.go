@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/cliconfig"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
@@ -149,6 +152,9 @@ func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
 	var req api.CreateSessionRequest
 	if err := yaml.UnmarshalStrict(b, &req); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")
+		if m := unknownField.FindStringSubmatch(msg); m != nil {
+			return req, usageError{errors.New(unknownFieldMessage(name, b, m[1]))}
+		}
 		return req, fmt.Errorf("%s is not a valid session file: %s", name, msg)
 	}
 	// A network_policy with rules but no "enabled" decodes as disabled:
@@ -165,6 +171,64 @@ func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// unknownField matches the strict decoder's refusal of a key.
+var unknownField = regexp.MustCompile(`^json: unknown field "([^"]+)"`)
+
+// unknownFieldMessage says where in a session file the unknown key is and,
+// when a field of the request is close to it, which was likely meant.
+func unknownFieldMessage(name string, b []byte, key string) string {
+	where := name
+	at := regexp.MustCompile(`^\s*(?:-\s+)?["']?` + regexp.QuoteMeta(key) + `["']?\s*:`)
+	for i, line := range strings.Split(string(b), "\n") {
+		if at.MatchString(line) {
+			where = fmt.Sprintf("%s, line %d", name, i+1)
+			break
+		}
+	}
+	msg := fmt.Sprintf("%s: unknown key %q", where, key)
+	if s := cliconfig.Closest(key, sessionFileKeys()); s != "" {
+		return msg + fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return msg + ": see docs/api.md for the fields of a session (api.CreateSessionRequest)"
+}
+
+// sessionFileKeys lists every key a session file may hold, at any depth.
+func sessionFileKeys() []string {
+	seen := map[reflect.Type]bool{}
+	var names []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for f := range t.Fields() {
+			if !f.IsExported() {
+				continue
+			}
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if tag == "-" {
+				continue
+			}
+			if f.Anonymous && tag == "" {
+				walk(f.Type)
+				continue
+			}
+			if tag == "" {
+				tag = f.Name
+			}
+			names = append(names, tag)
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[api.CreateSessionRequest]())
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func runSessionsCreate(ctx context.Context, o *SessionsCreateOptions) error {

@@ -127,3 +127,51 @@ func TestCAFile(t *testing.T) {
 		t.Fatalf("a missing CA file: exit %d: %s", code, tf.errOut)
 	}
 }
+
+// TestLoginWithPrivateCA: `outpost login` to a server signed by a private
+// CA is refused without the CA, with a hint; with --ca-file or
+// OUTPOST_CA_FILE it is checked over TLS and saved with the CA's path,
+// which later commands trust for that server.
+func TestLoginWithPrivateCA(t *testing.T) {
+	t.Parallel()
+	ca := tlstest.NewCA(t, "login test CA")
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca.Issue(t).Write(t, cert, key)
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	const admin = "opt_cli-login-ca-admin-token"
+	srv := servertest.Start(t, server.Options{TLSCertFile: cert, TLSKeyFile: key, AdminToken: admin})
+
+	tf := newTestFactory(t, nil)
+	if code := tf.run(t, "login", "--server", srv.URL(), "--token", admin); code == 0 || !strings.Contains(tf.errOut.String(), "pass --ca-file") {
+		t.Fatalf("login without the CA: exit %d, stderr %q; want a failure with the hint", code, tf.errOut)
+	}
+	if _, err := os.Stat(filepath.Join(tf.configDir, "outpost", "config.json")); !os.IsNotExist(err) {
+		t.Errorf("a refused login saved its config: %v", err)
+	}
+
+	for _, how := range []string{"flag", "env"} {
+		var tf *testFactory
+		var code int
+		if how == "flag" {
+			tf = newTestFactory(t, nil)
+			code = tf.run(t, "login", "--server", srv.URL(), "--token", admin, "--ca-file", caFile)
+		} else {
+			tf = newTestFactory(t, map[string]string{"OUTPOST_CA_FILE": caFile})
+			code = tf.run(t, "login", "--server", srv.URL(), "--token", admin)
+		}
+		if code != 0 || !strings.Contains(tf.out.String(), caFile) {
+			t.Fatalf("login with the CA by %s: exit %d, out %q, err %q", how, code, tf.out, tf.errOut)
+		}
+		cfg, err := loadConfig(tf.Factory)
+		if err != nil || cfg.CAFile != caFile || cfg.Server != srv.URL() {
+			t.Fatalf("saved login %+v, %v", cfg, err)
+		}
+		// A later command needs neither the server, the token nor the CA.
+		later := newTestFactory(t, nil)
+		later.configDir = tf.configDir
+		if code := later.run(t, "outposts", "list"); code != 0 {
+			t.Errorf("a command after the login (%s): exit %d: %s", how, code, later.errOut)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/atomicfile"
 	"github.com/outpost-sh/outpost/internal/demo"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/worker"
@@ -108,7 +109,7 @@ func runUp(ctx context.Context, o *UpOptions) error {
 	if err != nil {
 		return err
 	}
-	machineToken, err := upOutpost(gctx, adminClient)
+	machineToken, err := upOutpost(gctx, adminClient, srv.URL(), filepath.Join(dir, "worker-token"))
 	if err != nil {
 		_ = g.Wait()
 		return err
@@ -165,15 +166,33 @@ Press Ctrl-C to stop.
 }
 
 // upOutpost makes sure outpost 'local' exists and returns a machine token
-// limited to it.
-func upOutpost(ctx context.Context, c *client.Client) (string, error) {
+// limited to it: the one kept in tokenFile by an earlier start while the
+// server still takes it for that outpost and for more than a day, else a
+// new one (30 days), kept there for the next start — so that starting
+// again does not leave another token behind each time.
+func upOutpost(ctx context.Context, c *client.Client, serverURL, tokenFile string) (string, error) {
 	_, err := c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "local", Platform: worker.HostPlatform(), Description: "This machine (outpost up)"})
 	if err != nil && !client.IsConflict(err) {
 		return "", fmt.Errorf("create outpost local: %w", err)
 	}
+	if b, err := os.ReadFile(tokenFile); err == nil {
+		secret := strings.TrimSpace(string(b))
+		if kept, err := client.New(serverURL, secret, client.WithUserAgent("outpost-up/"+version)); err == nil {
+			me, err := kept.Tokens.WhoAmI(ctx)
+			if err == nil && me.Outpost == "local" && (me.ExpiresAt == nil || time.Unix(*me.ExpiresAt, 0).After(time.Now().Add(24*time.Hour))) {
+				return secret, nil
+			}
+			if err == nil { // about to expire: replace it
+				_ = c.Tokens.Revoke(ctx, me.ID)
+			}
+		}
+	}
 	tok, err := c.Tokens.Create(ctx, api.CreateTokenRequest{Name: "outpost-up worker", Scopes: []string{api.ScopeMachine}, Outpost: "local", ExpiresInS: int64((30 * 24 * time.Hour).Seconds())})
 	if err != nil {
 		return "", fmt.Errorf("create the worker's token: %w", err)
+	}
+	if err := atomicfile.Write(tokenFile, []byte(tok.Secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep the worker's token: %w", err)
 	}
 	return tok.Secret, nil
 }

@@ -11,16 +11,20 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/deploy/systemd"
 	"github.com/outpost-sh/outpost/internal/atomicfile"
+	"github.com/outpost-sh/outpost/internal/doctor"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/sandbox"
+	"github.com/outpost-sh/outpost/internal/worker"
 )
 
 // WorkerInstallOptions are the settings of `outpost worker install` and
@@ -42,6 +46,13 @@ type WorkerInstallOptions struct {
 	DryRun   bool
 	// Executable is the outpost binary the unit runs; "" means this one.
 	Executable string
+	// SkipServerCheck installs without asking the server whether the
+	// token serves the outpost (a server not reachable from here yet).
+	SkipServerCheck bool
+
+	// systemd says why this machine's systemd cannot take the unit, or
+	// nil; nil means systemdReady. Tests replace it.
+	systemd func(ctx context.Context, userUnit bool) error
 }
 
 // defaultWorkerUser is the system user workers run as unless --user says.
@@ -73,6 +84,12 @@ which systemd hands to the worker as a credential. The worker runs as
 --user, by default the system user outpost (created when missing), in the
 workspace /var/lib/outpost/workspace-NAME or --dir. Then it runs systemctl
 daemon-reload, enable and restart.
+
+Before writing anything it checks the token with the server the worker
+will use (as 'outpost doctor' does; --skip-server-check skips that), that
+systemd runs this machine (else it says to run 'outpost worker start' in the
+foreground), and that the unit's sandbox shows the worker every path it
+reads (executable, CA file, --dir). A step that fails halfway is taken back.
 
 --user-unit installs a unit of your own systemd user instance instead
 (~/.config/systemd/user, settings in ~/.config/outpost, no root needed,
@@ -107,6 +124,7 @@ worker. See docs/production.md.`,
 	fl.Bool("system", false, "install a system unit (the default)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without writing or running anything")
 	fl.StringVar(&o.Executable, "executable", "", "outpost binary the unit runs (default this one)")
+	fl.BoolVar(&o.SkipServerCheck, "skip-server-check", false, "install without checking the token against the server (a server not reachable from this machine yet)")
 	return cmd
 }
 
@@ -151,6 +169,12 @@ func runWorkerInstall(ctx context.Context, o *WorkerInstallOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.checkSystemd(ctx); err != nil {
+		return err
+	}
+	if err := checkInstallToken(ctx, o, plan); err != nil {
+		return err
+	}
 	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
 }
 
@@ -159,7 +183,103 @@ func runWorkerUninstall(ctx context.Context, o *WorkerInstallOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.checkSystemd(ctx); err != nil {
+		return err
+	}
 	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
+}
+
+// checkSystemd refuses, before anything is written, a machine whose
+// systemd cannot take the unit (a container whose PID 1 is not systemd,
+// WSL without systemd, a user without a user manager), saying what to do
+// instead. A dry run only notes it.
+func (o *WorkerInstallOptions) checkSystemd(ctx context.Context) error {
+	check := o.systemd
+	if check == nil {
+		check = systemdReady
+	}
+	err := check(ctx, o.UserUnit)
+	if err == nil {
+		return nil
+	}
+	alt := fmt.Sprintf("run the worker in the foreground instead ('outpost worker start --outpost %s', under your init system, a terminal multiplexer or a container's entrypoint; docs/production.md)", o.Outpost)
+	if o.DryRun {
+		fmt.Fprintf(o.f.IO.Out, "Note: a real install would stop here: %v; %s.\n\n", err, alt)
+		return nil
+	}
+	return fmt.Errorf("%w; nothing was changed: %s", err, alt)
+}
+
+// systemdReady reports why systemd cannot take a unit here: for a system
+// unit, systemd must be PID 1 (sd_booted: /run/systemd/system exists);
+// for a user unit, the user's manager must answer.
+func systemdReady(ctx context.Context, userUnit bool) error {
+	return systemdReadyAt(ctx, "/", userUnit)
+}
+
+// systemdReadyAt is systemdReady for a machine whose root is root.
+func systemdReadyAt(ctx context.Context, root string, userUnit bool) error {
+	if fi, err := os.Stat(filepath.Join(root, "run", "systemd", "system")); err != nil || !fi.IsDir() {
+		return errors.New("this machine was not booted with systemd (no /run/systemd/system; PID 1 is another init, as in most containers)")
+	}
+	if !userUnit {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "systemctl", "--user", "show", "--property=Version").CombinedOutput(); err != nil {
+		return fmt.Errorf("your systemd user manager does not answer (systemctl --user: %v: %s; log in through a session that starts it, or use a system unit)", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// checkInstallToken asks the server the worker will use whether the
+// token may serve the outpost — valid, with outposts.machine, limited to
+// no other outpost, for an outpost that exists and runs this machine's
+// platform — before anything is written: a wrong token (an empty one, the
+// word null from a jq path that does not exist) would otherwise become a
+// unit that restarts forever.
+func checkInstallToken(ctx context.Context, o *WorkerInstallOptions, plan *installPlan) error {
+	if o.SkipServerCheck {
+		fmt.Fprintln(o.f.IO.ErrOut, "Not checking the token against the server (--skip-server-check).")
+		return nil
+	}
+	token := plan.token
+	if o.TokenFile != "" {
+		t, err := o.f.readTokenFile(o.TokenFile, "--token-file")
+		if err != nil {
+			return usageError{err}
+		}
+		token = t
+	}
+	server := o.f.Server
+	if server == "" {
+		server = api.EnvServer.Get(o.f.Getenv)
+	}
+	if server == "" {
+		server = DefaultServer
+	}
+	ca, err := o.f.TrustedCAFile()
+	if err != nil {
+		return err
+	}
+	checks, _ := doctor.CheckServer(ctx, doctor.ServerOptions{Server: server, Token: token, CAFile: ca, Outpost: o.Outpost,
+		Platform: worker.HostPlatform(), UserAgent: "outpost-cli/" + version})
+	if doctor.Passed(checks) {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the server at %s does not accept this worker, so nothing was installed:", server)
+	for _, c := range checks {
+		if c.Status == doctor.Fail {
+			fmt.Fprintf(&b, "\n  %s: %s", c.Name, c.Detail)
+			if c.Fix != "" {
+				fmt.Fprintf(&b, " (%s)", strings.TrimSuffix(c.Fix, "."))
+			}
+		}
+	}
+	b.WriteString("\nFix that, or pass --skip-server-check to install without this check.")
+	return errors.New(b.String())
 }
 
 func (o *WorkerInstallOptions) resolveName() error {
@@ -237,6 +357,9 @@ type installPlan struct {
 	steps []installStep
 	// done is printed at the end of a real run.
 	done string
+	// token is the worker's token when the plan writes it to the env
+	// file (never printed).
+	token string
 }
 
 // installPaths are where the files of a worker instance go.
@@ -308,6 +431,19 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 			fmt.Fprintf(&dropIn, "# %s's home is %s: ProtectHome=yes would hide it from the worker and its sessions.\nProtectHome=no\n", owner, home)
 		}
 	}
+	// Every path the service reads must be visible through its sandbox:
+	// a CA file or workspace under /tmp or a home ends in a restart loop.
+	homeVisible := !o.UserUnit && owner != defaultWorkerUser && home != "" && sandbox.Under(home, "/home", "/root", "/run/user")
+	if !o.UserUnit {
+		if o.Dir != "" {
+			if why := hiddenFromUnit(o.Dir, homeVisible); why != "" {
+				return nil, usageErrorf("the service cannot use --dir %s: %s; choose a directory outside them, such as /srv/outpost/%s", o.Dir, why, o.Outpost)
+			}
+		}
+		if err := checkUnitCAFile(f, owner, homeVisible); err != nil {
+			return nil, err
+		}
+	}
 	if o.Dir != "" {
 		fmt.Fprintf(&dropIn, "WorkingDirectory=%s\n", o.Dir)
 		if !o.UserUnit {
@@ -334,6 +470,7 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 		}
 	}
 	p.steps = append(p.steps, installStep{file: filepath.Join(paths.unitDir, unit+".d", "install.conf"), mode: 0o644, data: dropIn.Bytes()})
+	p.token = token
 	if token != "" {
 		p.steps = append(p.steps, installStep{file: envPath, mode: 0o600, secret: true,
 			data: []byte(fmt.Sprintf("# Written by `outpost worker install`: the environment of %s.\n%s=%s\n", unit, api.EnvToken.Name, token))})
@@ -394,6 +531,57 @@ func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// hiddenFromUnit says why the system unit's sandbox hides path (as given
+// or with its symlinks resolved) from the worker, or "" when it does not:
+// PrivateTmp gives the service its own /tmp and /var/tmp, and ProtectHome
+// hides /home, /root and /run/user unless the drop-in turns it off
+// (homeVisible, for a --user whose home is there).
+func hiddenFromUnit(path string, homeVisible bool) string {
+	paths := []string{filepath.Clean(path)}
+	if real, err := filepath.EvalSymlinks(path); err == nil && real != paths[0] {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		if sandbox.Under(p, "/tmp", "/var/tmp") {
+			return "the unit's PrivateTmp gives the service its own /tmp and /var/tmp"
+		}
+		if !homeVisible && sandbox.Under(p, "/home", "/root", "/run/user") {
+			return "the unit's ProtectHome hides /home, /root and /run/user"
+		}
+	}
+	return ""
+}
+
+// checkUnitCAFile checks that the worker, run by the system unit as owner,
+// can read the CA file that goes into its settings.
+func checkUnitCAFile(f *Factory, owner string, homeVisible bool) error {
+	ca, err := f.TrustedCAFile()
+	if err != nil || ca == "" {
+		return err
+	}
+	copyHint := fmt.Sprintf("copy it (install -m 0644 %s /etc/outpost/ca.pem) and pass --ca-file /etc/outpost/ca.pem", ca)
+	if why := hiddenFromUnit(ca, homeVisible); why != "" {
+		return usageErrorf("the service cannot read the CA file %s: %s; %s", ca, why, copyHint)
+	}
+	fi, err := os.Stat(ca)
+	if err != nil {
+		return usageErrorf("the CA file %s cannot be read: %v", ca, err)
+	}
+	uid, gid, ok := fileOwner(fi)
+	if !ok || fi.Mode().Perm()&0o004 != 0 {
+		return nil
+	}
+	u, err := user.Lookup(owner)
+	if err != nil {
+		return nil // created by the install: it reads world-readable files only
+	}
+	if u.Uid == "0" || u.Uid == strconv.FormatUint(uint64(uid), 10) && fi.Mode().Perm()&0o400 != 0 ||
+		u.Gid == strconv.FormatUint(uint64(gid), 10) && fi.Mode().Perm()&0o040 != 0 {
+		return nil
+	}
+	return usageErrorf("the worker's user %s cannot read the CA file %s (mode %04o): make it readable (chmod 0644 %s), or %s", owner, ca, fi.Mode().Perm(), ca, copyHint)
+}
+
 // yamlString quotes s for a YAML value.
 func yamlString(s string) string { return strconv.Quote(s) }
 
@@ -445,18 +633,67 @@ func planWorkerUninstall(f *Factory, o *WorkerInstallOptions) (*installPlan, err
 }
 
 // runPlan prints plan (dryRun) or carries it out, saying what it did.
+// When a step fails, the steps done are taken back, newest first, so that
+// a failed install leaves the machine as it found it.
 func runPlan(ctx context.Context, out io.Writer, p *installPlan, dryRun bool) error {
 	if dryRun {
 		p.print(out)
 		return nil
 	}
+	var undos []undoStep
 	for _, s := range p.steps {
-		if err := s.do(ctx, out); err != nil {
+		u, err := s.do(ctx, out)
+		if u != nil {
+			undos = append(undos, *u)
+		}
+		if err != nil {
+			if rerr := rollBack(ctx, out, undos); rerr != nil {
+				return fmt.Errorf("%w; taking back what was done failed too: %v", err, rerr)
+			}
+			if len(undos) > 0 {
+				return fmt.Errorf("%w; what was done before it was taken back", err)
+			}
 			return err
 		}
 	}
 	fmt.Fprint(out, p.done)
 	return nil
+}
+
+// undoStep takes back one step done.
+type undoStep struct {
+	what string
+	do   func(ctx context.Context) error
+	// reload: systemd must reload its units once everything is back.
+	reload []string
+}
+
+// rollBack takes back undos, newest first, then has systemd reload its
+// units if a step had touched them.
+func rollBack(ctx context.Context, out io.Writer, undos []undoStep) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	var reload []string
+	for i := len(undos) - 1; i >= 0; i-- {
+		u := undos[i]
+		if u.reload != nil {
+			reload = u.reload
+		}
+		if u.do == nil {
+			continue
+		}
+		if err := u.do(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.what, err))
+			continue
+		}
+		fmt.Fprintf(out, "Took back: %s\n", u.what)
+	}
+	if reload != nil {
+		if msg, err := exec.CommandContext(ctx, reload[0], reload[1:]...).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %s", strings.Join(reload, " "), err, strings.TrimSpace(string(msg))))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // print writes what the plan would do.
@@ -495,30 +732,47 @@ func (s installStep) describe() string {
 	return d + ")"
 }
 
-// do carries out one step.
-func (s installStep) do(ctx context.Context, out io.Writer) error {
+// do carries out one step and returns how to take it back (nil when
+// there is nothing to take back).
+func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 	switch {
 	case s.dir != "":
+		created := missingDirs(s.dir)
 		if err := os.MkdirAll(s.dir, s.mode); err != nil {
-			return fmt.Errorf("create %s: %w", s.dir, err)
+			return nil, fmt.Errorf("create %s: %w", s.dir, err)
+		}
+		u := &undoStep{what: "created " + s.dir, do: func(context.Context) error {
+			for i := len(created) - 1; i >= 0; i-- {
+				if err := os.Remove(created[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+		if len(created) == 0 {
+			u = nil
 		}
 		if err := s.chown(s.dir); err != nil {
-			return err
+			return u, err
 		}
 		fmt.Fprintf(out, "Created %s\n", s.dir)
+		return u, nil
 	case s.file != "":
+		u := fileUndo(s.file)
 		if err := writeFile(s.file, s.data, s.mode); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.chown(s.file); err != nil {
-			return err
+			return u, err
 		}
 		fmt.Fprintf(out, "Wrote %s\n", s.file)
+		return u, nil
 	case s.remove != "":
 		if err := os.RemoveAll(s.remove); err != nil {
-			return fmt.Errorf("remove %s: %w", s.remove, err)
+			return nil, fmt.Errorf("remove %s: %w", s.remove, err)
 		}
 		fmt.Fprintf(out, "Removed %s\n", s.remove)
+		return nil, nil
 	default:
 		c := exec.CommandContext(ctx, s.cmd[0], s.cmd[1:]...)
 		var msg bytes.Buffer
@@ -527,11 +781,91 @@ func (s installStep) do(ctx context.Context, out io.Writer) error {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) && s.cmd[0] == "systemctl" && len(s.cmd) > 1 && s.cmd[1] == "disable" {
 				fmt.Fprintf(out, "Ran %s (%s)\n", strings.Join(s.cmd, " "), strings.TrimSpace(msg.String()))
-				return nil // not installed: nothing to stop
+				return nil, nil // not installed: nothing to stop
 			}
-			return fmt.Errorf("%s: %w: %s", strings.Join(s.cmd, " "), err, strings.TrimSpace(msg.String()))
+			return nil, fmt.Errorf("%s: %w: %s", strings.Join(s.cmd, " "), err, strings.TrimSpace(msg.String()))
 		}
 		fmt.Fprintf(out, "Ran %s\n", strings.Join(s.cmd, " "))
+		return cmdUndo(s.cmd), nil
+	}
+}
+
+// missingDirs lists the directories creating dir makes, outermost first.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		out = append([]string{d}, out...)
+	}
+	return out
+}
+
+// fileUndo is how to put path back as it is now: its old contents, mode
+// and owner, or no file.
+func fileUndo(path string) *undoStep {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		dirs := missingDirs(filepath.Dir(path)) // writeFile makes them
+		return &undoStep{what: "wrote " + path, do: func(context.Context) error {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			for i := len(dirs) - 1; i >= 0; i-- {
+				if err := os.Remove(dirs[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	}
+	old, rerr := os.ReadFile(path)
+	if err != nil || rerr != nil || !fi.Mode().IsRegular() {
+		return nil // not a file this install can put back; it replaces it
+	}
+	uid, gid, owned := fileOwner(fi)
+	return &undoStep{what: "restored " + path, do: func(context.Context) error {
+		if err := atomicfile.Write(path, old, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		if owned {
+			return os.Chown(path, int(uid), int(gid))
+		}
+		return nil
+	}}
+}
+
+// cmdUndo is how to take back a command of the plan.
+func cmdUndo(cmd []string) *undoStep {
+	run := func(args ...string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if msg, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(msg)))
+			}
+			return nil
+		}
+	}
+	switch {
+	case cmd[0] == "useradd":
+		name := cmd[len(cmd)-1]
+		return &undoStep{what: "created user " + name, do: run("userdel", name)}
+	case cmd[0] != "systemctl":
+		return nil
+	}
+	sc := cmd[:1]
+	if len(cmd) > 1 && cmd[1] == "--user" {
+		sc = cmd[:2]
+	}
+	verb, args := cmd[len(sc)], cmd[len(sc)+1:]
+	with := func(v string) []string { return append(append(slices.Clone(sc), v), args...) }
+	switch verb {
+	case "daemon-reload":
+		return &undoStep{reload: slices.Clone(cmd)}
+	case "enable":
+		return &undoStep{what: "enabled " + strings.Join(args, " "), do: run(with("disable")...)}
+	case "restart":
+		return &undoStep{what: "started " + strings.Join(args, " "), do: run(with("stop")...)}
 	}
 	return nil
 }

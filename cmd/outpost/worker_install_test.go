@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/deploy/systemd"
+	"github.com/outpost-sh/outpost/internal/tlsconfig/tlstest"
 )
 
 // installArgs are the flags of an install that works on any machine.
@@ -28,8 +32,10 @@ func runInstall(t *testing.T, env map[string]string, args ...string) (*testFacto
 // token, and writes nothing.
 func TestWorkerInstallDryRun(t *testing.T) {
 	t.Parallel()
-	const token = "opt_install-dry-run-secret"
-	tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": token, "OUTPOST_SERVER": "https://outpost.example.com"},
+	ts := startTestServer(t)
+	ts.outpost(t, "gpu-h200")
+	token := ts.token(t, "gpu-h200", api.ScopeMachine)
+	tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": token, "OUTPOST_SERVER": ts.url},
 		"--outpost", "gpu-h200", "--dry-run", "--executable", "/opt/outpost/bin/outpost")
 	out := tf.out.String()
 	if code != 0 {
@@ -42,7 +48,7 @@ func TestWorkerInstallDryRun(t *testing.T) {
 		"Would write /etc/systemd/system/outpost-worker@gpu-h200.service.d/install.conf (mode 0644):",
 		"Would write /etc/outpost/worker-gpu-h200.env (mode 0600):\n    (holds the token; not shown)",
 		"Would write /etc/outpost/worker-gpu-h200.yaml (mode 0640, group outpost):",
-		`    server: "https://outpost.example.com"`,
+		`    server: "` + ts.url + `"`,
 		"Would run: systemctl daemon-reload\n\nWould run: systemctl enable outpost-worker@gpu-h200.service\n\nWould run: systemctl restart outpost-worker@gpu-h200.service",
 	} {
 		if !strings.Contains(out, want) {
@@ -68,7 +74,7 @@ func TestWorkerInstallDropIn(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("opt_x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tf, code := runInstall(t, nil, "--outpost", "dev", "--dry-run", "--user", "root", "--dir", "/srv/outpost/work", "--token-file", tokenFile)
+	tf, code := runInstall(t, nil, "--outpost", "dev", "--dry-run", "--user", "root", "--dir", "/srv/outpost/work", "--token-file", tokenFile, "--skip-server-check")
 	out := tf.out.String()
 	if code != 0 {
 		t.Fatalf("exit %d: %s%s", code, out, tf.errOut)
@@ -264,4 +270,224 @@ func systemdAnalyze(t *testing.T) string {
 		t.Skip("systemd-analyze is missing (Debian package systemd)")
 	}
 	return p
+}
+
+// installCmd runs `outpost worker install` (or uninstall) with a systemd
+// that answers ready, so that a real run reaches the files of a user unit
+// under tf's config directory.
+func installCmd(t *testing.T, tf *testFactory, uninstall bool, args ...string) int {
+	t.Helper()
+	run := func(ctx context.Context, o *WorkerInstallOptions) error {
+		o.systemd = func(context.Context, bool) error { return nil }
+		if uninstall {
+			return runWorkerUninstall(ctx, o)
+		}
+		return runWorkerInstall(ctx, o)
+	}
+	cmd := NewCmdWorkerInstall(tf.Factory, run)
+	if uninstall {
+		cmd = NewCmdWorkerUninstall(tf.Factory, run)
+	}
+	cmd.SetArgs(args)
+	cmd.SetOut(tf.out)
+	cmd.SetErr(tf.errOut)
+	if err := cmd.Execute(); err != nil {
+		tf.errOut.WriteString(err.Error())
+		return 1
+	}
+	return 0
+}
+
+// TestWorkerInstallChecksToken: install asks the server whether the token
+// serves the outpost before it writes anything, dry run or not: the token
+// `null` of a wrong jq path, a token of another outpost, one without
+// outposts.machine and a missing outpost are refused with the reason.
+func TestWorkerInstallChecksToken(t *testing.T) {
+	t.Parallel()
+	ts := startTestServer(t)
+	ts.outpost(t, "gpu")
+	ts.outpost(t, "cpu")
+	good := ts.token(t, "gpu", api.ScopeMachine)
+	for _, tc := range []struct {
+		name, token, outpost, want string
+	}{
+		{"null", "null", "gpu", "The API token is not valid"},
+		{"another outpost's", ts.token(t, "cpu", api.ScopeMachine), "gpu", `the token may not serve outpost "gpu" (it is limited to cpu)`},
+		{"no machine scope", ts.token(t, "gpu", api.ScopeSessionsRead), "gpu", "without the outposts.machine scope"},
+		{"missing outpost", ts.token(t, "", api.ScopeMachine), "gpu-typo", `outpost "gpu-typo" does not exist`},
+	} {
+		for _, dry := range []bool{true, false} {
+			tf := newTestFactory(t, map[string]string{"OUTPOST_TOKEN": tc.token, "OUTPOST_SERVER": ts.url})
+			args := []string{"--outpost", tc.outpost, "--user-unit", "--executable", "/usr/local/bin/outpost"}
+			if dry {
+				args = append(args, "--dry-run")
+			}
+			if code := installCmd(t, tf, false, args...); code == 0 || !strings.Contains(tf.errOut.String(), tc.want) ||
+				!strings.Contains(tf.errOut.String(), "nothing was installed") {
+				t.Errorf("%s token (dry run %v): exit %d, stderr %q; want a refusal saying %q", tc.name, dry, code, tf.errOut, tc.want)
+			}
+			if entries, _ := os.ReadDir(tf.configDir); len(entries) > 0 {
+				t.Errorf("%s token (dry run %v): a refused install wrote %v", tc.name, dry, entries)
+			}
+		}
+	}
+	// The right token passes; --skip-server-check skips the server.
+	tf := newTestFactory(t, map[string]string{"OUTPOST_TOKEN": good, "OUTPOST_SERVER": ts.url})
+	if code := installCmd(t, tf, false, "--outpost", "gpu", "--user-unit", "--dry-run", "--executable", "/usr/local/bin/outpost"); code != 0 {
+		t.Errorf("a good token: exit %d: %s", code, tf.errOut)
+	}
+	tf = newTestFactory(t, map[string]string{"OUTPOST_TOKEN": "null", "OUTPOST_SERVER": "http://" + closedAddr(t)})
+	if code := installCmd(t, tf, false, "--outpost", "gpu", "--user-unit", "--dry-run", "--skip-server-check", "--executable", "/usr/local/bin/outpost"); code != 0 {
+		t.Errorf("--skip-server-check: exit %d: %s", code, tf.errOut)
+	}
+}
+
+// TestWorkerInstallWithoutSystemd: on a machine not booted with systemd,
+// install and uninstall refuse before anything is written or removed and
+// say what to do instead; a dry run notes it.
+func TestWorkerInstallWithoutSystemd(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := systemdReadyAt(t.Context(), root, false); err == nil || !strings.Contains(err.Error(), "not booted with systemd") {
+		t.Fatalf("a root without /run/systemd/system: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "run", "systemd", "system"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := systemdReadyAt(t.Context(), root, false); err != nil {
+		t.Fatalf("a root with /run/systemd/system: %v", err)
+	}
+
+	noSystemd := func(context.Context, bool) error { return errors.New("this machine was not booted with systemd") }
+	for _, uninstall := range []bool{false, true} {
+		for _, dry := range []bool{false, true} {
+			tf := newTestFactory(t, map[string]string{"OUTPOST_TOKEN": "opt_x"})
+			saved := filepath.Join(tf.configDir, "outpost", "worker-dev.yaml")
+			if err := os.MkdirAll(filepath.Dir(saved), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(saved, []byte("# the installed settings\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			o := &WorkerInstallOptions{f: tf.Factory, Outpost: "dev", UserUnit: true, DryRun: dry, Executable: "/usr/local/bin/outpost",
+				SkipServerCheck: true, systemd: noSystemd}
+			run := runWorkerInstall
+			if uninstall {
+				run = runWorkerUninstall
+			}
+			err := run(t.Context(), o)
+			switch {
+			case dry && (err != nil || !strings.Contains(tf.out.String(), "a real install would stop here")):
+				t.Errorf("dry run (uninstall %v): %v, out %q; want a note", uninstall, err, tf.out)
+			case !dry && (err == nil || !strings.Contains(err.Error(), "nothing was changed") || !strings.Contains(err.Error(), "outpost worker start --outpost dev")):
+				t.Errorf("uninstall %v: %v; want a refusal that names the foreground command", uninstall, err)
+			}
+			if b, err := os.ReadFile(saved); err != nil || string(b) != "# the installed settings\n" {
+				t.Errorf("uninstall %v, dry %v: the settings became %q, %v", uninstall, dry, b, err)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(tf.configDir, "outpost")); len(entries) != 1 {
+				t.Errorf("uninstall %v, dry %v: files %v", uninstall, dry, entries)
+			}
+		}
+	}
+}
+
+// TestWorkerInstallRollsBack: when a step fails halfway (systemctl enable
+// here), what the install did is taken back: files it wrote are removed,
+// files it replaced are restored, directories it made are gone.
+func TestWorkerInstallRollsBack(t *testing.T) {
+	t.Parallel()
+	tf := newTestFactory(t, map[string]string{"OUTPOST_TOKEN": "opt_rollback"})
+	settings := filepath.Join(tf.configDir, "outpost", "worker-dev.yaml")
+	if err := os.MkdirAll(filepath.Dir(settings), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(settings, []byte("# the old settings\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	o := &WorkerInstallOptions{f: tf.Factory, Outpost: "dev", UserUnit: true, Executable: "/usr/local/bin/outpost"}
+	plan, err := planWorkerInstall(tf.Factory, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range plan.steps {
+		switch {
+		case s.cmd != nil && slices.Contains(s.cmd, "enable"):
+			plan.steps[i].cmd = []string{"sh", "-c", "echo 'Failed to enable unit' >&2; exit 1"}
+		case s.cmd != nil:
+			plan.steps[i].cmd = []string{"true"}
+		}
+	}
+	var out bytes.Buffer
+	err = runPlan(t.Context(), &out, plan, false)
+	if err == nil || !strings.Contains(err.Error(), "Failed to enable unit") || !strings.Contains(err.Error(), "taken back") {
+		t.Fatalf("runPlan: %v; want the failure and that it was taken back", err)
+	}
+	if b, err := os.ReadFile(settings); err != nil || string(b) != "# the old settings\n" {
+		t.Errorf("the settings were not restored: %q %v", b, err)
+	}
+	if fi, _ := os.Stat(settings); fi.Mode().Perm() != 0o640 {
+		t.Errorf("restored mode %v", fi.Mode().Perm())
+	}
+	for _, p := range []string{"outpost/worker-dev.env", "systemd"} {
+		if _, err := os.Stat(filepath.Join(tf.configDir, p)); !os.IsNotExist(err) {
+			t.Errorf("%s is left after a failed install: %v\n%s", p, err, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "Took back: wrote ") {
+		t.Errorf("output does not say what it took back:\n%s", out.String())
+	}
+}
+
+// TestWorkerInstallPathsTheUnitReads: a CA file or workspace that the
+// system unit's PrivateTmp or ProtectHome would hide, or a CA file the
+// worker's user cannot read, is refused before anything is written.
+func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the ownership case")
+	}
+	ca := tlstest.NewCA(t, "install test CA")
+	tmpCA := ca.WriteCA(t, t.TempDir(), "ca.pem") // under /tmp: PrivateTmp
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"CA under /tmp", []string{"--ca-file", tmpCA}, "cannot read the CA file " + tmpCA + ": the unit's PrivateTmp"},
+		{"CA under /root", []string{"--ca-file", "/root/ca.pem"}, "cannot read the CA file /root/ca.pem: the unit's ProtectHome"},
+		{"workspace under /home", []string{"--dir", "/home/someone/work"}, "cannot use --dir /home/someone/work: the unit's ProtectHome"},
+		{"workspace under /var/tmp", []string{"--dir", "/var/tmp/work"}, "PrivateTmp"},
+	} {
+		tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, append([]string{"--outpost", "dev", "--dry-run", "--skip-server-check"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(tf.errOut.String(), tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, code, tf.errOut, exitUsage, tc.want)
+		}
+		if strings.Contains(tf.out.String(), "Would write") {
+			t.Errorf("%s: planned anyway:\n%s", tc.name, tf.out)
+		}
+	}
+
+	// A CA file only root may read, for a worker running as nobody.
+	dir, err := os.MkdirTemp("/var/lib", "outpost-install-test-")
+	if err != nil {
+		t.Skipf("no writable /var/lib: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	private := filepath.Join(dir, "ca.pem")
+	b, _ := os.ReadFile(tmpCA)
+	if err := os.WriteFile(private, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--user", "nobody", "--ca-file", private)
+	if code != exitUsage || !strings.Contains(tf.errOut.String(), "the worker's user nobody cannot read the CA file "+private+" (mode 0600)") {
+		t.Errorf("a private CA file: exit %d, stderr %q", code, tf.errOut)
+	}
+	if err := os.Chmod(private, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tf, code = runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--user", "nobody", "--ca-file", private)
+	if code != 0 || !strings.Contains(tf.out.String(), `ca-file: "`+private+`"`) {
+		t.Errorf("a readable CA file: exit %d, stderr %q\n%s", code, tf.errOut, tf.out)
+	}
 }

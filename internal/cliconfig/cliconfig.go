@@ -207,20 +207,32 @@ func describe(typ string) string {
 // suggest returns the flag of fl whose name is closest to key, if one is
 // close enough to be a likely typo.
 func suggest(fl *pflag.FlagSet, key string) string {
-	norm := strings.ToLower(strings.ReplaceAll(key, "_", "-"))
-	best, bestD := "", 3
+	var names []string
 	fl.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden || f.Deprecated != "" || reserved[f.Name] != "" {
 			return
 		}
-		d := distance(norm, f.Name)
-		if len(norm) >= 4 && (strings.HasPrefix(f.Name, norm) || strings.HasPrefix(norm, f.Name)) {
+		names = append(names, f.Name)
+	})
+	return Closest(strings.ReplaceAll(key, "_", "-"), names)
+}
+
+// Closest returns the name of names closest to key (ignoring case), if
+// one is close enough to be a likely typo of it: at most two edits away,
+// or, for a key of four characters or more, a prefix of it or it of one.
+// It returns "" when none is.
+func Closest(key string, names []string) string {
+	norm := strings.ToLower(key)
+	best, bestD := "", 3
+	for _, name := range names {
+		d := distance(norm, strings.ToLower(name))
+		if len(norm) >= 4 && (strings.HasPrefix(name, norm) || strings.HasPrefix(norm, name)) {
 			d = min(d, 2)
 		}
 		if d < bestD {
-			best, bestD = f.Name, d
+			best, bestD = name, d
 		}
-	})
+	}
 	return best
 }
 

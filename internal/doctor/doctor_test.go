@@ -63,6 +63,22 @@ func TestMachineChecks(t *testing.T) {
 	if c := byName(t, full, "sudo"); !strings.Contains(c.Detail, "not for sessions") {
 		t.Errorf("sudo in a sandbox: %q", c.Detail)
 	}
+	// Root needs no sudo; a machine without sudo says so, not that the
+	// user lacks a NOPASSWD rule.
+	for _, c := range []struct {
+		m    Machine
+		want Status
+		says string
+	}{
+		{Machine{Dir: dir, Root: true, NoSudo: true}, OK, "run as root too and need no sudo"},
+		{Machine{Dir: dir, Root: true, SessionsSudo: &no}, OK, "no root powers"},
+		{Machine{Dir: dir, NoSudo: true}, Warn, "sudo is not installed"},
+		{Machine{Dir: dir}, Warn, "no passwordless sudo for this user"},
+	} {
+		if got := byName(t, MachineChecks(c.m), "sudo"); got.Status != c.want || !strings.Contains(got.Detail, c.says) {
+			t.Errorf("sudo for root %v, no sudo %v: %+v, want %s saying %q", c.m.Root, c.m.NoSudo, got, c.want, c.says)
+		}
+	}
 	if c := byName(t, full, "workspace"); !strings.Contains(c.Detail, "free") {
 		t.Errorf("workspace: %q", c.Detail)
 	}

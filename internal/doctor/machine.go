@@ -44,6 +44,9 @@ type Machine struct {
 	// SessionsSudo, when set, is whether sessions get the machine's sudo
 	// (false in a bwrap sandbox); nil means the worker's own user's.
 	SessionsSudo *bool
+	// Root is whether the worker runs as root; NoSudo whether sudo is not
+	// installed. Both change what the sudo check says.
+	Root, NoSudo bool
 	// Network is whether sessions' network policies can be enforced here.
 	Network Network
 	// Desktop is what a desktop probe found; its zero value judges from
@@ -96,7 +99,7 @@ func MachineChecks(m Machine) []Check {
 			Fix: "install ffmpeg (apt-get install ffmpeg)."})
 	}
 	checks = append(checks, desktopCheck(m.Extras.Xvfb, m.Desktop))
-	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo), bwrapCheck(m.Sandbox), networkCheck(m.Network), containersCheck(m.Extras))
+	checks = append(checks, sudoCheck(c.PasswordlessSudo, m.SessionsSudo, m.Root, m.NoSudo), bwrapCheck(m.Sandbox), networkCheck(m.Network), containersCheck(m.Extras))
 	return append(checks, workspaceCheck(m.Dir))
 }
 
@@ -108,8 +111,15 @@ func gitCheck(version string) Check {
 	return Check{Name: "git", Status: OK, Required: true, Detail: version}
 }
 
-func sudoCheck(host bool, sessions *bool) Check {
+func sudoCheck(host bool, sessions *bool, root, noSudo bool) Check {
 	switch {
+	case root && sessions != nil && !*sessions:
+		return Check{Name: "sudo", Status: OK, Detail: "the worker runs as root; sessions in the sandbox get no root powers (no capabilities)"}
+	case root:
+		return Check{Name: "sudo", Status: OK, Detail: "the worker runs as root: sessions outside a sandbox (--isolation none) run as root too and need no sudo"}
+	case noSudo:
+		return Check{Name: "sudo", Status: Warn, Detail: "sudo is not installed: sessions cannot use it",
+			Fix: "if sessions need root, and only on a machine dedicated to them, install sudo, allow this user NOPASSWD in /etc/sudoers.d and run the worker with --isolation none: sandboxes give no sudo."}
 	case sessions != nil && host && !*sessions:
 		return Check{Name: "sudo", Status: OK, Detail: "passwordless for this user, but not for sessions: the sandbox gives them none"}
 	case host:

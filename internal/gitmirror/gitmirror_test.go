@@ -299,6 +299,9 @@ func TestUpdateUsesNoCredentialsOfTheWorker(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	// The worker's user's own configuration, also under `make test`, which
+	// points GIT_CONFIG_GLOBAL at a file of its own.
+	t.Setenv("GIT_CONFIG_GLOBAL", filepath.Join(home, ".gitconfig"))
 	auth := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:w0rker-only"))
 	gitT(t, home, "config", "--global", "http."+url+".extraHeader", auth)
 	if got := gitT(t, home, "config", "--global", "--get-urlmatch", "http.extraHeader", url); got != auth {

@@ -301,6 +301,19 @@ const (
 	DefaultMaxSessionOutputBytes = 1 << 30
 )
 
+// plainHTTPWarning says, in a sentence with the fix, when a server without
+// TLS listens beyond loopback while it tells clients an https:// URL: the
+// usual sign of a TLS proxy on another machine, or of a forgotten
+// --tls-cert, and either way tokens cross a network in clear between the
+// proxy (or the client) and this server.
+func plainHTTPWarning(tls bool, addr net.Addr, publicURL string) string {
+	ta, ok := addr.(*net.TCPAddr)
+	if tls || !ok || ta.IP.IsLoopback() || !strings.HasPrefix(publicURL, "https://") {
+		return ""
+	}
+	return fmt.Sprintf("serving plain HTTP on %s while the public URL is %s: API tokens reach this server unencrypted from whatever terminates TLS, across the network; give the server --tls-cert and --tls-key (outpost certs create makes a pair), or listen on 127.0.0.1 behind a proxy on this machine", addr, publicURL)
+}
+
 // IsPostgresURL reports whether a database URL selects PostgreSQL.
 func IsPostgresURL(u string) bool {
 	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
@@ -462,6 +475,16 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", opts.Listen, err)
 	}
+	if lock != nil {
+		warning, err := datadir.Tighten(opts.DataDir)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if warning != "" {
+			s.log.Warn(warning)
+		}
+	}
 	s.store = opts.Store
 	if s.store == nil {
 		st, err := s.openSealedStore(ctx)
@@ -514,6 +537,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.publicURL = strings.TrimRight(opts.PublicURL, "/")
 	if s.publicURL == "" {
 		s.publicURL = scheme + ln.Addr().String()
+	}
+	if warning := plainHTTPWarning(certs != nil, ln.Addr(), s.publicURL); warning != "" {
+		s.log.Warn(warning)
 	}
 	if s.opts.ReplicaURL == "" {
 		s.opts.ReplicaURL = defaultReplicaURL(scheme, ln.Addr())

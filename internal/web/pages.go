@@ -35,7 +35,13 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	err := h.callToken(r.Context(), r, tok, "GET", "/v1/outposts", nil, nil)
 	if ae, ok := err.(*apiError); ok && ae.Status == http.StatusUnauthorized {
-		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "This token is not valid: " + ae.Message})
+		// The server's sentence says what is wrong with it (not valid,
+		// revoked, expired); saying "not valid" before it doubled it.
+		msg := ae.Message
+		if msg == "" {
+			msg = "This token is not valid."
+		}
+		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: msg})
 		return
 	} else if err != nil && !ok {
 		h.failAPI(w, r, err)

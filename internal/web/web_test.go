@@ -73,6 +73,8 @@ func TestSignInCookieAndCSRF(t *testing.T) {
 	}
 	if w := post(url.Values{"token": {"bad"}, "csrf": {csrf}}, signin); w.Code != http.StatusUnauthorized {
 		t.Fatalf("sign in with a bad token: %d, want 401", w.Code)
+	} else if body := w.Body.String(); !strings.Contains(body, `id="error">Bad token.</p>`) {
+		t.Errorf("a bad token's error is not the server's sentence alone:\n%s", body)
 	}
 	w := post(url.Values{"token": {"good"}, "csrf": {csrf}}, signin)
 	if w.Code != http.StatusSeeOther {
