@@ -179,7 +179,7 @@ func TestAnthropicToolResultImage(t *testing.T) {
 			]}
 		]
 	}`)
-	msg := openAIMessage(Message{Role: RoleTool, ToolCallID: "t1", Text: "{}", Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}})
+	msg := openAIMessage(Message{Role: RoleTool, ToolCallID: "t1", Text: "{}", Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}}, true)
 	b, _ := json.Marshal(msg)
 	if !strings.Contains(string(b), "an image (image/png, 8 bytes base64)") || strings.Contains(string(b), "iVBORw0K") {
 		t.Errorf("OpenAI tool message %s", b)

@@ -98,6 +98,24 @@ type Request struct {
 	// MaxTokens caps the tokens of the answer; 0 means the provider's default
 	// (OpenAI-compatible: none sent; Anthropic, which requires one: 4096).
 	MaxTokens int
+	// Computer describes the display behind the tool of Tools named
+	// ComputerToolName; nil means there is none. A provider that offers
+	// computer use natively (Anthropic, unless [Config.ComputerTool] says
+	// function) sends its own tool type for it, sized by Computer, in place
+	// of that tool's schema; the others send the tool as it is in Tools.
+	Computer *ComputerDisplay
+}
+
+// ComputerToolName is the name of the tool that [Request.Computer]
+// describes, the name Anthropic's native computer-use tool has.
+const ComputerToolName = "computer"
+
+// ComputerDisplay is the display a computer tool drives.
+type ComputerDisplay struct {
+	// Width and Height are the size of the screenshots the model gets,
+	// the space of the coordinates it sends (smaller than the display's
+	// own when that is larger than a model takes in).
+	Width, Height int
 }
 
 // Usage counts the tokens of one call.
