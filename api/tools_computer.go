@@ -1,5 +1,7 @@
 package api
 
+import "math"
+
 // ToolComputer drives the session's desktop: Anthropic's computer-use
 // action set (computer_20250124) on the display the session's programs
 // find in $DISPLAY. The remote offers it only when the session has a
@@ -46,6 +48,24 @@ const (
 	// ComputerMaxScroll bounds scroll_amount.
 	ComputerMaxScroll = 100
 )
+
+// ComputerScreenshotSize is the size of a screenshot of a w×h display: the
+// display's own when within ComputerMaxLongEdge and ComputerMaxPixels, else
+// the largest size within both, aspect kept. The remote scales its
+// screenshots to it and the agent tells models it is the screen's size.
+func ComputerScreenshotSize(w, h int) (int, int) {
+	f := 1.0
+	if long := max(w, h); long > ComputerMaxLongEdge {
+		f = float64(ComputerMaxLongEdge) / float64(long)
+	}
+	if px := float64(w) * float64(h); px*f*f > ComputerMaxPixels {
+		f = math.Sqrt(ComputerMaxPixels / px)
+	}
+	if f >= 1 {
+		return w, h
+	}
+	return max(1, int(float64(w)*f)), max(1, int(float64(h)*f))
+}
 
 // ComputerArgs is one computer action, with the fields Anthropic's
 // computer-use tool gives it.
@@ -100,4 +120,10 @@ type DesktopSize struct {
 const (
 	MinDesktopSize = 200
 	MaxDesktopSize = 4096
+)
+
+// Size of a desktop whose session names none (spec.desktop omitted).
+const (
+	DefaultDesktopWidth  = 1280
+	DefaultDesktopHeight = 800
 )

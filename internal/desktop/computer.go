@@ -37,22 +37,9 @@ const (
 	wheelRight   = 7
 )
 
-// ScaledSize is the size of a screenshot of a w×h display: the display's
-// own when within api.ComputerMaxLongEdge and api.ComputerMaxPixels, else
-// the largest size within both, aspect kept.
-func ScaledSize(w, h int) (int, int) {
-	f := 1.0
-	if long := max(w, h); long > api.ComputerMaxLongEdge {
-		f = float64(api.ComputerMaxLongEdge) / float64(long)
-	}
-	if px := float64(w) * float64(h); px*f*f > api.ComputerMaxPixels {
-		f = math.Sqrt(api.ComputerMaxPixels / px)
-	}
-	if f >= 1 {
-		return w, h
-	}
-	return max(1, int(float64(w)*f)), max(1, int(float64(h)*f))
-}
+// ScaledSize is the size of a screenshot of a w×h display
+// (api.ComputerScreenshotSize, which the agent uses too).
+func ScaledSize(w, h int) (int, int) { return api.ComputerScreenshotSize(w, h) }
 
 // Computer runs computer-use actions on a desktop, with coordinates in
 // the space of its screenshots.
