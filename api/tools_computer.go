@@ -78,6 +78,10 @@ type ComputerArgs struct {
 	// Text is what type types, the key combination of key and hold_key,
 	// or the modifier keys held during a click or scroll.
 	Text string `json:"text,omitempty" jsonschema:"type: the text to type; key and hold_key: xdotool key names joined by '+' (ctrl+a, Return, shift+Tab, F5); clicks and scroll: modifier keys to hold (shift, ctrl, alt, super)."`
+	// Key is the modifier keys of a click or scroll, as Text: Anthropic's
+	// reference computer-use tool names them so for clicks, and a model
+	// may send either.
+	Key string `json:"key,omitempty" jsonschema:"clicks and scroll: modifier keys to hold, as text (give one of the two)."`
 	// ScrollDirection is up, down, left or right.
 	ScrollDirection string `json:"scroll_direction,omitempty" jsonschema:"scroll: up, down, left or right."`
 	// ScrollAmount is how many wheel clicks scroll turns.

@@ -65,6 +65,9 @@ func (c *Computer) Do(ctx context.Context, a api.ComputerArgs) (api.ComputerResu
 	if err := c.check(a); err != nil {
 		return api.ComputerResult{}, err
 	}
+	if a.Key != "" {
+		a.Text = a.Key // check allows key only where text holds modifiers
+	}
 	d := c.d
 	d.inputMu.Lock()
 	err := c.act(ctx, a)
@@ -131,7 +134,10 @@ func (c *Computer) check(a api.ComputerArgs) error {
 	case api.ComputerLeftClickDrag:
 		errs = append(errs, point("start_coordinate", a.StartCoordinate, true), point("coordinate", a.Coordinate, true))
 	case api.ComputerLeftMouseDown, api.ComputerLeftMouseUp:
-		errs = append(errs, refuse("coordinate", a.Coordinate != nil))
+		// Anthropic's documentation shows these with a coordinate, its
+		// reference tool without: either is taken, a coordinate moving
+		// the pointer first.
+		errs = append(errs, point("coordinate", a.Coordinate, false))
 	case api.ComputerScroll:
 		errs = append(errs, point("coordinate", a.Coordinate, false), c.checkKeys(a.Text, false))
 		if !slices.Contains([]string{"up", "down", "left", "right"}, a.ScrollDirection) {
@@ -162,6 +168,19 @@ func (c *Computer) check(a api.ComputerArgs) error {
 	}
 	if name != api.ComputerScroll {
 		errs = append(errs, refuse("scroll_direction", a.ScrollDirection != ""), refuse("scroll_amount", a.ScrollAmount != nil))
+	}
+	if a.Key != "" {
+		switch name {
+		case api.ComputerLeftClick, api.ComputerRightClick, api.ComputerMiddleClick, api.ComputerDoubleClick,
+			api.ComputerTripleClick, api.ComputerScroll:
+			if a.Text != "" {
+				errs = append(errs, fmt.Errorf("computer %s: give the modifier keys in text or in key, not both", name))
+			} else {
+				errs = append(errs, c.checkKeys(a.Key, false))
+			}
+		default:
+			errs = append(errs, refuse("key", true))
+		}
 	}
 	if name != api.ComputerZoom {
 		errs = append(errs, refuse("region", a.Region != nil))
@@ -240,9 +259,19 @@ func (c *Computer) act(ctx context.Context, a api.ComputerArgs) error {
 		errs := errors.Join(c.move(mid), c.move(a.Coordinate))
 		return errors.Join(errs, c.fake(xproto.ButtonRelease, buttonLeft))
 	case api.ComputerLeftMouseDown:
+		if a.Coordinate != nil {
+			if err := c.move(a.Coordinate); err != nil {
+				return err
+			}
+		}
 		c.d.buttons[buttonLeft] = true
 		return c.fake(xproto.ButtonPress, buttonLeft)
 	case api.ComputerLeftMouseUp:
+		if a.Coordinate != nil {
+			if err := c.move(a.Coordinate); err != nil {
+				return err
+			}
+		}
 		delete(c.d.buttons, buttonLeft)
 		return c.fake(xproto.ButtonRelease, buttonLeft)
 	case api.ComputerScroll:
