@@ -433,7 +433,10 @@ func (c *Computer) toDisplay(x, y int) (int, int) {
 	if c.sw == c.d.width && c.sh == c.d.height {
 		return x, y
 	}
-	return min(c.d.width-1, x*c.d.width/c.sw), min(c.d.height-1, y*c.d.height/c.sh)
+	// The first display pixel wholly inside the screenshot pixel's span
+	// (rounding up): toShot maps it back to the same point, so a model
+	// that clicks at a point and asks cursor_position gets that point.
+	return min(c.d.width-1, (x*c.d.width+c.sw-1)/c.sw), min(c.d.height-1, (y*c.d.height+c.sh-1)/c.sh)
 }
 
 // toShot maps a point of the display to the screenshot's space.

@@ -576,3 +576,25 @@ func TestNativeArgumentForms(t *testing.T) {
 		t.Errorf("after the click at 10,10 the pointer is at %v", pos.Coordinate)
 	}
 }
+
+// TestScaledPointsRoundTrip: a point of the screenshot's space mapped to
+// the display and back is the same point, at every scale.
+func TestScaledPointsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, size := range [][2]int{{1600, 1000}, {2560, 1600}, {1920, 1080}, {4096, 300}, {1280, 800}} {
+		c := &Computer{d: &Desktop{width: size[0], height: size[1]}}
+		c.sw, c.sh = ScaledSize(size[0], size[1])
+		for x := range c.sw {
+			dx, _ := c.toDisplay(x, 0)
+			if bx, _ := c.toShot(dx, 0); bx != x || dx >= size[0] {
+				t.Fatalf("%v: x %d -> display %d -> %d", size, x, dx, bx)
+			}
+		}
+		for y := range c.sh {
+			_, dy := c.toDisplay(0, y)
+			if _, by := c.toShot(0, dy); by != y || dy >= size[1] {
+				t.Fatalf("%v: y %d -> display %d -> %d", size, y, dy, by)
+			}
+		}
+	}
+}
