@@ -298,3 +298,18 @@ func TestScriptComputerClick(t *testing.T) {
 		t.Errorf("after the click the pointer is at %v, want [123 234]", p)
 	}
 }
+
+// TestServerRefusesUnknownComputerSettings: an unknown computer-tool or
+// image setting stops the server at start-up, naming the variable, before
+// it listens.
+func TestServerRefusesUnknownComputerSettings(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"OUTPOST_LLM_COMPUTER_TOOL=beta", "OUTPOST_LLM_COMPUTER_TOOL_VERSION=computer_20241022", "OUTPOST_LLM_TOOL_IMAGES=inline"} {
+		name, _, _ := strings.Cut(bad, "=")
+		code, _, stderr := runExit(t, []string{"OUTPOST_LLM_PROVIDER=anthropic", "OUTPOST_LLM_MODEL=m", bad},
+			"server", "--listen", freeAddr(t), "--data-dir", t.TempDir())
+		if code == 0 || !strings.Contains(stderr, name) {
+			t.Errorf("%s: exit %d, stderr %q; want a failure naming %s", bad, code, stderr, name)
+		}
+	}
+}
