@@ -35,8 +35,9 @@ type Message struct {
 	IsError bool `json:"is_error,omitempty"`
 	// Images go with a tool result (RoleTool only): Anthropic receives
 	// them as image blocks of the tool_result; OpenAI-compatible tool
-	// messages carry text only, so those servers get a line per image
-	// saying it was left out.
+	// messages carry text only, so those servers get them as image_url
+	// parts of a user message after the turn's tool messages (or, with
+	// [Config.ToolImages] text, a line per image saying it was left out).
 	Images []Image `json:"images,omitempty"`
 }
 
