@@ -275,7 +275,7 @@ func TestEncodedArgsFitSchema(t *testing.T) {
 		}
 		if spec.Name == ToolComputer { // an enum and fixed-length points
 			*args.(*ComputerArgs) = ComputerArgs{Action: ComputerZoom, Coordinate: []int{1, 1}, StartCoordinate: []int{0, 0},
-				Text: "x", ScrollDirection: "up", ScrollAmount: new(int), Duration: new(float64), Region: []int{0, 0, 1, 1}}
+				Text: "x", Key: "shift", ScrollDirection: "up", ScrollAmount: new(int), Duration: new(float64), Region: []int{0, 0, 1, 1}}
 		}
 		raw, err := json.Marshal(args)
 		if err != nil {

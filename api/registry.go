@@ -151,9 +151,9 @@ var toolTable = []toolDef{
 		nil, nil, textOf(browserFileSummary)),
 	tool[ComputerArgs](ToolComputer,
 		"Use the session's desktop as a person would, with Anthropic's computer-use actions: screenshot; left_click, "+
-			"right_click, middle_click, double_click, triple_click (at coordinate, else where the pointer is; text holds "+
-			"modifier keys); left_click_drag (start_coordinate to coordinate); left_mouse_down, left_mouse_up; mouse_move; "+
-			"scroll (scroll_direction, scroll_amount); type (text); key and hold_key (text such as ctrl+a or Return; "+
+			"right_click, middle_click, double_click, triple_click (at coordinate, else where the pointer is; text or key holds "+
+			"modifier keys); left_click_drag (start_coordinate to coordinate); left_mouse_down, left_mouse_up (at coordinate, "+
+			"else where the pointer is); mouse_move; scroll (scroll_direction, scroll_amount); type (text); key and hold_key (text such as ctrl+a or Return; "+
 			"hold_key for duration seconds); cursor_position; wait (duration seconds); zoom (region [x0, y0, x1, y1] "+
 			"returned at full resolution). Coordinates are in the screenshot's pixels. Every action but cursor_position "+
 			"returns a PNG screenshot taken after it (image, width, height). Offered only when the session has a desktop.",

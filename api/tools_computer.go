@@ -1,5 +1,7 @@
 package api
 
+import "math"
+
 // ToolComputer drives the session's desktop: Anthropic's computer-use
 // action set (computer_20250124) on the display the session's programs
 // find in $DISPLAY. The remote offers it only when the session has a
@@ -47,6 +49,24 @@ const (
 	ComputerMaxScroll = 100
 )
 
+// ComputerScreenshotSize is the size of a screenshot of a w×h display: the
+// display's own when within ComputerMaxLongEdge and ComputerMaxPixels, else
+// the largest size within both, aspect kept. The remote scales its
+// screenshots to it and the agent tells models it is the screen's size.
+func ComputerScreenshotSize(w, h int) (int, int) {
+	f := 1.0
+	if long := max(w, h); long > ComputerMaxLongEdge {
+		f = float64(ComputerMaxLongEdge) / float64(long)
+	}
+	if px := float64(w) * float64(h); px*f*f > ComputerMaxPixels {
+		f = math.Sqrt(ComputerMaxPixels / px)
+	}
+	if f >= 1 {
+		return w, h
+	}
+	return max(1, int(float64(w)*f)), max(1, int(float64(h)*f))
+}
+
 // ComputerArgs is one computer action, with the fields Anthropic's
 // computer-use tool gives it.
 type ComputerArgs struct {
@@ -58,6 +78,10 @@ type ComputerArgs struct {
 	// Text is what type types, the key combination of key and hold_key,
 	// or the modifier keys held during a click or scroll.
 	Text string `json:"text,omitempty" jsonschema:"type: the text to type; key and hold_key: xdotool key names joined by '+' (ctrl+a, Return, shift+Tab, F5); clicks and scroll: modifier keys to hold (shift, ctrl, alt, super)."`
+	// Key is the modifier keys of a click or scroll, as Text: Anthropic's
+	// reference computer-use tool names them so for clicks, and a model
+	// may send either.
+	Key string `json:"key,omitempty" jsonschema:"clicks and scroll: modifier keys to hold, as text (give one of the two)."`
 	// ScrollDirection is up, down, left or right.
 	ScrollDirection string `json:"scroll_direction,omitempty" jsonschema:"scroll: up, down, left or right."`
 	// ScrollAmount is how many wheel clicks scroll turns.
@@ -100,4 +124,10 @@ type DesktopSize struct {
 const (
 	MinDesktopSize = 200
 	MaxDesktopSize = 4096
+)
+
+// Size of a desktop whose session names none (spec.desktop omitted).
+const (
+	DefaultDesktopWidth  = 1280
+	DefaultDesktopHeight = 800
 )

@@ -11,6 +11,8 @@ func init() {
 		`{"action":"screenshot"}`,
 		`{"action":"left_click","coordinate":[10,20],"text":"shift"}`,
 		`{"action":"left_click_drag","start_coordinate":[1,2],"coordinate":[30,40]}`,
+		`{"action":"double_click","coordinate":[10,20],"key":"ctrl"}`,
+		`{"action":"left_mouse_down","coordinate":[10,20]}`,
 		`{"action":"scroll","coordinate":[5,5],"scroll_direction":"down","scroll_amount":3}`,
 		`{"action":"hold_key","text":"shift","duration":1.5}`,
 		`{"action":"zoom","region":[0,0,100,50]}`,

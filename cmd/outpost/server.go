@@ -154,6 +154,7 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		}
 	}
 	o.LLM.APIKey = llmEnv.APIKey
+	o.LLM.ComputerTool, o.LLM.ComputerToolVersion, o.LLM.ToolImages = llmEnv.ComputerTool, llmEnv.ComputerToolVersion, llmEnv.ToolImages
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 

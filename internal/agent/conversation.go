@@ -46,7 +46,21 @@ type conversation struct {
 	// calls are the session's calls the runner knows, by seq, with their
 	// arguments as sent (the transcript shows them redacted).
 	calls map[int64]store.Call
+	// display is the desktop's size as the last computer result gave it;
+	// zero before one came.
+	display api.DesktopSize
 }
+
+// keepImages is how many tool-result images, the newest, a request to the
+// model carries; older ones are replaced by a line saying so. Screenshots
+// cost a model a thousand tokens and more each, and an agent driving a
+// desktop takes one with every action: without a bound, a long session's
+// requests grow until they pass the model's context. Anthropic's reference
+// computer-use loop keeps the last three the same way.
+const keepImages = 3
+
+// imageLeftOut replaces an image past keepImages in a request.
+const imageLeftOut = "[an older screenshot, left out of the conversation; the transcript keeps it]"
 
 // inboxMsg is a message waiting for the model.
 type inboxMsg struct {
@@ -54,13 +68,56 @@ type inboxMsg struct {
 	msg llm.Message
 }
 
-// request returns the messages to send the model now.
+// request returns the messages to send the model now, with the images of
+// tool results but the last keepImages replaced by a line.
 func (c *conversation) request() []llm.Message {
 	msgs := append([]llm.Message(nil), c.msgs...)
 	for _, m := range c.inbox {
 		msgs = append(msgs, m.msg)
 	}
+	return pruneImages(msgs, keepImages)
+}
+
+// pruneImages replaces the images of msgs but the last keep with a line
+// in their tool message's text. It changes copies: the messages' Images
+// slices are shared with the conversation.
+func pruneImages(msgs []llm.Message, keep int) []llm.Message {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		n := len(msgs[i].Images)
+		if n == 0 {
+			continue
+		}
+		if keep >= n {
+			keep -= n
+			continue
+		}
+		m := msgs[i]
+		drop := n - keep
+		m.Images = append([]llm.Image(nil), m.Images[drop:]...)
+		if len(m.Images) == 0 {
+			m.Images = nil
+		}
+		for range drop {
+			m.Text += "\n" + imageLeftOut
+		}
+		msgs[i], keep = m, 0
+	}
 	return msgs
+}
+
+// computerDisplay is the display the model is told its computer tool
+// drives: the size of its screenshots, from the display's size as the
+// last computer result gave it, else as the session asked for it.
+func (c *conversation) computerDisplay(spec *api.DesktopSize) *llm.ComputerDisplay {
+	d := c.display
+	if d.Width <= 0 || d.Height <= 0 {
+		d = api.DesktopSize{Width: api.DefaultDesktopWidth, Height: api.DefaultDesktopHeight}
+		if spec != nil && spec.Width > 0 && spec.Height > 0 {
+			d = *spec
+		}
+	}
+	w, h := api.ComputerScreenshotSize(d.Width, d.Height)
+	return &llm.ComputerDisplay{Width: w, Height: h}
 }
 
 func newConversation(limit int) *conversation {
@@ -165,7 +222,10 @@ func (c *conversation) apply(ev api.Event) {
 			return
 		}
 		delete(c.pending, ev.CallSeq)
-		ev, images := splitImages(ev)
+		ev, images, display := splitImages(ev)
+		if display.Width > 0 && display.Height > 0 {
+			c.display = display
+		}
 		c.msgs = append(c.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: id, Text: c.resultText(ev), IsError: ev.OK == nil || !*ev.OK,
 			Images: images})
 		delete(c.output, ev.CallSeq)
@@ -301,21 +361,26 @@ func (r *runner) feedLagged() <-chan struct{} {
 }
 
 // splitImages takes the screenshot out of a computer result: the model
-// gets it as an image, and the result's text without its base64.
-func splitImages(ev api.Event) (api.Event, []llm.Image) {
+// gets it as an image, and the result's text without its base64. It also
+// returns the display's size the result gives (zero if none).
+func splitImages(ev api.Event) (api.Event, []llm.Image, api.DesktopSize) {
 	if ev.Tool != api.ToolComputer || len(ev.Value) == 0 {
-		return ev, nil
+		return ev, nil, api.DesktopSize{}
 	}
 	var v api.ComputerResult
-	if json.Unmarshal(ev.Value, &v) != nil || v.Image == nil {
-		return ev, nil
+	if json.Unmarshal(ev.Value, &v) != nil {
+		return ev, nil, api.DesktopSize{}
+	}
+	display := api.DesktopSize{Width: v.DisplayWidth, Height: v.DisplayHeight}
+	if v.Image == nil {
+		return ev, nil, display
 	}
 	img := llm.Image{MediaType: v.Image.MediaType, Data: v.Image.Data}
 	v.Image = nil
 	b, err := json.Marshal(v)
 	if err != nil {
-		return ev, nil
+		return ev, nil, display
 	}
 	ev.Value = b
-	return ev, []llm.Image{img}
+	return ev, []llm.Image{img}, display
 }

@@ -47,11 +47,10 @@ func systemPrompt(sess store.Session) string {
 // generated from the types the remote decodes. The computer tool is
 // offered only when the machine gives the session a desktop.
 //
-// Models get computer as a function tool; its screenshot reaches
-// Anthropic models as an image in the tool result (splitImages), while
-// OpenAI-compatible tool messages carry text only. Anthropic's native
-// computer-use tool type (computer_20250124) needs the beta Messages API,
-// which internal/llm does not speak yet.
+// The computer tool goes with its schema; a request also describes its
+// display (llm.Request.Computer), so that a provider with a native
+// computer-use tool type (Anthropic's) offers that instead. Either way its
+// screenshots reach the model as images (splitImages).
 func modelTools(caps *api.Capabilities) []llm.Tool {
 	var tools []llm.Tool
 	for _, t := range api.Tools() {
@@ -143,10 +142,14 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 			return
 		}
 		seen := conv.lastSeen
-		resp, err := r.l.opts.LLM.Complete(ctx, llm.Request{
+		req := llm.Request{
 			Model: sess.Spec.Agent.Model, System: system, Messages: conv.request(), Tools: tools,
 			Temperature: sess.Spec.Agent.Temperature, TopP: sess.Spec.Agent.TopP, MaxTokens: sess.Spec.Agent.MaxOutputTokens,
-		})
+		}
+		if slices.ContainsFunc(tools, func(t llm.Tool) bool { return t.Name == api.ToolComputer }) {
+			req.Computer = conv.computerDisplay(sess.Spec.Desktop)
+		}
+		resp, err := r.l.opts.LLM.Complete(ctx, req)
 		if err != nil {
 			var le *llm.Error
 			if errors.As(err, &le) && ctx.Err() == nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -345,5 +347,54 @@ func TestLLMComputerScreenshotIsAnImage(t *testing.T) {
 	}
 	if !kept {
 		t.Error("the transcript lost the screenshot")
+	}
+}
+
+// TestLLMKeepsTheLastScreenshots: a session that takes five screenshots
+// sends the model only the newest keepImages of them; the older results
+// say theirs was left out, and the transcript keeps all five.
+func TestLLMKeepsTheLastScreenshots(t *testing.T) {
+	t.Parallel()
+	const shots = 5
+	var turns []map[string]any
+	for i := range shots {
+		turns = append(turns, use([3]string{fmt.Sprintf("s%d", i), api.ToolComputer, `{"action":"screenshot"}`}))
+	}
+	model := newFakeOpenAI(t, append(turns, say("Seen enough."))...)
+	p := newProvider(t, model)
+	h := newHarness(t, p)
+	c := h.session("ses_shots", api.SessionSpec{Prompt: "Watch the screen.", Agent: api.Agent{Kind: api.AgentLLM}})
+	for seq := int64(1); seq <= shots; seq++ {
+		if call := c.expectCall(t); call.Seq != seq {
+			t.Fatalf("call %+v, want %d", call, seq)
+		}
+		h.answer(c, seq, true, fmt.Sprintf(`{"image":{"media_type":"image/png","data":"c2hvdC0%d"},"width":2,"height":1,"display_width":2,"display_height":1}`, seq), "")
+	}
+	if sess := h.waitEnd("ses_shots"); sess.Status != api.StatusExit {
+		t.Fatalf("session %s: %s", sess.Status, sess.Reason)
+	}
+	reqs := p.requests()
+	checkPathsAgree(t, h.events("ses_shots"), reqs)
+	var kept []string
+	var left int
+	for _, m := range reqs[len(reqs)-1].Messages {
+		for _, img := range m.Images {
+			kept = append(kept, img.Data)
+		}
+		if strings.Contains(m.Text, imageLeftOut) {
+			left++
+		}
+	}
+	if !slices.Equal(kept, []string{"c2hvdC03", "c2hvdC04", "c2hvdC05"}) || left != shots-keepImages {
+		t.Errorf("last request: images %v and %d left out, want the last %d and %d", kept, left, keepImages, shots-keepImages)
+	}
+	var onTranscript int
+	for _, ev := range h.events("ses_shots") {
+		if ev.Type == api.EventResult && strings.Contains(string(ev.Value), `"data":"c2hvdC0`) {
+			onTranscript++
+		}
+	}
+	if onTranscript != shots {
+		t.Errorf("the transcript keeps %d screenshots, want %d", onTranscript, shots)
 	}
 }

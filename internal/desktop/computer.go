@@ -37,22 +37,9 @@ const (
 	wheelRight   = 7
 )
 
-// ScaledSize is the size of a screenshot of a w×h display: the display's
-// own when within api.ComputerMaxLongEdge and api.ComputerMaxPixels, else
-// the largest size within both, aspect kept.
-func ScaledSize(w, h int) (int, int) {
-	f := 1.0
-	if long := max(w, h); long > api.ComputerMaxLongEdge {
-		f = float64(api.ComputerMaxLongEdge) / float64(long)
-	}
-	if px := float64(w) * float64(h); px*f*f > api.ComputerMaxPixels {
-		f = math.Sqrt(api.ComputerMaxPixels / px)
-	}
-	if f >= 1 {
-		return w, h
-	}
-	return max(1, int(float64(w)*f)), max(1, int(float64(h)*f))
-}
+// ScaledSize is the size of a screenshot of a w×h display
+// (api.ComputerScreenshotSize, which the agent uses too).
+func ScaledSize(w, h int) (int, int) { return api.ComputerScreenshotSize(w, h) }
 
 // Computer runs computer-use actions on a desktop, with coordinates in
 // the space of its screenshots.
@@ -77,6 +64,9 @@ func (c *Computer) ScreenshotSize() (int, int) { return c.sw, c.sh }
 func (c *Computer) Do(ctx context.Context, a api.ComputerArgs) (api.ComputerResult, error) {
 	if err := c.check(a); err != nil {
 		return api.ComputerResult{}, err
+	}
+	if a.Key != "" {
+		a.Text = a.Key // check allows key only where text holds modifiers
 	}
 	d := c.d
 	d.inputMu.Lock()
@@ -144,7 +134,10 @@ func (c *Computer) check(a api.ComputerArgs) error {
 	case api.ComputerLeftClickDrag:
 		errs = append(errs, point("start_coordinate", a.StartCoordinate, true), point("coordinate", a.Coordinate, true))
 	case api.ComputerLeftMouseDown, api.ComputerLeftMouseUp:
-		errs = append(errs, refuse("coordinate", a.Coordinate != nil))
+		// Anthropic's documentation shows these with a coordinate, its
+		// reference tool without: either is taken, a coordinate moving
+		// the pointer first.
+		errs = append(errs, point("coordinate", a.Coordinate, false))
 	case api.ComputerScroll:
 		errs = append(errs, point("coordinate", a.Coordinate, false), c.checkKeys(a.Text, false))
 		if !slices.Contains([]string{"up", "down", "left", "right"}, a.ScrollDirection) {
@@ -175,6 +168,19 @@ func (c *Computer) check(a api.ComputerArgs) error {
 	}
 	if name != api.ComputerScroll {
 		errs = append(errs, refuse("scroll_direction", a.ScrollDirection != ""), refuse("scroll_amount", a.ScrollAmount != nil))
+	}
+	if a.Key != "" {
+		switch name {
+		case api.ComputerLeftClick, api.ComputerRightClick, api.ComputerMiddleClick, api.ComputerDoubleClick,
+			api.ComputerTripleClick, api.ComputerScroll:
+			if a.Text != "" {
+				errs = append(errs, fmt.Errorf("computer %s: give the modifier keys in text or in key, not both", name))
+			} else {
+				errs = append(errs, c.checkKeys(a.Key, false))
+			}
+		default:
+			errs = append(errs, refuse("key", true))
+		}
 	}
 	if name != api.ComputerZoom {
 		errs = append(errs, refuse("region", a.Region != nil))
@@ -253,9 +259,19 @@ func (c *Computer) act(ctx context.Context, a api.ComputerArgs) error {
 		errs := errors.Join(c.move(mid), c.move(a.Coordinate))
 		return errors.Join(errs, c.fake(xproto.ButtonRelease, buttonLeft))
 	case api.ComputerLeftMouseDown:
+		if a.Coordinate != nil {
+			if err := c.move(a.Coordinate); err != nil {
+				return err
+			}
+		}
 		c.d.buttons[buttonLeft] = true
 		return c.fake(xproto.ButtonPress, buttonLeft)
 	case api.ComputerLeftMouseUp:
+		if a.Coordinate != nil {
+			if err := c.move(a.Coordinate); err != nil {
+				return err
+			}
+		}
 		delete(c.d.buttons, buttonLeft)
 		return c.fake(xproto.ButtonRelease, buttonLeft)
 	case api.ComputerScroll:
@@ -417,7 +433,10 @@ func (c *Computer) toDisplay(x, y int) (int, int) {
 	if c.sw == c.d.width && c.sh == c.d.height {
 		return x, y
 	}
-	return min(c.d.width-1, x*c.d.width/c.sw), min(c.d.height-1, y*c.d.height/c.sh)
+	// The first display pixel wholly inside the screenshot pixel's span
+	// (rounding up): toShot maps it back to the same point, so a model
+	// that clicks at a point and asks cursor_position gets that point.
+	return min(c.d.width-1, (x*c.d.width+c.sw-1)/c.sw), min(c.d.height-1, (y*c.d.height+c.sh-1)/c.sh)
 }
 
 // toShot maps a point of the display to the screenshot's space.

@@ -31,8 +31,8 @@ import (
 
 // Default size of a desktop whose session names none.
 const (
-	DefaultWidth  = 1280
-	DefaultHeight = 800
+	DefaultWidth  = api.DefaultDesktopWidth
+	DefaultHeight = api.DefaultDesktopHeight
 )
 
 // Bounds of a desktop's size: small enough for Xvfb's framebuffer to stay

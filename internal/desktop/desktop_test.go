@@ -297,7 +297,10 @@ func TestBadArgumentsAreRefused(t *testing.T) {
 		{api.ComputerArgs{Action: api.ComputerZoom, Region: []int{10, 10, 5, 20}}, "region"},
 		{api.ComputerArgs{Action: api.ComputerZoom, Region: []int{0, 0, 321, 20}}, "region"},
 		{api.ComputerArgs{Action: api.ComputerZoom}, "four integers"},
-		{api.ComputerArgs{Action: api.ComputerLeftMouseDown, Coordinate: []int{1, 1}}, "coordinate does not apply"},
+		{api.ComputerArgs{Action: api.ComputerLeftMouseDown, Coordinate: []int{1, 1}, Text: "shift"}, "text does not apply"},
+		{api.ComputerArgs{Action: api.ComputerLeftClick, Text: "shift", Key: "ctrl"}, "text or in key, not both"},
+		{api.ComputerArgs{Action: api.ComputerType, Text: "x", Key: "ctrl"}, "key does not apply"},
+		{api.ComputerArgs{Action: api.ComputerLeftClick, Key: "ctrl+nosuchkey"}, `unknown key "nosuchkey"`},
 	} {
 		_, err := c.Do(context.Background(), tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -547,6 +550,51 @@ func TestParseCombo(t *testing.T) {
 		syms, err := parseCombo(tc.in)
 		if (err != nil) != tc.fail || (!tc.fail && len(syms) != tc.want) {
 			t.Errorf("parseCombo(%q) = %v, %v", tc.in, syms, err)
+		}
+	}
+}
+
+// TestNativeArgumentForms: the forms of Anthropic's native computer tool
+// that Outpost's own schema does not lead to are taken: left_mouse_down and
+// left_mouse_up at a coordinate move the pointer there first, and a
+// click's modifier keys may come in key.
+func TestNativeArgumentForms(t *testing.T) {
+	d := startDesktop(t, 320, 240)
+	c := NewComputer(d)
+	do(t, c, api.ComputerArgs{Action: api.ComputerLeftMouseDown, Coordinate: []int{40, 50}})
+	if pos := do(t, c, api.ComputerArgs{Action: api.ComputerCursorPosition}); pos.Coordinate[0] != 40 || pos.Coordinate[1] != 50 {
+		t.Errorf("after left_mouse_down at 40,50 the pointer is at %v", pos.Coordinate)
+	}
+	do(t, c, api.ComputerArgs{Action: api.ComputerLeftMouseUp, Coordinate: []int{90, 70}})
+	if pos := do(t, c, api.ComputerArgs{Action: api.ComputerCursorPosition}); pos.Coordinate[0] != 90 || pos.Coordinate[1] != 70 {
+		t.Errorf("after left_mouse_up at 90,70 the pointer is at %v", pos.Coordinate)
+	}
+	if r := do(t, c, api.ComputerArgs{Action: api.ComputerLeftClick, Coordinate: []int{10, 10}, Key: "shift"}); r.Image == nil {
+		t.Error("a click with key gave no screenshot")
+	}
+	if pos := do(t, c, api.ComputerArgs{Action: api.ComputerCursorPosition}); pos.Coordinate[0] != 10 || pos.Coordinate[1] != 10 {
+		t.Errorf("after the click at 10,10 the pointer is at %v", pos.Coordinate)
+	}
+}
+
+// TestScaledPointsRoundTrip: a point of the screenshot's space mapped to
+// the display and back is the same point, at every scale.
+func TestScaledPointsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, size := range [][2]int{{1600, 1000}, {2560, 1600}, {1920, 1080}, {4096, 300}, {1280, 800}} {
+		c := &Computer{d: &Desktop{width: size[0], height: size[1]}}
+		c.sw, c.sh = ScaledSize(size[0], size[1])
+		for x := range c.sw {
+			dx, _ := c.toDisplay(x, 0)
+			if bx, _ := c.toShot(dx, 0); bx != x || dx >= size[0] {
+				t.Fatalf("%v: x %d -> display %d -> %d", size, x, dx, bx)
+			}
+		}
+		for y := range c.sh {
+			_, dy := c.toDisplay(0, y)
+			if _, by := c.toShot(0, dy); by != y || dy >= size[1] {
+				t.Fatalf("%v: y %d -> display %d -> %d", size, y, dy, by)
+			}
 		}
 	}
 }

@@ -4,20 +4,53 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 )
 
 // anthropicDefaultMaxTokens is sent when a Request sets no MaxTokens:
 // Anthropic requires max_tokens.
 const anthropicDefaultMaxTokens = 4096
 
+// Versions of Anthropic's native computer-use tool ([Config.ComputerToolVersion]).
+const (
+	ComputerUse20250124 = "computer_20250124"
+	ComputerUse20251124 = "computer_20251124"
+)
+
+// computerVersion is a version of Anthropic's computer-use tool type with
+// the beta header it needs.
+type computerVersion struct {
+	typ  string
+	beta string
+	// zoom says the version has the zoom action, which the tool
+	// definition must switch on (enable_zoom).
+	zoom bool
+}
+
+// computerVersions are the native tool versions, with the anthropic-beta
+// values that Anthropic's computer-use tool documentation gives for them
+// (https://platform.claude.com/docs/en/agents-and-tools/tool-use/computer-use-tool):
+// "computer-use-2025-11-24" for computer_20251124 (Claude Opus 4.5 and
+// later, Sonnet 4.6), "computer-use-2025-01-24" for computer_20250124
+// (Claude Sonnet 4.5, Haiku 4.5, Opus 4.1, Sonnet 4, Opus 4). Only
+// computer_20251124 has zoom, switched on by enable_zoom.
+var computerVersions = map[string]computerVersion{
+	ComputerUse20250124: {typ: ComputerUse20250124, beta: "computer-use-2025-01-24"},
+	ComputerUse20251124: {typ: ComputerUse20251124, beta: "computer-use-2025-11-24", zoom: true},
+}
+
 // anthropicBackend speaks the Messages API through anthropic-sdk-go.
 type anthropicBackend struct {
 	client anthropic.Client
+	// computer is the native computer-use tool offered for a request's
+	// computer tool; nil offers it as a function tool.
+	computer *computerVersion
 }
 
 func newAnthropic(baseURL, apiKey string, hc *http.Client, timeout time.Duration) *anthropicBackend {
@@ -48,11 +81,19 @@ func newAnthropic(baseURL, apiKey string, hc *http.Client, timeout time.Duration
 }
 
 func (b *anthropicBackend) complete(ctx context.Context, req Request) (Response, error) {
-	params, err := anthropicParams(req)
+	native := b.computer
+	if req.Computer == nil {
+		native = nil
+	}
+	params, err := anthropicParams(req, native)
 	if err != nil {
 		return Response{}, &Error{Provider: ProviderAnthropic, Message: err.Error()}
 	}
-	res, err := b.client.Messages.New(ctx, params)
+	var opts []option.RequestOption
+	if native != nil && slices.ContainsFunc(req.Tools, func(t Tool) bool { return t.Name == ComputerToolName }) {
+		opts = append(opts, option.WithHeaderAdd("anthropic-beta", native.beta))
+	}
+	res, err := b.client.Messages.New(ctx, params, opts...)
 	if err != nil {
 		return Response{}, err
 	}
@@ -63,8 +104,9 @@ func (b *anthropicBackend) complete(ctx context.Context, req Request) (Response,
 // join the system prompt; consecutive messages of one Anthropic role (such as
 // the results of parallel tool calls) are merged into one message, as the API
 // requires. Temperature and TopP are not sent: API version 2026-10-21
-// rejects them.
-func anthropicParams(req Request) (anthropic.MessageNewParams, error) {
+// rejects them. With native set, the computer tool goes as that
+// computer-use tool type, sized by req.Computer.
+func anthropicParams(req Request, native *computerVersion) (anthropic.MessageNewParams, error) {
 	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model), MaxTokens: int64(req.MaxTokens)}
 	if p.MaxTokens == 0 {
 		p.MaxTokens = anthropicDefaultMaxTokens
@@ -105,6 +147,10 @@ func anthropicParams(req Request) (anthropic.MessageNewParams, error) {
 		p.System = []anthropic.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
 	}
 	for _, t := range req.Tools {
+		if native != nil && t.Name == ComputerToolName {
+			p.Tools = append(p.Tools, nativeComputerTool(*native, *req.Computer))
+			continue
+		}
 		fields, err := schemaObject(t)
 		if err != nil {
 			return p, err
@@ -195,4 +241,19 @@ func anthropicResponse(res *anthropic.Message) Response {
 		},
 		StopReason: string(res.StopReason),
 	}
+}
+
+// nativeComputerTool is the definition of Anthropic's computer-use tool of
+// version v for display d. The non-beta parameters of the SDK have no
+// computer-use variant, so the beta one is sent in its place; the API
+// takes the tool once the beta header is there.
+func nativeComputerTool(v computerVersion, d ComputerDisplay) anthropic.ToolUnionParam {
+	w, h := int64(d.Width), int64(d.Height)
+	var def any
+	if v.typ == ComputerUse20251124 {
+		def = anthropic.BetaToolComputerUse20251124Param{DisplayWidthPx: w, DisplayHeightPx: h, EnableZoom: anthropic.Bool(v.zoom)}
+	} else {
+		def = anthropic.BetaToolComputerUse20250124Param{DisplayWidthPx: w, DisplayHeightPx: h}
+	}
+	return param.Override[anthropic.ToolUnionParam](def)
 }

@@ -148,7 +148,7 @@ func TestObjectArguments(t *testing.T) {
 
 // TestAnthropicToolResultImage: a tool result's images reach Anthropic as
 // image blocks of the tool_result, after its text; OpenAI-compatible
-// servers get a line saying the image was left out.
+// servers set to text images get a line saying the image was left out.
 func TestAnthropicToolResultImage(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, reply{body: `{"id":"msg_3","type":"message","role":"assistant","model":"m",
@@ -179,7 +179,7 @@ func TestAnthropicToolResultImage(t *testing.T) {
 			]}
 		]
 	}`)
-	msg := openAIMessage(Message{Role: RoleTool, ToolCallID: "t1", Text: "{}", Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}})
+	msg := openAIMessage(Message{Role: RoleTool, ToolCallID: "t1", Text: "{}", Images: []Image{{MediaType: "image/png", Data: "iVBORw0K"}}}, true)
 	b, _ := json.Marshal(msg)
 	if !strings.Contains(string(b), "an image (image/png, 8 bytes base64)") || strings.Contains(string(b), "iVBORw0K") {
 		t.Errorf("OpenAI tool message %s", b)

@@ -49,7 +49,36 @@ type Config struct {
 	// HTTPClient sends the requests; nil means a new client with Go's
 	// default transport.
 	HTTPClient *http.Client
+	// ComputerTool says how a request's computer tool ([Request.Computer])
+	// reaches Anthropic models: ComputerToolNative (the zero value's
+	// meaning) as Anthropic's computer-use tool type with its beta header,
+	// or ComputerToolFunction as the plain function tool, for
+	// Anthropic-compatible servers without that beta. OpenAI-compatible
+	// servers always get the function tool.
+	ComputerTool string
+	// ComputerToolVersion is the native tool's version: ComputerUse20250124
+	// (the zero value's meaning) or ComputerUse20251124, which newer models
+	// need and which adds zoom.
+	ComputerToolVersion string
+	// ToolImages says how images of tool results reach OpenAI-compatible
+	// servers, whose tool messages carry text only: ToolImagesMessage (the
+	// zero value's meaning) sends them in a user message of image_url parts
+	// after the turn's tool messages; ToolImagesText sends a line per image
+	// saying it was left out, for servers without vision.
+	ToolImages string
 }
+
+// Values of [Config.ComputerTool].
+const (
+	ComputerToolNative   = "native"
+	ComputerToolFunction = "function"
+)
+
+// Values of [Config.ToolImages].
+const (
+	ToolImagesMessage = "message"
+	ToolImagesText    = "text"
+)
 
 // Names of the environment variables ConfigFromEnv reads; the CLI's flag
 // help names them through these.
@@ -58,10 +87,18 @@ const (
 	EnvBaseURL  = "OUTPOST_LLM_BASE_URL"
 	EnvAPIKey   = "OUTPOST_LLM_API_KEY"
 	EnvModel    = "OUTPOST_LLM_MODEL"
+	// EnvComputerTool is Config.ComputerTool: native or function.
+	EnvComputerTool = "OUTPOST_LLM_COMPUTER_TOOL"
+	// EnvComputerToolVersion is Config.ComputerToolVersion:
+	// computer_20250124 or computer_20251124.
+	EnvComputerToolVersion = "OUTPOST_LLM_COMPUTER_TOOL_VERSION"
+	// EnvToolImages is Config.ToolImages: message or text.
+	EnvToolImages = "OUTPOST_LLM_TOOL_IMAGES"
 )
 
-// ConfigFromEnv reads a Config from EnvProvider, EnvBaseURL, EnvAPIKey and
-// EnvModel through getenv (nil means os.Getenv). Other fields are left zero.
+// ConfigFromEnv reads a Config from EnvProvider, EnvBaseURL, EnvAPIKey,
+// EnvModel, EnvComputerTool, EnvComputerToolVersion and EnvToolImages
+// through getenv (nil means os.Getenv). Other fields are left zero.
 func ConfigFromEnv(getenv func(string) string) Config {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -71,6 +108,10 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		BaseURL:  strings.TrimSpace(getenv(EnvBaseURL)),
 		APIKey:   strings.TrimSpace(getenv(EnvAPIKey)),
 		Model:    strings.TrimSpace(getenv(EnvModel)),
+
+		ComputerTool:        strings.TrimSpace(getenv(EnvComputerTool)),
+		ComputerToolVersion: strings.TrimSpace(getenv(EnvComputerToolVersion)),
+		ToolImages:          strings.TrimSpace(getenv(EnvToolImages)),
 	}
 }
 
@@ -99,15 +140,54 @@ func New(cfg Config) (Provider, error) {
 	if hc == nil {
 		hc = &http.Client{}
 	}
+	computer, err := computerToolOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	images := strings.ToLower(strings.TrimSpace(cfg.ToolImages))
+	switch images {
+	case "":
+		images = ToolImagesMessage
+	case ToolImagesMessage, ToolImagesText:
+	default:
+		return nil, fmt.Errorf("llm: unknown tool images mode %q (%s): want %q or %q", cfg.ToolImages, EnvToolImages, ToolImagesMessage, ToolImagesText)
+	}
 	switch name {
 	case ProviderOpenAI:
-		c.backend = newOpenAI(cfg.BaseURL, cfg.APIKey, hc)
+		b := newOpenAI(cfg.BaseURL, cfg.APIKey, hc)
+		b.imagesAsText = images == ToolImagesText
+		c.backend = b
 	case ProviderAnthropic:
-		c.backend = newAnthropic(cfg.BaseURL, cfg.APIKey, hc, c.timeout)
+		b := newAnthropic(cfg.BaseURL, cfg.APIKey, hc, c.timeout)
+		b.computer = computer
+		c.backend = b
 	case "":
 		return nil, fmt.Errorf("llm: no provider configured: set OUTPOST_LLM_PROVIDER to %q or %q", ProviderOpenAI, ProviderAnthropic)
 	default:
 		return nil, fmt.Errorf("llm: unknown provider %q: want %q or %q", cfg.Provider, ProviderOpenAI, ProviderAnthropic)
 	}
 	return c, nil
+}
+
+// computerToolOf checks cfg's computer-tool settings and returns the native
+// tool version to offer Anthropic models, or nil for the function tool.
+func computerToolOf(cfg Config) (*computerVersion, error) {
+	mode := strings.ToLower(strings.TrimSpace(cfg.ComputerTool))
+	switch mode {
+	case "", ComputerToolNative, ComputerToolFunction:
+	default:
+		return nil, fmt.Errorf("llm: unknown computer tool mode %q (%s): want %q or %q", cfg.ComputerTool, EnvComputerTool, ComputerToolNative, ComputerToolFunction)
+	}
+	name := strings.ToLower(strings.TrimSpace(cfg.ComputerToolVersion))
+	if name == "" {
+		name = ComputerUse20250124
+	}
+	v, ok := computerVersions[name]
+	if !ok {
+		return nil, fmt.Errorf("llm: unknown computer tool version %q (%s): want %q or %q", cfg.ComputerToolVersion, EnvComputerToolVersion, ComputerUse20250124, ComputerUse20251124)
+	}
+	if mode == ComputerToolFunction {
+		return nil, nil
+	}
+	return &v, nil
 }

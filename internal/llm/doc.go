@@ -32,4 +32,12 @@
 // it wrote: verbatim to OpenAI-compatible servers, and to Anthropic, whose
 // tool_use.input must be an object, wrapped as
 // {"_invalid_arguments": "<raw text>"} (see [ToolCall.Arguments]).
+//
+// Computer use: a request whose tools include one named [ComputerToolName]
+// says the size of its screenshots in [Request.Computer]. Anthropic models
+// then get Anthropic's native computer-use tool type with its beta header
+// ([Config.ComputerTool], [Config.ComputerToolVersion]); OpenAI-compatible
+// servers get the function tool, and tool results' images in a user
+// message of image_url parts after the turn's tool messages
+// ([Config.ToolImages]).
 package llm

@@ -35,8 +35,9 @@ type Message struct {
 	IsError bool `json:"is_error,omitempty"`
 	// Images go with a tool result (RoleTool only): Anthropic receives
 	// them as image blocks of the tool_result; OpenAI-compatible tool
-	// messages carry text only, so those servers get a line per image
-	// saying it was left out.
+	// messages carry text only, so those servers get them as image_url
+	// parts of a user message after the turn's tool messages (or, with
+	// [Config.ToolImages] text, a line per image saying it was left out).
 	Images []Image `json:"images,omitempty"`
 }
 
@@ -98,6 +99,24 @@ type Request struct {
 	// MaxTokens caps the tokens of the answer; 0 means the provider's default
 	// (OpenAI-compatible: none sent; Anthropic, which requires one: 4096).
 	MaxTokens int
+	// Computer describes the display behind the tool of Tools named
+	// ComputerToolName; nil means there is none. A provider that offers
+	// computer use natively (Anthropic, unless [Config.ComputerTool] says
+	// function) sends its own tool type for it, sized by Computer, in place
+	// of that tool's schema; the others send the tool as it is in Tools.
+	Computer *ComputerDisplay
+}
+
+// ComputerToolName is the name of the tool that [Request.Computer]
+// describes, the name Anthropic's native computer-use tool has.
+const ComputerToolName = "computer"
+
+// ComputerDisplay is the display a computer tool drives.
+type ComputerDisplay struct {
+	// Width and Height are the size of the screenshots the model gets,
+	// the space of the coordinates it sends (smaller than the display's
+	// own when that is larger than a model takes in).
+	Width, Height int
 }
 
 // Usage counts the tokens of one call.

@@ -24,6 +24,9 @@ type openAIBackend struct {
 	// OpenAI's own API wants (its reasoning models reject max_tokens);
 	// other servers get the widely supported max_tokens.
 	completionTokens bool
+	// imagesAsText leaves tool results' images out, with a line saying so,
+	// for servers that reject image content.
+	imagesAsText bool
 }
 
 func newOpenAI(baseURL, apiKey string, hc *http.Client) *openAIBackend {
@@ -66,8 +69,22 @@ func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, err
 	if req.System != "" {
 		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
 	}
-	for _, m := range req.Messages {
-		p.Messages = append(p.Messages, openAIMessage(m))
+	// Tool messages carry text only: the images of a turn's tool results
+	// follow its tool messages in one user message, the way vision models
+	// of Chat Completions take images.
+	var images []toolImage
+	for i, m := range req.Messages {
+		p.Messages = append(p.Messages, openAIMessage(m, b.imagesAsText))
+		if m.Role != RoleTool || b.imagesAsText {
+			continue
+		}
+		for _, img := range m.Images {
+			images = append(images, toolImage{m.ToolCallID, img})
+		}
+		if last := i == len(req.Messages)-1; (last || req.Messages[i+1].Role != RoleTool) && len(images) > 0 {
+			p.Messages = append(p.Messages, openAIImageMessage(images))
+			images = nil
+		}
 	}
 	for _, t := range req.Tools {
 		fields, err := schemaObject(t)
@@ -100,9 +117,33 @@ func (b *openAIBackend) params(req Request) (openai.ChatCompletionNewParams, err
 	return p, nil
 }
 
+// toolImage is an image of the tool result answering call.
+type toolImage struct {
+	call string
+	img  Image
+}
+
+// openAIImageMessage is the user message that carries the images of a
+// turn's tool results, each after a line naming its call.
+func openAIImageMessage(images []toolImage) openai.ChatCompletionMessageParamUnion {
+	parts := []openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart("The images of the tool results above, each after the id of its tool call:"),
+	}
+	for _, ti := range images {
+		parts = append(parts,
+			openai.TextContentPart("Tool call "+ti.call+":"),
+			openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+				URL: "data:" + ti.img.MediaType + ";base64," + ti.img.Data,
+			}))
+	}
+	return openai.UserMessage(parts)
+}
+
 // openAIMessage translates one message; assistant tool calls are replayed
-// with their arguments exactly as the model sent them.
-func openAIMessage(m Message) openai.ChatCompletionMessageParamUnion {
+// with their arguments exactly as the model sent them. A tool result's
+// images are named in its text: a user message after the turn's tool
+// messages carries them, unless imagesAsText leaves them out.
+func openAIMessage(m Message, imagesAsText bool) openai.ChatCompletionMessageParamUnion {
 	switch m.Role {
 	case RoleSystem:
 		return openai.SystemMessage(m.Text)
@@ -129,7 +170,11 @@ func openAIMessage(m Message) openai.ChatCompletionMessageParamUnion {
 			text = "Error: " + text
 		}
 		for _, img := range m.Images {
-			text += fmt.Sprintf("\n[an image (%s, %d bytes base64) is on the session's transcript; this provider's tool results carry text only]", img.MediaType, len(img.Data))
+			if imagesAsText {
+				text += fmt.Sprintf("\n[an image (%s, %d bytes base64) is on the session's transcript; this provider's tool results carry text only]", img.MediaType, len(img.Data))
+			} else {
+				text += fmt.Sprintf("\n[an image (%s) of this result follows in the next user message]", img.MediaType)
+			}
 		}
 		return openai.ToolMessage(text, m.ToolCallID)
 	default: // RoleUser; validate has rejected the rest
