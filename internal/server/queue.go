@@ -75,6 +75,13 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	after, ok := parseCursor(q.Get("cursor"), maxRev)
 	if q.Get("watch") == "true" {
+		if q.Get("cursor") == "" {
+			// No cursor: the current state, then live changes. A replay
+			// from the first change would open with the DELETED events of
+			// sessions that ended before the watch, which a client that
+			// knew nothing of them has no use for.
+			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}, fresh: true})
+		}
 		if !ok {
 			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}})
 		}
@@ -250,6 +257,10 @@ type watchFrom struct {
 	// stale says the re-list is for a cursor of this server older than
 	// the outpost's pruned tombstones, rather than a foreign one.
 	stale bool
+	// fresh says the watch has no cursor: it starts from the current state
+	// like a re-list, but there is nothing for the client to forget, so it
+	// gets no re-list header.
+	fresh bool
 }
 
 // checkQueueOrder validates a new session's priority,

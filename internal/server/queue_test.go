@@ -254,3 +254,50 @@ func TestListThenWatchMissesNothing(t *testing.T) {
 		t.Errorf("saw %d deletions, want 5", deleted)
 	}
 }
+
+// TestWatchWithoutCursorStartsFromNow: a watch without a cursor opens with
+// the live entries, not with the DELETED events of sessions that ended
+// before it, and carries no re-list header; deletions after it opens come
+// live.
+func TestWatchWithoutCursorStartsFromNow(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{WatchMaxDuration: 2 * time.Second, EndedEntryRetention: -1})
+	ts.outpost("fresh")
+	machine := ts.token([]string{api.ScopeMachine}, "")
+	gone := ts.session("fresh").Metadata.SessionID
+	ts.mustDo(200, "POST", "/v1/sessions/"+gone+"/terminate", ts.admin, nil, nil)
+	live := ts.session("fresh").Metadata.SessionID
+
+	req, _ := http.NewRequest("GET", ts.url+"/v1/queue?watch=true&outpost=fresh", nil)
+	req.Header.Set("Authorization", "Bearer "+machine)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if h := resp.Header.Get(api.HeaderWatchRelist); h != "" {
+		t.Errorf("a watch without a cursor has the re-list header %q", h)
+	}
+
+	ch := make(chan api.WatchEvent, 16)
+	done := make(chan struct{})
+	go func() { defer close(done); defer close(ch); watch(t, ts, machine, "outpost=fresh", ch) }()
+	first, ok := <-ch
+	if !ok || first.Object.Metadata.SessionID != live || first.Type == api.WatchDeleted {
+		t.Fatalf("the watch opened with %s %s, want the live session %s", first.Type, first.Object.Metadata.SessionID, live)
+	}
+	ts.mustDo(200, "POST", "/v1/sessions/"+live+"/terminate", ts.admin, nil, nil)
+	deleted := false
+	for ev := range ch {
+		if ev.Object.Metadata.SessionID == gone {
+			t.Errorf("the watch sent %s for %s, which ended before it opened", ev.Type, gone)
+		}
+		if ev.Type == api.WatchDeleted && ev.Object.Metadata.SessionID == live {
+			deleted = true
+		}
+	}
+	<-done
+	if !deleted {
+		t.Errorf("no DELETED event for %s, terminated while the watch was open", live)
+	}
+}

@@ -36,7 +36,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	if from.Relist {
+	if from.Relist && !from.fresh {
 		h.Set(api.HeaderWatchRelist, "true")
 		c := r.URL.Query().Get("cursor")
 		if len(c) > 64 {

@@ -277,6 +277,10 @@ func TestWebUI(t *testing.T) {
 	do(t, ctx, "new session page", chromedp.Navigate(c.url+"/ui/sessions/new"), chromedp.WaitVisible(chromedp.CSS("#steps")))
 	shot(t, ctx, shots, "new-session")
 
+	// Tokens limited to an outpost show its name, linked, not its id.
+	if code := c.api("POST", "/v1/tokens", c.admin, api.CreateTokenRequest{Name: "limited", Scopes: []string{api.ScopeMachine}, Outpost: "webui"}, nil); code != 201 {
+		t.Fatalf("create a limited token: %d", code)
+	}
 	// A read-only token made on the tokens page, shown once.
 	do(t, ctx, "create token",
 		chromedp.Navigate(c.url+"/ui/tokens"),
@@ -292,6 +296,9 @@ func TestWebUI(t *testing.T) {
 	}
 	if !strings.HasPrefix(reader, "opt_") {
 		t.Fatalf("new token %q", reader)
+	}
+	if cell := eval[string](t, ctx, `[...document.querySelectorAll("main tbody tr")].find(r => r.cells[0].textContent === "limited").cells[3].innerHTML`); !strings.Contains(cell, `<a href="/ui/outposts/webui">webui</a>`) {
+		t.Errorf("the outpost of a limited token shows as %q, want its name linked", cell)
 	}
 	shot(t, ctx, shots, "tokens")
 
