@@ -153,7 +153,7 @@ func parseSessionFile(name string, b []byte) (api.CreateSessionRequest, error) {
 	if err := yaml.UnmarshalStrict(b, &req); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")
 		if m := unknownField.FindStringSubmatch(msg); m != nil {
-			return req, usageError{errors.New(unknownFieldMessage(name, b, m[1]))}
+			return req, errors.New(unknownFieldMessage(name, b, m[1]))
 		}
 		return req, fmt.Errorf("%s is not a valid session file: %s", name, msg)
 	}
@@ -179,15 +179,15 @@ var unknownField = regexp.MustCompile(`^json: unknown field "([^"]+)"`)
 // unknownFieldMessage says where in a session file the unknown key is and,
 // when a field of the request is close to it, which was likely meant.
 func unknownFieldMessage(name string, b []byte, key string) string {
-	where := name
+	line := ""
 	at := regexp.MustCompile(`^\s*(?:-\s+)?["']?` + regexp.QuoteMeta(key) + `["']?\s*:`)
-	for i, line := range strings.Split(string(b), "\n") {
-		if at.MatchString(line) {
-			where = fmt.Sprintf("%s, line %d", name, i+1)
+	for i, l := range strings.Split(string(b), "\n") {
+		if at.MatchString(l) {
+			line = fmt.Sprintf("line %d: ", i+1)
 			break
 		}
 	}
-	msg := fmt.Sprintf("%s: unknown key %q", where, key)
+	msg := fmt.Sprintf("%s is not a valid session file: %sunknown key %q", name, line, key)
 	if s := cliconfig.Closest(key, sessionFileKeys()); s != "" {
 		return msg + fmt.Sprintf(" (did you mean %q?)", s)
 	}

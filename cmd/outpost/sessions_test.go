@@ -54,10 +54,10 @@ limits: {max_duration_s: 600}
 	}
 	// The key's line and the field meant.
 	for _, c := range []struct{ file, want string }{
-		{"outpost: dev\ntitel: typo\n", `s.yaml, line 2: unknown key "titel" (did you mean "title"?)`},
-		{"outpost: dev\nagent:\n  kind: script\n  step:\n    - tool: exec\n", `s.yaml, line 4: unknown key "step" (did you mean "steps"?)`},
-		{"outpost: dev\nrepos:\n  - name: app\n    reff: main\n", `s.yaml, line 4: unknown key "reff" (did you mean "ref"?)`},
-		{"outpost: dev\nzzzzzzzz: 1\n", `s.yaml, line 2: unknown key "zzzzzzzz": see docs/api.md`},
+		{"outpost: dev\ntitel: typo\n", `s.yaml is not a valid session file: line 2: unknown key "titel" (did you mean "title"?)`},
+		{"outpost: dev\nagent:\n  kind: script\n  step:\n    - tool: exec\n", `s.yaml is not a valid session file: line 4: unknown key "step" (did you mean "steps"?)`},
+		{"outpost: dev\nrepos:\n  - name: app\n    reff: main\n", `s.yaml is not a valid session file: line 4: unknown key "reff" (did you mean "ref"?)`},
+		{"outpost: dev\nzzzzzzzz: 1\n", `s.yaml is not a valid session file: line 2: unknown key "zzzzzzzz": see docs/api.md`},
 	} {
 		if _, err := parseSessionFile("s.yaml", []byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.file, err, c.want)
