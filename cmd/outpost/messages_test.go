@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
@@ -61,6 +62,14 @@ func (ts *testServer) session(t *testing.T, outpost string, kind string) string 
 // closedAddr is a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
 	t.Helper()
+	// Port 1 (tcpmux) is never handed out as an ephemeral port, so no
+	// server of a test running in parallel can take it, as it can a port
+	// that was free a moment ago.
+	c, err := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
+	if err != nil {
+		return "127.0.0.1:1"
+	}
+	c.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
