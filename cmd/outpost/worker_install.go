@@ -666,6 +666,9 @@ type undoStep struct {
 	do   func(ctx context.Context) error
 	// reload: systemd must reload its units once everything is back.
 	reload []string
+	// afterReload: do runs after that reload, not in turn (a restart of
+	// a worker that ran before, which must read its restored files).
+	afterReload bool
 }
 
 // rollBack takes back undos, newest first, then has systemd reload its
@@ -674,24 +677,34 @@ func rollBack(ctx context.Context, out io.Writer, undos []undoStep) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	var reload []string
+	var later []undoStep
+	undo := func(u undoStep) {
+		if err := u.do(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.what, err))
+			return
+		}
+		fmt.Fprintf(out, "Took back: %s\n", u.what)
+	}
 	for i := len(undos) - 1; i >= 0; i-- {
 		u := undos[i]
 		if u.reload != nil {
 			reload = u.reload
 		}
-		if u.do == nil {
-			continue
+		switch {
+		case u.do == nil:
+		case u.afterReload:
+			later = append(later, u)
+		default:
+			undo(u)
 		}
-		if err := u.do(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", u.what, err))
-			continue
-		}
-		fmt.Fprintf(out, "Took back: %s\n", u.what)
 	}
 	if reload != nil {
 		if msg, err := exec.CommandContext(ctx, reload[0], reload[1:]...).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w: %s", strings.Join(reload, " "), err, strings.TrimSpace(string(msg))))
 		}
+	}
+	for _, u := range later {
+		undo(u)
 	}
 	return errors.Join(errs...)
 }
@@ -738,19 +751,17 @@ func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 	switch {
 	case s.dir != "":
 		created := missingDirs(s.dir)
-		if err := os.MkdirAll(s.dir, s.mode); err != nil {
-			return nil, fmt.Errorf("create %s: %w", s.dir, err)
+		// A directory that was there keeps its owner after a rollback:
+		// left to a user the rollback deletes, it would belong to whoever
+		// gets that uid next.
+		var prior fs.FileInfo
+		if len(created) == 0 && (s.owner != "" || s.group != "") {
+			prior, _ = os.Stat(s.dir)
 		}
-		u := &undoStep{what: "created " + s.dir, do: func(context.Context) error {
-			for i := len(created) - 1; i >= 0; i-- {
-				if err := os.Remove(created[i]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}}
-		if len(created) == 0 {
-			u = nil
+		u := dirUndo(s.dir, created, prior)
+		if err := os.MkdirAll(s.dir, s.mode); err != nil {
+			// MkdirAll may have made some of created before it failed.
+			return u, fmt.Errorf("create %s: %w", s.dir, err)
 		}
 		if err := s.chown(s.dir); err != nil {
 			return u, err
@@ -774,6 +785,9 @@ func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 		fmt.Fprintf(out, "Removed %s\n", s.remove)
 		return nil, nil
 	default:
+		// How to take the command back depends on the state it changes
+		// (was the unit enabled, running?): ask before running it.
+		u := cmdUndo(ctx, s.cmd)
 		c := exec.CommandContext(ctx, s.cmd[0], s.cmd[1:]...)
 		var msg bytes.Buffer
 		c.Stdout, c.Stderr = &msg, &msg
@@ -783,11 +797,54 @@ func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 				fmt.Fprintf(out, "Ran %s (%s)\n", strings.Join(s.cmd, " "), strings.TrimSpace(msg.String()))
 				return nil, nil // not installed: nothing to stop
 			}
-			return nil, fmt.Errorf("%s: %w: %s", strings.Join(s.cmd, " "), err, strings.TrimSpace(msg.String()))
+			err = fmt.Errorf("%s: %w: %s", strings.Join(s.cmd, " "), err, strings.TrimSpace(msg.String()))
+			if u != nil && slices.Contains(s.cmd, "restart") {
+				// A restart that failed still stopped the old worker (it
+				// runs again once its files are back) or left the new one
+				// restarting in a loop (it stops).
+				return u, err
+			}
+			return nil, err
 		}
 		fmt.Fprintf(out, "Ran %s\n", strings.Join(s.cmd, " "))
-		return cmdUndo(s.cmd), nil
+		return u, nil
 	}
+}
+
+// dirUndo is how to take back creating dir: remove the directories of
+// created (those MkdirAll made, outermost first) that exist, or, for a dir
+// that was there (prior), give it back to its owner and group.
+func dirUndo(dir string, created []string, prior fs.FileInfo) *undoStep {
+	if len(created) > 0 {
+		return &undoStep{what: "created " + dir, do: func(context.Context) error {
+			for i := len(created) - 1; i >= 0; i-- {
+				if _, err := os.Lstat(created[i]); err != nil {
+					continue // not made before MkdirAll failed
+				}
+				if err := os.Remove(created[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	}
+	if prior == nil {
+		return nil
+	}
+	uid, gid, ok := fileOwner(prior)
+	if !ok {
+		return nil
+	}
+	return &undoStep{what: fmt.Sprintf("gave %s back to %d:%d", dir, uid, gid), do: func(context.Context) error {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if nu, ng, ok := fileOwner(fi); ok && nu == uid && ng == gid {
+			return nil
+		}
+		return os.Chown(dir, int(uid), int(gid))
+	}}
 }
 
 // missingDirs lists the directories creating dir makes, outermost first.
@@ -836,8 +893,11 @@ func fileUndo(path string) *undoStep {
 	}}
 }
 
-// cmdUndo is how to take back a command of the plan.
-func cmdUndo(cmd []string) *undoStep {
+// cmdUndo is how to take back a command of the plan, asked before it
+// runs: a unit that was enabled already stays enabled, and a worker that
+// was running already runs again, with its old files, once systemd has
+// reloaded them; only what the install itself turned on is turned off.
+func cmdUndo(ctx context.Context, cmd []string) *undoStep {
 	run := func(args ...string) func(context.Context) error {
 		return func(ctx context.Context) error {
 			if msg, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
@@ -850,7 +910,7 @@ func cmdUndo(cmd []string) *undoStep {
 	case cmd[0] == "useradd":
 		name := cmd[len(cmd)-1]
 		return &undoStep{what: "created user " + name, do: run("userdel", name)}
-	case cmd[0] != "systemctl":
+	case filepath.Base(cmd[0]) != "systemctl":
 		return nil
 	}
 	sc := cmd[:1]
@@ -859,12 +919,20 @@ func cmdUndo(cmd []string) *undoStep {
 	}
 	verb, args := cmd[len(sc)], cmd[len(sc)+1:]
 	with := func(v string) []string { return append(append(slices.Clone(sc), v), args...) }
+	// is-enabled and is-active exit 0 exactly when the unit is.
+	was := func(v string) bool { return exec.CommandContext(ctx, sc[0], with(v)[1:]...).Run() == nil }
 	switch verb {
 	case "daemon-reload":
 		return &undoStep{reload: slices.Clone(cmd)}
 	case "enable":
+		if was("is-enabled") {
+			return nil
+		}
 		return &undoStep{what: "enabled " + strings.Join(args, " "), do: run(with("disable")...)}
 	case "restart":
+		if was("is-active") {
+			return &undoStep{what: "restarted " + strings.Join(args, " ") + " with its old files", do: run(with("restart")...), afterReload: true}
+		}
 		return &undoStep{what: "started " + strings.Join(args, " "), do: run(with("stop")...)}
 	}
 	return nil

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -489,5 +491,161 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 	tf, code = runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--user", "nobody", "--ca-file", private)
 	if code != 0 || !strings.Contains(tf.out.String(), `ca-file: "`+private+`"`) {
 		t.Errorf("a readable CA file: exit %d, stderr %q\n%s", code, tf.errOut, tf.out)
+	}
+}
+
+// fakeSystemctl writes a systemctl into a new directory that keeps a
+// unit's state in files there (enabled, active), fails the next restart
+// when fail-restart exists, and logs each call, one a line, to log.
+func fakeSystemctl(t *testing.T) (bin, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "systemctl")
+	script := `#!/bin/sh
+d=$(dirname "$0")
+[ "$1" = --user ] && shift
+echo "$1" >>"$d/log"
+case "$1" in
+is-enabled) test -e "$d/enabled" ;;
+is-active) test -e "$d/active" ;;
+enable) touch "$d/enabled" ;;
+disable) rm -f "$d/enabled" ;;
+stop) rm -f "$d/active" ;;
+restart) rm -f "$d/active"; test -e "$d/fail-restart" && { rm "$d/fail-restart"; echo 'Job failed' >&2; exit 1; }; touch "$d/active" ;;
+esac
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir
+}
+
+// TestWorkerInstallRollBackKeepsARunningWorker: a reinstall over a worker
+// that was enabled and running, whose restart fails, leaves it enabled and
+// running again on its old files; a first install that fails the same way
+// turns off what it turned on.
+func TestWorkerInstallRollBackKeepsARunningWorker(t *testing.T) {
+	t.Parallel()
+	for _, before := range []bool{true, false} {
+		bin, state := fakeSystemctl(t)
+		for _, f := range []string{"fail-restart"} {
+			if err := os.WriteFile(filepath.Join(state, f), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tf := newTestFactory(t, map[string]string{"OUTPOST_TOKEN": "opt_reinstall"})
+		settings := filepath.Join(tf.configDir, "outpost", "worker-dev.yaml")
+		if before {
+			for _, f := range []string{"enabled", "active"} {
+				if err := os.WriteFile(filepath.Join(state, f), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Dir(settings), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(settings, []byte("# the working settings\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := &WorkerInstallOptions{f: tf.Factory, Outpost: "dev", UserUnit: true, Executable: "/usr/local/bin/outpost"}
+		plan, err := planWorkerInstall(tf.Factory, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range plan.steps {
+			switch {
+			case s.cmd != nil && s.cmd[0] == "systemctl":
+				plan.steps[i].cmd = append([]string{bin}, s.cmd[1:]...)
+			case s.cmd != nil:
+				plan.steps[i].cmd = []string{"true"}
+			}
+		}
+		var out bytes.Buffer
+		if err := runPlan(t.Context(), &out, plan, false); err == nil || !strings.Contains(err.Error(), "Job failed") {
+			t.Fatalf("worker before %v: runPlan: %v; want the restart's failure", before, err)
+		}
+		log, _ := os.ReadFile(filepath.Join(state, "log"))
+		_, enabledErr := os.Stat(filepath.Join(state, "enabled"))
+		_, activeErr := os.Stat(filepath.Join(state, "active"))
+		if before {
+			if enabledErr != nil || activeErr != nil {
+				t.Errorf("a worker enabled and running before the install is no longer (enabled: %v, running: %v); systemctl calls:\n%s\n%s", enabledErr == nil, activeErr == nil, log, out.String())
+			}
+			// The rollback's last call restarts the old worker on its
+			// restored files, after the reload.
+			if !strings.HasSuffix(string(log), "daemon-reload\nrestart\n") || strings.Contains(string(log), "disable") {
+				t.Errorf("systemctl calls:\n%s; want the old worker restarted after the reload, and not disabled\n%s", log, out.String())
+			}
+			if b, err := os.ReadFile(settings); err != nil || string(b) != "# the working settings\n" {
+				t.Errorf("the settings were not restored: %q %v", b, err)
+			}
+			continue
+		}
+		if enabledErr == nil || activeErr == nil {
+			t.Errorf("a failed first install left the unit enabled (%v) or running (%v); systemctl calls:\n%s", enabledErr == nil, activeErr == nil, log)
+		}
+		if !strings.Contains(string(log), "disable\n") || !strings.Contains(string(log), "stop\n") {
+			t.Errorf("systemctl calls:\n%s; want the unit stopped and disabled", log)
+		}
+	}
+}
+
+// TestWorkerInstallRollBackGivesBackADirectory: a --dir that was there
+// before, given to the worker's user, goes back to its owner when the
+// install is taken back; a directory the install made is removed, even
+// when making it failed halfway.
+func TestWorkerInstallRollBackGivesBackADirectory(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory away")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	dir := t.TempDir()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid, _ := fileOwner(fi)
+	s := installStep{dir: dir, mode: 0o700, owner: "nobody"}
+	u, err := s.do(t.Context(), io.Discard)
+	if err != nil || u == nil {
+		t.Fatalf("do: %v, undo %v", err, u)
+	}
+	if fi, _ := os.Stat(dir); fi != nil {
+		if nu, _, _ := fileOwner(fi); strconv.Itoa(int(nu)) != nobody.Uid {
+			t.Fatalf("the step did not give %s to nobody", dir)
+		}
+	}
+	if err := rollBack(t.Context(), io.Discard, []undoStep{*u}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err = os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nu, ng, _ := fileOwner(fi); nu != uid || ng != gid {
+		t.Errorf("after the rollback %s is owned by %d:%d, want %d:%d", dir, nu, ng, uid, gid)
+	}
+
+	// MkdirAll fails halfway (a name too long for the file system,
+	// after its parent was made): what it made goes.
+	base := t.TempDir()
+	s = installStep{dir: filepath.Join(base, "made", strings.Repeat("x", 300)), mode: 0o700}
+	u, err = s.do(t.Context(), io.Discard)
+	if err == nil || u == nil {
+		t.Fatalf("do: %v, undo %v; want a failure and how to take it back", err, u)
+	}
+	if _, err := os.Stat(filepath.Join(base, "made")); err != nil {
+		t.Fatalf("MkdirAll did not make the parent: %v", err)
+	}
+	if err := rollBack(t.Context(), io.Discard, []undoStep{*u}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 0 {
+		t.Errorf("after the rollback %s holds %v", base, entries)
 	}
 }
