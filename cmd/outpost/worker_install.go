@@ -563,23 +563,74 @@ func checkUnitCAFile(f *Factory, owner string, homeVisible bool) error {
 	if why := hiddenFromUnit(ca, homeVisible); why != "" {
 		return usageErrorf("the service cannot read the CA file %s: %s; %s", ca, why, copyHint)
 	}
-	fi, err := os.Stat(ca)
+	real, err := filepath.EvalSymlinks(ca)
 	if err != nil {
 		return usageErrorf("the CA file %s cannot be read: %v", ca, err)
 	}
-	uid, gid, ok := fileOwner(fi)
-	if !ok || fi.Mode().Perm()&0o004 != 0 {
-		return nil
-	}
+	// The worker reads the file through every directory above it. A user
+	// the install creates owns no file and is in no file's group: it gets
+	// what others get.
 	u, err := user.Lookup(owner)
 	if err != nil {
-		return nil // created by the install: it reads world-readable files only
+		u = nil
 	}
-	if u.Uid == "0" || u.Uid == strconv.FormatUint(uint64(uid), 10) && fi.Mode().Perm()&0o400 != 0 ||
-		u.Gid == strconv.FormatUint(uint64(gid), 10) && fi.Mode().Perm()&0o040 != 0 {
-		return nil
+	for _, p := range append(parentDirs(real), real) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return usageErrorf("the CA file %s cannot be read: %v", ca, err)
+		}
+		if p != real {
+			if !mayAccess(u, fi, 0o1) {
+				return usageErrorf("the worker's user %s cannot reach the CA file %s: the directory %s (mode %04o) does not let it through; make it searchable (chmod o+x %s), or %s", owner, ca, p, fi.Mode().Perm(), p, copyHint)
+			}
+			continue
+		}
+		if !mayAccess(u, fi, 0o4) {
+			return usageErrorf("the worker's user %s cannot read the CA file %s (mode %04o): make it readable (chmod 0644 %s), or %s", owner, ca, fi.Mode().Perm(), ca, copyHint)
+		}
 	}
-	return usageErrorf("the worker's user %s cannot read the CA file %s (mode %04o): make it readable (chmod 0644 %s), or %s", owner, ca, fi.Mode().Perm(), ca, copyHint)
+	return nil
+}
+
+// parentDirs lists the directories above the absolute path p, from the
+// root down.
+func parentDirs(p string) []string {
+	var dirs []string
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+		if d == filepath.Dir(d) {
+			return dirs
+		}
+	}
+}
+
+// mayAccess reports whether user u (nil: a user not made yet) has the
+// permission bit (0o4 read, 0o1 search) on the file of fi, as Unix
+// decides it: root always, then the owner's bits for its owner, the
+// group's for a member of its group, else the others'.
+func mayAccess(u *user.User, fi fs.FileInfo, bit fs.FileMode) bool {
+	perm := fi.Mode().Perm()
+	uid, gid, ok := fileOwner(fi)
+	if !ok {
+		return true // no Unix owners here: nothing to check
+	}
+	if u == nil {
+		return perm&bit != 0
+	}
+	if u.Uid == "0" {
+		return true
+	}
+	if u.Uid == strconv.FormatUint(uint64(uid), 10) {
+		return perm&(bit<<6) != 0
+	}
+	groups, err := u.GroupIds()
+	if err != nil {
+		groups = []string{u.Gid}
+	}
+	if slices.Contains(groups, strconv.FormatUint(uint64(gid), 10)) {
+		return perm&(bit<<3) != 0
+	}
+	return perm&bit != 0
 }
 
 // yamlString quotes s for a YAML value.

@@ -476,6 +476,9 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 		t.Skipf("no writable /var/lib: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	private := filepath.Join(dir, "ca.pem")
 	b, _ := os.ReadFile(tmpCA)
 	if err := os.WriteFile(private, b, 0o600); err != nil {
@@ -485,7 +488,26 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 	if code != exitUsage || !strings.Contains(tf.errOut.String(), "the worker's user nobody cannot read the CA file "+private+" (mode 0600)") {
 		t.Errorf("a private CA file: exit %d, stderr %q", code, tf.errOut)
 	}
+	// The default user, made by the install, owns nothing: it reads
+	// what others may.
+	if _, err := user.Lookup(defaultWorkerUser); err != nil {
+		tf, code = runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--ca-file", private)
+		if code != exitUsage || !strings.Contains(tf.errOut.String(), "the worker's user "+defaultWorkerUser+" cannot read the CA file "+private+" (mode 0600)") {
+			t.Errorf("a private CA file for a user the install makes: exit %d, stderr %q", code, tf.errOut)
+		}
+	}
 	if err := os.Chmod(private, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Readable, but in a directory only root may pass through.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tf, code = runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--user", "nobody", "--ca-file", private)
+	if code != exitUsage || !strings.Contains(tf.errOut.String(), "the worker's user nobody cannot reach the CA file "+private+": the directory "+dir+" (mode 0700)") {
+		t.Errorf("a CA file in a private directory: exit %d, stderr %q", code, tf.errOut)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	tf, code = runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--user", "nobody", "--ca-file", private)
