@@ -111,7 +111,7 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
 			return
 		}
-		ctx, stop := s.whileValid(r, p)
+		ctx, stop := s.whileValid(r.Context(), r, p)
 		defer stop()
 		r = r.WithContext(context.WithValue(ctx, principalKey{}, p))
 		if err := h(w, r); err != nil {
@@ -120,16 +120,16 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 	}
 }
 
-// whileValid returns the request's context, ended (with the refusal as its
-// cause) once the request's token is revoked or expires, so that requests
-// that stream for minutes or hours (a transcript follow, a queue watch, a
-// live desktop) do not outlive the token that opened them. The token is
-// checked again every TokenRecheckInterval and at its expiry, only while
-// the request runs: the first check is a timer that a short request stops
-// before it fires. stop releases the timer; call it when the handler
-// returns.
-func (s *Server) whileValid(r *http.Request, p principal) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(r.Context())
+// whileValid returns parent (the request's context, or that of a stream
+// that outlives the handler), ended (with the refusal as its cause) once
+// the token of request r is revoked or expires, so that requests that
+// stream for minutes or hours (a transcript follow, a queue watch, a live
+// desktop) do not outlive the token that opened them. The token is checked
+// again every TokenRecheckInterval and at its expiry, only while the
+// request runs: the first check is a timer that a short request stops
+// before it fires. stop releases the timer; call it when the stream ends.
+func (s *Server) whileValid(parent context.Context, r *http.Request, p principal) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
 	next := func() time.Duration {
 		d := s.opts.TokenRecheckInterval
 		if p.expiresAt != nil {
@@ -143,6 +143,15 @@ func (s *Server) whileValid(r *http.Request, p principal) (ctx context.Context, 
 		stopped bool
 	)
 	check := func() {
+		if p.expiresAt != nil && !s.now().Before(*p.expiresAt) {
+			// Expired, whatever the store says: a store that fails
+			// here must not turn the timer, at 0 from now on, into a
+			// loop of queries.
+			const why = "The API token has expired."
+			s.log.Info("request ended: its token is no longer valid", "path", r.URL.Path, "token", p.tokenID, "reason", why)
+			cancel(errUnauthorized(why))
+			return
+		}
 		_, err := s.authenticate(r.WithContext(ctx))
 		var he *httpError
 		if errors.As(err, &he) && he.status == http.StatusUnauthorized {

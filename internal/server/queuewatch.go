@@ -52,7 +52,7 @@ func (s *Server) watchQueue(w http.ResponseWriter, r *http.Request, outpostID st
 	}
 	if r.ProtoMajor == 1 {
 		if conn, ok := hijackWatch(w); ok {
-			s.serveHijackedWatch(conn, outpostID, from, release)
+			s.serveHijackedWatch(conn, r, outpostID, from, release)
 			return nil
 		}
 	}
@@ -99,13 +99,18 @@ func hijackWatch(w http.ResponseWriter) (net.Conn, bool) {
 // from the store runs here, on the handler's goroutine; the stream then
 // follows the feed on a goroutine of its own, which starts with a small
 // stack, and one more waits for the client to close.
-func (s *Server) serveHijackedWatch(conn net.Conn, outpostID string, from watchFrom, release func()) {
+//
+// The stream outlives the request's context, which ends when the handler
+// returns: it checks the request's token on its own, and ends when the
+// token is revoked or expires, as a follow does.
+func (s *Server) serveHijackedWatch(conn net.Conn, r *http.Request, outpostID string, from watchFrom, release func()) {
 	if !s.track() {
 		conn.Close()
 		release()
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.runCtx, s.opts.WatchMaxDuration)
+	valid, stopChecks := s.whileValid(s.runCtx, r, principalFrom(r.Context()))
+	ctx, cancel := context.WithTimeout(valid, s.opts.WatchMaxDuration)
 	// Closing the connection ends a write blocked on a client that does
 	// not read, and the read below.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -120,6 +125,7 @@ func (s *Server) serveHijackedWatch(conn net.Conn, outpostID string, from watchF
 	})
 	end := func() {
 		stop()
+		stopChecks()
 		cancel()
 		conn.Close()
 		release()

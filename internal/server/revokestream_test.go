@@ -43,9 +43,7 @@ func openTokenFollow(t *testing.T, ts *testServer, id, token string) *http.Respo
 
 // TestRevokedTokenEndsItsStreams: a transcript follow opened with a token
 // ends soon after the token is revoked or expires, and the streams of other
-// tokens go on. (A queue watch over HTTP/1.1 leaves the handler for a
-// shared poller; it ends within WatchMaxDuration and its reconnect is
-// refused.)
+// tokens go on. (TestRevokedTokenEndsQueueWatch covers a queue watch.)
 func TestRevokedTokenEndsItsStreams(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{TokenRecheckInterval: 50 * time.Millisecond, KeepaliveInterval: time.Hour})
@@ -164,5 +162,47 @@ func TestRevokedTokenEndsLiveDesktop(t *testing.T) {
 			t.Fatalf("%d hand_back events after the revocation, want 1", n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRevokedTokenEndsQueueWatch: a queue watch over HTTP/1.1, served on
+// its hijacked connection after the handler returned, ends soon after
+// its token is revoked, well before its WatchMaxDuration; another token's
+// watch goes on.
+func TestRevokedTokenEndsQueueWatch(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{TokenRecheckInterval: 50 * time.Millisecond, KeepaliveInterval: time.Hour, WatchMaxDuration: time.Hour})
+	ts.outpost("rq")
+	machine := ts.token([]string{api.ScopeMachine}, "rq")
+	other := ts.token([]string{api.ScopeMachine}, "rq")
+	open := func(token string) <-chan error {
+		req, _ := http.NewRequest("GET", ts.url+"/v1/queue?watch=true&outpost=rq", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != 200 || resp.ProtoMajor != 1 {
+			t.Fatalf("watch: %d over HTTP/%d", resp.StatusCode, resp.ProtoMajor)
+		}
+		return streamEnds(resp)
+	}
+	watch, untouched := open(machine), open(other)
+	select {
+	case err := <-watch:
+		t.Fatalf("the watch ended while its token was valid: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	ts.mustDo(204, "DELETE", "/v1/tokens/"+ts.tokenIDOf(machine), ts.admin, nil, nil)
+	select {
+	case <-watch:
+	case <-time.After(5 * time.Second):
+		t.Error("the queue watch of a revoked token still streams 5 s later")
+	}
+	select {
+	case err := <-untouched:
+		t.Errorf("another token's watch ended: %v", err)
+	default:
 	}
 }
