@@ -325,9 +325,11 @@ func (o *WorkerInstallOptions) resolve() error {
 			return fmt.Errorf("find this executable (set --executable): %w", err)
 		}
 	}
-	if !o.UserUnit && sandbox.Under(o.Executable, "/home", "/root", "/tmp", "/run/user") {
-		return usageErrorf("the service cannot run %s: the unit's ProtectHome and PrivateTmp hide it; copy it first (install -m 0755 %s /usr/local/bin/outpost) and pass --executable /usr/local/bin/outpost",
-			o.Executable, o.Executable)
+	// The executable is checked as the unit would run it, through its
+	// links, and as any user's home is hidden.
+	if why := hiddenFromUnit(o.Executable, false); !o.UserUnit && why != "" {
+		return usageErrorf("the service cannot run %s: %s; copy it first (install -m 0755 %s /usr/local/bin/outpost) and pass --executable /usr/local/bin/outpost",
+			o.Executable, why, o.Executable)
 	}
 	if o.TokenFile != "" {
 		if _, err := os.Stat(o.TokenFile); err != nil {

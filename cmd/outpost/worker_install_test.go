@@ -460,6 +460,7 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 		{"CA under /root", []string{"--ca-file", "/root/ca.pem"}, "cannot read the CA file /root/ca.pem: the unit's ProtectHome"},
 		{"workspace under /home", []string{"--dir", "/home/someone/work"}, "cannot use --dir /home/someone/work: the unit's ProtectHome"},
 		{"workspace under /var/tmp", []string{"--dir", "/var/tmp/work"}, "PrivateTmp"},
+		{"executable under /var/tmp", []string{"--executable", "/var/tmp/outpost"}, "the service cannot run /var/tmp/outpost: the unit's PrivateTmp"},
 	} {
 		tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, append([]string{"--outpost", "dev", "--dry-run", "--skip-server-check"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(tf.errOut.String(), tc.want) {
@@ -478,6 +479,18 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	// An executable outside /tmp that is a link into it.
+	link, target := filepath.Join(dir, "outpost"), filepath.Join(t.TempDir(), "outpost")
+	if err := os.WriteFile(target, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--executable", link); code != exitUsage ||
+		!strings.Contains(tf.errOut.String(), "the service cannot run "+link+": the unit's PrivateTmp") {
+		t.Errorf("an executable linked into /tmp: exit %d, stderr %q", code, tf.errOut)
 	}
 	private := filepath.Join(dir, "ca.pem")
 	b, _ := os.ReadFile(tmpCA)
