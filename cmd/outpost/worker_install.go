@@ -824,7 +824,8 @@ func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 	case s.file != "":
 		u := fileUndo(s.file)
 		if err := writeFile(s.file, s.data, s.mode); err != nil {
-			return nil, err
+			// writeFile may have made the file's directories first.
+			return u, err
 		}
 		if err := s.chown(s.file); err != nil {
 			return u, err
@@ -919,10 +920,13 @@ func fileUndo(path string) *undoStep {
 	if errors.Is(err, fs.ErrNotExist) {
 		dirs := missingDirs(filepath.Dir(path)) // writeFile makes them
 		return &undoStep{what: "wrote " + path, do: func(context.Context) error {
-			if err := os.Remove(path); err != nil {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			for i := len(dirs) - 1; i >= 0; i-- {
+				if _, err := os.Lstat(dirs[i]); err != nil {
+					continue // not made before the write failed
+				}
 				if err := os.Remove(dirs[i]); err != nil {
 					return err
 				}

@@ -684,3 +684,22 @@ func TestWorkerInstallRollBackGivesBackADirectory(t *testing.T) {
 		t.Errorf("after the rollback %s holds %v", base, entries)
 	}
 }
+
+// TestWorkerInstallRollBackAFailedWrite: a file step whose write fails
+// after it made the file's directory (a name too long for a temporary
+// file beside it) takes the directory back.
+func TestWorkerInstallRollBackAFailedWrite(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	s := installStep{file: filepath.Join(base, "made", strings.Repeat("x", 250)), mode: 0o600, data: []byte("x")}
+	u, err := s.do(t.Context(), io.Discard)
+	if err == nil || u == nil {
+		t.Fatalf("do: %v, undo %v; want a failure and how to take it back", err, u)
+	}
+	if err := rollBack(t.Context(), io.Discard, []undoStep{*u}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 0 {
+		t.Errorf("after the rollback %s holds %v", base, entries)
+	}
+}
