@@ -540,7 +540,7 @@ func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {
 // (homeVisible, for a --user whose home is there).
 func hiddenFromUnit(path string, homeVisible bool) string {
 	paths := []string{filepath.Clean(path)}
-	if real, err := filepath.EvalSymlinks(path); err == nil && real != paths[0] {
+	if real := resolveExisting(paths[0]); real != paths[0] {
 		paths = append(paths, real)
 	}
 	for _, p := range paths {
@@ -552,6 +552,22 @@ func hiddenFromUnit(path string, homeVisible bool) string {
 		}
 	}
 	return ""
+}
+
+// resolveExisting resolves the links of the longest part of the clean,
+// absolute path p that exists, and appends the rest: a --dir that the
+// install will create under a link is where the link leads.
+func resolveExisting(p string) string {
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if real, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if d == filepath.Dir(d) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // checkUnitCAFile checks that the worker, run by the system unit as owner,

@@ -492,6 +492,14 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 		!strings.Contains(tf.errOut.String(), "the service cannot run "+link+": the unit's PrivateTmp") {
 		t.Errorf("an executable linked into /tmp: exit %d, stderr %q", code, tf.errOut)
 	}
+	// A --dir to be made below a link into /tmp.
+	if err := os.Symlink(t.TempDir(), filepath.Join(dir, "work")); err != nil {
+		t.Fatal(err)
+	}
+	if tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--dir", filepath.Join(dir, "work", "new")); code != exitUsage ||
+		!strings.Contains(tf.errOut.String(), "cannot use --dir "+filepath.Join(dir, "work", "new")+": the unit's PrivateTmp") {
+		t.Errorf("a new --dir below a link into /tmp: exit %d, stderr %q", code, tf.errOut)
+	}
 	private := filepath.Join(dir, "ca.pem")
 	b, _ := os.ReadFile(tmpCA)
 	if err := os.WriteFile(private, b, 0o600); err != nil {
