@@ -169,6 +169,9 @@ func (f *Factory) HTTPClient() (*http.Client, error) {
 	}
 	tr, err := tlsconfig.Transport(ca)
 	if err != nil {
+		if f.CAFile == "" && envCAFile.Get(f.Getenv) == "" {
+			return nil, fmt.Errorf("%w (saved with the login: log in again with --ca-file, or give --ca-file or %s)", err, envCAFile.Name)
+		}
 		return nil, fmt.Errorf("%w (given by --ca-file or %s)", err, envCAFile.Name)
 	}
 	return &http.Client{Transport: tr}, nil

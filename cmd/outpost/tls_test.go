@@ -174,4 +174,15 @@ func TestLoginWithPrivateCA(t *testing.T) {
 			t.Errorf("a command after the login (%s): exit %d: %s", how, code, later.errOut)
 		}
 	}
+
+	// A saved CA file that is gone is named as the login's, not as a
+	// flag the user did not give.
+	tf = newTestFactory(t, nil)
+	gone := filepath.Join(t.TempDir(), "gone.pem")
+	if _, err := saveConfig(tf.Factory, config{Server: srv.URL(), Token: admin, CAFile: gone}); err != nil {
+		t.Fatal(err)
+	}
+	if code := tf.run(t, "outposts", "list"); code == 0 || !strings.Contains(tf.errOut.String(), "saved with the login") {
+		t.Errorf("a saved CA file that is gone: exit %d, stderr %q", code, tf.errOut)
+	}
 }
