@@ -950,11 +950,34 @@ func fileUndo(path string) *undoStep {
 			return nil
 		}}
 	}
+	uid, gid, owned := fileOwner(fi)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		// The write replaces a link, never its target: put the link back.
+		target, err := os.Readlink(path)
+		if err != nil {
+			return nil
+		}
+		return &undoStep{what: "restored the link " + path, do: func(context.Context) error {
+			tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".link")
+			if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if err := os.Symlink(target, tmp); err != nil {
+				return err
+			}
+			if owned {
+				if err := os.Lchown(tmp, int(uid), int(gid)); err != nil {
+					os.Remove(tmp)
+					return err
+				}
+			}
+			return os.Rename(tmp, path)
+		}}
+	}
 	old, rerr := os.ReadFile(path)
 	if err != nil || rerr != nil || !fi.Mode().IsRegular() {
 		return nil // not a file this install can put back; it replaces it
 	}
-	uid, gid, owned := fileOwner(fi)
 	return &undoStep{what: "restored " + path, do: func(context.Context) error {
 		if err := atomicfile.Write(path, old, fi.Mode().Perm()); err != nil {
 			return err

@@ -711,3 +711,37 @@ func TestWorkerInstallRollBackAFailedWrite(t *testing.T) {
 		t.Errorf("after the rollback %s holds %v", base, entries)
 	}
 }
+
+// TestWorkerInstallRollBackRestoresALink: a settings file that was a link
+// (to a file kept elsewhere) is replaced, not written through, and the
+// rollback puts the link back, its target untouched.
+func TestWorkerInstallRollBackRestoresALink(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "kept.yaml"), filepath.Join(dir, "worker-dev.yaml")
+	if err := os.WriteFile(target, []byte("# kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	u, err := installStep{file: link, mode: 0o640, data: []byte("# new\n")}.do(t.Context(), io.Discard)
+	if err != nil || u == nil {
+		t.Fatalf("do: %v, undo %v", err, u)
+	}
+	if fi, err := os.Lstat(link); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("the write did not replace the link: %v %v", fi, err)
+	}
+	if err := rollBack(t.Context(), io.Discard, []undoStep{*u}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != target {
+		t.Errorf("after the rollback %s links to %q (%v), want %s", link, got, err, target)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "# kept\n" {
+		t.Errorf("the link's target became %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("left behind: %v", entries)
+	}
+}
