@@ -145,7 +145,12 @@ func runCertsCreate(_ context.Context, o *CertsCreateOptions) error {
 	}
 	var files []string
 	if made {
-		if err := atomicfile.Write(path(certsCAKey), ca.Key, 0o600); err != nil {
+		// Never over a CA key that appeared since loadOrMakeCA looked (a
+		// second certs create in the same --dir): certificates signed with
+		// it would stop verifying.
+		if err := writeNewFile(path(certsCAKey), ca.Key, 0o600); errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s appeared while this command made a CA (another certs create?); it was kept: run again to sign with it", path(certsCAKey))
+		} else if err != nil {
 			return fmt.Errorf("write the CA key: %w", err)
 		}
 		if err := atomicfile.Write(path(certsCA), ca.Cert, 0o644); err != nil {
@@ -215,4 +220,23 @@ func loadOrMakeCA(dir string, now time.Time, validFor time.Duration) (ca tlsconf
 	default:
 		return ca, false, fmt.Errorf("the CA certificate %s cannot be read: %w", certPath, cerr)
 	}
+}
+
+// writeNewFile writes data to path with mode perm, failing with an error
+// that wraps fs.ErrExist when anything (a file, a link) is at path
+// already; a part written is removed.
+func writeNewFile(path string, data []byte, perm fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -109,6 +111,51 @@ func TestCertsCreate(t *testing.T) {
 	tf = newTestFactory(t, nil)
 	if code := tf.run(t, "certs", "create", "--name", "a.example", "--dir", dir, "--force", "--days", "4000"); code == 0 || !strings.Contains(tf.errOut.String(), "the CA expires") {
 		t.Errorf("past the CA: exit %d, stderr %q", code, tf.errOut)
+	}
+}
+
+// TestCertsCreateKeepsACAKey: a ca.key without its ca.crt is refused and
+// kept, and the CA key is never written over a file or a link that is
+// there.
+func TestCertsCreateKeepsACAKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ca.key")
+	if err := os.WriteFile(key, []byte("the only copy\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tf := newTestFactory(t, nil)
+	if code := tf.run(t, "certs", "create", "--name", "127.0.0.1", "--dir", dir); code == 0 || !strings.Contains(tf.errOut.String(), "the CA certificate "+filepath.Join(dir, "ca.crt")+" cannot be read") {
+		t.Errorf("a CA key without its certificate: exit %d, stderr %q", code, tf.errOut)
+	}
+	if b, _ := os.ReadFile(key); string(b) != "the only copy\n" {
+		t.Errorf("ca.key became %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("wrote %v", entries)
+	}
+
+	target := filepath.Join(dir, "target")
+	if err := os.Symlink(target, filepath.Join(dir, "link.key")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{key, filepath.Join(dir, "link.key")} {
+		if err := writeNewFile(p, []byte("new"), 0o600); !errors.Is(err, fs.ErrExist) {
+			t.Errorf("writeNewFile over %s: %v, want fs.ErrExist", p, err)
+		}
+	}
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Errorf("writeNewFile wrote through a dangling link: %v", err)
+	}
+	if b, _ := os.ReadFile(key); string(b) != "the only copy\n" {
+		t.Errorf("ca.key became %q", b)
+	}
+	fresh := filepath.Join(dir, "fresh.key")
+	if err := writeNewFile(fresh, []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(fresh); fi == nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("fresh key: %v", fi)
 	}
 }
 
