@@ -441,6 +441,12 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 			if why := hiddenFromUnit(o.Dir, homeVisible); why != "" {
 				return nil, usageErrorf("the service cannot use --dir %s: %s; choose a directory outside them, such as /srv/outpost/%s", o.Dir, why, o.Outpost)
 			}
+			// The install gives --dir to the worker's user as root: through
+			// a link it would give away wherever the link leads (a link
+			// that whoever may write beside it could plant, to /etc).
+			if clean, real := filepath.Clean(o.Dir), resolveExisting(filepath.Clean(o.Dir)); real != clean {
+				return nil, usageErrorf("--dir %s leads through a link to %s: the install gives the directory to the worker's user, so it takes the real path only; pass --dir %s", o.Dir, real, real)
+			}
 		}
 		if err := checkUnitCAFile(f, owner, homeVisible); err != nil {
 			return nil, err

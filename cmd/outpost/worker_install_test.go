@@ -500,6 +500,24 @@ func TestWorkerInstallPathsTheUnitReads(t *testing.T) {
 		!strings.Contains(tf.errOut.String(), "cannot use --dir "+filepath.Join(dir, "work", "new")+": the unit's PrivateTmp") {
 		t.Errorf("a new --dir below a link into /tmp: exit %d, stderr %q", code, tf.errOut)
 	}
+	// A --dir that is a link (to /etc, say) is refused: the install
+	// would give the link's target to the worker's user.
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(etc, filepath.Join(dir, "planted")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(dir, "planted"), filepath.Join(dir, "planted", "work")} {
+		tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--dir", d)
+		if want := "--dir " + d + " leads through a link to " + strings.Replace(d, "planted", "etc", 1); code != exitUsage || !strings.Contains(tf.errOut.String(), want) {
+			t.Errorf("--dir %s through a link: exit %d, stderr %q; want %q", d, code, tf.errOut, want)
+		}
+	}
+	if tf, code := runInstall(t, map[string]string{"OUTPOST_TOKEN": "opt_x"}, "--outpost", "dev", "--dry-run", "--skip-server-check", "--dir", filepath.Join(etc, "work")); code != 0 {
+		t.Errorf("--dir of the real path: exit %d, stderr %q", code, tf.errOut)
+	}
 	private := filepath.Join(dir, "ca.pem")
 	b, _ := os.ReadFile(tmpCA)
 	if err := os.WriteFile(private, b, 0o600); err != nil {
