@@ -69,8 +69,8 @@ server.yaml), and give workers, orchestrators and the CLI the CA with
 it). Keep ca.key off the server if you can: only this command needs it.
 
 Run it again with --force to renew the server certificate or change its
-names; the server reads the new pair within seconds, and clients keep
-trusting the same ca.crt.`,
+names (tls.key keeps the group --key-group gave it); the server reads the
+new pair within seconds, and clients keep trusting the same ca.crt.`,
 		Example: `  sudo outpost certs create --name outpost.example.com --name 10.0.0.5 --dir /etc/outpost --key-group outpost
   outpost certs create --name 127.0.0.1 --name localhost --dir ./tls --days 30
   sudo outpost certs create --name outpost.example.com --dir /etc/outpost --force   # renew`,
@@ -101,7 +101,7 @@ trusting the same ca.crt.`,
 	fl.IntVar(&o.Days, "days", 397, "days the server certificate is valid (browsers accept at most 398)")
 	fl.IntVar(&o.CADays, "ca-days", 3650, "days a new CA is valid")
 	fl.BoolVar(&o.Force, "force", false, "replace an existing tls.crt and tls.key (renew, or change the names)")
-	fl.StringVar(&o.KeyGroup, "key-group", "", "group that may read tls.key (mode 0640): the server's, e.g. outpost when the server runs as that user")
+	fl.StringVar(&o.KeyGroup, "key-group", "", "group that may read tls.key (mode 0640): the server's, e.g. outpost when the server runs as that user (a renewal keeps the old key's group)")
 	cmd.AddCommand(create)
 	return cmd
 }
@@ -171,13 +171,20 @@ func runCertsCreate(_ context.Context, o *CertsCreateOptions) error {
 			return usageErrorf("--key-group %s: this platform has no numeric groups", o.KeyGroup)
 		}
 		keyMode = 0o640
+	} else if fi, err := os.Stat(path(certsKey)); err == nil && fi.Mode().Perm()&0o040 != 0 {
+		// A renewal without --key-group keeps the group that reads the
+		// old key: the server running as that group's user must read the
+		// new one too.
+		if _, g, ok := fileOwner(fi); ok {
+			gid, keyMode = int(g), 0o640
+		}
 	}
 	if err := atomicfile.Write(path(certsKey), pair.Key, keyMode); err != nil {
 		return fmt.Errorf("write the server key: %w", err)
 	}
 	if gid >= 0 {
 		if err := os.Chown(path(certsKey), -1, gid); err != nil {
-			return fmt.Errorf("give %s to group %s: %w", path(certsKey), o.KeyGroup, err)
+			return fmt.Errorf("give %s to group %d: %w", path(certsKey), gid, err)
 		}
 	}
 	if err := atomicfile.Write(path(certsServer), pair.Cert, 0o644); err != nil {

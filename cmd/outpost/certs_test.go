@@ -106,6 +106,16 @@ func TestCertsCreate(t *testing.T) {
 		if fi.Mode().Perm() != 0o640 || g == nil || fmt.Sprint(gid) != g.Gid {
 			t.Errorf("tls.key with --key-group: %v %v", fi.Mode(), fi.Sys())
 		}
+		// A renewal as the help shows it, without --key-group, keeps
+		// the group: the server must still read its key.
+		tf = newTestFactory(t, nil)
+		if code := tf.run(t, "certs", "create", "--name", "127.0.0.1", "--dir", dir, "--force"); code != 0 {
+			t.Fatalf("renewal: exit %d: %s", code, tf.errOut)
+		}
+		fi, _ = os.Stat(filepath.Join(dir, "tls.key"))
+		if _, gid, _ := fileOwner(fi); fi.Mode().Perm() != 0o640 || fmt.Sprint(gid) != g.Gid {
+			t.Errorf("tls.key after a renewal without --key-group: %v, group %d; want 0640 and %s", fi.Mode(), gid, g.Gid)
+		}
 	}
 	// More days than the CA has left.
 	tf = newTestFactory(t, nil)
