@@ -179,10 +179,14 @@ func upOutpost(ctx context.Context, c *client.Client, serverURL, tokenFile strin
 		secret := strings.TrimSpace(string(b))
 		if kept, err := client.New(serverURL, secret, client.WithUserAgent("outpost-up/"+version)); err == nil {
 			me, err := kept.Tokens.WhoAmI(ctx)
-			if err == nil && me.Outpost == "local" && (me.ExpiresAt == nil || time.Unix(*me.ExpiresAt, 0).After(time.Now().Add(24*time.Hour))) {
+			// Only a machine token of outpost local is this command's: any
+			// other token found in the file (put there by hand) is neither
+			// used for the worker nor revoked.
+			ours := err == nil && me.Outpost == "local" && api.HasScope(me.Scopes, api.ScopeMachine)
+			if ours && (me.ExpiresAt == nil || time.Unix(*me.ExpiresAt, 0).After(time.Now().Add(24*time.Hour))) {
 				return secret, nil
 			}
-			if err == nil { // about to expire: replace it
+			if ours { // about to expire: replace it
 				_ = c.Tokens.Revoke(ctx, me.ID)
 			}
 		}
