@@ -42,7 +42,7 @@ func Tighten(dir string) (warning string, err error) {
 			return "", fmt.Errorf("check %s: %w", p, err)
 		}
 		if fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+			if err := chmodRegular(p, fi, fi.Mode().Perm()&0o700); err != nil {
 				return "", fmt.Errorf("make %s readable by its owner only: %w", p, err)
 			}
 		}

@@ -61,3 +61,48 @@ func TestTighten(t *testing.T) {
 		t.Errorf("the new database: %v %v", fi, err)
 	}
 }
+
+// TestTightenFollowsNoLink: a key that is a link is not tightened through
+// it, and one swapped for a link after it was checked (chmodRegular with
+// the old file's FileInfo) leaves the link's target as it was.
+func TestTightenFollowsNoLink(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix modes")
+	}
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.WriteFile(target, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(target, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, SecretKey)
+	if err := os.Symlink(target, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Tighten(dir); err != nil {
+		t.Fatal(err)
+	}
+	// The race: the checked file is replaced by a link before the chmod.
+	checked := filepath.Join(dir, AdminToken)
+	if err := os.WriteFile(checked, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(checked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(checked); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, checked); err != nil {
+		t.Fatal(err)
+	}
+	if err := chmodRegular(checked, fi, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o644 {
+		t.Errorf("a link's target was changed to %04o", fi.Mode().Perm())
+	}
+}
