@@ -6,10 +6,11 @@
 (function () {
   "use strict";
 
-  // Frames wait for decoding in order; past this many waiting the viewer
-  // is behind: it drops what comes until a keyframe, asks for one, and so
-  // never queues without bound (the server drops frames for it too).
-  var MAX_PENDING = 2;
+  // Frames wait for decoding in order; past this many waiting (the
+  // server's own queue per viewer) the viewer is behind: it drops what
+  // comes until a keyframe, asks for one, and so never queues without
+  // bound. Not fewer: a keyframe over 4 MiB comes in several messages.
+  var MAX_PENDING = 8;
   var MOVE_EVERY_MS = 33; // pointer moves sent at most ~30 a second
   var BACKOFF_MIN = 1000, BACKOFF_MAX = 30000;
 
