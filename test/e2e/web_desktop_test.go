@@ -33,7 +33,7 @@ import (
 // transcript are thumbnails without their base64 in the page.
 func TestWebUILiveDesktop(t *testing.T) {
 	t.Parallel()
-	for _, bin := range []string{"Xvfb", "xterm", "xsetroot", "xwininfo", "setsid"} {
+	for _, bin := range []string{"Xvfb", "xterm", "xwininfo", "setsid"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			if os.Getenv("CI") != "" {
 				t.Fatalf("%s is missing (scripts/test-deps.sh installs it)", bin)
@@ -52,9 +52,10 @@ func TestWebUILiveDesktop(t *testing.T) {
 		Desktop: &api.DesktopSize{Width: w, Height: h}, Agent: api.Agent{Kind: api.AgentExternal}})
 	waitfor.Within(t, 30*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 
-	// A distinctive screen: a coloured root and an xterm, mapped before
-	// the page looks.
-	shell := `xsetroot -solid '#2a6e3f' && (setsid xterm -T webdesk -geometry 50x8+60+60 -bg '#1c2a80' -fg white >xterm.log 2>&1 &) && ` +
+	// A distinctive screen: a coloured xterm, mapped before the page
+	// looks. (The window manager's desktop covers the root window, so
+	// xsetroot would change nothing here.)
+	shell := `(setsid xterm -T webdesk -geometry 50x8+60+60 -bg '#1c2a80' -fg white >xterm.log 2>&1 &) && ` +
 		`for i in $(seq 200); do xwininfo -name webdesk 2>/dev/null | grep -q IsViewable && exit 0; sleep 0.05; done; cat xterm.log; exit 1`
 	if r, err := callTool(c, id, api.ToolExec, api.ExecArgs{Command: shell}); err != nil || !r.OK {
 		t.Fatalf("open the xterm: %v %+v", err, r)
@@ -84,6 +85,28 @@ func TestWebUILiveDesktop(t *testing.T) {
 		t.Fatalf("the canvas differs from the tool's screenshot in %.1f%% of its pixels", diff*100)
 	}
 	t.Logf("the canvas differs from the tool's screenshot in %.3f%% of its pixels", diff*100)
+
+	// A hidden page draws nothing and queues nothing: it drops the frames
+	// of a screen change, and once visible again it asks for a keyframe
+	// and shows the screen as it is.
+	eval[bool](t, ctx, `(() => { window.deskVis = "hidden"; Object.defineProperty(document, "visibilityState", {configurable: true, get: () => window.deskVis});
+		document.dispatchEvent(new Event("visibilitychange")); window.deskDrawn = document.getElementById("desktop").desk.frames; return true; })()`)
+	if r, err := callTool(c, id, api.ToolComputer, api.ComputerArgs{Action: api.ComputerType, Text: "# typed while hidden "}); err != nil || !r.OK {
+		t.Fatalf("type while the page is hidden: %v %+v", err, r)
+	}
+	waitJS(t, ctx, "frames dropped while hidden", `document.getElementById("desktop").desk.dropped > 0`, 15*time.Second)
+	if eval[bool](t, ctx, `document.getElementById("desktop").desk.frames === window.deskDrawn && document.getElementById("desktop").desk.pending === 0`) != true {
+		t.Fatal("a hidden page drew or queued frames")
+	}
+	eval[bool](t, ctx, `(() => { window.deskVis = "visible"; document.dispatchEvent(new Event("visibilitychange")); return true; })()`)
+	match = waitUntil(15*time.Second, func() bool {
+		before = toolShot(t, c, id)
+		diff = fractionDiffering(before, canvasImage(t, ctx))
+		return diff < 0.005
+	})
+	if !match {
+		t.Fatalf("after the page was visible again, the canvas differs from the tool's screenshot in %.1f%% of its pixels", diff*100)
+	}
 
 	// Take control: the button shows for a writer, the state says so.
 	do(t, ctx, "take control", chromedp.Click(chromedp.CSS("#desktop [data-take]")))
@@ -139,7 +162,7 @@ func TestWebUILiveDesktop(t *testing.T) {
 	if n := differing(before, after); n < 200 {
 		t.Errorf("the typed text changed only %d pixels of the agent's screenshot", n)
 	} else {
-		t.Logf("the typed text changed %d pixels; the agent's call waited %s after typing showed", n, a.at.Sub(typedAt).Round(time.Millisecond))
+		t.Logf("the typed text changed %d pixels; the agent's call completed %s after the typing showed on the canvas, with the hand-back between", n, a.at.Sub(typedAt).Round(time.Millisecond))
 	}
 	// The click landed where it was made on the scaled canvas.
 	if r, err := callTool(c, id, api.ToolComputer, api.ComputerArgs{Action: api.ComputerCursorPosition}); err != nil || !r.OK {
