@@ -180,14 +180,22 @@ func TestWebUILiveDesktop(t *testing.T) {
 	// served from their event, no base64 of them in the page.
 	waitText(t, ctx, "#transcript", "handed back", 10*time.Second)
 	waitText(t, ctx, "#transcript", "took control", 1*time.Second)
-	do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
-	waitJS(t, ctx, "a screenshot thumbnail", imgLoaded("figure.shot img"), 10*time.Second)
-	if got := eval[[]int](t, ctx, `(() => { const i = document.querySelector("figure.shot img"); return [i.naturalWidth, i.naturalHeight]; })()`); got[0] != w || got[1] != h {
-		t.Errorf("the screenshot behind the thumbnail is %v, want %d×%d", got, w, h)
-	}
 	sample := res.Image.Data[len(res.Image.Data)/2 : len(res.Image.Data)/2+64]
-	if eval[bool](t, ctx, fmt.Sprintf(`document.documentElement.outerHTML.includes(%q)`, sample)) {
-		t.Error("the page holds a screenshot's base64")
+	for _, when := range []string{"live", "reloaded"} {
+		if when == "reloaded" {
+			do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+			waitText(t, ctx, "#transcript", "handed back", 5*time.Second)
+		}
+		// The page opened after one screenshot (the wait's); at least
+		// three more came live.
+		waitJS(t, ctx, "screenshot thumbnails ("+when+")", `document.querySelectorAll("figure.shot img").length >= 4`, 10*time.Second)
+		waitJS(t, ctx, "a screenshot thumbnail ("+when+")", imgLoaded("figure.shot img"), 10*time.Second)
+		if got := eval[[]int](t, ctx, `(() => { const i = document.querySelector("figure.shot img"); return [i.naturalWidth, i.naturalHeight]; })()`); got[0] != w || got[1] != h {
+			t.Errorf("%s: the screenshot behind the thumbnail is %v, want %d×%d", when, got, w, h)
+		}
+		if eval[bool](t, ctx, fmt.Sprintf(`document.documentElement.outerHTML.includes(%q)`, sample)) {
+			t.Errorf("%s: the page holds a screenshot's base64", when)
+		}
 	}
 
 	// Leaving the page while in control hands back.
