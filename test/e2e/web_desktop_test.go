@@ -223,6 +223,12 @@ func TestWebUILiveDesktop(t *testing.T) {
 	if got := desktopEvents(c, id); got != "take_control,hand_back,take_control,hand_back" {
 		t.Errorf("desktop events after a reader's attempt: %s", got)
 	}
+
+	// The session ends: the page stops trying to reach its desktop.
+	if code := c.api("POST", "/v1/sessions/"+id+"/terminate", c.admin, api.TerminateRequest{Reason: "done"}, nil); code >= 300 {
+		t.Fatalf("terminate: %d", code)
+	}
+	waitText(t, ctx, "#desktop .desk-state", "The session has ended", 20*time.Second)
 }
 
 // callTool runs a tool of an external session over plain HTTP; unlike

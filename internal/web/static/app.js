@@ -504,6 +504,7 @@
         src.close();
         window.clearInterval(timer);
         if (state) state.textContent = "The session has ended.";
+        document.dispatchEvent(new CustomEvent("outpost:session-ended"));
         var t = document.getElementById("terminate-form");
         if (t) t.hidden = true;
       }

@@ -76,16 +76,26 @@
     this.down = {};       // keys pressed, by code: the name sent
     this.frames = 0;      // drawn, for tests and the curious
     this.dropped = 0;
+    this.ended = false;
+    this.retry = 0;
     root.desk = this;
     var self = this;
     this.take.addEventListener("click", function () { self.send({ type: "take_control" }); });
     this.back.addEventListener("click", function () { self.send({ type: "hand_back" }); });
     document.addEventListener("visibilitychange", function () { self.visibility(); });
+    // An ended session's desktop is gone for good: stop trying.
+    document.addEventListener("outpost:session-ended", function () {
+      self.ended = true;
+      window.clearTimeout(self.retry);
+      if (self.ws) self.ws.close();
+      self.take.hidden = self.back.hidden = true;
+      self.state.textContent = "The session has ended; its desktop is gone.";
+    });
     this.inputs();
     this.connect();
   }
 
-  Desk.prototype.say = function (text) { this.state.textContent = text; };
+  Desk.prototype.say = function (text) { if (!this.ended) this.state.textContent = text; };
 
   Desk.prototype.send = function (m) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(m));
@@ -103,13 +113,13 @@
       else self.frame(msg.data);
     };
     ws.onclose = function (e) {
-      if (self.ws !== ws) return;
+      if (self.ws !== ws || self.ended) return;
       self.you = false;
       self.controls();
       var wait = self.backoff;
       self.backoff = Math.min(self.backoff * 2, BACKOFF_MAX);
       var again = " Trying again in " + Math.round(wait / 1000) + " s…";
-      window.setTimeout(function () { self.connect(); }, wait);
+      self.retry = window.setTimeout(function () { self.connect(); }, wait);
       if (opened) {
         self.say("Disconnected from the desktop" + (e.reason ? ": " + e.reason : ".") + again);
         return;
