@@ -21,6 +21,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/waitfor"
+	"github.com/outpost-sh/outpost/internal/web"
 )
 
 // TestWebUILiveDesktop drives the session page's live desktop in Chromium
@@ -198,6 +199,24 @@ func TestWebUILiveDesktop(t *testing.T) {
 		}
 	}
 
+	// The image route: a screenshot's event gives its PNG; another
+	// event, or no number, a clear 404.
+	var shotSeq, otherSeq int64
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventResult && ev.Tool == api.ToolComputer && shotSeq == 0 {
+			shotSeq = ev.Seq
+		}
+		if ev.Type == api.EventCall && otherSeq == 0 {
+			otherSeq = ev.Seq
+		}
+	}
+	for path, want := range map[string]int{fmt.Sprint(shotSeq): 200, fmt.Sprint(otherSeq): 404, "x": 404, "0": 404, "999999": 404} {
+		code, ct := webGet(t, c, "/ui/sessions/"+id+"/events/"+path+"/image")
+		if code != want || (want == 200 && ct != "image/png") || (want == 404 && !strings.HasPrefix(ct, "text/html")) {
+			t.Errorf("screenshot of event %s: %d %s, want %d", path, code, ct, want)
+		}
+	}
+
 	// Leaving the page while in control hands back.
 	waitJS(t, ctx, "the desktop again", `!document.querySelector("#desktop [data-take]").hidden`, 20*time.Second)
 	do(t, ctx, "take control again", chromedp.Click(chromedp.CSS("#desktop [data-take]")))
@@ -249,6 +268,21 @@ func callTool(c *cluster, id, tool string, args any) (api.ToolResult, error) {
 		return r, fmt.Errorf("%s: %d %s", tool, resp.StatusCode, raw)
 	}
 	return r, json.Unmarshal(raw, &r)
+}
+
+// webGet gets a web UI path signed in as the admin; it returns the status
+// and content type.
+func webGet(t *testing.T, c *cluster, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", c.url+path, nil)
+	req.AddCookie(&http.Cookie{Name: web.CookieName, Value: c.admin})
+	resp, err := c.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type")
 }
 
 // toolShot is a screenshot by the computer tool.
