@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,22 @@ func TestWebUILiveDesktop(t *testing.T) {
 		t.Fatal("the typing never showed on the canvas")
 	}
 	typedAt := time.Now()
+	// Type-to-see latency: from the page sending one character to the
+	// next frame drawn on its canvas (the server, the gateway, XTEST, the
+	// xterm's redraw, the capture, PNG tiles back, decoding, drawing).
+	lat := eval[[]float64](t, ctx, `(async () => {
+		const d = document.getElementById("desktop").desk, out = [];
+		for (let i = 0; i < 10; i++) {
+			const n = d.frames, t0 = performance.now();
+			d.input({kind: "text", text: "x"});
+			while (d.frames === n && performance.now() - t0 < 3000) await new Promise(r => setTimeout(r, 1));
+			out.push(performance.now() - t0);
+			await new Promise(r => setTimeout(r, 100));
+		}
+		return out;
+	})()`)
+	slices.Sort(lat)
+	t.Logf("type-to-see latency over 10 characters: min %.0f ms, p50 %.0f ms, max %.0f ms", lat[0], lat[len(lat)/2], lat[len(lat)-1])
 	select {
 	case a := <-agent:
 		t.Fatalf("the agent's computer call completed while a person had control: %+v %v", a.r, a.err)
