@@ -113,6 +113,12 @@ const (
 	// and hand back control; both need sessions.write.
 	DesktopMsgTakeControl = DesktopTakeControl
 	DesktopMsgHandBack    = DesktopHandBack
+	// DesktopMsgKeyframe (viewer to server) says the viewer dropped
+	// frames (it could not draw them in time, or its page was hidden): it
+	// gets no more frames until the next keyframe, which is asked of the
+	// remote once until it comes. A server older than this message answers
+	// it with an error message, which a viewer may ignore.
+	DesktopMsgKeyframe = "keyframe"
 	// DesktopMsgControl (server to viewers) says who is in control now
 	// (Controller "" when nobody).
 	DesktopMsgControl = "control"

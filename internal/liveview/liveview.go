@@ -343,6 +343,21 @@ func (h *Hub) Caught(v *Viewer) {
 	}
 }
 
+// Resync tells the hub that v dropped frames of its own (its page could
+// not draw them in time, or was hidden): it takes only a keyframe next,
+// asked of the remote at most once until one comes, however often the
+// viewer asks.
+func (h *Hub) Resync(v *Viewer) {
+	h.mu.Lock()
+	v.behind = true
+	ask := !v.asked
+	v.asked = true
+	h.mu.Unlock()
+	if ask {
+		h.keyframe(v.SessionID)
+	}
+}
+
 // FramesIn is how many frames the remote of sessionID sent while viewed.
 func (h *Hub) FramesIn(sessionID string) int64 {
 	h.mu.Lock()

@@ -121,6 +121,46 @@ func TestSlowViewerDropsFramesUntilAKeyframe(t *testing.T) {
 	}
 }
 
+// TestResync: a viewer that dropped frames of its own takes nothing but a
+// keyframe next, and asking again and again costs the remote one request
+// until that keyframe comes.
+func TestResync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, r, _ := newHub(t)
+	v, err := h.Join(ctx, "s", "tok_a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Tiles("s", tiles(true))
+	h.Tiles("s", tiles(false))
+	<-v.Frames()
+	<-v.Frames()
+	asked := r.count(api.FrameDesktopStream)
+	for range 5 {
+		h.Resync(v)
+	}
+	if n := r.count(api.FrameDesktopStream) - asked; n != 1 {
+		t.Fatalf("five resyncs asked the remote %d times, want once", n)
+	}
+	if f := r.last(); !f.DesktopStream.On || !f.DesktopStream.Keyframe {
+		t.Errorf("a resync sent %+v, want a keyframe request", f)
+	}
+	h.Tiles("s", tiles(false))
+	if len(v.Frames()) != 0 {
+		t.Fatal("a viewer that asked for a keyframe took a frame that is not one")
+	}
+	h.Tiles("s", tiles(true))
+	if b := <-v.Frames(); b[1]&1 == 0 {
+		t.Fatal("the frame after a resync is not a keyframe")
+	}
+	h.Resync(v)
+	if n := r.count(api.FrameDesktopStream) - asked; n != 2 {
+		t.Errorf("a resync after the keyframe came asked %d times in all, want 2", n)
+	}
+	h.Leave(ctx, v)
+}
+
 // TestControlRules: only a writer takes control, one at a time; only the
 // controller sends input, and leaving hands back.
 func TestControlRules(t *testing.T) {

@@ -168,6 +168,8 @@ func (s *Server) readViewer(ctx context.Context, ws *websocket.Conn, v *liveview
 			err = s.live.TakeControl(ctx, v)
 		case api.DesktopMsgHandBack:
 			err = s.live.HandBack(ctx, v)
+		case api.DesktopMsgKeyframe:
+			s.live.Resync(v)
 		case api.DesktopMsgInput:
 			if m.Input == nil {
 				err = errBadRequest("An input message needs its input field.")
@@ -175,7 +177,7 @@ func (s *Server) readViewer(ctx context.Context, ws *websocket.Conn, v *liveview
 				err = s.live.Input(ctx, v, *m.Input)
 			}
 		default:
-			err = errBadRequest("Unknown message type %q: send take_control, hand_back or input.", m.Type)
+			err = errBadRequest("Unknown message type %q: send take_control, hand_back, input or keyframe.", m.Type)
 		}
 		if err != nil {
 			if !errors.Is(err, liveview.ErrRefused) {

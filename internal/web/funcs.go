@@ -237,6 +237,8 @@ type media struct {
 	Name, ContentType string
 	URL               string // through the UI, with the user's token
 	Image, Video      bool
+	// Shot: a computer tool's screenshot, shown as a thumbnail.
+	Shot bool
 }
 
 // mediaOf returns the image or video artifact a tool result refers to:

@@ -119,7 +119,11 @@ func buildTranscript(events []api.Event, opts transcriptOptions) []item {
 	for i := range events {
 		ev := &events[i]
 		buf = buf[:0]
-		buf, _ = api.AppendEventJSON(buf, ev)
+		if shotOf(ev) != nil {
+			buf, _ = api.AppendEventJSON(buf, withoutImage(ev))
+		} else {
+			buf, _ = api.AppendEventJSON(buf, ev)
+		}
 		raw := rawEvent{ev.Seq, string(buf)}
 		switch {
 		case isStepEvent(ev):
@@ -187,7 +191,11 @@ func (s *step) add(ev *api.Event, opts transcriptOptions) {
 		s.Term = true
 	case api.EventResult:
 		s.result = ev
-		if !opts.NoMedia {
+		if img := shotOf(ev); img != nil {
+			// The image is the event's own, not an artifact: it stays
+			// when the retention policy deletes artifacts.
+			s.Media = shotMedia(ev, img)
+		} else if !opts.NoMedia {
 			s.Media = mediaOf(ev.SessionID, ev.Tool, ev.Value)
 		}
 	case api.EventArtifact:

@@ -73,6 +73,19 @@
   function media(ev) {
     var v = ev.value, ref = null;
     if (!v || typeof v !== "object") return null;
+    if (shot(ev)) {
+      // The computer tool's screenshot: a thumbnail of the image the
+      // server decodes from the event, linked to full size.
+      var src = "/ui/sessions/" + encodeURIComponent(ev.session_id) + "/events/" + Number(ev.seq) + "/image";
+      var f = el("figure", "media shot"), link = el("a"), im = el("img");
+      link.href = src;
+      im.src = src;
+      im.alt = "screenshot of call " + Number(ev.call_seq);
+      im.loading = "lazy";
+      link.appendChild(im);
+      f.appendChild(link);
+      return f;
+    }
     if (v.artifact && typeof v.artifact === "object") ref = v.artifact;
     else if (ev.tool === "upload_artifact") ref = v;
     if (!ref || typeof ref.name !== "string" || !ARTIFACT_NAME.test(ref.name) || !ev.session_id) return null;
@@ -146,7 +159,23 @@
     return node;
   }
 
+  // shot says whether an event is a computer result with its image inline.
+  function shot(ev) {
+    var v = ev.value;
+    return ev.type === "result" && ev.tool === "computer" && ev.session_id && ev.seq > 0 &&
+      v && typeof v === "object" && v.image && typeof v.image.data === "string" && v.image.data !== "";
+  }
+
   function rawBlock(ev, raw) {
+    // The page holds a screenshot's base64 nowhere: the image shows from
+    // its own URL.
+    if (shot(ev)) {
+      try {
+        var copy = JSON.parse(raw);
+        copy.value.image.data = "(the image, shown above)";
+        raw = JSON.stringify(copy);
+      } catch (e) { raw = ""; }
+    }
     var p = el("pre", "raw-ev", raw);
     p.dataset.seq = String(ev.seq || 0);
     return p;
@@ -402,6 +431,10 @@
         text(" " + plain(ev.status, ev.status_detail) + (ev.reason ? " — " + ev.reason : ""));
         break;
       case "resume": k("resumed"); text(" " + str(ev.reason)); break;
+      case "desktop":
+        k(ev.action === "take_control" ? "took control" : ev.action === "hand_back" ? "handed back" : "desktop");
+        text(" " + str(ev.reason));
+        break;
       case "restore": k("restore", ev.ok === false); if (ev.reason) text(" " + ev.reason); break;
       case "artifact":
         k("artifact");
@@ -471,6 +504,7 @@
         src.close();
         window.clearInterval(timer);
         if (state) state.textContent = "The session has ended.";
+        document.dispatchEvent(new CustomEvent("outpost:session-ended"));
         var t = document.getElementById("terminate-form");
         if (t) t.hidden = true;
       }
