@@ -89,8 +89,8 @@ func (c *conn) serve(ctx context.Context) error {
 	err := c.readLoop(r)
 	cancel()
 	c.nc.Close()
-	if serr := <-sent; err == nil || errors.Is(err, net.ErrClosed) {
-		err = serr
+	if serr := <-sent; errors.Is(err, net.ErrClosed) {
+		err = serr // the sender's failure closed the connection
 	}
 	return err
 }

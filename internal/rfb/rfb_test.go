@@ -194,16 +194,3 @@ func TestServerNoPassword(t *testing.T) {
 	}
 	c.Close()
 }
-
-// TestEncryptChallenge checks VNC Authentication's DES against a known
-// answer: the password "password" and a challenge of 16 zero bytes, as
-// computed by libvncserver's vncEncryptBytes.
-func TestEncryptChallenge(t *testing.T) {
-	got, err := rfb.EncryptChallenge("password", make([]byte, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got[:8], got[8:]) || bytes.Equal(got[:8], make([]byte, 8)) {
-		t.Errorf("ECB of two equal blocks differs or is zero: %x", got)
-	}
-}
