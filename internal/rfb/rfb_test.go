@@ -25,7 +25,7 @@ type events struct {
 	ptrs [][3]int
 }
 
-func serve(t *testing.T, w, h int, opts rfb.Options) (*rfb.Server, string) {
+func serve(t testing.TB, w, h int, opts rfb.Options) (*rfb.Server, string) {
 	t.Helper()
 	s := rfb.NewServer(w, h, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
