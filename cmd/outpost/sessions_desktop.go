@@ -78,7 +78,7 @@ By default VNC clients only watch: their keys and pointer are dropped. With
 calls wait; the transcript records the takeover) and hands back when it ends;
 VNC clients' input then reaches the desktop. Needs sessions.write.
 
-The command runs until Ctrl-C or the end of the session's desktop. At most
+The command runs until Ctrl-C or the session ends. At most
 4 VNC clients may connect at once. A client that cannot follow a change of
 the desktop's size (no DesktopSize support) is disconnected and may
 reconnect.`,
@@ -247,6 +247,20 @@ func runSessionsDesktop(ctx context.Context, o *SessionsDesktopOptions) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, ln) })
+	g.Go(func() error {
+		// The live view stays open, still, after the session ends; its
+		// transcript's end event is what says so.
+		err := c.Sessions.Follow(gctx, o.ID, 0, func(api.Event) error { return nil })
+		if gctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("follow session %s: %w", o.ID, err)
+		}
+		fmt.Fprintf(f.IO.ErrOut, "Session %s ended.\n", o.ID)
+		cancelRun()
+		return nil
+	})
 	g.Go(func() error {
 		defer cancelRun() // the desktop ended: stop serving VNC clients
 		for {

@@ -173,6 +173,14 @@ func differ(a, b *image.RGBA) int {
 	return n
 }
 
+// sub returns the part r of img, at the origin, so two images' parts
+// compare.
+func sub(img *image.RGBA, r image.Rectangle) *image.RGBA {
+	out := image.NewRGBA(image.Rect(0, 0, r.Dx(), r.Dy()))
+	draw.Draw(out, out.Rect, img, r.Min, draw.Src)
+	return out
+}
+
 // syncTo reads updates until the client's framebuffer is within tol
 // differing pixels of want.
 func syncTo(t *testing.T, v *rfbtest.Client, want *image.RGBA, tol int, what string) {
@@ -328,8 +336,11 @@ func TestSessionsDesktopVNC(t *testing.T) {
 		_ = v.Key(true, k)
 		_ = v.Key(false, k)
 	}
+	// The typed characters, not just the cursor that moving the pointer
+	// in fills: the first line's third and fourth character cells.
+	typed := image.Rect(12, 0, 24, 16)
 	deadline := time.Now().Add(15 * time.Second)
-	for differ(v.FB, before) < 20 {
+	for differ(sub(v.FB, typed), sub(before, typed)) < 10 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the typed keys never showed in the VNC framebuffer")
 		}
@@ -350,10 +361,29 @@ func TestSessionsDesktopVNC(t *testing.T) {
 	}
 	touch(t, work, "go2")
 	after := computerShot(t, c, id, 3)
-	if n := differ(before, after); n < 20 {
+	if n := differ(sub(before, typed), sub(after, typed)); n < 10 {
 		t.Errorf("the keys typed over VNC changed %d pixels of the screenshot", n)
 	}
+
+	// The session's end ends the command, with status 0.
+	cmd = startDesktopCmd(t, env, id, "--no-password")
+	if cmd.ann.Password != "" {
+		t.Errorf("announced %+v with --no-password", cmd.ann)
+	}
+	v, err = rfbtest.Dial(cmd.ann.Address, "", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
 	touch(t, work, "go3")
+	select {
+	case code := <-cmd.code:
+		if code != exitOK || !strings.Contains(cmd.errOut.String(), "ended") {
+			t.Errorf("after the session ended: exit %d; stderr: %s", code, cmd.errOut)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("sessions desktop went on after the session ended")
+	}
 }
 
 func touch(t *testing.T, dir, name string) {
