@@ -324,7 +324,7 @@ func desktopEnded(ctx context.Context, err error, when string) error {
 		return fmt.Errorf("the live desktop closed%s: %s", when, r)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("the live desktop sent no frame%s within %v", when, desktopFirstFrameTimeout)
+		return fmt.Errorf("the live desktop sent nothing%s within %v: the session's desktop may not have started (its first computer call or command starts it)", when, desktopFirstFrameTimeout)
 	}
 	return fmt.Errorf("the live desktop closed%s: %w", when, err)
 }
