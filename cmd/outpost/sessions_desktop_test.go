@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	"image/draw"
 	"image/png"
@@ -83,18 +85,33 @@ func (s *syncBuffer) String() string {
 // prints (-o json).
 func startDesktopCmd(t *testing.T, env map[string]string, args ...string) *desktopCmd {
 	t.Helper()
+	return startDesktopCmdOut(t, env, true, args...)
+}
+
+// startDesktopCmdOut runs the command, with -o json when asJSON, and reads
+// what it announces.
+func startDesktopCmdOut(t *testing.T, env map[string]string, asJSON bool, args ...string) *desktopCmd {
+	t.Helper()
 	tf := newTestFactory(t, env)
 	pr, pw := io.Pipe()
 	d := &desktopCmd{errOut: newSyncBuffer(), code: make(chan int, 1)}
 	tf.IO.Out, tf.IO.ErrOut = pw, d.errOut
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	d.stop = cancel
+	if asJSON {
+		args = append([]string{"-o", "json"}, args...)
+	}
 	go func() {
-		code := Main(ctx, append([]string{"sessions", "desktop", "-o", "json"}, args...), tf.Factory)
+		code := Main(ctx, append([]string{"sessions", "desktop"}, args...), tf.Factory)
 		pw.Close()
 		d.code <- code
 	}()
-	err := json.NewDecoder(pr).Decode(&d.ann)
+	var err error
+	if asJSON {
+		err = json.NewDecoder(pr).Decode(&d.ann)
+	} else {
+		err = readHumanAnnounce(pr, &d.ann)
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	if err != nil {
 		cancel()
@@ -102,6 +119,30 @@ func startDesktopCmd(t *testing.T, env map[string]string, args ...string) *deskt
 	}
 	t.Cleanup(cancel)
 	return d
+}
+
+// readHumanAnnounce reads the command's human output up to the line that
+// says how to connect.
+func readHumanAnnounce(r io.Reader, ann *desktopAnnounce) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if pw, ok := strings.CutPrefix(line, "VNC password: "); ok {
+			ann.Password = pw
+		}
+		if strings.Contains(line, "in control") {
+			ann.Control = true
+		}
+		if hp, ok := strings.CutPrefix(line, "Connect with: vncviewer "); ok {
+			host, port, ok := strings.Cut(hp, "::")
+			if !ok {
+				return fmt.Errorf("no HOST::PORT in %q", line)
+			}
+			ann.Address = host + ":" + port
+			return nil
+		}
+	}
+	return fmt.Errorf("no 'Connect with' line: %v", sc.Err())
 }
 
 // end stops the command as Ctrl-C does and returns its exit status.
@@ -366,7 +407,7 @@ func TestSessionsDesktopVNC(t *testing.T) {
 	}
 
 	// The session's end ends the command, with status 0.
-	cmd = startDesktopCmd(t, env, id, "--no-password")
+	cmd = startDesktopCmdOut(t, env, false, id, "--no-password")
 	if cmd.ann.Password != "" {
 		t.Errorf("announced %+v with --no-password", cmd.ann)
 	}
