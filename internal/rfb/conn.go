@@ -75,7 +75,7 @@ func (c *conn) serve(ctx context.Context) error {
 	defer stop()
 	r := bufio.NewReader(c.nc)
 	_ = c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	if err := c.handshake(r); err != nil {
+	if err := c.handshake(ctx, r); err != nil {
 		return err
 	}
 	_ = c.nc.SetDeadline(time.Time{})
@@ -95,7 +95,7 @@ func (c *conn) serve(ctx context.Context) error {
 	return err
 }
 
-func (c *conn) handshake(r *bufio.Reader) error {
+func (c *conn) handshake(ctx context.Context, r *bufio.Reader) error {
 	if _, err := io.WriteString(c.nc, Version); err != nil {
 		return err
 	}
@@ -147,7 +147,12 @@ func (c *conn) handshake(r *bufio.Reader) error {
 			return err
 		}
 		if !ok {
-			time.Sleep(authFailureDelay)
+			t := time.NewTimer(authFailureDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
 			c.securityResult(minor, false, "Authentication failed: the password is wrong.")
 			return errors.New("wrong VNC password")
 		}
