@@ -5,7 +5,12 @@
 #   matchbox-window-manager the desktop's window manager (internal/desktop)
 #   x11-utils               xmessage, the X program the desktop tests open
 #   x11-xserver-utils       xsetroot, which paints a live desktop in its tests
+<<<<<<< HEAD
 #   xterm                   the terminal the web UI's live desktop test types into
+=======
+#   xterm                   the terminal the live desktop tests (web UI, VNC, sandbox) type into
+#   vncsnapshot             a real VNC client for internal/rfb's tests
+>>>>>>> vnc
 #   podman, runc,           the docker backend's tests (Podman's Docker-compatible
 #   debootstrap             API service, and the test image scripts/test-image.sh makes)
 #   bubblewrap, uidmap      the bwrap backend's tests
@@ -28,7 +33,8 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
-  matchbox-window-manager:matchbox-window-manager xmessage:x11-utils xsetroot:x11-xserver-utils xterm:xterm \
+  matchbox-window-manager:matchbox-window-manager xmessage:x11-utils xsetroot:x11-xserver-utils \
+  xterm:xterm vncsnapshot:vncsnapshot \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
   '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx \
   ip:iproute2 curl:curl unshare:util-linux; do
