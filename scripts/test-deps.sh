@@ -5,12 +5,8 @@
 #   matchbox-window-manager the desktop's window manager (internal/desktop)
 #   x11-utils               xmessage, the X program the desktop tests open
 #   x11-xserver-utils       xsetroot, which paints a live desktop in its tests
-<<<<<<< HEAD
-#   xterm                   the terminal the web UI's live desktop test types into
-=======
 #   xterm                   the terminal the live desktop tests (web UI, VNC, sandbox) type into
 #   vncsnapshot             a real VNC client for internal/rfb's tests
->>>>>>> vnc
 #   podman, runc,           the docker backend's tests (Podman's Docker-compatible
 #   debootstrap             API service, and the test image scripts/test-image.sh makes)
 #   bubblewrap, uidmap      the bwrap backend's tests
