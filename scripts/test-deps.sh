@@ -5,6 +5,7 @@
 #   matchbox-window-manager the desktop's window manager (internal/desktop)
 #   x11-utils               xmessage, the X program the desktop tests open
 #   x11-xserver-utils       xsetroot, which paints a live desktop in its tests
+#   xterm                   the terminal the sandboxed desktop test opens
 #   podman, runc,           the docker backend's tests (Podman's Docker-compatible
 #   debootstrap             API service, and the test image scripts/test-image.sh makes)
 #   bubblewrap, uidmap      the bwrap backend's tests
@@ -27,7 +28,7 @@ have() { command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null; }
 
 need=()
 for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb \
-  matchbox-window-manager:matchbox-window-manager xmessage:x11-utils xsetroot:x11-xserver-utils \
+  matchbox-window-manager:matchbox-window-manager xmessage:x11-utils xsetroot:x11-xserver-utils xterm:xterm \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
   '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx \
   ip:iproute2 curl:curl unshare:util-linux; do
