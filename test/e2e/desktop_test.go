@@ -202,3 +202,54 @@ func TestDesktopXtermInSandbox(t *testing.T) {
 		t.Errorf("typing into the terminal changed only %d pixels", n)
 	}
 }
+
+// TestOutpostDesktopClaims: an outpost whose sessions get a desktop, of
+// its size: a worker that gives none never takes its session; one that
+// gives desktops does, and the session's screen is the outpost's size.
+func TestOutpostDesktopClaims(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("Xvfb"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("Xvfb is missing (scripts/test-deps.sh installs it)")
+		}
+		t.Skip("Xvfb is not installed (scripts/test-deps.sh installs it)")
+	}
+	c := startCluster(t)
+	token := setupOutpost(t, c, "deskpost")
+	run(t, c.env(c.admin), "outposts", "update", "deskpost", "--desktop", "640x480")
+	startWorker(t, c, "deskpost", token, "--desktop", "off")
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "deskpost", Title: "outpost desktop",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			{Tool: api.ToolComputer, Args: json.RawMessage(`{"action":"screenshot"}`)},
+		}}})
+	// The worker without a desktop is connected and polling; for two
+	// seconds the session stays in the queue.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if s := c.session(id); s.Status.Status != api.StatusNew {
+			t.Fatalf("a worker without a desktop took the session: %+v", s.Status)
+		}
+		time.Sleep(100 * time.Millisecond) // a bounded negative check: nothing to wait on
+	}
+	startWorker(t, c, "deskpost", token, "--desktop", "on")
+	s := c.waitFinal(id, 120*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session: %+v", s.Status)
+	}
+	if d := s.Spec.Desktop; d == nil || *d != (api.DesktopSize{Width: 640, Height: 480}) {
+		t.Errorf("session's desktop %+v, want the outpost's 640×480", d)
+	}
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventResult && ev.Tool == api.ToolComputer {
+			var r api.ComputerResult
+			if err := json.Unmarshal(ev.Value, &r); err != nil {
+				t.Fatal(err)
+			}
+			if img := decodePNG(t, r); img.Bounds().Dx() != 640 || img.Bounds().Dy() != 480 {
+				t.Errorf("screenshot is %v, want the outpost's 640×480", img.Bounds())
+			}
+			return
+		}
+	}
+	t.Fatal("no screenshot on the transcript")
+}
