@@ -382,7 +382,10 @@ func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then, resolvConf string) (fu
 	spec.resolvConf = resolvConf
 	if iso.user == nil {
 		// A worker that runs as root gives session code an unprivileged
-		// uid in the sandbox (see sandbox.SessionUID for why).
+		// uid in the sandbox (see sandbox.SessionUID for why). The account
+		// files lie in the state dir, which the session may write: it can
+		// change only its own view of them, which grants nothing (no
+		// capability, nothing setuid works in the sandbox).
 		etc := filepath.Join(stateDir, "etc")
 		if err := os.MkdirAll(etc, 0o755); err != nil {
 			return nil, fmt.Errorf("create the sandbox's account files: %w", err)
