@@ -61,6 +61,27 @@ type OutpostSpec struct {
 	// sessions (see SessionSpec.NetworkPolicy); null when it has none
 	// (unrestricted).
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Desktop says whether the outpost's sessions get a desktop, and its
+	// default size; null (omitted) when the outpost says nothing (its
+	// machines decide, and sessions may be served by machines without one).
+	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+}
+
+// OutpostDesktop is an outpost's desktop setting.
+type OutpostDesktop struct {
+	// Enabled says every session of the outpost gets a desktop: claimers
+	// start their remotes with OUTPOST_DESKTOP=true, and a claimer that
+	// cannot give one (capabilities.desktop false) is not handed the
+	// outpost's sessions by a server-assigned claim. False: the outpost
+	// asks for none; Width and Height still size the desktops its machines
+	// give on their own.
+	Enabled bool `json:"enabled"`
+	// Width and Height are the size of a session's desktop when the
+	// session gives none (spec.desktop); 0 for both means the default,
+	// 1280×800. Each is MinDesktopSize to MaxDesktopSize, and both or
+	// neither are set.
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
 }
 
 // DefaultMaxAttempts is how many attempts a session gets when neither it
@@ -114,6 +135,8 @@ type CreateOutpostRequest struct {
 	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
 	// NetworkPolicy is OutpostSpec's; omitted for none (unrestricted).
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Desktop is OutpostSpec's; omitted for none.
+	Desktop *OutpostDesktop `json:"desktop,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -132,6 +155,10 @@ type UpdateOutpostRequest struct {
 	// entries change (a MODIFIED watch event each) and their workers
 	// apply the new policy.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Desktop replaces the outpost's desktop setting ({"enabled": false}
+	// with no size removes it). It applies to sessions created and claims
+	// made afterwards; a session keeps the size it was created with.
+	Desktop *OutpostDesktop `json:"desktop,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

@@ -77,6 +77,11 @@ type QueueSpec struct {
 	// when it has one, else its outpost's. Null (omitted) when the session
 	// is unrestricted. A claimer must enforce it or refuse the session.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Desktop, on the answer of a claim, says the session's outpost gives
+	// its sessions a desktop (OutpostDesktop.Enabled): the claimer starts
+	// the remote with OUTPOST_DESKTOP=true. Lists and watch events leave
+	// it out.
+	Desktop bool `json:"desktop,omitempty"`
 }
 
 // NetworkPolicy says what a session's code may reach on the network. It is
@@ -189,6 +194,9 @@ type ClaimNextRequest struct {
 	// a build from before policies existed — is never handed one to serve
 	// open. A claim by id is the contract's and takes any entry.
 	NetworkPolicy bool `json:"network_policy,omitempty"`
+	// Desktop says the claimer gives sessions a desktop. Only such a
+	// claimer is handed a session of an outpost whose desktop is enabled.
+	Desktop bool `json:"desktop,omitempty"`
 }
 
 // ClaimRequest is the body of claim and release.

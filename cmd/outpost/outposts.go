@@ -120,7 +120,7 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 		"Description", o.Spec.Description, "Queued", strconv.Itoa(o.Status.QueueDepth),
 		"Active claims", strconv.Itoa(o.Status.ActiveClaims), "Max running", maxRunningText(o.Spec.MaxRunning),
 		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts), "Max snapshot size", maxSnapshotText(o.Spec.MaxSnapshotBytes),
-		"Network policy", policyText(o.Spec.NetworkPolicy),
+		"Network policy", policyText(o.Spec.NetworkPolicy), "Desktop", desktopText(o.Spec.Desktop),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
 }
 
@@ -150,6 +150,8 @@ type OutpostsCreateOptions struct {
 	Request api.CreateOutpostRequest
 	// Policy are the network policy flags.
 	Policy PolicyFlags
+	// Desktop is --desktop, "" when not given.
+	Desktop string
 }
 
 // NewCmdOutpostsCreate returns `outpost outposts create`. runF replaces the
@@ -166,6 +168,11 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 			if opts.Request.NetworkPolicy, err = opts.Policy.policy(f); err != nil {
 				return err
 			}
+			if opts.Desktop != "" {
+				if opts.Request.Desktop, err = parseOutpostDesktop(opts.Desktop); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -179,6 +186,7 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.IntVar(&opts.Request.MaxRunning, "max-running", 0, "how many of its sessions may be claimed at once, whatever the number of machines (0: no cap)")
 	fl.IntVar(&opts.Request.MaxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
 	fl.Int64Var(&opts.Request.MaxSnapshotBytes, "max-snapshot-bytes", 0, "the largest workspace snapshot, in bytes, stored when one of its sessions is suspended, at most the server's --max-snapshot-bytes (0: the server's)")
+	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -194,6 +202,8 @@ type OutpostsUpdateOptions struct {
 	Policy PolicyFlags
 	// Unrestricted lifts the outpost's network policy.
 	Unrestricted bool
+	// Desktop is --desktop, "" when not given.
+	Desktop string
 }
 
 // NewCmdOutpostsUpdate returns `outpost outposts update`. runF replaces the
@@ -204,14 +214,15 @@ func NewCmdOutpostsUpdate(f *Factory, runF func(context.Context, *OutpostsUpdate
 	var maxSnapshot int64
 	cmd := &cobra.Command{
 		Use:   "update NAME-OR-ID",
-		Short: "Change an outpost's limits or network policy",
-		Long: `Change an outpost's limits or network policy; what no flag names stays as it is.
+		Short: "Change an outpost's limits, network policy or desktop",
+		Long: `Change an outpost's limits, network policy or desktop; what no flag names stays as it is.
 A new network policy applies at once to the outpost's sessions that have none of
 their own, running ones included.`,
 		Example: `  outpost outposts update gpu --max-running 5
   outpost outposts update dev --allow-host '*.example.test' --allow-cidr 10.1.0.0/16
   outpost outposts update dev --network-policy policy.json
-  outpost outposts update dev --unrestricted`,
+  outpost outposts update dev --unrestricted
+  outpost outposts update desk --desktop 1600x900`,
 		Args: exactArgs(1, "an outpost name or id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Outpost = args[0]
@@ -235,8 +246,13 @@ their own, running ones included.`,
 			if opts.Unrestricted {
 				opts.Request.NetworkPolicy = &api.NetworkPolicy{Allow: []api.NetworkPolicyRule{}}
 			}
+			if opts.Desktop != "" {
+				if opts.Request.Desktop, err = parseOutpostDesktop(opts.Desktop); err != nil {
+					return err
+				}
+			}
 			if opts.Request == (api.UpdateOutpostRequest{}) {
-				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, a network policy or --unrestricted")
+				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, --desktop, a network policy or --unrestricted")
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -249,6 +265,7 @@ their own, running ones included.`,
 	fl.IntVar(&maxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
 	fl.Int64Var(&maxSnapshot, "max-snapshot-bytes", 0, "the largest workspace snapshot stored, in bytes (0: the server's)")
 	fl.BoolVar(&opts.Unrestricted, "unrestricted", false, "lift the outpost's network policy")
+	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -266,7 +283,7 @@ func runOutpostsUpdate(ctx context.Context, opts *OutpostsUpdateOptions) error {
 	if f.JSON() {
 		return printJSON(f.IO.Out, o)
 	}
-	fmt.Fprintf(f.IO.Out, "Updated outpost %s; network policy: %s.\n", o.Spec.Name, policyText(o.Spec.NetworkPolicy))
+	fmt.Fprintf(f.IO.Out, "Updated outpost %s; network policy: %s; desktop: %s.\n", o.Spec.Name, policyText(o.Spec.NetworkPolicy), desktopText(o.Spec.Desktop))
 	return nil
 }
 

@@ -25,7 +25,7 @@ import (
 
 // startDesktop starts a desktop without a window manager (so windows stay
 // where the test puts them) and stops it when the test ends.
-func startDesktop(t *testing.T, w, h int) *Desktop {
+func startDesktop(t testing.TB, w, h int) *Desktop {
 	t.Helper()
 	if XvfbPath() == "" {
 		if os.Getenv("CI") != "" {
@@ -53,7 +53,7 @@ type testWindow struct {
 	mapped chan struct{}
 }
 
-func openWindow(t *testing.T, d *Desktop, x, y, w, h int) *testWindow {
+func openWindow(t testing.TB, d *Desktop, x, y, w, h int) *testWindow {
 	t.Helper()
 	conn, err := d.newConn()
 	if err != nil {

@@ -282,6 +282,11 @@ type Consumer struct {
 	// claimed, and one the server hands over anyway is given back at
 	// once with the reason, which reaches its transcript.
 	NetworkEnforcement func() error
+	// Desktop says the consumer's machines give sessions a desktop. Only
+	// then does a server-assigned claim hand it the sessions of an outpost
+	// whose desktop is enabled (api.OutpostDesktop); false never gets
+	// them.
+	Desktop bool
 	// NetworkRefusal, when set, is asked about each restricted entry once
 	// NetworkEnforcement allowed restricted sessions: nil when the Runner
 	// enforces that entry's policy too, else the sentence why not (a rule

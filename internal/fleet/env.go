@@ -48,8 +48,10 @@ var proxyVars = []string{"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy"
 
 // SpawnEnv returns the environment of a remote serving the claimed entry:
 // the spawn contract's variables under their Outpost names (OUTPOST_…,
-// which the remote reads as it reads the public names) and the few system
-// ones found by lookup (usually os.LookupEnv), sorted.
+// which the remote reads as it reads the public names), OUTPOST_DESKTOP=true
+// when the claim says spec.desktop (the outpost gives its sessions a
+// desktop), and the few system ones found by lookup (usually
+// os.LookupEnv), sorted.
 func SpawnEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (string, bool)) []string {
 	env := []string{
 		api.EnvGatewayURL.Name + "=" + claim.Status.GatewayURL,
@@ -59,7 +61,12 @@ func SpawnEnv(claim *api.QueueEntry, stateDir string, lookup func(string) (strin
 	}
 	getenv := func(k string) string { v, _ := lookup(k); return v }
 	for _, v := range passThroughVars {
-		if val := v.Get(getenv); val != "" {
+		val := v.Get(getenv)
+		if v == api.EnvDesktop && claim.Spec.Desktop {
+			// The session's outpost gives its sessions a desktop.
+			val = "true"
+		}
+		if val != "" {
 			env = append(env, v.Name+"="+val)
 		}
 	}

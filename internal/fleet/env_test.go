@@ -80,3 +80,23 @@ func TestSpawnEnvEgressProxy(t *testing.T) {
 		t.Errorf("%s itself need not reach the remote: %q", EnvEgressProxy, got)
 	}
 }
+
+// TestSpawnEnvDesktop: a claim whose outpost gives its sessions a desktop
+// (spec.desktop) starts the remote with OUTPOST_DESKTOP=true, whatever the
+// consumer's own environment says; without it, the environment decides.
+func TestSpawnEnvDesktop(t *testing.T) {
+	t.Parallel()
+	lookup := func(string) (string, bool) { return "", false }
+	claim := &api.QueueEntry{Metadata: api.QueueMetadata{SessionID: "sess-1"}}
+	if got := SpawnEnv(claim, "/d", lookup); slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "OUTPOST_DESKTOP=") }) {
+		t.Errorf("a claim without spec.desktop got a desktop: %q", got)
+	}
+	claim.Spec.Desktop = true
+	if got := SpawnEnv(claim, "/d", lookup); !slices.Contains(got, "OUTPOST_DESKTOP=true") {
+		t.Errorf("a claim with spec.desktop: %q, want OUTPOST_DESKTOP=true", got)
+	}
+	off := func(k string) (string, bool) { return "false", k == "OUTPOST_DESKTOP" }
+	if got := SpawnEnv(claim, "/d", off); !slices.Contains(got, "OUTPOST_DESKTOP=true") || slices.Contains(got, "OUTPOST_DESKTOP=false") {
+		t.Errorf("spec.desktop under OUTPOST_DESKTOP=false: %q", got)
+	}
+}

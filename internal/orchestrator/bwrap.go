@@ -102,7 +102,8 @@ func NewBwrapBackend(ctx context.Context, opts BwrapOptions) (*BwrapBackend, err
 	if home, err := os.UserHomeDir(); err == nil {
 		b.mask = append(b.mask, home)
 	}
-	probe := append(sandbox.NamespaceArgs("outpost-probe"), b.systemArgs(nil)...)
+	probe := append(sandbox.NamespaceArgs("outpost-probe"), sandbox.ProbeIdentityArgs(os.Geteuid())...)
+	probe = append(probe, b.systemArgs(nil)...)
 	probe = append(probe, "--proc", "/proc", "--dev", "/dev")
 	probe = append(probe, b.bindArgs()...)
 	probe = append(probe, "--remount-ro", "/")
@@ -191,8 +192,33 @@ func (b *BwrapBackend) args(s Spec) (args, command []string, err error) {
 		// resolver is.
 		args = append(args, "--ro-bind", s.ResolvConf, "/etc/resolv.conf")
 	}
+	// An orchestrator that runs as root gives session code an
+	// unprivileged uid in the sandbox (see sandbox.SessionUID for why);
+	// its account files lie outside every directory the sandbox writes.
+	etc := filepath.Join(s.Workspace, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create the sandbox's account files: %w", err)
+	}
+	id, err := sandbox.IdentityFor(os.Geteuid(), etc, BwrapHome)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, id.Args...)
+	for _, b := range id.Binds {
+		args = append(args, "--ro-bind", b.Src, b.Dest)
+	}
 	args = append(args, "--remount-ro", "/", "--chdir", BwrapWorkDir, "--json-status-fd", "4")
-	args = append(args, sandbox.EnvArgs(sandboxEnv(s.Env))...)
+	env := sandboxEnv(s.Env)
+	if id.User != "" {
+		// USER and LOGNAME, where the spawn environment names a user,
+		// name the sandbox's.
+		for i, kv := range env {
+			if k, _, _ := strings.Cut(kv, "="); k == "USER" || k == "LOGNAME" {
+				env[i] = k + "=" + id.User
+			}
+		}
+	}
+	args = append(args, sandbox.EnvArgs(env)...)
 	if caps := sandboxCapabilities(detectHost(), s.Name); caps != "" {
 		args = append(args, "--setenv", machine.EnvCapabilities, caps)
 	}

@@ -194,6 +194,7 @@ func (o *orchestrator) newConsumer() (*fleet.Consumer, error) {
 	}
 	c.Recover = func(ctx context.Context) []api.QueueEntry { return o.recover(ctx, c) }
 	c.NetworkEnforcement = o.networkEnforcement
+	c.Desktop = o.givesDesktop()
 	// Every backend runs the build a session pins (Session.Remote, as a
 	// worker does); the exec backend's commands get it as $OUTPOST_BIN.
 	cache := o.opts.CacheDir

@@ -202,6 +202,8 @@ func (s *session) stream(ctx context.Context) {
 			if watch, err = d.WatchDamage(); err != nil {
 				s.log.Info("the live desktop polls the screen", "reason", err)
 				watch = nil
+			} else {
+				st.UseDamage(watch) // capture only the damaged tiles
 			}
 		}
 		var damaged <-chan struct{}

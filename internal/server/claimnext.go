@@ -32,6 +32,13 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if outpostWantsDesktop(o) && !req.Desktop {
+		// Fail closed, as with network policies: a claimer that cannot
+		// give a desktop (or a build from before the setting) is never
+		// handed a session that must have one.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	res, ok, err := s.claimNext(ctx, o.ID, req)
 	if err != nil {
 		return err
@@ -43,6 +50,7 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 	out := toAPIEntry(res.Entry)
 	out.Status.ConnectToken = res.Token
 	out.Status.GatewayURL = s.gatewayURL
+	out.Spec.Desktop = outpostWantsDesktop(o)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -182,12 +182,16 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	desk, err := checkOutpostDesktop(req.Desktop)
+	if err != nil {
+		return err
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
-		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, CreatedAt: s.now()}
+		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -220,8 +224,8 @@ func (s *Server) checkSnapshotLimit(n int64) error {
 	return nil
 }
 
-// updateOutpost changes an outpost's max_running, max_attempts and
-// max_snapshot_bytes (PATCH /v1/outposts/{outpost}); fields left out keep their values.
+// updateOutpost changes an outpost's max_running, max_attempts,
+// max_snapshot_bytes, network policy and desktop setting (PATCH /v1/outposts/{outpost}); fields left out keep their values.
 func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.UpdateOutpostRequest
@@ -270,8 +274,13 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.NetworkPolicy = policy
 	}
+	if req.Desktop != nil {
+		if o.Desktop, err = checkOutpostDesktop(req.Desktop); err != nil {
+			return err
+		}
+	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
-		NetworkPolicy: o.NetworkPolicy}
+		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
 	if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
@@ -279,7 +288,7 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("update outpost %s: %w", o.ID, err)
 	}
 	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,
-		"max_snapshot_bytes", o.MaxSnapshotBytes, "network_policy_changed", policyChanged)
+		"max_snapshot_bytes", o.MaxSnapshotBytes, "network_policy_changed", policyChanged, "desktop", o.Desktop)
 	if policyChanged {
 		// The outpost's policy is stored; an error here leaves some entries
 		// behind, which the next change of the policy brings up to date.

@@ -220,6 +220,13 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 		out := toAPIEntry(res.Entry)
 		out.Status.ConnectToken = res.Token
 		out.Status.GatewayURL = s.gatewayURL
+		// The claimer starts the remote with a desktop when the outpost
+		// says so; a claim by id is the contract's and takes any entry.
+		o, err := s.store.GetOutpost(ctx, res.Entry.OutpostID)
+		if err != nil {
+			s.log.Warn("cannot read the claimed session's outpost: its claim answer says no desktop", "session", id, "err", err)
+		}
+		out.Spec.Desktop = outpostWantsDesktop(o)
 		return out, nil
 	})
 }

@@ -202,7 +202,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Spec: api.SessionSpec{
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
-			Priority: req.Priority, Desktop: req.Desktop,
+			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)),
 		},
 		Secrets:       req.Secrets,
 		NetworkPolicy: own,

@@ -45,7 +45,9 @@ type Outpost struct {
 	// NetworkPolicy is the default network policy of its sessions; nil
 	// when it has none (unrestricted).
 	NetworkPolicy *api.NetworkPolicy
-	CreatedAt     time.Time
+	// Desktop is its desktop setting; nil when it has none.
+	Desktop   *api.OutpostDesktop
+	CreatedAt time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after
@@ -58,6 +60,8 @@ type OutpostLimits struct {
 	// NetworkPolicy is Outpost's; nil removes it. The queue entries of
 	// its sessions are the caller's to bring up to date.
 	NetworkPolicy *api.NetworkPolicy
+	// Desktop is Outpost's; nil removes it.
+	Desktop *api.OutpostDesktop
 }
 
 // OutpostLoad is what a claim decides from besides its own rows.

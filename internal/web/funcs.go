@@ -32,6 +32,20 @@ var funcs = template.FuncMap{
 		}
 		return "only " + strings.Join(rules, "; ")
 	},
+	// outpostDesktop shows an outpost's desktop setting in one line.
+	"outpostDesktop": func(d *api.OutpostDesktop) string {
+		size := "1280×800"
+		if d != nil && d.Width > 0 {
+			size = fmt.Sprintf("%d×%d", d.Width, d.Height)
+		}
+		switch {
+		case d == nil:
+			return "not set: its machines decide"
+		case d.Enabled:
+			return "every session gets one, " + size
+		}
+		return "not required; " + size + " where a machine gives one"
+	},
 	"policyRules": policyRules,
 	// withCSRF hands the policy section the page's form value.
 	"withCSRF": func(csrf string, ed policyEditor) policyEditor {

@@ -281,7 +281,7 @@ func (iso *isolation) report(log *slog.Logger, want Isolation, bwrapErr error, h
 		log.Info("session isolation: bwrap (each session in a bubblewrap sandbox: its own processes only, no access to the worker's data dir, config or home)",
 			"isolation", iso.mode, "bwrap", iso.bwrap, "run_as", runAs)
 		if iso.user == nil && os.Geteuid() == 0 {
-			log.Warn("the worker runs as root: session code in the sandbox is uid 0 without capabilities and can read root-owned files of the read-only system directories (/etc, /opt, /usr); run the worker as another user or add --run-as USER")
+			log.Warn("the worker runs as root: session code in the sandbox runs as uid 1000 (\"outpost\") without capabilities, but the host sees it as root: it can read root-owned files of the read-only system directories (/etc, /opt, /usr); run the worker as another user or add --run-as USER")
 		}
 		if hostSudo {
 			log.Warn("sessions get no sudo in the bwrap sandbox (no new privileges, no capabilities), although the worker's user has passwordless sudo; use --isolation none only on a machine dedicated to sessions and recycled after each")
@@ -318,7 +318,11 @@ func (iso *isolation) probeBwrap(ctx context.Context, name string) error {
 	for _, b := range iso.binds {
 		l.Bind(b)
 	}
-	args := append(sandbox.NamespaceArgs(iso.hostname), l.Args()...)
+	args := sandbox.NamespaceArgs(iso.hostname)
+	if iso.user == nil {
+		args = append(args, sandbox.ProbeIdentityArgs(os.Geteuid())...)
+	}
+	args = append(args, l.Args()...)
 	args = append(args, "--remount-ro", "/", "--chdir", iso.dir)
 	return sandbox.Probe(ctx, path, args, iso.user.sysProcAttr())
 }
@@ -376,6 +380,20 @@ func (iso *isolation) wrap(cmd *exec.Cmd, stateDir, then, resolvConf string) (fu
 	}
 	spec := iso.spec(exe, cmd.Dir, stateDir, cmd.Env)
 	spec.resolvConf = resolvConf
+	if iso.user == nil {
+		// A worker that runs as root gives session code an unprivileged
+		// uid in the sandbox (see sandbox.SessionUID for why). The account
+		// files lie in the state dir, which the session may write: it can
+		// change only its own view of them, which grants nothing (no
+		// capability, nothing setuid works in the sandbox).
+		etc := filepath.Join(stateDir, "etc")
+		if err := os.MkdirAll(etc, 0o755); err != nil {
+			return nil, fmt.Errorf("create the sandbox's account files: %w", err)
+		}
+		if spec.identity, err = sandbox.IdentityFor(os.Geteuid(), etc, spec.home); err != nil {
+			return nil, err
+		}
+	}
 	if then != "" {
 		if spec.then, err = filepath.Abs(then); err != nil {
 			return nil, fmt.Errorf("find the remote's executable: %w", err)
@@ -421,6 +439,9 @@ type sandboxSpec struct {
 	devices   []string
 	// resolvConf, when set, is bound read-only over /etc/resolv.conf.
 	resolvConf string
+	// identity is who session code is in the sandbox; zero: the
+	// worker's (or the run-as user's) ids.
+	identity sandbox.Identity
 }
 
 // args are bwrap's arguments for the sandbox, given with --args (they hold
@@ -480,13 +501,19 @@ func (s sandboxSpec) args() []string {
 	if s.resolvConf != "" {
 		binds = append(binds, sandbox.Bind{Src: s.resolvConf, Dest: "/etc/resolv.conf", ReadOnly: true})
 	}
+	binds = append(binds, s.identity.Binds...)
 	slices.SortStableFunc(binds, func(a, b sandbox.Bind) int { return depth(a.Dest) - depth(b.Dest) })
 	for _, b := range binds {
 		l.Bind(b)
 	}
-	args := append(sandbox.NamespaceArgs(s.hostname), l.Args()...)
+	args := append(sandbox.NamespaceArgs(s.hostname), s.identity.Args...)
+	args = append(args, l.Args()...)
 	args = append(args, "--remount-ro", "/", "--chdir", s.workspace)
-	return append(args, sandbox.EnvArgs(setEnv(s.env, "HOME="+s.home, "TMPDIR=/tmp"))...)
+	env := setEnv(s.env, "HOME="+s.home, "TMPDIR=/tmp")
+	if s.identity.User != "" {
+		env = setEnv(env, "USER="+s.identity.User, "LOGNAME="+s.identity.User)
+	}
+	return append(args, sandbox.EnvArgs(env)...)
 }
 
 // depth is how many directories deep path is ("/" is 0).

@@ -291,12 +291,15 @@ func (w *worker) consumer() *fleet.Consumer {
 		Resolver: w.remotes,
 		// Restricted sessions only where the worker enforces them.
 		NetworkEnforcement: w.networkEnforcement,
-		RemoteCommand:      w.opts.RemoteCommand,
-		GatewayURL:         w.opts.GatewayURL,
-		CAFile:             w.opts.CAFile,
-		PollInterval:       w.opts.PollInterval,
-		Clock:              w.opts.Clock,
-		Logger:             w.log,
+		// The sessions of an outpost whose desktop is enabled only where
+		// the worker gives one.
+		Desktop:       w.desktop != desktopNone,
+		RemoteCommand: w.opts.RemoteCommand,
+		GatewayURL:    w.opts.GatewayURL,
+		CAFile:        w.opts.CAFile,
+		PollInterval:  w.opts.PollInterval,
+		Clock:         w.opts.Clock,
+		Logger:        w.log,
 	}
 }
 
@@ -325,6 +328,10 @@ func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, 
 	}
 	if err := w.setupDesktop(); err != nil {
 		return nil, err
+	}
+	if d := o.Spec.Desktop; d != nil && d.Enabled && w.desktop == desktopNone {
+		w.log.Warn("the outpost gives its sessions a desktop and this worker gives none: it is never handed the outpost's sessions (install Xvfb, or start it with --desktop auto or on)",
+			"outpost", o.Spec.Name)
 	}
 	caps, err := w.detect(ctx)
 	if err != nil {

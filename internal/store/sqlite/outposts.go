@@ -27,8 +27,8 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy, sqlstore.EncodeDesktop(o.Desktop))
 		return err
 	})
 	if err != nil {
@@ -38,19 +38,22 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
-	max_running, max_attempts, max_snapshot_bytes, network_policy_json`
+	max_running, max_attempts, max_snapshot_bytes, network_policy_json, desktop_json`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
-	var orgs, policy sql.NullString
+	var orgs, policy, desk sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy, &desk); err != nil {
 		return store.Outpost{}, err
 	}
 	var err error
 	if o.NetworkPolicy, err = sqlstore.ScanPolicy(policy); err != nil {
 		return store.Outpost{}, fmt.Errorf("outpost %s network policy: %w", o.ID, err)
+	}
+	if o.Desktop, err = sqlstore.ScanDesktop(desk); err != nil {
+		return store.Outpost{}, fmt.Errorf("outpost %s desktop: %w", o.ID, err)
 	}
 	o.CreatedAt = sqlstore.FromMS(created)
 	if orgs.Valid {

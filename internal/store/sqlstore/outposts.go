@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -82,7 +83,7 @@ func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.Outpost
 	if err != nil {
 		return s.errorf(err, "set outpost limits %s", id)
 	}
-	if err := s.mustAffect(s.db.Exec(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes, policy)); err != nil {
+	if err := s.mustAffect(s.db.Exec(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes, policy, EncodeDesktop(l.Desktop))); err != nil {
 		return s.errorf(err, "set outpost limits %s", id)
 	}
 	return nil
@@ -145,4 +146,25 @@ func (s *Store) ListOutposts(ctx context.Context) ([]store.Outpost, error) {
 		return nil, s.errorf(err, "list outposts")
 	}
 	return out, nil
+}
+
+// EncodeDesktop is the value of a desktop_json column: NULL for no setting.
+func EncodeDesktop(d *api.OutpostDesktop) any {
+	if d == nil {
+		return nil
+	}
+	b, _ := json.Marshal(d) // ints and a bool always encode
+	return string(b)
+}
+
+// ScanDesktop reads a desktop_json column: nil for NULL.
+func ScanDesktop(v sql.NullString) (*api.OutpostDesktop, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	d := new(api.OutpostDesktop)
+	if err := json.Unmarshal([]byte(v.String), d); err != nil {
+		return nil, err
+	}
+	return d, nil
 }

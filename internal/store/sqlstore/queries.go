@@ -266,9 +266,10 @@ func (d Dialect) HeldClaimsSQL() string {
 const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
 
 // SetOutpostLimitsSQL writes max_running $2, max_attempts $3 and
-// max_snapshot_bytes $4 and network_policy_json $5 of outpost $1.
+// max_snapshot_bytes $4, network_policy_json $5 and desktop_json $6 of
+// outpost $1.
 const SetOutpostLimitsSQL = `UPDATE outposts SET max_running = $2, max_attempts = $3, max_snapshot_bytes = $4,
-	network_policy_json = $5 WHERE id = $1`
+	network_policy_json = $5, desktop_json = $6 WHERE id = $1`
 
 // OutpostStatsSQL counts the live entries of outpost $1 that are pending
 // ($2) but not of an ended session ($5), and those claimed ($3) with an
