@@ -61,6 +61,9 @@ type OutpostSpec struct {
 	// sessions (see SessionSpec.NetworkPolicy); null when it has none
 	// (unrestricted).
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Requirements are the default of its sessions that state none of
+	// their own (see CreateSessionRequest.Requirements); null when unset.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // DefaultMaxAttempts is how many attempts a session gets when neither it
@@ -114,6 +117,8 @@ type CreateOutpostRequest struct {
 	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
 	// NetworkPolicy is OutpostSpec's; omitted for none (unrestricted).
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Requirements are OutpostSpec's; omitted for none.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
