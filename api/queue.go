@@ -189,6 +189,20 @@ type ClaimNextRequest struct {
 	// a build from before policies existed — is never handed one to serve
 	// open. A claim by id is the contract's and takes any entry.
 	NetworkPolicy bool `json:"network_policy,omitempty"`
+	// Machine describes the machine the claimer would serve the session
+	// on, so that it is given only a session whose requirements (its own,
+	// else its outpost's) the machine meets. A claimer that leaves it out
+	// is given only sessions without requirements.
+	Machine *ClaimMachine `json:"machine,omitempty"`
+}
+
+// ClaimMachine is a claimer's machine as a claim-next states it: what a
+// worker's heartbeat says of it.
+type ClaimMachine struct {
+	// Capabilities are the machine's (CPUs, memory, GPUs).
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// Labels are the worker's (see ValidateLabel).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ClaimRequest is the body of claim and release.

@@ -135,6 +135,8 @@ var (
 		"how session code is kept from the worker's credentials: auto, bwrap, user or none (--isolation)"}
 	EnvWorkerDesktop = EnvVar{"OUTPOST_WORKER_DESKTOP", "",
 		"give each session a desktop: auto, on or off (--desktop)"}
+	EnvWorkerLabels = EnvVar{"OUTPOST_WORKER_LABELS", "",
+		"labels the worker reports, KEY=VALUE separated by commas (--label)"}
 )
 
 // WorkerEnv lists the variables `outpost worker start` reads, EnvGatewayURL
@@ -143,7 +145,7 @@ var (
 var WorkerEnv = []EnvVar{
 	EnvOutpost, EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
-	EnvWorkerIsolation, EnvWorkerDesktop,
+	EnvWorkerIsolation, EnvWorkerDesktop, EnvWorkerLabels,
 }
 
 // The environment of an orchestrator's exec backend commands

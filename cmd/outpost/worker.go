@@ -40,6 +40,8 @@ type WorkerStartOptions struct {
 	IsolationMode string
 	// DesktopMode is --desktop, parsed into Desktop.
 	DesktopMode  string
+	// LabelSpecs are --label's KEY=VALUE, parsed into Labels.
+	LabelSpecs []string
 	BwrapBinds   []string
 	BwrapROBinds []string
 

@@ -206,6 +206,11 @@ func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, e
 
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
+		if e, err := s.store.GetQueueEntry(ctx, id); err == nil {
+			if err := s.checkFits(ctx, e, req.AcceptorID); err != nil {
+				return api.QueueEntry{}, err
+			}
+		}
 		res, err := s.life.Claim(ctx, id, req.AcceptorID)
 		if err != nil {
 			return api.QueueEntry{}, err
