@@ -113,7 +113,7 @@ var workerStartSettings = []workerStartSetting{
 		}},
 	{flag: "label", env: api.EnvWorkerLabels, def: []string(nil), field: func(o *WorkerStartOptions) any { return &o.LabelSpecs },
 		usage: "label the worker reports, KEY=VALUE, repeatable; sessions' requirements.labels match them (env $ENV, KEY=VALUE separated by commas)",
-		want: "labels KEY=VALUE separated by commas",
+		want:  "labels KEY=VALUE separated by commas",
 		check: func(o *WorkerStartOptions) error {
 			labels, err := api.ParseLabels(o.LabelSpecs)
 			if err != nil {

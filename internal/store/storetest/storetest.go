@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Tokens", testTokens},
 		{"OutpostLimits", testOutpostLimits},
 		{"NetworkPolicy", testNetworkPolicy},
+		{"Requirements", testRequirements},
 		{"QueuePriority", testQueuePriority},
 		{"ClaimLoad", testClaimLoad},
 		{"OutpostCounts", testOutpostCounts},
