@@ -20,8 +20,9 @@ import (
 // maxGPUs bounds the GPUs a heartbeat or a claim may describe.
 const maxGPUs = 1024
 
-// effectiveRequirements is what a queue entry holds of a session's
-// requirements: nil for none.
+// effectiveRequirements is what a queue entry (or an outpost) holds of
+// requirements: nil for none. A session's own replace its outpost's
+// whole, as its network policy does.
 func effectiveRequirements(own *api.Requirements) *api.Requirements {
 	if own.IsZero() {
 		return nil

@@ -88,6 +88,24 @@ func TestPlacement(t *testing.T) {
 		t.Fatalf("another big claim: %d %s, want 204 (gpus: 4 fits no one)", code, id)
 	}
 
+	// An outpost's requirements are the default of its sessions.
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, map[string]any{"name": "h200", "platform": "linux",
+		"requirements": map[string]any{"gpus": 2, "gpu_model": "*H200*"}}, nil)
+	var o api.Outpost
+	ts.mustDo(200, "GET", "/v1/outposts/h200", ts.admin, nil, &o)
+	if r := o.Spec.Requirements; r == nil || r.GPUs != 2 || r.GPUModel != "*H200*" {
+		t.Fatalf("outpost requirements read back as %+v", o.Spec.Requirements)
+	}
+	hTok := ts.token([]string{api.ScopeMachine}, "h200")
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, map[string]any{"outpost": "h200", "title": "t",
+		"agent": map[string]any{"kind": "script", "steps": []any{map[string]any{"tool": "exec", "args": map[string]any{"command": "true"}}}}}, nil)
+	if code := ts.do("POST", "/v1/outposts/h200/queue:claim", hTok, api.ClaimNextRequest{AcceptorID: "small", Machine: small}, nil); code != 204 {
+		t.Fatalf("claim of the outpost's session by a small machine: %d, want 204", code)
+	}
+	if code := ts.do("POST", "/v1/outposts/h200/queue:claim", hTok, api.ClaimNextRequest{AcceptorID: "big", Machine: big}, nil); code != 200 {
+		t.Fatalf("claim of the outpost's session by a big machine: %d, want 200", code)
+	}
+
 	ts.mustDo(200, "GET", "/v1/sessions/"+four, ts.admin, nil, &got)
 	if got.Status.Status != api.StatusNew || got.Status.Reason != "Waiting for a machine with gpus ≥ 4; 2 workers connected, none fits." {
 		t.Fatalf("session needing 4 GPUs: %s, %q", got.Status.Status, got.Status.Reason)

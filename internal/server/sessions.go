@@ -220,7 +220,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
 		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
-		Requirements:  effectiveRequirements(req.Requirements),
+		Requirements:  effectiveRequirements(cmp.Or(req.Requirements, o.Requirements)),
 	}
 	red := redact.NewSet(req.Secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}

@@ -45,7 +45,10 @@ type Outpost struct {
 	// NetworkPolicy is the default network policy of its sessions; nil
 	// when it has none (unrestricted).
 	NetworkPolicy *api.NetworkPolicy
-	CreatedAt     time.Time
+	// Requirements are the default of its sessions that state none of
+	// their own; nil when unset.
+	Requirements *api.Requirements
+	CreatedAt    time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after

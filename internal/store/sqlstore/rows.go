@@ -208,6 +208,22 @@ func EntryArgs(e *store.QueueEntry) []any {
 		encodeRequirements(e.Requirements)}
 }
 
+// EncodeRequirements is the value of a requirements_json column: NULL for
+// none.
+func EncodeRequirements(r *api.Requirements) any { return encodeRequirements(r) }
+
+// ScanRequirements reads a requirements_json column: nil for NULL.
+func ScanRequirements(v sql.NullString) (*api.Requirements, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	r := new(api.Requirements)
+	if err := json.Unmarshal([]byte(v.String), r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // encodeRequirements is the value of a requirements_json column: NULL for
 // none. An api.Requirements holds only ints, strings and a string map, so
 // it always encodes.

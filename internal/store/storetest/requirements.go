@@ -12,6 +12,17 @@ import (
 // with requirements only when the filter lets it (Placed).
 func testRequirements(t *testing.T, s store.Store) {
 	must(t, "create outpost", s.CreateOutpost(ctx(t), newOutpost("op", "o")))
+	withReqs := newOutpost("op2", "o2")
+	withReqs.Requirements = &api.Requirements{GPUs: 1, Labels: map[string]string{"zone": "a"}}
+	must(t, "create outpost with requirements", s.CreateOutpost(ctx(t), withReqs))
+	o, err := s.GetOutpost(ctx(t), "op2")
+	must(t, "get outpost", err)
+	if o.Requirements == nil || o.Requirements.GPUs != 1 || o.Requirements.Labels["zone"] != "a" {
+		t.Fatalf("outpost requirements read back as %+v", o.Requirements)
+	}
+	if o, err := s.GetOutpost(ctx(t), "op"); err != nil || o.Requirements != nil {
+		t.Fatalf("outpost without requirements: %+v, %v", o.Requirements, err)
+	}
 	want := &api.Requirements{Labels: map[string]string{"gpu": "h200"}, GPUs: 2, GPUMemoryGiB: 80, GPUModel: "*H200*", CPUs: 8, MemoryGiB: 64}
 	sess := newSession("gpu", "op", "t", 0)
 	e := newEntry(sess)
