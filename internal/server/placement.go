@@ -91,3 +91,31 @@ func unplaceable(e store.QueueEntry, workers []store.Worker) string {
 // unplaceableDesc is outpost_sessions_unplaceable.
 var unplaceableDesc = prometheus.NewDesc("outpost_sessions_unplaceable",
 	"Pending sessions whose requirements no connected worker of their outpost meets.", []string{"outpost"}, nil)
+
+// unplaceableScan bounds the pending entries of one outpost a scrape
+// reads (in claim order) to count the unplaceable ones.
+const unplaceableScan = 500
+
+// countUnplaceable counts the pending entries of an outpost with
+// connected workers whose requirements none of them meets, among the
+// first unplaceableScan in claim order. Outposts without connected workers
+// are not counted: every session with requirements waits there, and
+// outpost_queue_pending says so.
+func (s *Server) countUnplaceable(ctx context.Context, outpostID string) (int, error) {
+	workers, err := s.store.ListWorkers(ctx, outpostID, s.now())
+	if err != nil {
+		return 0, fmt.Errorf("list workers of %s: %w", outpostID, err)
+	}
+	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: outpostID, Phase: api.PhasePending,
+		ByPriority: true, Limit: unplaceableScan, NoTotal: true})
+	if err != nil {
+		return 0, fmt.Errorf("list the queue of %s: %w", outpostID, err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.SessionStatus != api.QueueSessionTerminated && e.SessionStatus != api.QueueSessionSuspended && unplaceable(e, workers) != "" {
+			n++
+		}
+	}
+	return n, nil
+}

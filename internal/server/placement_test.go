@@ -111,6 +111,10 @@ func TestPlacement(t *testing.T) {
 		t.Fatalf("session needing 4 GPUs: %s, %q", got.Status.Status, got.Status.Reason)
 	}
 
+	if m := grepLines(ts.rawGet("/metrics"), `outpost_sessions_unplaceable{outpost="gpu",`); !strings.HasSuffix(m, "} 1") {
+		t.Errorf("metrics lack one unplaceable session on gpu:\n%s", grepLines(m, "unplaceable"))
+	}
+
 	bad := map[string]any{"outpost": "gpu", "title": "t", "requirements": map[string]any{"gpu_model": "[H200"},
 		"agent": map[string]any{"kind": "script", "steps": []any{map[string]any{"tool": "exec", "args": map[string]any{"command": "true"}}}}}
 	code, body = jsonCall(t, ts, "POST", "/v1/sessions", ts.admin, bad)
@@ -132,4 +136,15 @@ func jsonCall(t *testing.T, ts *testServer, method, path, token string, body any
 	}
 	resp, out := ts.raw(method, path, token, "application/json", string(b))
 	return resp.StatusCode, string(out)
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

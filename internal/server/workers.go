@@ -233,7 +233,10 @@ func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Describe implements prometheus.Collector.
-func (wk *workers) Describe(ch chan<- *prometheus.Desc) { ch <- connectedWorkersDesc }
+func (wk *workers) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectedWorkersDesc
+	ch <- unplaceableDesc
+}
 
 // Collect implements prometheus.Collector: the live acceptors per outpost
 // and kind, read from the store at each scrape.
@@ -245,7 +248,17 @@ func (wk *workers) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(connectedWorkersDesc, err)
 		return
 	}
+	outposts := map[string]bool{}
 	for _, c := range counts {
 		ch <- prometheus.MustNewConstMetric(connectedWorkersDesc, prometheus.GaugeValue, float64(c.N), wk.s.outpostName(ctx, c.OutpostID), c.Kind)
+		outposts[c.OutpostID] = true
+	}
+	for id := range outposts {
+		n, err := wk.s.countUnplaceable(ctx, id)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(unplaceableDesc, err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(unplaceableDesc, prometheus.GaugeValue, float64(n), wk.s.outpostName(ctx, id))
 	}
 }
