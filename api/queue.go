@@ -77,6 +77,11 @@ type QueueSpec struct {
 	// when it has one, else its outpost's. Null (omitted) when the session
 	// is unrestricted. A claimer must enforce it or refuse the session.
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
+	// Requirements are the session's effective requirements (its own,
+	// else its outpost's); null (omitted) when it has none. A claimer that
+	// provisions machines (an orchestrator, the Kubernetes operator)
+	// provisions one that meets them.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // NetworkPolicy says what a session's code may reach on the network. It is
@@ -194,6 +199,11 @@ type ClaimNextRequest struct {
 	// else its outpost's) the machine meets. A claimer that leaves it out
 	// is given only sessions without requirements.
 	Machine *ClaimMachine `json:"machine,omitempty"`
+	// Provisions says the claimer provisions a machine for each session to
+	// meet its requirements (spec.requirements), as an orchestrator or
+	// the Kubernetes operator does: it is given sessions with requirements
+	// without a Machine to check them against.
+	Provisions bool `json:"provisions,omitempty"`
 }
 
 // ClaimMachine is a claimer's machine as a claim-next states it: what a

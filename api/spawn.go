@@ -161,11 +161,13 @@ var (
 		"outpost-<session id>: the name to give the VM or container"}
 	EnvBinary = EnvVar{"OUTPOST_BIN", "",
 		"the outpost binary the orchestrator runs; start the remote with \"$OUTPOST_BIN\" remote serve"}
+	EnvRequirements = EnvVar{"OUTPOST_REQUIREMENTS", "",
+		"the session's requirements as JSON (labels, cpus, memory_gib, gpus, gpu_memory_gib, gpu_model); unset when it has none: provision a machine that meets them"}
 )
 
 // ExecBackendEnv lists the variables an exec backend's commands get
 // besides SpawnEnv's.
-var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary}
+var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary, EnvRequirements}
 
 // The log settings of the long-running commands (outpost server, worker,
 // orchestrate, and the outpost-operator program). A flag beats them.

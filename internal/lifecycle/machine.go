@@ -203,12 +203,15 @@ const maxUnfitPicks = 32
 const maxClaimNextPicks = 10
 
 // ClaimNext claims for acceptor the first claimable pending session of
-// outpost outpostID that f lets through; false when there is none. The
+// outpost outpostID that f lets through and whose requirements machine m
+// meets; false when there is none. Entries with requirements are picked
+// only when m is set or f.Placed (a claimer that provisions machines to
+// fit), and checked only against a non-nil m. The
 // store picks in claim order inside the claim's own transaction, so
 // concurrent claimers get different sessions.
 func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
 	f.Exclude = append([]string(nil), f.Exclude...)
-	f.Placed = m != nil
+	f.Placed = f.Placed || m != nil
 	unfit := 0
 	for picks := 0; picks < maxClaimNextPicks+unfit && unfit < maxUnfitPicks; picks++ {
 		c := mc.newClaimTx(acceptor)

@@ -79,5 +79,6 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
 func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
-	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy}, req.Machine)
+	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy,
+		Placed: req.Provisions}, req.Machine)
 }

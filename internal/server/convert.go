@@ -43,7 +43,7 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix(),
 			CreatedAtMS: e.CreatedAt.UnixMilli()},
 		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority,
-			NetworkPolicy: e.NetworkPolicy},
+			NetworkPolicy: e.NetworkPolicy, Requirements: e.Requirements},
 		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
 			MaxAttempts: lifecycle.MaxAttempts(e)},
 	}
