@@ -21,7 +21,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	if s.Adopted {
 		spec := o.spec(id, o.opts.RemoteCommand, s.Env)
 		spec.Pin = fleet.EntryPin(&s.Claim)
-	spec.Requirements = s.Claim.Spec.Requirements
+		spec.Requirements = s.Claim.Spec.Requirements
 		if fleet.Restricted(&s.Claim) {
 			return o.dropRestricted(bg, s, spec, log)
 		}
