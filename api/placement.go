@@ -194,9 +194,11 @@ var ErrUnmet = errors.New("requirement not met")
 type UnmetError struct {
 	// Requirement is the requirement in words ("gpus ≥ 2",
 	// "label gpu=h200"); Have what the machine has instead ("0 GPUs").
-	Requirement, Have string
+	Requirement string `json:"requirement"`
+	Have        string `json:"have"`
 }
 
+// Error says the requirement and what the machine has instead.
 func (e *UnmetError) Error() string { return e.Requirement + " (it has " + e.Have + ")" }
 
 // Unwrap makes the error match ErrUnmet.
