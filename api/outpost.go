@@ -65,6 +65,9 @@ type OutpostSpec struct {
 	// default size; null (omitted) when the outpost says nothing (its
 	// machines decide, and sessions may be served by machines without one).
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// Requirements are the default of its sessions that state none of
+	// their own (see CreateSessionRequest.Requirements); null when unset.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // OutpostDesktop is an outpost's desktop setting.
@@ -137,6 +140,8 @@ type CreateOutpostRequest struct {
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// Desktop is OutpostSpec's; omitted for none.
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// Requirements are OutpostSpec's; omitted for none.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the

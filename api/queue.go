@@ -82,6 +82,11 @@ type QueueSpec struct {
 	// the remote with OUTPOST_DESKTOP=true. Lists and watch events leave
 	// it out.
 	Desktop bool `json:"desktop,omitempty"`
+	// Requirements are the session's effective requirements (its own,
+	// else its outpost's); null (omitted) when it has none. A claimer that
+	// provisions machines (an orchestrator, the Kubernetes operator)
+	// provisions one that meets them.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // NetworkPolicy says what a session's code may reach on the network. It is
@@ -197,6 +202,25 @@ type ClaimNextRequest struct {
 	// Desktop says the claimer gives sessions a desktop. Only such a
 	// claimer is handed a session of an outpost whose desktop is enabled.
 	Desktop bool `json:"desktop,omitempty"`
+	// Machine describes the machine the claimer would serve the session
+	// on, so that it is given only a session whose requirements (its own,
+	// else its outpost's) the machine meets. A claimer that leaves it out
+	// is given only sessions without requirements.
+	Machine *ClaimMachine `json:"machine,omitempty"`
+	// Provisions says the claimer provisions a machine for each session to
+	// meet its requirements (spec.requirements), as an orchestrator or
+	// the Kubernetes operator does: it is given sessions with requirements
+	// without a Machine to check them against.
+	Provisions bool `json:"provisions,omitempty"`
+}
+
+// ClaimMachine is a claimer's machine as a claim-next states it: what a
+// worker's heartbeat says of it.
+type ClaimMachine struct {
+	// Capabilities are the machine's (CPUs, memory, GPUs).
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// Labels are the worker's (see ValidateLabel).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ClaimRequest is the body of claim and release.

@@ -95,6 +95,9 @@ type SessionSpec struct {
 	// gives sessions one (Capabilities.Desktop); null (omitted) means the
 	// default, 1280×800.
 	Desktop *DesktopSize `json:"desktop,omitempty"`
+	// Requirements are the session's own, as given; null (omitted) when it
+	// states none. A session without its own takes its outpost's.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.
@@ -265,6 +268,10 @@ type CreateSessionRequest struct {
 	// MaxDesktopSize pixels each way); omitted means 1280×800. The desktop
 	// itself starts on first use, on machines that give sessions one.
 	Desktop *DesktopSize `json:"desktop,omitempty"`
+	// Requirements say what machine the session needs; omitted to take
+	// its outpost's (OutpostSpec.Requirements). Only a worker that meets
+	// them is given the session by a server-assigned claim.
+	Requirements *Requirements `json:"requirements,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.
@@ -318,6 +325,17 @@ type Capabilities struct {
 	// FrameDesktopInput, FrameDesktopControl). A server sends those frames
 	// only to a remote that says so.
 	LiveDesktop bool `json:"live_desktop,omitempty"`
+	// GPUs are the machine's GPUs, as nvidia-smi or rocm-smi report
+	// them; empty when it has none or neither tool is installed.
+	GPUs []GPU `json:"gpus,omitempty"`
+	// CPUModel is the processor's model name; "" when unknown.
+	CPUModel string `json:"cpu_model,omitempty"`
+	// DiskFreeBytes is the free space of the file system of the worker's
+	// workspace; 0 when unknown.
+	DiskFreeBytes int64 `json:"disk_free_bytes,omitempty"`
+	// OSVersion names the operating system's release ("Ubuntu 24.04.1
+	// LTS"); "" when unknown.
+	OSVersion string `json:"os_version,omitempty"`
 }
 
 // ToolResult answers a tool call made from outside (POST

@@ -135,6 +135,8 @@ var (
 		"how session code is kept from the worker's credentials: auto, bwrap, user or none (--isolation)"}
 	EnvWorkerDesktop = EnvVar{"OUTPOST_WORKER_DESKTOP", "",
 		"give each session a desktop: auto, on or off (--desktop)"}
+	EnvWorkerLabels = EnvVar{"OUTPOST_WORKER_LABELS", "",
+		"labels the worker reports, KEY=VALUE separated by commas (--label)"}
 )
 
 // WorkerEnv lists the variables `outpost worker start` reads, EnvGatewayURL
@@ -143,7 +145,7 @@ var (
 var WorkerEnv = []EnvVar{
 	EnvOutpost, EnvToken, EnvTokenFile, EnvServer, EnvAcceptorID, EnvWorkerDataDir, EnvGatewayURL, EnvSessionToken,
 	EnvPTYBridgePort, EnvWorkerCacheDir, EnvWorkerStaticBaseURL, EnvWorkerRemoteSHA, EnvChromePath,
-	EnvWorkerIsolation, EnvWorkerDesktop,
+	EnvWorkerIsolation, EnvWorkerDesktop, EnvWorkerLabels,
 }
 
 // The environment of an orchestrator's exec backend commands
@@ -159,11 +161,13 @@ var (
 		"outpost-<session id>: the name to give the VM or container"}
 	EnvBinary = EnvVar{"OUTPOST_BIN", "",
 		"the outpost binary the orchestrator runs; start the remote with \"$OUTPOST_BIN\" remote serve"}
+	EnvRequirements = EnvVar{"OUTPOST_REQUIREMENTS", "",
+		"the session's requirements as JSON (labels, cpus, memory_gib, gpus, gpu_memory_gib, gpu_model); unset when it has none: provision a machine that meets them"}
 )
 
 // ExecBackendEnv lists the variables an exec backend's commands get
 // besides SpawnEnv's.
-var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary}
+var ExecBackendEnv = []EnvVar{EnvPlatform, EnvWorkspace, EnvMachineName, EnvBinary, EnvRequirements}
 
 // The log settings of the long-running commands (outpost server, worker,
 // orchestrate, and the outpost-operator program). A flag beats them.

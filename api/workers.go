@@ -98,6 +98,10 @@ type WorkerInfo struct {
 	// PID is the announcing process's id on Hostname, so a restarted
 	// worker can tell its own dead predecessor from another live process.
 	PID int `json:"pid,omitempty"`
+	// Labels are what the worker's operator says about the machine
+	// (worker start --label KEY=VALUE), matched exactly by sessions'
+	// requirements.labels; see ValidateLabel.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Worker is a connected acceptor as GET /v1/outposts/{outpost}/workers and

@@ -319,6 +319,10 @@ func TestMachineText(t *testing.T) {
 	if got := machineText(&api.Capabilities{OS: "linux", Arch: "arm64", CPUs: 2}); !strings.Contains(got, "no git, ffmpeg or browser") {
 		t.Errorf("bare machine: %q", got)
 	}
+	h200 := api.GPU{Vendor: api.GPUVendorNVIDIA, Model: "NVIDIA H200", MemoryBytes: 143771 << 20}
+	if got := machineText(&api.Capabilities{OS: "linux", Arch: "amd64", CPUs: 2, GPUs: []api.GPU{h200, h200}}); !strings.Contains(got, ", 2 × NVIDIA H200 (140.4 GiB);") {
+		t.Errorf("machine with GPUs: %q", got)
+	}
 }
 
 // TestSuspendResumeRefused: suspend and resume of a session that is not in

@@ -469,13 +469,16 @@ func runSessionsSend(ctx context.Context, opts *SessionsSendOptions) error {
 }
 
 // machineText summarises the capabilities of a session's machine:
-// "linux/amd64 on box-1, 8 CPUs, 31.2 GiB; git 2.39.5, ffmpeg 5.1.6,
-// chromium 156; passwordless sudo".
+// "linux/amd64 on box-1, 8 CPUs, 31.2 GiB[, 2 × NVIDIA H200 (140.4 GiB)];
+// git 2.39.5, ffmpeg 5.1.6, chromium 156; passwordless sudo".
 func machineText(c *api.Capabilities) string {
 	if c == nil {
 		return "-"
 	}
 	s := fmt.Sprintf("%s/%s on %s, %d CPUs, %.1f GiB", c.OS, c.Arch, orDash(c.Hostname), c.CPUs, float64(c.MemoryBytes)/(1<<30))
+	if len(c.GPUs) > 0 {
+		s += ", " + gpuText(c.GPUs)
+	}
 	if p := machine.Programs(*c); len(p) > 0 {
 		s += "; " + strings.Join(p, ", ")
 	} else {

@@ -158,6 +158,9 @@ func (s commandSetting[C, F]) parseEnv(p any, v string) error {
 		}
 	case *int64:
 		*p, err = strconv.ParseInt(v, 10, 64)
+	case *[]string:
+		// A list in one variable: its reader splits it (commas).
+		*p = []string{v}
 	default:
 		return fmt.Errorf("setting --%s: no variable is read into a %T", s.flag, p)
 	}

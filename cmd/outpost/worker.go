@@ -39,7 +39,9 @@ type WorkerStartOptions struct {
 	// are parsed into Isolation.Binds.
 	IsolationMode string
 	// DesktopMode is --desktop, parsed into Desktop.
-	DesktopMode  string
+	DesktopMode string
+	// LabelSpecs are --label's KEY=VALUE, parsed into Labels.
+	LabelSpecs   []string
 	BwrapBinds   []string
 	BwrapROBinds []string
 

@@ -111,6 +111,17 @@ var workerStartSettings = []workerStartSetting{
 			o.Desktop = mode
 			return nil
 		}},
+	{flag: "label", env: api.EnvWorkerLabels, def: []string(nil), field: func(o *WorkerStartOptions) any { return &o.LabelSpecs },
+		usage: "label the worker reports, KEY=VALUE, repeatable; sessions' requirements.labels match them (env $ENV, KEY=VALUE separated by commas)",
+		want:  "labels KEY=VALUE separated by commas",
+		check: func(o *WorkerStartOptions) error {
+			labels, err := api.ParseLabels(o.LabelSpecs)
+			if err != nil {
+				return usageErrorf("--label: %v", err)
+			}
+			o.Labels = labels
+			return nil
+		}},
 	{flag: "poll-interval-secs", def: 0, field: func(o *WorkerStartOptions) any { return &o.pollIntervalSecs },
 		usage: "--poll-interval in seconds, the public worker's spelling",
 		check: func(o *WorkerStartOptions) error {

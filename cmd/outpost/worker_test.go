@@ -383,3 +383,28 @@ func TestWorkerStartPoolAlias(t *testing.T) {
 		t.Errorf("the help must offer --outpost and hide --pool and %s:\n%s", api.EnvOutpostPoolID.Public, help)
 	}
 }
+
+// TestWorkerStartLabels: --label (repeatable) and OUTPOST_WORKER_LABELS
+// (KEY=VALUE separated by commas) give the worker its labels, the flag
+// over the variable; a bad label is a usage error stating the rule.
+func TestWorkerStartLabels(t *testing.T) {
+	t.Parallel()
+	o, _, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--label", "gpu=h200", "--label", "region=eu")
+	if err != nil || o.Labels["gpu"] != "h200" || o.Labels["region"] != "eu" || len(o.Labels) != 2 {
+		t.Fatalf("--label: %v, %v", o, err)
+	}
+	o, _, err = runWorkerStartCmd(t, map[string]string{"OUTPOST_WORKER_LABELS": "gpu=a100, zone=b"}, "--outpost", "dev")
+	if err != nil || o.Labels["gpu"] != "a100" || o.Labels["zone"] != "b" {
+		t.Fatalf("OUTPOST_WORKER_LABELS: %v, %v", o, err)
+	}
+	o, _, err = runWorkerStartCmd(t, map[string]string{"OUTPOST_WORKER_LABELS": "gpu=a100"}, "--outpost", "dev", "--label", "gpu=h200")
+	if err != nil || o.Labels["gpu"] != "h200" || len(o.Labels) != 1 {
+		t.Fatalf("--label over OUTPOST_WORKER_LABELS: %v, %v", o, err)
+	}
+	for _, bad := range []string{"gpu", "bad key=x", "gpu=" + strings.Repeat("x", 64)} {
+		_, _, err := runWorkerStartCmd(t, nil, "--outpost", "dev", "--label", bad)
+		if !isUsage(err) || !strings.Contains(err.Error(), "--label") {
+			t.Errorf("--label %q: %v", bad, err)
+		}
+	}
+}

@@ -112,7 +112,7 @@ func (c *Consumer) claimNext(ctx context.Context, exclude []string) (*api.QueueE
 	defer cancel()
 	claim, err := c.Client.Queue.ClaimNext(cctx, c.outpostID(), api.ClaimNextRequest{
 		AcceptorID: c.Identity.AcceptorID, Platform: c.platform, Exclude: exclude,
-		NetworkPolicy: c.enforcesNetwork(), Desktop: c.Desktop,
+		NetworkPolicy: c.enforcesNetwork(), Desktop: c.Desktop, Machine: c.Machine, Provisions: c.Provisions,
 	})
 	if err == nil && claim != nil && ctx.Err() != nil {
 		c.Release(context.WithoutCancel(ctx), claim.Metadata.SessionID, "")

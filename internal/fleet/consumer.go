@@ -212,6 +212,14 @@ type Observer interface {
 // Consumer consumes one outpost's queue. Set its fields, then call Run (or
 // Serve) once.
 type Consumer struct {
+	// Machine, when set, is sent with each server-assigned claim so that
+	// the server gives the consumer only sessions whose requirements the
+	// machine meets; nil gets only sessions without requirements.
+	Machine *api.ClaimMachine
+	// Provisions says the consumer provisions a machine per session to
+	// meet its requirements (an orchestrator's container or pod), so it
+	// is given sessions with requirements without a Machine.
+	Provisions bool
 	// Client talks to the server with a token of the outposts.machine
 	// scope. Required. The token never reaches a machine.
 	Client *client.Client

@@ -187,17 +187,33 @@ func (mc *Machine) Claim(ctx context.Context, sessionID, acceptor string) (Grant
 // the pick and its lock (PostgreSQL only): the next pick skips it.
 var errRaced = errors.New("the picked entry changed before it was locked")
 
+// errUnfit aborts a ClaimNext whose pick has requirements the claimer's
+// machine does not meet: the next pick skips it.
+var errUnfit = errors.New("the picked entry needs another machine")
+
+// maxUnfitPicks bounds the picks of one ClaimNext skipped for their
+// requirements. Entries with requirements are checked one transaction
+// each, so a queue whose head holds more sessions this machine cannot
+// serve than this answers "none" until some of them are claimed
+// elsewhere: a claimer that keeps seeing work asks again on its next hint.
+const maxUnfitPicks = 32
+
 // maxClaimNextPicks bounds the picks of one ClaimNext that each lost a
 // race to another writer.
 const maxClaimNextPicks = 10
 
 // ClaimNext claims for acceptor the first claimable pending session of
-// outpost outpostID that f lets through; false when there is none. The
+// outpost outpostID that f lets through and whose requirements machine m
+// meets; false when there is none. Entries with requirements are picked
+// only when m is set or f.Placed (a claimer that provisions machines to
+// fit), and checked only against a non-nil m. The
 // store picks in claim order inside the claim's own transaction, so
 // concurrent claimers get different sessions.
-func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f store.NextFilter) (Grant, bool, error) {
+func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
 	f.Exclude = append([]string(nil), f.Exclude...)
-	for range maxClaimNextPicks {
+	f.Placed = f.Placed || m != nil
+	unfit := 0
+	for picks := 0; picks < maxClaimNextPicks+unfit && unfit < maxUnfitPicks; picks++ {
 		c := mc.newClaimTx(acceptor)
 		var raced string
 		c.check = func(e store.QueueEntry) error {
@@ -206,6 +222,10 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f 
 				raced = e.SessionID
 				return errRaced
 			}
+			if m != nil && e.Requirements.Unmet(m.Capabilities, m.Labels) != nil {
+				raced = e.SessionID
+				return errUnfit
+			}
 			return nil
 		}
 		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
@@ -213,6 +233,10 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f 
 		case errors.Is(err, store.ErrNotFound):
 			return Grant{}, false, nil
 		case errors.Is(err, errRaced):
+			f.Exclude = append(f.Exclude, raced)
+			continue
+		case errors.Is(err, errUnfit):
+			unfit++
 			f.Exclude = append(f.Exclude, raced)
 			continue
 		}

@@ -54,6 +54,8 @@ func Detect(ctx context.Context) api.Capabilities {
 	wg.Go(func() { c.Git = firstLine(probe(ctx, "git", "--version")) })
 	wg.Go(func() { c.FFmpeg = firstLine(probe(ctx, "ffmpeg", "-version")) })
 	wg.Go(func() { c.PasswordlessSudo = passwordlessSudo(ctx) })
+	wg.Go(func() { c.GPUs = DetectGPUs(ctx) })
+	c.CPUModel, c.OSVersion = cpuModel(), osVersion()
 	if c.ChromePath != "" {
 		wg.Go(func() { c.ChromeVersion = chromeVersion(ctx, c.ChromePath) })
 	}

@@ -223,7 +223,44 @@ func RenderPod(pool *v1alpha1.OutpostPool, claim *api.QueueEntry, rd Render) *co
 	}
 	c.WorkingDir = workspaceDir
 	c.Env = workerEnv(c.Env, pool, claim, proxied(pool, claim, rd))
+	applyRequirements(spec, c, claim.Spec.Requirements)
 	return pod
+}
+
+// GPUResource is the extended resource a session's requirements.gpus asks
+// for: NVIDIA's device plugin's.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// applyRequirements maps a session's requirements onto its pod, over what
+// the template says: its labels join the node selector, its GPUs become
+// a limit of GPUResource, its CPUs and memory requests of at least that
+// much. gpu_model and gpu_memory_gib have no portable node label (GPU
+// feature discovery's nvidia.com/gpu.product is an exact name, not a
+// pattern): a pool that serves them selects its nodes in its template.
+func applyRequirements(spec *corev1.PodSpec, c *corev1.Container, r *api.Requirements) {
+	if r.IsZero() {
+		return
+	}
+	if len(r.Labels) > 0 {
+		spec.NodeSelector = merge(spec.NodeSelector, r.Labels)
+	}
+	atLeast := func(list *corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		if cur, ok := (*list)[name]; !ok || cur.Cmp(q) < 0 {
+			(*list)[name] = q
+		}
+	}
+	if n := r.MinGPUs(); n > 0 {
+		atLeast(&c.Resources.Limits, GPUResource, *resource.NewQuantity(int64(n), resource.DecimalSI))
+	}
+	if r.CPUs > 0 {
+		atLeast(&c.Resources.Requests, corev1.ResourceCPU, *resource.NewQuantity(int64(r.CPUs), resource.DecimalSI))
+	}
+	if r.MemoryGiB > 0 {
+		atLeast(&c.Resources.Requests, corev1.ResourceMemory, *resource.NewQuantity(int64(r.MemoryGiB)<<30, resource.BinarySI))
+	}
 }
 
 // workerEnv is the template container's env without the variables the

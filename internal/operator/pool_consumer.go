@@ -125,10 +125,13 @@ func (r *poolReconciler) startConsumer(ctx context.Context, cs consumerSpec) (*p
 		info.MaxSessions = 0
 	}
 	c := &fleet.Consumer{
-		Client:         cs.api,
-		Outpost:        cs.outpost,
-		Identity:       id,
-		Capacity:       cs.capacity,
+		Client:   cs.api,
+		Outpost:  cs.outpost,
+		Identity: id,
+		Capacity: cs.capacity,
+		// Each session gets a pod made to its requirements
+		// (applyRequirements); the scheduler finds it a node.
+		Provisions:     true,
 		Drain:          cs.drain,
 		Runner:         claimCounter{Runner: pc.runner, claimed: r.metrics.SessionsClaimed.WithLabelValues(name)},
 		Presence:       fleet.NewPresence(cs.api, cs.outpost.Metadata.OutpostID, cs.acceptor, info, 0, nil, log),

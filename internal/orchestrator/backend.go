@@ -57,6 +57,11 @@ type Spec struct {
 	// ResolvConf, with Network, is the host path of the namespace's
 	// resolv.conf, to show at the machine's /etc/resolv.conf.
 	ResolvConf string
+	// Requirements are the session's (spec.requirements of its queue
+	// entry); nil when it has none. The exec backend passes them to its
+	// commands; the backends on this machine are claimed for only when
+	// it meets them.
+	Requirements *api.Requirements
 }
 
 // NetworkEnforcer is implemented by backends whose machines can start in a
@@ -356,6 +361,10 @@ func (b ExecBackend) env(s Spec) []string {
 	}
 	if s.StaticBaseURL != "" {
 		env = append(env, api.EnvWorkerStaticBaseURL.Name+"="+s.StaticBaseURL)
+	}
+	if !s.Requirements.IsZero() {
+		b, _ := json.Marshal(s.Requirements) // ints, strings and a string map always encode
+		env = append(env, api.EnvRequirements.Name+"="+string(b))
 	}
 	return env
 }

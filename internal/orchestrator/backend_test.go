@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outpost-sh/outpost/api"
 )
 
 func TestProcessBackendTeardownKillsGroupAndRemovesWorkspace(t *testing.T) {
@@ -53,14 +55,16 @@ func TestExecBackendEnvAndFailure(t *testing.T) {
 	dir := t.TempDir()
 	ws := filepath.Join(dir, MachineName("ses_2"))
 	s := Spec{SessionID: "ses_2", Name: MachineName("ses_2"), Workspace: ws, Platform: "linux",
-		Env: []string{"PATH=" + os.Getenv("PATH"), "OUTPOST_SESSION_ID=ses_2", "OUTPOST_CONNECT_TOKEN=ct"}, Remote: []string{"/bin/outpost"}}
+		Env: []string{"PATH=" + os.Getenv("PATH"), "OUTPOST_SESSION_ID=ses_2", "OUTPOST_CONNECT_TOKEN=ct"}, Remote: []string{"/bin/outpost"},
+		Requirements: &api.Requirements{GPUs: 2, GPUModel: "*H200*"}}
 	out := filepath.Join(dir, "env")
 	b := ExecBackend{ProvisionCmd: "env > " + out, TeardownCmd: "true"}
 	if _, err := b.Provision(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	env, _ := os.ReadFile(out)
-	for _, want := range []string{"OUTPOST_SESSION_ID=ses_2", "OUTPOST_CONNECT_TOKEN=ct", "OUTPOST_PLATFORM=linux", "OUTPOST_WORKSPACE=" + ws, "OUTPOST_MACHINE_NAME=outpost-ses_2"} {
+	for _, want := range []string{"OUTPOST_SESSION_ID=ses_2", "OUTPOST_CONNECT_TOKEN=ct", "OUTPOST_PLATFORM=linux", "OUTPOST_WORKSPACE=" + ws, "OUTPOST_MACHINE_NAME=outpost-ses_2",
+		`OUTPOST_REQUIREMENTS={"gpus":2,"gpu_model":"*H200*"}`} {
 		if !strings.Contains(string(env), want) {
 			t.Errorf("provision env lacks %s", want)
 		}

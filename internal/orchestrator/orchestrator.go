@@ -180,6 +180,8 @@ func (o *orchestrator) newConsumer() (*fleet.Consumer, error) {
 		Identity:       o.id,
 		Capacity:       o.opts.MaxConcurrent,
 		Runner:         o,
+		Machine:        o.claimMachine(),
+		Provisions:     o.opts.Backend.Name() == "exec",
 		Presence:       fleet.NewPresence(o.c, o.outpost.Metadata.OutpostID, o.id.AcceptorID, info, 0, nil, o.log),
 		RemoteCommand:  o.opts.RemoteCommand,
 		PinnedOnly:     true,
@@ -291,3 +293,16 @@ type observer struct{ m *Metrics }
 func (ob observer) Conflict()           { ob.m.ClaimConflicts.Inc() }
 func (ob observer) Failure(what string) { ob.m.fail(what) }
 func (ob observer) Held(n int)          { ob.m.ClaimsHeld.Set(float64(n)) }
+
+// claimMachine is the machine the orchestrator's claims describe: this
+// one for the backends whose machines run here (process, bwrap, docker:
+// a session needing more than this machine has is not theirs to take);
+// nil for the exec backend, whose commands provision machines elsewhere
+// and are given the requirements (api.EnvRequirements) to meet.
+func (o *orchestrator) claimMachine() *api.ClaimMachine {
+	if o.opts.Backend.Name() == "exec" {
+		return nil
+	}
+	caps := detectHost()
+	return &api.ClaimMachine{Capabilities: &caps}
+}

@@ -21,6 +21,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	if s.Adopted {
 		spec := o.spec(id, o.opts.RemoteCommand, s.Env)
 		spec.Pin = fleet.EntryPin(&s.Claim)
+		spec.Requirements = s.Claim.Spec.Requirements
 		if fleet.Restricted(&s.Claim) {
 			return o.dropRestricted(bg, s, spec, log)
 		}
@@ -46,6 +47,7 @@ func (o *orchestrator) Run(ctx context.Context, s *fleet.Session) fleet.Outcome 
 	remote, err := s.Remote(sctx)
 	spec := o.spec(id, remote, s.Env)
 	spec.Pin = fleet.EntryPin(&s.Claim)
+	spec.Requirements = s.Claim.Spec.Requirements
 	t0 := time.Now()
 	var m Machine
 	if err == nil && fleet.Restricted(&s.Claim) {

@@ -65,6 +65,14 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 	default:
 		return errBadRequest("platform must be %s, %s or %s (or left out for any).", api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows)
 	}
+	if m := req.Machine; m != nil {
+		if err := api.ValidateLabels(m.Labels); err != nil {
+			return errBadRequest("machine.labels: %s.", err)
+		}
+		if c := m.Capabilities; c != nil && (c.CPUs < 0 || c.MemoryBytes < 0 || len(c.GPUs) > maxGPUs) {
+			return errBadRequest("machine.capabilities has negative numbers or more than %d GPUs.", maxGPUs)
+		}
+	}
 	if len(req.Exclude) > api.MaxClaimNextExclude {
 		return errBadRequest("exclude lists at most %d sessions; it has %d.", api.MaxClaimNextExclude, len(req.Exclude))
 	}
@@ -79,5 +87,6 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
 func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
-	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy})
+	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy,
+		Placed: req.Provisions}, req.Machine)
 }

@@ -33,7 +33,7 @@ func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
 		Spec: api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs,
 			RemoteBinarySHA: strPtr(o.RemoteBinarySHA), MaxRunning: o.MaxRunning, MaxAttempts: cmp.Or(o.MaxAttempts, api.DefaultMaxAttempts),
-			MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop},
+			MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop, Requirements: o.Requirements},
 		Status: api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }
@@ -43,7 +43,7 @@ func toAPIEntry(e store.QueueEntry) api.QueueEntry {
 		Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID, CreatedAt: e.CreatedAt.Unix(), UpdatedAt: e.UpdatedAt.Unix(),
 			CreatedAtMS: e.CreatedAt.UnixMilli()},
 		Spec: api.QueueSpec{Kind: e.Kind, Platform: e.Platform, RemoteBinarySHA: strPtr(e.RemoteBinarySHA), Priority: e.Priority,
-			NetworkPolicy: e.NetworkPolicy},
+			NetworkPolicy: e.NetworkPolicy, Requirements: e.Requirements},
 		Status: api.QueueStatus{Phase: e.Phase, SessionStatus: e.SessionStatus, Attempts: e.Attempts,
 			MaxAttempts: lifecycle.MaxAttempts(e)},
 	}

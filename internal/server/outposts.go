@@ -186,12 +186,16 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := req.Requirements.Validate(); err != nil {
+		return errBadRequest("%s.", err)
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
-		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk, CreatedAt: s.now()}
+		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk,
+		Requirements: effectiveRequirements(req.Requirements), CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)

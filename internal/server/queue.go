@@ -212,7 +212,12 @@ func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, e
 }
 
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
+	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest, e store.QueueEntry) (api.QueueEntry, error) {
+		// Requirements never change after creation, so the entry read
+		// before the claim's transaction is current enough to check them.
+		if err := s.checkFits(ctx, e, req.AcceptorID); err != nil {
+			return api.QueueEntry{}, err
+		}
 		res, err := s.life.Claim(ctx, id, req.AcceptorID)
 		if err != nil {
 			return api.QueueEntry{}, err
@@ -232,7 +237,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error) {
+	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest, _ store.QueueEntry) (api.QueueEntry, error) {
 		e, err := s.life.Release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
 		return toAPIEntry(e), err
 	})
@@ -240,17 +245,18 @@ func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
 
 // claimAction decodes {"acceptor_id"}, checks the caller may see the entry
 // and runs act (an entry gone meanwhile is lifecycle.ErrGone: 404).
-func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest) (api.QueueEntry, error)) error {
+func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest, e store.QueueEntry) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
 	req, err := decodeAcceptor(w, r)
 	if err != nil {
 		return err
 	}
-	if _, err := s.entryFor(ctx, id); err != nil {
+	e, err := s.entryFor(ctx, id)
+	if err != nil {
 		return err
 	}
-	out, err := act(ctx, id, req)
+	out, err := act(ctx, id, req, e)
 	if err != nil {
 		return err
 	}

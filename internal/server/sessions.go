@@ -195,6 +195,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := req.Requirements.Validate(); err != nil {
+		return errBadRequest("%s.", err)
+	}
 	now := s.now()
 	sess := store.Session{
 		ID:        newSessionID(),
@@ -202,7 +205,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Spec: api.SessionSpec{
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
-			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)),
+			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)), Requirements: req.Requirements,
 		},
 		Secrets:       req.Secrets,
 		NetworkPolicy: own,
@@ -217,6 +220,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		RemoteBinarySHA: cmp.Or(req.RemoteBinarySHA, o.RemoteBinarySHA),
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
 		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
+		Requirements:  effectiveRequirements(cmp.Or(req.Requirements, o.Requirements)),
 	}
 	red := redact.NewSet(req.Secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}
@@ -262,8 +266,19 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if e, err := s.store.GetQueueEntry(r.Context(), sess.ID); err == nil && e.Phase == api.PhaseClaimed && !e.Deleted {
-		out.Status.AcceptorID = strPtr(e.AcceptorID)
+	if e, err := s.store.GetQueueEntry(r.Context(), sess.ID); err == nil && !e.Deleted {
+		if e.Phase == api.PhaseClaimed {
+			out.Status.AcceptorID = strPtr(e.AcceptorID)
+		}
+		if sess.Status == api.StatusNew && !e.Requirements.IsZero() {
+			// Computed when read: the workers connected change without the
+			// session changing.
+			if workers, err := s.store.ListWorkers(r.Context(), e.OutpostID, s.now()); err == nil {
+				if why := unplaceable(e, workers); why != "" {
+					out.Status.Reason = why
+				}
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -74,7 +74,22 @@ func validateWorkerInfo(in *api.WorkerInfo) error {
 	if in.MaxSessions < 0 || in.MaxSessions > 100000 || in.ActiveSessions < 0 || in.ActiveSessions > 100000 {
 		return errBadRequest("max_sessions and active_sessions must be numbers from 0 to 100000.")
 	}
+	if err := api.ValidateLabels(in.Labels); err != nil {
+		return errBadRequest("labels: %s.", err)
+	}
 	if c := in.Capabilities; c != nil {
+		if len(c.GPUs) > maxGPUs {
+			return errBadRequest("capabilities.gpus lists more than %d GPUs.", maxGPUs)
+		}
+		for _, g := range c.GPUs {
+			if len(g.Vendor) > 64 || len(g.Model) > 255 || len(g.DriverVersion) > 64 || len(g.CUDAVersion) > 64 || g.MemoryBytes < 0 ||
+				strings.ContainsFunc(g.Model+g.Vendor+g.DriverVersion+g.CUDAVersion, isControl) {
+				return errBadRequest("capabilities.gpus holds a GPU with a negative memory_bytes, a field too long or control characters.")
+			}
+		}
+		if len(c.CPUModel) > 255 || len(c.OSVersion) > 255 || c.DiskFreeBytes < 0 {
+			return errBadRequest("capabilities.cpu_model and os_version are at most 255 characters; disk_free_bytes must not be negative.")
+		}
 		fields := map[string]string{"os": c.OS, "arch": c.Arch, "hostname": c.Hostname, "git": c.Git, "chrome_path": c.ChromePath,
 			"chrome_version": c.ChromeVersion, "ffmpeg": c.FFmpeg, "remote_version": c.RemoteVersion}
 		for k, v := range fields {
@@ -218,7 +233,10 @@ func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Describe implements prometheus.Collector.
-func (wk *workers) Describe(ch chan<- *prometheus.Desc) { ch <- connectedWorkersDesc }
+func (wk *workers) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectedWorkersDesc
+	ch <- unplaceableDesc
+}
 
 // Collect implements prometheus.Collector: the live acceptors per outpost
 // and kind, read from the store at each scrape.
@@ -230,7 +248,17 @@ func (wk *workers) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(connectedWorkersDesc, err)
 		return
 	}
+	outposts := map[string]bool{}
 	for _, c := range counts {
 		ch <- prometheus.MustNewConstMetric(connectedWorkersDesc, prometheus.GaugeValue, float64(c.N), wk.s.outpostName(ctx, c.OutpostID), c.Kind)
+		outposts[c.OutpostID] = true
+	}
+	for id := range outposts {
+		n, err := wk.s.countUnplaceable(ctx, id)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(unplaceableDesc, err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(unplaceableDesc, prometheus.GaugeValue, float64(n), wk.s.outpostName(ctx, id))
 	}
 }

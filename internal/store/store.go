@@ -46,8 +46,11 @@ type Outpost struct {
 	// when it has none (unrestricted).
 	NetworkPolicy *api.NetworkPolicy
 	// Desktop is its desktop setting; nil when it has none.
-	Desktop   *api.OutpostDesktop
-	CreatedAt time.Time
+	Desktop *api.OutpostDesktop
+	// Requirements are the default of its sessions that state none of
+	// their own; nil when unset.
+	Requirements *api.Requirements
+	CreatedAt    time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after
@@ -82,6 +85,10 @@ type NextFilter struct {
 	// network_policy_json set); false skips them, for a claimer that does
 	// not enforce one.
 	Restricted bool
+	// Placed lets the pick be an entry with requirements; false skips
+	// them, for a claimer that describes no machine. The claim's own check
+	// decides whether the claimer's machine meets an entry's.
+	Placed bool
 }
 
 // OutpostCounts are an outpost's queue and sessions by state, for metrics.
@@ -181,6 +188,10 @@ type QueueEntry struct {
 	// shows it as spec.network_policy; writers keep it current when
 	// either policy changes.
 	NetworkPolicy *api.NetworkPolicy
+	// Requirements are the session's effective requirements (its own,
+	// else its outpost's when it was created); nil when it has none.
+	// CreateSession writes them; UpdateSession keeps what fn returns.
+	Requirements *api.Requirements
 	// Rev is the global change counter at this entry's last change; the
 	// store assigns it. Cursors are revs.
 	Rev       int64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"html/template"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -53,6 +54,11 @@ var funcs = template.FuncMap{
 		return ed
 	},
 	"inc": func(i int) int { return i + 1 },
+	// gpus writes a machine's GPUs grouped by model ("2 × NVIDIA H200,
+	// 140.4 GiB each"); "none" without.
+	"gpus": gpusText,
+	// labels writes a worker's labels as k=v, sorted; "—" without.
+	"labels": labelsText,
 	"unix": func(v int64) string {
 		if v == 0 {
 			return ""
@@ -317,4 +323,35 @@ func sessionDuration(st api.SessionStatus) string {
 		return d.String() + " so far"
 	}
 	return d.String()
+}
+
+func gpusText(gpus []api.GPU) string {
+	if len(gpus) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i := 0; i < len(gpus); {
+		j := i
+		for j < len(gpus) && gpus[j].Model == gpus[i].Model && gpus[j].MemoryBytes == gpus[i].MemoryBytes {
+			j++
+		}
+		part := fmt.Sprintf("%d × %s", j-i, gpus[i].Model)
+		if m := gpus[i].MemoryBytes; m > 0 {
+			part += fmt.Sprintf(", %.1f GiB each", float64(m)/(1<<30))
+		}
+		parts = append(parts, part)
+		i = j
+	}
+	return strings.Join(parts, "; ")
+}
+
+func labelsText(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "—"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, k+"="+labels[k])
+	}
+	return strings.Join(parts, " ")
 }

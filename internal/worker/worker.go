@@ -42,6 +42,10 @@ const (
 
 // Options configure a worker.
 type Options struct {
+	// Labels are what the operator says about the machine (valid as
+	// api.ValidateLabels checks them), reported in heartbeats and matched
+	// by sessions' requirements.labels; nil for none.
+	Labels map[string]string
 	// Client talks to the Outpost server with a token of the outposts.machine
 	// scope. Required, except in direct-serve mode. The token never reaches
 	// the remote.
@@ -282,6 +286,7 @@ func (w *worker) consumer() *fleet.Consumer {
 		Platform: w.platform,
 		Identity: w.id,
 		Capacity: 1,
+		Machine:  &api.ClaimMachine{Capabilities: w.info.Capabilities, Labels: w.info.Labels},
 		Runner:   w,
 		// A worker's remotes end with it (bwrap dies with its parent, and a
 		// remote outside bwrap dies with the worker too): what its
@@ -349,7 +354,7 @@ func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, 
 	}
 	w.logChecks(ctx, caps)
 	w.info = api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: caps.Hostname, Version: machine.Version,
-		Capabilities: &caps, MaxSessions: 1, PID: os.Getpid()}
+		Capabilities: &caps, MaxSessions: 1, PID: os.Getpid(), Labels: opts.Labels}
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
 		"platform", w.platform, "acceptor_id", id.AcceptorID, "dir", opts.Dir)
 	return w, nil
@@ -426,6 +431,7 @@ func (w *worker) detect(ctx context.Context) (api.Capabilities, error) {
 		return api.Capabilities{}, err
 	}
 	caps := machine.Detect(ctx)
+	caps.DiskFreeBytes = machine.DiskFreeBytes(w.opts.Dir)
 	caps.Desktop = w.desktop != desktopNone
 	if !caps.Desktop {
 		caps.Tools = slices.DeleteFunc(caps.Tools, func(t string) bool { return t == api.ToolComputer })

@@ -27,8 +27,8 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy, sqlstore.EncodeDesktop(o.Desktop))
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy, sqlstore.EncodeDesktop(o.Desktop), sqlstore.EncodeRequirements(o.Requirements))
 		return err
 	})
 	if err != nil {
@@ -38,17 +38,20 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
-	max_running, max_attempts, max_snapshot_bytes, network_policy_json, desktop_json`
+	max_running, max_attempts, max_snapshot_bytes, network_policy_json, desktop_json, requirements_json`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
-	var orgs, policy, desk sql.NullString
+	var orgs, policy, desk, reqs sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy, &desk); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy, &desk, &reqs); err != nil {
 		return store.Outpost{}, err
 	}
 	var err error
+	if o.Requirements, err = sqlstore.ScanRequirements(reqs); err != nil {
+		return store.Outpost{}, fmt.Errorf("outpost %s requirements: %w", o.ID, err)
+	}
 	if o.NetworkPolicy, err = sqlstore.ScanPolicy(policy); err != nil {
 		return store.Outpost{}, fmt.Errorf("outpost %s network policy: %w", o.ID, err)
 	}

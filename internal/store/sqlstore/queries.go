@@ -208,6 +208,9 @@ func (d Dialect) ClaimNextSQL(outpostID string, f store.NextFilter, lock string)
 	if !f.Restricted {
 		b.WriteString(` AND q.network_policy_json IS NULL`)
 	}
+	if !f.Placed {
+		b.WriteString(` AND q.requirements_json IS NULL`)
+	}
 	if len(f.Exclude) > 0 {
 		b.WriteString(` AND q.session_id NOT IN (`)
 		for i, id := range f.Exclude {

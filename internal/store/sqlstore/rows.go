@@ -159,18 +159,24 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 // EntryCols are the columns of a queue entry, which ScanEntry reads.
 const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
 	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha,
-	priority, attempts, max_attempts, attempt_reasons_json, owner, network_policy_json`
+	priority, attempts, max_attempts, attempt_reasons_json, owner, network_policy_json, requirements_json`
 
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline, live nullInt64
 	var created, updated, priority, attempts, maxAttempts int64
-	var reasons, policy nullString
+	var reasons, policy, reqs nullString
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
 		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA,
-		&priority, &attempts, &maxAttempts, &reasons, &e.Owner, &policy); err != nil {
+		&priority, &attempts, &maxAttempts, &reasons, &e.Owner, &policy, &reqs); err != nil {
 		return store.QueueEntry{}, err
+	}
+	if reqs.valid {
+		e.Requirements = new(api.Requirements)
+		if err := json.Unmarshal([]byte(reqs.v), e.Requirements); err != nil {
+			return store.QueueEntry{}, fmt.Errorf("queue entry %s requirements: %w", e.SessionID, err)
+		}
 	}
 	var err error
 	if e.NetworkPolicy, err = decodePolicy(policy); err != nil {
@@ -188,7 +194,7 @@ func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 }
 
 // EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
-// their order ($1–$9, then $10–$20 for deleted … network_policy_json).
+// their order ($1–$9, then $10–$21 for deleted … requirements_json).
 // The rev is the store's to place.
 func EntryArgs(e *store.QueueEntry) []any {
 	var reasons any // NULL while there are none
@@ -198,7 +204,35 @@ func EntryArgs(e *store.QueueEntry) []any {
 	}
 	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
 		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA,
-		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner, mustEncodePolicy(e.NetworkPolicy)}
+		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner, mustEncodePolicy(e.NetworkPolicy),
+		encodeRequirements(e.Requirements)}
+}
+
+// EncodeRequirements is the value of a requirements_json column: NULL for
+// none.
+func EncodeRequirements(r *api.Requirements) any { return encodeRequirements(r) }
+
+// ScanRequirements reads a requirements_json column: nil for NULL.
+func ScanRequirements(v sql.NullString) (*api.Requirements, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	r := new(api.Requirements)
+	if err := json.Unmarshal([]byte(v.String), r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// encodeRequirements is the value of a requirements_json column: NULL for
+// none. An api.Requirements holds only ints, strings and a string map, so
+// it always encodes.
+func encodeRequirements(r *api.Requirements) any {
+	if r.IsZero() {
+		return nil
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
 }
 
 // EncodePolicy is the value of a network_policy_json column: NULL for no
@@ -249,7 +283,8 @@ func (d Dialect) EntryConflictSQL() string {
 		rev = excluded.rev, deleted = excluded.deleted, created_at = excluded.created_at,
 		updated_at = excluded.updated_at, priority = excluded.priority, attempts = excluded.attempts,
 		max_attempts = excluded.max_attempts, attempt_reasons_json = excluded.attempt_reasons_json,
-		owner = excluded.owner, network_policy_json = excluded.network_policy_json, live_until = CASE WHEN excluded.epoch = queue.epoch
+		owner = excluded.owner, network_policy_json = excluded.network_policy_json,
+		requirements_json = excluded.requirements_json, live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END`
 }
