@@ -8,7 +8,7 @@ DIST_ID ?= $(shell bash scripts/dist.sh id 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/outpost-sh/outpost/internal/machine.Version=$(VERSION) \
 	-X github.com/outpost-sh/outpost/internal/dist.buildID=$(DIST_ID)
 
-.PHONY: build install dist test deps lint bench up clean
+.PHONY: build install dist test deps lint cross bench up clean
 
 # build: bin/outpost, and bin/outpost-operator (the Kubernetes operator,
 # which `outpost operator` runs: a program of its own so that the
@@ -23,7 +23,8 @@ install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/outpost
 	$(GO) install -ldflags "-X main.version=$(VERSION)" ./cmd/outpost-operator
 
-# dist: cross-build the remote for linux amd64/arm64 and darwin arm64 into
+# dist: cross-build the remote for linux amd64/arm64, darwin arm64/amd64 and
+# windows amd64/arm64 into
 # dist/ in the /dist/ layout (earlier builds there are kept); publish it with
 # `outpost server --dist-dir dist`.
 dist:
@@ -38,11 +39,26 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
+# CROSS_PLATFORMS are the GOOS/GOARCH pairs besides linux that `make cross`
+# checks: workers and remotes run on each.
+CROSS_PLATFORMS ?= windows/amd64 windows/arm64 darwin/arm64 darwin/amd64
+
+# cross: the whole module, tests included, type-checks and vets for each of
+# CROSS_PLATFORMS (go vet compiles every package and its tests, so a file
+# that builds only on Linux shows here). Linux-only parts are behind build
+# constraints; see docs/platforms.md.
+cross:
+	@for p in $(CROSS_PLATFORMS); do \
+	  echo "cross: go vet ./... for $$p"; \
+	  GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) vet ./... || exit 1; \
+	done
+
 # deps: install what the tests need (Debian packages), when missing.
 deps:
 	@bash scripts/test-deps.sh
 
-# test: dependencies, lint, then every test with the race detector. The
+# test: dependencies, lint, the cross-platform check, then every test with
+# the race detector. The
 # operator's tests run a real kube-apiserver and etcd from
 # KUBEBUILDER_ASSETS, which scripts/envtest-assets.sh prepares (builds
 # kube-apiserver once, about 5 minutes; cached); without them those tests
@@ -50,7 +66,7 @@ deps:
 # which scripts/s3-server.sh builds once (about 4 minutes; cached). Tests
 # get a git identity of their own (GIT_CONFIG_GLOBAL, a temporary file),
 # so the run never reads or writes your ~/.gitconfig.
-test: deps lint
+test: deps lint cross
 	@assets="$${KUBEBUILDER_ASSETS:-$$(bash scripts/envtest-assets.sh)}" || \
 	  echo "test: no kube-apiserver/etcd (scripts/envtest-assets.sh failed); the operator's tests skip" >&2; \
 	s3="$${OUTPOST_VERSITYGW:-$$(bash scripts/s3-server.sh)}" || \

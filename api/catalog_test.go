@@ -185,6 +185,7 @@ var examples = map[string][]string{
 	ToolExec: {
 		`{"command":"make test","cwd":"repos/demo","env":{"CI":"1"},"timeout_s":60,"stdin":"y\n"}`,
 		`{"command":"ls"}`,
+		`{"command":"Get-ChildItem","shell":"powershell"}`,
 		`{"argv":["printf","%s","a"],"timeout_s":0}`,
 	},
 	ToolReadFile:  {`{"path":"README.md"}`, `{"path":"/etc/hostname"}`},
@@ -200,7 +201,7 @@ var examples = map[string][]string{
 // invalid are, per tool, arguments the schema rejects (the remote checks
 // these after decoding).
 var invalid = map[string][]string{
-	ToolExec:      {`{"command":1}`, `{"argv":[]}`, `{"timeout_s":-1}`, `{"timeout_s":1.5}`, `{"env":{"A":1}}`},
+	ToolExec:      {`{"command":1}`, `{"argv":[]}`, `{"timeout_s":-1}`, `{"timeout_s":1.5}`, `{"env":{"A":1}}`, `{"command":"ls","shell":"fish"}`},
 	ToolReadFile:  {`{}`, `{"path":""}`},
 	ToolWriteFile: {`{"path":"a"}`, `{"content":"x"}`},
 	ToolEditFile:  {`{"path":"a","old":"","new":"x"}`, `{"path":"a","old":"x"}`},
@@ -272,6 +273,7 @@ func TestEncodedArgsFitSchema(t *testing.T) {
 		}
 		if spec.Name == ToolExec {
 			v.FieldByName("Argv").SetZero() // exactly one of command and argv
+			v.FieldByName("Shell").SetString(ShellSh)
 		}
 		if spec.Name == ToolComputer { // an enum and fixed-length points
 			*args.(*ComputerArgs) = ComputerArgs{Action: ComputerZoom, Coordinate: []int{1, 1}, StartCoordinate: []int{0, 0},

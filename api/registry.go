@@ -60,11 +60,12 @@ var toolTable = []toolDef{
 	tool[ExecArgs](ToolExec,
 		"Run a command in the workspace on the remote machine and return its exit code, duration and the tail of its "+
 			"combined output (the full output streams as it runs). Set exactly one of command (a shell command line, "+
-			"run by sh -c) and argv (a program and its arguments, run without a shell). cwd is relative to the workspace "+
+			"run by the shell: sh -c on Linux, the user's shell on macOS, PowerShell or cmd.exe on Windows; the shell argument chooses) and argv (a program and its arguments, run without a shell). cwd is relative to the workspace "+
 			"unless absolute; the command and its children are killed after timeout_s seconds (default 600).",
 		func(s *jsonschema.Schema) {
 			prop(s, "argv").MinItems = jsonschema.Ptr(1)
 			prop(s, "timeout_s").Minimum = jsonschema.Ptr(0.0)
+			prop(s, "shell").Enum = []any{ShellSh, ShellBash, ShellZsh, ShellPowerShell, ShellPwsh, ShellCmd}
 		}, execTarget, nil),
 	tool[ReadFileArgs](ToolReadFile,
 		"Read a text file and return its content and size in bytes. path is relative to the workspace unless absolute. "+

@@ -10,11 +10,14 @@ const (
 	ToolGitClone  = "git_clone"
 )
 
-// ExecArgs runs a command. Exactly one of Command (run by `sh -c`) and Argv
+// ExecArgs runs a command. Exactly one of Command (run by a shell, see Shell) and Argv
 // is set.
 type ExecArgs struct {
-	// Command is a shell command line, run by `sh -c`.
-	Command string `json:"command,omitempty" jsonschema:"Shell command line, run by sh -c in the working directory. Set exactly one of command and argv."`
+	// Command is a shell command line, run by Shell.
+	Command string `json:"command,omitempty" jsonschema:"Shell command line, run by the shell (see shell) in the working directory. Set exactly one of command and argv."`
+	// Shell chooses the shell that runs Command; empty means the
+	// machine's default (ShellDefault).
+	Shell string `json:"shell,omitempty" jsonschema:"Shell that runs command: sh, bash, zsh, powershell, pwsh or cmd. Default: sh -c on Linux, the user's login shell ($SHELL, else /bin/zsh) on macOS, PowerShell on Windows when a working one is installed, else cmd.exe /c."`
 	// Argv is a program and its arguments, run without a shell.
 	Argv []string `json:"argv,omitempty" jsonschema:"Program and its arguments, run without a shell; argv[0] must not be empty. Set exactly one of command and argv."`
 	// Cwd is the working directory, relative to the workspace unless absolute.
@@ -26,6 +29,17 @@ type ExecArgs struct {
 	// Stdin is written to the command's standard input.
 	Stdin string `json:"stdin,omitempty" jsonschema:"Text written to the command's standard input."`
 }
+
+// Shells ExecArgs.Shell may name.
+const (
+	ShellDefault    = ""
+	ShellSh         = "sh"
+	ShellBash       = "bash"
+	ShellZsh        = "zsh"
+	ShellPowerShell = "powershell"
+	ShellPwsh       = "pwsh"
+	ShellCmd        = "cmd"
+)
 
 // ExecResult is what exec returns.
 type ExecResult struct {

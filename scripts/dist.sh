@@ -20,8 +20,9 @@
 #
 # Environment: GO (default go), VERSION (main.version), DIST_ID (the id;
 # default computed as above), DIST_PLATFORMS (GOOS/GOARCH pairs; default
-# "linux/amd64 linux/arm64 darwin/arm64"; windows/amd64 is named
-# devin-remote_<id>_windows_x64.exe).
+# all six: linux/amd64 linux/arm64 darwin/arm64 darwin/amd64 windows/amd64
+# windows/arm64; Windows builds are named devin-remote_<id>_windows_<arch>.exe
+# and their pointers latest_windows_<arch>.exe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,8 +61,10 @@ suffix() {
     linux/amd64) echo linux_x64 ;;
     linux/arm64) echo linux_arm64 ;;
     darwin/arm64) echo macos_arm64 ;;
+    darwin/amd64) echo macos_x64 ;;
     windows/amd64) echo windows_x64.exe ;;
-    *) echo "dist: no platform suffix for $1 (linux/amd64, linux/arm64, darwin/arm64, windows/amd64)" >&2; return 1 ;;
+    windows/arm64) echo windows_arm64.exe ;;
+    *) echo "dist: no platform suffix for $1 (linux/amd64, linux/arm64, darwin/arm64, darwin/amd64, windows/amd64, windows/arm64)" >&2; return 1 ;;
   esac
 }
 
@@ -74,7 +77,7 @@ dir=${1:-dist}
 GO=${GO:-go}
 id=${DIST_ID:-$(dist_id)}
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
-platforms=${DIST_PLATFORMS:-linux/amd64 linux/arm64 darwin/arm64}
+platforms=${DIST_PLATFORMS:-linux/amd64 linux/arm64 darwin/arm64 darwin/amd64 windows/amd64 windows/arm64}
 if ! [[ $id =~ ^[0-9a-f]{6,40}$ ]]; then
   echo "dist: version id '$id' is not 6 to 40 lower-case hex digits" >&2
   exit 1

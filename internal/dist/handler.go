@@ -152,7 +152,7 @@ func (h *Handler) serveLatest(w http.ResponseWriter, r *http.Request, suffix str
 	var id string
 	var mod time.Time
 	names := []string{LatestName(suffix)}
-	if suffix == SuffixWindowsX64 {
+	if strings.HasSuffix(suffix, exeSuffix) {
 		names = append(names, LatestName(strings.TrimSuffix(suffix, exeSuffix)))
 	}
 	for _, n := range names {

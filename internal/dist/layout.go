@@ -6,7 +6,8 @@
 //	devin-remote_<id>_<platform>.sha256    "<hex sha256>  devin-remote\n", for sha256sum -c
 //
 // where <platform> is a platform suffix (linux_x64, linux_arm64,
-// macos_arm64, windows_x64.exe) and <id> a version id matching
+// macos_arm64, windows_x64.exe as the public layout lists them, and
+// macos_x64 and windows_arm64.exe, which it does not) and <id> a version id matching
 // ^[0-9a-f]{6,40}$. The server publishes its own executable and a directory
 // in this layout (Handler); workers resolve a session's pin to a command,
 // downloading and verifying the pinned binary into a cache (Resolver). The
@@ -28,10 +29,14 @@ const (
 	SuffixLinuxArm64 = "linux_arm64"
 	SuffixMacOSArm64 = "macos_arm64"
 	SuffixWindowsX64 = "windows_x64.exe"
+	// Intel Macs and Windows on Arm have no build in the public layout;
+	// these names follow its pattern.
+	SuffixMacOSX64     = "macos_x64"
+	SuffixWindowsArm64 = "windows_arm64.exe"
 )
 
 // Suffixes lists the platform suffixes, in the order docs list them.
-var Suffixes = []string{SuffixLinuxX64, SuffixLinuxArm64, SuffixMacOSArm64, SuffixWindowsX64}
+var Suffixes = []string{SuffixLinuxX64, SuffixLinuxArm64, SuffixMacOSArm64, SuffixWindowsX64, SuffixMacOSX64, SuffixWindowsArm64}
 
 // RemoteName is the name a remote binary is run under; invoked by that
 // name (or RemoteName+".exe", or a published file name) the outpost
@@ -82,6 +87,10 @@ func Suffix(goos, goarch string) string {
 		return SuffixMacOSArm64
 	case "windows/amd64":
 		return SuffixWindowsX64
+	case "darwin/amd64":
+		return SuffixMacOSX64
+	case "windows/arm64":
+		return SuffixWindowsArm64
 	}
 	return ""
 }
@@ -163,12 +172,13 @@ func (n Name) String() string {
 }
 
 // ParseName parses a published name. It accepts only the layout's names
-// with a valid id and a known suffix (and latest_windows_x64 for the
-// Windows pointer), so a parsed name is always a plain file name.
+// with a valid id and a known suffix (and latest_windows_x64 and
+// latest_windows_arm64 for the Windows pointers), so a parsed name is always
+// a plain file name.
 func ParseName(s string) (Name, bool) {
 	if rest, ok := strings.CutPrefix(s, latestPrefix); ok {
-		if rest == strings.TrimSuffix(SuffixWindowsX64, exeSuffix) {
-			rest = SuffixWindowsX64
+		if strings.HasPrefix(rest, "windows_") && !strings.HasSuffix(rest, exeSuffix) {
+			rest += exeSuffix
 		}
 		return Name{Kind: KindLatest, Suffix: rest}, ValidSuffix(rest)
 	}

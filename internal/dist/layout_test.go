@@ -70,7 +70,8 @@ func TestNames(t *testing.T) {
 	}
 	for s, want := range map[string]string{
 		"darwin/arm64": SuffixMacOSArm64, "linux/amd64": SuffixLinuxX64, "linux/arm64": SuffixLinuxArm64,
-		"windows/amd64": SuffixWindowsX64, "darwin/amd64": "", "linux/386": "",
+		"windows/amd64": SuffixWindowsX64, "darwin/amd64": SuffixMacOSX64, "windows/arm64": SuffixWindowsArm64,
+		"linux/386": "", "windows/386": "", "freebsd/amd64": "",
 	} {
 		goos, goarch, _ := strings.Cut(s, "/")
 		if got := Suffix(goos, goarch); got != want {
@@ -84,6 +85,10 @@ func TestParseName(t *testing.T) {
 		"latest_linux_x64":                            {Kind: KindLatest, Suffix: SuffixLinuxX64},
 		"latest_windows_x64.exe":                      {Kind: KindLatest, Suffix: SuffixWindowsX64},
 		"latest_windows_x64":                          {Kind: KindLatest, Suffix: SuffixWindowsX64},
+		"latest_windows_arm64":                        {Kind: KindLatest, Suffix: SuffixWindowsArm64},
+		"latest_macos_x64":                            {Kind: KindLatest, Suffix: SuffixMacOSX64},
+		"devin-remote_abc123_windows_arm64.exe":       {Kind: KindBinary, ID: "abc123", Suffix: SuffixWindowsArm64},
+		"devin-remote_abc123_macos_x64.sha256":        {Kind: KindChecksum, ID: "abc123", Suffix: SuffixMacOSX64},
 		"devin-remote_abc123_linux_arm64":             {Kind: KindBinary, ID: "abc123", Suffix: SuffixLinuxArm64},
 		"devin-remote_abc123_windows_x64.exe":         {Kind: KindBinary, ID: "abc123", Suffix: SuffixWindowsX64},
 		"devin-remote_abc123_macos_arm64.sha256":      {Kind: KindChecksum, ID: "abc123", Suffix: SuffixMacOSArm64},
@@ -99,7 +104,7 @@ func TestParseName(t *testing.T) {
 		}
 	}
 	for _, in := range []string{
-		"", "latest_", "latest_linux", "latest_macos_x64", "devin-remote", "devin-remote_abc123",
+		"", "latest_", "latest_linux", "latest_macos_x86", "latest_windows_", "latest_windows_arm64.exe.exe", "devin-remote", "devin-remote_abc123",
 		"devin-remote_ABC123_linux_x64", "devin-remote_abc12_linux_x64", "devin-remote_abc123_linux_x64.sha",
 		"../devin-remote_abc123_linux_x64", "devin-remote_abc123_linux_x64/", "devin-remote_abc123_../../etc/passwd",
 		"admin-token", "outpost.db", ".", "..",

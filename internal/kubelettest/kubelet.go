@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Package kubelettest is a kubelet for tests: on a real API server with no
 // node agent (envtest's kube-apiserver and etcd), it runs the Pods of the
 // namespaces it is given as local processes, so that controllers under test
@@ -35,6 +37,9 @@
 // kubernetes.io/pvc-protection finalizer once no scheduled pod refers to it
 // (so it goes, as on a cluster). Owner references are not garbage
 // collected.
+//
+// It is not built for Windows, where controller-runtime's envtest does not
+// compile; the tests that use it are constrained the same way.
 package kubelettest
 
 import (

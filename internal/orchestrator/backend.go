@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -198,7 +198,7 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 	cmd.Dir = filepath.Join(s.Workspace, "work")
 	// A file, not a pipe: the remote must outlive a crashed orchestrator.
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = groupAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start remote: %w", err)
 	}
@@ -209,7 +209,7 @@ func (ProcessBackend) Provision(ctx context.Context, s Spec) (Machine, error) {
 		err = atomicfile.Write(filepath.Join(s.Workspace, pidFile), []byte(strconv.Itoa(m.pid)+"\n"), 0o600)
 	}
 	if err != nil {
-		killGroup(m.pid, syscall.SIGKILL)
+		killGroupNow(m.pid)
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("write pid file: %w", err)
 	}
@@ -290,41 +290,6 @@ func procStart(pid int) string {
 		return ""
 	}
 	return strings.TrimSpace(string(boot)) + " " + f[19]
-}
-
-// stopGroup asks the process group pgid to stop and kills it after
-// killDelay; the group is killed even when its leader has exited, so no
-// command the remote started outlives the machine.
-func stopGroup(pgid int) {
-	if alive(pgid) {
-		killGroup(pgid, syscall.SIGTERM)
-		deadline := time.Now().Add(killDelay)
-		for alive(pgid) && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	killGroup(pgid, syscall.SIGKILL)
-}
-
-func killGroup(pgid int, sig syscall.Signal) {
-	if err := syscall.Kill(-pgid, sig); err != nil && alive(pgid) {
-		_ = syscall.Kill(pgid, sig)
-	}
-}
-
-// alive reports whether pid runs and is not a zombie.
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // no /proc: trust kill(0)
-	}
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z' && b[i+2] != 'X'
-	}
-	return true
 }
 
 func readPid(workspace string) int {
@@ -511,4 +476,20 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// removeWorkspace removes a workspace even when the sandbox left read-only
+// directories in it (a Go module cache, for one).
+func removeWorkspace(ws string) error {
+	err := os.RemoveAll(ws)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(ws)
 }

@@ -1,10 +1,11 @@
+//go:build linux
+
 package orchestrator
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -512,20 +513,4 @@ func pidsInNamespace(ns string) []int {
 		}
 	}
 	return out
-}
-
-// removeWorkspace removes a workspace even when the sandbox left read-only
-// directories in it (a Go module cache, for one).
-func removeWorkspace(ws string) error {
-	err := os.RemoveAll(ws)
-	if err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(ws)
 }

@@ -21,3 +21,10 @@ func killProcessGroup(cmd *exec.Cmd) {
 		return err
 	}
 }
+
+// groupStarted has nothing to add on Unix: the group exists from the start.
+func groupStarted(*exec.Cmd) (release func()) { return func() {} }
+
+// holdSessionJob does nothing on Unix: the worker or orchestrator kills the
+// remote's process group at a session's end.
+func holdSessionJob() error { return nil }

@@ -51,6 +51,9 @@ func Serve(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := holdSessionJob(); err != nil {
+		s.log.Warn("commands may outlive this remote", "err", err)
+	}
 	callCtx, stopCalls := context.WithCancel(ctx)
 	s.callCtx = callCtx
 	s.live.wg.Go(func() { s.runInputs(callCtx) })

@@ -45,9 +45,18 @@ func runExec(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) 
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
+	if err := checkShell(a.Shell); err != nil {
+		return nil, err
+	}
+	if a.Shell != "" && a.Command == "" {
+		return nil, errors.New("bad arguments: shell applies to command, not to argv")
+	}
 	var cmd *exec.Cmd
 	if a.Command != "" {
-		cmd = exec.CommandContext(tctx, "sh", "-c", a.Command)
+		var err error
+		if cmd, err = shellCommand(tctx, a.Shell, a.Command); err != nil {
+			return nil, err
+		}
 	} else {
 		cmd = exec.CommandContext(tctx, a.Argv[0], a.Argv[1:]...)
 	}
@@ -65,7 +74,9 @@ func runExec(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start command: %w", err)
 	}
+	release := groupStarted(cmd)
 	err := cmd.Wait()
+	release()
 	c.flush()
 	res := api.ExecResult{
 		ExitCode:    -1,

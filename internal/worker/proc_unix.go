@@ -35,7 +35,15 @@ func kill(cmd *exec.Cmd) error {
 // sandbox is then set up), and reads its session from it. The worker's
 // end is non-blocking, so that closing it ends a pending read.
 func sessionSocket() (remoteEnd, workerEnd *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// Not every Unix has SOCK_CLOEXEC (macOS has not): hold ForkLock, as
+	// the standard library does, so no child forked meanwhile inherits them.
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -424,11 +424,13 @@ func (opts Options) withDefaults() (Options, error) {
 	return opts, nil
 }
 
-// detect checks that git is there and detects the machine's capabilities,
-// which the worker passes to its remotes.
+// detect checks whether git is there and detects the machine's
+// capabilities, which the worker passes to its remotes. A machine without
+// git (a fresh Windows machine has none) still serves sessions that need no
+// repository; the ones that do fail with git's absence as their reason.
 func (w *worker) detect(ctx context.Context) (api.Capabilities, error) {
 	if err := machine.RequireGit(ctx); err != nil {
-		return api.Capabilities{}, err
+		w.log.Warn("sessions that need a repository will fail on this machine", "err", err)
 	}
 	caps := machine.Detect(ctx)
 	caps.DiskFreeBytes = machine.DiskFreeBytes(w.opts.Dir)

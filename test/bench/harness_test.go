@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Package bench holds the benchmarks behind docs/benchmarks.md: dispatch
 // latency, tool round trips, output streaming and claim throughput,
 // measured on the real outpost binary (server, worker, remote) over

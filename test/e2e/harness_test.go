@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package e2e runs the built outpost binary — server, workers, remotes and
 // CLI — as real processes talking over loopback.
 package e2e

@@ -1,4 +1,4 @@
-//go:build race
+//go:build race && linux
 
 package e2e
 

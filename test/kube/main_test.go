@@ -1,3 +1,5 @@
+//go:build !windows
+
 // Package kube runs `outpost operator` end to end: the built outpost
 // binary as the server and as the operator, a real kube-apiserver and etcd
 // (envtest) with the OutpostPool CRD installed, and the test kubelet

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package podmantest runs the real Podman API service that tests and
 // benchmarks of the docker backend talk to: Debian's podman, its
 // Docker-compatible API started with `--runtime runc --cgroup-manager
@@ -20,9 +22,6 @@ import (
 	"testing"
 	"time"
 )
-
-// Image is the test image: Debian bookworm minbase with git.
-const Image = "outpost-test:bookworm"
 
 var (
 	imageOnce sync.Once

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package pgtest starts throwaway PostgreSQL servers for tests: the store's
 // own tests, the end-to-end tests and the benchmarks. It runs Debian's
 // postgresql binaries (/usr/lib/postgresql/<version>/bin); a server lives in
@@ -230,7 +232,8 @@ func (s *Server) start() error {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// SIGQUIT (immediate shutdown) if the test process dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	setDeathSignal(cmd.SysProcAttr, syscall.SIGQUIT)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}

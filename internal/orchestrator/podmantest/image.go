@@ -1,0 +1,4 @@
+package podmantest
+
+// Image is the test image: Debian bookworm minbase with git.
+const Image = "outpost-test:bookworm"

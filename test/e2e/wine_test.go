@@ -1,0 +1,112 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+// wineEnv turns on TestWindowsWorkerUnderWine: it needs Debian's wine64
+// and gcc-mingw-w64-x86-64 (apt-get install wine64 gcc-mingw-w64-x86-64).
+const wineEnv = "OUTPOST_TEST_WINE"
+
+// TestWindowsWorkerUnderWine runs the windows/amd64 build of outpost as a
+// worker under Wine against this Linux server over loopback: it serves a
+// windows outpost's script session whose exec runs through cmd.exe (Wine's
+// powershell.exe is a stub that prints nothing, so the probe must refuse
+// it: in PowerShell `&` here is an error) and whose file tools write and
+// read the workspace. There is no git for Windows under Wine: the worker
+// says so and serves the session, which needs no repository.
+func TestWindowsWorkerUnderWine(t *testing.T) {
+	if os.Getenv(wineEnv) == "" {
+		t.Skip(wineEnv + " is not set: this test runs the Windows build under Wine (apt-get install wine64 gcc-mingw-w64-x86-64)")
+	}
+	wine := "/usr/lib/wine/wine64"
+	if _, err := os.Stat(wine); err != nil {
+		if wine, err = exec.LookPath("wine64"); err != nil {
+			t.Fatalf("%s is set but wine64 is not installed (apt-get install wine64)", wineEnv)
+		}
+	}
+	gcc, err := exec.LookPath("x86_64-w64-mingw32-gcc")
+	if err != nil {
+		t.Fatalf("%s is set but x86_64-w64-mingw32-gcc is not installed (apt-get install gcc-mingw-w64-x86-64)", wineEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	runIn := func(env []string, name string, args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	exe := filepath.Join(tmp, "outpost.exe")
+	runIn([]string{"GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0"}, "go", "build", "-o", exe, "../../cmd/outpost")
+
+	// A prefix of the test's own, with a ProcessPrng Go can call.
+	prefix := filepath.Join(tmp, "prefix")
+	wineVars := []string{"WINEPREFIX=" + prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=mscoree,mshtml="}
+	runIn(wineVars, wine, "wineboot", "--init")
+	t.Cleanup(func() {
+		// wineserver lingers a few seconds after the last program; stop it
+		// now so the prefix can be removed.
+		if ws, err := exec.LookPath("wineserver"); err == nil {
+			cmd := exec.Command(ws, "-k")
+			cmd.Env = append(os.Environ(), wineVars...)
+			_ = cmd.Run()
+		}
+	})
+	runIn(nil, gcc, "-shared", "-O2", "-Wl,--kill-at", "-o",
+		filepath.Join(prefix, "drive_c", "windows", "system32", "bcryptprimitives.dll"), "testdata/bcryptprimitives.c")
+
+	c := startCluster(t)
+	run(t, c.env(c.admin), "outposts", "create", "win", "--platform", "windows")
+	var tok api.CreateTokenResponse
+	raw := run(t, c.env(c.admin), "tokens", "create", "--scope", api.ScopeMachine, "--outpost", "win", "--name", "w-win", "-o", "json")
+	if err := json.Unmarshal([]byte(raw), &tok); err != nil {
+		t.Fatal(err)
+	}
+	steps := []api.Step{
+		{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"echo one & echo two & ver"}`)},
+		{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"note.txt","content":"written under wine"}`)},
+		{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"type note.txt"}`)},
+	}
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "win", Title: "wine",
+		Agent: api.Agent{Kind: api.AgentScript, Steps: steps}})
+
+	ws, data := filepath.Join(tmp, "ws"), filepath.Join(tmp, "wdata")
+	worker := exec.CommandContext(ctx, wine, exe, "worker", "start", "--outpost", "win", "--once",
+		"--dir", `Z:`+strings.ReplaceAll(ws, "/", `\`), "--data-dir", `Z:`+strings.ReplaceAll(data, "/", `\`))
+	worker.Env = append(append(os.Environ(), c.env(tok.Secret)...), append(wineVars, api.EnvWorkerIsolation.Name+"=none")...)
+	out, err := worker.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Windows worker under Wine: %v\n%s", err, out)
+	}
+	s := c.waitFinal(id, 30*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s\nworker:\n%s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason, out)
+	}
+	if s.Status.Capabilities == nil || s.Status.Capabilities.OS != "windows" {
+		t.Errorf("served by %+v, want a windows remote", s.Status.Capabilities)
+	}
+	logs := run(t, c.env(c.admin), "sessions", "logs", id)
+	for _, want := range []string{"one", "two", "Microsoft Windows", "written under wine"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the transcript lacks %q:\n%s", want, logs)
+		}
+	}
+	if !strings.Contains(string(out), "git is required but was not found") {
+		t.Errorf("the worker did not say git is missing:\n%s", out)
+	}
+}
