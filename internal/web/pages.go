@@ -358,10 +358,11 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	}
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
-	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil})
+	plan := scriptPlan(s.Spec)
+	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil, Plan: plan, End: live})
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
-		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items,
+		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
 		"Policy": h.sessionPolicy(r, s, final, sent),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.

@@ -146,6 +146,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/sessions", h.authed(h.createSession))
 	m.HandleFunc("GET /ui/sessions/{session}", h.authed(h.sessionPage))
 	m.HandleFunc("GET /ui/sessions/{session}/events", h.authed(h.sessionEvents))
+	m.HandleFunc("GET /ui/sessions/{session}/log", h.authed(h.sessionLog))
 	m.HandleFunc("GET /ui/sessions/{session}/artifacts/{name}", h.authed(h.artifact))
 	m.HandleFunc("GET /ui/sessions/{session}/events/{seq}/image", h.authed(h.shotImage))
 	m.HandleFunc("POST /ui/sessions/{session}/terminate", h.authed(h.terminate))
