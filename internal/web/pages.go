@@ -427,6 +427,18 @@ func (h *Handler) terminate(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
+// rerun creates a new session with this one's spec and secrets and shows
+// the new session's page.
+func (h *Handler) rerun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	var s api.Session
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/rerun", nil, &s); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
+}
+
 // suspend and resume post the session's suspend or resume; the session
 // page shows the outcome.
 func (h *Handler) suspend(w http.ResponseWriter, r *http.Request) { h.sessionAction(w, r, "suspend") }

@@ -857,6 +857,14 @@ func TestWebUIStepsMatchTheReason(t *testing.T) {
 	if strings.Contains(log, "never runs") {
 		t.Errorf("the downloaded log shows the step that never ran:\n%s", log)
 	}
+	// Re-run: the button opens the new session's page, which runs the same
+	// script to the same end.
+	do(t, ctx, "re-run", chromedp.Click(chromedp.CSS("#rerun")))
+	waitJS(t, ctx, "the new session's page", fmt.Sprintf(`location.pathname.startsWith("/ui/sessions/") && !location.pathname.endsWith(%q)`, id), 10*time.Second)
+	waitText(t, ctx, "#live-state", "The session has ended.", 90*time.Second)
+	if reason := eval[string](t, ctx, `document.getElementById("reason").textContent`); !strings.Contains(reason, "Step 2 of 3") {
+		t.Errorf("the rerun's reason reads %q", reason)
+	}
 }
 
 // TestWebUITerminalJS runs the terminal cases the server's renderer passes
