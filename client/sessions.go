@@ -76,6 +76,16 @@ func (s *SessionsService) Update(ctx context.Context, id string, req api.UpdateS
 	return &out, nil
 }
 
+// Rerun creates a new session with the spec and secrets of session id, on
+// its outpost; it returns the new session.
+func (s *SessionsService) Rerun(ctx context.Context, id string) (*api.Session, error) {
+	var out api.Session
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/rerun", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Terminate ends a session; reason may be empty.
 func (s *SessionsService) Terminate(ctx context.Context, id, reason string) (*api.Session, error) {
 	var out api.Session

@@ -86,7 +86,7 @@ func eventWriter(f *Factory) func(api.Event) error {
 		enc := json.NewEncoder(f.IO.Out)
 		return func(ev api.Event) error { return enc.Encode(ev) }
 	}
-	return newTranscriptPrinter(f.IO.Out, time.Local).print
+	return newTranscriptPrinter(f.IO.Out, time.Local).Print
 }
 
 // followTranscript prints a session's events live until its end event, and

@@ -146,7 +146,7 @@ func TestTranscriptRendering(t *testing.T) {
 	var out bytes.Buffer
 	p := newTranscriptPrinter(&out, time.UTC)
 	for _, ev := range events {
-		if err := p.print(ev); err != nil {
+		if err := p.Print(ev); err != nil {
 			t.Fatal(err)
 		}
 	}

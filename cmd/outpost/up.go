@@ -218,7 +218,7 @@ func upDemo(ctx context.Context, f *Factory, c *client.Client, dir string) error
 		if ev.Type == api.EventEnd {
 			end = &ev
 		}
-		return printer.print(ev)
+		return printer.Print(ev)
 	})
 	if err != nil {
 		return err

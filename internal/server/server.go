@@ -855,6 +855,7 @@ func (s *Server) routes() http.Handler {
 	// What needs the session's remote connection is served by the replica
 	// that holds it (toOwner, forward.go).
 	mux.HandleFunc("PATCH /v1/sessions/{session}", s.authed(s.toOwner(s.updateSession), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/rerun", s.authed(s.rerunSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
 	"strconv"
@@ -172,11 +173,53 @@ func validateEnv(field string, env map[string]string) error {
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
 	var req api.CreateSessionRequest
 	if err := decodeWithPolicy(w, r, &req); err != nil {
 		return err
 	}
+	return s.startSession(w, r, req)
+}
+
+// rerunSession is POST /v1/sessions/{session}/rerun: a new session with
+// the spec of the given one — its outpost, title, prompt, repos, agent,
+// env, limits, pins and own network policy — and its secrets, which the
+// caller never sees. The new session is created as POST /v1/sessions
+// creates one, with the same checks, so a rerun of a session whose outpost
+// has since been deleted, or that the server can no longer run (an llm
+// agent without a provider), is refused the same way.
+func (s *Server) rerunSession(w http.ResponseWriter, r *http.Request) error {
+	old, err := s.sessionFor(r.Context(), r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	req, err := rerunRequest(old)
+	if err != nil {
+		return err
+	}
+	return s.startSession(w, r, req)
+}
+
+// rerunRequest is the create request that repeats sess. The spec goes
+// through its JSON, so every field a session's spec shares by name with a
+// create request carries over without a list to keep up.
+func rerunRequest(sess store.Session) (api.CreateSessionRequest, error) {
+	var req api.CreateSessionRequest
+	b, err := json.Marshal(sess.Spec)
+	if err == nil {
+		err = json.Unmarshal(b, &req)
+	}
+	if err != nil {
+		return req, fmt.Errorf("the spec of session %s: %w", sess.ID, err)
+	}
+	req.Outpost = sess.OutpostID
+	req.NetworkPolicy = sess.NetworkPolicy
+	req.Secrets = maps.Clone(sess.Secrets)
+	return req, nil
+}
+
+// startSession creates a session from req, as POST /v1/sessions does.
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.CreateSessionRequest) error {
+	ctx := r.Context()
 	if err := validateSession(&req); err != nil {
 		return err
 	}

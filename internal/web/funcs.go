@@ -78,6 +78,12 @@ var funcs = template.FuncMap{
 	"raw":   rawHTML,
 	"pre":   preText,
 	"join":  strings.Join,
+	// json is a value's JSON, for a data- attribute (the template escapes
+	// it there).
+	"json": func(v any) (string, error) {
+		b, err := json.Marshal(v)
+		return string(b), err
+	},
 	"requestText": func(r *api.NetworkRequest) string {
 		if r == nil {
 			return ""

@@ -358,10 +358,11 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	}
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
-	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil})
+	plan := scriptPlan(s.Spec)
+	items := buildTranscript(events, transcriptOptions{Final: final, NoMedia: s.Status.ArtifactsPrunedAt != nil, Plan: plan, End: live})
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
-		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items,
+		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
 		"Policy": h.sessionPolicy(r, s, final, sent),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.
@@ -424,6 +425,18 @@ func (h *Handler) terminate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+// rerun creates a new session with this one's spec and secrets and shows
+// the new session's page.
+func (h *Handler) rerun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	var s api.Session
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/rerun", nil, &s); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
 }
 
 // suspend and resume post the session's suspend or resume; the session

@@ -31,11 +31,17 @@ const (
 	stepOK      = "ok"
 	stepFailed  = "failed"
 	stepLost    = "lost" // the session ended without the call's result
+	// stepSkipped is a script's planned call that never ran: the script
+	// stopped before it.
+	stepSkipped = "skipped"
 )
 
 // step is one tool call.
 type step struct {
-	Call   int64
+	Call int64
+	// Label names the call by its place in a script's plan ("Step 2 of
+	// 3", "Clone 1 of 1"), as the session's reason does; "" shows #Call.
+	Label  string
 	Tool   string
 	Target string // what the call works on, on one line: the command, path, repo or URL
 	Full   string // Target uncut, when it was cut
@@ -64,7 +70,7 @@ type step struct {
 
 // Open says whether the step starts expanded: when it failed, still runs,
 // or shows an image or a video.
-func (s *step) Open() bool { return s.State != stepOK || s.Media != nil }
+func (s *step) Open() bool { return (s.State != stepOK && s.State != stepSkipped) || s.Media != nil }
 
 // noise is a run of consecutive machine, claim, connection and status
 // events.
@@ -109,6 +115,38 @@ type transcriptOptions struct {
 	Final bool
 	// NoMedia: the session's artifacts were deleted; show none inline.
 	NoMedia bool
+	// Plan is a script session's planned calls, by call number from 1:
+	// its repos' clones, then its steps. Nil for other agents.
+	Plan []plannedCall
+	// End: the page holds the transcript's last event, so a script that
+	// ended shows the steps it never reached.
+	End bool
+}
+
+// plannedCall is one call a script session plans before it runs: call
+// numbers are plan positions, so call n is Plan[n-1].
+type plannedCall struct {
+	Label  string `json:"label"`
+	Tool   string `json:"tool"`
+	Target string `json:"target"`
+}
+
+// scriptPlan returns the planned calls of a script session: one clone per
+// repo, then the steps, labelled as the session's reason counts them.
+func scriptPlan(spec api.SessionSpec) []plannedCall {
+	if spec.Agent.Kind != api.AgentScript {
+		return nil
+	}
+	plan := make([]plannedCall, 0, len(spec.Repos)+len(spec.Agent.Steps))
+	for i, r := range spec.Repos {
+		a, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
+		plan = append(plan, plannedCall{Label: fmt.Sprintf("Clone %d of %d", i+1, len(spec.Repos)), Tool: api.ToolGitClone, Target: api.CallTarget(api.ToolGitClone, a)})
+	}
+	for i, st := range spec.Agent.Steps {
+		target, _ := oneLine(api.CallTarget(st.Tool, st.Args))
+		plan = append(plan, plannedCall{Label: fmt.Sprintf("Step %d of %d", i+1, len(spec.Agent.Steps)), Tool: st.Tool, Target: target})
+	}
+	return plan
 }
 
 // buildTranscript groups a page of events, in order, into items.
@@ -130,6 +168,9 @@ func buildTranscript(events []api.Event, opts transcriptOptions) []item {
 			st := steps[ev.CallSeq]
 			if st == nil {
 				st = &step{Call: ev.CallSeq}
+				if n := ev.CallSeq; n >= 1 && n <= int64(len(opts.Plan)) {
+					st.Label = opts.Plan[n-1].Label
+				}
 				steps[ev.CallSeq] = st
 				items = append(items, item{Step: st})
 			}
@@ -156,7 +197,31 @@ func buildTranscript(events []api.Event, opts transcriptOptions) []item {
 			it.Noise.summarize()
 		}
 	}
-	return items
+	return append(items, skippedSteps(events, steps, opts)...)
+}
+
+// skippedSteps returns the planned calls of an ended script that never
+// ran, after the last one that did, when the page shows the transcript's
+// end and at least one call (or the whole transcript): a page that starts
+// after the last call cannot tell how far the script got.
+func skippedSteps(events []api.Event, steps map[int64]*step, opts transcriptOptions) []item {
+	if !opts.Final || !opts.End || len(opts.Plan) == 0 {
+		return nil
+	}
+	var last int64
+	for n := range steps {
+		last = max(last, n)
+	}
+	if last == 0 && (len(events) == 0 || events[0].Seq > 1) {
+		return nil
+	}
+	var out []item
+	for n := last + 1; n <= int64(len(opts.Plan)); n++ {
+		p := opts.Plan[n-1]
+		out = append(out, item{Step: &step{Call: n, Label: p.Label, Tool: p.Tool, Target: p.Target,
+			State: stepSkipped, Status: "skipped"}})
+	}
+	return out
 }
 
 // isStepEvent says whether an event belongs to a tool call's step.

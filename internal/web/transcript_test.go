@@ -275,3 +275,67 @@ func TestSessionPageReadsLikeACILog(t *testing.T) {
 		t.Error("the raw JSON of the failing step's output is missing or not escaped")
 	}
 }
+
+// TestScriptStepsMatchTheReason: a script session's calls are labelled as
+// its reason counts them (clones first, then "Step N of M"), and once it
+// has ended the steps it never reached show as skipped, after the last
+// call that ran — never when the page cannot see how far it got.
+func TestScriptStepsMatchTheReason(t *testing.T) {
+	t.Parallel()
+	spec := api.SessionSpec{Repos: []api.Repo{{URL: "https://git.example/app.git", Name: "app"}},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			{Tool: api.ToolExec, Args: args(api.ExecArgs{Command: "make build"})},
+			{Tool: api.ToolExec, Args: args(api.ExecArgs{Command: "make test"})},
+			{Tool: api.ToolExec, Args: args(api.ExecArgs{Command: "make deploy\nmake notify"})},
+		}}}
+	f := &fixture{now: 1_700_000_000_000}
+	f.add(0, api.Event{Type: api.EventCall, CallSeq: 1, Tool: api.ToolGitClone, Args: args(api.GitCloneArgs{URL: "https://git.example/app.git", Name: "app"})}).
+		add(5, api.Event{Type: api.EventResult, CallSeq: 1, Tool: api.ToolGitClone, OK: ptr(true)}).
+		add(0, api.Event{Type: api.EventCall, CallSeq: 2, Tool: api.ToolExec, Args: args(api.ExecArgs{Command: "make build"})}).
+		add(5, api.Event{Type: api.EventResult, CallSeq: 2, Tool: api.ToolExec, OK: ptr(true), ExitCode: ptr(0)}).
+		add(0, api.Event{Type: api.EventCall, CallSeq: 3, Tool: api.ToolExec, Args: args(api.ExecArgs{Command: "make test"})}).
+		add(5, api.Event{Type: api.EventResult, CallSeq: 3, Tool: api.ToolExec, OK: ptr(false), ExitCode: ptr(2), Error: "exit code 2"}).
+		add(0, api.Event{Type: api.EventEnd, Status: api.StatusError, Reason: `Step 2 of 3 (exec "make test") failed: exit code 2. The script stopped there; step 3 did not run.`})
+	plan := scriptPlan(spec)
+	view := func(items []item) []string {
+		var out []string
+		for _, it := range items {
+			if s := it.Step; s != nil {
+				out = append(out, fmt.Sprintf("%d %s %s %s %q", s.Call, s.Label, s.State, s.Tool, s.Target))
+			}
+		}
+		return out
+	}
+	ended := view(buildTranscript(f.evs, transcriptOptions{Final: true, End: true, Plan: plan}))
+	want := []string{
+		`1 Clone 1 of 1 ok git_clone "app ← https://git.example/app.git"`,
+		`2 Step 1 of 3 ok exec "make build"`,
+		`3 Step 2 of 3 failed exec "make test"`,
+		`4 Step 3 of 3 skipped exec "make deploy …"`,
+	}
+	if strings.Join(ended, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ended script:\n%s\nwant\n%s", strings.Join(ended, "\n"), strings.Join(want, "\n"))
+	}
+	// While it runs, and on a page of earlier events, nothing is skipped.
+	if got := view(buildTranscript(f.evs, transcriptOptions{Final: false, End: true, Plan: plan})); len(got) != 3 {
+		t.Errorf("a running script shows %d steps, want the 3 that ran: %v", len(got), got)
+	}
+	if got := view(buildTranscript(f.evs, transcriptOptions{Final: true, End: false, Plan: plan})); len(got) != 3 {
+		t.Errorf("a page before the end shows %d steps, want 3: %v", len(got), got)
+	}
+	// A last page that holds only the end cannot tell which steps ran.
+	if got := view(buildTranscript(f.evs[len(f.evs)-1:], transcriptOptions{Final: true, End: true, Plan: plan})); len(got) != 0 {
+		t.Errorf("a page with only the end shows steps %v", got)
+	}
+	// Other agents keep call numbers.
+	llm := spec
+	llm.Agent.Kind = api.AgentLLM
+	if scriptPlan(llm) != nil {
+		t.Error("an llm session has a plan")
+	}
+	for _, s := range view(buildTranscript(f.evs, transcriptOptions{Final: true, End: true})) {
+		if strings.Contains(s, "Step") || strings.Contains(s, "skipped") {
+			t.Errorf("without a plan: %s", s)
+		}
+	}
+}

@@ -96,4 +96,18 @@ agent:
 	if code, _, errOut := runExit(t, c.env(c.admin), "sessions", "logs", id); code != 0 {
 		t.Errorf("sessions logs: exit %d, stderr %q", code, errOut)
 	}
+
+	// Rerun: a new session with the same spec fails the same way, and
+	// --follow exits 1 as create --follow did.
+	code, out, errOut = runExit(t, c.env(c.admin), "sessions", "rerun", id, "--follow")
+	if code != 1 || !strings.Contains(out, "session ended: error (error): "+reason) || !strings.Contains(errOut, ", a rerun of "+id+";") {
+		t.Errorf("sessions rerun --follow: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if code := c.api("GET", "/v1/sessions?outpost=ci", c.admin, nil, &sessions); code != 200 || len(sessions.Items) != 2 ||
+		sessions.Items[0].Spec.Title != "a failing build" || sessions.Items[0].Metadata.SessionID == id {
+		t.Errorf("after the rerun: %d %+v", code, sessions.Items)
+	}
+	if code, _, errOut := runExit(t, c.env(c.admin), "sessions", "rerun", "ses_nope"); code == 0 || !strings.Contains(errOut, "ses_nope") {
+		t.Errorf("rerun of an unknown session: exit %d, stderr %q", code, errOut)
+	}
 }

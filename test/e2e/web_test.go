@@ -713,9 +713,9 @@ func TestWebUISteps(t *testing.T) {
 		open  bool
 		head  []string
 	}{
-		{"step s-ok", false, []string{"#1", "exec", "echo passing step; echo 0123", "exit 0"}},
-		{"step s-failed", true, []string{"#2", "exec", `printf '\033[31mred`, "exit 3"}},
-		{"step s-ok", false, []string{"#3", "exec", "for i in 1 2 3", "exit 0"}},
+		{"step s-ok", false, []string{"Step 1 of 3", "exec", "echo passing step; echo 0123", "exit 0"}},
+		{"step s-failed", true, []string{"Step 2 of 3", "exec", `printf '\033[31mred`, "exit 3"}},
+		{"step s-ok", false, []string{"Step 3 of 3", "exec", "for i in 1 2 3", "exit 0"}},
 	}
 	for i, w := range want {
 		s := server[i]
@@ -797,6 +797,76 @@ func TestWebUISteps(t *testing.T) {
 	}
 	shot(t, ctx, shots, "steps-390")
 	do(t, ctx, "wide screen", chromedp.EmulateReset())
+}
+
+// TestWebUIStepsMatchTheReason follows a script that clones a repository
+// and stops at its second step's failure: the page numbers its calls as
+// the session's reason does (the clone first, then "Step N of 3"), and the
+// step that never ran shows as skipped — live, and the same after a reload.
+func TestWebUIStepsMatchTheReason(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	c := startCluster(t)
+	token := setupOutpost(t, c, "stops")
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "stops", Title: "stops early",
+		Repos: []api.Repo{{URL: httpRepo(t), Name: "demo"}},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			execStep("echo built"), execStep("echo failing; exit 4"), execStep("echo never runs"),
+		}}})
+	signIn(t, ctx, c, c.admin)
+	do(t, ctx, "session page", chromedp.Navigate(c.url+"/ui/sessions/"+id), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	eval[int](t, ctx, `window.noReload = 1`)
+	startOrchestrator(t, c, "stops", token, t.TempDir(), "--backend", "process")
+	waitText(t, ctx, "#live-state", "The session has ended.", 90*time.Second)
+	if eval[int](t, ctx, `window.noReload`) != 1 {
+		t.Fatal("the session page reloaded; steps should arrive live")
+	}
+	reason := eval[string](t, ctx, `document.getElementById("reason").textContent`)
+	if !strings.Contains(reason, "Step 2 of 3") || !strings.Contains(reason, "step 3 did not run") {
+		t.Fatalf("the reason reads %q", reason)
+	}
+	live := eval[[]stepView](t, ctx, stepsJS)
+	do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#transcript")))
+	server := eval[[]stepView](t, ctx, stepsJS)
+	want := []struct{ class, head string }{
+		{"step s-ok", "Clone 1 of 1"},
+		{"step s-ok", "Step 1 of 3"},
+		{"step s-failed", "Step 2 of 3"},
+		{"step s-skipped", "Step 3 of 3"},
+	}
+	for name, steps := range map[string][]stepView{"live": live, "after a reload": server} {
+		if len(steps) != len(want) {
+			t.Fatalf("%s: %d steps, want %d: %+v", name, len(steps), len(want), steps)
+		}
+		for i, w := range want {
+			if s := steps[i]; s.Class != w.class || !strings.HasPrefix(strings.TrimSpace(s.Head), w.head) {
+				t.Errorf("%s: step %d is %q %q, want %q starting %q", name, i+1, s.Class, s.Head, w.class, w.head)
+			}
+		}
+		if s := steps[3]; !strings.Contains(s.Head, "echo never runs") || !strings.Contains(s.Head, "skipped") || s.Open {
+			t.Errorf("%s: the skipped step reads %q (open %v)", name, s.Head, s.Open)
+		}
+	}
+
+	// The whole log, as the page's link downloads it, reads as the CLI's.
+	href := eval[string](t, ctx, `document.getElementById("log-download").href`)
+	log := eval[string](t, ctx, fmt.Sprintf(`fetch(%q).then(r => r.text())`, href))
+	for _, want := range []string{"$ echo built\nbuilt\n[exit 0]\n", "$ echo failing; exit 4\nfailing\n[exit 4]\n", "session ended: error", "Step 2 of 3"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the downloaded log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "never runs") {
+		t.Errorf("the downloaded log shows the step that never ran:\n%s", log)
+	}
+	// Re-run: the button opens the new session's page, which runs the same
+	// script to the same end.
+	do(t, ctx, "re-run", chromedp.Click(chromedp.CSS("#rerun")))
+	waitJS(t, ctx, "the new session's page", fmt.Sprintf(`location.pathname.startsWith("/ui/sessions/") && !location.pathname.endsWith(%q)`, id), 10*time.Second)
+	waitText(t, ctx, "#live-state", "The session has ended.", 90*time.Second)
+	if reason := eval[string](t, ctx, `document.getElementById("reason").textContent`); !strings.Contains(reason, "Step 2 of 3") {
+		t.Errorf("the rerun's reason reads %q", reason)
+	}
 }
 
 // TestWebUITerminalJS runs the terminal cases the server's renderer passes

@@ -187,6 +187,10 @@
     return d;
   }
 
+  // plan is a script session's planned calls by call number from 1
+  // (label, tool, target), from the transcript's data-plan; [] otherwise.
+  var plan = [];
+
   function newStep(call) {
     var li = el("li", "step s-running");
     li.id = "call-" + call;
@@ -195,7 +199,9 @@
     d.open = true;
     var sum = el("summary");
     sum.appendChild(el("span", "icon")).setAttribute("aria-hidden", "true");
-    sum.appendChild(el("span", "seq", "#" + call));
+    var p = plan[call - 1];
+    var seq = sum.appendChild(el("span", "seq", p ? p.label : "#" + call));
+    if (p) seq.title = "call #" + call;
     sum.appendChild(el("span", "tool", "call"));
     sum.appendChild(el("code", "what", ""));
     sum.appendChild(el("span", "took", ""));
@@ -323,6 +329,19 @@
       li.querySelector("summary .took").textContent = "";
       li.querySelector("details.step").open = true;
     });
+    // A script that stopped early shows the steps it never reached, as
+    // the server renders them once the session has ended.
+    var last = 0;
+    for (var k in this.steps) last = Math.max(last, Number(k));
+    if (last === 0 && document.getElementById("earlier")) return;
+    for (var n = last + 1; n <= plan.length; n++) {
+      var li = this.steps[n] = newStep(n);
+      setState(li, "skipped", "skipped");
+      li.querySelector("summary .tool").textContent = plan[n - 1].tool;
+      li.querySelector("summary .what").textContent = plan[n - 1].target;
+      li.querySelector("details.step").open = false;
+      this.list.appendChild(li);
+    }
   };
 
   Transcript.prototype.noiseEvent = function (ev, raw) {
@@ -480,6 +499,7 @@
     var state = document.getElementById("live-state");
     var status = document.getElementById("status");
     var reason = document.getElementById("reason");
+    try { plan = JSON.parse(list.dataset.plan || "[]"); } catch (e) { plan = []; }
     var transcript = new Transcript(list);
     var timer = window.setInterval(function () { tick(list); }, 500);
     tick(list);
