@@ -128,6 +128,10 @@ type SessionStatus struct {
 	// AcceptorID is the worker or orchestrator holding the session's
 	// claim; null when nobody holds it.
 	AcceptorID *string `json:"acceptor_id"`
+	// Worker is the acceptor (worker or orchestrator) that claimed the
+	// session last, kept after the claim and the session end — what ran
+	// it; omitted before any claim. GET /v1/sessions?worker= filters by it.
+	Worker string `json:"worker,omitempty"`
 	// LastSeq is the sequence number of the last tool call whose result the
 	// control plane holds.
 	LastSeq int64 `json:"last_seq"`

@@ -102,6 +102,9 @@ type WorkerInfo struct {
 	// (worker start --label KEY=VALUE), matched exactly by sessions'
 	// requirements.labels; see ValidateLabel.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Isolation is how a worker keeps session code from its own files:
+	// none, user or bwrap (worker start --isolation, as resolved).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Worker is a connected acceptor as GET /v1/outposts/{outpost}/workers and
@@ -120,10 +123,14 @@ type Worker struct {
 	ExpiresAt   int64 `json:"expires_at"`
 	// HeartbeatIntervalS is how often the server expects a heartbeat.
 	HeartbeatIntervalS int64 `json:"heartbeat_interval_s"`
+	// Online is false for an acceptor that said goodbye or stopped
+	// heartbeating (ExpiresAt passed): lists show such entries with
+	// ?offline=true for a day, with their last heartbeat.
+	Online bool `json:"online"`
 }
 
-// WorkerList is the answer of GET /v1/outposts/{outpost}/workers: the
-// connected acceptors, sorted by acceptor id.
+// WorkerList is the answer of GET /v1/outposts/{outpost}/workers and GET
+// /v1/workers: the acceptors, sorted by outpost and acceptor id.
 type WorkerList struct {
 	Items []Worker `json:"items"`
 	// Total is len(Items): the list is not paged.

@@ -24,6 +24,8 @@ type SessionFilter struct {
 	Status string
 	// Query keeps sessions whose title contains it.
 	Query string
+	// Worker keeps sessions whose latest claim was this acceptor's.
+	Worker string
 	// First is the page size, 1–200; zero means the server default (50).
 	First int
 	// Cursor continues from an earlier answer's cursor.
@@ -51,7 +53,7 @@ func (s *SessionsService) Get(ctx context.Context, id string) (*api.Session, err
 // List returns one page of sessions, newest first.
 func (s *SessionsService) List(ctx context.Context, f SessionFilter) (*api.SessionList, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"outpost": f.Outpost, "status": f.Status, "q": f.Query, "cursor": f.Cursor} {
+	for k, v := range map[string]string{"outpost": f.Outpost, "status": f.Status, "q": f.Query, "worker": f.Worker, "cursor": f.Cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}

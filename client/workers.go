@@ -30,7 +30,8 @@ func (s *WorkersService) Heartbeat(ctx context.Context, outpost, acceptorID stri
 	return &out, nil
 }
 
-// Goodbye tells the server acceptorID stopped, so it is no longer listed.
+// Goodbye tells the server acceptorID stopped: it is listed as offline
+// (with ?offline=true) from then on, for a day.
 // Saying goodbye twice, or after the server forgot the acceptor, is no
 // error.
 func (s *WorkersService) Goodbye(ctx context.Context, outpost, acceptorID string) error {
@@ -53,4 +54,40 @@ func (s *WorkersService) List(ctx context.Context, outpost string) (*api.WorkerL
 		return nil, err
 	}
 	return &l, nil
+}
+
+// WorkerListOptions select what ListAll returns.
+type WorkerListOptions struct {
+	// Outpost limits the list to one outpost (a name or id); "" lists
+	// every outpost's the token may read.
+	Outpost string
+	// Offline adds the acceptors that went offline in the last day
+	// (api.Worker.Online false), with their last heartbeat.
+	Offline bool
+}
+
+// ListAll returns the workers and orchestrators of every outpost, or of
+// one, sorted by outpost and acceptor id (GET /v1/workers).
+func (s *WorkersService) ListAll(ctx context.Context, opts WorkerListOptions) (*api.WorkerList, error) {
+	q := url.Values{}
+	if opts.Outpost != "" {
+		q.Set("outpost", opts.Outpost)
+	}
+	if opts.Offline {
+		q.Set("offline", "true")
+	}
+	var l api.WorkerList
+	if err := s.c.do(ctx, http.MethodGet, "/v1/workers", q, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Get returns one acceptor of outpost, live or offline for less than a day.
+func (s *WorkersService) Get(ctx context.Context, outpost, acceptorID string) (*api.Worker, error) {
+	var w api.Worker
+	if err := s.c.do(ctx, http.MethodGet, workerPath(outpost, acceptorID), nil, nil, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }

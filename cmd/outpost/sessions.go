@@ -260,8 +260,8 @@ var sessionStatuses = []string{api.StatusNew, api.StatusClaimed, api.StatusRunni
 // SessionsListOptions are the settings of `outpost sessions list`.
 type SessionsListOptions struct {
 	f *Factory
-	// Filter is what to list: --outpost, --status and --limit (First; 0
-	// means the server's default).
+	// Filter is what to list: --outpost, --status, --worker and --limit
+	// (First; 0 means the server's default).
 	Filter client.SessionFilter
 }
 
@@ -272,7 +272,7 @@ func NewCmdSessionsList(f *Factory, runF func(context.Context, *SessionsListOpti
 	cmd := &cobra.Command{
 		Use:     "list",
 		Short:   "List sessions, newest first",
-		Example: "  outpost sessions list\n  outpost sessions list --outpost dev --status running --limit 10 -o json",
+		Example: "  outpost sessions list\n  outpost sessions list --outpost dev --status running --limit 10 -o json\n  outpost sessions list --worker worker-box1-3f9a",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Filter.First < 0 || opts.Filter.First > 200 {
@@ -280,6 +280,11 @@ func NewCmdSessionsList(f *Factory, runF func(context.Context, *SessionsListOpti
 			}
 			if opts.Filter.Status != "" && !slices.Contains(sessionStatuses, opts.Filter.Status) {
 				return usageErrorf("--status must be one of %s, not %q", strings.Join(sessionStatuses, ", "), opts.Filter.Status)
+			}
+			if opts.Filter.Worker != "" {
+				if err := api.ValidateAcceptorID(opts.Filter.Worker); err != nil {
+					return usageErrorf("--worker: %s", err)
+				}
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -290,6 +295,7 @@ func NewCmdSessionsList(f *Factory, runF func(context.Context, *SessionsListOpti
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Filter.Outpost, "outpost", "", "only sessions of this outpost")
 	fl.StringVar(&opts.Filter.Status, "status", "", "only sessions with this status ("+strings.Join(sessionStatuses, ", ")+")")
+	fl.StringVar(&opts.Filter.Worker, "worker", "", "only sessions this worker (an acceptor id) ran")
 	fl.IntVar(&opts.Filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
 	return cmd
 }
@@ -308,14 +314,18 @@ func runSessionsList(ctx context.Context, opts *SessionsListOptions) error {
 		return printJSON(f.IO.Out, l)
 	}
 	now := time.Now()
-	t := newTable(f.IO.Out, "ID", "OUTPOST", "STATUS", "CREATED", "TITLE")
+	t := newTable(f.IO.Out, "ID", "OUTPOST", "STATUS", "CREATED", "WORKER", "TITLE")
 	for _, s := range l.Items {
 		outpost := s.Spec.Outpost
 		if outpost == "" {
 			outpost = s.Metadata.OutpostID
 		}
+		worker := s.Status.Worker
+		if worker == "" {
+			worker = "-"
+		}
 		t.row(s.Metadata.SessionID, outpost, statusText(s.Status.Status, s.Status.StatusDetail),
-			ago(s.Metadata.CreatedAt, now), truncate(s.Spec.Title, 50))
+			ago(s.Metadata.CreatedAt, now), worker, truncate(s.Spec.Title, 50))
 	}
 	return t.flush()
 }

@@ -7,27 +7,32 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 )
 
 // NewCmdWorkers returns `outpost workers`.
 func NewCmdWorkers(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workers",
-		Short: "List the workers and orchestrators connected to an outpost",
+		Short: "List and inspect the workers and orchestrators of the outposts",
 	}
-	cmd.AddCommand(NewCmdWorkersList(f, nil))
+	cmd.AddCommand(NewCmdWorkersList(f, nil), NewCmdWorkersGet(f, nil))
 	return cmd
 }
 
 // WorkersListOptions are the settings of `outpost workers list`.
 type WorkersListOptions struct {
 	f *Factory
-	// Outpost is the outpost's name or id (--outpost).
+	// Outpost is the outpost's name or id (--outpost); "" lists every
+	// outpost's.
 	Outpost string
+	// Offline adds the machines that went offline in the last day.
+	Offline bool
 }
 
 // NewCmdWorkersList returns `outpost workers list`. runF replaces the run
@@ -35,21 +40,19 @@ type WorkersListOptions struct {
 func NewCmdWorkersList(f *Factory, runF func(context.Context, *WorkersListOptions) error) *cobra.Command {
 	opts := &WorkersListOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "list --outpost NAME-OR-ID",
-		Short:   "List an outpost's connected workers with their machines (CPUs, memory, GPUs) and labels",
-		Example: "  outpost workers list --outpost gpu-h200\n  outpost workers list --outpost gpu-h200 -o json",
+		Use:     "list [--outpost NAME-OR-ID] [--offline]",
+		Short:   "List the connected workers of every outpost, or of one, with their machines (CPUs, memory, GPUs), version, isolation and labels",
+		Example: "  outpost workers list\n  outpost workers list --outpost gpu-h200 --offline\n  outpost workers list -o json",
 		Args:    exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if opts.Outpost == "" {
-				return usageErrorf("workers list needs --outpost NAME-OR-ID")
-			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return runWorkersList(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Outpost, "outpost", "", "outpost name or id")
+	cmd.Flags().StringVar(&opts.Outpost, "outpost", "", "only this outpost's workers (name or id)")
+	cmd.Flags().BoolVar(&opts.Offline, "offline", false, "also list the workers that went offline in the last day, with when they were last seen")
 	return cmd
 }
 
@@ -59,20 +62,137 @@ func runWorkersList(ctx context.Context, opts *WorkersListOptions) error {
 	if err != nil {
 		return err
 	}
-	l, err := c.Workers.List(ctx, opts.Outpost)
+	l, err := c.Workers.ListAll(ctx, client.WorkerListOptions{Outpost: opts.Outpost, Offline: opts.Offline})
 	if err != nil {
 		return err
 	}
 	if f.JSON() {
 		return printJSON(f.IO.Out, l)
 	}
-	t := newTable(f.IO.Out, "ACCEPTOR", "KIND", "HOST", "SESSIONS", "CPUS", "MEMORY", "GPUS", "LABELS")
+	names := outpostNames(ctx, c)
+	now := time.Now()
+	t := newTable(f.IO.Out, "OUTPOST", "ACCEPTOR", "KIND", "HOST", "STATE", "SESSIONS", "VERSION", "ISOLATION", "CPUS", "MEMORY", "GPUS", "LABELS")
 	for _, w := range l.Items {
 		cpus, mem, gpus := "-", "-", "-"
 		if caps := w.Capabilities; caps != nil {
 			cpus, mem, gpus = strconv.Itoa(caps.CPUs), gibText(caps.MemoryBytes), gpuText(caps.GPUs)
 		}
-		t.row(w.AcceptorID, w.Kind, w.Hostname, fmt.Sprintf("%d/%d", w.ActiveSessions, w.MaxSessions), cpus, mem, gpus, labelsText(w.Labels))
+		t.row(nameOr(names, w.OutpostID), w.AcceptorID, w.Kind, w.Hostname, workerState(w, now),
+			fmt.Sprintf("%d/%d", w.ActiveSessions, w.MaxSessions), orDash(w.Version), orDash(w.Isolation), cpus, mem, gpus, labelsText(w.Labels))
+	}
+	return t.flush()
+}
+
+// outpostNames maps outpost ids to names, so lists show names; an outpost
+// the token cannot list shows its id.
+func outpostNames(ctx context.Context, c *client.Client) map[string]string {
+	names := map[string]string{}
+	if l, err := c.Outposts.List(ctx); err == nil {
+		for _, o := range l.Items {
+			names[o.Metadata.OutpostID] = o.Spec.Name
+		}
+	}
+	return names
+}
+
+func nameOr(names map[string]string, id string) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return id
+}
+
+// workerState is "online", or "offline, seen 3h ago".
+func workerState(w api.Worker, now time.Time) string {
+	if w.Online {
+		return "online"
+	}
+	return "offline, seen " + ago(w.LastSeenAt, now)
+}
+
+// WorkersGetOptions are the settings of `outpost workers get`.
+type WorkersGetOptions struct {
+	f *Factory
+	// Acceptor is the worker's acceptor id (the argument); Outpost its
+	// outpost (--outpost).
+	Acceptor, Outpost string
+}
+
+// NewCmdWorkersGet returns `outpost workers get`. runF replaces the run in
+// tests.
+func NewCmdWorkersGet(f *Factory, runF func(context.Context, *WorkersGetOptions) error) *cobra.Command {
+	opts := &WorkersGetOptions{f: f}
+	cmd := &cobra.Command{
+		Use:     "get ACCEPTOR-ID --outpost NAME-OR-ID",
+		Short:   "Show one worker: its machine, what it serves, when it was last seen, and the sessions it ran",
+		Example: "  outpost workers get worker-box1-3f9a --outpost gpu-h200",
+		Args:    exactArgs(1, "ACCEPTOR-ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Acceptor = args[0]
+			if err := api.ValidateAcceptorID(opts.Acceptor); err != nil {
+				return usageErrorf("%s", err)
+			}
+			if opts.Outpost == "" {
+				return usageErrorf("workers get needs --outpost NAME-OR-ID")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runWorkersGet(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Outpost, "outpost", "", "the worker's outpost (name or id)")
+	return cmd
+}
+
+func runWorkersGet(ctx context.Context, opts *WorkersGetOptions) error {
+	f := opts.f
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	w, err := c.Workers.Get(ctx, opts.Outpost, opts.Acceptor)
+	if err != nil {
+		return err
+	}
+	ran, err := c.Sessions.List(ctx, client.SessionFilter{Outpost: opts.Outpost, Worker: opts.Acceptor, First: 20})
+	if err != nil {
+		return err
+	}
+	if f.JSON() {
+		return printJSON(f.IO.Out, struct {
+			*api.Worker
+			Sessions []api.Session `json:"sessions"`
+		}{w, ran.Items})
+	}
+	now := time.Now()
+	out := f.IO.Out
+	fmt.Fprintf(out, "Worker:     %s (%s)\n", w.AcceptorID, w.Kind)
+	fmt.Fprintf(out, "Outpost:    %s\n", nameOr(outpostNames(ctx, c), w.OutpostID))
+	fmt.Fprintf(out, "Host:       %s\n", orDash(w.Hostname))
+	fmt.Fprintf(out, "State:      %s (connected %s, last seen %s)\n", map[bool]string{true: "online", false: "offline"}[w.Online],
+		ago(w.ConnectedAt, now), ago(w.LastSeenAt, now))
+	fmt.Fprintf(out, "Serving:    %d of %d", w.ActiveSessions, w.MaxSessions)
+	if w.SessionID != "" {
+		fmt.Fprintf(out, " (%s)", w.SessionID)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "Version:    %s\n", orDash(w.Version))
+	fmt.Fprintf(out, "Isolation:  %s\n", orDash(w.Isolation))
+	if caps := w.Capabilities; caps != nil {
+		fmt.Fprintf(out, "Machine:    %s/%s, %d CPUs, %s memory, %s disk free\n", caps.OS, caps.Arch, caps.CPUs, gibText(caps.MemoryBytes), gibText(caps.DiskFreeBytes))
+		fmt.Fprintf(out, "GPUs:       %s\n", gpuText(caps.GPUs))
+	}
+	fmt.Fprintf(out, "Labels:     %s\n", labelsText(w.Labels))
+	fmt.Fprintln(out)
+	if len(ran.Items) == 0 {
+		fmt.Fprintln(out, "No sessions ran on it.")
+		return nil
+	}
+	fmt.Fprintln(out, "Sessions it ran, newest first:")
+	t := newTable(out, "ID", "STATUS", "CREATED", "TITLE")
+	for _, s := range ran.Items {
+		t.row(s.Metadata.SessionID, statusText(s.Status.Status, s.Status.StatusDetail), ago(s.Metadata.CreatedAt, now), truncate(s.Spec.Title, 50))
 	}
 	return t.flush()
 }

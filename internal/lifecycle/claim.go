@@ -100,6 +100,7 @@ func Claim(sess store.Session, e store.QueueEntry, load store.OutpostLoad, req C
 		e.Phase = api.PhaseClaimed
 		e.AcceptorID = acceptor
 		e.LiveUntil = time.Time{} // no remote of this claim yet
+		sess.Worker = acceptor
 		m.Events = append(m.Events, api.Event{Type: api.EventClaim, AcceptorID: acceptor, Time: now.UnixMilli(),
 			Reason: fmt.Sprintf("Claimed by %s.", acceptor)})
 		if sess.Status == api.StatusNew {

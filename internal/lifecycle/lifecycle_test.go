@@ -134,8 +134,8 @@ func TestClaimTakesAFreeEntry(t *testing.T) {
 	if m.Entry.Phase != api.PhaseClaimed || m.Entry.AcceptorID != "w1" || m.Entry.Epoch != 2 || !m.Entry.ClaimDeadline.Equal(now.Add(ttl)) {
 		t.Errorf("entry = %+v, want claimed by w1 in epoch 2 until now+ttl", *m.Entry)
 	}
-	if m.Session.Status != api.StatusClaimed || m.Session.Reason != "Claimed by w1; waiting for its remote to connect." {
-		t.Errorf("session = %s %q", m.Session.Status, m.Session.Reason)
+	if m.Session.Status != api.StatusClaimed || m.Session.Reason != "Claimed by w1; waiting for its remote to connect." || m.Session.Worker != "w1" {
+		t.Errorf("session = %s %q, worker %q", m.Session.Status, m.Session.Reason, m.Session.Worker)
 	}
 	if eventTypes(m.Events) != api.EventClaim+","+api.EventStatus {
 		t.Errorf("events = %s", eventTypes(m.Events))
@@ -192,8 +192,8 @@ func TestClaimOfALapsedClaimRequeuesItFirst(t *testing.T) {
 	if m.Events[0].Reason != want {
 		t.Errorf("release reason = %q, want %q", m.Events[0].Reason, want)
 	}
-	if m.Session.Status != api.StatusResuming {
-		t.Errorf("status = %s, want resuming (the session had started)", m.Session.Status)
+	if m.Session.Status != api.StatusResuming || m.Session.Worker != "w1" {
+		t.Errorf("status = %s, worker %q; want resuming (the session had started) on w1", m.Session.Status, m.Session.Worker)
 	}
 }
 

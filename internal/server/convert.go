@@ -82,6 +82,7 @@ func toAPISession(s store.Session) api.Session {
 			Status:       s.Status,
 			StatusDetail: s.StatusDetail,
 			Reason:       red.String(s.Reason),
+			Worker:       s.Worker,
 			LastSeq:      s.LastSeq,
 			StartedAt:    unixPtr(s.StartedAt),
 			EndedAt:      unixPtr(s.EndedAt),

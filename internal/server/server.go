@@ -843,6 +843,8 @@ func (s *Server) routes() http.Handler {
 	// Connected workers and orchestrators: heartbeats kept in memory.
 	wk := s.newWorkers()
 	mux.HandleFunc("GET /v1/outposts/{outpost}/workers", s.authed(wk.list, read...))
+	mux.HandleFunc("GET /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.get, read...))
+	mux.HandleFunc("GET /v1/workers", s.authed(wk.listAll, read...))
 	mux.HandleFunc("PUT /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.heartbeat, api.ScopeMachine))
 	mux.HandleFunc("DELETE /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.goodbye, api.ScopeMachine))
 	mux.HandleFunc("POST /v1/sessions", s.authed(s.createSession, api.ScopeSessionsWrite))

@@ -353,7 +353,10 @@ func parseSessionCursor(c string) (time.Time, string, error) {
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query()
-	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q")}
+	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q"), Worker: q.Get("worker")}
+	if err := api.ValidateAcceptorID(f.Worker); f.Worker != "" && err != nil {
+		return errBadRequest("worker: %s.", err)
+	}
 	switch f.Status {
 	case "", api.StatusNew, api.StatusClaimed, api.StatusRunning, api.StatusExit, api.StatusError, api.StatusSuspended, api.StatusResuming:
 	default:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -43,10 +44,11 @@ func (s *Server) newWorkers() *workers {
 	return wk
 }
 
-// apiWorker is a stored entry as the API shows it (times in Unix seconds).
-func apiWorker(w store.Worker) api.Worker {
+// apiWorker is a stored entry as the API shows it at now (times in Unix
+// seconds).
+func apiWorker(w store.Worker, now time.Time) api.Worker {
 	return api.Worker{
-		AcceptorID: w.AcceptorID, OutpostID: w.OutpostID, WorkerInfo: w.Info,
+		AcceptorID: w.AcceptorID, OutpostID: w.OutpostID, WorkerInfo: w.Info, Online: w.ExpiresAt.After(now),
 		ConnectedAt: w.ConnectedAt.Unix(), LastSeenAt: w.LastSeenAt.Unix(), ExpiresAt: w.ExpiresAt.Unix(),
 		HeartbeatIntervalS: int64(api.WorkerHeartbeatInterval / time.Second),
 	}
@@ -59,7 +61,7 @@ func validateWorkerInfo(in *api.WorkerInfo) error {
 	default:
 		return errBadRequest("kind must be %q or %q.", api.WorkerKindWorker, api.WorkerKindOrchestrator)
 	}
-	short := map[string]string{"hostname": in.Hostname, "version": in.Version, "session_id": in.SessionID}
+	short := map[string]string{"hostname": in.Hostname, "version": in.Version, "session_id": in.SessionID, "isolation": in.Isolation}
 	for k, v := range short {
 		if len(v) > 255 || strings.ContainsFunc(v, isControl) {
 			return errBadRequest("%s must be at most 255 characters without control characters.", k)
@@ -154,7 +156,7 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 		wk.s.log.Warn("refused a heartbeat: the acceptor id is held by another live process", "outpost", o.Name,
 			"acceptor_id", acceptor, "holder_instance", h.Instance, "holder_hostname", h.Hostname, "holder_pid", h.PID,
 			"refused_instance", in.Instance, "refused_hostname", in.Hostname, "refused_pid", in.PID)
-		return errAcceptorInUse(acceptor, apiWorker(inUse.Holder), now)
+		return errAcceptorInUse(acceptor, apiWorker(inUse.Holder, now), now)
 	case errors.Is(err, store.ErrTooManyWorkers):
 		return errConflict("Outpost %q already has %d connected workers, the most one outpost may have.", o.Name, wk.max)
 	case errors.Is(err, store.ErrNotFound):
@@ -165,7 +167,7 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if e.ConnectedAt.Equal(e.LastSeenAt) {
 		wk.s.log.Info("worker connected", "outpost", o.Name, "acceptor_id", acceptor, "kind", in.Kind, "hostname", in.Hostname)
 	}
-	writeJSON(w, http.StatusOK, apiWorker(e))
+	writeJSON(w, http.StatusOK, apiWorker(e, now))
 	return nil
 }
 
@@ -202,7 +204,7 @@ func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	gone, err := wk.s.store.DeleteWorker(r.Context(), o.ID, acceptor, instance)
+	gone, err := wk.s.store.DeleteWorker(r.Context(), o.ID, acceptor, instance, wk.now())
 	if err != nil {
 		return fmt.Errorf("goodbye of %s on %s: %w", acceptor, o.ID, err)
 	}
@@ -213,22 +215,71 @@ func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// list is GET /v1/outposts/{outpost}/workers.
+// list is GET /v1/outposts/{outpost}/workers: the live acceptors, and
+// with ?offline=true those offline for less than store.WorkerOfflineKeep.
 func (wk *workers) list(w http.ResponseWriter, r *http.Request) error {
 	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
 	if err != nil {
 		return err
 	}
-	entries, err := wk.s.store.ListWorkers(r.Context(), o.ID, wk.now())
+	return wk.writeList(w, r, o.ID)
+}
+
+// listAll is GET /v1/workers: list across outposts, or one with
+// ?outpost=; an outpost-limited token sees its own outpost's.
+func (wk *workers) listAll(w http.ResponseWriter, r *http.Request) error {
+	outpostID, err := wk.s.queueOutpostFilter(r.Context(), r.URL.Query().Get("outpost"))
 	if err != nil {
-		return fmt.Errorf("list workers of %s: %w", o.ID, err)
+		return err
+	}
+	return wk.writeList(w, r, outpostID)
+}
+
+// writeList answers a list of outpostID's acceptors ("" for every
+// outpost's), live ones only unless the query says offline=true.
+func (wk *workers) writeList(w http.ResponseWriter, r *http.Request, outpostID string) error {
+	offline, err := parseBoolParam(r.URL.Query(), "offline")
+	if err != nil {
+		return err
+	}
+	now := wk.now()
+	since := now
+	if offline {
+		since = now.Add(-store.WorkerOfflineKeep)
+	}
+	entries, err := wk.s.store.RecentWorkers(r.Context(), outpostID, since)
+	if err != nil {
+		return fmt.Errorf("list workers: %w", err)
 	}
 	out := api.WorkerList{Items: []api.Worker{}}
 	for _, e := range entries {
-		out.Items = append(out.Items, apiWorker(e))
+		out.Items = append(out.Items, apiWorker(e, now))
 	}
 	out.Total = len(out.Items)
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// get is GET /v1/outposts/{outpost}/workers/{acceptor}: one acceptor, live
+// or offline for less than store.WorkerOfflineKeep.
+func (wk *workers) get(w http.ResponseWriter, r *http.Request) error {
+	acceptor := r.PathValue("acceptor")
+	if err := checkAcceptorID(acceptor); err != nil {
+		return err
+	}
+	o, err := wk.s.resolveOutpost(r.Context(), r.PathValue("outpost"))
+	if err != nil {
+		return err
+	}
+	now := wk.now()
+	e, err := wk.s.store.GetWorker(r.Context(), o.ID, acceptor)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !e.ExpiresAt.After(now.Add(-store.WorkerOfflineKeep))) {
+		return errNotFound("Worker %q has not been seen on outpost %s in the last %s.", acceptor, o.Name, store.WorkerOfflineKeep)
+	}
+	if err != nil {
+		return fmt.Errorf("get worker %s of %s: %w", acceptor, o.ID, err)
+	}
+	writeJSON(w, http.StatusOK, apiWorker(e, now))
 	return nil
 }
 
@@ -260,5 +311,17 @@ func (wk *workers) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(unplaceableDesc, prometheus.GaugeValue, float64(n), wk.s.outpostName(ctx, id))
+	}
+}
+
+// parseBoolParam reads query parameter name: absent, "false" or "true".
+func parseBoolParam(q url.Values, name string) (bool, error) {
+	switch v := q.Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, errBadRequest("%s must be true or false, not %q.", name, v)
 	}
 }

@@ -8,6 +8,11 @@ import (
 	"github.com/outpost-sh/outpost/api"
 )
 
+// WorkerOfflineKeep is how long an acceptor's entry is kept after it went
+// offline (its goodbye, or its last heartbeat's expiry), so that people see
+// which machines went away and when they were last seen.
+const WorkerOfflineKeep = 24 * time.Hour
+
 // Worker is the presence of one acceptor (a worker or an orchestrator) on
 // an outpost: what its latest heartbeat said, and when.
 type Worker struct {

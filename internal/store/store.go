@@ -133,6 +133,10 @@ type Session struct {
 	// CreateSession writes it, and so does UpdateSession (it is part of
 	// the state a Mutation's Session replaces).
 	NetworkPolicy *api.NetworkPolicy
+	// Worker is the acceptor (a worker or an orchestrator) that claimed
+	// the session last; "" before any claim. It stays once the claim and
+	// the session end: the claim writes it, as part of the session's state.
+	Worker string
 	// ArtifactsPrunedAt is when the retention sweep deleted the session's
 	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
 	// CreateSession and UpdateSession never write it.
@@ -333,6 +337,8 @@ type SessionFilter struct {
 	Status    string
 	// Title matches sessions whose title contains it, case-insensitively.
 	Title string
+	// Worker matches sessions whose latest claim was that acceptor's.
+	Worker string
 	// BeforeCreated and BeforeID page: rows strictly older than the pair
 	// (CreatedAt, ID) in (created_at DESC, id DESC) order. Zero for the first page.
 	BeforeCreated time.Time
@@ -507,13 +513,22 @@ type Store interface {
 	// a new entry is refused with ErrTooManyWorkers when the outpost has
 	// max live entries already (0: no cap). It returns the entry as
 	// stored: ConnectedAt is kept from a live entry, else LastSeenAt.
-	// Expired entries of the outpost are removed; ErrNotFound when the
+	// Entries of the outpost expired for longer than WorkerOfflineKeep
+	// are removed; ErrNotFound when the
 	// outpost does not exist. Deleting an outpost deletes its entries.
 	PutWorker(ctx context.Context, w Worker, max int) (Worker, error)
-	// DeleteWorker removes an acceptor's entry, only while its instance is
-	// instance when instance and the entry's are both non-empty, and
-	// reports whether it removed one.
-	DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string) (bool, error)
+	// DeleteWorker takes an acceptor offline at now (its goodbye), only
+	// while its instance is instance when instance and the entry's are
+	// both non-empty, and reports whether a live entry went offline. The
+	// entry stays, offline, for WorkerOfflineKeep.
+	DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string, now time.Time) (bool, error)
+	// GetWorker returns an outpost's acceptor's entry, live or offline;
+	// ErrNotFound when none is kept.
+	GetWorker(ctx context.Context, outpostID, acceptorID string) (Worker, error)
+	// RecentWorkers returns the entries whose ExpiresAt is after since —
+	// the live ones and those offline since then — of outpostID, or of
+	// every outpost when outpostID is "", by outpost and acceptor id.
+	RecentWorkers(ctx context.Context, outpostID string, since time.Time) ([]Worker, error)
 	// ListWorkers returns the outpost's entries live at now (ExpiresAt
 	// after now), by acceptor id.
 	ListWorkers(ctx context.Context, outpostID string, now time.Time) ([]Worker, error)

@@ -110,8 +110,11 @@ var funcs = template.FuncMap{
 	"media":       mediaOf,
 	"artMedia":    mediaFor,
 	"duration":    sessionDuration,
+	"ago":         agoText,
 	"size": func(n int64) string {
 		switch {
+		case n >= 1<<30:
+			return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 		case n >= 1<<20:
 			return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 		case n >= 1<<10:
@@ -313,6 +316,24 @@ func mediaFor(sessionID, name, contentType string) *media {
 
 // sessionDuration is how long a session ran: from its start to its end,
 // or to now while it runs; "" before it started.
+// agoText says how long before now a Unix time was: "12s ago", "5m ago",
+// "3h ago", "2d ago"; "" for zero.
+func agoText(unix int64) string {
+	if unix == 0 {
+		return ""
+	}
+	d := time.Since(time.Unix(unix, 0))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", max(int(d/time.Second), 0))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
 func sessionDuration(st api.SessionStatus) string {
 	if st.StartedAt == nil {
 		return ""

@@ -92,20 +92,27 @@ func (h *Handler) renderOutposts(w http.ResponseWriter, r *http.Request, status 
 		h.failAPI(w, r, err)
 		return
 	}
-	// Connected workers, per outpost; an outpost whose list cannot be read
-	// shows "?" rather than failing the page.
+	// Workers of every outpost, with those offline in the last day; when
+	// the list cannot be read the counts show "?" rather than failing the
+	// page.
 	counts := map[string]int{}
 	var connected []outpostWorker
+	names := map[string]string{}
 	for _, o := range list.Items {
-		var wl api.WorkerList
-		if err := h.call(r, "GET", "/v1/outposts/"+url.PathEscape(o.Metadata.OutpostID)+"/workers", nil, &wl); err != nil {
-			counts[o.Metadata.OutpostID] = -1
-			continue
+		names[o.Metadata.OutpostID] = o.Spec.Name
+		counts[o.Metadata.OutpostID] = 0
+	}
+	var wl api.WorkerList
+	if err := h.call(r, "GET", "/v1/workers?offline=true", nil, &wl); err != nil {
+		for id := range counts {
+			counts[id] = -1
 		}
-		counts[o.Metadata.OutpostID] = len(wl.Items)
-		for _, wk := range wl.Items {
-			connected = append(connected, outpostWorker{Outpost: o.Spec.Name, Worker: wk})
+	}
+	for _, wk := range wl.Items {
+		if wk.Online {
+			counts[wk.OutpostID]++
 		}
+		connected = append(connected, outpostWorker{Outpost: names[wk.OutpostID], Worker: wk})
 	}
 	h.render(w, r, status, "outposts", page{Title: "Outposts", Nav: "outposts", Error: errMsg, Notice: notice, Data: map[string]any{
 		"Outposts": list.Items, "Form": form, "Platforms": []string{api.PlatformLinux, api.PlatformMacOS, api.PlatformWindows},
@@ -113,7 +120,7 @@ func (h *Handler) renderOutposts(w http.ResponseWriter, r *http.Request, status 
 	}})
 }
 
-// outpostWorker is a connected worker with its outpost's name.
+// outpostWorker is a worker with its outpost's name.
 type outpostWorker struct {
 	Outpost string
 	api.Worker
@@ -152,7 +159,7 @@ var statuses = []string{api.StatusNew, api.StatusClaimed, api.StatusRunning, api
 func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	in := r.URL.Query()
 	q := url.Values{}
-	for _, k := range []string{"outpost", "status", "q", "cursor"} {
+	for _, k := range []string{"outpost", "status", "q", "worker", "cursor"} {
 		if v := strings.TrimSpace(in.Get(k)); v != "" {
 			q.Set(k, v)
 		}
@@ -167,7 +174,7 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	next := ""
 	if list.HasNextPage && list.Cursor != "" {
 		nq := url.Values{}
-		for _, k := range []string{"outpost", "status", "q"} {
+		for _, k := range []string{"outpost", "status", "q", "worker"} {
 			if v := q.Get(k); v != "" {
 				nq.Set(k, v)
 			}
@@ -178,7 +185,7 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "sessions", page{Title: "Sessions", Nav: "sessions", Data: map[string]any{
 		"Sessions": list.Items, "Total": list.Total, "Next": next, "Paged": q.Get("cursor") != "",
 		"Outposts": outposts.Items, "Statuses": statuses,
-		"Outpost": q.Get("outpost"), "Status": q.Get("status"), "Q": q.Get("q"),
+		"Outpost": q.Get("outpost"), "Status": q.Get("status"), "Q": q.Get("q"), "Worker": q.Get("worker"),
 	}})
 }
 
@@ -516,4 +523,29 @@ func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/ui/tokens", http.StatusSeeOther)
+}
+
+// workerPage shows one worker, online or offline for less than a day: its
+// machine, what it serves, and the sessions it ran.
+func (h *Handler) workerPage(w http.ResponseWriter, r *http.Request) {
+	outpost, acceptor := r.PathValue("outpost"), r.PathValue("acceptor")
+	var o api.Outpost
+	if err := h.call(r, "GET", "/v1/outposts/"+url.PathEscape(outpost), nil, &o); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	var wk api.Worker
+	if err := h.call(r, "GET", "/v1/outposts/"+url.PathEscape(o.Metadata.OutpostID)+"/workers/"+url.PathEscape(acceptor), nil, &wk); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	q := url.Values{"outpost": {o.Metadata.OutpostID}, "worker": {acceptor}, "first": {"50"}}
+	var ran api.SessionList
+	if err := h.call(r, "GET", "/v1/sessions?"+q.Encode(), nil, &ran); err != nil {
+		h.failAPI(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "worker", page{Title: "Worker " + acceptor, Nav: "outposts", Data: map[string]any{
+		"Outpost": o, "Worker": wk, "Sessions": ran.Items, "Total": ran.Total,
+	}})
 }

@@ -111,7 +111,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "error"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "error", "worker"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -140,6 +140,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/outposts", h.authed(h.createOutpost))
 	m.HandleFunc("POST /ui/outposts/{outpost}/delete", h.authed(h.deleteOutpost))
 	m.HandleFunc("GET /ui/outposts/{outpost}", h.authed(h.outpostPage))
+	m.HandleFunc("GET /ui/outposts/{outpost}/workers/{acceptor}", h.authed(h.workerPage))
 	m.HandleFunc("POST /ui/outposts/{outpost}/network-policy", h.authed(h.setOutpostPolicy))
 	m.HandleFunc("GET /ui/sessions", h.authed(h.sessionsPage))
 	m.HandleFunc("GET /ui/sessions/new", h.authed(h.newSessionPage))

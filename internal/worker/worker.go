@@ -355,6 +355,9 @@ func newWorker(ctx context.Context, opts Options, id *fleet.Identity) (*worker, 
 	w.logChecks(ctx, caps)
 	w.info = api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: caps.Hostname, Version: machine.Version,
 		Capabilities: &caps, MaxSessions: 1, PID: os.Getpid(), Labels: opts.Labels}
+	if w.iso != nil {
+		w.info.Isolation = string(w.iso.mode)
+	}
 	w.log.Info("worker ready", "outpost", o.Spec.Name, "outpost_id", o.Metadata.OutpostID,
 		"platform", w.platform, "acceptor_id", id.AcceptorID, "dir", opts.Dir)
 	return w, nil

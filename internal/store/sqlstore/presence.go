@@ -30,7 +30,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 			var id string
 			return row.Scan(&id)
 		}, OutpostExistsSQL, w.OutpostID)
-		b.Exec(PruneWorkersSQL, w.OutpostID, now)
+		b.Exec(PruneWorkersSQL, w.OutpostID, MS(w.LastSeenAt.Add(-store.WorkerOfflineKeep)))
 		b.QueryRow(func(row Scanner) error {
 			p, err := ScanWorker(row)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -38,8 +38,8 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 			}
 			prev = &p
 			return err
-		}, GetWorkerSQL, w.OutpostID, w.AcceptorID)
-		b.QueryRow(func(row Scanner) error { return row.Scan(&live) }, CountOutpostWorkersSQL, w.OutpostID)
+		}, GetWorkerSQL, w.OutpostID, w.AcceptorID, now)
+		b.QueryRow(func(row Scanner) error { return row.Scan(&live) }, CountOutpostWorkersSQL, w.OutpostID, now)
 	}, func(tx Tx) error {
 		var err error
 		if out, err = PlanWorker(prev, live, w, max); err != nil {
@@ -61,9 +61,10 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 	return out, nil
 }
 
-// DeleteWorker removes an acceptor's entry unless another instance holds it.
-func (s *Store) DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string) (bool, error) {
-	n, err := s.db.Exec(ctx, DeleteWorkerSQL, outpostID, acceptorID, instance)
+// DeleteWorker ends an acceptor's life at now unless another instance
+// holds it; the entry stays, offline, for store.WorkerOfflineKeep.
+func (s *Store) DeleteWorker(ctx context.Context, outpostID, acceptorID, instance string, now time.Time) (bool, error) {
+	n, err := s.db.Exec(ctx, OfflineWorkerSQL, outpostID, acceptorID, instance, MS(now))
 	if err != nil {
 		return false, s.errorf(err, "delete worker %s of %s", acceptorID, outpostID)
 	}
@@ -75,6 +76,25 @@ func (s *Store) ListWorkers(ctx context.Context, outpostID string, now time.Time
 	out, err := QueryAll(ctx, s.db, ScanWorker, ListWorkersSQL, outpostID, MS(now))
 	if err != nil {
 		return nil, s.errorf(err, "list workers of %s", outpostID)
+	}
+	return out, nil
+}
+
+// RecentWorkers returns the entries live after since, of one outpost or
+// of every outpost.
+func (s *Store) RecentWorkers(ctx context.Context, outpostID string, since time.Time) ([]store.Worker, error) {
+	out, err := QueryAll(ctx, s.db, ScanWorker, RecentWorkersSQL, outpostID, MS(since))
+	if err != nil {
+		return nil, s.errorf(err, "list recent workers")
+	}
+	return out, nil
+}
+
+// GetWorker returns an outpost's acceptor's entry, live or offline.
+func (s *Store) GetWorker(ctx context.Context, outpostID, acceptorID string) (store.Worker, error) {
+	out, err := ScanWorker(s.db.QueryRow(ctx, GetAnyWorkerSQL, outpostID, acceptorID))
+	if err != nil {
+		return store.Worker{}, s.errorf(err, "get worker %s of %s", acceptorID, outpostID)
 	}
 	return out, nil
 }

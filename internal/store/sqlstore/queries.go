@@ -121,7 +121,7 @@ type ListQuery struct {
 }
 
 // ListSessions is the ListQuery of f: the count of sessions matching f's
-// OutpostID, Status and Title, and the page of SessionCols older than
+// OutpostID, Status, Title and Worker, and the page of SessionCols older than
 // (BeforeCreated, BeforeID), newest first, up to Limit (0: no cap).
 func (d Dialect) ListSessions(f store.SessionFilter) ListQuery {
 	var w Where
@@ -133,6 +133,9 @@ func (d Dialect) ListSessions(f store.SessionFilter) ListQuery {
 	}
 	if f.Title != "" {
 		w.And(d.Contains("title_fold", w.Arg(strings.ToLower(f.Title))))
+	}
+	if f.Worker != "" {
+		w.And("worker = " + w.Arg(f.Worker))
 	}
 	var q ListQuery
 	filter, args := w.SQL()

@@ -14,7 +14,7 @@ import (
 // SessionCols are the columns ScanSession reads.
 const SessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
-	network_policy_json`
+	network_policy_json, worker`
 
 // ScanSession reads SessionCols, opening the secrets with keys.
 func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
@@ -24,7 +24,7 @@ func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker); err != nil {
 		return store.Session{}, err
 	}
 	var err error
@@ -49,7 +49,7 @@ func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 // StateCols are the columns of a session that change after creation, which
 // ScanState reads.
 const StateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at, usage_json, artifacts_pruned_at, network_policy_json`
+	started_at, ended_at, usage_json, artifacts_pruned_at, network_policy_json, worker`
 
 // ScanState reads StateCols: a session without its immutable spec and
 // secrets, which write transactions neither need nor rewrite.
@@ -59,7 +59,7 @@ func ScanState(sc Scanner) (store.Session, error) {
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker); err != nil {
 		return store.Session{}, err
 	}
 	var err error
@@ -112,7 +112,7 @@ func stateValues(s *store.Session) (caps, usage any, err error) {
 // StateArgs.
 const UpdateStateSQL = `UPDATE sessions SET status = $2, status_detail = $3, reason = $4, last_seq = $5,
 	capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10,
-	network_policy_json = $11 WHERE id = $1`
+	network_policy_json = $11, worker = $12 WHERE id = $1`
 
 // StateArgs are the arguments of UpdateStateSQL for s.
 func StateArgs(s *store.Session) ([]any, error) {
@@ -125,13 +125,13 @@ func StateArgs(s *store.Session) ([]any, error) {
 		return nil, err
 	}
 	return []any{s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, MS(s.UpdatedAt), PtrMS(s.StartedAt),
-		PtrMS(s.EndedAt), usage, policy}, nil
+		PtrMS(s.EndedAt), usage, policy, s.Worker}, nil
 }
 
 // InsertSessionSQL inserts a session, with SessionArgs.
 const InsertSessionSQL = `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
 	status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
-	secrets_key, network_policy_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	secrets_key, network_policy_json, worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // SessionArgs are the arguments of InsertSessionSQL for s, its secrets
 // sealed with keys (nil keeps them plaintext).
@@ -153,7 +153,7 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 		return nil, err
 	}
 	return []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID(), policy}, nil
+		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID(), policy, s.Worker}, nil
 }
 
 // EntryCols are the columns of a queue entry, which ScanEntry reads.

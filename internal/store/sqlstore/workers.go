@@ -14,23 +14,32 @@ const WorkerCols = `outpost_id, acceptor_id, info_json, connected_at, last_seen_
 const (
 	// OutpostExistsSQL reads outpost $1's id.
 	OutpostExistsSQL = `SELECT id FROM outposts WHERE id = $1`
-	// PruneWorkersSQL deletes outpost $1's entries expired at $2.
+	// PruneWorkersSQL deletes outpost $1's entries that expired at or
+	// before $2 (the heartbeat's time less store.WorkerOfflineKeep).
 	PruneWorkersSQL = `DELETE FROM workers WHERE outpost_id = $1 AND expires_at <= $2`
-	// GetWorkerSQL reads outpost $1's acceptor $2.
-	GetWorkerSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND acceptor_id = $2`
-	// CountOutpostWorkersSQL counts outpost $1's entries.
-	CountOutpostWorkersSQL = `SELECT COUNT(*) FROM workers WHERE outpost_id = $1`
+	// GetWorkerSQL reads outpost $1's acceptor $2 while live at $3.
+	GetWorkerSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND acceptor_id = $2 AND expires_at > $3`
+	// GetAnyWorkerSQL reads outpost $1's acceptor $2, live or offline.
+	GetAnyWorkerSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND acceptor_id = $2`
+	// CountOutpostWorkersSQL counts outpost $1's entries live at $2.
+	CountOutpostWorkersSQL = `SELECT COUNT(*) FROM workers WHERE outpost_id = $1 AND expires_at > $2`
 	// UpsertWorkerSQL writes WorkerArgs.
 	UpsertWorkerSQL = `INSERT INTO workers (outpost_id, acceptor_id, instance, kind, info_json, connected_at, last_seen_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (outpost_id, acceptor_id) DO UPDATE SET instance = excluded.instance, kind = excluded.kind,
 		info_json = excluded.info_json, connected_at = excluded.connected_at, last_seen_at = excluded.last_seen_at,
 		expires_at = excluded.expires_at`
-	// DeleteWorkerSQL deletes outpost $1's acceptor $2 unless $3 and its
-	// instance are both non-empty and differ.
-	DeleteWorkerSQL = `DELETE FROM workers WHERE outpost_id = $1 AND acceptor_id = $2 AND ($3 = '' OR instance = '' OR instance = $3)`
+	// OfflineWorkerSQL ends outpost $1's acceptor $2's life at $4 (its
+	// goodbye) unless $3 and its instance are both non-empty and differ;
+	// an entry no longer live at $4 is left as it is.
+	OfflineWorkerSQL = `UPDATE workers SET expires_at = $4
+		WHERE outpost_id = $1 AND acceptor_id = $2 AND ($3 = '' OR instance = '' OR instance = $3) AND expires_at > $4`
 	// ListWorkersSQL lists outpost $1's entries live at $2 by acceptor id.
 	ListWorkersSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND expires_at > $2 ORDER BY acceptor_id`
+	// RecentWorkersSQL lists the entries of outpost $1 (every outpost when
+	// $1 is '') whose life ended after $2, by outpost and acceptor id.
+	RecentWorkersSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE ($1 = '' OR outpost_id = $1) AND expires_at > $2
+		ORDER BY outpost_id, acceptor_id`
 	// CountWorkersSQL counts the entries live at $1 by outpost and kind.
 	CountWorkersSQL = `SELECT outpost_id, kind, COUNT(*) FROM workers WHERE expires_at > $1
 		GROUP BY outpost_id, kind ORDER BY outpost_id, kind`

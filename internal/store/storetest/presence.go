@@ -32,8 +32,8 @@ func acceptors(ws []store.Worker) []string {
 	return ids
 }
 
-// testPresence covers PutWorker, DeleteWorker, ListWorkers and
-// CountWorkers: a renewal keeps ConnectedAt and replaces the info, another
+// testPresence covers PutWorker, DeleteWorker, ListWorkers, RecentWorkers,
+// GetWorker and CountWorkers: a renewal keeps ConnectedAt and replaces the info, another
 // live instance is refused naming the holder, entries without an instance
 // take part in no check, expiry forgets an entry (and frees its place),
 // the per-outpost cap, a goodbye of another instance, and an outpost's
@@ -116,22 +116,67 @@ func testPresence(t *testing.T, s store.Store) {
 	}
 
 	// A goodbye of another instance leaves the holder; the holder's and
-	// one without an instance remove.
-	gone, err := s.DeleteWorker(ctx(t), "op_a", "w4", "inst-x")
+	// one without an instance take the entry offline, where it stays.
+	bye := at(210 * time.Second)
+	gone, err := s.DeleteWorker(ctx(t), "op_a", "w4", "inst-x", bye)
 	must(t, "DeleteWorker of another instance", err)
 	if gone {
-		t.Error("another instance's goodbye removed the entry")
+		t.Error("another instance's goodbye took the entry offline")
 	}
 	for _, c := range []struct{ acceptor, instance string }{{"w4", "inst-4"}, {"w1", ""}} {
-		gone, err := s.DeleteWorker(ctx(t), "op_a", c.acceptor, c.instance)
+		gone, err := s.DeleteWorker(ctx(t), "op_a", c.acceptor, c.instance, bye)
 		must(t, "DeleteWorker", err)
 		if !gone {
-			t.Errorf("goodbye of %s (%q) removed nothing", c.acceptor, c.instance)
+			t.Errorf("goodbye of %s (%q) took nothing offline", c.acceptor, c.instance)
 		}
 	}
-	if gone, err := s.DeleteWorker(ctx(t), "op_a", "w1", ""); err != nil || gone {
-		t.Errorf("second goodbye: %v, %v; want nothing removed", gone, err)
+	if gone, err := s.DeleteWorker(ctx(t), "op_a", "w1", "", bye.Add(time.Second)); err != nil || gone {
+		t.Errorf("second goodbye: %v, %v; want nothing changed", gone, err)
 	}
+	list, err = s.ListWorkers(ctx(t), "op_a", bye.Add(time.Second))
+	must(t, "ListWorkers after the goodbyes", err)
+	equal(t, "live after the goodbyes", acceptors(list), []string{})
+
+	// Offline entries are kept: listed by RecentWorkers with their last
+	// heartbeat, one outpost's or every outpost's, and read by GetWorker.
+	recent, err := s.RecentWorkers(ctx(t), "op_a", at(0))
+	must(t, "RecentWorkers", err)
+	equal(t, "kept entries", acceptors(recent), []string{"w1", "w2", "w3", "w4"})
+	all, err := s.RecentWorkers(ctx(t), "", at(0))
+	must(t, "RecentWorkers of every outpost", err)
+	equal(t, "kept entries of every outpost", acceptors(all), []string{"w1", "w2", "w3", "w4", "w4"})
+	if all[4].OutpostID != "op_b" {
+		t.Errorf("the last entry is %s's, want op_b's", all[4].OutpostID)
+	}
+	since, err := s.RecentWorkers(ctx(t), "op_a", at(200*time.Second))
+	must(t, "RecentWorkers since 200 s", err)
+	equal(t, "entries live after 200 s", acceptors(since), []string{"w1", "w4"})
+	w1got, err := s.GetWorker(ctx(t), "op_a", "w1")
+	must(t, "GetWorker", err)
+	if !w1got.ExpiresAt.Equal(bye) || !w1got.LastSeenAt.Equal(at(200*time.Second)) || w1got.Info.Instance != "inst-9" {
+		t.Errorf("offline w1 = %+v, want last seen at 200 s and gone at 210 s", w1got)
+	}
+	if _, err := s.GetWorker(ctx(t), "op_a", "w9"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetWorker of an unknown acceptor: %v, want ErrNotFound", err)
+	}
+
+	// The cap counts live entries only: with w1..w4 offline, three new
+	// acceptors fit under a cap of 3 and a fourth does not.
+	for _, id := range []string{"w5", "w6", "w7"} {
+		_, err := s.PutWorker(ctx(t), heartbeat("op_a", id, "", 300*time.Second), 3)
+		must(t, "PutWorker "+id+" beside offline entries", err)
+	}
+	if _, err := s.PutWorker(ctx(t), heartbeat("op_a", "w8", "", 300*time.Second), 3); !errors.Is(err, store.ErrTooManyWorkers) {
+		t.Errorf("w8 over the cap: %v, want ErrTooManyWorkers", err)
+	}
+	// A heartbeat after WorkerOfflineKeep forgets the outpost's entries
+	// that went offline before it.
+	late := 300*time.Second + store.WorkerOfflineKeep
+	_, err = s.PutWorker(ctx(t), heartbeat("op_a", "w5", "", late), 3)
+	must(t, "heartbeat a day later", err)
+	recent, err = s.RecentWorkers(ctx(t), "op_a", at(0))
+	must(t, "RecentWorkers a day later", err)
+	equal(t, "kept a day later", acceptors(recent), []string{"w5", "w6", "w7"})
 
 	must(t, "DeleteOutpost", s.DeleteOutpost(ctx(t), "op_b"))
 	counts, err = s.CountWorkers(ctx(t), at(60*time.Second))

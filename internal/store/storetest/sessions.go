@@ -107,6 +107,9 @@ func testListSessions(t *testing.T, s store.Store) {
 	for _, sp := range specs {
 		sess := newSession(sp.id, sp.outpost, sp.title, sp.d)
 		sess.Status = sp.status
+		if sp.id == "c1" || sp.id == "b" {
+			sess.Worker = "worker-1"
+		}
 		create(t, s, sess)
 		all = append(all, sess)
 	}
@@ -134,6 +137,9 @@ func testListSessions(t *testing.T, s store.Store) {
 		{store.SessionFilter{Title: "FIX", OutpostID: "op1"}, []string{"c1", "a"}, 2},
 		{store.SessionFilter{Title: "écrire"}, []string{"e"}, 1},
 		{store.SessionFilter{Title: "nothing"}, nil, 0},
+		{store.SessionFilter{Worker: "worker-1"}, []string{"c1", "b"}, 2},
+		{store.SessionFilter{Worker: "worker-1", OutpostID: "op2"}, []string{"b"}, 1},
+		{store.SessionFilter{Worker: "worker-2"}, nil, 0},
 		{store.SessionFilter{Limit: 2}, []string{"g", "c2"}, 7},
 		{store.SessionFilter{BeforeCreated: at(4 * time.Minute), BeforeID: "c2"}, []string{"c1", "e", "b", "a", "z"}, 7},
 		{store.SessionFilter{BeforeCreated: at(4 * time.Minute), BeforeID: "c1", Limit: 2}, []string{"e", "b"}, 7},

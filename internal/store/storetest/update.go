@@ -22,6 +22,7 @@ func testUpdateSessionWrites(t *testing.T, s store.Store) {
 		cur.UpdatedAt = at(time.Second)
 		cur.Capabilities = &api.Capabilities{OS: "linux", CPUs: 2}
 		cur.Usage = api.Usage{PromptTokens: 10, CompletionTokens: 2, ModelCalls: 1}
+		cur.Worker = "acc-1"
 		claim("acc-1", at(time.Minute))(&e)
 		return store.Mutation{
 			Session: &cur,

@@ -560,9 +560,33 @@
     if (v) v.focus();
   });
 
+  // The first page of the sessions list refreshes itself: it fetches the
+  // page again every data-live milliseconds while the tab is visible and
+  // swaps in the new list, so new sessions and status changes appear
+  // without a reload. Later pages stay as they were loaded.
+  function liveList(box) {
+    var every = parseInt(box.dataset.live, 10) || 5000;
+    var busy = false;
+    setInterval(function () {
+      if (busy || document.hidden) return;
+      busy = true;
+      fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(box.id);
+          if (fresh) box.replaceChildren.apply(box, Array.prototype.slice.call(fresh.childNodes));
+        })
+        .catch(function () {})
+        .then(function () { busy = false; });
+    }, every);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var list = document.getElementById("transcript");
     if (list && list.dataset.events) follow(list);
+    var sessions = document.getElementById("sessions-list");
+    if (sessions && sessions.dataset.live) liveList(sessions);
     document.querySelectorAll("[data-add-rule]").forEach(function (b) { b.hidden = false; });
   });
 })();

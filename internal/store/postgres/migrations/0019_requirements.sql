@@ -1,4 +1,4 @@
--- 0018_requirements, as the SQLite store's 0019: a queue entry holds its
+-- 0019_requirements, as the SQLite store's 0020: a queue entry holds its
 -- session's effective requirements (api.Requirements as JSON: the
 -- session's own, else its outpost's; NULL when it has none).
 -- An outpost's are the default of its sessions that state none.

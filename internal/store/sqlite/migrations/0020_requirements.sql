@@ -1,4 +1,4 @@
--- 0019_requirements: a queue entry holds its session's effective
+-- 0020_requirements: a queue entry holds its session's effective
 -- requirements (api.Requirements as JSON: the session's own, else its
 -- outpost's; NULL when it has none). A server-assigned claim skips an
 -- entry with requirements for a claimer that describes no machine, and
