@@ -139,6 +139,9 @@ func validateSession(req *api.CreateSessionRequest) error {
 			return errBadRequest("secrets.%s is empty.", k)
 		}
 	}
+	if err := checkUseSecrets(req.UseSecrets); err != nil {
+		return err
+	}
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
@@ -195,6 +198,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	secrets, err := s.useOutpostSecrets(ctx, o, req.UseSecrets, req.Secrets)
+	if err != nil {
+		return err
+	}
 	now := s.now()
 	sess := store.Session{
 		ID:        newSessionID(),
@@ -203,8 +210,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)),
+			UseSecrets: req.UseSecrets,
 		},
-		Secrets:       req.Secrets,
+		Secrets:       secrets,
 		NetworkPolicy: own,
 		Status:        api.StatusNew,
 		Reason:        fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
@@ -218,7 +226,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		Priority:        req.Priority, MaxAttempts: cmp.Or(req.Limits.MaxAttempts, o.MaxAttempts, api.DefaultMaxAttempts),
 		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
 	}
-	red := redact.NewSet(req.Secrets)
+	red := redact.NewSet(secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}
 	if req.Agent.Kind == api.AgentLLM {
 		// The prompt opens the conversation, before anything else can. Like
