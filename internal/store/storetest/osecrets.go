@@ -99,7 +99,7 @@ func testSealedOutpostSecrets(t *testing.T, db SealedDB) {
 	// the old key is gone.
 	newKeyBytes := newKey(t)
 	during := newKeyring(t, newKeyBytes, oldKey)
-	s, closeS = openSealed(t, db, during)
+	_, closeS = openSealed(t, db, during)
 	if raw := db.RawOutpostSecret(t, "op", "API_TOKEN"); !during.Current(raw) || strings.Contains(raw, secretValue) {
 		t.Errorf("after a key change the value is not sealed under key %s: %.20q…", during.ID(), raw)
 	}
