@@ -75,6 +75,10 @@ type SessionSpec struct {
 	// SecretNames are the names of the session's secrets; their values are
 	// never returned.
 	SecretNames []string `json:"secret_names"`
+	// UseSecrets are the names of its outpost's stored secrets the session
+	// asked for (CreateSessionRequest.UseSecrets); they are among
+	// SecretNames.
+	UseSecrets []string `json:"use_secrets,omitempty"`
 	// Limits bound the session.
 	Limits Limits `json:"limits"`
 	// RemoteBinarySHA is the remote build the session pinned; null when
@@ -256,6 +260,11 @@ type CreateSessionRequest struct {
 	// redacted from the transcript.
 	Secrets map[string]string `json:"secrets"`
 	Limits  Limits            `json:"limits"`
+	// UseSecrets names stored secrets of the outpost (PUT
+	// /v1/outposts/{outpost}/secrets/{name}) whose values the session gets
+	// among its secrets, as if given in Secrets; a name also in Secrets
+	// takes that value instead. A name the outpost lacks is refused.
+	UseSecrets []string `json:"use_secrets,omitempty"`
 	// RemoteBinarySHA pins the remote build that serves the session (6 to
 	// 40 lower-case hex digits), over its outpost's pin.
 	RemoteBinarySHA string `json:"remote_binary_sha,omitempty"`

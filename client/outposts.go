@@ -80,3 +80,35 @@ func (s *OutpostsService) Delete(ctx context.Context, nameOrID string, force boo
 	}
 	return s.c.do(ctx, http.MethodDelete, "/v1/outposts/"+url.PathEscape(nameOrID), q, nil, nil)
 }
+
+// SetSecret stores a secret of the outpost under name (orchestrator
+// scope), replacing the value of one of that name. The answer carries the
+// secret's name and times; no call ever returns a value.
+func (s *OutpostsService) SetSecret(ctx context.Context, outpost, name, value string) (*api.OutpostSecret, error) {
+	var sec api.OutpostSecret
+	if err := s.c.do(ctx, http.MethodPut, secretPath(outpost, name), nil, api.PutOutpostSecretRequest{Value: value}, &sec); err != nil {
+		return nil, err
+	}
+	return &sec, nil
+}
+
+// ListSecrets lists the outpost's stored secrets by name, without values
+// (orchestrator scope).
+func (s *OutpostsService) ListSecrets(ctx context.Context, outpost string) (*api.OutpostSecretList, error) {
+	var l api.OutpostSecretList
+	if err := s.c.do(ctx, http.MethodGet, "/v1/outposts/"+url.PathEscape(outpost)+"/secrets", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// DeleteSecret removes one stored secret of the outpost (orchestrator
+// scope); IsNotFound when it has none of that name. Sessions created
+// before keep the value they were given.
+func (s *OutpostsService) DeleteSecret(ctx context.Context, outpost, name string) error {
+	return s.c.do(ctx, http.MethodDelete, secretPath(outpost, name), nil, nil, nil)
+}
+
+func secretPath(outpost, name string) string {
+	return "/v1/outposts/" + url.PathEscape(outpost) + "/secrets/" + url.PathEscape(name)
+}

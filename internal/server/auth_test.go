@@ -59,7 +59,13 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
+		// Stored secrets of an outpost: orchestrator (or admin) only.
+		{method: "GET", path: "/v1/outposts/home/secrets", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
+		{method: "GET", path: "/v1/outposts/home/secrets/SEEDED", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
+		{method: "PUT", path: "/v1/outposts/home/secrets/AUTH_KEY", body: api.PutOutpostSecretRequest{Value: "v"}, scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, elsewhere: 404},
+		{method: "DELETE", path: "/v1/outposts/home/secrets/{secret}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 204, elsewhere: 404},
 	}
+	ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/SEEDED", ts.admin, api.PutOutpostSecretRequest{Value: "seeded"}, nil)
 	machine := ts.token([]string{api.ScopeMachine}, "")
 	resolve := func(path string) string {
 		switch {
@@ -75,6 +81,10 @@ func TestAuthMatrix(t *testing.T) {
 			return strings.Replace(path, "{claimed}", s, 1)
 		case strings.Contains(path, "{new-session}"):
 			return strings.Replace(path, "{new-session}", ts.session("home").Metadata.SessionID, 1)
+		case strings.Contains(path, "{secret}"):
+			name := strings.ToUpper(uniq())
+			ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/"+name, ts.admin, api.PutOutpostSecretRequest{Value: "v"}, nil)
+			return strings.Replace(path, "{secret}", name, 1)
 		case strings.Contains(path, "{token}"):
 			var tok api.CreateTokenResponse
 			ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)

@@ -847,6 +847,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/workers", s.authed(wk.listAll, read...))
 	mux.HandleFunc("PUT /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.heartbeat, api.ScopeMachine))
 	mux.HandleFunc("DELETE /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.goodbye, api.ScopeMachine))
+	// Stored secrets of an outpost (osecrets.go): values go in, never out.
+	mux.HandleFunc("GET /v1/outposts/{outpost}/secrets", s.authed(s.listOutpostSecrets, api.ScopeOrchestrator))
+	mux.HandleFunc("GET /v1/outposts/{outpost}/secrets/{name}", s.authed(s.getOutpostSecret, api.ScopeOrchestrator))
+	mux.HandleFunc("PUT /v1/outposts/{outpost}/secrets/{name}", s.authed(s.putOutpostSecret, api.ScopeOrchestrator))
+	mux.HandleFunc("DELETE /v1/outposts/{outpost}/secrets/{name}", s.authed(s.deleteOutpostSecret, api.ScopeOrchestrator))
 	mux.HandleFunc("POST /v1/sessions", s.authed(s.createSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("GET /v1/sessions", s.authed(s.listSessions, api.ScopeSessionsRead))
 	mux.HandleFunc("GET /v1/sessions/{session}", s.authed(s.getSession, api.ScopeSessionsRead))

@@ -140,6 +140,9 @@ func validateSession(req *api.CreateSessionRequest) error {
 			return errBadRequest("secrets.%s is empty.", k)
 		}
 	}
+	if err := checkUseSecrets(req.UseSecrets); err != nil {
+		return err
+	}
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
@@ -241,6 +244,10 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 	if err := req.Requirements.Validate(); err != nil {
 		return errBadRequest("%s.", err)
 	}
+	secrets, err := s.useOutpostSecrets(ctx, o, req.UseSecrets, req.Secrets)
+	if err != nil {
+		return err
+	}
 	now := s.now()
 	sess := store.Session{
 		ID:        newSessionID(),
@@ -249,8 +256,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)), Requirements: req.Requirements,
+			UseSecrets: req.UseSecrets,
 		},
-		Secrets:       req.Secrets,
+		Secrets:       secrets,
 		NetworkPolicy: own,
 		Status:        api.StatusNew,
 		Reason:        fmt.Sprintf("Waiting in the queue of outpost %s.", o.Name),
@@ -265,7 +273,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 		NetworkPolicy: netpolicy.Effective(o.NetworkPolicy, own),
 		Requirements:  effectiveRequirements(cmp.Or(req.Requirements, o.Requirements)),
 	}
-	red := redact.NewSet(req.Secrets)
+	red := redact.NewSet(secrets)
 	events := []api.Event{lifecycle.StatusEvent(sess, now)}
 	if req.Agent.Kind == api.AgentLLM {
 		// The prompt opens the conversation, before anything else can. Like

@@ -53,6 +53,21 @@ type Outpost struct {
 	CreatedAt    time.Time
 }
 
+// OutpostSecret is a stored secret of an outpost: a value sessions of the
+// outpost name (rather than give inline) to have it copied into their own
+// secrets when they are created.
+type OutpostSecret struct {
+	OutpostID string
+	Name      string
+	// Value is write-only through the API; only session creation reads it.
+	Value string
+	// SetBy is the id of the token that last set the value; "" when none
+	// is known.
+	SetBy     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 // OutpostLimits are the fleet controls of an outpost that can change after
 // its creation.
 type OutpostLimits struct {
@@ -368,6 +383,23 @@ type Store interface {
 	OutpostCounts(ctx context.Context, outpostID string, now time.Time) (OutpostCounts, error)
 	// SetOutpostLimits writes an outpost's limits; ErrNotFound when absent.
 	SetOutpostLimits(ctx context.Context, id string, l OutpostLimits) error
+
+	// Stored secrets of an outpost (OutpostSecret), sealed like a
+	// session's and deleted with their outpost.
+
+	// PutOutpostSecret stores sec's value under its outpost and name,
+	// replacing the value of one of that name (its CreatedAt is kept), and
+	// reports whether it created one. ErrNotFound when the outpost does
+	// not exist.
+	PutOutpostSecret(ctx context.Context, sec OutpostSecret) (created bool, err error)
+	// ListOutpostSecrets returns an outpost's secrets by name, without
+	// their values (Value is "").
+	ListOutpostSecrets(ctx context.Context, outpostID string) ([]OutpostSecret, error)
+	// OutpostSecretValues opens the values of those of names the outpost
+	// has, by name; names it lacks are not in the map.
+	OutpostSecretValues(ctx context.Context, outpostID string, names []string) (map[string]string, error)
+	// DeleteOutpostSecret removes one; ErrNotFound when absent.
+	DeleteOutpostSecret(ctx context.Context, outpostID, name string) error
 
 	// CreateSession inserts a session, its queue entry and its first events
 	// in one transaction. The entry's Rev and the events' Seq are assigned.

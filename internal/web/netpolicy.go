@@ -192,6 +192,12 @@ func (h *Handler) outpostPage(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("saved") != "" {
 		notice = "The network policy is saved; the outpost's sessions that follow it use it for their new connections."
 	}
+	switch r.URL.Query().Get("secret") {
+	case "saved":
+		notice = "The secret is stored. Sessions created from now on that name it in use_secrets get the new value."
+	case "deleted":
+		notice = "The secret is deleted. Sessions created before keep the value they were given."
+	}
 	h.renderOutpost(w, r, http.StatusOK, "", notice, nil)
 }
 
@@ -224,7 +230,7 @@ func (h *Handler) renderOutpost(w http.ResponseWriter, r *http.Request, status i
 		workers = len(wl.Items)
 	}
 	h.render(w, r, status, "outpost", page{Title: "Outpost " + o.Spec.Name, Nav: "outposts", Error: errMsg, Notice: notice, Data: map[string]any{
-		"O": o, "Policy": ed, "Workers": workers,
+		"O": o, "Policy": ed, "Workers": workers, "Secrets": h.outpostSecrets(r, o, me),
 	}})
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -193,6 +194,9 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request) {
 // write-only and never rendered back.
 type newSessionForm struct {
 	Outpost, Title, Prompt, Kind, Model, Steps, Repos string
+	// UseSecrets names stored secrets of the outpost, separated by
+	// spaces or commas.
+	UseSecrets string
 }
 
 func (h *Handler) newSessionPage(w http.ResponseWriter, r *http.Request) {
@@ -218,9 +222,10 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	f := newSessionForm{
 		Outpost: r.PostFormValue("outpost"), Title: r.PostFormValue("title"), Prompt: r.PostFormValue("prompt"),
 		Kind: r.PostFormValue("kind"), Model: strings.TrimSpace(r.PostFormValue("model")), Steps: r.PostFormValue("steps"),
-		Repos: r.PostFormValue("repos"),
+		Repos: r.PostFormValue("repos"), UseSecrets: r.PostFormValue("use_secrets"),
 	}
-	req := api.CreateSessionRequest{Outpost: f.Outpost, Title: f.Title, Prompt: f.Prompt, Agent: api.Agent{Kind: f.Kind}}
+	req := api.CreateSessionRequest{Outpost: f.Outpost, Title: f.Title, Prompt: f.Prompt, Agent: api.Agent{Kind: f.Kind},
+		UseSecrets: strings.FieldsFunc(f.UseSecrets, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
 	switch f.Kind {
 	case api.AgentScript:
 		if strings.TrimSpace(f.Steps) != "" {

@@ -142,6 +142,8 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/outposts/{outpost}", h.authed(h.outpostPage))
 	m.HandleFunc("GET /ui/outposts/{outpost}/workers/{acceptor}", h.authed(h.workerPage))
 	m.HandleFunc("POST /ui/outposts/{outpost}/network-policy", h.authed(h.setOutpostPolicy))
+	m.HandleFunc("POST /ui/outposts/{outpost}/secrets", h.authed(h.setOutpostSecret))
+	m.HandleFunc("POST /ui/outposts/{outpost}/secrets/{name}/delete", h.authed(h.deleteOutpostSecret))
 	m.HandleFunc("GET /ui/sessions", h.authed(h.sessionsPage))
 	m.HandleFunc("GET /ui/sessions/new", h.authed(h.newSessionPage))
 	m.HandleFunc("POST /ui/sessions", h.authed(h.createSession))

@@ -85,6 +85,22 @@ func (d sealedDB) SetRawSecrets(t *testing.T, id, text string) {
 	}
 }
 
+func (d sealedDB) RawOutpostSecret(t *testing.T, outpostID, name string) string {
+	t.Helper()
+	var v string
+	if err := d.conn(t).QueryRow(t.Context(), `SELECT value FROM outpost_secrets WHERE outpost_id = $1 AND name = $2`, outpostID, name).Scan(&v); err != nil {
+		t.Fatalf("read raw secret %s of %s: %v", name, outpostID, err)
+	}
+	return v
+}
+
+func (d sealedDB) SetRawOutpostSecret(t *testing.T, outpostID, name, text string) {
+	t.Helper()
+	if _, err := d.conn(t).Exec(t.Context(), `UPDATE outpost_secrets SET value = $1 WHERE outpost_id = $2 AND name = $3`, text, outpostID, name); err != nil {
+		t.Fatalf("write raw secret %s of %s: %v", name, outpostID, err)
+	}
+}
+
 func TestSealed(t *testing.T) {
 	storetest.RunSealed(t, func(t *testing.T) storetest.SealedDB {
 		return sealedDB{url: pgtest.Shared(t).Database(t)}

@@ -301,3 +301,54 @@ func (k *Keyring) Reseal(sessionID, text string) (string, error) {
 	}
 	return k.seal(plain, sessionID)
 }
+
+// outpostSecretBind is what a stored secret of an outpost is bound to: its
+// outpost's id and its name, after a label no session id can start with, so
+// a value copied to another outpost, another name or a session's row does
+// not open.
+func outpostSecretBind(outpostID, name string) string {
+	return "outpost secret\x00" + outpostID + "\x00" + name
+}
+
+// SealOutpostSecret encodes one stored secret of an outpost for its column:
+// the value as a JSON string, sealed under the current key and bound to the
+// outpost's id and the secret's name, or the JSON string itself for a nil
+// keyring. Encoding the value as JSON keeps a plaintext value that happens
+// to start like a sealed one ("v1:…") from being read as sealed.
+func (k *Keyring) SealOutpostSecret(outpostID, name, value string) (string, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return "", err
+	}
+	if k == nil {
+		return string(b), nil
+	}
+	return k.seal(b, outpostSecretBind(outpostID, name))
+}
+
+// OpenOutpostSecret decodes a column written by SealOutpostSecret for the
+// same outpost and name, under any key of the keyring.
+func (k *Keyring) OpenOutpostSecret(outpostID, name, text string) (string, error) {
+	plain, err := k.open(text, outpostSecretBind(outpostID, name))
+	if err != nil {
+		return "", err
+	}
+	var v string
+	if err := json.Unmarshal(plain, &v); err != nil {
+		return "", fmt.Errorf("stored secret is not a JSON string: %w", ErrFormat)
+	}
+	return v, nil
+}
+
+// ResealOutpostSecret rewrites a column written by SealOutpostSecret under
+// the current key; text already current comes back as it is.
+func (k *Keyring) ResealOutpostSecret(outpostID, name, text string) (string, error) {
+	if k.Current(text) {
+		return text, nil
+	}
+	v, err := k.OpenOutpostSecret(outpostID, name, text)
+	if err != nil {
+		return "", err
+	}
+	return k.SealOutpostSecret(outpostID, name, v)
+}

@@ -93,6 +93,22 @@ func (d sealedDB) SetRawSecrets(t *testing.T, id, text string) {
 	}
 }
 
+func (d sealedDB) RawOutpostSecret(t *testing.T, outpostID, name string) string {
+	t.Helper()
+	var v string
+	if err := d.raw(t).QueryRowContext(t.Context(), `SELECT value FROM outpost_secrets WHERE outpost_id = ? AND name = ?`, outpostID, name).Scan(&v); err != nil {
+		t.Fatalf("read raw secret %s of %s: %v", name, outpostID, err)
+	}
+	return v
+}
+
+func (d sealedDB) SetRawOutpostSecret(t *testing.T, outpostID, name, text string) {
+	t.Helper()
+	if _, err := d.raw(t).ExecContext(t.Context(), `UPDATE outpost_secrets SET value = ? WHERE outpost_id = ? AND name = ?`, text, outpostID, name); err != nil {
+		t.Fatalf("write raw secret %s of %s: %v", name, outpostID, err)
+	}
+}
+
 func TestSealed(t *testing.T) {
 	storetest.RunSealed(t, func(t *testing.T) storetest.SealedDB {
 		return sealedDB{path: filepath.Join(t.TempDir(), "outpost.db")}

@@ -62,8 +62,9 @@ func ScanReseal(sc Scanner) (Reseal, error) {
 // (CheckKeyID), seals anew under the current key the secrets of every
 // session not sealed under it (ResealSecrets; each write guarded by the
 // value it replaces, so servers starting together do not undo each
-// other), then records the current key id (RecordKeyID). It returns how
-// many sessions it sealed anew.
+// other), and the stored secrets of every outpost likewise, then records
+// the current key id (RecordKeyID). It returns how many sessions it sealed
+// anew (ResealedOutpostSecrets says how many outpost secrets).
 func OpenKeys(ctx context.Context, s *Store) (int, error) {
 	get := func(ctx context.Context, name string) (string, bool, error) {
 		var v string
@@ -90,6 +91,11 @@ func OpenKeys(ctx context.Context, s *Store) (int, error) {
 	}
 	n, err := ResealSecrets(ctx, s.keys, find, write)
 	if err != nil {
+		return n, err
+	}
+	// Outpost secrets are under the same key: the key id is recorded only
+	// once they are sealed under it too.
+	if s.resealedOutpost, err = s.resealOutpostSecrets(ctx, s.keys); err != nil {
 		return n, err
 	}
 	return n, RecordKeyID(ctx, s.keys, get, s.db.Exec)

@@ -15,6 +15,8 @@ type Store struct {
 	d    *Dialect
 	keys *sealed.Keyring
 	sql  statements
+	// resealedOutpost counts the outpost secrets OpenKeys sealed anew.
+	resealedOutpost int
 }
 
 // statements are the statements of the dialect the core sends, spelled

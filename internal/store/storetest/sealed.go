@@ -20,6 +20,10 @@ type SealedDB interface {
 	RawSecrets(t *testing.T, sessionID string) string
 	// SetRawSecrets overwrites a session's secrets column.
 	SetRawSecrets(t *testing.T, sessionID, text string)
+	// RawOutpostSecret returns the value column of an outpost's stored
+	// secret as stored; SetRawOutpostSecret overwrites it.
+	RawOutpostSecret(t *testing.T, outpostID, name string) string
+	SetRawOutpostSecret(t *testing.T, outpostID, name, text string)
 }
 
 // RunSealed runs the suite of secrets sealed at rest. newDB must return a
@@ -33,6 +37,7 @@ func RunSealed(t *testing.T, newDB func(t *testing.T) SealedDB) {
 		{"WrongKey", testSealedWrongKey},
 		{"Rotation", testSealedRotation},
 		{"LegacyPlaintext", testSealedLegacyPlaintext},
+		{"OutpostSecrets", testSealedOutpostSecrets},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

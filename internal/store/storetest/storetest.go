@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NetworkPolicy", testNetworkPolicy},
 		{"OutpostDesktop", testOutpostDesktop},
 		{"Requirements", testRequirements},
+		{"OutpostSecrets", testOutpostSecrets},
 		{"QueuePriority", testQueuePriority},
 		{"ClaimLoad", testClaimLoad},
 		{"OutpostCounts", testOutpostCounts},
