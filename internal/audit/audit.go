@@ -104,6 +104,11 @@ type Entry struct {
 	// Hash is SHA-256(previous entry's Hash || Canonical()), hex; the
 	// store computes it.
 	Hash string
+	// Skip, set by a store write in its transaction, leaves the entry
+	// out of that transaction: the write found nothing worth recording
+	// (a worker's heartbeat that is not its first). Each try of the
+	// transaction sets it afresh.
+	Skip bool
 }
 
 // IDFor is the audit_log_id of the entry numbered seq.
@@ -210,4 +215,10 @@ func Committed(ctx context.Context) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.committed
+}
+
+// Without returns ctx carrying no entry, for a write an action makes
+// before the change its entry records (which keeps the entry).
+func Without(ctx context.Context) context.Context {
+	return context.WithValue(ctx, pendingKey{}, (*pending)(nil))
 }

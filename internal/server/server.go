@@ -878,6 +878,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
 	// Every scope implies one of these, so any valid token may ask.
+	// The audit log: read by admins, written by the changes themselves.
+	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(s.listAuditLogs, api.ScopeAdmin))
+	mux.HandleFunc("GET "+api.AuditLogsVerifyPath, s.authed(s.verifyAuditLog, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
 	mux.Handle("GET "+api.GatewayPath, s.gw)
@@ -889,7 +892,7 @@ func (s *Server) routes() http.Handler {
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.
-	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey)})
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey), SignIn: s.recordSignIn})
 	if err != nil {
 		panic(err) // embedded templates that do not parse are a build bug
 	}

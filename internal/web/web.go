@@ -66,6 +66,10 @@ type Options struct {
 	// served posts to any other and survives a restart; nil means a random
 	// key of this process's.
 	FormKey []byte
+	// SignIn, when set, is told of each sign-in with a token: the token
+	// entered, and "" when it was accepted or the sentence that refused
+	// it. The server writes it to the audit log; nil tells no one.
+	SignIn func(r *http.Request, token, refusal string)
 }
 
 // Handler serves the UI under /, /ui/ and /static/.
@@ -74,6 +78,7 @@ type Handler struct {
 	secure  bool
 	log     *slog.Logger
 	csrfKey []byte
+	signIn  func(r *http.Request, token, refusal string)
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -95,6 +100,7 @@ func New(opts Options) (*Handler, error) {
 		secure:  strings.HasPrefix(strings.ToLower(opts.PublicURL), "https://"),
 		log:     opts.Logger,
 		csrfKey: make([]byte, 32),
+		signIn:  opts.SignIn,
 		pages:   map[string]*template.Template{},
 
 		sameOrigin: http.NewCrossOriginProtection(),

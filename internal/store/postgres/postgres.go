@@ -228,7 +228,7 @@ func (s *Store) writeBatch(ctx context.Context, first func(b *pgx.Batch), fn fun
 			return sqlstore.AppendAudit(ctx, pgTx{tx}, dialect.Lock.Row, e)
 		}
 		err := s.retryWrite(ctx, first, fn)
-		if err == nil {
+		if err == nil && !e.Skip {
 			committed()
 		}
 		return err

@@ -174,7 +174,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		}
 		return sqlstore.AppendAudit(ctx, sqlTx{tx}, dialect.Lock.Row, e)
 	})
-	if err == nil {
+	if err == nil && !e.Skip {
 		committed()
 	}
 	return err

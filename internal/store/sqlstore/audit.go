@@ -26,6 +26,9 @@ const ChainHeadSQL = `SELECT head_seq, head_hash, anchor_seq, anchor_hash FROM a
 // Every write path of a store calls it with the entry its context carries
 // (audit.Pending) just before it commits.
 func AppendAudit(ctx context.Context, tx Querier, lock string, e *audit.Entry) error {
+	if e.Skip {
+		return nil
+	}
 	if len(e.Data) > 0 && !json.Valid(e.Data) {
 		return fmt.Errorf("audit entry %s: data is not valid JSON", e.Action)
 	}
