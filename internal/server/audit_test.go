@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/audit"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
 // auditLog reads the whole audit log, oldest first, through the API.
@@ -58,7 +60,19 @@ func (ts *testServer) auditSince(n int, want ...string) []api.AuditLog {
 // in any entry.
 func TestAuditActions(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, Options{})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		testAuditActions(t, startServer(t, Options{}))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		testAuditActions(t, startServer(t, Options{DatabaseURL: pgtest.Shared(t).Database(t), SecretKey: key}))
+	})
+}
+
+func testAuditActions(t *testing.T, ts *testServer) {
 	var me api.WhoAmI
 	ts.mustDo(200, "GET", "/v1/whoami", ts.admin, nil, &me)
 	n := len(ts.auditLog())
