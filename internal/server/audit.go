@@ -241,3 +241,51 @@ func (s *Server) recordSignIn(r *http.Request, token, refusal string) {
 		s.log.Error("audit: record sign-in", "action", action, "err", err)
 	}
 }
+
+// auditPruneBatch is how many entries one transaction of the audit
+// retention sweep removes, so it never holds the writer for long.
+const auditPruneBatch = 1000
+
+// auditRetention removes the audit log's entries older than
+// AuditRetention, shortly after start and then at each sweep interval,
+// until ctx ends; nothing when the log is kept forever. Every replica
+// runs it: a removal is one transaction that holds the chain's head, so
+// two replicas at once remove each entry once.
+func (s *Server) auditRetention(ctx context.Context) {
+	if s.opts.AuditRetention <= 0 {
+		return
+	}
+	t := time.NewTimer(min(time.Minute, s.opts.ArtifactSweepInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.pruneAudit(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("audit log retention sweep", "err", err)
+		}
+		t.Reset(s.opts.ArtifactSweepInterval)
+	}
+}
+
+// pruneAudit removes every entry older than AuditRetention, in batches.
+func (s *Server) pruneAudit(ctx context.Context) error {
+	before := s.now().Add(-s.opts.AuditRetention)
+	total := 0
+	for ctx.Err() == nil {
+		n, err := s.store.PruneAudit(ctx, before, auditPruneBatch)
+		if err != nil {
+			return err
+		}
+		total += n
+		if n < auditPruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("audit log retention sweep removed entries", "entries", total, "created_before", before.UTC().Format(time.RFC3339))
+	}
+	return ctx.Err()
+}

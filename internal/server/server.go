@@ -130,6 +130,11 @@ type Options struct {
 	// are kept after it ended; a background sweep deletes older ones.
 	// 0 keeps artifacts forever; negative is an error.
 	ArtifactRetention time.Duration
+	// AuditRetention is how long audit log entries are kept; the
+	// retention sweep removes older ones from the oldest end, and the
+	// chain stays verifiable from the last one removed. 0 keeps them
+	// forever; negative is an error.
+	AuditRetention time.Duration
 	// ArtifactSweepInterval spaces the retention sweeps; 0 means 1h. The
 	// first runs after a minute, or after the interval when shorter.
 	ArtifactSweepInterval time.Duration
@@ -384,6 +389,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.ArtifactRetention < 0 {
 		return nil, fmt.Errorf("server: artifact retention %s is negative; use 0 to keep artifacts forever", opts.ArtifactRetention)
+	}
+	if opts.AuditRetention < 0 {
+		return nil, fmt.Errorf("server: audit retention %s is negative; use 0 to keep the audit log forever", opts.AuditRetention)
 	}
 	if opts.ArtifactSweepInterval <= 0 {
 		opts.ArtifactSweepInterval = time.Hour
@@ -700,6 +708,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.retention.Run(s.runCtx)
 	}()
+	s.wg.Go(func() { s.auditRetention(s.runCtx) })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
