@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -281,3 +282,42 @@ func TestAuditListQuery(t *testing.T) {
 		t.Errorf("entries %d after refused reads, want %d", after, before+2)
 	}
 }
+
+// TestAuditPage: the web UI's Audit log page lists the entries with
+// their filters, pages on, and refuses whom the API refuses.
+func TestAuditPage(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	o := ts.outpost("shown")
+	ts.token([]string{api.ScopeSessionsRead}, "")
+	code, body := ts.uiRequest("GET", "/ui/audit", ts.admin, nil)
+	if code != 200 || !strings.Contains(body, ">outpost.create<") || !strings.Contains(body, ">token.create<") || !strings.Contains(body, o.Metadata.OutpostID) {
+		t.Fatalf("audit page: %d %s", code, body)
+	}
+	code, body = ts.uiRequest("GET", "/ui/audit?action=outpost.create&since_h=24", ts.admin, nil)
+	if code != 200 || !strings.Contains(body, ">outpost.create<") || strings.Contains(body, ">token.create<") {
+		t.Errorf("filtered audit page: %d %s", code, body)
+	}
+	for i := range 120 {
+		ts.outpost(fmt.Sprintf("p%d", i))
+	}
+	code, body = ts.uiRequest("GET", "/ui/audit", ts.admin, nil)
+	m := regexpNext.FindStringSubmatch(body)
+	if code != 200 || m == nil {
+		t.Fatalf("no link to older entries: %d", code)
+	}
+	code, body = ts.uiRequest("GET", strings.ReplaceAll(m[1], "&amp;", "&"), ts.admin, nil)
+	if code != 200 || !strings.Contains(body, "audit-1<") {
+		t.Errorf("older entries: %d", code)
+	}
+	if code, _ := ts.uiRequest("GET", "/ui/audit?since_h=99999", ts.admin, nil); code != 400 {
+		t.Errorf("since_h past 100 days: %d", code)
+	}
+	reader := ts.token([]string{api.ScopeSessionsRead}, "")
+	if code, body := ts.uiRequest("GET", "/ui/audit", reader, nil); code != 403 || !strings.Contains(body, "admin") {
+		t.Errorf("audit page for a reader: %d %s", code, body)
+	}
+}
+
+// regexpNext finds the audit page's link to older entries.
+var regexpNext = regexp.MustCompile(`href="(/ui/audit\?[^"]+)" id="next"`)
