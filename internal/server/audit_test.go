@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,14 +185,8 @@ func TestAuditSuspendResumeGrant(t *testing.T) {
 	ts.outpost("s")
 	id := suspendLive(t, ts, "s", []byte("workspace"))
 	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/resume", ts.admin, nil, nil)
-	var actions []string
-	for _, e := range ts.auditLog() {
-		if e.Object.ID == id {
-			actions = append(actions, e.Action)
-		}
-	}
-	if strings.Join(actions, " ") != "session.create session.suspend session.resume" {
-		t.Errorf("entries of session %s: %q", id, actions)
+	if got := auditOf(ts, id); strings.Join(got, " ") != "session.create session.suspend session.resume" {
+		t.Errorf("entries of session %s: %q", id, got)
 	}
 
 	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "net", NetworkPolicy: &outpostPolicy}, nil)
@@ -204,6 +199,30 @@ func TestAuditSuspendResumeGrant(t *testing.T) {
 	if e.Object != (api.AuditObject{Kind: "network_request", ID: rid + "/1"}) || !strings.Contains(string(e.Data), "files.example.test") {
 		t.Errorf("network.grant %+v", e)
 	}
+
+	did := requestSession(ts, ts.admin, "net", nil, "other.example.test")
+	connect(ts, did)
+	waitPending(ts, did)
+	n = len(ts.auditLog())
+	ts.mustDo(200, "POST", "/v1/sessions/"+did+"/network-requests/1/deny", ts.admin, api.NetworkDenyRequest{Reason: "not that one"}, nil)
+	ts.mustDo(409, "POST", "/v1/sessions/"+did+"/network-requests/1/deny", ts.admin, nil, nil)
+	e = ts.auditSince(n, audit.NetworkDeny)[0]
+	if e.Object.ID != did+"/1" || !strings.Contains(string(e.Data), "not that one") {
+		t.Errorf("network.deny %+v", e)
+	}
+}
+
+// auditOf is the actions of the audit entries of session id, oldest
+// first.
+func auditOf(ts *testServer, id string) []string {
+	ts.t.Helper()
+	var out []string
+	for _, e := range ts.auditLog() {
+		if e.Object.ID == id {
+			out = append(out, e.Action)
+		}
+	}
+	return out
 }
 
 // TestAuditListQuery: paging, filters, the window and the refusals of
@@ -321,3 +340,37 @@ func TestAuditPage(t *testing.T) {
 
 // regexpNext finds the audit page's link to older entries.
 var regexpNext = regexp.MustCompile(`href="(/ui/audit\?[^"]+)" id="next"`)
+
+// TestAuditRetention: the sweep removes the entries older than
+// AuditRetention from the oldest end, the chain still verifies, and new
+// entries continue it.
+func TestAuditRetention(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	if _, err := New(t.Context(), Options{DataDir: t.TempDir(), AuditRetention: -time.Hour}); err == nil {
+		t.Error("a negative audit retention was taken")
+	}
+	ts := startServer(t, Options{Now: now, AuditRetention: 24 * time.Hour})
+	ts.outpost("old1")
+	ts.outpost("old2")
+	offset.Store(int64(36 * time.Hour))
+	ts.outpost("new")
+	if err := ts.srv.pruneAudit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	log := ts.auditLog()
+	if len(log) != 1 || log[0].AuditLogID != "audit-3" {
+		t.Fatalf("after the sweep: %+v", log)
+	}
+	var v api.AuditVerification
+	ts.mustDo(200, "GET", "/v1/audit-logs/verify", ts.admin, nil, &v)
+	if !v.OK || v.Checked != 1 {
+		t.Errorf("verify after the sweep: %+v", v)
+	}
+	ts.outpost("newer")
+	ts.mustDo(200, "GET", "/v1/audit-logs/verify", ts.admin, nil, &v)
+	if !v.OK || v.Checked != 2 {
+		t.Errorf("verify after an append: %+v", v)
+	}
+}
