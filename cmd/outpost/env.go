@@ -20,6 +20,7 @@ var (
 	envClaimTTL          = api.EnvVar{Name: "OUTPOST_CLAIM_TTL", Meaning: "how long a claimer has to get a remote connected (--claim-ttl)"}
 	envReconnectGrace    = api.EnvVar{Name: "OUTPOST_RECONNECT_GRACE", Meaning: "how long a claim outlives its remote's connection (--reconnect-grace)"}
 	envArtifactRetention = api.EnvVar{Name: "OUTPOST_ARTIFACT_RETENTION", Meaning: "how long artifacts of ended sessions are kept (--artifact-retention)"}
+	envAuditRetention    = api.EnvVar{Name: "OUTPOST_AUDIT_RETENTION", Meaning: "how long audit log entries are kept (--audit-retention)"}
 	envEndedRetention    = api.EnvVar{Name: "OUTPOST_ENDED_ENTRY_RETENTION", Meaning: "how long the queue entries of ended sessions stay listed (--ended-entry-retention)"}
 	envSnapshotInterval  = api.EnvVar{Name: "OUTPOST_SNAPSHOT_INTERVAL", Meaning: "how often running sessions are checkpointed (--snapshot-interval)"}
 	envMaxCallOutput     = api.EnvVar{Name: "OUTPOST_MAX_CALL_OUTPUT_BYTES", Meaning: "most output of one call the server keeps (--max-call-output-bytes)"}
@@ -53,7 +54,7 @@ var (
 
 // serverEnv lists the variables `outpost server` reads.
 var serverEnv = []api.EnvVar{
-	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention, envEndedRetention,
+	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention, envAuditRetention, envEndedRetention,
 	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
 	envReplicaID, envReplicaURL,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/servertest"
@@ -53,8 +55,26 @@ func TestScripts(t *testing.T) {
 			"exits":       cmdExits,
 			"serveremote": cmdServeRemote,
 			"waitevent":   cmdWaitEvent,
+			"auditsql":    cmdAuditSQL,
 		},
 	})
+}
+
+// cmdAuditSQL runs one SQL statement on the database of the server
+// startserver started, behind its back, as someone with access to the
+// database file could: `auditsql 'UPDATE audit_log …'`.
+func cmdAuditSQL(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: auditsql STATEMENT")
+	}
+	db, err := sql.Open("sqlite", ts.MkAbs(filepath.Join("server-data", datadir.Database))+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		ts.Fatalf("open the database: %v", err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(args[0]); err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
 }
 
 // cmdStartServer starts a real Outpost server in the test process on a

@@ -94,6 +94,10 @@ Artifacts of a session that ended longer ago than --artifact-retention are
 deleted by an hourly sweep; downloading one then answers 410 Gone. Artifacts
 of sessions that have not ended are always kept.
 
+Audit log entries older than --audit-retention (400 days; env
+OUTPOST_AUDIT_RETENTION) are removed from the oldest end by the same
+sweep; the chain stays verifiable ('outpost audit verify'). 0 keeps them.
+
 The queue entry of an ended session stays listed for --ended-entry-retention
 (phase pending, no acceptor, session_status terminated; claims answer 409),
 so that orchestrators watching the queue see the session end and clean up;

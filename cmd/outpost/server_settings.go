@@ -57,6 +57,10 @@ var serverSettings = []serverSetting{
 		usage:  "how long artifacts of ended sessions are kept after they end, e.g. 720h (30 days); 0 keeps them forever (env $ENV)",
 		want:   "a duration such as 720h (30 days), or 0 to keep artifacts forever",
 		refuse: "--artifact-retention must not be negative: give a duration such as 720h (30 days), or 0 to keep artifacts forever"},
+	{flag: "audit-retention", env: envAuditRetention, def: defaultAuditRetention, field: func(o *server.Options) any { return &o.AuditRetention },
+		usage:  "how long audit log entries are kept, e.g. 9600h (400 days); older ones are removed from the oldest end and the chain stays verifiable; 0 keeps them forever (env $ENV)",
+		want:   "a duration such as 9600h (400 days), or 0 to keep the audit log forever",
+		refuse: "--audit-retention must not be negative: give a duration such as 9600h (400 days), or 0 to keep the audit log forever"},
 	{flag: "ended-entry-retention", env: envEndedRetention, def: server.DefaultEndedEntryRetention, field: func(o *server.Options) any { return &o.EndedEntryRetention },
 		usage:      "how long the queue entry of an ended session stays listed, unclaimable, with session_status terminated, so that watchers see the session end before the entry is deleted; 0 deletes it at once (env $ENV)",
 		want:       "a duration such as 10m, or 0 to delete the entries of ended sessions at once",
@@ -118,6 +122,9 @@ var serverSettings = []serverSetting{
 
 // defaultArtifactRetention keeps artifacts of ended sessions for 30 days.
 const defaultArtifactRetention = 30 * 24 * time.Hour
+
+// defaultAuditRetention keeps audit log entries for 400 days.
+const defaultAuditRetention = 400 * 24 * time.Hour
 
 // checkBlobStore checks --blob-store, which must name a store the server
 // has and, for postgres, a database to keep it in.

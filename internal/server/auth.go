@@ -16,6 +16,7 @@ import (
 // principal is the caller behind an API token.
 type principal struct {
 	tokenID   string
+	tokenName string
 	scopes    []string
 	outpostID string     // "" when not limited
 	expiresAt *time.Time // nil when the token never expires
@@ -75,7 +76,12 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if secret == "" {
 		return principal{}, errUnauthorized("An API token is required: send it as 'Authorization: Bearer <token>'.")
 	}
-	t, err := s.store.TokenByHash(r.Context(), hashSecret(secret))
+	return s.authenticateSecret(r.Context(), secret)
+}
+
+// authenticateSecret resolves an API token's secret.
+func (s *Server) authenticateSecret(ctx context.Context, secret string) (principal, error) {
+	t, err := s.store.TokenByHash(ctx, hashSecret(secret))
 	if errors.Is(err, store.ErrNotFound) {
 		return principal{}, errUnauthorized("The API token is not valid.")
 	}
@@ -89,7 +95,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
 		return principal{}, errUnauthorized("The API token has expired.")
 	}
-	return principal{tokenID: t.ID, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt}, nil
+	return principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt}, nil
 }
 
 // handler is an HTTP handler that returns an error to be written as JSON.
@@ -113,7 +119,7 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 		}
 		ctx, stop := s.whileValid(r.Context(), r, p)
 		defer stop()
-		r = r.WithContext(context.WithValue(ctx, principalKey{}, p))
+		r = r.WithContext(withSourceIP(context.WithValue(ctx, principalKey{}, p), r))
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}

@@ -55,6 +55,8 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "POST", path: "/v1/tokens", body: api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201},
 		{method: "GET", path: "/v1/tokens", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
 		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
+		{method: "GET", path: "/v1/audit-logs", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
+		{method: "GET", path: "/v1/audit-logs/verify", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
 		// The bare and devins prefixes reach the same handlers.
 		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},

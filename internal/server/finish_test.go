@@ -71,6 +71,9 @@ func TestMessageBetweenAnswerAndEnd(t *testing.T) {
 	var msg api.Event
 	ts.mustDo(202, "POST", "/v1/sessions/"+id+"/messages", ts.admin, api.MessageRequest{Text: "Also the changelog."}, &msg)
 	close(resume)
+	if got := auditOf(ts, id); strings.Join(got, " ") != "session.create session.message" {
+		t.Errorf("audit entries of the session: %q", got)
+	}
 
 	r.expect(api.FrameEnd)
 	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)

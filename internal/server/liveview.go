@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/liveview"
 	"github.com/outpost-sh/outpost/internal/web"
 )
@@ -50,7 +51,9 @@ func (s *Server) liveRemote(sessionID string) (liveview.Remote, error) {
 // recordDesktop writes a take-over or hand-back on the transcript.
 func (s *Server) recordDesktop(ctx context.Context, sessionID, action, actor, reason string) error {
 	ev := []api.Event{{Type: api.EventDesktop, Time: s.now().UnixMilli(), Action: action, Actor: actor, Reason: reason}}
-	if err := s.store.AppendEvents(context.WithoutCancel(ctx), sessionID, ev); err != nil {
+	// ctx is the viewer's request's: the audit entry names its token.
+	actx := s.audited(context.WithoutCancel(ctx), "desktop."+action, audit.Object{Kind: audit.ObjectSession, ID: sessionID}, nil, nil)
+	if err := s.store.AppendEvents(actx, sessionID, ev); err != nil {
 		return err
 	}
 	s.topics.publish(sessionID, ev...)

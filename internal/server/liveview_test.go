@@ -398,6 +398,11 @@ idleLoop:
 			t.Errorf("desktop event %d: %+v, want %s by %s", i, e, want, who.ID)
 		}
 	}
+	// Each take-over and hand-back is in the audit log too, once.
+	if got := strings.Join(auditOf(ts, id), " "); !strings.HasSuffix(got, "desktop.take_control desktop.hand_back desktop.take_control desktop.hand_back") ||
+		strings.Count(got, "desktop.") != 4 {
+		t.Errorf("audit entries of the session: %q", got)
+	}
 }
 
 // TestLiveDesktopAuth: the web UI's sign-in cookie stands for a bearer

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -185,7 +186,8 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.now()
-	m, err := s.store.UpdateSession(ctx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
+	actx := s.audited(ctx, audit.SessionUpdate, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, map[string]any{"network_policy": req.NetworkPolicy}, nil)
+	m, err := s.store.UpdateSession(actx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(st.Status) || e.OutpostID == "" || e.Deleted {
 			return store.Mutation{}, errConflict("Session %s has ended; its network policy no longer applies.", st.ID)
 		}

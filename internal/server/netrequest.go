@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -111,6 +112,14 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 	// own is the session's new policy; keepOwn leaves it as it is.
 	own, keepOwn := sess.NetworkPolicy, true
 	outpostChanged := false
+	// The entry goes with the first write of the answer: the outpost's
+	// policy for a grant to the outpost, else the session's request.
+	action := audit.NetworkDeny
+	if a.grant {
+		action = audit.NetworkGrant
+	}
+	actx := s.audited(ctx, action, audit.Object{Kind: audit.ObjectNetworkRequest, ID: sess.ID + "/" + view.ID},
+		map[string]any{"session_id": sess.ID, "outpost_id": o.ID, "scope": a.scope, "domains": shown, "reason": a.reason}, sess.Secrets)
 	switch {
 	case !a.grant:
 		view.State, view.Answer = api.NetworkRequestDenied, a.reason
@@ -137,7 +146,7 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 		}
 		if !samePolicy(&next, o.NetworkPolicy) {
 			l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: &next}
-			if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
+			if err := s.store.SetOutpostLimits(actx, o.ID, l); err != nil {
 				return fmt.Errorf("grant network request %d of session %s: update outpost %s: %w", seq, sess.ID, o.ID, err)
 			}
 			o.NetworkPolicy, outpostChanged = &next, true
@@ -168,7 +177,7 @@ func (s *Server) answerNetworkRequest(w http.ResponseWriter, r *http.Request, a 
 		return fmt.Errorf("encode the answer of network request %d: %w", seq, err)
 	}
 	now := s.now()
-	m, err := s.store.UpdateSession(ctx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
+	m, err := s.store.UpdateSession(actx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(st.Status) {
 			return store.Mutation{}, errConflict("Session %s has ended; its network requests can no longer be answered.", st.ID)
 		}

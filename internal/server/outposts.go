@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -196,7 +197,8 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
 		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk,
 		Requirements: effectiveRequirements(req.Requirements), CreatedAt: s.now()}
-	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
+	actx := s.audited(r.Context(), audit.OutpostCreate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
+	if err := s.store.CreateOutpost(actx, o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
 		}
@@ -285,7 +287,8 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
 		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
-	if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
+	actx := s.audited(ctx, audit.OutpostUpdate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
+	if err := s.store.SetOutpostLimits(actx, o.ID, l); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
 		}
@@ -378,7 +381,9 @@ func (s *Server) deleteOutpost(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := s.store.DeleteOutpost(ctx, o.ID); err != nil {
+	actx := s.audited(ctx, audit.OutpostDelete, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID},
+		map[string]any{"name": o.Name, "ended_sessions": len(entries)}, nil)
+	if err := s.store.DeleteOutpost(actx, o.ID); err != nil {
 		return fmt.Errorf("delete outpost %s: %w", o.ID, err)
 	}
 	s.log.Info("outpost deleted", "outpost", o.Name, "id", o.ID, "ended_sessions", len(entries))

@@ -130,6 +130,11 @@ type Options struct {
 	// are kept after it ended; a background sweep deletes older ones.
 	// 0 keeps artifacts forever; negative is an error.
 	ArtifactRetention time.Duration
+	// AuditRetention is how long audit log entries are kept; the
+	// retention sweep removes older ones from the oldest end, and the
+	// chain stays verifiable from the last one removed. 0 keeps them
+	// forever; negative is an error.
+	AuditRetention time.Duration
 	// ArtifactSweepInterval spaces the retention sweeps; 0 means 1h. The
 	// first runs after a minute, or after the interval when shorter.
 	ArtifactSweepInterval time.Duration
@@ -384,6 +389,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.ArtifactRetention < 0 {
 		return nil, fmt.Errorf("server: artifact retention %s is negative; use 0 to keep artifacts forever", opts.ArtifactRetention)
+	}
+	if opts.AuditRetention < 0 {
+		return nil, fmt.Errorf("server: audit retention %s is negative; use 0 to keep the audit log forever", opts.AuditRetention)
 	}
 	if opts.ArtifactSweepInterval <= 0 {
 		opts.ArtifactSweepInterval = time.Hour
@@ -700,6 +708,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer s.wg.Done()
 		s.retention.Run(s.runCtx)
 	}()
+	s.wg.Go(func() { s.auditRetention(s.runCtx) })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -886,6 +895,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
 	// Every scope implies one of these, so any valid token may ask.
+	// The audit log: read by admins, written by the changes themselves.
+	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(s.listAuditLogs, api.ScopeAdmin))
+	mux.HandleFunc("GET "+api.AuditLogsVerifyPath, s.authed(s.verifyAuditLog, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
 	mux.Handle("GET "+api.GatewayPath, s.gw)
@@ -897,7 +909,7 @@ func (s *Server) routes() http.Handler {
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.
-	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey)})
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey), SignIn: s.recordSignIn})
 	if err != nil {
 		panic(err) // embedded templates that do not parse are a build bug
 	}

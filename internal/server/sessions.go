@@ -11,11 +11,13 @@ import (
 	"maps"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -280,7 +282,11 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 		// all the transcript, and so the model, it never shows a secret.
 		events = append(events, api.Event{Type: api.EventMessage, Role: api.RoleUser, Text: red.String(req.Prompt), Time: now.UnixMilli()})
 	}
-	if err := s.store.CreateSession(ctx, sess, entry, events); err != nil {
+	// Secrets appear by name only; a title that holds a value is redacted.
+	actx := s.audited(ctx, audit.SessionCreate, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, map[string]any{
+		"outpost_id": o.ID, "title": sess.Spec.Title, "agent": sess.Spec.Agent.Kind, "secret_names": slices.Sorted(maps.Keys(req.Secrets)),
+	}, req.Secrets)
+	if err := s.store.CreateSession(actx, sess, entry, events); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
 	s.metrics.sessionsCreated.Inc()
@@ -424,7 +430,8 @@ func (s *Server) terminateSession(w http.ResponseWriter, r *http.Request) error 
 		}
 		reason = "Terminated by a user: " + redact.NewSet(sess.Secrets).String(req.Reason)
 	}
-	if err := s.endSession(ctx, sess.ID, api.StatusExit, api.DetailUserRequest, reason); err != nil {
+	actx := s.audited(ctx, audit.SessionTerminate, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, map[string]any{"reason": reason}, sess.Secrets)
+	if err := s.endSession(actx, sess.ID, api.StatusExit, api.DetailUserRequest, reason); err != nil {
 		return err
 	}
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
@@ -459,7 +466,10 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	m, err := s.store.UpdateSession(ctx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
+	// The entry tells that a message was sent, not what it says: the
+	// transcript keeps that.
+	actx := s.audited(ctx, audit.SessionMessage, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, map[string]any{"bytes": len(req.Text)}, nil)
+	m, err := s.store.UpdateSession(actx, sess.ID, func(cur store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(cur.Status) {
 			return store.Mutation{}, errConflict("Session %s has ended (%s, %s); it takes no more messages.", sess.ID, cur.Status, cur.StatusDetail)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -45,7 +46,8 @@ func (s *Server) suspendHandler(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// A suspend outlives a caller that hangs up: it stops halfway otherwise.
-	if err := s.suspend(context.WithoutCancel(ctx), sess.ID, "Suspended by a user."); err != nil {
+	actx := s.audited(context.WithoutCancel(ctx), audit.SessionSuspend, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, nil, nil)
+	if err := s.suspend(actx, sess.ID, "Suspended by a user."); err != nil {
 		return err
 	}
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
@@ -61,7 +63,8 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resumed, err := s.life.Resume(ctx, sess.ID, "Resumed by a user.")
+	actx := s.audited(ctx, audit.SessionResume, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, nil, nil)
+	resumed, err := s.life.Resume(actx, sess.ID, "Resumed by a user.")
 	if err != nil {
 		return err
 	}

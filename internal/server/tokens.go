@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -67,7 +68,13 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	secret := newSecret("opt_")
 	t.Hash = hashSecret(secret)
-	if err := s.store.CreateToken(ctx, t); err != nil {
+	// The entry holds what the token may do, never its secret.
+	details := map[string]any{"name": t.Name, "scopes": t.Scopes, "outpost_id": t.OutpostID}
+	if t.ExpiresAt != nil {
+		details["expires_at"] = t.ExpiresAt.Unix()
+	}
+	actx := s.audited(ctx, audit.TokenCreate, audit.Object{Kind: audit.ObjectToken, ID: t.ID}, details, nil)
+	if err := s.store.CreateToken(actx, t); err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
 	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "outpost", t.OutpostID)
@@ -134,7 +141,8 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 			return errNotFound("Token %s does not exist.", id)
 		}
 	}
-	if err := s.store.RevokeToken(r.Context(), id, s.now()); err != nil {
+	actx := s.audited(r.Context(), audit.TokenRevoke, audit.Object{Kind: audit.ObjectToken, ID: id}, nil, nil)
+	if err := s.store.RevokeToken(actx, id, s.now()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Token %s does not exist.", id)
 		}

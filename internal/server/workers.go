@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -146,7 +147,11 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	now := wk.now()
-	e, err := wk.s.store.PutWorker(r.Context(), store.Worker{
+	// The store keeps the entry only for the heartbeat that connects the
+	// worker (see sqlstore.PutWorker).
+	actx := wk.s.audited(r.Context(), audit.WorkerRegister, audit.Object{Kind: audit.ObjectWorker, ID: o.ID + "/" + acceptor},
+		map[string]any{"outpost_id": o.ID, "acceptor_id": acceptor, "kind": in.Kind, "hostname": in.Hostname, "instance": in.Instance}, nil)
+	e, err := wk.s.store.PutWorker(actx, store.Worker{
 		OutpostID: o.ID, AcceptorID: acceptor, Info: in, LastSeenAt: now, ExpiresAt: now.Add(api.WorkerTTL),
 	}, wk.max)
 	var inUse *store.AcceptorInUseError

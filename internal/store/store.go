@@ -525,6 +525,8 @@ type Store interface {
 	// CountTokens counts tokens, revoked ones included.
 	CountTokens(ctx context.Context) (int, error)
 
+	AuditLog
+
 	// Locks and worker presence, shared by every server on the store
 	// (types in presence.go).
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/blob"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
@@ -108,7 +109,9 @@ func (sp *Suspender) Suspend(ctx context.Context, id, why string) error {
 // commit stores the snapshot, has the state machine move the session to
 // suspended, and then deletes the snapshot it replaced.
 func (sp *Suspender) commit(ctx context.Context, c *gateway.Conn, op *Op, info api.SnapshotInfo, why string) error {
-	prev, err := Put(ctx, sp.Store, sp.Blobs, c.SessionID, op, info, sp.Now(), "snapshot")
+	// The audit entry of the suspend, if ctx carries one, goes with the
+	// move to suspended below, not with the snapshot's row.
+	prev, err := Put(audit.Without(ctx), sp.Store, sp.Blobs, c.SessionID, op, info, sp.Now(), "snapshot")
 	if err != nil {
 		return err
 	}

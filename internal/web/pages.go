@@ -42,11 +42,17 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		if msg == "" {
 			msg = "This token is not valid."
 		}
+		if h.signIn != nil {
+			h.signIn(r, tok, msg)
+		}
 		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: msg})
 		return
 	} else if err != nil && !ok {
 		h.failAPI(w, r, err)
 		return
+	}
+	if h.signIn != nil {
+		h.signIn(r, tok, "")
 	}
 	h.setCookie(w, r, tok, 0)
 	h.clearSigninCookie(w, r)

@@ -66,6 +66,10 @@ type Options struct {
 	// served posts to any other and survives a restart; nil means a random
 	// key of this process's.
 	FormKey []byte
+	// SignIn, when set, is told of each sign-in with a token: the token
+	// entered, and "" when it was accepted or the sentence that refused
+	// it. The server writes it to the audit log; nil tells no one.
+	SignIn func(r *http.Request, token, refusal string)
 }
 
 // Handler serves the UI under /, /ui/ and /static/.
@@ -74,6 +78,7 @@ type Handler struct {
 	secure  bool
 	log     *slog.Logger
 	csrfKey []byte
+	signIn  func(r *http.Request, token, refusal string)
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -95,6 +100,7 @@ func New(opts Options) (*Handler, error) {
 		secure:  strings.HasPrefix(strings.ToLower(opts.PublicURL), "https://"),
 		log:     opts.Logger,
 		csrfKey: make([]byte, 32),
+		signIn:  opts.SignIn,
 		pages:   map[string]*template.Template{},
 
 		sameOrigin: http.NewCrossOriginProtection(),
@@ -111,7 +117,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "error", "worker"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "error", "worker"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -163,6 +169,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))
+	m.HandleFunc("GET /ui/audit", h.authed(h.auditPage))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
@@ -17,7 +19,7 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 		return fmt.Errorf("postgres: create outpost %s: %w", o.Name, err)
 	}
 	// The insert and its notification in one statement (notify.go).
-	_, err = s.pool.Exec(ctx, `WITH o AS (INSERT INTO outposts (`+outpostCols+`)
+	_, err = s.exec(ctx, `WITH o AS (INSERT INTO outposts (`+outpostCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $13, $14) RETURNING id)
 		SELECT pg_notify('`+changesChannel+`', $11) FROM o`, o.ID, o.Name, o.Platform, o.Description, o.AllowedOrgIDs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
 		o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, s.outpostPayload(o.ID), policy, sqlstore.EncodeDesktop(o.Desktop), sqlstore.EncodeRequirements(o.Requirements))
@@ -58,8 +60,13 @@ func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 func (s *Store) DeleteOutpost(ctx context.Context, id string) error {
 	// The delete and its notification in one statement (notify.go); the
 	// SELECT's row count is the delete's.
-	if err := mustAffect(s.pool.Exec(ctx, `WITH o AS (`+sqlstore.DeleteOutpostSQL+` RETURNING id)
-		SELECT pg_notify('`+changesChannel+`', $2) FROM o`, id, s.outpostPayload(id))); err != nil {
+	// In a transaction that a missing outpost rolls back, with the audit
+	// entry ctx may carry.
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		return mustAffect(tx.Exec(ctx, `WITH o AS (`+sqlstore.DeleteOutpostSQL+` RETURNING id)
+		SELECT pg_notify('`+changesChannel+`', $2) FROM o`, id, s.outpostPayload(id)))
+	})
+	if err != nil {
 		return fmt.Errorf("postgres: delete outpost %s: %w", id, mapErr(err))
 	}
 	return nil

@@ -34,9 +34,9 @@ func (p plugin) Query(ctx context.Context, q string, args ...any) (sqlstore.Clos
 	return pgRows{rows}, nil
 }
 
-// Exec runs a statement on the pool.
+// Exec runs a statement on the pool (see Store.exec).
 func (p plugin) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	tag, err := p.s.pool.Exec(ctx, q, args...)
+	tag, err := p.s.exec(ctx, q, args...)
 	return tag.RowsAffected(), err
 }
 

@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outpost-sh/outpost/backoff"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
@@ -212,7 +213,31 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // writeBatch is write whose transaction starts with the queries first
 // queues, sent with the BEGIN in one round trip; fn runs after their
 // callbacks. first may be nil.
+//
+// Every write transaction of the store passes here: the audit entry ctx
+// carries (see package audit) is appended in the transaction, after fn and
+// only when fn succeeded, so the change and its entry commit or roll back
+// together; each try appends it afresh.
 func (s *Store) writeBatch(ctx context.Context, first func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
+	if e, committed := audit.Pending(ctx); e != nil {
+		inner := fn
+		fn = func(tx pgx.Tx) error {
+			if err := inner(tx); err != nil {
+				return err
+			}
+			return sqlstore.AppendAudit(ctx, pgTx{tx}, dialect.Lock.Row, e)
+		}
+		err := s.retryWrite(ctx, first, fn)
+		if err == nil && !e.Skip {
+			committed()
+		}
+		return err
+	}
+	return s.retryWrite(ctx, first, fn)
+}
+
+// retryWrite is writeBatch's loop of tries.
+func (s *Store) retryWrite(ctx context.Context, first func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = s.tryWrite(ctx, first, fn)
@@ -243,6 +268,21 @@ func (s *Store) tryWrite(ctx context.Context, first func(b *pgx.Batch), fn func(
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// exec runs a statement on the pool, or, when ctx carries an audit entry,
+// in a write transaction that appends it: a change made by one statement
+// gets its entry in the same transaction too.
+func (s *Store) exec(ctx context.Context, q string, args ...any) (pgconn.CommandTag, error) {
+	if e, _ := audit.Pending(ctx); e == nil {
+		return s.pool.Exec(ctx, q, args...)
+	}
+	var tag pgconn.CommandTag
+	err := s.write(ctx, func(tx pgx.Tx) (err error) {
+		tag, err = tx.Exec(ctx, q, args...)
+		return err
+	})
+	return tag, err
 }
 
 // read runs fn in a read-only REPEATABLE READ transaction, so its queries

@@ -27,6 +27,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
@@ -158,8 +159,25 @@ func (s *Store) Close() error {
 // An error from fn rolls back fn's writes and is returned unchanged. fn
 // runs on the writer's goroutine and must not call the Store's write
 // methods.
+//
+// Every write of the store passes here: the audit entry ctx carries (see
+// package audit) is appended in the transaction, after fn and only when
+// fn succeeded, so the change and its entry commit or roll back together.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.writer.do(ctx, fn)
+	e, committed := audit.Pending(ctx)
+	if e == nil {
+		return s.writer.do(ctx, fn)
+	}
+	err := s.writer.do(ctx, func(tx *sql.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return sqlstore.AppendAudit(ctx, sqlTx{tx}, dialect.Lock.Row, e)
+	})
+	if err == nil && !e.Skip {
+		committed()
+	}
+	return err
 }
 
 // openDB opens a pool on dsn whose connections keep their prepared

@@ -53,7 +53,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 // RevokeToken marks a token revoked at now; store.ErrNotFound when absent.
 // Revoking a revoked token keeps its first revocation time.
 func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error {
-	if err := s.mustAffect(s.db.Exec(ctx, RevokeTokenSQL, now.UnixMilli(), id)); err != nil {
+	if err := s.execOne(ctx, RevokeTokenSQL, now.UnixMilli(), id); err != nil {
 		return s.errorf(err, "revoke token %s", id)
 	}
 	return nil
@@ -66,6 +66,16 @@ func (s *Store) CountTokens(ctx context.Context) (int, error) {
 		return 0, s.errorf(err, "count tokens")
 	}
 	return n, nil
+}
+
+// execOne runs a statement in a write transaction that fails with
+// sql.ErrNoRows, and so rolls back, when it changes no row: the audit
+// entry ctx may carry (appended by the write path) is not kept for a
+// change that did not happen.
+func (s *Store) execOne(ctx context.Context, q string, args ...any) error {
+	return s.db.Write(ctx, nil, func(tx Tx) error {
+		return s.mustAffect(tx.Exec(ctx, q, args...))
+	})
 }
 
 // mustAffect turns a statement that changed no row into sql.ErrNoRows.
@@ -83,7 +93,7 @@ func (s *Store) SetOutpostLimits(ctx context.Context, id string, l store.Outpost
 	if err != nil {
 		return s.errorf(err, "set outpost limits %s", id)
 	}
-	if err := s.mustAffect(s.db.Exec(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes, policy, EncodeDesktop(l.Desktop))); err != nil {
+	if err := s.execOne(ctx, SetOutpostLimitsSQL, id, l.MaxRunning, l.MaxAttempts, l.MaxSnapshotBytes, policy, EncodeDesktop(l.Desktop)); err != nil {
 		return s.errorf(err, "set outpost limits %s", id)
 	}
 	return nil

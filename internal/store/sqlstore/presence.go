@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -44,6 +45,12 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 		var err error
 		if out, err = PlanWorker(prev, live, w, max); err != nil {
 			return err
+		}
+		// A heartbeat is in the audit log when it connects the worker
+		// (its first, or the first after its entry lapsed), not at each
+		// beat.
+		if e, _ := audit.Pending(ctx); e != nil {
+			e.Skip = !out.ConnectedAt.Equal(out.LastSeenAt)
 		}
 		args, err := WorkerArgs(out)
 		if err != nil {

@@ -80,6 +80,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		// Entries of ended sessions stay listed until a sweep.
 		{"TombstoneEnded", testTombstoneEnded},
 		{"TombstoneEndedConcurrent", testTombstoneEndedConcurrent},
+		// The audit log: entries in the transaction of their change.
+		{"AuditInTransaction", testAuditInTransaction},
+		{"AuditList", testAuditList},
+		{"AuditPrune", testAuditPrune},
+		{"AuditConcurrent", testAuditConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,28 @@
+package postgres
+
+import (
+	"testing"
+
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/store/storetest"
+)
+
+// auditDB is one database for storetest.RunAudit, changed over a
+// connection of its own past the store.
+type auditDB struct{ sealedDB }
+
+func (d auditDB) Open(t *testing.T) (store.Store, error) { return d.sealedDB.Open(t, nil) }
+
+func (d auditDB) Exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := d.conn(t).Exec(t.Context(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func TestAuditTamper(t *testing.T) {
+	storetest.RunAudit(t, func(t *testing.T) storetest.AuditDB {
+		return auditDB{sealedDB{url: pgtest.Shared(t).Database(t)}}
+	})
+}
