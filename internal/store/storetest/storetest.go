@@ -78,6 +78,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		// Entries of ended sessions stay listed until a sweep.
 		{"TombstoneEnded", testTombstoneEnded},
 		{"TombstoneEndedConcurrent", testTombstoneEndedConcurrent},
+		{"Webhooks", testWebhooks},
+		{"WebhooksConcurrentClaim", testWebhooksConcurrentClaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
