@@ -74,8 +74,9 @@ func testWebhooks(t *testing.T, s store.Store) {
 	update(func(st *store.Session) []store.WebhookEvent { st.Status = api.StatusRunning; return nil })
 	update(func(st *store.Session) []store.WebhookEvent { st.StatusDetail = api.StatusDetailWaitingForApproval; return nil })
 	update(func(st *store.Session) []store.WebhookEvent { st.StatusDetail = ""; return nil })
+	budgetID := store.NewWebhookEventID()
 	update(func(st *store.Session) []store.WebhookEvent {
-		return []store.WebhookEvent{{ID: "whd_budget", Name: api.EventBudgetReached, OutpostID: "op", Data: json.RawMessage(`{"budget":{"limit":"tokens"}}`), CreatedAt: time.Now()}}
+		return []store.WebhookEvent{{ID: budgetID, Name: api.EventBudgetReached, OutpostID: "op", Data: json.RawMessage(`{"budget":{"limit":"tokens"}}`), CreatedAt: time.Now()}}
 	})
 	update(func(st *store.Session) []store.WebhookEvent {
 		st.Status, st.Reason, st.EndedAt = api.StatusExit, "Done.", ptr(at(time.Hour))
@@ -95,7 +96,7 @@ func testWebhooks(t *testing.T, s store.Store) {
 		t.Errorf("ended data = %s", ds[4].Data)
 	}
 	equal(t, "budget data", string(ds[3].Data), `{"budget":{"limit":"tokens"}}`)
-	equal(t, "budget delivery id", ds[3].ID, "whd_budget.wh_all")
+	equal(t, "budget delivery id", ds[3].ID, budgetID+".wh_all")
 	for _, d := range ds {
 		if d.State != api.DeliveryPending || d.Attempts != 0 || d.WebhookID != "wh_all" {
 			t.Errorf("new delivery %s: state %s attempts %d webhook %s", d.ID, d.State, d.Attempts, d.WebhookID)
