@@ -56,8 +56,8 @@ func newWebhookMetric() *prometheus.CounterVec {
 // own: for changes that are not a session's write (a session's write
 // queues its own, in its transaction, through store.Mutation). A failure
 // is logged: the change it reports has happened already.
-func (s *Server) emitWebhook(ctx context.Context, name, outpostID string, data api.WebhookData) {
-	ev := store.WebhookEvent{ID: store.NewWebhookEventID(), Name: name, OutpostID: outpostID, CreatedAt: s.now()}
+func (s *Server) emitWebhook(ctx context.Context, name, outpostID, orderKey string, data api.WebhookData) {
+	ev := store.WebhookEvent{ID: store.NewWebhookEventID(), Name: name, OutpostID: outpostID, CreatedAt: s.now(), OrderKey: orderKey}
 	b, err := data.MarshalJSON()
 	if err == nil {
 		ev.Data = b
@@ -70,7 +70,8 @@ func (s *Server) emitWebhook(ctx context.Context, name, outpostID string, data a
 
 // emitWorker queues a worker.connected or worker.gone event.
 func (s *Server) emitWorker(ctx context.Context, name string, w store.Worker) {
-	s.emitWebhook(ctx, name, w.OutpostID, api.WebhookData{Worker: &api.WebhookWorker{
+	// One acceptor's comings and goings arrive in order.
+	s.emitWebhook(ctx, name, w.OutpostID, "worker:"+w.OutpostID+"/"+w.AcceptorID, api.WebhookData{Worker: &api.WebhookWorker{
 		OutpostID: w.OutpostID, AcceptorID: w.AcceptorID, Kind: w.Info.Kind}})
 }
 

@@ -46,6 +46,10 @@ type WebhookEvent struct {
 	// Data is the payload's data object (api.WebhookData as JSON).
 	Data      json.RawMessage
 	CreatedAt time.Time
+	// OrderKey chains the events that must reach a receiver in order
+	// (a session's: its id): a delivery is not sent while an older one
+	// of its chain to the same webhook is pending. "" is in no chain.
+	OrderKey string
 }
 
 // WebhookDelivery is one event queued for one webhook: the outbox row
@@ -123,7 +127,8 @@ type Webhooks interface {
 	// newest first (0: no cap).
 	ListWebhookDeliveries(ctx context.Context, webhookID string, limit int) ([]WebhookDelivery, error)
 	// ClaimWebhookDeliveries leases up to limit pending deliveries of
-	// enabled webhooks that are due at now and not leased, to owner until
+	// enabled webhooks that are due at now, not leased and first of their
+	// chain (WebhookEvent.OrderKey) to their webhook, to owner until
 	// leaseUntil, oldest first, and returns them with their webhook's URL
 	// and secret. Concurrent claims never return one delivery twice
 	// while its lease holds (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite:

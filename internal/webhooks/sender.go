@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -137,13 +138,13 @@ func (s *Sender) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-s.wake:
 		}
-		n, err := s.RunOnce(ctx)
+		n, delivered, err := s.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("webhook deliveries", "err", err)
 		}
 		next := s.opts.Poll
-		if n == s.opts.Batch {
-			next = 0 // more may be due
+		if n == s.opts.Batch || delivered > 0 {
+			next = 0 // more may be due: the batch was full, or a delivery let the next of its chain go
 		}
 		t.Reset(next)
 	}
@@ -151,15 +152,16 @@ func (s *Sender) Run(ctx context.Context) error {
 
 // RunOnce leases the due deliveries (up to Options.Batch) and sends them:
 // those of one webhook one after another, in the order they were queued,
-// different webhooks at once. It returns how many it leased.
-func (s *Sender) RunOnce(ctx context.Context) (int, error) {
+// different webhooks at once. It returns how many it leased and how many
+// of them were delivered.
+func (s *Sender) RunOnce(ctx context.Context) (leased, delivered int, err error) {
 	now := s.opts.Now()
 	// The lease covers every request of the batch made one after another,
 	// so no other sender takes one while it may still be sent.
 	lease := now.Add(time.Duration(s.opts.Batch)*s.opts.Timeout + 30*time.Second)
 	ds, err := s.opts.Store.ClaimWebhookDeliveries(ctx, now, s.opts.Owner, lease, s.opts.Batch)
 	if err != nil {
-		return 0, fmt.Errorf("claim deliveries: %w", err)
+		return 0, 0, fmt.Errorf("claim deliveries: %w", err)
 	}
 	var order []string
 	byHook := map[string][]store.WebhookDelivery{}
@@ -173,19 +175,23 @@ func (s *Sender) RunOnce(ctx context.Context) (int, error) {
 	// does not leave a sent delivery unrecorded.
 	wctx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
+	var ok atomic.Int64
 	for _, id := range order {
 		wg.Go(func() {
 			for _, d := range byHook[id] {
-				s.deliver(wctx, d)
+				if s.deliver(wctx, d) {
+					ok.Add(1)
+				}
 			}
 		})
 	}
 	wg.Wait()
-	return len(ds), nil
+	return len(ds), int(ok.Load()), nil
 }
 
-// deliver sends one delivery and records the outcome.
-func (s *Sender) deliver(ctx context.Context, d store.WebhookDelivery) {
+// deliver sends one delivery and records the outcome; it reports whether
+// the receiver took it.
+func (s *Sender) deliver(ctx context.Context, d store.WebhookDelivery) bool {
 	a := s.send(ctx, d)
 	switch {
 	case a.OK:
@@ -204,27 +210,28 @@ func (s *Sender) deliver(ctx context.Context, d store.WebhookDelivery) {
 	failing, err := s.opts.Store.RecordWebhookAttempt(ctx, a)
 	if errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("webhook delivery's lease passed to another sender before its outcome was recorded", "delivery", d.ID)
-		return
+		return a.OK
 	}
 	if err != nil {
 		s.log.Warn("record webhook delivery", "delivery", d.ID, "err", err)
-		return
+		return a.OK
 	}
 	if a.OK || failing.IsZero() || a.At.Sub(failing) < s.opts.DisableAfter {
-		return
+		return a.OK
 	}
 	reason := fmt.Sprintf("Every delivery failed for %s (since %s); the last: %s.", a.At.Sub(failing).Round(time.Second),
 		failing.UTC().Format(time.RFC3339), a.Error)
 	done, err := s.opts.Store.DisableWebhook(ctx, d.WebhookID, a.At, reason)
 	if err != nil {
 		s.log.Warn("disable webhook", "webhook", d.WebhookID, "err", err)
-		return
+		return false
 	}
 	if done {
 		s.opts.Outcome(OutcomeDisabled)
 		s.log.Warn("webhook disabled after persistent failure: create it anew once its receiver works", "webhook", d.WebhookID,
 			"url", d.URL, "failing_since", failing, "reason", reason)
 	}
+	return false
 }
 
 // send makes one attempt of d.

@@ -28,7 +28,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 			return fmt.Errorf("webhook data: %w", err)
 		}
 		queueWebhookEvents(b, []store.WebhookEvent{{ID: store.NewWebhookEventID(), Name: api.EventSessionCreated,
-			OutpostID: sess.OutpostID, Data: data, CreatedAt: sess.CreatedAt}})
+			OutpostID: sess.OutpostID, Data: data, CreatedAt: sess.CreatedAt, OrderKey: sess.ID}})
 		// A new session has no events yet (were it not new, the insert
 		// fails).
 		if err := s.queueEvents(b, sess.ID, 0, events); err != nil {

@@ -30,18 +30,22 @@ const (
 	// events_json, as a LIKE pattern) per enabled subscription that
 	// names it and covers the outpost. The casts let PostgreSQL type the
 	// parameters of the SELECT list.
-	emitWebhookSQL = `INSERT INTO webhook_deliveries (id, webhook_id, event, data_json, state, created_at, window_start, next_attempt_at)
+	emitWebhookSQL = `INSERT INTO webhook_deliveries (id, webhook_id, event, data_json, state, created_at, window_start, next_attempt_at, order_key)
 		SELECT CAST($1 AS TEXT) || '.' || w.id, w.id, CAST($2 AS TEXT), CAST($3 AS TEXT), '` + api.DeliveryPending + `',
-			CAST($4 AS BIGINT), CAST($4 AS BIGINT), CAST($4 AS BIGINT)
+			CAST($4 AS BIGINT), CAST($4 AS BIGINT), CAST($4 AS BIGINT), CAST($7 AS TEXT)
 		FROM webhooks w
 		WHERE w.disabled_at IS NULL AND (w.outpost_id = '' OR w.outpost_id = $5) AND w.events_json LIKE $6`
 	listDeliveriesSQL = `SELECT ` + DeliveryCols + ` FROM webhook_deliveries d WHERE d.webhook_id = $1
 		ORDER BY d.created_at DESC, d.id DESC LIMIT $2`
 	getDeliverySQL = `SELECT ` + DeliveryCols + ` FROM webhook_deliveries d WHERE d.id = $1 AND d.webhook_id = $2`
-	// dueDeliveriesSQL picks the deliveries to lease ($1 now, $2 limit);
-	// the dialect's lock suffix follows.
+	// dueDeliveriesSQL picks the deliveries to lease ($1 now, $2 limit):
+	// due, unleased, of an enabled webhook, and with no older pending
+	// delivery of their chain; the dialect's lock suffix follows.
 	dueDeliveriesSQL = `SELECT ` + DeliveryCols + `, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
 		WHERE d.state = '` + api.DeliveryPending + `' AND d.next_attempt_at <= $1 AND d.lease_until <= $1 AND w.disabled_at IS NULL
+			AND (d.order_key = '' OR NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.webhook_id = d.webhook_id
+				AND p.order_key = d.order_key AND p.state = '` + api.DeliveryPending + `'
+				AND (p.created_at < d.created_at OR (p.created_at = d.created_at AND p.id < d.id))))
 		ORDER BY d.next_attempt_at, d.created_at, d.id LIMIT $2`
 	leaseDeliverySQL = `UPDATE webhook_deliveries SET lease_owner = $2, lease_until = $3 WHERE id = $1`
 	recordAttemptSQL = `UPDATE webhook_deliveries SET attempts = attempts + 1, response_code = $3, duration_ms = $4, response = $5,
@@ -200,7 +204,7 @@ func (s *Store) DisableWebhook(ctx context.Context, id string, at time.Time, rea
 // queueWebhookEvents queues into b the deliveries of events.
 func queueWebhookEvents(b *Batch, events []store.WebhookEvent) {
 	for _, ev := range events {
-		b.Exec(emitWebhookSQL, ev.ID, ev.Name, string(ev.Data), MS(ev.CreatedAt), ev.OutpostID, `%"`+ev.Name+`"%`)
+		b.Exec(emitWebhookSQL, ev.ID, ev.Name, string(ev.Data), MS(ev.CreatedAt), ev.OutpostID, `%"`+ev.Name+`"%`, ev.OrderKey)
 	}
 }
 
@@ -248,7 +252,7 @@ func sessionWebhookEvents(prev store.Session, prevEntry store.QueueEntry, m *sto
 	}
 	out := make([]store.WebhookEvent, 0, len(names)+len(m.Webhooks))
 	for _, n := range names {
-		out = append(out, store.WebhookEvent{ID: store.NewWebhookEventID(), Name: n, OutpostID: sess.OutpostID, Data: data, CreatedAt: now})
+		out = append(out, store.WebhookEvent{ID: store.NewWebhookEventID(), Name: n, OutpostID: sess.OutpostID, Data: data, CreatedAt: now, OrderKey: sess.ID})
 	}
 	return append(out, m.Webhooks...), nil
 }

@@ -22,6 +22,10 @@ CREATE TABLE webhook_deliveries (
 	webhook_id      TEXT NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
 	event           TEXT NOT NULL,
 	data_json       TEXT NOT NULL,
+	-- order_key chains the deliveries of one webhook that must arrive in
+	-- order (one session's events): only the oldest pending one of a
+	-- chain is sent. '' is in no chain.
+	order_key       TEXT NOT NULL DEFAULT '',
 	state           TEXT NOT NULL,
 	attempts        INTEGER NOT NULL DEFAULT 0,
 	response_code   INTEGER NOT NULL DEFAULT 0,
@@ -38,3 +42,4 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries (webhook_id, created_at);
+CREATE INDEX webhook_deliveries_chain ON webhook_deliveries (webhook_id, order_key, created_at) WHERE state = 'pending';
