@@ -113,8 +113,10 @@ func testWebhooks(t *testing.T, s store.Store) {
 	now := time.Now().Add(time.Minute)
 	got1, err := s.ClaimWebhookDeliveries(ctx(t), now, "r1", now.Add(time.Minute), 100)
 	must(t, "claim r1", err)
-	if len(got1) != 7 {
-		t.Fatalf("claimed %d deliveries, want 7", len(got1))
+	// The first of the session's chain to wh_all, the budget event (in
+	// no chain), the worker's and wh_mine's claim.
+	if len(got1) != 4 {
+		t.Fatalf("claimed %d deliveries, want 4", len(got1))
 	}
 	for _, d := range got1 {
 		want := map[string]string{"wh_all": "sec-a", "wh_other": "sec-b", "wh_mine": "sec-c"}[d.WebhookID]
@@ -148,6 +150,12 @@ func testWebhooks(t *testing.T, s store.Store) {
 	must(t, "record success", err)
 	if !failing.IsZero() {
 		t.Errorf("failing since %v after a success", failing)
+	}
+	// The next of the chain goes once the first is delivered.
+	got2, err = s.ClaimWebhookDeliveries(ctx(t), now.Add(6*time.Second), "r1", now.Add(time.Minute), 100)
+	must(t, "claim the chain's next", err)
+	if len(got2) != 1 || got2[0].ID != ds[1].ID {
+		t.Fatalf("claim after the chain's first was delivered: %d deliveries", len(got2))
 	}
 	// Given up: failed, never claimed again.
 	_, err = s.RecordWebhookAttempt(ctx(t), store.WebhookAttempt{DeliveryID: ds[1].ID, Owner: "r1", At: now, Error: "refused"})
