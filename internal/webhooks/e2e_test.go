@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,8 +48,13 @@ type receiver struct {
 	failed int
 	// failedIDs are the delivery ids of the requests answered 500.
 	failedIDs []string
-	ok     []got
-	always bool // answer 500 to everything
+	ok        []got
+	always    bool // answer 500 to everything
+	// gate, when set, holds every request until it is closed; arrived
+	// is closed when the first request is held.
+	gate    chan struct{}
+	arrived chan struct{}
+	once    sync.Once
 }
 
 func newReceiver(t *testing.T, fail int) *receiver {
@@ -90,6 +97,13 @@ func verify(secret, header string, body []byte) bool {
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	gate := r.gate
+	r.mu.Unlock()
+	if gate != nil {
+		r.once.Do(func() { close(r.arrived) })
+		<-gate
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if req.Method != http.MethodPost || req.Header.Get("Content-Type") != "application/json" {
@@ -162,10 +176,11 @@ func session(t *testing.T, c *client.Client, outpost string) string {
 	return s.Metadata.SessionID
 }
 
-// TestDeliveries: signed deliveries reach a receiver that fails first,
-// each event once after its retries, the same id on every try; a
-// per-outpost subscription gets only its outpost's events; a redelivery
-// sends the same delivery again; the log shows what happened.
+// TestDeliveries: signed deliveries reach a receiver that fails five
+// times first, each event once after its retries, the same id on every
+// try; a per-outpost subscription gets only its outpost's events; a
+// redelivery, from the API and from the web UI, sends the same delivery
+// again; the log shows what happened, in the API and in the web UI.
 func TestDeliveries(t *testing.T) {
 	t.Parallel()
 	srv := servertest.Start(t, server.Options{Webhooks: fast()})
@@ -173,7 +188,7 @@ func TestDeliveries(t *testing.T) {
 	for _, n := range []string{"alpha", "beta"} {
 		get(c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: n}))(t)
 	}
-	rAlpha, rAll := newReceiver(t, 3), newReceiver(t, 0)
+	rAlpha, rAll := newReceiver(t, 5), newReceiver(t, 0)
 	hAlpha := get(c.Webhooks.Create(ctx, api.CreateWebhookRequest{URL: rAlpha.srv.URL + "/hook", Outpost: "alpha",
 		Events: []string{api.EventSessionCreated, api.EventSessionEnded, api.EventWorkerConnected, api.EventWorkerGone}}))(t)
 	hAll := get(c.Webhooks.Create(ctx, api.CreateWebhookRequest{URL: rAll.srv.URL, Events: []string{api.EventSessionCreated}}))(t)
@@ -248,7 +263,7 @@ func TestDeliveries(t *testing.T) {
 		t.Errorf("global webhook's sessions %v, want %s %s", sessions, a, b)
 	}
 
-	// The log: every delivery delivered, the three failures among the
+	// The log: every delivery delivered, the five failures among the
 	// attempts.
 	log := get(c.Webhooks.Deliveries(ctx, hAlpha.ID, 0))(t)
 	if len(log.Items) != 4 {
@@ -261,8 +276,8 @@ func TestDeliveries(t *testing.T) {
 			t.Errorf("delivery in the log: %+v", d)
 		}
 	}
-	if rAlpha.failed != 3 || attempts != 7 {
-		t.Errorf("receiver failed %d requests, the log counts %d attempts; want 3 and 7", rAlpha.failed, attempts)
+	if rAlpha.failed != 5 || attempts != 9 {
+		t.Errorf("receiver failed %d requests, the log counts %d attempts; want 5 and 9", rAlpha.failed, attempts)
 	}
 	first := log.Items[len(log.Items)-1]
 
@@ -277,6 +292,34 @@ func TestDeliveries(t *testing.T) {
 	}
 	if _, err := c.Webhooks.Redeliver(ctx, hAlpha.ID, "whd_nope"); !client.IsNotFound(err) {
 		t.Errorf("redeliver a missing delivery: %v", err)
+	}
+
+	// The web UI: the list, the delivery log, a redelivery by hand.
+	code, page := ui(t, srv, "GET", "/ui/webhooks", nil)
+	if code != 200 || !strings.Contains(page, hAlpha.ID) || !strings.Contains(page, hAll.ID) || strings.Contains(page, "disabled-notice") {
+		t.Errorf("webhooks page: %d\n%s", code, page)
+	}
+	code, page = ui(t, srv, "GET", "/ui/webhooks/"+hAlpha.ID, nil)
+	if code != 200 || strings.Count(page, "<td>204</td>") != 4 || !strings.Contains(page, first.ID) || !strings.Contains(page, api.EventWorkerGone) {
+		t.Errorf("delivery log page: %d\n%s", code, page)
+	}
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the delivery log page has no form")
+	}
+	code, page = ui(t, srv, "POST", "/ui/webhooks/"+hAlpha.ID+"/deliveries/"+first.ID+"/redeliver", url.Values{"csrf": {m[1]}})
+	if code != 202 || !strings.Contains(page, "queued again") {
+		t.Errorf("redeliver from the web UI: %d\n%s", code, page)
+	}
+	waitFor(t, "the redelivery from the web UI", func() bool { return len(rAlpha.received()) == 6 })
+	if g := rAlpha.received()[5]; g.Delivery != first.ID {
+		t.Errorf("web UI redelivery sent %s, want %s", g.Delivery, first.ID)
+	}
+	if code, _ := ui(t, srv, "POST", "/ui/webhooks/"+hAlpha.ID+"/deliveries/"+first.ID+"/redeliver", url.Values{"csrf": {"forged"}}); code != 403 {
+		t.Errorf("redeliver with a forged form value: %d, want 403", code)
+	}
+	if code, _ := ui(t, srv, "GET", "/ui/webhooks/wh_nope", nil); code != 404 {
+		t.Errorf("page of a missing webhook: %d", code)
 	}
 
 	list := get(c.Webhooks.List(ctx))(t)
@@ -352,6 +395,12 @@ func TestDisabledAfterPersistentFailure(t *testing.T) {
 	var ae *client.Error
 	if _, err := c.Webhooks.Redeliver(ctx, h.ID, log.Items[0].ID); !asAPIError(err, &ae) || ae.StatusCode != 409 {
 		t.Errorf("redeliver on a disabled webhook: %v", err)
+	}
+	// The notice, on the web UI's list and the webhook's page.
+	for _, path := range []string{"/ui/webhooks", "/ui/webhooks/" + h.ID} {
+		if code, page := ui(t, srv, "GET", path, nil); code != 200 || !strings.Contains(page, "disabled-notice") || !strings.Contains(page, "500") {
+			t.Errorf("%s of a disabled webhook: %d\n%s", path, code, page)
+		}
 	}
 	metrics := scrape(t, srv.URL())
 	if !hasValue(metrics, `outpost_webhook_deliveries_total{outcome="disabled"`, "1") {
@@ -452,6 +501,87 @@ func TestReplicasDeliverOnce(t *testing.T) {
 	if len(seen) != n {
 		t.Errorf("%d distinct deliveries, want %d", len(seen), n)
 	}
+}
+
+// TestSlowReceiverDoesNotSlowSessions: while a receiver holds a delivery
+// without answering, and another webhook's URL refuses connections,
+// sessions are still created and ended; once the receiver answers, every
+// event arrives, in order per session.
+func TestSlowReceiverDoesNotSlowSessions(t *testing.T) {
+	t.Parallel()
+	o := fast()
+	o.Timeout = 20 * time.Second
+	srv := servertest.Start(t, server.Options{Webhooks: o})
+	c, ctx := srv.Client, t.Context()
+	get(c.Outposts.Create(ctx, api.CreateOutpostRequest{Name: "alpha"}))(t)
+	release := make(chan struct{})
+	slow := newReceiver(t, 0)
+	events := []string{api.EventSessionCreated, api.EventSessionEnded}
+	h := get(c.Webhooks.Create(ctx, api.CreateWebhookRequest{URL: slow.srv.URL, Events: events}))(t)
+	slow.mu.Lock()
+	slow.secret, slow.gate, slow.arrived = h.Secret, release, make(chan struct{})
+	slow.mu.Unlock()
+	// A port nothing listens on: every attempt of this one fails.
+	get(c.Webhooks.Create(ctx, api.CreateWebhookRequest{URL: "http://127.0.0.1:9/hook", Events: events}))(t)
+
+	first := session(t, c, "alpha")
+	<-slow.arrived
+	var ids []string
+	for range 5 {
+		id := session(t, c, "alpha")
+		get(c.Sessions.Terminate(ctx, id, "done"))(t)
+		ids = append(ids, id)
+	}
+	if n := len(slow.received()); n != 0 {
+		t.Fatalf("the held receiver answered %d requests", n)
+	}
+	close(release)
+	want := 1 + 2*len(ids)
+	waitFor(t, "every event after the receiver answered", func() bool { return len(slow.received()) >= want })
+	perSession := map[string][]string{}
+	for _, g := range slow.received() {
+		perSession[g.Body.Data.Session.ID] = append(perSession[g.Body.Data.Session.ID], g.Event)
+	}
+	if got := strings.Join(perSession[first], " "); got != api.EventSessionCreated {
+		t.Errorf("events of %s: %s", first, got)
+	}
+	for _, id := range ids {
+		if got := strings.Join(perSession[id], " "); got != api.EventSessionCreated+" "+api.EventSessionEnded {
+			t.Errorf("events of %s: %s, want created then ended", id, got)
+		}
+	}
+}
+
+// csrfField is the CSRF value of a form on a web UI page.
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// ui sends one request to srv's web UI signed in with its admin token,
+// a form when form is not nil, and returns the status and the page.
+func ui(t *testing.T, srv *servertest.Server, method, path string, form url.Values) (int, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL()+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.AddCookie(&http.Cookie{Name: "outpost_token", Value: srv.AdminToken()})
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 func asAPIError(err error, target **client.Error) bool {

@@ -72,7 +72,10 @@ func testWebhooks(t *testing.T, s store.Store) {
 		must(t, "update", err)
 	}
 	update(func(st *store.Session) []store.WebhookEvent { st.Status = api.StatusRunning; return nil })
-	update(func(st *store.Session) []store.WebhookEvent { st.StatusDetail = api.StatusDetailWaitingForApproval; return nil })
+	update(func(st *store.Session) []store.WebhookEvent {
+		st.StatusDetail = api.StatusDetailWaitingForApproval
+		return nil
+	})
 	update(func(st *store.Session) []store.WebhookEvent { st.StatusDetail = ""; return nil })
 	budgetID := store.NewWebhookEventID()
 	update(func(st *store.Session) []store.WebhookEvent {
