@@ -57,6 +57,8 @@ type Client struct {
 	Tokens *TokensService
 	// Audit reads the audit log.
 	Audit *AuditService
+	// Webhooks manages webhook subscriptions (admin scope).
+	Webhooks *WebhooksService
 	// Artifacts lists and downloads the files sessions uploaded.
 	Artifacts *ArtifactsService
 	// Workers announces workers and orchestrators and lists connected ones.
@@ -105,6 +107,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Sessions = &SessionsService{c: c}
 	c.Tokens = &TokensService{c: c}
 	c.Audit = &AuditService{c: c}
+	c.Webhooks = &WebhooksService{c: c}
 	c.Artifacts = &ArtifactsService{c: c}
 	c.Workers = &WorkersService{c: c}
 	return c, nil

@@ -56,6 +56,7 @@ func TestScripts(t *testing.T) {
 			"serveremote": cmdServeRemote,
 			"waitevent":   cmdWaitEvent,
 			"auditsql":    cmdAuditSQL,
+			"waithook":    cmdWaitHook,
 		},
 	})
 }
@@ -80,12 +81,18 @@ func cmdAuditSQL(ts *testscript.TestScript, neg bool, args []string) {
 // cmdStartServer starts a real Outpost server in the test process on a
 // free loopback port with a data dir in the script's work dir, and sets
 // $OUTPOST_SERVER and $OUTPOST_TOKEN (its admin token) for the rest of the
-// script. The server stops when the script ends.
+// script. The server stops when the script ends. With
+// -webhook-allow-internal its webhooks may send to loopback.
 func cmdStartServer(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 0 {
-		ts.Fatalf("usage: startserver")
+	opts := server.Options{DataDir: ts.MkAbs("server-data")}
+	if len(args) == 1 && args[0] == "-webhook-allow-internal" {
+		opts.Webhooks = server.WebhookOptions{AllowInternal: true, Poll: 20 * time.Millisecond, FirstRetry: 50 * time.Millisecond, MaxBackoff: time.Second}
+		args = nil
 	}
-	srv, stop, err := servertest.Serve(server.Options{DataDir: ts.MkAbs("server-data")})
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: startserver [-webhook-allow-internal]")
+	}
+	srv, stop, err := servertest.Serve(opts)
 	if err != nil {
 		ts.Fatalf("start server: %v", err)
 	}
@@ -195,5 +202,43 @@ func cmdWaitEvent(ts *testscript.TestScript, neg bool, args []string) {
 		return false
 	}) {
 		ts.Fatalf("no event of %s matches %s", args[0], args[1])
+	}
+}
+
+// cmdWaitHook waits (up to 20 s) until the server's first webhook has a
+// delivery that was tried, and sets $HOOK and $DELIVERY to their ids.
+func cmdWaitHook(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: waithook")
+	}
+	c, err := client.New(ts.Getenv(api.EnvServer.Name), ts.Getenv(api.EnvToken.Name))
+	if err != nil {
+		ts.Fatalf("client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		l, err := c.Webhooks.List(ctx)
+		if err != nil {
+			ts.Fatalf("list webhooks: %v", err)
+		}
+		if len(l.Items) > 0 {
+			ds, err := c.Webhooks.Deliveries(ctx, l.Items[0].ID, 0)
+			if err != nil {
+				ts.Fatalf("deliveries: %v", err)
+			}
+			for _, d := range ds.Items {
+				if d.Attempts > 0 {
+					ts.Setenv("HOOK", l.Items[0].ID)
+					ts.Setenv("DELIVERY", d.ID)
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			ts.Fatalf("no webhook delivery was tried in 20s")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

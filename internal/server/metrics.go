@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outpost-sh/outpost/internal/webhooks"
 )
 
 // metrics are the control plane's Prometheus metrics, on its own registry.
@@ -35,6 +37,9 @@ type metrics struct {
 	// networkConnections counts the network decisions workers report
 	// (machine.go), grouped ones by their count.
 	networkConnections *prometheus.CounterVec
+	// webhookDeliveries counts webhook delivery attempts by outcome
+	// (webhooks.go).
+	webhookDeliveries *prometheus.CounterVec
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -77,14 +82,18 @@ func newMetrics(replica string) *metrics {
 		networkConnections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_network_connections_total", Help: "Connections of restricted sessions allowed or denied by their network policy, by outpost and decision, as their workers report them.",
 		}, []string{"outpost", "decision"}),
+		webhookDeliveries: newWebhookMetric(),
 	}
-	m.MustRegister(m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
+	m.MustRegister(m.webhookDeliveries, m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.
 	for _, o := range []string{"claimed", "renewed", "conflict", "at_capacity", "lapsed", "released", "error"} {
 		m.claims.WithLabelValues(o)
+	}
+	for _, o := range []string{webhooks.OutcomeDelivered, webhooks.OutcomeFailed, webhooks.OutcomeGivenUp, webhooks.OutcomeDisabled} {
+		m.webhookDeliveries.WithLabelValues(o)
 	}
 	return m
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/suspend"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 	"github.com/outpost-sh/outpost/internal/web"
+	"github.com/outpost-sh/outpost/internal/webhooks"
 )
 
 // Options configure a Server. Zero values mean the documented default.
@@ -210,6 +211,9 @@ type Options struct {
 	// listen address when it is not a wildcard, else none (this replica
 	// is then never forwarded to).
 	ReplicaURL string
+	// Webhooks configure webhook deliveries.
+	Webhooks WebhookOptions
+
 	// fanoutPoll, for tests, spaces the fan-out's backstop polls
 	// (fanout.go); 0 means defaultFanoutPoll.
 	fanoutPoll time.Duration
@@ -292,6 +296,9 @@ type Server struct {
 
 	// output turns remotes' output into transcript events and spills.
 	output *gateway.Output
+
+	// webhookSender sends the webhook outbox's deliveries (webhooks.go).
+	webhookSender *webhooks.Sender
 
 	mu       sync.Mutex // guards the following
 	stopping bool       // no new gateway connections
@@ -520,6 +527,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
 	}
 	s.agents = s.newAgentLoop()
+	s.webhookSender = s.newWebhookSender()
 	s.metrics.MustRegister(queueCollector{s})
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		ln.Close()
@@ -725,6 +733,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.fanout(s.runCtx)
 	}()
 	s.wg.Go(func() { s.queueFeed.Prune(s.runCtx) }) // queue tombstones of ended sessions
+	s.wg.Go(func() { _ = s.webhookSender.Run(s.runCtx) })
 	if s.shared {
 		if s.opts.ReplicaURL == "" {
 			s.log.Warn("this replica has no replica URL (it listens on a wildcard address): other replicas cannot forward its sessions' requests to it; set --replica-url", "replica", s.opts.ReplicaID)
@@ -898,6 +907,12 @@ func (s *Server) routes() http.Handler {
 	// The audit log: read by admins, written by the changes themselves.
 	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(s.listAuditLogs, api.ScopeAdmin))
 	mux.HandleFunc("GET "+api.AuditLogsVerifyPath, s.authed(s.verifyAuditLog, api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/webhooks", s.authed(s.createWebhook, api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/webhooks", s.authed(s.listWebhooks, api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/webhooks/{webhook}", s.authed(s.deleteWebhook, api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/webhooks/{webhook}/deliveries", s.authed(s.listWebhookDeliveries, api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/webhooks/{webhook}/deliveries/{delivery}/redeliver", s.authed(s.redeliverWebhook, api.ScopeAdmin))
+
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
 	mux.Handle("GET "+api.GatewayPath, s.gw)

@@ -171,6 +171,7 @@ func (wk *workers) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	}
 	if e.ConnectedAt.Equal(e.LastSeenAt) {
 		wk.s.log.Info("worker connected", "outpost", o.Name, "acceptor_id", acceptor, "kind", in.Kind, "hostname", in.Hostname)
+		wk.s.emitWorker(r.Context(), api.EventWorkerConnected, e)
 	}
 	writeJSON(w, http.StatusOK, apiWorker(e, now))
 	return nil
@@ -215,6 +216,7 @@ func (wk *workers) goodbye(w http.ResponseWriter, r *http.Request) error {
 	}
 	if gone {
 		wk.s.log.Info("worker said goodbye", "outpost", o.Name, "acceptor_id", acceptor)
+		wk.s.emitWorker(r.Context(), api.EventWorkerGone, store.Worker{OutpostID: o.ID, AcceptorID: acceptor})
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -324,6 +324,10 @@ type Mutation struct {
 	Calls []Call
 	// ConnectTokens are inserted.
 	ConnectTokens []ConnectToken
+	// Webhooks are events whose deliveries are queued in the same
+	// transaction, besides those the write implies
+	// (SessionWebhookEvents): an emitter adds its event here.
+	Webhooks []WebhookEvent
 }
 
 // QueueFilter selects queue entries. Rows are ordered by Rev ascending.
@@ -578,6 +582,9 @@ type Store interface {
 	ListReplicas(ctx context.Context, since time.Time) ([]Replica, error)
 	// DeleteReplica removes a replica's row; an absent one is no error.
 	DeleteReplica(ctx context.Context, id string) error
+
+	// Webhook subscriptions and their outbox (webhooks.go).
+	Webhooks
 
 	// Ping checks the store answers.
 	Ping(ctx context.Context) error

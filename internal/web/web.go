@@ -117,7 +117,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "error", "worker"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "webhooks", "webhook", "error", "worker"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -170,6 +170,9 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))
 	m.HandleFunc("GET /ui/audit", h.authed(h.auditPage))
+	m.HandleFunc("GET /ui/webhooks", h.authed(h.webhooksPage))
+	m.HandleFunc("GET /ui/webhooks/{webhook}", h.authed(h.webhookPage))
+	m.HandleFunc("POST /ui/webhooks/{webhook}/deliveries/{delivery}/redeliver", h.authed(h.redeliver))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})

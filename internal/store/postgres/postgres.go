@@ -319,6 +319,7 @@ var dialect = sqlstore.Dialect{
 		return col + " = ANY(" + w.Arg(ids) + "::text[])"
 	},
 	Lock: sqlstore.Lock{Row: " FOR UPDATE", Outpost: " FOR UPDATE OF o", Pick: "FOR UPDATE OF s SKIP LOCKED",
+		Deliveries: " FOR UPDATE OF d SKIP LOCKED",
 		// A transaction-scoped advisory lock of the outpost's presence,
 		// rather than the outpost row, which claims lock.
 		Workers: func(outpostID string) (string, []any) {

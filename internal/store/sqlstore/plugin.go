@@ -124,6 +124,9 @@ type Lock struct {
 	// Pick locks, skipping those another writer holds, the session rows
 	// of a query that joins sessions as s ("FOR UPDATE OF s SKIP LOCKED").
 	Pick string
+	// Deliveries locks, skipping those another writer holds, the webhook
+	// delivery rows of a query that reads them as d.
+	Deliveries string
 	// Workers, when set, returns the statement that orders the heartbeats
 	// of an outpost's workers until the transaction ends.
 	Workers func(outpostID string) (q string, args []any)

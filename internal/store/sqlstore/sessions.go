@@ -23,6 +23,12 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 			return err
 		}
 		b.Exec(InsertSessionSQL, args...)
+		data, err := store.WebhookSessionData(sess, e)
+		if err != nil {
+			return fmt.Errorf("webhook data: %w", err)
+		}
+		queueWebhookEvents(b, []store.WebhookEvent{{ID: store.NewWebhookEventID(), Name: api.EventSessionCreated,
+			OutpostID: sess.OutpostID, Data: data, CreatedAt: sess.CreatedAt, OrderKey: sess.ID}})
 		// A new session has no events yet (were it not new, the insert
 		// fails).
 		if err := s.queueEvents(b, sess.ID, 0, events); err != nil {
@@ -209,7 +215,11 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				return fmt.Errorf("max event seq: %w", err)
 			}
 		}
-		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, &u.m)
+		hooks, err := sessionWebhookEvents(u.sess, u.e, &u.m, time.Now())
+		if err != nil {
+			return err
+		}
+		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, &u.m, hooks)
 	})
 	if u.fnErr != nil {
 		return store.Mutation{}, u.fnErr
@@ -231,7 +241,10 @@ func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 // appends no events), in one batch, assigning revs and seqs into m.
 // The queue entry is written last but for its notification: its rev locks
 // the global counter.
-func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation) error {
+//
+// The deliveries of hooks, the webhook events of the write, go in the same
+// batch: the outbox commits with the change it reports.
+func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation, hooks []store.WebhookEvent) error {
 	// Sized for every statement m can take (state, events, calls, tokens,
 	// the entry's four), so queueing never grows it.
 	b := &Batch{Items: make([]BatchItem, 0, 5+len(m.Events)+len(m.Calls)+len(m.ConnectTokens))}
@@ -256,6 +269,7 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 		ct.SessionID = id
 		b.Exec(InsertConnectTokenSQL, ct.Hash, id, ct.Epoch, MS(ct.CreatedAt))
 	}
+	queueWebhookEvents(b, hooks)
 	if m.Entry != nil {
 		m.Entry.SessionID = id
 		b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)

@@ -85,6 +85,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditList", testAuditList},
 		{"AuditPrune", testAuditPrune},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"Webhooks", testWebhooks},
+		{"WebhooksConcurrentClaim", testWebhooksConcurrentClaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
