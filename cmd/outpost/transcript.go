@@ -73,6 +73,8 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 			s += fmt.Sprintf(" (exit code %d)", *ev.ExitCode)
 		}
 		return p.note(ev, s+reasonText(ev.Reason))
+	case api.EventModelRetry:
+		return p.note(ev, "model call retried"+reasonText(ev.Reason))
 	case api.EventNetwork:
 		return p.note(ev, "network "+netpolicy.EventText(ev))
 	case api.EventNetworkRequest:
