@@ -41,6 +41,10 @@ const (
 	// (NetworkRequest, its call CallSeq): one event when it asks, State
 	// pending, and one when a person answers it.
 	EventNetworkRequest = "network_request"
+	// EventModelRetry is a model call that failed for a reason that may
+	// pass (a connection error, a 5xx, a 429) and is tried again: Reason
+	// says it in plain words, with the wait; Error is the provider's error.
+	EventModelRetry = "model_retry"
 )
 
 // Network decisions (Event.Decision, NetworkDecision.Decision).

@@ -108,6 +108,27 @@ func (s *SessionsService) Suspend(ctx context.Context, id string) (*api.Session,
 	return &out, nil
 }
 
+// SuspendAsync starts a suspend as req says and returns at once (202)
+// with where it stands; follow it with SuspendProgress. req.Async is set
+// for the caller.
+func (s *SessionsService) SuspendAsync(ctx context.Context, id string, req api.SuspendRequest) (*api.SuspendProgress, error) {
+	req.Async = true
+	var out api.SuspendProgress
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/suspend", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SuspendProgress says where the suspend of a session stands.
+func (s *SessionsService) SuspendProgress(ctx context.Context, id string) (*api.SuspendProgress, error) {
+	var out api.SuspendProgress
+	if err := s.c.do(ctx, http.MethodGet, sessionPath(id)+"/suspend", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Resume puts a suspended session back in its queue; the next machine
 // restores its workspace.
 func (s *SessionsService) Resume(ctx context.Context, id string) (*api.Session, error) {

@@ -46,6 +46,7 @@ var (
 	envLLMBaseURL  = api.EnvVar{Name: llm.EnvBaseURL, Meaning: "the provider's API base URL (--llm-base-url)"}
 	envLLMModel    = api.EnvVar{Name: llm.EnvModel, Meaning: "default model of llm sessions (--llm-model)"}
 	envLLMAPIKey   = api.EnvVar{Name: llm.EnvAPIKey, Meaning: "the provider's API key"}
+	envLLMRetryFor = api.EnvVar{Name: llm.EnvRetryFor, Meaning: "how long a failing model call is retried (--llm-retry-for)"}
 	// How the computer tool and its screenshots reach models.
 	envLLMComputerTool        = api.EnvVar{Name: llm.EnvComputerTool, Meaning: "native (default) or function: how Anthropic models get the computer tool"}
 	envLLMComputerToolVersion = api.EnvVar{Name: llm.EnvComputerToolVersion, Meaning: "computer_20250124 (default) or computer_20251124: the native computer tool's version"}
@@ -57,7 +58,7 @@ var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention, envAuditRetention, envEndedRetention,
 	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
 	envReplicaID, envReplicaURL,
-	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,
+	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMRetryFor, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,
 	envLogLevel, envLogFormat,
 }
 

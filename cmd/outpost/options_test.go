@@ -109,6 +109,15 @@ func TestSessionsOptions(t *testing.T) {
 		t.Errorf("suspend: %+v", s)
 	}
 	mustRefuse(t, nil, NewCmdSessionsSuspend)
+	if s, _ := mustParse(t, nil, NewCmdSessionsSuspend, "ses_1", "--wait", "30s", "--interrupt", "--no-wait"); s.Wait != 30*time.Second || !s.Interrupt || !s.NoWait {
+		t.Errorf("suspend --wait 30s --interrupt --no-wait: %+v", s)
+	}
+	if s, _ := mustParse(t, nil, NewCmdSessionsSuspend, "ses_1", "--wait", "10m"); s.Wait != 10*time.Minute || s.Interrupt || s.NoWait {
+		t.Errorf("suspend --wait 10m: %+v", s)
+	}
+	mustRefuse(t, nil, NewCmdSessionsSuspend, "ses_1", "--wait", "11m")
+	mustRefuse(t, nil, NewCmdSessionsSuspend, "ses_1", "--wait", "-1s")
+	mustRefuse(t, nil, NewCmdSessionsSuspend, "ses_1", "--wait", "soon")
 	if r, _ := mustParse(t, nil, NewCmdSessionsResume, "ses_1"); r.ID != "ses_1" {
 		t.Errorf("resume: %+v", r)
 	}

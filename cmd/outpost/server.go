@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -129,6 +130,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.Provider, "llm-provider", "", "model provider of llm sessions: openai (any OpenAI-compatible server) or anthropic (env "+envLLMProvider.Name+")")
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env "+envLLMBaseURL.Name+")")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
+	fl.DurationVar(&opts.LLM.RetryFor, "llm-retry-for", llm.DefaultRetryFor, "how long a model call that fails with a connection error, 5xx or 429 is retried, with backoff, before the session fails (env "+envLLMRetryFor.Name+")")
 	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
@@ -158,6 +160,16 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		}
 	}
 	o.LLM.APIKey = llmEnv.APIKey
+	if v := strings.TrimSpace(envLLMRetryFor.Get(f.Getenv)); v != "" && !fl.Changed("llm-retry-for") {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usageErrorf("%s: %q is not a duration (such as 2m or 90s)", envLLMRetryFor.Name, v)
+		}
+		o.LLM.RetryFor = d
+	}
+	if o.LLM.RetryFor <= 0 {
+		return usageErrorf("--llm-retry-for %s: give a positive duration (such as 2m); the retries of a model call end there", o.LLM.RetryFor)
+	}
 	o.LLM.ComputerTool, o.LLM.ComputerToolVersion, o.LLM.ToolImages = llmEnv.ComputerTool, llmEnv.ComputerToolVersion, llmEnv.ToolImages
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }

@@ -241,10 +241,21 @@ func (c *conversation) resultText(ev api.Event) string {
 	}
 	switch {
 	case ev.ExitCode != nil:
+		// As a shell or Go's os/exec says it, after the output; the error
+		// follows only when it adds something (a timeout, a signal), not
+		// when it repeats the status.
 		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 			b.WriteByte('\n')
 		}
-		fmt.Fprintf(&b, "[exit code %d]", *ev.ExitCode)
+		if *ev.ExitCode >= 0 {
+			fmt.Fprintf(&b, "exit status %d", *ev.ExitCode)
+		}
+		if e := ev.Error; e != "" && e != fmt.Sprintf("exit code %d", *ev.ExitCode) {
+			if *ev.ExitCode >= 0 {
+				b.WriteString(": ")
+			}
+			b.WriteString(e)
+		}
 	case ev.Error != "":
 		b.WriteString(ev.Error)
 	case len(ev.Value) > 0:
@@ -256,9 +267,6 @@ func (c *conversation) resultText(ev api.Event) string {
 			v.Write(ev.Value)
 		}
 		b.Write(v.Bytes())
-	}
-	if ev.Error != "" && ev.ExitCode != nil {
-		fmt.Fprintf(&b, " %s", ev.Error)
 	}
 	text := b.String()
 	if len(text) > c.limit {

@@ -113,3 +113,50 @@ func TestSyncAfterLagAndGap(t *testing.T) {
 	}
 	r.sub.Close()
 }
+
+// TestExecResultText: the model reads an exec's result as a shell shows
+// it: the output, then the exit status, with the error only when it says
+// more than the status does.
+func TestExecResultText(t *testing.T) {
+	bad := false
+	for _, tc := range []struct {
+		code    int
+		err     string
+		want    string
+		without string
+	}{
+		{code: 1, err: "exit code 1", want: "make: *** [all] Error 1\nexit status 1", without: "exit code"},
+		{code: 0, want: "make: *** [all] Error 1\nexit status 0"},
+		{code: -1, err: "timed out after 1m0s", want: "make: *** [all] Error 1\ntimed out after 1m0s", without: "exit status"},
+	} {
+		c := newConversation(1000)
+		c.apply(api.Event{Seq: 1, Type: api.EventMessage, Role: api.RoleAssistant, ToolCalls: []api.ToolCallRef{{ID: "a", Tool: "exec", CallSeq: 1}}})
+		c.apply(api.Event{Seq: 2, Type: api.EventOutput, CallSeq: 1, Text: "make: *** [all] Error 1"})
+		code := tc.code
+		c.apply(api.Event{Seq: 3, Type: api.EventResult, CallSeq: 1, OK: &bad, ExitCode: &code, Error: tc.err})
+		got := c.msgs[len(c.msgs)-1].Text
+		if got != tc.want || (tc.without != "" && strings.Contains(got, tc.without)) {
+			t.Errorf("exit %d, error %q: the model reads %q, want %q", tc.code, tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestDescribeMachine: the system prompt tells the model the machine's OS,
+// CPUs and memory, and its GPUs when the worker reports them; a worker
+// that reports none of the newer facts is described without them.
+func TestDescribeMachine(t *testing.T) {
+	full := `{"os":"linux","arch":"amd64","os_version":"Ubuntu 24.04 LTS","cpus":16,"cpu_model":"AMD EPYC 9554","memory_bytes":137438953472,
+		"disk_free_bytes":68719476736,"git":"git version 2.43.0","gpus":[{"vendor":"nvidia","model":"NVIDIA H200","memory_bytes":150754820096}]}`
+	want := "The machine: linux/amd64 (Ubuntu 24.04 LTS), 16 CPUs (AMD EPYC 9554), 128.0 GiB of memory, 64.0 GiB free on the workspace's disk, " +
+		"GPU NVIDIA H200 with 140.4 GiB of memory, git version 2.43.0.\n"
+	if got := describeMachine([]byte(full)); got != want {
+		t.Errorf("describeMachine =\n %q\nwant\n %q", got, want)
+	}
+	raw, _ := json.Marshal(api.Capabilities{OS: "darwin", Arch: "arm64", CPUs: 8, MemoryBytes: 16 << 30, Git: "git version 2.39.5"})
+	if got, want := describeMachine(raw), "The machine: darwin/arm64, 8 CPUs, 16.0 GiB of memory, git version 2.39.5.\n"; got != want {
+		t.Errorf("describeMachine without GPUs = %q, want %q", got, want)
+	}
+	if got := describeMachine([]byte(`{}`)); got != "" {
+		t.Errorf("describeMachine of nothing = %q, want no line", got)
+	}
+}

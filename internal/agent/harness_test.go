@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -412,15 +413,42 @@ func (c *fakeConn) expectAck(t *testing.T) int64 {
 // that answers with scripted turns; the real llm client talks to it.
 type fakeOpenAI struct {
 	srv   *httptest.Server
-	mu    sync.Mutex // guards turns and n
+	mu    sync.Mutex // guards turns, n and outage
 	turns []map[string]any
 	n     int
+	// outage are failures answered before the next turn, in order: an
+	// HTTP status (with Retry-After: 0), or 0 for a dropped connection.
+	outage []int
+}
+
+// fail makes the server answer the next requests with the failures of
+// outage before it goes on with its turns.
+func (f *fakeOpenAI) fail(outage ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outage = append(f.outage, outage...)
 }
 
 func newFakeOpenAI(t *testing.T, turns ...map[string]any) *fakeOpenAI {
 	f := &fakeOpenAI{turns: turns}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
+		if len(f.outage) > 0 {
+			status := f.outage[0]
+			f.outage = f.outage[1:]
+			f.mu.Unlock()
+			if status == 0 {
+				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+					_ = conn.Close()
+				}
+				return
+			}
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, `{"error":{"message":"the provider is having an outage"}}`)
+			return
+		}
 		var msg map[string]any
 		if f.n < len(f.turns) {
 			msg = f.turns[f.n]

@@ -26,7 +26,8 @@ func systemPrompt(sess store.Session) string {
 	var b strings.Builder
 	b.WriteString("You are an agent working on a machine of the outpost " + sess.Spec.Outpost + ".\n")
 	if c := sess.Capabilities; c != nil {
-		fmt.Fprintf(&b, "The machine: %s/%s, %d CPUs, %s.\n", c.OS, c.Arch, c.CPUs, c.Git)
+		raw, _ := json.Marshal(c)
+		b.WriteString(describeMachine(raw))
 	}
 	b.WriteString("Your working directory is the session's workspace; relative paths are relative to it.\n")
 	if len(sess.Spec.Repos) > 0 {
@@ -41,6 +42,67 @@ func systemPrompt(sess store.Session) string {
 		b.WriteString("When you need the user, ask in plain text without tool calls and wait for the answer.\n")
 	}
 	return b.String()
+}
+
+// machineFacts are the capabilities describeMachine reads. GPUs, the CPU
+// model, the OS release and the free disk are reported only by workers
+// that know them: they are read from the capabilities' wire form, so a
+// machine (or a build) that has none of them is described without them.
+type machineFacts struct {
+	OS            string `json:"os"`
+	OSVersion     string `json:"os_version"`
+	Arch          string `json:"arch"`
+	CPUs          int    `json:"cpus"`
+	CPUModel      string `json:"cpu_model"`
+	MemoryBytes   int64  `json:"memory_bytes"`
+	DiskFreeBytes int64  `json:"disk_free_bytes"`
+	Git           string `json:"git"`
+	GPUs          []struct {
+		Model       string `json:"model"`
+		MemoryBytes int64  `json:"memory_bytes"`
+	} `json:"gpus"`
+}
+
+// describeMachine is the system prompt's line about the machine whose
+// capabilities (api.Capabilities as JSON) are raw: the model plans builds
+// and tests by it (how many jobs, whether a GPU can train).
+func describeMachine(raw []byte) string {
+	var m machineFacts
+	if err := json.Unmarshal(raw, &m); err != nil || m.OS == "" {
+		return ""
+	}
+	os := m.OS + "/" + m.Arch
+	if m.OSVersion != "" {
+		os += " (" + m.OSVersion + ")"
+	}
+	parts := []string{os}
+	cpus := fmt.Sprintf("%d CPUs", m.CPUs)
+	if m.CPUModel != "" {
+		cpus += " (" + m.CPUModel + ")"
+	}
+	parts = append(parts, cpus)
+	if m.MemoryBytes > 0 {
+		parts = append(parts, gib(m.MemoryBytes)+" of memory")
+	}
+	if m.DiskFreeBytes > 0 {
+		parts = append(parts, gib(m.DiskFreeBytes)+" free on the workspace's disk")
+	}
+	for _, g := range m.GPUs {
+		gpu := "GPU " + g.Model
+		if g.MemoryBytes > 0 {
+			gpu += " with " + gib(g.MemoryBytes) + " of memory"
+		}
+		parts = append(parts, gpu)
+	}
+	if m.Git != "" {
+		parts = append(parts, m.Git)
+	}
+	return "The machine: " + strings.Join(parts, ", ") + ".\n"
+}
+
+// gib is n bytes in GiB, as people size machines.
+func gib(n int64) string {
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
 
 // modelTools are the tools offered to models: the remote's, with schemas
@@ -149,6 +211,7 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 		if slices.ContainsFunc(tools, func(t llm.Tool) bool { return t.Name == api.ToolComputer }) {
 			req.Computer = conv.computerDisplay(sess.Spec.Desktop)
 		}
+		req.OnRetry = func(rt llm.Retry) { r.recordModelRetry(ctx, rt) }
 		resp, err := r.l.opts.LLM.Complete(ctx, req)
 		if err != nil {
 			var le *llm.Error
@@ -233,6 +296,24 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 	*cur = *m.Session
 	r.committed(m)
 	return nil
+}
+
+// recordModelRetry puts a retried model call on the transcript, so that
+// a person following the session sees the provider's outage and how long
+// the runner keeps trying. It is a note: when it cannot be written the
+// retry goes on, logged.
+func (r *runner) recordModelRetry(ctx context.Context, rt llm.Retry) {
+	what := rt.Err.Message
+	if rt.Err.StatusCode != 0 {
+		what = fmt.Sprintf("HTTP %d: %s", rt.Err.StatusCode, what)
+	}
+	reason := fmt.Sprintf("The model provider failed (%s); trying again in %s (retry %d, retries go on for %s more).",
+		what, rt.Delay.Round(time.Millisecond), rt.Attempt, rt.Left.Round(time.Second))
+	ev := api.Event{Type: api.EventModelRetry, Time: r.l.clock.Now().UnixMilli(),
+		Reason: r.secrets.String(reason), Error: r.secrets.String(rt.Err.Error())}
+	if err := r.appendEvents(ctx, ev); err != nil && ctx.Err() == nil {
+		r.l.log.Warn("cannot record a model call's retry", "session_id", r.sessionID, "err", err)
+	}
 }
 
 // toolCallProblem says why a model's tool call cannot run, or "".

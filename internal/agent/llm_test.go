@@ -91,7 +91,7 @@ func TestLLMConversationPathsAgree(t *testing.T) {
 		texts = append(texts, m.Role+":"+m.Text)
 	}
 	got := strings.Join(texts, "|")
-	for _, want := range []string{"user:Build it.", "tool:building\ndone\n[exit code 0]", "not valid JSON", `tool:{"entries":[]}`, "user:Also the docs."} {
+	for _, want := range []string{"user:Build it.", "tool:building\ndone\nexit status 0", "not valid JSON", `tool:{"entries":[]}`, "user:Also the docs."} {
 		if !strings.Contains(got, want) {
 			t.Errorf("last request lacks %q: %s", want, got)
 		}
@@ -134,7 +134,7 @@ func TestLLMRestartRebuildsConversation(t *testing.T) {
 	if n := len(reqs); n != 2 {
 		t.Fatalf("%d model calls, want 2", n)
 	}
-	if m := reqs[1].Messages; len(m) != 3 || m[2].Text != "half of the output\nthe rest\n[exit code 0]" {
+	if m := reqs[1].Messages; len(m) != 3 || m[2].Text != "half of the output\nthe rest\nexit status 0" {
 		t.Errorf("second request %+v", m)
 	}
 }
@@ -212,7 +212,7 @@ func TestExternalRunner(t *testing.T) {
 	h.answer(c, call.Seq, true, `{"exit_code":0}`, "")
 	select {
 	case r := <-replies:
-		if r.err != nil || !r.res.OK || r.res.Output != "hi\n[exit code 0]" {
+		if r.err != nil || !r.res.OK || r.res.Output != "hi\nexit status 0" {
 			t.Fatalf("result %+v, %v", r.res, r.err)
 		}
 	case <-time.After(waitTimeout):
@@ -396,5 +396,40 @@ func TestLLMKeepsTheLastScreenshots(t *testing.T) {
 	}
 	if onTranscript != shots {
 		t.Errorf("the transcript keeps %d screenshots, want %d", onTranscript, shots)
+	}
+}
+
+// TestLLMOutageRetried: an llm session rides out a short outage of its
+// provider (a dropped connection, a 503, a 429): the model call is tried
+// again until it answers, each retry is on the transcript, and the session
+// finishes as if nothing had happened.
+func TestLLMOutageRetried(t *testing.T) {
+	t.Parallel()
+	model := newFakeOpenAI(t, say("All done."))
+	model.fail(0, 503, 429)
+	p, err := llm.New(llm.Config{Provider: llm.ProviderOpenAI, BaseURL: model.srv.URL + "/v1", Model: "test-model", RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, p)
+	h.session("ses_outage", api.SessionSpec{Prompt: "Say done.", Agent: api.Agent{Kind: api.AgentLLM}})
+	sess := h.waitEnd("ses_outage")
+	if sess.Status != api.StatusExit || sess.StatusDetail != api.DetailFinished || sess.Usage.ModelCalls != 1 {
+		t.Fatalf("session %s/%s after %d model calls: %s", sess.Status, sess.StatusDetail, sess.Usage.ModelCalls, sess.Reason)
+	}
+	var retries []api.Event
+	for _, ev := range h.events("ses_outage") {
+		if ev.Type == api.EventModelRetry {
+			retries = append(retries, ev)
+		}
+	}
+	if len(retries) != 3 {
+		t.Fatalf("%d retries on the transcript, want 3: %+v", len(retries), retries)
+	}
+	for i, want := range []string{"connection error", "HTTP 503", "HTTP 429"} {
+		r := retries[i]
+		if !strings.Contains(r.Reason, want) || !strings.Contains(r.Reason, fmt.Sprintf("retry %d", i+1)) || !strings.Contains(r.Reason, "trying again in") || r.Error == "" {
+			t.Errorf("retry %d = %q (error %q), want it to name %q and the wait", i+1, r.Reason, r.Error, want)
+		}
 	}
 }

@@ -125,6 +125,11 @@ type Options struct {
 	Logger *slog.Logger
 	// OnToolCall, when set, is told of each stored result (for metrics).
 	OnToolCall func(tool string, ok bool)
+	// Interrupted, when set, says whether a suspend stopped call seq of a
+	// session before it finished, and why (forgetting it): such a call's
+	// result is stored as that error, whatever the remote answered, so
+	// that the agent reads it as interrupted when the session resumes.
+	Interrupted func(sessionID string, seq int64) (why string, ok bool)
 	// BeforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the message lock.
 	BeforeFinish func(sessionID string)

@@ -294,6 +294,11 @@ func (r *runner) waitConn(ctx context.Context) (Conn, error) {
 func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg, next *step) (store.Call, bool, error) {
 	now := r.l.clock.Now()
 	f := msg.frame
+	if hook := r.l.opts.Interrupted; hook != nil {
+		if why, ok := hook(r.sessionID, seq); ok {
+			f.OK, f.Error = false, why
+		}
+	}
 	call := store.Call{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, Done: true, OK: f.OK, Value: f.Value, Error: f.Error, CreatedAt: now, DoneAt: &now}
 	ev := api.Event{Type: api.EventResult, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, OK: &call.OK, Value: f.Value, Error: f.Error}
 	if st.tool == api.ToolExec {

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -128,4 +130,11 @@ func (g *CallGate) Paused() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.paused
+}
+
+// InFlight returns the calls in flight, in order.
+func (g *CallGate) InFlight() []int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.inflight))
 }

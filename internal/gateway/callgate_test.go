@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -21,6 +22,16 @@ func TestCallGateHoldsCallsWhilePaused(t *testing.T) {
 	}
 	if g.PauseIfIdle() {
 		t.Fatal("PauseIfIdle paused a gate with a call in flight")
+	}
+	if err := g.Enter(ctx, done, 7); err != nil {
+		t.Fatalf("enter an open gate: %v", err)
+	}
+	if got := g.InFlight(); !slices.Equal(got, []int64{1, 7}) {
+		t.Fatalf("InFlight = %v, want [1 7]", got)
+	}
+	g.Leave(7)
+	if got := g.InFlight(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("InFlight after Leave(7) = %v, want [1]", got)
 	}
 	g.Pause()
 	if !g.Paused() {

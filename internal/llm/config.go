@@ -1,7 +1,9 @@
 package llm
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -18,8 +20,11 @@ const (
 
 // Defaults for the zero values of [Config].
 const (
-	DefaultTimeout    = 10 * time.Minute
-	DefaultMaxRetries = 3
+	DefaultTimeout = 10 * time.Minute
+	// DefaultRetryFor is how long a request's retryable failures are
+	// retried when [Config.RetryFor] is zero: long enough to ride out a
+	// provider's short outage or rate limit.
+	DefaultRetryFor = 2 * time.Minute
 )
 
 // Config says which provider to call and how.
@@ -42,10 +47,15 @@ type Config struct {
 	// means DefaultTimeout, negative means no limit but the context's. A
 	// timed-out attempt is not retried.
 	Timeout time.Duration
-	// MaxRetries is how many times a retryable failure (429, 5xx,
-	// connection error) is retried; zero means DefaultMaxRetries, negative
-	// means never.
+	// MaxRetries bounds how many times a retryable failure (429, 5xx,
+	// connection error) is retried; zero means no bound but RetryFor's,
+	// negative means never.
 	MaxRetries int
+	// RetryFor is how long retryable failures of one request are retried,
+	// counted from its first attempt, waiting between tries with
+	// exponential backoff and jitter or as long as Retry-After asks; zero
+	// means DefaultRetryFor, negative means no bound but MaxRetries'.
+	RetryFor time.Duration
 	// HTTPClient sends the requests; nil means a new client with Go's
 	// default transport.
 	HTTPClient *http.Client
@@ -94,6 +104,9 @@ const (
 	EnvComputerToolVersion = "OUTPOST_LLM_COMPUTER_TOOL_VERSION"
 	// EnvToolImages is Config.ToolImages: message or text.
 	EnvToolImages = "OUTPOST_LLM_TOOL_IMAGES"
+	// EnvRetryFor is Config.RetryFor, a Go duration (2m, 90s); the CLI
+	// reads it, as ConfigFromEnv cannot report a malformed one.
+	EnvRetryFor = "OUTPOST_LLM_RETRY_FOR"
 )
 
 // ConfigFromEnv reads a Config from EnvProvider, EnvBaseURL, EnvAPIKey,
@@ -125,16 +138,26 @@ func New(cfg Config) (Provider, error) {
 		model:    cfg.Model,
 		timeout:  cfg.Timeout,
 		retries:  cfg.MaxRetries,
+		retryFor: cfg.RetryFor,
 		backoff:  defaultBackoff,
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 	}
-	if c.retries == 0 {
-		c.retries = DefaultMaxRetries
-	}
-	if c.retries < 0 {
+	switch {
+	case c.retries == 0:
+		c.retries = math.MaxInt
+	case c.retries < 0:
 		c.retries = 0
+	}
+	switch {
+	case c.retryFor == 0:
+		c.retryFor = DefaultRetryFor
+	case c.retryFor < 0:
+		c.retryFor = math.MaxInt64
+	}
+	if c.retries == math.MaxInt && c.retryFor == math.MaxInt64 {
+		return nil, errors.New("llm: MaxRetries and RetryFor cannot both be unbounded: a failing provider would be retried forever")
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {

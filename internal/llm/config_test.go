@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +21,11 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := p.(*client)
-	if c.timeout != DefaultTimeout || c.retries != DefaultMaxRetries {
-		t.Errorf("defaults: timeout %v, retries %d", c.timeout, c.retries)
+	if c.timeout != DefaultTimeout || c.retryFor != DefaultRetryFor || c.retries != math.MaxInt {
+		t.Errorf("defaults: timeout %v, retries %d for %v", c.timeout, c.retries, c.retryFor)
+	}
+	if _, err := New(Config{Provider: "openai", RetryFor: -1}); err == nil || !strings.Contains(err.Error(), "retried forever") {
+		t.Errorf("unbounded retries: err = %v", err)
 	}
 	p, err = New(Config{Provider: "anthropic", Timeout: time.Second, MaxRetries: -1})
 	if err != nil {

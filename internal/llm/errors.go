@@ -22,8 +22,8 @@ type Error struct {
 	// error body had any.
 	Message string
 	// Retryable tells whether trying again later may succeed (429, 5xx,
-	// connection errors). Complete has already retried such errors as often
-	// as [Config.MaxRetries] allows.
+	// connection errors). Complete has already retried such errors as long
+	// as [Config.RetryFor] and [Config.MaxRetries] allow.
 	Retryable bool
 
 	retryAfter    time.Duration // what Retry-After asked for, if hasRetryAfter

@@ -105,6 +105,10 @@ type Request struct {
 	// function) sends its own tool type for it, sized by Computer, in place
 	// of that tool's schema; the others send the tool as it is in Tools.
 	Computer *ComputerDisplay
+	// OnRetry, when not nil, is called before each wait to try the request
+	// again after a retryable failure, so that callers can show it; it is
+	// not sent. It runs on the goroutine of Complete, which waits for it.
+	OnRetry func(Retry)
 }
 
 // ComputerToolName is the name of the tool that [Request.Computer]

@@ -32,8 +32,23 @@ type client struct {
 	backend  backend
 	model    string
 	timeout  time.Duration // per attempt; negative means none
-	retries  int
+	retries  int           // most retries of one request
+	retryFor time.Duration // longest time one request is retried for
 	backoff  backoff.Policy
+}
+
+// Retry describes a failed attempt of a request that Complete is about to
+// try again ([Request.OnRetry]).
+type Retry struct {
+	// Attempt numbers the failed attempt, from 1.
+	Attempt int
+	// Err is why it failed.
+	Err *Error
+	// Delay is the wait before the next attempt.
+	Delay time.Duration
+	// Left is how much longer the request's failures will be retried
+	// after this wait ([Config.RetryFor]).
+	Left time.Duration
 }
 
 // Complete implements Provider.
@@ -44,6 +59,7 @@ func (c *client) Complete(ctx context.Context, req Request) (Response, error) {
 	if err := c.validate(req); err != nil {
 		return Response{}, err
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		resp, err := c.attempt(ctx, req)
 		if err == nil {
@@ -60,8 +76,17 @@ func (c *client) Complete(ctx context.Context, req Request) (Response, error) {
 		if !ok {
 			return Response{}, err
 		}
+		// The retries stop where RetryFor ends: a wait past it is not
+		// begun (a Retry-After longer than what is left ends them too).
+		left := c.retryFor - time.Since(start)
+		if delay > left {
+			return Response{}, err
+		}
 		if deadline, has := ctx.Deadline(); has && time.Until(deadline) < delay {
 			return Response{}, err // the context would end before the retry
+		}
+		if req.OnRetry != nil {
+			req.OnRetry(Retry{Attempt: attempt + 1, Err: e, Delay: delay, Left: left - delay})
 		}
 		if err := backoff.Sleep(ctx, nil, delay); err != nil {
 			return Response{}, err

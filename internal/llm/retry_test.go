@@ -276,3 +276,70 @@ func TestBackoffDelay(t *testing.T) {
 		t.Errorf("attempt 100: delay %v", d)
 	}
 }
+
+// TestOutageRetried: a short outage (a dropped connection, a 503, a 429
+// with Retry-After) is retried until the provider answers, and each retry
+// is reported to Request.OnRetry before its wait.
+func TestOutageRetried(t *testing.T) {
+	t.Parallel()
+	forEachProvider(t, func(t *testing.T, pc providerCase) {
+		f := newFakeServer(t,
+			reply{drop: true},
+			reply{status: 503, body: pc.errBody("overloaded")},
+			reply{status: 429, header: map[string]string{"Retry-After": "1"}, body: pc.errBody("slow down")},
+			reply{body: pc.ok})
+		p := newTestProvider(t, Config{Provider: pc.name, BaseURL: pc.base(f.url())})
+		var retries []Retry
+		req := simpleRequest()
+		req.OnRetry = func(r Retry) { retries = append(retries, r) }
+		resp, err := p.Complete(context.Background(), req)
+		if err != nil || resp.Message.Text != "hi" {
+			t.Fatalf("Complete = %+v, %v; want the answer after the outage", resp, err)
+		}
+		if len(retries) != 3 || len(f.requests()) != 4 {
+			t.Fatalf("%d retries reported, %d requests; want 3 and 4", len(retries), len(f.requests()))
+		}
+		for i, r := range retries {
+			if r.Attempt != i+1 || r.Err == nil || !r.Err.Retryable || r.Left <= 0 || r.Left > DefaultRetryFor {
+				t.Errorf("retry %d = %+v", i, r)
+			}
+		}
+		if !strings.Contains(retries[0].Err.Message, "connection error") || retries[1].Err.StatusCode != 503 ||
+			retries[2].Err.StatusCode != 429 || retries[2].Delay != time.Second {
+			t.Errorf("retries = %+v %+v %+v, want a connection error, a 503, then a 429 honouring Retry-After: 1", retries[0], retries[1], retries[2])
+		}
+	})
+}
+
+// TestRetryForBounds: retries stop where RetryFor ends, however many the
+// count would allow, and a Retry-After past it is not waited for.
+func TestRetryForBounds(t *testing.T) {
+	t.Parallel()
+	forEachProvider(t, func(t *testing.T, pc providerCase) {
+		var replies []reply
+		for range 100 {
+			replies = append(replies, reply{status: 502, body: pc.errBody("bad gateway")})
+		}
+		f := newFakeServer(t, replies...)
+		p := newTestProvider(t, Config{Provider: pc.name, BaseURL: pc.base(f.url()), RetryFor: 60 * time.Millisecond})
+		start := time.Now()
+		_, err := p.Complete(context.Background(), simpleRequest())
+		var e *Error
+		if !errors.As(err, &e) || e.StatusCode != 502 {
+			t.Fatalf("err = %v, want the 502", err)
+		}
+		if n := len(f.requests()); n < 3 || n == 100 || time.Since(start) > 5*time.Second {
+			t.Errorf("%d requests in %v, want retries for about 60ms", n, time.Since(start))
+		}
+
+		f = newFakeServer(t, reply{status: 429, header: map[string]string{"Retry-After": "30"}, body: pc.errBody("slow down")})
+		p = newTestProvider(t, Config{Provider: pc.name, BaseURL: pc.base(f.url()), RetryFor: time.Second})
+		start = time.Now()
+		if _, err := p.Complete(context.Background(), simpleRequest()); !errors.As(err, &e) || e.StatusCode != 429 {
+			t.Fatalf("err = %v, want the 429", err)
+		}
+		if time.Since(start) > 5*time.Second || len(f.requests()) != 1 {
+			t.Errorf("a Retry-After past RetryFor was waited for")
+		}
+	})
+}

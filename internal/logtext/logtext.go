@@ -76,6 +76,8 @@ func (p *Printer) Print(ev api.Event) error {
 			s += fmt.Sprintf(" (exit code %d)", *ev.ExitCode)
 		}
 		return p.note(ev, s+ReasonText(ev.Reason))
+	case api.EventModelRetry:
+		return p.note(ev, "model call retried"+ReasonText(ev.Reason))
 	case api.EventNetwork:
 		return p.note(ev, "network "+netpolicy.EventText(ev))
 	case api.EventNetworkRequest:

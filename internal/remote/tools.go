@@ -62,7 +62,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 
 // callEnv is what a tool sees of its call.
 type callEnv struct {
-	seq     int64
+	seq int64
+	// session is the id of the session the call belongs to.
+	session string
 	workDir string
 	// stateDir is the session's state directory (journal, browser profile,
 	// screenshots).
@@ -92,6 +94,7 @@ func newCallEnv(s *session, f api.Frame, env []string, set *redact.Set) *callEnv
 	tail := &tailBuffer{}
 	return &callEnv{
 		seq:      f.Seq,
+		session:  s.opts.SessionID,
 		workDir:  s.opts.WorkDir,
 		stateDir: s.opts.StateDir,
 		env:      env,

@@ -46,6 +46,18 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 
 	if isGitRepo(ctx, g, dir) {
 		res.Reused = true
+		// A clone another session left (a worker that keeps its workspace)
+		// is the cache of this one, not its starting point: its
+		// uncommitted edits are stashed away and its branches follow
+		// origin, so this session gets the ref's clean tree. The session
+		// that made the clone keeps its own edits.
+		previous, inherited := cloneOwner(dir), false
+		if previous != c.session {
+			inherited = true
+			if err := g.stashLeftovers(ctx, dir, previous); err != nil {
+				return nil, err
+			}
+		}
 		if err := g.run(ctx, dir, "remote", "set-url", "origin", a.URL); err != nil {
 			return nil, err
 		}
@@ -60,12 +72,22 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 			if err := g.checkout(ctx, dir, ref); err != nil {
 				return nil, err
 			}
-			// A branch that tracks origin moves to what was just fetched.
+			// A branch that tracks origin moves to what was just fetched;
+			// in an inherited clone it drops what the previous session
+			// committed and did not push (the commits stay in the object
+			// store and the branch's reflog).
 			if _, err := g.output(ctx, dir, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}"); err == nil {
-				if err := g.run(ctx, dir, "merge", "--ff-only", "@{upstream}"); err != nil {
+				update := []string{"merge", "--ff-only", "@{upstream}"}
+				if inherited {
+					update = []string{"reset", "--hard", "--quiet", "@{upstream}"}
+				}
+				if err := g.run(ctx, dir, update...); err != nil {
 					return nil, err
 				}
 			}
+		}
+		if err := setCloneOwner(dir, c.session); err != nil {
+			return nil, err
 		}
 	} else {
 		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
@@ -98,12 +120,69 @@ func runGitClone(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 			}
 		}
 	}
+	if !res.Reused {
+		if err := setCloneOwner(dir, c.session); err != nil {
+			return nil, err
+		}
+	}
 	head, err := g.output(ctx, dir, "rev-parse", "HEAD")
 	if err != nil {
 		return nil, err
 	}
 	res.Head = head
 	return res, nil
+}
+
+// cloneOwnerFile, in a clone's .git, names the session that cloned or last
+// took over the repository.
+const cloneOwnerFile = "outpost-session"
+
+// cloneOwner is the session named in dir's cloneOwnerFile, "" when none is.
+func cloneOwner(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, ".git", cloneOwnerFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// setCloneOwner records session as the owner of the clone at dir.
+func setCloneOwner(dir, session string) error {
+	if session == "" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".git", cloneOwnerFile), []byte(session+"\n"), 0o644); err != nil {
+		return fmt.Errorf("git_clone: record the clone's session: %w", err)
+	}
+	return nil
+}
+
+// stashLeftovers stashes the uncommitted changes and untracked files that
+// the session previous (unknown when "") left in the clone at dir, and
+// says so on the call's output. Ignored files (build caches) stay. The
+// stash keeps the changes recoverable: nothing a session wrote is deleted.
+func (g *git) stashLeftovers(ctx context.Context, dir, previous string) error {
+	status, err := g.output(ctx, dir, "status", "--porcelain", "--untracked-files=all")
+	if err != nil {
+		return err
+	}
+	if status == "" {
+		return nil
+	}
+	who := "an earlier user of the workspace"
+	if previous != "" {
+		who = "session " + previous
+	}
+	msg := "outpost: uncommitted changes left by " + who
+	// The stash commit needs an identity; the session's git configuration
+	// may have none.
+	if err := g.run(ctx, dir, "-c", "user.name=Outpost", "-c", "user.email=outpost@localhost",
+		"stash", "push", "--include-untracked", "--quiet", "-m", msg); err != nil {
+		return fmt.Errorf("git_clone: put aside the changes %s left in %s: %w", who, dir, err)
+	}
+	fmt.Fprintf(g.c.stderr, "%s held uncommitted changes left by %s; they are stashed (git stash list: %q) and this session starts from a clean tree\n",
+		dir, who, msg)
+	return nil
 }
 
 // missingLocalRepo adds to err, a failed clone of url, why a local path

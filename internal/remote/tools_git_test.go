@@ -159,3 +159,80 @@ func TestGitCloneReuseDetachedWithoutRef(t *testing.T) {
 		t.Errorf("detached reuse = %+v on %s, want main at %s", res, got, v2)
 	}
 }
+
+// TestGitCloneReuseAcrossSessions: a clone another session left (a worker
+// with --keep-workspace) gives the next session the ref's clean tree: the
+// previous session's edits, new files and unpushed commits are gone from
+// it, stashed and kept in the object store, and ignored files (caches)
+// stay. The session that made the clone finds its own edits again.
+func TestGitCloneReuseAcrossSessions(t *testing.T) {
+	bare, work := newOrigin(t)
+	commitFile(t, work, ".gitignore", "cache/\n")
+	v2 := gitT(t, work, "rev-parse", "HEAD")
+	gitT(t, work, "push", "origin", "HEAD:main")
+	ws := t.TempDir()
+	ctx := context.Background()
+	dir := filepath.Join(ws, "repos", "proj")
+	clone := func(session string) (api.GitCloneResult, string) {
+		t.Helper()
+		tc := newTestCall(t, ws, nil)
+		tc.c.session = session
+		var res api.GitCloneResult
+		if err := tc.run(t, ctx, api.ToolGitClone, api.GitCloneArgs{URL: bare, Name: "proj", Ref: "main"}, &res); err != nil {
+			t.Fatalf("git_clone for %s: %v\n%s", session, err, tc.output(api.StreamStderr))
+		}
+		return res, tc.output(api.StreamStderr)
+	}
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return string(b)
+	}
+
+	clone("ses-a")
+	unpushed := commitFile(t, dir, "local", "a's commit")
+	write("README", "edited by a")
+	write("new.txt", "a's new file")
+	write("cache/blob", "cached")
+
+	// The same session (a resume on the same machine) keeps its work.
+	if res, _ := clone("ses-a"); res.Head != unpushed || read("README") != "edited by a" {
+		t.Fatalf("the same session's reuse = %+v with README %q, want its own edits at %s", res, read("README"), unpushed)
+	}
+
+	res, out := clone("ses-b")
+	if res.Head != v2 || !res.Reused {
+		t.Errorf("the next session's clone = %+v, want reused at origin's main %s", res, v2)
+	}
+	if got := read("README"); got != "v1" {
+		t.Errorf("README = %q, want the ref's clean %q", got, "v1")
+	}
+	for _, gone := range []string{"new.txt", "local"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s of the previous session is still in the tree", gone)
+		}
+	}
+	if st := gitT(t, dir, "status", "--porcelain"); st != "" {
+		t.Errorf("the tree is not clean:\n%s", st)
+	}
+	if read("cache/blob") != "cached" {
+		t.Errorf("the ignored cache was not kept")
+	}
+	if !strings.Contains(out, "left by session ses-a") || !strings.Contains(out, "clean tree") {
+		t.Errorf("the transcript does not say whose changes were put aside: %q", out)
+	}
+	if stash := gitT(t, dir, "stash", "list"); !strings.Contains(stash, "uncommitted changes left by session ses-a") {
+		t.Errorf("stash list = %q, want the previous session's changes", stash)
+	}
+	if _, err := exec.Command("git", "-C", dir, "cat-file", "-e", unpushed+"^{commit}").CombinedOutput(); err != nil {
+		t.Errorf("the previous session's commit left the object store: %v", err)
+	}
+}

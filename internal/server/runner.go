@@ -33,6 +33,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		OnToolCall: func(tool string, ok bool) {
 			s.metrics.toolCalls.WithLabelValues(tool, fmt.Sprint(ok)).Inc()
 		},
+		Interrupted:  s.suspends.TakeInterrupted,
 		BeforeFinish: s.opts.beforeFinish,
 	})
 }

@@ -82,6 +82,8 @@ func TestForeignIsMissing(t *testing.T) {
 		{"GET", "/v1/sessions/{id}/artifacts/report.txt", "", ""},
 		{"POST", "/v1/sessions/{id}/terminate", "", `{"reason":"x"}`},
 		{"GET", "/v1/sessions/{id}/network-requests", "", ""},
+		{"GET", "/v1/sessions/{id}/suspend", "", ""},
+		{"POST", "/v1/sessions/{id}/suspend", "", `{"async":true}`},
 		{"POST", "/v1/sessions/{id}/network-requests/1/grant", "", `{}`},
 		{"POST", "/v1/sessions/{id}/network-requests/1/deny", "", `{"reason":"x"}`},
 		{"POST", "/v1/sessions/{id}/tools/exec", "", `{"command":"true"}`},

@@ -883,6 +883,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{session}/rerun", s.authed(s.rerunSession, api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
+	mux.HandleFunc("GET /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendProgressHandler), api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/resume", s.authed(s.toOwner(s.resumeHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/messages", s.authed(s.toOwner(s.sendMessage), api.ScopeSessionsWrite))
 	mux.HandleFunc("GET /v1/sessions/{session}/network-requests", s.authed(s.listNetworkRequests, api.ScopeSessionsRead))

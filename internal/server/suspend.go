@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
+	"github.com/outpost-sh/outpost/internal/redact"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/suspend"
 )
@@ -38,22 +41,123 @@ func (s *Server) onSuspended(c *gateway.Conn, f api.Frame) {
 	}
 }
 
-// suspendHandler is POST /v1/sessions/{session}/suspend.
+// suspendHandler is POST /v1/sessions/{session}/suspend. Its optional
+// body (api.SuspendRequest) bounds the wait for running calls, or stops
+// them, and asks for an asynchronous answer: 202 with the suspend's
+// progress and a Location to follow it at, the suspend going on in the
+// background (its failure is on the transcript and in the progress).
 func (s *Server) suspendHandler(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
+	var req api.SuspendRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return err
+	}
+	if req.WaitS < 0 || req.WaitS > api.MaxSuspendWaitS {
+		return errBadRequest("wait_s %d is out of range: give 1 to %d seconds, or 0 for the server's bound (%d).", req.WaitS, api.MaxSuspendWaitS, api.MaxSuspendWaitS)
+	}
+	async := req.Async || preferAsync(r)
 	sess, err := s.sessionFor(ctx, r.PathValue("session"))
 	if err != nil {
 		return err
 	}
-	// A suspend outlives a caller that hangs up: it stops halfway otherwise.
+	// An asynchronous suspend is owned by the server, which waits for it
+	// when it stops; its end (the server's runCtx) withdraws a suspend
+	// still waiting for a call.
+	if async && !s.track() {
+		return errConflict("The server is stopping; suspend session %s again in a moment.", sess.ID)
+	}
+	run, err := s.suspender().Begin(ctx, sess.ID, "Suspended by a user.", suspend.Request{Wait: time.Duration(req.WaitS) * time.Second, Interrupt: req.Interrupt})
+	if err != nil {
+		if async {
+			s.wg.Done()
+		}
+		return err
+	}
+	// The suspend's audit entry names the caller; the store appends it in
+	// the transaction that suspends the session.
 	actx := s.audited(context.WithoutCancel(ctx), audit.SessionSuspend, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, nil, nil)
-	if err := s.suspend(actx, sess.ID, "Suspended by a user."); err != nil {
+	if async {
+		entry, _ := audit.Pending(actx)
+		go func() {
+			defer s.wg.Done()
+			_ = run(audit.With(s.runCtx, entry))
+		}()
+		progress, err := s.suspendProgress(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Location", "/v1/sessions/"+sess.ID+"/suspend")
+		writeJSON(w, http.StatusAccepted, progress)
+		return nil
+	}
+	// A suspend outlives a caller that hangs up: it stops halfway otherwise.
+	if err := run(actx); err != nil {
 		return err
 	}
 	if sess, err = s.sessionFor(ctx, sess.ID); err != nil {
 		return err
 	}
 	return s.writeSession(ctx, w, sess)
+}
+
+// preferAsync reports whether r asks for an asynchronous answer (RFC 7240).
+func preferAsync(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// suspendProgressHandler is GET /v1/sessions/{session}/suspend.
+func (s *Server) suspendProgressHandler(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sess, err := s.sessionFor(ctx, r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	p, err := s.suspendProgress(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// suspendProgress says where the suspend of session id stands, with the
+// calls it waits for.
+func (s *Server) suspendProgress(ctx context.Context, id string) (api.SuspendProgress, error) {
+	sess, err := s.store.GetSession(ctx, id)
+	if err != nil {
+		return api.SuspendProgress{}, fmt.Errorf("get session %s: %w", id, err)
+	}
+	p := s.suspender().Progress(sess)
+	if p.State == api.SuspendFailed {
+		p.Error = clientMessage(s.suspends.LastErr(id))
+	}
+	c := s.hub.Get(id)
+	if p.State != api.SuspendWaiting || c == nil {
+		return p, nil
+	}
+	seqs := c.Gate.InFlight()
+	if len(seqs) == 0 {
+		return p, nil
+	}
+	calls, err := s.store.ListCalls(ctx, id)
+	if err != nil {
+		return api.SuspendProgress{}, fmt.Errorf("list calls of %s: %w", id, err)
+	}
+	red := redact.NewSet(sess.Secrets)
+	for _, call := range calls {
+		if slices.Contains(seqs, call.Seq) {
+			p.Calls = append(p.Calls, api.RunningCall{Seq: call.Seq, Tool: call.Tool,
+				Target: red.String(api.CallTarget(call.Tool, call.Args)), StartedMS: call.CreatedAt.UnixMilli()})
+		}
+	}
+	return p, nil
 }
 
 // resumeHandler is POST /v1/sessions/{session}/resume.
@@ -80,14 +184,6 @@ func (s *Server) suspender() *suspend.Suspender {
 		Count:  s.countSuspend,
 		Failed: s.recordSnapshotFailure,
 	}
-}
-
-// suspend suspends a running session through its remote (see
-// suspend.Suspender). why opens the session's new reason. Every refusal
-// is an *httpError, a *lifecycle.Error or a *suspend.Error saying what to
-// do.
-func (s *Server) suspend(ctx context.Context, id, why string) error {
-	return s.suspender().Suspend(ctx, id, why)
 }
 
 // clientMessage is the sentence a client is shown for a failed suspend or

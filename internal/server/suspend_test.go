@@ -637,3 +637,76 @@ func TestSuspendRefusalAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendWhileACallRunsAnswers: a suspend of a session whose call runs
+// waits at most wait_s, then is withdrawn with a 409 that says so (the
+// session goes on running; the progress says failed); asked to answer at
+// once it answers 202 with the call it waits for and a Location; bad
+// requests (a wait out of range, interrupting a script) get 400 and
+// change nothing.
+func TestSuspendWhileACallRunsAnswers(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("calls")
+	id, _, _, rd := liveSession(t, ts, "calls", "m1")
+	defer rd.stop()
+	path := "/v1/sessions/" + id + "/suspend"
+
+	var p api.SuspendProgress
+	if ts.mustDo(200, "GET", path, ts.admin, nil, &p); p.State != api.SuspendNone {
+		t.Errorf("progress before any suspend = %+v", p)
+	}
+	post := func(body string, want int) (*http.Response, []byte) {
+		t.Helper()
+		resp, raw := ts.raw("POST", path, ts.admin, "application/json", body)
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s %s: %d %s, want %d", path, body, resp.StatusCode, raw, want)
+		}
+		return resp, raw
+	}
+	message := func(raw []byte) string {
+		var e api.ErrorResponse
+		_ = json.Unmarshal(raw, &e)
+		return e.Error.Message
+	}
+	running := func() {
+		t.Helper()
+		var s api.Session
+		if ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s); s.Status.Status != api.StatusRunning {
+			t.Fatalf("the suspend changed the session: %+v", s.Status)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"interrupt": true}`: "runs a script, whose steps cannot be interrupted",
+		`{"wait_s": 601}`:     "wait_s 601 is out of range",
+		`{"wait_s": -1}`:      "wait_s -1 is out of range",
+		`{"wait": 5}`:         "unknown field",
+	} {
+		if _, raw := post(body, 400); !strings.Contains(message(raw), want) {
+			t.Errorf("POST %s: %q, want %q", body, message(raw), want)
+		}
+	}
+	running()
+
+	if _, raw := post(`{"wait_s": 1}`, 409); !strings.Contains(message(raw), "still running after 1s: the suspend is withdrawn and the session goes on running") {
+		t.Errorf("suspend with wait_s 1: %q", message(raw))
+	}
+	running()
+	if ts.mustDo(200, "GET", path, ts.admin, nil, &p); p.State != api.SuspendFailed || !strings.Contains(p.Error, "withdrawn") {
+		t.Errorf("progress after a withdrawn suspend = %+v", p)
+	}
+
+	resp, body := post(`{"wait_s": 1, "async": true}`, http.StatusAccepted)
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Location") != path || p.State != api.SuspendWaiting ||
+		len(p.Calls) != 1 || p.Calls[0].Seq != 1 || p.Calls[0].Tool != api.ToolListDir || p.WaitS != 1 {
+		t.Fatalf("async suspend = %d (Location %q) %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	waitfor.Within(t, 10*time.Second, "the async suspend to be withdrawn", func() bool {
+		ts.mustDo(200, "GET", path, ts.admin, nil, &p)
+		return p.State == api.SuspendFailed
+	})
+	running()
+}

@@ -42,15 +42,26 @@ func conflict(format string, args ...any) error {
 // Take pauses the session's calls, waits until none is in flight, asks the
 // remote for its snapshot and returns it once uploaded and checked. The
 // caller unpauses on error.
+//
+// The wait for calls in flight is op.Req.Wait (CallWait when zero); past it
+// the suspend is withdrawn.
 func Take(ctx context.Context, c *gateway.Conn, op *Op) (api.SnapshotInfo, error) {
 	c.Gate.Pause()
-	wctx, cancel := context.WithTimeout(ctx, CallWait)
+	wait := op.Req.Wait
+	if wait <= 0 {
+		wait = CallWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := c.Gate.WaitIdle(wctx, c.Done()); errors.Is(err, gateway.ErrConnEnded) {
 		return api.SnapshotInfo{}, conflict("The remote of session %s disconnected before the suspend; try again once it is back.", c.SessionID)
+	} else if err != nil && ctx.Err() == nil {
+		return api.SnapshotInfo{}, conflict("A call of session %s is still running after %s: the suspend is withdrawn and the session goes on running. Suspend it again once the call has finished, or with interrupt (outpost sessions suspend --interrupt) to stop the call.",
+			c.SessionID, wait)
 	} else if err != nil {
-		return api.SnapshotInfo{}, conflict("A call of session %s is still running after %s; suspend it once the call has finished.", c.SessionID, CallWait)
+		return api.SnapshotInfo{}, conflict("The suspend of session %s was stopped while it waited for a call to finish; the session goes on running.", c.SessionID)
 	}
+	op.setSnapshotting()
 	return Ask(ctx, c, op, api.FrameSuspend)
 }
 

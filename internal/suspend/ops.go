@@ -23,11 +23,41 @@ type Op struct {
 	// Checkpoint is set for a checkpoint: the remote answers checkpointed
 	// and goes on.
 	Checkpoint bool
+	// Req is what the suspend does about running calls; zero for a
+	// checkpoint.
+	Req Request
+	// Started is when the suspend began.
+	Started time.Time
 	// suspended receives the remote's suspended (or checkpointed) frame.
 	suspended chan api.Frame
 
-	mu     sync.Mutex // guards upload
-	upload *Upload
+	mu           sync.Mutex // guards upload and snapshotting
+	upload       *Upload
+	snapshotting bool
+}
+
+// Request is what a suspend does about the calls running when it begins:
+// it snapshots the workspace only once none runs.
+type Request struct {
+	// Wait bounds the wait for running calls; zero means CallWait.
+	Wait time.Duration
+	// Interrupt stops the running calls instead of waiting for them.
+	Interrupt bool
+}
+
+// setSnapshotting records that no call runs any more and the snapshot is
+// being taken.
+func (op *Op) setSnapshotting() {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.snapshotting = true
+}
+
+// Snapshotting reports whether the wait for calls is over.
+func (op *Op) Snapshotting() bool {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.snapshotting
 }
 
 // Upload is what the server made of the remote's upload of the snapshot.
@@ -55,8 +85,14 @@ func (op *Op) Uploaded() *Upload {
 // Ops tracks the suspends and checkpoints in progress, one per session at
 // most. The zero value is ready.
 type Ops struct {
-	mu  sync.Mutex // guards ops, failed and unrestored
+	mu  sync.Mutex // guards ops, failed, unrestored, interrupted and lastErr
 	ops map[string]*Op
+	// interrupted holds, by session and call, why a suspend stopped the
+	// call, until its result takes it (TakeInterrupted).
+	interrupted map[string]map[int64]string
+	// lastErr holds, by session, why its last suspend failed, until the
+	// next one begins.
+	lastErr map[string]error
 	// failed holds, by session, the UpdatedAt of a session whose automatic
 	// suspend failed: it is not tried again until the session changes.
 	failed map[string]time.Time
@@ -125,15 +161,20 @@ func (o *Ops) MarkAutoFailed(sessionID string, updated time.Time) {
 // Start registers a suspend of the session by the claim of epoch, or
 // returns nil when one is in progress.
 func (o *Ops) Start(sessionID string, epoch int64, key string) *Op {
-	return o.start(sessionID, epoch, key, false)
+	return o.start(sessionID, epoch, key, false, Request{}, time.Time{})
+}
+
+// StartSuspend is Start for a suspend made as req says, begun at now.
+func (o *Ops) StartSuspend(sessionID string, epoch int64, key string, req Request, now time.Time) *Op {
+	return o.start(sessionID, epoch, key, false, req, now)
 }
 
 // StartCheckpoint is Start for a checkpoint.
 func (o *Ops) StartCheckpoint(sessionID string, epoch int64, key string) *Op {
-	return o.start(sessionID, epoch, key, true)
+	return o.start(sessionID, epoch, key, true, Request{}, time.Time{})
 }
 
-func (o *Ops) start(sessionID string, epoch int64, key string, checkpoint bool) *Op {
+func (o *Ops) start(sessionID string, epoch int64, key string, checkpoint bool, req Request, now time.Time) *Op {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ops[sessionID] != nil {
@@ -142,7 +183,7 @@ func (o *Ops) start(sessionID string, epoch int64, key string, checkpoint bool) 
 	if o.ops == nil {
 		o.ops = map[string]*Op{}
 	}
-	op := &Op{Epoch: epoch, Key: key, Checkpoint: checkpoint, suspended: make(chan api.Frame, 1)}
+	op := &Op{Epoch: epoch, Key: key, Checkpoint: checkpoint, Req: req, Started: now, suspended: make(chan api.Frame, 1)}
 	o.ops[sessionID] = op
 	return op
 }
@@ -176,4 +217,53 @@ func (o *Ops) Deliver(sessionID string, epoch int64, f api.Frame) bool {
 	default:
 	}
 	return true
+}
+
+// MarkInterrupted records that a suspend stops the call seq, and why.
+func (o *Ops) MarkInterrupted(sessionID string, seq int64, why string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.interrupted == nil {
+		o.interrupted = map[string]map[int64]string{}
+	}
+	if o.interrupted[sessionID] == nil {
+		o.interrupted[sessionID] = map[int64]string{}
+	}
+	o.interrupted[sessionID][seq] = why
+}
+
+// TakeInterrupted returns why a suspend stopped the call seq, and forgets
+// it; ok is false when no suspend did.
+func (o *Ops) TakeInterrupted(sessionID string, seq int64) (why string, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	why, ok = o.interrupted[sessionID][seq]
+	if ok {
+		delete(o.interrupted[sessionID], seq)
+		if len(o.interrupted[sessionID]) == 0 {
+			delete(o.interrupted, sessionID)
+		}
+	}
+	return why, ok
+}
+
+// setLastErr records why the session's last suspend failed; nil clears it.
+func (o *Ops) setLastErr(sessionID string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err == nil {
+		delete(o.lastErr, sessionID)
+		return
+	}
+	if o.lastErr == nil {
+		o.lastErr = map[string]error{}
+	}
+	o.lastErr[sessionID] = err
+}
+
+// LastErr returns why the session's last suspend failed, or nil.
+func (o *Ops) LastErr(sessionID string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastErr[sessionID]
 }

@@ -114,3 +114,42 @@ func TestCheckpointKeySeq(t *testing.T) {
 		t.Fatal("a suspend's snapshot reads as a checkpoint")
 	}
 }
+
+// TestOpsInterrupted: a call a suspend stopped is told once, by session
+// and call; the last failure of a session's suspend is kept until cleared.
+func TestOpsInterrupted(t *testing.T) {
+	t.Parallel()
+	var o Ops
+	if _, ok := o.TakeInterrupted("ses_1", 3); ok {
+		t.Fatal("an unmarked call reads as interrupted")
+	}
+	o.MarkInterrupted("ses_1", 3, "Interrupted: call 3")
+	o.MarkInterrupted("ses_1", 4, "Interrupted: call 4")
+	if _, ok := o.TakeInterrupted("ses_2", 3); ok {
+		t.Fatal("another session's call reads as interrupted")
+	}
+	if why, ok := o.TakeInterrupted("ses_1", 3); !ok || why != "Interrupted: call 3" {
+		t.Fatalf("TakeInterrupted(3) = %q, %v", why, ok)
+	}
+	if _, ok := o.TakeInterrupted("ses_1", 3); ok {
+		t.Fatal("an interrupted call was told twice")
+	}
+	if why, ok := o.TakeInterrupted("ses_1", 4); !ok || why != "Interrupted: call 4" {
+		t.Fatalf("TakeInterrupted(4) = %q, %v", why, ok)
+	}
+	if len(o.interrupted) != 0 {
+		t.Errorf("marks left behind: %v", o.interrupted)
+	}
+
+	if o.LastErr("ses_1") != nil {
+		t.Fatal("a last error before any suspend")
+	}
+	o.setLastErr("ses_1", conflict("withdrawn"))
+	if err := o.LastErr("ses_1"); err == nil || o.LastErr("ses_2") != nil {
+		t.Fatalf("LastErr = %v", err)
+	}
+	o.setLastErr("ses_1", nil)
+	if o.LastErr("ses_1") != nil {
+		t.Fatal("the last error outlived its clearing")
+	}
+}

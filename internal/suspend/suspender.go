@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -58,34 +59,79 @@ type Suspender struct {
 // the session's new reason. Every refusal is a *lifecycle.Error or an
 // *Error saying what to do.
 func (sp *Suspender) Suspend(ctx context.Context, id, why string) error {
-	sess, err := sp.Store.GetSession(ctx, id)
+	run, err := sp.Begin(ctx, id, why, Request{})
 	if err != nil {
-		return fmt.Errorf("get session %s: %w", id, err)
-	}
-	if err := lifecycle.Suspendable(sess); err != nil {
 		return err
 	}
+	return run(ctx)
+}
+
+// Begin checks that the running session id can be suspended as req says
+// and registers the suspend; run then takes the snapshot and commits it.
+// A caller that answers before the outcome (an asynchronous suspend)
+// returns after Begin and runs run in the background: Progress follows
+// it. Every refusal is a *lifecycle.Error or an *Error saying what to do;
+// run is always called once Begin succeeds, or the suspend stays
+// registered.
+func (sp *Suspender) Begin(ctx context.Context, id, why string, req Request) (run func(context.Context) error, err error) {
+	sess, err := sp.Store.GetSession(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if err := lifecycle.Suspendable(sess); err != nil {
+		return nil, err
+	}
+	if req.Interrupt {
+		if k := sess.Spec.Agent.Kind; k != api.AgentLLM && k != api.AgentExternal {
+			return nil, &Error{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf("Session %s runs a script, whose steps cannot be interrupted: a step cut short would fail the script. Suspend it without interrupt, once its running step has finished.", id)}
+		}
+	}
+	op, c, err := sp.start(id, req)
+	if err != nil {
+		return nil, err
+	}
+	sp.Ops.setLastErr(id, nil)
+	return func(ctx context.Context) error {
+		defer sp.Ops.Finish(id, op)
+		err := sp.run(ctx, sess, c, op, why)
+		if err != nil {
+			sp.Ops.setLastErr(id, err)
+		}
+		return err
+	}, nil
+}
+
+// start registers a suspend of the session id by its connected remote.
+func (sp *Suspender) start(id string, req Request) (*Op, *gateway.Conn, error) {
 	c := sp.Hub.Get(id)
 	if c == nil {
-		return conflict("Session %s has no remote connected right now; suspend it once its remote is back.", id)
+		return nil, nil, conflict("Session %s has no remote connected right now; suspend it once its remote is back.", id)
 	}
 	if c.Version < api.SnapshotsSince {
-		return conflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
+		return nil, nil, conflict("The remote of session %s speaks gateway protocol version %d, which cannot take workspace snapshots (version %d and later can): upgrade the remote (a newer outpost binary on the machine) to suspend its sessions.",
 			id, c.Version, api.SnapshotsSince)
 	}
 	if why := sp.Ops.UnrestoredWhy(id, c.Epoch); why != "" {
-		return conflict("Session %s cannot be suspended: its machine could not restore its workspace snapshot (%s), so the workspace there is not the session's, and a snapshot of it would replace the one the server keeps. The snapshot is kept; the session goes on running.",
+		return nil, nil, conflict("Session %s cannot be suspended: its machine could not restore its workspace snapshot (%s), so the workspace there is not the session's, and a snapshot of it would replace the one the server keeps. The snapshot is kept; the session goes on running.",
 			id, strings.TrimSuffix(why, "."))
 	}
-	op := sp.Ops.Start(id, c.Epoch, fmt.Sprintf("%s-%d", id, c.Epoch))
+	op := sp.Ops.StartSuspend(id, c.Epoch, fmt.Sprintf("%s-%d", id, c.Epoch), req, sp.Now())
 	if op == nil {
 		if cur := sp.Ops.Get(id); cur != nil && cur.Checkpoint {
-			return conflict("A checkpoint of session %s is being taken; suspend it again in a moment.", id)
+			return nil, nil, conflict("A checkpoint of session %s is being taken; suspend it again in a moment.", id)
 		}
-		return conflict("Session %s is being suspended already.", id)
+		return nil, nil, conflict("Session %s is being suspended already.", id)
 	}
-	defer sp.Ops.Finish(id, op)
-	start := sp.Now()
+	return op, c, nil
+}
+
+// run takes the snapshot of a registered suspend and commits it.
+func (sp *Suspender) run(ctx context.Context, sess store.Session, c *gateway.Conn, op *Op, why string) error {
+	id := sess.ID
+	start := op.Started
+	if op.Req.Interrupt {
+		sp.interrupt(ctx, c)
+	}
 	info, err := Take(ctx, c, op)
 	if err != nil {
 		c.Gate.Unpause()
@@ -104,6 +150,43 @@ func (sp *Suspender) Suspend(ctx context.Context, id, why string) error {
 	}
 	sp.Hub.End(id, "The session is suspended; its workspace snapshot is kept by the server.")
 	return nil
+}
+
+// interrupt stops the calls in flight on c: the gate is paused first, so
+// no other call starts; each one stopped is marked so that its result
+// reads as interrupted (TakeInterrupted), and the remote told to cancel it.
+func (sp *Suspender) interrupt(ctx context.Context, c *gateway.Conn) {
+	c.Gate.Pause()
+	for _, seq := range c.Gate.InFlight() {
+		sp.Ops.MarkInterrupted(c.SessionID, seq, fmt.Sprintf("Interrupted: the session was suspended while call %d ran (suspend with interrupt), so the call was stopped before it finished; its output up to then is above. Run it again if it is still needed.", seq))
+		if err := c.Send(ctx, api.Frame{Type: api.FrameCancel, Seq: seq}); err != nil {
+			sp.Log.Warn("cannot cancel a call for a suspend", "session", c.SessionID, "seq", seq, "err", err)
+		}
+	}
+}
+
+// Progress says where the suspend of the session sess (as stored) stands;
+// the caller adds the calls it waits for (Calls).
+func (sp *Suspender) Progress(sess store.Session) api.SuspendProgress {
+	p := api.SuspendProgress{SessionID: sess.ID, State: api.SuspendNone}
+	op := sp.Ops.Get(sess.ID)
+	switch {
+	case op != nil && !op.Checkpoint:
+		p.State, p.Interrupt, p.StartedMS = api.SuspendWaiting, op.Req.Interrupt, op.Started.UnixMilli()
+		wait := op.Req.Wait
+		if wait <= 0 {
+			wait = CallWait
+		}
+		p.WaitS = int(wait / time.Second)
+		if op.Snapshotting() {
+			p.State = api.SuspendSnapshotting
+		}
+	case sess.Status == api.StatusSuspended:
+		p.State = api.SuspendDone
+	case sp.Ops.LastErr(sess.ID) != nil:
+		p.State = api.SuspendFailed
+	}
+	return p
 }
 
 // commit stores the snapshot, has the state machine move the session to

@@ -28,6 +28,16 @@ type fakeOpenAI struct {
 	mu    sync.Mutex // guards the following
 	reqs  []map[string]any
 	turns []func(req map[string]any) map[string]any
+	// outage are statuses answered (with Retry-After: 0) to the next
+	// requests before the turns go on: a provider's short outage.
+	outage []int
+}
+
+// fail makes the next requests fail with statuses, in order.
+func (f *fakeOpenAI) fail(statuses ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outage = append(f.outage, statuses...)
 }
 
 func newFakeOpenAI(t *testing.T, turns ...func(req map[string]any) map[string]any) *fakeOpenAI {
@@ -44,6 +54,14 @@ func newFakeOpenAI(t *testing.T, turns ...func(req map[string]any) map[string]an
 			return
 		}
 		f.mu.Lock()
+		if len(f.outage) > 0 {
+			status := f.outage[0]
+			f.outage = f.outage[1:]
+			f.mu.Unlock()
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, `{"error":{"message":"the provider is down for a moment"}}`, status)
+			return
+		}
 		f.reqs = append(f.reqs, req)
 		n := len(f.reqs)
 		var turn func(map[string]any) map[string]any
@@ -141,7 +159,7 @@ func TestLLMSession(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(note)) != "hello from the model" {
 		t.Fatalf("note.txt on the worker: %q %v", note, err)
 	}
-	if !strings.Contains(sawResult, "hello from the model") || !strings.Contains(sawResult, "[exit code 0]") {
+	if !strings.Contains(sawResult, "hello from the model") || !strings.Contains(sawResult, "exit status 0") {
 		t.Errorf("the model got %q as the exec result", sawResult)
 	}
 	if !strings.Contains(sawToolError, "not valid JSON") {
@@ -481,5 +499,63 @@ func TestLLMMessagesArriveInOrder(t *testing.T) {
 	// Once the session is over, a message is refused rather than left unanswered.
 	if code := c.api("POST", "/v1/sessions/"+id+"/messages", c.admin, api.MessageRequest{Text: "too late"}, nil); code != 409 {
 		t.Fatalf("message to an ended session: %d, want 409", code)
+	}
+}
+
+// TestLLMProviderOutage: the provider fails (503, then 429) before each of
+// the model's two answers; the session rides it out, each retry shows on
+// the transcript in the CLI and the web UI, the model reads a failed
+// command's result as a shell shows it, and the system prompt describes
+// the machine.
+func TestLLMProviderOutage(t *testing.T) {
+	t.Parallel()
+	var sawResult string
+	var fake *fakeOpenAI
+	fake = newFakeOpenAI(t,
+		func(req map[string]any) map[string]any {
+			fake.fail(429)
+			return toolCall("call_1", "exec", `{"command":"echo no such target >&2; exit 1"}`)
+		},
+		func(req map[string]any) map[string]any {
+			sawResult, _ = lastMessage(req)["content"].(string)
+			return say("The build is broken.")
+		},
+	)
+	fake.fail(503)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1",
+		"OUTPOST_LLM_API_KEY=sk-test", "OUTPOST_LLM_MODEL=fake-model", "OUTPOST_LLM_RETRY_FOR=30s"})
+	token := setupOutpost(t, c, "flaky")
+	startWorker(t, c, "flaky", token)
+	id := createSession(t, c, api.CreateSessionRequest{Outpost: "flaky", Title: "outage", Prompt: "Build it.", Agent: api.Agent{Kind: api.AgentLLM}})
+	s := c.waitFinal(id, 60*time.Second)
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailFinished {
+		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
+	}
+	// OpenAI's tool messages have no error flag: a failed call's text
+	// starts "Error: ".
+	if sawResult != "Error: no such target\nexit status 1" {
+		t.Errorf("the model read the failed command as %q, want its output and exit status 1", sawResult)
+	}
+	var retries int
+	for _, ev := range c.events(id) {
+		if ev.Type == api.EventModelRetry {
+			retries++
+		}
+	}
+	if retries != 2 {
+		t.Errorf("%d model_retry events on the transcript, want 2", retries)
+	}
+	logs := run(t, c.env(c.admin), "sessions", "logs", id)
+	for _, want := range []string{"model call retried: The model provider failed (HTTP 503", "model call retried: The model provider failed (HTTP 429"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("outpost sessions logs lacks %q:\n%s", want, logs)
+		}
+	}
+	if code, page := getRaw(t, c, "/ui/sessions/"+id, true); code != 200 || strings.Count(page, "model call retried") != 2 {
+		t.Errorf("the session page (%d) does not show both retries", code)
+	}
+	sys := fmt.Sprint(fake.requests()[0]["messages"].([]any)[0].(map[string]any)["content"])
+	if !strings.Contains(sys, "The machine: ") || !strings.Contains(sys, "CPUs") || !strings.Contains(sys, "GiB of memory") {
+		t.Errorf("the system prompt does not describe the machine: %q", sys)
 	}
 }

@@ -48,7 +48,8 @@ const tourSecret = "s3cr3t-d3pl0y-k3y"
 // line is what finds it; commands marked "# keeps running" (outpost up,
 // the worker) run in the background until the end. The session must end
 // `exit (finished)` with its diff shown and its secret redacted, under the
-// worker's default isolation (a bwrap sandbox where bubblewrap works).
+// worker's default isolation (a bwrap sandbox where bubblewrap works), and
+// again when the tour's session is created a second time.
 func TestReadmeTour(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
@@ -142,8 +143,13 @@ func runTour(t *testing.T, blocks []string, cred *syscall.Credential) {
 			t.Errorf("the tour's output lacks %q", want)
 		}
 	}
-	if !regexp.MustCompile(`Status:\s+exit \(finished\)`).MatchString(transcript) {
-		t.Errorf("outpost sessions get does not show the session finished")
+	if n := len(regexp.MustCompile(`Status:\s+exit \(finished\)`).FindAllString(transcript, -1)); n != 2 {
+		t.Errorf("outpost sessions get shows %d sessions finished, want the tour's session and its second run", n)
+	}
+	for _, want := range []string{"session ended: exit (finished)", "+This greeting says bar.", "This greeting says foo."} {
+		if n := strings.Count(transcript, want); n < 2 {
+			t.Errorf("the tour's output has %q %d times, want it from both runs", want, n)
+		}
 	}
 	background := bgLogs()
 	if strings.Contains(transcript+background, tourSecret) {
@@ -250,6 +256,19 @@ set -x
 	}
 	if installs != 1 {
 		t.Fatalf("the tour has %d lines 'go install ./cmd/outpost', want 1", installs)
+	}
+	// The tour a second time: the same session again on the same worker,
+	// whose --keep-workspace keeps the first session's clone. It must
+	// start from the ref's clean tree, not the first session's edits.
+	again := 0
+	for _, block := range blocks {
+		if strings.Contains(block, "outpost sessions create") {
+			b.WriteString(strings.ReplaceAll(block, tourAddr, addr))
+			again++
+		}
+	}
+	if again != 1 {
+		t.Fatalf("the tour has %d blocks that create a session, want 1", again)
 	}
 	return b.String(), bg
 }
