@@ -71,6 +71,10 @@ type CreateTokenRequest struct {
 	Scopes []string `json:"scopes,omitempty"`
 	// Role (one of Roles) gives the token that role's scopes instead.
 	Role string `json:"role,omitempty"`
+	// ServiceAccount makes a signed-in admin's token a service account's
+	// rather than the admin's own, so it outlives the admin's access. A
+	// token made with a service account's token is always one.
+	ServiceAccount bool `json:"service_account,omitempty"`
 	// Outpost, a name or id, limits the token to that outpost.
 	Outpost string `json:"outpost,omitempty"`
 	// ExpiresInS makes the token expire that many seconds from now; 0

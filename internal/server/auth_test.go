@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,12 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
 	}
 	machine := ts.token([]string{api.ScopeMachine}, "")
+	roleTokens := map[string]string{}
+	for _, role := range api.Roles {
+		var tok api.CreateTokenResponse
+		ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Name: role, Role: role}, &tok)
+		roleTokens[role] = tok.Secret
+	}
 	resolve := func(path string) string {
 		switch {
 		case strings.Contains(path, "{new}"):
@@ -112,6 +119,18 @@ func TestAuthMatrix(t *testing.T) {
 		}
 		if got := ts.do(ep.method, resolve(ep.path), right, body(ep), nil); got != ep.want {
 			t.Errorf("%s with scope %s: %d, want %d", name, ep.scope, got, ep.want)
+		}
+		// A column per role: a role is its scopes, so each route answers
+		// a role's token as it answers a token of those scopes.
+		for _, role := range api.Roles {
+			want := ep.want
+			// Rows without a wrong scope are open to every scope.
+			if ep.wrongScope != "" && !slices.ContainsFunc(api.RoleScopes(role), func(sc string) bool { return api.HasScope([]string{sc}, ep.scope) }) {
+				want = 403
+			}
+			if got := ts.do(ep.method, resolve(ep.path), roleTokens[role], body(ep), nil); got != want {
+				t.Errorf("%s with role %s: %d, want %d", name, role, got, want)
+			}
 		}
 	}
 }

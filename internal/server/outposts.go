@@ -186,7 +186,7 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if p := principalFrom(r.Context()); p.outpostID != "" {
+	if p := principalFrom(r.Context()); p.limited() {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
@@ -232,7 +232,7 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeWithPolicy(w, r, &req); err != nil {
 		return err
 	}
-	if p := principalFrom(ctx); p.outpostID != "" {
+	if p := principalFrom(ctx); p.limited() {
 		return errForbidden("A token limited to one outpost cannot change outposts.")
 	}
 	o, unlock, err := s.lockOutpost(ctx, r.PathValue("outpost"), false)

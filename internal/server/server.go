@@ -76,6 +76,9 @@ type Options struct {
 	EndedEntryRetention time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
+	// SSO, when set, signs people in through an OpenID Connect provider
+	// (sso.go); nil: API tokens only.
+	SSO *SSOOptions
 	// TokenRecheckInterval is how often a request that is still running
 	// (a transcript follow, a queue watch, a live desktop) checks its API
 	// token again, ending when the token was revoked or expired; 0 means
@@ -280,6 +283,9 @@ type Server struct {
 	// the live ones; ready is set once serving and cleared when stopping.
 	shared        bool
 	replicaKey    []byte
+	// sso signs people in through an OpenID Connect provider; nil
+	// without one (sso.go).
+	sso *ssoState
 	startedAt     time.Time
 	replicas      replicaSet
 	forwardClient *http.Client
@@ -559,6 +565,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		tr.TLSClientConfig = s.replicaTLS()
 	}
 	s.forwardClient = &http.Client{Transport: tr}
+	if opts.SSO != nil {
+		if s.sso, err = newSSO(*opts.SSO, s.publicURL, formKey(s.replicaKey)); err != nil {
+			ln.Close()
+			s.store.Close()
+			return nil, err
+		}
+	}
 	if opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
 			ln.Close()
@@ -880,6 +893,20 @@ func (s *Server) routes() http.Handler {
 	// Every scope implies one of these, so any valid token may ask.
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
+	// Users and roles (users.go), sign-in through an OpenID Connect
+	// provider (sso.go).
+	mux.HandleFunc("GET /v1/users", s.authed(s.listUsers, api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/role-bindings", s.authed(s.listRoleBindings, api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/role-bindings", s.authed(s.createRoleBinding, api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/role-bindings/{binding}", s.authed(s.deleteRoleBinding, api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/auth/session", s.authed(s.endSignIn, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
+	ssoName := ""
+	if s.sso != nil {
+		ssoName = s.sso.opts.DisplayName
+		mux.HandleFunc("GET /ui/auth/login", s.ssoLogin)
+		mux.HandleFunc("GET /ui/auth/callback", s.ssoCallback)
+	}
+
 	mux.Handle("GET "+api.GatewayPath, s.gw)
 	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
 	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
@@ -889,7 +916,7 @@ func (s *Server) routes() http.Handler {
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.
-	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey)})
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey), SSOName: ssoName})
 	if err != nil {
 		panic(err) // embedded templates that do not parse are a build bug
 	}

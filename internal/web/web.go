@@ -66,6 +66,10 @@ type Options struct {
 	// served posts to any other and survives a restart; nil means a random
 	// key of this process's.
 	FormKey []byte
+	// SSOName, when set, names the OpenID Connect provider the sign-in
+	// page offers beside the token ("Sign in with <SSOName>", at
+	// /ui/auth/login, which the server serves).
+	SSOName string
 }
 
 // Handler serves the UI under /, /ui/ and /static/.
@@ -74,6 +78,7 @@ type Handler struct {
 	secure  bool
 	log     *slog.Logger
 	csrfKey []byte
+	ssoName string
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -95,6 +100,7 @@ func New(opts Options) (*Handler, error) {
 		secure:  strings.HasPrefix(strings.ToLower(opts.PublicURL), "https://"),
 		log:     opts.Logger,
 		csrfKey: make([]byte, 32),
+		ssoName: opts.SSOName,
 		pages:   map[string]*template.Template{},
 
 		sameOrigin: http.NewCrossOriginProtection(),
@@ -382,12 +388,15 @@ type page struct {
 	Error    string
 	Notice   string
 	Data     any
+	// SSO names the OpenID Connect provider to sign in with; "" for none.
+	SSO string
 }
 
 // render writes a page with status.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.CSRF = h.formCSRF(w, r)
 	p.SignedIn = token(r) != ""
+	p.SSO = h.ssoName
 	var buf bytes.Buffer
 	if err := h.pages[name].Execute(&buf, p); err != nil {
 		h.log.Error("web: render", "page", name, "err", err)
