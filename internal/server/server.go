@@ -281,11 +281,11 @@ type Server struct {
 	// shared by other server processes (PostgreSQL); replicaKey signs
 	// requests between them (nil without a secret key); replicas caches
 	// the live ones; ready is set once serving and cleared when stopping.
-	shared        bool
-	replicaKey    []byte
+	shared     bool
+	replicaKey []byte
 	// sso signs people in through an OpenID Connect provider; nil
 	// without one (sso.go).
-	sso *ssoState
+	sso           *ssoState
 	startedAt     time.Time
 	replicas      replicaSet
 	forwardClient *http.Client
