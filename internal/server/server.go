@@ -76,9 +76,9 @@ type Options struct {
 	EndedEntryRetention time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
-	// SSO, when set, signs people in through an OpenID Connect provider
-	// (sso.go); nil: API tokens only.
-	SSO *SSOOptions
+	// SSO, when its Issuer is set, signs people in through an OpenID
+	// Connect provider (sso.go); otherwise API tokens alone sign in.
+	SSO SSOOptions
 	// TokenRecheckInterval is how often a request that is still running
 	// (a transcript follow, a queue watch, a live desktop) checks its API
 	// token again, ending when the token was revoked or expired; 0 means
@@ -565,8 +565,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		tr.TLSClientConfig = s.replicaTLS()
 	}
 	s.forwardClient = &http.Client{Transport: tr}
-	if opts.SSO != nil {
-		if s.sso, err = newSSO(*opts.SSO, s.publicURL, formKey(s.replicaKey)); err != nil {
+	if opts.SSO.Issuer != "" {
+		if s.sso, err = newSSO(opts.SSO, s.publicURL, formKey(s.replicaKey)); err != nil {
 			ln.Close()
 			s.store.Close()
 			return nil, err
