@@ -55,6 +55,8 @@ type Client struct {
 	Sessions *SessionsService
 	// Tokens manages API tokens (admin scope).
 	Tokens *TokensService
+	// Users lists users and grants and revokes their roles.
+	Users *UsersService
 	// Artifacts lists and downloads the files sessions uploaded.
 	Artifacts *ArtifactsService
 	// Workers announces workers and orchestrators and lists connected ones.
@@ -102,6 +104,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Queue = &QueueService{c: c}
 	c.Sessions = &SessionsService{c: c}
 	c.Tokens = &TokensService{c: c}
+	c.Users = &UsersService{c: c}
 	c.Artifacts = &ArtifactsService{c: c}
 	c.Workers = &WorkersService{c: c}
 	return c, nil

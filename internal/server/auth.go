@@ -92,13 +92,26 @@ func (p principal) limited() bool {
 	return p.outposts != nil && len(p.need) > 0 && !slices.ContainsFunc(p.need, func(sc string) bool { return api.HasScope(p.scopes, sc) })
 }
 
+// hasOn reports whether the principal holds scope on outpost outpostID:
+// everywhere, or there by a user's role on that outpost.
+func (p principal) hasOn(outpostID, scope string) bool {
+	if p.outpostID != "" && p.outpostID != outpostID {
+		return false
+	}
+	return api.HasScope(p.scopes, scope) || api.HasScope(p.outposts[outpostID], scope)
+}
+
 // allowsToken reports whether the principal may see and revoke token t. A
 // token limited to an outpost manages only the tokens limited to that same
 // outpost: an unlimited token, or one of another outpost, does not exist
 // for it, so it can neither widen its own reach nor cut off another
-// outpost's machines.
+// outpost's machines. A user who is admin on some outposts only manages
+// the tokens limited to those.
 func (p principal) allowsToken(t store.Token) bool {
-	return p.outpostID == "" || p.outpostID == t.OutpostID
+	if p.outpostID == "" && p.limited() && t.OutpostID == "" {
+		return false
+	}
+	return p.allowsOutpost(t.OutpostID)
 }
 
 type principalKey struct{}

@@ -895,10 +895,10 @@ func (s *Server) routes() http.Handler {
 
 	// Users and roles (users.go), sign-in through an OpenID Connect
 	// provider (sso.go).
-	mux.HandleFunc("GET /v1/users", s.authed(s.listUsers, api.ScopeAdmin))
-	mux.HandleFunc("GET /v1/role-bindings", s.authed(s.listRoleBindings, api.ScopeAdmin))
-	mux.HandleFunc("POST /v1/role-bindings", s.authed(s.createRoleBinding, api.ScopeAdmin))
-	mux.HandleFunc("DELETE /v1/role-bindings/{binding}", s.authed(s.deleteRoleBinding, api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/users", s.authed(everywhere(s.listUsers), api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/role-bindings", s.authed(everywhere(s.listRoleBindings), api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/role-bindings", s.authed(everywhere(s.createRoleBinding), api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/role-bindings/{binding}", s.authed(everywhere(s.deleteRoleBinding), api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/auth/session", s.authed(s.endSignIn, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 	ssoName := ""
 	if s.sso != nil {

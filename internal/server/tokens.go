@@ -156,7 +156,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 // revocation cannot be raced.
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("token")
-	if p := principalFrom(r.Context()); p.outpostID != "" {
+	if p := principalFrom(r.Context()); p.limited() {
 		all, err := s.store.ListTokens(r.Context())
 		if err != nil {
 			return fmt.Errorf("list tokens: %w", err)

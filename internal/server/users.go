@@ -90,6 +90,19 @@ func (s *Server) roleBindings(ctx context.Context) ([]store.RoleBinding, error) 
 	return bs, nil
 }
 
+// everywhere wraps h, a route about the whole server (users, roles): a
+// caller who holds its scope on some outposts only, by a token limited to
+// one or by a user's per-outpost role, is refused, so an admin of one
+// outpost cannot make itself an admin of all.
+func everywhere(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if principalFrom(r.Context()).limited() {
+			return errForbidden("This needs the %s scope on every outpost; this token holds it on some only.", strings.Join(principalFrom(r.Context()).need, " or "))
+		}
+		return h(w, r)
+	}
+}
+
 // onlyOutpost is the outpost a principal whose roles are per outpost
 // lists by default: its one outpost, or none when it has several.
 func (s *Server) onlyOutpost(p principal) (string, error) {

@@ -79,8 +79,21 @@ func TestUserRoles(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(e.Error.Message, "sessions.write") {
 		t.Errorf("exceeding token: %d %q, want 403 naming sessions.write", resp.StatusCode, e.Error.Message)
 	}
+	// An admin of one outpost cannot make itself an admin of all, nor
+	// see or revoke the tokens of the rest.
+	ts.mustDo(403, "POST", "/v1/role-bindings", me, api.CreateRoleBindingRequest{Role: api.RoleAdmin, User: u.ID}, nil)
+	ts.mustDo(403, "GET", "/v1/role-bindings", me, nil, nil)
+	ts.mustDo(403, "GET", "/v1/users", me, nil, nil)
+	var global api.CreateTokenResponse
+	ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Name: "global", Role: api.RoleViewer}, &global)
+	ts.mustDo(404, "DELETE", "/v1/tokens/"+global.ID, me, nil, nil)
 	var tok api.CreateTokenResponse
 	ts.mustDo(201, "POST", "/v1/tokens", me, api.CreateTokenRequest{Name: "ci", Role: api.RoleMember, Outpost: "home"}, &tok)
+	var seen api.TokenList
+	ts.mustDo(200, "GET", "/v1/tokens", me, nil, &seen)
+	if len(seen.Items) != 1 || seen.Items[0].ID != tok.ID {
+		t.Errorf("tokens an admin of home sees = %+v, want only %s", seen.Items, tok.ID)
+	}
 	if tok.UserID != u.ID || tok.Role != api.RoleMember {
 		t.Errorf("user's token = %+v, want user %s, role member", tok.Token, u.ID)
 	}
