@@ -43,6 +43,13 @@ type Token struct {
 	Name string `json:"name"`
 	// Scopes are Scope… constants (see HasScope for what they imply).
 	Scopes []string `json:"scopes"`
+	// Role, when set, is the role the token was created with (Scopes are
+	// that role's).
+	Role string `json:"role,omitempty"`
+	// UserID is the user the token belongs to: it never does more than
+	// that user may, and dies with the user's access. "" for a token of a
+	// service account, which is only what its scopes say.
+	UserID string `json:"user_id,omitempty"`
 	// OutpostID is the outpost the token is limited to; "" when it is not.
 	// Any other outpost, and what is in it, does not exist for the token:
 	// the server answers 404 as for a missing one.
@@ -60,8 +67,14 @@ type Token struct {
 type CreateTokenRequest struct {
 	// Name is a label for people.
 	Name string `json:"name"`
-	// Scopes are Scope… constants; at least one.
-	Scopes []string `json:"scopes"`
+	// Scopes are Scope… constants; at least one unless Role is set.
+	Scopes []string `json:"scopes,omitempty"`
+	// Role (one of Roles) gives the token that role's scopes instead.
+	Role string `json:"role,omitempty"`
+	// ServiceAccount makes a signed-in admin's token a service account's
+	// rather than the admin's own, so it outlives the admin's access. A
+	// token made with a service account's token is always one.
+	ServiceAccount bool `json:"service_account,omitempty"`
 	// Outpost, a name or id, limits the token to that outpost.
 	Outpost string `json:"outpost,omitempty"`
 	// ExpiresInS makes the token expire that many seconds from now; 0

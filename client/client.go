@@ -59,6 +59,8 @@ type Client struct {
 	Audit *AuditService
 	// Webhooks manages webhook subscriptions (admin scope).
 	Webhooks *WebhooksService
+	// Users lists users and grants and revokes their roles.
+	Users *UsersService
 	// Artifacts lists and downloads the files sessions uploaded.
 	Artifacts *ArtifactsService
 	// Workers announces workers and orchestrators and lists connected ones.
@@ -108,6 +110,7 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c.Tokens = &TokensService{c: c}
 	c.Audit = &AuditService{c: c}
 	c.Webhooks = &WebhooksService{c: c}
+	c.Users = &UsersService{c: c}
 	c.Artifacts = &ArtifactsService{c: c}
 	c.Workers = &WorkersService{c: c}
 	return c, nil

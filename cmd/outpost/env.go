@@ -29,6 +29,9 @@ var (
 	envDistDir           = api.EnvVar{Name: "OUTPOST_DIST_DIR", Meaning: "directory of remote builds published at /dist/ (--dist-dir)"}
 	envTLSCert           = api.EnvVar{Name: "OUTPOST_TLS_CERT", Meaning: "PEM certificate chain of HTTPS (--tls-cert)"}
 	envTLSKey            = api.EnvVar{Name: "OUTPOST_TLS_KEY", Meaning: "PEM private key of --tls-cert (--tls-key)"}
+	envOIDCIssuer        = api.EnvVar{Name: "OUTPOST_OIDC_ISSUER", Meaning: "OpenID Connect provider people sign in with (--oidc-issuer)"}
+	envOIDCClientID      = api.EnvVar{Name: "OUTPOST_OIDC_CLIENT_ID", Meaning: "the server's client id at the OpenID Connect provider (--oidc-client-id)"}
+	envOIDCClientSecret  = api.EnvVar{Name: "OUTPOST_OIDC_CLIENT_SECRET", Meaning: "the server's client secret at the OpenID Connect provider (--oidc-client-secret)"}
 	envSecretKey         = api.EnvVar{Name: "OUTPOST_SECRET_KEY", Meaning: "key session secrets are sealed with, base64 or hex"}
 	envSecretKeyFile     = api.EnvVar{Name: "OUTPOST_SECRET_KEY_FILE", Meaning: "file holding the secret key (--secret-key-file)"}
 	envSecretKeysOld     = api.EnvVar{Name: "OUTPOST_SECRET_KEYS_OLD", Meaning: "earlier secret keys, comma-separated, to reseal under the new one"}
@@ -57,7 +60,7 @@ var (
 var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention, envAuditRetention, envEndedRetention,
 	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
-	envReplicaID, envReplicaURL,
+	envReplicaID, envReplicaURL, envOIDCIssuer, envOIDCClientID, envOIDCClientSecret,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMRetryFor, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,
 	envLogLevel, envLogFormat,
 }

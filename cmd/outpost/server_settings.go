@@ -96,6 +96,34 @@ var serverSettings = []serverSetting{
 			}
 			return nil
 		}},
+	{flag: "oidc-issuer", env: envOIDCIssuer, def: "", field: func(o *server.Options) any { return &o.SSO.Issuer },
+		usage: "issuer URL of the OpenID Connect provider people sign in with; its client's redirect URL is <public-url>/ui/auth/callback (env $ENV; default none: API tokens only)"},
+	{flag: "oidc-client-id", env: envOIDCClientID, def: "", field: func(o *server.Options) any { return &o.SSO.ClientID },
+		usage: "the server's client id at the OpenID Connect provider (env $ENV)"},
+	{flag: "oidc-client-secret", env: envOIDCClientSecret, def: "", field: func(o *server.Options) any { return &o.SSO.ClientSecret },
+		usage: "the server's client secret at the provider; prefer the environment, which ps does not show (env $ENV; default none: a public client, PKCE alone)",
+		check: func(o *ServerOptions) error {
+			if o.SSO.Issuer != "" && o.SSO.ClientID == "" {
+				return usageErrorf("--oidc-issuer needs --oidc-client-id (or %s)", envOIDCClientID.Name)
+			}
+			return nil
+		}},
+	{flag: "oidc-name", def: "", field: func(o *server.Options) any { return &o.SSO.DisplayName },
+		usage: "the provider's name on the sign-in page's button, \"Sign in with <name>\" (default single sign-on)"},
+	{flag: "oidc-scopes", def: []string(nil), field: func(o *server.Options) any { return &o.SSO.Scopes },
+		usage: "scopes asked for besides openid, repeated (default profile, email, offline_access)"},
+	{flag: "oidc-allowed-domain", def: []string(nil), field: func(o *server.Options) any { return &o.SSO.AllowedDomains },
+		usage: "admit only users whose verified email is in this domain, repeated (default any)"},
+	{flag: "oidc-groups-claim", def: "groups", field: func(o *server.Options) any { return &o.SSO.GroupsClaim },
+		usage: "the ID token or userinfo claim that lists a user's groups"},
+	{flag: "oidc-group-role", def: []string(nil), field: func(o *server.Options) any { return &o.SSO.GroupRoles },
+		usage: "give a provider group a role everywhere, group=role (admin, operator, member or viewer), repeated; per-outpost roles are given with outpost roles grant"},
+	{flag: "oidc-recheck-interval", def: 5 * time.Minute, field: func(o *server.Options) any { return &o.SSO.RecheckInterval },
+		usage: "how often, at most, the provider is asked again whether a signed-in user may still use the server; a user it refuses loses access then",
+		least: 1, refuse: "--oidc-recheck-interval and --oidc-session-lifetime must be positive"},
+	{flag: "oidc-session-lifetime", def: 12 * time.Hour, field: func(o *server.Options) any { return &o.SSO.SessionLifetime },
+		usage: "how long a sign-in through the provider lasts",
+		least: 1, refuse: "--oidc-recheck-interval and --oidc-session-lifetime must be positive"},
 	{flag: "idle-timeout", def: server.DefaultIdleTimeout, field: func(o *server.Options) any { return &o.IdleTimeout },
 		usage: "close a keep-alive connection idle this long",
 		least: 1, refuse: "--idle-timeout and --read-header-timeout must be positive"},

@@ -36,18 +36,30 @@ type TokensCreateOptions struct {
 func NewCmdTokensCreate(f *Factory, runF func(context.Context, *TokensCreateOptions) error) *cobra.Command {
 	opts := &TokensCreateOptions{f: f}
 	cmd := &cobra.Command{
-		Use:   "create --scope SCOPE...",
+		Use:   "create (--scope SCOPE... | --role ROLE)",
 		Short: "Create a token and print it (shown once)",
 		Long: fmt.Sprintf(`Create an API token and print its secret on standard output; it is shown only
-once. Scopes: %s. A token made with --outpost works
-for that outpost only.`, strings.Join(api.Scopes, ", ")),
+once. Scopes: %s. Or give the token a role
+instead (%s), which stands for its scopes. A token made
+with --outpost works for that outpost only.
+
+A token created by a person signed in through single sign-on belongs to that
+person and never does more than the person may, now or later; with
+--service-account (admin only) it belongs to no one and keeps its scopes.`, strings.Join(api.Scopes, ", "), strings.Join(api.Roles, ", ")),
 		Example: `  outpost tokens create --scope outposts.machine --outpost dev --name dev-workers
   outpost tokens create --scope sessions.write --expires-in 24h
+  outpost tokens create --role viewer --name dashboards
   TOKEN=$(outpost tokens create --scope outposts.orchestrator)`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(opts.Request.Scopes) == 0 {
-				return usageErrorf("tokens create needs at least one --scope (%s)", strings.Join(api.Scopes, ", "))
+			if opts.Request.Role != "" && api.RoleRank(opts.Request.Role) < 0 {
+				return usageErrorf("tokens create: role %q is unknown; roles are %s", opts.Request.Role, strings.Join(api.Roles, ", "))
+			}
+			if opts.Request.Role != "" && len(opts.Request.Scopes) > 0 {
+				return usageErrorf("tokens create takes --scope or --role, not both: a role stands for its scopes")
+			}
+			if opts.Request.Role == "" && len(opts.Request.Scopes) == 0 {
+				return usageErrorf("tokens create needs at least one --scope (%s) or a --role (%s)", strings.Join(api.Scopes, ", "), strings.Join(api.Roles, ", "))
 			}
 			if opts.ExpiresIn < 0 {
 				return usageErrorf("--expires-in must be positive")
@@ -61,6 +73,8 @@ for that outpost only.`, strings.Join(api.Scopes, ", ")),
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&opts.Request.Scopes, "scope", nil, "scope to grant (repeatable)")
+	fl.StringVar(&opts.Request.Role, "role", "", "give the token this role's scopes: "+strings.Join(api.Roles, ", "))
+	fl.BoolVar(&opts.Request.ServiceAccount, "service-account", false, "make a signed-in admin's token a service account's, not the admin's own")
 	fl.StringVar(&opts.Request.Outpost, "outpost", "", "limit the token to this outpost")
 	fl.StringVar(&opts.Request.Name, "name", "", "a name to recognize the token by")
 	fl.DurationVar(&opts.ExpiresIn, "expires-in", 0, "lifetime, e.g. 24h (default: never expires)")
@@ -83,6 +97,9 @@ func runTokensCreate(ctx context.Context, opts *TokensCreateOptions) error {
 	limit := ""
 	if t.Outpost != "" {
 		limit = ", limited to outpost " + t.Outpost
+	}
+	if t.Role != "" {
+		limit = " (role " + t.Role + ")" + limit
 	}
 	fmt.Fprintf(f.IO.ErrOut, "Created token %s with scopes %s%s; it is shown only this once:\n", t.ID, strings.Join(t.Scopes, ", "), limit)
 	fmt.Fprintln(f.IO.Out, t.Secret)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,11 +19,13 @@ import (
 
 // actor is who p is, as the audit log names it.
 func (p principal) actor() audit.Actor {
-	// Today every caller is an API token; a principal that is a person
-	// (audit.ActorUser) or a service account (audit.ActorServiceAccount)
-	// answers with its own kind, id and name here.
+	// A person's token (a sign-in or one the person made) is the person;
+	// any other token is itself.
 	if p.tokenID == "" {
 		return audit.Actor{Kind: audit.ActorAnonymous}
+	}
+	if u := p.User; u != nil {
+		return audit.Actor{Kind: audit.ActorUser, ID: u.ID, Name: cmp.Or(u.Email, u.Name)}
 	}
 	return audit.Actor{Kind: audit.ActorToken, ID: p.tokenID, Name: p.tokenName}
 }

@@ -20,13 +20,41 @@ type principal struct {
 	scopes    []string
 	outpostID string     // "" when not limited
 	expiresAt *time.Time // nil when the token never expires
+
+	// User is the person the token belongs to; nil for a service
+	// account's token. Role is the role the token acts with: the user's
+	// strongest role everywhere for a sign-in, the token's own role, or "".
+	User *principalUser
+	Role string
+	// outposts, for a user's token, maps an outpost to the scopes held
+	// there beyond scopes (which hold everywhere); nil for a service
+	// account's token. An outpost missing from it is allowed only as far
+	// as scopes go.
+	outposts map[string][]string
+	// need are the scopes of the route the request came in by (authed).
+	need []string
+}
+
+// principalUser is the user behind a principal.
+type principalUser struct {
+	ID    string
+	Name  string
+	Email string
 }
 
 // has reports whether the principal holds scope, counting the implications:
 // admin implies everything, orchestrator implies machine, sessions.write
 // implies sessions.read.
 func (p principal) has(scope string) bool {
-	return api.HasScope(p.scopes, scope)
+	if api.HasScope(p.scopes, scope) {
+		return true
+	}
+	for _, sc := range p.outposts {
+		if api.HasScope(sc, scope) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasAny reports whether the principal holds one of scopes.
@@ -41,17 +69,50 @@ func (p principal) hasAny(scopes ...string) bool {
 // limited to one outpost cannot learn which other outposts, sessions or
 // queue entries exist. Its holder learns its own outpost from GET
 // /v1/whoami.
+//
+// A user's token holds some scopes only on some outposts: an outpost is
+// allowed when the scopes held there, or everywhere, include one the
+// route needs.
 func (p principal) allowsOutpost(outpostID string) bool {
-	return p.outpostID == "" || p.outpostID == outpostID
+	if p.outpostID != "" && p.outpostID != outpostID {
+		return false
+	}
+	if p.outposts == nil || len(p.need) == 0 || slices.ContainsFunc(p.need, func(sc string) bool { return api.HasScope(p.scopes, sc) }) {
+		return true
+	}
+	return slices.ContainsFunc(p.need, func(sc string) bool { return api.HasScope(p.outposts[outpostID], sc) })
+}
+
+// limited reports whether the principal may act on some outposts only for
+// the scopes the route needs: a token limited to an outpost, or a user
+// whose roles for this are per outpost.
+func (p principal) limited() bool {
+	if p.outpostID != "" {
+		return true
+	}
+	return p.outposts != nil && len(p.need) > 0 && !slices.ContainsFunc(p.need, func(sc string) bool { return api.HasScope(p.scopes, sc) })
+}
+
+// hasOn reports whether the principal holds scope on outpost outpostID:
+// everywhere, or there by a user's role on that outpost.
+func (p principal) hasOn(outpostID, scope string) bool {
+	if p.outpostID != "" && p.outpostID != outpostID {
+		return false
+	}
+	return api.HasScope(p.scopes, scope) || api.HasScope(p.outposts[outpostID], scope)
 }
 
 // allowsToken reports whether the principal may see and revoke token t. A
 // token limited to an outpost manages only the tokens limited to that same
 // outpost: an unlimited token, or one of another outpost, does not exist
 // for it, so it can neither widen its own reach nor cut off another
-// outpost's machines.
+// outpost's machines. A user who is admin on some outposts only manages
+// the tokens limited to those.
 func (p principal) allowsToken(t store.Token) bool {
-	return p.outpostID == "" || p.outpostID == t.OutpostID
+	if p.outpostID == "" && p.limited() && t.OutpostID == "" {
+		return false
+	}
+	return p.allowsOutpost(t.OutpostID)
 }
 
 type principalKey struct{}
@@ -95,7 +156,12 @@ func (s *Server) authenticateSecret(ctx context.Context, secret string) (princip
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
 		return principal{}, errUnauthorized("The API token has expired.")
 	}
-	return principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt}, nil
+	p := principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt, Role: t.Role}
+	if t.UserID != "" {
+		// A user's token never does more than its user may now.
+		return s.userPrincipal(ctx, p, t)
+	}
+	return p, nil
 }
 
 // handler is an HTTP handler that returns an error to be written as JSON.
@@ -113,6 +179,7 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 			return
 		}
 		markAuthenticated(r.Context())
+		p.need = scopes
 		if !p.hasAny(scopes...) {
 			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
 			return

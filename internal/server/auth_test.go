@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,9 +68,31 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "GET", path: "/v1/outposts/home/secrets/SEEDED", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
 		{method: "PUT", path: "/v1/outposts/home/secrets/AUTH_KEY", body: api.PutOutpostSecretRequest{Value: "v"}, scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, elsewhere: 404},
 		{method: "DELETE", path: "/v1/outposts/home/secrets/{secret}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 204, elsewhere: 404},
+		// Users and roles are the whole server's: admin everywhere only,
+		// so an admin of one outpost answers 403 (elsewhere).
+		{method: "GET", path: "/v1/users", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
+		{method: "GET", path: "/v1/role-bindings", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
+		{method: "POST", path: "/v1/role-bindings", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201, elsewhere: 403},
+		{method: "DELETE", path: "/v1/role-bindings/{binding}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204, elsewhere: 403},
 	}
 	ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/SEEDED", ts.admin, api.PutOutpostSecretRequest{Value: "seeded"}, nil)
 	machine := ts.token([]string{api.ScopeMachine}, "")
+	roleTokens := map[string]string{}
+	for _, role := range api.Roles {
+		var tok api.CreateTokenResponse
+		ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Name: role, Role: role}, &tok)
+		roleTokens[role] = tok.Secret
+	}
+	// Signed-in users whose role is on one outpost only: on home (where
+	// the rows' resources are) and on other.
+	onHome, onOther := map[string]string{}, map[string]string{}
+	for _, role := range api.Roles {
+		for outpost, secrets := range map[string]map[string]string{"home": onHome, "other": onOther} {
+			u, secret := ts.signedIn("sub-"+role+"-"+outpost, role+"@"+outpost+".example.com")
+			ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: role, User: u.ID, Outpost: outpost}, nil)
+			secrets[role] = secret
+		}
+	}
 	resolve := func(path string) string {
 		switch {
 		case strings.Contains(path, "{new}"):
@@ -92,12 +115,19 @@ func TestAuthMatrix(t *testing.T) {
 			var tok api.CreateTokenResponse
 			ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)
 			return strings.Replace(path, "{token}", tok.ID, 1)
+		case strings.Contains(path, "{binding}"):
+			var b api.RoleBinding
+			ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: api.RoleViewer, Group: uniq()}, &b)
+			return strings.Replace(path, "{binding}", b.ID, 1)
 		}
 		return path
 	}
 	body := func(ep endpoint) any {
 		if ep.method == "POST" && ep.path == "/v1/outposts" {
 			return api.CreateOutpostRequest{Name: uniq(), Platform: "linux"}
+		}
+		if ep.method == "POST" && ep.path == "/v1/role-bindings" {
+			return api.CreateRoleBindingRequest{Role: api.RoleMember, Group: uniq()}
 		}
 		return ep.body
 	}
@@ -128,6 +158,39 @@ func TestAuthMatrix(t *testing.T) {
 		}
 		if got := ts.do(ep.method, resolve(ep.path), right, body(ep), nil); got != ep.want {
 			t.Errorf("%s with scope %s: %d, want %d", name, ep.scope, got, ep.want)
+		}
+		// A column per role: a role is its scopes, so each route answers
+		// a role's token as it answers a token of those scopes.
+		for _, role := range api.Roles {
+			want := ep.want
+			// Rows without a wrong scope are open to every scope.
+			if ep.wrongScope != "" && !slices.ContainsFunc(api.RoleScopes(role), func(sc string) bool { return api.HasScope([]string{sc}, ep.scope) }) {
+				want = 403
+			}
+			if got := ts.do(ep.method, resolve(ep.path), roleTokens[role], body(ep), nil); got != want {
+				t.Errorf("%s with role %s: %d, want %d", name, role, got, want)
+			}
+			// A user with the role on the other outpost only: as a
+			// token limited there, once the role has the scope.
+			if ep.elsewhere != 0 {
+				if want == ep.want {
+					want = ep.elsewhere
+				}
+				if got := ts.do(ep.method, resolve(ep.path), onOther[role], body(ep), nil); got != want {
+					t.Errorf("%s by a user with role %s on another outpost: %d, want %d", name, role, got, want)
+				}
+			}
+			// A user with the role on home only: as the role's token on
+			// what is in home; what is the whole server's is refused.
+			if ep.elsewhere == 404 && !strings.Contains(ep.path, "{new}") {
+				want := ep.want
+				if ep.wrongScope != "" && !api.HasScope(api.RoleScopes(role), ep.scope) {
+					want = 403
+				}
+				if got := ts.do(ep.method, resolve(ep.path), onHome[role], body(ep), nil); got != want {
+					t.Errorf("%s by a user with role %s on its outpost: %d, want %d", name, role, got, want)
+				}
+			}
 		}
 	}
 }

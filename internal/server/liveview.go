@@ -89,7 +89,8 @@ func sameOrigin(origin, host string) bool {
 func (s *Server) desktopView(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
-	if _, err := s.sessionFor(ctx, id); err != nil {
+	sess, err := s.sessionFor(ctx, id)
+	if err != nil {
 		return err
 	}
 	if _, err := s.liveRemote(id); err != nil {
@@ -102,7 +103,7 @@ func (s *Server) desktopView(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(viewerReadLimit)
-	v, err := s.live.Join(ctx, id, p.tokenID, p.has(api.ScopeSessionsWrite))
+	v, err := s.live.Join(ctx, id, p.tokenID, p.hasOn(sess.OutpostID, api.ScopeSessionsWrite))
 	if err != nil {
 		s.log.Info("live desktop: join", "session", id, "err", err)
 		ws.Close(websocket.StatusTryAgainLater, truncateReason(clientMessage(err)))

@@ -82,7 +82,7 @@ func checkSessionPolicy(ctx context.Context, o store.Outpost, p *api.NetworkPoli
 		return n, err
 	}
 	outer := o.NetworkPolicy
-	if outer == nil || !outer.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+	if outer == nil || !outer.Enabled || principalFrom(ctx).hasOn(o.ID, api.ScopeNetworkAdmin) {
 		return n, nil
 	}
 	if err := netpolicy.Within(*outer, *n); err != nil {
@@ -236,7 +236,7 @@ func mapSessionUpdateErr(id string, err error) error {
 // it, as a sessions.write token may not open a session's.
 func checkOutpostWidening(ctx context.Context, o store.Outpost, next *api.NetworkPolicy) error {
 	cur := o.NetworkPolicy
-	if cur == nil || !cur.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+	if cur == nil || !cur.Enabled || principalFrom(ctx).hasOn(o.ID, api.ScopeNetworkAdmin) {
 		return nil
 	}
 	n := api.NetworkPolicy{}
@@ -256,7 +256,7 @@ func checkOutpostWidening(ctx context.Context, o store.Outpost, next *api.Networ
 // changes. The caller holds the outposts lock, so no session's own
 // policy changes meanwhile.
 func (s *Server) checkOutpostNarrowing(ctx context.Context, o store.Outpost, next *api.NetworkPolicy) error {
-	if next == nil || !next.Enabled || principalFrom(ctx).has(api.ScopeNetworkAdmin) {
+	if next == nil || !next.Enabled || principalFrom(ctx).hasOn(o.ID, api.ScopeNetworkAdmin) {
 		return nil
 	}
 	entries, _, err := s.store.ListQueue(ctx, store.QueueFilter{OutpostID: o.ID, NoTotal: true})

@@ -48,7 +48,11 @@ func (s *Server) grantNetworkRequest(w http.ResponseWriter, r *http.Request) err
 		// The same right as changing the outpost's policy directly, or
 		// network.admin, which may set any policy.
 		p := principalFrom(r.Context())
-		if !p.has(api.ScopeNetworkAdmin) && (!p.has(api.ScopeOrchestrator) || p.outpostID != "") {
+		sess, err := s.sessionFor(r.Context(), r.PathValue("session"))
+		if err != nil {
+			return err
+		}
+		if !p.hasOn(sess.OutpostID, api.ScopeNetworkAdmin) && (!api.HasScope(p.scopes, api.ScopeOrchestrator) || p.outpostID != "") {
 			return errForbidden("A grant for the outpost changes the outpost's network policy: it needs a token with the %s scope, or %s without an outpost limit; grant it for the session instead.",
 				api.ScopeNetworkAdmin, api.ScopeOrchestrator)
 		}

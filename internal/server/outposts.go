@@ -190,7 +190,7 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := req.Requirements.Validate(); err != nil {
 		return errBadRequest("%s.", err)
 	}
-	if p := principalFrom(r.Context()); p.outpostID != "" {
+	if p := principalFrom(r.Context()); p.limited() {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
@@ -238,7 +238,7 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeWithPolicy(w, r, &req); err != nil {
 		return err
 	}
-	if p := principalFrom(ctx); p.outpostID != "" {
+	if p := principalFrom(ctx); p.limited() {
 		return errForbidden("A token limited to one outpost cannot change outposts.")
 	}
 	o, unlock, err := s.lockOutpost(ctx, r.PathValue("outpost"), false)

@@ -49,7 +49,11 @@ func parseFirst(v string, def, max int) (int, error) {
 // the token's own outpost.
 func (s *Server) queueOutpostFilter(ctx context.Context, ref string) (string, error) {
 	if ref == "" {
-		return principalFrom(ctx).outpostID, nil
+		p := principalFrom(ctx)
+		if p.outpostID == "" && p.limited() {
+			return s.onlyOutpost(p)
+		}
+		return p.outpostID, nil
 	}
 	o, err := s.resolveOutpost(ctx, ref)
 	if err != nil {

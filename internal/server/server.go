@@ -77,6 +77,9 @@ type Options struct {
 	EndedEntryRetention time.Duration
 	// KeepaliveInterval spaces SSE keepalive comments; 0 means 15s.
 	KeepaliveInterval time.Duration
+	// SSO, when its Issuer is set, signs people in through an OpenID
+	// Connect provider (sso.go); otherwise API tokens alone sign in.
+	SSO SSOOptions
 	// TokenRecheckInterval is how often a request that is still running
 	// (a transcript follow, a queue watch, a live desktop) checks its API
 	// token again, ending when the token was revoked or expired; 0 means
@@ -287,8 +290,11 @@ type Server struct {
 	// shared by other server processes (PostgreSQL); replicaKey signs
 	// requests between them (nil without a secret key); replicas caches
 	// the live ones; ready is set once serving and cleared when stopping.
-	shared        bool
-	replicaKey    []byte
+	shared     bool
+	replicaKey []byte
+	// sso signs people in through an OpenID Connect provider; nil
+	// without one (sso.go).
+	sso           *ssoState
 	startedAt     time.Time
 	replicas      replicaSet
 	forwardClient *http.Client
@@ -575,6 +581,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		tr.TLSClientConfig = s.replicaTLS()
 	}
 	s.forwardClient = &http.Client{Transport: tr}
+	if opts.SSO.Issuer != "" {
+		if s.sso, err = newSSO(opts.SSO, s.publicURL, formKey(s.replicaKey)); err != nil {
+			ln.Close()
+			s.store.Close()
+			return nil, err
+		}
+	}
 	if opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
 			ln.Close()
@@ -916,6 +929,20 @@ func (s *Server) routes() http.Handler {
 
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 
+	// Users and roles (users.go), sign-in through an OpenID Connect
+	// provider (sso.go).
+	mux.HandleFunc("GET /v1/users", s.authed(everywhere(s.listUsers), api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/role-bindings", s.authed(everywhere(s.listRoleBindings), api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/role-bindings", s.authed(everywhere(s.createRoleBinding), api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/role-bindings/{binding}", s.authed(everywhere(s.deleteRoleBinding), api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/auth/session", s.authed(s.endSignIn, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
+	ssoName := ""
+	if s.sso != nil {
+		ssoName = s.sso.opts.DisplayName
+		mux.HandleFunc("GET /ui/auth/login", s.ssoLogin)
+		mux.HandleFunc("GET /ui/auth/callback", s.ssoCallback)
+	}
+
 	mux.Handle("GET "+api.GatewayPath, s.gw)
 	mux.HandleFunc("PUT "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.putSnapshot)))
 	mux.HandleFunc("GET "+api.SnapshotPath, s.gatewayHandler(s.toOwnerGateway(s.getSnapshot)))
@@ -925,7 +952,7 @@ func (s *Server) routes() http.Handler {
 
 	// The web UI answers /, /ui/… and /static/…; it calls this API
 	// in-process with the signed-in user's token.
-	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey), SignIn: s.recordSignIn})
+	ui, err := web.New(web.Options{API: mux, PublicURL: s.publicURL, Logger: s.log, FormKey: formKey(s.replicaKey), SignIn: s.recordSignIn, SSOName: ssoName})
 	if err != nil {
 		panic(err) // embedded templates that do not parse are a build bug
 	}

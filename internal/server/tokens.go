@@ -20,8 +20,17 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	if req.Role != "" {
+		if api.RoleRank(req.Role) < 0 {
+			return errBadRequest("role %q is unknown; roles are %s.", req.Role, strings.Join(api.Roles, ", "))
+		}
+		if len(req.Scopes) > 0 {
+			return errBadRequest("Give scopes or a role, not both: a role stands for its scopes.")
+		}
+		req.Scopes = api.RoleScopes(req.Role)
+	}
 	if len(req.Scopes) == 0 {
-		return errBadRequest("scopes is required; scopes are %s.", strings.Join(api.Scopes, ", "))
+		return errBadRequest("scopes or role is required; scopes are %s, roles %s.", strings.Join(api.Scopes, ", "), strings.Join(api.Roles, ", "))
 	}
 	for _, sc := range req.Scopes {
 		if !slices.Contains(api.Scopes, sc) {
@@ -35,7 +44,33 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 		return errBadRequest("expires_in_s must not be negative.")
 	}
 	p := principalFrom(ctx)
+	if p.User != nil && req.ServiceAccount && !api.HasScope(p.scopes, api.ScopeAdmin) {
+		return errForbidden("Only an admin everywhere may create a service account's token.")
+	}
+	var o store.Outpost
+	if req.Outpost != "" {
+		var err error
+		if o, err = s.resolveOutpost(ctx, req.Outpost); err != nil {
+			return err
+		}
+	}
 	for _, sc := range req.Scopes {
+		if p.User != nil {
+			// A user's token never exceeds the user: what it holds
+			// everywhere, and on the token's outpost.
+			held := p.scopes
+			if o.ID != "" {
+				held = append(slices.Clone(p.scopes), p.outposts[o.ID]...)
+			}
+			if !api.HasScope(held, sc) {
+				where := "everywhere (set outpost to limit the token to an outpost where you hold it)"
+				if o.ID != "" {
+					where = "on outpost " + o.Name
+				}
+				return errForbidden("You (%s) do not hold the %s scope %s, so a token you create cannot hold it.", p.User.Email, sc, where)
+			}
+			continue
+		}
 		if !p.has(sc) {
 			return errForbidden("This token does not hold the %s scope, so it cannot give it to another token.", sc)
 		}
@@ -48,15 +83,12 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 		return errForbidden("This token is limited to outpost %s, so every token it creates must be limited to that outpost too: set outpost to %q.", own, own)
 	}
 	now := s.now()
-	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))), CreatedAt: now}
-	var outpost string
-	if req.Outpost != "" {
-		o, err := s.resolveOutpost(ctx, req.Outpost)
-		if err != nil {
-			return err
-		}
-		t.OutpostID, outpost = o.ID, o.Name
+	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))), CreatedAt: now, Role: req.Role}
+	if p.User != nil && !req.ServiceAccount {
+		t.UserID = p.User.ID
 	}
+	t.OutpostID = o.ID
+	outpost := o.Name
 	if req.ExpiresInS > 0 {
 		exp := now.Add(time.Duration(req.ExpiresInS) * time.Second)
 		t.ExpiresAt = &exp
@@ -77,7 +109,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.CreateToken(actx, t); err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
-	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "outpost", t.OutpostID)
+	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "role", t.Role, "user", t.UserID, "outpost", t.OutpostID)
 	at := toAPIToken(t)
 	at.Outpost = outpost
 	writeJSON(w, http.StatusCreated, api.CreateTokenResponse{Token: at, Secret: secret})
@@ -131,7 +163,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 // revocation cannot be raced.
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("token")
-	if p := principalFrom(r.Context()); p.outpostID != "" {
+	if p := principalFrom(r.Context()); p.limited() {
 		all, err := s.store.ListTokens(r.Context())
 		if err != nil {
 			return fmt.Errorf("list tokens: %w", err)

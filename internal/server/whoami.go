@@ -23,6 +23,14 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("look up the caller's token: %w", err)
 	}
 	me := api.WhoAmI{Token: toAPIToken(t)}
+	if p := principalFrom(ctx); p.User != nil {
+		// A user's token acts with what its user holds now: its scopes
+		// everywhere, and a sign-in's role.
+		me.Scopes = append([]string{}, p.scopes...)
+		if me.Role == "" {
+			me.Role = p.Role
+		}
+	}
 	if t.OutpostID != "" {
 		o, err := s.store.GetOutpost(ctx, t.OutpostID)
 		switch {

@@ -276,6 +276,41 @@ type Token struct {
 	CreatedAt time.Time
 	ExpiresAt *time.Time
 	RevokedAt *time.Time
+	// UserID is the user the token belongs to; "" for a service account's.
+	UserID string
+	// Role is the role the token was created with, or "".
+	Role string
+}
+
+// User is a person known from the OpenID Connect provider, keyed by
+// Subject (the provider's id of the user).
+type User struct {
+	ID          string
+	Subject     string
+	Email       string
+	Name        string
+	Groups      []string
+	CreatedAt   time.Time
+	LastLoginAt time.Time
+	// CheckedAt is when the provider last confirmed the user.
+	CheckedAt time.Time
+	// RefreshToken is the provider's refresh token of the latest sign-in,
+	// used to ask the provider again; "" when it gave none.
+	RefreshToken string
+	// DisabledAt is when the provider refused the user; nil while enabled.
+	DisabledAt *time.Time
+}
+
+// RoleBinding gives Role to a user (SubjectKind "user", Subject its id) or
+// a provider group (SubjectKind "group", Subject its name), on OutpostID
+// or, when "", everywhere.
+type RoleBinding struct {
+	ID          string
+	Role        string
+	SubjectKind string
+	Subject     string
+	OutpostID   string
+	CreatedAt   time.Time
 }
 
 // ConnectToken lets one remote speak for one session while the claim of
@@ -530,6 +565,25 @@ type Store interface {
 	CountTokens(ctx context.Context) (int, error)
 
 	AuditLog
+	// UpsertUser records a sign-in of u: a new user is inserted; a known
+	// Subject keeps its id and creation time and takes the rest of u
+	// (DisabledAt included). It returns the stored user.
+	UpsertUser(ctx context.Context, u User) (User, error)
+	// GetUser finds a user by id; ErrNotFound when absent.
+	GetUser(ctx context.Context, id string) (User, error)
+	// ListUsers returns every user, oldest first.
+	ListUsers(ctx context.Context) ([]User, error)
+	// SetUserChecked records the outcome of asking the provider about user
+	// id at checkedAt: its refresh token now ("" keeps the stored one) and
+	// disabledAt (nil: enabled); ErrNotFound when absent.
+	SetUserChecked(ctx context.Context, id string, checkedAt time.Time, refreshToken string, disabledAt *time.Time) error
+	// CreateRoleBinding inserts a role binding; ErrConflict when the same
+	// role, subject and outpost are already bound.
+	CreateRoleBinding(ctx context.Context, b RoleBinding) error
+	// ListRoleBindings returns every role binding, oldest first.
+	ListRoleBindings(ctx context.Context) ([]RoleBinding, error)
+	// DeleteRoleBinding removes a role binding; ErrNotFound when absent.
+	DeleteRoleBinding(ctx context.Context, id string) error
 
 	// Locks and worker presence, shared by every server on the store
 	// (types in presence.go).

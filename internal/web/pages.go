@@ -25,6 +25,21 @@ func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("expired") != "" {
 		p.Notice = "Your token is no longer valid. Sign in again."
 	}
+	// The server's single sign-on sends its outcome as a code, never as
+	// text, so no link can make this page say what another site wants.
+	switch r.URL.Query().Get("sso") {
+	case "":
+	case "refused":
+		p.Error = "The identity provider did not admit you (or your email domain is not allowed here)."
+	case "norole":
+		p.Error = "You signed in, but you have no role here yet: ask an admin to grant you one (outpost roles grant)."
+	case "expired":
+		p.Error = "That sign-in was not started here or has expired. Sign in again."
+	case "unavailable":
+		p.Error = "The identity provider does not answer. Try again later, or sign in with an API token."
+	default:
+		p.Error = "Signing in through the identity provider failed. Try again."
+	}
 	h.render(w, r, http.StatusOK, "signin", p)
 }
 
@@ -60,6 +75,11 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) signout(w http.ResponseWriter, r *http.Request) {
+	// A single sign-on's token dies with the sign-out; the server refuses
+	// (and keeps) a pasted API token, which is not the UI's to revoke.
+	if err := h.call(r, "DELETE", "/v1/auth/session", nil, nil); err != nil {
+		h.log.Debug("web: sign-out kept the token", "err", err)
+	}
 	h.clearCookie(w, r)
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }

@@ -70,6 +70,10 @@ type Options struct {
 	// entered, and "" when it was accepted or the sentence that refused
 	// it. The server writes it to the audit log; nil tells no one.
 	SignIn func(r *http.Request, token, refusal string)
+	// SSOName, when set, names the OpenID Connect provider the sign-in
+	// page offers beside the token ("Sign in with <SSOName>", at
+	// /ui/auth/login, which the server serves).
+	SSOName string
 }
 
 // Handler serves the UI under /, /ui/ and /static/.
@@ -79,6 +83,7 @@ type Handler struct {
 	log     *slog.Logger
 	csrfKey []byte
 	signIn  func(r *http.Request, token, refusal string)
+	ssoName string
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -101,6 +106,7 @@ func New(opts Options) (*Handler, error) {
 		log:     opts.Logger,
 		csrfKey: make([]byte, 32),
 		signIn:  opts.SignIn,
+		ssoName: opts.SSOName,
 		pages:   map[string]*template.Template{},
 
 		sameOrigin: http.NewCrossOriginProtection(),
@@ -397,12 +403,15 @@ type page struct {
 	Error    string
 	Notice   string
 	Data     any
+	// SSO names the OpenID Connect provider to sign in with; "" for none.
+	SSO string
 }
 
 // render writes a page with status.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.CSRF = h.formCSRF(w, r)
 	p.SignedIn = token(r) != ""
+	p.SSO = h.ssoName
 	var buf bytes.Buffer
 	if err := h.pages[name].Execute(&buf, p); err != nil {
 		h.log.Error("web: render", "page", name, "err", err)
