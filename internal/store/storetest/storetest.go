@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Calls", testCalls},
 		{"ConnectTokens", testConnectTokens},
 		{"Tokens", testTokens},
+		{"DeviceGrants", testDeviceGrants},
 		{"OutpostLimits", testOutpostLimits},
 		{"NetworkPolicy", testNetworkPolicy},
 		{"OutpostDesktop", testOutpostDesktop},
