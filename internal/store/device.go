@@ -30,9 +30,11 @@ type DeviceGrant struct {
 	ClientID, ClientName string
 	// Scopes are the scopes asked for; none means the approver's own.
 	Scopes []string
-	// OutpostID is the outpost the token is to be limited to; "" for
+	// Outpost is the name of the outpost the token is to be limited to,
+	// as asked (resolved when a person approves, so that a client that
+	// has not signed in learns nothing of which outposts exist); "" for
 	// none.
-	OutpostID string
+	Outpost string
 	// SourceIP is the address the request came from.
 	SourceIP  string
 	CreatedAt time.Time

@@ -13,7 +13,7 @@ import (
 
 // DeviceGrantCols are the columns of a device grant, which ScanDeviceGrant
 // reads.
-const DeviceGrantCols = `device_hash, user_code, client_id, client_name, scopes_json, outpost_id, source_ip, ` +
+const DeviceGrantCols = `device_hash, user_code, client_id, client_name, scopes_json, outpost, source_ip, ` +
 	`created_at, expires_at, interval_s, last_poll_at, state, approved_by, decided_at, token_json, token_id`
 
 // Statements of the device authorization grant.
@@ -57,7 +57,7 @@ func ScanDeviceGrant(sc Scanner) (store.DeviceGrant, error) {
 	var scopes, tok string
 	var created, expires, interval int64
 	var lastPoll, decided nullInt64
-	if err := sc.Scan(&g.DeviceHash, &g.UserCode, &g.ClientID, &g.ClientName, &scopes, &g.OutpostID, &g.SourceIP,
+	if err := sc.Scan(&g.DeviceHash, &g.UserCode, &g.ClientID, &g.ClientName, &scopes, &g.Outpost, &g.SourceIP,
 		&created, &expires, &interval, &lastPoll, &g.State, &g.ApprovedBy, &decided, &tok, &g.TokenID); err != nil {
 		return store.DeviceGrant{}, err
 	}
@@ -116,7 +116,7 @@ func (s *Store) CreateDeviceGrant(ctx context.Context, g store.DeviceGrant, prun
 				return store.ErrTooManyDeviceGrants
 			}
 		}
-		_, err := tx.Exec(ctx, InsertDeviceGrantSQL, g.DeviceHash, g.UserCode, g.ClientID, g.ClientName, scopes, g.OutpostID, g.SourceIP,
+		_, err := tx.Exec(ctx, InsertDeviceGrantSQL, g.DeviceHash, g.UserCode, g.ClientID, g.ClientName, scopes, g.Outpost, g.SourceIP,
 			MS(g.CreatedAt), MS(g.ExpiresAt), int64(g.Interval/time.Second), PtrMS(g.LastPollAt), g.State, g.ApprovedBy, PtrMS(g.DecidedAt), tok, g.TokenID)
 		return err
 	})

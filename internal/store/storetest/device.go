@@ -12,7 +12,7 @@ import (
 func testDeviceGrants(t *testing.T, s store.Store) {
 	g := store.DeviceGrant{
 		DeviceHash: "dh1", UserCode: "BCDF-GHJK", ClientID: "outpost-cli", ClientName: "laptop",
-		Scopes: []string{api.ScopeMachine}, OutpostID: "op", SourceIP: "127.0.0.1",
+		Scopes: []string{api.ScopeMachine}, Outpost: "gpu", SourceIP: "127.0.0.1",
 		CreatedAt: base, ExpiresAt: at(10 * time.Minute), Interval: 5 * time.Second, State: store.DevicePending,
 	}
 	must(t, "create", s.CreateDeviceGrant(ctx(t), g, base, 2))

@@ -9,7 +9,7 @@ CREATE TABLE device_grants (
 	client_id    TEXT NOT NULL,
 	client_name  TEXT NOT NULL,
 	scopes_json  TEXT NOT NULL,
-	outpost_id   TEXT NOT NULL,
+	outpost      TEXT NOT NULL,
 	source_ip    TEXT NOT NULL,
 	created_at   INTEGER NOT NULL,
 	expires_at   INTEGER NOT NULL,
