@@ -255,6 +255,9 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
 	} else {
+		if err := o.registerByApproval(ctx, log); err != nil {
+			return err
+		}
 		c, err := f.guardedClient()
 		if err != nil {
 			return err
