@@ -111,7 +111,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "error"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "device", "error"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -158,6 +158,9 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))
+	m.HandleFunc("GET "+api.DeviceVerifyPath, h.devicePage)
+	m.HandleFunc("POST "+api.DeviceVerifyPath+"/approve", h.authed(h.deviceDecide(api.DeviceApprovePath)))
+	m.HandleFunc("POST "+api.DeviceVerifyPath+"/deny", h.authed(h.deviceDecide(api.DeviceDenyPath)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})
