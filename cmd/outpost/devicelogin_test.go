@@ -55,7 +55,9 @@ func TestDeviceLoginTrustsCAFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"login", "--server", srv.URL(), "--ca-file", ca, "--no-browser"}, tf.Factory) }()
+	go func() {
+		done <- Main(ctx, []string{"login", "--server", srv.URL(), "--ca-file", ca, "--no-browser"}, tf.Factory)
+	}()
 
 	var code string
 	re := regexp.MustCompile(`(?m)^code: ([A-Z]{4}-[A-Z]{4})$`)
