@@ -126,9 +126,14 @@ func TestWorkerRegistersByApproval(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("machine token file: %v %v", fi, err)
 	}
-	var saved struct{ Token, TokenID string }
+	var saved struct {
+		Server  string `json:"server"`
+		Outpost string `json:"outpost"`
+		TokenID string `json:"token_id"`
+		Token   string `json:"token"`
+	}
 	b, _ := os.ReadFile(tokFile)
-	if json.Unmarshal(b, &saved) != nil || saved.Token == "" {
+	if json.Unmarshal(b, &saved) != nil || saved.Token == "" || saved.TokenID == "" || saved.Server != c.url || saved.Outpost != "reg" {
 		t.Fatalf("machine token file: %s", b)
 	}
 	var who api.WhoAmI
