@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -52,12 +53,16 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "POST", path: "/v1/tokens", body: api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201},
 		{method: "GET", path: "/v1/tokens", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
 		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
+		{method: "GET", path: api.DeviceGrantPath + "?user_code={user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "POST", path: api.DeviceApprovePath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "POST", path: api.DeviceDenyPath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
 		// The bare and devins prefixes reach the same handlers.
 		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
 	}
 	machine := ts.token([]string{api.ScopeMachine}, "")
+	var lastUserCode string // the code resolve made for the next body
 	resolve := func(path string) string {
 		switch {
 		case strings.Contains(path, "{new}"):
@@ -72,6 +77,15 @@ func TestAuthMatrix(t *testing.T) {
 			return strings.Replace(path, "{claimed}", s, 1)
 		case strings.Contains(path, "{new-session}"):
 			return strings.Replace(path, "{new-session}", ts.session("home").Metadata.SessionID, 1)
+		case strings.Contains(path, "{user_code}"):
+			// A grant pending for each call; approve and deny carry the
+			// code in the body (after "#", which is cut off here).
+			dc := ts.deviceCode(url.Values{"client_id": {"matrix"}})
+			if p, ok := strings.CutSuffix(path, "#{user_code}"); ok {
+				lastUserCode = dc.UserCode
+				return p
+			}
+			return strings.Replace(path, "{user_code}", dc.UserCode, 1)
 		case strings.Contains(path, "{token}"):
 			var tok api.CreateTokenResponse
 			ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)
@@ -82,6 +96,9 @@ func TestAuthMatrix(t *testing.T) {
 	body := func(ep endpoint) any {
 		if ep.method == "POST" && ep.path == "/v1/outposts" {
 			return api.CreateOutpostRequest{Name: uniq(), Platform: "linux"}
+		}
+		if strings.HasSuffix(ep.path, "#{user_code}") {
+			return api.DeviceDecisionRequest{UserCode: lastUserCode}
 		}
 		return ep.body
 	}
