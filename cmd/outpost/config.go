@@ -81,22 +81,36 @@ type LoginOptions struct {
 	// Server is the server to log in to; DefaultServer when none is
 	// given.
 	Server string
-	// Token is the API token to check and save.
+	// Token is the API token to check and save; "" logs in by the device
+	// authorization grant: a person approves in the browser.
 	Token string
+	// NoBrowser keeps a device login from opening a browser.
+	NoBrowser bool
 }
 
 // NewCmdLogin returns `outpost login`. runF replaces the run in tests.
 func NewCmdLogin(f *Factory, runF func(context.Context, *LoginOptions) error) *cobra.Command {
 	opts := &LoginOptions{f: f}
-	return &cobra.Command{
-		Use:   "login --server URL --token TOKEN",
+	cmd := &cobra.Command{
+		Use:   "login --server URL [--token TOKEN]",
 		Short: "Save the server URL and token for later commands",
 		Long: `Check that the server answers and accepts the API token, then save both to
 config.json in the user config directory (mode 0600), so later commands need
 neither --server nor --token. A server signed by a private CA needs --ca-file
 (or OUTPOST_CA_FILE) here; the CA file's path is saved with the login and
-trusted for that server later. When the check fails nothing is saved.`,
-		Example: `  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
+trusted for that server later. When the check fails nothing is saved.
+
+Without a token (no --token, no ` + api.EnvToken.Name + `), login asks the server for a
+device login (the OAuth 2.0 device authorization grant): it prints a URL and,
+on a line of its own, "code: XXXX-XXXX", opens the URL in a browser where
+there is a display (unless --no-browser), and waits, polling every few
+seconds. A person signed in to the web UI with a token that may create tokens
+checks the code and approves (or a script posts the code to
+/v1/auth/device/approve); login then saves the token the server issued, with
+the approver's scopes and limits, and exits 0. A denied or expired request
+exits 1 and saves nothing.`,
+		Example: `  outpost login --server https://outpost.example.com
+  outpost login --server http://127.0.0.1:7420 --token "$(cat ~/.local/share/outpost/admin-token)"
   ` + api.EnvToken.Name + `=... outpost login --server https://outpost.example.com`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -110,9 +124,6 @@ trusted for that server later. When the check fails nothing is saved.`,
 			if opts.Server == "" {
 				opts.Server = DefaultServer
 			}
-			if opts.Token == "" {
-				return usageErrorf("login needs a token: pass --token or set %s", api.EnvToken.Name)
-			}
 			f.Server = opts.Server // for checkServerURL and userMessage
 			if err := checkServerURL(f, opts.Server); err != nil {
 				return err
@@ -123,6 +134,8 @@ trusted for that server later. When the check fails nothing is saved.`,
 			return runLogin(cmd.Context(), opts)
 		},
 	}
+	cmd.Flags().BoolVar(&opts.NoBrowser, "no-browser", false, "without a token: print the URL and code, but do not open a browser")
+	return cmd
 }
 
 func runLogin(ctx context.Context, opts *LoginOptions) error {
@@ -138,6 +151,14 @@ func runLogin(ctx context.Context, opts *LoginOptions) error {
 	}
 	if hc != nil {
 		copts = append(copts, client.WithHTTPClient(hc))
+	}
+	if token == "" {
+		g, err := deviceLogin(ctx, f, server, hc, deviceAsk{ClientID: api.DeviceClientCLI, NoBrowser: opts.NoBrowser})
+		if err != nil {
+			return err
+		}
+		token = g.Token
+		fmt.Fprintf(f.IO.ErrOut, "Approved: the server issued token %s.\n", g.TokenID)
 	}
 	c, err := client.New(server, token, copts...)
 	if err != nil {

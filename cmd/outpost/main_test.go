@@ -213,8 +213,13 @@ func TestLoginSavesConfig(t *testing.T) {
 			t.Errorf("modes: file %v, dir %v", fi.Mode().Perm(), di.Mode().Perm())
 		}
 	}
+	// Without a token login asks the server for a device login; a server
+	// that cannot be reached is an error, and nothing is saved.
 	tf2 := newTestFactory(t, nil)
-	if code := tf2.run(t, "login", "--server", "http://x"); code != exitUsage {
-		t.Errorf("login without a token: exit %d", code)
+	if code := tf2.run(t, "login", "--server", "http://127.0.0.1:1", "--no-browser"); code != exitError {
+		t.Errorf("device login with no server: exit %d: %s", code, tf2.errOut)
+	}
+	if _, err := os.Stat(filepath.Join(tf2.configDir, "outpost", "config.json")); err == nil {
+		t.Errorf("a failed device login saved a config")
 	}
 }

@@ -172,7 +172,10 @@ func TestLoginOptions(t *testing.T) {
 	if o, _ := mustParse(t, map[string]string{"OUTPOST_TOKEN": "t"}, NewCmdLogin); o.Server != DefaultServer {
 		t.Errorf("default server: %+v", o)
 	}
-	mustRefuse(t, nil, NewCmdLogin, "--server", "http://x")
+	// No token: a device login, which reaches the run.
+	if o, _ := mustParse(t, nil, NewCmdLogin, "--server", "http://x", "--no-browser"); o.Token != "" || !o.NoBrowser {
+		t.Errorf("device login: %+v", o)
+	}
 	mustRefuse(t, nil, NewCmdLogin, "--server", "x:7420", "--token", "t")
 }
 

@@ -83,6 +83,12 @@ puts it on the command line for every local user to read. On SIGINT or
 SIGTERM the worker stops claiming, gives the running session --grace-period
 to finish, then releases its claim so the session goes back to the queue.
 
+Without a token (none given, no saved login) the worker registers by
+approval: it prints a URL and "code: XXXX-XXXX", a person signed in to the
+web UI approves, and it receives an outposts.machine token limited to
+--outpost, which it keeps in its data dir (machine-token.json, mode 0600)
+for later starts, then serves.
+
 One worker per workspace: each workspace gets its own data dir by default
 (~/.outpost/worker/<name>-<hash of the workspace path>), holding the
 worker's acceptor id, and a worker holds its data dir locked while it runs,
@@ -257,6 +263,9 @@ func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 		// capability probes) may inherit it.
 		procguard.ScrubEnv(append(append(api.EnvSessionToken.Names(), api.EnvConnectToken.Names()...), tokenEnv...)...)
 	} else {
+		if err := o.registerByApproval(ctx, log); err != nil {
+			return err
+		}
 		c, err := f.guardedClient()
 		if err != nil {
 			return err

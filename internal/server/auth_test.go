@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +60,9 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
 		{method: "GET", path: "/v1/audit-logs", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
 		{method: "GET", path: "/v1/audit-logs/verify", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
+		{method: "GET", path: api.DeviceGrantPath + "?user_code={user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "POST", path: api.DeviceApprovePath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "POST", path: api.DeviceDenyPath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
 		// The bare and devins prefixes reach the same handlers.
 		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
@@ -93,6 +97,7 @@ func TestAuthMatrix(t *testing.T) {
 			secrets[role] = secret
 		}
 	}
+	var lastUserCode string // the code resolve made for the next body
 	resolve := func(path string) string {
 		switch {
 		case strings.Contains(path, "{new}"):
@@ -111,6 +116,15 @@ func TestAuthMatrix(t *testing.T) {
 			name := strings.ToUpper(uniq())
 			ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/"+name, ts.admin, api.PutOutpostSecretRequest{Value: "v"}, nil)
 			return strings.Replace(path, "{secret}", name, 1)
+		case strings.Contains(path, "{user_code}"):
+			// A grant pending for each call; approve and deny carry the
+			// code in the body (after "#", which is cut off here).
+			dc := ts.deviceCode(url.Values{"client_id": {"matrix"}})
+			if p, ok := strings.CutSuffix(path, "#{user_code}"); ok {
+				lastUserCode = dc.UserCode
+				return p
+			}
+			return strings.Replace(path, "{user_code}", dc.UserCode, 1)
 		case strings.Contains(path, "{token}"):
 			var tok api.CreateTokenResponse
 			ts.mustDo(201, "POST", "/v1/tokens", ts.admin, api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, &tok)
@@ -128,6 +142,9 @@ func TestAuthMatrix(t *testing.T) {
 		}
 		if ep.method == "POST" && ep.path == "/v1/role-bindings" {
 			return api.CreateRoleBindingRequest{Role: api.RoleMember, Group: uniq()}
+		}
+		if strings.HasSuffix(ep.path, "#{user_code}") {
+			return api.DeviceDecisionRequest{UserCode: lastUserCode}
 		}
 		return ep.body
 	}

@@ -85,6 +85,12 @@ type Options struct {
 	// token again, ending when the token was revoked or expired; 0 means
 	// 15s. A token that expires sooner ends its requests at its expiry.
 	TokenRecheckInterval time.Duration
+	// DeviceCodeTTL is how long a device login's codes live (RFC 8628);
+	// 0 means 10 minutes.
+	DeviceCodeTTL time.Duration
+	// DevicePollInterval is the least time between two polls of one
+	// device code; 0 means 5s.
+	DevicePollInterval time.Duration
 	// OutputCapBytes is how much output of one call the transcript keeps;
 	// the rest is spilled into the blob store. 0 means 1 MiB.
 	OutputCapBytes int64
@@ -375,6 +381,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.TokenRecheckInterval <= 0 {
 		opts.TokenRecheckInterval = 15 * time.Second
+	}
+	if opts.DeviceCodeTTL <= 0 {
+		opts.DeviceCodeTTL = 10 * time.Minute
+	}
+	if opts.DevicePollInterval <= 0 {
+		opts.DevicePollInterval = 5 * time.Second
 	}
 	if opts.ToolResultLimit <= 0 {
 		opts.ToolResultLimit = 16000
@@ -917,6 +929,14 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
+	// The device authorization grant: code and token are open (the
+	// device code is the credential); showing, approving and denying a
+	// grant mint tokens, so they take what creating a token takes.
+	mux.HandleFunc("POST "+api.DeviceCodePath, s.oauth(s.deviceCode))
+	mux.HandleFunc("POST "+api.DeviceTokenPath, s.oauth(s.deviceToken))
+	mux.HandleFunc("GET "+api.DeviceGrantPath, s.authed(s.deviceGrant, api.ScopeAdmin))
+	mux.HandleFunc("POST "+api.DeviceApprovePath, s.authed(s.deviceApprove, api.ScopeAdmin))
+	mux.HandleFunc("POST "+api.DeviceDenyPath, s.authed(s.deviceDeny, api.ScopeAdmin))
 	// Every scope implies one of these, so any valid token may ask.
 	// The audit log: read by admins, written by the changes themselves.
 	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(s.listAuditLogs, api.ScopeAdmin))

@@ -584,6 +584,29 @@ type Store interface {
 	ListRoleBindings(ctx context.Context) ([]RoleBinding, error)
 	// DeleteRoleBinding removes a role binding; ErrNotFound when absent.
 	DeleteRoleBinding(ctx context.Context, id string) error
+	// Device authorization grants (types in device.go).
+
+	// CreateDeviceGrant inserts g, first deleting the grants that expired
+	// before prune; ErrConflict when its user code or hash is taken,
+	// ErrTooManyDeviceGrants when maxPending (0: no cap) unexpired grants are pending
+	// already.
+	CreateDeviceGrant(ctx context.Context, g DeviceGrant, prune time.Time, maxPending int) error
+	// DeviceGrantByUserCode finds a grant by its user code; ErrNotFound
+	// when none.
+	DeviceGrantByUserCode(ctx context.Context, userCode string) (DeviceGrant, error)
+	// UpdateDeviceGrant reads the grant of hash, locked, and writes what
+	// fn returns in one transaction: the grant, and a token to insert
+	// with it, so a grant becomes used exactly when its token exists.
+	// ErrNotFound when absent; an error of fn rolls back and is returned
+	// unchanged. fn may run more than once.
+	UpdateDeviceGrant(ctx context.Context, hash string, fn func(DeviceGrant) (DeviceUpdate, error)) error
+	// AddDeviceMiss counts one wrong user code of approver at now, in a
+	// window of length window that starts at its first miss, and returns
+	// the misses of the current window, this one included.
+	AddDeviceMiss(ctx context.Context, approver string, now time.Time, window time.Duration) (int, error)
+	// DeviceMisses returns the misses of approver in the window current
+	// at now (0 when it ended).
+	DeviceMisses(ctx context.Context, approver string, now time.Time, window time.Duration) (int, error)
 
 	// Locks and worker presence, shared by every server on the store
 	// (types in presence.go).

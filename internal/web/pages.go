@@ -45,8 +45,9 @@ func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimSpace(r.PostFormValue("token"))
+	next := signinNext(r.PostFormValue("next"))
 	if tok == "" {
-		h.render(w, r, http.StatusBadRequest, "signin", page{Title: "Sign in", Error: "Enter an API token."})
+		h.render(w, r, http.StatusBadRequest, "signin", page{Title: "Sign in", Error: "Enter an API token.", Data: signinData(next)})
 		return
 	}
 	err := h.callToken(r.Context(), r, tok, "GET", "/v1/outposts", nil, nil)
@@ -60,7 +61,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		if h.signIn != nil {
 			h.signIn(r, tok, msg)
 		}
-		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: msg})
+		h.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: msg, Data: signinData(next)})
 		return
 	} else if err != nil && !ok {
 		h.failAPI(w, r, err)
@@ -71,7 +72,27 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	h.setCookie(w, r, tok, 0)
 	h.clearSigninCookie(w, r)
-	http.Redirect(w, r, "/ui/sessions", http.StatusSeeOther)
+	if next == "" {
+		next = "/ui/sessions"
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// signinNext is the page to go to after signing in, from the sign-in
+// form's next field: only the device approval page (with its code), the
+// one page a signed-out visitor is sent to sign in from with a link to
+// come back to; anything else is "" (the sessions page), so the field
+// cannot send a visitor elsewhere.
+func signinNext(next string) string {
+	if next == api.DeviceVerifyPath || strings.HasPrefix(next, api.DeviceVerifyPath+"?") {
+		return next
+	}
+	return ""
+}
+
+// signinData is the sign-in page's data: the page to return to, if any.
+func signinData(next string) map[string]any {
+	return map[string]any{"Next": next}
 }
 
 func (h *Handler) signout(w http.ResponseWriter, r *http.Request) {

@@ -123,7 +123,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "webhooks", "webhook", "error", "worker"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "webhooks", "webhook", "device", "error", "worker"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -179,6 +179,9 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/webhooks", h.authed(h.webhooksPage))
 	m.HandleFunc("GET /ui/webhooks/{webhook}", h.authed(h.webhookPage))
 	m.HandleFunc("POST /ui/webhooks/{webhook}/deliveries/{delivery}/redeliver", h.authed(h.redeliver))
+	m.HandleFunc("GET "+api.DeviceVerifyPath, h.devicePage)
+	m.HandleFunc("POST "+api.DeviceVerifyPath+"/approve", h.authed(h.deviceDecide(api.DeviceApprovePath)))
+	m.HandleFunc("POST "+api.DeviceVerifyPath+"/deny", h.authed(h.deviceDecide(api.DeviceDenyPath)))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})

@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConnectTokens", testConnectTokens},
 		{"Tokens", testTokens},
 		{"Users", testUsers},
+		{"DeviceGrants", testDeviceGrants},
 		{"OutpostLimits", testOutpostLimits},
 		{"NetworkPolicy", testNetworkPolicy},
 		{"OutpostDesktop", testOutpostDesktop},
