@@ -41,6 +41,8 @@ const (
 	// (NetworkRequest, its call CallSeq): one event when it asks, State
 	// pending, and one when a person answers it.
 	EventNetworkRequest = "network_request"
+	// EventApproval (approval.go) is an approval rule's hold or refusal
+	// of a tool call, or a decision on it.
 )
 
 // Network decisions (Event.Decision, NetworkDecision.Decision).
@@ -157,6 +159,9 @@ type Event struct {
 	Count    int64  `json:"count,omitempty"`
 	// Network request events: the request and its state.
 	NetworkRequest *NetworkRequest `json:"network_request,omitempty"`
+	// Approval events (EventApproval): the held call's approval, its
+	// state, who decided and why.
+	Approval *Approval `json:"approval,omitempty"`
 
 	// Desktop events (EventDesktop): the Action (DesktopTakeControl,
 	// DesktopHandBack) and the Actor, the id of the API token that took

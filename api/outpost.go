@@ -65,6 +65,9 @@ type OutpostSpec struct {
 	// default size; null (omitted) when the outpost says nothing (its
 	// machines decide, and sessions may be served by machines without one).
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// ApprovalRules apply to every tool call of the outpost's sessions
+	// (ApprovalRule); omitted when it has none.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // OutpostDesktop is an outpost's desktop setting.
@@ -137,6 +140,8 @@ type CreateOutpostRequest struct {
 	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// Desktop is OutpostSpec's; omitted for none.
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// ApprovalRules are OutpostSpec's: at most MaxApprovalRules.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -159,6 +164,10 @@ type UpdateOutpostRequest struct {
 	// with no size removes it). It applies to sessions created and claims
 	// made afterwards; a session keeps the size it was created with.
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// ApprovalRules replaces the outpost's approval rules ([] removes
+	// them). They apply to the next tool call of every session of the
+	// outpost, running ones included.
+	ApprovalRules *[]ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

@@ -95,6 +95,9 @@ type SessionSpec struct {
 	// gives sessions one (Capabilities.Desktop); null (omitted) means the
 	// default, 1280×800.
 	Desktop *DesktopSize `json:"desktop,omitempty"`
+	// ApprovalRules are the session's own approval rules, added to its
+	// outpost's (ApprovalRule); omitted when it has none.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.
@@ -265,6 +268,10 @@ type CreateSessionRequest struct {
 	// MaxDesktopSize pixels each way); omitted means 1280×800. The desktop
 	// itself starts on first use, on machines that give sessions one.
 	Desktop *DesktopSize `json:"desktop,omitempty"`
+	// ApprovalRules are added to the outpost's rules for this session's
+	// tool calls; they can only tighten them (ApprovalRule). At most
+	// MaxApprovalRules.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.
