@@ -46,8 +46,11 @@ type Outpost struct {
 	// when it has none (unrestricted).
 	NetworkPolicy *api.NetworkPolicy
 	// Desktop is its desktop setting; nil when it has none.
-	Desktop   *api.OutpostDesktop
-	CreatedAt time.Time
+	Desktop *api.OutpostDesktop
+	// ApprovalRules apply to its sessions' tool calls; nil when it has
+	// none. CreateOutpost and SetOutpostApprovalRules write them.
+	ApprovalRules []api.ApprovalRule
+	CreatedAt     time.Time
 }
 
 // OutpostLimits are the fleet controls of an outpost that can change after
@@ -126,6 +129,11 @@ type Session struct {
 	// CreateSession writes it, and so does UpdateSession (it is part of
 	// the state a Mutation's Session replaces).
 	NetworkPolicy *api.NetworkPolicy
+	// Approvals are the calls its approval rules held or refused, pending
+	// and decided, by call sequence number. UpdateSession writes them (they
+	// are part of the state a Mutation's Session replaces), under the
+	// session's lock, so each is decided once.
+	Approvals []api.Approval
 	// ArtifactsPrunedAt is when the retention sweep deleted the session's
 	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
 	// CreateSession and UpdateSession never write it.
@@ -351,6 +359,9 @@ type Store interface {
 	OutpostCounts(ctx context.Context, outpostID string, now time.Time) (OutpostCounts, error)
 	// SetOutpostLimits writes an outpost's limits; ErrNotFound when absent.
 	SetOutpostLimits(ctx context.Context, id string, l OutpostLimits) error
+	// SetOutpostApprovalRules replaces an outpost's approval rules (nil
+	// removes them); ErrNotFound when absent.
+	SetOutpostApprovalRules(ctx context.Context, id string, rules []api.ApprovalRule) error
 
 	// CreateSession inserts a session, its queue entry and its first events
 	// in one transaction. The entry's Rev and the events' Seq are assigned.

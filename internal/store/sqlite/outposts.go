@@ -25,10 +25,14 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, err)
 	}
+	rules, err := sqlstore.EncodeApprovalRules(o.ApprovalRules)
+	if err != nil {
+		return fmt.Errorf("sqlite: create outpost %s: %w", o.Name, err)
+	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO outposts (`+outpostCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
-			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy, sqlstore.EncodeDesktop(o.Desktop))
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, o.ID, o.Name, o.Platform, o.Description, orgs, sqlstore.MS(o.CreatedAt), o.RemoteBinarySHA,
+			o.MaxRunning, o.MaxAttempts, o.MaxSnapshotBytes, policy, sqlstore.EncodeDesktop(o.Desktop), rules)
 		return err
 	})
 	if err != nil {
@@ -38,17 +42,20 @@ func (s *Store) CreateOutpost(ctx context.Context, o store.Outpost) error {
 }
 
 const outpostCols = `id, name, platform, description, allowed_org_ids_json, created_at, remote_binary_sha,
-	max_running, max_attempts, max_snapshot_bytes, network_policy_json, desktop_json`
+	max_running, max_attempts, max_snapshot_bytes, network_policy_json, desktop_json, approval_rules_json`
 
 // scanOutpost reads outpostCols.
 func scanOutpost(sc sqlstore.Scanner) (store.Outpost, error) {
 	var o store.Outpost
-	var orgs, policy, desk sql.NullString
+	var orgs, policy, desk, rules sql.NullString
 	var created int64
-	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy, &desk); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &o.Platform, &o.Description, &orgs, &created, &o.RemoteBinarySHA, &o.MaxRunning, &o.MaxAttempts, &o.MaxSnapshotBytes, &policy, &desk, &rules); err != nil {
 		return store.Outpost{}, err
 	}
 	var err error
+	if o.ApprovalRules, err = sqlstore.ScanApprovalRules(rules); err != nil {
+		return store.Outpost{}, fmt.Errorf("outpost %s approval rules: %w", o.ID, err)
+	}
 	if o.NetworkPolicy, err = sqlstore.ScanPolicy(policy); err != nil {
 		return store.Outpost{}, fmt.Errorf("outpost %s network policy: %w", o.ID, err)
 	}

@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OutpostLimits", testOutpostLimits},
 		{"NetworkPolicy", testNetworkPolicy},
 		{"OutpostDesktop", testOutpostDesktop},
+		{"Approvals", testApprovals},
 		{"QueuePriority", testQueuePriority},
 		{"ClaimLoad", testClaimLoad},
 		{"OutpostCounts", testOutpostCounts},
