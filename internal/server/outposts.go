@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -186,12 +187,16 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rules, err := approval.Validate("approval_rules", req.ApprovalRules)
+	if err != nil {
+		return errBadRequest("%s.", err)
+	}
 	if p := principalFrom(r.Context()); p.outpostID != "" {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
-		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk, CreatedAt: s.now()}
+		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk, ApprovalRules: rules, CreatedAt: s.now()}
 	if err := s.store.CreateOutpost(r.Context(), o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -279,6 +284,12 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if req.ApprovalRules != nil {
+		// Checked before anything is written: a bad rule changes nothing.
+		if o.ApprovalRules, err = approval.Validate("approval_rules", *req.ApprovalRules); err != nil {
+			return errBadRequest("%s.", err)
+		}
+	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
 		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
 	if err := s.store.SetOutpostLimits(ctx, o.ID, l); err != nil {
@@ -286,6 +297,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
 		}
 		return fmt.Errorf("update outpost %s: %w", o.ID, err)
+	}
+	if req.ApprovalRules != nil {
+		if err := s.store.SetOutpostApprovalRules(ctx, o.ID, o.ApprovalRules); err != nil {
+			return fmt.Errorf("update outpost %s approval rules: %w", o.ID, err)
+		}
 	}
 	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,
 		"max_snapshot_bytes", o.MaxSnapshotBytes, "network_policy_changed", policyChanged, "desktop", o.Desktop)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -142,6 +143,11 @@ func validateSession(req *api.CreateSessionRequest) error {
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
+	rules, err := approval.Validate("approval_rules", req.ApprovalRules)
+	if err != nil {
+		return errBadRequest("%s.", err)
+	}
+	req.ApprovalRules = rules
 	for _, l := range []struct {
 		name string
 		v    int64
@@ -203,6 +209,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)),
+			ApprovalRules: req.ApprovalRules,
 		},
 		Secrets:       req.Secrets,
 		NetworkPolicy: own,
