@@ -79,6 +79,10 @@ func (p *transcriptPrinter) print(ev api.Event) error {
 		if ev.NetworkRequest != nil {
 			return p.note(ev, netpolicy.RequestText(*ev.NetworkRequest))
 		}
+	case api.EventApproval:
+		if ev.Approval != nil {
+			return p.note(ev, approvalLine(*ev.Approval))
+		}
 	case api.EventMessage:
 		text := ev.Role + ": " + ev.Text
 		for _, tc := range ev.ToolCalls {

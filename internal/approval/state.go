@@ -1,8 +1,10 @@
 package approval
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -99,10 +101,8 @@ func Allowed(a api.Approval) bool {
 // it and why.
 func ToolError(a api.Approval) string {
 	why := ""
-	if a.Reason != "" {
-		why = ": " + a.Reason
-	} else if a.RuleReason != "" {
-		why = ": " + a.RuleReason
+	if r := strings.TrimRight(cmp.Or(a.Reason, a.RuleReason), "."); r != "" {
+		why = ": " + r
 	}
 	switch {
 	case a.State == api.ApprovalTimedOut:

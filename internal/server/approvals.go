@@ -76,11 +76,10 @@ func (s *Server) decideCall(w http.ResponseWriter, r *http.Request, state string
 	now := s.now()
 	var decided api.Approval
 	m, err := s.store.UpdateSession(ctx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
-		if api.IsFinal(st.Status) {
-			return store.Mutation{}, errConflict("Session %s has ended; its calls can no longer be approved or denied.", st.ID)
-		}
 		evs, err := approval.Decide(&st, seq, state, by, reason, now)
 		switch {
+		case err == nil && api.IsFinal(st.Status):
+			return store.Mutation{}, errConflict("Session %s has ended; its calls can no longer be approved or denied.", st.ID)
 		case errors.Is(err, approval.ErrUnknown):
 			return store.Mutation{}, errNotFound("Session %s has no call %d waiting for approval.", st.ID, seq)
 		case errors.Is(err, approval.ErrDecided):

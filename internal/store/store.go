@@ -129,10 +129,10 @@ type Session struct {
 	// CreateSession writes it, and so does UpdateSession (it is part of
 	// the state a Mutation's Session replaces).
 	NetworkPolicy *api.NetworkPolicy
-	// Approvals are the calls its approval rules held or refused, pending
-	// and decided, by call sequence number. UpdateSession writes them (they
-	// are part of the state a Mutation's Session replaces), under the
-	// session's lock, so each is decided once.
+	// Approvals are the calls its ask rules held, pending and decided.
+	// UpdateSession writes them (they are part of the state a Mutation's
+	// Session replaces), under the session's lock, so each is decided
+	// once.
 	Approvals []api.Approval
 	// ArtifactsPrunedAt is when the retention sweep deleted the session's
 	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
