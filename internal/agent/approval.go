@@ -62,6 +62,22 @@ func (r *runner) gate(ctx context.Context, seq int64, st step, next *step) (stor
 		return store.Call{}, false, true, err
 	}
 	if approval.Allowed(a) {
+		// A deny rule added while the call waited still refuses it.
+		if err := r.retry(ctx, "read session", func() (err error) {
+			sess, err = r.l.opts.Store.GetSession(ctx, r.sessionID)
+			return err
+		}); err != nil {
+			return store.Call{}, false, true, err
+		}
+		if d, err = r.decide(ctx, sess, st); err != nil {
+			return store.Call{}, false, true, err
+		}
+		if d.Action == api.ApprovalDeny {
+			base.Rule, base.RuleReason = d.Rule, d.Reason
+			ev := approval.Refusal(base, r.l.clock.Now())
+			c, rec, err := r.refuse(ctx, seq, st, next, *ev.Approval, ev)
+			return c, rec, true, err
+		}
 		return store.Call{}, false, false, nil
 	}
 	c, rec, err := r.refuse(ctx, seq, st, next, a)

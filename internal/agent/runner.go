@@ -70,6 +70,9 @@ type step struct {
 	tolerated bool
 	// script is the step's number in agent.steps, from 1; 0 for a clone.
 	script int
+	// setup is a clone of the session's repos, which its creator asked
+	// for: approval rules, which govern the agent's calls, pass it.
+	setup bool
 }
 
 // storeBackoff spaces the retries of a store operation: the store's
@@ -118,7 +121,7 @@ func plan(sess store.Session) []step {
 	var steps []step
 	for _, r := range sess.Spec.Repos {
 		args, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
-		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true})
+		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true, setup: true})
 	}
 	stops := sess.Spec.Agent.StopsOnError()
 	for i, st := range sess.Spec.Agent.Steps {
@@ -234,8 +237,10 @@ func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (s
 	if api.IsServerTool(st.tool) {
 		return r.awaitAnswer(ctx, seq, st)
 	}
-	if c, recordedNext, stop, err := r.gate(ctx, seq, st, next); stop || err != nil {
-		return c, recordedNext, err
+	if !st.setup {
+		if c, recordedNext, stop, err := r.gate(ctx, seq, st, next); stop || err != nil {
+			return c, recordedNext, err
+		}
 	}
 	for {
 		if msg, ok := r.early[seq]; ok {

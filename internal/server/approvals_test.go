@@ -346,3 +346,54 @@ func errorMessage(ts *testServer, method, path, body string) string {
 	}
 	return e.Error.Message
 }
+
+// A deny rule added to the outpost while a call waits refuses it even
+// after a person approves it: the machine never sees the call, whose
+// error names the rule.
+func TestApprovalDenyRuleAddedWhileHeld(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "guarded", ApprovalRules: []api.ApprovalRule{pushRule}}, nil)
+	id := approvalSession(ts, ts.admin, "guarded", "git push origin main")
+	r := connect(ts, id)
+	waitHeld(ts, id, 1)
+	deny := api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exec", Match: map[string]string{"command": `\bmain\b`}, Reason: "main is frozen"}
+	rules := []api.ApprovalRule{pushRule, deny}
+	ts.mustDo(200, "PATCH", "/v1/outposts/guarded", ts.admin, api.UpdateOutpostRequest{ApprovalRules: &rules}, nil)
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/calls/1/approve", ts.admin, nil, nil)
+
+	if call := r.expect(api.FrameCall); call.Seq != 2 || call.Tool != api.ToolListDir {
+		t.Fatalf("the machine got %+v, want only the second call", call)
+	}
+	res, ok := resultEvent(ts, id, 1)
+	if !ok || res.OK == nil || *res.OK || !strings.Contains(res.Error, "outpost[1]") || !strings.Contains(res.Error, "main is frozen") {
+		t.Fatalf("result of the refused call: %+v", res)
+	}
+	evs := approvalEvents(ts, id)
+	last := evs[len(evs)-1].Approval
+	if last.State != api.ApprovalDenied || last.By != "rule" || last.Rule != "outpost[1]" {
+		t.Fatalf("last approval event %+v", last)
+	}
+}
+
+// The clones of a session's repos, which its creator asked for, pass
+// rules that hold every call; the agent's own calls do not.
+func TestApprovalClonesPass(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	all := api.ApprovalRule{Action: api.ApprovalAsk, Tool: "*"}
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "guarded", ApprovalRules: []api.ApprovalRule{all}}, nil)
+	req := api.CreateSessionRequest{Outpost: "guarded", Repos: []api.Repo{{URL: "https://example.test/r.git", Name: "r"}},
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolListDir, Args: json.RawMessage(`{}`)}}}}
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, req, &s)
+	id := s.Metadata.SessionID
+	r := connect(ts, id)
+	call := r.expect(api.FrameCall)
+	if call.Seq != 1 || call.Tool != api.ToolGitClone {
+		t.Fatalf("first call: %+v", call)
+	}
+	r.send(api.Frame{Type: api.FrameResult, Seq: 1, OK: true, Value: json.RawMessage(`{}`)})
+	r.expect(api.FrameAck)
+	waitHeld(ts, id, 2)
+}
