@@ -45,6 +45,8 @@ const (
 	// pass (a connection error, a 5xx, a 429) and is tried again: Reason
 	// says it in plain words, with the wait; Error is the provider's error.
 	EventModelRetry = "model_retry"
+	// EventApproval (approval.go) is an approval rule's hold or refusal
+	// of a tool call, or a decision on it.
 )
 
 // Network decisions (Event.Decision, NetworkDecision.Decision).
@@ -161,6 +163,9 @@ type Event struct {
 	Count    int64  `json:"count,omitempty"`
 	// Network request events: the request and its state.
 	NetworkRequest *NetworkRequest `json:"network_request,omitempty"`
+	// Approval events (EventApproval): the held call's approval, its
+	// state, who decided and why.
+	Approval *Approval `json:"approval,omitempty"`
 
 	// Desktop events (EventDesktop): the Action (DesktopTakeControl,
 	// DesktopHandBack) and the Actor, the id of the API token that took

@@ -23,7 +23,7 @@ import (
 // json.Encoder with SetEscapeHTML(false)), and without a trailing newline.
 func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	if ev.Capabilities != nil || ev.ToolCalls != nil || ev.Usage != nil || ev.Args != nil ||
-		ev.OK != nil || ev.ExitCode != nil || ev.Value != nil || ev.Artifact != nil || ev.NetworkRequest != nil || hasNetwork(ev) ||
+		ev.OK != nil || ev.ExitCode != nil || ev.Value != nil || ev.Artifact != nil || ev.NetworkRequest != nil || ev.Approval != nil || hasNetwork(ev) ||
 		ev.Action != "" || ev.Actor != "" {
 		return appendEventSlow(dst, ev)
 	}

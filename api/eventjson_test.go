@@ -207,7 +207,7 @@ func TestEventJSONKnowsEveryField(t *testing.T) {
 		// Slow path.
 		"Capabilities": true, "ToolCalls": true, "Usage": true, "Args": true, "OK": true, "ExitCode": true, "Value": true, "Artifact": true,
 		"Decision": true, "Host": true, "Address": true, "Port": true, "Protocol": true, "Rule": true,
-		"BytesOut": true, "BytesIn": true, "Count": true, "NetworkRequest": true, "Action": true, "Actor": true,
+		"BytesOut": true, "BytesIn": true, "Count": true, "NetworkRequest": true, "Approval": true, "Action": true, "Actor": true,
 	}
 	for f := range reflect.TypeFor[Event]().Fields() {
 		if !known[f.Name] {

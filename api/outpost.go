@@ -68,6 +68,9 @@ type OutpostSpec struct {
 	// Requirements are the default of its sessions that state none of
 	// their own (see CreateSessionRequest.Requirements); null when unset.
 	Requirements *Requirements `json:"requirements,omitempty"`
+	// ApprovalRules apply to every tool call of the outpost's sessions
+	// (ApprovalRule); omitted when it has none.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // OutpostDesktop is an outpost's desktop setting.
@@ -142,6 +145,8 @@ type CreateOutpostRequest struct {
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
 	// Requirements are OutpostSpec's; omitted for none.
 	Requirements *Requirements `json:"requirements,omitempty"`
+	// ApprovalRules are OutpostSpec's: at most MaxApprovalRules.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -164,6 +169,10 @@ type UpdateOutpostRequest struct {
 	// with no size removes it). It applies to sessions created and claims
 	// made afterwards; a session keeps the size it was created with.
 	Desktop *OutpostDesktop `json:"desktop,omitempty"`
+	// ApprovalRules replaces the outpost's approval rules ([] removes
+	// them). They apply to the next tool call of every session of the
+	// outpost, running ones included.
+	ApprovalRules *[]ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

@@ -102,6 +102,9 @@ type SessionSpec struct {
 	// Requirements are the session's own, as given; null (omitted) when it
 	// states none. A session without its own takes its outpost's.
 	Requirements *Requirements `json:"requirements,omitempty"`
+	// ApprovalRules are the session's own approval rules, added to its
+	// outpost's (ApprovalRule); omitted when it has none.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.
@@ -285,6 +288,10 @@ type CreateSessionRequest struct {
 	// its outpost's (OutpostSpec.Requirements). Only a worker that meets
 	// them is given the session by a server-assigned claim.
 	Requirements *Requirements `json:"requirements,omitempty"`
+	// ApprovalRules are added to the outpost's rules for this session's
+	// tool calls; they can only tighten them (ApprovalRule). At most
+	// MaxApprovalRules.
+	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // TerminateRequest is the optional body of POST /v1/sessions/{id}/terminate.

@@ -338,3 +338,40 @@ func (s *SessionsService) DenyNetworkRequest(ctx context.Context, id, requestID,
 func networkRequestPath(id, requestID string) string {
 	return sessionPath(id) + "/network-requests/" + url.PathEscape(requestID)
 }
+
+// Approvals lists the session's tool calls that approval rules held or
+// refused, oldest first; state, when not "", keeps those in that state
+// (api.ApprovalPending: those that wait for a decision).
+func (s *SessionsService) Approvals(ctx context.Context, id, state string) ([]api.Approval, error) {
+	var q url.Values
+	if state != "" {
+		q = url.Values{"state": {state}}
+	}
+	var out api.ApprovalList
+	if err := s.c.do(ctx, http.MethodGet, sessionPath(id)+"/approvals", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
+// ApproveCall approves held tool call seq of the session, which then goes
+// to its machine; reason may be empty. It returns the decided approval; a
+// call decided already is a conflict (IsConflict).
+func (s *SessionsService) ApproveCall(ctx context.Context, id string, seq int64, reason string) (*api.Approval, error) {
+	return s.decideCall(ctx, id, seq, "approve", reason)
+}
+
+// DenyCall denies held tool call seq of the session: the agent gets a tool
+// error with reason, and the machine never sees the call.
+func (s *SessionsService) DenyCall(ctx context.Context, id string, seq int64, reason string) (*api.Approval, error) {
+	return s.decideCall(ctx, id, seq, "deny", reason)
+}
+
+func (s *SessionsService) decideCall(ctx context.Context, id string, seq int64, verb, reason string) (*api.Approval, error) {
+	var out api.Approval
+	path := sessionPath(id) + "/calls/" + strconv.FormatInt(seq, 10) + "/" + verb
+	if err := s.c.do(ctx, http.MethodPost, path, nil, api.ApprovalDecisionRequest{Reason: reason}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

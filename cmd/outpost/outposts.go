@@ -121,6 +121,7 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 		"Active claims", strconv.Itoa(o.Status.ActiveClaims), "Max running", maxRunningText(o.Spec.MaxRunning),
 		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts), "Max snapshot size", maxSnapshotText(o.Spec.MaxSnapshotBytes),
 		"Network policy", policyText(o.Spec.NetworkPolicy), "Desktop", desktopText(o.Spec.Desktop),
+		"Approval rules", approvalRulesText(o.Spec.ApprovalRules),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
 }
 
@@ -152,6 +153,8 @@ type OutpostsCreateOptions struct {
 	Policy PolicyFlags
 	// Desktop is --desktop, "" when not given.
 	Desktop string
+	// ApprovalRules is --approval-rules, "" when not given.
+	ApprovalRules string
 }
 
 // NewCmdOutpostsCreate returns `outpost outposts create`. runF replaces the
@@ -173,6 +176,11 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 					return err
 				}
 			}
+			if opts.ApprovalRules != "" {
+				if opts.Request.ApprovalRules, err = readApprovalRules(f, opts.ApprovalRules); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -187,6 +195,7 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.IntVar(&opts.Request.MaxAttempts, "max-attempts", 0, fmt.Sprintf("how many machines a session may lose or fail to get before it ends in error (0: %d)", api.DefaultMaxAttempts))
 	fl.Int64Var(&opts.Request.MaxSnapshotBytes, "max-snapshot-bytes", 0, "the largest workspace snapshot, in bytes, stored when one of its sessions is suspended, at most the server's --max-snapshot-bytes (0: the server's)")
 	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
+	fl.StringVar(&opts.ApprovalRules, "approval-rules", "", approvalRulesFlagHelp)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -204,6 +213,8 @@ type OutpostsUpdateOptions struct {
 	Unrestricted bool
 	// Desktop is --desktop, "" when not given.
 	Desktop string
+	// ApprovalRules is --approval-rules, "" when not given.
+	ApprovalRules string
 }
 
 // NewCmdOutpostsUpdate returns `outpost outposts update`. runF replaces the
@@ -251,8 +262,15 @@ their own, running ones included.`,
 					return err
 				}
 			}
+			if opts.ApprovalRules != "" {
+				rules, err := readApprovalRules(f, opts.ApprovalRules)
+				if err != nil {
+					return err
+				}
+				opts.Request.ApprovalRules = &rules
+			}
 			if opts.Request == (api.UpdateOutpostRequest{}) {
-				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, --desktop, a network policy or --unrestricted")
+				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, --desktop, --approval-rules, a network policy or --unrestricted")
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -266,6 +284,7 @@ their own, running ones included.`,
 	fl.Int64Var(&maxSnapshot, "max-snapshot-bytes", 0, "the largest workspace snapshot stored, in bytes (0: the server's)")
 	fl.BoolVar(&opts.Unrestricted, "unrestricted", false, "lift the outpost's network policy")
 	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
+	fl.StringVar(&opts.ApprovalRules, "approval-rules", "", approvalRulesFlagHelp)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -283,7 +302,12 @@ func runOutpostsUpdate(ctx context.Context, opts *OutpostsUpdateOptions) error {
 	if f.JSON() {
 		return printJSON(f.IO.Out, o)
 	}
-	fmt.Fprintf(f.IO.Out, "Updated outpost %s; network policy: %s; desktop: %s.\n", o.Spec.Name, policyText(o.Spec.NetworkPolicy), desktopText(o.Spec.Desktop))
+	rules := ""
+	if opts.Request.ApprovalRules != nil {
+		rules = "; approval rules: " + approvalRulesText(o.Spec.ApprovalRules)
+	}
+	fmt.Fprintf(f.IO.Out, "Updated outpost %s; network policy: %s; desktop: %s%s.\n", o.Spec.Name, policyText(o.Spec.NetworkPolicy),
+		desktopText(o.Spec.Desktop), rules)
 	return nil
 }
 

@@ -34,7 +34,8 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 	cmd.AddCommand(NewCmdSessionsCreate(f, nil), NewCmdSessionsList(f, nil), NewCmdSessionsGet(f, nil),
 		NewCmdSessionsLogs(f, nil), NewCmdSessionsTerminate(f, nil), NewCmdSessionsSend(f, nil),
 		NewCmdSessionsSuspend(f, nil), NewCmdSessionsResume(f, nil), NewCmdSessionsRerun(f, nil),
-		NewCmdSessionsArtifacts(f, nil), NewCmdSessionsNetwork(f), NewCmdSessionsDesktop(f, nil))
+		NewCmdSessionsArtifacts(f, nil), NewCmdSessionsNetwork(f), NewCmdSessionsDesktop(f, nil),
+		NewCmdSessionsApprove(f, nil), NewCmdSessionsDeny(f, nil), NewCmdSessionsApprovals(f, nil))
 	return cmd
 }
 

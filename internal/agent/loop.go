@@ -114,6 +114,10 @@ type Options struct {
 	Gateway  Gateway
 	Messages Messages
 	Ender    Ender
+	// ApprovalRules returns the approval rules of an outpost, read at each
+	// tool call; nil means outposts have none (sessions' own rules still
+	// apply).
+	ApprovalRules func(ctx context.Context, outpostID string) ([]api.ApprovalRule, error)
 	// LLM is the model provider of llm sessions; nil ends them in error.
 	LLM llm.Provider
 	// ToolResultLimit is how many characters of one tool result a model
@@ -290,7 +294,7 @@ func (l *Loop) Deliver(ctx context.Context, sessionID string, c Conn, f api.Fram
 			}
 		}
 		select {
-		case r.results <- resultMsg{c, f}:
+		case r.results <- resultMsg{conn: c, frame: f}:
 			return
 		case <-r.done:
 		case <-ctx.Done():

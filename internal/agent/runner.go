@@ -52,6 +52,9 @@ type runner struct {
 type resultMsg struct {
 	conn  Conn
 	frame api.Frame
+	// events are written before the result in its transaction: a call the
+	// runner refused says why (an approval rule's refusal).
+	events []api.Event
 }
 
 // step is one planned tool call.
@@ -67,6 +70,9 @@ type step struct {
 	tolerated bool
 	// script is the step's number in agent.steps, from 1; 0 for a clone.
 	script int
+	// setup is a clone of the session's repos, which its creator asked
+	// for: approval rules, which govern the agent's calls, pass it.
+	setup bool
 }
 
 // storeBackoff spaces the retries of a store operation: the store's
@@ -115,7 +121,7 @@ func plan(sess store.Session) []step {
 	var steps []step
 	for _, r := range sess.Spec.Repos {
 		args, _ := json.Marshal(api.GitCloneArgs{URL: r.URL, Name: r.Name, Ref: r.Ref})
-		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true})
+		steps = append(steps, step{tool: api.ToolGitClone, args: args, stop: true, setup: true})
 	}
 	stops := sess.Spec.Agent.StopsOnError()
 	for i, st := range sess.Spec.Agent.Steps {
@@ -231,6 +237,11 @@ func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (s
 	if api.IsServerTool(st.tool) {
 		return r.awaitAnswer(ctx, seq, st)
 	}
+	if !st.setup {
+		if c, recordedNext, stop, err := r.gate(ctx, seq, st, next); stop || err != nil {
+			return c, recordedNext, err
+		}
+	}
 	for {
 		if msg, ok := r.early[seq]; ok {
 			delete(r.early, seq)
@@ -324,7 +335,7 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			}
 			sess.LastSeq = max(sess.LastSeq, seq)
 			sess.UpdatedAt = now
-			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: []api.Event{ev}}
+			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: append(msg.events[:len(msg.events):len(msg.events)], ev)}
 			if recordNext {
 				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
 				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: r.secrets.JSON(next.args)})

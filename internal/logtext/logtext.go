@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
@@ -83,6 +84,10 @@ func (p *Printer) Print(ev api.Event) error {
 	case api.EventNetworkRequest:
 		if ev.NetworkRequest != nil {
 			return p.note(ev, netpolicy.RequestText(*ev.NetworkRequest))
+		}
+	case api.EventApproval:
+		if ev.Approval != nil {
+			return p.note(ev, ApprovalLine(*ev.Approval))
 		}
 	case api.EventMessage:
 		text := ev.Role + ": " + ev.Text
@@ -208,4 +213,33 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// ApprovalLine is a transcript line of an approval event: "approval of
+// call 3 (exec) pending: rule outpost[0] — pushes to main", "approval of
+// call 3 (exec) approved by tok_…: release day".
+func ApprovalLine(a api.Approval) string {
+	s := fmt.Sprintf("approval of call %d (%s) %s", a.CallSeq, a.Tool, strings.ReplaceAll(a.State, "_", " "))
+	switch {
+	case a.State == api.ApprovalPending:
+		s += ": rule " + a.Rule
+		if a.RuleReason != "" {
+			s += " — " + a.RuleReason
+		}
+		if a.Deadline > 0 {
+			s += fmt.Sprintf(" (%s at %s)", a.OnTimeout, time.UnixMilli(a.Deadline).UTC().Format("15:04:05Z"))
+		}
+		return s
+	case a.By == approval.ByRule:
+		s += " by rule " + a.Rule
+	case a.By == approval.ByTimeout:
+		s += ", then " + a.OnTimeout
+		return s
+	default:
+		s += " by " + a.By
+	}
+	if a.Reason != "" {
+		s += ": " + a.Reason
+	}
+	return s
 }

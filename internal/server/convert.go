@@ -33,7 +33,8 @@ func toAPIOutpost(o store.Outpost, depth, claims int) api.Outpost {
 		Metadata: api.OutpostMetadata{OutpostID: o.ID, AccountID: "local", CreatedAt: o.CreatedAt.Unix()},
 		Spec: api.OutpostSpec{Name: o.Name, Platform: o.Platform, Description: o.Description, AllowedOrgIDs: o.AllowedOrgIDs,
 			RemoteBinarySHA: strPtr(o.RemoteBinarySHA), MaxRunning: o.MaxRunning, MaxAttempts: cmp.Or(o.MaxAttempts, api.DefaultMaxAttempts),
-			MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop, Requirements: o.Requirements},
+			MaxSnapshotBytes: o.MaxSnapshotBytes, NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop, Requirements: o.Requirements,
+			ApprovalRules: o.ApprovalRules},
 		Status: api.OutpostStatus{QueueDepth: depth, ActiveClaims: claims},
 	}
 }

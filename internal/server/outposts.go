@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -190,13 +191,17 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err := req.Requirements.Validate(); err != nil {
 		return errBadRequest("%s.", err)
 	}
+	rules, err := approval.Validate("approval_rules", req.ApprovalRules)
+	if err != nil {
+		return errBadRequest("%s.", err)
+	}
 	if p := principalFrom(r.Context()); p.limited() {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
 	o := store.Outpost{ID: newOutpostID(), Name: req.Name, Platform: req.Platform, Description: req.Description,
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
 		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk,
-		Requirements: effectiveRequirements(req.Requirements), CreatedAt: s.now()}
+		Requirements: effectiveRequirements(req.Requirements), ApprovalRules: rules, CreatedAt: s.now()}
 	actx := s.audited(r.Context(), audit.OutpostCreate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
 	if err := s.store.CreateOutpost(actx, o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -285,6 +290,12 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if req.ApprovalRules != nil {
+		// Checked before anything is written: a bad rule changes nothing.
+		if o.ApprovalRules, err = approval.Validate("approval_rules", *req.ApprovalRules); err != nil {
+			return errBadRequest("%s.", err)
+		}
+	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
 		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
 	actx := s.audited(ctx, audit.OutpostUpdate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
@@ -293,6 +304,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))
 		}
 		return fmt.Errorf("update outpost %s: %w", o.ID, err)
+	}
+	if req.ApprovalRules != nil {
+		if err := s.store.SetOutpostApprovalRules(ctx, o.ID, o.ApprovalRules); err != nil {
+			return fmt.Errorf("update outpost %s approval rules: %w", o.ID, err)
+		}
 	}
 	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,
 		"max_snapshot_bytes", o.MaxSnapshotBytes, "network_policy_changed", policyChanged, "desktop", o.Desktop)

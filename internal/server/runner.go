@@ -27,6 +27,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		Messages:        agentMessages{s},
 		Ender:           s.life,
 		LLM:             s.opts.LLM,
+		ApprovalRules:   s.outpostApprovalRules,
 		ToolResultLimit: s.opts.ToolResultLimit,
 		Clock:           clock,
 		Logger:          s.log,

@@ -914,6 +914,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{session}/network-requests", s.authed(s.listNetworkRequests, api.ScopeSessionsRead))
 	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/grant", s.authed(s.toOwner(s.grantNetworkRequest), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/network-requests/{request}/deny", s.authed(s.toOwner(s.denyNetworkRequest), api.ScopeSessionsWrite))
+	// Approval of held tool calls (approvals.go).
+	mux.HandleFunc("GET /v1/sessions/{session}/approvals", s.authed(s.listApprovals, api.ScopeSessionsRead))
+	mux.HandleFunc("POST /v1/sessions/{session}/calls/{seq}/approve", s.authed(s.toOwner(s.approveCall), api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/calls/{seq}/deny", s.authed(s.toOwner(s.denyCall), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/tools/{tool}", s.authed(s.toOwner(s.toolHandler), api.ScopeSessionsWrite))
 	mcpH := withJSONErrors(s.mcpHandler(), true)
 	mux.HandleFunc("/v1/sessions/{session}/mcp", s.authed(s.toOwner(func(w http.ResponseWriter, r *http.Request) error {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
@@ -148,6 +149,11 @@ func validateSession(req *api.CreateSessionRequest) error {
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
+	rules, err := approval.Validate("approval_rules", req.ApprovalRules)
+	if err != nil {
+		return errBadRequest("%s.", err)
+	}
+	req.ApprovalRules = rules
 	for _, l := range []struct {
 		name string
 		v    int64
@@ -258,7 +264,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 			Outpost: o.Name, Title: req.Title, Prompt: req.Prompt, Repos: req.Repos,
 			Agent: req.Agent, Env: req.Env, Limits: req.Limits, RemoteBinarySHA: strPtr(req.RemoteBinarySHA),
 			Priority: req.Priority, Desktop: cmp.Or(req.Desktop, outpostDesktopSize(o)), Requirements: req.Requirements,
-			UseSecrets: req.UseSecrets,
+			UseSecrets: req.UseSecrets, ApprovalRules: req.ApprovalRules,
 		},
 		Secrets:       secrets,
 		NetworkPolicy: own,

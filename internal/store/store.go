@@ -50,7 +50,10 @@ type Outpost struct {
 	// Requirements are the default of its sessions that state none of
 	// their own; nil when unset.
 	Requirements *api.Requirements
-	CreatedAt    time.Time
+	// ApprovalRules apply to its sessions' tool calls; nil when it has
+	// none. CreateOutpost and SetOutpostApprovalRules write them.
+	ApprovalRules []api.ApprovalRule
+	CreatedAt     time.Time
 }
 
 // OutpostSecret is a stored secret of an outpost: a value sessions of the
@@ -152,6 +155,11 @@ type Session struct {
 	// the session last; "" before any claim. It stays once the claim and
 	// the session end: the claim writes it, as part of the session's state.
 	Worker string
+	// Approvals are the calls its ask rules held, pending and decided.
+	// UpdateSession writes them (they are part of the state a Mutation's
+	// Session replaces), under the session's lock, so each is decided
+	// once.
+	Approvals []api.Approval
 	// ArtifactsPrunedAt is when the retention sweep deleted the session's
 	// artifacts; nil while they are kept. Only MarkArtifactsPruned sets it:
 	// CreateSession and UpdateSession never write it.
@@ -422,6 +430,9 @@ type Store interface {
 	OutpostCounts(ctx context.Context, outpostID string, now time.Time) (OutpostCounts, error)
 	// SetOutpostLimits writes an outpost's limits; ErrNotFound when absent.
 	SetOutpostLimits(ctx context.Context, id string, l OutpostLimits) error
+	// SetOutpostApprovalRules replaces an outpost's approval rules (nil
+	// removes them); ErrNotFound when absent.
+	SetOutpostApprovalRules(ctx context.Context, id string, rules []api.ApprovalRule) error
 
 	// Stored secrets of an outpost (OutpostSecret), sealed like a
 	// session's and deleted with their outpost.

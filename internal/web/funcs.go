@@ -90,6 +90,17 @@ var funcs = template.FuncMap{
 		}
 		return strings.TrimPrefix(netpolicy.RequestText(*r), "network request ")
 	},
+	"approvalText": approvalText,
+	"msDate": func(v int64) string {
+		return time.UnixMilli(v).UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"argsText": func(raw json.RawMessage) string {
+		var b bytes.Buffer
+		if json.Indent(&b, raw, "", "  ") != nil {
+			return string(raw)
+		}
+		return b.String()
+	},
 	"has": func(list []string, s string) bool { return slices.Contains(list, s) },
 	"okText": func(ok *bool) string {
 		if ok == nil {
@@ -137,6 +148,8 @@ func plainStatus(status, detail string) string {
 			return "Waiting for your message"
 		case api.DetailWaitingForMachine:
 			return "Waiting for its machine to reconnect"
+		case api.DetailWaitingForApproval:
+			return "Waiting for a person's approval"
 		}
 		return "Running"
 	case api.StatusSuspended:
@@ -381,4 +394,41 @@ func labelsText(labels map[string]string) string {
 		parts = append(parts, k+"="+labels[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// approvalText says an approval event's news in a line: the call, its
+// state, who decided and why.
+func approvalText(a *api.Approval) string {
+	if a == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d %s", a.CallSeq, a.Tool)
+	switch a.State {
+	case api.ApprovalPending:
+		fmt.Fprintf(&b, " waits for approval (rule %s", a.Rule)
+		if a.RuleReason != "" {
+			fmt.Fprintf(&b, ": %s", a.RuleReason)
+		}
+		b.WriteString(")")
+	case api.ApprovalTimedOut:
+		verb := "denied"
+		if a.OnTimeout == api.ApprovalAllow {
+			verb = "allowed"
+		}
+		fmt.Fprintf(&b, " timed out, so %s", verb)
+	default:
+		fmt.Fprintf(&b, " %s", a.State)
+		switch a.By {
+		case "":
+		case "rule": // a deny rule's refusal
+			fmt.Fprintf(&b, " by rule %s", a.Rule)
+		default:
+			fmt.Fprintf(&b, " by %s", a.By)
+		}
+	}
+	if a.State != api.ApprovalPending && a.Reason != "" {
+		fmt.Fprintf(&b, ": %s", a.Reason)
+	}
+	return b.String()
 }

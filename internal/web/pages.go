@@ -415,6 +415,11 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	if !final {
 		_ = h.call(r, "GET", base+"/network-requests", nil, &requests)
 	}
+	// Likewise the tool calls that approval rules hold.
+	var approvals api.ApprovalList
+	if !final {
+		_ = h.call(r, "GET", base+"/approvals?state="+api.ApprovalPending, nil, &approvals)
+	}
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
 	plan := scriptPlan(s.Spec)
@@ -422,7 +427,8 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
-		"Policy": h.sessionPolicy(r, s, final, sent),
+		"Approvals": approvals.Items,
+		"Policy":    h.sessionPolicy(r, s, final, sent),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.
 		"Desktop": !final && (s.Spec.Desktop != nil || (s.Status.Capabilities != nil && s.Status.Capabilities.Desktop)),
@@ -447,6 +453,27 @@ func (h *Handler) answerRequest(w http.ResponseWriter, r *http.Request, answer s
 		return
 	}
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+// approveCall and denyCall decide a tool call that approval rules hold;
+// the session page shows the outcome.
+func (h *Handler) approveCall(w http.ResponseWriter, r *http.Request) { h.decideCall(w, r, "approve") }
+func (h *Handler) denyCall(w http.ResponseWriter, r *http.Request)    { h.decideCall(w, r, "deny") }
+
+func (h *Handler) decideCall(w http.ResponseWriter, r *http.Request, decision string) {
+	id := r.PathValue("session")
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 1 {
+		h.renderSession(w, r, http.StatusBadRequest, "There is no such tool call: its number must be a whole number from 1.", "")
+		return
+	}
+	path := fmt.Sprintf("/v1/sessions/%s/calls/%d/%s", url.PathEscape(id), seq, decision)
+	body := api.ApprovalDecisionRequest{Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+	if err := h.call(r, "POST", path, body, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id)+"#call-"+strconv.FormatInt(seq, 10), http.StatusSeeOther)
 }
 
 // newestEvents returns the last transcriptPage events of a session.

@@ -172,6 +172,8 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/sessions/{session}/network-policy", h.authed(h.setSessionPolicy))
 	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/grant", h.authed(h.grantRequest))
 	m.HandleFunc("POST /ui/sessions/{session}/network-requests/{request}/deny", h.authed(h.denyRequest))
+	m.HandleFunc("POST /ui/sessions/{session}/calls/{seq}/approve", h.authed(h.approveCall))
+	m.HandleFunc("POST /ui/sessions/{session}/calls/{seq}/deny", h.authed(h.denyCall))
 	m.HandleFunc("GET /ui/tokens", h.authed(h.tokensPage))
 	m.HandleFunc("POST /ui/tokens", h.authed(h.createToken))
 	m.HandleFunc("POST /ui/tokens/{token}/revoke", h.authed(h.revokeToken))

@@ -178,3 +178,37 @@ func ScanDesktop(v sql.NullString) (*api.OutpostDesktop, error) {
 	}
 	return d, nil
 }
+
+// SetOutpostApprovalRules replaces an outpost's approval rules;
+// store.ErrNotFound when absent.
+func (s *Store) SetOutpostApprovalRules(ctx context.Context, id string, rules []api.ApprovalRule) error {
+	v, err := EncodeApprovalRules(rules)
+	if err != nil {
+		return s.errorf(err, "set outpost approval rules %s", id)
+	}
+	if err := s.mustAffect(s.db.Exec(ctx, `UPDATE outposts SET approval_rules_json = $2 WHERE id = $1`, id, v)); err != nil {
+		return s.errorf(err, "set outpost approval rules %s", id)
+	}
+	return nil
+}
+
+// EncodeApprovalRules is the value of an approval_rules_json column: NULL
+// for none.
+func EncodeApprovalRules(rules []api.ApprovalRule) (any, error) {
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	return Marshal(rules)
+}
+
+// ScanApprovalRules reads an approval_rules_json column: nil for NULL.
+func ScanApprovalRules(v sql.NullString) ([]api.ApprovalRule, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	var rules []api.ApprovalRule
+	if err := json.Unmarshal([]byte(v.String), &rules); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}

@@ -14,17 +14,20 @@ import (
 // SessionCols are the columns ScanSession reads.
 const SessionCols = `id, outpost_id, spec_json, secrets_json, status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
-	network_policy_json, worker`
+	network_policy_json, worker, approvals_json`
 
 // ScanSession reads SessionCols, opening the secrets with keys.
 func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 	var s store.Session
 	var spec, secrets string
-	var caps, usage, policy nullString
+	var caps, usage, policy, approvals nullString
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &spec, &secrets, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker, &approvals); err != nil {
+		return store.Session{}, err
+	}
+	if err := decodeApprovals(&s, approvals); err != nil {
 		return store.Session{}, err
 	}
 	var err error
@@ -49,17 +52,20 @@ func ScanSession(sc Scanner, keys *sealed.Keyring) (store.Session, error) {
 // StateCols are the columns of a session that change after creation, which
 // ScanState reads.
 const StateCols = `id, outpost_id, status, status_detail, reason, last_seq, capabilities_json, created_at, updated_at,
-	started_at, ended_at, usage_json, artifacts_pruned_at, network_policy_json, worker`
+	started_at, ended_at, usage_json, artifacts_pruned_at, network_policy_json, worker, approvals_json`
 
 // ScanState reads StateCols: a session without its immutable spec and
 // secrets, which write transactions neither need nor rewrite.
 func ScanState(sc Scanner) (store.Session, error) {
 	var s store.Session
-	var caps, usage, policy nullString
+	var caps, usage, policy, approvals nullString
 	var created, updated int64
 	var started, ended, pruned nullInt64
 	if err := sc.Scan(&s.ID, &s.OutpostID, &s.Status, &s.StatusDetail, &s.Reason, &s.LastSeq,
-		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker); err != nil {
+		&caps, &created, &updated, &started, &ended, &usage, &pruned, &policy, &s.Worker, &approvals); err != nil {
+		return store.Session{}, err
+	}
+	if err := decodeApprovals(&s, approvals); err != nil {
 		return store.Session{}, err
 	}
 	var err error
@@ -73,6 +79,29 @@ func ScanState(sc Scanner) (store.Session, error) {
 	s.StartedAt, s.EndedAt = started.timePtr(), ended.timePtr()
 	s.ArtifactsPrunedAt = pruned.timePtr()
 	return s, nil
+}
+
+// decodeApprovals decodes the approvals column (NULL when none).
+func decodeApprovals(s *store.Session, v nullString) error {
+	if !v.valid {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(v.v), &s.Approvals); err != nil {
+		return fmt.Errorf("session %s approvals: %w", s.ID, err)
+	}
+	return nil
+}
+
+// encodeApprovals is the value of the approvals column: NULL for none.
+func encodeApprovals(s *store.Session) (any, error) {
+	if len(s.Approvals) == 0 {
+		return nil, nil
+	}
+	v, err := Marshal(s.Approvals)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	return v, nil
 }
 
 // decodeState decodes the capabilities and usage columns (NULL when absent).
@@ -112,7 +141,7 @@ func stateValues(s *store.Session) (caps, usage any, err error) {
 // StateArgs.
 const UpdateStateSQL = `UPDATE sessions SET status = $2, status_detail = $3, reason = $4, last_seq = $5,
 	capabilities_json = $6, updated_at = $7, started_at = $8, ended_at = $9, usage_json = $10,
-	network_policy_json = $11, worker = $12 WHERE id = $1`
+	network_policy_json = $11, worker = $12, approvals_json = $13 WHERE id = $1`
 
 // StateArgs are the arguments of UpdateStateSQL for s.
 func StateArgs(s *store.Session) ([]any, error) {
@@ -124,8 +153,12 @@ func StateArgs(s *store.Session) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	approvals, err := encodeApprovals(s)
+	if err != nil {
+		return nil, err
+	}
 	return []any{s.ID, s.Status, s.StatusDetail, s.Reason, s.LastSeq, caps, MS(s.UpdatedAt), PtrMS(s.StartedAt),
-		PtrMS(s.EndedAt), usage, policy, s.Worker}, nil
+		PtrMS(s.EndedAt), usage, policy, s.Worker, approvals}, nil
 }
 
 // InsertSessionSQL inserts a session, with SessionArgs.

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OutpostDesktop", testOutpostDesktop},
 		{"Requirements", testRequirements},
 		{"OutpostSecrets", testOutpostSecrets},
+		{"Approvals", testApprovals},
 		{"QueuePriority", testQueuePriority},
 		{"ClaimLoad", testClaimLoad},
 		{"OutpostCounts", testOutpostCounts},

@@ -11,6 +11,7 @@
       case "running":
         if (detail === "waiting_for_user") return "Waiting for your message";
         if (detail === "waiting_for_machine") return "Waiting for its machine to reconnect";
+        if (detail === "waiting_for_approval") return "Waiting for a person's approval";
         return "Running";
       case "suspended": return "Suspended";
       case "resuming": return "Resuming";
@@ -473,6 +474,22 @@
           if (r.state === "granted") text(" for the " + str(r.scope));
           if (r.answered_by) text(" by " + r.answered_by);
           if (r.answer) text(": " + r.answer);
+        }
+        break;
+      case "approval":
+        var a = ev.approval || {};
+        k("approval", a.state === "denied" || (a.state === "timed_out" && a.on_timeout !== "allow"));
+        text(" #" + Number(a.call_seq) + " " + str(a.tool));
+        if (a.state === "pending") {
+          text(" waits for approval (rule " + str(a.rule) + (a.rule_reason ? ": " + a.rule_reason : "") + ") ");
+          var decide = el("a", "", "decide it");
+          decide.href = location.pathname + "#approvals";
+          decide.addEventListener("click", function () { location.reload(); });
+          li.appendChild(decide);
+        } else {
+          if (a.state === "timed_out") text(" timed out, so " + (a.on_timeout === "allow" ? "allowed" : "denied"));
+          else text(" " + str(a.state) + (a.by === "rule" ? " by rule " + str(a.rule) : a.by ? " by " + a.by : ""));
+          if (a.reason) text(": " + a.reason);
         }
         break;
       default:
