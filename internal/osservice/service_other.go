@@ -9,7 +9,7 @@ import (
 )
 
 // errNotWindows answers every Windows service call elsewhere.
-var errNotWindows = errors.New("Windows services exist on Windows only")
+var errNotWindows = errors.New("only Windows has a service control manager")
 
 // IsWindowsService is false: only Windows has a service control manager.
 func IsWindowsService() bool { return false }
