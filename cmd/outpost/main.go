@@ -12,6 +12,9 @@ import (
 )
 
 func main() {
+	if code, ok := runAsService(argsOf(os.Args)); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal starts a graceful stop, a second one kills.
 	context.AfterFunc(ctx, stop)

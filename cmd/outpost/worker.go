@@ -29,6 +29,9 @@ type WorkerStartOptions struct {
 	worker.Options
 	LogLevel  string
 	LogFormat string
+	// LogFile is where the log goes instead of standard error (a Windows
+	// service has none); "" means standard error.
+	LogFile string
 	// ConfigFile is the YAML file of settings (--config); "" means none.
 	ConfigFile string
 	// overridden lists the file's keys the environment replaced.
@@ -184,6 +187,7 @@ nothing is pinned and the latest build cannot be read, this build serves.`,
 	fl.StringVar(&opts.pool, "pool", "", "deprecated spelling of --outpost")
 	_ = fl.MarkHidden("pool")
 	addLogFlags(fl, &opts.LogLevel, &opts.LogFormat)
+	fl.StringVar(&opts.LogFile, "log-file", "", "append the log to this file instead of standard error (a Windows service without it logs to the Event Log)")
 	addConfigFlag(fl, &opts.ConfigFile)
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		switch name {
@@ -241,7 +245,16 @@ func (o *WorkerStartOptions) resolvePool(fl *pflag.FlagSet, f *Factory) error {
 
 func runWorkerStart(ctx context.Context, o *WorkerStartOptions) error {
 	f := o.f
-	log := newLogger(f.IO.ErrOut, o.LogLevel, o.LogFormat)
+	logOut := f.IO.ErrOut
+	if o.LogFile != "" {
+		lf, err := os.OpenFile(o.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("open the log file: %w", err)
+		}
+		defer lf.Close()
+		logOut = lf
+	}
+	log := newLogger(logOut, o.LogLevel, o.LogFormat)
 	warnOverridden(log, o.ConfigFile, o.overridden)
 	if o.legacyAcceptorFile != "" {
 		log.Info("each workspace now has its own worker data dir and acceptor id; the one older versions shared is no longer used",

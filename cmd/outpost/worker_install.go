@@ -50,9 +50,19 @@ type WorkerInstallOptions struct {
 	// token serves the outpost (a server not reachable from here yet).
 	SkipServerCheck bool
 
+	// LaunchAgent installs a macOS LaunchAgent (the logged-in user's GUI
+	// session) instead of a LaunchDaemon.
+	LaunchAgent bool
+	// LogFile is where the worker logs instead of the Event Log (Windows)
+	// or the launchd job's default log file (macOS).
+	LogFile string
+
 	// systemd says why this machine's systemd cannot take the unit, or
 	// nil; nil means systemdReady. Tests replace it.
 	systemd func(ctx context.Context, userUnit bool) error
+	// goos is the system the install is for; "" means this one. Tests set
+	// it to plan (and dry-run) another system's service here.
+	goos string
 }
 
 // defaultWorkerUser is the system user workers run as unless --user says.
@@ -68,9 +78,12 @@ func NewCmdWorkerInstall(f *Factory, runF func(context.Context, *WorkerInstallOp
 	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "install --outpost NAME [--user USER] [--token-file FILE] [--dir DIR] [--system|--user-unit] [--dry-run]",
-		Short: "Run a worker for an outpost as a systemd service",
-		Long: `Install a systemd service that runs 'outpost worker start' for an outpost, and
-enable and start it: outpost-worker@NAME, from the template unit
+		Short: "Run a worker for an outpost as a service (systemd, launchd or a Windows service)",
+		Long: `Install a service that runs 'outpost worker start' for an outpost, and start
+it: a systemd unit on Linux, a launchd job on macOS, a Windows service on
+Windows (the last two are described at the end).
+
+On Linux it installs, enables and starts outpost-worker@NAME, from the template unit
 outpost-worker@.service (deploy/systemd), which this writes with this
 executable (or --executable) on its ExecStart.
 
@@ -96,13 +109,40 @@ reads (executable, CA file, --dir). A step that fails halfway is taken back.
 without the system unit's hardening) and enables lingering so it runs
 without a login. --dry-run prints the files and commands without writing or
 running anything. Running it again updates the files and restarts the
-worker. See docs/production.md.`,
+worker. See docs/production.md.
+
+On macOS it writes a LaunchDaemon, /Library/LaunchDaemons/sh.outpost.worker.NAME.plist
+(started at boot without a login, as --user or the user who ran sudo;
+needs root), or with --launch-agent a LaunchAgent in
+~/Library/LaunchAgents (started at your login, inside your GUI session:
+what computer use and iOS simulators need; no root). Both are kept alive
+and log to --log-file (default /var/log/outpost/worker-NAME.log, or
+~/Library/Logs/outpost/ for an agent); settings and token go to
+/etc/outpost (an agent's to ~/Library/Application Support/outpost). Then
+launchctl bootout (a job loaded before), enable and bootstrap.
+
+On Windows, from an elevated prompt, it creates the service
+outpost-worker-NAME (automatic delayed start, LocalSystem, restarted 5 s,
+30 s and 2 min after failures), writes the settings and a token file
+readable by LocalSystem and the administrators only under
+%ProgramData%\outpost, and starts it; the worker logs to the Application
+event log, or to --log-file. The executable must not be in a user's
+profile or a temporary directory.
+
+Everywhere the token is checked with the server first and a step that
+fails takes back the steps before it.`,
 		Example: `  sudo OUTPOST_TOKEN=... outpost worker install --outpost gpu-h200 --server https://outpost.example.com
   sudo outpost worker install --outpost gpu-h200 --token-file /etc/outpost/gpu-h200.token --dir /srv/outpost/work
   outpost worker install --outpost dev --user-unit --token-file ~/.config/outpost/dev.token
-  outpost worker install --outpost gpu-h200 --dry-run`,
+  outpost worker install --outpost gpu-h200 --dry-run
+  sudo outpost worker install --outpost mac-minis --user ci            # macOS LaunchDaemon
+  outpost worker install --outpost ios-sims --launch-agent --token-file ~/ios.token   # macOS LaunchAgent
+  outpost.exe worker install --outpost win --token-file C:\ProgramData\outpost\win.token   # Windows, elevated`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.checkForOS(); err != nil {
+				return err
+			}
 			if err := o.resolve(); err != nil {
 				return err
 			}
@@ -125,6 +165,9 @@ worker. See docs/production.md.`,
 	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without writing or running anything")
 	fl.StringVar(&o.Executable, "executable", "", "outpost binary the unit runs (default this one)")
 	fl.BoolVar(&o.SkipServerCheck, "skip-server-check", false, "install without checking the token against the server (a server not reachable from this machine yet)")
+	fl.BoolVar(&o.LaunchAgent, "launch-agent", false, "macOS: install a LaunchAgent of your GUI session instead of a LaunchDaemon")
+	fl.StringVar(&o.LogFile, "log-file", "", "macOS and Windows: the worker's log file (default: the launchd job's log file; Windows: the Application event log)")
+	addForOSFlag(fl, o)
 	return cmd
 }
 
@@ -134,16 +177,24 @@ func NewCmdWorkerUninstall(f *Factory, runF func(context.Context, *WorkerInstall
 	o := &WorkerInstallOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "uninstall --outpost NAME [--system|--user-unit] [--dry-run]",
-		Short: "Stop and remove the systemd service of an outpost's worker",
+		Short: "Stop and remove the service of an outpost's worker",
 		Long: `Stop and disable outpost-worker@NAME and remove what 'outpost worker install'
 wrote for it: its drop-in, its settings and its env file. The template unit
 (other instances may use it) and the worker's state and workspace under
 /var/lib/outpost are kept. A running session gets the worker's grace period
-and goes back to the queue.`,
+and goes back to the queue.
+
+On macOS it boots the launchd job out (--launch-agent: your LaunchAgent)
+and removes its plist, settings and token file; on Windows it stops and
+deletes the service outpost-worker-NAME and removes its settings and token
+file. Workspaces, data and logs are kept.`,
 		Example: `  sudo outpost worker uninstall --outpost gpu-h200
   outpost worker uninstall --outpost dev --user-unit --dry-run`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.checkForOS(); err != nil {
+				return err
+			}
 			if err := o.resolveName(); err != nil {
 				return err
 			}
@@ -161,15 +212,17 @@ and goes back to the queue.`,
 	fl.BoolVar(&o.UserUnit, "user-unit", false, "remove a unit of your own systemd user instance")
 	fl.Bool("system", false, "remove a system unit (the default)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "print the files and commands without removing or running anything")
+	fl.BoolVar(&o.LaunchAgent, "launch-agent", false, "macOS: remove your LaunchAgent rather than the LaunchDaemon")
+	addForOSFlag(fl, o)
 	return cmd
 }
 
 func runWorkerInstall(ctx context.Context, o *WorkerInstallOptions) error {
-	plan, err := planWorkerInstall(o.f, o)
+	plan, err := o.planInstall()
 	if err != nil {
 		return err
 	}
-	if err := o.checkSystemd(ctx); err != nil {
+	if err := o.checkServiceManager(ctx); err != nil {
 		return err
 	}
 	if err := checkInstallToken(ctx, o, plan); err != nil {
@@ -179,11 +232,11 @@ func runWorkerInstall(ctx context.Context, o *WorkerInstallOptions) error {
 }
 
 func runWorkerUninstall(ctx context.Context, o *WorkerInstallOptions) error {
-	plan, err := planWorkerUninstall(o.f, o)
+	plan, err := o.planUninstall()
 	if err != nil {
 		return err
 	}
-	if err := o.checkSystemd(ctx); err != nil {
+	if err := o.checkServiceManager(ctx); err != nil {
 		return err
 	}
 	return runPlan(ctx, o.f.IO.Out, plan, o.DryRun)
@@ -292,9 +345,9 @@ func (o *WorkerInstallOptions) resolveName() error {
 	return nil
 }
 
-// needRoot checks the unit kind and refuses to change the system's units
-// without root.
-func needRoot(cmd *cobra.Command, o *WorkerInstallOptions) error {
+// needRootSystemd checks the unit kind and refuses to change the system's
+// units without root.
+func needRootSystemd(cmd *cobra.Command, o *WorkerInstallOptions) error {
 	if o.UserUnit && cmd.Flags().Changed("system") {
 		return usageErrorf("give --system or --user-unit, not both")
 	}
@@ -304,7 +357,8 @@ func needRoot(cmd *cobra.Command, o *WorkerInstallOptions) error {
 	return nil
 }
 
-func (o *WorkerInstallOptions) resolve() error {
+// resolveSystemd checks the flags of a systemd install.
+func (o *WorkerInstallOptions) resolveSystemd() error {
 	if err := o.resolveName(); err != nil {
 		return err
 	}
@@ -352,6 +406,21 @@ type installStep struct {
 	data  []byte
 	// secret keeps data out of --dry-run's output.
 	secret bool
+
+	// mayFail: a command whose failure is no error (stopping a job that
+	// is not loaded).
+	mayFail bool
+	// undo, for a command, is the command that takes it back; undoIf,
+	// run before the command, says whether it applies (nil: always).
+	undo   []string
+	undoIf func(ctx context.Context) bool
+
+	// call is a step done by a function rather than a command (the
+	// Windows service control manager); what says what it does, for
+	// messages and dry runs, and detail is printed under it by a dry run.
+	call   func(ctx context.Context) (*undoStep, error)
+	what   string
+	detail string
 }
 
 // installPlan is what worker install or uninstall does, in order.
@@ -514,11 +583,20 @@ func planWorkerInstall(f *Factory, o *WorkerInstallOptions) (*installPlan, error
 // workerSettings is the instance's YAML settings file.
 func workerSettings(f *Factory, o *WorkerInstallOptions) ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `# Settings of outpost-worker@%s, written by 'outpost worker install'. Each
+	switch o.targetOS() {
+	case "windows", "darwin":
+		fmt.Fprintf(&b, `# Settings of the worker of %s, written by 'outpost worker install'. Each
+# key is a flag of 'outpost worker start', each value what the flag takes
+# (a list for a repeatable flag); a flag on the service's command line or
+# an OUTPOST_* variable beats a key here. See deploy/systemd/worker.yaml.
+`, o.Outpost)
+	default:
+		fmt.Fprintf(&b, `# Settings of outpost-worker@%s, written by 'outpost worker install'. Each
 # key is a flag of 'outpost worker start', each value what the flag takes
 # (a list for a repeatable flag); an OUTPOST_* variable of the unit or of
 # worker-%s.env beats a key here. See deploy/systemd/worker.yaml.
 `, o.Outpost, o.Outpost)
+	}
 	server := f.Server
 	if server == "" {
 		server = api.EnvServer.Get(f.Getenv)
@@ -802,6 +880,13 @@ func (p *installPlan) print(w io.Writer) {
 			}
 		case s.remove != "":
 			fmt.Fprintf(w, "\nWould remove %s\n", s.remove)
+		case s.call != nil:
+			fmt.Fprintf(w, "\nWould %s\n", s.what)
+			for _, line := range strings.Split(strings.TrimSuffix(s.detail, "\n"), "\n") {
+				if line != "" {
+					fmt.Fprintf(w, "    %s\n", line)
+				}
+			}
 		default:
 			fmt.Fprintf(w, "\nWould run: %s\n", strings.Join(s.cmd, " "))
 		}
@@ -860,16 +945,29 @@ func (s installStep) do(ctx context.Context, out io.Writer) (*undoStep, error) {
 		}
 		fmt.Fprintf(out, "Removed %s\n", s.remove)
 		return nil, nil
+	case s.call != nil:
+		u, err := s.call(ctx)
+		if err != nil {
+			return u, fmt.Errorf("%s: %w", s.what, err)
+		}
+		fmt.Fprintf(out, "Did: %s\n", s.what)
+		return u, nil
 	default:
 		// How to take the command back depends on the state it changes
 		// (was the unit enabled, running?): ask before running it.
 		u := cmdUndo(ctx, s.cmd)
+		if s.undo != nil {
+			u = nil
+			if s.undoIf == nil || s.undoIf(ctx) {
+				u = &undoStep{what: "ran " + strings.Join(s.cmd, " "), do: runCmd(s.undo...)}
+			}
+		}
 		c := exec.CommandContext(ctx, s.cmd[0], s.cmd[1:]...)
 		var msg bytes.Buffer
 		c.Stdout, c.Stderr = &msg, &msg
 		if err := c.Run(); err != nil {
 			var ee *exec.ExitError
-			if errors.As(err, &ee) && s.cmd[0] == "systemctl" && len(s.cmd) > 1 && s.cmd[1] == "disable" {
+			if errors.As(err, &ee) && (s.mayFail || s.cmd[0] == "systemctl" && len(s.cmd) > 1 && s.cmd[1] == "disable") {
 				fmt.Fprintf(out, "Ran %s (%s)\n", strings.Join(s.cmd, " "), strings.TrimSpace(msg.String()))
 				return nil, nil // not installed: nothing to stop
 			}
@@ -1000,14 +1098,7 @@ func fileUndo(path string) *undoStep {
 // was running already runs again, with its old files, once systemd has
 // reloaded them; only what the install itself turned on is turned off.
 func cmdUndo(ctx context.Context, cmd []string) *undoStep {
-	run := func(args ...string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			if msg, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(msg)))
-			}
-			return nil
-		}
-	}
+	run := runCmd
 	switch {
 	case cmd[0] == "useradd":
 		name := cmd[len(cmd)-1]
@@ -1038,6 +1129,16 @@ func cmdUndo(ctx context.Context, cmd []string) *undoStep {
 		return &undoStep{what: "started " + strings.Join(args, " "), do: run(with("stop")...)}
 	}
 	return nil
+}
+
+// runCmd is a function that runs args, for an undo.
+func runCmd(args ...string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if msg, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(msg)))
+		}
+		return nil
+	}
 }
 
 // chown gives path to the step's owner and group, when it names them.
