@@ -16,6 +16,8 @@
 #   nginx                   the reverse proxy test (test/e2e/nginx_test.go runs its
 #                           own nginx on loopback; the service Debian starts when
 #                           it installs the package is stopped and disabled)
+#   wine64,                 the Windows worker's end-to-end test (test/e2e/wine_test.go
+#   gcc-mingw-w64-x86-64    runs outpost.exe under Wine; MinGW builds the DLL it needs)
 #   iproute2, curl,         the egress engine's tests (network namespaces, veth
 #   util-linux              pairs, curl run inside a session's namespace, unshare)
 # and gives git an identity if it has none (tests commit to throwaway
@@ -33,7 +35,8 @@ for pair in git:git gcc:gcc make:make chromium:chromium ffmpeg:ffmpeg Xvfb:xvfb 
   xterm:xterm vncsnapshot:vncsnapshot \
   podman:podman runc:runc debootstrap:debootstrap bwrap:bubblewrap newuidmap:uidmap \
   '/usr/lib/postgresql/*/bin/initdb:postgresql' systemd-analyze:systemd nginx:nginx \
-  ip:iproute2 curl:curl unshare:util-linux; do
+  ip:iproute2 curl:curl unshare:util-linux \
+  '/usr/lib/wine/wine64:wine64' x86_64-w64-mingw32-gcc:gcc-mingw-w64-x86-64; do
   have "${pair%%:*}" || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
