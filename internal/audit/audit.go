@@ -56,6 +56,16 @@ const (
 	NetworkGrant       = "network.grant"
 	NetworkDeny        = "network.deny"
 	WorkerRegister     = "worker.register"
+	RoleGrant          = "role.grant"
+	RoleRevoke         = "role.revoke"
+	ApprovalApprove    = "approval.approve"
+	ApprovalDeny       = "approval.deny"
+	SecretSet          = "secret.set"
+	SecretDelete       = "secret.delete"
+	WebhookCreate      = "webhook.create"
+	WebhookDelete      = "webhook.delete"
+	DeviceApprove      = "device.approve"
+	DeviceDeny         = "device.deny"
 )
 
 // Object kinds.
@@ -65,6 +75,11 @@ const (
 	ObjectSession        = "session"
 	ObjectNetworkRequest = "network_request"
 	ObjectWorker         = "worker"
+	ObjectRoleBinding    = "role_binding"
+	ObjectToolCall       = "tool_call"
+	ObjectSecret         = "secret"
+	ObjectWebhook        = "webhook"
+	ObjectDeviceLogin    = "device_login"
 )
 
 // Actor is who made a change.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/approval"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -75,7 +77,12 @@ func (s *Server) decideCall(w http.ResponseWriter, r *http.Request, state string
 	reason := strings.TrimSpace(req.Reason)
 	now := s.now()
 	var decided api.Approval
-	m, err := s.store.UpdateSession(ctx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
+	action := audit.ApprovalApprove
+	if state == api.ApprovalDenied {
+		action = audit.ApprovalDeny
+	}
+	actx := s.audited(ctx, action, audit.Object{Kind: audit.ObjectToolCall, ID: fmt.Sprintf("%s/%d", sess.ID, seq)}, map[string]string{"reason": reason}, nil)
+	m, err := s.store.UpdateSession(actx, sess.ID, func(st store.Session, e store.QueueEntry) (store.Mutation, error) {
 		evs, err := approval.Decide(&st, seq, state, by, reason, now)
 		switch {
 		case err == nil && api.IsFinal(st.Status):

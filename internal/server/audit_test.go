@@ -374,3 +374,71 @@ func TestAuditRetention(t *testing.T) {
 		t.Errorf("verify after an append: %+v", v)
 	}
 }
+
+// TestAuditPeopleActions: role grants and revocations, decisions on held
+// tool calls, stored secrets, webhooks and device logins each leave one
+// entry, naming what changed and never a secret's value.
+func TestAuditPeopleActions(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("home")
+
+	n := len(ts.auditLog())
+	var b api.RoleBinding
+	ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: api.RoleMember, Group: "eng", Outpost: "home"}, &b)
+	if e := ts.auditSince(n, audit.RoleGrant)[0]; e.Object != (api.AuditObject{Kind: "role_binding", ID: b.ID}) || !strings.Contains(string(e.Data), `"eng"`) {
+		t.Errorf("role.grant %+v", e)
+	}
+	n = len(ts.auditLog())
+	ts.mustDo(204, "DELETE", "/v1/role-bindings/"+b.ID, ts.admin, nil, nil)
+	ts.mustDo(404, "DELETE", "/v1/role-bindings/"+b.ID, ts.admin, nil, nil)
+	ts.auditSince(n, audit.RoleRevoke)
+
+	n = len(ts.auditLog())
+	ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/DEPLOY_KEY", ts.admin, api.PutOutpostSecretRequest{Value: "s3cr3t-value-9"}, nil)
+	ts.mustDo(204, "DELETE", "/v1/outposts/home/secrets/DEPLOY_KEY", ts.admin, nil, nil)
+	es := ts.auditSince(n, audit.SecretSet, audit.SecretDelete)
+	set, del := es[0], es[1]
+	if !strings.HasSuffix(set.Object.ID, "/DEPLOY_KEY") || del.Object != set.Object {
+		t.Errorf("secret entries %+v, %+v", set, del)
+	}
+
+	n = len(ts.auditLog())
+	var hook api.Webhook
+	ts.mustDo(201, "POST", "/v1/webhooks", ts.admin, api.CreateWebhookRequest{URL: "http://10.0.0.7/hooks", Events: []string{"session.created"}}, &hook)
+	ts.mustDo(204, "DELETE", "/v1/webhooks/"+hook.ID, ts.admin, nil, nil)
+	es = ts.auditSince(n, audit.WebhookCreate, audit.WebhookDelete)
+	if e := es[0]; e.Object.ID != hook.ID || !strings.Contains(string(e.Data), "10.0.0.7") {
+		t.Errorf("webhook.create %+v", e)
+	}
+
+	n = len(ts.auditLog())
+	approved := ts.deviceCode(url.Values{"client_id": {"cli"}})
+	denied := ts.deviceCode(url.Values{"client_id": {"cli"}})
+	ts.mustDo(200, "POST", api.DeviceApprovePath, ts.admin, api.DeviceDecisionRequest{UserCode: approved.UserCode}, nil)
+	ts.mustDo(200, "POST", api.DeviceDenyPath, ts.admin, api.DeviceDecisionRequest{UserCode: denied.UserCode}, nil)
+	es = ts.auditSince(n, audit.DeviceApprove, audit.DeviceDeny)
+	if e := es[0]; e.Object.ID != approved.UserCode || !strings.Contains(string(e.Data), "token_id") {
+		t.Errorf("device.approve %+v", e)
+	}
+	if e := es[1]; e.Object.ID != denied.UserCode {
+		t.Errorf("device.deny %+v", e)
+	}
+
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, api.CreateOutpostRequest{Name: "guarded", ApprovalRules: []api.ApprovalRule{pushRule}}, nil)
+	id := approvalSession(ts, ts.admin, "guarded", "git push origin main")
+	connect(ts, id)
+	waitHeld(ts, id, 1)
+	n = len(ts.auditLog())
+	ts.mustDo(200, "POST", "/v1/sessions/"+id+"/calls/1/deny", ts.admin, api.ApprovalDecisionRequest{Reason: "not on a Friday"}, nil)
+	ts.mustDo(409, "POST", "/v1/sessions/"+id+"/calls/1/approve", ts.admin, nil, nil)
+	if e := ts.auditSince(n, audit.ApprovalDeny)[0]; e.Object != (api.AuditObject{Kind: "tool_call", ID: id + "/1"}) || !strings.Contains(string(e.Data), "Friday") {
+		t.Errorf("approval.deny %+v", e)
+	}
+
+	for _, e := range ts.auditLog() {
+		if strings.Contains(string(e.Data), "s3cr3t-value-9") {
+			t.Errorf("entry %s holds a secret's value: %s", e.AuditLogID, e.Data)
+		}
+	}
+}

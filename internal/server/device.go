@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -380,7 +381,12 @@ func (s *Server) deviceDecide(w http.ResponseWriter, r *http.Request, approve bo
 	}
 	now := s.now()
 	var out store.DeviceGrant
-	err = s.store.UpdateDeviceGrant(ctx, g.DeviceHash, func(g store.DeviceGrant) (store.DeviceUpdate, error) {
+	action, details := audit.DeviceDeny, map[string]string{"user_code": g.UserCode}
+	if approve {
+		action, details["token_id"], details["outpost_id"] = audit.DeviceApprove, tok.ID, tok.OutpostID
+	}
+	actx := s.audited(ctx, action, audit.Object{Kind: audit.ObjectDeviceLogin, ID: g.UserCode}, details, nil)
+	err = s.store.UpdateDeviceGrant(actx, g.DeviceHash, func(g store.DeviceGrant) (store.DeviceUpdate, error) {
 		if g.State != store.DevicePending {
 			return store.DeviceUpdate{}, errConflict("This device login was %s already.", g.State)
 		}

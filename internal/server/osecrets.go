@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -100,7 +101,8 @@ func (s *Server) putOutpostSecret(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	now := s.now()
-	created, err := s.store.PutOutpostSecret(ctx, store.OutpostSecret{
+	actx := s.audited(ctx, audit.SecretSet, audit.Object{Kind: audit.ObjectSecret, ID: o.ID + "/" + name}, map[string]string{"name": name}, nil)
+	created, err := s.store.PutOutpostSecret(actx, store.OutpostSecret{
 		OutpostID: o.ID, Name: name, Value: req.Value, SetBy: principalFrom(ctx).tokenID, CreatedAt: now, UpdatedAt: now,
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -131,7 +133,8 @@ func (s *Server) deleteOutpostSecret(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	name := r.PathValue("name")
-	err = s.store.DeleteOutpostSecret(ctx, o.ID, name)
+	actx := s.audited(ctx, audit.SecretDelete, audit.Object{Kind: audit.ObjectSecret, ID: o.ID + "/" + name}, map[string]string{"name": name}, nil)
+	err = s.store.DeleteOutpostSecret(actx, o.ID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound("Outpost %s has no secret named %s.", o.Name, name)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/identity"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -217,7 +218,9 @@ func (s *Server) createRoleBinding(w http.ResponseWriter, r *http.Request) error
 		}
 		b.OutpostID, names[o.ID] = o.ID, o.Name
 	}
-	if err := s.store.CreateRoleBinding(ctx, b); err != nil {
+	actx := s.audited(ctx, audit.RoleGrant, audit.Object{Kind: audit.ObjectRoleBinding, ID: b.ID},
+		map[string]string{"role": b.Role, "subject_kind": b.SubjectKind, "subject": b.Subject, "outpost_id": b.OutpostID}, nil)
+	if err := s.store.CreateRoleBinding(actx, b); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("This role is already given to this %s there.", b.SubjectKind)
 		}
@@ -245,7 +248,8 @@ func (s *Server) findUser(ctx context.Context, ref string) (store.User, error) {
 // deleteRoleBinding answers DELETE /v1/role-bindings/{binding}.
 func (s *Server) deleteRoleBinding(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("binding")
-	if err := s.store.DeleteRoleBinding(r.Context(), id); err != nil {
+	actx := s.audited(r.Context(), audit.RoleRevoke, audit.Object{Kind: audit.ObjectRoleBinding, ID: id}, nil, nil)
+	if err := s.store.DeleteRoleBinding(actx, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Role binding %s does not exist.", id)
 		}

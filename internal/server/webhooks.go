@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/webhooks"
 )
@@ -99,7 +100,9 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) error {
 	} else if p.outpostID != "" {
 		return errForbidden("This token is limited to one outpost, so its webhooks must be too: set outpost.")
 	}
-	if err := s.store.CreateWebhook(ctx, hook); err != nil {
+	actx := s.audited(ctx, audit.WebhookCreate, audit.Object{Kind: audit.ObjectWebhook, ID: hook.ID},
+		map[string]any{"url": hook.URL, "events": hook.Events, "outpost_id": hook.OutpostID}, nil)
+	if err := s.store.CreateWebhook(actx, hook); err != nil {
 		return fmt.Errorf("create webhook: %w", err)
 	}
 	s.log.Info("webhook created", "id", hook.ID, "url", hook.URL, "events", hook.Events, "outpost", hook.OutpostID)
@@ -147,7 +150,8 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.store.DeleteWebhook(r.Context(), h.ID); err != nil {
+	actx := s.audited(r.Context(), audit.WebhookDelete, audit.Object{Kind: audit.ObjectWebhook, ID: h.ID}, nil, nil)
+	if err := s.store.DeleteWebhook(actx, h.ID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Webhook %s does not exist.", h.ID)
 		}

@@ -128,7 +128,7 @@ func (s *Store) OutpostSecretValues(ctx context.Context, outpostID string, names
 
 // DeleteOutpostSecret removes one; store.ErrNotFound when absent.
 func (s *Store) DeleteOutpostSecret(ctx context.Context, outpostID, name string) error {
-	if err := s.mustAffect(s.db.Exec(ctx, DeleteOutpostSecretSQL, outpostID, name)); err != nil {
+	if err := s.execOne(ctx, DeleteOutpostSecretSQL, outpostID, name); err != nil {
 		return s.errorf(err, "delete secret %s of outpost %s", name, outpostID)
 	}
 	return nil

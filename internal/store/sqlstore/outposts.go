@@ -186,7 +186,7 @@ func (s *Store) SetOutpostApprovalRules(ctx context.Context, id string, rules []
 	if err != nil {
 		return s.errorf(err, "set outpost approval rules %s", id)
 	}
-	if err := s.mustAffect(s.db.Exec(ctx, `UPDATE outposts SET approval_rules_json = $2 WHERE id = $1`, id, v)); err != nil {
+	if err := s.execOne(ctx, `UPDATE outposts SET approval_rules_json = $2 WHERE id = $1`, id, v); err != nil {
 		return s.errorf(err, "set outpost approval rules %s", id)
 	}
 	return nil

@@ -109,7 +109,7 @@ func (s *Store) ListUsers(ctx context.Context) ([]store.User, error) {
 
 // SetUserChecked records the outcome of asking the provider about a user.
 func (s *Store) SetUserChecked(ctx context.Context, id string, checkedAt time.Time, refreshToken string, disabledAt *time.Time) error {
-	if err := s.mustAffect(s.db.Exec(ctx, SetUserCheckedSQL, id, MS(checkedAt), refreshToken, PtrMS(disabledAt))); err != nil {
+	if err := s.execOne(ctx, SetUserCheckedSQL, id, MS(checkedAt), refreshToken, PtrMS(disabledAt)); err != nil {
 		return s.errorf(err, "set user %s checked", id)
 	}
 	return nil
@@ -134,7 +134,7 @@ func (s *Store) ListRoleBindings(ctx context.Context) ([]store.RoleBinding, erro
 
 // DeleteRoleBinding removes a role binding.
 func (s *Store) DeleteRoleBinding(ctx context.Context, id string) error {
-	if err := s.mustAffect(s.db.Exec(ctx, DeleteRoleBindingSQL, id)); err != nil {
+	if err := s.execOne(ctx, DeleteRoleBindingSQL, id); err != nil {
 		return s.errorf(err, "delete role binding %s", id)
 	}
 	return nil
