@@ -16,7 +16,6 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/approval"
-	"github.com/outpost-sh/outpost/internal/logtext"
 )
 
 // SessionsDecideOptions are the settings of `outpost sessions approve`
@@ -228,6 +227,3 @@ func approvalRulesText(rules []api.ApprovalRule) string {
 	}
 	return strings.Join(parts, "; ")
 }
-
-// approvalLine is a transcript line of an approval event (logtext.ApprovalLine).
-func approvalLine(a api.Approval) string { return logtext.ApprovalLine(a) }
