@@ -442,3 +442,35 @@ func TestAuditPeopleActions(t *testing.T) {
 		}
 	}
 }
+
+// TestOutpostAdminsSeeOnlyTheirOutpost: a person who is admin on one
+// outpost only, by a role there, cannot read the audit log (which tells of
+// every outpost) nor manage every outpost's webhooks; an admin everywhere
+// can, and a token limited to the outpost manages that outpost's webhooks.
+func TestOutpostAdminsSeeOnlyTheirOutpost(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	ts.outpost("home")
+	u, secret := ts.signedIn("sub-local-admin", "local@example.com")
+	ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: api.RoleAdmin, User: u.ID, Outpost: "home"}, nil)
+	hook := api.CreateWebhookRequest{URL: "http://10.0.0.7/hooks", Events: []string{"session.created"}, Outpost: "home"}
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/audit-logs", nil},
+		{"GET", "/v1/audit-logs/verify", nil},
+		{"GET", "/v1/webhooks", nil},
+		{"POST", "/v1/webhooks", hook},
+	} {
+		if got := ts.do(c.method, c.path, secret, c.body, nil); got != 403 {
+			t.Errorf("%s %s by an admin of one outpost: %d, want 403", c.method, c.path, got)
+		}
+		if c.method == "GET" {
+			ts.mustDo(200, c.method, c.path, ts.admin, nil, nil)
+		}
+	}
+	limited := ts.token([]string{api.ScopeAdmin}, "home")
+	ts.mustDo(201, "POST", "/v1/webhooks", limited, hook, nil)
+	ts.mustDo(200, "GET", "/v1/webhooks", limited, nil, nil)
+}

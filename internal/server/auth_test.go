@@ -60,9 +60,9 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "DELETE", path: "/v1/tokens/{token}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 204},
 		{method: "GET", path: "/v1/audit-logs", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
 		{method: "GET", path: "/v1/audit-logs/verify", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200, elsewhere: 403},
-		{method: "GET", path: api.DeviceGrantPath + "?user_code={user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
-		{method: "POST", path: api.DeviceApprovePath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
-		{method: "POST", path: api.DeviceDenyPath + "#{user_code}", scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 200},
+		{method: "GET", path: api.DeviceGrantPath + "?user_code={user_code}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 200},
+		{method: "POST", path: api.DeviceApprovePath + "#{user_code}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 200},
+		{method: "POST", path: api.DeviceDenyPath + "#{user_code}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 200},
 		// The bare and devins prefixes reach the same handlers.
 		{method: "GET", path: "/opbeta/outposts/devins?outpost=home", scope: api.ScopeMachine, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/opbeta/outposts/outposts/home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
@@ -70,7 +70,7 @@ func TestAuthMatrix(t *testing.T) {
 		// Stored secrets of an outpost: orchestrator (or admin) only.
 		{method: "GET", path: "/v1/outposts/home/secrets", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 200, elsewhere: 404},
 		{method: "GET", path: "/v1/outposts/home/secrets/SEEDED", scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
-		{method: "PUT", path: "/v1/outposts/home/secrets/AUTH_KEY", body: api.PutOutpostSecretRequest{Value: "v"}, scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, elsewhere: 404},
+		{method: "PUT", path: "/v1/outposts/home/secrets/{fresh-secret}", body: api.PutOutpostSecretRequest{Value: "v"}, scope: api.ScopeOrchestrator, wrongScope: api.ScopeMachine, want: 201, elsewhere: 404},
 		{method: "DELETE", path: "/v1/outposts/home/secrets/{secret}", scope: api.ScopeOrchestrator, wrongScope: api.ScopeSessionsWrite, want: 204, elsewhere: 404},
 		// Users and roles are the whole server's: admin everywhere only,
 		// so an admin of one outpost answers 403 (elsewhere).
@@ -112,6 +112,8 @@ func TestAuthMatrix(t *testing.T) {
 			return strings.Replace(path, "{claimed}", s, 1)
 		case strings.Contains(path, "{new-session}"):
 			return strings.Replace(path, "{new-session}", ts.session("home").Metadata.SessionID, 1)
+		case strings.Contains(path, "{fresh-secret}"):
+			return strings.Replace(path, "{fresh-secret}", strings.ToUpper(uniq()), 1)
 		case strings.Contains(path, "{secret}"):
 			name := strings.ToUpper(uniq())
 			ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/"+name, ts.admin, api.PutOutpostSecretRequest{Value: "v"}, nil)

@@ -424,6 +424,11 @@ func (s *Server) deviceTokenFor(ctx context.Context, p principal, g store.Device
 		}
 	}
 	t := store.Token{Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), ExpiresAt: p.expiresAt}
+	if p.User != nil {
+		// A person's approval gives a token of that person's: it never
+		// does more than the person may do, now or later.
+		t.UserID = p.User.ID
+	}
 	switch {
 	case p.outpostID != "":
 		// A limited approver gives only its own outpost; any other name

@@ -938,18 +938,21 @@ func (s *Server) routes() http.Handler {
 	// grant mint tokens, so they take what creating a token takes.
 	mux.HandleFunc("POST "+api.DeviceCodePath, s.oauth(s.deviceCode))
 	mux.HandleFunc("POST "+api.DeviceTokenPath, s.oauth(s.deviceToken))
-	mux.HandleFunc("GET "+api.DeviceGrantPath, s.authed(s.deviceGrant, api.ScopeAdmin))
-	mux.HandleFunc("POST "+api.DeviceApprovePath, s.authed(s.deviceApprove, api.ScopeAdmin))
-	mux.HandleFunc("POST "+api.DeviceDenyPath, s.authed(s.deviceDeny, api.ScopeAdmin))
+	// Operators approve device logins too: a worker's registration asks
+	// for a machine token, which an operator may make; a login's token
+	// never holds more than its approver's scopes (deviceTokenFor).
+	mux.HandleFunc("GET "+api.DeviceGrantPath, s.authed(s.deviceGrant, api.ScopeOrchestrator))
+	mux.HandleFunc("POST "+api.DeviceApprovePath, s.authed(s.deviceApprove, api.ScopeOrchestrator))
+	mux.HandleFunc("POST "+api.DeviceDenyPath, s.authed(s.deviceDeny, api.ScopeOrchestrator))
 	// Every scope implies one of these, so any valid token may ask.
 	// The audit log: read by admins, written by the changes themselves.
-	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(s.listAuditLogs, api.ScopeAdmin))
-	mux.HandleFunc("GET "+api.AuditLogsVerifyPath, s.authed(s.verifyAuditLog, api.ScopeAdmin))
-	mux.HandleFunc("POST /v1/webhooks", s.authed(s.createWebhook, api.ScopeAdmin))
-	mux.HandleFunc("GET /v1/webhooks", s.authed(s.listWebhooks, api.ScopeAdmin))
-	mux.HandleFunc("DELETE /v1/webhooks/{webhook}", s.authed(s.deleteWebhook, api.ScopeAdmin))
-	mux.HandleFunc("GET /v1/webhooks/{webhook}/deliveries", s.authed(s.listWebhookDeliveries, api.ScopeAdmin))
-	mux.HandleFunc("POST /v1/webhooks/{webhook}/deliveries/{delivery}/redeliver", s.authed(s.redeliverWebhook, api.ScopeAdmin))
+	mux.HandleFunc("GET "+api.AuditLogsPath, s.authed(everywhere(s.listAuditLogs), api.ScopeAdmin))
+	mux.HandleFunc("GET "+api.AuditLogsVerifyPath, s.authed(everywhere(s.verifyAuditLog), api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/webhooks", s.authed(oneOrEvery(s.createWebhook), api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/webhooks", s.authed(oneOrEvery(s.listWebhooks), api.ScopeAdmin))
+	mux.HandleFunc("DELETE /v1/webhooks/{webhook}", s.authed(oneOrEvery(s.deleteWebhook), api.ScopeAdmin))
+	mux.HandleFunc("GET /v1/webhooks/{webhook}/deliveries", s.authed(oneOrEvery(s.listWebhookDeliveries), api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/webhooks/{webhook}/deliveries/{delivery}/redeliver", s.authed(oneOrEvery(s.redeliverWebhook), api.ScopeAdmin))
 
 	mux.HandleFunc("GET /v1/whoami", s.authed(s.whoami, api.ScopeMachine, api.ScopeSessionsRead, api.ScopeNetworkAdmin))
 

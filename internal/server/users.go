@@ -91,6 +91,19 @@ func (s *Server) roleBindings(ctx context.Context) ([]store.RoleBinding, error) 
 	return bs, nil
 }
 
+// oneOrEvery wraps h, whose answers are scoped by a token's one outpost
+// (principal.outpostID) or else cover every outpost: a user whose scopes
+// hold on some outposts only, by roles there, is refused, as it would
+// otherwise see and change every outpost's.
+func oneOrEvery(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if p := principalFrom(r.Context()); p.outpostID == "" && p.limited() {
+			return errForbidden("This needs the %s scope on every outpost, or a token limited to one outpost; this one holds it on some only.", strings.Join(p.need, " or "))
+		}
+		return h(w, r)
+	}
+}
+
 // everywhere wraps h, a route about the whole server (users, roles): a
 // caller who holds its scope on some outposts only, by a token limited to
 // one or by a user's per-outpost role, is refused, so an admin of one
