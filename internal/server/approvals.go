@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,6 +72,9 @@ func (s *Server) decideCall(w http.ResponseWriter, r *http.Request, state string
 	}
 	p := principalFrom(ctx)
 	by := p.tokenID
+	if u := p.User; u != nil {
+		by = cmp.Or(u.Email, u.Name, u.ID) // a person, not the sign-in's token
+	}
 	if by == "" {
 		by = "anonymous"
 	}

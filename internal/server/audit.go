@@ -217,6 +217,7 @@ func outpostDetails(o store.Outpost) map[string]any {
 	return map[string]any{
 		"name": o.Name, "platform": o.Platform, "max_running": o.MaxRunning, "max_attempts": o.MaxAttempts,
 		"max_snapshot_bytes": o.MaxSnapshotBytes, "network_policy": o.NetworkPolicy, "desktop": o.Desktop,
+		"requirements": o.Requirements, "approval_rules": o.ApprovalRules,
 	}
 }
 

@@ -418,7 +418,7 @@ func TestAuditPeopleActions(t *testing.T) {
 	ts.mustDo(200, "POST", api.DeviceApprovePath, ts.admin, api.DeviceDecisionRequest{UserCode: approved.UserCode}, nil)
 	ts.mustDo(200, "POST", api.DeviceDenyPath, ts.admin, api.DeviceDecisionRequest{UserCode: denied.UserCode}, nil)
 	es = ts.auditSince(n, audit.DeviceApprove, audit.DeviceDeny)
-	if e := es[0]; e.Object.ID != approved.UserCode || !strings.Contains(string(e.Data), "token_id") {
+	if e := es[0]; e.Object.ID != approved.UserCode || !strings.Contains(string(e.Data), "scopes") {
 		t.Errorf("device.approve %+v", e)
 	}
 	if e := es[1]; e.Object.ID != denied.UserCode {

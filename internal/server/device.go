@@ -383,7 +383,7 @@ func (s *Server) deviceDecide(w http.ResponseWriter, r *http.Request, approve bo
 	var out store.DeviceGrant
 	action, details := audit.DeviceDeny, map[string]string{"user_code": g.UserCode}
 	if approve {
-		action, details["token_id"], details["outpost_id"] = audit.DeviceApprove, tok.ID, tok.OutpostID
+		action, details["outpost_id"], details["scopes"] = audit.DeviceApprove, tok.OutpostID, strings.Join(tok.Scopes, " ")
 	}
 	actx := s.audited(ctx, action, audit.Object{Kind: audit.ObjectDeviceLogin, ID: g.UserCode}, details, nil)
 	err = s.store.UpdateDeviceGrant(actx, g.DeviceHash, func(g store.DeviceGrant) (store.DeviceUpdate, error) {
@@ -414,13 +414,41 @@ func (s *Server) deviceDecide(w http.ResponseWriter, r *http.Request, approve bo
 // deviceTokenFor decides the token an approval by p mints for g, or
 // refuses the approval.
 func (s *Server) deviceTokenFor(ctx context.Context, p principal, g store.DeviceGrant) (store.Token, error) {
+	// Where the token will hold: the grant's outpost, else the approver's
+	// one outpost, else everywhere. The approver must hold each scope
+	// there: a person whose role is on one outpost only gives tokens for
+	// that outpost, never for every outpost.
+	target := p.outpostID
+	if target == "" && g.Outpost != "" {
+		o, err := s.resolveOutpost(ctx, g.Outpost)
+		if err != nil {
+			return store.Token{}, err
+		}
+		target = o.ID
+	}
+	holds := func(sc string) bool {
+		if target == "" {
+			return api.HasScope(p.scopes, sc)
+		}
+		return p.hasOn(target, sc)
+	}
 	scopes := g.Scopes
 	if len(scopes) == 0 {
 		scopes = slices.Clone(p.scopes)
+		if target != "" {
+			scopes = append(scopes, p.outposts[target]...)
+		}
+	}
+	if len(scopes) == 0 {
+		return store.Token{}, errForbidden("You hold no role on every outpost, so a login you approve would have no scope: ask for one outpost (outpost login --outpost NAME) where you hold a role.")
 	}
 	for _, sc := range scopes {
-		if !p.has(sc) {
-			return store.Token{}, errForbidden("This token does not hold the %s scope, so it cannot approve a token that has it.", sc)
+		if !holds(sc) {
+			where := "on every outpost"
+			if target != "" {
+				where = "on that outpost"
+			}
+			return store.Token{}, errForbidden("This token does not hold the %s scope %s, so it cannot approve a token that has it.", sc, where)
 		}
 	}
 	t := store.Token{Scopes: slices.Compact(slices.Sorted(slices.Values(scopes))), ExpiresAt: p.expiresAt}

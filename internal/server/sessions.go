@@ -225,6 +225,11 @@ func rerunRequest(sess store.Session) (api.CreateSessionRequest, error) {
 	req.Outpost = sess.OutpostID
 	req.NetworkPolicy = sess.NetworkPolicy
 	req.Secrets = maps.Clone(sess.Secrets)
+	// Stored secrets are read again: a rotated one gives its new value, a
+	// deleted one a clear error, as for a new session.
+	for _, name := range sess.Spec.UseSecrets {
+		delete(req.Secrets, name)
+	}
 	return req, nil
 }
 
@@ -290,8 +295,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 	}
 	// Secrets appear by name only; a title that holds a value is redacted.
 	actx := s.audited(ctx, audit.SessionCreate, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, map[string]any{
-		"outpost_id": o.ID, "title": sess.Spec.Title, "agent": sess.Spec.Agent.Kind, "secret_names": slices.Sorted(maps.Keys(req.Secrets)),
-	}, req.Secrets)
+		"outpost_id": o.ID, "title": sess.Spec.Title, "agent": sess.Spec.Agent.Kind, "secret_names": slices.Sorted(maps.Keys(secrets)),
+		"use_secrets": req.UseSecrets,
+	}, secrets)
 	if err := s.store.CreateSession(actx, sess, entry, events); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}

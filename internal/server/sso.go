@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/audit"
 	"github.com/outpost-sh/outpost/internal/identity"
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/web"
@@ -248,6 +249,13 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	fail := func(code, why string, args ...any) {
 		s.log.Info("sign-in refused", append([]any{"reason", why}, args...)...)
+		// A refused sign-in is audited by an anonymous caller, with the
+		// code the browser is shown (never the provider's words).
+		actx := context.WithValue(withSourceIP(context.WithoutCancel(ctx), r), principalKey{}, principal{})
+		if err := s.store.RecordAudit(s.audited(actx, audit.LoginFailed, audit.Object{Kind: audit.ObjectToken},
+			map[string]any{"reason": "single sign-on: " + code}, nil)); err != nil {
+			s.log.Error("audit: record sign-in", "action", audit.LoginFailed, "err", err)
+		}
 		http.Redirect(w, r, "/ui/signin?sso="+code, http.StatusSeeOther)
 	}
 	f, ok := s.readFlow(w, r)
@@ -308,7 +316,12 @@ func (s *Server) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	secret := newSecret("opt_")
 	t := store.Token{ID: newID("tok_"), Name: "sign-in " + u.Email, Hash: hashSecret(secret), Scopes: []string{},
 		CreatedAt: now, ExpiresAt: &exp, UserID: u.ID}
-	if err := s.store.CreateToken(ctx, t); err != nil {
+	// The sign-in's token and its login entry, by the person, in one
+	// transaction.
+	who := principal{tokenID: t.ID, tokenName: t.Name, User: &principalUser{ID: u.ID, Name: u.Name, Email: u.Email}}
+	lctx := s.audited(context.WithValue(withSourceIP(ctx, r), principalKey{}, who), audit.Login,
+		audit.Object{Kind: audit.ObjectToken, ID: t.ID}, map[string]any{"via": "single sign-on"}, nil)
+	if err := s.store.CreateToken(lctx, t); err != nil {
 		s.log.Error("sign-in: create token", "err", err)
 		fail("failed", "store")
 		return

@@ -44,6 +44,12 @@ func (s *Server) userPrincipal(ctx context.Context, p principal, t store.Token) 
 	for id, r := range g.Outposts {
 		per[id] = api.RoleScopes(r)
 	}
+	if len(t.Scopes) == 0 && t.OutpostID != "" {
+		// A token of the person's limited to one outpost: what the person
+		// may do there, and nowhere else.
+		p.scopes, p.Role = append(slices.Clone(global), per[t.OutpostID]...), g.Role
+		return p, nil
+	}
 	if len(t.Scopes) == 0 {
 		p.scopes, p.outposts, p.Role = global, per, g.Role
 		return p, nil

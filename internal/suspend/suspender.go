@@ -136,7 +136,7 @@ func (sp *Suspender) run(ctx context.Context, sess store.Session, c *gateway.Con
 	if err != nil {
 		c.Gate.Unpause()
 		_ = sp.Blobs.Delete(context.WithoutCancel(ctx), op.Key)
-		sp.Failed(ctx, c, err)
+		sp.Failed(audit.Without(ctx), c, err) // a failed suspend leaves no entry
 		sp.Count(context.WithoutCancel(ctx), sess.OutpostID, err)
 		return err
 	}
@@ -145,7 +145,7 @@ func (sp *Suspender) run(ctx context.Context, sess store.Session, c *gateway.Con
 	sp.Count(context.WithoutCancel(ctx), sess.OutpostID, err)
 	if err != nil {
 		c.Gate.Unpause()
-		sp.Failed(ctx, c, err)
+		sp.Failed(audit.Without(ctx), c, err) // a failed suspend leaves no entry
 		return err
 	}
 	sp.Hub.End(id, "The session is suspended; its workspace snapshot is kept by the server.")

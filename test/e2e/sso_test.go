@@ -271,4 +271,26 @@ func TestSingleSignOn(t *testing.T) {
 	if loc := again.Header.Get("Location"); again.StatusCode != 303 || !strings.Contains(loc, "sso=failed") || signedInBy(again) {
 		t.Errorf("replayed code with its flow cookie: %d to %q, want refused by the provider", again.StatusCode, loc)
 	}
+
+	// The audit log names the person for each sign-in through the
+	// provider, and has the refusals, by an anonymous caller.
+	var logins, refused api.AuditLogList
+	if code := c.api("GET", "/v1/audit-logs?action=login&first=200", c.admin, nil, &logins); code != 200 {
+		t.Fatalf("audit logins: %d", code)
+	}
+	byAnn := 0
+	for _, e := range logins.Items {
+		if e.Actor.Kind == "user" && strings.Contains(e.Actor.Name, "ann") {
+			byAnn++
+		}
+	}
+	if byAnn < 1 {
+		t.Errorf("%d login entries by ann as a user, want at least 1: %+v", byAnn, logins.Items)
+	}
+	if code := c.api("GET", "/v1/audit-logs?action=login.failed&first=200", c.admin, nil, &refused); code != 200 {
+		t.Fatalf("audit refusals: %d", code)
+	}
+	if len(refused.Items) < 3 || refused.Items[0].Actor.Kind != "anonymous" || !strings.Contains(string(refused.Items[0].Data), "single sign-on") {
+		t.Errorf("login.failed entries: %+v, want the forged and replayed callbacks", refused.Items)
+	}
 }

@@ -49,6 +49,8 @@ type deviceToken struct {
 	Scopes    []string `json:"scopes,omitempty"`
 	OutpostID string   `json:"outpost_id,omitempty"`
 	ExpiresAt *int64   `json:"expires_at,omitempty"`
+	// UserID is the person the token belongs to (its approver, signed in).
+	UserID string `json:"user_id,omitempty"`
 }
 
 // ScanDeviceGrant reads DeviceGrantCols.
@@ -68,7 +70,7 @@ func ScanDeviceGrant(sc Scanner) (store.DeviceGrant, error) {
 	if err := json.Unmarshal([]byte(tok), &dt); err != nil {
 		return store.DeviceGrant{}, fmt.Errorf("device grant %s token: %w", g.UserCode, err)
 	}
-	g.Token = store.Token{Name: dt.Name, Scopes: dt.Scopes, OutpostID: dt.OutpostID}
+	g.Token = store.Token{Name: dt.Name, Scopes: dt.Scopes, OutpostID: dt.OutpostID, UserID: dt.UserID}
 	if dt.ExpiresAt != nil {
 		t := FromMS(*dt.ExpiresAt)
 		g.Token.ExpiresAt = &t
@@ -81,7 +83,7 @@ func ScanDeviceGrant(sc Scanner) (store.DeviceGrant, error) {
 
 // deviceTokenJSON is the token_json column of g.
 func deviceTokenJSON(g *store.DeviceGrant) (string, error) {
-	dt := deviceToken{Name: g.Token.Name, Scopes: g.Token.Scopes, OutpostID: g.Token.OutpostID}
+	dt := deviceToken{Name: g.Token.Name, Scopes: g.Token.Scopes, OutpostID: g.Token.OutpostID, UserID: g.Token.UserID}
 	if g.Token.ExpiresAt != nil {
 		ms := MS(*g.Token.ExpiresAt)
 		dt.ExpiresAt = &ms
