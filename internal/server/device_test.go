@@ -282,3 +282,47 @@ func TestUserCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceLoginByOutpostAdmin: a person who is admin of one outpost only
+// cannot approve a token for every outpost (asked with scope admin, or with
+// no scope), and a login for that outpost gives a token that is the
+// person's and stays on that outpost.
+func TestDeviceLoginByOutpostAdmin(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{DevicePollInterval: time.Millisecond})
+	ts.outpost("home")
+	ts.outpost("other")
+	u, secret := ts.signedIn("sub-home-admin", "home-admin@example.com")
+	ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: api.RoleAdmin, User: u.ID, Outpost: "home"}, nil)
+
+	for _, form := range []url.Values{
+		{"client_id": {"cli"}, "scope": {api.ScopeAdmin}},
+		{"client_id": {"cli"}},
+		{"client_id": {"cli"}, "scope": {api.ScopeAdmin}, "outpost": {"other"}},
+	} {
+		dc := ts.deviceCode(form)
+		// 404 for the other outpost: it does not exist for this person.
+		if got := ts.do("POST", api.DeviceApprovePath, secret, api.DeviceDecisionRequest{UserCode: dc.UserCode}, nil); got != 403 && got != 404 {
+			t.Errorf("approval of %v by an admin of home only: %d, want it refused", form, got)
+		}
+	}
+
+	dc := ts.deviceCode(url.Values{"client_id": {"cli"}, "scope": {api.ScopeAdmin}, "outpost": {"home"}})
+	ts.mustDo(200, "POST", api.DeviceApprovePath, secret, api.DeviceDecisionRequest{UserCode: dc.UserCode}, nil)
+	var tok api.DeviceTokenResponse
+	if e := ts.poll(dc.DeviceCode, &tok); e != "" {
+		t.Fatalf("poll: %s", e)
+	}
+	var me api.WhoAmI
+	ts.mustDo(200, "GET", "/v1/whoami", tok.AccessToken, nil, &me)
+	if me.UserID != u.ID {
+		t.Errorf("the approved token belongs to %q, want the approver %s", me.UserID, u.ID)
+	}
+	ts.mustDo(200, "GET", "/v1/outposts/home/secrets", tok.AccessToken, nil, nil)
+	if got := ts.do("GET", "/v1/outposts/other/secrets", tok.AccessToken, nil, nil); got != 404 && got != 403 {
+		t.Errorf("the token reached another outpost: %d", got)
+	}
+	if got := ts.do("GET", "/v1/audit-logs", tok.AccessToken, nil, nil); got != 403 {
+		t.Errorf("the token read the audit log: %d, want 403", got)
+	}
+}
