@@ -108,7 +108,7 @@ type Request struct {
 	// OnRetry, when not nil, is called before each wait to try the request
 	// again after a retryable failure, so that callers can show it; it is
 	// not sent. It runs on the goroutine of Complete, which waits for it.
-	OnRetry func(Retry)
+	OnRetry func(Retry) `json:"-"`
 }
 
 // ComputerToolName is the name of the tool that [Request.Computer]
