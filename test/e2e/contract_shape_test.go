@@ -65,8 +65,8 @@ var (
 		// The network policy is sent only for a restricted session, and
 		// desktop only in a claim's answer for an outpost that gives one; the
 		// sessions here are unrestricted and without a desktop.
-		"spec": {contract: []string{"kind", "platform", "remote_binary_sha", "network_policy"}, added: []string{"priority", "desktop"},
-			absent: []string{"network_policy", "desktop"}},
+		"spec": {contract: []string{"kind", "platform", "remote_binary_sha", "network_policy"}, added: []string{"priority", "desktop", "requirements"},
+			absent: []string{"network_policy", "desktop", "requirements"}},
 		// connect_token and gateway_url are only in a claim's answer.
 		"status": {contract: []string{"phase", "acceptor_id", "claim_deadline", "session_status", "connect_token", "gateway_url"},
 			added: []string{"attempts", "max_attempts"}, absent: []string{"connect_token", "gateway_url"}},
@@ -81,7 +81,7 @@ var (
 		"":         {contract: []string{"metadata", "spec", "status"}},
 		"metadata": {contract: []string{"outpost_id", "account_id", "created_at"}},
 		"spec": {contract: []string{"name", "platform", "description", "allowed_org_ids"},
-			added: []string{"remote_binary_sha", "max_running", "max_attempts", "max_snapshot_bytes", "network_policy", "desktop"}},
+			added: []string{"remote_binary_sha", "max_running", "max_attempts", "max_snapshot_bytes", "network_policy", "desktop", "requirements"}},
 		"status": {contract: []string{"queue_depth", "active_claims"}},
 	}
 	queueListFields   = objectFields{contract: []string{"items", "cursor", "has_next_page", "total"}}

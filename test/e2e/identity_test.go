@@ -294,7 +294,9 @@ test "$(git rev-parse HEAD)" = "$(git rev-parse origin/main)" && echo AT-REF || 
 // an uncommitted change;
 // the next session on the same worker finds no stray file and the
 // repository clean at its ref, with only its own branch; a worker started
-// with --keep-workspace leaves everything for the next session.
+// with --keep-workspace leaves the files, branches and tags for the next
+// session, which still gets the repository at its ref, the previous
+// session's uncommitted changes stashed.
 func TestWorkspaceClearedBetweenSessions(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
@@ -344,7 +346,9 @@ echo junk > untracked.txt`)}},
 	}
 
 	out = run("--keep-workspace")
-	for _, want := range []string{"LEFTOVER-FILE", "LEFTOVER-DIR", "REPO-DIRTY", "MAKEFILE-EDITED", "branch=session-one", "tag=session-tag"} {
+	// Kept: files, branches and tags; the repository the session asks for
+	// is at its ref again, the uncommitted changes stashed, not lost.
+	for _, want := range []string{"LEFTOVER-FILE", "LEFTOVER-DIR", "REPO-CLEAN", "MAKEFILE-PRISTINE", "branch=session-one", "tag=session-tag", "AT-REF", "they are stashed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("with --keep-workspace the next session's view lacks %s:\n%s", want, out)
 		}

@@ -261,7 +261,10 @@ func TestLLMConversation(t *testing.T) {
 func TestLLMProviderFailure(t *testing.T) {
 	t.Parallel()
 	fake := newFakeOpenAI(t) // no turns: every request gets a 500
-	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m"})
+	// A short retry window: the provider stays down, so the session ends
+	// once it is spent.
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1", "OUTPOST_LLM_MODEL=m",
+		"OUTPOST_LLM_RETRY_FOR=3s"})
 	token := setupOutpost(t, c, "broken")
 	startWorker(t, c, "broken", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "broken", Prompt: "hi", Agent: api.Agent{Kind: api.AgentLLM}})

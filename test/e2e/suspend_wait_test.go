@@ -99,8 +99,10 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sessions suspend --interrupt: %v\n%s", err, stderr)
 	}
-	if !strings.Contains(stderr, "stopping the running call: exec `sleep 60; echo slept`") {
-		t.Errorf("sessions suspend --interrupt did not say what it stops:\n%s", stderr)
+	// On a slow machine the call may be stopped before the first progress
+	// line, which then tells of the snapshot instead.
+	if !strings.Contains(stderr, "stopping the running call: exec `sleep 60; echo slept`") && !strings.Contains(stderr, "taking the workspace snapshot") {
+		t.Errorf("sessions suspend --interrupt did not say what it does:\n%s", stderr)
 	}
 	if s := c.session(id); s.Status.Status != api.StatusSuspended {
 		t.Fatalf("after suspend --interrupt the session is %s", s.Status.Status)

@@ -493,11 +493,12 @@ func TestWebUIWorkersAndMedia(t *testing.T) {
 	}
 	do(t, ctx, "wide screen", chromedp.EmulateReset())
 
-	// A stopped worker says goodbye and is no longer listed.
+	// A stopped worker says goodbye: it is listed offline, and no longer
+	// counted.
 	if err := worker.stop(syscall.SIGTERM, 20*time.Second); err != nil {
 		t.Logf("worker exit: %v", err)
 	}
-	do(t, ctx, "outposts page", chromedp.Navigate(c.url+"/ui/outposts"), chromedp.WaitVisible(chromedp.CSS("#no-workers")))
+	do(t, ctx, "outposts page", chromedp.Navigate(c.url+"/ui/outposts"), chromedp.WaitVisible(chromedp.CSS("#workers tr.offline")))
 	if n := eval[string](t, ctx, `document.querySelector("main table .worker-count").innerText`); n != "0" {
 		t.Errorf("workers column shows %q after the worker stopped, want 0", n)
 	}
