@@ -163,3 +163,23 @@ func TestValidate(t *testing.T) {
 		t.Errorf("normalized = %+v", r)
 	}
 }
+
+// A timeout's decision says how long the call waited and what the rule
+// did then, in words; the tool error of one that denies gives the rule's
+// reason, which says why it asked.
+func TestTimeoutWords(t *testing.T) {
+	t.Parallel()
+	a := api.Approval{CallSeq: 3, Tool: "exec", Rule: "outpost[1]", RuleReason: "Pushes need a person.", State: api.ApprovalTimedOut,
+		OnTimeout: api.ApprovalDeny, RequestedAt: 1_000_000, Deadline: 1_090_000}
+	if got, want := TimeoutReason(a), "Nobody decided within 1m30s; the rule then denies the call."; got != want {
+		t.Errorf("TimeoutReason = %q, want %q", got, want)
+	}
+	a.Reason = TimeoutReason(a)
+	if got, want := ToolError(a), "Nobody approved this call in time, and approval rule outpost[1] denies it then: Pushes need a person. Do not retry it as it is."; got != want {
+		t.Errorf("ToolError = %q, want %q", got, want)
+	}
+	a.OnTimeout = api.ApprovalAllow
+	if got, want := TimeoutReason(a), "Nobody decided within 1m30s; the rule then allows the call."; got != want {
+		t.Errorf("TimeoutReason (allow) = %q, want %q", got, want)
+	}
+}
