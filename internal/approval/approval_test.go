@@ -145,10 +145,21 @@ func TestValidate(t *testing.T) {
 		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exec", TimeoutS: 5}, "approval_rules[1].timeout_s is for ask rules only"},
 		{api.ApprovalRule{Action: api.ApprovalAllow, Tool: "exec", OnTimeout: "deny"}, "approval_rules[1].on_timeout is for ask rules only"},
 		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exec", Reason: strings.Repeat("r", api.MaxApprovalReason+1)}, "approval_rules[1].reason is 2001 bytes long"},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exce"}, `approval_rules[1].tool "exce" matches no tool`},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "Exec"}, `approval_rules[1].tool "Exec" matches no tool`},
+		{api.ApprovalRule{Action: api.ApprovalAsk, Tool: api.ToolNetworkAccessRequest}, `approval_rules[1].tool "network_access_request" matches only network_access_request, which approval rules do not cover`},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "network_*"}, `approval_rules[1].tool "network_*" matches only network_access_request`},
 	} {
 		_, err := Validate("approval_rules", []api.ApprovalRule{{Action: api.ApprovalAllow, Tool: "*"}, tc.rule})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want %q", tc.rule, err, tc.want)
+		}
+	}
+	// Globs that match a tool of the machine's are fine, whatever else
+	// they match.
+	for _, tool := range []string{"*", "*_file", "git_*", "[ew]*", "shell_?un"} {
+		if _, err := Validate("approval_rules", []api.ApprovalRule{{Action: api.ApprovalDeny, Tool: tool}}); err != nil {
+			t.Errorf("tool %q: %v", tool, err)
 		}
 	}
 	many := make([]api.ApprovalRule, api.MaxApprovalRules+1)
