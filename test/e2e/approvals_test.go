@@ -368,9 +368,11 @@ func TestApprovalTimeouts(t *testing.T) {
 	}
 }
 
-// TestApprovalServerRestart restarts the server while a call waits: the
-// approval is still pending afterwards, the machine has not run the call,
-// and approving it then runs it exactly once.
+// TestApprovalServerRestart restarts the server while a call waits, once
+// stopped gracefully and once killed with SIGKILL: each time the approval
+// is still pending afterwards with its deadline, the machine (its remote
+// reconnected) has not run the call, and approving it then runs it
+// exactly once.
 func TestApprovalServerRestart(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
@@ -378,42 +380,54 @@ func TestApprovalServerRestart(t *testing.T) {
 		{Action: api.ApprovalAsk, Tool: "exec", Match: map[string]string{"command": `marker`}, OnTimeout: api.ApprovalAllow},
 	})
 	startWorker(t, c, "restarts", token)
-	marker := filepath.Join(t.TempDir(), "marker")
+	dir := t.TempDir()
+	markers := []string{filepath.Join(dir, "marker-1"), filepath.Join(dir, "marker-2")}
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "restarts", Title: "restart",
-		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{execStep("echo ran >> " + marker), execStep("echo after")}}})
-	before := waitHeldCall(t, c, id, 1)
-	connected := countEvents(c, id, api.EventRemoteConnected)
-	if connected == 0 {
-		t.Fatal("the held call waits but no remote connected")
-	}
+		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{
+			execStep("echo ran >> " + markers[0]), execStep("echo ran >> " + markers[1]), execStep("echo after")}}})
 
-	if err := c.server.stop(syscall.SIGTERM, 20*time.Second); err != nil {
-		t.Fatalf("server exit after SIGTERM: %v", err)
+	for i, stop := range []func(){
+		func() {
+			if err := c.server.stop(syscall.SIGTERM, 20*time.Second); err != nil {
+				t.Fatalf("server exit after SIGTERM: %v", err)
+			}
+		},
+		func() { c.server.kill9() }, // the server of the moment, not the first
+	} {
+		seq := int64(i + 1)
+		before := waitHeldCall(t, c, id, seq)
+		connected := countEvents(c, id, api.EventRemoteConnected)
+		if connected == 0 {
+			t.Fatal("the held call waits but no remote connected")
+		}
+		stop()
+		c.startServer()
+		after := waitHeldCall(t, c, id, seq)
+		if after.Deadline != before.Deadline || after.RequestedAt != before.RequestedAt {
+			t.Errorf("the restart changed held call %d: %+v, was %+v", seq, after, before)
+		}
+		waitfor.Within(t, 60*time.Second, "the remote to reconnect", func() bool {
+			return countEvents(c, id, api.EventRemoteConnected) > connected
+		})
+		staysAbsent(t, markers[i])
+		run(t, c.env(c.admin), "sessions", "approve", id, fmt.Sprint(seq))
+		waitExists(t, markers[i])
 	}
-	c.startServer()
-	after := waitHeldCall(t, c, id, 1)
-	if after.Deadline != before.Deadline || after.RequestedAt != before.RequestedAt {
-		t.Errorf("the restart changed the held call: %+v, was %+v", after, before)
-	}
-	// The worker's remote is back and the held call still does not reach
-	// it.
-	waitfor.Within(t, 60*time.Second, "the remote to reconnect", func() bool {
-		return countEvents(c, id, api.EventRemoteConnected) > connected
-	})
-	staysAbsent(t, marker)
-	run(t, c.env(c.admin), "sessions", "approve", id, "1")
 	s := c.waitFinal(id, 60*time.Second)
 	if s.Status.Status != api.StatusExit {
 		t.Fatalf("session ended %s/%s: %s", s.Status.Status, s.Status.StatusDetail, s.Status.Reason)
 	}
-	b, err := os.ReadFile(marker)
-	if err != nil || string(b) != "ran\n" {
-		t.Fatalf("the marker after the approval holds %q (%v), want the call run exactly once", b, err)
+	for i, m := range markers {
+		b, err := os.ReadFile(m)
+		if err != nil || string(b) != "ran\n" {
+			t.Errorf("marker %d after the approval holds %q (%v), want the call run exactly once", i+1, b, err)
+		}
+		seq := int64(i + 1)
+		succeeded(t, c, id, seq)
+		checkTrail(t, c, id, seq, "pending outpost[0]", "approved person outpost[0]")
 	}
-	succeeded(t, c, id, 1)
-	checkTrail(t, c, id, 1, "pending outpost[0]", "approved person outpost[0]")
-	if calls := countEvents(c, id, api.EventCall); calls != 2 {
-		t.Errorf("%d calls on the transcript, want 2", calls)
+	if calls := countEvents(c, id, api.EventCall); calls != 3 {
+		t.Errorf("%d calls on the transcript, want 3", calls)
 	}
 }
 
