@@ -194,3 +194,23 @@ func TestTimeoutWords(t *testing.T) {
 		t.Errorf("TimeoutReason (allow) = %q, want %q", got, want)
 	}
 }
+
+// A rule over every tool with a match on command holds each tool that
+// runs a command line, exec and shell_run alike, and no tool without
+// that argument.
+func TestCommandRuleCoversShells(t *testing.T) {
+	t.Parallel()
+	s := mustCompile(t, []api.ApprovalRule{{Action: api.ApprovalAsk, Tool: "*", Match: map[string]string{"command": `git push`}}}, nil)
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{api.ToolExec, `{"command":"git push origin main"}`, api.ApprovalAsk},
+		{api.ToolShellRun, `{"name":"sh","command":"git push origin main"}`, api.ApprovalAsk},
+		{api.ToolShellWrite, `{"name":"sh","text":"git push origin main\n"}`, api.ApprovalAllow},
+		{api.ToolWriteFile, `{"path":"push.sh","content":"git push origin main"}`, api.ApprovalAllow},
+	} {
+		if d := s.Evaluate(tc.tool, json.RawMessage(tc.args)); d.Action != tc.want {
+			t.Errorf("%s %s: %s, want %s", tc.tool, tc.args, d.Action, tc.want)
+		}
+	}
+}
