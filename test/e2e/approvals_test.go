@@ -47,7 +47,9 @@ func approvalOutpost(t *testing.T, c *cluster, name string, rules []api.Approval
 }
 
 // touch is a command that creates the marker file path and says so.
-func touch(path string) string { return fmt.Sprintf("touch %s && echo made %s", path, filepath.Base(path)) }
+func touch(path string) string {
+	return fmt.Sprintf("touch %s && echo made %s", path, filepath.Base(path))
+}
 
 // waitHeldCall waits until call seq of session id waits for approval, and
 // returns it as `outpost sessions approvals` lists it.
