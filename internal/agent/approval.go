@@ -225,10 +225,9 @@ func (r *runner) timeOut(ctx context.Context, seq int64) error {
 			if api.IsFinal(sess.Status) {
 				return store.Mutation{}, errSessionEnded
 			}
-			a := approval.Find(&sess, seq)
 			reason := ""
-			if a != nil {
-				reason = fmt.Sprintf("Nobody decided within the rule's timeout; it %ss the call then.", a.OnTimeout)
+			if a := approval.Find(&sess, seq); a != nil {
+				reason = approval.TimeoutReason(*a)
 			}
 			evs, err := approval.Decide(&sess, seq, api.ApprovalTimedOut, approval.ByTimeout, reason, now)
 			if errors.Is(err, approval.ErrDecided) {

@@ -100,12 +100,38 @@ func Validate(field string, rules []api.ApprovalRule) ([]api.ApprovalRule, error
 				return nil, fmt.Errorf("%s.on_timeout %q is unknown; use %q or %q", at, r.OnTimeout, api.ApprovalAllow, api.ApprovalDeny)
 			}
 		}
+		if err := checkToolPattern(at+".tool", r.Tool); err != nil {
+			return nil, err
+		}
 		if len(r.Match) == 0 {
 			r.Match = nil
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// checkToolPattern refuses a rule's tool pattern under which the rule
+// could never apply: one that matches no tool (a misspelt name would make
+// a deny rule that never denies), or only tools the control plane answers
+// itself, which approval rules do not cover (network_access_request: a
+// person answers every request anyway, and the session's network policy
+// decides who may grant what).
+func checkToolPattern(field, pattern string) error {
+	var server []string
+	for _, name := range api.ToolNames() {
+		if ok, _ := path.Match(pattern, name); !ok {
+			continue
+		}
+		if !api.IsServerTool(name) {
+			return nil
+		}
+		server = append(server, name)
+	}
+	if len(server) > 0 {
+		return fmt.Errorf("%s %q matches only %s, which approval rules do not cover: a person answers each network access request already, granting or denying it, and what a grant may add is bounded by the network policy", field, pattern, strings.Join(server, ", "))
+	}
+	return fmt.Errorf("%s %q matches no tool; give a tool name (exec, write_file, git_push, …) or a glob over them (\"browser_*\", \"*\")", field, pattern)
 }
 
 func checkText(field, s string, limit int) error {

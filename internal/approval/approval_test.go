@@ -145,10 +145,21 @@ func TestValidate(t *testing.T) {
 		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exec", TimeoutS: 5}, "approval_rules[1].timeout_s is for ask rules only"},
 		{api.ApprovalRule{Action: api.ApprovalAllow, Tool: "exec", OnTimeout: "deny"}, "approval_rules[1].on_timeout is for ask rules only"},
 		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exec", Reason: strings.Repeat("r", api.MaxApprovalReason+1)}, "approval_rules[1].reason is 2001 bytes long"},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "exce"}, `approval_rules[1].tool "exce" matches no tool`},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "Exec"}, `approval_rules[1].tool "Exec" matches no tool`},
+		{api.ApprovalRule{Action: api.ApprovalAsk, Tool: api.ToolNetworkAccessRequest}, `approval_rules[1].tool "network_access_request" matches only network_access_request, which approval rules do not cover`},
+		{api.ApprovalRule{Action: api.ApprovalDeny, Tool: "network_*"}, `approval_rules[1].tool "network_*" matches only network_access_request`},
 	} {
 		_, err := Validate("approval_rules", []api.ApprovalRule{{Action: api.ApprovalAllow, Tool: "*"}, tc.rule})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want %q", tc.rule, err, tc.want)
+		}
+	}
+	// Globs that match a tool of the machine's are fine, whatever else
+	// they match.
+	for _, tool := range []string{"*", "*_file", "git_*", "[ew]*", "shell_?un"} {
+		if _, err := Validate("approval_rules", []api.ApprovalRule{{Action: api.ApprovalDeny, Tool: tool}}); err != nil {
+			t.Errorf("tool %q: %v", tool, err)
 		}
 	}
 	many := make([]api.ApprovalRule, api.MaxApprovalRules+1)
@@ -161,5 +172,45 @@ func TestValidate(t *testing.T) {
 	}
 	if r := got[0]; r.TimeoutS != api.DefaultApprovalTimeoutS || r.OnTimeout != api.ApprovalDeny || r.Reason != "why" || r.Match != nil {
 		t.Errorf("normalized = %+v", r)
+	}
+}
+
+// A timeout's decision says how long the call waited and what the rule
+// did then, in words; the tool error of one that denies gives the rule's
+// reason, which says why it asked.
+func TestTimeoutWords(t *testing.T) {
+	t.Parallel()
+	a := api.Approval{CallSeq: 3, Tool: "exec", Rule: "outpost[1]", RuleReason: "Pushes need a person.", State: api.ApprovalTimedOut,
+		OnTimeout: api.ApprovalDeny, RequestedAt: 1_000_000, Deadline: 1_090_000}
+	if got, want := TimeoutReason(a), "Nobody decided within 1m30s; the rule then denies the call."; got != want {
+		t.Errorf("TimeoutReason = %q, want %q", got, want)
+	}
+	a.Reason = TimeoutReason(a)
+	if got, want := ToolError(a), "Nobody approved this call in time, and approval rule outpost[1] denies it then: Pushes need a person. Do not retry it as it is."; got != want {
+		t.Errorf("ToolError = %q, want %q", got, want)
+	}
+	a.OnTimeout = api.ApprovalAllow
+	if got, want := TimeoutReason(a), "Nobody decided within 1m30s; the rule then allows the call."; got != want {
+		t.Errorf("TimeoutReason (allow) = %q, want %q", got, want)
+	}
+}
+
+// A rule over every tool with a match on command holds each tool that
+// runs a command line, exec and shell_run alike, and no tool without
+// that argument.
+func TestCommandRuleCoversShells(t *testing.T) {
+	t.Parallel()
+	s := mustCompile(t, []api.ApprovalRule{{Action: api.ApprovalAsk, Tool: "*", Match: map[string]string{"command": `git push`}}}, nil)
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{api.ToolExec, `{"command":"git push origin main"}`, api.ApprovalAsk},
+		{api.ToolShellRun, `{"name":"sh","command":"git push origin main"}`, api.ApprovalAsk},
+		{api.ToolShellWrite, `{"name":"sh","text":"git push origin main\n"}`, api.ApprovalAllow},
+		{api.ToolWriteFile, `{"path":"push.sh","content":"git push origin main"}`, api.ApprovalAllow},
+	} {
+		if d := s.Evaluate(tc.tool, json.RawMessage(tc.args)); d.Action != tc.want {
+			t.Errorf("%s %s: %s, want %s", tc.tool, tc.args, d.Action, tc.want)
+		}
 	}
 }

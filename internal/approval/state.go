@@ -97,6 +97,20 @@ func Allowed(a api.Approval) bool {
 	return a.State == api.ApprovalApproved || (a.State == api.ApprovalTimedOut && a.OnTimeout == api.ApprovalAllow)
 }
 
+// TimeoutReason is the reason of a held call's decision by its timeout:
+// how long it waited and what the rule does then.
+func TimeoutReason(a api.Approval) string {
+	then := "denies"
+	if a.OnTimeout == api.ApprovalAllow {
+		then = "allows"
+	}
+	waited := ""
+	if d := time.Duration(a.Deadline-a.RequestedAt) * time.Millisecond; a.Deadline > 0 && a.RequestedAt > 0 && d > 0 {
+		waited = " within " + d.Round(time.Second).String()
+	}
+	return fmt.Sprintf("Nobody decided%s; the rule then %s the call.", waited, then)
+}
+
 // ToolError is the error a refused call returns to the agent: who refused
 // it and why.
 func ToolError(a api.Approval) string {
@@ -106,6 +120,12 @@ func ToolError(a api.Approval) string {
 	}
 	switch {
 	case a.State == api.ApprovalTimedOut:
+		// The decision's reason only says that time ran out; the rule's
+		// says why it asked.
+		why = ""
+		if r := strings.TrimRight(a.RuleReason, "."); r != "" {
+			why = ": " + r
+		}
 		return fmt.Sprintf("Nobody approved this call in time, and approval rule %s denies it then%s. Do not retry it as it is.", a.Rule, why)
 	case a.By == ByRule:
 		return fmt.Sprintf("Approval rule %s denies this call%s. Do not retry it as it is.", a.Rule, why)

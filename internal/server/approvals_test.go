@@ -293,6 +293,8 @@ func TestApprovalRulesValidation(t *testing.T) {
 		{`{"name":"a","approval_rules":[{"action":"maybe","tool":"exec"}]}`, "approval_rules[0].action"},
 		{`{"name":"a","approval_rules":[{"action":"deny","tool":"[x"}]}`, "approval_rules[0].tool"},
 		{`{"name":"a","approval_rules":[{"action":"ask","tool":"x","on_timeout":"ask"}]}`, "approval_rules[0].on_timeout"},
+		{`{"name":"a","approval_rules":[{"action":"deny","tool":"exce"}]}`, `approval_rules[0].tool "exce" matches no tool`},
+		{`{"name":"a","approval_rules":[{"action":"ask","tool":"network_access_request"}]}`, "which approval rules do not cover"},
 	} {
 		if msg := errorMessage(ts, "POST", "/v1/outposts", tc.body); !strings.Contains(msg, tc.want) {
 			t.Errorf("%s: message %q, want it to name %s", tc.body, msg, tc.want)
