@@ -83,7 +83,9 @@ func databaseArgs(b *testing.B) []string {
 		return nil
 	case "postgres":
 		pgtest.Require(b)
-		benchPG.once.Do(func() { benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true, Settings: pgStatsSettings()}) })
+		benchPG.once.Do(func() {
+			benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true, Settings: pgStatsSettings()})
+		})
 		if benchPG.err != nil {
 			b.Fatal(benchPG.err)
 		}
