@@ -16,7 +16,7 @@ import (
 // With OUTPOST_BENCH_PG_STATEMENTS=1 (and OUTPOST_BENCH_DATABASE=postgres)
 // the benchmark's PostgreSQL server loads pg_stat_statements, and the
 // benchmarks that call pgStats print the statements a phase ran per
-// operation, the most frequent first, and its commits per operation.
+// operation, the most frequent first, and its transactions per operation.
 
 // pgStatsOn reports whether statements are counted.
 func pgStatsOn() bool {
@@ -47,7 +47,7 @@ func pgStats(b *testing.B) func(what string, ops int) {
 		b.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var commits0 int64
+	var commits0 int64 // transactions committed
 	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		b.Fatal(err)
 	}
@@ -99,9 +99,9 @@ func pgStats(b *testing.B) func(what string, ops int) {
 		if err := rows.Err(); err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("PGSTATS %s: %.2f statements and %.2f commits per op (%d ops)", what, float64(total)/float64(ops), float64(commits-commits0)/float64(ops), ops)
-		for _, l := range lines {
-			b.Log(l)
-		}
+		// Every statement outside a transaction block is a transaction
+		// of its own, and counted.
+		b.Logf("PGSTATS %s: %.2f statements and %.2f transactions per op (%d ops)\n%s", what, float64(total)/float64(ops),
+			float64(commits-commits0)/float64(ops), ops, strings.Join(lines, "\n"))
 	}
 }
