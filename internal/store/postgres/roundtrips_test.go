@@ -131,3 +131,83 @@ func TestRoundTrips(t *testing.T) {
 		t.Errorf("events after create, claim, append: %+v", evs)
 	}
 }
+
+// A claim locks its outpost's row only when the outpost has a max_running
+// limit to count against: claims of an outpost without one do not wait
+// for each other (or for anything holding the row), those of a limited
+// outpost do.
+func TestClaimLocksOutpostOnlyWhenLimited(t *testing.T) {
+	t.Parallel()
+	s, url := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	if err := s.CreateOutpost(ctx, store.Outpost{ID: "op", Name: "o", Platform: api.PlatformLinux, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		sess := store.Session{ID: id, OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another connection holds the outpost's row.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	hold, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var tokens atomic.Int64
+	claim := func(ctx context.Context, id string) (store.OutpostLoad, error) {
+		var load store.OutpostLoad
+		fn := claimFn("acc", &tokens)
+		_, err := s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+			load = l
+			return fn(sess, e)
+		})
+		return load, err
+	}
+	// No limit: the claim goes through while the row is held.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := claim(short, "s1"); err != nil {
+		t.Fatalf("claim of an outpost without a limit, its row held elsewhere: %v", err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A limit: the claim waits for the row, then counts s1's claim.
+	if err := s.SetOutpostLimits(ctx, "op", store.OutpostLimits{MaxRunning: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if hold, err = conn.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	brief, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel2()
+	if _, err := claim(brief, "s2"); err == nil {
+		t.Fatal("a claim of a limited outpost went through while its row was held elsewhere")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	load, err := claim(ctx, "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if load != (store.OutpostLoad{MaxRunning: 5, Held: 1}) {
+		t.Errorf("load seen claiming s2: %+v; want MaxRunning 5, Held 1", load)
+	}
+}
