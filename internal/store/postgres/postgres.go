@@ -18,7 +18,10 @@
 // are retried a bounded number of times all the same.
 //
 // Round trips are few: an UpdateSession sends BEGIN, the row lock and its
-// reads in one batch, every write of the mutation in a second, then COMMIT.
+// reads in one batch, then every write of the mutation with the COMMIT in
+// a second (sqlstore.Tx.SendLast), so the rev counter's lock is held for
+// the commit's flush and no round trip more. A claim locks its outpost's
+// row only when the outpost has a max_running limit to count against.
 //
 // Every commit that appends events or writes a queue entry, and every
 // outpost created or deleted, is notified (notify.go), so that other
