@@ -53,10 +53,12 @@ func BenchmarkClaims(b *testing.B) {
 				}
 
 				// Phase 1: claim distinct pending sessions.
+				stats := pgStats(b)
 				all, elapsed, err := claimDistinct(ctx, func(int) *client.Client { return cl }, ids, claimers, k)
 				if err != nil {
 					b.Fatal(err)
 				}
+				stats(name+" claims", len(all))
 				d := summarize(all)
 				rate := float64(len(all)) / elapsed.Seconds()
 

@@ -68,6 +68,8 @@ var benchPG struct {
 	once sync.Once
 	srv  *pgtest.Server
 	err  error
+	// url is the database the last server started with (pgstats_test.go).
+	url string
 }
 
 // databaseArgs are the server flags that select the benchmark's store:
@@ -81,11 +83,14 @@ func databaseArgs(b *testing.B) []string {
 		return nil
 	case "postgres":
 		pgtest.Require(b)
-		benchPG.once.Do(func() { benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true}) })
+		benchPG.once.Do(func() {
+			benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true, Settings: pgStatsSettings()})
+		})
 		if benchPG.err != nil {
 			b.Fatal(benchPG.err)
 		}
-		return []string{"--database", benchPG.srv.Database(b)}
+		benchPG.url = benchPG.srv.Database(b)
+		return []string{"--database", benchPG.url}
 	default:
 		b.Fatalf("OUTPOST_BENCH_DATABASE=%q: want sqlite or postgres", v)
 		return nil

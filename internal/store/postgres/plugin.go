@@ -151,6 +151,22 @@ func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 	return t.tx.SendBatch(ctx, pb).Close()
 }
 
+// SendLast holds b back to send it with the COMMIT of a write
+// (writeTx), or sends it now when it has Affected checks, which must be
+// able to roll back, or the transaction is not a write's.
+func (t pgTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
+	w, ok := t.tx.(*writeTx)
+	if !ok || b.Len() == 0 || slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.Affected != nil }) {
+		return t.Send(ctx, b)
+	}
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	w.last = &pgx.Batch{}
+	queue(w.last, b)
+	return nil
+}
+
 // pgRows are pgx's rows with database/sql's Close.
 type pgRows struct{ pgx.Rows }
 

@@ -18,7 +18,10 @@
 // are retried a bounded number of times all the same.
 //
 // Round trips are few: an UpdateSession sends BEGIN, the row lock and its
-// reads in one batch, every write of the mutation in a second, then COMMIT.
+// reads in one batch, then every write of the mutation with the COMMIT in
+// a second (sqlstore.Tx.SendLast), so the rev counter's lock is held for
+// the commit's flush and no round trip more. A claim locks its outpost's
+// row only when the outpost has a max_running limit to count against.
 //
 // Every commit that appends events or writes a queue entry, and every
 // outpost created or deleted, is notified (notify.go), so that other
@@ -93,6 +96,9 @@ type Store struct {
 	// resealed counts the sessions whose secrets this Open sealed anew.
 	resealed int
 
+	// tracer, when set (tests), traces every statement of the pool.
+	tracer pgx.QueryTracer
+
 	// locks is the pool of the connections that hold Lock's advisory
 	// locks (locks.go), apart from pool so that holders waiting for a
 	// connection of pool cannot starve it.
@@ -115,6 +121,13 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cfg.MaxConns = defaultMaxConns
 	}
 	where := describe(cfg.ConnConfig)
+	s := &Store{late: newLateNotifier()}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.tracer != nil {
+		cfg.ConnConfig.Tracer = s.tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
@@ -134,10 +147,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %s: %w", where, err)
 	}
-	s := &Store{pool: pool, locks: locks, late: newLateNotifier()}
-	for _, o := range opts {
-		o(s)
-	}
+	s.pool, s.locks = pool, locks
 	s.Store = sqlstore.NewStore("postgres", plugin{s}, &dialect, s.keys)
 	go s.runLateNotifier() // before anything can fail: Close waits for it
 	if len(s.replica) > maxReplicaID {
@@ -252,23 +262,126 @@ func (s *Store) retryWrite(ctx context.Context, first func(b *pgx.Batch), fn fun
 	}
 }
 
+// tryWrite is one try of a write transaction: BEGIN with first's
+// statements in one round trip, fn, then COMMIT — in the same round trip
+// as the statements fn left to send last (pgTx.SendLast), so the row
+// locks they take (the rev counter's, which orders every write of a queue
+// entry) are held for the commit's own flush and no round trip more.
 func (s *Store) tryWrite(ctx context.Context, first func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left inside a transaction is closed by Release, not
+	// reused; the deferred rollback (run first) ends one that failed.
+	defer c.Release()
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	if first != nil {
 		first(b)
 	}
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	br := c.Conn().SendBatch(ctx, b)
+	w := &writeTx{Tx: br.Tx()}
+	defer func() {
+		if c.Conn().PgConn().TxStatus() != 'I' {
+			w.Tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the try failed already
+		}
+	}()
 	if err := br.Close(); err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(w); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if w.last == nil {
+		return w.Tx.Commit(ctx)
+	}
+	last := w.last
+	w.last = nil
+	// A statement that fails skips the rest of the batch, COMMIT
+	// included (one Sync ends it), and leaves the transaction to roll
+	// back. A COMMIT that answers ROLLBACK means the transaction had
+	// failed before.
+	last.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return c.Conn().SendBatch(ctx, last).Close()
 }
+
+// writeTx is the transaction a write's fn runs in: pgx's, and the
+// statements fn left to send with the COMMIT (pgTx.SendLast), which any
+// statement fn runs after them sends first, in order.
+type writeTx struct {
+	pgx.Tx
+	last *pgx.Batch
+}
+
+// flush sends the statements held back for the COMMIT now.
+func (w *writeTx) flush(ctx context.Context) error {
+	if w.last == nil {
+		return nil
+	}
+	b := w.last
+	w.last = nil
+	return w.Tx.SendBatch(ctx, b).Close()
+}
+
+func (w *writeTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return w.Tx.Begin(ctx)
+}
+
+func (w *writeTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := w.flush(ctx); err != nil {
+		return 0, err
+	}
+	return w.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (w *writeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := w.flush(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return w.Tx.SendBatch(ctx, b)
+}
+
+func (w *writeTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return w.Tx.Prepare(ctx, name, sql)
+}
+
+func (w *writeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := w.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return w.Tx.Exec(ctx, sql, args...)
+}
+
+func (w *writeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return w.Tx.Query(ctx, sql, args...)
+}
+
+func (w *writeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := w.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return w.Tx.QueryRow(ctx, sql, args...)
+}
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // exec runs a statement on the pool, or, when ctx carries an audit entry,
 // in a write transaction that appends it: a change made by one statement

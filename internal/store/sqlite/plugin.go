@@ -114,6 +114,9 @@ func (t sqlTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	return res.RowsAffected()
 }
 
+// SendLast is Send: the one writer commits in process.
+func (t sqlTx) SendLast(ctx context.Context, b *sqlstore.Batch) error { return t.Send(ctx, b) }
+
 // Send runs b's statements one after another.
 func (t sqlTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 	for _, it := range b.Items {

@@ -65,6 +65,11 @@ func (t recordingTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 	return t.Tx.Send(ctx, b)
 }
 
+func (t recordingTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
+	t.r.batch(b)
+	return t.Tx.SendLast(ctx, b)
+}
+
 // An update reads the transcript's highest seq only when it appends
 // events (Dialect.SeqOnDemand), and the events it appends still follow
 // the ones appended before, by any path.

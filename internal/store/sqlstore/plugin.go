@@ -33,6 +33,15 @@ type Tx interface {
 	// (PostgreSQL), one statement after another where it is in process
 	// (SQLite). The first error of a statement or a callback ends it.
 	Send(ctx context.Context, b *Batch) error
+	// SendLast is Send of the transaction's last statements, which the
+	// plugin may send with the COMMIT in one round trip (PostgreSQL): no
+	// row lock the transaction took waits for a round trip between them.
+	// A callback of such a batch runs once the transaction committed, so
+	// b's Row callbacks must not fail when their statement succeeded (a
+	// plugin sends a batch with Affected checks as Send does and commits
+	// after). A statement run in the transaction after SendLast sends b
+	// first.
+	SendLast(ctx context.Context, b *Batch) error
 }
 
 // Batch is statements queued to run together, in order, in a
@@ -119,7 +128,8 @@ type Plugin interface {
 type Lock struct {
 	// Row is the suffix that locks the rows a query reads (" FOR UPDATE").
 	Row string
-	// Outpost locks the outpost row of OutpostLimitsSQL (" FOR UPDATE OF o").
+	// Outpost locks the outpost row of OutpostLimitSQL (" FOR UPDATE OF o"),
+	// which claims of an outpost with a max_running limit take.
 	Outpost string
 	// Pick locks, skipping those another writer holds, the session rows
 	// of a query that joins sessions as s ("FOR UPDATE OF s SKIP LOCKED").

@@ -271,6 +271,10 @@ func (d Dialect) HeldClaimsSQL() string {
 // entry; it answers no row when the entry or its outpost is gone.
 const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
 
+// OutpostLimitSQL reads max_running of outpost $1, to be locked (the
+// dialect's Lock.Outpost).
+const OutpostLimitSQL = `SELECT o.max_running FROM outposts o WHERE o.id = $1`
+
 // SetOutpostLimitsSQL writes max_running $2, max_attempts $3 and
 // max_snapshot_bytes $4, network_policy_json $5 and desktop_json $6 of
 // outpost $1.

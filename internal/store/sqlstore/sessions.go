@@ -40,7 +40,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session, e *store.
 			s.db.QueueUpsertEntry(b, &entry)
 			s.db.QueueNotify(b, sess.ID, sess.OutpostID, int64(len(events)), &entry)
 		}
-		return tx.Send(ctx, b)
+		return tx.SendLast(ctx, b)
 	})
 	if err != nil {
 		return s.errorf(err, "create session %s", sess.ID)
@@ -102,10 +102,12 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 }
 
 // ClaimSession is UpdateSession whose fn also gets the load of the
-// session's outpost at now. Claims of one outpost are serialized (by the
-// outpost row's lock on PostgreSQL, taken after the session's; by the one
-// writer on SQLite), so each counts the claims the ones before it
-// committed.
+// session's outpost at now. Claims of an outpost with a max_running limit
+// are serialized (by the outpost row's lock on PostgreSQL, taken after the
+// session's; by the one writer on SQLite), so each counts the claims the
+// ones before it committed. Claims of an outpost without a limit take no
+// lock of the outpost: they count nothing, and a limit set meanwhile
+// orders them before it.
 func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	return s.update(ctx, nil, &id, now, true, fn)
 }
@@ -180,7 +182,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				}
 				u.limited = err == nil && u.load.MaxRunning > 0
 				return err
-			}, s.sql.outpostLimitsLocked, u.id)
+			}, OutpostLimitsSQL, u.id)
 		}
 	}
 	begin, body := first, func(Tx) error { return nil }
@@ -198,10 +200,29 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			return err
 		}
 		if u.limited {
-			// The outpost's row is locked: the claims committed before
-			// this one are all counted.
-			if err := tx.QueryRow(ctx, s.heldClaimsSQL(), u.e.OutpostID, api.PhaseClaimed, now.UnixMilli(), u.id).Scan(&u.load.Held); err != nil {
-				return fmt.Errorf("count held claims: %w", err)
+			// The outpost has a limit: its row is locked (where the
+			// dialect locks rows) and the limit read again under the
+			// lock, then the claims committed before this one are all
+			// counted. Only claims of limited outposts wait for each
+			// other here.
+			b := &Batch{Items: make([]BatchItem, 0, 2)}
+			if s.d.Lock.Outpost != "" {
+				b.QueryRow(func(row Scanner) error {
+					err := row.Scan(&u.load.MaxRunning)
+					if errors.Is(err, sql.ErrNoRows) {
+						u.load.MaxRunning, err = 0, nil // the outpost is gone: no limit to hold
+					}
+					return err
+				}, s.sql.outpostLimitLocked, u.e.OutpostID)
+			}
+			b.QueryRow(func(row Scanner) error {
+				if err := row.Scan(&u.load.Held); err != nil {
+					return fmt.Errorf("count held claims: %w", err)
+				}
+				return nil
+			}, s.heldClaimsSQL(), u.e.OutpostID, api.PhaseClaimed, now.UnixMilli(), u.id)
+			if err := tx.Send(ctx, b); err != nil {
+				return err
 			}
 		}
 		u.fnErr = nil
@@ -254,7 +275,10 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 		if err != nil {
 			return err
 		}
-		b.MustAffect(UpdateStateSQL, args...)
+		// The transaction read the row (locked, on PostgreSQL) before fn:
+		// it is there, and the update changes it. No Affected check, so
+		// the batch can go with the commit.
+		b.Exec(UpdateStateSQL, args...)
 	}
 	if err := s.queueEvents(b, id, seq, m.Events); err != nil {
 		return err
@@ -281,7 +305,9 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	if m.Entry != nil {
 		s.db.QueueNotify(b, id, outpostID, seq+int64(len(m.Events)), m.Entry)
 	}
-	return tx.Send(ctx, b)
+	// The last statements, with the commit where the plugin can: the rev
+	// counter's lock is held for no round trip of its own.
+	return tx.SendLast(ctx, b)
 }
 
 // queueEvents queues into b the append of events to a transcript whose
@@ -334,7 +360,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, events []api
 		if err := s.queueEvents(b, sessionID, r.seq, events); err != nil {
 			return err
 		}
-		return tx.Send(ctx, b)
+		return tx.SendLast(ctx, b)
 	})
 	if err != nil {
 		return s.errorf(err, "append events %s", sessionID)

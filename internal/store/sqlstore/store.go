@@ -24,10 +24,10 @@ type Store struct {
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
 	outpostStats, outpostCounts                        string
-	// getStateLocked, outpostLimitsLocked and sessionExistsLocked are
-	// GetStateSQL, OutpostLimitsSQL and SessionExistsSQL with the
+	// getStateLocked, outpostLimitLocked and sessionExistsLocked are
+	// GetStateSQL, OutpostLimitSQL and SessionExistsSQL with the
 	// dialect's row locks, joined once rather than on every write.
-	getStateLocked, outpostLimitsLocked, sessionExistsLocked string
+	getStateLocked, outpostLimitLocked, sessionExistsLocked string
 }
 
 // NewStore returns the core of the store named name ("sqlite",
@@ -43,7 +43,7 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 		outpostCounts: d.OutpostStatsSQL(true),
 
 		getStateLocked:      GetStateSQL + d.Lock.Row,
-		outpostLimitsLocked: OutpostLimitsSQL + d.Lock.Outpost,
+		outpostLimitLocked:  OutpostLimitSQL + d.Lock.Outpost,
 		sessionExistsLocked: SessionExistsSQL + d.Lock.Row,
 	}}
 }

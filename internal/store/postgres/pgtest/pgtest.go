@@ -40,6 +40,10 @@ type Options struct {
 	Fsync bool
 	// MaxConnections is the server's max_connections; 0 means 300.
 	MaxConnections int
+	// Settings are more server settings, each "name=value" (passed as
+	// -c): shared_preload_libraries=pg_stat_statements to count a
+	// benchmark's statements, for one.
+	Settings []string
 }
 
 // User is the superuser every server trusts.
@@ -227,6 +231,9 @@ func (s *Server) start() error {
 		"-c", "max_connections=" + strconv.Itoa(s.opts.MaxConnections)}
 	if !s.opts.Fsync {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	for _, set := range s.opts.Settings {
+		args = append(args, "-c", set)
 	}
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Dir = s.Dir

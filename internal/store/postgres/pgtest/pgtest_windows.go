@@ -14,6 +14,7 @@ import (
 type Options struct {
 	Fsync          bool
 	MaxConnections int
+	Settings       []string
 }
 
 // User is the superuser every server trusts.
