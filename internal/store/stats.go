@@ -179,11 +179,11 @@ func peaks(es []edge, start time.Time, step time.Duration, n int) []int {
 	out := make([]int, n)
 	level, i := 0, 0
 	s0, st := start.UnixMilli(), step.Milliseconds()
-	for ; i < len(es) && es[i].at <= s0; i++ {
-		level += es[i].delta
-	}
 	for b := range n {
-		bEnd := s0 + int64(b+1)*st
+		bStart, bEnd := s0+int64(b)*st, s0+int64(b+1)*st
+		for ; i < len(es) && es[i].at <= bStart; i++ {
+			level += es[i].delta
+		}
 		peak := level
 		for i < len(es) && es[i].at < bEnd {
 			at := es[i].at
