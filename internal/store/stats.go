@@ -1,10 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -175,7 +175,7 @@ func appendInterval(es []edge, from time.Time, to *time.Time) []edge {
 // bucket. Edges at one moment are applied together, so an interval that
 // closes as another opens is not counted twice.
 func peaks(es []edge, start time.Time, step time.Duration, n int) []int {
-	sort.Slice(es, func(i, j int) bool { return es[i].at < es[j].at })
+	slices.SortFunc(es, func(a, b edge) int { return cmp.Compare(a.at, b.at) })
 	out := make([]int, n)
 	level, i := 0, 0
 	s0, st := start.UnixMilli(), step.Milliseconds()

@@ -42,7 +42,7 @@ func BenchmarkFleetStats(b *testing.B) {
 			b.Fatal(err)
 		}
 		for i := range n {
-			created := now.Add(-spread.span + time.Duration(i)*spread.span/n)
+			created := now.Add(-spread.span + spread.span/n*time.Duration(i))
 			started := created.Add(time.Duration(i%300) * time.Second)
 			ended := started.Add(time.Duration(i%1800) * time.Second)
 			status := []string{api.StatusExit, api.StatusError}[i%5/4]
