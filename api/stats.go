@@ -13,9 +13,11 @@ const StatsPath = "/v1/stats"
 // the last week by two hours.
 type StatsWindow struct {
 	// Name is how the query spells it: "1h", "24h", "7d".
-	Name string
-	Span time.Duration
-	Step time.Duration
+	Name string `json:"name"`
+	// Span and Step are durations (nanoseconds in JSON, as time.Duration
+	// marshals); Stats carries the step as step_seconds.
+	Span time.Duration `json:"span"`
+	Step time.Duration `json:"step"`
 }
 
 // StatsWindows are the windows GET /v1/stats serves, the default first.

@@ -94,7 +94,7 @@ func BuildStats(q StatsQuery, sessions []SessionTimes, samples []WorkerSample) a
 				waits[b] = append(waits[b], s.StartedAt.Sub(s.CreatedAt).Seconds())
 			}
 		}
-		if s.EndedAt != nil {
+		if s.EndedAt != nil && api.IsFinal(s.Status) {
 			if b := bucketOf(*s.EndedAt); b >= 0 {
 				out.Buckets[b].Ended[s.Status]++
 				if s.StartedAt != nil {
