@@ -48,6 +48,7 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "POST", path: "/v1/sessions", body: map[string]any{"outpost": "home", "agent": map[string]any{"kind": "script"}}, scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 201, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200},
 		{method: "GET", path: "/v1/workers?outpost=home", scope: api.ScopeMachine, wrongScope: "", want: 200, elsewhere: 404},
+		{method: "GET", path: "/v1/stats?outpost=home&window=24h", scope: api.ScopeSessionsRead, wrongScope: api.ScopeNetworkAdmin, want: 200, elsewhere: 404},
 		{method: "GET", path: "/v1/outposts/home/workers/nobody", scope: api.ScopeMachine, wrongScope: "", want: 404, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions/" + id, scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions/" + id + "/events", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},

@@ -742,6 +742,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.retention.Run(s.runCtx)
 	}()
 	s.wg.Go(func() { s.auditRetention(s.runCtx) })
+	s.wg.Go(func() { s.sampleWorkers(s.runCtx) })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -888,6 +889,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/outposts/{outpost}/workers", s.authed(wk.list, read...))
 	mux.HandleFunc("GET /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.get, read...))
 	mux.HandleFunc("GET /v1/workers", s.authed(wk.listAll, read...))
+	mux.HandleFunc("GET "+api.StatsPath, s.authed(s.stats, read...))
 	mux.HandleFunc("PUT /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.heartbeat, api.ScopeMachine))
 	mux.HandleFunc("DELETE /v1/outposts/{outpost}/workers/{acceptor}", s.authed(wk.goodbye, api.ScopeMachine))
 	// Stored secrets of an outpost (osecrets.go): values go in, never out.

@@ -661,6 +661,21 @@ type Store interface {
 	// CountWorkers counts the entries live at now by outpost and kind.
 	CountWorkers(ctx context.Context, now time.Time) ([]WorkerCount, error)
 
+	// The fleet's series (types in stats.go; FleetStats puts them
+	// together).
+
+	// SessionTimes returns the moments of the sessions of outpostID (""
+	// for every outpost) created before to and not ended before from.
+	SessionTimes(ctx context.Context, outpostID string, from, to time.Time) ([]SessionTimes, error)
+	// PutWorkerSamples writes samples, keeping any already written for an
+	// outpost's minute (so several servers may sample at once), and
+	// deletes those taken before pruneBefore, in one transaction. It
+	// returns how many it wrote.
+	PutWorkerSamples(ctx context.Context, samples []WorkerSample, pruneBefore time.Time) (int, error)
+	// WorkerSamples returns the samples of outpostID ("" for every
+	// outpost) taken in [from, to), by time.
+	WorkerSamples(ctx context.Context, outpostID string, from, to time.Time) ([]WorkerSample, error)
+
 	// Replicas: several servers on one database. Each server
 	// process heartbeats its row; the live ones are those seen lately.
 

@@ -123,7 +123,7 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("web: public URL %q: %w", opts.PublicURL, err)
 		}
 	}
-	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "webhooks", "webhook", "device", "error", "worker"} {
+	for _, p := range []string{"signin", "outposts", "outpost", "sessions", "session", "newsession", "tokens", "audit", "webhooks", "webhook", "device", "error", "worker", "dashboard"} {
 		// policy.html only defines the network policy section, which the
 		// outpost and session pages share.
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/policy.html", "templates/"+p+".html")
@@ -153,6 +153,9 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/outposts/{outpost}/delete", h.authed(h.deleteOutpost))
 	m.HandleFunc("GET /ui/outposts/{outpost}", h.authed(h.outpostPage))
 	m.HandleFunc("GET /ui/outposts/{outpost}/workers/{acceptor}", h.authed(h.workerPage))
+	m.HandleFunc("GET /ui/outposts/{outpost}/dashboard", h.authed(h.dashboardPage))
+	m.HandleFunc("GET /ui/dashboard", h.authed(h.dashboardPage))
+	m.HandleFunc("GET /ui/fleet", h.authed(h.dashboardPage))
 	m.HandleFunc("POST /ui/outposts/{outpost}/network-policy", h.authed(h.setOutpostPolicy))
 	m.HandleFunc("POST /ui/outposts/{outpost}/secrets", h.authed(h.setOutpostSecret))
 	m.HandleFunc("POST /ui/outposts/{outpost}/secrets/{name}/delete", h.authed(h.deleteOutpostSecret))

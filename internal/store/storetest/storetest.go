@@ -90,6 +90,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditConcurrent", testAuditConcurrent},
 		{"Webhooks", testWebhooks},
 		{"WebhooksConcurrentClaim", testWebhooksConcurrentClaim},
+		// The fleet dashboard's series.
+		{"FleetStats", testFleetStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -607,3 +607,16 @@
     document.querySelectorAll("[data-add-rule]").forEach(function (b) { b.hidden = false; });
   });
 })();
+
+// The fleet dashboard is drawn by the server; it is kept current by
+// loading it again, unless the reader has opened a table of numbers.
+(function () {
+  var dash = document.getElementById("dashboard");
+  if (!dash) return;
+  var secs = parseInt(dash.getAttribute("data-refresh-seconds"), 10);
+  if (!(secs > 0)) return;
+  setInterval(function () {
+    if (document.hidden || dash.querySelector("details[open]")) return;
+    location.reload();
+  }, secs * 1000);
+})();
