@@ -63,7 +63,7 @@ func TestMCPNeverFallsBack(t *testing.T) {
 			if len(args) == 1 && args[0] == "--session-override" {
 				session, args = "ses_nope", nil
 			}
-			code := tf.run(t, append(append([]string{"mcp", "--session", session}, args...))...)
+			code := tf.run(t, append([]string{"mcp", "--session", session}, args...)...)
 			msg := tf.errOut.String()
 			if code != exitError {
 				t.Errorf("exit %d, want %d; stderr %q", code, exitError, msg)
