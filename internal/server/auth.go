@@ -118,14 +118,23 @@ func (p principal) allowsToken(t store.Token) bool {
 }
 
 // sessionRoutesDenied are the routes under a session that a token limited
-// to that session may not use: a rerun makes another session.
-var sessionRoutesDenied = []string{"POST /v1/sessions/{session}/rerun"}
+// to that session may not use: a rerun makes another session, and what a
+// person decides for the session — its network policy, its network access
+// requests, the calls approval rules hold — is not for the agent it limits.
+var sessionRoutesDenied = []string{
+	"POST /v1/sessions/{session}/rerun",
+	"PATCH /v1/sessions/{session}",
+	"POST /v1/sessions/{session}/network-requests/{request}/grant",
+	"POST /v1/sessions/{session}/network-requests/{request}/deny",
+	"POST /v1/sessions/{session}/calls/{seq}/approve",
+	"POST /v1/sessions/{session}/calls/{seq}/deny",
+}
 
 // allowsRoute reports, as the error to answer, whether the principal may
 // use the route of request r at all. A token limited to a session reaches
-// that session's routes (its MCP endpoint among them) and GET /v1/whoami:
-// another session does not exist for it (404), and every other route is
-// forbidden (403).
+// that session's routes (its MCP endpoint among them) but
+// sessionRoutesDenied, and GET /v1/whoami: another session does not exist
+// for it (404), and every other route is forbidden (403).
 func (p principal) allowsRoute(r *http.Request) error {
 	if p.sessionID == "" || r.Pattern == "GET /v1/whoami" {
 		return nil

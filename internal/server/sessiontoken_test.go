@@ -9,7 +9,9 @@ import (
 
 // TestSessionToken tries to reach beyond a token limited to one session:
 // every route but that session's answers 403 (another session 404), it
-// cannot mint tokens, and it stops working when the session ends.
+// cannot mint tokens, widen its session's network policy, answer its
+// network requests or approve its held calls, and it stops working when
+// the session ends.
 func TestSessionToken(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
@@ -71,6 +73,13 @@ func TestSessionToken(t *testing.T) {
 		{"POST", "/v1/sessions/" + nearID + "/mcp", nil, 404},
 		{"GET", "/v1/sessions/" + far.Metadata.SessionID + "/events", nil, 404},
 		{"POST", "/v1/sessions/" + id + "/rerun", nil, 403},
+		{"PATCH", "/v1/sessions/" + id, map[string]any{"network_policy": nil}, 403},
+		{"POST", "/v1/sessions/" + id + "/network-requests/nrq_1/grant", nil, 403},
+		{"POST", "/v1/sessions/" + id + "/network-requests/nrq_1/deny", nil, 403},
+		{"POST", "/v1/sessions/" + id + "/calls/1/approve", nil, 403},
+		{"POST", "/v1/sessions/" + id + "/calls/1/deny", nil, 403},
+		{"GET", "/v1/sessions/" + id + "/approvals", nil, 200},
+		{"GET", "/v1/sessions/" + id + "/network-requests", nil, 200},
 		{"GET", "/v1/tokens", nil, 403},
 		{"GET", "/v1/queue?outpost=home", nil, 403},
 		{"GET", "/v1/queue/" + id, nil, 403},
