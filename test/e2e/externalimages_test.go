@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -84,6 +85,22 @@ func TestExternalSessionTokenAndImages(t *testing.T) {
 	if img := imageOf(res); img == nil || img.MIMEType != "image/png" || !bytes.Equal(img.Data, want) {
 		t.Errorf("upload_artifact of a PNG: image content %+v, want the PNG itself; text %q", img, textOf(res))
 	}
+
+	// The stdio bridge passes the image on, with the session's token.
+	bridge := exec.Command(binary, "mcp", "--session", id)
+	bridge.Env = append(os.Environ(), c.env(secret)...)
+	bc, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: bridge}, nil)
+	if err != nil {
+		t.Fatalf("connect to outpost mcp with the session's token: %v", err)
+	}
+	res, err = bc.CallTool(ctx, &mcp.CallToolParams{Name: "upload_artifact", Arguments: map[string]any{"path": "dot.png", "name": "dot2.png"}})
+	if err != nil || res.IsError {
+		t.Fatalf("upload_artifact through the bridge: %v %q", err, textOf(res))
+	}
+	if img := imageOf(res); img == nil || !bytes.Equal(img.Data, want) {
+		t.Errorf("upload_artifact through the bridge: image content %+v, want the PNG", img)
+	}
+	bc.Close()
 
 	if _, err := exec.LookPath("chromium"); err == nil {
 		page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
