@@ -56,6 +56,11 @@ type Token struct {
 	OutpostID string `json:"outpost_id,omitempty"`
 	// Outpost is the name of the outpost OutpostID names, when it exists.
 	Outpost string `json:"outpost,omitempty"`
+	// SessionID is the session the token is limited to; "" when it is not.
+	// Such a token reaches only that session's routes (and its MCP
+	// endpoint), holds sessions scopes only, and stops working when the
+	// session ends. OutpostID is the session's outpost.
+	SessionID string `json:"session_id,omitempty"`
 	// CreatedAt, ExpiresAt and RevokedAt are Unix seconds; null when it
 	// never expires or is not revoked.
 	CreatedAt int64  `json:"created_at"`
@@ -77,6 +82,12 @@ type CreateTokenRequest struct {
 	ServiceAccount bool `json:"service_account,omitempty"`
 	// Outpost, a name or id, limits the token to that outpost.
 	Outpost string `json:"outpost,omitempty"`
+	// Session limits the token to one session, for an outside agent: it
+	// reaches that session's routes only (every other answers 404 or 403)
+	// and stops working when the session ends. Its scopes must be
+	// sessions.read or sessions.write (the default when none are given);
+	// the caller needs sessions.write on the session, not admin.
+	Session string `json:"session,omitempty"`
 	// ExpiresInS makes the token expire that many seconds from now; 0
 	// never.
 	ExpiresInS int64 `json:"expires_in_s,omitempty"`

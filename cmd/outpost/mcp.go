@@ -62,14 +62,45 @@ func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(r)
 }
 
+// mcpEndpoint returns the server and token outpost mcp uses. Unlike other
+// commands it never mixes or guesses: a server given (--server or
+// OUTPOST_SERVER) takes a token given, or the saved login's when that login
+// is for the same server; a token given needs its server given; with
+// neither, the saved login serves, and without one it is an error rather
+// than the default local server. An MCP client shows only that its server
+// failed to start, so each error says what to set.
+func mcpEndpoint(f *Factory) (server, token string, err error) {
+	serverGiven := f.Server != "" || f.Getenv(api.EnvServer.Name) != ""
+	tokenGiven := f.Token != "" || f.TokenFile != "" || f.Getenv(api.EnvToken.Name) != "" || f.Getenv(api.EnvTokenFile.Name) != ""
+	if tokenGiven && !serverGiven {
+		return "", "", fmt.Errorf("a token is given but no server: set %s (or --server) to the server the token is for; outpost mcp does not pair a token with the saved login's server", api.EnvServer.Name)
+	}
+	if !serverGiven {
+		cfg, err := loadConfig(f)
+		if err != nil {
+			return "", "", err
+		}
+		if cfg.Server == "" || cfg.Token == "" {
+			return "", "", fmt.Errorf("no server to ask: set %s and %s (in the MCP client's configuration, under env), or run 'outpost login URL'", api.EnvServer.Name, api.EnvToken.Name)
+		}
+	}
+	if server, token, err = f.Endpoint(); err != nil {
+		return "", "", err
+	}
+	if token == "" {
+		return "", "", fmt.Errorf("no token for %s: set %s (or --token, --token-file) to a token of that server, for example one from 'outpost tokens create --session ID'; the saved login is for another server", server, api.EnvToken.Name)
+	}
+	return server, token, nil
+}
+
 func runMCP(ctx context.Context, opts *MCPOptions) error {
 	f, session := opts.f, opts.Session
-	server, token, err := f.Endpoint()
+	server, token, err := mcpEndpoint(f)
 	if err != nil {
 		return err
 	}
 	if err := checkMCPSession(ctx, f, session); err != nil {
-		return err
+		return fmt.Errorf("server %s: %w", server, err)
 	}
 	next := http.DefaultTransport
 	if hc, err := f.HTTPClient(); err != nil { // --ca-file
@@ -89,7 +120,7 @@ func runMCP(ctx context.Context, opts *MCPOptions) error {
 	defer cs.Close()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("list the session's tools: %w", err)
+		return fmt.Errorf("list the tools of %s: %w", endpoint, err)
 	}
 	local := mcp.NewServer(&mcp.Implementation{Name: "outpost", Title: "Outpost session " + session, Version: version}, nil)
 	for _, t := range tools.Tools {

@@ -36,12 +36,18 @@ type TokensCreateOptions struct {
 func NewCmdTokensCreate(f *Factory, runF func(context.Context, *TokensCreateOptions) error) *cobra.Command {
 	opts := &TokensCreateOptions{f: f}
 	cmd := &cobra.Command{
-		Use:   "create (--scope SCOPE... | --role ROLE)",
+		Use:   "create (--scope SCOPE... | --role ROLE | --session ID)",
 		Short: "Create a token and print it (shown once)",
 		Long: fmt.Sprintf(`Create an API token and print its secret on standard output; it is shown only
 once. Scopes: %s. Or give the token a role
 instead (%s), which stands for its scopes. A token made
 with --outpost works for that outpost only.
+
+A token made with --session ID is for an outside agent driving that session:
+it reaches that session's routes and MCP endpoint only, holds sessions.write
+(or the --scope given: sessions.read, sessions.write), needs only
+sessions.write on the session to create, and stops working when the session
+ends.
 
 A token created by a person signed in through single sign-on belongs to that
 person and never does more than the person may, now or later; with
@@ -49,6 +55,7 @@ person and never does more than the person may, now or later; with
 		Example: `  outpost tokens create --scope outposts.machine --outpost dev --name dev-workers
   outpost tokens create --scope sessions.write --expires-in 24h
   outpost tokens create --role viewer --name dashboards
+  outpost tokens create --session ses_123
   TOKEN=$(outpost tokens create --scope outposts.orchestrator)`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -58,7 +65,10 @@ person and never does more than the person may, now or later; with
 			if opts.Request.Role != "" && len(opts.Request.Scopes) > 0 {
 				return usageErrorf("tokens create takes --scope or --role, not both: a role stands for its scopes")
 			}
-			if opts.Request.Role == "" && len(opts.Request.Scopes) == 0 {
+			if opts.Request.Session != "" && opts.Request.Role != "" {
+				return usageErrorf("tokens create takes --session or --role, not both: a session's token holds sessions scopes only")
+			}
+			if opts.Request.Role == "" && len(opts.Request.Scopes) == 0 && opts.Request.Session == "" {
 				return usageErrorf("tokens create needs at least one --scope (%s) or a --role (%s)", strings.Join(api.Scopes, ", "), strings.Join(api.Roles, ", "))
 			}
 			if opts.ExpiresIn < 0 {
@@ -76,6 +86,7 @@ person and never does more than the person may, now or later; with
 	fl.StringVar(&opts.Request.Role, "role", "", "give the token this role's scopes: "+strings.Join(api.Roles, ", "))
 	fl.BoolVar(&opts.Request.ServiceAccount, "service-account", false, "make a signed-in admin's token a service account's, not the admin's own")
 	fl.StringVar(&opts.Request.Outpost, "outpost", "", "limit the token to this outpost")
+	fl.StringVar(&opts.Request.Session, "session", "", "limit the token to this session (for an outside agent); it ends with the session")
 	fl.StringVar(&opts.Request.Name, "name", "", "a name to recognize the token by")
 	fl.DurationVar(&opts.ExpiresIn, "expires-in", 0, "lifetime, e.g. 24h (default: never expires)")
 	return cmd
@@ -97,6 +108,9 @@ func runTokensCreate(ctx context.Context, opts *TokensCreateOptions) error {
 	limit := ""
 	if t.Outpost != "" {
 		limit = ", limited to outpost " + t.Outpost
+	}
+	if t.SessionID != "" {
+		limit = ", limited to session " + t.SessionID + " (it stops working when the session ends)"
 	}
 	if t.Role != "" {
 		limit = " (role " + t.Role + ")" + limit

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ type principal struct {
 	tokenName string
 	scopes    []string
 	outpostID string     // "" when not limited
+	sessionID string     // "" when not limited to one session
 	expiresAt *time.Time // nil when the token never expires
 
 	// User is the person the token belongs to; nil for a service
@@ -115,6 +117,38 @@ func (p principal) allowsToken(t store.Token) bool {
 	return p.allowsOutpost(t.OutpostID)
 }
 
+// sessionRoutesDenied are the routes under a session that a token limited
+// to that session may not use: a rerun makes another session, and what a
+// person decides for the session — its network policy, its network access
+// requests, the calls approval rules hold — is not for the agent it limits.
+var sessionRoutesDenied = []string{
+	"POST /v1/sessions/{session}/rerun",
+	"PATCH /v1/sessions/{session}",
+	"POST /v1/sessions/{session}/network-requests/{request}/grant",
+	"POST /v1/sessions/{session}/network-requests/{request}/deny",
+	"POST /v1/sessions/{session}/calls/{seq}/approve",
+	"POST /v1/sessions/{session}/calls/{seq}/deny",
+}
+
+// allowsRoute reports, as the error to answer, whether the principal may
+// use the route of request r at all. A token limited to a session reaches
+// that session's routes (its MCP endpoint among them) but
+// sessionRoutesDenied, and GET /v1/whoami: another session does not exist
+// for it (404), and every other route is forbidden (403).
+func (p principal) allowsRoute(r *http.Request) error {
+	if p.sessionID == "" || r.Pattern == "GET /v1/whoami" {
+		return nil
+	}
+	id := r.PathValue("session")
+	switch {
+	case id == "" || slices.Contains(sessionRoutesDenied, r.Pattern):
+		return errForbidden("This token is limited to session %s: it reaches that session's routes only.", p.sessionID)
+	case id != p.sessionID:
+		return errNotFound("Session %s does not exist.", id)
+	}
+	return nil
+}
+
 type principalKey struct{}
 
 func principalFrom(ctx context.Context) principal {
@@ -156,7 +190,19 @@ func (s *Server) authenticateSecret(ctx context.Context, secret string) (princip
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
 		return principal{}, errUnauthorized("The API token has expired.")
 	}
-	p := principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, expiresAt: t.ExpiresAt, Role: t.Role}
+	p := principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, sessionID: t.SessionID, expiresAt: t.ExpiresAt, Role: t.Role}
+	if t.SessionID != "" {
+		// A session's token ends with its session.
+		sess, err := s.store.GetSession(ctx, t.SessionID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return principal{}, errUnauthorized("The API token was limited to session %s, which no longer exists.", t.SessionID)
+		case err != nil:
+			return principal{}, fmt.Errorf("get session %s: %w", t.SessionID, err)
+		case api.IsFinal(sess.Status):
+			return principal{}, errUnauthorized("The API token was limited to session %s, which has ended (%s).", t.SessionID, sess.Status)
+		}
+	}
 	if t.UserID != "" {
 		// A user's token never does more than its user may now.
 		return s.userPrincipal(ctx, p, t)
@@ -182,6 +228,10 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 		p.need = scopes
 		if !p.hasAny(scopes...) {
 			s.writeError(w, r, errForbidden("This token lacks the %s scope.", strings.Join(scopes, " or ")))
+			return
+		}
+		if err := p.allowsRoute(r); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		ctx, stop := s.whileValid(r.Context(), r, p)

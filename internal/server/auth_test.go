@@ -82,6 +82,9 @@ func TestAuthMatrix(t *testing.T) {
 	}
 	ts.mustDo(201, "PUT", "/v1/outposts/home/secrets/SEEDED", ts.admin, api.PutOutpostSecretRequest{Value: "seeded"}, nil)
 	machine := ts.token([]string{api.ScopeMachine}, "")
+	var sessTok api.CreateTokenResponse
+	ts.mustDo(201, "POST", "/v1/tokens", scoped(api.ScopeSessionsWrite), api.CreateTokenRequest{Session: id}, &sessTok)
+	sessionToken := sessTok.Secret
 	roleTokens := map[string]string{}
 	for _, role := range api.Roles {
 		var tok api.CreateTokenResponse
@@ -178,6 +181,23 @@ func TestAuthMatrix(t *testing.T) {
 		}
 		if got := ts.do(ep.method, resolve(ep.path), right, body(ep), nil); got != ep.want {
 			t.Errorf("%s with scope %s: %d, want %d", name, ep.scope, got, ep.want)
+		}
+		// A token limited to the home session (sessions.write): that
+		// session's routes answer as for the right token, another session
+		// does not exist, and everything else is forbidden.
+		{
+			path := resolve(ep.path)
+			want := 403
+			if rest, ok := strings.CutPrefix(path, "/v1/sessions/"); ok && ep.scope != api.ScopeMachine && !strings.HasSuffix(path, "/rerun") && ep.method != "PATCH" {
+				if strings.HasPrefix(rest, id) {
+					want = ep.want
+				} else if rest != "" {
+					want = 404
+				}
+			}
+			if got := ts.do(ep.method, path, sessionToken, body(ep), nil); got != want {
+				t.Errorf("%s with a token limited to session %s: %d, want %d", name, id, got, want)
+			}
 		}
 		// A column per role: a role is its scopes, so each route answers
 		// a role's token as it answers a token of those scopes.

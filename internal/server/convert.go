@@ -120,7 +120,7 @@ func redactSpec(set *redact.Set, spec api.SessionSpec) api.SessionSpec {
 
 func toAPIToken(t store.Token) api.Token {
 	return api.Token{
-		ID: t.ID, Name: t.Name, Scopes: t.Scopes, OutpostID: t.OutpostID, Role: t.Role, UserID: t.UserID,
+		ID: t.ID, Name: t.Name, Scopes: t.Scopes, OutpostID: t.OutpostID, SessionID: t.SessionID, Role: t.Role, UserID: t.UserID,
 		CreatedAt: t.CreatedAt.Unix(), ExpiresAt: unixPtr(t.ExpiresAt), RevokedAt: unixPtr(t.RevokedAt),
 	}
 }

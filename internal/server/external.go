@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -119,6 +121,11 @@ func (s *Server) mcpTool(sessionID, tool string) mcp.ToolHandler {
 			value.Image = nil
 			meta, _ := json.Marshal(value)
 			content = []mcp.Content{img, &mcp.TextContent{Text: string(meta)}}
+		} else if img := s.artifactImage(ctx, sessionID, tool, res); img != nil {
+			// A screenshot the tool stored as an artifact (browser_screenshot,
+			// an uploaded image): the image itself, then what the tool said,
+			// which names the artifact.
+			content = []mcp.Content{img, content[0]}
 		}
 		return &mcp.CallToolResult{IsError: !res.OK, Content: content}, nil
 	}
@@ -139,4 +146,47 @@ func computerImage(tool string, res api.ToolResult) *mcp.ImageContent {
 		return nil
 	}
 	return &mcp.ImageContent{Data: data, MIMEType: v.Image.MediaType}
+}
+
+// mcpImageMax is the largest image an MCP tool result carries inline;
+// a larger one is left to its artifact download.
+const mcpImageMax = 8 << 20
+
+// mcpImageTypes are the image types MCP clients show to models.
+var mcpImageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// artifactImage is the image a successful tool call stored as an artifact
+// of the session — value.artifact of a browser_screenshot, or the
+// artifact upload_artifact made — read from the artifact store; nil when
+// the result holds none, it is not an image, is too large or is gone.
+func (s *Server) artifactImage(ctx context.Context, sessionID, tool string, res api.ToolResult) *mcp.ImageContent {
+	if !res.OK || len(res.Value) == 0 {
+		return nil
+	}
+	var ref *api.ArtifactRef
+	var file struct {
+		Artifact *api.ArtifactRef `json:"artifact"`
+	}
+	if tool == api.ToolUploadArtifact {
+		ref = new(api.ArtifactRef)
+		if json.Unmarshal(res.Value, ref) != nil {
+			return nil
+		}
+	} else if json.Unmarshal(res.Value, &file) == nil {
+		ref = file.Artifact
+	}
+	if ref == nil || ref.Name == "" || ref.Size > mcpImageMax || !slices.Contains(mcpImageTypes, ref.ContentType) {
+		return nil
+	}
+	f, _, err := s.artifactBlobs.Get(ctx, artifactKey(sessionID, ref.Name))
+	if err != nil {
+		s.log.Warn("mcp: read the image artifact", "session", sessionID, "artifact", ref.Name, "err", err)
+		return nil
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, mcpImageMax+1))
+	if err != nil || len(data) > mcpImageMax {
+		return nil
+	}
+	return &mcp.ImageContent{Data: data, MIMEType: ref.ContentType}
 }

@@ -932,7 +932,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+api.DesktopPath, s.withWebCookie(s.authed(s.toOwner(s.desktopView), api.ScopeSessionsRead)))
 	mux.HandleFunc("POST /internal/v1/sessions/{session}/drop", s.dropHandler)
 
-	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin))
+	mux.HandleFunc("POST /v1/tokens", s.authed(s.createToken, api.ScopeAdmin, api.ScopeSessionsWrite))
 	mux.HandleFunc("GET /v1/tokens", s.authed(s.listTokens, api.ScopeAdmin))
 	mux.HandleFunc("DELETE /v1/tokens/{token}", s.authed(s.revokeToken, api.ScopeAdmin))
 	// The device authorization grant: code and token are open (the

@@ -20,6 +20,17 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	if req.Session != "" {
+		return s.createSessionToken(w, r, req)
+	}
+	// Only a session's token may be made with sessions.write (the route
+	// takes either): any other needs admin.
+	p := principalFrom(ctx)
+	if !p.has(api.ScopeAdmin) {
+		return errForbidden("This token lacks the admin scope.")
+	}
+	p.need = []string{api.ScopeAdmin}
+	ctx = context.WithValue(ctx, principalKey{}, p)
 	if req.Role != "" {
 		if api.RoleRank(req.Role) < 0 {
 			return errBadRequest("role %q is unknown; roles are %s.", req.Role, strings.Join(api.Roles, ", "))
@@ -43,7 +54,6 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if req.ExpiresInS < 0 {
 		return errBadRequest("expires_in_s must not be negative.")
 	}
-	p := principalFrom(ctx)
 	if p.User != nil && req.ServiceAccount && !api.HasScope(p.scopes, api.ScopeAdmin) {
 		return errForbidden("Only an admin everywhere may create a service account's token.")
 	}
@@ -182,5 +192,83 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.Info("token revoked", "id", id)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// createSessionToken makes a token limited to one session (req.Session),
+// for an outside agent: it reaches that session's routes only, holds
+// sessions scopes only (sessions.write unless req.Scopes say otherwise),
+// and stops working when the session ends. The caller needs sessions.write
+// on the session's outpost; the token belongs to the caller's user, if
+// any, so it never does more than that user may.
+func (s *Server) createSessionToken(w http.ResponseWriter, r *http.Request, req api.CreateTokenRequest) error {
+	ctx := r.Context()
+	p := principalFrom(ctx)
+	switch {
+	case req.Role != "":
+		return errBadRequest("A token limited to a session takes scopes (sessions.read or sessions.write), not a role.")
+	case req.ServiceAccount:
+		return errBadRequest("A token limited to a session cannot be a service account's.")
+	case len(req.Name) > 200:
+		return errBadRequest("name is longer than 200 characters.")
+	case req.ExpiresInS < 0:
+		return errBadRequest("expires_in_s must not be negative.")
+	}
+	if len(req.Scopes) == 0 {
+		req.Scopes = []string{api.ScopeSessionsWrite}
+	}
+	for _, sc := range req.Scopes {
+		if sc != api.ScopeSessionsRead && sc != api.ScopeSessionsWrite {
+			return errBadRequest("Scope %q cannot be given to a token limited to a session; it may hold %s or %s.", sc, api.ScopeSessionsRead, api.ScopeSessionsWrite)
+		}
+	}
+	sess, err := s.sessionFor(ctx, req.Session)
+	if err != nil {
+		return err
+	}
+	if !p.hasOn(sess.OutpostID, api.ScopeSessionsWrite) {
+		return errForbidden("This token lacks the sessions.write scope on the outpost of session %s, so it cannot make a token for it.", sess.ID)
+	}
+	if api.IsFinal(sess.Status) {
+		return errConflict("Session %s has ended (%s); a token limited to it would never work.", sess.ID, sess.Status)
+	}
+	o, err := s.store.GetOutpost(ctx, sess.OutpostID)
+	if err != nil {
+		return fmt.Errorf("get outpost %s: %w", sess.OutpostID, err)
+	}
+	if req.Outpost != "" && req.Outpost != o.Name && req.Outpost != o.ID {
+		return errBadRequest("Session %s is in outpost %s, not %s: leave outpost out, or name that one.", sess.ID, o.Name, req.Outpost)
+	}
+	now := s.now()
+	t := store.Token{ID: newID("tok_"), Name: req.Name, Scopes: slices.Compact(slices.Sorted(slices.Values(req.Scopes))),
+		CreatedAt: now, OutpostID: sess.OutpostID, SessionID: sess.ID}
+	if t.Name == "" {
+		t.Name = "session " + sess.ID
+	}
+	if p.User != nil {
+		t.UserID = p.User.ID
+	}
+	if req.ExpiresInS > 0 {
+		exp := now.Add(time.Duration(req.ExpiresInS) * time.Second)
+		t.ExpiresAt = &exp
+	}
+	if p.expiresAt != nil && (t.ExpiresAt == nil || t.ExpiresAt.After(*p.expiresAt)) {
+		// A token cannot outlive itself through the tokens it creates.
+		t.ExpiresAt = p.expiresAt
+	}
+	secret := newSecret("opt_")
+	t.Hash = hashSecret(secret)
+	details := map[string]any{"name": t.Name, "scopes": t.Scopes, "outpost_id": t.OutpostID, "session_id": t.SessionID}
+	if t.ExpiresAt != nil {
+		details["expires_at"] = t.ExpiresAt.Unix()
+	}
+	actx := s.audited(ctx, audit.TokenCreate, audit.Object{Kind: audit.ObjectToken, ID: t.ID}, details, nil)
+	if err := s.store.CreateToken(actx, t); err != nil {
+		return fmt.Errorf("create token: %w", err)
+	}
+	s.log.Info("token created", "id", t.ID, "name", t.Name, "scopes", t.Scopes, "user", t.UserID, "outpost", t.OutpostID, "session", t.SessionID)
+	at := toAPIToken(t)
+	at.Outpost = o.Name
+	writeJSON(w, http.StatusCreated, api.CreateTokenResponse{Token: at, Secret: secret})
 	return nil
 }

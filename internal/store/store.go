@@ -288,6 +288,9 @@ type Token struct {
 	UserID string
 	// Role is the role the token was created with, or "".
 	Role string
+	// SessionID is the session the token is limited to, "" when none: it
+	// reaches that session's routes only, and OutpostID is its outpost.
+	SessionID string
 }
 
 // User is a person known from the OpenID Connect provider, keyed by

@@ -284,8 +284,10 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	case api.AgentLLM:
 		req.Agent.Model = f.Model
 		req.Agent.Interactive = r.PostFormValue("interactive") != ""
+	case api.AgentExternal:
+		// An outside agent drives it over MCP; its page shows how.
 	default:
-		h.renderNewSession(w, r, http.StatusBadRequest, "Choose an agent kind: script or llm.", f)
+		h.renderNewSession(w, r, http.StatusBadRequest, "Choose an agent kind: script, llm or external.", f)
 		return
 	}
 	repos, err := parseRepos(f.Repos)
@@ -429,6 +431,7 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
 		"Approvals": approvals.Items,
 		"Policy":    h.sessionPolicy(r, s, final, sent),
+		"External":  h.externalFor(r, s, final),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.
 		"Desktop": !final && (s.Spec.Desktop != nil || (s.Status.Capabilities != nil && s.Status.Capabilities.Desktop)),

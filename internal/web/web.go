@@ -84,9 +84,12 @@ type Handler struct {
 	csrfKey []byte
 	signIn  func(r *http.Request, token, refusal string)
 	ssoName string
-	pages   map[string]*template.Template
-	static  http.Handler
-	mux     *http.ServeMux
+	// publicURL is the server's public base URL without a trailing
+	// slash, "" when not configured.
+	publicURL string
+	pages     map[string]*template.Template
+	static    http.Handler
+	mux       *http.ServeMux
 
 	// sameOrigin refuses form posts a browser sent from another site.
 	sameOrigin *http.CrossOriginProtection
@@ -107,7 +110,9 @@ func New(opts Options) (*Handler, error) {
 		csrfKey: make([]byte, 32),
 		signIn:  opts.SignIn,
 		ssoName: opts.SSOName,
-		pages:   map[string]*template.Template{},
+
+		publicURL: strings.TrimRight(opts.PublicURL, "/"),
+		pages:     map[string]*template.Template{},
 
 		sameOrigin: http.NewCrossOriginProtection(),
 	}
@@ -169,6 +174,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/sessions/{session}/events/{seq}/image", h.authed(h.shotImage))
 	m.HandleFunc("POST /ui/sessions/{session}/terminate", h.authed(h.terminate))
 	m.HandleFunc("POST /ui/sessions/{session}/rerun", h.authed(h.rerun))
+	m.HandleFunc("POST /ui/sessions/{session}/token", h.authed(h.sessionToken))
 	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
 	m.HandleFunc("POST /ui/sessions/{session}/suspend", h.authed(h.suspend))
 	m.HandleFunc("POST /ui/sessions/{session}/resume", h.authed(h.resume))

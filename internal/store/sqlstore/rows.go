@@ -370,7 +370,7 @@ func ScanEvent(sc Scanner) (api.Event, error) {
 }
 
 // TokenCols are the columns of an API token, which ScanToken reads.
-const TokenCols = `id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at, user_id, role`
+const TokenCols = `id, name, hash, scopes_json, outpost_id, created_at, expires_at, revoked_at, user_id, role, session_id`
 
 // ScanToken reads TokenCols.
 func ScanToken(sc Scanner) (store.Token, error) {
@@ -378,7 +378,7 @@ func ScanToken(sc Scanner) (store.Token, error) {
 	var scopes string
 	var created int64
 	var expires, revoked nullInt64
-	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked, &t.UserID, &t.Role); err != nil {
+	if err := sc.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.OutpostID, &created, &expires, &revoked, &t.UserID, &t.Role, &t.SessionID); err != nil {
 		return store.Token{}, err
 	}
 	if err := json.Unmarshal([]byte(scopes), &t.Scopes); err != nil {
@@ -389,7 +389,7 @@ func ScanToken(sc Scanner) (store.Token, error) {
 }
 
 // InsertTokenSQL inserts an API token, with TokenArgs.
-const InsertTokenSQL = `INSERT INTO tokens (` + TokenCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+const InsertTokenSQL = `INSERT INTO tokens (` + TokenCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // TokenArgs are the arguments of InsertTokenSQL for t.
 func TokenArgs(t *store.Token) ([]any, error) {
@@ -397,7 +397,7 @@ func TokenArgs(t *store.Token) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{t.ID, t.Name, t.Hash, scopes, t.OutpostID, MS(t.CreatedAt), PtrMS(t.ExpiresAt), PtrMS(t.RevokedAt), t.UserID, t.Role}, nil
+	return []any{t.ID, t.Name, t.Hash, scopes, t.OutpostID, MS(t.CreatedAt), PtrMS(t.ExpiresAt), PtrMS(t.RevokedAt), t.UserID, t.Role, t.SessionID}, nil
 }
 
 // ConnectTokenCols are the columns of a connect token, which

@@ -605,6 +605,17 @@
     var sessions = document.getElementById("sessions-list");
     if (sessions && sessions.dataset.live) liveList(sessions);
     document.querySelectorAll("[data-add-rule]").forEach(function (b) { b.hidden = false; });
+    // Copy buttons copy the text of the element they name.
+    document.querySelectorAll("button[data-copy]").forEach(function (b) {
+      b.addEventListener("click", function () {
+        var el = document.getElementById(b.dataset.copy);
+        if (!el || !navigator.clipboard) return;
+        navigator.clipboard.writeText(el.textContent).then(function () {
+          b.textContent = "Copied";
+          setTimeout(function () { b.textContent = "Copy"; }, 2000);
+        });
+      });
+    });
   });
 })();
 
