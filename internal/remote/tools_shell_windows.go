@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -346,52 +345,80 @@ func (sh *shell) kill() {
 	_ = os.RemoveAll(sh.dir)
 }
 
-// batchQuestionRE matches cmd.exe's "Terminate batch job (Y/N)?" in any
-// language: a letter pair in parentheses and a question mark, ending the
-// output.
-var batchQuestionRE = regexp.MustCompile(`\(\pL/\pL\)\? ?$`)
-
-// interrupt types Ctrl-C: the console sends CTRL_C_EVENT to the processes
-// attached to it; most programs end. cmd.exe then asks whether to end the
-// batch file it runs: it is answered no, so that the command's batch file
-// goes on to print its marker.
+// interrupt ends the programs the shell runs: every process below the
+// shell's cmd.exe, with the status Ctrl-C gives (STATUS_CONTROL_C_EXIT).
+// cmd.exe goes on with the command's next line, as when it answers no to
+// "Terminate batch job?". A command of builtins alone (set /p waiting for
+// input) has no process: the console gets Ctrl-C, which cmd.exe survives
+// on Windows (under Wine it ends the shell).
 func (sh *shell) interrupt(ctx context.Context) error {
-	sh.mu.Lock()
-	exited, running := sh.exited, sh.running
-	sh.mu.Unlock()
-	if exited {
-		return errors.New("the shell has exited; end it with shell_kill and start a new one")
-	}
-	if !running {
-		return nil
-	}
-	if _, err := sh.writeTerm("\x03"); err != nil {
-		return err
-	}
-	deadline := time.NewTimer(interruptGrace)
-	defer deadline.Stop()
+	deadline := time.Now().Add(interruptGrace)
 	for {
 		sh.mu.Lock()
-		running, ch := sh.running, sh.changed
-		asked := batchQuestionRE.Match(bytes.TrimRight(sh.buf, "\n"))
+		exited, running := sh.exited, sh.running
 		sh.mu.Unlock()
-		if !running {
-			return nil
+		if exited {
+			return errors.New("the shell has exited; end it with shell_kill and start a new one")
 		}
-		if asked {
-			_, err := sh.writeTerm("N\r")
+		if !running {
+			return nil // the shell is idle: nothing to interrupt
+		}
+		pids, err := shellPrograms(uint32(sh.pid))
+		if err != nil {
 			return err
 		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return nil
-		case <-ctx.Done():
+		if len(pids) > 0 {
+			for _, pid := range pids {
+				if h, err := windows.OpenProcess(windows.PROCESS_TERMINATE, false, pid); err == nil {
+					_ = windows.TerminateProcess(h, uint32(windows.STATUS_CONTROL_C_EXIT))
+					windows.CloseHandle(h)
+				}
+			}
 			return nil
 		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_, err := sh.writeTerm("\x03")
+			return err
+		}
+		time.Sleep(20 * time.Millisecond) // a program may be about to start
 	}
 }
 
-// interruptGrace is how long interrupt watches for cmd.exe's question.
-const interruptGrace = 2 * time.Second
+// shellPrograms returns the processes below the shell: the shell is the
+// child of the cmd.exe started on the console (pid), and its descendants
+// are what it runs.
+func shellPrograms(pid uint32) ([]uint32, error) {
+	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPPROCESS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	defer windows.CloseHandle(snap)
+	children := map[uint32][]uint32{}
+	var e windows.ProcessEntry32
+	e.Size = uint32(unsafe.Sizeof(e))
+	for err = windows.Process32First(snap, &e); err == nil; err = windows.Process32Next(snap, &e) {
+		if e.ProcessID != e.ParentProcessID {
+			children[e.ParentProcessID] = append(children[e.ParentProcessID], e.ProcessID)
+		}
+	}
+	var below []uint32
+	queue := []uint32{}
+	for _, shell := range children[pid] {
+		queue = append(queue, children[shell]...)
+	}
+	seen := map[uint32]bool{pid: true}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		below = append(below, p)
+		queue = append(queue, children[p]...)
+	}
+	return below, nil
+}
 
+// interruptGrace is how long interrupt waits for a program to start.
+const interruptGrace = 2 * time.Second

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -102,5 +103,71 @@ func TestConPTYShellKill(t *testing.T) {
 func TestConPTYAvailable(t *testing.T) {
 	if err := conPTYAvailable(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConPTYShellInteractive: a command waiting for input is answered with
+// shell_write and followed with shell_read until it ends.
+func TestConPTYShellInteractive(t *testing.T) {
+	tc, _ := startConPTYShell(t, "talk")
+	ctx := context.Background()
+	var res api.ShellRunResult
+	err := tc.run(t, ctx, api.ToolShellRun, api.ShellRunArgs{Name: "talk", Command: "set /p NAME=name? \necho hi %NAME%", TimeoutS: 2}, &res)
+	if err == nil || !res.Running || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("run = %+v, %v; want still running", res, err)
+	}
+	got := tc.output(api.StreamStdout)
+	if err := tc.run(t, ctx, api.ToolShellWrite, api.ShellWriteArgs{Name: "talk", Text: "bob\r"}, nil); err != nil {
+		t.Fatalf("shell_write: %v", err)
+	}
+	var rr api.ShellReadResult
+	for deadline := time.Now().Add(15 * time.Second); rr.ExitCode == nil && time.Now().Before(deadline); {
+		rr = api.ShellReadResult{}
+		if err := tc.run(t, ctx, api.ToolShellRead, api.ShellReadArgs{Name: "talk", WaitMS: 2000}, &rr); err != nil {
+			t.Fatalf("shell_read: %v", err)
+		}
+		got += tc.output(api.StreamStdout)
+	}
+	if rr.ExitCode == nil || *rr.ExitCode != 0 || rr.Running {
+		t.Fatalf("shell_read = %+v, output %q; want finished with 0", rr, got)
+	}
+	// The console echoes what was typed: "name? bob", then the answer.
+	if !strings.Contains(got, "name? ") || !strings.HasSuffix(got, "hi bob\n") || strings.Contains(got, markerTag) {
+		t.Fatalf("output = %q", got)
+	}
+}
+
+// TestConPTYShellInterrupt: shell_interrupt ends the program a command
+// runs, the command's next line runs (as in cmd.exe answering no to
+// "Terminate batch job?"), and the shell takes the next command.
+func TestConPTYShellInterrupt(t *testing.T) {
+	tc, _ := startConPTYShell(t, "sleepy")
+	ctx := context.Background()
+	done := make(chan struct{})
+	var res api.ShellRunResult
+	var runErr error
+	start := time.Now()
+	go func() {
+		defer close(done)
+		runErr = tc.run(t, ctx, api.ToolShellRun, api.ShellRunArgs{Name: "sleepy", Command: "echo started\nping -n 120 127.0.0.1 >nul\necho after ping", TimeoutS: 100}, &res)
+	}()
+	tc.waitOutput(t, api.StreamStdout, "started")
+	time.Sleep(time.Second) // ping has started
+	if err := tc.run(t, ctx, api.ToolShellInterrupt, api.ShellInterruptArgs{Name: "sleepy"}, nil); err != nil {
+		t.Fatalf("shell_interrupt: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("shell_run did not return after the interrupt")
+	}
+	if time.Since(start) > 60*time.Second || res.Running {
+		t.Fatalf("interrupted run = %+v, %v after %s", res, runErr, time.Since(start))
+	}
+	if out := tc.output(api.StreamStdout); !strings.Contains(out, "after ping") {
+		t.Errorf("output after the interrupt = %q", out)
+	}
+	if _, out, err := conptyRun(t, tc, "sleepy", "echo again"); err != nil || strings.TrimSpace(out) != "again" {
+		t.Fatalf("next run: %v, %q", err, out)
 	}
 }
