@@ -114,7 +114,7 @@ func workspaceACLCheck(p Platform) Check {
 	case len(p.WorkspaceReaders) > 0:
 		c.Status = Warn
 		c.Detail = "the workspace's access list lets " + strings.Join(p.WorkspaceReaders, ", ") + " read it: other accounts on this machine can read sessions' code and files"
-		c.Fix = `remove their access: icacls DIR /inheritance:r /grant:r "%USERNAME%:(OI)(CI)F" SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F (outpost worker install makes its workspace so).`
+		c.Fix = `remove their access: icacls DIR /inheritance:r /grant:r "%USERNAME%:(OI)(CI)F" SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F.`
 	default:
 		c.Status, c.Detail = OK, "only named accounts can read the workspace (not Users, Authenticated Users or Everyone)"
 	}
