@@ -363,7 +363,7 @@ func (sh *shell) interrupt(ctx context.Context) error {
 		if !running {
 			return nil // the shell is idle: nothing to interrupt
 		}
-		pids, err := shellPrograms(uint32(sh.pid))
+		pids, err := programsBelow(uint32(sh.pid))
 		if err != nil {
 			return err
 		}
@@ -384,10 +384,10 @@ func (sh *shell) interrupt(ctx context.Context) error {
 	}
 }
 
-// shellPrograms returns the processes below the shell: the shell is the
+// programsBelow returns the processes below the shell: the shell is the
 // child of the cmd.exe started on the console (pid), and its descendants
 // are what it runs.
-func shellPrograms(pid uint32) ([]uint32, error) {
+func programsBelow(pid uint32) ([]uint32, error) {
 	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPPROCESS, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
