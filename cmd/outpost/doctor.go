@@ -66,7 +66,11 @@ certificate verifies with the system's roots and --ca-file and for how long,
 that the token is valid, with its scopes, outpost and expiry (a worker needs
 outposts.machine), that this clock agrees with the server's, and with
 --outpost that the outpost exists, the token may serve it and its platform is
-this machine's.
+this machine's. On Windows also: PowerShell or cmd.exe (one is required),
+the pseudo console persistent shells need, whether it runs as a service or
+elevated, and whether all users may read the workspace; on macOS the
+command line tools, installed launchd jobs and whether this is a GUI
+session.
 
 The exit status is 0 when every required check passed, 1 otherwise; missing
 optional tools are warnings. With -o json, the checks and what was found.`,
@@ -122,12 +126,14 @@ func runDoctor(ctx context.Context, o *DoctorOptions) error {
 
 	// The machine's probes and the server's checks run at once.
 	m := doctor.Machine{Dir: dir}
+	var platform doctor.Platform
 	var serverChecks []doctor.Check
 	var info doctor.ServerInfo
 	var wg sync.WaitGroup
 	wg.Go(func() { m.Caps = machine.Detect(ctx) })
 	wg.Go(func() { m.Extras = machine.DetectExtras(ctx) })
 	wg.Go(func() { m.Network.Err = netguard.Check(ctx) })
+	wg.Go(func() { platform = detectPlatform(ctx, dir) })
 	wg.Go(func() {
 		if desktop.XvfbPath() == "" {
 			return
@@ -157,7 +163,8 @@ func runDoctor(ctx context.Context, o *DoctorOptions) error {
 	if _, err := exec.LookPath("sudo"); err != nil {
 		m.NoSudo = true
 	}
-	checks := append(doctor.MachineChecks(m), serverChecks...)
+	checks := append(doctor.MachineChecks(m), doctor.PlatformChecks(platform)...)
+	checks = append(checks, serverChecks...)
 	passed := doctor.Passed(checks)
 
 	if f.JSON() {

@@ -1,27 +1,20 @@
-//go:build unix
+//go:build unix || windows
 
 package remote
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/creack/pty"
-	"golang.org/x/sys/unix"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -42,21 +35,14 @@ const (
 	maxShellReadWait = 60 * time.Second
 	// shellStartTimeout bounds the wait for a new shell's first prompt.
 	shellStartTimeout = 10 * time.Second
-	// markerTag starts every prompt marker, after the record separator and
-	// before the shell's token.
+	// markerTag starts every prompt marker, after markerSep and before the
+	// shell's token.
 	markerTag = "OPEND-"
 )
 
 // shellBufferSize bounds the output a shell keeps unread; a variable so
 // tests can make it small.
 var shellBufferSize = 1 << 20
-
-// shellPrograms are the shells shell_start tries, in order, with their
-// arguments; a variable so tests can try sh.
-var shellPrograms = [][]string{
-	{"bash", "--noediting", "--norc", "--noprofile", "-i"},
-	{"sh", "-i"},
-}
 
 var shellNameRE = regexp.MustCompile(api.ShellNamePattern)
 
@@ -90,7 +76,7 @@ func lookupShell(c *callEnv, name string) (*shell, error) {
 	if sh == nil {
 		return nil, fmt.Errorf("no shell named %q; start it with shell_start", name)
 	}
-	if sh.cmd == nil {
+	if sh.pid == 0 {
 		return nil, fmt.Errorf("shell %q is still starting; try again in a moment", name)
 	}
 	return sh, nil
@@ -101,9 +87,9 @@ func lookupShell(c *callEnv, name string) (*shell, error) {
 // so the end of a command is seen even when Ctrl-C cut the command line.
 type shell struct {
 	name, prog string
-	cmd        *exec.Cmd
-	pty        *os.File
-	dir        string // temporary directory of command files
+	pid        int      // the shell's process id; 0 while it starts
+	dir        string   // temporary directory of command files
+	sys        sysShell // the platform's process and terminal
 	token      string
 	waitDone   chan struct{} // closed when the shell process has exited
 	readDone   chan struct{} // closed when readLoop has ended (see kill)
@@ -137,7 +123,7 @@ func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	var exited *shell
 	if old := ss.m[a.Name]; old != nil {
 		old.mu.Lock()
-		alive := !old.exited || old.cmd == nil // a placeholder: starting
+		alive := !old.exited || old.pid == 0 // a placeholder: starting
 		old.mu.Unlock()
 		if alive {
 			ss.mu.Unlock()
@@ -175,81 +161,7 @@ func runShellStart(ctx context.Context, c *callEnv, raw json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return api.ShellStartResult{Name: sh.name, Shell: sh.prog, PID: sh.cmd.Process.Pid}, nil
-}
-
-// startShell starts a shell and waits for its first marker prompt.
-func startShell(ctx context.Context, c *callEnv, name string) (*shell, error) {
-	prog, args := "", []string(nil)
-	for _, cand := range shellPrograms {
-		if p, err := exec.LookPath(cand[0]); err == nil {
-			prog, args = p, cand[1:]
-			break
-		}
-	}
-	if prog == "" {
-		return nil, errors.New("no shell found: neither bash nor sh is on PATH; install bash")
-	}
-	tok := make([]byte, 8)
-	_, _ = rand.Read(tok)
-	dir, err := os.MkdirTemp("", "outpost-shell-*")
-	if err != nil {
-		return nil, fmt.Errorf("start shell: %w", err)
-	}
-	cmd := exec.Command(prog, args...)
-	cmd.Dir = c.workDir
-	cmd.Env = mergeEnv(c.env, map[string]string{"TERM": "dumb"})
-	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 200})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s on a terminal: %w", prog, err)
-	}
-	sh := &shell{
-		name: name, prog: prog, cmd: cmd, pty: f, dir: dir,
-		token:    hex.EncodeToString(tok),
-		waitDone: make(chan struct{}),
-		readDone: make(chan struct{}),
-		changed:  make(chan struct{}),
-		running:  true, // command 0 is the set-up line below
-	}
-	go sh.readLoop()
-	go sh.waitLoop()
-	// Command 0: no echo, no \r added to output, no history, and the marker
-	// prompt. The echo of this line itself is discarded below.
-	// (Only portable commands: an error in a special builtin would abort
-	// the line in sh.)
-	setup := `stty -echo -onlcr; __op_rs=$(printf '\036'); __op_run=0; PS2=''; unset PROMPT_COMMAND HISTFILE; ` +
-		`PS1="${__op_rs}` + markerTag + sh.token + `-\${__op_run}:\$?${__op_rs}"` + "\n"
-	if _, err := f.WriteString(setup); err != nil {
-		sh.kill()
-		return nil, fmt.Errorf("start shell: %w", err)
-	}
-	deadline := time.NewTimer(shellStartTimeout)
-	defer deadline.Stop()
-	for {
-		sh.mu.Lock()
-		running, exited, ch := sh.running, sh.exited, sh.changed
-		if !running {
-			sh.buf, sh.scan, sh.exitCode = nil, 0, nil // the banner and the echo
-		}
-		sh.mu.Unlock()
-		if !running {
-			return sh, nil
-		}
-		if exited {
-			sh.kill()
-			return nil, fmt.Errorf("%s exited while starting", prog)
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			sh.kill()
-			return nil, fmt.Errorf("%s did not show a prompt within %s", prog, shellStartTimeout)
-		case <-ctx.Done():
-			sh.kill()
-			return nil, errors.New("cancelled")
-		}
-	}
+	return api.ShellStartResult{Name: sh.name, Shell: sh.prog, PID: sh.pid}, nil
 }
 
 // signal wakes waiters; the caller holds mu.
@@ -263,7 +175,7 @@ func (sh *shell) readLoop() {
 	defer close(sh.readDone)
 	b := make([]byte, 32<<10)
 	for {
-		n, err := sh.pty.Read(b)
+		n, err := sh.readTerm(b)
 		if n > 0 {
 			sh.mu.Lock()
 			sh.received += int64(n)
@@ -281,7 +193,7 @@ func (sh *shell) readLoop() {
 // process finds markers in buf, streams what it may, and bounds buf; the
 // caller holds mu.
 func (sh *shell) process() {
-	prefix := []byte("\x1e" + markerTag + sh.token + "-")
+	prefix := []byte(string(markerSep) + markerTag + sh.token + "-")
 	sh.scan = min(max(sh.scan, 0), len(sh.buf))
 	for {
 		i := bytes.Index(sh.buf[sh.scan:], prefix)
@@ -292,13 +204,23 @@ func (sh *shell) process() {
 		}
 		i += sh.scan
 		rest := sh.buf[i+len(prefix):]
-		j := bytes.IndexByte(rest, '\x1e')
+		j := bytes.IndexByte(rest, markerSep)
 		if j < 0 {
 			sh.scan = i // the marker is not complete yet
 			break
 		}
 		runStr, codeStr, ok := bytes.Cut(rest[:j], []byte(":"))
 		end := i + len(prefix) + j + 1
+		if markerEndsLine {
+			// The marker is a line of its own: its line end goes with it.
+			if end == len(sh.buf) {
+				sh.scan = i // wait for the line end
+				break
+			}
+			if sh.buf[end] == '\n' {
+				end++
+			}
+		}
 		run, err1 := strconv.Atoi(string(runStr))
 		code, err2 := strconv.Atoi(string(codeStr))
 		if !ok || err1 != nil || err2 != nil {
@@ -319,7 +241,7 @@ func (sh *shell) process() {
 	if sh.stream != nil {
 		// Stream what cannot be part of a marker.
 		safe := sh.scan
-		if k := bytes.IndexByte(sh.buf[safe:], '\x1e'); k >= 0 {
+		if k := bytes.IndexByte(sh.buf[safe:], markerSep); k >= 0 {
 			safe += k
 		} else {
 			safe = len(sh.buf)
@@ -348,14 +270,10 @@ func (sh *shell) emit(n int) int {
 
 // waitLoop records the shell's exit.
 func (sh *shell) waitLoop() {
-	err := sh.cmd.Wait()
+	status := sh.waitProcess()
 	sh.mu.Lock()
 	sh.exited = true
-	sh.status = sh.cmd.ProcessState.ExitCode()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		sh.status = -1
-	}
+	sh.status = status
 	if sh.running {
 		sh.running = false
 		code := sh.status
@@ -369,50 +287,7 @@ func (sh *shell) waitLoop() {
 }
 
 func (sh *shell) cmdFile(run int) string {
-	return filepath.Join(sh.dir, fmt.Sprintf("cmd-%d.sh", run))
-}
-
-// kill ends the shell, its foreground job and its process group.
-func (sh *shell) kill() {
-	sh.mu.Lock()
-	if sh.killed || sh.cmd == nil {
-		sh.mu.Unlock()
-		return
-	}
-	sh.killed = true
-	sh.mu.Unlock()
-	select {
-	case <-sh.waitDone: // reaped: its ids may belong to others now
-	default:
-		pid := sh.cmd.Process.Pid
-		fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
-		if err != nil || fg == pid {
-			fg = 0
-		}
-		// A hangup first: bash passes it on to its jobs.
-		if fg > 0 {
-			_ = syscall.Kill(-fg, syscall.SIGHUP)
-		}
-		_ = syscall.Kill(-pid, syscall.SIGHUP)
-		select {
-		case <-sh.waitDone:
-		case <-time.After(time.Second):
-		}
-		if fg > 0 {
-			_ = syscall.Kill(-fg, syscall.SIGKILL)
-		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		select {
-		case <-sh.waitDone:
-		case <-time.After(5 * time.Second):
-		}
-	}
-	_ = sh.pty.Close() // ends readLoop's read
-	select {
-	case <-sh.readDone:
-	case <-time.After(5 * time.Second): // a terminal that never hangs up: leave its reader
-	}
-	_ = os.RemoveAll(sh.dir)
+	return filepath.Join(sh.dir, fmt.Sprintf("cmd-%d%s", run, commandFileExt))
 }
 
 func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) {
@@ -443,7 +318,7 @@ func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 	}
 	sh.run++
 	run := sh.run
-	if err := os.WriteFile(sh.cmdFile(run), []byte(a.Command+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(sh.cmdFile(run), sh.commandFileText(run, a.Command), 0o600); err != nil {
 		sh.mu.Unlock()
 		return nil, fmt.Errorf("shell_run: write the command file: %w", err)
 	}
@@ -453,8 +328,7 @@ func runShellRun(ctx context.Context, c *callEnv, raw json.RawMessage) (any, err
 	sh.stream, sh.streamed = c.stdout, 0
 	sh.emit(len(sh.buf))
 	sh.mu.Unlock()
-	line := fmt.Sprintf("__op_run=%d; . '%s'\n", run, sh.cmdFile(run))
-	if _, err := sh.pty.WriteString(line); err != nil {
+	if err := sh.sendRun(run); err != nil {
 		sh.mu.Lock()
 		sh.running, sh.stream = false, nil
 		sh.mu.Unlock()
@@ -526,7 +400,7 @@ func runShellWrite(_ context.Context, c *callEnv, raw json.RawMessage) (any, err
 	if exited {
 		return nil, fmt.Errorf("shell %q has exited; end it with shell_kill and start a new one", a.Name)
 	}
-	n, err := sh.pty.WriteString(a.Text)
+	n, err := sh.writeTerm(a.Text)
 	if err != nil {
 		return api.ShellWriteResult{Bytes: n}, fmt.Errorf("write to shell %q: %w", a.Name, err)
 	}
@@ -590,84 +464,6 @@ func runShellInterrupt(ctx context.Context, c *callEnv, raw json.RawMessage) (an
 		return nil, fmt.Errorf("interrupt shell %q: %w", a.Name, err)
 	}
 	return api.ShellDoneResult{Name: a.Name}, nil
-}
-
-// interruptGrace is how long interrupt waits for a command that is about to
-// take the terminal (between the shell's fork and the job's start).
-const interruptGrace = 2 * time.Second
-
-// interrupt sends SIGINT to the terminal's foreground process group. The
-// shell itself is signalled only as a last resort (a command made of
-// builtins alone): a signal racing with the start of a job can cut the
-// command line while the job goes on, or end an interactive shell.
-func (sh *shell) interrupt(ctx context.Context) error {
-	pid := sh.cmd.Process.Pid
-	deadline := time.Now().Add(interruptGrace)
-	for {
-		sh.mu.Lock()
-		exited, running := sh.exited, sh.running
-		sh.mu.Unlock()
-		if exited {
-			return errors.New("the shell has exited; end it with shell_kill and start a new one")
-		}
-		fg, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
-		if err != nil || fg <= 0 {
-			// Let the terminal do it: Ctrl-C.
-			_, err := sh.pty.WriteString("\x03")
-			return err
-		}
-		if fg != pid {
-			return sh.interruptJob(ctx, fg)
-		}
-		if !running {
-			return nil // the shell is idle: nothing to interrupt
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return syscall.Kill(pid, syscall.SIGINT)
-		}
-		time.Sleep(10 * time.Millisecond) // the job is about to take the terminal
-	}
-}
-
-// interruptJob sends SIGINT to the process group fg. A job caught between
-// its fork and its exec may lose the signal (the shell's handler is still in
-// place); where /proc shows the job's program changed after the signal, it
-// is sent again, a few times at most. A program that merely survives the
-// signal (it handles SIGINT) is not signalled twice.
-func (sh *shell) interruptJob(ctx context.Context, fg int) error {
-	for range 3 {
-		before := procExe(fg)
-		if err := syscall.Kill(-fg, syscall.SIGINT); err != nil {
-			if errors.Is(err, syscall.ESRCH) {
-				return nil
-			}
-			return err
-		}
-		deadline := time.Now().Add(500 * time.Millisecond)
-		for {
-			now, err := unix.IoctlGetInt(int(sh.pty.Fd()), unix.TIOCGPGRP)
-			if err != nil || now != fg {
-				return nil // the job is gone
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if after := procExe(fg); before == "" || after == before {
-			return nil // still there: it handles the signal
-		}
-	}
-	return nil
-}
-
-// procExe is the program a process runs, where /proc shows it; "" if not.
-func procExe(pid int) string {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return ""
-	}
-	return exe
 }
 
 func runShellKill(_ context.Context, c *callEnv, raw json.RawMessage) (any, error) {

@@ -25,7 +25,8 @@ const wineEnv = "OUTPOST_TEST_WINE"
 // windows outpost's script session whose exec runs through cmd.exe (Wine's
 // powershell.exe is a stub that prints nothing, so the probe must refuse
 // it: in PowerShell `&` here is an error) and whose file tools write and
-// read the workspace. There is no git for Windows under Wine: the worker
+// read the workspace, and whose persistent shell (cmd.exe on Wine's
+// pseudo console) keeps a directory and a variable between commands. There is no git for Windows under Wine: the worker
 // says so and serves the session, which needs no repository.
 func TestWindowsWorkerUnderWine(t *testing.T) {
 	// Without Wine or MinGW the test skips, unless CI or OUTPOST_TEST_WINE
@@ -89,6 +90,11 @@ func TestWindowsWorkerUnderWine(t *testing.T) {
 		{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"echo one & echo two & ver"}`)},
 		{Tool: api.ToolWriteFile, Args: json.RawMessage(`{"path":"note.txt","content":"written under wine"}`)},
 		{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"type note.txt"}`)},
+		// A persistent cmd.exe on Wine's pseudo console keeps its state.
+		{Tool: api.ToolShellStart, Args: json.RawMessage(`{"name":"main"}`)},
+		{Tool: api.ToolShellRun, Args: json.RawMessage(`{"name":"main","command":"mkdir sub\ncd sub\nset KEPT=persisted"}`)},
+		{Tool: api.ToolShellRun, Args: json.RawMessage(`{"name":"main","command":"echo %KEPT% in %CD% end"}`)},
+		{Tool: api.ToolShellKill, Args: json.RawMessage(`{"name":"main"}`)},
 	}
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "win", Title: "wine",
 		Agent: api.Agent{Kind: api.AgentScript, Steps: steps}})
@@ -109,7 +115,7 @@ func TestWindowsWorkerUnderWine(t *testing.T) {
 		t.Errorf("served by %+v, want a windows remote", s.Status.Capabilities)
 	}
 	logs := run(t, c.env(c.admin), "sessions", "logs", id)
-	for _, want := range []string{"one", "two", "Microsoft Windows", "written under wine"} {
+	for _, want := range []string{"one", "two", "Microsoft Windows", "written under wine", `persisted in Z:` + strings.ReplaceAll(ws, "/", `\`), `\sub end`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the transcript lacks %q:\n%s", want, logs)
 		}
@@ -117,4 +123,19 @@ func TestWindowsWorkerUnderWine(t *testing.T) {
 	if !strings.Contains(string(out), "git is required but was not found") {
 		t.Errorf("the worker did not say git is missing:\n%s", out)
 	}
+
+	// outpost doctor checks Windows' own prerequisites. git is missing
+	// under Wine, so it exits 1.
+	doc := exec.CommandContext(ctx, wine, exe, "doctor", "--dir", `Z:`+strings.ReplaceAll(ws, "/", `\`))
+	doc.Env = append(append(os.Environ(), c.env(tok.Secret)...), wineVars...)
+	docOut, err := doc.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Errorf("doctor under Wine: %v, want exit status 1 (git is missing)\n%s", err, docOut)
+	}
+	for _, want := range []string{"shell", "stub", "cmd.exe", "conpty", "the pseudo console (ConPTY) is there", "service", "admin", "workspace-acl"} {
+		if !strings.Contains(string(docOut), want) {
+			t.Errorf("doctor's output lacks %q:\n%s", want, docOut)
+		}
+	}
+	t.Logf("doctor under Wine:\n%s", docOut)
 }
