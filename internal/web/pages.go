@@ -420,6 +420,9 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	if !final {
 		_ = h.call(r, "GET", base+"/approvals?state="+api.ApprovalPending, nil, &approvals)
 	}
+	// The sessions forked from this one, the newest first.
+	var forks api.SessionList
+	_ = h.call(r, "GET", "/v1/sessions?first=50&forked_from="+url.QueryEscape(id), nil, &forks)
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
 	plan := scriptPlan(s.Spec)
@@ -427,7 +430,7 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	h.render(w, r, status, "session", page{Title: titleOf(s), Nav: "sessions", Error: errMsg, Notice: notice, Data: map[string]any{
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
-		"Approvals": approvals.Items,
+		"Approvals": approvals.Items, "Forks": forks.Items,
 		"Policy":    h.sessionPolicy(r, s, final, sent),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.
