@@ -431,7 +431,7 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
 		"Approvals": approvals.Items, "Forks": forks.Items,
-		"Policy":    h.sessionPolicy(r, s, final, sent),
+		"Policy": h.sessionPolicy(r, s, final, sent),
 		// The live desktop shows while a session that has or asked for
 		// one can still run.
 		"Desktop": !final && (s.Spec.Desktop != nil || (s.Status.Capabilities != nil && s.Status.Capabilities.Desktop)),
