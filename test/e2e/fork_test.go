@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -175,5 +176,87 @@ func checkForkTranscript(t *testing.T, evs, parentEvents []api.Event, parent str
 	}
 	if fork+1 >= len(evs) || evs[fork+1].Type != api.EventMessage || evs[fork+1].Text != "Try the other approach." {
 		t.Errorf("the event after the fork is not its instruction: %+v", evs[min(fork+1, len(evs)-1)])
+	}
+}
+
+// TestForkLLMSession: an llm session that wrote a file and waits for its
+// user is forked into two with a new instruction. Each fork's model is
+// asked with the parent's conversation — the task, its own call and its
+// result, its answer — and the instruction last, and its first call finds
+// the parent's file on the fork's own machine.
+func TestForkLLMSession(t *testing.T) {
+	t.Parallel()
+	const instruction = "Now read it back."
+	// A fork's first request carries the instruction (the resume note
+	// may follow it) and no read yet.
+	firstOfFork := func(req map[string]any) bool {
+		b, _ := json.Marshal(req["messages"])
+		return strings.Contains(string(b), instruction) && !strings.Contains(string(b), "call_read")
+	}
+	next := func(req map[string]any) map[string]any {
+		if firstOfFork(req) {
+			return toolCall("call_read", "exec", `{"command":"cat notes.txt"}`)
+		}
+		return say("Done.")
+	}
+	fake := newFakeOpenAI(t,
+		func(req map[string]any) map[string]any {
+			return toolCall("call_write", "write_file", `{"path":"notes.txt","content":"from-the-parent"}`)
+		},
+		func(req map[string]any) map[string]any { return say("Wrote notes.txt.") },
+		next, next, next, next, next, next,
+	)
+	c := startClusterEnv(t, []string{"OUTPOST_LLM_PROVIDER=openai", "OUTPOST_LLM_BASE_URL=" + fake.srv.URL + "/v1",
+		"OUTPOST_LLM_MODEL=fake-model"})
+	token := setupOutpost(t, c, "fork-llm")
+	startOrchestrator(t, c, "fork-llm", token, t.TempDir(), "--backend", "process", "--max-concurrent", "4")
+	parent := createSession(t, c, api.CreateSessionRequest{Outpost: "fork-llm", Title: "fork the model", Prompt: "Write notes.txt.",
+		Agent: api.Agent{Kind: api.AgentLLM, Interactive: true}, Limits: api.Limits{IdleS: 120}})
+	waitfor.Within(t, 60*time.Second, "the agent to wait for its user", func() bool {
+		return c.session(parent).Status.StatusDetail == api.DetailWaitingForUser
+	})
+	children := strings.Fields(run(t, c.env(c.admin), "sessions", "fork", parent, "--count", "2", "--prompt", instruction))
+	if len(children) != 2 {
+		t.Fatalf("sessions fork printed %v", children)
+	}
+	for _, id := range children {
+		t.Cleanup(func() {
+			if t.Failed() {
+				for _, ev := range c.events(id) {
+					b, _ := json.Marshal(ev)
+					t.Logf("fork %s: %s", id, b)
+				}
+			}
+		})
+		waitfor.Within(t, 90*time.Second, "fork "+id+" to read the file back", func() bool {
+			for _, ev := range c.events(id) {
+				if ev.Type == api.EventOutput && strings.Contains(ev.Text, "from-the-parent") {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	asked := 0
+	for _, req := range fake.requests() {
+		if !firstOfFork(req) {
+			continue
+		}
+		asked++
+		b, _ := json.Marshal(req["messages"])
+		for _, want := range []string{"Write notes.txt.", "call_write", "Wrote notes.txt."} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("a fork's model was asked without %q from its parent's conversation: %s", want, b)
+			}
+		}
+		if strings.Index(string(b), "Wrote notes.txt.") > strings.Index(string(b), instruction) {
+			t.Errorf("a fork's instruction came before its parent's conversation: %s", b)
+		}
+	}
+	if asked != 2 {
+		t.Errorf("the model was asked with the instruction %d times, want once per fork", asked)
+	}
+	if s := c.session(parent); s.Status.Status != api.StatusRunning || s.Status.StatusDetail != api.DetailWaitingForUser {
+		t.Errorf("the parent after the fork: %+v", s.Status)
 	}
 }
