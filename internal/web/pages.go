@@ -528,6 +528,23 @@ func (h *Handler) rerun(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
 }
 
+// fork posts the session's fork with the form's count and instruction;
+// the session page then lists the new sessions under Forks.
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	count, err := strconv.Atoi(strings.TrimSpace(r.PostFormValue("count")))
+	if err != nil {
+		h.renderSession(w, r, http.StatusBadRequest, fmt.Sprintf("Give the number of sessions to fork into, 1 to %d.", api.MaxForkCount), "")
+		return
+	}
+	req := api.ForkRequest{Count: count, Prompt: strings.TrimSpace(r.PostFormValue("prompt"))}
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/fork", req, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
 // suspend and resume post the session's suspend or resume; the session
 // page shows the outcome.
 func (h *Handler) suspend(w http.ResponseWriter, r *http.Request) { h.sessionAction(w, r, "suspend") }
