@@ -170,6 +170,9 @@ func checkForkTranscript(t *testing.T, evs, parentEvents []api.Event, parent str
 			break
 		}
 	}
+	if i := slices.IndexFunc(evs, func(ev api.Event) bool { return ev.Type == api.EventResume }); i < 0 || !strings.Contains(evs[i].Reason, "is a fork") {
+		t.Errorf("the fork's resume event does not say it is a fork: %+v", evs[max(i, 0)])
+	}
 	fork := slices.IndexFunc(evs, func(ev api.Event) bool { return ev.Type == api.EventFork })
 	if fork < 0 || !strings.Contains(evs[fork].Reason, parent) {
 		t.Fatalf("the fork's transcript has no fork event naming %s", parent)
