@@ -105,6 +105,10 @@ type SessionSpec struct {
 	// ApprovalRules are the session's own approval rules, added to its
 	// outpost's (ApprovalRule); omitted when it has none.
 	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
+	// ForkedFrom is the id of the session this one was forked from
+	// (POST /v1/sessions/{id}/fork): it started from that session's
+	// workspace and conversation. Omitted for a session that is no fork.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{session}.

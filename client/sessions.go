@@ -26,6 +26,8 @@ type SessionFilter struct {
 	Query string
 	// Worker keeps sessions whose latest claim was this acceptor's.
 	Worker string
+	// ForkedFrom keeps the sessions forked from this session.
+	ForkedFrom string
 	// First is the page size, 1–200; zero means the server default (50).
 	First int
 	// Cursor continues from an earlier answer's cursor.
@@ -53,7 +55,7 @@ func (s *SessionsService) Get(ctx context.Context, id string) (*api.Session, err
 // List returns one page of sessions, newest first.
 func (s *SessionsService) List(ctx context.Context, f SessionFilter) (*api.SessionList, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"outpost": f.Outpost, "status": f.Status, "q": f.Query, "worker": f.Worker, "cursor": f.Cursor} {
+	for k, v := range map[string]string{"outpost": f.Outpost, "status": f.Status, "q": f.Query, "worker": f.Worker, "forked_from": f.ForkedFrom, "cursor": f.Cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -83,6 +85,16 @@ func (s *SessionsService) Update(ctx context.Context, id string, req api.UpdateS
 func (s *SessionsService) Rerun(ctx context.Context, id string) (*api.Session, error) {
 	var out api.Session
 	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/rerun", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Fork creates req.Count sessions on the outpost of session id that start
+// from its workspace and transcript as they are now; it returns them.
+func (s *SessionsService) Fork(ctx context.Context, id string, req api.ForkRequest) (*api.SessionList, error) {
+	var out api.SessionList
+	if err := s.c.do(ctx, http.MethodPost, sessionPath(id)+"/fork", nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -33,7 +33,7 @@ func NewCmdSessions(f *Factory) *cobra.Command {
 	}
 	cmd.AddCommand(NewCmdSessionsCreate(f, nil), NewCmdSessionsList(f, nil), NewCmdSessionsGet(f, nil),
 		NewCmdSessionsLogs(f, nil), NewCmdSessionsTerminate(f, nil), NewCmdSessionsSend(f, nil),
-		NewCmdSessionsSuspend(f, nil), NewCmdSessionsResume(f, nil), NewCmdSessionsRerun(f, nil),
+		NewCmdSessionsSuspend(f, nil), NewCmdSessionsResume(f, nil), NewCmdSessionsRerun(f, nil), NewCmdSessionsFork(f, nil),
 		NewCmdSessionsArtifacts(f, nil), NewCmdSessionsNetwork(f), NewCmdSessionsDesktop(f, nil),
 		NewCmdSessionsApprove(f, nil), NewCmdSessionsDeny(f, nil), NewCmdSessionsApprovals(f, nil))
 	return cmd
@@ -297,6 +297,7 @@ func NewCmdSessionsList(f *Factory, runF func(context.Context, *SessionsListOpti
 	fl.StringVar(&opts.Filter.Outpost, "outpost", "", "only sessions of this outpost")
 	fl.StringVar(&opts.Filter.Status, "status", "", "only sessions with this status ("+strings.Join(sessionStatuses, ", ")+")")
 	fl.StringVar(&opts.Filter.Worker, "worker", "", "only sessions this worker (an acceptor id) ran")
+	fl.StringVar(&opts.Filter.ForkedFrom, "forked-from", "", "only the sessions forked from this session")
 	fl.IntVar(&opts.Filter.First, "limit", 0, "at most this many sessions (1–200; default 50)")
 	return cmd
 }

@@ -50,6 +50,7 @@ const (
 	SessionTerminate   = "session.terminate"
 	SessionSuspend     = "session.suspend"
 	SessionResume      = "session.resume"
+	SessionFork        = "session.fork"
 	SessionMessage     = "session.message"
 	DesktopTakeControl = "desktop.take_control"
 	DesktopHandBack    = "desktop.hand_back"

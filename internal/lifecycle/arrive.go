@@ -26,6 +26,11 @@ type Arrival struct {
 	// is restored, given the last call whose result the server holds; nil
 	// says nothing.
 	ResumeNote func(lastSeq int64) string
+	// ForkedFrom is the session a fork was forked from (its
+	// spec.forked_from); "" for a session that is no fork. A fork's first
+	// machine starts it where that session was, which its resume event
+	// says instead of a move.
+	ForkedFrom string
 }
 
 // Arrive records a remote's hello: from now on its connection holds the
@@ -54,8 +59,11 @@ func Arrive(sess store.Session, e store.QueueEntry, now time.Time, a Arrival, gr
 		if a.ResumeNote != nil {
 			note = a.ResumeNote(sess.LastSeq)
 		}
-		m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: a.AcceptorID,
-			Reason: fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", a.AcceptorID, sess.LastSeq, note)})
+		reason := fmt.Sprintf("The session moved to a new machine (%s); it continues after call %d, the last whose result the server holds. %s", a.AcceptorID, sess.LastSeq, note)
+		if a.ForkedFrom != "" && sess.StartedAt == nil {
+			reason = fmt.Sprintf("This session is a fork of session %s: it starts on its own machine (%s) where that session was, after call %d. %s", a.ForkedFrom, a.AcceptorID, sess.LastSeq, note)
+		}
+		m.Events = append(m.Events, api.Event{Type: api.EventResume, Time: now.UnixMilli(), AcceptorID: a.AcceptorID, Reason: reason})
 	}
 	if sess.Status != api.StatusRunning {
 		sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", a.AcceptorID)

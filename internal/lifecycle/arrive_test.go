@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,35 @@ func TestArriveResumeNote(t *testing.T) {
 	want := "The session moved to a new machine (w1); it continues after call 7, the last whose result the server holds. Its workspace is restored."
 	if asked != 7 || m.Events[1].Type != api.EventResume || m.Events[1].Reason != want {
 		t.Fatalf("asked for call %d; resume event %+v, want reason %q", asked, m.Events[1], want)
+	}
+}
+
+// TestArriveForkNote: a fork's first machine says it starts where the
+// session it was forked from was; once it ran, a later resume is a move
+// again.
+func TestArriveForkNote(t *testing.T) {
+	t.Parallel()
+	sess, e := claimedRows("w1", t0)
+	sess.Status, sess.LastSeq = api.StatusResuming, 3
+	a := arrival(e.Epoch)
+	a.ForkedFrom = "ses_parent"
+	a.ResumeNote = func(int64) string { return "Its workspace is restored." }
+	m, _, err := Arrive(sess, e, t0.Add(time.Second), a, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "This session is a fork of session ses_parent: it starts on its own machine (w1) where that session was, after call 3. Its workspace is restored."
+	if m.Events[1].Type != api.EventResume || m.Events[1].Reason != want {
+		t.Fatalf("a fork's first resume event %+v, want reason %q", m.Events[1], want)
+	}
+	started := t0
+	sess.StartedAt = &started
+	m, _, err = Arrive(sess, e, t0.Add(time.Second), a, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Events[1].Reason; !strings.HasPrefix(r, "The session moved to a new machine (w1)") {
+		t.Errorf("a fork that ran resumes with %q", r)
 	}
 }
 

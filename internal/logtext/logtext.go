@@ -77,6 +77,8 @@ func (p *Printer) Print(ev api.Event) error {
 			s += fmt.Sprintf(" (exit code %d)", *ev.ExitCode)
 		}
 		return p.note(ev, s+ReasonText(ev.Reason))
+	case api.EventFork:
+		return p.note(ev, "forked"+ReasonText(ev.Reason))
 	case api.EventModelRetry:
 		return p.note(ev, "model call retried"+ReasonText(ev.Reason))
 	case api.EventNetwork:

@@ -54,6 +54,9 @@ func TestAuthMatrix(t *testing.T) {
 		{method: "GET", path: "/v1/sessions/" + id + "/events", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions/" + id + "/network-requests", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
 		{method: "POST", path: "/v1/sessions/" + id + "/rerun", scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 201, elsewhere: 404},
+		// A new session is neither running nor suspended: the fork is
+		// authorized, then refused.
+		{method: "POST", path: "/v1/sessions/" + id + "/fork", body: api.ForkRequest{Count: 1}, scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 409, elsewhere: 404},
 		{method: "GET", path: "/v1/sessions/" + id + "/suspend", scope: api.ScopeSessionsRead, wrongScope: api.ScopeMachine, want: 200, elsewhere: 404},
 		{method: "POST", path: "/v1/sessions/{new-session}/terminate", scope: api.ScopeSessionsWrite, wrongScope: api.ScopeSessionsRead, want: 200, elsewhere: 404},
 		{method: "POST", path: "/v1/tokens", body: api.CreateTokenRequest{Scopes: []string{api.ScopeSessionsRead}}, scope: api.ScopeAdmin, wrongScope: api.ScopeOrchestrator, want: 201},

@@ -89,7 +89,7 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.Queu
 	c.Secrets = redact.NewSet(full.Secrets)
 	// What the hello says of the machine goes on the transcript.
 	gateway.NewOutputRedactor(c.Secrets).Report(hello)
-	sess, err := s.onHello(ctx, c, *hello, restore)
+	sess, err := s.onHello(ctx, c, *hello, restore, full.Spec.ForkedFrom)
 	if errors.Is(err, errStaleClaim) {
 		return gateway.Welcome{Refused: errStaleClaim.Error(), CloseReason: errStaleClaim.Error()}, nil
 	}
@@ -154,10 +154,11 @@ func (h gatewayHandler) Disconnected(c *gateway.Conn) { h.s.recordDisconnect(c) 
 // onHello records the remote's arrival through the state machine, which
 // moves the session to running. restore is what the welcome will ask the
 // remote to clone again.
-func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs) (store.Session, error) {
+func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs, forkedFrom string) (store.Session, error) {
 	sess, prevOwner, err := s.life.Arrive(ctx, c.SessionID, lifecycle.Arrival{
 		Epoch: c.Epoch, AcceptorID: c.AcceptorID, Owner: s.opts.ReplicaID, Capabilities: hello.Capabilities,
 		ResumeNote: func(lastSeq int64) string { return resumeNote(restore, c.Snapshot, c.RestoreFrom, lastSeq) },
+		ForkedFrom: forkedFrom,
 	})
 	if errors.Is(err, lifecycle.ErrConflict) {
 		return sess, errStaleClaim

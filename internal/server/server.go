@@ -908,6 +908,7 @@ func (s *Server) routes() http.Handler {
 	// that holds it (toOwner, forward.go).
 	mux.HandleFunc("PATCH /v1/sessions/{session}", s.authed(s.toOwner(s.updateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/rerun", s.authed(s.rerunSession, api.ScopeSessionsWrite))
+	mux.HandleFunc("POST /v1/sessions/{session}/fork", s.authed(s.toOwner(s.forkSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/terminate", s.authed(s.toOwner(s.terminateSession), api.ScopeSessionsWrite))
 	mux.HandleFunc("POST /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendHandler), api.ScopeSessionsWrite))
 	mux.HandleFunc("GET /v1/sessions/{session}/suspend", s.authed(s.toOwner(s.suspendProgressHandler), api.ScopeSessionsRead))

@@ -379,7 +379,7 @@ func parseSessionCursor(c string) (time.Time, string, error) {
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query()
-	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q"), Worker: q.Get("worker")}
+	f := store.SessionFilter{Status: q.Get("status"), Title: q.Get("q"), Worker: q.Get("worker"), ForkedFrom: q.Get("forked_from")}
 	if err := api.ValidateAcceptorID(f.Worker); f.Worker != "" && err != nil {
 		return errBadRequest("worker: %s.", err)
 	}

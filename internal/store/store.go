@@ -404,6 +404,8 @@ type SessionFilter struct {
 	Title string
 	// Worker matches sessions whose latest claim was that acceptor's.
 	Worker string
+	// ForkedFrom matches the sessions forked from that session.
+	ForkedFrom string
 	// BeforeCreated and BeforeID page: rows strictly older than the pair
 	// (CreatedAt, ID) in (created_at DESC, id DESC) order. Zero for the first page.
 	BeforeCreated time.Time

@@ -422,6 +422,9 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 	if !final {
 		_ = h.call(r, "GET", base+"/approvals?state="+api.ApprovalPending, nil, &approvals)
 	}
+	// The sessions forked from this one, the newest first.
+	var forks api.SessionList
+	_ = h.call(r, "GET", "/v1/sessions?first=50&forked_from="+url.QueryEscape(id), nil, &forks)
 	// A session whose artifacts the retention policy deleted shows none
 	// inline.
 	plan := scriptPlan(s.Spec)
@@ -430,6 +433,7 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 		"S": s, "Items": items, "Last": last, "Live": live, "Earlier": earlier, "Artifacts": arts.Items,
 		"Final": final, "LLM": s.Spec.Agent.Kind == api.AgentLLM, "Requests": requests.Items, "Plan": plan,
 		"Approvals": approvals.Items,
+		"Forks":     forks.Items,
 		"Policy":    h.sessionPolicy(r, s, final, sent),
 		"External":  h.externalFor(r, s, final),
 		// The live desktop shows while a session that has or asked for
@@ -526,6 +530,23 @@ func (h *Handler) rerun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(s.Metadata.SessionID), http.StatusSeeOther)
+}
+
+// fork posts the session's fork with the form's count and instruction;
+// the session page then lists the new sessions under Forks.
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
+	count, err := strconv.Atoi(strings.TrimSpace(r.PostFormValue("count")))
+	if err != nil {
+		h.renderSession(w, r, http.StatusBadRequest, fmt.Sprintf("Give the number of sessions to fork into, 1 to %d.", api.MaxForkCount), "")
+		return
+	}
+	req := api.ForkRequest{Count: count, Prompt: strings.TrimSpace(r.PostFormValue("prompt"))}
+	if err := h.call(r, "POST", "/v1/sessions/"+url.PathEscape(id)+"/fork", req, nil); err != nil {
+		h.renderSession(w, r, statusOf(err), errText(err), "")
+		return
+	}
+	http.Redirect(w, r, "/ui/sessions/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 // suspend and resume post the session's suspend or resume; the session

@@ -175,6 +175,7 @@ func (h *Handler) routes() *http.ServeMux {
 	m.HandleFunc("POST /ui/sessions/{session}/terminate", h.authed(h.terminate))
 	m.HandleFunc("POST /ui/sessions/{session}/rerun", h.authed(h.rerun))
 	m.HandleFunc("POST /ui/sessions/{session}/token", h.authed(h.sessionToken))
+	m.HandleFunc("POST /ui/sessions/{session}/fork", h.authed(h.fork))
 	m.HandleFunc("POST /ui/sessions/{session}/messages", h.authed(h.message))
 	m.HandleFunc("POST /ui/sessions/{session}/suspend", h.authed(h.suspend))
 	m.HandleFunc("POST /ui/sessions/{session}/resume", h.authed(h.resume))

@@ -137,6 +137,9 @@ func (d Dialect) ListSessions(f store.SessionFilter) ListQuery {
 	if f.Worker != "" {
 		w.And("worker = " + w.Arg(f.Worker))
 	}
+	if f.ForkedFrom != "" {
+		w.And("forked_from = " + w.Arg(f.ForkedFrom))
+	}
 	var q ListQuery
 	filter, args := w.SQL()
 	q.Count, q.CountArgs = `SELECT COUNT(*) FROM sessions WHERE `+filter, args

@@ -164,7 +164,7 @@ func StateArgs(s *store.Session) ([]any, error) {
 // InsertSessionSQL inserts a session, with SessionArgs.
 const InsertSessionSQL = `INSERT INTO sessions (id, outpost_id, title_fold, spec_json, secrets_json, status,
 	status_detail, reason, last_seq, capabilities_json, created_at, updated_at, started_at, ended_at, usage_json,
-	secrets_key, network_policy_json, worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+	secrets_key, network_policy_json, worker, forked_from) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
 
 // SessionArgs are the arguments of InsertSessionSQL for s, its secrets
 // sealed with keys (nil keeps them plaintext).
@@ -186,7 +186,7 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 		return nil, err
 	}
 	return []any{s.ID, s.OutpostID, strings.ToLower(s.Spec.Title), spec, secrets, s.Status, s.StatusDetail, s.Reason,
-		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID(), policy, s.Worker}, nil
+		s.LastSeq, caps, MS(s.CreatedAt), MS(s.UpdatedAt), PtrMS(s.StartedAt), PtrMS(s.EndedAt), usage, keys.ID(), policy, s.Worker, s.Spec.ForkedFrom}, nil
 }
 
 // EntryCols are the columns of a queue entry, which ScanEntry reads.

@@ -110,6 +110,9 @@ func testListSessions(t *testing.T, s store.Store) {
 		if sp.id == "c1" || sp.id == "b" {
 			sess.Worker = "worker-1"
 		}
+		if sp.id == "e" || sp.id == "a" {
+			sess.Spec.ForkedFrom = "g"
+		}
 		create(t, s, sess)
 		all = append(all, sess)
 	}
@@ -140,6 +143,9 @@ func testListSessions(t *testing.T, s store.Store) {
 		{store.SessionFilter{Worker: "worker-1"}, []string{"c1", "b"}, 2},
 		{store.SessionFilter{Worker: "worker-1", OutpostID: "op2"}, []string{"b"}, 1},
 		{store.SessionFilter{Worker: "worker-2"}, nil, 0},
+		{store.SessionFilter{ForkedFrom: "g"}, []string{"e", "a"}, 2},
+		{store.SessionFilter{ForkedFrom: "g", Status: api.StatusNew, OutpostID: "op2"}, nil, 0},
+		{store.SessionFilter{ForkedFrom: "a"}, nil, 0},
 		{store.SessionFilter{Limit: 2}, []string{"g", "c2"}, 7},
 		{store.SessionFilter{BeforeCreated: at(4 * time.Minute), BeforeID: "c2"}, []string{"c1", "e", "b", "a", "z"}, 7},
 		{store.SessionFilter{BeforeCreated: at(4 * time.Minute), BeforeID: "c1", Limit: 2}, []string{"e", "b"}, 7},
