@@ -259,8 +259,10 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64, cur *store.Session) error {
 	now := r.l.clock.Now()
 	red := r.secrets
+	cost := r.l.opts.Prices.Cost(r.model, resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: red.String(resp.Message.Text), Time: now.UnixMilli(), Seen: seen,
-		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
+		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1,
+			ToolCalls: int64(len(resp.Message.ToolCalls)), CostUSD: cost}}
 	var calls []store.Call
 	var after []api.Event
 	seq := conv.lastCall
@@ -289,7 +291,6 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 		}
 		calls = append(calls, call)
 	}
-	cost := r.l.opts.Prices.Cost(r.model, resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	m, err := r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, errSessionEnded

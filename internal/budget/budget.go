@@ -255,3 +255,45 @@ func USD(v float64) string {
 }
 
 func hours(h float64) string { return fmt.Sprintf("%.2f", h) }
+
+// DescribeOutpost shows an outpost's budget and its usage this month.
+func DescribeOutpost(b *api.OutpostBudget, u *api.OutpostBudgetUsage) string {
+	if b == nil || b.IsZero() {
+		return "none"
+	}
+	var parts []string
+	if b.MonthlySessionHours > 0 {
+		used := ""
+		if u != nil {
+			used = fmt.Sprintf("%.2f of ", u.SessionHours)
+		}
+		parts = append(parts, fmt.Sprintf("%s%g session-hours", used, b.MonthlySessionHours))
+	}
+	if b.MonthlyCostUSD > 0 {
+		used := ""
+		if u != nil {
+			used = USD(u.CostUSD) + " of "
+		}
+		parts = append(parts, used+USD(b.MonthlyCostUSD))
+	}
+	text := strings.Join(parts, ", ")
+	if u != nil {
+		text += " in " + u.Month
+		if u.Reached != "" {
+			text += " (reached)"
+		}
+	}
+	return text + "; on limit: " + cmp.Or(b.OnLimit, api.OnLimitSuspend)
+}
+
+// DescribeUsage shows a session's usage.
+func DescribeUsage(u api.Usage) string {
+	text := fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", u.ModelCalls, u.PromptTokens, u.CompletionTokens)
+	if u.ToolCalls > 0 {
+		text += fmt.Sprintf(", %d tool calls", u.ToolCalls)
+	}
+	if u.CostUSD > 0 {
+		text += ", about " + USD(u.CostUSD)
+	}
+	return text
+}

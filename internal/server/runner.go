@@ -38,7 +38,7 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		Prices:        s.prices,
 		OutpostBudget: s.outpostBudgetReached,
 		BudgetReached: s.budgetReached,
-		BeforeFinish: s.opts.beforeFinish,
+		BeforeFinish:  s.opts.beforeFinish,
 	})
 }
 

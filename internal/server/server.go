@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
-	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
