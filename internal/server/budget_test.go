@@ -175,3 +175,150 @@ func TestSessionStoppedAtTokenLimit(t *testing.T) {
 		t.Errorf("outpost_budget_reached_total{tok,tokens} = %v, want 1", n)
 	}
 }
+
+// TestSessionStoppedAtToolCallLimit: an llm session with max_tool_calls 2
+// and on_limit end runs its two calls and ends before a third model call.
+func TestSessionStoppedAtToolCallLimit(t *testing.T) {
+	t.Parallel()
+	model := &toolModel{}
+	ts := startServer(t, Options{LLM: model, Prices: budgetPrices})
+	ts.outpost("calls")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"calls","prompt":"List the files.","agent":{"kind":"llm","model":"budget-model"},
+		"limits":{"max_tool_calls":2,"on_limit":"end"}}`, &s)
+	id := s.Metadata.SessionID
+	_, _, stopped := serveLLM(t, ts, id, "m1")
+	waitStopped(t, stopped, api.FrameEnd)
+	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+	const want = "Tool call limit of 2 reached: 2 made (limits.max_tool_calls)."
+	if s.Status.Status != api.StatusExit || s.Status.StatusDetail != api.DetailUsageLimitExceeded || s.Status.Reason != want {
+		t.Errorf("status %+v, want exit, usage_limit_exceeded, %q", s.Status, want)
+	}
+	if u := s.Status.Usage; u.ToolCalls != 2 || u.ModelCalls != 2 || !near(u.CostUSD, 2*answerCost) {
+		t.Errorf("usage %+v", u)
+	}
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	if model.n != 2 {
+		t.Errorf("the model was called %d times, want 2", model.n)
+	}
+	found := false
+	for _, ev := range sessionEvents(t, ts, id) {
+		found = found || (ev.Type == api.EventStatus && ev.Reason == want)
+	}
+	if !found {
+		t.Error("the transcript does not say why the session ended")
+	}
+}
+
+// TestOutpostCostCapReachedByThreeSessions: an outpost's monthly cost cap
+// of $0.012 lets two sessions of $0.0045 finish; the third crosses it with
+// its first answer and ends there (on_limit end) before its call runs;
+// then the outpost refuses new sessions (409 budget_exceeded) and shows
+// the month's usage.
+func TestOutpostCostCapReachedByThreeSessions(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{LLM: &toolModel{}, Prices: budgetPrices})
+	var o api.Outpost
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, `{"name":"capped","budget":{"monthly_cost_usd":0.012,"on_limit":"end"}}`, &o)
+	if o.Spec.Budget == nil || o.Spec.Budget.MonthlyCostUSD != 0.012 || o.Status.BudgetUsage == nil || o.Status.BudgetUsage.CostUSD != 0 {
+		t.Fatalf("new outpost's budget %+v, usage %+v", o.Spec.Budget, o.Status.BudgetUsage)
+	}
+	create := func(prompt string) string {
+		var s api.Session
+		ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"capped","prompt":"`+prompt+`","agent":{"kind":"llm","model":"budget-model"}}`, &s)
+		return s.Metadata.SessionID
+	}
+	for i, acceptor := range []string{"m1", "m2"} {
+		id := create("Please just answer.")
+		_, _, stopped := serveLLM(t, ts, id, acceptor)
+		waitStopped(t, stopped, api.FrameEnd)
+		var s api.Session
+		ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+		if s.Status.StatusDetail != api.DetailFinished {
+			t.Fatalf("session %d: %+v", i+1, s.Status)
+		}
+	}
+	id := create("List the files.")
+	_, _, stopped := serveLLM(t, ts, id, "m3")
+	waitStopped(t, stopped, api.FrameEnd)
+	var s api.Session
+	ts.mustDo(200, "GET", "/v1/sessions/"+id, ts.admin, nil, &s)
+	month := time.Now().UTC().Format("2006-01")
+	want := "The outpost's monthly cost limit of $0.0120 reached: $0.0135 used in " + month + " (budget.monthly_cost_usd)."
+	if s.Status.StatusDetail != api.DetailUsageLimitExceeded || s.Status.Reason != want {
+		t.Errorf("third session %+v, want reason %q", s.Status, want)
+	}
+	req, _ := http.NewRequest("POST", ts.url+"/v1/sessions", strings.NewReader(`{"outpost":"capped","prompt":"More.","agent":{"kind":"llm"}}`))
+	req.Header.Set("Authorization", "Bearer "+ts.admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.ErrorResponse
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || e.Error.Code != api.CodeBudgetExceeded || !strings.Contains(e.Error.Message, "monthly cost limit") {
+		t.Errorf("a fourth session: %d %+v", resp.StatusCode, e)
+	}
+	ts.mustDo(200, "GET", "/v1/outposts/capped", ts.admin, nil, &o)
+	if u := o.Status.BudgetUsage; u == nil || !near(u.CostUSD, 3*answerCost) || u.Month != month || u.Reached != api.BudgetOutpostCost || u.SessionHours <= 0 {
+		t.Errorf("outpost usage %+v", u)
+	}
+	if n := testutil.ToFloat64(ts.srv.metrics.budgetReached.WithLabelValues("capped", api.BudgetOutpostCost)); n != 1 {
+		t.Errorf("outpost_budget_reached_total{capped,outpost_cost} = %v, want 1", n)
+	}
+	// A higher cap lets sessions in again.
+	o = api.Outpost{}
+	ts.mustDo(200, "PATCH", "/v1/outposts/capped", ts.admin, `{"budget":{"monthly_cost_usd":1}}`, &o)
+	if o.Status.BudgetUsage == nil || o.Status.BudgetUsage.Reached != "" {
+		t.Errorf("usage under the new cap %+v", o.Status.BudgetUsage)
+	}
+	create("Please just answer.")
+}
+
+// TestBudgetBadInput: negative limits and an unknown on_limit answer 400
+// and change nothing.
+func TestBudgetBadInput(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{LLM: &toolModel{}})
+	ts.outpost("bad")
+	for _, body := range []string{
+		`{"outpost":"bad","prompt":"x","agent":{"kind":"llm"},"limits":{"max_cost_usd":-1}}`,
+		`{"outpost":"bad","prompt":"x","agent":{"kind":"llm"},"limits":{"max_tool_calls":-2}}`,
+		`{"outpost":"bad","prompt":"x","agent":{"kind":"llm"},"limits":{"on_limit":"pause"}}`,
+		`{"outpost":"bad","agent":{"kind":"script"},"limits":{"max_tokens":-5}}`,
+	} {
+		if code := ts.do("POST", "/v1/sessions", ts.admin, body, nil); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", body, code)
+		}
+	}
+	var list api.SessionList
+	ts.mustDo(200, "GET", "/v1/sessions", ts.admin, nil, &list)
+	if len(list.Items) != 0 {
+		t.Errorf("%d sessions created by bad requests", len(list.Items))
+	}
+	for _, body := range []string{
+		`{"name":"neg","budget":{"monthly_session_hours":-1}}`,
+		`{"name":"neg","budget":{"monthly_cost_usd":10,"on_limit":"later"}}`,
+	} {
+		if code := ts.do("POST", "/v1/outposts", ts.admin, body, nil); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", body, code)
+		}
+	}
+	if code := ts.do("GET", "/v1/outposts/neg", ts.admin, nil, nil); code != http.StatusNotFound {
+		t.Errorf("an outpost refused for its budget exists: %d", code)
+	}
+	var o api.Outpost
+	ts.mustDo(200, "PATCH", "/v1/outposts/bad", ts.admin, `{"budget":{"monthly_session_hours":10}}`, &o)
+	for _, body := range []string{`{"budget":{"monthly_session_hours":-10}}`, `{"max_running":3,"budget":{"on_limit":"stop"}}`} {
+		if code := ts.do("PATCH", "/v1/outposts/bad", ts.admin, body, nil); code != http.StatusBadRequest {
+			t.Errorf("PATCH %s: %d, want 400", body, code)
+		}
+	}
+	o = api.Outpost{}
+	ts.mustDo(200, "GET", "/v1/outposts/bad", ts.admin, nil, &o)
+	if o.Spec.Budget == nil || o.Spec.Budget.MonthlySessionHours != 10 || o.Spec.Budget.OnLimit != "" || o.Spec.MaxRunning != 0 {
+		t.Errorf("after refused changes: budget %+v, max_running %d", o.Spec.Budget, o.Spec.MaxRunning)
+	}
+}
