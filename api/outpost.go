@@ -71,6 +71,9 @@ type OutpostSpec struct {
 	// ApprovalRules apply to every tool call of the outpost's sessions
 	// (ApprovalRule); omitted when it has none.
 	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
+	// Budget caps what the outpost's sessions spend per month; omitted
+	// when it has none.
+	Budget *OutpostBudget `json:"budget,omitempty"`
 }
 
 // OutpostDesktop is an outpost's desktop setting.
@@ -112,6 +115,9 @@ type OutpostStatus struct {
 	QueueDepth int `json:"queue_depth"`
 	// ActiveClaims counts claims that have not lapsed.
 	ActiveClaims int `json:"active_claims"`
+	// BudgetUsage is the month's usage of an outpost with a budget;
+	// omitted otherwise.
+	BudgetUsage *OutpostBudgetUsage `json:"budget_usage,omitempty"`
 }
 
 // MaxAllowedOrgIDs bounds CreateOutpostRequest.AllowedOrgIDs.
@@ -147,6 +153,8 @@ type CreateOutpostRequest struct {
 	Requirements *Requirements `json:"requirements,omitempty"`
 	// ApprovalRules are OutpostSpec's: at most MaxApprovalRules.
 	ApprovalRules []ApprovalRule `json:"approval_rules,omitempty"`
+	// Budget is OutpostSpec's; omitted for none.
+	Budget *OutpostBudget `json:"budget,omitempty"`
 }
 
 // UpdateOutpostRequest is the body of PATCH /v1/outposts/{outpost}: the
@@ -173,6 +181,9 @@ type UpdateOutpostRequest struct {
 	// them). They apply to the next tool call of every session of the
 	// outpost, running ones included.
 	ApprovalRules *[]ApprovalRule `json:"approval_rules,omitempty"`
+	// Budget replaces the outpost's budget ({} removes it). A lower cap
+	// applies at once: running sessions over it are suspended or ended.
+	Budget *OutpostBudget `json:"budget,omitempty"`
 }
 
 // OutpostList is the answer of GET /v1/outposts: one page of outposts,

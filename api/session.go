@@ -233,6 +233,18 @@ type Limits struct {
 	// the user's next message resumes it. 0 never suspends it. Set it below
 	// IdleS, which still ends the session.
 	SuspendAfterIdleS int64 `json:"suspend_after_idle_s,omitempty"`
+	// MaxCostUSD stops an llm session once its estimated model cost
+	// (usage.cost_usd, from the server's price table) reaches it; 0 means
+	// no limit.
+	MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
+	// MaxToolCalls is how many tool calls an llm session's model may ask
+	// for; the session stops when the model asks for more, or before its
+	// next model call once it has made them all. 0 means no limit.
+	MaxToolCalls int64 `json:"max_tool_calls,omitempty"`
+	// OnLimit is what reaching max_tokens, max_cost_usd or max_tool_calls
+	// does: OnLimitSuspend (the default, "": suspended when the session can
+	// be, ended otherwise) or OnLimitEnd.
+	OnLimit string `json:"on_limit,omitempty"`
 }
 
 // Usage counts a session's model use.
@@ -242,6 +254,12 @@ type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	ModelCalls       int64 `json:"model_calls"`
+	// ToolCalls counts the tool calls the model asked for; omitted when 0.
+	ToolCalls int64 `json:"tool_calls,omitempty"`
+	// CostUSD is the estimated cost of the model calls in US dollars, from
+	// the server's price table (outpost server --prices); omitted when 0
+	// (also for models the table does not price).
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // MessageRequest is the body of POST /v1/sessions/{id}/messages.

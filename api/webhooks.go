@@ -14,8 +14,8 @@ const (
 	EventSessionEnded              = "session.ended"
 	EventWorkerConnected           = "worker.connected"
 	EventWorkerGone                = "worker.gone"
-	// EventBudgetReached is reserved: subscriptions may name it; budgets
-	// emit it.
+	// EventBudgetReached is a session stopped at a budget limit: its own
+	// or its outpost's (data.budget: kind, limit, used, on_limit, reason).
 	EventBudgetReached = "budget.reached"
 )
 

@@ -50,6 +50,7 @@ var (
 	envLLMModel    = api.EnvVar{Name: llm.EnvModel, Meaning: "default model of llm sessions (--llm-model)"}
 	envLLMAPIKey   = api.EnvVar{Name: llm.EnvAPIKey, Meaning: "the provider's API key"}
 	envLLMRetryFor = api.EnvVar{Name: llm.EnvRetryFor, Meaning: "how long a failing model call is retried (--llm-retry-for)"}
+	envPrices      = api.EnvVar{Name: "OUTPOST_PRICES", Meaning: "price table of model calls as JSON (--prices)"}
 	// How the computer tool and its screenshots reach models.
 	envLLMComputerTool        = api.EnvVar{Name: llm.EnvComputerTool, Meaning: "native (default) or function: how Anthropic models get the computer tool"}
 	envLLMComputerToolVersion = api.EnvVar{Name: llm.EnvComputerToolVersion, Meaning: "computer_20250124 (default) or computer_20251124: the native computer tool's version"}
@@ -62,7 +63,7 @@ var serverEnv = []api.EnvVar{
 	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
 	envReplicaID, envReplicaURL, envOIDCIssuer, envOIDCClientID, envOIDCClientSecret,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMRetryFor, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,
-	envLogLevel, envLogFormat,
+	envLogLevel, envLogFormat, envPrices,
 }
 
 // cliEnv lists every variable the outpost command reads, under either of

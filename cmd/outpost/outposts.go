@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/budget"
 )
 
 // NewCmdOutposts returns `outpost outposts`.
@@ -122,6 +123,7 @@ func runOutpostsGet(ctx context.Context, opts *OutpostsGetOptions) error {
 		"Max attempts", strconv.Itoa(o.Spec.MaxAttempts), "Max snapshot size", maxSnapshotText(o.Spec.MaxSnapshotBytes),
 		"Network policy", policyText(o.Spec.NetworkPolicy), "Desktop", desktopText(o.Spec.Desktop),
 		"Approval rules", approvalRulesText(o.Spec.ApprovalRules),
+		"Budget", budget.DescribeOutpost(o.Spec.Budget, o.Status.BudgetUsage),
 		"Created", timestamp(&o.Metadata.CreatedAt, time.Now()))
 }
 
@@ -155,6 +157,8 @@ type OutpostsCreateOptions struct {
 	Desktop string
 	// ApprovalRules is --approval-rules, "" when not given.
 	ApprovalRules string
+	// Budget are --monthly-hours, --monthly-cost and --on-limit.
+	Budget BudgetFlags
 }
 
 // NewCmdOutpostsCreate returns `outpost outposts create`. runF replaces the
@@ -181,6 +185,10 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 					return err
 				}
 			}
+			if fl := cmd.Flags(); opts.Budget.given(fl) {
+				b := opts.Budget.merge(api.OutpostBudget{})
+				opts.Request.Budget = &b
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -196,6 +204,7 @@ func NewCmdOutpostsCreate(f *Factory, runF func(context.Context, *OutpostsCreate
 	fl.Int64Var(&opts.Request.MaxSnapshotBytes, "max-snapshot-bytes", 0, "the largest workspace snapshot, in bytes, stored when one of its sessions is suspended, at most the server's --max-snapshot-bytes (0: the server's)")
 	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
 	fl.StringVar(&opts.ApprovalRules, "approval-rules", "", approvalRulesFlagHelp)
+	opts.Budget.add(fl)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -215,6 +224,11 @@ type OutpostsUpdateOptions struct {
 	Desktop string
 	// ApprovalRules is --approval-rules, "" when not given.
 	ApprovalRules string
+	// Budget are --monthly-hours, --monthly-cost and --on-limit; the ones
+	// given change the outpost's budget, the others keep theirs.
+	Budget BudgetFlags
+	// budgetGiven says one of them was given.
+	budgetGiven bool
 }
 
 // NewCmdOutpostsUpdate returns `outpost outposts update`. runF replaces the
@@ -269,8 +283,9 @@ their own, running ones included.`,
 				}
 				opts.Request.ApprovalRules = &rules
 			}
-			if opts.Request == (api.UpdateOutpostRequest{}) {
-				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, --desktop, --approval-rules, a network policy or --unrestricted")
+			opts.budgetGiven = opts.Budget.given(fl)
+			if opts.Request == (api.UpdateOutpostRequest{}) && !opts.budgetGiven {
+				return usageErrorf("outposts update needs something to change: --max-running, --max-attempts, --max-snapshot-bytes, --desktop, --approval-rules, --monthly-hours, --monthly-cost, --on-limit, a network policy or --unrestricted")
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -285,6 +300,7 @@ their own, running ones included.`,
 	fl.BoolVar(&opts.Unrestricted, "unrestricted", false, "lift the outpost's network policy")
 	fl.StringVar(&opts.Desktop, "desktop", "", desktopFlagHelp)
 	fl.StringVar(&opts.ApprovalRules, "approval-rules", "", approvalRulesFlagHelp)
+	opts.Budget.add(fl)
 	opts.Policy.add(fl)
 	return cmd
 }
@@ -294,6 +310,20 @@ func runOutpostsUpdate(ctx context.Context, opts *OutpostsUpdateOptions) error {
 	c, err := f.Client()
 	if err != nil {
 		return err
+	}
+	if opts.budgetGiven {
+		// The API replaces the whole budget: the flags not given keep the
+		// outpost's values.
+		cur, err := c.Outposts.Get(ctx, opts.Outpost)
+		if err != nil {
+			return err
+		}
+		var b api.OutpostBudget
+		if cur.Spec.Budget != nil {
+			b = *cur.Spec.Budget
+		}
+		b = opts.Budget.merge(b)
+		opts.Request.Budget = &b
 	}
 	o, err := c.Outposts.Update(ctx, opts.Outpost, opts.Request)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/server"
 	"github.com/outpost-sh/outpost/internal/store/sealed"
@@ -30,6 +31,9 @@ type ServerOptions struct {
 	LLM       llm.Config
 	LogLevel  string
 	LogFormat string
+	// PricesJSON is --prices: the price table of model calls as JSON; ""
+	// means budget.DefaultPrices.
+	PricesJSON string
 	// ConfigFile is the YAML file of settings (--config); "" means none.
 	ConfigFile string
 	// overridden lists the file's keys the environment replaced.
@@ -53,7 +57,7 @@ OUTPOST_SNAPSHOT_INTERVAL, OUTPOST_MAX_CALL_OUTPUT_BYTES, OUTPOST_MAX_SESSION_OU
 OUTPOST_BLOB_STORE, OUTPOST_DIST_DIR, OUTPOST_TLS_CERT, OUTPOST_TLS_KEY,
 OUTPOST_SECRET_KEY_FILE, OUTPOST_REPLICA_ID, OUTPOST_REPLICA_URL,
 OUTPOST_OIDC_ISSUER, OUTPOST_OIDC_CLIENT_ID, OUTPOST_OIDC_CLIENT_SECRET,
-OUTPOST_LLM_*, OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN,
+OUTPOST_LLM_*, OUTPOST_PRICES, OUTPOST_LOG_LEVEL, OUTPOST_LOG_FORMAT. OUTPOST_ADMIN_TOKEN,
 when set, is the admin token.
 
 --config FILE reads settings from a YAML file whose keys are the flags'
@@ -132,6 +136,7 @@ layout workers download from: this executable's own build, and the builds of
 	fl.StringVar(&opts.LLM.BaseURL, "llm-base-url", "", "the provider's API base URL, e.g. http://127.0.0.1:11434/v1 (env "+envLLMBaseURL.Name+")")
 	fl.StringVar(&opts.LLM.Model, "llm-model", "", "default model of llm sessions (env "+envLLMModel.Name+"); the API key is read from "+envLLMAPIKey.Name)
 	fl.DurationVar(&opts.LLM.RetryFor, "llm-retry-for", llm.DefaultRetryFor, "how long a model call that fails with a connection error, 5xx or 429 is retried, with backoff, before the session fails (env "+envLLMRetryFor.Name+")")
+	fl.StringVar(&opts.PricesJSON, "prices", "", `price table of model calls, which estimates sessions' cost (usage.cost_usd, limits.max_cost_usd, outpost budgets), as JSON: {"<model>": {"input_per_mtok": 3, "output_per_mtok": 15}} in US dollars per million tokens; replaces the built-in table (docs/budgets.md); models it lacks cost 0 (env `+envPrices.Name+`)`)
 	cmd.AddCommand(NewCmdServerBackup(f, nil), NewCmdServerRestore(f, nil))
 	return cmd
 }
@@ -172,6 +177,14 @@ func (o *ServerOptions) resolve(fl *pflag.FlagSet, f *Factory) error {
 		return usageErrorf("--llm-retry-for %s: give a positive duration (such as 2m); the retries of a model call end there", o.LLM.RetryFor)
 	}
 	o.LLM.ComputerTool, o.LLM.ComputerToolVersion, o.LLM.ToolImages = llmEnv.ComputerTool, llmEnv.ComputerToolVersion, llmEnv.ToolImages
+	if v := envPrices.Get(f.Getenv); v != "" && !fl.Changed("prices") {
+		o.PricesJSON = v
+	}
+	prices, err := budget.ParsePrices(o.PricesJSON)
+	if err != nil {
+		return usageErrorf("--prices: %v", err)
+	}
+	o.Prices, o.LLMModel = prices, o.LLM.Model
 	return resolveLog(fl, f.Getenv, &o.LogLevel, &o.LogFormat)
 }
 

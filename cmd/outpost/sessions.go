@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/cliconfig"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -386,7 +387,7 @@ func runSessionsGet(ctx context.Context, opts *SessionsGetOptions) error {
 		"Agent", s.Spec.Agent.Kind, "Repos", strings.Join(repos, ", "), "Acceptor", acceptor,
 		"Created", timestamp(&s.Metadata.CreatedAt, now), "Started", timestamp(s.Status.StartedAt, now),
 		"Ended", timestamp(s.Status.EndedAt, now), "Last call", strconv.FormatInt(s.Status.LastSeq, 10),
-		"Usage", fmt.Sprintf("%d model calls, %d prompt + %d completion tokens", s.Status.Usage.ModelCalls, s.Status.Usage.PromptTokens, s.Status.Usage.CompletionTokens),
+		"Usage", budget.DescribeUsage(s.Status.Usage),
 		"Machine", machineText(s.Status.Capabilities), "Network policy", sessionPolicyText(s))
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -140,6 +141,7 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 		conv.lastCall = max(conv.lastCall, seq)
 	}
 	r.conv = conv
+	r.model = sess.Spec.Agent.Model
 	defer func() {
 		if r.sub != nil {
 			r.sub.Close()
@@ -164,6 +166,17 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 		if err := r.retry(ctx, "read transcript", func() error { return r.sync(ctx, conv) }); err != nil {
 			r.fail(ctx, err)
 			return
+		}
+		// A final answer finishes the session even past a limit: the work
+		// is done. Anything else stops there.
+		if !conv.lastAssistantDone() || len(conv.pending) > 0 {
+			// cur lacks the spec, which write transactions do not read.
+			now := cur
+			now.Spec, now.Secrets = sess.Spec, sess.Secrets
+			if rch, ok := r.budgetReached(ctx, now, len(conv.pending) > 0); ok {
+				r.stopAtLimit(ctx, now, rch)
+				return
+			}
 		}
 		// Calls of the last answer still without a result (a restart, a
 		// new machine) run first, in order.
@@ -197,10 +210,6 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 		}
 		if conv.steps >= maxSteps {
 			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The agent reached its limit of %d model calls (agent.max_steps).", maxSteps))
-			return
-		}
-		if max := sess.Spec.Limits.MaxTokens; max > 0 && cur.Usage.PromptTokens+cur.Usage.CompletionTokens >= max {
-			r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, fmt.Sprintf("The session used its %d tokens (limits.max_tokens).", max))
 			return
 		}
 		seen := conv.lastSeen
@@ -250,8 +259,10 @@ func (r *runner) runLLM(ctx context.Context, sess store.Session, calls []store.C
 func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.Response, seen int64, cur *store.Session) error {
 	now := r.l.clock.Now()
 	red := r.secrets
+	cost := r.l.opts.Prices.Cost(r.model, resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	msg := api.Event{Type: api.EventMessage, Role: api.RoleAssistant, Text: red.String(resp.Message.Text), Time: now.UnixMilli(), Seen: seen,
-		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1}}
+		Usage: &api.Usage{PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens, ModelCalls: 1,
+			ToolCalls: int64(len(resp.Message.ToolCalls)), CostUSD: cost}}
 	var calls []store.Call
 	var after []api.Event
 	seq := conv.lastCall
@@ -287,6 +298,8 @@ func (r *runner) recordAnswer(ctx context.Context, conv *conversation, resp llm.
 		sess.Usage.PromptTokens += resp.Usage.PromptTokens
 		sess.Usage.CompletionTokens += resp.Usage.CompletionTokens
 		sess.Usage.ModelCalls++
+		sess.Usage.ToolCalls += int64(len(resp.Message.ToolCalls))
+		sess.Usage.CostUSD += cost
 		sess.UpdatedAt = now
 		return store.Mutation{Session: &sess, Calls: calls, Events: append([]api.Event{msg}, after...)}, nil
 	})
@@ -494,4 +507,32 @@ func (r *runner) appendEvents(ctx context.Context, evs ...api.Event) error {
 	}
 	r.committed(store.Mutation{Events: evs})
 	return nil
+}
+
+// budgetReached reports whether the session, as cur (spec included) has it, reached one of
+// its limits or its outpost its monthly budget. pending says the last
+// answer has calls still to run.
+func (r *runner) budgetReached(ctx context.Context, cur store.Session, pending bool) (budget.Reached, bool) {
+	if rch, ok := budget.Session(cur.Spec.Limits, cur.Usage, pending); ok {
+		return rch, true
+	}
+	if check := r.l.opts.OutpostBudget; check != nil {
+		return check(ctx, cur.OutpostID)
+	}
+	return budget.Reached{}, false
+}
+
+// stopAtLimit stops the session that reached rch: through the server's
+// BudgetReached, which suspends or ends it, or by ending it.
+func (r *runner) stopAtLimit(ctx context.Context, cur store.Session, rch budget.Reached) {
+	if hook := r.l.opts.BudgetReached; hook != nil {
+		hook(ctx, cur, rch)
+		return
+	}
+	r.end(ctx, api.StatusExit, api.DetailUsageLimitExceeded, LimitReason(rch))
+}
+
+// LimitReason is the sentence a session stopped by rch reads.
+func LimitReason(rch budget.Reached) string {
+	return strings.ToUpper(rch.Reason[:1]) + rch.Reason[1:] + "."
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/llm"
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -134,6 +135,17 @@ type Options struct {
 	// result is stored as that error, whatever the remote answered, so
 	// that the agent reads it as interrupted when the session resumes.
 	Interrupted func(sessionID string, seq int64) (why string, ok bool)
+	// Prices estimates the cost of model calls (usage.cost_usd); nil
+	// counts none.
+	Prices *budget.Prices
+	// OutpostBudget, when set, reports whether an outpost reached its
+	// monthly budget; an llm runner asks before each model call.
+	OutpostBudget func(ctx context.Context, outpostID string) (budget.Reached, bool)
+	// BudgetReached, when set, stops a session that reached a limit —
+	// suspends or ends it as r.OnLimit says, and tells whoever needs to
+	// know — without waiting for it; the runner returns. Nil ends the
+	// session.
+	BudgetReached func(ctx context.Context, sess store.Session, r budget.Reached)
 	// BeforeFinish, for tests, runs when an llm runner is about to end a
 	// session whose model is done, before it takes the message lock.
 	BeforeFinish func(sessionID string)

@@ -46,6 +46,9 @@ type runner struct {
 	finalEnd    func(c store.Call) (status, detail, reason string)
 	endedHere   bool
 	scriptSteps int // len(agent.steps)
+	// model is an llm session's model ("": the server's default), which
+	// prices its calls. Set by run.
+	model string
 }
 
 // resultMsg is a result frame and the connection it came on.

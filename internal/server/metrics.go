@@ -40,6 +40,8 @@ type metrics struct {
 	// webhookDeliveries counts webhook delivery attempts by outcome
 	// (webhooks.go).
 	webhookDeliveries *prometheus.CounterVec
+	// budgetReached counts sessions stopped at a limit (budget.go).
+	budgetReached *prometheus.CounterVec
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -83,9 +85,12 @@ func newMetrics(replica string) *metrics {
 			Name: "outpost_network_connections_total", Help: "Connections of restricted sessions allowed or denied by their network policy, by outpost and decision, as their workers report them.",
 		}, []string{"outpost", "decision"}),
 		webhookDeliveries: newWebhookMetric(),
+		budgetReached: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_budget_reached_total", Help: "Sessions stopped (suspended or ended) because they or their outpost reached a budget limit, by outpost and kind (tokens, cost, tool_calls, outpost_hours, outpost_cost).",
+		}, []string{"outpost", "kind"}),
 	}
 	m.MustRegister(m.webhookDeliveries, m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
-		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections,
+		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections, m.budgetReached,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.

@@ -13,6 +13,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/audit"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/store"
@@ -42,7 +43,11 @@ func (s *Server) apiOutpost(ctx context.Context, o store.Outpost) (api.Outpost, 
 	if err != nil {
 		return api.Outpost{}, fmt.Errorf("outpost stats %s: %w", o.ID, err)
 	}
-	return toAPIOutpost(o, depth, claims), nil
+	ao := toAPIOutpost(o, depth, claims)
+	if ao.Spec.Budget, ao.Status.BudgetUsage, err = s.outpostBudget(ctx, o.ID); err != nil {
+		return api.Outpost{}, fmt.Errorf("outpost budget %s: %w", o.ID, err)
+	}
+	return ao, nil
 }
 
 // listOutposts answers one page of the outposts the caller may see, in
@@ -195,6 +200,11 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errBadRequest("%s.", err)
 	}
+	if req.Budget != nil {
+		if err := budget.CheckOutpostBudget(*req.Budget); err != nil {
+			return errBadRequest("%s.", err)
+		}
+	}
 	if p := principalFrom(r.Context()); p.limited() {
 		return errForbidden("A token limited to one outpost cannot create outposts.")
 	}
@@ -209,8 +219,17 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fmt.Errorf("create outpost: %w", err)
 	}
+	if req.Budget != nil && !req.Budget.IsZero() {
+		if err := s.store.SetOutpostBudget(r.Context(), o.ID, req.Budget); err != nil {
+			return fmt.Errorf("create outpost %s budget: %w", o.ID, err)
+		}
+	}
 	s.log.Info("outpost created", "outpost", o.Name, "id", o.ID, "platform", o.Platform)
-	writeJSON(w, http.StatusCreated, toAPIOutpost(o, 0, 0))
+	ao, err := s.apiOutpost(r.Context(), o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, ao)
 	return nil
 }
 
@@ -296,6 +315,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 			return errBadRequest("%s.", err)
 		}
 	}
+	if req.Budget != nil {
+		if err := budget.CheckOutpostBudget(*req.Budget); err != nil {
+			return errBadRequest("%s.", err)
+		}
+	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
 		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
 	actx := s.audited(ctx, audit.OutpostUpdate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
@@ -308,6 +332,11 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	if req.ApprovalRules != nil {
 		if err := s.store.SetOutpostApprovalRules(ctx, o.ID, o.ApprovalRules); err != nil {
 			return fmt.Errorf("update outpost %s approval rules: %w", o.ID, err)
+		}
+	}
+	if req.Budget != nil {
+		if err := s.store.SetOutpostBudget(ctx, o.ID, req.Budget); err != nil {
+			return fmt.Errorf("update outpost %s budget: %w", o.ID, err)
 		}
 	}
 	s.log.Info("outpost updated", "outpost", o.Name, "max_running", o.MaxRunning, "max_attempts", o.MaxAttempts,

@@ -34,8 +34,11 @@ func (s *Server) newAgentLoop() *agent.Loop {
 		OnToolCall: func(tool string, ok bool) {
 			s.metrics.toolCalls.WithLabelValues(tool, fmt.Sprint(ok)).Inc()
 		},
-		Interrupted:  s.suspends.TakeInterrupted,
-		BeforeFinish: s.opts.beforeFinish,
+		Interrupted:   s.suspends.TakeInterrupted,
+		Prices:        s.prices,
+		OutpostBudget: s.outpostBudgetReached,
+		BudgetReached: s.budgetReached,
+		BeforeFinish:  s.opts.beforeFinish,
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/blob"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/datadir"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
@@ -107,6 +108,12 @@ type Options struct {
 	// LLM is the model provider of llm sessions; nil means llm sessions
 	// are refused.
 	LLM llm.Provider
+	// Prices is the price table that estimates the cost of model calls
+	// (usage.cost_usd, limits.max_cost_usd, outpost budgets); nil means
+	// budget.DefaultPrices. LLMModel names the model of sessions that name
+	// none, for its price.
+	Prices   map[string]budget.Price
+	LLMModel string
 	// ToolResultLimit is how many characters of one tool result a model
 	// sees; the whole result stays on the transcript. 0 means 16000.
 	ToolResultLimit int
@@ -274,6 +281,10 @@ type Server struct {
 
 	// agents runs the sessions' runners (internal/agent).
 	agents *agent.Loop
+	// prices estimates the cost of model calls; budgetStops holds the
+	// sessions being stopped at a limit, so one is stopped once (budget.go).
+	prices      *budget.Prices
+	budgetStops sync.Map
 
 	// runCtx is canceled when the server stops; every runner derives from it.
 	runCtx    context.Context
@@ -544,6 +555,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if s.replicaKey == nil {
 		s.replicaKey = replicaAuthKey(opts.SecretKey)
 	}
+	s.prices = budget.NewPrices(opts.Prices, opts.LLMModel, s.log)
 	s.agents = s.newAgentLoop()
 	s.webhookSender = s.newWebhookSender()
 	s.metrics.MustRegister(queueCollector{s})
@@ -743,6 +755,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	s.wg.Go(func() { s.auditRetention(s.runCtx) })
 	s.wg.Go(func() { s.sampleWorkers(s.runCtx) })
+	s.wg.Go(func() { s.budgetSweep(s.runCtx) })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

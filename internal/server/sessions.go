@@ -19,6 +19,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/approval"
 	"github.com/outpost-sh/outpost/internal/audit"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/lazyregexp"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
@@ -149,6 +150,9 @@ func validateSession(req *api.CreateSessionRequest) error {
 	if req.Limits.MaxDurationS < 0 {
 		return errBadRequest("limits.max_duration_s must not be negative.")
 	}
+	if err := budget.CheckLimits(req.Limits); err != nil {
+		return errBadRequest("%s.", err)
+	}
 	rules, err := approval.Validate("approval_rules", req.ApprovalRules)
 	if err != nil {
 		return errBadRequest("%s.", err)
@@ -256,6 +260,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 	}
 	if err := req.Requirements.Validate(); err != nil {
 		return errBadRequest("%s.", err)
+	}
+	if err := s.checkOutpostBudget(ctx, o); err != nil {
+		return err
 	}
 	secrets, err := s.useOutpostSecrets(ctx, o, req.UseSecrets, req.Secrets)
 	if err != nil {

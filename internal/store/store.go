@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/budget"
 )
 
 // Errors a Store returns; wrap-compatible with errors.Is.
@@ -438,6 +439,15 @@ type Store interface {
 	// SetOutpostApprovalRules replaces an outpost's approval rules (nil
 	// removes them); ErrNotFound when absent.
 	SetOutpostApprovalRules(ctx context.Context, id string, rules []api.ApprovalRule) error
+	// OutpostBudget returns an outpost's monthly budget, nil when it has
+	// none; ErrNotFound when the outpost is absent.
+	OutpostBudget(ctx context.Context, id string) (*api.OutpostBudget, error)
+	// SetOutpostBudget replaces an outpost's budget (nil removes it);
+	// ErrNotFound when absent.
+	SetOutpostBudget(ctx context.Context, id string, b *api.OutpostBudget) error
+	// OutpostSessionSpans lists, for an outpost's budget, the sessions
+	// that were created at or after since or had not ended by then.
+	OutpostSessionSpans(ctx context.Context, outpostID string, since time.Time) ([]budget.SessionSpan, error)
 
 	// Stored secrets of an outpost (OutpostSecret), sealed like a
 	// session's and deleted with their outpost.

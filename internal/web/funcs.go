@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/budget"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 )
 
@@ -121,6 +122,8 @@ var funcs = template.FuncMap{
 	"media":       mediaOf,
 	"artMedia":    mediaFor,
 	"duration":    sessionDuration,
+	"usage":       budget.DescribeUsage,
+	"budget":      budget.DescribeOutpost,
 	"ago":         agoText,
 	"size": func(n int64) string {
 		switch {

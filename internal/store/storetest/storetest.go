@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OutpostLimits", testOutpostLimits},
 		{"NetworkPolicy", testNetworkPolicy},
 		{"OutpostDesktop", testOutpostDesktop},
+		{"OutpostBudget", testOutpostBudget},
 		{"Requirements", testRequirements},
 		{"OutpostSecrets", testOutpostSecrets},
 		{"Approvals", testApprovals},

@@ -511,6 +511,21 @@
     });
   }
 
+  // addUsage adds a model answer's usage to the session's usage shown
+  // (the text budget.DescribeUsage writes on the server).
+  function addUsage(u) {
+    var dd = document.getElementById("usage");
+    if (!dd) return;
+    var d = dd.dataset;
+    function add(key, v) { d[key] = String(Number(d[key] || 0) + Number(v || 0)); return Number(d[key]); }
+    var calls = add("modelCalls", u.model_calls), p = add("prompt", u.prompt_tokens), c = add("completion", u.completion_tokens);
+    var tools = add("toolCalls", u.tool_calls), cost = add("cost", u.cost_usd);
+    var text = calls + " model calls, " + p + " prompt + " + c + " completion tokens";
+    if (tools > 0) text += ", " + tools + " tool calls";
+    if (cost > 0) text += ", about $" + (cost < 1 ? cost.toFixed(4) : cost.toFixed(2));
+    dd.textContent = text;
+  }
+
   function follow(list) {
     var url = list.dataset.events + "?after=" + encodeURIComponent(list.dataset.after || "0");
     var state = document.getElementById("live-state");
@@ -532,6 +547,7 @@
       var stick = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
       transcript.add(ev, msg.data);
       if (stick) window.scrollTo(0, document.body.scrollHeight);
+      if (ev.type === "message" && ev.usage) addUsage(ev.usage);
       if ((ev.type === "status" || ev.type === "end") && ev.status) {
         status.textContent = plain(ev.status, ev.status_detail);
         status.className = "st st-" + String(ev.status).replace(/[^a-z]/g, "");
