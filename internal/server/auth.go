@@ -118,11 +118,12 @@ func (p principal) allowsToken(t store.Token) bool {
 }
 
 // sessionRoutesDenied are the routes under a session that a token limited
-// to that session may not use: a rerun makes another session, and what a
+// to that session may not use: a rerun or a fork makes other sessions, and what a
 // person decides for the session — its network policy, its network access
 // requests, the calls approval rules hold — is not for the agent it limits.
 var sessionRoutesDenied = []string{
 	"POST /v1/sessions/{session}/rerun",
+	"POST /v1/sessions/{session}/fork",
 	"PATCH /v1/sessions/{session}",
 	"POST /v1/sessions/{session}/network-requests/{request}/grant",
 	"POST /v1/sessions/{session}/network-requests/{request}/deny",

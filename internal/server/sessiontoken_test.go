@@ -73,6 +73,7 @@ func TestSessionToken(t *testing.T) {
 		{"POST", "/v1/sessions/" + nearID + "/mcp", nil, 404},
 		{"GET", "/v1/sessions/" + far.Metadata.SessionID + "/events", nil, 404},
 		{"POST", "/v1/sessions/" + id + "/rerun", nil, 403},
+		{"POST", "/v1/sessions/" + id + "/fork", map[string]any{"count": 1}, 403},
 		{"PATCH", "/v1/sessions/" + id, map[string]any{"network_policy": nil}, 403},
 		{"POST", "/v1/sessions/" + id + "/network-requests/nrq_1/grant", nil, 403},
 		{"POST", "/v1/sessions/" + id + "/network-requests/nrq_1/deny", nil, 403},
