@@ -240,8 +240,11 @@ func requestKind(req *http.Request) string {
 	switch {
 	case req.Method == http.MethodGet && strings.HasPrefix(p, "/v1/queue") && req.URL.Query().Get("watch") == "true":
 		return "watch"
-	case req.Method == http.MethodPost && (strings.HasSuffix(p, "/queue:claim") || strings.HasSuffix(p, "/claim")):
+	case req.Method == http.MethodPost && strings.HasSuffix(p, "/queue:claim"):
 		return "claim"
+	case req.Method == http.MethodPost && strings.HasSuffix(p, "/claim"):
+		// A consumer claims by id to renew the claims it holds.
+		return "renew"
 	case strings.HasSuffix(p, "/release"):
 		return "release"
 	case strings.Contains(p, "/workers/") && req.Method == http.MethodDelete:
