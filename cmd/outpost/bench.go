@@ -96,6 +96,7 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.DurationVar(&s.ReconnectEvery, "reconnect-every", 0, "make each remote drop its gateway connection about this often and reconnect (0: never)")
 	fl.DurationVar(&s.Heartbeat, "heartbeat", 0, "worker heartbeat interval (0: as the server asks)")
 	fl.IntVar(&s.WorkersPerToken, "workers-per-token", 200, "workers sharing one machine token (the server bounds streams per token)")
+	fl.StringVar(&s.MetricsURL, "metrics-url", "", "where the server's metrics are read (default: the server's /metrics; give the address of --metrics-listen when it has one)")
 	fl.StringVar(&s.Outpost, "outpost", "", "outpost to serve, created when missing (default: a new fleetsim-<random>)")
 	fl.DurationVar(&s.Drain, "drain", time.Minute, "how long ending the sessions and releasing the claims may take")
 	fl.DurationVar(&s.ProgressEvery, "progress", 5*time.Second, "interval of the progress line on standard error")

@@ -29,6 +29,10 @@ type Options struct {
 	// Server is the server's URL; Token an admin token of it (the
 	// simulator creates an outpost and tokens). Both required.
 	Server, Token string
+	// MetricsURL is where the server's metrics are read; empty means
+	// Server's /metrics (a server with --metrics-listen serves them
+	// elsewhere).
+	MetricsURL string
 	// Outpost is the outpost the fleet serves, created when missing;
 	// empty means a new one named fleetsim-<random>.
 	Outpost string

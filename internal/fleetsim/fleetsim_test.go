@@ -50,14 +50,14 @@ go_goroutines{replica="a"} 10
 `))
 	}))
 	defer srv.Close()
-	s, err := scrape(context.Background(), srv.URL, "tok", srv.Client())
+	s, err := scrape(context.Background(), srv.URL+"/metrics", "tok", srv.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.cpu != 3.75 || s.rss != 3<<20 {
 		t.Fatalf("scrape = cpu %v rss %d, want 3.75 and %d", s.cpu, s.rss, 3<<20)
 	}
-	if _, err := scrape(context.Background(), srv.URL, "bad", srv.Client()); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := scrape(context.Background(), srv.URL+"/metrics", "bad", srv.Client()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scrape with a bad token: %v, want the 401", err)
 	}
 }
@@ -69,7 +69,7 @@ func TestScrapeWithoutProcessCollector(t *testing.T) {
 		w.Write([]byte("go_goroutines 10\n"))
 	}))
 	defer srv.Close()
-	if _, err := scrape(context.Background(), srv.URL, "tok", srv.Client()); err == nil || !strings.Contains(err.Error(), "process_cpu_seconds_total") {
+	if _, err := scrape(context.Background(), srv.URL+"/metrics", "tok", srv.Client()); err == nil || !strings.Contains(err.Error(), "process_cpu_seconds_total") {
 		t.Fatalf("scrape = %v, want an error naming the missing metric", err)
 	}
 }

@@ -151,11 +151,11 @@ type sample struct {
 
 // scrape reads the process collector's figures from /metrics, trying
 // three times: a loaded server may fail one read.
-func scrape(ctx context.Context, base, token string, hc *http.Client) (sample, error) {
+func scrape(ctx context.Context, url, token string, hc *http.Client) (sample, error) {
 	var err error
 	for try := range 3 {
 		var s sample
-		if s, err = scrapeOnce(ctx, base, token, hc); err == nil || ctx.Err() != nil {
+		if s, err = scrapeOnce(ctx, url, token, hc); err == nil || ctx.Err() != nil {
 			return s, err
 		}
 		if try < 2 && waitCtx(ctx, time.Second) != nil {
@@ -165,10 +165,10 @@ func scrape(ctx context.Context, base, token string, hc *http.Client) (sample, e
 	return sample{}, err
 }
 
-func scrapeOnce(ctx context.Context, base, token string, hc *http.Client) (sample, error) {
+func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return sample{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	m0, err := scrape(ctx, s.admin.BaseURL(), o.Token, s.tr.pick())
+	m0, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
 	if err != nil {
 		s.errs.add("metrics", err)
 	}
@@ -83,14 +84,14 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	if o.Idle > 0 {
 		_ = waitCtx(ctx, min(2*time.Second, o.Idle))
 	}
-	m1, err := scrape(ctx, s.admin.BaseURL(), o.Token, s.tr.pick())
+	m1, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
 	if err != nil {
 		s.errs.add("metrics", err)
 	}
 	if o.Idle > 0 {
 		_ = waitCtx(ctx, o.Idle)
 	}
-	m2, err := scrape(ctx, s.admin.BaseURL(), o.Token, s.tr.pick())
+	m2, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
 	if err != nil {
 		s.errs.add("metrics", err)
 	}
@@ -103,7 +104,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	var agents sync.WaitGroup
 	s.create(steady, &agents)
 	<-steady.Done()
-	m3, err := scrape(ctx, s.admin.BaseURL(), o.Token, s.tr.pick())
+	m3, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
 	if err != nil {
 		s.errs.add("metrics", err)
 	}
@@ -389,4 +390,12 @@ func (s *sim) progress(begin time.Time) func() {
 	})
 	var once sync.Once
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// metricsURL is where the server's metrics are read.
+func (s *sim) metricsURL() string {
+	if s.opts.MetricsURL != "" {
+		return s.opts.MetricsURL
+	}
+	return strings.TrimSuffix(s.opts.Server, "/") + "/metrics"
 }
