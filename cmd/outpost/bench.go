@@ -208,6 +208,7 @@ func parseSize(flag, v string) (int, error) {
 type localServer struct {
 	url, token string
 	dir        string
+	errOut     io.Writer
 	cmd        *exec.Cmd
 	done       chan struct{}
 }
@@ -233,7 +234,7 @@ func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*
 	ln.Close()
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
-	srv := &localServer{url: "http://" + addr, token: "opt_fleetsim-" + hex.EncodeToString(b), dir: dir, done: make(chan struct{})}
+	srv := &localServer{url: "http://" + addr, token: "opt_fleetsim-" + hex.EncodeToString(b), dir: dir, errOut: errOut, done: make(chan struct{})}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -288,10 +289,12 @@ func (s *localServer) logTail() string {
 }
 
 // stop stops the server (interrupt, then kill after 15 s) and removes its
-// data dir.
+// data dir. A server that had exited by itself has the end of its log
+// shown first.
 func (s *localServer) stop() {
 	select {
 	case <-s.done:
+		fmt.Fprintf(s.errOut, "fleetsim: the local server exited during the run (%v); the end of its log:\n%s\n", s.cmd.ProcessState, s.logTail())
 	default:
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {

@@ -255,3 +255,10 @@ func readFrame(ctx context.Context, c *websocket.Conn) (api.Frame, error) {
 		return f, nil
 	}
 }
+
+// welcomedOnce reports whether the gateway ever welcomed the remote.
+func (r *remote) welcomedOnce() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.welcome
+}

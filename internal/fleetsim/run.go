@@ -48,6 +48,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	// Connect the workers, at most startConcurrency at a time, each
 	// counted as started once its watch stream is open.
 	var workers sync.WaitGroup
+	var stops []func() // each worker's: stop it and wait until it returned
 	sem := make(chan struct{}, startConcurrency)
 	t0 := time.Now()
 	for i := range o.Workers {
@@ -64,12 +65,16 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		own, stop := context.WithCancel(wctx)
+		done := make(chan struct{})
+		stops = append(stops, func() { stop(); <-done })
 		workers.Go(func() {
+			defer close(done)
 			// A worker that cannot open its watch at once frees its slot
 			// after a while; it goes on retrying as a real worker does.
 			t := time.AfterFunc(10*time.Second, release)
 			defer t.Stop()
-			w.run(wctx)
+			w.run(own)
 		})
 	}
 	for range startConcurrency {
@@ -114,6 +119,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 
 	// Drain: end every session, wait for the remotes and the claims.
 	drained := s.drain(ctx, stopRemotes)
+	stopPaced(stops)
 	stopWorkers()
 	workers.Wait()
 	stopProgress()
@@ -398,4 +404,20 @@ func (s *sim) metricsURL() string {
 		return s.opts.MetricsURL
 	}
 	return strings.TrimSuffix(s.opts.Server, "/") + "/metrics"
+}
+
+// stopPaced stops the workers startConcurrency at a time: each says
+// goodbye on stopping, and thousands of requests at once would be
+// refused by a server's bound on new connections.
+func stopPaced(stops []func()) {
+	sem := make(chan struct{}, startConcurrency)
+	var wg sync.WaitGroup
+	for _, stop := range stops {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			stop()
+		})
+	}
+	wg.Wait()
 }

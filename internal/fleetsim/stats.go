@@ -134,6 +134,18 @@ func newTransports(serverURL string, perHost int) *transports {
 	return t
 }
 
+// own returns an HTTP client with a transport of its own, as a worker
+// process has: it keeps its idle connection between requests, so that a
+// burst of requests from many workers reuses their warm connections
+// rather than dialling thousands at once. Its source address is the next
+// of the shared transports'.
+func (t *transports) own() *http.Client {
+	base := t.pick().Transport.(*http.Transport)
+	tr := base.Clone()
+	tr.MaxIdleConnsPerHost = 2
+	return &http.Client{Transport: tr}
+}
+
 // pick returns the next HTTP client, round robin.
 func (t *transports) pick() *http.Client {
 	return t.clients[int(t.next.Add(1)-1)%len(t.clients)]

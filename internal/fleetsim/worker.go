@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"time"
 
@@ -20,14 +21,14 @@ type worker struct {
 	sim      *sim
 	c        *fleet.Consumer
 	acceptor string
+	idle     func() // closes the worker's idle connections
 }
 
 func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
-	hc := s.tr.pick()
-	t := &timed{base: hc.Transport, sim: s, open: open}
-	hcw := *hc
-	hcw.Transport = t
-	c, err := client.New(s.opts.Server, token, client.WithHTTPClient(&hcw), client.WithUserAgent("outpost-fleetsim"))
+	hc := s.tr.own()
+	base := hc.Transport
+	hc.Transport = &timed{base: base, sim: s, open: open}
+	c, err := client.New(s.opts.Server, token, client.WithHTTPClient(hc), client.WithUserAgent("outpost-fleetsim"))
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +36,7 @@ func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
 	caps := &api.Capabilities{OS: "linux", Arch: runtime.GOARCH, CPUs: 1, Hostname: acceptor, Tools: []string{api.ToolExec}}
 	id := &fleet.Identity{AcceptorID: acceptor, Kind: api.WorkerKindWorker, Instance: fmt.Sprintf("%016x", rand.Uint64())}
 	info := api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: acceptor, Version: "fleetsim", Capabilities: caps, MaxSessions: 1, Instance: id.Instance}
-	w := &worker{sim: s, acceptor: acceptor}
+	w := &worker{sim: s, acceptor: acceptor, idle: base.(*http.Transport).CloseIdleConnections}
 	w.c = &fleet.Consumer{
 		Client:   c,
 		Outpost:  s.outpost,
@@ -61,10 +62,13 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	stop := context.AfterFunc(w.sim.remotesCtx, cancel)
 	defer stop()
 	r := newRemote(w.sim, s.ID, gw, s.Claim.Status.ConnectToken)
-	if err := r.serve(rctx); err != nil {
+	err := r.serve(rctx)
+	if r.welcomedOnce() {
+		w.sim.remoteEnded(s.ID)
+	}
+	if err != nil {
 		return fleet.Stopped(err)
 	}
-	w.sim.remoteEnded(s.ID)
 	return fleet.Exited(nil)
 }
 
@@ -75,6 +79,7 @@ func (w *worker) run(ctx context.Context) {
 	if err := waitCtx(ctx, rand.N(50*time.Millisecond)); err != nil {
 		return
 	}
+	defer w.idle()
 	if err := w.c.Run(ctx); err != nil && ctx.Err() == nil {
 		w.sim.errs.add("worker", fmt.Errorf("%s: %w", w.acceptor, err))
 	}
