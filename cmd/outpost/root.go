@@ -247,6 +247,7 @@ run their tool calls locally.`,
 		NewCmdCerts(f, nil),
 		NewCmdUp(f, nil),
 		NewCmdMCP(f, nil),
+		NewCmdBench(f),
 	)
 	return cmd
 }

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/fleetsim"
+)
+
+// NewCmdBench returns `outpost bench`, the load tools.
+func NewCmdBench(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a server under a simulated load",
+	}
+	cmd.AddCommand(NewCmdBenchFleet(f, nil))
+	return cmd
+}
+
+// BenchFleetOptions are the settings of `outpost bench fleet`.
+type BenchFleetOptions struct {
+	f        *Factory
+	sim      fleetsim.Options
+	callRate string
+	create   string
+	output   string
+	frame    string
+	local    bool
+	database string
+	json     bool
+}
+
+// NewCmdBenchFleet returns `outpost bench fleet`. runF replaces the run in
+// tests.
+func NewCmdBenchFleet(f *Factory, runF func(context.Context, *BenchFleetOptions) error) *cobra.Command {
+	opts := &BenchFleetOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "Simulate a fleet of workers, running sessions and followers against a server",
+		Long: `Simulate a fleet against an Outpost server and report what it measured.
+
+N workers connect and watch a new outpost's queue, heartbeat and claim
+sessions exactly as 'outpost worker start' does, over real HTTP; each
+claimed session is served by a simulated remote in this process that speaks
+the real gateway protocol (hello, output frames, results, reconnects) and
+runs nothing. Sessions (external agent) are created at --create-rate; once a
+session's remote is connected, an agent calls a tool through the server at
+--call-rate, each call streaming --output bytes; --followers follow the
+transcripts. After --duration every session is ended and the report shows
+the latencies (claim, dispatch: create → first call running, tool call round
+trip, follower lag), throughput, errors, whether every call ran exactly once
+(each call carries an id that the remotes count), and the server's CPU and
+memory per worker and per session from its /metrics.
+
+Point it at a server with --server and an admin token (it creates an outpost
+and machine tokens there), or give --local to start a server of this build
+on loopback with a fresh SQLite database, or on --database postgres://….
+Exits 1 when a call was lost or ran twice.`,
+		Example: `  outpost bench fleet --local --workers 100 --sessions 10 --duration 20s
+  outpost bench fleet --local --database postgres://outpost@127.0.0.1/fleet --workers 1000 --sessions 100
+  outpost bench fleet --server https://outpost.example.com --token $ADMIN_TOKEN \
+      --workers 10000 --sessions 1000 --call-rate 1/s --output 4KiB --followers 50 --create-rate 50/s --duration 60s --json`,
+		Args: exactArgs(0, ""),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runBenchFleet(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	s := &opts.sim
+	fl.IntVar(&s.Workers, "workers", 100, "simulated workers, each watching the queue and heartbeating")
+	fl.IntVar(&s.Sessions, "sessions", 10, "sessions created and run, each by one worker (at most --workers)")
+	fl.StringVar(&opts.callRate, "call-rate", "1/s", "tool calls per running session, as N/s, N/m or N (per second)")
+	fl.StringVar(&opts.output, "output", "4KiB", "output each call streams before its result (B, KiB, MiB)")
+	fl.StringVar(&opts.frame, "frame", "4KiB", "size of the output frames a call's output is sent in")
+	fl.IntVar(&s.Followers, "followers", 0, "transcript followers, spread round robin over the sessions")
+	fl.StringVar(&opts.create, "create-rate", "10/s", "sessions created per second (N/s, N/m or N)")
+	fl.DurationVar(&s.Duration, "duration", time.Minute, "how long sessions are created and driven")
+	fl.DurationVar(&s.Idle, "idle", 5*time.Second, "how long the connected, idle workers are measured before the first session (negative: not at all)")
+	fl.DurationVar(&s.ReconnectEvery, "reconnect-every", 0, "make each remote drop its gateway connection about this often and reconnect (0: never)")
+	fl.DurationVar(&s.Heartbeat, "heartbeat", 0, "worker heartbeat interval (0: as the server asks)")
+	fl.IntVar(&s.WorkersPerToken, "workers-per-token", 200, "workers sharing one machine token (the server bounds streams per token)")
+	fl.StringVar(&s.MetricsURL, "metrics-url", "", "where the server's metrics are read (default: the server's /metrics; give the address of --metrics-listen when it has one)")
+	fl.StringVar(&s.Outpost, "outpost", "", "outpost to serve, created when missing (default: a new fleetsim-<random>)")
+	fl.DurationVar(&s.Drain, "drain", time.Minute, "how long ending the sessions and releasing the claims may take")
+	fl.DurationVar(&s.ProgressEvery, "progress", 5*time.Second, "interval of the progress line on standard error")
+	fl.BoolVar(&opts.local, "local", false, "start a server of this build on loopback for the run (SQLite, or --database)")
+	fl.StringVar(&opts.database, "database", "", "with --local: the PostgreSQL URL the server uses")
+	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (as -o json)")
+	return cmd
+}
+
+func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
+	f := opts.f
+	s := opts.sim
+	var err error
+	if s.CallRate, err = parseRate("--call-rate", opts.callRate); err != nil {
+		return err
+	}
+	if s.CreateRate, err = parseRate("--create-rate", opts.create); err != nil {
+		return err
+	}
+	if s.OutputBytes, err = parseSize("--output", opts.output); err != nil {
+		return err
+	}
+	if s.FrameBytes, err = parseSize("--frame", opts.frame); err != nil {
+		return err
+	}
+	if s.FrameBytes == 0 {
+		return usageErrorf("--frame must be at least 1 byte")
+	}
+	if opts.database != "" && !opts.local {
+		return usageErrorf("--database needs --local: a server given with --server has its own database")
+	}
+	if opts.local {
+		if f.Server != "" {
+			return usageErrorf("give --server or --local, not both")
+		}
+		srv, err := startLocalServer(ctx, opts.database, f.IO.ErrOut)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		s.Server, s.Token = srv.url, srv.token
+	} else {
+		if s.Server, s.Token, err = f.Endpoint(); err != nil {
+			return err
+		}
+		if s.Token == "" {
+			return usageErrorf("an admin token is required: pass --token, set OUTPOST_TOKEN, or use --local")
+		}
+	}
+	s.Progress = f.IO.ErrOut
+	rep, err := fleetsim.Run(ctx, s)
+	if rep != nil {
+		if opts.json || f.JSON() {
+			if perr := printJSON(f.IO.Out, rep); perr != nil {
+				return perr
+			}
+		} else {
+			rep.Print(f.IO.Out)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fleet simulation: %w", err)
+	}
+	if rep.Calls.Lost > 0 || rep.Calls.Duplicated > 0 {
+		return fmt.Errorf("fleet simulation: %d calls answered but never run, %d calls run more than once", rep.Calls.Lost, rep.Calls.Duplicated)
+	}
+	return nil
+}
+
+// parseRate reads N/s, N/m or N (per second).
+func parseRate(flag, v string) (float64, error) {
+	num, unit, _ := strings.Cut(strings.TrimSpace(v), "/")
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n <= 0 {
+		return 0, usageErrorf("%s %q: want a positive rate such as 1/s, 30/m or 0.5", flag, v)
+	}
+	switch unit {
+	case "", "s":
+		return n, nil
+	case "m":
+		return n / 60, nil
+	case "h":
+		return n / 3600, nil
+	}
+	return 0, usageErrorf("%s %q: the unit must be /s, /m or /h", flag, v)
+}
+
+// parseSize reads a byte size: 4096, 4KiB, 4K, 1MiB, 1M.
+func parseSize(flag, v string) (int, error) {
+	t := strings.TrimSpace(v)
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"KB", 1000}, {"MB", 1000_000}, {"K", 1 << 10}, {"M", 1 << 20}, {"k", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 || n > (64<<20)/mult {
+		return 0, usageErrorf("%s %q: want a size from 0 to 64MiB such as 4096, 4KiB or 1MiB", flag, v)
+	}
+	return n * mult, nil
+}
+
+// localServer is `outpost server` started by this process for a run.
+type localServer struct {
+	url, token string
+	dir        string
+	errOut     io.Writer
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+// startLocalServer starts this binary's server on a free loopback port
+// with a fresh data dir (and database when set), and waits until it is
+// ready. Its log goes to a file in the data dir, shown when it fails.
+func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*localServer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to start its server: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "outpost-fleetsim")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	srv := &localServer{url: "http://" + addr, token: "opt_fleetsim-" + hex.EncodeToString(b), dir: dir, errOut: errOut, done: make(chan struct{})}
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args := []string{"server", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--log-level", "warn"}
+	if database != "" {
+		args = append(args, "--database", database)
+	}
+	srv.cmd = exec.Command(exe, args...)
+	srv.cmd.Env = append(os.Environ(), "OUTPOST_ADMIN_TOKEN="+srv.token)
+	srv.cmd.Stdout, srv.cmd.Stderr = logf, logf
+	if err := srv.cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start the local server: %w", err)
+	}
+	go func() {
+		_ = srv.cmd.Wait()
+		logf.Close()
+		close(srv.done)
+	}()
+	c, err := client.New(srv.url, srv.token)
+	if err != nil {
+		srv.stop()
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for c.Ready(rctx) != nil {
+		select {
+		case <-srv.done:
+			tail := srv.logTail()
+			srv.stop()
+			return nil, fmt.Errorf("the local server exited before it was ready: %s", tail)
+		case <-rctx.Done():
+			srv.stop()
+			return nil, errors.New("the local server was not ready within a minute")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(errOut, "fleetsim: local server at %s, data in %s\n", srv.url, dir)
+	return srv, nil
+}
+
+func (s *localServer) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stop stops the server (interrupt, then kill after 15 s) and removes its
+// data dir. A server that had exited by itself has the end of its log
+// shown first.
+func (s *localServer) stop() {
+	select {
+	case <-s.done:
+		fmt.Fprintf(s.errOut, "fleetsim: the local server exited during the run (%v); the end of its log:\n%s\n", s.cmd.ProcessState, s.logTail())
+	default:
+		_ = s.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-s.done:
+		case <-time.After(15 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+	os.RemoveAll(s.dir)
+}

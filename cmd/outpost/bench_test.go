@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseRate(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]float64{"1/s": 1, "2": 2, "30/m": 0.5, "0.5/s": 0.5, "3600/h": 1} {
+		if got, err := parseRate("--call-rate", v); err != nil || got != want {
+			t.Errorf("parseRate(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "0", "-1/s", "1/d", "fast"} {
+		if _, err := parseRate("--call-rate", v); err == nil || !strings.Contains(err.Error(), "--call-rate") {
+			t.Errorf("parseRate(%q) = %v, want an error naming the flag", v, err)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]int{"4096": 4096, "4KiB": 4096, "4K": 4096, "1MiB": 1 << 20, "0": 0, "10B": 10, "2KB": 2000} {
+		if got, err := parseSize("--output", v); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "-1", "4GiB", "65MiB", "lots"} {
+		if _, err := parseSize("--output", v); err == nil || !strings.Contains(err.Error(), "--output") {
+			t.Errorf("parseSize(%q) = %v, want an error naming the flag", v, err)
+		}
+	}
+}
+
+// TestBenchFleetRefusesBadFlags: every refusal is a usage error (exit 2)
+// with a sentence naming the flag, before anything is started.
+func TestBenchFleetRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--database", "postgres://x"}, "--database needs --local"},
+		{[]string{"--local", "--server", "http://127.0.0.1:1"}, "not both"},
+		{[]string{"--call-rate", "often"}, "--call-rate"},
+		{[]string{"--output", "huge"}, "--output"},
+		{[]string{"--frame", "0"}, "--frame"},
+		{[]string{"--server", "http://127.0.0.1:1"}, "admin token is required"},
+	} {
+		tf := newTestFactory(t, nil)
+		code := tf.run(t, append([]string{"bench", "fleet"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(tf.errOut.String(), tc.want) {
+			t.Errorf("bench fleet %v: exit %d, %q; want exit %d and %q", tc.args, code, tf.errOut.String(), exitUsage, tc.want)
+		}
+	}
+}

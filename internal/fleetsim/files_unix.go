@@ -1,0 +1,27 @@
+//go:build unix
+
+package fleetsim
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// checkFiles makes sure the process may open n connections (Go raises
+// the soft limit to the hard one at start on Linux; this raises it
+// elsewhere) and says what to do when it may not.
+func checkFiles(n int) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return nil
+	}
+	if l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+	if want := uint64(n) + 256; l.Cur < want {
+		return fmt.Errorf("this process may open %d files and the simulation needs about %d connections: raise the limit (ulimit -n %d)", l.Cur, want, want)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+// Package fleetsim simulates a fleet against an Outpost server to measure
+// what the control plane does at scale: N workers connected and watching
+// their outpost's queue (the real fleet consumer, over real HTTP), M
+// running sessions whose simulated remotes speak the real gateway
+// protocol, an agent per session calling a tool at a set rate through the
+// server, K transcript followers, and a session creator at a set rate. It
+// reports latencies, throughput, errors, whether every call ran exactly
+// once, and the server's CPU and memory from its /metrics. It starts no
+// process; `outpost bench fleet` is its command.
+package fleetsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
+)
+
+// Options configure a simulation. Zero values are noted on each field.
+type Options struct {
+	// Server is the server's URL; Token an admin token of it (the
+	// simulator creates an outpost and tokens). Both required.
+	Server, Token string
+	// MetricsURL is where the server's metrics are read; empty means
+	// Server's /metrics (a server with --metrics-listen serves them
+	// elsewhere).
+	MetricsURL string
+	// Outpost is the outpost the fleet serves, created when missing;
+	// empty means a new one named fleetsim-<random>.
+	Outpost string
+	// Workers is the number of simulated workers. Required (≥ 1).
+	Workers int
+	// Sessions is the number of sessions created, each served by one
+	// worker's simulated remote; zero means none (idle workers only).
+	Sessions int
+	// CallRate is each running session's tool calls per second; zero
+	// means 1.
+	CallRate float64
+	// OutputBytes is the output each call streams before its result, in
+	// frames of FrameBytes (zero means 4 KiB).
+	OutputBytes, FrameBytes int
+	// Followers is the number of transcript followers, spread round robin
+	// over the sessions.
+	Followers int
+	// CreateRate is how many sessions are created per second; zero means
+	// 10.
+	CreateRate float64
+	// Duration is how long sessions run, from the first create; zero
+	// means 60 s.
+	Duration time.Duration
+	// Idle is how long the connected workers are measured idle before
+	// the first create; zero means 5 s, negative none.
+	Idle time.Duration
+	// ReconnectEvery, when set, makes each remote drop its connection
+	// after a random time between half and one and a half of it, and
+	// reconnect as a remote does after a network failure.
+	ReconnectEvery time.Duration
+	// Heartbeat is the workers' heartbeat interval; zero means the one
+	// the server asks for.
+	Heartbeat time.Duration
+	// WorkersPerToken is how many workers share a machine token; zero
+	// means 200, under the server's default bound on streams per token.
+	WorkersPerToken int
+	// Drain bounds the end: sessions ended, remotes gone, claims
+	// released; zero means 60 s.
+	Drain time.Duration
+	// Progress, when set, receives a progress line every ProgressEvery
+	// (zero means 5 s).
+	Progress      io.Writer
+	ProgressEvery time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.Server == "" || o.Token == "" {
+		return errors.New("a server URL and an admin token are required")
+	}
+	if o.Workers < 1 {
+		return errors.New("--workers must be at least 1")
+	}
+	if o.Sessions < 0 || o.Followers < 0 || o.OutputBytes < 0 || o.FrameBytes < 0 || o.CallRate < 0 || o.CreateRate < 0 || o.Duration < 0 || o.ReconnectEvery < 0 || o.WorkersPerToken < 0 {
+		return errors.New("sizes, rates and durations must not be negative")
+	}
+	if o.Sessions > o.Workers {
+		return fmt.Errorf("--sessions %d is more than --workers %d: each running session needs a worker of its own", o.Sessions, o.Workers)
+	}
+	if o.CallRate == 0 {
+		o.CallRate = 1
+	}
+	if o.FrameBytes == 0 {
+		o.FrameBytes = 4 << 10
+	}
+	if o.CreateRate == 0 {
+		o.CreateRate = 10
+	}
+	if o.Duration == 0 {
+		o.Duration = time.Minute
+	}
+	if o.Idle == 0 {
+		o.Idle = 5 * time.Second
+	}
+	if o.WorkersPerToken == 0 {
+		o.WorkersPerToken = 200
+	}
+	if o.Drain == 0 {
+		o.Drain = time.Minute
+	}
+	if o.ProgressEvery == 0 {
+		o.ProgressEvery = 5 * time.Second
+	}
+	return nil
+}
+
+// sim is one run's state.
+type sim struct {
+	opts        Options
+	run         string // random id of the run, in names
+	admin       *client.Client
+	tr          *transports
+	outpost     api.Outpost
+	outpostName string
+	filler      []byte
+
+	// remotesCtx ends when remotes must stop at once (the drain timed out).
+	remotesCtx context.Context
+
+	lat struct {
+		claim, heartbeat, create, connect, dispatch, call, lag latencies
+	}
+	errs errorLog
+
+	watching, heartbeats, claimAttempts, claims, conflicts atomic.Int64
+	connects, reconnects, resent, outputBytes              atomic.Int64
+	created, running, ended, answered, failed              atomic.Int64
+
+	mu       sync.Mutex // guards the following
+	sessions map[string]*session
+	byCall   map[string]int // executions per call id
+	calls    map[string]bool
+	noID     int64 // calls run without a simulated call id
+}
+
+// session is what the simulator knows of one session.
+type session struct {
+	id        string
+	created   time.Time
+	welcomed  chan struct{}
+	firstCall time.Time
+	sent      map[int64]time.Time // result sent by the remote, by seq
+}
+
+// welcomed is called once per session when its remote is first welcomed.
+func (s *sim) welcomed(id string) {
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	s.lat.connect.add(time.Since(ss.created))
+	s.running.Add(1)
+	close(ss.welcomed)
+}
+
+func (s *sim) claimed(string) {}
+
+func (s *sim) remoteEnded(string) { s.ended.Add(1) }
+
+// executed counts a call run by a remote.
+func (s *sim) executed(id, callID string) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if callID == "" {
+		s.noID++
+		return
+	}
+	s.byCall[callID]++
+	if ss := s.sessions[id]; ss != nil && ss.firstCall.IsZero() {
+		ss.firstCall = now
+		s.lat.dispatch.add(now.Sub(ss.created))
+	}
+}
+
+// resultSent notes when a remote sent a call's result, for follower lag.
+func (s *sim) resultSent(id string, seq int64) {
+	now := time.Now()
+	s.mu.Lock()
+	if ss := s.sessions[id]; ss != nil {
+		if _, ok := ss.sent[seq]; !ok {
+			ss.sent[seq] = now
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *sim) sentAt(id string, seq int64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.sessions[id]; ss != nil {
+		t, ok := ss.sent[seq]
+		return t, ok
+	}
+	return time.Time{}, false
+}
+
+// Run runs one simulation and returns its report. The report is returned
+// also with an error when the run could not finish.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	if err := checkFiles(opts.Workers + opts.Sessions + opts.Followers); err != nil {
+		return nil, err
+	}
+	s := &sim{opts: opts, run: fmt.Sprintf("%06x", rand.N(1<<24)), sessions: map[string]*session{}, byCall: map[string]int{}, calls: map[string]bool{}}
+	s.filler = []byte(strings.Repeat("fleetsim output 0123456789abcdef\n", opts.FrameBytes/33+1))[:opts.FrameBytes]
+	s.tr = newTransports(opts.Server, opts.Workers+opts.Sessions+opts.Followers)
+	defer s.tr.close()
+	var err error
+	if s.admin, err = client.New(opts.Server, opts.Token, client.WithHTTPClient(s.tr.pick())); err != nil {
+		return nil, err
+	}
+	return s.simulate(ctx)
+}
