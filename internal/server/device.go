@@ -20,19 +20,30 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
-// The numbers that make user codes hard to guess; docs/security.md
-// works them out.
+// The numbers that make user codes hard to guess; docs/api.md (Device
+// login) works them out.
 const (
 	// userCodeAlphabet has no vowels (no words form) and none of the
 	// letters people confuse (no I, O, U, Y; no digits at all).
 	userCodeAlphabet = "BCDFGHJKLMNPQRSTVWXZ"
 	// userCodeLen is the letters of a user code: 20^8 ≈ 2.6e10 codes.
 	userCodeLen = 8
-	// deviceMissLimit is how many wrong user codes one approver may
-	// send in deviceMissWindow before it is refused (429) until the
-	// window ends.
-	deviceMissLimit  = 10
-	deviceMissWindow = 15 * time.Minute
+	// deviceMissLimit is how many wrong user codes one person (a
+	// user, whichever of their tokens or sign-ins sends them; else the
+	// service account's token) may send in deviceMissWindow before they
+	// are refused (429) until the window ends; deviceMissIPLimit is as
+	// many from one source address, whoever sends them, so that many
+	// tokens do not buy many guesses. Only a code that could be one (8
+	// letters of the alphabet) counts: a typo that cannot match any code
+	// (a look-alike letter, a digit, a letter too few or too many) is
+	// refused as malformed and costs nothing. At most deviceMaxPending of
+	// 20^8 codes are pending, so one guess hits with odds of at most
+	// 1000/2.56e10 ≈ 3.9e-8: 20 a quarter hour per person is about 7.5e-5
+	// a day, 60 per address about 2.2e-4 a day, while a person who
+	// mistypes a real code twenty times is plainly not reading it.
+	deviceMissLimit   = 20
+	deviceMissIPLimit = 60
+	deviceMissWindow  = 15 * time.Minute
 	// deviceMaxPending caps the grants pending at once: the code
 	// endpoint is open, so this bounds what it may store, and the odds
 	// of a guess hitting some pending code.
@@ -296,30 +307,59 @@ func (s *Server) deviceToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pendingGrant finds the grant a person names by user code, counting a
-// wrong code against the caller: past deviceMissLimit in deviceMissWindow
-// the caller is refused without a lookup.
-func (s *Server) pendingGrant(ctx context.Context, typed string) (store.DeviceGrant, error) {
+// deviceMissKey is what wrong user codes count against: a key of the
+// device_misses table, with its limit and whom the refusal names.
+type deviceMissKey struct {
+	key   string
+	limit int
+	who   string
+}
+
+// deviceMissKeys are the counters a wrong user code of the request of ctx
+// goes against: its person's (a user's, across their tokens; else the
+// token's) and its source address's.
+func deviceMissKeys(ctx context.Context) []deviceMissKey {
 	p := principalFrom(ctx)
-	now := s.now()
-	n, err := s.store.DeviceMisses(ctx, p.tokenID, now, deviceMissWindow)
-	if err != nil {
-		return store.DeviceGrant{}, fmt.Errorf("device misses: %w", err)
+	person := deviceMissKey{key: p.tokenID, limit: deviceMissLimit, who: "This token"}
+	if p.User != nil && p.User.ID != "" {
+		person = deviceMissKey{key: "user:" + p.User.ID, limit: deviceMissLimit, who: "You"}
 	}
-	if n >= deviceMissLimit {
-		return store.DeviceGrant{}, &httpError{http.StatusTooManyRequests, api.CodeTooManyRequests,
-			fmt.Sprintf("This token sent %d wrong user codes in %d minutes; wait before trying again.", n, int(deviceMissWindow/time.Minute))}
+	keys := []deviceMissKey{person}
+	if ip, _ := ctx.Value(sourceIPKey{}).(string); ip != "" {
+		keys = append(keys, deviceMissKey{key: "ip:" + ip, limit: deviceMissIPLimit, who: "Your address (" + ip + ")"})
+	}
+	return keys
+}
+
+// pendingGrant finds the grant a person names by user code. A wrong code
+// that could be one counts against the caller's person and address: past
+// their limits in deviceMissWindow the caller is refused without a
+// lookup. A malformed code is refused without counting.
+func (s *Server) pendingGrant(ctx context.Context, typed string) (store.DeviceGrant, error) {
+	now := s.now()
+	keys := deviceMissKeys(ctx)
+	for _, k := range keys {
+		n, err := s.store.DeviceMisses(ctx, k.key, now, deviceMissWindow)
+		if err != nil {
+			return store.DeviceGrant{}, fmt.Errorf("device misses: %w", err)
+		}
+		if n >= k.limit {
+			return store.DeviceGrant{}, &httpError{http.StatusTooManyRequests, api.CodeTooManyRequests,
+				fmt.Sprintf("%s sent %d wrong user codes in %d minutes; wait before trying again.", k.who, n, int(deviceMissWindow/time.Minute))}
+		}
 	}
 	code, ok := normalizeUserCode(typed)
-	var g store.DeviceGrant
-	if ok {
-		g, err = s.store.DeviceGrantByUserCode(ctx, code)
+	if !ok {
+		return store.DeviceGrant{}, errBadRequest("%q is not a user code: a user code is 8 letters from %s, as XXXX-XXXX (case, spaces and dashes do not matter); check it against the machine's screen.", typed, userCodeAlphabet)
 	}
-	if !ok || errors.Is(err, store.ErrNotFound) || (err == nil && !now.Before(g.ExpiresAt)) {
-		if _, err := s.store.AddDeviceMiss(ctx, p.tokenID, now, deviceMissWindow); err != nil {
-			return store.DeviceGrant{}, fmt.Errorf("add device miss: %w", err)
+	g, err := s.store.DeviceGrantByUserCode(ctx, code)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !now.Before(g.ExpiresAt)) {
+		for _, k := range keys {
+			if _, err := s.store.AddDeviceMiss(ctx, k.key, now, deviceMissWindow); err != nil {
+				return store.DeviceGrant{}, fmt.Errorf("add device miss: %w", err)
+			}
 		}
-		s.log.Warn("device login: wrong user code", "token", p.tokenID)
+		s.log.Warn("device login: wrong user code", "token", principalFrom(ctx).tokenID, "key", keys[0].key)
 		return store.DeviceGrant{}, errNotFound("No device login is waiting with user code %q: check the code, or start again if it expired.", typed)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
 )
 
 // stepClock is a clock the test moves by hand.
@@ -239,12 +241,8 @@ func TestDeviceGrantWrongCodeLimit(t *testing.T) {
 	if wrong == dc.UserCode {
 		wrong = "CCCC-CCCC"
 	}
-	for i := range deviceMissLimit {
-		code := wrong
-		if i%2 == 1 {
-			code = "not a code!"
-		}
-		ts.mustDo(404, "POST", api.DeviceApprovePath, guesser, api.DeviceDecisionRequest{UserCode: code}, nil)
+	for range deviceMissLimit {
+		ts.mustDo(404, "POST", api.DeviceApprovePath, guesser, api.DeviceDecisionRequest{UserCode: wrong}, nil)
 	}
 	// Now even the right code is refused for this token, and nothing was
 	// approved.
@@ -258,6 +256,65 @@ func TestDeviceGrantWrongCodeLimit(t *testing.T) {
 	ts.mustDo(200, "GET", api.DeviceGrantPath+"?user_code="+dc.UserCode, ts.admin, nil, &g)
 	clock.add(deviceMissWindow + time.Second)
 	ts.mustDo(200, "POST", api.DeviceApprovePath, guesser, api.DeviceDecisionRequest{UserCode: dc.UserCode}, nil)
+}
+
+// TestDeviceGrantTyposAndPeople: a typed code that cannot be a user code
+// (a look-alike letter, a digit, a letter short) is refused as malformed
+// and does not count toward the wrong-code limit, so typos do not lock out
+// the person approving; wrong codes count per person, across the tokens of
+// one user, and per source address, across tokens.
+func TestDeviceGrantTyposAndPeople(t *testing.T) {
+	t.Parallel()
+	clock := &stepClock{t: time.Now()}
+	ts := startServer(t, Options{Now: clock.now, DeviceCodeTTL: time.Hour})
+	dc := ts.deviceCode(url.Values{"client_id": {"x"}})
+	typist := ts.token([]string{api.ScopeAdmin}, "")
+	typo := "0" + dc.UserCode[1:] // a digit for a letter
+	short := dc.UserCode[:len(dc.UserCode)-1]
+	for range 3 * deviceMissIPLimit {
+		for _, code := range []string{typo, short, strings.Replace(dc.UserCode, dc.UserCode[:1], "O", 1)} {
+			code, msg := ts.errorOf("GET", api.DeviceGrantPath+"?user_code="+url.QueryEscape(code), typist)
+			if code != 400 || !strings.Contains(msg, "is not a user code") {
+				t.Fatalf("a malformed code: %d %q, want 400 saying it is not a user code", code, msg)
+			}
+		}
+	}
+	var g api.DeviceGrant
+	ts.mustDo(200, "GET", api.DeviceGrantPath+"?user_code="+dc.UserCode, typist, nil, &g)
+
+	// One person's tokens share one count: a user's second token is
+	// refused once the first sent the limit.
+	u, first := ts.signedIn("sub-approver", "approver@example.com")
+	ts.mustDo(201, "POST", "/v1/role-bindings", ts.admin, api.CreateRoleBindingRequest{Role: api.RoleAdmin, User: u.ID}, nil)
+	second := newSecret("opt_")
+	if err := ts.srv.store.CreateToken(context.Background(), store.Token{ID: newID("tok_"), Name: "sign-in", Hash: hashSecret(second),
+		Scopes: []string{}, CreatedAt: clock.now(), UserID: u.ID}); err != nil {
+		t.Fatal(err)
+	}
+	wrong := "BBBB-BBBB"
+	if wrong == dc.UserCode {
+		wrong = "CCCC-CCCC"
+	}
+	for range deviceMissLimit {
+		ts.mustDo(404, "GET", api.DeviceGrantPath+"?user_code="+wrong, first, nil, nil)
+	}
+	if code, msg := ts.errorOf("GET", api.DeviceGrantPath+"?user_code="+dc.UserCode, second); code != 429 || !strings.HasPrefix(msg, "You sent") {
+		t.Errorf("the same person's other token after %d wrong codes: %d %q, want 429", deviceMissLimit, code, msg)
+	}
+
+	// One address's tokens share a larger count (every request here is
+	// from the loopback address): the person above sent deviceMissLimit.
+	for sent := deviceMissLimit; sent < deviceMissIPLimit; sent += deviceMissLimit {
+		other := ts.token([]string{api.ScopeAdmin}, "")
+		for range deviceMissLimit {
+			ts.mustDo(404, "GET", api.DeviceGrantPath+"?user_code="+wrong, other, nil, nil)
+		}
+	}
+	if code, msg := ts.errorOf("GET", api.DeviceGrantPath+"?user_code="+dc.UserCode, typist); code != 429 || !strings.HasPrefix(msg, "Your address") {
+		t.Errorf("a fresh token from an address that sent %d wrong codes: %d %q, want 429 naming the address", deviceMissIPLimit, code, msg)
+	}
+	clock.add(deviceMissWindow + time.Second)
+	ts.mustDo(200, "GET", api.DeviceGrantPath+"?user_code="+dc.UserCode, second, nil, nil)
 }
 
 func TestUserCodes(t *testing.T) {

@@ -13,7 +13,8 @@ import (
 // TestRerunSession: a rerun is a new session on the same outpost with the
 // old one's spec and secrets — the caller sees neither the secrets nor has
 // to send them — and its own network policy; a session the caller cannot
-// see, or whose outpost is gone, is refused and creates nothing.
+// see, or whose outpost is gone (with an error naming that outpost), is
+// refused and creates nothing.
 func TestRerunSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -66,14 +67,19 @@ func TestRerunSession(t *testing.T) {
 	if code := ts.do("POST", "/v1/sessions/ses_nope/rerun", ts.admin, nil, nil); code != 404 {
 		t.Errorf("a rerun of an unknown session: %d, want 404", code)
 	}
-	// Its outpost deleted: refused as a create on a missing outpost.
+	// Its outpost deleted: refused with an error that names the outpost
+	// that is gone, not as a missing session.
 	gone := ts.outpost("gone")
 	var onGone api.Session
 	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, api.CreateSessionRequest{Outpost: "gone",
 		Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"true"}`)}}}}, &onGone)
 	ts.mustDo(204, "DELETE", "/v1/outposts/"+gone.Metadata.OutpostID+"?force=true", ts.admin, nil, nil)
-	if code := ts.do("POST", "/v1/sessions/"+onGone.Metadata.SessionID+"/rerun", ts.admin, nil, nil); code == 201 {
-		t.Error("a session whose outpost was deleted was rerun")
+	code, msg := ts.errorOf("POST", "/v1/sessions/"+onGone.Metadata.SessionID+"/rerun", ts.admin)
+	if code != 409 {
+		t.Errorf("a rerun of a session whose outpost was deleted: %d, want 409", code)
+	}
+	if !strings.Contains(msg, `Outpost "gone"`) || !strings.Contains(msg, "was deleted") || !strings.Contains(msg, "--outpost") {
+		t.Errorf("a rerun of a session whose outpost was deleted says %q, want the outpost named as deleted and what to do", msg)
 	}
 	var list api.SessionList
 	ts.mustDo(200, "GET", "/v1/sessions?outpost=nightly", ts.admin, nil, &list)

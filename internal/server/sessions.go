@@ -207,11 +207,33 @@ func (s *Server) rerunSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.rerunOutpostGone(r.Context(), old); err != nil {
+		return err
+	}
 	req, err := rerunRequest(old)
 	if err != nil {
 		return err
 	}
 	return s.startSession(w, r, req)
+}
+
+// rerunOutpostGone refuses, naming the outpost, the rerun of a session
+// whose outpost was deleted: the session is there, its outpost is not, and
+// a rerun runs on the session's own outpost only. An outpost deleted after
+// this check is refused by the create's own check.
+func (s *Server) rerunOutpostGone(ctx context.Context, sess store.Session) error {
+	_, err := s.store.GetOutpost(ctx, sess.OutpostID)
+	if errors.Is(err, store.ErrNotFound) {
+		name := sess.Spec.Outpost
+		if name == "" {
+			name = sess.OutpostID
+		}
+		return errConflict("Outpost %q, where session %s ran, was deleted; a rerun runs on the session's own outpost, so it cannot be rerun. Create a new session on another outpost instead (outpost sessions create --outpost NAME).", name, sess.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("get outpost %s: %w", sess.OutpostID, err)
+	}
+	return nil
 }
 
 // rerunRequest is the create request that repeats sess. The spec goes
