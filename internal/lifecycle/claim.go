@@ -24,6 +24,10 @@ type ClaimRequest struct {
 	// KeepEnded keeps the entry of a session that ends listed
 	// (terminated) rather than deleting it.
 	KeepEnded bool
+	// TokenID is the id of the token the claimer asked with; the claim
+	// remembers it (a renewal too), so revoking that token releases the
+	// claim (RevokeClaim). "" for none.
+	TokenID string
 }
 
 // Claimed is a claim's decision: the rows to write and what they mean.
@@ -109,6 +113,7 @@ func Claim(sess store.Session, e store.QueueEntry, load store.OutpostLoad, req C
 		}
 	}
 	e.ClaimDeadline = now.Add(req.TTL)
+	e.ClaimTokenID = req.TokenID
 	e.UpdatedAt = now
 	sess.UpdatedAt = now
 	m.Session, m.Entry = &sess, &e
@@ -149,6 +154,23 @@ func Release(sess store.Session, e store.QueueEntry, now time.Time, acceptor, re
 	ended = requeue(&sess, &e, now, &m, why, reason != "" && !shutdown, keep)
 	m.Session, m.Entry = &sess, &e
 	return m, ended, nil
+}
+
+// RevokeClaim releases e's claim if the token tokenID took or last renewed
+// it: that token was revoked, and a claim must not outlive the token that
+// holds it. The session goes back to the queue as after a release, its
+// claim's epoch (and so its connect tokens and its remote's connection)
+// over; the revocation is the operator's doing, no failed attempt of the
+// session. released is false (and m empty) when e holds no claim of
+// tokenID.
+func RevokeClaim(sess store.Session, e store.QueueEntry, now time.Time, tokenID string, keep bool) (m store.Mutation, released bool) {
+	if !live(e) || e.Phase != api.PhaseClaimed || tokenID == "" || e.ClaimTokenID != tokenID {
+		return store.Mutation{}, false
+	}
+	why := fmt.Sprintf("The claim of %s was released: the token it was made with (%s) was revoked.", e.AcceptorID, tokenID)
+	requeue(&sess, &e, now, &m, why, false, keep)
+	m.Session, m.Entry = &sess, &e
+	return m, true
 }
 
 // CheckHolder refuses unless acceptor holds e's claim at now.
@@ -200,7 +222,7 @@ func requeue(sess *store.Session, e *store.QueueEntry, now time.Time, m *store.M
 	acceptor := e.AcceptorID
 	e.Epoch++
 	e.Phase = api.PhasePending
-	e.AcceptorID = ""
+	e.AcceptorID, e.ClaimTokenID = "", ""
 	e.ClaimDeadline, e.LiveUntil = time.Time{}, time.Time{}
 	e.UpdatedAt = now
 	sess.UpdatedAt = now

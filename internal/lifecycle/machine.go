@@ -22,6 +22,7 @@ type Store interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	ActiveSessions(ctx context.Context) ([]string, error)
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
+	ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error)
 	KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error
 	TombstoneEnded(ctx context.Context, before, now time.Time, limit int) ([]store.QueueEntry, error)
 }
@@ -153,10 +154,10 @@ type claimTx struct {
 	got   Claimed
 }
 
-func (mc *Machine) newClaimTx(acceptor string) *claimTx {
+func (mc *Machine) newClaimTx(acceptor, tokenID string) *claimTx {
 	token, hash := mc.opts.NewToken()
 	return &claimTx{token: token, req: ClaimRequest{Acceptor: acceptor, Now: mc.opts.Now(), TTL: mc.opts.ClaimTTL,
-		TokenHash: hash, KeepEnded: mc.keepEnded()}}
+		TokenHash: hash, KeepEnded: mc.keepEnded(), TokenID: tokenID}}
 }
 
 // fn runs in the store's transaction; the store may run it more than once.
@@ -176,9 +177,16 @@ func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostL
 }
 
 // Claim claims session sessionID for acceptor, or renews acceptor's claim
-// of it (see the function Claim).
+// of it (see the function Claim), asking without a stored token.
 func (mc *Machine) Claim(ctx context.Context, sessionID, acceptor string) (Grant, error) {
-	c := mc.newClaimTx(acceptor)
+	return mc.ClaimWith(ctx, sessionID, acceptor, "")
+}
+
+// ClaimWith is Claim for a claimer that asked with token tokenID: the
+// claim remembers it, and revoking the token releases the claim
+// (RevokeClaims).
+func (mc *Machine) ClaimWith(ctx context.Context, sessionID, acceptor, tokenID string) (Grant, error) {
+	c := mc.newClaimTx(acceptor, tokenID)
 	m, err := mc.opts.Store.ClaimSession(ctx, sessionID, c.req.Now, c.fn)
 	return mc.claimed(ctx, c, m, err)
 }
@@ -208,13 +216,14 @@ const maxClaimNextPicks = 10
 // only when m is set or f.Placed (a claimer that provisions machines to
 // fit), and checked only against a non-nil m. The
 // store picks in claim order inside the claim's own transaction, so
-// concurrent claimers get different sessions.
-func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
+// concurrent claimers get different sessions. tokenID is the token the
+// claimer asked with, as in ClaimWith ("" for none).
+func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
 	f.Exclude = append([]string(nil), f.Exclude...)
 	f.Placed = f.Placed || m != nil
 	unfit := 0
 	for picks := 0; picks < maxClaimNextPicks+unfit && unfit < maxUnfitPicks; picks++ {
-		c := mc.newClaimTx(acceptor)
+		c := mc.newClaimTx(acceptor, tokenID)
 		var raced string
 		c.check = func(e store.QueueEntry) error {
 			// What the pick selected, re-read under the session's lock.
@@ -311,6 +320,42 @@ func (mc *Machine) Release(ctx context.Context, sessionID, acceptor, reason stri
 		mc.opts.Hooks.Attempt(ctx, m, "released")
 	}
 	return *m.Entry, nil
+}
+
+// RevokeClaims releases every claim that token tokenID took or last
+// renewed (see the function RevokeClaim), once the token is revoked, and
+// returns the ids of the sessions released. Each release is a transaction
+// of its own, committed and published as a release is: the change of
+// epoch fences the remote's connection on whichever replica holds it. A
+// claim that changed hands meanwhile is left alone.
+func (mc *Machine) RevokeClaims(ctx context.Context, tokenID string) ([]string, error) {
+	ids, err := mc.opts.Store.ClaimsOfToken(ctx, tokenID)
+	if err != nil {
+		return nil, fmt.Errorf("claims of token %s: %w", tokenID, err)
+	}
+	var released []string
+	var errs []error
+	for _, id := range ids {
+		now := mc.opts.Now()
+		m, err := mc.opts.Store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			m, _ := RevokeClaim(sess, e, now, tokenID, mc.keepEnded())
+			return m, nil
+		})
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue // deleted meanwhile
+		case err != nil:
+			errs = append(errs, fmt.Errorf("release the claim of session %s: %w", id, err))
+			continue
+		case m.Entry == nil:
+			continue
+		}
+		released = append(released, id)
+		mc.opts.Hooks.Claims("released")
+		mc.opts.Log.Info("claim released: its token was revoked", "session", id, "token", tokenID)
+		mc.opts.Hooks.Committed(id, m) // no Attempt: no failed attempt of the session
+	}
+	return released, errors.Join(errs...)
 }
 
 // Lapse requeues session sessionID if its claim is still lapsed (see the

@@ -315,7 +315,7 @@ func TestMachineClaimNext(t *testing.T) {
 	var atCapacity int
 	for i := range 3 {
 		wg.Go(func() {
-			g, ok, err := r.m.ClaimNext(ctx, "o1", fmt.Sprintf("w%d", i), store.NextFilter{}, nil)
+			g, ok, err := r.m.ClaimNext(ctx, "o1", fmt.Sprintf("w%d", i), "", store.NextFilter{}, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -337,7 +337,7 @@ func TestMachineClaimNext(t *testing.T) {
 	if _, err := r.m.Release(ctx, "s0", r.entry(t, "s0").AcceptorID, "", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := r.m.ClaimNext(ctx, "o1", "w9", store.NextFilter{Exclude: []string{"s0", "s2"}}, nil); ok || err != nil {
+	if _, ok, err := r.m.ClaimNext(ctx, "o1", "w9", "", store.NextFilter{Exclude: []string{"s0", "s2"}}, nil); ok || err != nil {
 		t.Fatalf("claim-next with every pending session excluded: %v, %v", ok, err)
 	}
 }

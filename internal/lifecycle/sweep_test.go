@@ -100,7 +100,7 @@ func TestMachineSuspendAndResume(t *testing.T) {
 	if got := r.entry(t, "s1"); got.Phase != api.PhasePending || got.SessionStatus != api.QueueSessionSuspended || got.Attempts != 0 {
 		t.Fatalf("released entry = %+v", got)
 	}
-	if _, ok, err := r.m.ClaimNext(ctx, "o1", "w2", store.NextFilter{}, nil); ok || err != nil {
+	if _, ok, err := r.m.ClaimNext(ctx, "o1", "w2", "", store.NextFilter{}, nil); ok || err != nil {
 		t.Fatalf("claim-next of a suspended session: %v, %v", ok, err)
 	}
 	r.rec.take()
@@ -110,7 +110,7 @@ func TestMachineSuspendAndResume(t *testing.T) {
 		t.Fatalf("resume = %s, %v", sess.Status, err)
 	}
 	wantCalls(t, r.rec.take(), "committed s1 epoch 3 events 1")
-	g, ok, err := r.m.ClaimNext(ctx, "o1", "w2", store.NextFilter{}, nil)
+	g, ok, err := r.m.ClaimNext(ctx, "o1", "w2", "", store.NextFilter{}, nil)
 	if err != nil || !ok || g.Entry.SessionID != "s1" || g.Entry.Kind != api.KindResume {
 		t.Fatalf("claim-next after the resume = %+v, %v, %v; want s1 as a resume", g.Entry, ok, err)
 	}

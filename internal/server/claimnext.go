@@ -87,6 +87,6 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
 func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
-	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy,
+	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, principalFrom(ctx).tokenID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy,
 		Placed: req.Provisions}, req.Machine)
 }

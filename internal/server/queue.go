@@ -222,7 +222,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 		if err := s.checkFits(ctx, e, req.AcceptorID); err != nil {
 			return api.QueueEntry{}, err
 		}
-		res, err := s.life.Claim(ctx, id, req.AcceptorID)
+		res, err := s.life.ClaimWith(ctx, id, req.AcceptorID, principalFrom(ctx).tokenID)
 		if err != nil {
 			return api.QueueEntry{}, err
 		}

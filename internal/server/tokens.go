@@ -191,7 +191,30 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("revoke token %s: %w", id, err)
 	}
 	s.log.Info("token revoked", "id", id)
+	if err := s.releaseClaimsOf(r.Context(), id); err != nil {
+		return err
+	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// releaseClaimsOf releases the claims that token id took or last renewed,
+// now that it is revoked: a machine's sessions must not go on under a
+// token that no longer works. Each goes back to the queue, its epoch over,
+// so its remote's connection is closed wherever it is held (here at once,
+// on another replica by the change feed). It runs on even if the caller
+// goes away; when it fails the token stays revoked and revoking it again
+// retries the release.
+func (s *Server) releaseClaimsOf(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	released, err := s.life.RevokeClaims(ctx, id)
+	if len(released) > 0 {
+		s.log.Info("released the claims of a revoked token", "id", id, "sessions", released)
+	}
+	if err != nil {
+		return fmt.Errorf("token %s is revoked, but not every claim it holds was released (revoke it again to retry): %w", id, err)
+	}
 	return nil
 }
 

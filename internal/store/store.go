@@ -211,6 +211,10 @@ type QueueEntry struct {
 	// Requests that need the connection are forwarded to it, and the agent
 	// loop of another replica may not write the session.
 	Owner string
+	// ClaimTokenID is the id of the token whose request took or last
+	// renewed the claim; "" when unclaimed or claimed without a stored
+	// token. Revoking that token releases the claim (ClaimsOfToken).
+	ClaimTokenID string
 	// NetworkPolicy is the session's effective network policy (its own,
 	// else its outpost's); nil when it is unrestricted. The fleet API
 	// shows it as spec.network_policy; writers keep it current when
@@ -534,6 +538,9 @@ type Store interface {
 	// LapsedClaims returns ids of claimed, non-deleted entries whose
 	// Expiry is at or before now.
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
+	// ClaimsOfToken returns ids of the claimed, non-deleted entries whose
+	// ClaimTokenID is tokenID, oldest claim first; none for "".
+	ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error)
 	// KeepAlive raises LiveUntil to until (it never lowers it) on each
 	// lease's entry that is claimed, not deleted and still of the lease's
 	// epoch, in one transaction; other leases are skipped. It assigns no

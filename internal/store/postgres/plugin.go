@@ -65,7 +65,7 @@ func (p plugin) Read(ctx context.Context, fn func(sqlstore.Tx) error) error {
 // the transaction ends, so revs commit in order; callers queue it last.
 var upsertEntrySQL = `WITH r AS (` + sqlstore.NextRevSQL + `)
 	INSERT INTO queue (` + sqlstore.EntryCols + `)
-	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 FROM r
+	SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, r.value, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22 FROM r
 	` + dialect.EntryConflictSQL() + `
 	RETURNING rev`
 

@@ -59,9 +59,9 @@ func (p plugin) Read(ctx context.Context, fn func(sqlstore.Tx) error) error {
 }
 
 // upsertEntrySQL writes a queue entry (sqlstore.EntryArgs, then its rev
-// as $22).
+// as $23).
 var upsertEntrySQL = `INSERT INTO queue (` + sqlstore.EntryCols + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $22, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $23, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 	` + dialect.EntryConflictSQL()
 
 // QueueUpsertEntry takes the next rev into e.Rev, then writes e under it.

@@ -111,6 +111,15 @@ func (d Dialect) LapsedClaimsSQL() string {
 		ORDER BY ` + d.Expiry() + `, session_id`
 }
 
+// ClaimsOfTokenSQL lists the ids of claimed ($1), live entries whose
+// claim_token_id is $2, oldest claim first. A token holds few claims and
+// revoking one is rare: it reads the claimed entries through the index
+// queue_phase_expiry rather than keep an index of its own.
+func (d Dialect) ClaimsOfTokenSQL() string {
+	return `SELECT session_id FROM queue WHERE phase = $1 AND claim_token_id = $2 AND ` + d.NotDeleted + `
+		ORDER BY updated_at, session_id`
+}
+
 // ListQuery is a list method's two statements: the count of every match and
 // the page of rows, read in one snapshot.
 type ListQuery struct {

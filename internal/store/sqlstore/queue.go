@@ -58,6 +58,19 @@ func (s *Store) LapsedClaims(ctx context.Context, now time.Time) ([]string, erro
 	return ids, nil
 }
 
+// ClaimsOfToken returns ids of claimed, live entries whose ClaimTokenID is
+// tokenID, oldest claim first; none for "".
+func (s *Store) ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error) {
+	if tokenID == "" {
+		return nil, nil
+	}
+	ids, err := QueryAll(ctx, s.db, ScanString, s.sql.claimsOfToken, api.PhaseClaimed, tokenID)
+	if err != nil {
+		return nil, s.errorf(err, "claims of token %s", tokenID)
+	}
+	return ids, nil
+}
+
 // ActiveSessions returns ids of sessions whose status is not final (see
 // api.IsFinal), oldest first.
 func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {

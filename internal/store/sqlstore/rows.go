@@ -192,19 +192,21 @@ func SessionArgs(s *store.Session, keys *sealed.Keyring) ([]any, error) {
 // EntryCols are the columns of a queue entry, which ScanEntry reads.
 const EntryCols = `session_id, outpost_id, kind, platform, phase, acceptor_id, claim_deadline, epoch,
 	session_status, rev, deleted, created_at, updated_at, live_until, remote_binary_sha,
-	priority, attempts, max_attempts, attempt_reasons_json, owner, network_policy_json, requirements_json`
+	priority, attempts, max_attempts, attempt_reasons_json, owner, network_policy_json, requirements_json,
+	claim_token_id`
 
 // ScanEntry reads EntryCols.
 func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 	var e store.QueueEntry
 	var deadline, live nullInt64
 	var created, updated, priority, attempts, maxAttempts int64
-	var reasons, policy, reqs nullString
+	var reasons, policy, reqs, claimToken nullString
 	if err := sc.Scan(&e.SessionID, &e.OutpostID, &e.Kind, &e.Platform, &e.Phase, &e.AcceptorID, &deadline, &e.Epoch,
 		&e.SessionStatus, &e.Rev, &e.Deleted, &created, &updated, &live, &e.RemoteBinarySHA,
-		&priority, &attempts, &maxAttempts, &reasons, &e.Owner, &policy, &reqs); err != nil {
+		&priority, &attempts, &maxAttempts, &reasons, &e.Owner, &policy, &reqs, &claimToken); err != nil {
 		return store.QueueEntry{}, err
 	}
+	e.ClaimTokenID = claimToken.v
 	if reqs.valid {
 		e.Requirements = new(api.Requirements)
 		if err := json.Unmarshal([]byte(reqs.v), e.Requirements); err != nil {
@@ -227,7 +229,7 @@ func ScanEntry(sc Scanner) (store.QueueEntry, error) {
 }
 
 // EntryArgs are the arguments of an upsert of e: EntryCols without rev, in
-// their order ($1–$9, then $10–$21 for deleted … requirements_json).
+// their order ($1–$9, then $10–$22 for deleted … claim_token_id).
 // The rev is the store's to place.
 func EntryArgs(e *store.QueueEntry) []any {
 	var reasons any // NULL while there are none
@@ -238,7 +240,15 @@ func EntryArgs(e *store.QueueEntry) []any {
 	return []any{e.SessionID, e.OutpostID, e.Kind, e.Platform, e.Phase, e.AcceptorID, NullMS(e.ClaimDeadline),
 		e.Epoch, e.SessionStatus, e.Deleted, MS(e.CreatedAt), MS(e.UpdatedAt), NullMS(e.LiveUntil), e.RemoteBinarySHA,
 		int64(e.Priority), int64(e.Attempts), int64(e.MaxAttempts), reasons, e.Owner, mustEncodePolicy(e.NetworkPolicy),
-		encodeRequirements(e.Requirements)}
+		encodeRequirements(e.Requirements), nullIfEmpty(e.ClaimTokenID)}
+}
+
+// nullIfEmpty is v as a nullable column's value: NULL for "".
+func nullIfEmpty(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }
 
 // EncodeRequirements is the value of a requirements_json column: NULL for
@@ -317,7 +327,7 @@ func (d Dialect) EntryConflictSQL() string {
 		updated_at = excluded.updated_at, priority = excluded.priority, attempts = excluded.attempts,
 		max_attempts = excluded.max_attempts, attempt_reasons_json = excluded.attempt_reasons_json,
 		owner = excluded.owner, network_policy_json = excluded.network_policy_json,
-		requirements_json = excluded.requirements_json, live_until = CASE WHEN excluded.epoch = queue.epoch
+		requirements_json = excluded.requirements_json, claim_token_id = excluded.claim_token_id, live_until = CASE WHEN excluded.epoch = queue.epoch
 			THEN NULLIF(` + d.Greatest + `(COALESCE(excluded.live_until, 0), COALESCE(queue.live_until, 0)), 0)
 			ELSE excluded.live_until END`
 }

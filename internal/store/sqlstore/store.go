@@ -23,6 +23,7 @@ type Store struct {
 // once.
 type statements struct {
 	heldClaims, lapsedClaims, raiseHorizon, pruneQueue string
+	claimsOfToken                                      string
 	outpostStats, outpostCounts                        string
 	// getStateLocked, outpostLimitLocked and sessionExistsLocked are
 	// GetStateSQL, OutpostLimitSQL and SessionExistsSQL with the
@@ -37,6 +38,7 @@ func NewStore(name string, db Plugin, d *Dialect, keys *sealed.Keyring) Store {
 	return Store{name: name, db: db, d: d, keys: keys, sql: statements{
 		heldClaims:    d.HeldClaimsSQL(),
 		lapsedClaims:  d.LapsedClaimsSQL(),
+		claimsOfToken: d.ClaimsOfTokenSQL(),
 		raiseHorizon:  d.RaiseQueueHorizonSQL(),
 		pruneQueue:    PruneQueueSQL(d.Tombstone),
 		outpostStats:  d.OutpostStatsSQL(false),
