@@ -208,3 +208,75 @@ func testKeepAlive(t *testing.T, s store.Store) {
 		t.Errorf("live until after requeue = %v, want zero", got.LiveUntil)
 	}
 }
+
+func testClaimsOfToken(t *testing.T, s store.Store) {
+	for _, id := range []string{"a1", "a2", "b1", "pending", "deleted", "next", "cleared"} {
+		create(t, s, newSession(id, "op", id, 0))
+	}
+	byToken := func(tok string, deadline time.Time) func(e *store.QueueEntry) {
+		return func(e *store.QueueEntry) {
+			claim("acc", deadline)(e)
+			e.ClaimTokenID = tok
+		}
+	}
+	setEntry(t, s, "a1", byToken("tokA", at(time.Hour)))
+	// A claim past its deadline is still the token's until it is requeued.
+	setEntry(t, s, "a2", byToken("tokA", at(-time.Hour)))
+	setEntry(t, s, "b1", byToken("tokB", at(time.Hour)))
+	setEntry(t, s, "pending", func(e *store.QueueEntry) { e.ClaimTokenID = "tokA" })
+	setEntry(t, s, "deleted", func(e *store.QueueEntry) {
+		byToken("tokA", at(time.Hour))(e)
+		e.Deleted = true
+	})
+	setEntry(t, s, "cleared", byToken("tokA", at(time.Hour)))
+	got := setEntry(t, s, "cleared", func(e *store.QueueEntry) {
+		e.Phase, e.AcceptorID, e.ClaimTokenID = api.PhasePending, "", ""
+	})
+	equal(t, "cleared claim token", got.ClaimTokenID, "")
+	// ClaimSession and ClaimNext write it too.
+	_, err := s.ClaimSession(ctx(t), "next", base, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		byToken("tokA", at(time.Hour))(&e)
+		return store.Mutation{Entry: &e}, nil
+	})
+	must(t, "ClaimSession", err)
+
+	a1, err := s.GetQueueEntry(ctx(t), "a1")
+	must(t, "get a1", err)
+	equal(t, "a1 claim token", a1.ClaimTokenID, "tokA")
+	cleared, err := s.GetQueueEntry(ctx(t), "cleared")
+	must(t, "get cleared", err)
+	equal(t, "cleared claim token, read back", cleared.ClaimTokenID, "")
+	rows, _, err := s.ListQueue(ctx(t), store.QueueFilter{OutpostID: "op"})
+	must(t, "ListQueue", err)
+	for _, e := range rows {
+		if e.SessionID == "b1" {
+			equal(t, "listed b1 claim token", e.ClaimTokenID, "tokB")
+		}
+	}
+
+	ids, err := s.ClaimsOfToken(ctx(t), "tokA")
+	must(t, "claims of tokA", err)
+	slices.Sort(ids)
+	equal(t, "claims of tokA", ids, []string{"a1", "a2", "next"})
+	ids, err = s.ClaimsOfToken(ctx(t), "tokB")
+	must(t, "claims of tokB", err)
+	equal(t, "claims of tokB", ids, []string{"b1"})
+	for _, tok := range []string{"", "tokZ"} {
+		ids, err = s.ClaimsOfToken(ctx(t), tok)
+		must(t, "claims of "+tok, err)
+		if len(ids) != 0 {
+			t.Errorf("claims of %q = %v, want none", tok, ids)
+		}
+	}
+
+	// ClaimNext writes it as the claim's transaction says.
+	create(t, s, newSession("c1", "op2", "c1", 0))
+	_, err = s.ClaimNext(ctx(t), "op2", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		byToken("tokC", at(time.Hour))(&e)
+		return store.Mutation{Entry: &e}, nil
+	})
+	must(t, "ClaimNext", err)
+	ids, err = s.ClaimsOfToken(ctx(t), "tokC")
+	must(t, "claims of tokC", err)
+	equal(t, "claims of tokC", ids, []string{"c1"})
+}

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListQueue", testListQueue},
 		{"PruneQueue", testPruneQueue},
 		{"LapsedClaims", testLapsedClaims},
+		{"ClaimsOfToken", testClaimsOfToken},
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},
