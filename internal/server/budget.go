@@ -71,6 +71,23 @@ func (s *Server) checkOutpostBudget(ctx context.Context, o store.Outpost) error 
 		o.Name, rch.Reason, o.Name)}
 }
 
+// checkResumeBudget refuses to resume a suspended session of an outpost
+// over its budget: it would only be stopped again, by its next model call
+// or the sweep, after a machine was claimed for it and ran a while.
+func (s *Server) checkResumeBudget(ctx context.Context, sess store.Session) error {
+	if sess.Status != api.StatusSuspended {
+		return nil // lifecycle's resume answers why it cannot be resumed
+	}
+	rch, ok := s.outpostBudgetReached(ctx, sess.OutpostID)
+	if !ok {
+		return nil
+	}
+	name := s.outpostName(ctx, sess.OutpostID)
+	return &httpError{http.StatusConflict, api.CodeBudgetExceeded, fmt.Sprintf(
+		"Session %s cannot be resumed: %s. Raise the budget of outpost %s (outpost outposts update %s --monthly-hours/--monthly-cost) or wait for the next month.",
+		sess.ID, rch.Reason, name, name)}
+}
+
 // budgetReached stops a session that reached a limit, in the background
 // (the agent loop's BudgetReached): once, however often it is told.
 func (s *Server) budgetReached(_ context.Context, sess store.Session, rch budget.Reached) {

@@ -86,3 +86,48 @@ func TestBudgetSweepLeavesAnotherReplicasSession(t *testing.T) {
 		t.Errorf("outpost_budget_reached_total{swept,outpost_hours} = %v, want 0", n)
 	}
 }
+
+// TestResumeRefusedOverOutpostBudget: a suspended session of an outpost
+// over its budget is not resumed, by the resume route or by a message
+// (409 budget_exceeded): it would only be stopped again once it ran.
+func TestResumeRefusedOverOutpostBudget(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{LLM: &toolModel{}})
+	ts.outpost("resumecap")
+	var s api.Session
+	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"resumecap","prompt":"x","agent":{"kind":"llm"}}`, &s)
+	id := s.Metadata.SessionID
+	ctx := context.Background()
+	if _, err := ts.srv.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		sess.Status, sess.Usage.CostUSD = api.StatusSuspended, 5
+		e.SessionStatus = api.QueueSessionSuspended
+		return store.Mutation{Session: &sess, Entry: &e}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ts.mustDo(200, "PATCH", "/v1/outposts/resumecap", ts.admin, `{"budget":{"monthly_cost_usd":1}}`, nil)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/sessions/" + id + "/resume", `{}`},
+		{"/v1/sessions/" + id + "/messages", `{"text":"go on"}`},
+	} {
+		req, _ := http.NewRequest("POST", ts.url+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+ts.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.ErrorResponse
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict || e.Error.Code != api.CodeBudgetExceeded || !strings.Contains(e.Error.Message, "cannot be resumed") {
+			t.Errorf("POST %s: %d %+v", tc.path, resp.StatusCode, e)
+		}
+	}
+	got, err := ts.srv.store.GetSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != api.StatusSuspended {
+		t.Errorf("session resumed over the budget: %s", got.Status)
+	}
+}
