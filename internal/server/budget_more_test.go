@@ -131,3 +131,23 @@ func TestResumeRefusedOverOutpostBudget(t *testing.T) {
 		t.Errorf("session resumed over the budget: %s", got.Status)
 	}
 }
+
+// TestOutpostBudgetAudited: the audit entries of an outpost's create and
+// update carry the budget given, so who raised or lifted a cap is on the
+// log.
+func TestOutpostBudgetAudited(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	n := len(ts.auditLog())
+	ts.mustDo(201, "POST", "/v1/outposts", ts.admin, `{"name":"audited","budget":{"monthly_cost_usd":5}}`, nil)
+	ts.mustDo(200, "PATCH", "/v1/outposts/audited", ts.admin, `{"budget":{"monthly_cost_usd":500,"on_limit":"end"}}`, nil)
+	got := ts.auditSince(n, "outpost.create", "outpost.update")
+	for i, want := range []api.OutpostBudget{{MonthlyCostUSD: 5}, {MonthlyCostUSD: 500, OnLimit: api.OnLimitEnd}} {
+		var data struct {
+			Budget *api.OutpostBudget `json:"budget"`
+		}
+		if err := json.Unmarshal(got[i].Data, &data); err != nil || data.Budget == nil || *data.Budget != want {
+			t.Errorf("%s entry's budget %+v (%v), want %+v: %s", got[i].Action, data.Budget, err, want, got[i].Data)
+		}
+	}
+}
