@@ -71,6 +71,23 @@ func (s *Server) checkOutpostBudget(ctx context.Context, o store.Outpost) error 
 		o.Name, rch.Reason, o.Name)}
 }
 
+// checkResumeBudget refuses to resume a suspended session of an outpost
+// over its budget: it would only be stopped again, by its next model call
+// or the sweep, after a machine was claimed for it and ran a while.
+func (s *Server) checkResumeBudget(ctx context.Context, sess store.Session) error {
+	if sess.Status != api.StatusSuspended {
+		return nil // lifecycle's resume answers why it cannot be resumed
+	}
+	rch, ok := s.outpostBudgetReached(ctx, sess.OutpostID)
+	if !ok {
+		return nil
+	}
+	name := s.outpostName(ctx, sess.OutpostID)
+	return &httpError{http.StatusConflict, api.CodeBudgetExceeded, fmt.Sprintf(
+		"Session %s cannot be resumed: %s. Raise the budget of outpost %s (outpost outposts update %s --monthly-hours/--monthly-cost) or wait for the next month.",
+		sess.ID, rch.Reason, name, name)}
+}
+
 // budgetReached stops a session that reached a limit, in the background
 // (the agent loop's BudgetReached): once, however often it is told.
 func (s *Server) budgetReached(_ context.Context, sess store.Session, rch budget.Reached) {
@@ -140,32 +157,45 @@ func (s *Server) emitBudgetReached(ctx context.Context, sess store.Session, rch 
 }
 
 // budgetSweep, every five sweep intervals (at most a minute), stops the
-// running sessions of outposts over their monthly budget.
+// running sessions of outposts over their monthly budget
+// (sweepBudgetsOnce).
 func (s *Server) budgetSweep(ctx context.Context) {
-	loop.Every(ctx, min(5*s.opts.SweepInterval, time.Minute), func(ctx context.Context) {
-		ids, err := s.store.ActiveSessions(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("budget sweep: list active sessions", "err", err)
-			}
-			return
+	loop.Every(ctx, min(5*s.opts.SweepInterval, time.Minute), s.sweepBudgetsOnce)
+}
+
+// sweepBudgetsOnce stops the running sessions of outposts over their
+// monthly budget. A session another replica owns is left to that replica's
+// sweep: its remote is connected there, so only there can it be suspended
+// (here the suspend would fail and the session be ended instead).
+func (s *Server) sweepBudgetsOnce(ctx context.Context) {
+	ids, err := s.store.ActiveSessions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("budget sweep: list active sessions", "err", err)
 		}
-		over := map[string]*budget.Reached{} // by outpost id; nil: under
-		for _, id := range ids {
-			sess, err := s.store.GetSession(ctx, id)
-			if err != nil || sess.Status != api.StatusRunning {
+		return
+	}
+	over := map[string]*budget.Reached{} // by outpost id; nil: under
+	for _, id := range ids {
+		sess, err := s.store.GetSession(ctx, id)
+		if err != nil || sess.Status != api.StatusRunning {
+			continue
+		}
+		rch, seen := over[sess.OutpostID]
+		if !seen {
+			if r, ok := s.outpostBudgetReached(ctx, sess.OutpostID); ok {
+				rch = &r
+			}
+			over[sess.OutpostID] = rch
+		}
+		if rch == nil {
+			continue
+		}
+		if s.hub.Get(id) == nil {
+			if e, err := s.store.GetQueueEntry(ctx, id); err != nil || (e.Owner != "" && e.Owner != s.opts.ReplicaID) {
 				continue
 			}
-			rch, seen := over[sess.OutpostID]
-			if !seen {
-				if r, ok := s.outpostBudgetReached(ctx, sess.OutpostID); ok {
-					rch = &r
-				}
-				over[sess.OutpostID] = rch
-			}
-			if rch != nil {
-				s.budgetReached(ctx, sess, *rch)
-			}
 		}
-	})
+		s.budgetReached(ctx, sess, *rch)
+	}
 }

@@ -62,6 +62,18 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// Forks are new sessions: an outpost over its budget takes none, as
+	// POST /v1/sessions refuses them.
+	o, err := s.store.GetOutpost(ctx, parent.OutpostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errConflict("The outpost of session %s was deleted, so it cannot be forked.", parent.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("get outpost %s: %w", parent.OutpostID, err)
+	}
+	if err := s.checkOutpostBudget(ctx, o); err != nil {
+		return err
+	}
 	if err := forkable(parent); err != nil {
 		return err
 	}

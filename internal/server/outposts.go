@@ -212,7 +212,11 @@ func (s *Server) createOutpost(w http.ResponseWriter, r *http.Request) error {
 		AllowedOrgIDs: req.AllowedOrgIDs, RemoteBinarySHA: req.RemoteBinarySHA, MaxRunning: req.MaxRunning,
 		MaxAttempts: req.MaxAttempts, MaxSnapshotBytes: req.MaxSnapshotBytes, NetworkPolicy: policy, Desktop: desk,
 		Requirements: effectiveRequirements(req.Requirements), ApprovalRules: rules, CreatedAt: s.now()}
-	actx := s.audited(r.Context(), audit.OutpostCreate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
+	details := outpostDetails(o)
+	if req.Budget != nil {
+		details["budget"] = req.Budget
+	}
+	actx := s.audited(r.Context(), audit.OutpostCreate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, details, nil)
 	if err := s.store.CreateOutpost(actx, o); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return errConflict("An outpost named %q already exists.", req.Name)
@@ -322,7 +326,12 @@ func (s *Server) updateOutpost(w http.ResponseWriter, r *http.Request) error {
 	}
 	l := store.OutpostLimits{MaxRunning: o.MaxRunning, MaxAttempts: o.MaxAttempts, MaxSnapshotBytes: o.MaxSnapshotBytes,
 		NetworkPolicy: o.NetworkPolicy, Desktop: o.Desktop}
-	actx := s.audited(ctx, audit.OutpostUpdate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, outpostDetails(o), nil)
+	details := outpostDetails(o)
+	if req.Budget != nil {
+		// Who raised or lifted a cap is on the log with the new budget.
+		details["budget"] = req.Budget
+	}
+	actx := s.audited(ctx, audit.OutpostUpdate, audit.Object{Kind: audit.ObjectOutpost, ID: o.ID}, details, nil)
 	if err := s.store.SetOutpostLimits(actx, o.ID, l); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("Outpost %q does not exist.", r.PathValue("outpost"))

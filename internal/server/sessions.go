@@ -499,6 +499,12 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 	if sess.Spec.Agent.Kind != api.AgentLLM {
 		return errConflict("Session %s runs a %s agent, which takes no messages.", sess.ID, sess.Spec.Agent.Kind)
 	}
+	if sess.Status == api.StatusSuspended {
+		// The message would resume it.
+		if err := s.checkResumeBudget(ctx, sess); err != nil {
+			return err
+		}
+	}
 	now := s.now()
 	// Under the session's message lock: a runner ending the session because
 	// its model is done either reads this message first or has ended it

@@ -167,6 +167,9 @@ func (s *Server) resumeHandler(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkResumeBudget(ctx, sess); err != nil {
+		return err
+	}
 	actx := s.audited(ctx, audit.SessionResume, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, nil, nil)
 	resumed, err := s.life.Resume(actx, sess.ID, "Resumed by a user.")
 	if err != nil {
