@@ -175,7 +175,7 @@ func (s *Server) artifactImage(ctx context.Context, sessionID, tool string, res 
 	} else if json.Unmarshal(res.Value, &file) == nil {
 		ref = file.Artifact
 	}
-	if ref == nil || ref.Name == "" || ref.Size > mcpImageMax || !slices.Contains(mcpImageTypes, ref.ContentType) {
+	if ref == nil || api.ValidateArtifactName(ref.Name) != nil || ref.Size > mcpImageMax || !slices.Contains(mcpImageTypes, ref.ContentType) {
 		return nil
 	}
 	f, _, err := s.artifactBlobs.Get(ctx, artifactKey(sessionID, ref.Name))

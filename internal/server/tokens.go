@@ -14,6 +14,10 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
+// maxExpiresInS bounds expires_in_s: a larger value would overflow the
+// duration it becomes and give a token that expires at a wrong time.
+const maxExpiresInS = 100 * 365 * 24 * 60 * 60
+
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateTokenRequest
@@ -51,8 +55,8 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Name) > 200 {
 		return errBadRequest("name is longer than 200 characters.")
 	}
-	if req.ExpiresInS < 0 {
-		return errBadRequest("expires_in_s must not be negative.")
+	if req.ExpiresInS < 0 || req.ExpiresInS > maxExpiresInS {
+		return errBadRequest("expires_in_s must be between 0 and %d (100 years).", int64(maxExpiresInS))
 	}
 	if p.User != nil && req.ServiceAccount && !api.HasScope(p.scopes, api.ScopeAdmin) {
 		return errForbidden("Only an admin everywhere may create a service account's token.")
@@ -234,8 +238,8 @@ func (s *Server) createSessionToken(w http.ResponseWriter, r *http.Request, req 
 		return errBadRequest("A token limited to a session cannot be a service account's.")
 	case len(req.Name) > 200:
 		return errBadRequest("name is longer than 200 characters.")
-	case req.ExpiresInS < 0:
-		return errBadRequest("expires_in_s must not be negative.")
+	case req.ExpiresInS < 0 || req.ExpiresInS > maxExpiresInS:
+		return errBadRequest("expires_in_s must be between 0 and %d (100 years).", int64(maxExpiresInS))
 	}
 	if len(req.Scopes) == 0 {
 		req.Scopes = []string{api.ScopeSessionsWrite}

@@ -229,3 +229,24 @@ func TestTokenCannotOutliveItsCreator(t *testing.T) {
 		t.Errorf("the token created within its creator's life never expires: %+v", created.Token)
 	}
 }
+
+// An expires_in_s so large that it would overflow the duration it becomes
+// is refused, and nothing is created: it once gave a token that expired at
+// a wrong time, maybe already.
+func TestTokenExpiryOutOfRange(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{})
+	total := len(ts.tokenIDs(ts.admin))
+	for _, body := range []string{
+		`{"name":"huge","scopes":["admin"],"expires_in_s":9223372036854775807}`,
+		`{"name":"past","scopes":["admin"],"expires_in_s":-1}`,
+	} {
+		a := ts.answer("POST", "/v1/tokens", ts.admin, "", body)
+		if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "expires_in_s must be between 0 and") {
+			t.Errorf("%s: %d %s", body, a.status, a.body)
+		}
+	}
+	if n := len(ts.tokenIDs(ts.admin)); n != total {
+		t.Fatalf("refused creations changed the tokens: %d, were %d", n, total)
+	}
+}
