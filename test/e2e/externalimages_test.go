@@ -57,7 +57,7 @@ func TestExternalSessionTokenAndImages(t *testing.T) {
 	}
 	secret := strings.TrimSpace(string(out))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	connect := func(session string) (*mcp.ClientSession, error) {
 		client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
@@ -107,8 +107,19 @@ func TestExternalSessionTokenAndImages(t *testing.T) {
 			io.WriteString(w, `<!doctype html><title>Shot</title><h1 style="color:red">Seen from outside</h1>`)
 		}))
 		defer page.Close()
-		if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "browser_navigate", Arguments: map[string]any{"url": page.URL}}); err != nil || res.IsError {
-			t.Fatalf("browser_navigate: %v %q", err, textOf(res))
+		// Chromium's first start can pass the remote's 30 s bound on a
+		// machine busy with the rest of the suite; a slow start is not what
+		// this test is about, so it is tried again (a new start is faster,
+		// its files cached).
+		for try := 1; ; try++ {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "browser_navigate", Arguments: map[string]any{"url": page.URL}})
+			if err == nil && !res.IsError {
+				break
+			}
+			if try == 3 || err != nil || !strings.Contains(textOf(res), "did not answer within") {
+				t.Fatalf("browser_navigate: %v %q", err, textOf(res))
+			}
+			t.Logf("browser_navigate, try %d: %q; trying again", try, textOf(res))
 		}
 		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "browser_screenshot", Arguments: map[string]any{"name": "page.png"}})
 		if err != nil || res.IsError {
