@@ -36,10 +36,11 @@ type Tx interface {
 	// SendLast is Send of the transaction's last statements, which the
 	// plugin may send with the COMMIT in one round trip (PostgreSQL): no
 	// row lock the transaction took waits for a round trip between them.
-	// A callback of such a batch runs once the transaction committed, so
-	// b's Row callbacks must not fail when their statement succeeded (a
-	// plugin sends a batch with Affected checks as Send does and commits
-	// after). A statement run in the transaction after SendLast sends b
+	// A callback of such a batch runs when the COMMIT has already been
+	// sent, so the transaction commits whatever it returns: b's Row
+	// callbacks must not fail when their statement succeeded, or a
+	// committed write is reported as failed (a plugin sends a batch with
+	// Affected checks as Send does and commits after). A statement run in the transaction after SendLast sends b
 	// first.
 	SendLast(ctx context.Context, b *Batch) error
 }
