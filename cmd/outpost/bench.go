@@ -4,21 +4,24 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/fleetsim"
+	"github.com/outpost-sh/outpost/internal/store/sealed"
+	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
 // NewCmdBench returns `outpost bench`, the load tools.
@@ -41,6 +44,8 @@ type BenchFleetOptions struct {
 	frame    string
 	local    bool
 	database string
+	replicas int
+	metrics  string
 	json     bool
 }
 
@@ -67,11 +72,19 @@ trip, follower lag), throughput, errors, whether every call ran exactly once
 memory per worker and per session from its /metrics.
 
 Point it at a server with --server and an admin token (it creates an outpost
-and machine tokens there), or give --local to start a server of this build
-on loopback with a fresh SQLite database, or on --database postgres://….
+and machine tokens there, and removes them at the end unless --keep), or
+give --local to start a server of this build on loopback with a fresh
+SQLite database, or on --database postgres://…; --replicas N starts N
+replicas of it on that PostgreSQL database. Replicas without a balancer in
+front are given as several URLs, comma-separated, in --server. Either way
+the workers, the creator, the agents and the followers are spread round
+robin over them, as a balancer would, and the server's CPU and memory are
+summed over their /metrics. A server whose certificate is signed by a
+private CA needs --ca-file.
 Exits 1 when a call was lost or ran twice.`,
 		Example: `  outpost bench fleet --local --workers 100 --sessions 10 --duration 20s
   outpost bench fleet --local --database postgres://outpost@127.0.0.1/fleet --workers 1000 --sessions 100
+  outpost bench fleet --local --replicas 3 --database postgres://outpost@127.0.0.1/fleet --workers 10000 --sessions 1000
   outpost bench fleet --server https://outpost.example.com --token $ADMIN_TOKEN \
       --workers 10000 --sessions 1000 --call-rate 1/s --output 4KiB --followers 50 --create-rate 50/s --duration 60s --json`,
 		Args: exactArgs(0, ""),
@@ -96,12 +109,14 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.DurationVar(&s.ReconnectEvery, "reconnect-every", 0, "make each remote drop its gateway connection about this often and reconnect (0: never)")
 	fl.DurationVar(&s.Heartbeat, "heartbeat", 0, "worker heartbeat interval (0: as the server asks)")
 	fl.IntVar(&s.WorkersPerToken, "workers-per-token", 200, "workers sharing one machine token (the server bounds streams per token)")
-	fl.StringVar(&s.MetricsURL, "metrics-url", "", "where the server's metrics are read (default: the server's /metrics; give the address of --metrics-listen when it has one)")
+	fl.StringVar(&opts.metrics, "metrics-url", "", "where the server's metrics are read, comma-separated for several replicas, summed (default: each server's /metrics; give the address of --metrics-listen when it has one)")
 	fl.StringVar(&s.Outpost, "outpost", "", "outpost to serve, created when missing (default: a new fleetsim-<random>)")
 	fl.DurationVar(&s.Drain, "drain", time.Minute, "how long ending the sessions and releasing the claims may take")
 	fl.DurationVar(&s.ProgressEvery, "progress", 5*time.Second, "interval of the progress line on standard error")
 	fl.BoolVar(&opts.local, "local", false, "start a server of this build on loopback for the run (SQLite, or --database)")
 	fl.StringVar(&opts.database, "database", "", "with --local: the PostgreSQL URL the server uses")
+	fl.IntVar(&opts.replicas, "replicas", 1, "with --local: server replicas started on --database (PostgreSQL), each on its own loopback port")
+	fl.BoolVar(&s.Keep, "keep", false, "keep the outpost and the machine tokens the run created (default: removed at the end)")
 	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (as -o json)")
 	return cmd
 }
@@ -128,22 +143,56 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 	if opts.database != "" && !opts.local {
 		return usageErrorf("--database needs --local: a server given with --server has its own database")
 	}
+	if opts.replicas < 1 {
+		return usageErrorf("--replicas must be at least 1")
+	}
+	if opts.replicas > 1 && !opts.local {
+		return usageErrorf("--replicas needs --local: give the URLs of a deployment's replicas, comma-separated, in --server")
+	}
+	if opts.replicas > 1 && !isPostgresURL(opts.database) {
+		return usageErrorf("--replicas %d needs --database postgres://…: replicas share one PostgreSQL database, SQLite is one process's", opts.replicas)
+	}
+	if opts.metrics != "" {
+		if s.MetricsURLs, err = splitURLs("--metrics-url", opts.metrics); err != nil {
+			return err
+		}
+	}
 	if opts.local {
 		if f.Server != "" {
 			return usageErrorf("give --server or --local, not both")
 		}
-		srv, err := startLocalServer(ctx, opts.database, f.IO.ErrOut)
+		if f.CAFile != "" {
+			return usageErrorf("--ca-file is for an https --server: the servers --local starts speak plain http on loopback")
+		}
+		srvs, err := startLocalServers(ctx, opts.replicas, opts.database, f.IO.ErrOut)
 		if err != nil {
 			return err
 		}
-		defer srv.stop()
-		s.Server, s.Token = srv.url, srv.token
+		defer stopLocalServers(srvs)
+		for _, srv := range srvs {
+			s.Servers = append(s.Servers, srv.url)
+		}
+		s.Token = srvs[0].token
 	} else {
-		if s.Server, s.Token, err = f.Endpoint(); err != nil {
+		server, token, err := f.Endpoint()
+		if err != nil {
 			return err
 		}
+		if s.Servers, err = splitURLs("--server", server); err != nil {
+			return err
+		}
+		s.Token = token
 		if s.Token == "" {
 			return usageErrorf("an admin token is required: pass --token, set OUTPOST_TOKEN, or use --local")
+		}
+		ca, err := f.TrustedCAFile()
+		if err != nil {
+			return err
+		}
+		if ca != "" {
+			if s.TLS, err = tlsconfig.Client(ca); err != nil {
+				return fmt.Errorf("%w (given by --ca-file or %s)", err, envCAFile.Name)
+			}
 		}
 	}
 	s.Progress = f.IO.ErrOut
@@ -164,6 +213,31 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 		return fmt.Errorf("fleet simulation: %d calls answered but never run, %d calls run more than once", rep.Calls.Lost, rep.Calls.Duplicated)
 	}
 	return nil
+}
+
+// isPostgresURL reports whether u names a PostgreSQL database.
+func isPostgresURL(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// splitURLs reads a comma-separated list of absolute http(s) URLs.
+func splitURLs(flag, v string) ([]string, error) {
+	var out []string
+	for u := range strings.SplitSeq(v, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return nil, usageErrorf("%s %q: want absolute http:// or https:// URLs, comma-separated", flag, u)
+		}
+		out = append(out, strings.TrimSuffix(u, "/"))
+	}
+	if len(out) == 0 {
+		return nil, usageErrorf("%s is empty: want a URL, or several comma-separated", flag)
+	}
+	return out, nil
 }
 
 // parseRate reads N/s, N/m or N (per second).
@@ -206,6 +280,7 @@ func parseSize(flag, v string) (int, error) {
 
 // localServer is `outpost server` started by this process for a run.
 type localServer struct {
+	name       string // "local server", or "replica <id>"
 	url, token string
 	dir        string
 	errOut     io.Writer
@@ -213,10 +288,66 @@ type localServer struct {
 	done       chan struct{}
 }
 
-// startLocalServer starts this binary's server on a free loopback port
-// with a fresh data dir (and database when set), and waits until it is
-// ready. Its log goes to a file in the data dir, shown when it fails.
-func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*localServer, error) {
+// startLocalServers starts n servers of this build on free loopback
+// ports, each with a fresh data dir, on database when set (required for n
+// > 1: the replicas share it, with one admin token and one secret key),
+// and waits until all are ready. The first starts alone (it migrates the
+// schema and creates the admin token), the others together after it.
+func startLocalServers(ctx context.Context, n int, database string, errOut io.Writer) ([]*localServer, error) {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	token := "opt_fleetsim-" + hex.EncodeToString(b)
+	env := []string{"OUTPOST_ADMIN_TOKEN=" + token}
+	if n > 1 && os.Getenv(envSecretKey.Name) == "" && os.Getenv(envSecretKeyFile.Name) == "" {
+		key, err := sealed.GenerateKey()
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, envSecretKey.Name+"="+sealed.EncodeKey(key))
+	}
+	var srvs []*localServer
+	fail := func(err error) ([]*localServer, error) {
+		stopLocalServers(srvs)
+		return nil, err
+	}
+	for i := range n {
+		srv, err := launchLocalServer(i, n, token, env, database, errOut)
+		if err != nil {
+			return fail(err)
+		}
+		srvs = append(srvs, srv)
+		if i == 0 {
+			if err := srv.waitReady(ctx); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	for _, srv := range srvs[1:] {
+		if err := srv.waitReady(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	for _, srv := range srvs {
+		fmt.Fprintf(errOut, "fleetsim: %s at %s, data in %s\n", srv.name, srv.url, srv.dir)
+	}
+	return srvs, nil
+}
+
+// stopLocalServers stops the servers, all at once.
+func stopLocalServers(srvs []*localServer) {
+	var wg sync.WaitGroup
+	for _, srv := range srvs {
+		wg.Go(srv.stop)
+	}
+	wg.Wait()
+}
+
+// launchLocalServer starts the i-th of n servers on a free loopback port.
+// Its log goes to a file in its data dir, shown when it fails. A replica
+// (n > 1) gets an id and is its own public URL, so that the gateway URL a
+// claim hands out is the one of the replica that answered it, as each
+// replica of a deployment without a balancer does.
+func launchLocalServer(i, n int, token string, env []string, database string, errOut io.Writer) (*localServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start its server: %w", err)
@@ -232,9 +363,7 @@ func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	srv := &localServer{url: "http://" + addr, token: "opt_fleetsim-" + hex.EncodeToString(b), dir: dir, errOut: errOut, done: make(chan struct{})}
+	srv := &localServer{name: "local server", url: "http://" + addr, token: token, dir: dir, errOut: errOut, done: make(chan struct{})}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -244,40 +373,48 @@ func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*
 	if database != "" {
 		args = append(args, "--database", database)
 	}
+	if n > 1 {
+		id := fmt.Sprintf("fleetsim-r%d", i+1)
+		srv.name = "replica " + id
+		args = append(args, "--replica-id", id, "--replica-url", srv.url, "--public-url", srv.url)
+	}
 	srv.cmd = exec.Command(exe, args...)
-	srv.cmd.Env = append(os.Environ(), "OUTPOST_ADMIN_TOKEN="+srv.token)
+	srv.cmd.Env = append(os.Environ(), env...)
 	srv.cmd.Stdout, srv.cmd.Stderr = logf, logf
 	if err := srv.cmd.Start(); err != nil {
 		logf.Close()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start the local server: %w", err)
+		return nil, fmt.Errorf("start the %s: %w", srv.name, err)
 	}
 	go func() {
 		_ = srv.cmd.Wait()
 		logf.Close()
 		close(srv.done)
 	}()
-	c, err := client.New(srv.url, srv.token)
+	return srv, nil
+}
+
+// waitReady waits until the server answers /readyz, at most a minute.
+func (s *localServer) waitReady(ctx context.Context) error {
+	c, err := client.New(s.url, s.token)
 	if err != nil {
-		srv.stop()
-		return nil, err
+		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for c.Ready(rctx) != nil {
 		select {
-		case <-srv.done:
-			tail := srv.logTail()
-			srv.stop()
-			return nil, fmt.Errorf("the local server exited before it was ready: %s", tail)
+		case <-s.done:
+			return fmt.Errorf("the %s exited before it was ready: %s", s.name, s.logTail())
 		case <-rctx.Done():
-			srv.stop()
-			return nil, errors.New("the local server was not ready within a minute")
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the %s was not ready within a minute", s.name)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	fmt.Fprintf(errOut, "fleetsim: local server at %s, data in %s\n", srv.url, dir)
-	return srv, nil
+	return nil
 }
 
 func (s *localServer) logTail() string {
@@ -294,7 +431,7 @@ func (s *localServer) logTail() string {
 func (s *localServer) stop() {
 	select {
 	case <-s.done:
-		fmt.Fprintf(s.errOut, "fleetsim: the local server exited during the run (%v); the end of its log:\n%s\n", s.cmd.ProcessState, s.logTail())
+		fmt.Fprintf(s.errOut, "fleetsim: the %s exited during the run (%v); the end of its log:\n%s\n", s.name, s.cmd.ProcessState, s.logTail())
 	default:
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {

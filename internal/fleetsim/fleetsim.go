@@ -11,10 +11,12 @@ package fleetsim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,13 +28,21 @@ import (
 
 // Options configure a simulation. Zero values are noted on each field.
 type Options struct {
-	// Server is the server's URL; Token an admin token of it (the
-	// simulator creates an outpost and tokens). Both required.
-	Server, Token string
-	// MetricsURL is where the server's metrics are read; empty means
-	// Server's /metrics (a server with --metrics-listen serves them
-	// elsewhere).
-	MetricsURL string
+	// Servers are the URLs of the server, or of each of its replicas
+	// when no balancer is in front of them: workers, the creator, the
+	// agents and the followers are spread round robin over them, as a
+	// balancer would. At least one is required.
+	Servers []string
+	// Token is an admin token of the server (the simulator creates an
+	// outpost and tokens). Required.
+	Token string
+	// MetricsURLs are where the server's metrics are read, summed; empty
+	// means each of Servers' /metrics (a server with --metrics-listen
+	// serves them elsewhere).
+	MetricsURLs []string
+	// TLS is the TLS configuration of every connection the simulator
+	// makes (API, watch streams, gateway); nil means the system's roots.
+	TLS *tls.Config
 	// Outpost is the outpost the fleet serves, created when missing;
 	// empty means a new one named fleetsim-<random>.
 	Outpost string
@@ -72,6 +82,11 @@ type Options struct {
 	// Drain bounds the end: sessions ended, remotes gone, claims
 	// released; zero means 60 s.
 	Drain time.Duration
+	// Keep leaves the outpost the run created and the machine tokens it
+	// minted on the server; otherwise both are removed at the end, also
+	// when ctx is cancelled (within cleanupTimeout). An outpost that
+	// existed before the run is never deleted.
+	Keep bool
 	// Progress, when set, receives a progress line every ProgressEvery
 	// (zero means 5 s).
 	Progress      io.Writer
@@ -79,9 +94,18 @@ type Options struct {
 }
 
 func (o *Options) defaults() error {
-	if o.Server == "" || o.Token == "" {
+	if len(o.Servers) == 0 || o.Token == "" {
 		return errors.New("a server URL and an admin token are required")
 	}
+	servers := make([]string, len(o.Servers))
+	for i, u := range o.Servers {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("server URL %q: want an absolute http:// or https:// URL", u)
+		}
+		servers[i] = strings.TrimSuffix(u, "/")
+	}
+	o.Servers = servers
 	if o.Workers < 1 {
 		return errors.New("--workers must be at least 1")
 	}
@@ -122,7 +146,9 @@ func (o *Options) defaults() error {
 type sim struct {
 	opts        Options
 	run         string // random id of the run, in names
-	admin       *client.Client
+	admin       *client.Client   // admins[0]: setup, drain and cleanup
+	admins      []*client.Client // one per server, round robin by nextAdmin
+	nextAdm     atomic.Uint64
 	tr          *transports
 	outpost     api.Outpost
 	outpostName string
@@ -145,6 +171,10 @@ type sim struct {
 	byCall   map[string]int // executions per call id
 	calls    map[string]bool
 	noID     int64 // calls run without a simulated call id
+	// createdOutpost is set when the run created its outpost; tokenIDs
+	// are the machine tokens it minted. Both are removed at the end.
+	createdOutpost bool
+	tokenIDs       []string
 }
 
 // session is what the simulator knows of one session.
@@ -222,11 +252,28 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	s := &sim{opts: opts, run: fmt.Sprintf("%06x", rand.N(1<<24)), sessions: map[string]*session{}, byCall: map[string]int{}, calls: map[string]bool{}}
 	s.filler = []byte(strings.Repeat("fleetsim output 0123456789abcdef\n", opts.FrameBytes/33+1))[:opts.FrameBytes]
-	s.tr = newTransports(opts.Server, opts.Workers+opts.Sessions+opts.Followers)
+	s.tr = newTransports(opts.Servers, opts.Workers+opts.Sessions+opts.Followers, opts.TLS)
 	defer s.tr.close()
-	var err error
-	if s.admin, err = client.New(opts.Server, opts.Token, client.WithHTTPClient(s.tr.pick())); err != nil {
-		return nil, err
+	for _, u := range opts.Servers {
+		c, err := client.New(u, opts.Token, client.WithHTTPClient(s.tr.pick()), client.WithUserAgent("outpost-fleetsim"))
+		if err != nil {
+			return nil, err
+		}
+		s.admins = append(s.admins, c)
 	}
-	return s.simulate(ctx)
+	s.admin = s.admins[0]
+	rep, err := s.simulate(ctx)
+	cl := s.cleanup(ctx)
+	if rep != nil {
+		rep.Cleanup = cl
+	}
+	return rep, err
 }
+
+// nextAdmin returns the admin client of the next server, round robin.
+func (s *sim) nextAdmin() *client.Client {
+	return s.admins[int(s.nextAdm.Add(1)-1)%len(s.admins)]
+}
+
+// server returns the URL of the i-th server, round robin.
+func (s *sim) server(i int) string { return s.opts.Servers[i%len(s.opts.Servers)] }

@@ -96,9 +96,10 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 		want string
 	}{
 		{Options{Workers: 1}, "server URL"},
-		{Options{Server: "http://x", Token: "t"}, "--workers"},
-		{Options{Server: "http://x", Token: "t", Workers: 2, Sessions: 3}, "more than --workers"},
-		{Options{Server: "http://x", Token: "t", Workers: 2, CallRate: -1}, "negative"},
+		{Options{Servers: []string{"http://x"}, Token: "t"}, "--workers"},
+		{Options{Servers: []string{"http://x"}, Token: "t", Workers: 2, Sessions: 3}, "more than --workers"},
+		{Options{Servers: []string{"http://x"}, Token: "t", Workers: 2, CallRate: -1}, "negative"},
+		{Options{Servers: []string{"http://x", "outpost.example.com:7420"}, Token: "t", Workers: 2}, `"outpost.example.com:7420"`},
 	} {
 		if err := tc.o.defaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("defaults(%+v) = %v, want %q", tc.o, err, tc.want)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -60,10 +61,13 @@ type Report struct {
 		First  []string         `json:"first"`
 	} `json:"errors"`
 	Server ServerFigures `json:"server"`
+	// Cleanup is what the run removed from the server at its end.
+	Cleanup Cleanup `json:"cleanup"`
 }
 
 // Config is the run's configuration as reported.
 type Config struct {
+	// Server is the server's URL, or the replicas' URLs comma-separated.
 	Server          string  `json:"server"`
 	Workers         int     `json:"workers"`
 	Sessions        int     `json:"sessions"`
@@ -78,7 +82,7 @@ type Config struct {
 }
 
 func configOf(o Options) Config {
-	return Config{Server: o.Server, Workers: o.Workers, Sessions: o.Sessions, CallRate: o.CallRate, OutputBytes: o.OutputBytes,
+	return Config{Server: strings.Join(o.Servers, ","), Workers: o.Workers, Sessions: o.Sessions, CallRate: o.CallRate, OutputBytes: o.OutputBytes,
 		FrameBytes: o.FrameBytes, Followers: o.Followers, CreateRate: o.CreateRate, DurationS: o.Duration.Seconds(),
 		IdleS: max(o.Idle, 0).Seconds(), ReconnectEveryS: o.ReconnectEvery.Seconds()}
 }
@@ -140,13 +144,88 @@ type ServerFigures struct {
 	CPUPerWorkerMS float64 `json:"cpu_ms_per_worker_s"`
 	// CPUPerCall is busy CPU per answered call, in ms.
 	CPUPerCallMS float64 `json:"cpu_ms_per_call"`
+	// Replicas are the figures of each metrics URL read (each server
+	// given, each replica started with --local), in their order.
+	Replicas []ReplicaFigures `json:"replicas,omitempty"`
+}
+
+// ReplicaFigures are one metrics URL's figures.
+type ReplicaFigures struct {
+	URL string `json:"url"`
+	// Replica is the replica label of its metrics.
+	Replica string `json:"replica,omitempty"`
+	// Available is false when its metrics could not be read each time.
+	Available bool    `json:"available"`
+	RSSIdle   int64   `json:"rss_idle_bytes"`
+	RSSBusy   int64   `json:"rss_busy_bytes"`
+	CPUBusyS  float64 `json:"cpu_busy_s"`
+	// Requests counts the API requests it served during the run
+	// (outpost_http_request_duration_seconds_count); Remotes the remotes
+	// connected to its gateway at the end of the busy phase; ToolCalls
+	// the tool call results it received during the run.
+	Requests  int64 `json:"requests"`
+	Remotes   int64 `json:"remotes"`
+	ToolCalls int64 `json:"tool_calls"`
 }
 
 type sample struct {
-	ok  bool
-	at  time.Time
-	cpu float64
-	rss int64
+	ok      bool
+	at      time.Time
+	cpu     float64
+	rss     int64
+	replica string
+	// requests, remotes and toolCalls are the server's own counters.
+	requests, remotes, toolCalls float64
+}
+
+// samples are one reading of every metrics URL: each one's and their sum.
+type samples struct {
+	urls  []string
+	each  []sample
+	total sample
+}
+
+// scrape reads every metrics URL at once; the total is ok when all were.
+func (s *sim) scrape(ctx context.Context) samples {
+	urls := s.metricsURLs()
+	out := samples{urls: urls, each: make([]sample, len(urls))}
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Go(func() {
+			m, err := scrape(ctx, u, s.opts.Token, s.tr.pick())
+			if err != nil {
+				s.errs.add("metrics", err)
+			}
+			out.each[i] = m
+		})
+	}
+	wg.Wait()
+	out.total = sample{ok: true, at: time.Now()}
+	for _, m := range out.each {
+		out.total.ok = out.total.ok && m.ok
+		out.total.cpu += m.cpu
+		out.total.rss += m.rss
+	}
+	return out
+}
+
+// replicaFigures are each metrics URL's figures: before the workers, at
+// the end of the idle phase and of the busy phase.
+func replicaFigures(before, idle, busy samples) []ReplicaFigures {
+	out := make([]ReplicaFigures, len(busy.urls))
+	for i, u := range busy.urls {
+		b0, i1, b1 := before.each[i], idle.each[i], busy.each[i]
+		f := ReplicaFigures{URL: u, Replica: b1.replica, Available: b0.ok && i1.ok && b1.ok}
+		if f.Available {
+			f.RSSIdle, f.RSSBusy = i1.rss, b1.rss
+			f.CPUBusyS = b1.cpu - i1.cpu
+			f.Requests = int64(b1.requests - b0.requests)
+			f.Remotes = int64(b1.remotes)
+			f.ToolCalls = int64(b1.toolCalls - b0.toolCalls)
+		}
+		out[i] = f
+	}
+	return out
 }
 
 // scrape reads the process collector's figures from /metrics, trying
@@ -191,10 +270,11 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-			if j := strings.LastIndexByte(line, '}'); j >= 0 {
-				rest = line[j+1:]
+		labels := ""
+		if i := strings.IndexByte(line, '{'); i >= 0 && i < len(name) {
+			name = line[:i]
+			if j := strings.LastIndexByte(line, '}'); j > i {
+				labels, rest = line[i+1:j], line[j+1:]
 			}
 		}
 		fields := strings.Fields(rest)
@@ -212,6 +292,18 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 		case "process_resident_memory_bytes":
 			s.rss += int64(v)
 			rss = true
+			if r := label(labels, "replica"); r != "" {
+				if s.replica != "" && s.replica != r {
+					r = s.replica + "," + r
+				}
+				s.replica = r
+			}
+		case "outpost_http_request_duration_seconds_count":
+			s.requests += v
+		case "outpost_gateway_remotes":
+			s.remotes += v
+		case "outpost_tool_calls_total":
+			s.toolCalls += v
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -222,6 +314,18 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 	}
 	s.ok = true
 	return s, nil
+}
+
+// label returns the value of label name in a metric line's labels
+// (a="x",b="y"); values holding commas or quotes are not expected here.
+func label(labels, name string) string {
+	for _, kv := range strings.Split(labels, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if ok && k == name {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 func serverFigures(before, idle0, idle1, busy sample, workers int, sessions, calls int64, idle time.Duration) ServerFigures {
@@ -279,6 +383,20 @@ func (r *Report) Print(w io.Writer) {
 			s.CPUIdleS, s.CPUPerWorkerMS, s.CPUBusyS, s.CPUPerCallMS)
 	} else {
 		fmt.Fprintln(w, "server:    no CPU or memory figures (its /metrics could not be read)")
+	}
+	if len(s.Replicas) > 1 {
+		for _, r := range s.Replicas {
+			name := r.Replica
+			if name == "" {
+				name = r.URL
+			}
+			if !r.Available {
+				fmt.Fprintf(w, "  replica %s: no figures (its /metrics could not be read)\n", name)
+				continue
+			}
+			fmt.Fprintf(w, "  replica %s: RSS %.1f MiB busy, CPU %.2fs busy, %d requests, %d tool calls, %d remotes connected\n",
+				name, mib(r.RSSBusy), r.CPUBusyS, r.Requests, r.ToolCalls, r.Remotes)
+		}
 	}
 	fmt.Fprintf(w, "errors:    %d", r.Errors.Total)
 	kinds := make([]string, 0, len(r.Errors.ByKind))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,10 +28,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	m0, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
-	if err != nil {
-		s.errs.add("metrics", err)
-	}
+	m0 := s.scrape(ctx)
 
 	// The fleet's contexts: workers live until the end; remotes can be
 	// stopped on their own when the drain times out.
@@ -89,17 +85,11 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	if o.Idle > 0 {
 		_ = waitCtx(ctx, min(2*time.Second, o.Idle))
 	}
-	m1, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
-	if err != nil {
-		s.errs.add("metrics", err)
-	}
+	m1 := s.scrape(ctx)
 	if o.Idle > 0 {
 		_ = waitCtx(ctx, o.Idle)
 	}
-	m2, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
-	if err != nil {
-		s.errs.add("metrics", err)
-	}
+	m2 := s.scrape(ctx)
 	rep.Workers.Watching = s.watching.Load()
 
 	// Busy: create sessions at the rate, drive and follow each.
@@ -109,10 +99,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	var agents sync.WaitGroup
 	s.create(steady, &agents)
 	<-steady.Done()
-	m3, err := scrape(ctx, s.metricsURL(), o.Token, s.tr.pick())
-	if err != nil {
-		s.errs.add("metrics", err)
-	}
+	m3 := s.scrape(ctx)
 	runningAtEnd := s.running.Load() - s.ended.Load()
 	busy := time.Since(busyStart)
 	agents.Wait()
@@ -126,7 +113,8 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 
 	s.fill(rep, busy)
 	rep.Sessions.RunningAtEnd = runningAtEnd
-	rep.Server = serverFigures(m0, m1, m2, m3, o.Workers, runningAtEnd, rep.Calls.Answered, o.Idle)
+	rep.Server = serverFigures(m0.total, m1.total, m2.total, m3.total, o.Workers, runningAtEnd, rep.Calls.Answered, o.Idle)
+	rep.Server.Replicas = replicaFigures(m0, m2, m3)
 	rep.WallS = time.Since(begin).Seconds()
 	if ctx.Err() != nil {
 		return rep, ctx.Err()
@@ -146,9 +134,14 @@ func (s *sim) setup(ctx context.Context) error {
 	o, err := s.admin.Outposts.Get(ctx, name)
 	if client.IsNotFound(err) {
 		o, err = s.admin.Outposts.Create(ctx, api.CreateOutpostRequest{Name: name, Platform: api.PlatformLinux})
+		if err == nil {
+			s.mu.Lock()
+			s.createdOutpost = true
+			s.mu.Unlock()
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("outpost %s: %w", name, err)
+		return fmt.Errorf("outpost %s: %w", name, trustHint(err))
 	}
 	s.outpost = *o
 	s.outpostName = name
@@ -167,6 +160,9 @@ func (s *sim) tokens(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create a machine token for the simulated workers: %w", err)
 		}
+		s.mu.Lock()
+		s.tokenIDs = append(s.tokenIDs, t.ID)
+		s.mu.Unlock()
 		out[i] = t.Secret
 	}
 	return out, nil
@@ -200,7 +196,7 @@ func (s *sim) create(ctx context.Context, agents *sync.WaitGroup) {
 
 func (s *sim) createOne(ctx context.Context, i int, agents *sync.WaitGroup) {
 	start := time.Now()
-	sess, err := s.admin.Sessions.Create(ctx, api.CreateSessionRequest{
+	sess, err := s.nextAdmin().Sessions.Create(ctx, api.CreateSessionRequest{
 		Outpost: s.outpostName, Title: fmt.Sprintf("fleetsim %s session %d", s.run, i),
 		Agent: api.Agent{Kind: api.AgentExternal},
 	})
@@ -231,6 +227,9 @@ func (s *sim) agent(ctx context.Context, ss *session, i int) {
 	case <-ctx.Done():
 		return
 	}
+	// Each agent calls through one server, as an agent behind a balancer
+	// keeps its connection.
+	admin := s.nextAdmin()
 	every := time.Duration(float64(time.Second) / s.opts.CallRate)
 	next := time.Now()
 	for k := 0; ; k++ {
@@ -247,7 +246,7 @@ func (s *sim) agent(ctx context.Context, ss *session, i int) {
 		s.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		start := time.Now()
-		res, err := s.admin.Sessions.CallTool(cctx, ss.id, api.ToolExec, api.ExecArgs{Argv: []string{callProgram, callID}})
+		res, err := admin.Sessions.CallTool(cctx, ss.id, api.ToolExec, api.ExecArgs{Argv: []string{callProgram, callID}})
 		d := time.Since(start)
 		cancel()
 		switch {
@@ -271,7 +270,7 @@ func (s *sim) agent(ctx context.Context, ss *session, i int) {
 // the time from its remote sending it to the follower seeing it.
 func (s *sim) follow(ctx context.Context, ss *session) {
 	seen := map[int64]bool{}
-	err := s.admin.Sessions.Follow(ctx, ss.id, 0, func(ev api.Event) error {
+	err := s.nextAdmin().Sessions.Follow(ctx, ss.id, 0, func(ev api.Event) error {
 		if ev.Type != api.EventResult || ev.CallSeq <= 0 || seen[ev.CallSeq] {
 			return nil
 		}
@@ -296,7 +295,13 @@ func (s *sim) drain(ctx context.Context, stopRemotes func()) error {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, s.opts.Drain)
+	// Cancelled (Ctrl-C): the sessions are still ended, within a shorter
+	// bound, so that none is left running on the server.
+	bound := s.opts.Drain
+	if ctx.Err() != nil {
+		bound = min(bound, cleanupTimeout)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -313,7 +318,7 @@ func (s *sim) drain(ctx context.Context, stopRemotes func()) error {
 	for s.ended.Load() < s.running.Load() {
 		if waitCtx(dctx, 50*time.Millisecond+rand.N(10*time.Millisecond)) != nil {
 			stopRemotes()
-			return fmt.Errorf("%d remotes still connected %s after the end: %w", s.running.Load()-s.ended.Load(), s.opts.Drain, dctx.Err())
+			return fmt.Errorf("%d remotes still connected %s after the end: %w", s.running.Load()-s.ended.Load(), bound, dctx.Err())
 		}
 	}
 	return nil
@@ -398,12 +403,16 @@ func (s *sim) progress(begin time.Time) func() {
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
-// metricsURL is where the server's metrics are read.
-func (s *sim) metricsURL() string {
-	if s.opts.MetricsURL != "" {
-		return s.opts.MetricsURL
+// metricsURLs are where the server's metrics are read.
+func (s *sim) metricsURLs() []string {
+	if len(s.opts.MetricsURLs) > 0 {
+		return s.opts.MetricsURLs
 	}
-	return strings.TrimSuffix(s.opts.Server, "/") + "/metrics"
+	out := make([]string, len(s.opts.Servers))
+	for i, u := range s.opts.Servers {
+		out[i] = u + "/metrics"
+	}
+	return out
 }
 
 // stopPaced stops the workers startConcurrency at a time: each says

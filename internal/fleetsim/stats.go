@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -93,8 +94,8 @@ func (e *errorLog) snapshot() (map[string]int64, []string) {
 	return k, slices.Clone(e.first)
 }
 
-// transports are the HTTP transports of the simulated fleet. Against a
-// server on a loopback address on Linux, connections are spread over the
+// transports are the HTTP transports of the simulated fleet. Against
+// servers on loopback addresses on Linux, connections are spread over the
 // source addresses 127.0.0.2 to 127.0.0.9: one source address and the
 // server's one port give at most ~28,000 ephemeral ports, fewer than
 // 10,000 watchers plus their requests and remotes need while closed
@@ -107,9 +108,15 @@ type transports struct {
 // sourceAddrs is how many loopback source addresses connections use.
 const sourceAddrs = 8
 
-func newTransports(serverURL string, perHost int) *transports {
+// newTransports returns the transports to servers; tlsCfg (nil: the
+// system's roots) is every connection's TLS configuration.
+func newTransports(servers []string, perHost int, tlsCfg *tls.Config) *transports {
+	local := runtime.GOOS == "linux"
+	for _, u := range servers {
+		local = local && loopback(u)
+	}
 	var srcs []net.Addr
-	if runtime.GOOS == "linux" && loopback(serverURL) {
+	if local {
 		for i := range sourceAddrs {
 			srcs = append(srcs, &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))})
 		}
@@ -129,6 +136,9 @@ func newTransports(serverURL string, perHost int) *transports {
 		tr.IdleConnTimeout = 2 * time.Minute
 		tr.ForceAttemptHTTP2 = false
 		tr.DisableCompression = true
+		if tlsCfg != nil {
+			tr.TLSClientConfig = tlsCfg.Clone()
+		}
 		t.clients = append(t.clients, &http.Client{Transport: tr})
 	}
 	return t

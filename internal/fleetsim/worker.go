@@ -28,7 +28,9 @@ func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
 	hc := s.tr.own()
 	base := hc.Transport
 	hc.Transport = &timed{base: base, sim: s, open: open}
-	c, err := client.New(s.opts.Server, token, client.WithHTTPClient(hc), client.WithUserAgent("outpost-fleetsim"))
+	// Workers are spread round robin over the servers, as a balancer
+	// would spread their connections.
+	c, err := client.New(s.server(i), token, client.WithHTTPClient(hc), client.WithUserAgent("outpost-fleetsim"))
 	if err != nil {
 		return nil, err
 	}
