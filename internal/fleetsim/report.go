@@ -193,7 +193,7 @@ func (s *sim) scrape(ctx context.Context) samples {
 	for i, u := range urls {
 		wg.Go(func() {
 			m, err := scrape(ctx, u, s.opts.Token, s.tr.pick())
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				s.errs.add("metrics", err)
 			}
 			out.each[i] = m

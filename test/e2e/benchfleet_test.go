@@ -3,11 +3,21 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/fleetsim"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // benchFleetArgs is a small fleet: 50 workers, 10 sessions making a call
@@ -24,7 +34,7 @@ var benchFleetArgs = []string{"bench", "fleet", "--workers", "50", "--sessions",
 func TestBenchFleetLocalSQLite(t *testing.T) {
 	t.Parallel()
 	out := run(t, []string{"HOME=" + t.TempDir()}, append(benchFleetArgs, "--local", "--reconnect-every", "1s")...)
-	rep := checkFleetReport(t, out)
+	rep := checkFleetReport(t, out, 50, 10)
 	if rep.Remotes.Reconnects == 0 {
 		t.Errorf("no remote reconnected with --reconnect-every 1s: %+v", rep.Remotes)
 	}
@@ -38,27 +48,29 @@ func TestBenchFleetPostgres(t *testing.T) {
 	pg := pgtest.StartT(t, pgtest.Options{})
 	c := startCluster(t, "--database", pg.Database(t))
 	out := run(t, c.env(c.admin), benchFleetArgs...)
-	rep := checkFleetReport(t, out)
+	rep := checkFleetReport(t, out, 50, 10)
 	if rep.Errors.Total != 0 || rep.Calls.Failed != 0 {
 		t.Errorf("errors %d, failed calls %d: %v", rep.Errors.Total, rep.Calls.Failed, rep.Errors.First)
 	}
 }
 
-func checkFleetReport(t *testing.T, out string) *fleetsim.Report {
+// checkFleetReport checks the report of a run of workers and sessions
+// making a call a second with 4 KiB of output for 5 seconds.
+func checkFleetReport(t *testing.T, out string, workers int, sessions int64) *fleetsim.Report {
 	t.Helper()
 	var rep fleetsim.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("bench fleet --json printed %q: %v", out, err)
 	}
-	if rep.Workers.Requested != 50 || rep.Workers.Watching != 50 {
-		t.Errorf("workers: %+v, want all 50 watching", rep.Workers)
+	if rep.Workers.Requested != workers || rep.Workers.Watching != int64(workers) {
+		t.Errorf("workers: %+v, want all %d watching", rep.Workers, workers)
 	}
-	if s := rep.Sessions; s.Created != 10 || s.Started != 10 || s.Ended != 10 {
-		t.Errorf("sessions: %+v, want 10 created, started and ended", s)
+	if s := rep.Sessions; s.Created != sessions || s.Started != sessions || s.Ended != sessions {
+		t.Errorf("sessions: %+v, want %d created, started and ended", s, sessions)
 	}
 	k := rep.Calls
-	// Ten sessions at a call a second for five seconds make about 50.
-	if k.Answered < 20 {
+	// Each session at a call a second for five seconds makes about 5.
+	if k.Answered < 2*sessions {
 		t.Errorf("only %d calls answered: %+v", k.Answered, k)
 	}
 	if k.Lost != 0 || k.Duplicated != 0 || k.WithoutID != 0 {
@@ -78,7 +90,7 @@ func checkFleetReport(t *testing.T, out string) *fleetsim.Report {
 			t.Errorf("%s latency: %+v, want samples and positive, ordered percentiles", name, d)
 		}
 	}
-	if rep.Latency.Claim.N != 10 || rep.Latency.Dispatch.N != 10 {
+	if int64(rep.Latency.Claim.N) != sessions || int64(rep.Latency.Dispatch.N) != sessions {
 		t.Errorf("%d claims and %d dispatches measured, want one per session", rep.Latency.Claim.N, rep.Latency.Dispatch.N)
 	}
 	if s := rep.Server; !s.Available || s.RSSBefore <= 0 || s.RSSBusy <= 0 || s.CPUBusyS <= 0 || s.CPUPerCallMS <= 0 {
@@ -88,4 +100,196 @@ func checkFleetReport(t *testing.T, out string) *fleetsim.Report {
 		t.Errorf("throughput: %+v", rep.Throughput)
 	}
 	return &rep
+}
+
+// TestBenchFleetReplicas runs `outpost bench fleet --local --replicas 2`
+// on PostgreSQL: two server processes on one database, the fleet spread
+// over both. Every call runs exactly once, and each replica served
+// requests; the run removes its outpost and machine tokens at the end.
+func TestBenchFleetReplicas(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	args := []string{"bench", "fleet", "--local", "--replicas", "2", "--database", pg.Database(t),
+		"--workers", "30", "--sessions", "6", "--followers", "3", "--create-rate", "20/s", "--call-rate", "1/s",
+		"--output", "4KiB", "--frame", "1KiB", "--duration", "5s", "--idle", "1s", "--json"}
+	out := run(t, []string{"HOME=" + t.TempDir()}, args...)
+	rep := checkFleetReport(t, out, 30, 6)
+	if rep.Errors.Total != 0 || rep.Calls.Failed != 0 {
+		t.Errorf("errors %d, failed calls %d: %v", rep.Errors.Total, rep.Calls.Failed, rep.Errors.First)
+	}
+	servers := strings.Split(rep.Config.Server, ",")
+	if len(servers) != 2 || servers[0] == servers[1] {
+		t.Fatalf("the report names the servers %q, want two replicas", rep.Config.Server)
+	}
+	if len(rep.Server.Replicas) != 2 {
+		t.Fatalf("figures of %d replicas, want 2: %+v", len(rep.Server.Replicas), rep.Server.Replicas)
+	}
+	t.Logf("replicas: %+v", rep.Server.Replicas)
+	var remotes, rss int64
+	for i, r := range rep.Server.Replicas {
+		if !r.Available || r.URL != servers[i]+"/metrics" || r.Replica != fmt.Sprintf("fleetsim-r%d", i+1) {
+			t.Errorf("replica %d: %+v, want the figures of fleetsim-r%d at %s", i, r, i+1, servers[i])
+		}
+		// 15 workers heartbeat and watch through each replica, and the
+		// creator, the agents and the followers alternate between them.
+		if r.Requests < 15 || r.RSSBusy <= 0 {
+			t.Errorf("replica %s served %d requests with RSS %d: want both to have served", r.Replica, r.Requests, r.RSSBusy)
+		}
+		remotes += r.Remotes
+		rss += r.RSSBusy
+	}
+	if remotes != rep.Sessions.RunningAtEnd {
+		t.Errorf("%d remotes connected to the replicas' gateways, want the %d sessions running", remotes, rep.Sessions.RunningAtEnd)
+	}
+	if rss != rep.Server.RSSBusy {
+		t.Errorf("server RSS %d, want the replicas' sum %d", rep.Server.RSSBusy, rss)
+	}
+	if c := rep.Cleanup; c.OutpostDeleted != rep.Outpost || c.TokensRevoked != 1 || c.TokensMinted != 1 || len(c.Errors) > 0 {
+		t.Errorf("cleanup: %+v, want outpost %s deleted and its token revoked", c, rep.Outpost)
+	}
+}
+
+// benchFleetSmall is a short run against a server given by --server.
+var benchFleetSmall = []string{"bench", "fleet", "--workers", "6", "--sessions", "2", "--create-rate", "20/s",
+	"--call-rate", "2/s", "--output", "1KiB", "--duration", "2s", "--idle", "-1s", "--json"}
+
+// fleetLeftovers lists the outposts and the live (unrevoked) tokens named
+// fleetsim-… on the server, as an admin sees them.
+func fleetLeftovers(t *testing.T, c *cluster) (outposts, tokens []string) {
+	t.Helper()
+	cl, err := client.New(c.url, c.admin, client.WithHTTPClient(c.client()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ol, err := cl.Outposts.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ol.Items {
+		if strings.HasPrefix(o.Spec.Name, "fleetsim-") {
+			outposts = append(outposts, o.Spec.Name)
+		}
+	}
+	tl, err := cl.Tokens.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range tl.Items {
+		if strings.HasPrefix(tok.Name, "fleetsim-") && tok.RevokedAt == nil {
+			tokens = append(tokens, tok.Name)
+		}
+	}
+	return outposts, tokens
+}
+
+// TestBenchFleetCleansUp: against --server, a run removes the outpost it
+// created and revokes the machine tokens it minted; --keep keeps both; an
+// outpost given with --outpost that existed before is kept, its sessions
+// ended, the tokens revoked; an interrupted run cleans up too.
+func TestBenchFleetCleansUp(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	env := c.env(c.admin)
+
+	rep := checkSmallFleet(t, run(t, env, benchFleetSmall...))
+	if o, tok := fleetLeftovers(t, c); len(o) != 0 || len(tok) != 0 {
+		t.Errorf("after a run: outposts %v and tokens %v are left", o, tok)
+	}
+	if cl := rep.Cleanup; cl.OutpostDeleted != rep.Outpost || cl.TokensRevoked != 1 {
+		t.Errorf("cleanup %+v, want outpost %s deleted and 1 token revoked", cl, rep.Outpost)
+	}
+
+	rep = checkSmallFleet(t, run(t, env, append(benchFleetSmall, "--keep")...))
+	o, tok := fleetLeftovers(t, c)
+	if len(o) != 1 || o[0] != rep.Outpost || len(tok) != 1 || !strings.HasPrefix(tok[0], rep.Outpost+"-") {
+		t.Errorf("after a run with --keep: outposts %v and tokens %v, want %s and its token", o, tok, rep.Outpost)
+	}
+	if !rep.Cleanup.Kept || rep.Cleanup.TokensRevoked != 0 || rep.Cleanup.OutpostDeleted != "" {
+		t.Errorf("cleanup with --keep: %+v", rep.Cleanup)
+	}
+	if code := c.api("DELETE", "/v1/outposts/"+rep.Outpost+"?force=true", c.admin, nil, nil); code != 204 {
+		t.Fatalf("delete the kept outpost: %d", code)
+	}
+	var toks api.TokenList
+	c.api("GET", "/v1/tokens", c.admin, nil, &toks)
+	for _, tk := range toks.Items {
+		if strings.HasPrefix(tk.Name, "fleetsim-") && tk.RevokedAt == nil {
+			c.api("DELETE", "/v1/tokens/"+tk.ID, c.admin, nil, nil)
+		}
+	}
+
+	// An outpost of its own is kept, its sessions ended.
+	if code := c.api("POST", "/v1/outposts", c.admin, api.CreateOutpostRequest{Name: "fleetsim-mine"}, nil); code != 201 && code != 200 {
+		t.Fatalf("create outpost: %d", code)
+	}
+	rep = checkSmallFleet(t, run(t, env, append(benchFleetSmall, "--outpost", "fleetsim-mine")...))
+	o, tok = fleetLeftovers(t, c)
+	if len(o) != 1 || o[0] != "fleetsim-mine" || len(tok) != 0 {
+		t.Errorf("after a run on an outpost of its own: outposts %v and tokens %v, want fleetsim-mine alone", o, tok)
+	}
+	if rep.Cleanup.OutpostDeleted != "" || rep.Cleanup.TokensRevoked != 1 {
+		t.Errorf("cleanup on an outpost of its own: %+v", rep.Cleanup)
+	}
+	var q api.QueueList
+	c.api("GET", "/v1/queue?outpost=fleetsim-mine", c.admin, nil, &q)
+	for _, e := range q.Items {
+		if s := c.session(e.Metadata.SessionID); !api.IsFinal(s.Status.Status) {
+			t.Errorf("session %s is %s after the run, want ended", e.Metadata.SessionID, s.Status.Status)
+		}
+		waitfor.Within(t, 30*time.Second, "the claim of "+e.Metadata.SessionID+" released", func() bool {
+			return c.released(e.Metadata.SessionID, c.admin)
+		})
+	}
+
+	// Interrupted while sessions run: the outpost and token go all the same.
+	p := start(t, "bench", env, "bench", "fleet", "--workers", "6", "--sessions", "2", "--duration", "5m", "--idle", "-1s", "--progress", "200ms", "--outpost", "fleetsim-interrupted")
+	waitfor.Within(t, 60*time.Second, "the interrupted run's sessions to run", func() bool {
+		return strings.Contains(p.out.String(), "2 running")
+	})
+	_ = p.stop(syscall.SIGINT, 40*time.Second)
+	if !strings.Contains(p.out.String(), "removed outpost fleetsim-interrupted and 1 machine token") {
+		t.Errorf("an interrupted run did not say what it removed:\n%s", p.out.String())
+	}
+	if o, tok := fleetLeftovers(t, c); len(o) != 1 || len(tok) != 0 {
+		t.Errorf("after an interrupted run: outposts %v and tokens %v are left, want fleetsim-mine alone", o, tok)
+	}
+}
+
+// checkSmallFleet checks a run of benchFleetSmall: its calls ran exactly once.
+func checkSmallFleet(t *testing.T, out string) *fleetsim.Report {
+	t.Helper()
+	var rep fleetsim.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench fleet --json printed %q: %v", out, err)
+	}
+	if k := rep.Calls; k.Answered == 0 || k.Lost != 0 || k.Duplicated != 0 || rep.Sessions.Ended != 2 {
+		t.Errorf("calls %+v, sessions %+v: want calls answered, each run once, both sessions ended", k, rep.Sessions)
+	}
+	return &rep
+}
+
+// TestBenchFleetTLS runs the simulator against an https server signed by
+// a private CA: without the CA it stops at once saying to give
+// --ca-file; with --ca-file every client (API, watches, the gateway's
+// wss://) trusts it.
+func TestBenchFleetTLS(t *testing.T) {
+	t.Parallel()
+	c := startTLSCluster(t)
+	env := withoutCA(c.env(c.admin))
+
+	cmd := exec.Command(binary, benchFleetSmall...)
+	cmd.Env = append(os.Environ(), env...)
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "--ca-file") {
+		t.Errorf("without the CA: %v, %s; want a failure saying to give --ca-file", err, b)
+	}
+
+	rep := checkSmallFleet(t, run(t, env, append(benchFleetSmall, "--ca-file", c.caFile)...))
+	if !strings.HasPrefix(rep.Config.Server, "https://") || rep.Errors.Total != 0 || !rep.Server.Available {
+		t.Errorf("over TLS: server %s, errors %v, server figures %+v", rep.Config.Server, rep.Errors.First, rep.Server)
+	}
+	if rep.Cleanup.OutpostDeleted != rep.Outpost {
+		t.Errorf("over TLS, cleanup %+v", rep.Cleanup)
+	}
 }
