@@ -210,7 +210,7 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 		return fmt.Errorf("fleet simulation: %w", err)
 	}
 	if rep.Calls.Lost > 0 || rep.Calls.Duplicated > 0 {
-		return fmt.Errorf("fleet simulation: %d calls answered but never run, %d calls run more than once", rep.Calls.Lost, rep.Calls.Duplicated)
+		return codeError{exitFailed, fmt.Errorf("fleet simulation: %d calls answered but never run, %d calls run more than once", rep.Calls.Lost, rep.Calls.Duplicated)}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,11 +49,41 @@ func TestBenchFleetRefusesBadFlags(t *testing.T) {
 		{[]string{"--output", "huge"}, "--output"},
 		{[]string{"--frame", "0"}, "--frame"},
 		{[]string{"--server", "http://127.0.0.1:1"}, "admin token is required"},
+		{[]string{"--local", "--replicas", "2"}, "--replicas 2 needs --database postgres://"},
+		{[]string{"--local", "--replicas", "3", "--database", "/tmp/outpost.db"}, "--replicas 3 needs --database postgres://"},
+		{[]string{"--local", "--replicas", "0"}, "--replicas must be at least 1"},
+		{[]string{"--replicas", "2", "--server", "http://127.0.0.1:1", "--token", "t"}, "--replicas needs --local"},
+		{[]string{"--server", "http://127.0.0.1:1,127.0.0.1:2", "--token", "t"}, `--server "127.0.0.1:2"`},
+		{[]string{"--server", " , ", "--token", "t"}, "--server is empty"},
+		{[]string{"--metrics-url", "nowhere", "--server", "http://127.0.0.1:1", "--token", "t"}, "--metrics-url"},
+		{[]string{"--local", "--ca-file", "ca.pem"}, "--ca-file is for an https --server"},
 	} {
 		tf := newTestFactory(t, nil)
 		code := tf.run(t, append([]string{"bench", "fleet"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(tf.errOut.String(), tc.want) {
 			t.Errorf("bench fleet %v: exit %d, %q; want exit %d and %q", tc.args, code, tf.errOut.String(), exitUsage, tc.want)
+		}
+	}
+}
+
+// TestBenchFleetRefusesBadCAFile: a CA file that cannot be read, or holds
+// no certificate, stops the command before any request, saying which
+// file and where it came from.
+func TestBenchFleetRefusesBadCAFile(t *testing.T) {
+	t.Parallel()
+	empty := filepath.Join(t.TempDir(), "empty.pem")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for file, want := range map[string]string{missing: "cannot be read", empty: "holds no PEM certificate"} {
+		tf := newTestFactory(t, nil)
+		// Port 1 refuses connections: an attempt to reach it would fail
+		// with another message.
+		code := tf.run(t, "bench", "fleet", "--server", "https://127.0.0.1:1", "--token", "t", "--ca-file", file)
+		msg := tf.errOut.String()
+		if code != exitError || !strings.Contains(msg, file) || !strings.Contains(msg, want) || !strings.Contains(msg, "--ca-file") {
+			t.Errorf("--ca-file %s: exit %d, %q; want exit 3 naming the file, %q and --ca-file", file, code, msg, want)
 		}
 	}
 }
