@@ -57,6 +57,9 @@ go_goroutines{replica="a"} 10
 	if s.cpu != 3.75 || s.rss != 3<<20 {
 		t.Fatalf("scrape = cpu %v rss %d, want 3.75 and %d", s.cpu, s.rss, 3<<20)
 	}
+	if s.replica != "a,b" {
+		t.Errorf("scrape read the replicas %q, want a,b", s.replica)
+	}
 	if _, err := scrape(context.Background(), srv.URL+"/metrics", "bad", srv.Client()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scrape with a bad token: %v, want the 401", err)
 	}
@@ -116,5 +119,70 @@ func TestLoopback(t *testing.T) {
 		if got := loopback(u); got != want {
 			t.Errorf("loopback(%q) = %v, want %v", u, got, want)
 		}
+	}
+}
+
+// TestScrapeReadsServerCounters reads one replica's request, remote and
+// tool call counters, summed over their labels, and its replica label.
+func TestScrapeReadsServerCounters(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`process_cpu_seconds_total{replica="r1"} 2
+process_resident_memory_bytes{replica="r1"} 1000
+outpost_http_request_duration_seconds_bucket{method="GET",replica="r1",le="0.001"} 3
+outpost_http_request_duration_seconds_count{method="GET",replica="r1"} 7
+outpost_http_request_duration_seconds_count{method="POST",replica="r1"} 5
+outpost_gateway_remotes{replica="r1"} 4
+outpost_tool_calls_total{ok="true",replica="r1",tool="exec"} 30
+outpost_tool_calls_total{ok="false",replica="r1",tool="exec"} 2
+`))
+	}))
+	defer srv.Close()
+	s, err := scrape(context.Background(), srv.URL, "tok", srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.replica != "r1" || s.requests != 12 || s.remotes != 4 || s.toolCalls != 32 {
+		t.Fatalf("scrape = %+v, want replica r1, 12 requests, 4 remotes, 32 tool calls", s)
+	}
+}
+
+// TestReplicaFigures: each URL's figures are the differences of its own
+// samples; one that failed a reading has none.
+func TestReplicaFigures(t *testing.T) {
+	t.Parallel()
+	urls := []string{"http://a/metrics", "http://b/metrics"}
+	before := samples{urls: urls, each: []sample{{ok: true, requests: 10, toolCalls: 1}, {ok: true}}}
+	idle := samples{urls: urls, each: []sample{{ok: true, cpu: 1, rss: 100}, {ok: false}}}
+	busy := samples{urls: urls, each: []sample{{ok: true, cpu: 3.5, rss: 150, requests: 40, remotes: 2, toolCalls: 11, replica: "ra"}, {ok: true, replica: "rb"}}}
+	got := replicaFigures(before, idle, busy)
+	want := []ReplicaFigures{
+		{URL: "http://a/metrics", Replica: "ra", Available: true, RSSIdle: 100, RSSBusy: 150, CPUBusyS: 2.5, Requests: 30, Remotes: 2, ToolCalls: 10},
+		{URL: "http://b/metrics", Replica: "rb"},
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("replicaFigures = %+v, want %+v", got, want)
+	}
+}
+
+// TestTransportsTrustTheCA: the simulator's connections trust the CA it
+// is given, and without it refuse a private CA's certificate.
+func TestTransportsTrustTheCA(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	trusting := newTransports([]string{srv.URL}, 1, srv.Client().Transport.(*http.Transport).TLSClientConfig)
+	defer trusting.close()
+	for range 2 { // each source address's transport
+		resp, err := trusting.pick().Get(srv.URL)
+		if err != nil {
+			t.Fatalf("with the CA: %v", err)
+		}
+		resp.Body.Close()
+	}
+	bare := newTransports([]string{srv.URL}, 1, nil)
+	defer bare.close()
+	if _, err := bare.pick().Get(srv.URL); err == nil || !strings.Contains(trustHint(err).Error(), "--ca-file") {
+		t.Fatalf("without the CA: %v, want a certificate error saying to give --ca-file", err)
 	}
 }
