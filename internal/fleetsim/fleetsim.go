@@ -145,7 +145,7 @@ func (o *Options) defaults() error {
 // sim is one run's state.
 type sim struct {
 	opts        Options
-	run         string // random id of the run, in names
+	run         string           // random id of the run, in names
 	admin       *client.Client   // admins[0]: setup, drain and cleanup
 	admins      []*client.Client // one per server, round robin by nextAdmin
 	nextAdm     atomic.Uint64
