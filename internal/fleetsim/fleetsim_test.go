@@ -186,3 +186,25 @@ func TestTransportsTrustTheCA(t *testing.T) {
 		t.Fatalf("without the CA: %v, want a certificate error saying to give --ca-file", err)
 	}
 }
+
+// TestPrintShowsReplicas: with several replicas the report has a line
+// for each, and a replica without figures says so.
+func TestPrintShowsReplicas(t *testing.T) {
+	t.Parallel()
+	var r Report
+	r.Server.Available = true
+	r.Server.Replicas = []ReplicaFigures{
+		{URL: "http://a/metrics", Replica: "r1", Available: true, RSSBusy: 3 << 20, CPUBusyS: 1.5, Requests: 40, ToolCalls: 7, Remotes: 2},
+		{URL: "http://b/metrics"},
+	}
+	var b strings.Builder
+	r.Print(&b)
+	for _, want := range []string{
+		"replica r1: RSS 3.0 MiB busy, CPU 1.50s busy, 40 requests, 7 tool calls, 2 remotes connected",
+		"replica http://b/metrics: no figures",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
