@@ -92,6 +92,9 @@ type OutpostLoad struct {
 	MaxRunning int
 	// Held counts the outpost's other entries whose claims are held.
 	Held int
+	// Desktop is the outpost's desktop setting as the claim's transaction
+	// read it (nil: none, or the outpost is gone).
+	Desktop *api.OutpostDesktop
 }
 
 // NextFilter narrows ClaimNext's pick.

@@ -279,9 +279,16 @@ func (d Dialect) HeldClaimsSQL() string {
 		AND ` + d.Expiry() + ` > $3 AND session_id <> $4`
 }
 
-// OutpostLimitsSQL reads max_running of the outpost of session $1's queue
-// entry; it answers no row when the entry or its outpost is gone.
-const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
+// ClaimReadsSQL is what a claim of session $1 reads besides the session's
+// state and entry, in one statement that always answers one row: the
+// highest event seq (0 when none); max_running and desktop_json of the
+// outpost of the session's entry (NULL when the entry or the outpost is
+// gone); and 1 when some webhook is enabled, 0 when none is, so a claim
+// emits no delivery that no subscription could take.
+const ClaimReadsSQL = `SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1),
+	o.max_running, o.desktop_json,
+	CASE WHEN EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN 1 ELSE 0 END
+	FROM (SELECT CAST($1 AS TEXT) AS id) one LEFT JOIN queue q ON q.session_id = one.id LEFT JOIN outposts o ON o.id = q.outpost_id`
 
 // OutpostLimitSQL reads max_running of outpost $1, to be locked (the
 // dialect's Lock.Outpost).

@@ -150,6 +150,12 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		sess    store.Session
 		e       store.QueueEntry
 		seq     int64
+		// seqRead: seq was read with the first batch (a claim's reads),
+		// not to be read on demand.
+		seqRead bool
+		// noHooks: the claim's reads found no enabled webhook, so the
+		// write emits no delivery.
+		noHooks bool
 	}
 	// The first batch begins the transaction and takes the session row's
 	// lock, which orders it after every other writer of the session; the
@@ -169,20 +175,31 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			}
 			return err
 		}, GetEntrySQL, u.id)
-		u.seq = 0
-		if !s.d.SeqOnDemand {
-			b.QueryRow(func(row Scanner) error { return row.Scan(&u.seq) }, MaxEventSeqSQL, u.id)
-		}
-		if claim {
-			u.load, u.limited = store.OutpostLoad{}, false
+		u.seq, u.seqRead, u.noHooks = 0, false, false
+		switch {
+		case claim:
+			// A claim nearly always appends events: its seq comes with
+			// the outpost's limit and desktop, in one statement.
+			u.load, u.limited, u.seqRead = store.OutpostLoad{}, false, true
 			b.QueryRow(func(row Scanner) error {
-				err := row.Scan(&u.load.MaxRunning)
-				if errors.Is(err, sql.ErrNoRows) {
-					return nil // no entry or no outpost: no limit to hold
+				var limit sql.NullInt64 // NULL: no entry or no outpost, no limit to hold
+				var desktop sql.NullString
+				var hooks int
+				if err := row.Scan(&u.seq, &limit, &desktop, &hooks); err != nil {
+					return err
 				}
-				u.limited = err == nil && u.load.MaxRunning > 0
-				return err
-			}, OutpostLimitsSQL, u.id)
+				u.load.MaxRunning = int(limit.Int64)
+				u.limited = u.load.MaxRunning > 0
+				u.noHooks = hooks == 0
+				d, err := ScanDesktop(desktop)
+				if err != nil {
+					return fmt.Errorf("outpost desktop: %w", err)
+				}
+				u.load.Desktop = d
+				return nil
+			}, ClaimReadsSQL, u.id)
+		case !s.d.SeqOnDemand:
+			b.QueryRow(func(row Scanner) error { return row.Scan(&u.seq) }, MaxEventSeqSQL, u.id)
 		}
 	}
 	begin, body := first, func(Tx) error { return nil }
@@ -229,18 +246,24 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		if u.m, u.fnErr = fn(u.sess, u.e, u.load); u.fnErr != nil {
 			return u.fnErr
 		}
-		if s.d.SeqOnDemand && len(u.m.Events) > 0 {
+		if s.d.SeqOnDemand && !u.seqRead && len(u.m.Events) > 0 {
 			// Most updates append no event; the dialect reads the seq
 			// only for those that do.
 			if err := tx.QueryRow(ctx, MaxEventSeqSQL, u.id).Scan(&u.seq); err != nil {
 				return fmt.Errorf("max event seq: %w", err)
 			}
 		}
-		hooks, err := sessionWebhookEvents(u.sess, u.e, &u.m, time.Now())
-		if err != nil {
-			return err
+		var hooks []store.WebhookEvent
+		if !u.noHooks {
+			// A webhook created meanwhile may miss this change, as one
+			// created between the emit and the commit would: a
+			// subscription sees the changes that commit after it did.
+			var err error
+			if hooks, err = sessionWebhookEvents(u.sess, u.e, &u.m, time.Now()); err != nil {
+				return err
+			}
 		}
-		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, &u.m, hooks)
+		return s.applyMutation(ctx, tx, u.id, u.seq, u.e, &u.m, hooks)
 	})
 	if u.fnErr != nil {
 		return store.Mutation{}, u.fnErr
@@ -257,15 +280,16 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 // heldClaimsSQL is the dialect's HeldClaimsSQL.
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 
-// applyMutation writes m for session id of outpost outpostID, whose
-// highest event seq is seq (0 when the dialect reads it on demand and m
-// appends no events), in one batch, assigning revs and seqs into m.
-// The queue entry is written last but for its notification: its rev locks
-// the global counter.
+// applyMutation writes m for session id, whose entry the transaction read
+// as prev and whose highest event seq is seq (0 when the dialect reads it
+// on demand and m appends no events), in one batch, assigning revs and
+// seqs into m. The queue entry is written last but for its notification:
+// its rev locks the global counter.
 //
 // The deliveries of hooks, the webhook events of the write, go in the same
 // batch: the outbox commits with the change it reports.
-func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation, hooks []store.WebhookEvent) error {
+func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, prev store.QueueEntry, m *store.Mutation, hooks []store.WebhookEvent) error {
+	outpostID := prev.OutpostID
 	// Sized for every statement m can take (state, events, calls, tokens,
 	// the entry's four), so queueing never grows it.
 	b := &Batch{Items: make([]BatchItem, 0, 5+len(m.Events)+len(m.Calls)+len(m.ConnectTokens))}
@@ -296,7 +320,9 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	queueWebhookEvents(b, hooks)
 	if m.Entry != nil {
 		m.Entry.SessionID = id
-		b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
+		if staleTokens(prev, *m.Entry) {
+			b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
+		}
 		s.db.QueueUpsertEntry(b, m.Entry)
 	}
 	if b.Len() == 0 {
@@ -308,6 +334,19 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	// The last statements, with the commit where the plugin can: the rev
 	// counter's lock is held for no round trip of its own.
 	return tx.SendLast(ctx, b)
+}
+
+// staleTokens reports whether writing entry next over prev, as the
+// transaction read it, leaves connect tokens of an older epoch behind.
+// Every write of an entry through applyMutation deletes the tokens of
+// epochs before its own, and tokens are issued only by a claim, for the
+// epoch it gives the entry, which a claimed entry keeps until a write
+// that moves it on (only requeue makes an entry pending, always with a
+// new epoch). So the tokens left are of prev's epoch at most, and only
+// when prev was claimed: they are stale when next has moved past it. A
+// fresh claim of a pending entry, or a renewal, leaves none.
+func staleTokens(prev, next store.QueueEntry) bool {
+	return prev.Phase == api.PhaseClaimed && next.Epoch != prev.Epoch
 }
 
 // queueEvents queues into b the append of events to a transcript whose
