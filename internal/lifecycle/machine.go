@@ -278,8 +278,8 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 // publishes what it committed.
 func (mc *Machine) claimed(ctx context.Context, c *claimTx, m store.Mutation, err error) (Grant, error) {
 	h := mc.opts.Hooks
-	if err != nil && c.checkErr != nil && errors.Is(err, c.checkErr) {
-		return Grant{}, err
+	if err != nil && (c.checkErr != nil && errors.Is(err, c.checkErr) || errors.Is(err, store.ErrNotFound)) {
+		return Grant{}, err // no claim was tried: no session, or check refused
 	}
 	if err != nil {
 		outcome := "error"
@@ -323,9 +323,22 @@ func (mc *Machine) exhausted(ctx context.Context, sessionID string, m store.Muta
 // Release gives acceptor's claim of session sessionID back (see the
 // function Release) and returns the entry as committed.
 func (mc *Machine) Release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
+	return mc.ReleaseIf(ctx, sessionID, acceptor, reason, shutdown, nil)
+}
+
+// ReleaseIf is Release whose transaction first runs check, when not nil,
+// on the entry as it read it under the session's lock, as ClaimIf does:
+// an error from check aborts the release, changes nothing and is returned
+// as is.
+func (mc *Machine) ReleaseIf(ctx context.Context, sessionID, acceptor, reason string, shutdown bool, check func(e store.QueueEntry) error) (store.QueueEntry, error) {
 	now := mc.opts.Now()
 	var ended bool // the release was the session's last attempt
 	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if check != nil {
+			if err := check(e); err != nil {
+				return store.Mutation{}, err
+			}
+		}
 		m, end, err := Release(sess, e, now, acceptor, reason, shutdown, mc.keepEnded())
 		ended = end
 		return m, err

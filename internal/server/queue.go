@@ -238,11 +238,12 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 	// some is checked against the claimer's machine (which reads the
 	// store) outside it, and claimed again.
 	p := principalFrom(ctx)
+	visible := visibleEntry(ctx, id)
 	var unfit store.QueueEntry
 	check := func(fitted bool) func(e store.QueueEntry) error {
 		return func(e store.QueueEntry) error {
-			if e.OutpostID == "" || e.Deleted || !p.allowsOutpost(e.OutpostID) {
-				return errNotQueued(id)
+			if err := visible(e); err != nil {
+				return err
 			}
 			if !fitted && !e.Requirements.IsZero() {
 				unfit = e
@@ -257,6 +258,9 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		res, err = s.life.ClaimIf(ctx, id, req.AcceptorID, p.tokenID, check(true))
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotQueued(id) // no such session
 	}
 	if err != nil {
 		return err
@@ -273,31 +277,34 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest, _ store.QueueEntry) (api.QueueEntry, error) {
-		e, err := s.life.Release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
-		return toAPIEntry(e), err
-	})
-}
-
-// claimAction decodes {"acceptor_id"}, checks the caller may see the entry
-// and runs act (an entry gone meanwhile is lifecycle.ErrGone: 404).
-func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest, e store.QueueEntry) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
 	req, err := decodeAcceptor(w, r)
 	if err != nil {
 		return err
 	}
-	e, err := s.entryFor(ctx, id)
+	e, err := s.life.ReleaseIf(ctx, id, req.AcceptorID, req.Reason, req.Shutdown, visibleEntry(ctx, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotQueued(id) // no such session
+	}
 	if err != nil {
 		return err
 	}
-	out, err := act(ctx, id, req, e)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, toAPIEntry(e))
 	return nil
+}
+
+// visibleEntry is the check, run in a claim's or a release's transaction
+// on the entry it read, that the caller may see the entry: 404, as if
+// missing, for one gone or outside the caller's token.
+func visibleEntry(ctx context.Context, sessionID string) func(e store.QueueEntry) error {
+	p := principalFrom(ctx)
+	return func(e store.QueueEntry) error {
+		if e.OutpostID == "" || e.Deleted || !p.allowsOutpost(e.OutpostID) {
+			return errNotQueued(sessionID)
+		}
+		return nil
+	}
 }
 
 // watchFrom is where a watch stream starts.
