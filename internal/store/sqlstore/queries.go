@@ -283,11 +283,14 @@ func (d Dialect) HeldClaimsSQL() string {
 // state and entry, in one statement that always answers one row: the
 // highest event seq (0 when none); max_running and desktop_json of the
 // outpost of the session's entry (NULL when the entry or the outpost is
-// gone); and 1 when some webhook is enabled, 0 when none is, so a claim
-// emits no delivery that no subscription could take.
+// gone); 1 when some webhook is enabled, 0 when none is, so a claim emits
+// no delivery that no subscription could take; and the lowest epoch of
+// the session's connect tokens (NULL when it has none), so a claim
+// deletes the tokens of older epochs only when there are some.
 const ClaimReadsSQL = `SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1),
 	o.max_running, o.desktop_json,
-	CASE WHEN EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN 1 ELSE 0 END
+	CASE WHEN EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN 1 ELSE 0 END,
+	(SELECT MIN(epoch) FROM connect_tokens WHERE session_id = $1)
 	FROM (SELECT CAST($1 AS TEXT) AS id) one LEFT JOIN queue q ON q.session_id = one.id LEFT JOIN outposts o ON o.id = q.outpost_id`
 
 // OutpostLimitSQL reads max_running of outpost $1, to be locked (the

@@ -156,6 +156,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		// noHooks: the claim's reads found no enabled webhook, so the
 		// write emits no delivery.
 		noHooks bool
+		tokens  tokenEpochs
 	}
 	// The first batch begins the transaction and takes the session row's
 	// lock, which orders it after every other writer of the session; the
@@ -175,7 +176,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			}
 			return err
 		}, GetEntrySQL, u.id)
-		u.seq, u.seqRead, u.noHooks = 0, false, false
+		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
 		switch {
 		case claim:
 			// A claim nearly always appends events: its seq comes with
@@ -185,9 +186,11 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				var limit sql.NullInt64 // NULL: no entry or no outpost, no limit to hold
 				var desktop sql.NullString
 				var hooks int
-				if err := row.Scan(&u.seq, &limit, &desktop, &hooks); err != nil {
+				var oldest sql.NullInt64 // NULL: no connect tokens
+				if err := row.Scan(&u.seq, &limit, &desktop, &hooks, &oldest); err != nil {
 					return err
 				}
+				u.tokens = tokenEpochs{known: true, any: oldest.Valid, oldest: oldest.Int64}
 				u.load.MaxRunning = int(limit.Int64)
 				u.limited = u.load.MaxRunning > 0
 				u.noHooks = hooks == 0
@@ -263,7 +266,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				return err
 			}
 		}
-		return s.applyMutation(ctx, tx, u.id, u.seq, u.e, &u.m, hooks)
+		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, u.tokens, &u.m, hooks)
 	})
 	if u.fnErr != nil {
 		return store.Mutation{}, u.fnErr
@@ -280,16 +283,15 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 // heldClaimsSQL is the dialect's HeldClaimsSQL.
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 
-// applyMutation writes m for session id, whose entry the transaction read
-// as prev and whose highest event seq is seq (0 when the dialect reads it
-// on demand and m appends no events), in one batch, assigning revs and
-// seqs into m. The queue entry is written last but for its notification:
-// its rev locks the global counter.
+// applyMutation writes m for session id of outpost outpostID, whose
+// highest event seq is seq (0 when the dialect reads it on demand and m
+// appends no events) and whose stored connect tokens are as tokens says,
+// in one batch, assigning revs and seqs into m. The queue entry is written
+// last but for its notification: its rev locks the global counter.
 //
 // The deliveries of hooks, the webhook events of the write, go in the same
 // batch: the outbox commits with the change it reports.
-func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, prev store.QueueEntry, m *store.Mutation, hooks []store.WebhookEvent) error {
-	outpostID := prev.OutpostID
+func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, tokens tokenEpochs, m *store.Mutation, hooks []store.WebhookEvent) error {
 	// Sized for every statement m can take (state, events, calls, tokens,
 	// the entry's four), so queueing never grows it.
 	b := &Batch{Items: make([]BatchItem, 0, 5+len(m.Events)+len(m.Calls)+len(m.ConnectTokens))}
@@ -320,7 +322,7 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	queueWebhookEvents(b, hooks)
 	if m.Entry != nil {
 		m.Entry.SessionID = id
-		if staleTokens(prev, *m.Entry) {
+		if tokens.olderThan(m.Entry.Epoch, m.ConnectTokens) {
 			b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
 		}
 		s.db.QueueUpsertEntry(b, m.Entry)
@@ -336,17 +338,27 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	return tx.SendLast(ctx, b)
 }
 
-// staleTokens reports whether writing entry next over prev, as the
-// transaction read it, leaves connect tokens of an older epoch behind.
-// Every write of an entry through applyMutation deletes the tokens of
-// epochs before its own, and tokens are issued only by a claim, for the
-// epoch it gives the entry, which a claimed entry keeps until a write
-// that moves it on (only requeue makes an entry pending, always with a
-// new epoch). So the tokens left are of prev's epoch at most, and only
-// when prev was claimed: they are stale when next has moved past it. A
-// fresh claim of a pending entry, or a renewal, leaves none.
-func staleTokens(prev, next store.QueueEntry) bool {
-	return prev.Phase == api.PhaseClaimed && next.Epoch != prev.Epoch
+// tokenEpochs is what a transaction read of its session's connect
+// tokens, under the session's lock (every writer of them holds it).
+type tokenEpochs struct {
+	known  bool  // read; when not, any token may be there
+	any    bool  // the session has tokens
+	oldest int64 // the lowest epoch of its tokens
+}
+
+// olderThan reports whether the session may hold connect tokens of an
+// epoch before epoch once added are written: a write of its entry at
+// epoch deletes them then, and otherwise has nothing to delete.
+func (t tokenEpochs) olderThan(epoch int64, added []store.ConnectToken) bool {
+	if !t.known || t.any && t.oldest < epoch {
+		return true
+	}
+	for _, ct := range added {
+		if ct.Epoch < epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // queueEvents queues into b the append of events to a transcript whose
