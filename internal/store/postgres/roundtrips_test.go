@@ -74,6 +74,7 @@ func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepar
 // the change's notification. No tokens of an older epoch to delete (the
 // entry was pending), no webhook delivery when no webhook is enabled; a
 // claim whose epoch moves past a claimed one deletes its stale tokens.
+// Any other update reads its transcript's seq with its entry.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	var rt roundTrips
@@ -155,6 +156,21 @@ func TestRoundTrips(t *testing.T) {
 	}
 	if len(evs) != 3 || evs[0].Seq != 1 || evs[1].Type != api.EventClaim || evs[1].Seq != 2 || evs[2].Seq != 3 {
 		t.Errorf("events after create, claim, append: %+v", evs)
+	}
+
+	// An update that records a call and its event (the agent loop's, per
+	// tool call) reads the seq with the entry: four statements.
+	measure("update with a call", 2, 4, func() {
+		_, err := s.UpdateSession(ctx, "s1", func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			return store.Mutation{Calls: []store.Call{{Seq: 1, Tool: api.ToolExec, CreatedAt: now}},
+				Events: []api.Event{{Time: now.UnixMilli(), Type: api.EventCall, CallSeq: 1, Tool: api.ToolExec}}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if evs, err := s.ListEvents(ctx, "s1", 3, 0); err != nil || len(evs) != 1 || evs[0].Seq != 4 {
+		t.Errorf("the update's event: %+v, %v; want seq 4", evs, err)
 	}
 
 	// The claim of a claimed entry by another (its claim lapsed, say)

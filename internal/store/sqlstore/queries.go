@@ -33,6 +33,9 @@ const (
 
 	// GetEntrySQL reads EntryCols of the queue entry of session $1.
 	GetEntrySQL = `SELECT ` + EntryCols + ` FROM queue WHERE session_id = $1`
+	// GetEntrySeqSQL is GetEntrySQL that also reads the highest event seq
+	// of session $1 (0 when none), after EntryCols.
+	GetEntrySeqSQL = `SELECT ` + EntryCols + `, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1) FROM queue WHERE session_id = $1`
 	// NextRevSQL takes the next rev and returns it. The counter row stays
 	// locked until the transaction ends, so revs commit in order.
 	NextRevSQL = `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`

@@ -169,16 +169,30 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			u.sess, err = ScanState(row)
 			return err
 		}, s.sql.getStateLocked, u.id)
+		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
+		// Where the first reads go in one round trip, an update's seq
+		// comes with its entry, in one statement (a claim's with its
+		// other reads); a session without an entry row reads it on
+		// demand.
+		entrySQL, withSeq := GetEntrySQL, !claim && !s.d.SeqOnDemand
+		if withSeq {
+			entrySQL = GetEntrySeqSQL
+		}
 		b.QueryRow(func(row Scanner) (err error) {
+			if withSeq {
+				row = scanAlso{row, &u.seq}
+			}
 			u.e, err = ScanEntry(row)
 			if errors.Is(err, sql.ErrNoRows) {
 				u.e, err = store.QueueEntry{SessionID: u.id}, nil
+				return err
+			}
+			if withSeq {
+				u.seqRead = err == nil
 			}
 			return err
-		}, GetEntrySQL, u.id)
-		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
-		switch {
-		case claim:
+		}, entrySQL, u.id)
+		if claim {
 			// A claim nearly always appends events: its seq comes with
 			// the outpost's limit and desktop, in one statement.
 			u.load, u.limited, u.seqRead = store.OutpostLoad{}, false, true
@@ -201,8 +215,6 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				u.load.Desktop = d
 				return nil
 			}, ClaimReadsSQL, u.id)
-		case !s.d.SeqOnDemand:
-			b.QueryRow(func(row Scanner) error { return row.Scan(&u.seq) }, MaxEventSeqSQL, u.id)
 		}
 	}
 	begin, body := first, func(Tx) error { return nil }
@@ -249,7 +261,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		if u.m, u.fnErr = fn(u.sess, u.e, u.load); u.fnErr != nil {
 			return u.fnErr
 		}
-		if s.d.SeqOnDemand && !u.seqRead && len(u.m.Events) > 0 {
+		if !u.seqRead && len(u.m.Events) > 0 {
 			// Most updates append no event; the dialect reads the seq
 			// only for those that do.
 			if err := tx.QueryRow(ctx, MaxEventSeqSQL, u.id).Scan(&u.seq); err != nil {
@@ -279,6 +291,15 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 	}
 	return u.m, nil
 }
+
+// scanAlso scans a row's columns into the caller's destinations, then
+// its last one into also.
+type scanAlso struct {
+	Scanner
+	also any
+}
+
+func (s scanAlso) Scan(dest ...any) error { return s.Scanner.Scan(append(dest, s.also)...) }
 
 // heldClaimsSQL is the dialect's HeldClaimsSQL.
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
