@@ -20,7 +20,7 @@ type Store interface {
 	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
 
 	GetSession(ctx context.Context, id string) (store.Session, error)
-	ActiveSessions(ctx context.Context) ([]string, error)
+	ListActiveSessions(ctx context.Context) ([]store.Session, error)
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
 	ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error)
 	KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error

@@ -551,6 +551,10 @@ type Store interface {
 	KeepAlive(ctx context.Context, until time.Time, leases ...Lease) error
 	// ActiveSessions returns ids of sessions whose status is not final.
 	ActiveSessions(ctx context.Context) ([]string, error)
+	// ListActiveSessions returns the sessions ActiveSessions lists, oldest
+	// first, in one read and without their secrets (Secrets nil): what
+	// the periodic sweeps decide from, rather than a read of each.
+	ListActiveSessions(ctx context.Context) ([]Session, error)
 
 	// ListArtifactsExpired returns ids of up to limit sessions whose
 	// status is final, that ended strictly before endedBefore and whose
