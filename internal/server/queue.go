@@ -271,7 +271,7 @@ func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
 	// The claimer starts the remote with a desktop when the outpost says
 	// so (as the claim's transaction read it); a claim by id is the
 	// contract's and takes any entry.
-	out.Spec.Desktop = res.Desktop != nil && res.Desktop.Enabled
+	out.Spec.Desktop = outpostWantsDesktop(store.Outpost{Desktop: res.Desktop})
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
