@@ -20,7 +20,7 @@ type Store interface {
 	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
 
 	GetSession(ctx context.Context, id string) (store.Session, error)
-	ActiveSessions(ctx context.Context) ([]string, error)
+	ListActiveSessions(ctx context.Context) ([]store.Session, error)
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
 	ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error)
 	KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error
@@ -143,6 +143,9 @@ type Grant struct {
 	Entry   store.QueueEntry
 	Token   string
 	Renewed bool // the caller held the claim already
+	// Desktop is the outpost's desktop setting as the claim's
+	// transaction read it (nil: none).
+	Desktop *api.OutpostDesktop
 }
 
 // claimTx is one claim's transaction function and what it decided.
@@ -152,6 +155,10 @@ type claimTx struct {
 	// check, when set, runs first on the entry fn sees; its error aborts.
 	check func(e store.QueueEntry) error
 	got   Claimed
+	load  store.OutpostLoad // what the committed try read
+	// checkErr is check's error on the last try: the claim never
+	// started, and counts as no outcome.
+	checkErr error
 }
 
 func (mc *Machine) newClaimTx(acceptor, tokenID string) *claimTx {
@@ -162,9 +169,10 @@ func (mc *Machine) newClaimTx(acceptor, tokenID string) *claimTx {
 
 // fn runs in the store's transaction; the store may run it more than once.
 func (c *claimTx) fn(sess store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error) {
-	c.got = Claimed{}
+	c.got, c.load, c.checkErr = Claimed{}, load, nil
 	if c.check != nil {
 		if err := c.check(e); err != nil {
+			c.checkErr = err
 			return store.Mutation{}, err
 		}
 	}
@@ -186,7 +194,17 @@ func (mc *Machine) Claim(ctx context.Context, sessionID, acceptor string) (Grant
 // claim remembers it, and revoking the token releases the claim
 // (RevokeClaims).
 func (mc *Machine) ClaimWith(ctx context.Context, sessionID, acceptor, tokenID string) (Grant, error) {
+	return mc.ClaimIf(ctx, sessionID, acceptor, tokenID, nil)
+}
+
+// ClaimIf is ClaimWith whose transaction first runs check, when not nil,
+// on the entry as it read it under the session's lock: an error from
+// check aborts the claim, changes nothing and is returned as is. The
+// caller checks there what it would otherwise read the entry for before
+// the claim (that the caller may see it), in the claim's own reads.
+func (mc *Machine) ClaimIf(ctx context.Context, sessionID, acceptor, tokenID string, check func(e store.QueueEntry) error) (Grant, error) {
 	c := mc.newClaimTx(acceptor, tokenID)
+	c.check = check
 	m, err := mc.opts.Store.ClaimSession(ctx, sessionID, c.req.Now, c.fn)
 	return mc.claimed(ctx, c, m, err)
 }
@@ -260,6 +278,9 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 // publishes what it committed.
 func (mc *Machine) claimed(ctx context.Context, c *claimTx, m store.Mutation, err error) (Grant, error) {
 	h := mc.opts.Hooks
+	if err != nil && (c.checkErr != nil && errors.Is(err, c.checkErr) || errors.Is(err, store.ErrNotFound)) {
+		return Grant{}, err // no claim was tried: no session, or check refused
+	}
 	if err != nil {
 		outcome := "error"
 		switch {
@@ -278,7 +299,7 @@ func (mc *Machine) claimed(ctx context.Context, c *claimTx, m store.Mutation, er
 		h.Claims("conflict")
 		return Grant{}, c.got.Err()
 	}
-	g := Grant{Entry: *m.Entry, Token: c.token, Renewed: c.got.Renewed}
+	g := Grant{Entry: *m.Entry, Token: c.token, Renewed: c.got.Renewed, Desktop: c.load.Desktop}
 	if g.Renewed {
 		h.Claims("renewed")
 	} else {
@@ -302,9 +323,22 @@ func (mc *Machine) exhausted(ctx context.Context, sessionID string, m store.Muta
 // Release gives acceptor's claim of session sessionID back (see the
 // function Release) and returns the entry as committed.
 func (mc *Machine) Release(ctx context.Context, sessionID, acceptor, reason string, shutdown bool) (store.QueueEntry, error) {
+	return mc.ReleaseIf(ctx, sessionID, acceptor, reason, shutdown, nil)
+}
+
+// ReleaseIf is Release whose transaction first runs check, when not nil,
+// on the entry as it read it under the session's lock, as ClaimIf does:
+// an error from check aborts the release, changes nothing and is returned
+// as is.
+func (mc *Machine) ReleaseIf(ctx context.Context, sessionID, acceptor, reason string, shutdown bool, check func(e store.QueueEntry) error) (store.QueueEntry, error) {
 	now := mc.opts.Now()
 	var ended bool // the release was the session's last attempt
 	m, err := mc.opts.Store.UpdateSession(ctx, sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		if check != nil {
+			if err := check(e); err != nil {
+				return store.Mutation{}, err
+			}
+		}
 		m, end, err := Release(sess, e, now, acceptor, reason, shutdown, mc.keepEnded())
 		ended = end
 		return m, err

@@ -122,7 +122,7 @@ func (mc *Machine) lapseUnlessAttached(ctx context.Context, sessionID string) er
 // past its limits.max_duration_s (PastLimit) ends, with what follows an
 // end.
 func (mc *Machine) EnforceLimits(ctx context.Context) {
-	ids, err := mc.opts.Store.ActiveSessions(ctx)
+	active, err := mc.opts.Store.ListActiveSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			mc.opts.Log.Warn("list active sessions", "err", err)
@@ -130,11 +130,8 @@ func (mc *Machine) EnforceLimits(ctx context.Context) {
 		return
 	}
 	now := mc.opts.Now()
-	for _, id := range ids {
-		sess, err := mc.opts.Store.GetSession(ctx, id)
-		if err != nil {
-			continue // ended and deleted meanwhile, or the next round sees it
-		}
+	for _, sess := range active {
+		id := sess.ID
 		end, past := PastLimit(sess, now)
 		if !past {
 			continue

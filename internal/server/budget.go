@@ -168,7 +168,7 @@ func (s *Server) budgetSweep(ctx context.Context) {
 // sweep: its remote is connected there, so only there can it be suspended
 // (here the suspend would fail and the session be ended instead).
 func (s *Server) sweepBudgetsOnce(ctx context.Context) {
-	ids, err := s.store.ActiveSessions(ctx)
+	active, err := s.store.ListActiveSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("budget sweep: list active sessions", "err", err)
@@ -176,9 +176,9 @@ func (s *Server) sweepBudgetsOnce(ctx context.Context) {
 		return
 	}
 	over := map[string]*budget.Reached{} // by outpost id; nil: under
-	for _, id := range ids {
-		sess, err := s.store.GetSession(ctx, id)
-		if err != nil || sess.Status != api.StatusRunning {
+	for _, sess := range active {
+		id := sess.ID
+		if sess.Status != api.StatusRunning {
 			continue
 		}
 		rch, seen := over[sess.OutpostID]

@@ -75,6 +75,13 @@ func TestPlacement(t *testing.T) {
 	if code != 409 || !strings.Contains(body, "needs a machine with label gpu=h200") || !strings.Contains(body, "it has no label gpu") {
 		t.Fatalf("claim by id of an unfit worker: %d %s", code, body)
 	}
+	// One whose machine fits takes it.
+	one := create(&api.Requirements{GPUs: 1}, 0)
+	var claimed api.QueueEntry
+	ts.mustDo(200, "POST", "/v1/queue/"+one+"/claim", tok, api.ClaimRequest{AcceptorID: "big"}, &claimed)
+	if a := claimed.Status.AcceptorID; a == nil || *a != "big" || claimed.Status.ConnectToken == "" {
+		t.Fatalf("claim by id of a fitting worker: %+v", claimed.Status)
+	}
 	if code, id := next("small", small); code != 200 || id != plain {
 		t.Fatalf("small worker's claim: %d %s, want the session without requirements %s", code, id, plain)
 	}

@@ -167,12 +167,18 @@ func (s *Server) entryFor(ctx context.Context, sessionID string) (store.QueueEnt
 		err = store.ErrNotFound
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return store.QueueEntry{}, errNotFound("Session %s is not in any queue.", sessionID)
+		return store.QueueEntry{}, errNotQueued(sessionID)
 	}
 	if err != nil {
 		return store.QueueEntry{}, fmt.Errorf("get queue entry %s: %w", sessionID, err)
 	}
 	return e, nil
+}
+
+// errNotQueued is the 404 of a session with no queue entry the caller may
+// see.
+func errNotQueued(sessionID string) error {
+	return errNotFound("Session %s is not in any queue.", sessionID)
 }
 
 func (s *Server) getQueueEntry(w http.ResponseWriter, r *http.Request) error {
@@ -215,57 +221,90 @@ func decodeAcceptor(w http.ResponseWriter, r *http.Request) (api.ClaimRequest, e
 	return req, nil
 }
 
+// errFitUnchecked aborts a claim of an entry with requirements that the
+// claimer's machine was not checked against yet.
+var errFitUnchecked = errors.New("the entry's requirements are not checked yet")
+
 func (s *Server) claimHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest, e store.QueueEntry) (api.QueueEntry, error) {
-		// Requirements never change after creation, so the entry read
-		// before the claim's transaction is current enough to check them.
-		if err := s.checkFits(ctx, e, req.AcceptorID); err != nil {
-			return api.QueueEntry{}, err
-		}
-		res, err := s.life.ClaimWith(ctx, id, req.AcceptorID, principalFrom(ctx).tokenID)
-		if err != nil {
-			return api.QueueEntry{}, err
-		}
-		out := toAPIEntry(res.Entry)
-		out.Status.ConnectToken = res.Token
-		out.Status.GatewayURL = s.gatewayURL
-		// The claimer starts the remote with a desktop when the outpost
-		// says so; a claim by id is the contract's and takes any entry.
-		o, err := s.store.GetOutpost(ctx, res.Entry.OutpostID)
-		if err != nil {
-			s.log.Warn("cannot read the claimed session's outpost: its claim answer says no desktop", "session", id, "err", err)
-		}
-		out.Spec.Desktop = outpostWantsDesktop(o)
-		return out, nil
-	})
-}
-
-func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
-	return s.claimAction(w, r, func(ctx context.Context, id string, req api.ClaimRequest, _ store.QueueEntry) (api.QueueEntry, error) {
-		e, err := s.life.Release(ctx, id, req.AcceptorID, req.Reason, req.Shutdown)
-		return toAPIEntry(e), err
-	})
-}
-
-// claimAction decodes {"acceptor_id"}, checks the caller may see the entry
-// and runs act (an entry gone meanwhile is lifecycle.ErrGone: 404).
-func (s *Server) claimAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string, req api.ClaimRequest, e store.QueueEntry) (api.QueueEntry, error)) error {
 	ctx := r.Context()
 	id := r.PathValue("session")
 	req, err := decodeAcceptor(w, r)
 	if err != nil {
 		return err
 	}
-	e, err := s.entryFor(ctx, id)
+	// The entry is read once, in the claim's transaction: whether the
+	// caller may see it is checked there, before anything is written.
+	// Requirements never change after creation, so an entry that has
+	// some is checked against the claimer's machine (which reads the
+	// store) outside it, and claimed again.
+	p := principalFrom(ctx)
+	visible := visibleEntry(ctx, id)
+	var unfit store.QueueEntry
+	check := func(fitted bool) func(e store.QueueEntry) error {
+		return func(e store.QueueEntry) error {
+			if err := visible(e); err != nil {
+				return err
+			}
+			if !fitted && !e.Requirements.IsZero() {
+				unfit = e
+				return errFitUnchecked
+			}
+			return nil
+		}
+	}
+	res, err := s.life.ClaimIf(ctx, id, req.AcceptorID, p.tokenID, check(false))
+	if errors.Is(err, errFitUnchecked) {
+		if err := s.checkFits(ctx, unfit, req.AcceptorID); err != nil {
+			return err
+		}
+		res, err = s.life.ClaimIf(ctx, id, req.AcceptorID, p.tokenID, check(true))
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotQueued(id) // no such session
+	}
 	if err != nil {
 		return err
 	}
-	out, err := act(ctx, id, req, e)
-	if err != nil {
-		return err
-	}
+	out := toAPIEntry(res.Entry)
+	out.Status.ConnectToken = res.Token
+	out.Status.GatewayURL = s.gatewayURL
+	// The claimer starts the remote with a desktop when the outpost says
+	// so (as the claim's transaction read it); a claim by id is the
+	// contract's and takes any entry.
+	out.Spec.Desktop = outpostWantsDesktop(store.Outpost{Desktop: res.Desktop})
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+func (s *Server) releaseHandler(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("session")
+	req, err := decodeAcceptor(w, r)
+	if err != nil {
+		return err
+	}
+	e, err := s.life.ReleaseIf(ctx, id, req.AcceptorID, req.Reason, req.Shutdown, visibleEntry(ctx, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotQueued(id) // no such session
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPIEntry(e))
+	return nil
+}
+
+// visibleEntry is the check, run in a claim's or a release's transaction
+// on the entry it read, that the caller may see the entry: 404, as if
+// missing, for one gone or outside the caller's token.
+func visibleEntry(ctx context.Context, sessionID string) func(e store.QueueEntry) error {
+	p := principalFrom(ctx)
+	return func(e store.QueueEntry) error {
+		if e.OutpostID == "" || e.Deleted || !p.allowsOutpost(e.OutpostID) {
+			return errNotQueued(sessionID)
+		}
+		return nil
+	}
 }
 
 // watchFrom is where a watch stream starts.

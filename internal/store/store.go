@@ -92,6 +92,9 @@ type OutpostLoad struct {
 	MaxRunning int
 	// Held counts the outpost's other entries whose claims are held.
 	Held int
+	// Desktop is the outpost's desktop setting as the claim's transaction
+	// read it (nil: none, or the outpost is gone).
+	Desktop *api.OutpostDesktop
 }
 
 // NextFilter narrows ClaimNext's pick.
@@ -548,6 +551,10 @@ type Store interface {
 	KeepAlive(ctx context.Context, until time.Time, leases ...Lease) error
 	// ActiveSessions returns ids of sessions whose status is not final.
 	ActiveSessions(ctx context.Context) ([]string, error)
+	// ListActiveSessions returns the sessions ActiveSessions lists, oldest
+	// first, in one read and without their secrets (Secrets nil): what
+	// the periodic sweeps decide from, rather than a read of each.
+	ListActiveSessions(ctx context.Context) ([]Session, error)
 
 	// ListArtifactsExpired returns ids of up to limit sessions whose
 	// status is final, that ended strictly before endedBefore and whose

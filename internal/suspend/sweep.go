@@ -44,7 +44,7 @@ func (sw *Sweep) Run(ctx context.Context) {
 // autoSuspend starts, in wg, the suspend of every llm session that has
 // waited for its user past its limits.suspend_after_idle_s.
 func (sw *Sweep) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
-	ids, err := sw.Store.ActiveSessions(ctx)
+	active, err := sw.Store.ListActiveSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			sw.Log.Warn("list active sessions", "err", err)
@@ -52,11 +52,8 @@ func (sw *Sweep) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	now := sw.Now()
-	for _, id := range ids {
-		sess, err := sw.Store.GetSession(ctx, id)
-		if err != nil {
-			continue
-		}
+	for _, sess := range active {
+		id := sess.ID
 		why, due := lifecycle.SuspendDue(sess, now)
 		if !due || sw.Ops.Get(id) != nil || sw.Ops.AutoFailed(id, sess.UpdatedAt) {
 			continue

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 // roundTrips counts the round trips of a pool's connections made with a
 // context of counted: a statement sent alone, a batch, a statement
 // prepared (pgx prepares each statement once per connection, on first
-// use). The store's own goroutines (the late notifier) are not counted.
-type roundTrips struct{ n, prepared atomic.Int64 }
+// use), and the statements sent, BEGIN and COMMIT aside (what PostgreSQL
+// runs on its own, a foreign key's check, is not sent). The store's own
+// goroutines (the late notifier) are not counted.
+type roundTrips struct{ n, prepared, stmts atomic.Int64 }
 
 type countedKey struct{}
 
@@ -30,17 +33,29 @@ func (r *roundTrips) add(ctx context.Context, n *atomic.Int64) {
 	}
 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.add(ctx, &r.n)
+	r.statement(ctx, d.SQL)
 	return ctx
+}
+
+// statement counts statement q unless it begins or ends a transaction.
+func (r *roundTrips) statement(ctx context.Context, q string) {
+	switch strings.ToUpper(strings.TrimSpace(q)) {
+	case "BEGIN", "COMMIT", "ROLLBACK":
+		return
+	}
+	r.add(ctx, &r.stmts)
 }
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	r.add(ctx, &r.n)
 	return ctx
 }
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.statement(ctx, d.SQL)
+}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
 	r.add(ctx, &r.prepared)
 	return ctx
@@ -51,6 +66,15 @@ func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepar
 // take two round trips: BEGIN with the first reads (the session row's
 // lock), then the writes with the COMMIT — the rev counter's lock, taken
 // in the last batch, is never held across a round trip of its own.
+//
+// A fresh claim sends eight statements: three reads (the session's state,
+// locked; its entry; its transcript's seq with its outpost's limit and
+// desktop and whether any webhook is enabled), then the session's update,
+// the claim's event, its connect token, the entry under its new rev and
+// the change's notification. No tokens of an older epoch to delete (the
+// entry was pending), no webhook delivery when no webhook is enabled; a
+// claim whose epoch moves past a claimed one deletes its stale tokens.
+// Any other update reads its transcript's seq with its entry.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	var rt roundTrips
@@ -93,20 +117,23 @@ func TestRoundTrips(t *testing.T) {
 	claim("warm")
 	appendOne("warm")
 
-	measure := func(what string, want int64, f func()) {
+	measure := func(what string, want, wantStmts int64, f func()) {
 		t.Helper()
 		rt.n.Store(0)
 		rt.prepared.Store(0)
+		rt.stmts.Store(0)
 		f()
 		if n, p := rt.n.Load(), rt.prepared.Load(); n != want || p != 0 {
 			t.Errorf("%s: %d round trips and %d prepares; want %d and none", what, n, p, want)
 		}
+		if n := rt.stmts.Load(); wantStmts > 0 && n != wantStmts {
+			t.Errorf("%s: %d statements; want %d", what, n, wantStmts)
+		}
 	}
-	measure("create", 2, func() { create("s1") })
+	measure("create", 2, 0, func() { create("s1") })
 	var m store.Mutation
-	measure("claim", 2, func() { m = claim("s1") })
-	measure("append", 2, func() { appendOne("s1") })
-
+	measure("claim", 2, 8, func() { m = claim("s1") })
+	measure("append", 2, 0, func() { appendOne("s1") })
 	// What the claim committed is what a reader sees: the rev it was
 	// given, its event after the creation's, the session claimed.
 	e, err := s.GetQueueEntry(ctx, "s1")
@@ -130,6 +157,51 @@ func TestRoundTrips(t *testing.T) {
 	if len(evs) != 3 || evs[0].Seq != 1 || evs[1].Type != api.EventClaim || evs[1].Seq != 2 || evs[2].Seq != 3 {
 		t.Errorf("events after create, claim, append: %+v", evs)
 	}
+
+	// An update that records a call and its event (the agent loop's, per
+	// tool call) reads the seq with the entry: four statements.
+	measure("update with a call", 2, 4, func() {
+		_, err := s.UpdateSession(ctx, "s1", func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			return store.Mutation{Calls: []store.Call{{Seq: 1, Tool: api.ToolExec, CreatedAt: now}},
+				Events: []api.Event{{Time: now.UnixMilli(), Type: api.EventCall, CallSeq: 1, Tool: api.ToolExec}}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if evs, err := s.ListEvents(ctx, "s1", 3, 0); err != nil || len(evs) != 1 || evs[0].Seq != 4 {
+		t.Errorf("the update's event: %+v, %v; want seq 4", evs, err)
+	}
+
+	// The claim of a claimed entry by another (its claim lapsed, say)
+	// moves the epoch on: the old epoch's tokens go.
+	measure("claim over a claim", 2, 9, func() { claim("s1") })
+	if n := countTokens(t, s, "s1"); n != 1 {
+		t.Errorf("%d connect tokens after a second claim; want the new epoch's one", n)
+	}
+	// With a webhook enabled, the claim emits its delivery.
+	if err := s.CreateWebhook(ctx, store.Webhook{ID: "wh", URL: "http://127.0.0.1:1/", Events: []string{api.EventSessionClaimed}, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	create("s2")
+	measure("claim with a webhook", 2, 9, func() { claim("s2") })
+	var deliveries int
+	if err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE webhook_id = 'wh' AND event = $1`, api.EventSessionClaimed).Scan(&deliveries); err != nil {
+		t.Fatal(err)
+	}
+	if deliveries != 1 {
+		t.Errorf("%d deliveries of the claim with a webhook enabled; want 1", deliveries)
+	}
+}
+
+// countTokens counts session id's connect tokens.
+func countTokens(t *testing.T, s *Store, id string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT COUNT(*) FROM connect_tokens WHERE session_id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A claim locks its outpost's row only when the outpost has a max_running

@@ -71,8 +71,10 @@ func (t recordingTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
 }
 
 // An update reads the transcript's highest seq only when it appends
-// events (Dialect.SeqOnDemand), and the events it appends still follow
-// the ones appended before, by any path.
+// events (Dialect.SeqOnDemand); a claim, which nearly always does, reads it
+// once with its outpost's limit (sqlstore.ClaimReadsSQL), never again. The
+// events either appends still follow the ones appended before, by any
+// path.
 func TestUpdateReadsSeqOnDemand(t *testing.T) {
 	t.Parallel()
 	s, _ := openTemp(t)
@@ -94,7 +96,7 @@ func TestUpdateReadsSeqOnDemand(t *testing.T) {
 	seqReads := func() int {
 		n := 0
 		for _, q := range sent {
-			if q == sqlstore.MaxEventSeqSQL {
+			if q == sqlstore.MaxEventSeqSQL || q == sqlstore.ClaimReadsSQL {
 				n++
 			}
 		}
@@ -108,7 +110,7 @@ func TestUpdateReadsSeqOnDemand(t *testing.T) {
 		seqs   []int64
 	}{
 		{name: "entry only", reads: 0},
-		{name: "claim, entry only", claim: true, reads: 0},
+		{name: "claim, entry only", claim: true, reads: 1},
 		{name: "one event", events: []api.Event{{Time: 4, Type: api.EventOutput, Text: "c"}}, reads: 1, seqs: []int64{4}},
 		{name: "claim, two events", claim: true, events: []api.Event{{Time: 5, Type: api.EventOutput}, {Time: 6, Type: api.EventOutput}}, reads: 1, seqs: []int64{5, 6}},
 	} {

@@ -23,6 +23,12 @@ const (
 	// as literals: the planners prove a partial index usable from the
 	// query's text, not from the values bound to it.
 	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
+	// ListActiveSessionsSQL reads SessionCols of the sessions
+	// ActiveSessionsSQL lists, in its order, through the same index; the
+	// secrets are left out (an empty JSON object in their place).
+	ListActiveSessionsSQL = `SELECT id, outpost_id, spec_json, '{}', status, status_detail, reason, last_seq,
+	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
+	network_policy_json, worker, approvals_json FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
 	// FindResealSQL lists id and secrets_json of the sessions whose
 	// secrets are not sealed under key $1, through the index of
 	// secrets_key (rows under any other key, or none).
@@ -33,6 +39,9 @@ const (
 
 	// GetEntrySQL reads EntryCols of the queue entry of session $1.
 	GetEntrySQL = `SELECT ` + EntryCols + ` FROM queue WHERE session_id = $1`
+	// GetEntrySeqSQL is GetEntrySQL that also reads the highest event seq
+	// of session $1 (0 when none), after EntryCols.
+	GetEntrySeqSQL = `SELECT ` + EntryCols + `, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1) FROM queue WHERE session_id = $1`
 	// NextRevSQL takes the next rev and returns it. The counter row stays
 	// locked until the transaction ends, so revs commit in order.
 	NextRevSQL = `UPDATE counters SET value = value + 1 WHERE name = 'rev' RETURNING value`
@@ -279,9 +288,19 @@ func (d Dialect) HeldClaimsSQL() string {
 		AND ` + d.Expiry() + ` > $3 AND session_id <> $4`
 }
 
-// OutpostLimitsSQL reads max_running of the outpost of session $1's queue
-// entry; it answers no row when the entry or its outpost is gone.
-const OutpostLimitsSQL = `SELECT o.max_running FROM outposts o JOIN queue q ON q.outpost_id = o.id WHERE q.session_id = $1`
+// ClaimReadsSQL is what a claim of session $1 reads besides the session's
+// state and entry, in one statement that always answers one row: the
+// highest event seq (0 when none); max_running and desktop_json of the
+// outpost of the session's entry (NULL when the entry or the outpost is
+// gone); 1 when some webhook is enabled, 0 when none is, so a claim emits
+// no delivery that no subscription could take; and the lowest epoch of
+// the session's connect tokens (NULL when it has none), so a claim
+// deletes the tokens of older epochs only when there are some.
+const ClaimReadsSQL = `SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1),
+	o.max_running, o.desktop_json,
+	CASE WHEN EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN 1 ELSE 0 END,
+	(SELECT MIN(epoch) FROM connect_tokens WHERE session_id = $1)
+	FROM (SELECT CAST($1 AS TEXT) AS id) one LEFT JOIN queue q ON q.session_id = one.id LEFT JOIN outposts o ON o.id = q.outpost_id`
 
 // OutpostLimitSQL reads max_running of outpost $1, to be locked (the
 // dialect's Lock.Outpost).

@@ -81,6 +81,20 @@ func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// ListActiveSessions returns the sessions ActiveSessions lists, in its
+// order, in one read, without their secrets (Secrets nil).
+func (s *Store) ListActiveSessions(ctx context.Context) ([]store.Session, error) {
+	out, err := QueryAll(ctx, s.db, func(sc Scanner) (store.Session, error) {
+		sess, err := ScanSession(sc, nil) // the secrets' column is "{}", never sealed
+		sess.Secrets = nil
+		return sess, err
+	}, ListActiveSessionsSQL)
+	if err != nil {
+		return nil, s.errorf(err, "list active sessions")
+	}
+	return out, nil
+}
+
 // PruneQueue deletes up to limit tombstones of ended sessions written
 // before before, and raises the horizon to the highest rev deleted. It
 // notifies nothing: a tombstone past the horizon is no change a watch

@@ -150,6 +150,13 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		sess    store.Session
 		e       store.QueueEntry
 		seq     int64
+		// seqRead: seq was read with the first batch (a claim's reads),
+		// not to be read on demand.
+		seqRead bool
+		// noHooks: the claim's reads found no enabled webhook, so the
+		// write emits no delivery.
+		noHooks bool
+		tokens  tokenEpochs
 	}
 	// The first batch begins the transaction and takes the session row's
 	// lock, which orders it after every other writer of the session; the
@@ -162,27 +169,52 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			u.sess, err = ScanState(row)
 			return err
 		}, s.sql.getStateLocked, u.id)
+		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
+		// Where the first reads go in one round trip, an update's seq
+		// comes with its entry, in one statement (a claim's with its
+		// other reads); a session without an entry row reads it on
+		// demand.
+		entrySQL, withSeq := GetEntrySQL, !claim && !s.d.SeqOnDemand
+		if withSeq {
+			entrySQL = GetEntrySeqSQL
+		}
 		b.QueryRow(func(row Scanner) (err error) {
+			if withSeq {
+				row = scanAlso{row, &u.seq}
+			}
 			u.e, err = ScanEntry(row)
 			if errors.Is(err, sql.ErrNoRows) {
 				u.e, err = store.QueueEntry{SessionID: u.id}, nil
+				return err
+			}
+			if withSeq {
+				u.seqRead = err == nil
 			}
 			return err
-		}, GetEntrySQL, u.id)
-		u.seq = 0
-		if !s.d.SeqOnDemand {
-			b.QueryRow(func(row Scanner) error { return row.Scan(&u.seq) }, MaxEventSeqSQL, u.id)
-		}
+		}, entrySQL, u.id)
 		if claim {
-			u.load, u.limited = store.OutpostLoad{}, false
+			// A claim nearly always appends events: its seq comes with
+			// the outpost's limit and desktop, in one statement.
+			u.load, u.limited, u.seqRead = store.OutpostLoad{}, false, true
 			b.QueryRow(func(row Scanner) error {
-				err := row.Scan(&u.load.MaxRunning)
-				if errors.Is(err, sql.ErrNoRows) {
-					return nil // no entry or no outpost: no limit to hold
+				var limit sql.NullInt64 // NULL: no entry or no outpost, no limit to hold
+				var desktop sql.NullString
+				var hooks int
+				var oldest sql.NullInt64 // NULL: no connect tokens
+				if err := row.Scan(&u.seq, &limit, &desktop, &hooks, &oldest); err != nil {
+					return err
 				}
-				u.limited = err == nil && u.load.MaxRunning > 0
-				return err
-			}, OutpostLimitsSQL, u.id)
+				u.tokens = tokenEpochs{known: true, any: oldest.Valid, oldest: oldest.Int64}
+				u.load.MaxRunning = int(limit.Int64)
+				u.limited = u.load.MaxRunning > 0
+				u.noHooks = hooks == 0
+				d, err := ScanDesktop(desktop)
+				if err != nil {
+					return fmt.Errorf("outpost desktop: %w", err)
+				}
+				u.load.Desktop = d
+				return nil
+			}, ClaimReadsSQL, u.id)
 		}
 	}
 	begin, body := first, func(Tx) error { return nil }
@@ -229,18 +261,24 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		if u.m, u.fnErr = fn(u.sess, u.e, u.load); u.fnErr != nil {
 			return u.fnErr
 		}
-		if s.d.SeqOnDemand && len(u.m.Events) > 0 {
+		if !u.seqRead && len(u.m.Events) > 0 {
 			// Most updates append no event; the dialect reads the seq
 			// only for those that do.
 			if err := tx.QueryRow(ctx, MaxEventSeqSQL, u.id).Scan(&u.seq); err != nil {
 				return fmt.Errorf("max event seq: %w", err)
 			}
 		}
-		hooks, err := sessionWebhookEvents(u.sess, u.e, &u.m, time.Now())
-		if err != nil {
-			return err
+		var hooks []store.WebhookEvent
+		if !u.noHooks {
+			// A webhook created meanwhile may miss this change, as one
+			// created between the emit and the commit would: a
+			// subscription sees the changes that commit after it did.
+			var err error
+			if hooks, err = sessionWebhookEvents(u.sess, u.e, &u.m, time.Now()); err != nil {
+				return err
+			}
 		}
-		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, &u.m, hooks)
+		return s.applyMutation(ctx, tx, u.id, u.seq, u.e.OutpostID, u.tokens, &u.m, hooks)
 	})
 	if u.fnErr != nil {
 		return store.Mutation{}, u.fnErr
@@ -254,18 +292,27 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 	return u.m, nil
 }
 
+// scanAlso scans a row's columns into the caller's destinations, then
+// its last one into also.
+type scanAlso struct {
+	Scanner
+	also any
+}
+
+func (s scanAlso) Scan(dest ...any) error { return s.Scanner.Scan(append(dest, s.also)...) }
+
 // heldClaimsSQL is the dialect's HeldClaimsSQL.
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }
 
 // applyMutation writes m for session id of outpost outpostID, whose
 // highest event seq is seq (0 when the dialect reads it on demand and m
-// appends no events), in one batch, assigning revs and seqs into m.
-// The queue entry is written last but for its notification: its rev locks
-// the global counter.
+// appends no events) and whose stored connect tokens are as tokens says,
+// in one batch, assigning revs and seqs into m. The queue entry is written
+// last but for its notification: its rev locks the global counter.
 //
 // The deliveries of hooks, the webhook events of the write, go in the same
 // batch: the outbox commits with the change it reports.
-func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, m *store.Mutation, hooks []store.WebhookEvent) error {
+func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, outpostID string, tokens tokenEpochs, m *store.Mutation, hooks []store.WebhookEvent) error {
 	// Sized for every statement m can take (state, events, calls, tokens,
 	// the entry's four), so queueing never grows it.
 	b := &Batch{Items: make([]BatchItem, 0, 5+len(m.Events)+len(m.Calls)+len(m.ConnectTokens))}
@@ -296,7 +343,9 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	queueWebhookEvents(b, hooks)
 	if m.Entry != nil {
 		m.Entry.SessionID = id
-		b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
+		if tokens.olderThan(m.Entry.Epoch, m.ConnectTokens) {
+			b.Exec(PruneConnectTokensSQL, id, m.Entry.Epoch)
+		}
 		s.db.QueueUpsertEntry(b, m.Entry)
 	}
 	if b.Len() == 0 {
@@ -308,6 +357,29 @@ func (s *Store) applyMutation(ctx context.Context, tx Tx, id string, seq int64, 
 	// The last statements, with the commit where the plugin can: the rev
 	// counter's lock is held for no round trip of its own.
 	return tx.SendLast(ctx, b)
+}
+
+// tokenEpochs is what a transaction read of its session's connect
+// tokens, under the session's lock (every writer of them holds it).
+type tokenEpochs struct {
+	known  bool  // read; when not, any token may be there
+	any    bool  // the session has tokens
+	oldest int64 // the lowest epoch of its tokens
+}
+
+// olderThan reports whether the session may hold connect tokens of an
+// epoch before epoch once added are written: a write of its entry at
+// epoch deletes them then, and otherwise has nothing to delete.
+func (t tokenEpochs) olderThan(epoch int64, added []store.ConnectToken) bool {
+	if !t.known || t.any && t.oldest < epoch {
+		return true
+	}
+	for _, ct := range added {
+		if ct.Epoch < epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // queueEvents queues into b the append of events to a transcript whose

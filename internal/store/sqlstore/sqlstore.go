@@ -105,7 +105,9 @@ type Dialect struct {
 	// where a statement costs no round trip (SQLite, in process) and the
 	// plugin's QueueNotify reads no seq, which is 0 for a mutation that
 	// appends none; leave it unset where the first reads go in one round
-	// trip (PostgreSQL's pipelined batch), which a later read would add to.
+	// trip (PostgreSQL's pipelined batch), which a later read would add to:
+	// there the seq comes with the entry's read (GetEntrySeqSQL), on
+	// demand only for a session without an entry row.
 	SeqOnDemand bool
 }
 

@@ -133,6 +133,24 @@ func testActiveSessions(t *testing.T, s store.Store) {
 	slices.Sort(ids)
 	equal(t, "active sessions", ids, []string{api.StatusClaimed, api.StatusNew, api.StatusResuming,
 		api.StatusRunning, api.StatusSuspended})
+
+	// The same sessions in one read, oldest first, without their secrets.
+	sess := newSession("with-secrets", "op", "s", time.Hour)
+	sess.Secrets = map[string]string{"TOKEN": "hush"}
+	sess.Spec.Limits.MaxDurationS = 60
+	create(t, s, sess)
+	list, err := s.ListActiveSessions(ctx(t))
+	must(t, "list active sessions", err)
+	var got []string
+	for _, l := range list {
+		got = append(got, l.ID)
+	}
+	equal(t, "listed active sessions", got, []string{api.StatusNew, api.StatusClaimed, api.StatusRunning,
+		api.StatusSuspended, api.StatusResuming, "with-secrets"})
+	last := list[len(list)-1]
+	if last.Secrets != nil || last.Spec.Limits.MaxDurationS != 60 || last.Status != api.StatusNew || !last.CreatedAt.Equal(sess.CreatedAt) {
+		t.Errorf("listed session: secrets %v, max_duration_s %d, status %s, created %v", last.Secrets, last.Spec.Limits.MaxDurationS, last.Status, last.CreatedAt)
+	}
 }
 
 func testKeepAlive(t *testing.T, s store.Store) {

@@ -135,4 +135,23 @@ func testConnectTokens(t *testing.T, s store.Store) {
 	got, err := s.LookupConnectToken(ctx(t), "h2")
 	must(t, "lookup token of the current epoch", err)
 	equal(t, "connect token", got, tokens[1])
+
+	// A claim prunes as any write of the entry does: moving to epoch 3
+	// takes epoch 2's token; a renewal at epoch 3 keeps the tokens it has.
+	claimAt := func(what string, epoch int64, hash string) {
+		t.Helper()
+		_, err := s.ClaimSession(ctx(t), "s1", base, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+			e.Epoch = epoch
+			return store.Mutation{Entry: &e, ConnectTokens: []store.ConnectToken{{Hash: hash, Epoch: epoch, CreatedAt: base}}}, nil
+		})
+		must(t, what, err)
+	}
+	claimAt("claim at epoch 3", 3, "h3")
+	_, err = s.LookupConnectToken(ctx(t), "h2")
+	wantErr(t, "lookup token of the epoch a claim moved past", err, store.ErrNotFound)
+	claimAt("renew at epoch 3", 3, "h4")
+	for _, h := range []string{"h3", "h4"} {
+		_, err := s.LookupConnectToken(ctx(t), h)
+		must(t, "lookup "+h+" after a renewal", err)
+	}
 }
