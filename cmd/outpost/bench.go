@@ -41,6 +41,7 @@ type BenchFleetOptions struct {
 	frame    string
 	local    bool
 	database string
+	pprof    string
 	json     bool
 }
 
@@ -102,6 +103,7 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.DurationVar(&s.ProgressEvery, "progress", 5*time.Second, "interval of the progress line on standard error")
 	fl.BoolVar(&opts.local, "local", false, "start a server of this build on loopback for the run (SQLite, or --database)")
 	fl.StringVar(&opts.database, "database", "", "with --local: the PostgreSQL URL the server uses")
+	fl.StringVar(&opts.pprof, "pprof-listen", "", "with --local: the address the server serves its runtime profiles on (its --pprof-listen), e.g. 127.0.0.1:6060")
 	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (as -o json)")
 	return cmd
 }
@@ -128,11 +130,14 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 	if opts.database != "" && !opts.local {
 		return usageErrorf("--database needs --local: a server given with --server has its own database")
 	}
+	if opts.pprof != "" && !opts.local {
+		return usageErrorf("--pprof-listen needs --local: a server given with --server has its own settings")
+	}
 	if opts.local {
 		if f.Server != "" {
 			return usageErrorf("give --server or --local, not both")
 		}
-		srv, err := startLocalServer(ctx, opts.database, f.IO.ErrOut)
+		srv, err := startLocalServer(ctx, opts.database, opts.pprof, f.IO.ErrOut)
 		if err != nil {
 			return err
 		}
@@ -214,9 +219,9 @@ type localServer struct {
 }
 
 // startLocalServer starts this binary's server on a free loopback port
-// with a fresh data dir (and database when set), and waits until it is
-// ready. Its log goes to a file in the data dir, shown when it fails.
-func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*localServer, error) {
+// with a fresh data dir (and database when set; profiles served on pprof
+// when set), and waits until it is ready. Its log goes to a file in the data dir, shown when it fails.
+func startLocalServer(ctx context.Context, database, pprof string, errOut io.Writer) (*localServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start its server: %w", err)
@@ -243,6 +248,9 @@ func startLocalServer(ctx context.Context, database string, errOut io.Writer) (*
 	args := []string{"server", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--log-level", "warn"}
 	if database != "" {
 		args = append(args, "--database", database)
+	}
+	if pprof != "" {
+		args = append(args, "--pprof-listen", pprof)
 	}
 	srv.cmd = exec.Command(exe, args...)
 	srv.cmd.Env = append(os.Environ(), "OUTPOST_ADMIN_TOKEN="+srv.token)
