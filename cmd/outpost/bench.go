@@ -46,6 +46,7 @@ type BenchFleetOptions struct {
 	database string
 	replicas int
 	metrics  string
+	pprof    string
 	json     bool
 }
 
@@ -117,6 +118,7 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.StringVar(&opts.database, "database", "", "with --local: the PostgreSQL URL the server uses")
 	fl.IntVar(&opts.replicas, "replicas", 1, "with --local: server replicas started on --database (PostgreSQL), each on its own loopback port")
 	fl.BoolVar(&s.Keep, "keep", false, "keep the outpost and the machine tokens the run created (default: removed at the end)")
+	fl.StringVar(&opts.pprof, "pprof-listen", "", "with --local: the address the server serves its runtime profiles on (its --pprof-listen), e.g. 127.0.0.1:6060")
 	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (as -o json)")
 	return cmd
 }
@@ -157,6 +159,9 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 			return err
 		}
 	}
+	if opts.pprof != "" && !opts.local {
+		return usageErrorf("--pprof-listen needs --local: a server given with --server has its own settings")
+	}
 	if opts.local {
 		if f.Server != "" {
 			return usageErrorf("give --server or --local, not both")
@@ -164,7 +169,7 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 		if f.CAFile != "" {
 			return usageErrorf("--ca-file is for an https --server: the servers --local starts speak plain http on loopback")
 		}
-		srvs, err := startLocalServers(ctx, opts.replicas, opts.database, f.IO.ErrOut)
+		srvs, err := startLocalServers(ctx, opts.replicas, opts.database, opts.pprof, f.IO.ErrOut)
 		if err != nil {
 			return err
 		}
@@ -291,9 +296,10 @@ type localServer struct {
 // startLocalServers starts n servers of this build on free loopback
 // ports, each with a fresh data dir, on database when set (required for n
 // > 1: the replicas share it, with one admin token and one secret key),
-// and waits until all are ready. The first starts alone (it migrates the
+// and waits until all are ready. The first serves its runtime profiles
+// on pprof when set. The first starts alone (it migrates the
 // schema and creates the admin token), the others together after it.
-func startLocalServers(ctx context.Context, n int, database string, errOut io.Writer) ([]*localServer, error) {
+func startLocalServers(ctx context.Context, n int, database, pprof string, errOut io.Writer) ([]*localServer, error) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	token := "opt_fleetsim-" + hex.EncodeToString(b)
@@ -311,7 +317,7 @@ func startLocalServers(ctx context.Context, n int, database string, errOut io.Wr
 		return nil, err
 	}
 	for i := range n {
-		srv, err := launchLocalServer(i, n, token, env, database, errOut)
+		srv, err := launchLocalServer(i, n, token, env, database, pprof, errOut)
 		if err != nil {
 			return fail(err)
 		}
@@ -347,7 +353,7 @@ func stopLocalServers(srvs []*localServer) {
 // (n > 1) gets an id and is its own public URL, so that the gateway URL a
 // claim hands out is the one of the replica that answered it, as each
 // replica of a deployment without a balancer does.
-func launchLocalServer(i, n int, token string, env []string, database string, errOut io.Writer) (*localServer, error) {
+func launchLocalServer(i, n int, token string, env []string, database, pprof string, errOut io.Writer) (*localServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start its server: %w", err)
@@ -377,6 +383,9 @@ func launchLocalServer(i, n int, token string, env []string, database string, er
 		id := fmt.Sprintf("fleetsim-r%d", i+1)
 		srv.name = "replica " + id
 		args = append(args, "--replica-id", id, "--replica-url", srv.url, "--public-url", srv.url)
+	}
+	if pprof != "" && i == 0 {
+		args = append(args, "--pprof-listen", pprof)
 	}
 	srv.cmd = exec.Command(exe, args...)
 	srv.cmd.Env = append(os.Environ(), env...)

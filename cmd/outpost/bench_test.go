@@ -44,6 +44,7 @@ func TestBenchFleetRefusesBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--database", "postgres://x"}, "--database needs --local"},
+		{[]string{"--pprof-listen", "127.0.0.1:6060"}, "--pprof-listen needs --local"},
 		{[]string{"--local", "--server", "http://127.0.0.1:1"}, "not both"},
 		{[]string{"--call-rate", "often"}, "--call-rate"},
 		{[]string{"--output", "huge"}, "--output"},

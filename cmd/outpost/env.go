@@ -38,6 +38,7 @@ var (
 	envAdminToken        = api.EnvVar{Name: "OUTPOST_ADMIN_TOKEN", Meaning: "the server's admin token"}
 	envReplicaID         = api.EnvVar{Name: "OUTPOST_REPLICA_ID", Meaning: "name of this server among replicas on one database (--replica-id)"}
 	envReplicaURL        = api.EnvVar{Name: "OUTPOST_REPLICA_URL", Meaning: "URL the other replicas reach this server at (--replica-url)"}
+	envPprofListen       = api.EnvVar{Name: "OUTPOST_PPROF_LISTEN", Meaning: "private address the server's runtime profiles are served on (--pprof-listen)"}
 	envLogLevel          = api.EnvLogLevel
 	envLogFormat         = api.EnvLogFormat
 	// envCAFile is the global --ca-file's variable, applied in resolve by
@@ -61,7 +62,7 @@ var (
 var serverEnv = []api.EnvVar{
 	envListen, envDataDir, envDatabaseURL, envPublicURL, envClaimTTL, envReconnectGrace, envArtifactRetention, envAuditRetention, envEndedRetention,
 	envSnapshotInterval, envMaxCallOutput, envMaxSessionOutput, envBlobStore, envDistDir, envTLSCert, envTLSKey, envSecretKey, envSecretKeysOld, envSecretKeyFile, envAdminToken,
-	envReplicaID, envReplicaURL, envOIDCIssuer, envOIDCClientID, envOIDCClientSecret,
+	envReplicaID, envReplicaURL, envPprofListen, envOIDCIssuer, envOIDCClientID, envOIDCClientSecret,
 	envLLMProvider, envLLMBaseURL, envLLMModel, envLLMAPIKey, envLLMRetryFor, envLLMComputerTool, envLLMComputerToolVersion, envLLMToolImages,
 	envLogLevel, envLogFormat, envPrices,
 }

@@ -143,6 +143,8 @@ var serverSettings = []serverSetting{
 		usage: "serve /metrics on this address (plain HTTP) instead of the main listener, e.g. 127.0.0.1:9420"},
 	{flag: "metrics-token-required", def: false, field: func(o *server.Options) any { return &o.MetricsTokenRequired },
 		usage: "make /metrics ask for a valid API token (any scope)"},
+	{flag: "pprof-listen", env: envPprofListen, def: "", field: func(o *server.Options) any { return &o.PprofListen },
+		usage: "serve Go's runtime profiles at /debug/pprof/ on this address (plain HTTP, no token: keep it private, e.g. 127.0.0.1:6060); off by default (env $ENV)"},
 	{flag: "webhook-allow-internal", def: false, field: func(o *server.Options) any { return &o.Webhooks.AllowInternal },
 		usage: "let webhook subscriptions send to loopback and link-local addresses (the cloud metadata address among them), which are refused by default"},
 	{flag: "tool-result-limit", def: 16000, field: func(o *server.Options) any { return &o.ToolResultLimit },

@@ -114,9 +114,15 @@ type frame struct {
 	data []byte
 }
 
-// sub is one stream's subscription to its outpost's feed.
+// sub is one stream's subscription to its outpost's feed. The frames
+// waiting for it are a slice that is nil while none wait, not a channel
+// with room for streamFrames: an idle stream, which is nearly every one of
+// a large fleet's, holds no buffer.
 type sub struct {
-	frames chan frame
+	// ready has a value while frames wait in pending (cap 1).
+	ready   chan struct{}
+	mu      sync.Mutex // guards pending
+	pending []frame    // at most streamFrames
 	// dropped is closed when the feed dropped the subscription (it fell
 	// behind, or the feed could not read): the stream reads the store
 	// from its cursor and subscribes again.
@@ -194,7 +200,7 @@ func (f *outpostFeed) wake() {
 // cursor there, so it misses nothing the stream has not read.
 func (q *Feed) subscribe(outpostID string, after int64) *sub {
 	q.tickers.Do(func() { q.run(q.tick) })
-	ws := &sub{frames: make(chan frame, streamFrames), dropped: make(chan struct{})}
+	ws := &sub{ready: make(chan struct{}, 1), dropped: make(chan struct{})}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.outposts[outpostID]
@@ -289,15 +295,43 @@ func (f *outpostFeed) push(frames []frame) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for ws := range f.subs {
-		if cap(ws.frames)-len(ws.frames) < len(frames) {
+		if !ws.add(frames) {
 			delete(f.subs, ws)
 			ws.drop()
-			continue
-		}
-		for _, fr := range frames {
-			ws.frames <- fr // only push sends, under f.mu: there is room
 		}
 	}
+}
+
+// add queues frames for the stream; false, queuing nothing, when that
+// would make more than streamFrames wait. The first frames to wait are
+// frames itself, shared by every stream and never written to: capped at
+// its length, so a later add copies.
+func (ws *sub) add(frames []frame) bool {
+	ws.mu.Lock()
+	if len(ws.pending)+len(frames) > streamFrames {
+		ws.mu.Unlock()
+		return false
+	}
+	if ws.pending == nil {
+		ws.pending = frames[:len(frames):len(frames)]
+	} else {
+		ws.pending = append(ws.pending, frames...)
+	}
+	ws.mu.Unlock()
+	select {
+	case ws.ready <- struct{}{}:
+	default: // already signalled
+	}
+	return true
+}
+
+// take returns the frames waiting, oldest first, and leaves none.
+func (ws *sub) take() []frame {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	p := ws.pending
+	ws.pending = nil
+	return p
 }
 
 // dropAll drops every subscriber of f.

@@ -236,7 +236,7 @@ func TestFeedDropsLaggingStream(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("a stream that read none of %d frames was not dropped", len(want))
 	}
-	if n := len(stuck.frames); n > streamFrames {
+	if n := len(stuck.take()); n > streamFrames {
 		t.Errorf("the dropped stream holds %d frames, more than its buffer", n)
 	}
 	tf.feed.mu.Lock()
@@ -323,5 +323,44 @@ func TestJoinChecksHorizonOnce(t *testing.T) {
 	}
 	if len(got) != 2 || got[1] != keep {
 		t.Fatalf("re-list sent %v, want the two live entries ending with %s", got, keep)
+	}
+}
+
+// TestSubHoldsNoIdleBuffer: a subscription holds no frames' buffer while
+// none wait, queues up to streamFrames in order, and refuses more whole.
+func TestSubHoldsNoIdleBuffer(t *testing.T) {
+	t.Parallel()
+	ws := &sub{ready: make(chan struct{}, 1), dropped: make(chan struct{})}
+	if ws.pending != nil || cap(ws.ready) != 1 {
+		t.Fatalf("a new subscription holds %d frames' room", cap(ws.pending))
+	}
+	batch := func(from, n int) []frame {
+		out := make([]frame, n)
+		for i := range out {
+			out[i] = frame{rev: int64(from + i)}
+		}
+		return out
+	}
+	first := batch(1, 3)
+	if !ws.add(first) || !ws.add(batch(4, streamFrames-3)) {
+		t.Fatal("frames within the bound were refused")
+	}
+	if first[2].rev != 3 {
+		t.Fatal("adding to a subscription changed the frames it was given first")
+	}
+	if ws.add(batch(100, 1)) {
+		t.Fatal("a frame past streamFrames was queued")
+	}
+	select {
+	case <-ws.ready:
+	default:
+		t.Fatal("frames wait and ready is not signalled")
+	}
+	got := ws.take()
+	if len(got) != streamFrames || got[0].rev != 1 || got[streamFrames-1].rev != streamFrames {
+		t.Fatalf("took %d frames from rev %d, want %d in order", len(got), got[0].rev, streamFrames)
+	}
+	if ws.pending != nil || ws.take() != nil {
+		t.Fatal("frames are left after take")
 	}
 }

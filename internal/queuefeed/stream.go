@@ -140,9 +140,9 @@ func (q *Feed) tail(ctx context.Context, w Sink, ws *sub, after int64) (int64, b
 			return after, false
 		case <-ws.dropped:
 			return after, true
-		case fr := <-ws.frames:
+		case <-ws.ready:
 			var err error
-			if after, err = writeFrames(w, ws, fr, after); err != nil {
+			if after, err = writeFrames(w, ws.take(), after); err != nil {
 				return after, false
 			}
 			w.Flush()
@@ -155,22 +155,19 @@ func (q *Feed) tail(ctx context.Context, w Sink, ws *sub, after int64) (int64, b
 	}
 }
 
-// writeFrames writes fr and whatever else is waiting, skipping frames at
-// or below after, and returns the new cursor.
-func writeFrames(w io.Writer, ws *sub, fr frame, after int64) (int64, error) {
-	for {
-		if fr.rev > after {
-			if _, err := w.Write(fr.data); err != nil {
-				return after, err
-			}
-			after = fr.rev
+// writeFrames writes frames, skipping those at or below after, and
+// returns the new cursor.
+func writeFrames(w io.Writer, frames []frame, after int64) (int64, error) {
+	for _, fr := range frames {
+		if fr.rev <= after {
+			continue
 		}
-		select {
-		case fr = <-ws.frames:
-		default:
-			return after, nil
+		if _, err := w.Write(fr.data); err != nil {
+			return after, err
 		}
+		after = fr.rev
 	}
+	return after, nil
 }
 
 // relist writes the live entries whose rev is at most maxRev, oldest change

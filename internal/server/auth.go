@@ -168,11 +168,16 @@ func bearer(r *http.Request) string {
 
 // authenticate resolves the request's API token.
 func (s *Server) authenticate(r *http.Request) (principal, error) {
-	secret := bearer(r)
+	return s.authenticateBearer(r.Context(), bearer(r))
+}
+
+// authenticateBearer resolves the secret of a request's bearer token, ""
+// when it sent none.
+func (s *Server) authenticateBearer(ctx context.Context, secret string) (principal, error) {
 	if secret == "" {
 		return principal{}, errUnauthorized("An API token is required: send it as 'Authorization: Bearer <token>'.")
 	}
-	return s.authenticateSecret(r.Context(), secret)
+	return s.authenticateSecret(ctx, secret)
 }
 
 // authenticateSecret resolves an API token's secret.
@@ -252,7 +257,12 @@ func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
 // again every TokenRecheckInterval and at its expiry, only while the
 // request runs: the first check is a timer that a short request stops
 // before it fires. stop releases the timer; call it when the stream ends.
+//
+// The checks keep r's path and token, not r: a watch that outlives its
+// handler would otherwise hold the request, its headers and its context
+// for as long as it streams.
 func (s *Server) whileValid(parent context.Context, r *http.Request, p principal) (ctx context.Context, stop func()) {
+	path, secret := r.URL.Path, bearer(r)
 	ctx, cancel := context.WithCancelCause(parent)
 	next := func() time.Duration {
 		d := s.opts.TokenRecheckInterval
@@ -272,14 +282,14 @@ func (s *Server) whileValid(parent context.Context, r *http.Request, p principal
 			// here must not turn the timer, at 0 from now on, into a
 			// loop of queries.
 			const why = "The API token has expired."
-			s.log.Info("request ended: its token is no longer valid", "path", r.URL.Path, "token", p.tokenID, "reason", why)
+			s.log.Info("request ended: its token is no longer valid", "path", path, "token", p.tokenID, "reason", why)
 			cancel(errUnauthorized(why))
 			return
 		}
-		_, err := s.authenticate(r.WithContext(ctx))
+		_, err := s.authenticateBearer(ctx, secret)
 		var he *httpError
 		if errors.As(err, &he) && he.status == http.StatusUnauthorized {
-			s.log.Info("request ended: its token is no longer valid", "path", r.URL.Path, "token", p.tokenID, "reason", he.message)
+			s.log.Info("request ended: its token is no longer valid", "path", path, "token", p.tokenID, "reason", he.message)
 			cancel(err)
 			return
 		}

@@ -214,6 +214,10 @@ type Options struct {
 	// MetricsTokenRequired makes /metrics ask for a valid API token of any
 	// scope.
 	MetricsTokenRequired bool
+	// PprofListen, when set, is the address Go's runtime profiles
+	// (/debug/pprof/) are served on, plain HTTP without a token; "" serves
+	// them nowhere. It must stay private (pprof.go).
+	PprofListen string
 
 	// Replicas: several servers on one PostgreSQL database.
 
@@ -269,6 +273,9 @@ type Server struct {
 	certs       *tlsconfig.CertReloader
 	metricsLn   net.Listener
 	metricsHTTP *http.Server
+	// The profiling listener (pprof.go), nil unless PprofListen.
+	pprofLn   net.Listener
+	pprofHTTP *http.Server
 
 	// queueFeed fans queue changes out to watches, per outpost, and
 	// prunes the queue's tombstones.
@@ -620,6 +627,16 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s.metricsHTTP = s.newHTTPServer(s.metricsRoutes())
 	}
+	if opts.PprofListen != "" {
+		if err := s.pprofListen(opts.PprofListen); err != nil {
+			if s.metricsLn != nil {
+				s.metricsLn.Close()
+			}
+			ln.Close()
+			s.store.Close()
+			return nil, err
+		}
+	}
 	s.http = s.newHTTPServer(s.routes())
 	s.http.ConnState = connState
 	s.http.ConnContext = connContext
@@ -738,6 +755,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	} else {
 		close(metricsDone)
 	}
+	pprofDone := make(chan struct{})
+	if s.pprofHTTP != nil {
+		go s.servePprof(pprofDone)
+	} else {
+		close(pprofDone)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -791,6 +814,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.metricsLn != nil {
 		s.log.Info("metrics listening", "addr", s.metricsLn.Addr().String(), "token_required", s.opts.MetricsTokenRequired)
 	}
+	if s.pprofLn != nil {
+		s.log.Info("profiling listening", "addr", s.pprofLn.Addr().String())
+		if !isLoopbackAddr(s.opts.PprofListen) {
+			s.log.Warn("the profiling listener is not on loopback: it asks for no token, so keep its address private",
+				"addr", s.opts.PprofListen)
+		}
+	}
 
 	var serveErr error
 	select {
@@ -824,6 +854,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	<-metricsDone
+	if s.pprofHTTP != nil {
+		// A CPU profile or trace in progress is cut short, not waited for.
+		s.pprofHTTP.Close()
+	}
+	<-pprofDone
 	s.agents.Stop()
 	s.wg.Wait()
 	if s.shared {

@@ -428,6 +428,7 @@ var dialect = sqlstore.Dialect{
 	CountIf:     func(cond string) string { return "COUNT(*) FILTER (WHERE " + cond + ")" },
 	MinIf:       func(col, cond string) string { return "MIN(" + col + ") FILTER (WHERE " + cond + ")" },
 	NoLimit:     nil, // LIMIT NULL
+	IndexedBy:   func(string) string { return "" },
 	In: func(w *sqlstore.Where, col string, ids []string) string {
 		return col + " = ANY(" + w.Arg(ids) + "::text[])"
 	},

@@ -64,3 +64,40 @@ func TestPlansSkipHistory(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat of a live worker reads and writes by key, and its prune
+// walks only the entries expired long ago, so its cost does not grow with
+// the outpost's workers; the count a connecting worker needs reads the
+// primary key's index alone, not the rows.
+func TestPlansOfHeartbeats(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t)
+	defer s.Close()
+	for _, c := range []struct {
+		name, query string
+		args        []any
+		want        string
+	}{
+		{"prune", dialect.PruneWorkersSQL(), []any{"op", 5}, "SEARCH workers USING INDEX workers_expires (expires_at<?)"},
+		{"the acceptor's entry", sqlstore.GetWorkerSQL, []any{"op", "acc", 5}, "SEARCH workers USING INDEX sqlite_autoindex_workers_1 (outpost_id=? AND acceptor_id=?)"},
+		{"entries of the outpost", sqlstore.CountOutpostEntriesSQL, []any{"op"}, "SEARCH workers USING COVERING INDEX sqlite_autoindex_workers_1 (outpost_id=?)"},
+	} {
+		rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+c.query, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if p := strings.Join(plan, "; "); p != c.want {
+			t.Errorf("%s: plan %q, want %q", c.name, p, c.want)
+		}
+	}
+}

@@ -218,6 +218,7 @@ var dialect = sqlstore.Dialect{
 	CountIf:     func(cond string) string { return "COALESCE(SUM(" + cond + "), 0)" },
 	MinIf:       func(col, cond string) string { return "MIN(CASE WHEN " + cond + " THEN " + col + " END)" },
 	NoLimit:     int64(-1),
+	IndexedBy:   func(index string) string { return " INDEXED BY " + index },
 	In: func(w *sqlstore.Where, col string, ids []string) string {
 		var b strings.Builder
 		b.WriteString(col + " IN (")

@@ -16,13 +16,17 @@ import (
 // outpost row, which claims lock, alone; by the one writer on SQLite), so
 // the live count and the instance check hold across servers. An outpost
 // deleted meanwhile fails the insert's foreign key: store.ErrNotFound.
+//
+// A heartbeat of a live entry (nearly all of them: each worker beats every
+// api.WorkerHeartbeatInterval) reads and writes by key alone, so its cost
+// does not grow with the outpost's workers. Only a heartbeat that connects
+// an acceptor counts the outpost's entries against max.
 func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.Worker, error) {
 	now := MS(w.LastSeenAt)
 	var out store.Worker
 	var prev *store.Worker
-	var live int
 	err := s.db.Write(ctx, func(b *Batch) {
-		prev, live = nil, 0
+		prev = nil
 		if s.d.Lock.Workers != nil {
 			q, args := s.d.Lock.Workers(w.OutpostID)
 			b.Exec(q, args...)
@@ -31,7 +35,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 			var id string
 			return row.Scan(&id)
 		}, OutpostExistsSQL, w.OutpostID)
-		b.Exec(PruneWorkersSQL, w.OutpostID, MS(w.LastSeenAt.Add(-store.WorkerOfflineKeep)))
+		b.Exec(s.d.PruneWorkersSQL(), w.OutpostID, MS(w.LastSeenAt.Add(-store.WorkerOfflineKeep)))
 		b.QueryRow(func(row Scanner) error {
 			p, err := ScanWorker(row)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -40,8 +44,14 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 			prev = &p
 			return err
 		}, GetWorkerSQL, w.OutpostID, w.AcceptorID, now)
-		b.QueryRow(func(row Scanner) error { return row.Scan(&live) }, CountOutpostWorkersSQL, w.OutpostID, now)
 	}, func(tx Tx) error {
+		live := 0
+		if prev == nil && max > 0 {
+			var err error
+			if live, err = s.liveWorkers(ctx, tx, w.OutpostID, now, max); err != nil {
+				return err
+			}
+		}
 		var err error
 		if out, err = PlanWorker(prev, live, w, max); err != nil {
 			return err
@@ -66,6 +76,22 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker, max int) (store.W
 		return store.Worker{}, s.errorf(err, "put worker %s of %s", w.AcceptorID, w.OutpostID)
 	}
 	return out, nil
+}
+
+// liveWorkers counts outpostID's entries live at now as far as PlanWorker
+// needs against max: the count of all its entries, live or kept offline,
+// when that is under max (the primary key's index answers it without
+// reading the rows), else the exact count of the live ones.
+func (s *Store) liveWorkers(ctx context.Context, tx Tx, outpostID string, now int64, max int) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, CountOutpostEntriesSQL, outpostID).Scan(&n); err != nil {
+		return 0, err
+	}
+	if n < max {
+		return n, nil
+	}
+	err := tx.QueryRow(ctx, CountOutpostWorkersSQL, outpostID, now).Scan(&n)
+	return n, err
 }
 
 // DeleteWorker ends an acceptor's life at now unless another instance

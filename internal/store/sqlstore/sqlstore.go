@@ -99,6 +99,12 @@ type Dialect struct {
 	ScanOutpost func(Scanner) (store.Outpost, error)
 	// Lock is how the dialect locks rows.
 	Lock Lock
+	// IndexedBy returns what follows a table's name to make a statement
+	// read it through the named index: SQLite's planner prefers an
+	// equality on the primary key's first column to a narrow range of
+	// another index it has no statistics for; "" where the planner
+	// weighs them (PostgreSQL).
+	IndexedBy func(index string) string
 	// SeqOnDemand reads a transcript's highest seq in UpdateSession and
 	// its kin only when the mutation appends events, in a statement of its
 	// own after fn, rather than with the session's first reads. Set it

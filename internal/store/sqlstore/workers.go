@@ -14,13 +14,14 @@ const WorkerCols = `outpost_id, acceptor_id, info_json, connected_at, last_seen_
 const (
 	// OutpostExistsSQL reads outpost $1's id.
 	OutpostExistsSQL = `SELECT id FROM outposts WHERE id = $1`
-	// PruneWorkersSQL deletes outpost $1's entries that expired at or
-	// before $2 (the heartbeat's time less store.WorkerOfflineKeep).
-	PruneWorkersSQL = `DELETE FROM workers WHERE outpost_id = $1 AND expires_at <= $2`
 	// GetWorkerSQL reads outpost $1's acceptor $2 while live at $3.
 	GetWorkerSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND acceptor_id = $2 AND expires_at > $3`
 	// GetAnyWorkerSQL reads outpost $1's acceptor $2, live or offline.
 	GetAnyWorkerSQL = `SELECT ` + WorkerCols + ` FROM workers WHERE outpost_id = $1 AND acceptor_id = $2`
+	// CountOutpostEntriesSQL counts outpost $1's entries, live or kept
+	// offline: an upper bound of its live ones that the primary key's
+	// index answers alone.
+	CountOutpostEntriesSQL = `SELECT COUNT(*) FROM workers WHERE outpost_id = $1`
 	// CountOutpostWorkersSQL counts outpost $1's entries live at $2.
 	CountOutpostWorkersSQL = `SELECT COUNT(*) FROM workers WHERE outpost_id = $1 AND expires_at > $2`
 	// UpsertWorkerSQL writes WorkerArgs.
@@ -44,6 +45,14 @@ const (
 	CountWorkersSQL = `SELECT outpost_id, kind, COUNT(*) FROM workers WHERE expires_at > $1
 		GROUP BY outpost_id, kind ORDER BY outpost_id, kind`
 )
+
+// PruneWorkersSQL deletes outpost $1's entries that expired at or before
+// $2 (the heartbeat's time less store.WorkerOfflineKeep) through the index
+// workers_expires, so that it reads those few entries rather than every
+// entry of the outpost, which the primary key's outpost_id = ? would.
+func (d Dialect) PruneWorkersSQL() string {
+	return `DELETE FROM workers` + d.IndexedBy("workers_expires") + ` WHERE outpost_id = $1 AND expires_at <= $2`
+}
 
 // PlanWorker decides PutWorker's write from what its transaction read:
 // prev, the acceptor's live entry (nil when none), and live, how many live
