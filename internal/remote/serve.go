@@ -18,6 +18,7 @@ import (
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // reconnectBackoff is the wait before each reconnect attempt: full jitter
@@ -315,6 +316,7 @@ func (s *session) requeueResult(seq int64) {
 
 // handleCall starts a call, resends its result, or ignores a duplicate.
 func (s *session) handleCall(f api.Frame) {
+	steptrace.Mark("remote.call", s.opts.SessionID)
 	if f.Seq <= 0 {
 		s.log.Warn("ignoring a call without a seq", "tool", f.Tool)
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // An idle worker keeps one remote started ahead of its next claim, so that
@@ -306,6 +307,7 @@ func (ps *prestarter) take(rc []string, id, stateDir string, env func(stateDir s
 		p.logFile.Close()
 		return nil
 	}
+	steptrace.Mark("worker.handed_over", id)
 	ps.log.Debug("session handed to the pre-started remote", "session", id, "pid", p.cmd.Process.Pid)
 	return p
 }
