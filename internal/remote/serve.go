@@ -52,6 +52,7 @@ func Serve(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	steptrace.Mark("remote.session_open", opts.SessionID)
 	if err := holdSessionJob(); err != nil {
 		s.log.Warn("commands may outlive this remote", "err", err)
 	}
