@@ -12,6 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/procguard"
 	"github.com/outpost-sh/outpost/internal/remote"
 	"github.com/outpost-sh/outpost/internal/sockguard"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // NewCmdRemote returns `outpost remote`, whose `serve` is the per-session
@@ -130,6 +131,7 @@ func runRemoteServe(ctx context.Context, o *RemoteServeOptions) error {
 		if !got {
 			return nil // the worker stopped before handing over a session
 		}
+		steptrace.Mark("remote.session_read", os.Getenv(api.EnvSessionID.Name))
 		if len(o.ThenExec) > 0 {
 			return execRemote(o.ThenExec)
 		}

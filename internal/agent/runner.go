@@ -12,6 +12,7 @@ import (
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -135,6 +136,7 @@ func plan(sess store.Session) []step {
 }
 
 func (r *runner) run(ctx context.Context) {
+	steptrace.Mark("server.runner", r.sessionID)
 	st := r.l.opts.Store
 	var sess store.Session
 	if err := r.retry(ctx, "load session", func() (err error) {
@@ -228,6 +230,7 @@ func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64
 	if err != nil {
 		return 0, fmt.Errorf("record call %d: %w", seq, err)
 	}
+	steptrace.Mark("server.call_recorded", r.sessionID)
 	r.committed(m)
 	return m.Events[0].Seq, nil
 }
@@ -259,7 +262,9 @@ func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (s
 		}
 		// A failed send breaks the connection; the wait below sees it end
 		// (and keeps taking results meanwhile) and resends on the next one.
+		steptrace.Mark("server.call_send", r.sessionID)
 		_ = conn.Call(ctx, seq, st.tool, st.args)
+		steptrace.Mark("server.call_sent", r.sessionID)
 	wait:
 		for {
 			select {
@@ -467,4 +472,21 @@ func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 	}
 	_ = msg.conn.Ack(ctx, msg.frame.Seq)
 	return nil
+}
+
+// FirstCall is the first call of sess's plan (a repository's clone or
+// the script's first step) as the runner would record it, for the commit
+// of the remote's first hello to record with the arrival
+// (lifecycle.Arrival.FirstCall): the runner then finds it recorded and
+// sends it at once, rather than after a commit of its own. sess is the
+// whole session, with its spec and secrets. false when the plan has no
+// step, or its first is one the control plane answers itself.
+func FirstCall(sess store.Session, now time.Time) (store.Call, api.Event, bool) {
+	steps := plan(sess)
+	if len(steps) == 0 || api.IsServerTool(steps[0].tool) {
+		return store.Call{}, api.Event{}, false
+	}
+	st := steps[0]
+	return store.Call{SessionID: sess.ID, Seq: 1, Tool: st.tool, Args: st.args, CreatedAt: now},
+		api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: 1, Tool: st.tool, Args: redact.NewSet(sess.Secrets).JSON(st.args)}, true
 }

@@ -48,6 +48,11 @@ type ResolverOptions struct {
 	HTTPClient *http.Client
 	// Logger receives what was resolved and downloaded; nil discards it.
 	Logger *slog.Logger
+	// LatestMaxAge is how long the latest build's id, once read, is used
+	// without reading it again; zero reads it at every Resolve that needs
+	// it. A build published meanwhile serves the sessions resolved after
+	// that age. Refresh reads it ahead of a Resolve.
+	LatestMaxAge time.Duration
 }
 
 // Resolver turns a session's pin into the command of the remote to run:
@@ -60,8 +65,10 @@ type Resolver struct {
 
 	warnLatest sync.Once
 
-	mu       sync.Mutex         // guards verified
+	mu       sync.Mutex         // guards the following
 	verified map[string]fileKey // cached binaries already hashed, by path
+	latestID string             // the latest build's id as last read; "" none
+	latestAt time.Time          // when latestID was read
 }
 
 // fileKey identifies a file's content cheaply: a cached binary is hashed
@@ -139,7 +146,7 @@ func (r *Resolver) Resolve(ctx context.Context, pin string) ([]string, error) {
 		}
 	}
 	if id == "" {
-		latest, err := r.latest(ctx)
+		latest, err := r.latestRecent(ctx)
 		if err != nil {
 			r.warnLatest.Do(func() {
 				r.opts.Logger.Warn("cannot read the latest remote build; running this build's remote (warned once)",
@@ -169,6 +176,46 @@ func (r *Resolver) Resolve(ctx context.Context, pin string) ([]string, error) {
 // urlOf returns the URL of a published name.
 func (r *Resolver) urlOf(name string) string {
 	return r.base.ResolveReference(&url.URL{Path: name}).String()
+}
+
+// latestRecent is the latest build's id as read within LatestMaxAge, else
+// as read now.
+func (r *Resolver) latestRecent(ctx context.Context) (string, error) {
+	if r.opts.LatestMaxAge > 0 {
+		r.mu.Lock()
+		id, at := r.latestID, r.latestAt
+		r.mu.Unlock()
+		if id != "" && time.Since(at) < r.opts.LatestMaxAge {
+			return id, nil
+		}
+	}
+	return r.readLatest(ctx)
+}
+
+// Refresh reads the latest build's id now, for the Resolves of the next
+// LatestMaxAge: a worker calls it while idle, so that a claim does not
+// wait for the read. It does nothing when LatestMaxAge is zero or a Pin
+// is set, and a failed read changes nothing.
+func (r *Resolver) Refresh(ctx context.Context) {
+	if r.opts.LatestMaxAge <= 0 || r.opts.Pin != "" || r.base == nil {
+		return
+	}
+	_, _ = r.readLatest(ctx)
+}
+
+// readLatest reads the latest build's id and keeps it for latestRecent.
+func (r *Resolver) readLatest(ctx context.Context) (string, error) {
+	at := time.Now()
+	id, err := r.latest(ctx)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	if at.After(r.latestAt) {
+		r.latestID, r.latestAt = id, at
+	}
+	r.mu.Unlock()
+	return id, nil
 }
 
 // latest reads the id of the newest build for the platform.

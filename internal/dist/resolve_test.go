@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // distFixture is a published layout over loopback: a dist dir with builds
@@ -243,5 +244,37 @@ func TestResolveConcurrentCache(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(cache, "remote", "*", ".*"))
 	if len(leftovers) > 0 {
 		t.Errorf("temporary files left behind: %v", leftovers)
+	}
+}
+
+// TestResolveLatestMaxAge: with LatestMaxAge, the latest pointer read once
+// (by a Resolve or Refresh) serves the Resolves after it; a new pointer is
+// seen at the next read, which Refresh does.
+func TestResolveLatestMaxAge(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r, err := NewResolver(ResolverOptions{BaseURL: f.base, CacheDir: t.TempDir(), Self: []string{"self", "remote", "serve"},
+		SelfID: idSelf, Suffix: suffix, LatestMaxAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := func() string {
+		t.Helper()
+		cmd, err := r.Resolve(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ranBuild(t, cmd)
+	}
+	if got := resolve(); got != "build "+idLatest {
+		t.Fatalf("first Resolve runs %q, want the latest", got)
+	}
+	writeFile(t, f.dir, LatestName(suffix), idDefault)
+	if got := resolve(); got != "build "+idLatest {
+		t.Errorf("Resolve within the max age runs %q, want the latest as read before", got)
+	}
+	r.Refresh(t.Context())
+	if got := resolve(); got != "build "+idDefault {
+		t.Errorf("Resolve after Refresh runs %q, want the new latest", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/client"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // A consumer asks the server for the next pending session
@@ -110,10 +111,14 @@ func (c *Consumer) postponed() ([]string, bool) {
 func (c *Consumer) claimNext(ctx context.Context, exclude []string) (*api.QueueEntry, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	steptrace.Mark("worker.claim_sent", "")
 	claim, err := c.Client.Queue.ClaimNext(cctx, c.outpostID(), api.ClaimNextRequest{
 		AcceptorID: c.Identity.AcceptorID, Platform: c.platform, Exclude: exclude,
 		NetworkPolicy: c.enforcesNetwork(), Desktop: c.Desktop, Machine: c.Machine, Provisions: c.Provisions,
 	})
+	if claim != nil {
+		steptrace.Mark("worker.claim_answer", claim.Metadata.SessionID)
+	}
 	if err == nil && claim != nil && ctx.Err() != nil {
 		c.Release(context.WithoutCancel(ctx), claim.Metadata.SessionID, "")
 		return nil, ctx.Err()

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -19,6 +20,8 @@ var passThrough = []string{
 	EnvCAFile,
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
 	"DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", api.EnvGitMirrors.Name,
+	// A trace of dispatch steps, set only to debug (steptrace).
+	steptrace.Env,
 }
 
 // passThroughVars are the spawn contract's optional variables a remote

@@ -10,6 +10,7 @@ import (
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/client"
 	"github.com/outpost-sh/outpost/internal/atomicfile"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // errWatchEndedAtOnce is a watch the server ended as soon as it started.
@@ -138,6 +139,7 @@ func (c *Consumer) watch(ctx context.Context, cursor *string) error {
 	events, start := 0, c.clock.Now()
 	err := c.Client.Queue.Watch(ctx, c.outpostID(), *cursor, func(ev api.WatchEvent) error {
 		events++
+		steptrace.Mark("worker.watch_event", ev.Object.Metadata.SessionID)
 		if ev.Cursor != "" {
 			*cursor = ev.Cursor
 			c.saveCursor(ev.Cursor)

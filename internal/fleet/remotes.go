@@ -39,6 +39,8 @@ type ResolverOptions struct {
 	CAFile string
 	// Logger receives the resolver's log.
 	Logger *slog.Logger
+	// LatestMaxAge is dist.ResolverOptions.LatestMaxAge.
+	LatestMaxAge time.Duration
 }
 
 // NewResolver returns the resolver of the remote build each session runs
@@ -58,12 +60,13 @@ func NewResolver(o ResolverOptions) (*dist.Resolver, error) {
 		hc = &http.Client{Transport: tr}
 	}
 	return dist.NewResolver(dist.ResolverOptions{
-		BaseURL:    base,
-		CacheDir:   o.CacheDir,
-		Pin:        o.Pin,
-		Self:       o.Self,
-		HTTPClient: hc,
-		Logger:     o.Logger,
+		BaseURL:      base,
+		CacheDir:     o.CacheDir,
+		Pin:          o.Pin,
+		Self:         o.Self,
+		HTTPClient:   hc,
+		Logger:       o.Logger,
+		LatestMaxAge: o.LatestMaxAge,
 	})
 }
 

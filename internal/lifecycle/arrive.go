@@ -31,6 +31,13 @@ type Arrival struct {
 	// machine starts it where that session was, which its resume event
 	// says instead of a move.
 	ForkedFrom string
+	// FirstCall, when set, is recorded with the arrival, with its event
+	// FirstCallEvent, if the session never ran before (no remote arrived,
+	// no call recorded): the first call of its plan, which the runner
+	// then sends without a commit of its own. A call is still recorded
+	// before it is sent, and once.
+	FirstCall      *store.Call
+	FirstCallEvent api.Event
 }
 
 // Arrive records a remote's hello: from now on its connection holds the
@@ -47,6 +54,7 @@ func Arrive(sess store.Session, e store.QueueEntry, now time.Time, a Arrival, gr
 	if !e.Held(now) || e.Epoch != a.Epoch {
 		return store.Mutation{}, "", refuse(ErrConflict, "the claim this remote served has lapsed or moved to another machine")
 	}
+	fresh := sess.StartedAt == nil && sess.LastSeq == 0 && sess.Status != api.StatusResuming
 	e.LiveUntil = now.Add(grace)
 	prevOwner, e.Owner = e.Owner, a.Owner
 	if a.Capabilities != nil {
@@ -68,6 +76,10 @@ func Arrive(sess store.Session, e store.QueueEntry, now time.Time, a Arrival, gr
 	if sess.Status != api.StatusRunning {
 		sess.Status, sess.StatusDetail, sess.Reason = api.StatusRunning, api.DetailWorking, fmt.Sprintf("Running on %s.", a.AcceptorID)
 		m.Events = append(m.Events, StatusEvent(sess, now))
+	}
+	if a.FirstCall != nil && fresh {
+		m.Calls = append(m.Calls, *a.FirstCall)
+		m.Events = append(m.Events, a.FirstCallEvent)
 	}
 	if sess.StartedAt == nil {
 		sess.StartedAt = &now

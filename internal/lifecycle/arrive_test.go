@@ -146,3 +146,48 @@ func TestArriveEndsOrRefuses(t *testing.T) {
 	_, _, err = Arrive(pending, pe, now, arrival(pe.Epoch), time.Second)
 	wantRefusal(t, err, ErrConflict, stale)
 }
+
+// TestArriveFirstCall: the first call given with the arrival is recorded
+// in its commit only for a session that never ran; a reconnect or a
+// resume records none (its calls are its own already).
+func TestArriveFirstCall(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(10 * time.Second)
+	call := store.Call{SessionID: "s1", Seq: 1, Tool: api.ToolExec, Args: []byte(`{"command":"true"}`), CreatedAt: now}
+	a := arrival(2)
+	a.FirstCall, a.FirstCallEvent = &call, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: 1, Tool: api.ToolExec}
+	tests := []struct {
+		name   string
+		rows   func() (store.Session, store.QueueEntry)
+		calls  int
+		events string
+	}{
+		{"first hello", func() (store.Session, store.QueueEntry) { return claimedRows("w1", t0) }, 1, "remote_connected,status,call"},
+		{"reconnect", func() (store.Session, store.QueueEntry) { return runningRows("w1", t0) }, 0, "remote_connected"},
+		{"resuming", func() (store.Session, store.QueueEntry) {
+			sess, e := claimedRows("w1", t0)
+			sess.Status = api.StatusResuming
+			return sess, e
+		}, 0, "remote_connected,resume,status"},
+		{"a call done before", func() (store.Session, store.QueueEntry) {
+			sess, e := claimedRows("w1", t0)
+			sess.LastSeq = 1
+			return sess, e
+		}, 0, "remote_connected,status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sess, e := tt.rows()
+			m, _, err := Arrive(sess, e, now, a, 25*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Calls) != tt.calls || tt.calls == 1 && m.Calls[0].Seq != 1 {
+				t.Errorf("calls %+v, want %d", m.Calls, tt.calls)
+			}
+			if got := eventTypes(m.Events); got != tt.events {
+				t.Errorf("events %s, want %s", got, tt.events)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/loop"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/tlsconfig"
 )
 
@@ -41,6 +42,7 @@ func (r *rejection) Error() string { return "gateway refused the remote: " + r.m
 func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
+	steptrace.Mark("remote.dial", s.opts.SessionID)
 	hc, dialer, closeIdle := batchingClient(s.opts.HTTPClient)
 	defer closeIdle()
 	c, resp, err := websocket.Dial(dctx, s.opts.GatewayURL, &websocket.DialOptions{
@@ -65,6 +67,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	defer c.CloseNow()
 	c.SetReadLimit(maxFrameBytes)
 
+	steptrace.Mark("remote.dialed", s.opts.SessionID)
 	hello, resend := s.hello()
 	if err := s.writeFrame(dctx, c, hello); err != nil {
 		return false, fmt.Errorf("send hello: %w", err)
@@ -80,6 +83,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 	}
 	switch f.Type {
 	case api.FrameWelcome:
+		steptrace.Mark("remote.welcome", s.opts.SessionID)
 		s.welcome(f)
 	case api.FrameEnd:
 		c.Close(websocket.StatusNormalClosure, "session ended")

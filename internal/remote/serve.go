@@ -18,6 +18,7 @@ import (
 	"github.com/outpost-sh/outpost/backoff"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // reconnectBackoff is the wait before each reconnect attempt: full jitter
@@ -51,6 +52,7 @@ func Serve(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	steptrace.Mark("remote.session_open", opts.SessionID)
 	if err := holdSessionJob(); err != nil {
 		s.log.Warn("commands may outlive this remote", "err", err)
 	}
@@ -315,6 +317,7 @@ func (s *session) requeueResult(seq int64) {
 
 // handleCall starts a call, resends its result, or ignores a duplicate.
 func (s *session) handleCall(f api.Frame) {
+	steptrace.Mark("remote.call", s.opts.SessionID)
 	if f.Seq <= 0 {
 		s.log.Warn("ignoring a call without a seq", "tool", f.Tool)
 		return

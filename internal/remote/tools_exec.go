@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 const (
@@ -71,6 +72,7 @@ func runExec(ctx context.Context, c *callEnv, raw json.RawMessage) (any, error) 
 	killProcessGroup(cmd)
 
 	start := time.Now()
+	steptrace.Mark("remote.exec_start", "")
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start command: %w", err)
 	}

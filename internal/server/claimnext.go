@@ -6,6 +6,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -20,6 +21,7 @@ import (
 // the claimed entry as a claim by id answers it, or 204 when no pending
 // session of the outpost is claimable for the request.
 func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error {
+	steptrace.Mark("server.claim_request", "")
 	ctx := r.Context()
 	var req api.ClaimNextRequest
 	if err := decode(w, r, &req); err != nil {
@@ -47,6 +49,7 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
+	steptrace.Mark("server.claimed", res.Entry.SessionID)
 	out := toAPIEntry(res.Entry)
 	out.Status.ConnectToken = res.Token
 	out.Status.GatewayURL = s.gatewayURL

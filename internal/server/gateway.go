@@ -7,9 +7,11 @@ import (
 	"net/http"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/agent"
 	"github.com/outpost-sh/outpost/internal/gateway"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -51,6 +53,7 @@ type gatewayHandler struct{ s *Server }
 // server's shutdown.
 func (h gatewayHandler) Admit(w http.ResponseWriter, r *http.Request) (store.QueueEntry, func(), bool) {
 	s := h.s
+	steptrace.Mark("server.gateway_request", r.Header.Get(api.HeaderSessionID))
 	_, e, err := s.connectClaim(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -71,6 +74,7 @@ func (h gatewayHandler) Refused(*gateway.Conn, string) { h.s.metrics.remotesRefu
 // arrival.
 func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.QueueEntry, hello *api.Frame) (gateway.Welcome, error) {
 	s := h.s
+	steptrace.Mark("server.hello", c.SessionID)
 	var err error
 	// A session resuming on another machine gets its repositories back.
 	var restore []api.GitCloneArgs
@@ -89,7 +93,7 @@ func (h gatewayHandler) Hello(ctx context.Context, c *gateway.Conn, e store.Queu
 	c.Secrets = redact.NewSet(full.Secrets)
 	// What the hello says of the machine goes on the transcript.
 	gateway.NewOutputRedactor(c.Secrets).Report(hello)
-	sess, err := s.onHello(ctx, c, *hello, restore, full.Spec.ForkedFrom)
+	sess, err := s.onHello(ctx, c, *hello, restore, full, e.Kind)
 	if errors.Is(err, errStaleClaim) {
 		return gateway.Welcome{Refused: errStaleClaim.Error(), CloseReason: errStaleClaim.Error()}, nil
 	}
@@ -117,6 +121,7 @@ func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool)
 		return leave, false
 	}
 	if run {
+		steptrace.Mark("server.attached", c.SessionID)
 		s.ensureRunner(c.SessionID)
 		s.live.Attached(ctx, c.SessionID) // viewers waiting for this remote
 	}
@@ -154,12 +159,22 @@ func (h gatewayHandler) Disconnected(c *gateway.Conn) { h.s.recordDisconnect(c) 
 // onHello records the remote's arrival through the state machine, which
 // moves the session to running. restore is what the welcome will ask the
 // remote to clone again.
-func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs, forkedFrom string) (store.Session, error) {
-	sess, prevOwner, err := s.life.Arrive(ctx, c.SessionID, lifecycle.Arrival{
+//
+// The first hello of a session that never ran records its first call in
+// the same commit, so that the runner can send it at once.
+func (s *Server) onHello(ctx context.Context, c *gateway.Conn, hello api.Frame, restore []api.GitCloneArgs, full store.Session, kind string) (store.Session, error) {
+	steptrace.Mark("server.arrive", c.SessionID)
+	a := lifecycle.Arrival{
 		Epoch: c.Epoch, AcceptorID: c.AcceptorID, Owner: s.opts.ReplicaID, Capabilities: hello.Capabilities,
 		ResumeNote: func(lastSeq int64) string { return resumeNote(restore, c.Snapshot, c.RestoreFrom, lastSeq) },
-		ForkedFrom: forkedFrom,
-	})
+		ForkedFrom: full.Spec.ForkedFrom,
+	}
+	if kind != api.KindResume && full.Spec.ForkedFrom == "" && full.StartedAt == nil && full.LastSeq == 0 {
+		if call, ev, ok := agent.FirstCall(full, s.now()); ok {
+			a.FirstCall, a.FirstCallEvent = &call, ev
+		}
+	}
+	sess, prevOwner, err := s.life.Arrive(ctx, c.SessionID, a)
 	if errors.Is(err, lifecycle.ErrConflict) {
 		return sess, errStaleClaim
 	}

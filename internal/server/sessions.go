@@ -24,6 +24,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/lifecycle"
 	"github.com/outpost-sh/outpost/internal/netpolicy"
 	"github.com/outpost-sh/outpost/internal/redact"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 	"github.com/outpost-sh/outpost/internal/store"
 )
 
@@ -330,6 +331,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 	if err := s.store.CreateSession(actx, sess, entry, events); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
+	steptrace.Mark("server.created", sess.ID)
 	s.metrics.sessionsCreated.Inc()
 	s.queueFeed.Notify(o.ID)
 	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", red.String(sess.Spec.Title))

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/fleet"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // An idle worker keeps one remote started ahead of its next claim, so that
@@ -69,7 +71,10 @@ type prestarter struct {
 	command []string // the pre-started remote's command
 	self    []string // the command of sessions it can serve
 	log     *slog.Logger
-	wg      sync.WaitGroup // fill and watch goroutines
+	wg      sync.WaitGroup // fill, watch and refresh goroutines
+	// ctx ends at close, cutting short a read of the latest remote build.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex // guards the following
 	cur    *prestarted
@@ -85,7 +90,8 @@ func newPrestarter(w *worker, command, self []string) *prestarter {
 	for _, d := range stale {
 		_ = os.RemoveAll(d)
 	}
-	return &prestarter{w: w, command: command, self: self, log: w.log}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &prestarter{w: w, command: command, self: self, log: w.log, ctx: ctx, cancel: cancel}
 }
 
 // baseEnv is the environment of a session's remote without sessionVars:
@@ -107,6 +113,11 @@ func (ps *prestarter) afterSession() {
 	ps.deaths = 0
 	ps.mu.Unlock()
 	ps.fillAsync()
+	ps.wg.Add(1)
+	go func() {
+		defer ps.wg.Done()
+		ps.w.remotes.Refresh(ps.ctx)
+	}()
 }
 
 // fillAsync starts a pre-started remote in the background unless one waits.
@@ -306,6 +317,7 @@ func (ps *prestarter) take(rc []string, id, stateDir string, env func(stateDir s
 		p.logFile.Close()
 		return nil
 	}
+	steptrace.Mark("worker.handed_over", id)
 	ps.log.Debug("session handed to the pre-started remote", "session", id, "pid", p.cmd.Process.Pid)
 	return p
 }
@@ -332,6 +344,7 @@ func (ps *prestarter) close() {
 	if ps == nil {
 		return
 	}
+	ps.cancel()
 	ps.mu.Lock()
 	ps.closed = true
 	cur := ps.cur

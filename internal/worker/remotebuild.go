@@ -3,6 +3,7 @@ package worker
 import (
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/dist"
@@ -26,8 +27,16 @@ func newResolver(opts Options) (*dist.Resolver, error) {
 		Self:     opts.RemoteCommand,
 		CAFile:   opts.CAFile,
 		Logger:   opts.Logger,
+		// Read again while the worker is idle (prestarter.afterSession),
+		// so that a claim does not wait for the read.
+		LatestMaxAge: latestMaxAge,
 	})
 }
+
+// latestMaxAge is how long a worker runs the latest published remote
+// build it read before reading which one is latest again. A build
+// published meanwhile serves the sessions claimed after that.
+const latestMaxAge = 10 * time.Second
 
 // directBaseURL is where direct-serve downloads a pinned build from when
 // no static base URL is set: the /dist/ of the server given (ServerURL),

@@ -17,6 +17,7 @@ import (
 	"github.com/outpost-sh/outpost/internal/fleet"
 	"github.com/outpost-sh/outpost/internal/machine"
 	"github.com/outpost-sh/outpost/internal/netguard"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // killDelay is how long a remote asked to stop has before it is killed.
@@ -50,6 +51,7 @@ type remoteProc struct {
 // the remote GracePeriod first.
 func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	id := s.ID
+	steptrace.Mark("worker.run", id)
 	log := w.log.With("session", id)
 	if !w.opts.Once {
 		defer w.pre.afterSession()
@@ -63,6 +65,7 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		}
 		return out
 	}
+	steptrace.Mark("worker.workspace_ready", id)
 	claim := s.Claim
 	if claim.Status.GatewayURL == "" {
 		claim.Status.GatewayURL = w.opts.GatewayURL
@@ -76,6 +79,7 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 		defer guard.Close()
 	}
 	rc, err := s.Remote(sctx)
+	steptrace.Mark("worker.remote_resolved", id)
 	var p *remoteProc
 	if err == nil {
 		p, err = w.start(&claim, rc, s.Env, guard)

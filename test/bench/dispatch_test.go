@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/steptrace"
 )
 
 // BenchmarkDispatch measures how long a session waits between its creation
@@ -37,8 +38,11 @@ func BenchmarkDispatch(b *testing.B) {
 	n := envInt("OUTPOST_BENCH_SESSIONS", 200)
 	const warmup = 5
 	for range b.N {
-		c := startCluster(b, "")
+		// The trace lives in the workspace, which the remotes see in
+		// their sandbox too.
 		ws := b.TempDir()
+		trace := traceSteps(b, ws)
+		c := startCluster(b, "")
 		c.startWorker(ws)
 		fifo := filepath.Join(ws, "dispatch.fifo")
 		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -52,15 +56,18 @@ func BenchmarkDispatch(b *testing.B) {
 			go func() {
 				f, err := os.OpenFile(fifo, os.O_RDONLY, 0)
 				at := time.Now()
+				steptrace.Mark("bench.running", "")
 				if err == nil {
 					_, _ = io.Copy(io.Discard, f)
 					f.Close()
 				}
 				running <- at
 			}()
+			steptrace.Mark("bench.post", "")
 			t0 := time.Now()
 			sess, err := c.script(ctx, "dispatch", execStep(": > "+fifo))
 			t1 := time.Now()
+			steptrace.Mark("bench.post_returned", "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -125,6 +132,9 @@ func BenchmarkDispatch(b *testing.B) {
 		goal := "MET"
 		if d.p99 >= 50*time.Millisecond {
 			goal = "MISSED"
+		}
+		if trace != "" {
+			reportSteps(b, trace, "bench.post", warmup)
 		}
 		b.Logf("SUMMARY dispatch: p50=%s p99=%s over %d sessions (goal p99 < 50ms: %s)", rd(d.p50), rd(d.p99), d.n, goal)
 	}
