@@ -219,6 +219,28 @@ const maxClaimNextPicks = 10
 // concurrent claimers get different sessions. tokenID is the token the
 // claimer asked with, as in ClaimWith ("" for none).
 func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
+	g, end, err := mc.claimNext(ctx, outpostID, acceptor, tokenID, f, m)
+	return g, end == nextClaimed, err
+}
+
+// nextEnd is how a ClaimNext ended.
+type nextEnd int
+
+const (
+	// nextClaimed: it claimed a session.
+	nextClaimed nextEnd = iota
+	// nextNone: the store found no entry left to pick; any claim-next
+	// with the same filter and machine would have found none then.
+	nextNone
+	// nextGaveUp: every pick lost a race or did not fit, and the claimer
+	// asks again on its next hint.
+	nextGaveUp
+	// nextFailed: it answered an error.
+	nextFailed
+)
+
+// claimNext is ClaimNext, saying how it ended.
+func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, nextEnd, error) {
 	f.Exclude = append([]string(nil), f.Exclude...)
 	f.Placed = f.Placed || m != nil
 	unfit := 0
@@ -240,7 +262,7 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return Grant{}, false, nil
+			return Grant{}, nextNone, nil
 		case errors.Is(err, errRaced):
 			f.Exclude = append(f.Exclude, raced)
 			continue
@@ -250,10 +272,13 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 			continue
 		}
 		g, err := mc.claimed(ctx, c, m, err)
-		return g, err == nil, err
+		if err != nil {
+			return Grant{}, nextFailed, err
+		}
+		return g, nextClaimed, nil
 	}
 	// Every pick lost its race: the claimer asks again on its next hint.
-	return Grant{}, false, nil
+	return Grant{}, nextGaveUp, nil
 }
 
 // claimed follows a claim's transaction (m, err): counts its outcome and

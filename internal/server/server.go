@@ -251,6 +251,7 @@ type Server struct {
 	adminToken string
 	now        func() time.Time
 	life       *lifecycle.Machine // the session state machine, over store
+	nextGate   *lifecycle.NextGate // coalesces claim-next requests that would pick alike
 	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
 	http       *http.Server
@@ -548,6 +549,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log, gateway.Options{PingEvery: s.pingEvery()})
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
+	s.nextGate = s.newNextGate()
 	s.retention = s.newRetention()
 	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
 		Go: func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }, Now: s.now, TombstoneAge: queuefeed.TombstoneAge(opts.WatchMaxDuration)})

@@ -1,0 +1,277 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/lifecycle"
+	"github.com/outpost-sh/outpost/internal/store"
+)
+
+// heldStore counts claim-next transactions and holds each one before it
+// starts until open is closed, so a test can line calls up behind them.
+type heldStore struct {
+	lifecycle.Store
+	open    chan struct{}
+	entered atomic.Int64
+}
+
+func (h *heldStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	h.entered.Add(1)
+	select {
+	case <-h.open:
+	case <-ctx.Done():
+		return store.Mutation{}, ctx.Err()
+	}
+	return h.Store.ClaimNext(ctx, outpostID, now, f, fn)
+}
+
+// gateRig is a rig whose Machine's claim-next transactions are held, and
+// a NextGate over it that counts shared answers.
+type gateRig struct {
+	*rig
+	held   *heldStore
+	gate   *lifecycle.NextGate
+	shared atomic.Int64
+}
+
+func newGateRig(t *testing.T, maxRunning int) *gateRig {
+	held := &heldStore{open: make(chan struct{})}
+	r := newRig(t, maxRunning, 0, func(o *lifecycle.Options) {
+		held.Store = o.Store
+		o.Store = held
+	})
+	g := &gateRig{rig: r, held: held}
+	g.gate = lifecycle.NewNextGate(r.m, lifecycle.NextGateOptions{Shared: func() { g.shared.Add(1) }})
+	return g
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type nextResult struct {
+	g   lifecycle.Grant
+	ok  bool
+	err error
+}
+
+// TestNextGateCoalesces: 200 concurrent claim-next calls for an outpost
+// with 5 pending sessions claim the 5, each once, and the other 195 are
+// answered "none" after a few transactions, not 200; the gate keeps no
+// key afterwards.
+func TestNextGateCoalesces(t *testing.T) {
+	t.Parallel()
+	g := newGateRig(t, 0)
+	for i := range 5 {
+		g.session(t, fmt.Sprintf("s%d", i))
+	}
+	const n = 200
+	results := make(chan nextResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			gr, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: fmt.Sprintf("w%d", i)})
+			results <- nextResult{gr, ok, err}
+		})
+	}
+	inflight := lifecycle.DefaultNextInflight
+	waitFor(t, "every call is in line or in its transaction", func() bool {
+		return g.gate.Waiting() == n-inflight && g.held.entered.Load() == int64(inflight)
+	})
+	close(g.held.open)
+	wg.Wait()
+	close(results)
+	claimed := map[string]string{}
+	none := 0
+	for r := range results {
+		switch {
+		case r.err != nil:
+			t.Errorf("claim-next: %v", r.err)
+		case r.ok:
+			if prev, dup := claimed[r.g.Entry.SessionID]; dup {
+				t.Errorf("%s claimed by %s and %s", r.g.Entry.SessionID, prev, r.g.Entry.AcceptorID)
+			}
+			claimed[r.g.Entry.SessionID] = r.g.Entry.AcceptorID
+		default:
+			none++
+		}
+	}
+	tx := g.held.entered.Load()
+	if len(claimed) != 5 || none != n-5 {
+		t.Errorf("%d claimed and %d answered none, want 5 and %d", len(claimed), none, n-5)
+	}
+	if bound := int64(5 + 2*inflight); tx > bound {
+		t.Errorf("%d claim-next transactions for %d calls, want at most %d", tx, n, bound)
+	}
+	if s := g.shared.Load(); s != n-tx {
+		t.Errorf("%d calls answered without a transaction, want %d (%d calls, %d transactions)", s, n-tx, n, tx)
+	}
+	if k := g.gate.Keys(); k != 0 {
+		t.Errorf("the gate holds %d keys once every call returned, want 0", k)
+	}
+}
+
+// TestNextGateCancel: a call whose context ends while it waits in line
+// returns at once and claims nothing; the calls running still claim.
+func TestNextGateCancel(t *testing.T) {
+	t.Parallel()
+	g := newGateRig(t, 0)
+	for i := range 5 {
+		g.session(t, fmt.Sprintf("s%d", i))
+	}
+	inflight := lifecycle.DefaultNextInflight
+	var wg sync.WaitGroup
+	claimed := make(chan string, inflight)
+	for i := range inflight {
+		wg.Go(func() {
+			gr, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: fmt.Sprintf("w%d", i)})
+			if err != nil || !ok {
+				t.Errorf("claim-next: %v, %v", ok, err)
+			}
+			claimed <- gr.Entry.SessionID
+		})
+	}
+	waitFor(t, "the first calls are in their transactions", func() bool { return g.held.entered.Load() == int64(inflight) })
+	ctx, cancel := context.WithCancel(t.Context())
+	gone := make(chan error, 1)
+	go func() {
+		_, ok, err := g.gate.ClaimNext(ctx, lifecycle.NextRequest{OutpostID: "o1", Acceptor: "gone"})
+		if ok {
+			err = errors.New("it claimed")
+		}
+		gone <- err
+	}()
+	waitFor(t, "the last call waits", func() bool { return g.gate.Waiting() == 1 })
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v, want context.Canceled", err)
+	}
+	if w := g.gate.Waiting(); w != 0 {
+		t.Fatalf("%d calls wait after the cancelled one left, want 0", w)
+	}
+	close(g.held.open)
+	wg.Wait()
+	close(claimed)
+	for id := range claimed {
+		if e := g.entry(t, id); e.Phase != api.PhaseClaimed {
+			t.Errorf("%s is %s, want claimed", id, e.Phase)
+		}
+	}
+	if e := g.entry(t, "s4"); e.Phase != api.PhasePending || e.AcceptorID != "" {
+		t.Errorf("s4 is %s by %q, want pending: the cancelled call claims nothing", e.Phase, e.AcceptorID)
+	}
+	if tx := g.held.entered.Load(); tx != int64(inflight) {
+		t.Errorf("%d transactions, want %d: the cancelled call runs none", tx, inflight)
+	}
+	if k := g.gate.Keys(); k != 0 {
+		t.Errorf("the gate holds %d keys, want 0", k)
+	}
+}
+
+// TestNextGateAtCapacity: calls waiting behind a pick refused at the
+// outpost's max_running get that refusal without a transaction.
+func TestNextGateAtCapacity(t *testing.T) {
+	t.Parallel()
+	g := newGateRig(t, 1)
+	for i := range 3 {
+		g.session(t, fmt.Sprintf("s%d", i))
+	}
+	if _, err := g.m.Claim(t.Context(), "s0", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: fmt.Sprintf("w%d", i)})
+			if ok {
+				err = errors.New("it claimed")
+			}
+			errs <- err
+		})
+	}
+	inflight := lifecycle.DefaultNextInflight
+	waitFor(t, "every call is in line", func() bool { return g.gate.Waiting() == n-inflight })
+	close(g.held.open)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, lifecycle.ErrAtCapacity) {
+			t.Errorf("claim-next at max_running: %v, want ErrAtCapacity", err)
+		}
+	}
+	if tx := g.held.entered.Load(); tx > int64(2*inflight) || g.shared.Load() != n-tx {
+		t.Errorf("%d transactions and %d shared answers for %d calls, want at most %d transactions and the rest shared", tx, g.shared.Load(), n, 2*inflight)
+	}
+}
+
+// TestNextGateKeys: calls that pick differently never share an answer: a
+// call for another platform does not wait behind (nor take the "none" of)
+// calls that cannot claim; a call with an exclude list bypasses the line
+// and skips what it excludes.
+func TestNextGateKeys(t *testing.T) {
+	t.Parallel()
+	g := newGateRig(t, 0)
+	g.session(t, "s0")
+	g.session(t, "s1")
+	inflight := lifecycle.DefaultNextInflight
+	mac := inflight + 2
+	var wg sync.WaitGroup
+	for i := range mac {
+		wg.Go(func() {
+			// The sessions are pinned to linux: none is claimable here.
+			_, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: fmt.Sprintf("mac%d", i),
+				Filter: store.NextFilter{Platform: api.PlatformMacOS}})
+			if ok || err != nil {
+				t.Errorf("claim-next for macos: %v, %v; want none", ok, err)
+			}
+		})
+	}
+	waitFor(t, "the macos calls are in line", func() bool { return g.gate.Waiting() == mac-inflight })
+	linux := make(chan nextResult, 2)
+	wg.Go(func() {
+		gr, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: "linux",
+			Filter: store.NextFilter{Platform: api.PlatformLinux}})
+		linux <- nextResult{gr, ok, err}
+	})
+	waitFor(t, "the linux call runs beside the macos ones", func() bool { return g.held.entered.Load() == int64(inflight+1) })
+	wg.Go(func() {
+		gr, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: "picky",
+			Filter: store.NextFilter{Exclude: []string{"s0"}}})
+		linux <- nextResult{gr, ok, err}
+	})
+	waitFor(t, "the call with an exclude list runs at once", func() bool { return g.held.entered.Load() == int64(inflight+2) })
+	close(g.held.open)
+	wg.Wait()
+	close(linux)
+	got := map[string]string{}
+	for r := range linux {
+		if !r.ok || r.err != nil {
+			t.Fatalf("claim-next: %v, %v; want a claim", r.ok, r.err)
+		}
+		got[r.g.Entry.AcceptorID] = r.g.Entry.SessionID
+	}
+	if got["picky"] != "s1" || got["linux"] != "s0" {
+		t.Errorf("claims %v, want linux s0 and picky s1 (s0 excluded)", got)
+	}
+	if k := g.gate.Keys(); k != 0 {
+		t.Errorf("the gate holds %d keys, want 0", k)
+	}
+}
