@@ -140,6 +140,14 @@ type ServerFigures struct {
 	CPUPerWorkerMS float64 `json:"cpu_ms_per_worker_s"`
 	// CPUPerCall is busy CPU per answered call, in ms.
 	CPUPerCallMS float64 `json:"cpu_ms_per_call"`
+	// ClaimNextTx counts the server's claim-next store transactions
+	// from before the workers connected to the end of the busy phase
+	// (outpost_claim_next_transactions_total); ClaimNextCoalesced the
+	// claim-next requests it answered without one
+	// (outpost_claim_next_coalesced_total). Both -1 for a server
+	// without them.
+	ClaimNextTx        int64 `json:"claim_next_transactions"`
+	ClaimNextCoalesced int64 `json:"claim_next_coalesced"`
 }
 
 type sample struct {
@@ -147,6 +155,11 @@ type sample struct {
 	at  time.Time
 	cpu float64
 	rss int64
+	// claimNext: the server counts claim-next's transactions (tx) and
+	// the requests answered without one (shared).
+	claimNext          bool
+	claimNextTx        float64
+	claimNextCoalesced float64
 }
 
 // scrape reads the process collector's figures from /metrics, trying
@@ -212,6 +225,11 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 		case "process_resident_memory_bytes":
 			s.rss += int64(v)
 			rss = true
+		case "outpost_claim_next_transactions_total":
+			s.claimNextTx += v
+			s.claimNext = true
+		case "outpost_claim_next_coalesced_total":
+			s.claimNextCoalesced += v
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -230,6 +248,11 @@ func serverFigures(before, idle0, idle1, busy sample, workers int, sessions, cal
 		return f
 	}
 	f.RSSBefore, f.RSSIdle, f.RSSBusy = before.rss, idle1.rss, busy.rss
+	f.ClaimNextTx, f.ClaimNextCoalesced = -1, -1
+	if before.claimNext && busy.claimNext {
+		f.ClaimNextTx = int64(busy.claimNextTx - before.claimNextTx)
+		f.ClaimNextCoalesced = int64(busy.claimNextCoalesced - before.claimNextCoalesced)
+	}
 	f.CPUIdleS = idle1.cpu - idle0.cpu
 	f.CPUBusyS = busy.cpu - idle1.cpu
 	f.RSSPerWorker = float64(idle1.rss-before.rss) / float64(workers)
@@ -277,6 +300,9 @@ func (r *Report) Print(w io.Writer) {
 			mib(s.RSSBefore), mib(s.RSSIdle), mib(s.RSSBusy), s.RSSPerWorker/1024, s.RSSPerSession/1024)
 		fmt.Fprintf(w, "           CPU %.2fs idle (%.4f ms per worker-second), %.2fs busy (%.3f ms per call)\n",
 			s.CPUIdleS, s.CPUPerWorkerMS, s.CPUBusyS, s.CPUPerCallMS)
+		if s.ClaimNextTx >= 0 {
+			fmt.Fprintf(w, "           claim-next: %d store transactions, %d requests answered without one\n", s.ClaimNextTx, s.ClaimNextCoalesced)
+		}
 	} else {
 		fmt.Fprintln(w, "server:    no CPU or memory figures (its /metrics could not be read)")
 	}

@@ -251,9 +251,9 @@ type Server struct {
 	adminToken string
 	now        func() time.Time
 	life       *lifecycle.Machine // the session state machine, over store
-	nextGate   *lifecycle.NextGate // coalesces claim-next requests that would pick alike
 	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
+	nextGate   *lifecycle.NextGate
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
 	// dirLock holds the data dir while the embedded database is in use
