@@ -220,17 +220,27 @@ const maxClaimNextPicks = 10
 // claimer asked with, as in ClaimWith ("" for none).
 func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
 	g, end, err := mc.claimNext(ctx, outpostID, acceptor, tokenID, f, m)
-	return g, end == nextClaimed, err
+	return g, end.kind == nextClaimed, err
 }
 
 // nextEnd is how a ClaimNext ended.
-type nextEnd int
+type nextEnd struct {
+	kind nextKind
+	// fitted: the answer depended on the claimer's machine. A none
+	// passed over entries whose requirements the machine does not meet;
+	// a refusal at capacity was of an entry with requirements, which
+	// another machine might not have reached. Without it the answer is
+	// every claimer's with the same filter.
+	fitted bool
+}
+
+// nextKind is what a ClaimNext answered.
+type nextKind int
 
 const (
 	// nextClaimed: it claimed a session.
-	nextClaimed nextEnd = iota
-	// nextNone: the store found no entry left to pick; any claim-next
-	// with the same filter and machine would have found none then.
+	nextClaimed nextKind = iota
+	// nextNone: the store found no entry left to pick.
 	nextNone
 	// nextGaveUp: every pick lost a race or did not fit, and the claimer
 	// asks again on its next hint.
@@ -247,12 +257,14 @@ func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID s
 	for picks := 0; picks < maxClaimNextPicks+unfit && unfit < maxUnfitPicks; picks++ {
 		c := mc.newClaimTx(acceptor, tokenID)
 		var raced string
+		var placed bool // the entry checked last has requirements
 		c.check = func(e store.QueueEntry) error {
 			// What the pick selected, re-read under the session's lock.
 			if !Pickable(e) {
 				raced = e.SessionID
 				return errRaced
 			}
+			placed = !e.Requirements.IsZero()
 			if m != nil && e.Requirements.Unmet(m.Capabilities, m.Labels) != nil {
 				raced = e.SessionID
 				return errUnfit
@@ -262,7 +274,7 @@ func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID s
 		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return Grant{}, nextNone, nil
+			return Grant{}, nextEnd{kind: nextNone, fitted: unfit > 0}, nil
 		case errors.Is(err, errRaced):
 			f.Exclude = append(f.Exclude, raced)
 			continue
@@ -273,12 +285,12 @@ func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID s
 		}
 		g, err := mc.claimed(ctx, c, m, err)
 		if err != nil {
-			return Grant{}, nextFailed, err
+			return Grant{}, nextEnd{kind: nextFailed, fitted: placed}, err
 		}
-		return g, nextClaimed, nil
+		return g, nextEnd{kind: nextClaimed}, nil
 	}
 	// Every pick lost its race: the claimer asks again on its next hint.
-	return Grant{}, nextGaveUp, nil
+	return Grant{}, nextEnd{kind: nextGaveUp}, nil
 }
 
 // claimed follows a claim's transaction (m, err): counts its outcome and

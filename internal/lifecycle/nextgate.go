@@ -36,7 +36,10 @@ type NextGateOptions struct {
 
 // NextGate coalesces concurrent Machine.ClaimNext calls that would pick
 // alike: those of one outpost with equal filters (platform, network
-// policy, placement) and equal machines. Calls with an exclude list pick
+// policy, placement). They wait in one line, whatever their machines; an
+// answer that depended on the machine (entries passed over as unfit, or a
+// refusal of an entry with requirements) is shared only with calls whose
+// machines meet requirements alike. Calls with an exclude list pick
 // differently from one another and go straight to the Machine. It is safe
 // for concurrent use.
 type NextGate struct {
@@ -71,33 +74,58 @@ type NextRequest struct {
 	Machine *api.ClaimMachine
 }
 
-// nextKey is what decides a claim-next's pick besides the queue: calls
-// of equal keys pick alike. The claimer's desktop is not in it: the
+// nextKey is what decides which entries a claim-next's store pick may
+// return: calls of equal keys pick alike but for the requirements their
+// machines meet (their fit). The claimer's desktop is not in it: the
 // server refuses a desktop outpost's sessions to a claimer without one
-// before it asks (and what else differs, the acceptor and token, changes
-// what a claim writes, never what it picks).
+// before it asks; nor are the acceptor and token, which change what a
+// claim writes, never what it picks.
 type nextKey struct {
 	outpost, platform  string
 	restricted, placed bool
-	machine            string // JSON of the machine; "" for none
 }
 
-// key returns r's key; false when r must not share (an exclude list).
-func (r NextRequest) key() (nextKey, bool) {
+// key returns r's key and fit; false when r must not share (an exclude
+// list).
+func (r NextRequest) key() (nextKey, string, bool) {
 	if len(r.Filter.Exclude) > 0 {
-		return nextKey{}, false
+		return nextKey{}, "", false
 	}
 	k := nextKey{outpost: r.OutpostID, platform: r.Filter.Platform, restricted: r.Filter.Restricted,
 		placed: r.Filter.Placed || r.Machine != nil}
-	if r.Machine != nil {
-		// Labels are a map, which encoding/json writes in key order.
-		raw, err := json.Marshal(r.Machine)
-		if err != nil {
-			return nextKey{}, false
-		}
-		k.machine = string(raw)
+	fit, err := fitOf(r.Machine)
+	if err != nil {
+		return nextKey{}, "", false
 	}
-	return k, true
+	return k, fit, true
+}
+
+// fitOf is what of machine m requirements are checked against
+// (api.Requirements.Unmet: labels, CPUs, memory, GPUs), so that machines of
+// equal fits meet the same requirements; hostnames, versions and tools
+// differ from machine to machine and are left out. "" for none.
+func fitOf(m *api.ClaimMachine) (string, error) {
+	if m == nil {
+		return "", nil
+	}
+	type gpu struct {
+		Model  string
+		Memory int64
+	}
+	f := struct {
+		Labels map[string]string // encoding/json writes a map in key order
+		CPUs   int
+		Memory int64
+		GPUs   []gpu
+	}{Labels: m.Labels}
+	if c := m.Capabilities; c != nil {
+		f.CPUs, f.Memory = c.CPUs, c.MemoryBytes
+		for _, g := range c.GPUs {
+			f.GPUs = append(f.GPUs, gpu{g.Model, g.MemoryBytes})
+		}
+	}
+	raw, err := json.Marshal(f)
+	return string(raw), err
 }
 
 // nextQueue is one key's calls in the order they came.
@@ -111,6 +139,7 @@ type nextQueue struct {
 // gate's mu before wake is closed.
 type nextCall struct {
 	seq  uint64
+	fit  string        // its machine's (fitOf)
 	wake chan struct{} // closed when its turn has come or it was answered
 	// run: its own transaction may start; before is the queue's seq then,
 	// so calls below it were waiting before it started.
@@ -127,11 +156,11 @@ type nextCall struct {
 // the outpost at its max_running (ErrAtCapacity) first. A call whose ctx
 // ends while it waits leaves the line and claims nothing.
 func (g *NextGate) ClaimNext(ctx context.Context, r NextRequest) (Grant, bool, error) {
-	k, ok := r.key()
+	k, fit, ok := r.key()
 	if !ok {
 		return g.mc.ClaimNext(ctx, r.OutpostID, r.Acceptor, r.TokenID, r.Filter, r.Machine)
 	}
-	q, c := g.enqueue(k)
+	q, c := g.enqueue(k, fit)
 	select {
 	case <-c.wake:
 	case <-ctx.Done():
@@ -140,7 +169,7 @@ func (g *NextGate) ClaimNext(ctx context.Context, r NextRequest) (Grant, bool, e
 		}
 		// Its turn came, or it was answered, as ctx ended.
 		if c.run {
-			g.finish(k, q, c, nextFailed, nil)
+			g.finish(k, q, c, nextEnd{kind: nextFailed}, nil)
 			return Grant{}, false, ctx.Err()
 		}
 	}
@@ -149,11 +178,11 @@ func (g *NextGate) ClaimNext(ctx context.Context, r NextRequest) (Grant, bool, e
 	}
 	gr, end, err := g.mc.claimNext(ctx, r.OutpostID, r.Acceptor, r.TokenID, r.Filter, r.Machine)
 	g.finish(k, q, c, end, err)
-	return gr, end == nextClaimed, err
+	return gr, end.kind == nextClaimed, err
 }
 
 // enqueue adds a call to k's line and starts what may start.
-func (g *NextGate) enqueue(k nextKey) (*nextQueue, *nextCall) {
+func (g *NextGate) enqueue(k nextKey, fit string) (*nextQueue, *nextCall) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.keys[k]
@@ -161,7 +190,7 @@ func (g *NextGate) enqueue(k nextKey) (*nextQueue, *nextCall) {
 		q = &nextQueue{}
 		g.keys[k] = q
 	}
-	c := &nextCall{seq: q.seq, wake: make(chan struct{})}
+	c := &nextCall{seq: q.seq, fit: fit, wake: make(chan struct{})}
 	q.seq++
 	q.waiting = append(q.waiting, c)
 	g.startLocked(q)
@@ -185,25 +214,36 @@ func (g *NextGate) leave(k nextKey, q *nextQueue, c *nextCall) bool {
 
 // finish follows c's transaction, which ended as end with err: when it
 // found nothing claimable or the outpost at capacity, the calls that were
-// waiting before it started get that answer; then the next calls start.
+// waiting before it started get that answer (only those of c's fit when
+// the answer depended on it); then the next calls start.
 func (g *NextGate) finish(k nextKey, q *nextQueue, c *nextCall, end nextEnd, err error) {
 	var answer error
-	share := end == nextNone
-	if end == nextFailed && errors.Is(err, ErrAtCapacity) {
+	share := end.kind == nextNone
+	if end.kind == nextFailed && errors.Is(err, ErrAtCapacity) {
 		share, answer = true, err
 	}
 	shared := 0
 	g.mu.Lock()
 	q.running--
 	if share {
-		for len(q.waiting) > 0 && q.waiting[0].seq < c.before {
-			w := q.waiting[0]
-			q.waiting[0] = nil
-			q.waiting = q.waiting[1:]
+		// The line is in seq order: the calls waiting before c started
+		// are its head.
+		kept := q.waiting[:0]
+		for i, w := range q.waiting {
+			if w.seq >= c.before {
+				kept = append(kept, q.waiting[i:]...)
+				break
+			}
+			if end.fitted && w.fit != c.fit {
+				kept = append(kept, w)
+				continue
+			}
 			w.answer = answer
 			close(w.wake)
 			shared++
 		}
+		clear(q.waiting[len(kept):])
+		q.waiting = kept
 	}
 	g.startLocked(q)
 	g.dropLocked(k, q)

@@ -275,3 +275,87 @@ func TestNextGateKeys(t *testing.T) {
 		t.Errorf("the gate holds %d keys, want 0", k)
 	}
 }
+
+// machineOf is a claimer's machine: its own hostname, and cpus CPUs.
+func machineOf(host string, cpus int) *api.ClaimMachine {
+	return &api.ClaimMachine{Capabilities: &api.Capabilities{OS: "linux", Hostname: host, CPUs: cpus}}
+}
+
+// TestNextGateFits: with one transaction at a time, a call waits behind
+// one that claims; a pick that found nothing because it passed over an
+// entry its machine does not fit answers only the waiting calls whose
+// machines fit alike (another hostname, the same CPUs), and a machine that
+// fits claims that entry; a pick that found nothing at all answers every
+// waiting call, whatever its machine.
+func TestNextGateFits(t *testing.T) {
+	t.Parallel()
+	g := newGateRig(t, 0)
+	g.gate = lifecycle.NewNextGate(g.m, lifecycle.NextGateOptions{Inflight: 1, Shared: func() { g.shared.Add(1) }})
+	g.session(t, "p0")
+	g.clock.Add(time.Second)
+	now := g.clock.Now()
+	big := store.Session{ID: "big", OutpostID: "o1", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+	if err := g.st.CreateSession(t.Context(), big, &store.QueueEntry{SessionID: "big", OutpostID: "o1", Kind: api.KindNew, Platform: api.PlatformLinux,
+		Phase: api.PhasePending, SessionStatus: api.QueueSessionPending, Epoch: 1, CreatedAt: now, UpdatedAt: now,
+		Requirements: &api.Requirements{CPUs: 4}}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	type call struct {
+		name    string
+		machine *api.ClaimMachine
+	}
+	round := func(calls ...call) map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Go(func() {
+				gr, ok, err := g.gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: c.name, Machine: c.machine})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					t.Errorf("claim-next of %s: %v", c.name, err)
+				case ok:
+					got[c.name] = gr.Entry.SessionID
+				}
+			})
+			// Each call in line before the next comes.
+			waitFor(t, c.name+" is in line", func() bool { return g.gate.Waiting() == i && g.held.entered.Load() >= 1 })
+		}
+		close(g.held.open)
+		wg.Wait()
+		return got
+	}
+	// x claims p0; a1 passes over big (2 CPUs of 4) and finds nothing,
+	// which answers a2 (another host, 2 CPUs) but not b (8 CPUs), who
+	// claims big.
+	got := round(call{"x", machineOf("x", 8)}, call{"a1", machineOf("a1", 2)}, call{"b", machineOf("b", 8)}, call{"a2", machineOf("a2", 2)})
+	if len(got) != 2 || got["x"] != "p0" || got["b"] != "big" {
+		t.Errorf("claims %v, want x p0 and b big", got)
+	}
+	// x 1, a1 2 (big passed over, then none), b 1: a2 ran none.
+	if tx, s := g.held.entered.Load(), g.shared.Load(); tx != 4 || s != 1 {
+		t.Errorf("%d transactions and %d shared answers, want 4 and 1", tx, s)
+	}
+
+	// Nothing pending now: the first pick answers everyone waiting.
+	g.held.open = make(chan struct{})
+	g.held.entered.Store(0)
+	g.shared.Store(0)
+	if _, err := g.m.Release(t.Context(), "p0", "x", "", false); err != nil {
+		t.Fatal(err)
+	}
+	got = round(call{"x", machineOf("x", 8)}, call{"a1", machineOf("a1", 2)}, call{"b", machineOf("b", 8)}, call{"plain", machineOf("plain", 1)})
+	if len(got) != 1 || got["x"] != "p0" {
+		t.Errorf("claims %v, want x p0 only", got)
+	}
+	if tx, s := g.held.entered.Load(), g.shared.Load(); tx != 2 || s != 2 {
+		t.Errorf("%d transactions and %d shared answers, want 2 and 2", tx, s)
+	}
+	if k := g.gate.Keys(); k != 0 {
+		t.Errorf("the gate holds %d keys, want 0", k)
+	}
+}
