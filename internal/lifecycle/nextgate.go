@@ -27,7 +27,10 @@ const DefaultNextInflight = 4
 // NextGateOptions configure a NextGate.
 type NextGateOptions struct {
 	// Inflight bounds the claim-next transactions run at a time for
-	// calls of one key; zero or negative means DefaultNextInflight.
+	// calls of one key while they claim; zero or negative means
+	// DefaultNextInflight. A line that is new, or whose last transaction
+	// found nothing to claim, runs one at a time: a single pick answers
+	// the calls behind it, and a claim widens the line again.
 	Inflight int
 	// Shared is called once for each call answered by another call's
 	// pick, which ran no transaction of its own; nil for nothing.
@@ -133,6 +136,9 @@ type nextQueue struct {
 	waiting []*nextCall
 	running int    // transactions under way
 	seq     uint64 // the seq of the next call to come
+	// wide: the last transaction to end claimed, so up to Inflight may
+	// run; else one at a time.
+	wide bool
 }
 
 // nextCall is one call of a key. Its fields past wake are set under the
@@ -225,6 +231,12 @@ func (g *NextGate) finish(k nextKey, q *nextQueue, c *nextCall, end nextEnd, err
 	shared := 0
 	g.mu.Lock()
 	q.running--
+	switch {
+	case end.kind == nextClaimed:
+		q.wide = true
+	case share:
+		q.wide = false
+	}
 	if share {
 		// The line is in seq order: the calls waiting before c started
 		// are its head.
@@ -256,7 +268,11 @@ func (g *NextGate) finish(k nextKey, q *nextQueue, c *nextCall, end nextEnd, err
 // startLocked lets the calls at the head of q's line run their
 // transactions, up to the bound.
 func (g *NextGate) startLocked(q *nextQueue) {
-	for q.running < g.opts.Inflight && len(q.waiting) > 0 {
+	limit := 1
+	if q.wide {
+		limit = g.opts.Inflight
+	}
+	for q.running < limit && len(q.waiting) > 0 {
 		c := q.waiting[0]
 		q.waiting[0] = nil
 		q.waiting = q.waiting[1:]
