@@ -91,7 +91,12 @@ func testClaimNextHerd(t *testing.T, dir string, st store.Store) {
 	}
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { ask(api.ClaimNextRequest{AcceptorID: fmt.Sprintf("w%d", i), Platform: api.PlatformLinux}) })
+		// Each describes its machine, as workers do: its own hostname.
+		acceptor := fmt.Sprintf("w%d", i)
+		wg.Go(func() {
+			ask(api.ClaimNextRequest{AcceptorID: acceptor, Platform: api.PlatformLinux,
+				Machine: &api.ClaimMachine{Capabilities: &api.Capabilities{OS: "linux", Hostname: acceptor, CPUs: 2}}})
+		})
 	}
 	// A new line runs one transaction at a time until one claims.
 	inflight := lifecycle.DefaultNextInflight
@@ -99,7 +104,10 @@ func testClaimNextHerd(t *testing.T, dir string, st store.Store) {
 		return ts.srv.nextGate.Waiting() == n-1 && held.entered.Load() == 1
 	})
 	excluded := ids[:2]
-	wg.Go(func() { ask(api.ClaimNextRequest{AcceptorID: "picky", Platform: api.PlatformLinux, Exclude: excluded}) })
+	wg.Go(func() {
+		ask(api.ClaimNextRequest{AcceptorID: "picky", Platform: api.PlatformLinux, Exclude: excluded,
+			Machine: &api.ClaimMachine{Capabilities: &api.Capabilities{OS: "linux", Hostname: "picky", CPUs: 2}}})
+	})
 	waitUntil(t, "the request with an exclude list reaches the store", func() bool { return held.entered.Load() == 2 })
 	close(held.open)
 	wg.Wait()
