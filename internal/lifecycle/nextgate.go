@@ -21,7 +21,7 @@ import (
 // per process.
 
 // DefaultNextInflight is how many claim-next transactions of one key a
-// NextGate runs at a time unless told otherwise.
+// NextGate runs at a time while they claim, unless told otherwise.
 const DefaultNextInflight = 4
 
 // NextGateOptions configure a NextGate.
