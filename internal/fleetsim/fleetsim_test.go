@@ -30,8 +30,9 @@ func TestFleetsimLinksNoTestCode(t *testing.T) {
 	)
 }
 
-// TestScrapeSumsReplicas reads the process collector's lines, with the
-// replica label the server adds, and sums them over replicas.
+// TestScrapeSumsReplicas reads the process collector's lines and the
+// claim-next counters, with the replica label the server adds, and sums
+// them over replicas.
 func TestScrapeSumsReplicas(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +48,9 @@ process_resident_memory_bytes{replica="a"} 1.048576e+06
 process_resident_memory_bytes{replica="b"} 2097152
 process_resident_memory_bytes_other 7
 go_goroutines{replica="a"} 10
+outpost_claim_next_transactions_total{replica="a"} 12
+outpost_claim_next_transactions_total{replica="b"} 3
+outpost_claim_next_coalesced_total{replica="a"} 400
 `))
 	}))
 	defer srv.Close()
@@ -59,6 +63,9 @@ go_goroutines{replica="a"} 10
 	}
 	if s.replica != "a,b" {
 		t.Errorf("scrape read the replicas %q, want a,b", s.replica)
+	}
+	if !s.claimNext || s.claimNextTx != 15 || s.claimNextCoalesced != 400 {
+		t.Fatalf("scrape = claim-next %v: %v transactions, %v coalesced; want 15 and 400", s.claimNext, s.claimNextTx, s.claimNextCoalesced)
 	}
 	if _, err := scrape(context.Background(), srv.URL+"/metrics", "bad", srv.Client()); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("scrape with a bad token: %v, want the 401", err)

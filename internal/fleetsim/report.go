@@ -147,6 +147,14 @@ type ServerFigures struct {
 	// Replicas are the figures of each metrics URL read (each server
 	// given, each replica started with --local), in their order.
 	Replicas []ReplicaFigures `json:"replicas,omitempty"`
+	// ClaimNextTx counts the server's claim-next store transactions
+	// from before the workers connected to the end of the busy phase
+	// (outpost_claim_next_transactions_total); ClaimNextCoalesced the
+	// claim-next requests it answered without one
+	// (outpost_claim_next_coalesced_total). Both -1 for a server
+	// without them.
+	ClaimNextTx        int64 `json:"claim_next_transactions"`
+	ClaimNextCoalesced int64 `json:"claim_next_coalesced"`
 }
 
 // ReplicaFigures are one metrics URL's figures.
@@ -176,6 +184,11 @@ type sample struct {
 	replica string
 	// requests, remotes and toolCalls are the server's own counters.
 	requests, remotes, toolCalls float64
+	// claimNext: the server counts claim-next's transactions (tx) and
+	// the requests answered without one (shared).
+	claimNext          bool
+	claimNextTx        float64
+	claimNextCoalesced float64
 }
 
 // samples are one reading of every metrics URL: each one's and their sum.
@@ -205,6 +218,9 @@ func (s *sim) scrape(ctx context.Context) samples {
 		out.total.ok = out.total.ok && m.ok
 		out.total.cpu += m.cpu
 		out.total.rss += m.rss
+		out.total.claimNext = out.total.claimNext || m.claimNext
+		out.total.claimNextTx += m.claimNextTx
+		out.total.claimNextCoalesced += m.claimNextCoalesced
 	}
 	return out
 }
@@ -304,6 +320,11 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 			s.remotes += v
 		case "outpost_tool_calls_total":
 			s.toolCalls += v
+		case "outpost_claim_next_transactions_total":
+			s.claimNextTx += v
+			s.claimNext = true
+		case "outpost_claim_next_coalesced_total":
+			s.claimNextCoalesced += v
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -334,6 +355,11 @@ func serverFigures(before, idle0, idle1, busy sample, workers int, sessions, cal
 		return f
 	}
 	f.RSSBefore, f.RSSIdle, f.RSSBusy = before.rss, idle1.rss, busy.rss
+	f.ClaimNextTx, f.ClaimNextCoalesced = -1, -1
+	if before.claimNext && busy.claimNext {
+		f.ClaimNextTx = int64(busy.claimNextTx - before.claimNextTx)
+		f.ClaimNextCoalesced = int64(busy.claimNextCoalesced - before.claimNextCoalesced)
+	}
 	f.CPUIdleS = idle1.cpu - idle0.cpu
 	f.CPUBusyS = busy.cpu - idle1.cpu
 	f.RSSPerWorker = float64(idle1.rss-before.rss) / float64(workers)
@@ -381,6 +407,9 @@ func (r *Report) Print(w io.Writer) {
 			mib(s.RSSBefore), mib(s.RSSIdle), mib(s.RSSBusy), s.RSSPerWorker/1024, s.RSSPerSession/1024)
 		fmt.Fprintf(w, "           CPU %.2fs idle (%.4f ms per worker-second), %.2fs busy (%.3f ms per call)\n",
 			s.CPUIdleS, s.CPUPerWorkerMS, s.CPUBusyS, s.CPUPerCallMS)
+		if s.ClaimNextTx >= 0 {
+			fmt.Fprintf(w, "           claim-next: %d store transactions, %d requests answered without one\n", s.ClaimNextTx, s.ClaimNextCoalesced)
+		}
 	} else {
 		fmt.Fprintln(w, "server:    no CPU or memory figures (its /metrics could not be read)")
 	}

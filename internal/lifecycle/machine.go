@@ -237,18 +237,52 @@ const maxClaimNextPicks = 10
 // concurrent claimers get different sessions. tokenID is the token the
 // claimer asked with, as in ClaimWith ("" for none).
 func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, bool, error) {
+	g, end, err := mc.claimNext(ctx, outpostID, acceptor, tokenID, f, m)
+	return g, end.kind == nextClaimed, err
+}
+
+// nextEnd is how a ClaimNext ended.
+type nextEnd struct {
+	kind nextKind
+	// fitted: the answer depended on the claimer's machine. A none
+	// passed over entries whose requirements the machine does not meet;
+	// a refusal at capacity was of an entry with requirements, which
+	// another machine might not have reached. Without it the answer is
+	// every claimer's with the same filter.
+	fitted bool
+}
+
+// nextKind is what a ClaimNext answered.
+type nextKind int
+
+const (
+	// nextClaimed: it claimed a session.
+	nextClaimed nextKind = iota
+	// nextNone: the store found no entry left to pick.
+	nextNone
+	// nextGaveUp: every pick lost a race or did not fit, and the claimer
+	// asks again on its next hint.
+	nextGaveUp
+	// nextFailed: it answered an error.
+	nextFailed
+)
+
+// claimNext is ClaimNext, saying how it ended.
+func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID string, f store.NextFilter, m *api.ClaimMachine) (Grant, nextEnd, error) {
 	f.Exclude = append([]string(nil), f.Exclude...)
 	f.Placed = f.Placed || m != nil
 	unfit := 0
 	for picks := 0; picks < maxClaimNextPicks+unfit && unfit < maxUnfitPicks; picks++ {
 		c := mc.newClaimTx(acceptor, tokenID)
 		var raced string
+		var placed bool // the entry checked last has requirements
 		c.check = func(e store.QueueEntry) error {
 			// What the pick selected, re-read under the session's lock.
 			if !Pickable(e) {
 				raced = e.SessionID
 				return errRaced
 			}
+			placed = !e.Requirements.IsZero()
 			if m != nil && e.Requirements.Unmet(m.Capabilities, m.Labels) != nil {
 				raced = e.SessionID
 				return errUnfit
@@ -258,7 +292,7 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return Grant{}, false, nil
+			return Grant{}, nextEnd{kind: nextNone, fitted: unfit > 0}, nil
 		case errors.Is(err, errRaced):
 			f.Exclude = append(f.Exclude, raced)
 			continue
@@ -268,10 +302,13 @@ func (mc *Machine) ClaimNext(ctx context.Context, outpostID, acceptor, tokenID s
 			continue
 		}
 		g, err := mc.claimed(ctx, c, m, err)
-		return g, err == nil, err
+		if err != nil {
+			return Grant{}, nextEnd{kind: nextFailed, fitted: placed}, err
+		}
+		return g, nextEnd{kind: nextClaimed}, nil
 	}
 	// Every pick lost its race: the claimer asks again on its next hint.
-	return Grant{}, false, nil
+	return Grant{}, nextEnd{kind: nextGaveUp}, nil
 }
 
 // claimed follows a claim's transaction (m, err): counts its outcome and

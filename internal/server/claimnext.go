@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/lifecycle"
@@ -16,6 +19,14 @@ import (
 // store picks the first claimable entry in claim order inside the claim's
 // own transaction, so concurrent claimers get different sessions and a
 // burst has no conflicts. The claim by id stays as the contract has it.
+//
+// Every idle claimer sees each new session on its watch and asks at once,
+// so the requests go through a lifecycle.NextGate: those of one outpost
+// that would pick alike (equal filters and machines, no exclude list)
+// wait in line, a few of them run a transaction at a time, and a pick that
+// finds nothing answers every request that was waiting before it started.
+// A burst of sessions costs about one transaction per session claimed
+// on each replica, not one per claimer and session.
 
 // claimNextHandler serves POST /v1/outposts/{outpost}/queue:claim: 200 and
 // the claimed entry as a claim by id answers it, or 204 when no pending
@@ -44,6 +55,16 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 	res, ok, err := s.claimNext(ctx, o.ID, req)
 	if err != nil {
 		return err
+	}
+	if ok && ctx.Err() != nil {
+		// The claimer is gone (it gave up waiting): nobody will start
+		// a remote for this claim, so the session goes back to the queue
+		// now rather than when the claim lapses.
+		if _, err := s.life.Release(context.WithoutCancel(ctx), res.Entry.SessionID, req.AcceptorID,
+			"its claimer left before the claim was answered", true); err != nil {
+			s.log.Warn("cannot release a claim whose claimer left", "session", res.Entry.SessionID, "err", err)
+		}
+		return ctx.Err()
 	}
 	if !ok {
 		w.WriteHeader(http.StatusNoContent)
@@ -90,6 +111,25 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
 func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
-	return s.life.ClaimNext(ctx, outpostID, req.AcceptorID, principalFrom(ctx).tokenID, store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy,
-		Placed: req.Provisions}, req.Machine)
+	return s.nextGate.ClaimNext(ctx, lifecycle.NextRequest{OutpostID: outpostID, Acceptor: req.AcceptorID, TokenID: principalFrom(ctx).tokenID,
+		Filter:  store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy, Placed: req.Provisions},
+		Machine: req.Machine})
+}
+
+// newNextGate is the server's line of claim-next requests, counted.
+func (s *Server) newNextGate() *lifecycle.NextGate {
+	return lifecycle.NewNextGate(s.life, lifecycle.NextGateOptions{Shared: s.metrics.claimNextShared.Inc})
+}
+
+// countedStore is the store as the state machine uses it, counting
+// claim-next's transactions.
+type countedStore struct {
+	store.Store
+	claimNext prometheus.Counter
+}
+
+func (c countedStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	c.claimNext.Inc()
+	return c.Store.ClaimNext(ctx, outpostID, now, f, fn)
 }

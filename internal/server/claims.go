@@ -19,7 +19,7 @@ import (
 // the server's store and are followed by the server's hooks.
 func (s *Server) newLifecycle() *lifecycle.Machine {
 	return lifecycle.New(lifecycle.Options{
-		Store:          s.store,
+		Store:          countedStore{Store: s.store, claimNext: s.metrics.claimNextTx},
 		Now:            s.now,
 		ClaimTTL:       s.opts.ClaimTTL,
 		ReconnectGrace: s.opts.ReconnectGrace,

@@ -42,6 +42,9 @@ type metrics struct {
 	webhookDeliveries *prometheus.CounterVec
 	// budgetReached counts sessions stopped at a limit (budget.go).
 	budgetReached *prometheus.CounterVec
+	// claimNextTx counts claim-next's store transactions; claimNextShared
+	// the claim-next requests answered by another's (claimnext.go).
+	claimNextTx, claimNextShared prometheus.Counter
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -88,9 +91,14 @@ func newMetrics(replica string) *metrics {
 		budgetReached: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_budget_reached_total", Help: "Sessions stopped (suspended or ended) because they or their outpost reached a budget limit, by outpost and kind (tokens, cost, tool_calls, outpost_hours, outpost_cost).",
 		}, []string{"outpost", "kind"}),
+		claimNextTx: counter("outpost_claim_next_transactions_total",
+			"Store transactions of server-assigned claims (claim-next): one per pick, whether it claimed a session or found none."),
+		claimNextShared: counter("outpost_claim_next_coalesced_total",
+			"Server-assigned claims (claim-next) answered without a store transaction of their own: an equal request's pick that started after they came found nothing claimable, or the outpost at its max_running."),
 	}
 	m.MustRegister(m.webhookDeliveries, m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections, m.budgetReached,
+		m.claimNextTx, m.claimNextShared,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.

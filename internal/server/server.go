@@ -257,6 +257,7 @@ type Server struct {
 	life       *lifecycle.Machine // the session state machine, over store
 	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
+	nextGate   *lifecycle.NextGate
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
 	// dirLock holds the data dir while the embedded database is in use
@@ -555,6 +556,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.gw = gateway.New(s.hub, s.output, gatewayHandler{s}, s.log, gateway.Options{PingEvery: s.pingEvery()})
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
+	s.nextGate = s.newNextGate()
 	s.retention = s.newRetention()
 	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
 		Go: func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }, Now: s.now, TombstoneAge: queuefeed.TombstoneAge(opts.WatchMaxDuration)})
