@@ -84,7 +84,14 @@ func databaseArgs(b *testing.B) []string {
 	case "postgres":
 		pgtest.Require(b)
 		benchPG.once.Do(func() {
-			benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true, Settings: pgStatsSettings()})
+			// OUTPOST_BENCH_PG_SETTINGS adds server settings (name=value,
+			// comma-separated), e.g. synchronous_commit=off to see what
+			// the commit's flush costs a benchmark.
+			settings := pgStatsSettings()
+			if v := os.Getenv("OUTPOST_BENCH_PG_SETTINGS"); v != "" {
+				settings = append(settings, strings.Split(v, ",")...)
+			}
+			benchPG.srv, benchPG.err = pgtest.Start(pgtest.Options{Fsync: true, Settings: settings})
 		})
 		if benchPG.err != nil {
 			b.Fatal(benchPG.err)
