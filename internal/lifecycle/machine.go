@@ -18,6 +18,7 @@ type Store interface {
 	UpdateSession(ctx context.Context, id string, fn func(s store.Session, e store.QueueEntry) (store.Mutation, error)) (store.Mutation, error)
 	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
 	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+	NextSkippedLocked(ctx context.Context, outpostID string, f store.NextFilter) (bool, error)
 
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	ListActiveSessions(ctx context.Context) ([]store.Session, error)
@@ -292,6 +293,15 @@ func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID s
 		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			// A pick skips entries other transactions hold locked
+			// (PostgreSQL). Nothing left is an answer for every claimer
+			// only when no such entry is there: one held by a claim
+			// that then fails (at capacity, unfit, a lost race) stays
+			// pending, and the claimers a shared none answered would
+			// not ask again until the queue changed.
+			if skipped, err := mc.opts.Store.NextSkippedLocked(ctx, outpostID, f); err != nil || skipped {
+				return Grant{}, nextEnd{kind: nextGaveUp}, nil
+			}
 			return Grant{}, nextEnd{kind: nextNone, fitted: unfit > 0}, nil
 		case errors.Is(err, errRaced):
 			f.Exclude = append(f.Exclude, raced)

@@ -182,8 +182,15 @@ func (g *NextGate) ClaimNext(ctx context.Context, r NextRequest) (Grant, bool, e
 	if !c.run {
 		return Grant{}, false, c.answer
 	}
-	gr, end, err := g.mc.claimNext(ctx, r.OutpostID, r.Acceptor, r.TokenID, r.Filter, r.Machine)
-	g.finish(k, q, c, end, err)
+	var (
+		gr  Grant
+		end = nextEnd{kind: nextFailed} // what a panic in the claim leaves
+		err error
+	)
+	// Deferred, so that a panic (recovered by the HTTP server) does not
+	// leave the line counting a transaction that never ends.
+	defer func() { g.finish(k, q, c, end, err) }()
+	gr, end, err = g.mc.claimNext(ctx, r.OutpostID, r.Acceptor, r.TokenID, r.Filter, r.Machine)
 	return gr, end.kind == nextClaimed, err
 }
 

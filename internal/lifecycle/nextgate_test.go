@@ -357,3 +357,54 @@ func TestNextGateFits(t *testing.T) {
 		t.Errorf("the gate holds %d keys, want 0", k)
 	}
 }
+
+// skippingStore is heldStore on a store whose picks report that they may
+// have passed over an entry another transaction holds (as PostgreSQL's
+// SKIP LOCKED does; internal/store/postgres's TestNextSkippedLocked shows
+// the real one saying so).
+type skippingStore struct{ *heldStore }
+
+func (skippingStore) NextSkippedLocked(context.Context, string, store.NextFilter) (bool, error) {
+	return true, nil
+}
+
+// TestNextGateKeepsNoneOfAPickThatSkipped: an empty pick that may have
+// skipped a locked entry answers only its own call; the calls waiting
+// behind it run their own transactions, so that an entry whose holder
+// then lets go (a claim at capacity, unfit, or another writer) is not
+// left pending with every claimer told there is nothing.
+func TestNextGateKeepsNoneOfAPickThatSkipped(t *testing.T) {
+	t.Parallel()
+	held := &heldStore{open: make(chan struct{})}
+	r := newRig(t, 0, 0, func(o *lifecycle.Options) {
+		held.Store = o.Store
+		o.Store = skippingStore{held}
+	})
+	var shared atomic.Int64
+	gate := lifecycle.NewNextGate(r.m, lifecycle.NextGateOptions{Shared: func() { shared.Add(1) }})
+	const n = 20
+	var wg sync.WaitGroup
+	var claimed atomic.Int64
+	for i := range n {
+		wg.Go(func() {
+			_, ok, err := gate.ClaimNext(t.Context(), lifecycle.NextRequest{OutpostID: "o1", Acceptor: fmt.Sprintf("w%d", i)})
+			if err != nil {
+				t.Errorf("claim-next: %v", err)
+			}
+			if ok {
+				claimed.Add(1)
+			}
+		})
+	}
+	waitFor(t, "every call is in line or in its transaction", func() bool {
+		return gate.Waiting() == n-1 && held.entered.Load() == 1
+	})
+	close(held.open)
+	wg.Wait()
+	if claimed.Load() != 0 {
+		t.Errorf("%d claimed from an empty queue", claimed.Load())
+	}
+	if got := held.entered.Load(); got != n || shared.Load() != 0 {
+		t.Errorf("%d transactions and %d shared answers for %d calls, want %d and 0", got, shared.Load(), n, n)
+	}
+}

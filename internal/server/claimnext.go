@@ -70,11 +70,22 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
+	desktop := outpostWantsDesktop(store.Outpost{Desktop: res.Desktop}) // as the claim's transaction read it
+	if desktop && !req.Desktop {
+		// The setting was turned on while the request waited its turn:
+		// still fail closed.
+		if _, err := s.life.Release(context.WithoutCancel(ctx), res.Entry.SessionID, req.AcceptorID,
+			"the outpost wants a desktop its claimer cannot give", true); err != nil {
+			s.log.Warn("cannot release a claim whose claimer has no desktop", "session", res.Entry.SessionID, "err", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	steptrace.Mark("server.claimed", res.Entry.SessionID)
 	out := toAPIEntry(res.Entry)
 	out.Status.ConnectToken = res.Token
 	out.Status.GatewayURL = s.gatewayURL
-	out.Spec.Desktop = outpostWantsDesktop(o)
+	out.Spec.Desktop = desktop
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -236,3 +236,36 @@ func TestClaimNextClaimerGone(t *testing.T) {
 		t.Errorf("entry after the release: %+v, want pending, unclaimed, no failed attempt", e.Status)
 	}
 }
+
+// TestClaimNextDesktopTurnedOnWhileWaiting: a claimer without a desktop
+// whose claim-next waited in line while the outpost's desktop setting was
+// turned on gets 204, as one asking after would, and the session stays
+// pending for a claimer that has one.
+func TestClaimNextDesktopTurnedOnWhileWaiting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, datadir.Database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldNextStore{Store: st, open: make(chan struct{})}
+	ts := startServer(t, Options{DataDir: dir, Store: held})
+	ts.outpost("dev")
+	id := ts.session("dev").Metadata.SessionID
+	machine := ts.token([]string{api.ScopeMachine}, "dev")
+	code := make(chan int, 1)
+	go func() {
+		code <- ts.do("POST", "/v1/outposts/dev/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "w1", Platform: api.PlatformLinux}, nil)
+	}()
+	waitUntil(t, "the claim-next reaches the store", func() bool { return held.entered.Load() == 1 })
+	ts.mustDo(200, "PATCH", "/v1/outposts/dev", ts.admin, map[string]any{"desktop": map[string]any{"enabled": true}}, nil)
+	close(held.open)
+	if c := <-code; c != http.StatusNoContent {
+		t.Fatalf("claim-next without a desktop after the setting was turned on: %d, want 204", c)
+	}
+	var e api.QueueEntry
+	ts.mustDo(200, "GET", "/v1/queue/"+id, ts.admin, nil, &e)
+	if e.Status.Phase != api.PhasePending {
+		t.Fatalf("session %s is %s after the refused claim, want pending", id, e.Status.Phase)
+	}
+}

@@ -511,6 +511,13 @@ type Store interface {
 	// changed between the pick and its lock; it decides.
 	ClaimNext(ctx context.Context, outpostID string, now time.Time, f NextFilter, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
+	// NextSkippedLocked reports whether a ClaimNext with f that found
+	// nothing may have passed over a matching entry that another
+	// transaction held locked: true when an entry f matches is claimable
+	// now, locked or not. Always false where a pick skips nothing
+	// (SQLite: the one writer orders every pick after the others).
+	NextSkippedLocked(ctx context.Context, outpostID string, f NextFilter) (bool, error)
+
 	// ListQueue returns entries matching f and the total matching f's
 	// OutpostID, Phase and AcceptorID (ignoring AfterRev and Limit,
 	// excluding tombstones).

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -281,5 +282,66 @@ func TestClaimLocksOutpostOnlyWhenLimited(t *testing.T) {
 	}
 	if load != (store.OutpostLoad{MaxRunning: 5, Held: 1}) {
 		t.Errorf("load seen claiming s2: %+v; want MaxRunning 5, Held 1", load)
+	}
+}
+
+// TestNextSkippedLocked: a claim-next pick passes over an entry whose
+// session another transaction holds, and NextSkippedLocked says so, so
+// that its empty answer is not taken for an empty queue; once the entry is
+// claimed it says nothing is left.
+func TestNextSkippedLocked(t *testing.T) {
+	t.Parallel()
+	s, url := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	if err := s.CreateOutpost(ctx, store.Outpost{ID: "op", Name: "o", Platform: api.PlatformLinux, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if skipped, err := s.NextSkippedLocked(ctx, "op", store.NextFilter{}); err != nil || skipped {
+		t.Fatalf("empty queue: NextSkippedLocked = %v, %v; want false", skipped, err)
+	}
+	sess := store.Session{ID: "s1", OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+	e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+	if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	hold, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM sessions WHERE id = 's1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var tokens atomic.Int64
+	fn := claimFn("acc", &tokens)
+	next := func() error {
+		_, err := s.ClaimNext(ctx, "op", now, store.NextFilter{}, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+			return fn(sess, e)
+		})
+		return err
+	}
+	if err := next(); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("claim-next while the only entry's session is held: %v, want not found", err)
+	}
+	if skipped, err := s.NextSkippedLocked(ctx, "op", store.NextFilter{}); err != nil || !skipped {
+		t.Fatalf("entry held elsewhere: NextSkippedLocked = %v, %v; want true", skipped, err)
+	}
+	if skipped, err := s.NextSkippedLocked(ctx, "op", store.NextFilter{Exclude: []string{"s1"}}); err != nil || skipped {
+		t.Fatalf("the held entry excluded: NextSkippedLocked = %v, %v; want false", skipped, err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(); err != nil {
+		t.Fatalf("claim-next once the session is free: %v", err)
+	}
+	if skipped, err := s.NextSkippedLocked(ctx, "op", store.NextFilter{}); err != nil || skipped {
+		t.Fatalf("the only entry claimed: NextSkippedLocked = %v, %v; want false", skipped, err)
 	}
 }

@@ -133,6 +133,24 @@ func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, 
 	return m, err
 }
 
+// NextSkippedLocked reports whether an entry ClaimNext with f could pick
+// is claimable now, locked by another transaction or not; always false on
+// a dialect whose picks lock nothing (SQLite), where they skip nothing.
+func (s *Store) NextSkippedLocked(ctx context.Context, outpostID string, f store.NextFilter) (bool, error) {
+	if s.d.Lock.Pick == "" {
+		return false, nil
+	}
+	q, args := s.d.ClaimNextSQL(outpostID, f, "")
+	var id string
+	switch err := s.db.QueryRow(ctx, q, args...).Scan(&id); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, s.errorf(err, "look for claimable entries of outpost %s", outpostID)
+	}
+	return true, nil
+}
+
 // update is UpdateSession and, with claim, ClaimSession of session *idp
 // or, with pick, of the session whose id pick's statement (the first of
 // the transaction) stores in *idp.
