@@ -241,7 +241,9 @@ func (g *NextGate) finish(k nextKey, q *nextQueue, c *nextCall, end nextEnd, err
 	switch {
 	case end.kind == nextClaimed:
 		q.wide = true
-	case share:
+	case share, end.kind == nextGaveUp:
+		// Nothing left, or what is left is held by transactions still
+		// running (their claims, most likely): one at a time again.
 		q.wide = false
 	}
 	if share {

@@ -144,8 +144,11 @@ func testClaimNextHerd(t *testing.T, dir string, st store.Store) {
 	if !ok1 || !ok2 {
 		t.Fatalf("/metrics lacks the claim-next counters")
 	}
-	// Without the line every request would run its own: n+1.
-	if bound := float64(5 + 2*inflight + 1); tx > bound {
+	// Without the line every request would run its own: n+1. On
+	// PostgreSQL an empty pick while claims of the line still hold their
+	// rows answers only itself (what it skipped may yet be left pending),
+	// so a few more run than on SQLite.
+	if bound := float64(5 + 4*inflight + 1); tx > bound {
 		t.Errorf("%v claim-next transactions for %d requests, want at most %v", tx, n+1, bound)
 	}
 	// Each request the server handled is answered by a transaction or by
