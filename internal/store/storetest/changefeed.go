@@ -53,7 +53,9 @@ func testChangeFeed(t *testing.T, s store.Store) {
 	for i := range sessions {
 		id := fmt.Sprint("s", i)
 		e := create(t, s, newSession(id, "op", "t", 0))
+		mu.Lock() // the sessions created before this one already write revs
 		revs[e.Rev] = store.Change{SessionID: id, OutpostID: "op", Rev: e.Rev}
+		mu.Unlock()
 		wg.Go(func() {
 			for r := range rounds {
 				if err := s.AppendEvents(ctx(t), id, []api.Event{{Type: api.EventOutput, Text: "x"}}); err != nil {
