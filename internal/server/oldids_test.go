@@ -211,6 +211,9 @@ func checkOldIDs(t *testing.T, ts *testServer, old oldIDs) {
 			t.Fatalf("new session %q of outpost %q", s.Metadata.SessionID, s.Metadata.OutpostID)
 		}
 		fresh = append(fresh, s.Metadata.SessionID)
+		// Lists order by creation time, then id: a millisecond apart, the
+		// creation order is the listed one.
+		time.Sleep(2 * time.Millisecond)
 	}
 	all := append(slices.Clone(old.SessionIDs), fresh...)
 
