@@ -241,9 +241,12 @@ func (g *NextGate) finish(k nextKey, q *nextQueue, c *nextCall, end nextEnd, err
 	switch {
 	case end.kind == nextClaimed:
 		q.wide = true
-	case share, end.kind == nextGaveUp:
-		// Nothing left, or what is left is held by transactions still
-		// running (their claims, most likely): one at a time again.
+	case share:
+		// Nothing left: one at a time again. A pick that gave up (what
+		// is left is held by transactions still running, most likely
+		// the line's own claims) keeps the width: the calls behind it
+		// then run their own picks side by side, which drains the line
+		// faster than one at a time in a measured burst.
 		q.wide = false
 	}
 	if share {

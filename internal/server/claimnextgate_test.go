@@ -152,11 +152,13 @@ func testClaimNextHerd(t *testing.T, dir string, st store.Store) {
 		t.Errorf("%v claim-next transactions for %d requests, want at most %v", tx, n+1, bound)
 	}
 	// Each request the server handled is answered by a transaction or by
-	// another's; the client may have sent one twice on a new connection.
+	// another's (a request whose pick lost a race to a claim by id picks
+	// again: two transactions); the client may have sent one twice on a
+	// new connection.
 	posts, _ := sample(t, ts, "outpost_http_request_duration_seconds_count", `method="POST"`)
 	handled := posts - (1 + 5 + 1) // the outpost, the sessions, the token
 	t.Logf("%v claim-next requests: %v transactions, %v answered without one", handled, tx, shared)
-	if tx != float64(held.entered.Load()) || tx+shared != handled || handled < n+1 {
+	if tx != float64(held.entered.Load()) || tx+shared < handled || handled < n+1 {
 		t.Errorf("metrics: %v transactions (the store saw %d) and %v answered without one, want them to add up to the %v claim-next requests (%d sent)",
 			tx, held.entered.Load(), shared, handled, n+1)
 	}
