@@ -226,18 +226,7 @@ func TestClaimLocksOutpostOnlyWhenLimited(t *testing.T) {
 		}
 	}
 	// Another connection holds the outpost's row.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	hold, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := holdRows(t, url, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`)
 	var tokens atomic.Int64
 	claim := func(ctx context.Context, id string) (store.OutpostLoad, error) {
 		var load store.OutpostLoad
@@ -262,12 +251,7 @@ func TestClaimLocksOutpostOnlyWhenLimited(t *testing.T) {
 	if err := s.SetOutpostLimits(ctx, "op", store.OutpostLimits{MaxRunning: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if hold, err = conn.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold = holdRows(t, url, `SELECT 1 FROM outposts WHERE id = 'op' FOR UPDATE`)
 	brief, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel2()
 	if _, err := claim(brief, "s2"); err == nil {
@@ -306,18 +290,7 @@ func TestNextSkippedLocked(t *testing.T) {
 	if err := s.CreateSession(ctx, sess, e, nil); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	hold, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(ctx, `SELECT 1 FROM sessions WHERE id = 's1' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := holdRows(t, url, `SELECT 1 FROM sessions WHERE id = 's1' FOR UPDATE`)
 	var tokens atomic.Int64
 	fn := claimFn("acc", &tokens)
 	next := func() error {
@@ -344,4 +317,25 @@ func TestNextSkippedLocked(t *testing.T) {
 	if skipped, err := s.NextSkippedLocked(ctx, "op", store.NextFilter{}); err != nil || skipped {
 		t.Fatalf("the only entry claimed: NextSkippedLocked = %v, %v; want false", skipped, err)
 	}
+}
+
+// holdRows opens a connection of its own to url and, in a transaction
+// left open, runs lock (a SELECT … FOR UPDATE): the rows stay locked
+// until the test rolls the transaction back or ends.
+func holdRows(t *testing.T, url, lock string) pgx.Tx {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	hold, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	return hold
 }
