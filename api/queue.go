@@ -177,6 +177,15 @@ type WatchEvent struct {
 // MaxClaimNextExclude bounds ClaimNextRequest.Exclude.
 const MaxClaimNextExclude = 100
 
+// MaxClaimNextWait bounds ClaimNextRequest.WaitSeconds.
+const MaxClaimNextWait = 60
+
+// HeaderClaimWait is set on every answer of a server that parks
+// claim-next requests (ClaimNextRequest.WaitSeconds), to the longest wait
+// it grants in seconds. A server without it answers at once whatever the
+// request asks, so a claimer that finds it missing asks as it did before.
+const HeaderClaimWait = "X-Outpost-Claim-Wait"
+
 // ClaimNextRequest is the body of POST /v1/outposts/{outpost}/queue:claim,
 // a server-assigned claim: the server claims for AcceptorID the first
 // pending session of the outpost in claim order (higher priority first,
@@ -212,6 +221,13 @@ type ClaimNextRequest struct {
 	// the Kubernetes operator does: it is given sessions with requirements
 	// without a Machine to check them against.
 	Provisions bool `json:"provisions,omitempty"`
+	// WaitSeconds, 0 to MaxClaimNextWait, is how long the server may hold
+	// the request when nothing is claimable for it: it parks it and
+	// claims for it the first fitting session that becomes pending in
+	// that time, else answers 204 when it is over (or when the server
+	// stops). 0 answers at once. One parked request per idle claimer
+	// replaces a request per claimer for each new session.
+	WaitSeconds int `json:"wait_seconds,omitempty"`
 }
 
 // ClaimMachine is a claimer's machine as a claim-next states it: what a

@@ -198,6 +198,9 @@ func (c *Client) doOnce(ctx context.Context, method, path string, q url.Values, 
 	if resp.StatusCode >= 300 {
 		return parseError(resp)
 	}
+	if h, ok := out.(headerReader); ok {
+		h.readHeader(resp.Header)
+	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
 		return nil
@@ -212,6 +215,9 @@ func (c *Client) doOnce(ctx context.Context, method, path string, q url.Values, 
 	}
 	return nil
 }
+
+// headerReader is an answer that wants its response's headers too.
+type headerReader interface{ readHeader(http.Header) }
 
 // isMarkup reports whether a body starts, after white space, with '<': an
 // HTML or XML page where the API answers JSON.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/outpost-sh/outpost/api"
 )
@@ -100,6 +101,40 @@ func (s *QueueService) ClaimNext(ctx context.Context, outpost string, req api.Cl
 	}
 	return &e, nil
 }
+
+// ClaimNextWaiting is ClaimNext for a request with a WaitSeconds: the
+// server may hold it that long for a session to become pending. waits
+// reports whether the server parks such requests (api.HeaderClaimWait on
+// its answer); an older one answers at once, and a claimer should then
+// not ask again before something changes. ctx's deadline, when it has
+// none, is the wait and a minute more.
+func (s *QueueService) ClaimNextWaiting(ctx context.Context, outpost string, req api.ClaimNextRequest) (_ *api.QueueEntry, waits bool, _ error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.WaitSeconds)*time.Second+time.Minute)
+		defer cancel()
+	}
+	var a claimAnswer
+	err := s.c.do(ctx, http.MethodPost, "/v1/outposts/"+url.PathEscape(outpost)+"/queue:claim", nil, req, &a)
+	if err != nil {
+		return nil, a.waits, err
+	}
+	if a.entry.Metadata.SessionID == "" {
+		return nil, a.waits, nil // 204: nothing to claim
+	}
+	return &a.entry, a.waits, nil
+}
+
+// claimAnswer is a claim-next's answer and whether its server parks
+// requests.
+type claimAnswer struct {
+	entry api.QueueEntry
+	waits bool
+}
+
+func (a *claimAnswer) readHeader(h http.Header) { a.waits = h.Get(api.HeaderClaimWait) != "" }
+
+func (a *claimAnswer) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &a.entry) }
 
 // Release gives a claim back so the session requeues at once.
 // IsConflict(err) when acceptorID does not hold the claim.

@@ -41,18 +41,28 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 	if err := checkClaimNext(req); err != nil {
 		return err
 	}
+	if err := checkClaimWait(req); err != nil {
+		return err
+	}
 	o, err := s.resolveOutpost(ctx, r.PathValue("outpost"))
 	if err != nil {
 		return err
 	}
+	s.metrics.claimNextRequests.Inc()
 	if outpostWantsDesktop(o) && !req.Desktop {
 		// Fail closed, as with network policies: a claimer that cannot
 		// give a desktop (or a build from before the setting) is never
-		// handed a session that must have one.
+		// handed a session that must have one. One that may wait is
+		// held as long, so that it does not ask again at once.
+		w.Header().Set(api.HeaderClaimWait, claimWaitHeader)
+		if err := s.idleWait(ctx, req); err != nil {
+			return err
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	res, ok, err := s.claimNext(ctx, o.ID, req)
+	w.Header().Set(api.HeaderClaimWait, claimWaitHeader)
+	res, ok, err := s.claimNextWaiting(ctx, o.ID, req)
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,7 @@ func (s *Server) committed(sessionID string, m store.Mutation) {
 	if m.Entry != nil {
 		s.queueFeed.Notify(m.Entry.OutpostID)
 		s.hub.Fence(sessionID, m.Entry.Epoch)
+		s.claimWaits.pending(m.Entry)
 	}
 	if len(m.Events) > 0 {
 		s.topics.publish(sessionID, m.Events...)

@@ -85,6 +85,7 @@ func (s *Server) onChange(c store.Change, resync chan<- struct{}) {
 	}
 	if c.Rev > 0 {
 		s.queueFeed.Notify(c.OutpostID)
+		s.changedElsewhere(c)
 		s.hub.Fence(c.SessionID, c.Epoch)
 		if s.hub.Get(c.SessionID) != nil {
 			s.endIfEnded(c.SessionID)
@@ -113,6 +114,7 @@ func (s *Server) wakeAll() {
 	s.topics.pokeEvery(true)
 	s.queueFeed.Notify("")
 	s.userMessages.Notify()
+	s.claimWaits.look("")
 }
 
 // backstop runs a round every fanoutPoll, and at once on resync, until ctx
@@ -151,6 +153,7 @@ func (s *Server) backstop(ctx context.Context, resync <-chan struct{}) {
 		if next != rev {
 			rev = next
 			s.queueFeed.Notify("")
+			s.claimWaits.look("")
 		}
 	}
 }

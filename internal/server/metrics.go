@@ -45,6 +45,8 @@ type metrics struct {
 	// claimNextTx counts claim-next's store transactions; claimNextShared
 	// the claim-next requests answered by another's (claimnext.go).
 	claimNextTx, claimNextShared prometheus.Counter
+	// claimNextRequests counts claim-next requests (claimnext.go).
+	claimNextRequests prometheus.Counter
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -95,10 +97,12 @@ func newMetrics(replica string) *metrics {
 			"Store transactions of server-assigned claims (claim-next): one per pick, whether it claimed a session or found none."),
 		claimNextShared: counter("outpost_claim_next_coalesced_total",
 			"Server-assigned claims (claim-next) answered without a store transaction of their own: an equal request's pick that started after they came found nothing claimable, or the outpost at its max_running."),
+		claimNextRequests: counter("outpost_claim_next_requests_total",
+			"Server-assigned claim (claim-next) requests of an outpost the token may see, parked ones counted once."),
 	}
 	m.MustRegister(m.webhookDeliveries, m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections, m.budgetReached,
-		m.claimNextTx, m.claimNextShared,
+		m.claimNextTx, m.claimNextShared, m.claimNextRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.

@@ -258,6 +258,8 @@ type Server struct {
 	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
 	nextGate   *lifecycle.NextGate
+	// claimWaits are the parked claim-next requests (claimwait.go).
+	claimWaits *claimWaits
 	http       *http.Server
 	dist       http.Handler // the /dist/ files
 	// dirLock holds the data dir while the embedded database is in use
@@ -557,6 +559,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
 	s.nextGate = s.newNextGate()
+	s.claimWaits = newClaimWaits(s.metrics)
 	s.retention = s.newRetention()
 	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
 		Go: func(fn func(context.Context)) { s.wg.Go(func() { fn(s.runCtx) }) }, Now: s.now, TombstoneAge: queuefeed.TombstoneAge(opts.WatchMaxDuration)})

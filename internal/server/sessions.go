@@ -334,6 +334,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, req api.Cr
 	steptrace.Mark("server.created", sess.ID)
 	s.metrics.sessionsCreated.Inc()
 	s.queueFeed.Notify(o.ID)
+	s.claimWaits.pending(entry)
 	s.log.Info("session created", "session", sess.ID, "outpost", o.Name, "title", red.String(sess.Spec.Title))
 	out := toAPISession(sess)
 	out.Spec.NetworkPolicy, out.Spec.NetworkPolicyOwn = entry.NetworkPolicy, own != nil
