@@ -29,6 +29,9 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 	if until := c.byIDUntil.Load(); until != 0 && c.clock.Now().UnixNano() < until {
 		return false, 0
 	}
+	if c.waitNext(ctx) {
+		return true, 0
+	}
 	for ctx.Err() == nil && c.free() > 0 {
 		cands := c.candidates()
 		if len(cands) == 0 {

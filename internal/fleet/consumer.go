@@ -302,6 +302,11 @@ type Consumer struct {
 	// restricted ones are without enforcement. It may be called with the
 	// consumer's lock held: it must not block or call the consumer.
 	NetworkRefusal func(e *api.QueueEntry) error
+	// ClaimWait is how long a server-assigned claim may wait at the
+	// server for a session to become pending (see claimwait.go): 0 means
+	// DefaultClaimWait, negative asks without waiting, on each change of
+	// the queue; at most api.MaxClaimNextWait seconds.
+	ClaimWait time.Duration
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes
@@ -333,6 +338,9 @@ type Consumer struct {
 	// an older server without the endpoint, or an outpost gone for a
 	// moment. Until then it claims by id.
 	byIDUntil atomic.Int64
+	// waitOffUntil (as byIDUntil) is when the consumer next tries a
+	// waiting claim-next after a server answered one at once.
+	waitOffUntil atomic.Int64
 
 	mu      sync.Mutex // guards the following
 	entries map[string]api.QueueEntry
@@ -346,6 +354,12 @@ type Consumer struct {
 	// it is at its max_running; fullTries counts those answers in a row.
 	fullUntil time.Time
 	fullTries int
+	// waiting is set while a goroutine sends waiting claim-next requests
+	// (waitNext); waitCancel cuts the one in flight, which excludes
+	// waitExclude.
+	waiting     bool
+	waitCancel  context.CancelFunc
+	waitExclude []string
 }
 
 // Run consumes the queue until ctx ends (a clean exit: nil) or a session's
