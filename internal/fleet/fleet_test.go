@@ -322,6 +322,7 @@ func TestBrokenWatchFallsBackToList(t *testing.T) {
 	obs := &countingObserver{}
 	c := e.consumer("acc-poll", 1, r)
 	c.Observer = obs
+	c.ClaimWait = -1 // a waiting claim would take the session without the list
 	done := start(t, ctx, c)
 	waitfor.Until(ctx, t, "a failed watch", func() bool { return e.count("watch") >= 1 })
 	lists := e.count("list")

@@ -254,6 +254,11 @@ func (s *Server) claimNextWaiting(ctx context.Context, outpostID string, req api
 	var woke *wakeKey // what woke the pick; nil for its own
 	for {
 		res, ok, err := s.claimNext(ctx, outpostID, req)
+		if err != nil && !ok && s.runCtx.Err() != nil {
+			// Requests end with the server (their base context): a
+			// parked one is answered that there is nothing, promptly.
+			return lifecycle.Grant{}, false, nil
+		}
 		if err != nil || ok {
 			q.leave(w)
 			if ok && woke != nil && res.Entry.SessionID != woke.session {
@@ -279,6 +284,9 @@ func (s *Server) claimNextWaiting(ctx context.Context, outpostID string, req api
 		case <-s.runCtx.Done():
 			return lifecycle.Grant{}, false, nil
 		case <-ctx.Done():
+			if s.runCtx.Err() != nil {
+				return lifecycle.Grant{}, false, nil
+			}
 			return lifecycle.Grant{}, false, ctx.Err()
 		}
 	}
@@ -297,7 +305,9 @@ func (s *Server) idleWait(ctx context.Context, req api.ClaimNextRequest) error {
 	case <-t.C:
 	case <-s.runCtx.Done():
 	case <-ctx.Done():
-		return ctx.Err()
+		if s.runCtx.Err() == nil {
+			return ctx.Err()
+		}
 	}
 	return nil
 }
