@@ -155,6 +155,10 @@ type ServerFigures struct {
 	// without them.
 	ClaimNextTx        int64 `json:"claim_next_transactions"`
 	ClaimNextCoalesced int64 `json:"claim_next_coalesced"`
+	// ClaimNextRequests counts the claim-next requests the server served
+	// in the same span (outpost_claim_next_requests_total; a request
+	// parked on its wait list counts once); -1 for a server without it.
+	ClaimNextRequests int64 `json:"claim_next_requests"`
 }
 
 // ReplicaFigures are one metrics URL's figures.
@@ -189,6 +193,10 @@ type sample struct {
 	claimNext          bool
 	claimNextTx        float64
 	claimNextCoalesced float64
+	// claimNextRequests counts claim-next requests, when the server
+	// does (hasRequests).
+	claimNextRequests float64
+	hasRequests       bool
 }
 
 // samples are one reading of every metrics URL: each one's and their sum.
@@ -221,6 +229,8 @@ func (s *sim) scrape(ctx context.Context) samples {
 		out.total.claimNext = out.total.claimNext || m.claimNext
 		out.total.claimNextTx += m.claimNextTx
 		out.total.claimNextCoalesced += m.claimNextCoalesced
+		out.total.claimNextRequests += m.claimNextRequests
+		out.total.hasRequests = out.total.hasRequests || m.hasRequests
 	}
 	return out
 }
@@ -325,6 +335,9 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 			s.claimNext = true
 		case "outpost_claim_next_coalesced_total":
 			s.claimNextCoalesced += v
+		case "outpost_claim_next_requests_total":
+			s.claimNextRequests += v
+			s.hasRequests = true
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -355,7 +368,10 @@ func serverFigures(before, idle0, idle1, busy sample, workers int, sessions, cal
 		return f
 	}
 	f.RSSBefore, f.RSSIdle, f.RSSBusy = before.rss, idle1.rss, busy.rss
-	f.ClaimNextTx, f.ClaimNextCoalesced = -1, -1
+	f.ClaimNextTx, f.ClaimNextCoalesced, f.ClaimNextRequests = -1, -1, -1
+	if before.hasRequests && busy.hasRequests {
+		f.ClaimNextRequests = int64(busy.claimNextRequests - before.claimNextRequests)
+	}
 	if before.claimNext && busy.claimNext {
 		f.ClaimNextTx = int64(busy.claimNextTx - before.claimNextTx)
 		f.ClaimNextCoalesced = int64(busy.claimNextCoalesced - before.claimNextCoalesced)
@@ -409,6 +425,9 @@ func (r *Report) Print(w io.Writer) {
 			s.CPUIdleS, s.CPUPerWorkerMS, s.CPUBusyS, s.CPUPerCallMS)
 		if s.ClaimNextTx >= 0 {
 			fmt.Fprintf(w, "           claim-next: %d store transactions, %d requests answered without one\n", s.ClaimNextTx, s.ClaimNextCoalesced)
+		}
+		if s.ClaimNextRequests >= 0 && r.Sessions.Created > 0 {
+			fmt.Fprintf(w, "           claim-next: %d requests, %.1f per session created\n", s.ClaimNextRequests, float64(s.ClaimNextRequests)/float64(r.Sessions.Created))
 		}
 	} else {
 		fmt.Fprintln(w, "server:    no CPU or memory figures (its /metrics could not be read)")

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
 // claimWaitAnswer is a claim-next's answer as a waiting claimer sees it.
@@ -156,7 +157,9 @@ func TestClaimNextWaitFit(t *testing.T) {
 	}
 
 	plain := make(chan claimWaitAnswer, 1)
-	go func() { plain <- askNext(ctx, hc, ts.url, machine, api.ClaimNextRequest{AcceptorID: "plain", WaitSeconds: 30}) }()
+	go func() {
+		plain <- askNext(ctx, hc, ts.url, machine, api.ClaimNextRequest{AcceptorID: "plain", WaitSeconds: 30})
+	}()
 	waitUntil(t, "the plain claimer parks", func() bool { return testutil.ToFloat64(ts.srv.claimWaits.parked) == 1 })
 	gpu := make(chan claimWaitAnswer, 1)
 	go func() {
@@ -226,4 +229,45 @@ func TestClaimNextWaitShutdown(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("serve: %v", err)
 	}
+}
+
+// TestClaimNextWaitReplicas: a session created through replica B wakes a
+// claim-next parked on replica A (the store's change feed, not the
+// backstop's poll, which is set far off), which claims it; a session
+// released on B wakes A's next waiter the same way.
+func TestClaimNextWaitReplicas(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartT(t, pgtest.Options{})
+	rs := startReplicaSetC(t, pg.Database(t), 2, Options{}, func(_ int, o *Options) { o.fanoutPoll = time.Hour })
+	a, b := rs[0], rs[1]
+	a.outpost("dev")
+	machine := a.token([]string{api.ScopeMachine}, "dev")
+	hc := &http.Client{}
+	park := func() <-chan claimWaitAnswer {
+		before := testutil.ToFloat64(a.srv.claimWaits.parked)
+		ch := make(chan claimWaitAnswer, 1)
+		go func() {
+			ch <- askNext(t.Context(), hc, a.url, machine, api.ClaimNextRequest{AcceptorID: "on-a", WaitSeconds: 30})
+		}()
+		waitUntil(t, "the claimer parks on A", func() bool { return testutil.ToFloat64(a.srv.claimWaits.parked) == before+1 })
+		return ch
+	}
+	expect := func(ch <-chan claimWaitAnswer, id, what string) {
+		t.Helper()
+		select {
+		case ans := <-ch:
+			if ans.code != 200 || ans.entry.Metadata.SessionID != id || ans.took > 15*time.Second {
+				t.Fatalf("%s: %d %q after %v, want 200 %s at once", what, ans.code, ans.entry.Metadata.SessionID, ans.took, id)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the request parked on A was not woken", what)
+		}
+	}
+	ch := park()
+	id := b.session("dev").Metadata.SessionID
+	expect(ch, id, "created on B")
+
+	ch = park()
+	b.mustDo(200, "POST", "/v1/queue/"+id+"/release", machine, api.ClaimRequest{AcceptorID: "on-a"}, nil)
+	expect(ch, id, "released on B")
 }
