@@ -184,17 +184,26 @@ type session struct {
 	welcomed  chan struct{}
 	firstCall time.Time
 	sent      map[int64]time.Time // result sent by the remote, by seq
+	// early says the remote was welcomed before the creator had the
+	// create's answer (a claim waiting at the server is that quick): the
+	// creator counts it when it registers the session.
+	early bool
 }
 
 // welcomed is called once per session when its remote is first welcomed.
 func (s *sim) welcomed(id string) {
 	s.mu.Lock()
 	ss := s.sessions[id]
-	s.mu.Unlock()
 	if ss == nil {
+		ss = &session{id: id, welcomed: make(chan struct{}), sent: map[int64]time.Time{}, early: true}
+		s.sessions[id] = ss
+		s.mu.Unlock()
+		close(ss.welcomed)
 		return
 	}
-	s.lat.connect.add(time.Since(ss.created))
+	created := ss.created
+	s.mu.Unlock()
+	s.lat.connect.add(time.Since(created))
 	s.running.Add(1)
 	close(ss.welcomed)
 }

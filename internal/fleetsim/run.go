@@ -209,10 +209,20 @@ func (s *sim) createOne(ctx context.Context, i int, agents *sync.WaitGroup) {
 	now := time.Now()
 	s.lat.create.add(now.Sub(start))
 	s.created.Add(1)
-	ss := &session{id: sess.Metadata.SessionID, created: now, welcomed: make(chan struct{}), sent: map[int64]time.Time{}}
 	s.mu.Lock()
-	s.sessions[ss.id] = ss
+	ss := s.sessions[sess.Metadata.SessionID]
+	if ss == nil {
+		ss = &session{id: sess.Metadata.SessionID, welcomed: make(chan struct{}), sent: map[int64]time.Time{}}
+		s.sessions[ss.id] = ss
+	}
+	ss.created = now
+	early := ss.early
 	s.mu.Unlock()
+	if early {
+		// Its remote was welcomed before this answer came.
+		s.lat.connect.add(0)
+		s.running.Add(1)
+	}
 	agents.Go(func() { s.agent(ctx, ss, i) })
 	for f := i; f < s.opts.Followers; f += s.opts.Sessions {
 		agents.Go(func() { s.follow(ctx, ss) })

@@ -99,6 +99,13 @@ func checkFleetReport(t *testing.T, out string, workers int, sessions int64) *fl
 	if rep.Throughput.CallsPerS <= 0 {
 		t.Errorf("throughput: %+v", rep.Throughput)
 	}
+	// Each idle worker keeps one claim-next waiting at the server: the
+	// workers' first waits, and about one per session (its claim, then
+	// the winner's next wait), not one per worker and session.
+	if n, bound := rep.Server.ClaimNextRequests, int64(workers)+3*sessions; n < 0 || n > bound {
+		t.Errorf("%d claim-next requests for %d sessions among %d workers, want at most %d", n, sessions, workers, bound)
+	}
+	t.Logf("%d claim-next requests for %d sessions among %d workers", rep.Server.ClaimNextRequests, sessions, workers)
 	return &rep
 }
 
