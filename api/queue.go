@@ -180,7 +180,7 @@ const MaxClaimNextExclude = 100
 // MaxClaimNextWait bounds ClaimNextRequest.WaitSeconds.
 const MaxClaimNextWait = 60
 
-// HeaderClaimWait is set on every answer of a server that parks
+// HeaderClaimWait is set on every 200 and 204 answer of a server that parks
 // claim-next requests (ClaimNextRequest.WaitSeconds), to the longest wait
 // it grants in seconds. A server without it answers at once whatever the
 // request asks, so a claimer that finds it missing asks as it did before.

@@ -58,7 +58,7 @@ func (c *Consumer) waitNext(ctx context.Context) bool {
 	if until := c.waitOffUntil.Load(); until != 0 && c.clock.Now().UnixNano() < until {
 		return false
 	}
-	exclude, ok := c.postponed()
+	exclude, ok := c.waitExcludes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waiting {
@@ -96,7 +96,7 @@ func (c *Consumer) waitNext(ctx context.Context) bool {
 func (c *Consumer) waitLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil && c.free() > 0 {
-		exclude, ok := c.postponed()
+		exclude, ok := c.waitExcludes()
 		if !ok {
 			return
 		}
@@ -148,6 +148,28 @@ func (c *Consumer) waitLoop(ctx context.Context) {
 			failures = 0 // the wait is over: ask again
 		}
 	}
+}
+
+// waitExcludes is postponed's list with the sessions the consumer holds
+// too, while they fit: a held session released while a request waits
+// (its runner gave it back, to be postponed once it is unregistered) is
+// not handed straight back to the same consumer.
+func (c *Consumer) waitExcludes() ([]string, bool) {
+	out, ok := c.postponed()
+	if !ok {
+		return out, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(out)+len(c.held) > api.MaxClaimNextExclude {
+		return out, true
+	}
+	for id := range c.held {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out, true
 }
 
 // pause waits d on the consumer's clock, or until ctx ends.

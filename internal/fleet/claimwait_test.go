@@ -152,3 +152,48 @@ func (o olderServer) Write(b []byte) (int, error) {
 	o.Header().Del(api.HeaderClaimWait)
 	return o.ResponseWriter.Write(b)
 }
+
+// TestConsumerWaitSkipsPostponed: a consumer with room for two, whose
+// waiting claim is parked while it serves a session, is not handed that
+// session straight back when its runner gives it back postponed.
+func TestConsumerWaitSkipsPostponed(t *testing.T) {
+	t.Parallel()
+	e := newFleetEnv(t, server.Options{})
+	ctx, cancel := testContext(t)
+	var mu sync.Mutex
+	ran := map[string]int{}
+	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
+		mu.Lock()
+		ran[s.ID]++
+		mu.Unlock()
+		return NotStarted(fmt.Errorf("no machine for it now")).Postponed()
+	})
+	c := e.consumer("acc-two", 2, r)
+	c.RetryAfter = time.Hour
+	done := start(t, ctx, c)
+	id := e.session(ctx)
+	waitfor.Until(ctx, t, "the session to run once", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[id] > 0
+	})
+	waitfor.Until(ctx, t, "the session back in the queue", func() bool {
+		q, err := e.admin.Queue.Get(ctx, id)
+		return err == nil && q.Status.Phase == api.PhasePending
+	})
+	// Give a wrongly woken request time to claim it again.
+	select {
+	case <-time.After(300 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	n := ran[id]
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("the postponed session ran %d times, want once", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
