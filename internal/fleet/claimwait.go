@@ -58,13 +58,13 @@ func (c *Consumer) waitNext(ctx context.Context) bool {
 	if until := c.waitOffUntil.Load(); until != 0 && c.clock.Now().UnixNano() < until {
 		return false
 	}
-	exclude, ok := c.waitExcludes()
+	_, post, ok := c.waitExcludes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waiting {
 		if c.waitCancel != nil {
 			for _, id := range c.waitExclude {
-				if !slices.Contains(exclude, id) {
+				if !slices.Contains(post, id) {
 					c.waitCancel()
 					break
 				}
@@ -96,13 +96,13 @@ func (c *Consumer) waitNext(ctx context.Context) bool {
 func (c *Consumer) waitLoop(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil && c.free() > 0 {
-		exclude, ok := c.waitExcludes()
+		exclude, post, ok := c.waitExcludes()
 		if !ok {
 			return
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		c.mu.Lock()
-		c.waitCancel, c.waitExclude = cancel, exclude
+		c.waitCancel, c.waitExclude = cancel, post
 		c.mu.Unlock()
 		sent := time.Now()
 		claim, waits, err := c.claimNextWait(ctx, wctx, exclude)
@@ -154,22 +154,27 @@ func (c *Consumer) waitLoop(ctx context.Context) {
 // too, while they fit: a held session released while a request waits
 // (its runner gave it back, to be postponed once it is unregistered) is
 // not handed straight back to the same consumer.
-func (c *Consumer) waitExcludes() ([]string, bool) {
-	out, ok := c.postponed()
+// post is the postponed part alone: a request is cut short (to ask again
+// without them) only when one of those may be claimed again, never
+// because a held session ended, which a cut would only race with a claim
+// being made for it.
+func (c *Consumer) waitExcludes() (exclude, post []string, ok bool) {
+	post, ok = c.postponed()
 	if !ok {
-		return out, false
+		return nil, post, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(out)+len(c.held) > api.MaxClaimNextExclude {
-		return out, true
+	exclude = slices.Clone(post)
+	if len(exclude)+len(c.held) > api.MaxClaimNextExclude {
+		return exclude, post, true
 	}
 	for id := range c.held {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
+		if !slices.Contains(exclude, id) {
+			exclude = append(exclude, id)
 		}
 	}
-	return out, true
+	return exclude, post, true
 }
 
 // pause waits d on the consumer's clock, or until ctx ends.
