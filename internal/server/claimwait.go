@@ -235,6 +235,10 @@ func checkClaimWait(req api.ClaimNextRequest) error {
 	return nil
 }
 
+// claimPickTimeout bounds a parked request's pick, which its claimer's
+// leaving does not end.
+const claimPickTimeout = 15 * time.Second
+
 // claimWaitHeader says on an answer that this server parks claim-next
 // requests, and for how long at most.
 var claimWaitHeader = strconv.Itoa(api.MaxClaimNextWait)
@@ -253,7 +257,13 @@ func (s *Server) claimNextWaiting(ctx context.Context, outpostID string, req api
 	defer q.leave(w)
 	var woke *wakeKey // what woke the pick; nil for its own
 	for {
-		res, ok, err := s.claimNext(ctx, outpostID, req)
+		// A pick runs to its end even when the claimer leaves meanwhile
+		// (a consumer cuts a parked request short to ask with another
+		// exclude list): a claim the store made as the request ended is
+		// then released by the handler, never left to lapse.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPickTimeout)
+		res, ok, err := s.claimNext(pctx, outpostID, req)
+		cancel()
 		if err != nil && !ok && s.runCtx.Err() != nil {
 			// Requests end with the server (their base context): a
 			// parked one is answered that there is nothing, promptly.
