@@ -62,7 +62,28 @@ func (s *Server) claimNextHandler(w http.ResponseWriter, r *http.Request) error 
 		return nil
 	}
 	w.Header().Set(api.HeaderClaimWait, claimWaitHeader)
+	if req.WaitSeconds > 0 && r.ProtoMajor == 1 {
+		// Over HTTP/1.x a request that has to wait waits on a hijacked
+		// connection (claimpark.go), holding no handler stack or
+		// net/http buffers while it is parked.
+		q := s.claimWaits
+		cw := q.join(o.ID)
+		deadline := time.Now().Add(time.Duration(req.WaitSeconds) * time.Second)
+		res, ok, err, done := s.claimPick(ctx, o.ID, req, cw, nil)
+		if !done && s.parkClaim(w, r, o.ID, req, cw, deadline) {
+			return nil
+		}
+		q.leave(cw)
+		return s.answerClaim(ctx, w, req, res, ok, err)
+	}
 	res, ok, err := s.claimNextWaiting(ctx, o.ID, req)
+	return s.answerClaim(ctx, w, req, res, ok, err)
+}
+
+// answerClaim answers a claim-next request with what its picks found: the
+// claimed entry, or 204; a claim whose claimer left (ctx ended) or that
+// needs a desktop the claimer cannot give goes back to the queue.
+func (s *Server) answerClaim(ctx context.Context, w http.ResponseWriter, req api.ClaimNextRequest, res lifecycle.Grant, ok bool, err error) error {
 	if err != nil {
 		return err
 	}

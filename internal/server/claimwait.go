@@ -250,46 +250,32 @@ func (s *Server) claimNextWaiting(ctx context.Context, outpostID string, req api
 	if req.WaitSeconds <= 0 {
 		return s.claimNext(ctx, outpostID, req)
 	}
-	deadline := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
-	defer deadline.Stop()
 	q := s.claimWaits
 	w := q.join(outpostID)
 	defer q.leave(w)
+	return s.waitForClaim(ctx, outpostID, req, w, time.Now().Add(time.Duration(req.WaitSeconds)*time.Second), true)
+}
+
+// waitForClaim picks (at once when pickFirst, else once woken) and parks w
+// between picks until a pick claims, deadline passes or the server stops
+// (false then), or ctx ends. w has joined its list; the caller leaves it.
+func (s *Server) waitForClaim(ctx context.Context, outpostID string, req api.ClaimNextRequest, w *claimWaiter, deadline time.Time, pickFirst bool) (lifecycle.Grant, bool, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	var woke *wakeKey // what woke the pick; nil for its own
+	pick := pickFirst
 	for {
-		// A pick runs to its end even when the claimer leaves meanwhile
-		// (a consumer cuts a parked request short to ask with another
-		// exclude list): a claim the store made as the request ended is
-		// then released by the handler, never left to lapse.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPickTimeout)
-		res, ok, err := s.claimNext(pctx, outpostID, req)
-		cancel()
-		if err != nil && !ok && s.runCtx.Err() != nil {
-			// Requests end with the server (their base context): a
-			// parked one is answered that there is nothing, promptly.
-			return lifecycle.Grant{}, false, nil
-		}
-		if err != nil || ok {
-			q.leave(w)
-			if ok && woke != nil && res.Entry.SessionID != woke.session {
-				// It took another (older, or of higher priority): the
-				// one it was woken for, or the look, goes on.
-				q.wake(outpostID, *woke)
-			}
-			return res, ok, err
-		}
-		if woke != nil && woke.session != "" {
-			q.missed(w, *woke)
-			// Still pending: not for this request; the next may take it.
-			if e, err := s.store.GetQueueEntry(ctx, woke.session); err == nil && wakesWaiter(&e) {
-				q.wake(outpostID, *woke)
+		if pick {
+			if res, ok, err, done := s.claimPick(ctx, outpostID, req, w, woke); done {
+				return res, ok, err
 			}
 		}
-		q.park(w)
+		pick = true
+		s.claimWaits.park(w)
 		select {
 		case k := <-w.wake:
 			woke = &k
-		case <-deadline.C:
+		case <-timer.C:
 			return lifecycle.Grant{}, false, nil
 		case <-s.runCtx.Done():
 			return lifecycle.Grant{}, false, nil
@@ -300,6 +286,43 @@ func (s *Server) claimNextWaiting(ctx context.Context, outpostID string, req api
 			return lifecycle.Grant{}, false, ctx.Err()
 		}
 	}
+}
+
+// claimPick is one pick of a waiting request w, woken by woke (nil: its
+// own first pick): done when the request is answered by it (a claim, an
+// error, the server stopping); otherwise it parks again, and a session
+// it was woken for and could not take is passed on.
+func (s *Server) claimPick(ctx context.Context, outpostID string, req api.ClaimNextRequest, w *claimWaiter, woke *wakeKey) (res lifecycle.Grant, ok bool, err error, done bool) {
+	q := s.claimWaits
+	// A pick runs to its end even when the claimer leaves meanwhile
+	// (a consumer cuts a parked request short to ask with another
+	// exclude list): a claim the store made as the request ended is
+	// then released by the handler, never left to lapse.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPickTimeout)
+	res, ok, err = s.claimNext(pctx, outpostID, req)
+	cancel()
+	if err != nil && !ok && s.runCtx.Err() != nil {
+		// Requests end with the server (their base context): a
+		// parked one is answered that there is nothing, promptly.
+		return lifecycle.Grant{}, false, nil, true
+	}
+	if err != nil || ok {
+		q.leave(w)
+		if ok && woke != nil && res.Entry.SessionID != woke.session {
+			// It took another (older, or of higher priority): the
+			// one it was woken for, or the look, goes on.
+			q.wake(outpostID, *woke)
+		}
+		return res, ok, err, true
+	}
+	if woke != nil && woke.session != "" {
+		q.missed(w, *woke)
+		// Still pending: not for this request; the next may take it.
+		if e, err := s.store.GetQueueEntry(ctx, woke.session); err == nil && wakesWaiter(&e) {
+			q.wake(outpostID, *woke)
+		}
+	}
+	return lifecycle.Grant{}, false, nil, false
 }
 
 // idleWait holds a request that may wait but can never be given a session

@@ -26,6 +26,7 @@ type claimWaitAnswer struct {
 	entry  api.QueueEntry
 	err    error // the request failed (its context ended)
 	took   time.Duration
+	closed bool // the server closed the connection after it (a parked request's answer)
 }
 
 // askNext sends one claim-next to ts's outpost "dev" with ctx.
@@ -41,7 +42,7 @@ func askNext(ctx context.Context, hc *http.Client, url, token string, req api.Cl
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	a := claimWaitAnswer{code: resp.StatusCode, header: resp.Header.Get(api.HeaderClaimWait), took: time.Since(start)}
+	a := claimWaitAnswer{code: resp.StatusCode, header: resp.Header.Get(api.HeaderClaimWait), took: time.Since(start), closed: resp.Close}
 	if resp.StatusCode == 200 {
 		a.err = json.Unmarshal(raw, &a.entry)
 	}
@@ -98,6 +99,9 @@ func TestClaimNextWaitHerd(t *testing.T) {
 		a := <-answers
 		if a.code != 200 || a.entry.Metadata.SessionID != id || a.header == "" {
 			t.Fatalf("session %d: answer %d %q (header %q, %v), want 200 %s with %s", i, a.code, a.entry.Metadata.SessionID, a.header, a.err, id, api.HeaderClaimWait)
+		}
+		if !a.closed {
+			t.Errorf("session %d: a parked request was answered on a connection kept open: it was not parked on its hijacked connection", i)
 		}
 	}
 	mu.Lock()
@@ -194,6 +198,12 @@ func TestClaimNextWaitFit(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the plain claimer was not handed the plain session")
+	}
+	// A request that may wait but finds a session at once is answered as
+	// any other, its connection kept for the next.
+	ready := ts.session("dev")
+	if a := askNext(ctx, hc, ts.url, machine, api.ClaimNextRequest{AcceptorID: "quick", WaitSeconds: 30}); a.code != 200 || a.entry.Metadata.SessionID != ready.Metadata.SessionID || a.closed {
+		t.Errorf("claim-next with a session pending: %d %q (connection closed: %v), want 200 %s on a kept connection", a.code, a.entry.Metadata.SessionID, a.closed, ready.Metadata.SessionID)
 	}
 }
 
