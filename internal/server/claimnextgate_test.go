@@ -147,8 +147,14 @@ func testClaimNextHerd(t *testing.T, dir string, st store.Store) {
 	// Without the line every request would run its own: n+1. On
 	// PostgreSQL an empty pick while claims of the line still hold their
 	// rows answers only itself (what it skipped may yet be left pending),
-	// so a few more run than on SQLite.
-	if bound := float64(5 + 4*inflight + 1); tx > bound {
+	// so more run than on SQLite, as many more as such picks meet held
+	// rows (23 to 28 seen on a quiet machine): still a quarter of n at
+	// most.
+	bound := float64(5 + 4*inflight + 1)
+	if _, pg := st.(*postgres.Store); pg {
+		bound = n / 4
+	}
+	if tx > bound {
 		t.Errorf("%v claim-next transactions for %d requests, want at most %v", tx, n+1, bound)
 	}
 	// Each request the server handled is answered by a transaction or by

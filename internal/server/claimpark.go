@@ -45,22 +45,18 @@ func (s *Server) parkClaim(w http.ResponseWriter, r *http.Request, outpostID str
 	valid, stopChecks := s.whileValid(context.WithoutCancel(r.Context()), r, principalFrom(r.Context()))
 	ctx, cancel := context.WithCancel(valid)
 	method, path := r.Method, r.URL.Path
-	s.wg.Go(func() {
-		var b [1]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				cancel() // the client closed, or the answer was written
-				return
-			}
-		}
-	})
+	stopPeer := s.watchPeer(conn, cancel)
 	go func() {
 		defer s.wg.Done() // track's
 		defer stopChecks()
 		defer cancel()
 		defer conn.Close()
+		defer stopPeer()
 		res, ok, err := s.waitForClaim(ctx, outpostID, req, cw, deadline, false)
 		s.claimWaits.leave(cw)
+		if ok && peekable && peerClosed(conn) {
+			cancel() // gone since the last sweep: the claim goes back (answerClaim)
+		}
 		ans := &bufferedAnswer{header: header}
 		if err := s.answerClaim(ctx, ans, req, res, ok, err); err != nil {
 			s.writeError(ans, (&http.Request{Method: method, URL: &url.URL{Path: path}}).WithContext(ctx), err)

@@ -98,7 +98,8 @@ func hijackWatch(w http.ResponseWriter) (net.Conn, bool) {
 // serveHijackedWatch serves a watch on its hijacked connection. The replay
 // from the store runs here, on the handler's goroutine; the stream then
 // follows the feed on a goroutine of its own, which starts with a small
-// stack, and one more waits for the client to close.
+// stack, and the server's sweep of hijacked connections (peers.go) sees
+// the client close.
 //
 // The stream outlives the request's context, which ends when the handler
 // returns: it checks the request's token on its own, and ends when the
@@ -112,18 +113,11 @@ func (s *Server) serveHijackedWatch(conn net.Conn, r *http.Request, outpostID st
 	valid, stopChecks := s.whileValid(s.runCtx, r, principalFrom(r.Context()))
 	ctx, cancel := context.WithTimeout(valid, s.opts.WatchMaxDuration)
 	// Closing the connection ends a write blocked on a client that does
-	// not read, and the read below.
+	// not read.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	s.wg.Go(func() {
-		var b [1]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				cancel() // the client closed, or the stream ended
-				return
-			}
-		}
-	})
+	stopPeer := s.watchPeer(conn, cancel) // the client closed
 	end := func() {
+		stopPeer()
 		stop()
 		stopChecks()
 		cancel()

@@ -284,10 +284,12 @@ type Server struct {
 	// prunes the queue's tombstones.
 	queueFeed    *queuefeed.Feed
 	userMessages *gateway.Notifier // wakes llm runners waiting for the user
-	topics       *topics
-	hub          *gateway.Hub
-	live         *liveview.Hub    // the live desktops' viewers (liveview.go)
-	gw           *gateway.Gateway // serves the remotes' connections through hub
+	// peers follows hijacked connections for their clients' close (peers.go).
+	peers  peerSweep
+	topics *topics
+	hub    *gateway.Hub
+	live   *liveview.Hub    // the live desktops' viewers (liveview.go)
+	gw     *gateway.Gateway // serves the remotes' connections through hub
 
 	// agents runs the sessions' runners (internal/agent).
 	agents *agent.Loop
