@@ -20,6 +20,8 @@ type plugin struct{ s *Store }
 
 var _ sqlstore.Plugin = plugin{}
 
+var _ sqlstore.ClaimWriter = plugin{}
+
 // QueryRow runs a query on the pool.
 func (p plugin) QueryRow(ctx context.Context, q string, args ...any) sqlstore.Scanner {
 	return p.s.pool.QueryRow(ctx, q, args...)

@@ -103,6 +103,12 @@ type Store struct {
 	// locks (locks.go), apart from pool so that holders waiting for a
 	// connection of pool cannot starve it.
 	locks *pgxpool.Pool
+
+	// group runs claims together (group.go); nil when off. groupMax is
+	// WithClaimGroup's largest group, groupSet whether it was given.
+	group    *combiner
+	groupMax int
+	groupSet bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -127,6 +133,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	}
 	if s.tracer != nil {
 		cfg.ConnConfig.Tracer = s.tracer
+	}
+	if !s.groupSet {
+		s.groupMax = groupMaxFromEnv(defaultGroupMax)
+	}
+	if s.groupMax > 1 {
+		s.group = &combiner{s: s, max: s.groupMax}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -1,0 +1,304 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outpost-sh/outpost/internal/audit"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
+)
+
+// Group commit of claims (a prototype).
+//
+// Every write of a queue entry takes the next rev from the counter row and
+// holds that row's lock through its commit's flush, so that revs become
+// visible in order. Under many concurrent claims that row is the serial
+// section: one flush a claim. The combiner runs the claims that wait while
+// one transaction of claims is under way in one transaction of the next:
+//
+//   - BEGIN and the locks of every session row the group names, in id
+//     order (the order of any other writer that locks several), in one
+//     round trip;
+//   - each claim under a SAVEPOINT of its own: its reads (a claim by pick
+//     picks FOR UPDATE SKIP LOCKED, which waits for nobody), its fn and
+//     its writes, the rev included, sent at once. A claim that fails is
+//     rolled back to its savepoint and answered with its own error; the
+//     others go on. As the claims run one after another in one
+//     transaction, each sees what the claims before it wrote: a pick
+//     skips the entries they claimed and a claim of an outpost with
+//     max_running counts them;
+//   - one COMMIT: one flush, and one hold of the rev counter's row, for
+//     the whole group.
+//
+// Callers are answered once the COMMIT is durable. Once one claim took a
+// rev, the transaction holds the counter's lock while the next claims run,
+// so no claim of a group may wait for another row lock then (a writer
+// holding it could wait for the counter: a deadlock): the outpost row of a
+// limited claim is locked NOWAIT (sqlstore.Grouped). A claim that finds it
+// locked, or meets a serialization failure or a deadlock, is run again
+// alone once the group committed, as is every claim of a group whose
+// transaction failed before its COMMIT was sent; a COMMIT whose outcome is
+// unknown (the connection lost) fails every claim of the group with its
+// error, as it fails a claim alone.
+//
+// A claim that finds no group under way runs alone at once (writeBatch):
+// without contention nothing waits and nothing is shared. Only one group
+// runs at a time per store; claims that carry an audit entry always run
+// alone.
+
+// defaultGroupMax is the largest group when the store option and the
+// environment set none; 0 turns the combiner off.
+const defaultGroupMax = 32
+
+// groupEnv overrides the default largest group (0: off), for benchmarks
+// and tests of a server opened without options.
+const groupEnv = "OUTPOST_PG_CLAIM_GROUP"
+
+// groupTimeout bounds a group's transaction, which runs apart from its
+// callers' contexts.
+const groupTimeout = time.Minute
+
+// lockSessionsSQL locks the session rows of a group in id order.
+const lockSessionsSQL = `SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+
+// WithClaimGroup sets the largest number of claims that share one
+// transaction and one commit; 0 or less runs every claim alone.
+func WithClaimGroup(n int) Option { return func(s *Store) { s.groupMax = max(n, 0); s.groupSet = true } }
+
+// ClaimGroups reports how many transactions of claims the combiner ran
+// (groups of two or more) and how many claims they held.
+func (s *Store) ClaimGroups() (groups, claims int64) {
+	if s.group == nil {
+		return 0, 0
+	}
+	return s.group.groups.Load(), s.group.claims.Load()
+}
+
+// groupMaxFromEnv is the largest group the environment asks for, or def.
+func groupMaxFromEnv(def int) int {
+	if v, ok := os.LookupEnv(groupEnv); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return max(n, 0)
+		}
+	}
+	return def
+}
+
+// combiner groups the claims of a store.
+type combiner struct {
+	s   *Store
+	max int
+
+	mu    sync.Mutex // guards queue and busy
+	queue []*claimReq
+	busy  bool // a claim or a group runs; claims that come queue
+
+	groups, claims atomic.Int64
+}
+
+// claimReq is one caller's claim transaction.
+type claimReq struct {
+	ctx   context.Context
+	id    string // the session it locks first; "" when it picks
+	first func(*pgx.Batch)
+	fn    func(pgx.Tx) error
+
+	err  error // the answer, set before done is closed
+	solo bool  // run it again alone: its try in the group could not finish
+	done chan struct{}
+}
+
+// do runs a claim: at once and alone when nothing runs, else in the next
+// group.
+func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn func(pgx.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		err := c.s.writeBatch(ctx, first, fn)
+		c.next()
+		return err
+	}
+	r := &claimReq{ctx: ctx, id: id, first: first, fn: fn, done: make(chan struct{})}
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	// Once queued the claim may be running: its answer is awaited, so it
+	// is always the truth.
+	<-r.done
+	if r.solo {
+		return c.s.writeBatch(ctx, first, fn)
+	}
+	return r.err
+}
+
+// next starts the group of the claims that queued, or marks the combiner
+// idle when none did.
+func (c *combiner) next() {
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.busy = false
+		c.mu.Unlock()
+		return
+	}
+	n := min(len(c.queue), c.max)
+	g := slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.mu.Unlock()
+	go func() {
+		c.run(g)
+		c.next()
+	}()
+}
+
+// run runs a group and answers its claims.
+func (c *combiner) run(g []*claimReq) {
+	defer func() {
+		for _, r := range g {
+			close(r.done)
+		}
+	}()
+	live := g[:0:0]
+	for _, r := range g {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		live = append(live, r)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		live[0].solo = true
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	committing, err := c.try(ctx, live)
+	if err == nil {
+		c.groups.Add(1)
+		c.claims.Add(int64(len(live)))
+		return
+	}
+	var pe *pgconn.PgError
+	if committing && !errors.As(err, &pe) {
+		// The COMMIT was sent and no answer came: it may have committed.
+		for _, r := range live {
+			r.err, r.solo = err, false
+		}
+		return
+	}
+	// Nothing committed: each claim runs again alone.
+	for _, r := range live {
+		r.err, r.solo = nil, true
+	}
+}
+
+// try runs the claims of g in one transaction and commits it. committing
+// tells that the COMMIT was sent.
+func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err error) {
+	conn, err := c.s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	var ids []string
+	for _, r := range g {
+		if r.id != "" {
+			ids = append(ids, r.id)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	if len(ids) > 0 {
+		b.Queue(lockSessionsSQL, ids)
+	}
+	br := conn.Conn().SendBatch(ctx, b)
+	tx := br.Tx()
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the group failed already
+		}
+	}()
+	if err := br.Close(); err != nil {
+		return false, err
+	}
+	gtx := &groupTx{Tx: tx}
+	for _, r := range g {
+		mb := &pgx.Batch{}
+		mb.Queue("SAVEPOINT claim")
+		if r.first != nil {
+			r.first(mb)
+		}
+		err := tx.SendBatch(ctx, mb).Close()
+		if err == nil {
+			err = r.fn(gtx)
+		}
+		if err == nil {
+			continue
+		}
+		// Undo this claim only; a transaction that cannot be rolled back
+		// to its savepoint is lost, and the group with it.
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT claim"); rerr != nil {
+			return false, rerr
+		}
+		if retryable(err) || lockNotAvailable(err) {
+			r.solo = true
+		} else {
+			r.err = err
+		}
+	}
+	return true, tx.Commit(ctx)
+}
+
+// lockNotAvailable reports a lock a NOWAIT statement found held (SQLSTATE
+// 55P03).
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}
+
+// groupTx is the transaction of a group as its claims see it: statements
+// are sent at once (pgTx.SendLast holds nothing back for the COMMIT), and
+// it reports itself Grouped.
+type groupTx struct{ pgx.Tx }
+
+// WriteClaim runs a claim's transaction through the combiner, or alone
+// when the combiner is off or ctx carries an audit entry.
+func (p plugin) WriteClaim(ctx context.Context, id string, first func(*sqlstore.Batch), fn func(sqlstore.Tx) error) error {
+	if p.s.group == nil {
+		return p.Write(ctx, first, fn)
+	}
+	if e, _ := audit.Pending(ctx); e != nil {
+		return p.Write(ctx, first, fn)
+	}
+	var begin func(*pgx.Batch)
+	if first != nil {
+		begin = func(pb *pgx.Batch) {
+			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4)}
+			first(b)
+			queue(pb, b)
+		}
+	}
+	return p.s.group.do(ctx, id, begin, func(tx pgx.Tx) error { return fn(pgTx{tx}) })
+}
+
+// Grouped reports a transaction shared by a group of claims.
+func (t pgTx) Grouped() bool {
+	_, ok := t.tx.(*groupTx)
+	return ok
+}
