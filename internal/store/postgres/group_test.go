@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
+)
+
+// allTrips counts every round trip and statement (BEGIN and COMMIT
+// included) of a pool, whatever the context.
+type allTrips struct{ trips, stmts atomic.Int64 }
+
+func (a *allTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	a.trips.Add(1)
+	a.stmts.Add(1)
+	return ctx
+}
+func (a *allTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (a *allTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	a.trips.Add(1)
+	return ctx
+}
+func (a *allTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { a.stmts.Add(1) }
+func (a *allTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+var errAtCapacity = errors.New("at capacity")
+
+// Concurrent claims share transactions and still hold every guarantee of
+// claims alone: each session claimed by id is claimed once, by its
+// claimer; of two claimers of one session exactly one wins and the other
+// gets its own error while its group commits; claims by pick never pick
+// the same entry and, on an outpost with max_running, count the claims
+// before them in their own group, so exactly max_running are held; every
+// entry written gets a rev of its own.
+func TestClaimGroup(t *testing.T) {
+	t.Parallel()
+	var trips allTrips
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32), func(s *Store) { s.tracer = &trips })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	const (
+		byID, claimers = 400, 40
+		limited, limit = 80, 7
+		dups           = 40
+	)
+	for _, o := range []store.Outpost{
+		{ID: "op", Name: "o", Platform: api.PlatformLinux, CreatedAt: now},
+		{ID: "lim", Name: "l", Platform: api.PlatformLinux, CreatedAt: now, MaxRunning: limit},
+	} {
+		if err := s.CreateOutpost(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func(id, outpost string) {
+		sess := store.Session{ID: id, OutpostID: outpost, Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: outpost, Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range byID {
+		create(fmt.Sprint("s", i), "op")
+	}
+	for i := range limited {
+		create(fmt.Sprint("l", i), "lim")
+	}
+	for i := range dups {
+		create(fmt.Sprint("d", i), "op")
+	}
+
+	var tokens atomic.Int64
+	// claimOnce claims a pending entry and refuses a claimed one, as a
+	// claim by another acceptor is refused.
+	claimOnce := func(acc string) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
+		fn := claimFn(acc, &tokens)
+		return func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+			if e.Phase == api.PhaseClaimed {
+				return store.Mutation{}, store.ErrConflict
+			}
+			if l.MaxRunning > 0 && l.Held >= l.MaxRunning {
+				return store.Mutation{}, errAtCapacity
+			}
+			return fn(sess, e)
+		}
+	}
+	trips.trips.Store(0)
+	trips.stmts.Store(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for g := range claimers {
+		wg.Go(func() {
+			acc := fmt.Sprint("acc-", g)
+			for i := g; i < byID; i += claimers {
+				if _, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc)); err != nil {
+					errs <- fmt.Errorf("claim s%d: %w", i, err)
+				}
+			}
+		})
+	}
+	var dupWins [dups]atomic.Int32
+	for g := range 2 {
+		wg.Go(func() {
+			for i := range dups {
+				_, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g)))
+				switch {
+				case err == nil:
+					dupWins[i].Add(1)
+				case !errors.Is(err, store.ErrConflict):
+					errs <- fmt.Errorf("claim d%d: %w", i, err)
+				}
+			}
+		})
+	}
+	var picked sync.Map
+	var pickedN atomic.Int32
+	for g := range 20 {
+		wg.Go(func() {
+			acc := fmt.Sprint("next-", g)
+			for {
+				m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(acc))
+				switch {
+				case errors.Is(err, errAtCapacity), errors.Is(err, store.ErrNotFound):
+					return
+				case errors.Is(err, store.ErrConflict):
+					continue // a claim by pick raced: pick again
+				case err != nil:
+					errs <- fmt.Errorf("claim next: %w", err)
+					return
+				}
+				if _, dup := picked.LoadOrStore(m.Entry.SessionID, acc); dup {
+					errs <- fmt.Errorf("%s picked twice", m.Entry.SessionID)
+				}
+				pickedN.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	revs := map[int64]string{}
+	entries, _, err := s.ListQueue(ctx, store.QueueFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, e := range entries {
+		if prev, ok := revs[e.Rev]; ok {
+			t.Errorf("rev %d of both %s and %s", e.Rev, prev, e.SessionID)
+		}
+		revs[e.Rev] = e.SessionID
+		var i int
+		if e.OutpostID == "lim" {
+			if e.Phase == api.PhaseClaimed {
+				held++
+			}
+			continue
+		}
+		if n, _ := fmt.Sscanf(e.SessionID, "s%d", &i); n == 1 {
+			if want := fmt.Sprint("acc-", i%claimers); e.Phase != api.PhaseClaimed || e.AcceptorID != want {
+				t.Errorf("%s: %s by %q; want claimed by %q", e.SessionID, e.Phase, e.AcceptorID, want)
+			}
+		}
+	}
+	if held != limit || pickedN.Load() != limit {
+		t.Errorf("%d entries of the limited outpost claimed (%d picks answered); want %d", held, pickedN.Load(), limit)
+	}
+	for i := range dups {
+		if n := dupWins[i].Load(); n != 1 {
+			t.Errorf("d%d: %d claimers won; want 1", i, n)
+		}
+	}
+	groups, grouped := s.ClaimGroups()
+	if groups == 0 {
+		t.Errorf("no claims shared a transaction")
+	}
+	total := byID + 2*dups + limited
+	t.Logf("%d groups held %d claims (mean %.1f); about %d claim calls took %d round trips and %d statements, BEGIN and COMMIT included",
+		groups, grouped, float64(grouped)/float64(max(groups, 1)), total, trips.trips.Load(), trips.stmts.Load())
+}
