@@ -237,7 +237,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	if err := br.Close(); err != nil {
 		return false, err
 	}
-	gtx := &groupTx{Tx: tx}
+	gtx := &groupTx{Tx: tx, ctx: ctx}
 	for _, r := range g {
 		mb := &pgx.Batch{}
 		mb.Queue("SAVEPOINT claim")
@@ -273,9 +273,33 @@ func lockNotAvailable(err error) bool {
 }
 
 // groupTx is the transaction of a group as its claims see it: statements
-// are sent at once (pgTx.SendLast holds nothing back for the COMMIT), and
-// it reports itself Grouped.
-type groupTx struct{ pgx.Tx }
+// are sent at once (pgTx.SendLast holds nothing back for the COMMIT), it
+// reports itself Grouped, and they run under the group's context, not
+// the caller's: a caller that gives up must not break the connection the
+// others share (its claim is answered all the same, as it is alone once
+// its commit is under way).
+type groupTx struct {
+	pgx.Tx
+	ctx context.Context
+}
+
+func (g *groupTx) Begin(context.Context) (pgx.Tx, error) { return g.Tx.Begin(g.ctx) }
+
+func (g *groupTx) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	return g.Tx.SendBatch(g.ctx, b)
+}
+
+func (g *groupTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return g.Tx.Exec(g.ctx, sql, args...)
+}
+
+func (g *groupTx) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return g.Tx.Query(g.ctx, sql, args...)
+}
+
+func (g *groupTx) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	return g.Tx.QueryRow(g.ctx, sql, args...)
+}
 
 // WriteClaim runs a claim's transaction through the combiner, or alone
 // when the combiner is off or ctx carries an audit entry.
