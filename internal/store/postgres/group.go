@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +74,9 @@ const lockSessionsSQL = `SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDE
 
 // WithClaimGroup sets the largest number of claims that share one
 // transaction and one commit; 0 or less runs every claim alone.
-func WithClaimGroup(n int) Option { return func(s *Store) { s.groupMax = max(n, 0); s.groupSet = true } }
+func WithClaimGroup(n int) Option {
+	return func(s *Store) { s.groupMax = max(n, 0); s.groupSet = true }
+}
 
 // ClaimGroups reports how many transactions of claims the combiner ran
 // (groups of two or more) and how many claims they held.
@@ -239,6 +243,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	}
 	gtx := &groupTx{Tx: tx, ctx: ctx}
 	for _, r := range g {
+		held := len(gtx.held)
 		mb := &pgx.Batch{}
 		mb.Queue("SAVEPOINT claim")
 		if r.first != nil {
@@ -256,13 +261,14 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT claim"); rerr != nil {
 			return false, rerr
 		}
+		gtx.held = gtx.held[:held]
 		if retryable(err) || lockNotAvailable(err) {
 			r.solo = true
 		} else {
 			r.err = err
 		}
 	}
-	return true, tx.Commit(ctx)
+	return true, gtx.commit(ctx, conn.Conn())
 }
 
 // lockNotAvailable reports a lock a NOWAIT statement found held (SQLSTATE
@@ -281,6 +287,161 @@ func lockNotAvailable(err error) bool {
 type groupTx struct {
 	pgx.Tx
 	ctx context.Context
+	// held are the queue entries written so far under a placeholder rev,
+	// in the order written, to be given theirs with the COMMIT.
+	held []heldEntry
+}
+
+// heldEntry is the write of a session's queue entry whose rev is taken
+// at the end of the group.
+type heldEntry struct {
+	id     string
+	scan   func(sqlstore.Scanner) error // the write's own reading of its rev
+	notify []any                        // notifySQL's arguments; nil: none
+}
+
+// holdEntrySQL is upsertEntrySQL without the rev: the entry keeps the rev
+// it had, or a new one gets a placeholder no other transaction uses
+// (negative, of this transaction's id), until revsSQL gives it its own.
+var holdEntrySQL = func() string {
+	q := strings.Replace(upsertEntrySQL, `WITH r AS (`+sqlstore.NextRevSQL+`)`, "", 1)
+	q = strings.Replace(q, "r.value", "-(txid_current() * 1048576 + $23)", 1)
+	q = strings.Replace(q, " FROM r", "", 1)
+	q = strings.Replace(q, "rev = excluded.rev", "rev = queue.rev", 1)
+	return q
+}()
+
+// revsSQL takes $1 revs at once and gives the ith of them to the entry of
+// session $2[i]: the counter row is locked from here to the COMMIT, in
+// the COMMIT's round trip.
+const revsSQL = `WITH r AS (UPDATE counters SET value = value + $1 WHERE name = 'rev' RETURNING value)
+	UPDATE queue q SET rev = r.value - $1 + v.ord FROM r, unnest($2::text[]) WITH ORDINALITY AS v(sid, ord)
+	WHERE q.session_id = v.sid RETURNING q.session_id, q.rev`
+
+// notifyHeldSQL notifies the writes of the entries of sessions $2, in
+// that order, as notifySQL does each: of replica $1, outposts $3, seqs
+// $4, epochs $5, each with its entry's rev.
+var notifyHeldSQL = `SELECT pg_notify('` + changesChannel + `', json_build_object(
+	'o', $1::text, 's', n.s, 'p', n.p, 'q', n.q, 'e', n.e, 'r', q.rev)::text)
+	FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) WITH ORDINALITY AS n(s, p, q, e, ord)
+	JOIN queue q ON q.session_id = n.s ORDER BY n.ord`
+
+// hold rewrites a batch of a claim in the group: the write of its queue
+// entry goes without a rev and its notification is left for the end
+// (commit).
+func (g *groupTx) hold(b *sqlstore.Batch) *sqlstore.Batch {
+	if !slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.SQL == upsertEntrySQL || it.SQL == notifySQL }) {
+		return b
+	}
+	out := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, len(b.Items))}
+	for _, it := range b.Items {
+		switch it.SQL {
+		case upsertEntrySQL:
+			id, _ := it.Args[0].(string)
+			args := append(slices.Clip(it.Args), int64(len(g.held)))
+			g.held = append(g.held, heldEntry{id: id, scan: it.Row})
+			out.Items = append(out.Items, sqlstore.BatchItem{SQL: holdEntrySQL, Args: args})
+		case notifySQL:
+			id, _ := it.Args[1].(string)
+			for i := len(g.held) - 1; i >= 0; i-- {
+				if g.held[i].id == id {
+					g.held[i].notify = it.Args
+					break
+				}
+			}
+		default:
+			out.Items = append(out.Items, it)
+		}
+	}
+	return out
+}
+
+// commit gives the held entries their revs, notifies them, and commits,
+// in one round trip; the entries' own readings of their revs run as the
+// revs come.
+func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
+	b := &pgx.Batch{}
+	if len(g.held) > 0 {
+		// One rev a session, in the order first written; a session
+		// written twice in the group (by two claims) has one, which both
+		// read.
+		var ids []string
+		seen := map[string]int{}
+		for _, h := range g.held {
+			if _, ok := seen[h.id]; !ok {
+				seen[h.id] = len(ids)
+				ids = append(ids, h.id)
+			}
+		}
+		b.Queue(revsSQL, int64(len(ids)), ids).Query(func(rows pgx.Rows) error {
+			revs := map[string]int64{}
+			for rows.Next() {
+				var id string
+				var rev int64
+				if err := rows.Scan(&id, &rev); err != nil {
+					return err
+				}
+				revs[id] = rev
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, h := range g.held {
+				if h.scan != nil {
+					if err := h.scan(revRow(revs[h.id])); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		// The last notification of each session, in the order of ids.
+		notes := make([][]any, len(ids))
+		for _, h := range g.held {
+			if h.notify != nil {
+				notes[seen[h.id]] = h.notify
+			}
+		}
+		var replica string
+		var ns, np []string
+		var nq, ne []int64
+		for _, a := range notes {
+			if a == nil {
+				continue
+			}
+			replica, _ = a[0].(string)
+			id, _ := a[1].(string)
+			outpost, _ := a[2].(string)
+			seq, _ := a[3].(int64)
+			epoch, _ := a[4].(int64)
+			ns, np, nq, ne = append(ns, id), append(np, outpost), append(nq, seq), append(ne, epoch)
+		}
+		if len(ns) > 0 {
+			b.Queue(notifyHeldSQL, replica, ns, np, nq, ne)
+		}
+	}
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return conn.SendBatch(ctx, b).Close()
+}
+
+// revRow is a row of one rev.
+type revRow int64
+
+func (r revRow) Scan(dest ...any) error {
+	if len(dest) != 1 {
+		return fmt.Errorf("a rev is one column; %d asked", len(dest))
+	}
+	p, ok := dest[0].(*int64)
+	if !ok {
+		return fmt.Errorf("a rev is read into an *int64, not a %T", dest[0])
+	}
+	*p = int64(r)
+	return nil
 }
 
 func (g *groupTx) Begin(context.Context) (pgx.Tx, error) { return g.Tx.Begin(g.ctx) }

@@ -30,8 +30,10 @@ func (a *allTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 	a.trips.Add(1)
 	return ctx
 }
-func (a *allTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { a.stmts.Add(1) }
-func (a *allTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (a *allTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	a.stmts.Add(1)
+}
+func (a *allTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 var errAtCapacity = errors.New("at capacity")
 
@@ -82,6 +84,37 @@ func TestClaimGroup(t *testing.T) {
 		create(fmt.Sprint("d", i), "op")
 	}
 
+	// Every change is notified with the rev its entry committed with, in
+	// commit order (revs rising).
+	var mu sync.Mutex
+	notified := map[string]int64{}
+	var lastRev int64
+	var outOfOrder []string
+	listening := make(chan struct{})
+	lctx, stop := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		s.Listen(lctx, func(c store.Change) { //nolint:errcheck // ends with lctx
+			if c.Resync {
+				close(listening)
+				return
+			}
+			if c.Rev == 0 {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if c.Rev <= lastRev {
+				outOfOrder = append(outOfOrder, fmt.Sprintf("%s rev %d after rev %d", c.SessionID, c.Rev, lastRev))
+			}
+			lastRev = c.Rev
+			notified[c.SessionID] = c.Rev
+		})
+	}()
+	<-listening
+	var answered sync.Map // session id → the rev its successful claim was answered with
+
 	var tokens atomic.Int64
 	// claimOnce claims a pending entry and refuses a claimed one, as a
 	// claim by another acceptor is refused.
@@ -105,9 +138,12 @@ func TestClaimGroup(t *testing.T) {
 		wg.Go(func() {
 			acc := fmt.Sprint("acc-", g)
 			for i := g; i < byID; i += claimers {
-				if _, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc)); err != nil {
+				m, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc))
+				if err != nil {
 					errs <- fmt.Errorf("claim s%d: %w", i, err)
+					continue
 				}
+				answered.Store(m.Entry.SessionID, m.Entry.Rev)
 			}
 		})
 	}
@@ -115,10 +151,11 @@ func TestClaimGroup(t *testing.T) {
 	for g := range 2 {
 		wg.Go(func() {
 			for i := range dups {
-				_, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g)))
+				m, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g)))
 				switch {
 				case err == nil:
 					dupWins[i].Add(1)
+					answered.Store(m.Entry.SessionID, m.Entry.Rev)
 				case !errors.Is(err, store.ErrConflict):
 					errs <- fmt.Errorf("claim d%d: %w", i, err)
 				}
@@ -145,6 +182,7 @@ func TestClaimGroup(t *testing.T) {
 					errs <- fmt.Errorf("%s picked twice", m.Entry.SessionID)
 				}
 				pickedN.Add(1)
+				answered.Store(m.Entry.SessionID, m.Entry.Rev)
 			}
 		})
 	}
@@ -159,8 +197,41 @@ func TestClaimGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The last change of every entry reaches the listener.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := 0
+		want := 0
+		for _, e := range entries {
+			if _, ok := answered.Load(e.SessionID); ok {
+				want++
+				if notified[e.SessionID] == e.Rev {
+					n++
+				}
+			}
+		}
+		mu.Unlock()
+		if n == want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-listened
+	for _, o := range outOfOrder {
+		t.Errorf("notified out of order: %s", o)
+	}
 	held := 0
 	for _, e := range entries {
+		if rev, ok := answered.Load(e.SessionID); ok {
+			if rev.(int64) != e.Rev {
+				t.Errorf("%s: the claim was answered with rev %d; the entry has %d", e.SessionID, rev, e.Rev)
+			}
+			if got := notified[e.SessionID]; got != e.Rev {
+				t.Errorf("%s: last notified with rev %d; the entry has %d", e.SessionID, got, e.Rev)
+			}
+		}
 		if prev, ok := revs[e.Rev]; ok {
 			t.Errorf("rev %d of both %s and %s", e.Rev, prev, e.SessionID)
 		}

@@ -145,6 +145,9 @@ func (t pgTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 // Send sends b in one round trip.
 func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
+	if g, ok := t.tx.(*groupTx); ok {
+		b = g.hold(b)
+	}
 	if b.Len() == 0 {
 		return nil
 	}
