@@ -65,6 +65,11 @@ const defaultGroupMax = 32
 // and tests of a server opened without options.
 const groupEnv = "OUTPOST_PG_CLAIM_GROUP"
 
+// groupUpdatesEnv, set to 1, groups every update of a session
+// (UpdateSession: releases, renewals, a call's result) with the claims,
+// not claims alone (an experiment; off by default).
+const groupUpdatesEnv = "OUTPOST_PG_GROUP_UPDATES"
+
 // groupTimeout bounds a group's transaction, which runs apart from its
 // callers' contexts.
 const groupTimeout = time.Minute
@@ -76,6 +81,12 @@ const lockSessionsSQL = `SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDE
 // transaction and one commit; 0 or less runs every claim alone.
 func WithClaimGroup(n int) Option {
 	return func(s *Store) { s.groupMax = max(n, 0); s.groupSet = true }
+}
+
+// WithGroupUpdates groups every update of a session (UpdateSession) with
+// the claims, not claims alone, when the combiner is on.
+func WithGroupUpdates(on bool) Option {
+	return func(s *Store) { s.groupUpdates, s.groupUpdatesSet = on, true }
 }
 
 // ClaimGroups reports how many transactions of claims the combiner ran
@@ -464,8 +475,8 @@ func (g *groupTx) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
 
 // WriteClaim runs a claim's transaction through the combiner, or alone
 // when the combiner is off or ctx carries an audit entry.
-func (p plugin) WriteClaim(ctx context.Context, id string, first func(*sqlstore.Batch), fn func(sqlstore.Tx) error) error {
-	if p.s.group == nil {
+func (p plugin) WriteClaim(ctx context.Context, id string, claim bool, first func(*sqlstore.Batch), fn func(sqlstore.Tx) error) error {
+	if p.s.group == nil || !claim && !p.s.groupUpdates {
 		return p.Write(ctx, first, fn)
 	}
 	if e, _ := audit.Pending(ctx); e != nil {

@@ -265,3 +265,87 @@ func TestClaimGroup(t *testing.T) {
 	t.Logf("%d groups held %d claims (mean %.1f); about %d claim calls took %d round trips and %d statements, BEGIN and COMMIT included",
 		groups, grouped, float64(grouped)/float64(max(groups, 1)), total, trips.trips.Load(), trips.stmts.Load())
 }
+
+// With updates grouped too, claims and releases of the same sessions
+// interleave in shared transactions: every claim and release of a
+// session is in its transcript once, numbered without gaps, and the
+// entry ends as the last write left it, under the highest rev.
+func TestGroupUpdates(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32), WithGroupUpdates(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	const workers, rounds = 30, 10
+	for i := range workers {
+		sess := store.Session{ID: fmt.Sprint("u", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := range workers {
+		wg.Go(func() {
+			id, acc := fmt.Sprint("u", g), fmt.Sprint("acc-", g)
+			fn := claimFn(acc, &tokens)
+			for range rounds {
+				if _, err := s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+					if e.Phase != api.PhasePending {
+						return store.Mutation{}, fmt.Errorf("claimed while %s", e.Phase)
+					}
+					return fn(sess, e)
+				}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+					if e.Phase != api.PhaseClaimed || e.AcceptorID != acc {
+						return store.Mutation{}, fmt.Errorf("released while %s by %q", e.Phase, e.AcceptorID)
+					}
+					e.Phase, e.AcceptorID = api.PhasePending, ""
+					return store.Mutation{Entry: &e, Events: []api.Event{{Time: now.UnixMilli(), Type: api.EventOutput, Text: "released\n"}}}, nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range workers {
+		id := fmt.Sprint("u", i)
+		evs, err := s.ListEvents(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 2*rounds {
+			t.Errorf("%s: %d events; want %d", id, len(evs), 2*rounds)
+		}
+		for j, ev := range evs {
+			if ev.Seq != int64(j+1) {
+				t.Errorf("%s: event %d has seq %d", id, j, ev.Seq)
+				break
+			}
+		}
+		e, err := s.GetQueueEntry(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Phase != api.PhasePending || e.Epoch != rounds {
+			t.Errorf("%s: %s at epoch %d; want pending at %d", id, e.Phase, e.Epoch, rounds)
+		}
+	}
+	if groups, _ := s.ClaimGroups(); groups == 0 {
+		t.Errorf("no writes shared a transaction")
+	}
+}

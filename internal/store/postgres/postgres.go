@@ -42,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -109,6 +110,9 @@ type Store struct {
 	group    *combiner
 	groupMax int
 	groupSet bool
+	// groupUpdates groups every update of a session, not claims alone;
+	// groupUpdatesSet tells WithGroupUpdates set it.
+	groupUpdates, groupUpdatesSet bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -139,6 +143,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	}
 	if s.groupMax > 1 {
 		s.group = &combiner{s: s, max: s.groupMax}
+		if !s.groupUpdatesSet {
+			s.groupUpdates = os.Getenv(groupUpdatesEnv) == "1"
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

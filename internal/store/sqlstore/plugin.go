@@ -128,10 +128,11 @@ type Plugin interface {
 // with other claims' in one database transaction with one commit (group
 // commit), each under a savepoint of its own.
 type ClaimWriter interface {
-	// WriteClaim is Write of a claim of session id ("" when first picks
-	// the session). It returns once the commit that holds the claim is
-	// durable, with fn's error or the commit's.
-	WriteClaim(ctx context.Context, id string, first func(*Batch), fn func(Tx) error) error
+	// WriteClaim is Write of a claim (claim) or another update of
+	// session id ("" when first picks the session). It returns once the
+	// commit that holds the write is durable, with fn's error or the
+	// commit's.
+	WriteClaim(ctx context.Context, id string, claim bool, first func(*Batch), fn func(Tx) error) error
 }
 
 // Grouped is a Tx that may report it is shared by several callers'

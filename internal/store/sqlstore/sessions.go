@@ -246,16 +246,17 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		}
 	}
 	write := s.db.Write
-	if gw, ok := s.db.(ClaimWriter); ok && claim {
-		// A claim may share its transaction, and its commit, with the
-		// claims waiting at the same moment (PostgreSQL's combiner); the
+	if gw, ok := s.db.(ClaimWriter); ok {
+		// A claim (and, where the plugin groups them, any update of a
+		// session) may share its transaction, and its commit, with the
+		// ones waiting at the same moment (PostgreSQL's combiner); the
 		// session it locks first is named when known before the pick.
 		lockID := ""
 		if pick == nil {
 			lockID = *idp
 		}
 		write = func(ctx context.Context, first func(*Batch), fn func(Tx) error) error {
-			return gw.WriteClaim(ctx, lockID, first, fn)
+			return gw.WriteClaim(ctx, lockID, claim, first, fn)
 		}
 	}
 	err := write(ctx, begin, func(tx Tx) error {
