@@ -52,10 +52,11 @@ import (
 // unknown (the connection lost) fails every claim of the group with its
 // error, as it fails a claim alone.
 //
-// A claim that finds no group under way runs alone at once (writeBatch):
-// without contention nothing waits and nothing is shared. Only one group
-// runs at a time per store; claims that carry an audit entry always run
-// alone.
+// A claim that finds fewer than inflight groups (or claims alone) under
+// way runs alone at once (writeBatch): without contention nothing waits
+// and nothing is shared. Groups of one store run their claims side by
+// side (their session rows are apart, and each takes the revs only with
+// its COMMIT); claims that carry an audit entry always run alone.
 
 // defaultGroupMax is the largest group when the store option and the
 // environment set none; 0 turns the combiner off.
@@ -69,6 +70,14 @@ const groupEnv = "OUTPOST_PG_CLAIM_GROUP"
 // (UpdateSession: releases, renewals, a call's result) with the claims,
 // not claims alone (an experiment; off by default).
 const groupUpdatesEnv = "OUTPOST_PG_GROUP_UPDATES"
+
+// defaultInflight is how many groups (or claims alone) run at once when
+// the environment sets none (OUTPOST_PG_CLAIM_GROUPS_INFLIGHT): with the
+// revs taken at the COMMIT, one group's claims run while another commits.
+const defaultInflight = 2
+
+// inflightEnv overrides defaultInflight.
+const inflightEnv = "OUTPOST_PG_CLAIM_GROUPS_INFLIGHT"
 
 // groupTimeout bounds a group's transaction, which runs apart from its
 // callers' contexts.
@@ -98,6 +107,14 @@ func (s *Store) ClaimGroups() (groups, claims int64) {
 	return s.group.groups.Load(), s.group.claims.Load()
 }
 
+// inflightFromEnv is how many groups may run at once.
+func inflightFromEnv() int {
+	if n, err := strconv.Atoi(os.Getenv(inflightEnv)); err == nil && n > 0 {
+		return n
+	}
+	return defaultInflight
+}
+
 // groupMaxFromEnv is the largest group the environment asks for, or def.
 func groupMaxFromEnv(def int) int {
 	if v, ok := os.LookupEnv(groupEnv); ok {
@@ -113,9 +130,12 @@ type combiner struct {
 	s   *Store
 	max int
 
-	mu    sync.Mutex // guards queue and busy
-	queue []*claimReq
-	busy  bool // a claim or a group runs; claims that come queue
+	// inflight is how many claims alone or groups may run at once.
+	inflight int
+
+	mu      sync.Mutex // guards queue and running
+	queue   []*claimReq
+	running int // claims alone and groups running; at inflight, claims that come queue
 
 	groups, claims atomic.Int64
 }
@@ -139,8 +159,8 @@ func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn
 		return err
 	}
 	c.mu.Lock()
-	if !c.busy {
-		c.busy = true
+	if c.running < c.inflight {
+		c.running++
 		c.mu.Unlock()
 		err := c.s.writeBatch(ctx, first, fn)
 		c.next()
@@ -163,7 +183,7 @@ func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn
 func (c *combiner) next() {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
-		c.busy = false
+		c.running--
 		c.mu.Unlock()
 		return
 	}

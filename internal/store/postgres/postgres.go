@@ -142,7 +142,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.groupMax = groupMaxFromEnv(defaultGroupMax)
 	}
 	if s.groupMax > 1 {
-		s.group = &combiner{s: s, max: s.groupMax}
+		s.group = &combiner{s: s, max: s.groupMax, inflight: inflightFromEnv()}
 		if !s.groupUpdatesSet {
 			s.groupUpdates = os.Getenv(groupUpdatesEnv) == "1"
 		}
