@@ -219,7 +219,9 @@ func (c *combiner) run(g []*claimReq) {
 		live[0].solo = true
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	// The first caller's values (tracing) go with the group; its end
+	// does not.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), groupTimeout)
 	defer cancel()
 	committing, err := c.try(ctx, live)
 	if err == nil {

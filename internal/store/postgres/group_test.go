@@ -349,3 +349,91 @@ func TestGroupUpdates(t *testing.T) {
 		t.Errorf("no writes shared a transaction")
 	}
 }
+
+// A group of n claims takes 2n+2 round trips: BEGIN with the session
+// rows' locks; each claim's SAVEPOINT with its reads, then its writes
+// (its entry without a rev); the revs of all, their notifications and
+// the COMMIT. Its statements are eight a claim, as alone: the claim's
+// own but its notification, and its SAVEPOINT; and three for the group:
+// the locks, the revs, the notifications of all.
+func TestGroupRoundTrips(t *testing.T) {
+	t.Parallel()
+	var rt roundTrips
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t)+"&pool_max_conns=1", WithClaimGroup(32),
+		func(s *Store) { s.tracer = &rt })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := counted(t.Context())
+	now := time.Now()
+	const n = 4
+	for i := range 2 * n {
+		sess := store.Session{ID: fmt.Sprint("s", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, []api.Event{{Time: now.UnixMilli(), Type: api.EventOutput, Text: "created\n"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens atomic.Int64
+	// group claims ids in one group: the combiner is made busy, the
+	// claims queue, then it runs them.
+	group := func(ids ...string) []store.Mutation {
+		t.Helper()
+		c := s.group
+		c.mu.Lock()
+		c.running = c.inflight
+		c.mu.Unlock()
+		out := make([]store.Mutation, len(ids))
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Go(func() {
+				fn := claimFn("acc", &tokens)
+				m, err := s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+					return fn(sess, e)
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				out[i] = m
+			})
+		}
+		for {
+			c.mu.Lock()
+			queued := len(c.queue)
+			c.mu.Unlock()
+			if queued == len(ids) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		c.next()
+		wg.Wait()
+		return out
+	}
+	// Warm-up: every statement prepared on the one connection.
+	group("s0", "s1", "s2", "s3")
+	rt.n.Store(0)
+	rt.prepared.Store(0)
+	rt.stmts.Store(0)
+	before, _ := s.ClaimGroups()
+	ms := group("s4", "s5", "s6", "s7")
+	if groups, _ := s.ClaimGroups(); groups != before+1 {
+		t.Fatalf("%d groups ran; want 1", groups-before)
+	}
+	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != 2*n+2 || p != 0 {
+		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, 2*n+2)
+	}
+	if stmts := rt.stmts.Load(); stmts != 8*n+3 {
+		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 8*n+3)
+	}
+	for _, m := range ms {
+		e, err := s.GetQueueEntry(ctx, m.Entry.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Rev != m.Entry.Rev || e.Phase != api.PhaseClaimed {
+			t.Errorf("%s: %s at rev %d; the claim said rev %d", e.SessionID, e.Phase, e.Rev, m.Entry.Rev)
+		}
+	}
+}
