@@ -275,31 +275,66 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		return false, err
 	}
 	gtx := &groupTx{Tx: tx, ctx: ctx}
-	for _, r := range g {
-		held := len(gtx.held)
-		mb := &pgx.Batch{}
-		mb.Queue("SAVEPOINT claim")
-		if r.first != nil {
-			r.first(mb)
-		}
-		err := tx.SendBatch(ctx, mb).Close()
-		if err == nil {
-			err = r.fn(gtx)
-		}
-		if err == nil {
-			continue
-		}
-		// Undo this claim only; a transaction that cannot be rolled back
-		// to its savepoint is lost, and the group with it.
+	// undo rolls claim r back to its savepoint, the last taken, and keeps
+	// its answer: err, or to run again alone. A transaction that cannot
+	// be rolled back to it is lost, and the group with it.
+	undo := func(r *claimReq, held int, err error) error {
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT claim"); rerr != nil {
-			return false, rerr
+			return rerr
 		}
-		gtx.held = gtx.held[:held]
+		gtx.held, gtx.last = gtx.held[:held], nil
 		if retryable(err) || lockNotAvailable(err) {
 			r.solo = true
 		} else {
 			r.err = err
 		}
+		return nil
+	}
+	// The writes of each claim (its SendLast) go with the next claim's
+	// SAVEPOINT and reads, the last claim's with the COMMIT: n+2 round
+	// trips for n claims.
+	var prev *claimReq
+	prevHeld := 0
+	for _, r := range g {
+		held := len(gtx.held)
+		writes := gtx.last
+		gtx.last = nil
+		started := false
+		begin := func(b *pgx.Batch) {
+			b.Queue("SAVEPOINT claim").Exec(func(pgconn.CommandTag) error { started = true; return nil })
+			if r.first != nil {
+				r.first(b)
+			}
+		}
+		mb := &pgx.Batch{}
+		if writes != nil {
+			mb.QueuedQueries = append(mb.QueuedQueries, writes.QueuedQueries...)
+		}
+		begin(mb)
+		err := tx.SendBatch(ctx, mb).Close()
+		if err != nil && writes != nil && !started {
+			// The previous claim's writes failed, before this claim
+			// began: that claim alone is undone, and this one begins
+			// anew.
+			if uerr := undo(prev, prevHeld, err); uerr != nil {
+				return false, uerr
+			}
+			held = len(gtx.held)
+			mb = &pgx.Batch{}
+			begin(mb)
+			err = tx.SendBatch(ctx, mb).Close()
+		}
+		if err == nil {
+			err = r.fn(gtx)
+		}
+		if err == nil {
+			prev, prevHeld = r, held
+			continue
+		}
+		if uerr := undo(r, held, err); uerr != nil {
+			return false, uerr
+		}
+		prev = nil
 	}
 	return true, gtx.commit(ctx, conn.Conn())
 }
@@ -311,8 +346,8 @@ func lockNotAvailable(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
-// groupTx is the transaction of a group as its claims see it: statements
-// are sent at once (pgTx.SendLast holds nothing back for the COMMIT), it
+// groupTx is the transaction of a group as its claims see it: a claim's
+// last statements (pgTx.SendLast) go with what the group sends next, it
 // reports itself Grouped, and they run under the group's context, not
 // the caller's: a caller that gives up must not break the connection the
 // others share (its claim is answered all the same, as it is alone once
@@ -320,6 +355,10 @@ func lockNotAvailable(err error) bool {
 type groupTx struct {
 	pgx.Tx
 	ctx context.Context
+	// last are the writes a claim left to send last (pgTx.SendLast),
+	// sent with the next claim's first statements or the COMMIT, or
+	// before any other statement.
+	last *pgx.Batch
 	// held are the queue entries written so far under a placeholder rev,
 	// in the order written, to be given theirs with the COMMIT.
 	held []heldEntry
@@ -394,6 +433,12 @@ func (g *groupTx) hold(b *sqlstore.Batch) *sqlstore.Batch {
 // revs come.
 func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
 	b := &pgx.Batch{}
+	if g.last != nil {
+		// The last claim's writes: should one fail, the COMMIT does, and
+		// every claim of the group runs again alone.
+		b.QueuedQueries = append(b.QueuedQueries, g.last.QueuedQueries...)
+		g.last = nil
+	}
 	if len(g.held) > 0 {
 		// One rev a session, in the order first written; a session
 		// written twice in the group (by two claims) has one, which both
@@ -477,22 +522,61 @@ func (r revRow) Scan(dest ...any) error {
 	return nil
 }
 
-func (g *groupTx) Begin(context.Context) (pgx.Tx, error) { return g.Tx.Begin(g.ctx) }
+// flush sends the writes held back now.
+func (g *groupTx) flush() error {
+	if g.last == nil {
+		return nil
+	}
+	b := g.last
+	g.last = nil
+	return g.Tx.SendBatch(g.ctx, b).Close()
+}
+
+func (g *groupTx) Begin(context.Context) (pgx.Tx, error) {
+	if err := g.flush(); err != nil {
+		return nil, err
+	}
+	return g.Tx.Begin(g.ctx)
+}
 
 func (g *groupTx) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := g.flush(); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
 	return g.Tx.SendBatch(g.ctx, b)
 }
 
 func (g *groupTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := g.flush(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	return g.Tx.Exec(g.ctx, sql, args...)
 }
 
 func (g *groupTx) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := g.flush(); err != nil {
+		return nil, err
+	}
 	return g.Tx.Query(g.ctx, sql, args...)
 }
 
 func (g *groupTx) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	if err := g.flush(); err != nil {
+		return errRow{err}
+	}
 	return g.Tx.QueryRow(g.ctx, sql, args...)
+}
+
+// sendLast holds b, rewritten by hold, back to send with what comes next.
+func (g *groupTx) sendLast(b *sqlstore.Batch) error {
+	if err := g.flush(); err != nil {
+		return err
+	}
+	if b = g.hold(b); b.Len() > 0 {
+		g.last = &pgx.Batch{}
+		queue(g.last, b)
+	}
+	return nil
 }
 
 // WriteClaim runs a claim's transaction through the combiner, or alone

@@ -350,10 +350,10 @@ func TestGroupUpdates(t *testing.T) {
 	}
 }
 
-// A group of n claims takes 2n+2 round trips: BEGIN with the session
-// rows' locks; each claim's SAVEPOINT with its reads, then its writes
-// (its entry without a rev); the revs of all, their notifications and
-// the COMMIT. Its statements are eight a claim, as alone: the claim's
+// A group of n claims takes n+2 round trips: BEGIN with the session
+// rows' locks; each claim's SAVEPOINT with its reads, sent with the
+// writes of the claim before it (its entry without a rev); the last
+// claim's writes, the revs of all, their notifications and the COMMIT. Its statements are eight a claim, as alone: the claim's
 // own but its notification, and its SAVEPOINT; and three for the group:
 // the locks, the revs, the notifications of all.
 func TestGroupRoundTrips(t *testing.T) {
@@ -376,40 +376,15 @@ func TestGroupRoundTrips(t *testing.T) {
 		}
 	}
 	var tokens atomic.Int64
-	// group claims ids in one group: the combiner is made busy, the
-	// claims queue, then it runs them.
 	group := func(ids ...string) []store.Mutation {
 		t.Helper()
-		c := s.group
-		c.mu.Lock()
-		c.running = c.inflight
-		c.mu.Unlock()
-		out := make([]store.Mutation, len(ids))
-		var wg sync.WaitGroup
-		for i, id := range ids {
-			wg.Go(func() {
-				fn := claimFn("acc", &tokens)
-				m, err := s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
-					return fn(sess, e)
-				})
-				if err != nil {
-					t.Error(err)
-				}
-				out[i] = m
-			})
-		}
-		for {
-			c.mu.Lock()
-			queued := len(c.queue)
-			c.mu.Unlock()
-			if queued == len(ids) {
-				break
+		ms, errs := runGroup(t, s, ctx, now, &tokens, ids, nil)
+		for _, err := range errs {
+			if err != nil {
+				t.Error(err)
 			}
-			time.Sleep(time.Millisecond)
 		}
-		c.next()
-		wg.Wait()
-		return out
+		return ms
 	}
 	// Warm-up: every statement prepared on the one connection.
 	group("s0", "s1", "s2", "s3")
@@ -421,8 +396,8 @@ func TestGroupRoundTrips(t *testing.T) {
 	if groups, _ := s.ClaimGroups(); groups != before+1 {
 		t.Fatalf("%d groups ran; want 1", groups-before)
 	}
-	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != 2*n+2 || p != 0 {
-		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, 2*n+2)
+	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != n+2 || p != 0 {
+		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, n+2)
 	}
 	if stmts := rt.stmts.Load(); stmts != 8*n+3 {
 		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 8*n+3)
@@ -434,6 +409,108 @@ func TestGroupRoundTrips(t *testing.T) {
 		}
 		if e.Rev != m.Entry.Rev || e.Phase != api.PhaseClaimed {
 			t.Errorf("%s: %s at rev %d; the claim said rev %d", e.SessionID, e.Phase, e.Rev, m.Entry.Rev)
+		}
+	}
+}
+
+// runGroup claims ids in one group of s's combiner, which it makes busy
+// until they all queued; tokenOf, when set, names the connect token of a
+// claim (a name another has makes its writes fail).
+func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens *atomic.Int64, ids []string, tokenOf func(id string) string) ([]store.Mutation, []error) {
+	t.Helper()
+	c := s.group
+	c.mu.Lock()
+	c.running = c.inflight
+	c.mu.Unlock()
+	out := make([]store.Mutation, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			fn := claimFn("acc", tokens)
+			out[i], errs[i] = s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+				m, err := fn(sess, e)
+				if tokenOf != nil {
+					if h := tokenOf(id); h != "" {
+						m.ConnectTokens[0].Hash = h
+					}
+				}
+				return m, err
+			})
+		})
+		// Queued in order.
+		for {
+			c.mu.Lock()
+			queued := len(c.queue)
+			c.mu.Unlock()
+			if queued == i+1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c.next()
+	wg.Wait()
+	return out, errs
+}
+
+// A claim of a group whose writes fail (a connect token another session
+// has) is undone alone and gets its error, the claims before and after it
+// commit: whether its writes went with the next claim's reads or, as the
+// last claim's, with the COMMIT (the group is then tried again claim by
+// claim).
+func TestGroupWriteFails(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	for i := range 7 {
+		sess := store.Session{ID: fmt.Sprint("s", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens atomic.Int64
+	if _, errs := runGroup(t, s, ctx, now, &tokens, []string{"s0"}, func(string) string { return "taken" }); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	for _, tc := range []struct {
+		ids  []string
+		fail string
+	}{
+		{[]string{"s1", "s2", "s3"}, "s2"},
+		{[]string{"s4", "s5", "s6"}, "s6"},
+	} {
+		before, err := s.GetQueueEntry(ctx, tc.fail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, errs := runGroup(t, s, ctx, now, &tokens, tc.ids, func(id string) string {
+			if id == tc.fail {
+				return "taken"
+			}
+			return ""
+		})
+		for i, id := range tc.ids {
+			e, err := s.GetQueueEntry(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id == tc.fail {
+				if !errors.Is(errs[i], store.ErrConflict) || e.Phase != api.PhasePending || e.Rev != before.Rev {
+					t.Errorf("%s, whose token is taken: %v, %s at rev %d; want a conflict and the entry pending at rev %d",
+						id, errs[i], e.Phase, e.Rev, before.Rev)
+				}
+				continue
+			}
+			if errs[i] != nil || e.Phase != api.PhaseClaimed {
+				t.Errorf("%s: %v, %s; want claimed", id, errs[i], e.Phase)
+			}
 		}
 	}
 }

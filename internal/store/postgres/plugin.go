@@ -160,6 +160,9 @@ func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 // (writeTx), or sends it now when it has Affected checks, which must be
 // able to roll back, or the transaction is not a write's.
 func (t pgTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
+	if g, ok := t.tx.(*groupTx); ok && !slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.Affected != nil }) {
+		return g.sendLast(b)
+	}
 	w, ok := t.tx.(*writeTx)
 	if !ok || b.Len() == 0 || slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.Affected != nil }) {
 		return t.Send(ctx, b)
