@@ -274,6 +274,20 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	if err := br.Close(); err != nil {
 		return false, err
 	}
+	// Claims by id run in id order, picks after them: the entries are
+	// written, and held until the COMMIT, in the order KeepAlive locks
+	// them.
+	slices.SortStableFunc(g, func(a, b *claimReq) int {
+		switch {
+		case a.id == b.id:
+			return 0
+		case a.id == "":
+			return 1
+		case b.id == "":
+			return -1
+		}
+		return strings.Compare(a.id, b.id)
+	})
 	gtx := &groupTx{Tx: tx, ctx: ctx}
 	// undo rolls claim r back to its savepoint, the last taken, and keeps
 	// its answer: err, or to run again alone. A transaction that cannot
