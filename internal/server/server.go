@@ -573,6 +573,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.agents = s.newAgentLoop()
 	s.webhookSender = s.newWebhookSender()
 	s.metrics.MustRegister(queueCollector{s})
+	s.registerStoreMetrics()
 	if err := s.bootstrapAdmin(ctx); err != nil {
 		ln.Close()
 		s.store.Close()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,36 @@ type replicaCluster struct {
 	front  *cluster
 	urls   []string
 	direct []*client.Client
+	procs  []*proc // the replicas' processes
+}
+
+// clusterCPU is CPU time (user+system) spent by a cluster's replicas and
+// by its PostgreSQL server (the postmaster and its backends).
+// clients is the benchmark's own (its claimers), which share the machine.
+type clusterCPU struct{ servers, postgres, clients time.Duration }
+
+func (c clusterCPU) minus(o clusterCPU) clusterCPU {
+	return clusterCPU{servers: c.servers - o.servers, postgres: c.postgres - o.postgres, clients: c.clients - o.clients}
+}
+
+// cpu reads the cluster's CPU time so far. A backend that exits between
+// two readings takes its time with it: the pools keep theirs open.
+func (rc *replicaCluster) cpu() clusterCPU {
+	var c clusterCPU
+	c.clients, _ = procCPU(os.Getpid())
+	for _, p := range rc.procs {
+		if t, err := procCPU(p.cmd.Process.Pid); err == nil {
+			c.servers += t
+		}
+	}
+	if pid := benchPG.srv.PID(); pid != 0 {
+		for _, q := range append([]int{pid}, children(pid)...) {
+			if t, err := procCPU(q); err == nil {
+				c.postgres += t
+			}
+		}
+	}
+	return c
 }
 
 // startReplicaCluster starts n replicas; the first alone (it migrates the
@@ -67,6 +98,7 @@ func startReplicaCluster(b *testing.B, n int) *replicaCluster {
 		if i == 0 {
 			rc.front.server = p
 		}
+		rc.procs = append(rc.procs, p)
 		cl, err := client.New("http://"+addr, adminToken, client.WithHTTPClient(pooledHTTP(8)))
 		if err != nil {
 			b.Fatal(err)
@@ -261,13 +293,22 @@ func BenchmarkReplicaClaims(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				cpu0 := rc.cpu()
 				all, elapsed, err := claimDistinct(ctx, func(g int) *client.Client { return cls[g%replicas] }, ids, claimers, k)
 				if err != nil {
 					b.Fatal(err)
 				}
+				cpu := rc.cpu().minus(cpu0)
 				d := summarize(all)
 				rate := float64(len(all)) / elapsed.Seconds()
 				b.ReportMetric(rate, "claims/s")
+				perClaim := func(t time.Duration) float64 { return float64(t) / float64(time.Millisecond) / float64(len(all)) }
+				b.ReportMetric(perClaim(cpu.servers), "server-cpu-ms/claim")
+				b.ReportMetric(perClaim(cpu.postgres), "postgres-cpu-ms/claim")
+				b.ReportMetric(perClaim(cpu.clients), "client-cpu-ms/claim")
+				b.Logf("CPU while claiming: replicas %s (%.2f ms a claim), PostgreSQL %s (%.2f ms), claimers %s (%.2f ms); %.0f%% of %d cores",
+					rd(cpu.servers), perClaim(cpu.servers), rd(cpu.postgres), perClaim(cpu.postgres), rd(cpu.clients), perClaim(cpu.clients),
+					100*float64(cpu.servers+cpu.postgres+cpu.clients)/float64(elapsed)/float64(runtime.NumCPU()), runtime.NumCPU())
 				report(b, "claim-", d, "ms")
 				b.Logf("machine: %s", machineInfo())
 				b.Logf("replicas=%d: %d claimers claimed %d distinct pending sessions in %s: %.0f claims/s", replicas, claimers, len(all), rd(elapsed), rate)

@@ -20,6 +20,8 @@ type plugin struct{ s *Store }
 
 var _ sqlstore.Plugin = plugin{}
 
+var _ sqlstore.ClaimWriter = plugin{}
+
 // QueryRow runs a query on the pool.
 func (p plugin) QueryRow(ctx context.Context, q string, args ...any) sqlstore.Scanner {
 	return p.s.pool.QueryRow(ctx, q, args...)
@@ -143,6 +145,9 @@ func (t pgTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 // Send sends b in one round trip.
 func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
+	if g, ok := t.tx.(*groupTx); ok {
+		b = g.hold(b)
+	}
 	if b.Len() == 0 {
 		return nil
 	}
@@ -155,6 +160,9 @@ func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 // (writeTx), or sends it now when it has Affected checks, which must be
 // able to roll back, or the transaction is not a write's.
 func (t pgTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
+	if g, ok := t.tx.(*groupTx); ok && !slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.Affected != nil }) {
+		return g.sendLast(b)
+	}
 	w, ok := t.tx.(*writeTx)
 	if !ok || b.Len() == 0 || slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.Affected != nil }) {
 		return t.Send(ctx, b)

@@ -42,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -103,6 +104,15 @@ type Store struct {
 	// locks (locks.go), apart from pool so that holders waiting for a
 	// connection of pool cannot starve it.
 	locks *pgxpool.Pool
+
+	// group runs claims together (group.go); nil when off. groupMax is
+	// WithClaimGroup's largest group, groupSet whether it was given.
+	group    *combiner
+	groupMax int
+	groupSet bool
+	// groupUpdates groups every update of a session, not claims alone;
+	// groupUpdatesSet tells WithGroupUpdates set it.
+	groupUpdates, groupUpdatesSet bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -127,6 +137,15 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	}
 	if s.tracer != nil {
 		cfg.ConnConfig.Tracer = s.tracer
+	}
+	if !s.groupSet {
+		s.groupMax = groupMaxFromEnv(defaultGroupMax)
+	}
+	if s.groupMax > 1 {
+		s.group = &combiner{s: s, max: s.groupMax, inflight: inflightFromEnv()}
+		if !s.groupUpdatesSet {
+			s.groupUpdates = os.Getenv(groupUpdatesEnv) == "1"
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

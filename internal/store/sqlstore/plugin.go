@@ -124,6 +124,24 @@ type Plugin interface {
 	Appended(id, outpostID string, seq int64)
 }
 
+// ClaimWriter is a Plugin that may run a claim's transaction together
+// with other claims' in one database transaction with one commit (group
+// commit), each under a savepoint of its own.
+type ClaimWriter interface {
+	// WriteClaim is Write of a claim (claim) or another update of
+	// session id ("" when first picks the session). It returns once the
+	// commit that holds the write is durable, with fn's error or the
+	// commit's.
+	WriteClaim(ctx context.Context, id string, claim bool, first func(*Batch), fn func(Tx) error) error
+}
+
+// Grouped is a Tx that may report it is shared by several callers'
+// transactions (ClaimWriter): such a transaction may already hold the rev
+// counter's lock, so it must not wait for another row lock.
+type Grouped interface {
+	Grouped() bool
+}
+
 // Lock is how a dialect spells the row locks of its transactions; SQLite,
 // whose one writer serializes every write, spells none.
 type Lock struct {

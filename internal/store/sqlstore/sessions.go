@@ -245,7 +245,21 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			return tx.Send(ctx, b)
 		}
 	}
-	err := s.db.Write(ctx, begin, func(tx Tx) error {
+	write := s.db.Write
+	if gw, ok := s.db.(ClaimWriter); ok {
+		// A claim (and, where the plugin groups them, any update of a
+		// session) may share its transaction, and its commit, with the
+		// ones waiting at the same moment (PostgreSQL's combiner); the
+		// session it locks first is named when known before the pick.
+		lockID := ""
+		if pick == nil {
+			lockID = *idp
+		}
+		write = func(ctx context.Context, first func(*Batch), fn func(Tx) error) error {
+			return gw.WriteClaim(ctx, lockID, claim, first, fn)
+		}
+	}
+	err := write(ctx, begin, func(tx Tx) error {
 		if err := body(tx); err != nil {
 			return err
 		}
@@ -263,7 +277,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 						u.load.MaxRunning, err = 0, nil // the outpost is gone: no limit to hold
 					}
 					return err
-				}, s.sql.outpostLimitLocked, u.e.OutpostID)
+				}, s.outpostLimitSQL(tx), u.e.OutpostID)
 			}
 			b.QueryRow(func(row Scanner) error {
 				if err := row.Scan(&u.load.Held); err != nil {
@@ -318,6 +332,17 @@ type scanAlso struct {
 }
 
 func (s scanAlso) Scan(dest ...any) error { return s.Scanner.Scan(append(dest, s.also)...) }
+
+// outpostLimitSQL is the locking read of an outpost's limit in tx: in a
+// transaction shared by several claims (Grouped), one that fails at once
+// (NOWAIT) rather than waits for a lock another transaction holds, as the
+// shared transaction may hold the rev counter's lock by then.
+func (s *Store) outpostLimitSQL(tx Tx) string {
+	if g, ok := tx.(Grouped); ok && g.Grouped() && s.d.Lock.Outpost != "" {
+		return s.sql.outpostLimitLocked + " NOWAIT"
+	}
+	return s.sql.outpostLimitLocked
+}
 
 // heldClaimsSQL is the dialect's HeldClaimsSQL.
 func (s *Store) heldClaimsSQL() string { return s.sql.heldClaims }

@@ -326,6 +326,18 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
+// PID is the postmaster's process id (0 when it is not running): its
+// children are the server's backends, for benchmarks that count the
+// database's CPU.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // halt sends sig and waits up to a minute for the server to exit.
 func (s *Server) halt(sig syscall.Signal) error {
 	s.mu.Lock()
