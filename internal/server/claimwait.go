@@ -50,9 +50,16 @@ type claimWaiter struct {
 	outpost string
 	wake    chan wakeKey // cap 1; sent to under claimWaits.mu only
 
+	// resume, when set, is started on a goroutine of its own by the wake
+	// of a parked waiter (a request parked on its hijacked connection,
+	// which has no goroutine while parked); it takes the wake from wake.
+	// Without it the request's goroutine waits on wake.
+	resume func()
+
 	// Guarded by claimWaits.mu.
 	el    *list.Element // nil once it left
 	busy  bool          // claiming rather than parked
+	ended bool          // its wait is over (end): it is not to park again
 	tried []wakeKey     // sessions it was woken for and could not take
 }
 
@@ -176,9 +183,48 @@ func (q *claimWaits) wakeLocked(outpost string, k wakeKey) bool {
 	if pick == nil {
 		return false
 	}
+	parked := !pick.busy
 	pick.wake <- k
 	pick.busy = true
 	q.wakes.Inc()
+	if parked && pick.resume != nil {
+		go pick.resume()
+	}
+	return true
+}
+
+// parkOrTake parks w, which has no goroutine while parked (resume): it
+// returns a wake that came while w was claiming, to claim again with,
+// or, when w's wait ended meanwhile (end), ended true; otherwise w is
+// parked and its goroutine returns.
+func (q *claimWaits) parkOrTake(w *claimWaiter) (k wakeKey, took, ended bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.ended {
+		return wakeKey{}, false, true
+	}
+	select {
+	case k := <-w.wake:
+		return k, true, false
+	default:
+	}
+	w.busy = false
+	return wakeKey{}, false, false
+}
+
+// end marks w's wait over (its deadline, its context); true when w was
+// parked, so that the caller, not a claim under way, answers it.
+func (q *claimWaits) end(w *claimWaiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.ended {
+		return false
+	}
+	w.ended = true
+	if w.busy {
+		return false
+	}
+	w.busy = true
 	return true
 }
 
