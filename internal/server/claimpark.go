@@ -161,15 +161,12 @@ func (p *parkedClaim) finish(res lifecycle.Grant, ok bool, err error) {
 		if ok && peekable && peerClosed(p.conn) {
 			p.cancel() // gone since the last sweep: the claim goes back (answerClaim)
 		}
-		if !ok && err == nil && p.ctx.Err() != nil && s.runCtx.Err() == nil {
-			return // the client or its token is gone: nobody to answer
-		}
 		ans := &bufferedAnswer{header: p.header}
 		if err := s.answerClaim(p.ctx, ans, p.req, res, ok, err); err != nil {
 			s.writeError(ans, (&http.Request{Method: p.method, URL: &url.URL{Path: p.path}}).WithContext(p.ctx), err)
 		}
-		if ok && p.ctx.Err() != nil {
-			return // released by answerClaim: the claimer is gone
+		if p.ctx.Err() != nil {
+			return // the client or its token is gone: nobody to answer (a claim was released)
 		}
 		_ = p.conn.SetWriteDeadline(time.Now().Add(claimAnswerTimeout))
 		_, _ = p.conn.Write(ans.bytes())

@@ -364,7 +364,12 @@ func (s *Server) claimPick(ctx context.Context, outpostID string, req api.ClaimN
 	if woke != nil && woke.session != "" {
 		q.missed(w, *woke)
 		// Still pending: not for this request; the next may take it.
-		if e, err := s.store.GetQueueEntry(ctx, woke.session); err == nil && wakesWaiter(&e) {
+		// Read apart from the request, which may have ended meanwhile:
+		// the wake must pass on all the same.
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPickTimeout)
+		e, err := s.store.GetQueueEntry(gctx, woke.session)
+		cancel()
+		if err == nil && wakesWaiter(&e) {
 			q.wake(outpostID, *woke)
 		}
 	}

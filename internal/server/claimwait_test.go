@@ -19,6 +19,25 @@ import (
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
+// idle counts the waiters parked (not claiming) on outpost's list, or on
+// every list for "".
+func (q *claimWaits) idle(outpost string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for id, l := range q.outposts {
+		if outpost != "" && id != outpost {
+			continue
+		}
+		for e := l.Front(); e != nil; e = e.Next() {
+			if !e.Value.(*claimWaiter).busy {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // claimWaitAnswer is a claim-next's answer as a waiting claimer sees it.
 type claimWaitAnswer struct {
 	code   int
@@ -83,7 +102,8 @@ func TestClaimNextWaitHerd(t *testing.T) {
 			mu.Unlock()
 			answers <- a
 		})
-		waitUntil(t, "the claimer parks", func() bool { return testutil.ToFloat64(ts.srv.claimWaits.parked) == before+1 })
+		// Parked, not only joined: its first pick is over.
+		waitUntil(t, "the claimer parks", func() bool { return ts.srv.claimWaits.idle("") == int(before)+1 })
 		order = append(order, acceptor)
 	}
 	requests := testutil.ToFloat64(ts.srv.metrics.claimNextRequests)
@@ -164,13 +184,13 @@ func TestClaimNextWaitFit(t *testing.T) {
 	go func() {
 		plain <- askNext(ctx, hc, ts.url, machine, api.ClaimNextRequest{AcceptorID: "plain", WaitSeconds: 30})
 	}()
-	waitUntil(t, "the plain claimer parks", func() bool { return testutil.ToFloat64(ts.srv.claimWaits.parked) == 1 })
+	waitUntil(t, "the plain claimer parks", func() bool { return ts.srv.claimWaits.idle("") == 1 })
 	gpu := make(chan claimWaitAnswer, 1)
 	go func() {
 		gpu <- askNext(ctx, hc, ts.url, machine, api.ClaimNextRequest{AcceptorID: "gpu", WaitSeconds: 30,
 			Machine: &api.ClaimMachine{Labels: map[string]string{"gpu": "h200"}}})
 	}()
-	waitUntil(t, "the gpu claimer parks", func() bool { return testutil.ToFloat64(ts.srv.claimWaits.parked) == 2 })
+	waitUntil(t, "the gpu claimer parks", func() bool { return ts.srv.claimWaits.idle("") == 2 })
 
 	var needs api.Session
 	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, map[string]any{
@@ -226,7 +246,7 @@ func TestClaimNextWaitShutdown(t *testing.T) {
 	go func() {
 		answer <- askNext(t.Context(), &http.Client{}, ts.url, machine, api.ClaimNextRequest{AcceptorID: "w", WaitSeconds: api.MaxClaimNextWait})
 	}()
-	waitUntil(t, "the claimer parks", func() bool { return testutil.ToFloat64(srv.claimWaits.parked) == 1 })
+	waitUntil(t, "the claimer parks", func() bool { return srv.claimWaits.idle("") == 1 })
 	cancel()
 	select {
 	case a := <-answer:
