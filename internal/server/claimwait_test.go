@@ -279,7 +279,7 @@ func TestClaimNextWaitReplicas(t *testing.T) {
 		go func() {
 			ch <- askNext(t.Context(), hc, a.url, machine, api.ClaimNextRequest{AcceptorID: "on-a", WaitSeconds: 30})
 		}()
-		waitUntil(t, "the claimer parks on A", func() bool { return testutil.ToFloat64(a.srv.claimWaits.parked) == before+1 })
+		waitUntil(t, "the claimer parks on A", func() bool { return a.srv.claimWaits.idle("") == int(before)+1 })
 		return ch
 	}
 	expect := func(ch <-chan claimWaitAnswer, id, what string) {
