@@ -153,7 +153,10 @@ func (b *batcher) run(ctx context.Context) {
 				b.flush(context.WithoutCancel(ctx))
 				return
 			}
-			b.flush(ctx)
+			// A flush under way as the session ends finishes (within
+			// reportTimeout): its decisions were taken from pending, and
+			// the last flush will not see them.
+			b.flush(context.WithoutCancel(ctx))
 		}
 	}()
 }
