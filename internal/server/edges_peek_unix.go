@@ -11,25 +11,33 @@ import (
 
 // hasPending reports whether bytes c's peer sent wait unread in the
 // kernel: a connection the server has not got round to reading yet, not a
-// silent one. It peeks without blocking and through Control, which does
-// not wait for the read that the connection's server goroutine is
-// blocked in.
+// silent one.
 func hasPending(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
+	n, ok, err := peek(c)
+	return ok && err == nil && n > 0
+}
+
+// peek looks at the next byte c's peer sent, without blocking and without
+// taking it: n is 0 at the end of the stream, err EAGAIN when nothing
+// waits. It goes through Control, which does not wait for the read the
+// connection's server goroutine may be blocked in. ok is false when c has
+// no descriptor to peek at, or it is closed here already (err says which).
+func peek(c net.Conn) (n int, ok bool, err error) {
+	sc, isSys := c.(syscall.Conn)
+	if !isSys {
+		return 0, false, nil
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, false, err
 	}
-	pending := false
-	_ = raw.Control(func(fd uintptr) {
+	if cerr := raw.Control(func(fd uintptr) {
 		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		pending = err == nil && n > 0
-	})
-	return pending
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}); cerr != nil {
+		return 0, false, cerr
+	}
+	return n, true, err
 }
 
 // peekable tells that peerClosed can see a peer close a connection.
@@ -51,27 +59,14 @@ func peerClosed(c net.Conn) bool {
 			unwrapped = true
 		}
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
+	n, ok, err := peek(c)
+	switch {
+	case !ok:
+		return err != nil // closed here already; false when it cannot tell
+	case err == nil:
+		return n == 0 || isTLS // 0: end of stream
+	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK), errors.Is(err, syscall.EINTR):
 		return false
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	closed := false
-	if err := raw.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == nil:
-			closed = n == 0 || isTLS // 0: end of stream
-		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK), errors.Is(err, syscall.EINTR):
-		default:
-			closed = true // reset
-		}
-	}); err != nil {
-		return true // closed here already
-	}
-	return closed
+	return true // reset
 }
