@@ -142,9 +142,11 @@ type combiner struct {
 
 // claimReq is one caller's claim transaction.
 type claimReq struct {
-	ctx   context.Context
-	id    string // the session it locks first; "" when it picks
-	first func(*pgx.Batch)
+	ctx context.Context
+	id  string // the session it locks first; "" when it picks
+	// first queues the claim's first statements; a pick skips the
+	// sessions of skip.
+	first func(b *pgx.Batch, skip []string)
 	fn    func(pgx.Tx) error
 
 	err  error // the answer, set before done is closed
@@ -154,7 +156,7 @@ type claimReq struct {
 
 // do runs a claim: at once and alone when nothing runs, else in the next
 // group.
-func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn func(pgx.Tx) error) error {
+func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch, []string), fn func(pgx.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -162,7 +164,7 @@ func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn
 	if c.running < c.inflight {
 		c.running++
 		c.mu.Unlock()
-		err := c.s.writeBatch(ctx, first, fn)
+		err := c.s.writeBatch(ctx, alone(first), fn)
 		c.next()
 		return err
 	}
@@ -173,9 +175,18 @@ func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch), fn
 	// is always the truth.
 	<-r.done
 	if r.solo {
-		return c.s.writeBatch(ctx, first, fn)
+		return c.s.writeBatch(ctx, alone(first), fn)
 	}
 	return r.err
+}
+
+// alone is first in a transaction of its own, where a pick has nothing
+// to skip.
+func alone(first func(*pgx.Batch, []string)) func(*pgx.Batch) {
+	if first == nil {
+		return nil
+	}
+	return func(b *pgx.Batch) { first(b, nil) }
 }
 
 // next starts the group of the claims that queued, or marks the combiner
@@ -225,15 +236,26 @@ func (c *combiner) run(g []*claimReq) {
 	defer cancel()
 	committing, err := c.try(ctx, live)
 	if err == nil {
+		// The claims that run again alone were not in the group's commit.
+		n := 0
+		for _, r := range live {
+			if !r.solo {
+				n++
+			}
+		}
 		c.groups.Add(1)
-		c.claims.Add(int64(len(live)))
+		c.claims.Add(int64(n))
 		return
 	}
 	var pe *pgconn.PgError
 	if committing && !errors.As(err, &pe) {
 		// The COMMIT was sent and no answer came: it may have committed.
+		// A claim undone to its savepoint, or never begun, had nothing
+		// in it: it runs again alone.
 		for _, r := range live {
-			r.err, r.solo = err, false
+			if !r.solo {
+				r.err = err
+			}
 		}
 		return
 	}
@@ -274,9 +296,8 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	if err := br.Close(); err != nil {
 		return false, err
 	}
-	// Claims by id run in id order, picks after them: the entries are
-	// written, and held until the COMMIT, in the order KeepAlive locks
-	// them.
+	// Claims by id run in id order, picks after them, so that a pick
+	// can skip every session claimed before it (groupTx.skip).
 	slices.SortStableFunc(g, func(a, b *claimReq) int {
 		switch {
 		case a.id == b.id:
@@ -288,6 +309,13 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		}
 		return strings.Compare(a.id, b.id)
 	})
+	// A second claim of a session would read the entry as it was before
+	// the first, whose write waits for the COMMIT: it runs alone, after.
+	for i := 1; i < len(g); i++ {
+		if g[i].id != "" && g[i].id == g[i-1].id {
+			g[i].solo = true
+		}
+	}
 	gtx := &groupTx{Tx: tx, ctx: ctx}
 	// undo rolls claim r back to its savepoint, the last taken, and keeps
 	// its answer: err, or to run again alone. A transaction that cannot
@@ -297,7 +325,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 			return rerr
 		}
 		gtx.held, gtx.last = gtx.held[:held], nil
-		if retryable(err) || lockNotAvailable(err) {
+		if retryable(err) || lockNotAvailable(err) || errors.Is(err, sqlstore.ErrRunAlone) {
 			r.solo = true
 		} else {
 			r.err = err
@@ -310,6 +338,9 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	var prev *claimReq
 	prevHeld := 0
 	for _, r := range g {
+		if r.solo {
+			continue
+		}
 		held := len(gtx.held)
 		writes := gtx.last
 		gtx.last = nil
@@ -317,7 +348,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		begin := func(b *pgx.Batch) {
 			b.Queue("SAVEPOINT claim").Exec(func(pgconn.CommandTag) error { started = true; return nil })
 			if r.first != nil {
-				r.first(b)
+				r.first(b, gtx.skip())
 			}
 		}
 		mb := &pgx.Batch{}
@@ -378,31 +409,49 @@ type groupTx struct {
 	held []heldEntry
 }
 
-// heldEntry is the write of a session's queue entry whose rev is taken
-// at the end of the group.
+// heldEntry is the write of a session's queue entry, held back to the
+// COMMIT, where it takes its rev.
 type heldEntry struct {
-	id     string
-	scan   func(sqlstore.Scanner) error // the write's own reading of its rev
-	notify []any                        // notifySQL's arguments; nil: none
+	id      string
+	outpost string
+	args    []any                        // upsertEntrySQL's arguments
+	scan    func(sqlstore.Scanner) error // the write's own reading of its rev
+	notify  []any                        // notifySQL's arguments; nil: none
 }
 
-// holdEntrySQL is upsertEntrySQL without the rev: the entry keeps the rev
-// it had, or a new one gets a placeholder no other transaction uses
-// (negative, of this transaction's id), until revsSQL gives it its own.
-var holdEntrySQL = func() string {
-	q := strings.Replace(upsertEntrySQL, `WITH r AS (`+sqlstore.NextRevSQL+`)`, "", 1)
-	q = strings.Replace(q, "r.value", "-(txid_current() * 1048576 + $23)", 1)
-	q = strings.Replace(q, " FROM r", "", 1)
-	q = strings.Replace(q, "rev = excluded.rev", "rev = queue.rev", 1)
-	return q
-}()
+// entryArgs is the number of upsertEntrySQL's arguments: EntryCols but
+// the rev.
+const entryArgs = 22
 
-// revsSQL takes $1 revs at once and gives the ith of them to the entry of
-// session $2[i]: the counter row is locked from here to the COMMIT, in
-// the COMMIT's round trip.
-const revsSQL = `WITH r AS (UPDATE counters SET value = value + $1 WHERE name = 'rev' RETURNING value)
-	UPDATE queue q SET rev = r.value - $1 + v.ord FROM r, unnest($2::text[]) WITH ORDINALITY AS v(sid, ord)
-	WHERE q.session_id = v.sid RETURNING q.session_id, q.rev`
+// upsertHeldSQL writes n entries, each with upsertEntrySQL's arguments in
+// turn after $1 (n), and gives the ith of them the ith of n revs taken at
+// once: the counter row is locked from here to the COMMIT, in the
+// COMMIT's round trip. The rows are written, and so locked, in the order
+// given (session id order, KeepAlive's).
+func upsertHeldSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`WITH r AS (UPDATE counters SET value = value + $1 WHERE name = 'rev' RETURNING value)
+	INSERT INTO queue (` + sqlstore.EntryCols + `) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for a := range entryArgs {
+			if a > 0 {
+				b.WriteString(", ")
+			}
+			if a == 9 {
+				// the rev, the tenth column
+				fmt.Fprintf(&b, "(SELECT value FROM r) - $1::bigint + %d, ", i+1)
+			}
+			fmt.Fprintf(&b, "$%d", 2+i*entryArgs+a)
+		}
+		b.WriteString(")")
+	}
+	b.WriteString(" " + dialect.EntryConflictSQL() + " RETURNING session_id, rev")
+	return b.String()
+}
 
 // notifyHeldSQL notifies the writes of the entries of sessions $2, in
 // that order, as notifySQL does each: of replica $1, outposts $3, seqs
@@ -413,20 +462,23 @@ var notifyHeldSQL = `SELECT pg_notify('` + changesChannel + `', json_build_objec
 	JOIN queue q ON q.session_id = n.s ORDER BY n.ord`
 
 // hold rewrites a batch of a claim in the group: the write of its queue
-// entry goes without a rev and its notification is left for the end
-// (commit).
-func (g *groupTx) hold(b *sqlstore.Batch) *sqlstore.Batch {
+// entry and its notification are left for the end (commit). A second
+// write of an entry the group holds is refused (sqlstore.ErrRunAlone):
+// the claim that makes it read the entry as it was before the first.
+func (g *groupTx) hold(b *sqlstore.Batch) (*sqlstore.Batch, error) {
 	if !slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.SQL == upsertEntrySQL || it.SQL == notifySQL }) {
-		return b
+		return b, nil
 	}
 	out := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, len(b.Items))}
 	for _, it := range b.Items {
 		switch it.SQL {
 		case upsertEntrySQL:
 			id, _ := it.Args[0].(string)
-			args := append(slices.Clip(it.Args), int64(len(g.held)))
-			g.held = append(g.held, heldEntry{id: id, scan: it.Row})
-			out.Items = append(out.Items, sqlstore.BatchItem{SQL: holdEntrySQL, Args: args})
+			outpost, _ := it.Args[1].(string)
+			if slices.ContainsFunc(g.held, func(h heldEntry) bool { return h.id == id }) {
+				return nil, fmt.Errorf("a second write of the entry of session %s in one group: %w", id, sqlstore.ErrRunAlone)
+			}
+			g.held = append(g.held, heldEntry{id: id, outpost: outpost, args: it.Args, scan: it.Row})
 		case notifySQL:
 			id, _ := it.Args[1].(string)
 			for i := len(g.held) - 1; i >= 0; i-- {
@@ -439,7 +491,24 @@ func (g *groupTx) hold(b *sqlstore.Batch) *sqlstore.Batch {
 			out.Items = append(out.Items, it)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// skip is the sessions whose entries the group holds.
+func (g *groupTx) skip() []string {
+	if len(g.held) == 0 {
+		return nil
+	}
+	ids := make([]string, len(g.held))
+	for i, h := range g.held {
+		ids[i] = h.id
+	}
+	return ids
+}
+
+// Defers reports whether the group holds an entry of outpost outpostID.
+func (g *groupTx) Defers(outpostID string) bool {
+	return slices.ContainsFunc(g.held, func(h heldEntry) bool { return h.outpost == outpostID })
 }
 
 // commit gives the held entries their revs, notifies them, and commits,
@@ -454,18 +523,17 @@ func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
 		g.last = nil
 	}
 	if len(g.held) > 0 {
-		// One rev a session, in the order first written; a session
-		// written twice in the group (by two claims) has one, which both
-		// read.
-		var ids []string
-		seen := map[string]int{}
-		for _, h := range g.held {
-			if _, ok := seen[h.id]; !ok {
-				seen[h.id] = len(ids)
-				ids = append(ids, h.id)
-			}
+		// One write a session (hold), in session id order, each with its
+		// rev in that order.
+		held := slices.SortedFunc(slices.Values(g.held), func(a, b heldEntry) int { return strings.Compare(a.id, b.id) })
+		ids := make([]string, len(held))
+		args := make([]any, 1, 1+len(held)*entryArgs)
+		args[0] = int64(len(held))
+		for i, h := range held {
+			ids[i] = h.id
+			args = append(args, h.args...)
 		}
-		b.Queue(revsSQL, int64(len(ids)), ids).Query(func(rows pgx.Rows) error {
+		b.Queue(upsertHeldSQL(len(ids)), args...).Query(func(rows pgx.Rows) error {
 			revs := map[string]int64{}
 			for rows.Next() {
 				var id string
@@ -478,7 +546,10 @@ func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			for _, h := range g.held {
+			if len(revs) != len(ids) {
+				return fmt.Errorf("group commit: %d queue entries written, %d meant", len(revs), len(ids))
+			}
+			for _, h := range held {
 				if h.scan != nil {
 					if err := h.scan(revRow(revs[h.id])); err != nil {
 						return err
@@ -488,16 +559,11 @@ func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		})
 		// The last notification of each session, in the order of ids.
-		notes := make([][]any, len(ids))
-		for _, h := range g.held {
-			if h.notify != nil {
-				notes[seen[h.id]] = h.notify
-			}
-		}
 		var replica string
 		var ns, np []string
 		var nq, ne []int64
-		for _, a := range notes {
+		for _, h := range held {
+			a := h.notify
 			if a == nil {
 				continue
 			}
@@ -586,7 +652,11 @@ func (g *groupTx) sendLast(b *sqlstore.Batch) error {
 	if err := g.flush(); err != nil {
 		return err
 	}
-	if b = g.hold(b); b.Len() > 0 {
+	b, err := g.hold(b)
+	if err != nil {
+		return err
+	}
+	if b.Len() > 0 {
 		g.last = &pgx.Batch{}
 		queue(g.last, b)
 	}
@@ -602,10 +672,10 @@ func (p plugin) WriteClaim(ctx context.Context, id string, claim bool, first fun
 	if e, _ := audit.Pending(ctx); e != nil {
 		return p.Write(ctx, first, fn)
 	}
-	var begin func(*pgx.Batch)
+	var begin func(*pgx.Batch, []string)
 	if first != nil {
-		begin = func(pb *pgx.Batch) {
-			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4)}
+		begin = func(pb *pgx.Batch, skip []string) {
+			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4), Skip: skip}
 			first(b)
 			queue(pb, b)
 		}
@@ -617,4 +687,11 @@ func (p plugin) WriteClaim(ctx context.Context, id string, claim bool, first fun
 func (t pgTx) Grouped() bool {
 	_, ok := t.tx.(*groupTx)
 	return ok
+}
+
+// Defers reports whether the group, if tx is one, holds back the entry of
+// a claim of outpost outpostID.
+func (t pgTx) Defers(outpostID string) bool {
+	g, ok := t.tx.(*groupTx)
+	return ok && g.Defers(outpostID)
 }

@@ -352,10 +352,11 @@ func TestGroupUpdates(t *testing.T) {
 
 // A group of n claims takes n+2 round trips: BEGIN with the session
 // rows' locks; each claim's SAVEPOINT with its reads, sent with the
-// writes of the claim before it (its entry without a rev); the last
-// claim's writes, the revs of all, their notifications and the COMMIT. Its statements are eight a claim, as alone: the claim's
-// own but its notification, and its SAVEPOINT; and three for the group:
-// the locks, the revs, the notifications of all.
+// writes of the claim before it (all but its entry); the last claim's
+// writes, the entries of all with their revs, their notifications and
+// the COMMIT. Its statements are seven a claim: the claim's own but its
+// entry and its notification, and its SAVEPOINT; and three for the
+// group: the locks, the entries, the notifications of all.
 func TestGroupRoundTrips(t *testing.T) {
 	t.Parallel()
 	var rt roundTrips
@@ -399,8 +400,8 @@ func TestGroupRoundTrips(t *testing.T) {
 	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != n+2 || p != 0 {
 		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, n+2)
 	}
-	if stmts := rt.stmts.Load(); stmts != 8*n+3 {
-		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 8*n+3)
+	if stmts := rt.stmts.Load(); stmts != 7*n+3 {
+		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 7*n+3)
 	}
 	for _, m := range ms {
 		e, err := s.GetQueueEntry(ctx, m.Entry.SessionID)
@@ -511,6 +512,152 @@ func TestGroupWriteFails(t *testing.T) {
 			if errs[i] != nil || e.Phase != api.PhaseClaimed {
 				t.Errorf("%s: %v, %s; want claimed", id, errs[i], e.Phase)
 			}
+		}
+	}
+}
+
+// queueInGroup runs claims, each queued in turn on s's combiner (made busy
+// until all queued), so that they run as one group.
+func queueInGroup(t *testing.T, s *Store, claims ...func()) {
+	t.Helper()
+	c := s.group
+	c.mu.Lock()
+	c.running = c.inflight
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Go(claim)
+		for {
+			c.mu.Lock()
+			queued := len(c.queue)
+			c.mu.Unlock()
+			if queued == i+1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c.next()
+	wg.Wait()
+}
+
+// The entries of a group are written at its COMMIT, so within the group
+// an entry claimed earlier still looks pending: a pick after a claim by id
+// of the oldest entry, and picks after picks, each take another session,
+// all in one transaction; a second claim of a session in the group runs
+// alone, after it, and sees the first's claim; a pick of an outpost with
+// max_running counts the claims of the group before it.
+func TestGroupPicksSkipHeld(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	if err := s.CreateOutpost(ctx, store.Outpost{ID: "lim", Name: "l", Platform: api.PlatformLinux, CreatedAt: now, MaxRunning: 2}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(id, outpost string, at time.Time) {
+		sess := store.Session{ID: id, OutpostID: outpost, Status: api.StatusNew, CreatedAt: at, UpdatedAt: at}
+		e := &store.QueueEntry{OutpostID: outpost, Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending, CreatedAt: at}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const picks = 5
+	for i := range picks + 1 {
+		create(fmt.Sprint("p", i), "op", now.Add(time.Duration(i)*time.Millisecond))
+	}
+	for i := range 4 {
+		create(fmt.Sprint("l", i), "lim", now.Add(time.Duration(i)*time.Millisecond))
+	}
+	var tokens atomic.Int64
+	once := func(acc string) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
+		fn := claimFn(acc, &tokens)
+		return func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+			if e.Phase == api.PhaseClaimed {
+				return store.Mutation{}, store.ErrConflict
+			}
+			if l.MaxRunning > 0 && l.Held >= l.MaxRunning {
+				return store.Mutation{}, errAtCapacity
+			}
+			return fn(sess, e)
+		}
+	}
+	var mu sync.Mutex
+	got := map[string][]string{} // session → who was answered with its claim
+	var errs []error
+	answer := func(who string, m store.Mutation, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", who, err))
+			return
+		}
+		got[m.Entry.SessionID] = append(got[m.Entry.SessionID], who)
+	}
+	var claims []func()
+	for _, who := range []string{"id-1", "id-2"} {
+		claims = append(claims, func() {
+			m, err := s.ClaimSession(ctx, "p0", now, once(who))
+			answer(who, m, err)
+		})
+	}
+	for i := range picks {
+		who := fmt.Sprint("pick-", i)
+		claims = append(claims, func() {
+			m, err := s.ClaimNext(ctx, "op", now, store.NextFilter{Platform: api.PlatformLinux}, once(who))
+			answer(who, m, err)
+		})
+	}
+	for i := range 3 {
+		who := fmt.Sprint("lim-", i)
+		claims = append(claims, func() {
+			m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, once(who))
+			answer(who, m, err)
+		})
+	}
+	before, grouped := s.ClaimGroups()
+	queueInGroup(t, s, claims...)
+	after, groupedAfter := s.ClaimGroups()
+	if after != before+1 || groupedAfter-grouped < picks+2 {
+		t.Errorf("%d groups of %d claims; want one of at least %d", after-before, groupedAfter-grouped, picks+2)
+	}
+	for i := range picks + 1 {
+		id := fmt.Sprint("p", i)
+		if len(got[id]) != 1 {
+			t.Errorf("%s claimed by %v; want one claimer", id, got[id])
+		}
+	}
+	limited := len(got["l0"]) + len(got["l1"]) + len(got["l2"]) + len(got["l3"])
+	var conflicts, atCapacity int
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			conflicts++
+		case errors.Is(err, errAtCapacity):
+			atCapacity++
+		default:
+			t.Error(err)
+		}
+	}
+	if limited != 2 || atCapacity != 1 || conflicts != 1 {
+		t.Errorf("%d claims of the limited outpost, %d refused at capacity, %d conflicts (%v); want 2, 1 and 1", limited, atCapacity, conflicts, errs)
+	}
+	entries, _, err := s.ListQueue(ctx, store.QueueFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs := map[int64]string{}
+	for _, e := range entries {
+		if prev, ok := revs[e.Rev]; ok {
+			t.Errorf("rev %d of both %s and %s", e.Rev, prev, e.SessionID)
+		}
+		revs[e.Rev] = e.SessionID
+		if len(got[e.SessionID]) > 0 && (e.Phase != api.PhaseClaimed || e.AcceptorID != got[e.SessionID][0]) {
+			t.Errorf("%s: %s by %q; want claimed by %v", e.SessionID, e.Phase, e.AcceptorID, got[e.SessionID])
 		}
 	}
 }

@@ -146,7 +146,10 @@ func (t pgTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 // Send sends b in one round trip.
 func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 	if g, ok := t.tx.(*groupTx); ok {
-		b = g.hold(b)
+		var err error
+		if b, err = g.hold(b); err != nil {
+			return err
+		}
 	}
 	if b.Len() == 0 {
 		return nil

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/outpost-sh/outpost/internal/store"
 )
@@ -52,6 +53,10 @@ type Tx interface {
 type Batch struct {
 	// Items are the statements in the order queued.
 	Items []BatchItem
+	// Skip names the sessions a pick queued into the batch must not take:
+	// those an earlier claim of the same shared transaction (ClaimWriter)
+	// claimed, whose queue entries are written only at its commit.
+	Skip []string
 }
 
 // BatchItem is one statement of a Batch. At most one of Row and Affected
@@ -140,7 +145,16 @@ type ClaimWriter interface {
 // counter's lock, so it must not wait for another row lock.
 type Grouped interface {
 	Grouped() bool
+	// Defers reports whether the transaction holds back, to write at its
+	// commit, the queue entry of a claim of outpost outpostID: a count of
+	// the outpost's claims read now would miss it.
+	Defers(outpostID string) bool
 }
+
+// ErrRunAlone is the error of a claim that cannot run in a shared
+// transaction (Grouped) as it stands and is to run again in one of its
+// own.
+var ErrRunAlone = errors.New("claim must run in a transaction of its own")
 
 // Lock is how a dialect spells the row locks of its transactions; SQLite,
 // whose one writer serializes every write, spells none.

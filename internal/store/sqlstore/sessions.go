@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
@@ -124,6 +125,14 @@ func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, 
 	var id string
 	pick := func(b *Batch) {
 		id = ""
+		q, args := q, args
+		if len(b.Skip) > 0 {
+			// Entries claimed earlier in a shared transaction still look
+			// pending: their writes wait for its commit.
+			f := f
+			f.Exclude = append(slices.Clip(f.Exclude), b.Skip...)
+			q, args = s.d.ClaimNextSQL(outpostID, f, s.d.Lock.Pick)
+		}
 		b.QueryRow(func(row Scanner) error { return row.Scan(&id) }, q, args...)
 	}
 	m, err := s.update(ctx, pick, &id, now, true, fn)
@@ -264,6 +273,12 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			return err
 		}
 		if u.limited {
+			if g, ok := tx.(Grouped); ok && g.Grouped() && g.Defers(u.e.OutpostID) {
+				// A claim of the outpost earlier in the shared
+				// transaction is not written yet, so the count below
+				// would miss it.
+				return ErrRunAlone
+			}
 			// The outpost has a limit: its row is locked (where the
 			// dialect locks rows) and the limit read again under the
 			// lock, then the claims committed before this one are all
