@@ -151,6 +151,9 @@ type claimReq struct {
 
 	err  error // the answer, set before done is closed
 	solo bool  // run it again alone: its try in the group could not finish
+	// in: its writes are in the group's transaction (not undone, not
+	// left to run alone).
+	in   bool
 	done chan struct{}
 }
 
@@ -236,24 +239,27 @@ func (c *combiner) run(g []*claimReq) {
 	defer cancel()
 	committing, err := c.try(ctx, live)
 	if err == nil {
-		// The claims that run again alone were not in the group's commit.
+		// Only the claims whose writes the COMMIT held count: not those
+		// undone, nor those that run again alone.
 		n := 0
 		for _, r := range live {
-			if !r.solo {
+			if r.in {
 				n++
 			}
 		}
-		c.groups.Add(1)
-		c.claims.Add(int64(n))
+		if n >= 2 {
+			c.groups.Add(1)
+			c.claims.Add(int64(n))
+		}
 		return
 	}
 	var pe *pgconn.PgError
 	if committing && !errors.As(err, &pe) {
-		// The COMMIT was sent and no answer came: it may have committed.
-		// A claim undone to its savepoint, or never begun, had nothing
-		// in it: it runs again alone.
+		// The COMMIT was sent and no answer came: it may have committed
+		// the claims in it. One undone to its savepoint keeps its own
+		// answer; one never begun runs again alone.
 		for _, r := range live {
-			if !r.solo {
+			if r.in {
 				r.err = err
 			}
 		}
@@ -261,7 +267,7 @@ func (c *combiner) run(g []*claimReq) {
 	}
 	// Nothing committed: each claim runs again alone.
 	for _, r := range live {
-		r.err, r.solo = nil, true
+		r.err, r.solo, r.in = nil, true, false
 	}
 }
 
@@ -325,6 +331,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 			return rerr
 		}
 		gtx.held, gtx.last = gtx.held[:held], nil
+		r.in = false
 		if retryable(err) || lockNotAvailable(err) || errors.Is(err, sqlstore.ErrRunAlone) {
 			r.solo = true
 		} else {
@@ -373,6 +380,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 			err = r.fn(gtx)
 		}
 		if err == nil {
+			r.in = true
 			prev, prevHeld = r, held
 			continue
 		}

