@@ -32,20 +32,22 @@ import (
 //     round trip;
 //   - each claim under a SAVEPOINT of its own: its reads (a claim by pick
 //     picks FOR UPDATE SKIP LOCKED, which waits for nobody), its fn and
-//     its writes, the rev included, sent at once. A claim that fails is
+//     its writes but its queue entry, sent at once. A claim that fails is
 //     rolled back to its savepoint and answered with its own error; the
-//     others go on. As the claims run one after another in one
-//     transaction, each sees what the claims before it wrote: a pick
-//     skips the entries they claimed and a claim of an outpost with
-//     max_running counts them;
-//   - one COMMIT: one flush, and one hold of the rev counter's row, for
-//     the whole group.
+//     others go on. The entries are held back to the COMMIT, so a claim
+//     cannot read the entries of the claims before it: a pick skips
+//     their sessions (sqlstore.Batch.Skip), a second claim of a session
+//     runs alone after the group, and so does a claim of an outpost with
+//     max_running that has a held entry (its count would miss it);
+//   - the entries, written once each in one upsert that takes their revs,
+//     in session id order (KeepAlive's), their notifications, and one
+//     COMMIT: one flush, and one hold of the rev counter's row, for the
+//     whole group, in one round trip.
 //
-// Callers are answered once the COMMIT is durable. Once one claim took a
-// rev, the transaction holds the counter's lock while the next claims run,
-// so no claim of a group may wait for another row lock then (a writer
-// holding it could wait for the counter: a deadlock): the outpost row of a
-// limited claim is locked NOWAIT (sqlstore.Grouped). A claim that finds it
+// Callers are answered once the COMMIT is durable. No claim of a group
+// may wait for another row lock (a writer holding it could wait for one
+// of the group's): the outpost row of a limited claim is locked NOWAIT
+// (sqlstore.Grouped). A claim that finds it
 // locked, or meets a serialization failure or a deadlock, is run again
 // alone once the group committed, as is every claim of a group whose
 // transaction failed before its COMMIT was sent; a COMMIT whose outcome is
@@ -412,8 +414,8 @@ type groupTx struct {
 	// sent with the next claim's first statements or the COMMIT, or
 	// before any other statement.
 	last *pgx.Batch
-	// held are the queue entries written so far under a placeholder rev,
-	// in the order written, to be given theirs with the COMMIT.
+	// held are the queue entries of the claims so far, in the order
+	// their claims ran, to be written with their revs at the COMMIT.
 	held []heldEntry
 }
 
