@@ -420,15 +420,11 @@ func TestGroupRoundTrips(t *testing.T) {
 // claim (a name another has makes its writes fail).
 func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens *atomic.Int64, ids []string, tokenOf func(id string) string) ([]store.Mutation, []error) {
 	t.Helper()
-	c := s.group
-	c.mu.Lock()
-	c.running = c.inflight
-	c.mu.Unlock()
 	out := make([]store.Mutation, len(ids))
 	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
+	claims := make([]func(), len(ids))
 	for i, id := range ids {
-		wg.Go(func() {
+		claims[i] = func() {
 			fn := claimFn("acc", tokens)
 			out[i], errs[i] = s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 				m, err := fn(sess, e)
@@ -439,20 +435,9 @@ func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens
 				}
 				return m, err
 			})
-		})
-		// Queued in order.
-		for {
-			c.mu.Lock()
-			queued := len(c.queue)
-			c.mu.Unlock()
-			if queued == i+1 {
-				break
-			}
-			time.Sleep(time.Millisecond)
 		}
 	}
-	c.next()
-	wg.Wait()
+	queueInGroup(t, s, claims...)
 	return out, errs
 }
 
