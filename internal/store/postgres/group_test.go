@@ -38,6 +38,22 @@ func (a *allTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDa
 
 var errAtCapacity = errors.New("at capacity")
 
+// claimOnce claims a pending entry for acc and refuses a claimed one, as
+// a claim by another acceptor is refused, and one beyond the outpost's
+// max_running (errAtCapacity).
+func claimOnce(acc string, tokens *atomic.Int64) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
+	fn := claimFn(acc, tokens)
+	return func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+		if e.Phase == api.PhaseClaimed {
+			return store.Mutation{}, store.ErrConflict
+		}
+		if l.MaxRunning > 0 && l.Held >= l.MaxRunning {
+			return store.Mutation{}, errAtCapacity
+		}
+		return fn(sess, e)
+	}
+}
+
 // Concurrent claims share transactions and still hold every guarantee of
 // claims alone: each session claimed by id is claimed once, by its
 // claimer; of two claimers of one session exactly one wins and the other
@@ -117,20 +133,6 @@ func TestClaimGroup(t *testing.T) {
 	var answered sync.Map // session id → the rev its successful claim was answered with
 
 	var tokens atomic.Int64
-	// claimOnce claims a pending entry and refuses a claimed one, as a
-	// claim by another acceptor is refused.
-	claimOnce := func(acc string) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
-		fn := claimFn(acc, &tokens)
-		return func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
-			if e.Phase == api.PhaseClaimed {
-				return store.Mutation{}, store.ErrConflict
-			}
-			if l.MaxRunning > 0 && l.Held >= l.MaxRunning {
-				return store.Mutation{}, errAtCapacity
-			}
-			return fn(sess, e)
-		}
-	}
 	trips.trips.Store(0)
 	trips.stmts.Store(0)
 	var wg sync.WaitGroup
@@ -139,7 +141,7 @@ func TestClaimGroup(t *testing.T) {
 		wg.Go(func() {
 			acc := fmt.Sprint("acc-", g)
 			for i := g; i < byID; i += claimers {
-				m, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc))
+				m, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc, &tokens))
 				if err != nil {
 					errs <- fmt.Errorf("claim s%d: %w", i, err)
 					continue
@@ -152,7 +154,7 @@ func TestClaimGroup(t *testing.T) {
 	for g := range 2 {
 		wg.Go(func() {
 			for i := range dups {
-				m, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g)))
+				m, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g), &tokens))
 				switch {
 				case err == nil:
 					dupWins[i].Add(1)
@@ -169,7 +171,7 @@ func TestClaimGroup(t *testing.T) {
 		wg.Go(func() {
 			acc := fmt.Sprint("next-", g)
 			for {
-				m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(acc))
+				m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(acc, &tokens))
 				switch {
 				case errors.Is(err, errAtCapacity), errors.Is(err, store.ErrNotFound):
 					return
@@ -561,18 +563,6 @@ func TestGroupPicksSkipHeld(t *testing.T) {
 		create(fmt.Sprint("l", i), "lim", now.Add(time.Duration(i)*time.Millisecond))
 	}
 	var tokens atomic.Int64
-	once := func(acc string) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
-		fn := claimFn(acc, &tokens)
-		return func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
-			if e.Phase == api.PhaseClaimed {
-				return store.Mutation{}, store.ErrConflict
-			}
-			if l.MaxRunning > 0 && l.Held >= l.MaxRunning {
-				return store.Mutation{}, errAtCapacity
-			}
-			return fn(sess, e)
-		}
-	}
 	var mu sync.Mutex
 	got := map[string][]string{} // session → who was answered with its claim
 	var errs []error
@@ -588,21 +578,21 @@ func TestGroupPicksSkipHeld(t *testing.T) {
 	var claims []func()
 	for _, who := range []string{"id-1", "id-2"} {
 		claims = append(claims, func() {
-			m, err := s.ClaimSession(ctx, "p0", now, once(who))
+			m, err := s.ClaimSession(ctx, "p0", now, claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
 	for i := range picks {
 		who := fmt.Sprint("pick-", i)
 		claims = append(claims, func() {
-			m, err := s.ClaimNext(ctx, "op", now, store.NextFilter{Platform: api.PlatformLinux}, once(who))
+			m, err := s.ClaimNext(ctx, "op", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
 	for i := range 3 {
 		who := fmt.Sprint("lim-", i)
 		claims = append(claims, func() {
-			m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, once(who))
+			m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
