@@ -96,12 +96,29 @@ func databaseArgs(b *testing.B) []string {
 		if benchPG.err != nil {
 			b.Fatal(benchPG.err)
 		}
-		benchPG.url = benchPG.srv.Database(b)
+		benchPG.url = benchDatabase(b)
 		return []string{"--database", benchPG.url}
 	default:
 		b.Fatalf("OUTPOST_BENCH_DATABASE=%q: want sqlite or postgres", v)
 		return nil
 	}
+}
+
+// benchDatabase creates a new database on the benchmark's PostgreSQL
+// server and returns its URL: over TCP on 127.0.0.1, or with
+// OUTPOST_BENCH_PG_SOCKET=1 through the server's Unix socket, as a server
+// on the database's machine would connect.
+func benchDatabase(b *testing.B) string {
+	b.Helper()
+	u := benchPG.srv.Database(b)
+	if os.Getenv("OUTPOST_BENCH_PG_SOCKET") != "1" {
+		return u
+	}
+	u, err := benchPG.srv.ViaSocket(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
 }
 
 // outpostBinary builds the outpost binary the first time it is needed.

@@ -73,7 +73,7 @@ func startReplicaCluster(b *testing.B, n int) *replicaCluster {
 	if benchPG.err != nil {
 		b.Fatal(benchPG.err)
 	}
-	db := benchPG.srv.Database(b)
+	db := benchDatabase(b)
 	key, err := sealed.GenerateKey()
 	if err != nil {
 		b.Fatal(err)

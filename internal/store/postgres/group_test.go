@@ -357,7 +357,7 @@ func TestGroupUpdates(t *testing.T) {
 // rows' locks; each claim's SAVEPOINT with its reads, sent with the
 // writes of the claim before it (all but its entry); the last claim's
 // writes, the entries of all with their revs, their notifications and
-// the COMMIT. Its statements are seven a claim: the claim's own but its
+// the COMMIT. Its statements are six a claim: the claim's own but its
 // entry and its notification, and its SAVEPOINT; and three for the
 // group: the locks, the entries, the notifications of all.
 func TestGroupRoundTrips(t *testing.T) {
@@ -403,8 +403,8 @@ func TestGroupRoundTrips(t *testing.T) {
 	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != n+2 || p != 0 {
 		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, n+2)
 	}
-	if stmts := rt.stmts.Load(); stmts != 7*n+3 {
-		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 7*n+3)
+	if stmts := rt.stmts.Load(); stmts != 6*n+3 {
+		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 6*n+3)
 	}
 	for _, m := range ms {
 		e, err := s.GetQueueEntry(ctx, m.Entry.SessionID)

@@ -72,7 +72,7 @@ func (t recordingTx) SendLast(ctx context.Context, b *sqlstore.Batch) error {
 
 // An update reads the transcript's highest seq only when it appends
 // events (Dialect.SeqOnDemand); a claim, which nearly always does, reads it
-// once with its outpost's limit (sqlstore.ClaimReadsSQL), never again. The
+// once with its entry (sqlstore.ClaimEntrySQL), never again. The
 // events either appends still follow the ones appended before, by any
 // path.
 func TestUpdateReadsSeqOnDemand(t *testing.T) {
@@ -96,7 +96,7 @@ func TestUpdateReadsSeqOnDemand(t *testing.T) {
 	seqReads := func() int {
 		n := 0
 		for _, q := range sent {
-			if q == sqlstore.MaxEventSeqSQL || q == sqlstore.ClaimReadsSQL {
+			if q == sqlstore.MaxEventSeqSQL || q == sqlstore.ClaimEntrySQL {
 				n++
 			}
 		}

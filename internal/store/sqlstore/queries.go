@@ -288,19 +288,31 @@ func (d Dialect) HeldClaimsSQL() string {
 		AND ` + d.Expiry() + ` > $3 AND session_id <> $4`
 }
 
-// ClaimReadsSQL is what a claim of session $1 reads besides the session's
-// state and entry, in one statement that always answers one row: the
-// highest event seq (0 when none); max_running and desktop_json of the
-// outpost of the session's entry (NULL when the entry or the outpost is
-// gone); 1 when some webhook is enabled, 0 when none is, so a claim emits
-// no delivery that no subscription could take; and the lowest epoch of
-// the session's connect tokens (NULL when it has none), so a claim
-// deletes the tokens of older epochs only when there are some.
-const ClaimReadsSQL = `SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1),
+// ClaimEntrySQL is what a claim of session $1 reads besides the session's
+// state, in one statement: EntryCols of its queue entry (no row when it
+// has none), then the highest event seq (0 when none); max_running and
+// desktop_json of the entry's outpost (NULL when the outpost is gone); 1
+// when some webhook is enabled, 0 when none is, so a claim emits no
+// delivery that no subscription could take; and the lowest epoch of the
+// session's connect tokens (NULL when it has none), so a claim deletes the
+// tokens of older epochs only when there are some.
+var ClaimEntrySQL = `SELECT ` + qualify("q", EntryCols) + `,
+	(SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1),
 	o.max_running, o.desktop_json,
 	CASE WHEN EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN 1 ELSE 0 END,
 	(SELECT MIN(epoch) FROM connect_tokens WHERE session_id = $1)
-	FROM (SELECT CAST($1 AS TEXT) AS id) one LEFT JOIN queue q ON q.session_id = one.id LEFT JOIN outposts o ON o.id = q.outpost_id`
+	FROM queue q LEFT JOIN outposts o ON o.id = q.outpost_id WHERE q.session_id = $1`
+
+// qualify prefixes each column of cols, a comma-separated list, with
+// table alias t.
+func qualify(t, cols string) string {
+	fields := strings.Split(cols, ",")
+	for i, f := range fields {
+		f = strings.TrimSpace(f)
+		fields[i] = t + "." + f
+	}
+	return strings.Join(fields, ", ")
+}
 
 // OutpostLimitSQL reads max_running of outpost $1, to be locked (the
 // dialect's Lock.Outpost).

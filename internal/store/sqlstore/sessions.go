@@ -197,17 +197,50 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			return err
 		}, s.sql.getStateLocked, u.id)
 		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
+		if claim {
+			// A claim nearly always appends events: its entry comes with
+			// its seq, the outpost's limit and desktop and what decides
+			// its webhook and token writes, in one statement.
+			u.load, u.limited = store.OutpostLoad{}, false
+			b.QueryRow(func(row Scanner) error {
+				var limit sql.NullInt64 // NULL: no outpost, no limit to hold
+				var desktop sql.NullString
+				var hooks int
+				var oldest sql.NullInt64 // NULL: no connect tokens
+				var err error
+				u.e, err = ScanEntry(scanAlso{row, []any{&u.seq, &limit, &desktop, &hooks, &oldest}})
+				if errors.Is(err, sql.ErrNoRows) {
+					// No entry: the seq is read on demand, and the
+					// hooks and tokens are written as if unknown.
+					u.e = store.QueueEntry{SessionID: u.id}
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				u.seqRead, u.noHooks = true, hooks == 0
+				u.tokens = tokenEpochs{known: true, any: oldest.Valid, oldest: oldest.Int64}
+				u.load.MaxRunning = int(limit.Int64)
+				u.limited = u.load.MaxRunning > 0
+				d, err := ScanDesktop(desktop)
+				if err != nil {
+					return fmt.Errorf("outpost desktop: %w", err)
+				}
+				u.load.Desktop = d
+				return nil
+			}, ClaimEntrySQL, u.id)
+			return
+		}
 		// Where the first reads go in one round trip, an update's seq
-		// comes with its entry, in one statement (a claim's with its
-		// other reads); a session without an entry row reads it on
-		// demand.
-		entrySQL, withSeq := GetEntrySQL, !claim && !s.d.SeqOnDemand
+		// comes with its entry, in one statement; a session without an
+		// entry row reads it on demand.
+		entrySQL, withSeq := GetEntrySQL, !s.d.SeqOnDemand
 		if withSeq {
 			entrySQL = GetEntrySeqSQL
 		}
 		b.QueryRow(func(row Scanner) (err error) {
 			if withSeq {
-				row = scanAlso{row, &u.seq}
+				row = scanAlso{row, []any{&u.seq}}
 			}
 			u.e, err = ScanEntry(row)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -219,30 +252,6 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			}
 			return err
 		}, entrySQL, u.id)
-		if claim {
-			// A claim nearly always appends events: its seq comes with
-			// the outpost's limit and desktop, in one statement.
-			u.load, u.limited, u.seqRead = store.OutpostLoad{}, false, true
-			b.QueryRow(func(row Scanner) error {
-				var limit sql.NullInt64 // NULL: no entry or no outpost, no limit to hold
-				var desktop sql.NullString
-				var hooks int
-				var oldest sql.NullInt64 // NULL: no connect tokens
-				if err := row.Scan(&u.seq, &limit, &desktop, &hooks, &oldest); err != nil {
-					return err
-				}
-				u.tokens = tokenEpochs{known: true, any: oldest.Valid, oldest: oldest.Int64}
-				u.load.MaxRunning = int(limit.Int64)
-				u.limited = u.load.MaxRunning > 0
-				u.noHooks = hooks == 0
-				d, err := ScanDesktop(desktop)
-				if err != nil {
-					return fmt.Errorf("outpost desktop: %w", err)
-				}
-				u.load.Desktop = d
-				return nil
-			}, ClaimReadsSQL, u.id)
-		}
 	}
 	begin, body := first, func(Tx) error { return nil }
 	if pick != nil {
@@ -340,13 +349,13 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 }
 
 // scanAlso scans a row's columns into the caller's destinations, then
-// its last one into also.
+// its last ones into also.
 type scanAlso struct {
 	Scanner
-	also any
+	also []any
 }
 
-func (s scanAlso) Scan(dest ...any) error { return s.Scanner.Scan(append(dest, s.also)...) }
+func (s scanAlso) Scan(dest ...any) error { return s.Scanner.Scan(append(dest, s.also...)...) }
 
 // outpostLimitSQL is the locking read of an outpost's limit in tx: in a
 // transaction shared by several claims (Grouped), one that fails at once

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"MixedIDShapes", testMixedIDShapes},
 		{"UpdateSessionWrites", testUpdateSessionWrites},
 		{"UpdateSessionWithoutEntry", testUpdateSessionWithoutEntry},
+		{"ClaimSessionWithoutEntry", testClaimSessionWithoutEntry},
 		{"UpdateSessionNotFound", testUpdateSessionNotFound},
 		{"UpdateSessionFnError", testUpdateSessionFnError},
 		{"UpdateSessionRollsBack", testUpdateSessionRollsBack},

@@ -101,6 +101,33 @@ func testUpdateSessionWithoutEntry(t *testing.T, s store.Store) {
 	equal(t, "entry", got, *m.Entry)
 }
 
+// A claim of a session that has events but no queue entry sees an empty
+// entry and no limit, and the events it appends follow the ones there
+// (a claim reads the seq with the entry, so here it reads it on its own).
+func testClaimSessionWithoutEntry(t *testing.T, s store.Store) {
+	sess := newSession("s1", "op", "t", 0)
+	must(t, "create without entry", s.CreateSession(ctx(t), sess, nil,
+		[]api.Event{{Time: 1, Type: api.EventOutput, Text: "a"}, {Time: 2, Type: api.EventOutput, Text: "b"}}))
+	var saw store.QueueEntry
+	var load store.OutpostLoad
+	m, err := s.ClaimSession(ctx(t), "s1", base, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+		saw, load = e, l
+		e = *newEntry(sess)
+		return store.Mutation{Entry: &e, Events: []api.Event{{Time: 3, Type: api.EventOutput, Text: "c"}}}, nil
+	})
+	must(t, "claim", err)
+	equal(t, "fn saw", saw, store.QueueEntry{SessionID: "s1"})
+	equal(t, "load", load, store.OutpostLoad{})
+	got, err := s.GetQueueEntry(ctx(t), "s1")
+	must(t, "get entry", err)
+	equal(t, "entry", got, *m.Entry)
+	evs, err := s.ListEvents(ctx(t), "s1", 0, 0)
+	must(t, "list events", err)
+	if len(evs) != 3 || evs[2].Seq != 3 || evs[2].Text != "c" {
+		t.Errorf("events after the claim: %+v; want the claim's third, seq 3", evs)
+	}
+}
+
 func testUpdateSessionNotFound(t *testing.T, s store.Store) {
 	called := false
 	_, err := s.UpdateSession(ctx(t), "nope", func(store.Session, store.QueueEntry) (store.Mutation, error) {

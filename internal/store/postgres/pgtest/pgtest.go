@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -289,6 +290,21 @@ func (s *Server) Log() string {
 // URL is the connection URL of database db.
 func (s *Server) URL(db string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", User, s.Port, db)
+}
+
+// ViaSocket is u, a URL of one of the server's databases, through the
+// server's Unix socket instead of TCP: a client on the same machine skips
+// the TCP stack.
+func (s *Server) ViaSocket(u string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	q := p.Query()
+	q.Set("host", s.Dir)
+	q.Set("port", strconv.Itoa(s.Port))
+	p.Host, p.RawQuery = "", q.Encode()
+	return p.String(), nil
 }
 
 // CreateDatabase creates a new, empty database and returns its URL.
