@@ -108,11 +108,18 @@ func testClaimSessionWithoutEntry(t *testing.T, s store.Store) {
 	sess := newSession("s1", "op", "t", 0)
 	must(t, "create without entry", s.CreateSession(ctx(t), sess, nil,
 		[]api.Event{{Time: 1, Type: api.EventOutput, Text: "a"}, {Time: 2, Type: api.EventOutput, Text: "b"}}))
+	// A token of an epoch before the claim's, which the claim, knowing
+	// nothing of the session's tokens, prunes as any write of an entry.
+	_, err := s.UpdateSession(ctx(t), "s1", func(store.Session, store.QueueEntry) (store.Mutation, error) {
+		return store.Mutation{ConnectTokens: []store.ConnectToken{{Hash: "old", SessionID: "s1", Epoch: 1, CreatedAt: base}}}, nil
+	})
+	must(t, "insert a connect token", err)
 	var saw store.QueueEntry
 	var load store.OutpostLoad
 	m, err := s.ClaimSession(ctx(t), "s1", base, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 		saw, load = e, l
 		e = *newEntry(sess)
+		e.Epoch = 2
 		return store.Mutation{Entry: &e, Events: []api.Event{{Time: 3, Type: api.EventOutput, Text: "c"}}}, nil
 	})
 	must(t, "claim", err)
@@ -126,6 +133,8 @@ func testClaimSessionWithoutEntry(t *testing.T, s store.Store) {
 	if len(evs) != 3 || evs[2].Seq != 3 || evs[2].Text != "c" {
 		t.Errorf("events after the claim: %+v; want the claim's third, seq 3", evs)
 	}
+	_, err = s.LookupConnectToken(ctx(t), "old")
+	wantErr(t, "token of the epoch the claim moved past", err, store.ErrNotFound)
 }
 
 func testUpdateSessionNotFound(t *testing.T, s store.Store) {
