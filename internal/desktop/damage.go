@@ -48,13 +48,13 @@ func (d *Desktop) WatchDamage() (*DamageWatch, error) {
 		conn.Close()
 		return nil, fmt.Errorf("watch the screen's damage: %w", err)
 	}
-	if err := xfixes.Init(conn); err != nil {
+	if err := useExtension(conn, "XFIXES"); err != nil {
 		return fail(err)
 	}
 	if _, err := xfixes.QueryVersion(conn, 5, 0).Reply(); err != nil {
 		return fail(err)
 	}
-	if err := damage.Init(conn); err != nil {
+	if err := useExtension(conn, "DAMAGE"); err != nil {
 		return fail(err)
 	}
 	if _, err := damage.QueryVersion(conn, 1, 1).Reply(); err != nil {

@@ -252,9 +252,9 @@ func (d *Desktop) connect(netConn net.Conn) error {
 	var conn *xgb.Conn
 	var err error
 	if netConn != nil {
-		conn, err = xgb.NewConnNet(netConn)
+		conn, err = openX(func() (*xgb.Conn, error) { return xgb.NewConnNet(netConn) })
 	} else {
-		conn, err = xgb.NewConnDisplay(d.display)
+		conn, err = openX(func() (*xgb.Conn, error) { return xgb.NewConnDisplay(d.display) })
 	}
 	if err != nil {
 		if netConn != nil {
@@ -439,7 +439,7 @@ func (d *Desktop) newConn() (*xgb.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := xgb.NewConnNet(nc)
+	conn, err := openX(func() (*xgb.Conn, error) { return xgb.NewConnNet(nc) })
 	if err != nil {
 		nc.Close()
 		return nil, err

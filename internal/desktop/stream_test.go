@@ -146,3 +146,56 @@ func TestDamageWatchSeesChanges(t *testing.T) {
 		t.Fatal("a new window reported no damage")
 	}
 }
+
+// TestWatchDamageBesideBusyConnections starts damage watches while another
+// connection of the process takes events: under the race detector, an
+// extension's registration in xgb's shared tables at that moment (each
+// watch's own, as it was) is reported; the tables are written once, on
+// the process's first connection.
+func TestWatchDamageBesideBusyConnections(t *testing.T) {
+	t.Parallel()
+	d := startDesktop(t, 320, 240)
+	tw := openWindow(t, d, 10, 10, 200, 200)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	clicked := make(chan int)
+	go func() { // clicks, each an event the window's connection decodes
+		n := 0
+		defer func() { clicked <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, in := range []api.DesktopInput{
+				{Kind: api.DesktopPointerDown, X: 50, Y: 60, Button: 1},
+				{Kind: api.DesktopPointerUp, X: 50, Y: 60, Button: 1},
+			} {
+				if err := d.Input(ctx, in); err != nil {
+					return
+				}
+			}
+			select {
+			case <-tw.clicks:
+				n++
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range 10 {
+		w, err := d.WatchDamage()
+		if err != nil {
+			close(stop)
+			<-clicked
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	close(stop)
+	if n := <-clicked; n == 0 {
+		t.Error("no click reached the window while the watches started")
+	}
+}
