@@ -450,11 +450,7 @@ func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens
 // claim).
 func TestGroupWriteFails(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openGrouped(t)
 	ctx := t.Context()
 	now := time.Now()
 	for i := range 7 {
@@ -538,11 +534,7 @@ func queueInGroup(t *testing.T, s *Store, claims ...func()) {
 // it, and counts it.
 func TestGroupPicksSkipHeld(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openGrouped(t)
 	ctx := t.Context()
 	now := time.Now()
 	if err := s.CreateOutpost(ctx, store.Outpost{ID: "lim", Name: "l", Platform: api.PlatformLinux, CreatedAt: now, MaxRunning: 2}); err != nil {
@@ -633,4 +625,16 @@ func TestGroupPicksSkipHeld(t *testing.T) {
 			t.Errorf("%s: %s by %q; want claimed by %v", e.SessionID, e.Phase, e.AcceptorID, got[e.SessionID])
 		}
 	}
+}
+
+// openGrouped opens a store on a new database whose claims share
+// transactions (groups of up to 32), closed when t ends.
+func openGrouped(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
