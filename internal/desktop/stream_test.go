@@ -80,14 +80,8 @@ func TestInputReachesWindows(t *testing.T) {
 	tw := openWindow(t, d, 10, 10, 200, 200)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, in := range []api.DesktopInput{
-		{Kind: api.DesktopPointerMove, X: 50, Y: 60},
-		{Kind: api.DesktopPointerDown, X: 50, Y: 60, Button: 1},
-		{Kind: api.DesktopPointerUp, X: 50, Y: 60, Button: 1},
-	} {
-		if err := d.Input(ctx, in); err != nil {
-			t.Fatal(err)
-		}
+	if err := click(ctx, d, 50, 60); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case e := <-tw.clicks:
@@ -169,13 +163,8 @@ func TestWatchDamageBesideBusyConnections(t *testing.T) {
 				return
 			default:
 			}
-			for _, in := range []api.DesktopInput{
-				{Kind: api.DesktopPointerDown, X: 50, Y: 60, Button: 1},
-				{Kind: api.DesktopPointerUp, X: 50, Y: 60, Button: 1},
-			} {
-				if err := d.Input(ctx, in); err != nil {
-					return
-				}
+			if click(ctx, d, 50, 60) != nil {
+				return
 			}
 			select {
 			case <-tw.clicks:
@@ -198,4 +187,18 @@ func TestWatchDamageBesideBusyConnections(t *testing.T) {
 	if n := <-clicked; n == 0 {
 		t.Error("no click reached the window while the watches started")
 	}
+}
+
+// click moves the pointer to x,y and clicks its first button there.
+func click(ctx context.Context, d *Desktop, x, y int) error {
+	for _, in := range []api.DesktopInput{
+		{Kind: api.DesktopPointerMove, X: x, Y: y},
+		{Kind: api.DesktopPointerDown, X: x, Y: y, Button: 1},
+		{Kind: api.DesktopPointerUp, X: x, Y: y, Button: 1},
+	} {
+		if err := d.Input(ctx, in); err != nil {
+			return err
+		}
+	}
+	return nil
 }

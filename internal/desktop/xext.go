@@ -52,10 +52,11 @@ func openX(dial func() (*xgb.Conn, error)) (*xgb.Conn, error) {
 // display lacks it or it was not registered.
 func useExtension(conn *xgb.Conn, name string) error {
 	xext.mu.Lock()
-	registered := map[string]bool{"XFIXES": xext.fixes, "DAMAGE": xext.damage}[name]
+	registered := name == "XFIXES" && xext.fixes || name == "DAMAGE" && xext.damage
 	xext.mu.Unlock()
 	if !registered {
-		return fmt.Errorf("the extension %s is not available in this process", name)
+		// Its events could not be decoded.
+		return fmt.Errorf("the first display this process opened had no %s extension", name)
 	}
 	reply, err := xproto.QueryExtension(conn, uint16(len(name)), name).Reply()
 	switch {
