@@ -39,10 +39,13 @@ import (
 //     their sessions (sqlstore.Batch.Skip), a second claim of a session
 //     runs alone after the group, and so does a claim of an outpost with
 //     max_running that has a held entry (its count would miss it);
-//   - the entries, written once each in one upsert that takes their revs,
-//     in session id order (KeepAlive's), their notifications, and one
-//     COMMIT: one flush, and one hold of the rev counter's row, for the
-//     whole group, in one round trip.
+//   - a claim whose writes are only its session's state, events and
+//     connect tokens (nearly all) leaves them for the end too, merged
+//     with the other claims' into one statement of each kind (merge.go);
+//   - the merged writes, then the entries, written once each in one
+//     upsert that takes their revs, in session id order (KeepAlive's),
+//     their notifications, and one COMMIT: one flush, and one hold of
+//     the rev counter's row, for the whole group, in one round trip.
 //
 // Callers are answered once the COMMIT is durable. No claim of a group
 // may wait for another row lock (a writer holding it could wait for one
@@ -341,9 +344,9 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		}
 		return nil
 	}
-	// The writes of each claim (its SendLast) go with the next claim's
-	// SAVEPOINT and reads, the last claim's with the COMMIT: n+2 round
-	// trips for n claims.
+	// The writes of each claim (its SendLast) the group does not merge
+	// go with the next claim's SAVEPOINT and reads, the last claim's with
+	// the COMMIT: n+2 round trips for n claims.
 	var prev *claimReq
 	prevHeld := 0
 	for _, r := range g {
@@ -427,6 +430,9 @@ type heldEntry struct {
 	args    []any                        // upsertEntrySQL's arguments
 	scan    func(sqlstore.Scanner) error // the write's own reading of its rev
 	notify  []any                        // notifySQL's arguments; nil: none
+	// writes are the claim's other writes, merged with the group's
+	// (mergeable), when its last batch held only those.
+	writes mergedWrites
 }
 
 // entryArgs is the number of upsertEntrySQL's arguments: EntryCols but
@@ -472,12 +478,19 @@ var notifyHeldSQL = `SELECT pg_notify('` + changesChannel + `', json_build_objec
 	JOIN queue q ON q.session_id = n.s ORDER BY n.ord`
 
 // hold rewrites a batch of a claim in the group: the write of its queue
-// entry and its notification are left for the end (commit). A second
-// write of an entry the group holds is refused (sqlstore.ErrRunAlone):
-// the claim that makes it read the entry as it was before the first.
-func (g *groupTx) hold(b *sqlstore.Batch) (*sqlstore.Batch, error) {
+// entry and its notification are left for the end (commit), and so, when
+// the batch is the claim's last and holds nothing else, are its other
+// writes, to be merged with the group's. A second write of an entry the
+// group holds is refused (sqlstore.ErrRunAlone): the claim that makes it
+// read the entry as it was before the first.
+func (g *groupTx) hold(b *sqlstore.Batch, last bool) (*sqlstore.Batch, error) {
 	if !slices.ContainsFunc(b.Items, func(it sqlstore.BatchItem) bool { return it.SQL == upsertEntrySQL || it.SQL == notifySQL }) {
 		return b, nil
+	}
+	var writes mergedWrites
+	merge := false
+	if last {
+		writes, merge = mergeable(b)
 	}
 	out := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, len(b.Items))}
 	for _, it := range b.Items {
@@ -488,7 +501,11 @@ func (g *groupTx) hold(b *sqlstore.Batch) (*sqlstore.Batch, error) {
 			if slices.ContainsFunc(g.held, func(h heldEntry) bool { return h.id == id }) {
 				return nil, fmt.Errorf("a second write of the entry of session %s in one group: %w", id, sqlstore.ErrRunAlone)
 			}
-			g.held = append(g.held, heldEntry{id: id, outpost: outpost, args: it.Args, scan: it.Row})
+			h := heldEntry{id: id, outpost: outpost, args: it.Args, scan: it.Row}
+			if merge {
+				h.writes = writes
+			}
+			g.held = append(g.held, h)
 		case notifySQL:
 			id, _ := it.Args[1].(string)
 			for i := len(g.held) - 1; i >= 0; i-- {
@@ -498,7 +515,9 @@ func (g *groupTx) hold(b *sqlstore.Batch) (*sqlstore.Batch, error) {
 				}
 			}
 		default:
-			out.Items = append(out.Items, it)
+			if !merge {
+				out.Items = append(out.Items, it)
+			}
 		}
 	}
 	return out, nil
@@ -536,6 +555,7 @@ func (g *groupTx) commit(ctx context.Context, conn *pgx.Conn) error {
 		// One write a session (hold), in session id order, each with its
 		// rev in that order.
 		held := slices.SortedFunc(slices.Values(g.held), func(a, b heldEntry) int { return strings.Compare(a.id, b.id) })
+		queueMerged(b, held)
 		ids := make([]string, len(held))
 		args := make([]any, 1, 1+len(held)*entryArgs)
 		args[0] = int64(len(held))
@@ -662,7 +682,7 @@ func (g *groupTx) sendLast(b *sqlstore.Batch) error {
 	if err := g.flush(); err != nil {
 		return err
 	}
-	b, err := g.hold(b)
+	b, err := g.hold(b, true)
 	if err != nil {
 		return err
 	}

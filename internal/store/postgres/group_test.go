@@ -354,12 +354,12 @@ func TestGroupUpdates(t *testing.T) {
 }
 
 // A group of n claims takes n+2 round trips: BEGIN with the session
-// rows' locks; each claim's SAVEPOINT with its reads, sent with the
-// writes of the claim before it (all but its entry); the last claim's
-// writes, the entries of all with their revs, their notifications and
-// the COMMIT. Its statements are six a claim: the claim's own but its
-// entry and its notification, and its SAVEPOINT; and three for the
-// group: the locks, the entries, the notifications of all.
+// rows' locks; each claim's SAVEPOINT with its reads; then the writes of
+// all, the entries with their revs, their notifications and the COMMIT.
+// Its statements are three a claim: its SAVEPOINT and its two reads; and
+// six for the group: the locks, then one statement of each kind of write
+// for all its claims (states, events, connect tokens, entries) and the
+// notifications.
 func TestGroupRoundTrips(t *testing.T) {
 	t.Parallel()
 	var rt roundTrips
@@ -403,8 +403,8 @@ func TestGroupRoundTrips(t *testing.T) {
 	if trips, p := rt.n.Load(), rt.prepared.Load(); trips != n+2 || p != 0 {
 		t.Errorf("a group of %d claims: %d round trips and %d prepares; want %d and none", n, trips, p, n+2)
 	}
-	if stmts := rt.stmts.Load(); stmts != 6*n+3 {
-		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 6*n+3)
+	if stmts := rt.stmts.Load(); stmts != 3*n+6 {
+		t.Errorf("a group of %d claims: %d statements; want %d", n, stmts, 3*n+6)
 	}
 	for _, m := range ms {
 		e, err := s.GetQueueEntry(ctx, m.Entry.SessionID)
@@ -418,9 +418,9 @@ func TestGroupRoundTrips(t *testing.T) {
 }
 
 // runGroup claims ids in one group of s's combiner, which it makes busy
-// until they all queued; tokenOf, when set, names the connect token of a
-// claim (a name another has makes its writes fail).
-func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens *atomic.Int64, ids []string, tokenOf func(id string) string) ([]store.Mutation, []error) {
+// until they all queued; edit, when set, changes the mutation of a claim
+// (a connect token another has makes its writes fail).
+func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens *atomic.Int64, ids []string, edit func(id string, m *store.Mutation)) ([]store.Mutation, []error) {
 	t.Helper()
 	out := make([]store.Mutation, len(ids))
 	errs := make([]error, len(ids))
@@ -430,10 +430,8 @@ func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens
 			fn := claimFn("acc", tokens)
 			out[i], errs[i] = s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 				m, err := fn(sess, e)
-				if tokenOf != nil {
-					if h := tokenOf(id); h != "" {
-						m.ConnectTokens[0].Hash = h
-					}
+				if edit != nil {
+					edit(id, &m)
 				}
 				return m, err
 			})
@@ -444,16 +442,17 @@ func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens
 }
 
 // A claim of a group whose writes fail (a connect token another session
-// has) is undone alone and gets its error, the claims before and after it
-// commit: whether its writes went with the next claim's reads or, as the
-// last claim's, with the COMMIT (the group is then tried again claim by
-// claim).
+// has) gets its error, the claims before and after it commit: whether its
+// writes, merged with the others', fail the COMMIT (the group is then
+// tried again claim by claim) or, as a claim's that writes a call too,
+// went with the next claim's reads (it alone is undone) or with the
+// COMMIT.
 func TestGroupWriteFails(t *testing.T) {
 	t.Parallel()
 	s := openGrouped(t)
 	ctx := t.Context()
 	now := time.Now()
-	for i := range 7 {
+	for i := range 13 {
 		sess := store.Session{ID: fmt.Sprint("s", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
 		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
 		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
@@ -461,26 +460,38 @@ func TestGroupWriteFails(t *testing.T) {
 		}
 	}
 	var tokens atomic.Int64
-	if _, errs := runGroup(t, s, ctx, now, &tokens, []string{"s0"}, func(string) string { return "taken" }); errs[0] != nil {
+	if _, errs := runGroup(t, s, ctx, now, &tokens, []string{"s0"}, func(_ string, m *store.Mutation) { m.ConnectTokens[0].Hash = "taken" }); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	for _, tc := range []struct {
 		ids  []string
 		fail string
+		call bool // the failing claim writes a call too: no merge
+		// grouped: the other claims commit in the group
+		grouped bool
 	}{
-		{[]string{"s1", "s2", "s3"}, "s2"},
-		{[]string{"s4", "s5", "s6"}, "s6"},
+		{[]string{"s1", "s2", "s3"}, "s2", false, false},
+		{[]string{"s4", "s5", "s6"}, "s6", false, false},
+		{[]string{"s7", "s8", "s9"}, "s8", true, true},
+		{[]string{"s10", "s11", "s12"}, "s12", true, false},
 	} {
 		before, err := s.GetQueueEntry(ctx, tc.fail)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, errs := runGroup(t, s, ctx, now, &tokens, tc.ids, func(id string) string {
-			if id == tc.fail {
-				return "taken"
+		groups, _ := s.ClaimGroups()
+		_, errs := runGroup(t, s, ctx, now, &tokens, tc.ids, func(id string, m *store.Mutation) {
+			if id != tc.fail {
+				return
 			}
-			return ""
+			m.ConnectTokens[0].Hash = "taken"
+			if tc.call {
+				m.Calls = []store.Call{{Seq: 1, Tool: "exec", CreatedAt: now}}
+			}
 		})
+		if after, _ := s.ClaimGroups(); (after > groups) != tc.grouped {
+			t.Errorf("%s failing: %d groups committed; want grouped %v", tc.fail, after-groups, tc.grouped)
+		}
 		for i, id := range tc.ids {
 			e, err := s.GetQueueEntry(ctx, id)
 			if err != nil {

@@ -147,7 +147,7 @@ func (t pgTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 func (t pgTx) Send(ctx context.Context, b *sqlstore.Batch) error {
 	if g, ok := t.tx.(*groupTx); ok {
 		var err error
-		if b, err = g.hold(b); err != nil {
+		if b, err = g.hold(b, false); err != nil {
 			return err
 		}
 	}
