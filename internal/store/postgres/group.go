@@ -88,8 +88,10 @@ const inflightEnv = "OUTPOST_PG_CLAIM_GROUPS_INFLIGHT"
 // callers' contexts.
 const groupTimeout = time.Minute
 
-// lockSessionsSQL locks the session rows of a group in id order.
-const lockSessionsSQL = `SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+// lockSessionsSQL locks the session rows of a group in id order and
+// reads their state (sqlstore.StateCols), which each claim would
+// otherwise read again, locked, with its first statements.
+const lockSessionsSQL = `SELECT ` + sqlstore.StateCols + ` FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
 
 // WithClaimGroup sets the largest number of claims that share one
 // transaction and one commit; 0 or less runs every claim alone.
@@ -149,9 +151,10 @@ type combiner struct {
 type claimReq struct {
 	ctx context.Context
 	id  string // the session it locks first; "" when it picks
-	// first queues the claim's first statements; a pick skips the
-	// sessions of skip.
-	first func(b *pgx.Batch, skip []string)
+	// first queues the claim's first statements, in group g (nil when
+	// alone): a pick skips the sessions whose entries g holds, and the
+	// state of a session g locked is the one g read.
+	first func(b *pgx.Batch, g *groupTx)
 	fn    func(pgx.Tx) error
 
 	err  error // the answer, set before done is closed
@@ -164,7 +167,7 @@ type claimReq struct {
 
 // do runs a claim: at once and alone when nothing runs, else in the next
 // group.
-func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch, []string), fn func(pgx.Tx) error) error {
+func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch, *groupTx), fn func(pgx.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -189,8 +192,8 @@ func (c *combiner) do(ctx context.Context, id string, first func(*pgx.Batch, []s
 }
 
 // alone is first in a transaction of its own, where a pick has nothing
-// to skip.
-func alone(first func(*pgx.Batch, []string)) func(*pgx.Batch) {
+// to skip and nothing is read before it.
+func alone(first func(*pgx.Batch, *groupTx)) func(*pgx.Batch) {
 	if first == nil {
 		return nil
 	}
@@ -294,8 +297,11 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	ids = slices.Compact(ids)
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
+	var locked lockedStates
 	if len(ids) > 0 {
-		b.Queue(lockSessionsSQL, ids)
+		b.Queue(lockSessionsSQL, ids).Query(func(rows pgx.Rows) error {
+			return locked.read(conn.Conn().TypeMap(), rows)
+		})
 	}
 	br := conn.Conn().SendBatch(ctx, b)
 	tx := br.Tx()
@@ -327,7 +333,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 			g[i].solo = true
 		}
 	}
-	gtx := &groupTx{Tx: tx, ctx: ctx}
+	gtx := &groupTx{Tx: tx, ctx: ctx, locked: locked}
 	// undo rolls claim r back to its savepoint, the last taken, and keeps
 	// its answer: err, or to run again alone. A transaction that cannot
 	// be rolled back to it is lost, and the group with it.
@@ -360,7 +366,7 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		begin := func(b *pgx.Batch) {
 			b.Queue("SAVEPOINT claim").Exec(func(pgconn.CommandTag) error { started = true; return nil })
 			if r.first != nil {
-				r.first(b, gtx.skip())
+				r.first(b, gtx)
 			}
 		}
 		mb := &pgx.Batch{}
@@ -420,6 +426,9 @@ type groupTx struct {
 	// held are the queue entries of the claims so far, in the order
 	// their claims ran, to be written with their revs at the COMMIT.
 	held []heldEntry
+	// locked are the states of the sessions the group locked, read with
+	// their locks.
+	locked lockedStates
 }
 
 // heldEntry is the write of a session's queue entry, held back to the
@@ -523,9 +532,10 @@ func (g *groupTx) hold(b *sqlstore.Batch, last bool) (*sqlstore.Batch, error) {
 	return out, nil
 }
 
-// skip is the sessions whose entries the group holds.
+// skip is the sessions whose entries the group holds (none when alone:
+// g nil).
 func (g *groupTx) skip() []string {
-	if len(g.held) == 0 {
+	if g == nil || len(g.held) == 0 {
 		return nil
 	}
 	ids := make([]string, len(g.held))
@@ -702,11 +712,14 @@ func (p plugin) WriteClaim(ctx context.Context, id string, claim bool, first fun
 	if e, _ := audit.Pending(ctx); e != nil {
 		return p.Write(ctx, first, fn)
 	}
-	var begin func(*pgx.Batch, []string)
+	var begin func(*pgx.Batch, *groupTx)
 	if first != nil {
-		begin = func(pb *pgx.Batch, skip []string) {
-			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4), Skip: skip}
+		begin = func(pb *pgx.Batch, g *groupTx) {
+			b := &sqlstore.Batch{Items: make([]sqlstore.BatchItem, 0, 4), Skip: g.skip()}
 			first(b)
+			if g != nil {
+				b = g.locked.use(b)
+			}
 			queue(pb, b)
 		}
 	}

@@ -1,12 +1,22 @@
 package postgres
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
-// Merged writes of a group.
+// Merged reads and writes of a group.
+//
+// A group locks its claims' session rows first, in one statement that
+// reads their states too (lockSessionsSQL): each claim's own locking read
+// of its state would find the same row, as the group holds its lock, so
+// it is answered from there and not sent (lockedStates).
 //
 // A claim writes its session's state, appends its events and stores its
 // connect token: three statements, each with its own executor start, plan
@@ -233,4 +243,69 @@ func queueMerged(b *pgx.Batch, held []heldEntry) {
 	if len(pr.ids) > 0 {
 		b.Queue(mergePrunesSQL, pr.ids, pr.epochs)
 	}
+}
+
+// lockedStates are the session states a group read with its locks, as
+// PostgreSQL sent them, by session id.
+type lockedStates struct {
+	m      *pgtype.Map
+	fields []pgconn.FieldDescription
+	rows   map[string][][]byte
+}
+
+// getStateLockedSQL is a transaction's locking read of its session's
+// state (sqlstore's getStateLocked in this dialect).
+var getStateLockedSQL = sqlstore.GetStateSQL + dialect.Lock.Row
+
+// read keeps the rows of lockSessionsSQL.
+func (l *lockedStates) read(m *pgtype.Map, rows pgx.Rows) error {
+	l.m, l.fields, l.rows = m, slices.Clone(rows.FieldDescriptions()), map[string][][]byte{}
+	for rows.Next() {
+		raw := rows.RawValues()
+		values := make([][]byte, len(raw))
+		for i, v := range raw {
+			if v != nil {
+				values[i] = slices.Clone(v)
+			}
+		}
+		var id string
+		if err := m.Scan(l.fields[0].DataTypeOID, l.fields[0].Format, values[0], &id); err != nil {
+			return fmt.Errorf("locked session id: %w", err)
+		}
+		l.rows[id] = values
+	}
+	return rows.Err()
+}
+
+// use answers, from the rows read, b's locking reads of the state of a
+// session the group locked, and returns b without them: the row is the
+// one that read would find, as the group holds its lock and no other
+// claim of the group writes it before the COMMIT. A read whose answer
+// fails to scan stays in b, to fail there.
+func (l *lockedStates) use(b *sqlstore.Batch) *sqlstore.Batch {
+	if len(l.rows) == 0 {
+		return b
+	}
+	out := b.Items[:0]
+	for _, it := range b.Items {
+		if it.SQL == getStateLockedSQL && it.Row != nil && len(it.Args) == 1 {
+			id, _ := it.Args[0].(string)
+			if values, ok := l.rows[id]; ok && it.Row(lockedRow{l, values}) == nil {
+				continue
+			}
+		}
+		out = append(out, it)
+	}
+	b.Items = out
+	return b
+}
+
+// lockedRow is a row of lockedStates, scanned as pgx scans a row.
+type lockedRow struct {
+	l      *lockedStates
+	values [][]byte
+}
+
+func (r lockedRow) Scan(dest ...any) error {
+	return pgx.ScanRow(r.l.m, r.l.fields, r.values, dest...)
 }

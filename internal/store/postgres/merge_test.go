@@ -52,7 +52,8 @@ func (l *sqlLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatc
 }
 func (l *sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// A group writes its claims' states, events and connect tokens, and
+// A group reads its claims' states with their locks, and writes their
+// states, events and connect tokens, and
 // deletes their older tokens, in one statement of each kind at its
 // COMMIT, and what it stores is what the same claims store alone: every
 // column of the state (NULL or not), every event, the tokens of the new
@@ -124,12 +125,28 @@ func TestGroupMergesWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What each grouped claim's fn is given is the state the group read
+	// with its lock: the session as stored, but its spec and secrets,
+	// which no write transaction reads.
+	want, seen := make([]store.Session, n), make([]store.Session, n)
+	for i := range n {
+		if want[i], err = s.GetSession(ctx, grouped[i]); err != nil {
+			t.Fatal(err)
+		}
+		want[i].Spec, want[i].Secrets = api.SessionSpec{}, nil
+	}
 	log.take()
 	before, _ := s.ClaimGroups()
 	errs := make([]error, n)
 	claims := make([]func(), n)
 	for i := range n {
-		claims[i] = func() { _, errs[i] = s.ClaimSession(ctx, grouped[i], now, claim(i)) }
+		claims[i] = func() {
+			fn := claim(i)
+			_, errs[i] = s.ClaimSession(ctx, grouped[i], now, func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+				seen[i] = sess
+				return fn(sess, e, l)
+			})
+		}
 	}
 	queueInGroup(t, s, claims...)
 	for i, err := range errs {
@@ -141,6 +158,14 @@ func TestGroupMergesWrites(t *testing.T) {
 		t.Fatalf("%d groups ran (%d claims); want 1", groups-before, claimed)
 	}
 	sent := log.take()
+	for i := range n {
+		if !reflect.DeepEqual(seen[i], want[i]) {
+			t.Errorf("claim %d was given\n%+v\nwant\n%+v", i, seen[i], want[i])
+		}
+	}
+	if got := count(sent, getStateLockedSQL); got != 0 {
+		t.Errorf("the group's claims read their states again %d times; want none", got)
+	}
 	// Claim 1 writes a call too: its writes go as they are, one
 	// statement each, and the others' merged.
 	for _, tc := range []struct {
