@@ -19,10 +19,11 @@ import (
 // BenchmarkClaimSessionParallel measures claims through the store, as the
 // server makes them (the combiner groups them), from 25×GOMAXPROCS
 // goroutines (50 on two cores), each of another pending session (b.N of
-// them), on a server of its own with fsync on. Besides claims/s it reports the CPU a claim took
-// in PostgreSQL (every process of the server) and in this process (the
-// store, pgx and the goroutines): the database path of a claim without
-// HTTP around it, the figure to compare before and after a change to it.
+// them), on a server of its own with fsync on. Besides claims/s it
+// reports the CPU a claim took in PostgreSQL (every process of the
+// server) and in this process (the store, pgx and the goroutines): the
+// database path of a claim without HTTP around it, the figure to compare
+// before and after a change to it.
 func BenchmarkClaimSessionParallel(b *testing.B) {
 	n := max(b.N, 1)
 	srv := pgtest.StartT(b, pgtest.Options{Fsync: true})

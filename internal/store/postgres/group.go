@@ -28,11 +28,12 @@ import (
 // one transaction of claims is under way in one transaction of the next:
 //
 //   - BEGIN and the locks of every session row the group names, in id
-//     order (the order of any other writer that locks several), in one
-//     round trip;
+//     order (the order of any other writer that locks several), with
+//     their states, in one round trip;
 //   - each claim under a SAVEPOINT of its own: its reads (a claim by pick
 //     picks FOR UPDATE SKIP LOCKED, which waits for nobody), its fn and
-//     its writes but its queue entry, sent at once. A claim that fails is
+//     the writes the group does not hold back (below), sent with the next
+//     claim's reads. A claim that fails is
 //     rolled back to its savepoint and answered with its own error; the
 //     others go on. The entries are held back to the COMMIT, so a claim
 //     cannot read the entries of the claims before it: a pick skips
@@ -314,7 +315,10 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 		return false, err
 	}
 	// Claims by id run in id order, picks after them, so that a pick
-	// can skip every session claimed before it (groupTx.skip).
+	// can skip every session claimed before it (groupTx.skip); and so
+	// that no statement of the group writes a session's row before that
+	// session's claim by id runs, which lets it take the state read with
+	// the lock (lockedStates.use).
 	slices.SortStableFunc(g, func(a, b *claimReq) int {
 		switch {
 		case a.id == b.id:

@@ -512,6 +512,66 @@ func TestGroupWriteFails(t *testing.T) {
 	}
 }
 
+// Many writers of a few sessions, updates grouped with claims: each
+// update adds one to its session's LastSeq, read from the state its
+// transaction was given, so a state read before its lock (or before
+// another write of the group) loses an increment.
+func TestGroupStateUnderContention(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(32), WithGroupUpdates(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	const sessions, writers, rounds = 4, 40, 25
+	for i := range sessions {
+		sess := store.Session{ID: fmt.Sprint("c", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := s.ClaimGroups()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for r := range rounds {
+				id := fmt.Sprint("c", (w+r)%sessions)
+				if _, err := s.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+					sess.LastSeq++
+					e.UpdatedAt = time.Now()
+					return store.Mutation{Session: &sess, Entry: &e}, nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var sum int64
+	for i := range sessions {
+		sess, err := s.GetSession(ctx, fmt.Sprint("c", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += sess.LastSeq
+	}
+	if sum != writers*rounds {
+		t.Errorf("LastSeq sums to %d; want %d", sum, writers*rounds)
+	}
+	if groups, _ := s.ClaimGroups(); groups == before {
+		t.Errorf("no writes shared a transaction")
+	}
+}
+
 // queueInGroup runs claims, each queued in turn on s's combiner (made busy
 // until all queued), so that they run as one group.
 func queueInGroup(t *testing.T, s *Store, claims ...func()) {

@@ -128,9 +128,12 @@ func mergeable(b *sqlstore.Batch) (mergedWrites, bool) {
 	return w, entries == 1
 }
 
+// stateArgs is the number of UpdateStateSQL's arguments.
+const stateArgs = 13
+
 // stateOf types UpdateStateSQL's arguments.
 func stateOf(a []any) (*stateRow, bool) {
-	if len(a) != 13 {
+	if len(a) != stateArgs {
 		return nil, false
 	}
 	var r stateRow
@@ -205,25 +208,36 @@ func nullNum(v any, p **int64) bool {
 	return ok
 }
 
+// stateRows are mergeStateSQL's arguments.
+type stateRows struct {
+	ids, status, detail, reason, worker []string
+	lastSeq, updated                    []int64
+	caps, usage, policy, approvals      []*string
+	started, ended                      []*int64
+}
+
+func (st *stateRows) add(r *stateRow) {
+	st.ids, st.status = append(st.ids, r.id), append(st.status, r.status)
+	st.detail, st.reason = append(st.detail, r.detail), append(st.reason, r.reason)
+	st.lastSeq, st.caps = append(st.lastSeq, r.lastSeq), append(st.caps, r.caps)
+	st.updated, st.started = append(st.updated, r.updated), append(st.started, r.started)
+	st.ended, st.usage = append(st.ended, r.ended), append(st.usage, r.usage)
+	st.policy, st.worker = append(st.policy, r.policy), append(st.worker, r.worker)
+	st.approvals = append(st.approvals, r.approvals)
+}
+
 // queueMerged queues the merged writes of held, in the order one claim
-// sends its own: states, events, tokens, then the prunes of older tokens.
+// sends its own: states, events, tokens, then the deletes of older
+// tokens (a write may add a token of an epoch it deletes).
 func queueMerged(b *pgx.Batch, held []heldEntry) {
-	var st struct {
-		ids, status, detail, reason, worker []string
-		lastSeq, updated                    []int64
-		caps, usage, policy, approvals      []*string
-		started, ended                      []*int64
-	}
+	var st stateRows
 	var ev eventRows
 	var tk tokenRows
 	var pr pruneRows
 	for _, h := range held {
 		w := &h.writes
-		if r := w.state; r != nil {
-			st.ids, st.status, st.detail, st.reason = append(st.ids, r.id), append(st.status, r.status), append(st.detail, r.detail), append(st.reason, r.reason)
-			st.lastSeq, st.caps, st.updated = append(st.lastSeq, r.lastSeq), append(st.caps, r.caps), append(st.updated, r.updated)
-			st.started, st.ended, st.usage = append(st.started, r.started), append(st.ended, r.ended), append(st.usage, r.usage)
-			st.policy, st.worker, st.approvals = append(st.policy, r.policy), append(st.worker, r.worker), append(st.approvals, r.approvals)
+		if w.state != nil {
+			st.add(w.state)
 		}
 		ev.ids, ev.seqs, ev.bodies = append(ev.ids, w.events.ids...), append(ev.seqs, w.events.seqs...), append(ev.bodies, w.events.bodies...)
 		tk.hashes, tk.ids = append(tk.hashes, w.tokens.hashes...), append(tk.ids, w.tokens.ids...)
@@ -279,9 +293,11 @@ func (l *lockedStates) read(m *pgtype.Map, rows pgx.Rows) error {
 
 // use answers, from the rows read, b's locking reads of the state of a
 // session the group locked, and returns b without them: the row is the
-// one that read would find, as the group holds its lock and no other
-// claim of the group writes it before the COMMIT. A read whose answer
-// fails to scan stays in b, to fail there.
+// one that read would find, as the group holds its lock and no statement
+// of the group writes the row before that session's claim by id runs
+// (claims by id run first, one a session, each writing its own). A read
+// whose answer fails to scan stays in b, to fail there: its callback then
+// runs twice, the second time with the row as sent.
 func (l *lockedStates) use(b *sqlstore.Batch) *sqlstore.Batch {
 	if len(l.rows) == 0 {
 		return b

@@ -53,12 +53,12 @@ func (l *sqlLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatc
 func (l *sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // A group reads its claims' states with their locks, and writes their
-// states, events and connect tokens, and
-// deletes their older tokens, in one statement of each kind at its
-// COMMIT, and what it stores is what the same claims store alone: every
-// column of the state (NULL or not), every event, the tokens of the new
-// epoch only. A claim that also writes something the group does not merge
-// (a call) sends its writes in order, as before, among the merged ones.
+// states, events and connect tokens, and deletes their older tokens, in
+// one statement of each kind at its COMMIT; what it stores is what the
+// same claims store alone: every column of the state (NULL or not), every
+// event, the tokens of the new epoch only, and no other session's. A
+// claim that also writes something the group does not merge (a call)
+// sends its writes in order, as before, among the merged ones.
 func TestGroupMergesWrites(t *testing.T) {
 	t.Parallel()
 	var log sqlLog
@@ -70,7 +70,7 @@ func TestGroupMergesWrites(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now().Truncate(time.Millisecond)
 	const n = 4
-	var tokens atomic.Int64
+	var minted atomic.Int64
 	// claim is the ith claim's fn: each i sets a different mix of the
 	// state's nullable columns, two events and a token of the next epoch.
 	claim := func(i int) func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
@@ -94,6 +94,12 @@ func TestGroupMergesWrites(t *testing.T) {
 			if i == 1 {
 				calls = []store.Call{{Seq: 1, Tool: "exec", Args: []byte(`{"cmd":"true"}`), CreatedAt: now}}
 			}
+			tokens := []store.ConnectToken{{Hash: fmt.Sprint("ct-", minted.Add(1)), Epoch: e.Epoch, CreatedAt: now}}
+			if i == 2 {
+				// A token of an older epoch, added and deleted by the same
+				// write: the delete comes after the insert.
+				tokens = append(tokens, store.ConnectToken{Hash: fmt.Sprint("ct-", minted.Add(1)), Epoch: e.Epoch - 1, CreatedAt: now})
+			}
 			return store.Mutation{
 				Calls:   calls,
 				Session: &sess,
@@ -102,7 +108,7 @@ func TestGroupMergesWrites(t *testing.T) {
 					{Time: now.UnixMilli(), Type: api.EventClaim, AcceptorID: "acc"},
 					{Time: now.UnixMilli(), Type: api.EventOutput, Text: fmt.Sprint("claimed ", i, "\n")},
 				},
-				ConnectTokens: []store.ConnectToken{{Hash: fmt.Sprint("ct-", tokens.Add(1)), Epoch: e.Epoch, CreatedAt: now}},
+				ConnectTokens: tokens,
 			}, nil
 		}
 	}
@@ -124,6 +130,15 @@ func TestGroupMergesWrites(t *testing.T) {
 		if _, err := s.ClaimSession(ctx, alone[i], now, claim(i)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A session outside the group keeps its token of an older epoch: the
+	// group deletes the older tokens of its own sessions only.
+	bystander := store.Session{ID: "b0", OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateSession(ctx, bystander, &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimSession(ctx, "b0", now, claim(0)); err != nil {
+		t.Fatal(err)
 	}
 	// What each grouped claim's fn is given is the state the group read
 	// with its lock: the session as stored, but its spec and secrets,
@@ -184,6 +199,9 @@ func TestGroupMergesWrites(t *testing.T) {
 		if got := count(sent, tc.sql); got != tc.want {
 			t.Errorf("the group sent %d %s writes; want %d", got, tc.name, tc.want)
 		}
+	}
+	if b := stored(t, s, "b0"); !reflect.DeepEqual(b.epochs, []int64{1}) {
+		t.Errorf("the session outside the group has tokens of epochs %v; want [1]", b.epochs)
 	}
 	for i := range n {
 		a, g := stored(t, s, alone[i]), stored(t, s, grouped[i])
