@@ -33,21 +33,38 @@ func claimFn(acceptor string, token *atomic.Int64) func(store.Session, store.Que
 // benchStore opens a store on a server of its own with fsync on, so every
 // commit is durable as in production, holding n pending sessions.
 func benchStore(b *testing.B, n int) *Store {
+	s, _ := benchServer(b, n)
+	return s
+}
+
+// benchServer is benchStore and the server it runs on.
+func benchServer(b *testing.B, n int) (*Store, *pgtest.Server) {
 	srv := pgtest.StartT(b, pgtest.Options{Fsync: true})
 	s, err := Open(b.Context(), srv.Database(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("s", i)
+	}
+	createPending(b, s, ids...)
+	return s, srv
+}
+
+// createPending creates sessions ids of outpost op, each with a pending
+// entry and no events.
+func createPending(tb testing.TB, s *Store, ids ...string) {
+	tb.Helper()
 	now := time.Now()
-	for i := range n {
-		sess := store.Session{ID: fmt.Sprint("s", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+	for _, id := range ids {
+		sess := store.Session{ID: id, OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
 		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
-		if err := s.CreateSession(b.Context(), sess, e, nil); err != nil {
-			b.Fatal(err)
+		if err := s.CreateSession(tb.Context(), sess, e, nil); err != nil {
+			tb.Fatal(err)
 		}
 	}
-	return s
 }
 
 // BenchmarkUpdateSession measures serial claim-style updates, each one

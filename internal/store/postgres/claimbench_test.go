@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-sh/outpost/api"
 	"github.com/outpost-sh/outpost/internal/store"
-	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
 
 // BenchmarkClaimSessionParallel measures claims through the store, as the
@@ -28,20 +26,7 @@ import (
 // before and after a change to it.
 func BenchmarkClaimSessionParallel(b *testing.B) {
 	n := max(b.N, 1)
-	srv := pgtest.StartT(b, pgtest.Options{Fsync: true})
-	s, err := Open(b.Context(), srv.Database(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	now := time.Now()
-	for i := range n {
-		sess := store.Session{ID: fmt.Sprint("s", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
-		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
-		if err := s.CreateSession(b.Context(), sess, e, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	s, srv := benchServer(b, n)
 	var tokens, next atomic.Int64
 	pgBefore, selfBefore := treeCPU(srv.PID()), selfCPU()
 	b.SetParallelism(25)

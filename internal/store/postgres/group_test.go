@@ -284,11 +284,7 @@ func TestGroupUpdates(t *testing.T) {
 	now := time.Now()
 	const workers, rounds = 30, 10
 	for i := range workers {
-		sess := store.Session{ID: fmt.Sprint("u", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
-		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
-		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
-			t.Fatal(err)
-		}
+		createPending(t, s, fmt.Sprint("u", i))
 	}
 	var tokens atomic.Int64
 	var wg sync.WaitGroup
@@ -524,15 +520,8 @@ func TestGroupStateUnderContention(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := t.Context()
-	now := time.Now()
 	const sessions, writers, rounds = 4, 40, 25
-	for i := range sessions {
-		sess := store.Session{ID: fmt.Sprint("c", i), OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
-		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
-		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createPending(t, s, "c0", "c1", "c2", "c3")
 	before, _ := s.ClaimGroups()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
