@@ -13,6 +13,7 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +241,28 @@ func syncTo(t *testing.T, v *rfbtest.Client, want *image.RGBA, tol int, what str
 	}
 }
 
+// settle waits until the VNC server has nothing more to send: syncTo
+// stops within a tolerance, so an update of the last few pixels may still
+// be on its way, and would be taken for the effect of what comes next.
+func settle(t *testing.T, v *rfbtest.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := v.Request(true); err != nil {
+			t.Fatal(err)
+		}
+		_, err := v.ReadUpdate(500 * time.Millisecond)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("the screen still changed 10 s after the VNC client caught up with it")
+}
+
 func desktopActions(t *testing.T, c *client.Client, id string) []string {
 	t.Helper()
 	l, err := c.Sessions.Events(t.Context(), id, 0, 1000)
@@ -333,6 +356,7 @@ func TestSessionsDesktopVNC(t *testing.T) {
 	touch(t, work, "go1")
 	before := computerShot(t, c, id, 2)
 	syncTo(t, v, before, 640*480/100, "view only")
+	settle(t, v)
 	// Keys and a click from a view-only client reach nothing: no update
 	// follows and the transcript records no takeover.
 	_ = v.Pointer(1, 40, 40)
