@@ -121,9 +121,17 @@ func benchDatabase(b *testing.B) string {
 	return u
 }
 
-// outpostBinary builds the outpost binary the first time it is needed.
+// outpostBinary builds the outpost binary the first time it is needed, or
+// returns OUTPOST_BENCH_BINARY: a binary built beforehand, for a machine
+// that has no Go toolchain.
 func outpostBinary(b *testing.B) string {
 	b.Helper()
+	if p := os.Getenv("OUTPOST_BENCH_BINARY"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			b.Fatalf("OUTPOST_BENCH_BINARY=%q: %v", p, err)
+		}
+		return p
+	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "outpost-bench-bin")
 		if buildErr != nil {
