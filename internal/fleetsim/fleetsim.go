@@ -179,11 +179,17 @@ type sim struct {
 
 // session is what the simulator knows of one session.
 type session struct {
-	id        string
-	created   time.Time
-	welcomed  chan struct{}
-	firstCall time.Time
-	sent      map[int64]time.Time // result sent by the remote, by seq
+	id string
+	// asked is when the create request was sent, created when its answer
+	// came; both zero until the creator has the answer.
+	asked, created time.Time
+	// claim is the claim that won the session, zero until the runner
+	// had it; claimTimed says its latency was recorded.
+	claim      span
+	claimTimed bool
+	welcomed   chan struct{}
+	firstCall  time.Time
+	sent       map[int64]time.Time // result sent by the remote, by seq
 	// early says the remote was welcomed before the creator had the
 	// create's answer (a claim waiting at the server is that quick): the
 	// creator counts it when it registers the session.
@@ -193,10 +199,9 @@ type session struct {
 // welcomed is called once per session when its remote is first welcomed.
 func (s *sim) welcomed(id string) {
 	s.mu.Lock()
-	ss := s.sessions[id]
-	if ss == nil {
-		ss = &session{id: id, welcomed: make(chan struct{}), sent: map[int64]time.Time{}, early: true}
-		s.sessions[id] = ss
+	ss := s.sessionLocked(id)
+	if ss.created.IsZero() {
+		ss.early = true
 		s.mu.Unlock()
 		close(ss.welcomed)
 		return
@@ -208,7 +213,60 @@ func (s *sim) welcomed(id string) {
 	close(ss.welcomed)
 }
 
-func (s *sim) claimed(string) {}
+// registerCreated notes session id, whose create request was sent at
+// asked and answered at created, and reports whether its remote was
+// welcomed before that answer came.
+func (s *sim) registerCreated(id string, asked, created time.Time) (ss *session, early bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss = s.sessionLocked(id)
+	ss.asked, ss.created = asked, created
+	s.timeClaimLocked(ss)
+	return ss, ss.early
+}
+
+// sessionLocked returns what the simulator knows of session id, adding
+// an entry when the session is new to it (a claim or a welcome can come
+// before the creator has the create's answer). s.mu must be held.
+func (s *sim) sessionLocked(id string) *session {
+	ss := s.sessions[id]
+	if ss == nil {
+		ss = &session{id: id, welcomed: make(chan struct{}), sent: map[int64]time.Time{}}
+		s.sessions[id] = ss
+	}
+	return ss
+}
+
+// claimed notes the claim that won session id, which was sent and
+// answered in won (zero when the transport saw none).
+func (s *sim) claimed(id string, won span) {
+	if won.end.IsZero() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessionLocked(id)
+	ss.claim = won
+	s.timeClaimLocked(ss)
+}
+
+// timeClaimLocked records the latency of the claim that won ss once both
+// the claim and the create request are known: from the later of the
+// claim sent and the create sent to the claim's answer. A claim that
+// waited at the server before the session existed is timed from the
+// moment the session was asked for, not from when it began to wait.
+// s.mu must be held.
+func (s *sim) timeClaimLocked(ss *session) {
+	if ss.claimTimed || ss.claim.end.IsZero() || ss.asked.IsZero() {
+		return
+	}
+	ss.claimTimed = true
+	from := ss.claim.start
+	if ss.asked.After(from) {
+		from = ss.asked
+	}
+	s.lat.claim.add(max(ss.claim.end.Sub(from), 0))
+}
 
 func (s *sim) remoteEnded(string) { s.ended.Add(1) }
 

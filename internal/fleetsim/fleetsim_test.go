@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,44 @@ func TestPrintShowsReplicas(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestClaimLatencyExcludesTheWait checks what the claim latency measures:
+// a claim that waited at the server before its session was asked for is
+// timed from the create request, one sent after it from itself, whichever
+// of the claim's answer and the create's answer the simulator learns
+// first; a session without a create of the simulator's is not timed.
+func TestClaimLatencyExcludesTheWait(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s := &sim{sessions: map[string]*session{}}
+
+	// Parked 30 s before the create; answered 4 ms after it was sent,
+	// before the creator had the create's answer.
+	s.claimed("a", span{at(0), at(30_004)})
+	if _, early := s.registerCreated("a", at(30_000), at(30_006)); early {
+		t.Error("session a: early without a welcome")
+	}
+	// Sent 10 ms after the create; the create's answer came first.
+	s.registerCreated("b", at(40_000), at(40_003))
+	s.claimed("b", span{at(40_010), at(40_012)})
+	// Welcomed before the creator had the answer: early, and timed once
+	// however often the answers come.
+	s.claimed("c", span{at(50_000), at(50_001)})
+	s.welcomed("c")
+	if _, early := s.registerCreated("c", at(49_999), at(50_005)); !early {
+		t.Error("session c: welcomed before its create's answer, not early")
+	}
+	s.claimed("c", span{at(50_000), at(50_001)})
+	// Not created by the simulator, and a claim the transport never saw.
+	s.claimed("d", span{at(60_000), at(60_002)})
+	s.claimed("e", span{})
+
+	got := append([]time.Duration(nil), s.lat.claim.d...)
+	slices.Sort(got)
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+	if !slices.Equal(got, want) {
+		t.Errorf("claim latencies %v, want %v", got, want)
 	}
 }

@@ -109,7 +109,10 @@ type Calls struct {
 
 // Latencies are the measured distributions.
 type Latencies struct {
-	// Claim is a claim request that won a session.
+	// Claim is a claim request that won a session, from the later of
+	// the claim sent and the session's create request sent to the
+	// claim's answer: a claim waiting at the server for a session to
+	// exist counts from the moment the session was asked for.
 	Claim Dist `json:"claim"`
 	// Dispatch is session created → its first call running at the remote.
 	Dispatch Dist `json:"dispatch"`

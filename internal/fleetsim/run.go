@@ -209,15 +209,7 @@ func (s *sim) createOne(ctx context.Context, i int, agents *sync.WaitGroup) {
 	now := time.Now()
 	s.lat.create.add(now.Sub(start))
 	s.created.Add(1)
-	s.mu.Lock()
-	ss := s.sessions[sess.Metadata.SessionID]
-	if ss == nil {
-		ss = &session{id: sess.Metadata.SessionID, welcomed: make(chan struct{}), sent: map[int64]time.Time{}}
-		s.sessions[ss.id] = ss
-	}
-	ss.created = now
-	early := ss.early
-	s.mu.Unlock()
+	ss, early := s.registerCreated(sess.Metadata.SessionID, start, now)
 	if early {
 		// Its remote was welcomed before this answer came.
 		s.lat.connect.add(0)

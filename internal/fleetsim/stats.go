@@ -193,6 +193,22 @@ type timed struct {
 	open  func()
 	once  sync.Once
 	watch atomic.Bool // a watch stream is open now
+
+	mu  sync.Mutex // guards won
+	won span       // the last claim that won a session, until taken
+}
+
+// span is when a request was sent and when its answer came.
+type span struct{ start, end time.Time }
+
+// takeWon returns the span of the last claim that won a session and
+// forgets it.
+func (t *timed) takeWon() span {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.won
+	t.won = span{}
+	return w
 }
 
 func (t *timed) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -213,8 +229,13 @@ func (t *timed) RoundTrip(req *http.Request) (*http.Response, error) {
 	case "claim":
 		t.sim.claimAttempts.Add(1)
 		if resp.StatusCode == http.StatusOK {
+			// Timed once the runner knows the session (sim.claimed):
+			// a claim waits at the server for a session to exist, and
+			// that wait is not the claim's latency.
 			t.sim.claims.Add(1)
-			t.sim.lat.claim.add(d)
+			t.mu.Lock()
+			t.won = span{start, start.Add(d)}
+			t.mu.Unlock()
 		} else if resp.StatusCode == http.StatusConflict {
 			t.sim.conflicts.Add(1)
 		}

@@ -19,6 +19,7 @@ import (
 // simulated remote in this process instead of starting one.
 type worker struct {
 	sim      *sim
+	t        *timed
 	c        *fleet.Consumer
 	acceptor string
 	idle     func() // closes the worker's idle connections
@@ -27,7 +28,8 @@ type worker struct {
 func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
 	hc := s.tr.own()
 	base := hc.Transport
-	hc.Transport = &timed{base: base, sim: s, open: open}
+	t := &timed{base: base, sim: s, open: open}
+	hc.Transport = t
 	// Workers are spread round robin over the servers, as a balancer
 	// would spread their connections.
 	c, err := client.New(s.server(i), token, client.WithHTTPClient(hc), client.WithUserAgent("outpost-fleetsim"))
@@ -38,7 +40,7 @@ func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
 	caps := &api.Capabilities{OS: "linux", Arch: runtime.GOARCH, CPUs: 1, Hostname: acceptor, Tools: []string{api.ToolExec}}
 	id := &fleet.Identity{AcceptorID: acceptor, Kind: api.WorkerKindWorker, Instance: fmt.Sprintf("%016x", rand.Uint64())}
 	info := api.WorkerInfo{Kind: api.WorkerKindWorker, Hostname: acceptor, Version: "fleetsim", Capabilities: caps, MaxSessions: 1, Instance: id.Instance}
-	w := &worker{sim: s, acceptor: acceptor, idle: base.(*http.Transport).CloseIdleConnections}
+	w := &worker{sim: s, t: t, acceptor: acceptor, idle: base.(*http.Transport).CloseIdleConnections}
 	w.c = &fleet.Consumer{
 		Client:   c,
 		Outpost:  s.outpost,
@@ -58,7 +60,7 @@ func (w *worker) Run(ctx context.Context, s *fleet.Session) fleet.Outcome {
 	if gw == "" {
 		return fleet.NotStarted(fmt.Errorf("the claim of session %s names no gateway", s.ID)).Postponed()
 	}
-	w.sim.claimed(s.ID)
+	w.sim.claimed(s.ID, w.t.takeWon())
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(w.sim.remotesCtx, cancel)
