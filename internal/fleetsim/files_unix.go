@@ -9,7 +9,9 @@ import (
 
 // checkFiles makes sure the process may open n connections (Go raises
 // the soft limit to the hard one at start on Linux; this raises it
-// elsewhere) and says what to do when it may not.
+// elsewhere) and says what to do when it may not: raise the limit, or
+// split the fleet over several simulators, which a hard limit the user
+// may not raise leaves as the only way.
 func checkFiles(n int) error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
@@ -21,7 +23,7 @@ func checkFiles(n int) error {
 		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 	if want := uint64(n) + 256; l.Cur < want {
-		return fmt.Errorf("this process may open %d files and the simulation needs about %d connections: raise the limit (ulimit -n %d)", l.Cur, want, want)
+		return fmt.Errorf("this process may open %d files (hard limit %d) and the simulation needs about %d (three a worker, two a session, one a follower): raise the limit (ulimit -n %d), or run several simulators at once, each with a share of --workers and --sessions", l.Cur, l.Max, want, want)
 	}
 	return nil
 }

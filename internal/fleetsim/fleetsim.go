@@ -308,13 +308,19 @@ func (s *sim) sentAt(id string, seq int64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// openFiles is about how many descriptors a run holds at once: three a
+// worker (its queue watch, its claim waiting at the server and the
+// connection its heartbeats and other requests take), two a session
+// (its remote's gateway connection and its agent's) and one a follower.
+func (o Options) openFiles() int { return 3*o.Workers + 2*o.Sessions + o.Followers }
+
 // Run runs one simulation and returns its report. The report is returned
 // also with an error when the run could not finish.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	if err := checkFiles(opts.Workers + opts.Sessions + opts.Followers); err != nil {
+	if err := checkFiles(opts.openFiles()); err != nil {
 		return nil, err
 	}
 	s := &sim{opts: opts, run: fmt.Sprintf("%06x", rand.N(1<<24)), sessions: map[string]*session{}, byCall: map[string]int{}, calls: map[string]bool{}}
