@@ -261,6 +261,12 @@ func (s *sim) timeClaimLocked(ss *session) {
 		return
 	}
 	ss.claimTimed = true
+	if ss.claim.end.Before(ss.asked) {
+		// Answered before the session was asked for: not its claim but
+		// an earlier one whose session was never run (a worker
+		// recovering a claim by id takes the last span it saw).
+		return
+	}
 	from := ss.claim.start
 	if ss.asked.After(from) {
 		from = ss.asked

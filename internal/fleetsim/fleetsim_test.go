@@ -247,11 +247,60 @@ func TestClaimLatencyExcludesTheWait(t *testing.T) {
 	// Not created by the simulator, and a claim the transport never saw.
 	s.claimed("d", span{at(60_000), at(60_002)})
 	s.claimed("e", span{})
+	// A span left from an earlier claim, answered before this session
+	// was asked for, is not this session's claim.
+	s.claimed("f", span{at(70_000), at(70_001)})
+	s.registerCreated("f", at(80_000), at(80_002))
 
 	got := append([]time.Duration(nil), s.lat.claim.d...)
 	slices.Sort(got)
 	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
 	if !slices.Equal(got, want) {
 		t.Errorf("claim latencies %v, want %v", got, want)
+	}
+}
+
+// answer is a RoundTripper that answers every request with code.
+type answer int
+
+func (a answer) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: int(a), Body: http.NoBody, Request: req}, nil
+}
+
+// TestTimedKeepsTheWinningClaim: the worker's transport keeps the span
+// of a claim-next that won a session (200) for the runner, and nothing
+// for one that found none (204), lost (409) or was a renewal.
+func TestTimedKeepsTheWinningClaim(t *testing.T) {
+	claimNext := "http://127.0.0.1:1/v1/outposts/o/queue:claim"
+	for _, tc := range []struct {
+		url  string
+		code int
+		won  bool
+	}{
+		{claimNext, http.StatusOK, true},
+		{claimNext, http.StatusNoContent, false},
+		{claimNext, http.StatusConflict, false},
+		{"http://127.0.0.1:1/v1/outposts/o/queue/s1/claim", http.StatusOK, false},
+	} {
+		s := &sim{}
+		tr := &timed{base: answer(tc.code), sim: s}
+		req, _ := http.NewRequest(http.MethodPost, tc.url, nil)
+		before := time.Now()
+		if _, err := tr.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		w := tr.takeWon()
+		if got := !w.end.IsZero(); got != tc.won {
+			t.Errorf("%s answered %d: span kept %v, want %v", tc.url, tc.code, got, tc.won)
+			continue
+		}
+		if tc.won {
+			if w.start.Before(before) || w.end.Before(w.start) {
+				t.Errorf("span %v–%v, want from the request (after %v) to its answer", w.start, w.end, before)
+			}
+			if again := tr.takeWon(); !again.end.IsZero() {
+				t.Error("the span was taken twice")
+			}
+		}
 	}
 }

@@ -194,8 +194,10 @@ type timed struct {
 	once  sync.Once
 	watch atomic.Bool // a watch stream is open now
 
+	// won is the last claim that won a session, until its runner takes
+	// it: one slot, as a simulated worker runs one session at a time.
 	mu  sync.Mutex // guards won
-	won span       // the last claim that won a session, until taken
+	won span
 }
 
 // span is when a request was sent and when its answer came.
