@@ -4,7 +4,7 @@
 #   outpost.xz      the outpost binary of this tree
 #   bench.test.xz   the benchmarks (go test -c ./test/bench/)
 #   pg.tar.xz       this machine's PostgreSQL (initdb, postgres, pg_ctl, psql,
-#                   pg_test_fsync; its modules, share files and the shared
+#                   pg_isready, pg_test_fsync; its modules, share files and the shared
 #                   libraries they load, glibc's own excepted)
 #   run.sh          scripts/bench-remote.sh: unpacks all that and runs the
 #                   benchmarks there (see its header)
@@ -40,6 +40,9 @@ for b in postgres initdb pg_ctl psql pg_isready pg_test_fsync; do
 done
 # The modules initdb and a server load: PL/pgSQL, text search, encoding
 # conversions, replication; not the JIT (LLVM is large and off by default).
+for m in plpgsql dict_snowball; do
+  [ -f "$pgbin/../lib/$m.so" ] || { log "$pgbin/../lib/$m.so is missing: initdb needs it"; exit 1; }
+done
 for m in plpgsql dict_snowball libpqwalreceiver pgoutput 'utf8_and_*' 'euc*' 'latin*' 'cyrillic*' 'ascii*'; do
   cp $pgbin/../lib/$m.so "$root/usr/lib/postgresql/$pgver/lib/" 2>/dev/null || true
 done

@@ -162,6 +162,11 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 	if opts.pprof != "" && !opts.local {
 		return usageErrorf("--pprof-listen needs --local: a server given with --server has its own settings")
 	}
+	// Before any server is started for the run: a fleet this process
+	// cannot hold would otherwise fail part-way with "too many open files".
+	if err := s.CheckFiles(); err != nil {
+		return usageErrorf("%v", err)
+	}
 	if opts.local {
 		if f.Server != "" {
 			return usageErrorf("give --server or --local, not both")

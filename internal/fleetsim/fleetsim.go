@@ -320,13 +320,18 @@ func (s *sim) sentAt(id string, seq int64) (time.Time, bool) {
 // (its remote's gateway connection and its agent's) and one a follower.
 func (o Options) openFiles() int { return 3*o.Workers + 2*o.Sessions + o.Followers }
 
+// CheckFiles reports, as an error saying what to do, whether this process
+// may hold the descriptors a run of o needs (Run checks it too; a caller
+// that starts servers for the run checks it first).
+func (o Options) CheckFiles() error { return checkFiles(o.openFiles()) }
+
 // Run runs one simulation and returns its report. The report is returned
 // also with an error when the run could not finish.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	if err := checkFiles(opts.openFiles()); err != nil {
+	if err := opts.CheckFiles(); err != nil {
 		return nil, err
 	}
 	s := &sim{opts: opts, run: fmt.Sprintf("%06x", rand.N(1<<24)), sessions: map[string]*session{}, byCall: map[string]int{}, calls: map[string]bool{}}

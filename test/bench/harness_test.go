@@ -127,10 +127,16 @@ func benchDatabase(b *testing.B) string {
 func outpostBinary(b *testing.B) string {
 	b.Helper()
 	if p := os.Getenv("OUTPOST_BENCH_BINARY"); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
+		// Absolute, so that a bare name found on PATH, or a relative
+		// path, names the same file for every process started.
+		found, err := exec.LookPath(p)
+		if err == nil {
+			found, err = filepath.Abs(found)
+		}
+		if err != nil {
 			b.Fatalf("OUTPOST_BENCH_BINARY=%q: %v", p, err)
 		}
-		return p
+		return found
 	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "outpost-bench-bin")
