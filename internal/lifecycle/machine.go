@@ -16,8 +16,8 @@ import (
 // bulk.
 type Store interface {
 	UpdateSession(ctx context.Context, id string, fn func(s store.Session, e store.QueueEntry) (store.Mutation, error)) (store.Mutation, error)
-	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
-	ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+	ClaimSession(ctx context.Context, id string, now time.Time, tokenID string, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
+	ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter, fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error)
 	NextSkippedLocked(ctx context.Context, outpostID string, f store.NextFilter) (bool, error)
 
 	GetSession(ctx context.Context, id string) (store.Session, error)
@@ -206,7 +206,7 @@ func (mc *Machine) ClaimWith(ctx context.Context, sessionID, acceptor, tokenID s
 func (mc *Machine) ClaimIf(ctx context.Context, sessionID, acceptor, tokenID string, check func(e store.QueueEntry) error) (Grant, error) {
 	c := mc.newClaimTx(acceptor, tokenID)
 	c.check = check
-	m, err := mc.opts.Store.ClaimSession(ctx, sessionID, c.req.Now, c.fn)
+	m, err := mc.opts.Store.ClaimSession(ctx, sessionID, c.req.Now, tokenID, c.fn)
 	return mc.claimed(ctx, c, m, err)
 }
 
@@ -290,7 +290,7 @@ func (mc *Machine) claimNext(ctx context.Context, outpostID, acceptor, tokenID s
 			}
 			return nil
 		}
-		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, f, c.fn)
+		m, err := mc.opts.Store.ClaimNext(ctx, outpostID, c.req.Now, tokenID, f, c.fn)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			// A pick skips entries other transactions hold locked
@@ -335,6 +335,8 @@ func (mc *Machine) claimed(ctx context.Context, c *claimTx, m store.Mutation, er
 			outcome = "at_capacity"
 		case errors.Is(err, ErrConflict), errors.Is(err, ErrEnded):
 			outcome = "conflict"
+		case errors.Is(err, store.ErrTokenRevoked):
+			outcome = "unauthorized"
 		}
 		h.Claims(outcome)
 		return Grant{}, err

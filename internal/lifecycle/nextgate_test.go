@@ -22,7 +22,7 @@ type heldStore struct {
 	entered atomic.Int64
 }
 
-func (h *heldStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+func (h *heldStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter,
 	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	h.entered.Add(1)
 	select {
@@ -30,7 +30,7 @@ func (h *heldStore) ClaimNext(ctx context.Context, outpostID string, now time.Ti
 	case <-ctx.Done():
 		return store.Mutation{}, ctx.Err()
 	}
-	return h.Store.ClaimNext(ctx, outpostID, now, f, fn)
+	return h.Store.ClaimNext(ctx, outpostID, now, tokenID, f, fn)
 }
 
 // gateRig is a rig whose Machine's claim-next transactions are held, and

@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +19,12 @@ func TestMachineRevokeClaims(t *testing.T) {
 	ctx := t.Context()
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
 		r.session(t, id)
+	}
+	// A claim reads its token in its transaction: the tokens exist.
+	for _, id := range []string{"tokA", "tokB", "tokC"} {
+		if err := r.st.CreateToken(ctx, store.Token{ID: id, Name: id, Hash: "h" + id, Scopes: []string{api.ScopeMachine}, CreatedAt: r.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	g1, err := r.m.ClaimWith(ctx, "s1", "w1", "tokA")
 	if err != nil {
@@ -104,4 +111,16 @@ func TestMachineRevokeClaims(t *testing.T) {
 	if released, err := r.m.RevokeClaims(ctx, ""); err != nil || len(released) != 0 {
 		t.Fatalf("revoke of no token: %v %v, want nothing", released, err)
 	}
+	// The revoked token itself claims nothing more, counted as refused.
+	if err := r.st.RevokeToken(ctx, "tokA", r.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.rec.take()
+	if _, err := r.m.ClaimWith(ctx, "s2", "w1", "tokA"); !errors.Is(err, store.ErrTokenRevoked) {
+		t.Fatalf("claim with the revoked token: %v, want ErrTokenRevoked", err)
+	}
+	if _, ok, err := r.m.ClaimNext(ctx, "o1", "w1", "tokA", store.NextFilter{}, nil); ok || !errors.Is(err, store.ErrTokenRevoked) {
+		t.Fatalf("claim-next with the revoked token: %v %v, want ErrTokenRevoked", ok, err)
+	}
+	wantCalls(t, r.rec.take(), "claims unauthorized", "claims unauthorized")
 }

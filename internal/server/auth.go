@@ -182,13 +182,31 @@ func (s *Server) authenticateBearer(ctx context.Context, secret string) (princip
 
 // authenticateSecret resolves an API token's secret.
 func (s *Server) authenticateSecret(ctx context.Context, secret string) (principal, error) {
-	t, err := s.store.TokenByHash(ctx, hashSecret(secret))
+	p, _, err := s.authenticateToken(ctx, hashSecret(secret))
+	return p, err
+}
+
+// authenticateToken resolves the API token of hash, and returns its row.
+func (s *Server) authenticateToken(ctx context.Context, hash string) (principal, store.Token, error) {
+	t, err := s.store.TokenByHash(ctx, hash)
 	if errors.Is(err, store.ErrNotFound) {
-		return principal{}, errUnauthorized("The API token is not valid.")
+		return principal{}, t, errUnauthorized("The API token is not valid.")
 	}
 	if err != nil {
-		return principal{}, err
+		return principal{}, t, err
 	}
+	p, err := s.tokenPrincipalNow(ctx, t)
+	return p, t, err
+}
+
+// tokenPrincipal is the principal of token t, as its row says.
+func tokenPrincipal(t store.Token) principal {
+	return principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, sessionID: t.SessionID, expiresAt: t.ExpiresAt, Role: t.Role}
+}
+
+// tokenPrincipalNow is the principal of token t, refused when it is
+// revoked or expired, or its session or user no longer allows it.
+func (s *Server) tokenPrincipalNow(ctx context.Context, t store.Token) (principal, error) {
 	now := s.now()
 	if t.RevokedAt != nil {
 		return principal{}, errUnauthorized("The API token has been revoked.")
@@ -196,7 +214,7 @@ func (s *Server) authenticateSecret(ctx context.Context, secret string) (princip
 	if t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) {
 		return principal{}, errUnauthorized("The API token has expired.")
 	}
-	p := principal{tokenID: t.ID, tokenName: t.Name, scopes: t.Scopes, outpostID: t.OutpostID, sessionID: t.SessionID, expiresAt: t.ExpiresAt, Role: t.Role}
+	p := tokenPrincipal(t)
 	if t.SessionID != "" {
 		// A session's token ends with its session.
 		sess, err := s.store.GetSession(ctx, t.SessionID)
@@ -222,10 +240,15 @@ type handler func(w http.ResponseWriter, r *http.Request) error
 // authed wraps h: the caller must present a valid token holding one of
 // scopes.
 func (s *Server) authed(h handler, scopes ...string) http.HandlerFunc {
+	return s.authedBy(s.authenticate, h, scopes...)
+}
+
+// authedBy is authed, resolving the caller's token with authenticate.
+func (s *Server) authedBy(authenticate func(*http.Request) (principal, error), h handler, scopes ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { s.metrics.requestDuration.WithLabelValues(r.Method).Observe(time.Since(start).Seconds()) }()
-		p, err := s.authenticate(r)
+		p, err := authenticate(r)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -170,8 +170,8 @@ type countedStore struct {
 	claimNext prometheus.Counter
 }
 
-func (c countedStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+func (c countedStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter,
 	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	c.claimNext.Inc()
-	return c.Store.ClaimNext(ctx, outpostID, now, f, fn)
+	return c.Store.ClaimNext(ctx, outpostID, now, tokenID, f, fn)
 }

@@ -29,7 +29,7 @@ type heldNextStore struct {
 	entered atomic.Int64
 }
 
-func (h *heldNextStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+func (h *heldNextStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter,
 	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	h.entered.Add(1)
 	select {
@@ -37,7 +37,7 @@ func (h *heldNextStore) ClaimNext(ctx context.Context, outpostID string, now tim
 	case <-ctx.Done():
 		return store.Mutation{}, ctx.Err()
 	}
-	return h.Store.ClaimNext(ctx, outpostID, now, f, fn)
+	return h.Store.ClaimNext(ctx, outpostID, now, tokenID, f, fn)
 }
 
 // TestClaimNextHerd: 200 claimers asking at once for the next session of
@@ -194,9 +194,9 @@ type goneStore struct {
 	once      sync.Once
 }
 
-func (g *goneStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter,
+func (g *goneStore) ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter,
 	fn func(s store.Session, e store.QueueEntry, load store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
-	m, err := g.Store.ClaimNext(context.WithoutCancel(ctx), outpostID, now, f, fn)
+	m, err := g.Store.ClaimNext(context.WithoutCancel(ctx), outpostID, now, tokenID, f, fn)
 	g.once.Do(func() { close(g.committed) })
 	<-ctx.Done()
 	return m, err

@@ -139,6 +139,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		he = lifecycleAnswer(le)
 	case errors.As(err, &se):
 		he = &httpError{se.Status, se.Code, se.Message}
+	case errors.Is(err, store.ErrTokenRevoked):
+		// A claim read its token again in its own transaction and found
+		// it revoked (or expired) since the request was authenticated.
+		he = &httpError{http.StatusUnauthorized, api.CodeUnauthorized, "The API token has been revoked or has expired; the claim was not made."}
 	case errors.Is(err, store.ErrNotFound):
 		he = &httpError{http.StatusNotFound, api.CodeNotFound, "The requested object does not exist."}
 	case errors.Is(err, store.ErrConflict):

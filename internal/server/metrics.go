@@ -47,6 +47,9 @@ type metrics struct {
 	claimNextTx, claimNextShared prometheus.Counter
 	// claimNextRequests counts claim-next requests (claimnext.go).
 	claimNextRequests prometheus.Counter
+	// claimTokenHits counts claims authenticated by a token verified a
+	// moment before (claimtokens.go).
+	claimTokenHits prometheus.Counter
 	// wrapped registers on registry with the replica label.
 	wrapped prometheus.Registerer
 }
@@ -99,10 +102,12 @@ func newMetrics(replica string) *metrics {
 			"Server-assigned claims (claim-next) answered without a store transaction of their own: an equal request's pick that started after they came found nothing claimable, or the outpost at its max_running."),
 		claimNextRequests: counter("outpost_claim_next_requests_total",
 			"Server-assigned claim (claim-next) requests of an outpost the token may see, parked ones counted once."),
+		claimTokenHits: counter("outpost_claim_token_reuses_total",
+			"Claim requests authenticated by a machine token this server verified less than five seconds before, without a lookup of their own; the claim's transaction reads the token again."),
 	}
 	m.MustRegister(m.webhookDeliveries, m.requestDuration, m.sessionsCreated, m.sessionsEnded, m.claims, m.remotes, m.remotesRefused, m.toolCalls,
 		m.queueWait, m.artifactsPruned, m.artifactBytesPruned, m.forwarded, m.networkConnections, m.budgetReached,
-		m.claimNextTx, m.claimNextShared, m.claimNextRequests,
+		m.claimNextTx, m.claimNextShared, m.claimNextRequests, m.claimTokenHits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.

@@ -258,6 +258,9 @@ type Server struct {
 	retention  *retention.Sweeper // deletes the files of sessions past ArtifactRetention
 	metrics    *metrics
 	nextGate   *lifecycle.NextGate
+	// claimTokens are the tokens claims verified a moment ago
+	// (claimtokens.go).
+	claimTokens *claimTokens
 	// claimWaits are the parked claim-next requests (claimwait.go).
 	claimWaits *claimWaits
 	http       *http.Server
@@ -561,6 +564,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.shared = sharedStore(s.store)
 	s.life = s.newLifecycle()
 	s.nextGate = s.newNextGate()
+	s.claimTokens = newClaimTokens()
 	s.claimWaits = newClaimWaits(s.metrics)
 	s.retention = s.newRetention()
 	s.queueFeed = queuefeed.New(queuefeed.Options{Store: s.store, Logger: s.log, Entry: toAPIEntry, Keepalive: opts.KeepaliveInterval,
@@ -933,13 +937,13 @@ func (s *Server) routes() http.Handler {
 	for _, prefix := range []string{"/v1/queue", "/opbeta/outposts/devins"} {
 		mux.HandleFunc("GET "+prefix, s.authed(s.listQueue, api.ScopeMachine))
 		mux.HandleFunc("GET "+prefix+"/{session}", s.authed(s.getQueueEntry, api.ScopeMachine))
-		mux.HandleFunc("POST "+prefix+"/{session}/claim", s.authed(s.claimHandler, api.ScopeMachine))
+		mux.HandleFunc("POST "+prefix+"/{session}/claim", s.authedClaim(s.claimHandler, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/release", s.authed(s.releaseHandler, api.ScopeMachine))
 		mux.HandleFunc("POST "+prefix+"/{session}/events", s.authed(s.machineEvent, api.ScopeMachine))
 	}
 	// Server-assigned claims, so that Outpost's own claimers do not race
 	// for the same id (claimnext.go).
-	mux.HandleFunc("POST /v1/outposts/{outpost}/queue:claim", s.authed(s.claimNextHandler, api.ScopeMachine))
+	mux.HandleFunc("POST /v1/outposts/{outpost}/queue:claim", s.authedClaim(s.claimNextHandler, api.ScopeMachine))
 	// Connected workers and orchestrators: heartbeats kept in memory.
 	wk := s.newWorkers()
 	mux.HandleFunc("GET /v1/outposts/{outpost}/workers", s.authed(wk.list, read...))

@@ -195,6 +195,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("revoke token %s: %w", id, err)
 	}
 	s.log.Info("token revoked", "id", id)
+	s.claimTokens.forget(id, "")
 	if err := s.releaseClaimsOf(r.Context(), id); err != nil {
 		return err
 	}

@@ -22,6 +22,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: a unique key is taken (e.g. an outpost name).
 	ErrConflict = errors.New("conflict")
+	// ErrTokenRevoked: the token a claim was asked with was revoked,
+	// had expired or was gone when the claim's transaction read it.
+	ErrTokenRevoked = errors.New("the claimer's token is no longer valid")
 )
 
 // Outpost is a stored outpost.
@@ -498,7 +501,14 @@ type Store interface {
 	// entries' claims are held at now — read in the same transaction
 	// after every other ClaimSession of that outpost committed, so claims
 	// of one outpost never exceed MaxRunning however many race.
-	ClaimSession(ctx context.Context, id string, now time.Time, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
+	//
+	// tokenID is the API token the claimer asked with ("" for none). The
+	// claim reads it again in its own transaction, ordered with
+	// RevokeToken, and fails with ErrTokenRevoked (fn not called, nothing
+	// written) when it is revoked, expired at now or gone: a claim either
+	// commits before the revocation, where the revocation's release of
+	// the token's claims (ClaimsOfToken) finds it, or is refused.
+	ClaimSession(ctx context.Context, id string, now time.Time, tokenID string, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
 	// ClaimNext is ClaimSession of the first entry of
 	// outpostID that is pending, not deleted, neither suspended nor
@@ -508,8 +518,9 @@ type Store interface {
 	// ClaimNext calls pick different entries (SQLite: the single writer;
 	// PostgreSQL: FOR UPDATE SKIP LOCKED on the session row). ErrNotFound
 	// when no entry matches. fn may still see an entry another writer
-	// changed between the pick and its lock; it decides.
-	ClaimNext(ctx context.Context, outpostID string, now time.Time, f NextFilter, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
+	// changed between the pick and its lock; it decides. tokenID is
+	// checked as ClaimSession checks it.
+	ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f NextFilter, fn func(s Session, e QueueEntry, load OutpostLoad) (Mutation, error)) (Mutation, error)
 
 	// NextSkippedLocked reports whether a ClaimNext with f that found
 	// nothing may have passed over a matching entry that another

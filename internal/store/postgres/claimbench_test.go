@@ -35,7 +35,7 @@ func BenchmarkClaimSessionParallel(b *testing.B) {
 		for pb.Next() {
 			id := fmt.Sprint("s", next.Add(1)%int64(n))
 			fn := claimFn("acc", &tokens)
-			if _, err := s.ClaimSession(b.Context(), id, time.Now(), func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+			if _, err := s.ClaimSession(b.Context(), id, time.Now(), "", func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 				return fn(sess, e)
 			}); err != nil {
 				b.Error(err)

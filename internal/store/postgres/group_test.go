@@ -141,7 +141,7 @@ func TestClaimGroup(t *testing.T) {
 		wg.Go(func() {
 			acc := fmt.Sprint("acc-", g)
 			for i := g; i < byID; i += claimers {
-				m, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, claimOnce(acc, &tokens))
+				m, err := s.ClaimSession(ctx, fmt.Sprint("s", i), now, "", claimOnce(acc, &tokens))
 				if err != nil {
 					errs <- fmt.Errorf("claim s%d: %w", i, err)
 					continue
@@ -154,7 +154,7 @@ func TestClaimGroup(t *testing.T) {
 	for g := range 2 {
 		wg.Go(func() {
 			for i := range dups {
-				m, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, claimOnce(fmt.Sprint("dup-", g), &tokens))
+				m, err := s.ClaimSession(ctx, fmt.Sprint("d", i), now, "", claimOnce(fmt.Sprint("dup-", g), &tokens))
 				switch {
 				case err == nil:
 					dupWins[i].Add(1)
@@ -171,7 +171,7 @@ func TestClaimGroup(t *testing.T) {
 		wg.Go(func() {
 			acc := fmt.Sprint("next-", g)
 			for {
-				m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(acc, &tokens))
+				m, err := s.ClaimNext(ctx, "lim", now, "", store.NextFilter{Platform: api.PlatformLinux}, claimOnce(acc, &tokens))
 				switch {
 				case errors.Is(err, errAtCapacity), errors.Is(err, store.ErrNotFound):
 					return
@@ -294,7 +294,7 @@ func TestGroupUpdates(t *testing.T) {
 			id, acc := fmt.Sprint("u", g), fmt.Sprint("acc-", g)
 			fn := claimFn(acc, &tokens)
 			for range rounds {
-				if _, err := s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+				if _, err := s.ClaimSession(ctx, id, now, "", func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 					if e.Phase != api.PhasePending {
 						return store.Mutation{}, fmt.Errorf("claimed while %s", e.Phase)
 					}
@@ -425,7 +425,7 @@ func runGroup(t *testing.T, s *Store, ctx context.Context, now time.Time, tokens
 	for i, id := range ids {
 		claims[i] = func() {
 			fn := claimFn("acc", tokens)
-			out[i], errs[i] = s.ClaimSession(ctx, id, now, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+			out[i], errs[i] = s.ClaimSession(ctx, id, now, "", func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 				m, err := fn(sess, e)
 				if edit != nil {
 					edit(id, &m)
@@ -631,21 +631,21 @@ func TestGroupPicksSkipHeld(t *testing.T) {
 	var claims []func()
 	for _, who := range []string{"id-1", "id-2"} {
 		claims = append(claims, func() {
-			m, err := s.ClaimSession(ctx, "p0", now, claimOnce(who, &tokens))
+			m, err := s.ClaimSession(ctx, "p0", now, "", claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
 	for i := range picks {
 		who := fmt.Sprint("pick-", i)
 		claims = append(claims, func() {
-			m, err := s.ClaimNext(ctx, "op", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
+			m, err := s.ClaimNext(ctx, "op", now, "", store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
 	for i := range 3 {
 		who := fmt.Sprint("lim-", i)
 		claims = append(claims, func() {
-			m, err := s.ClaimNext(ctx, "lim", now, store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
+			m, err := s.ClaimNext(ctx, "lim", now, "", store.NextFilter{Platform: api.PlatformLinux}, claimOnce(who, &tokens))
 			answer(who, m, err)
 		})
 	}
@@ -698,4 +698,67 @@ func openGrouped(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// A claim of a group whose token was revoked is refused (its reads find
+// the token revoked, before fn) and undone alone; the group's other
+// claims, with a valid token, commit in the group.
+func TestGroupRevokedToken(t *testing.T) {
+	t.Parallel()
+	s := openGrouped(t)
+	ctx := t.Context()
+	now := time.Now()
+	for _, id := range []string{"good", "bad"} {
+		if err := s.CreateToken(ctx, store.Token{ID: id, Name: id, Hash: "h" + id, Scopes: []string{api.ScopeMachine}, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RevokeToken(ctx, "bad", now); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"s0", "s1", "s2", "s3"}
+	for _, id := range ids {
+		sess := store.Session{ID: id, OutpostID: "op", Status: api.StatusNew, CreatedAt: now, UpdatedAt: now}
+		e := &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}
+		if err := s.CreateSession(ctx, sess, e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens atomic.Int64
+	errs := make([]error, len(ids))
+	ran := make([]atomic.Bool, len(ids))
+	claims := make([]func(), len(ids))
+	for i, id := range ids {
+		tok := "good"
+		if i%2 == 1 {
+			tok = "bad"
+		}
+		claims[i] = func() {
+			fn := claimFn("acc", &tokens)
+			_, errs[i] = s.ClaimSession(ctx, id, now, tok, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+				ran[i].Store(true)
+				return fn(sess, e)
+			})
+		}
+	}
+	before, _ := s.ClaimGroups()
+	queueInGroup(t, s, claims...)
+	if after, _ := s.ClaimGroups(); after != before+1 {
+		t.Errorf("%d groups committed; want 1", after-before)
+	}
+	for i, id := range ids {
+		e, err := s.GetQueueEntry(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if !errors.Is(errs[i], store.ErrTokenRevoked) || ran[i].Load() || e.Phase != api.PhasePending {
+				t.Errorf("%s with the revoked token: %v, fn ran %v, %s; want refused before fn, pending", id, errs[i], ran[i].Load(), e.Phase)
+			}
+			continue
+		}
+		if errs[i] != nil || e.Phase != api.PhaseClaimed {
+			t.Errorf("%s with the valid token: %v, %s; want claimed", id, errs[i], e.Phase)
+		}
+	}
 }

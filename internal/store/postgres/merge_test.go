@@ -123,11 +123,11 @@ func TestGroupMergesWrites(t *testing.T) {
 			if err := s.CreateSession(ctx, sess, e, []api.Event{{Time: now.UnixMilli(), Type: api.EventOutput, Text: "created\n"}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.ClaimSession(ctx, id, now, claim(i)); err != nil {
+			if _, err := s.ClaimSession(ctx, id, now, "", claim(i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.ClaimSession(ctx, alone[i], now, claim(i)); err != nil {
+		if _, err := s.ClaimSession(ctx, alone[i], now, "", claim(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestGroupMergesWrites(t *testing.T) {
 	if err := s.CreateSession(ctx, bystander, &store.QueueEntry{OutpostID: "op", Kind: api.KindNew, Platform: api.PlatformLinux, Phase: api.PhasePending}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimSession(ctx, "b0", now, claim(0)); err != nil {
+	if _, err := s.ClaimSession(ctx, "b0", now, "", claim(0)); err != nil {
 		t.Fatal(err)
 	}
 	// What each grouped claim's fn is given is the state the group read
@@ -157,7 +157,7 @@ func TestGroupMergesWrites(t *testing.T) {
 	for i := range n {
 		claims[i] = func() {
 			fn := claim(i)
-			_, errs[i] = s.ClaimSession(ctx, grouped[i], now, func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+			_, errs[i] = s.ClaimSession(ctx, grouped[i], now, "", func(sess store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 				seen[i] = sess
 				return fn(sess, e, l)
 			})

@@ -126,7 +126,7 @@ func TestListenChanges(t *testing.T) {
 		t.Fatal("a refused update succeeded")
 	}
 
-	m, err := a.ClaimSession(ctx, "s1", now, func(s store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	m, err := a.ClaimSession(ctx, "s1", now, "", func(s store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		e.Phase, e.AcceptorID, e.ClaimDeadline = api.PhaseClaimed, "w1", now.Add(time.Minute)
 		e.Epoch++
 		return store.Mutation{Entry: &e, Events: []api.Event{{Type: api.EventClaim, AcceptorID: "w1"}}}, nil

@@ -458,6 +458,15 @@ var dialect = sqlstore.Dialect{
 		Workers: func(outpostID string) (string, []any) {
 			return `SELECT pg_advisory_xact_lock($1)`, []any{lockKey("workers:" + outpostID)}
 		},
+		// Not the token's row: a shared row lock writes the row (and,
+		// with many claimers of one token, a multixact) on every claim;
+		// an advisory lock lives in memory only.
+		Token: func(id string, shared bool) (string, []any) {
+			if shared {
+				return `SELECT pg_advisory_xact_lock_shared($1)`, []any{lockKey("token:" + id)}
+			}
+			return `SELECT pg_advisory_xact_lock($1)`, []any{lockKey("token:" + id)}
+		},
 	},
 	IsForeignKeyViolation: func(err error) bool {
 		var pe *pgconn.PgError

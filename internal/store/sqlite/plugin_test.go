@@ -122,7 +122,7 @@ func TestUpdateReadsSeqOnDemand(t *testing.T) {
 		var m store.Mutation
 		var err error
 		if tc.claim {
-			m, err = core.ClaimNext(ctx, "op", now, store.NextFilter{}, fn)
+			m, err = core.ClaimNext(ctx, "op", now, "", store.NextFilter{}, fn)
 		} else {
 			m, err = core.UpdateSession(ctx, "s1", func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 				return fn(sess, e, store.OutpostLoad{})

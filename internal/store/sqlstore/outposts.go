@@ -51,9 +51,20 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 }
 
 // RevokeToken marks a token revoked at now; store.ErrNotFound when absent.
-// Revoking a revoked token keeps its first revocation time.
+// Revoking a revoked token keeps its first revocation time. It waits for
+// the claims in flight with the token (Lock.Token) and orders the ones
+// that come after it.
 func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error {
-	if err := s.execOne(ctx, RevokeTokenSQL, now.UnixMilli(), id); err != nil {
+	err := s.db.Write(ctx, nil, func(tx Tx) error {
+		if s.d.Lock.Token != nil {
+			q, args := s.d.Lock.Token(id, false)
+			if _, err := tx.Exec(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+		return s.mustAffect(tx.Exec(ctx, RevokeTokenSQL, now.UnixMilli(), id))
+	})
+	if err != nil {
 		return s.errorf(err, "revoke token %s", id)
 	}
 	return nil

@@ -173,4 +173,10 @@ type Lock struct {
 	// Workers, when set, returns the statement that orders the heartbeats
 	// of an outpost's workers until the transaction ends.
 	Workers func(outpostID string) (q string, args []any)
+	// Token, when set, returns the statement that a claim (shared) and a
+	// revocation (not shared) of token id take before they read or write
+	// its row, held until the transaction ends: a claim in flight when a
+	// revocation comes commits before it, and one that comes after reads
+	// the token revoked. Unset where the one writer orders them (SQLite).
+	Token func(id string, shared bool) (q string, args []any)
 }

@@ -74,6 +74,8 @@ const (
 	TokenByHashSQL = `SELECT ` + TokenCols + ` FROM tokens WHERE hash = $1`
 	// ListTokensSQL reads TokenCols of every token, newest first.
 	ListTokensSQL = `SELECT ` + TokenCols + ` FROM tokens ORDER BY created_at DESC, id DESC`
+	// ClaimTokenSQL reads whether token $1 is revoked and when it expires.
+	ClaimTokenSQL = `SELECT revoked_at, expires_at FROM tokens WHERE id = $1`
 	// RevokeTokenSQL marks token $2 revoked at $1 unless it already is.
 	RevokeTokenSQL = `UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`
 	// CountTokensSQL counts every token.

@@ -97,7 +97,7 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 // deadlock PostgreSQL's transaction, fn included, is tried again (a
 // bounded number of times).
 func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {
-	return s.update(ctx, nil, &id, time.Time{}, false, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	return s.update(ctx, nil, &id, time.Time{}, "", false, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		return fn(sess, e)
 	})
 }
@@ -109,8 +109,13 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 // ones before it committed. Claims of an outpost without a limit take no
 // lock of the outpost: they count nothing, and a limit set meanwhile
 // orders them before it.
-func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
-	return s.update(ctx, nil, &id, now, true, fn)
+//
+// The claim reads tokenID's row after the entry's, under the dialect's
+// Lock.Token (shared; RevokeToken takes it exclusive), so a revocation and
+// a claim with its token are ordered: the claim either commits first, and
+// the revocation's release finds it, or reads the token revoked.
+func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, tokenID string, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+	return s.update(ctx, nil, &id, now, tokenID, true, fn)
 }
 
 // ClaimNext is ClaimSession of the outpost's first claimable entry, picked
@@ -120,7 +125,7 @@ func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, fn f
 // waits for another's; an entry claimed by id meanwhile is still pending in
 // the pick's snapshot, and fn sees it as it is once locked. On SQLite the
 // one writer orders the pick after every other transaction.
-func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, f store.NextFilter, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
+func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, tokenID string, f store.NextFilter, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	q, args := s.d.ClaimNextSQL(outpostID, f, s.d.Lock.Pick)
 	var id string
 	pick := func(b *Batch) {
@@ -135,7 +140,7 @@ func (s *Store) ClaimNext(ctx context.Context, outpostID string, now time.Time, 
 		}
 		b.QueryRow(func(row Scanner) error { return row.Scan(&id) }, q, args...)
 	}
-	m, err := s.update(ctx, pick, &id, now, true, fn)
+	m, err := s.update(ctx, pick, &id, now, tokenID, true, fn)
 	if err != nil && id == "" && errors.Is(err, store.ErrNotFound) {
 		return store.Mutation{}, fmt.Errorf("%s: claim the next session of outpost %s: %w", s.name, outpostID, store.ErrNotFound)
 	}
@@ -162,8 +167,8 @@ func (s *Store) NextSkippedLocked(ctx context.Context, outpostID string, f store
 
 // update is UpdateSession and, with claim, ClaimSession of session *idp
 // or, with pick, of the session whose id pick's statement (the first of
-// the transaction) stores in *idp.
-func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now time.Time, claim bool,
+// the transaction) stores in *idp. A claim checks tokenID (ClaimSession).
+func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now time.Time, tokenID string, claim bool,
 	fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	// What the transaction reads and fn returns, kept in one value: the
 	// callbacks below share it, so it is one allocation, not one a
@@ -196,7 +201,7 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 			u.sess, err = ScanState(row)
 			return err
 		}, s.sql.getStateLocked, u.id)
-		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
+		u.seq, u.seqRead, u.noHooks, u.tokens, u.fnErr = 0, false, false, tokenEpochs{}, nil
 		if claim {
 			// A claim nearly always appends events: its entry comes with
 			// its seq, the outpost's limit and desktop and what decides
@@ -229,6 +234,9 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				u.load.Desktop = d
 				return nil
 			}, ClaimEntrySQL, u.id)
+			if tokenID != "" {
+				s.queueTokenCheck(b, tokenID, now, &u.fnErr)
+			}
 			return
 		}
 		// Where the first reads go in one round trip, an update's seq
@@ -280,6 +288,9 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 	err := write(ctx, begin, func(tx Tx) error {
 		if err := body(tx); err != nil {
 			return err
+		}
+		if u.fnErr != nil {
+			return u.fnErr // the claimer's token is no longer valid
 		}
 		if u.limited {
 			if g, ok := tx.(Grouped); ok && g.Grouped() && g.Defers(u.e.OutpostID) {
@@ -346,6 +357,31 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		s.db.Appended(u.id, u.e.OutpostID, u.m.Events[n-1].Seq)
 	}
 	return u.m, nil
+}
+
+// queueTokenCheck queues a claim's read of the token it was asked with,
+// under the dialect's shared Lock.Token, and sets *bad (store.
+// ErrTokenRevoked) when the token is revoked, expired at now or gone.
+func (s *Store) queueTokenCheck(b *Batch, tokenID string, now time.Time, bad *error) {
+	if s.d.Lock.Token != nil {
+		q, args := s.d.Lock.Token(tokenID, true)
+		b.Exec(q, args...)
+	}
+	b.QueryRow(func(row Scanner) error {
+		var revoked, expires sql.NullInt64
+		err := row.Scan(&revoked, &expires)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			*bad = fmt.Errorf("%w: token %s does not exist", store.ErrTokenRevoked, tokenID)
+		case err != nil:
+			return fmt.Errorf("read the claimer's token: %w", err)
+		case revoked.Valid:
+			*bad = fmt.Errorf("%w: token %s was revoked", store.ErrTokenRevoked, tokenID)
+		case expires.Valid && now.UnixMilli() >= expires.Int64:
+			*bad = fmt.Errorf("%w: token %s has expired", store.ErrTokenRevoked, tokenID)
+		}
+		return nil
+	}, ClaimTokenSQL, tokenID)
 }
 
 // scanAlso scans a row's columns into the caller's destinations, then

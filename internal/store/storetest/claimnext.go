@@ -19,7 +19,7 @@ func claimNextIDs(t *testing.T, s store.Store, outpost string, f store.NextFilte
 	t.Helper()
 	var out []string
 	for range 100 {
-		m, err := s.ClaimNext(ctx(t), outpost, base, f, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		m, err := s.ClaimNext(ctx(t), outpost, base, "", f, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 			claim("acc", at(time.Hour))(&e)
 			return store.Mutation{Entry: &e}, nil
 		})
@@ -61,7 +61,7 @@ func testClaimNext(t *testing.T, s store.Store) {
 
 	// fn's error: returned as is, nothing written.
 	errNo := errors.New("not now")
-	_, err := s.ClaimNext(ctx(t), "op", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+	_, err := s.ClaimNext(ctx(t), "op", base, "", store.NextFilter{}, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 		if e.SessionID != "s5" {
 			t.Errorf("first pick = %s, want s5 (priority 9)", e.SessionID)
 		}
@@ -75,7 +75,7 @@ func testClaimNext(t *testing.T, s store.Store) {
 		[]string{"s5", "s0", "s2"})
 	equal(t, "what is left, any platform, restricted too", claimNextIDs(t, s, "op", store.NextFilter{Restricted: true}), []string{"s1", "s3", "s4"})
 	equal(t, "the other outpost", claimNextIDs(t, s, "op2", store.NextFilter{}), []string{"x"})
-	_, err = s.ClaimNext(ctx(t), "nope", base, store.NextFilter{}, func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
+	_, err = s.ClaimNext(ctx(t), "nope", base, "", store.NextFilter{}, func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
 		t.Error("fn ran with nothing to claim")
 		return store.Mutation{}, nil
 	})
@@ -100,7 +100,7 @@ func testClaimNextConcurrent(t *testing.T, s store.Store) {
 	for g := range claimers {
 		wg.Go(func() {
 			for {
-				m, err := s.ClaimNext(ctx(t), "op", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+				m, err := s.ClaimNext(ctx(t), "op", base, "", store.NextFilter{}, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 					if e.Phase != api.PhasePending {
 						return store.Mutation{}, errTaken
 					}

@@ -62,14 +62,14 @@ func testTombstoneEnded(t *testing.T, s store.Store) {
 	keep["fresh"], _ = s.GetQueueEntry(ctx(t), "fresh")
 
 	// ClaimNext passes over every ended entry to the claimable one.
-	_, err := s.ClaimNext(ctx(t), "A", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	_, err := s.ClaimNext(ctx(t), "A", base, "", store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		if e.SessionID != "claimable" {
 			t.Errorf("ClaimNext of A picked %s (%s), want claimable", e.SessionID, e.SessionStatus)
 		}
 		return store.Mutation{}, nil
 	})
 	must(t, "ClaimNext", err)
-	if _, err := s.ClaimNext(ctx(t), "B", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	if _, err := s.ClaimNext(ctx(t), "B", base, "", store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		t.Errorf("ClaimNext of B picked %s (%s), an ended entry", e.SessionID, e.SessionStatus)
 		return store.Mutation{}, nil
 	}); err == nil {

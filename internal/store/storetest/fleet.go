@@ -99,7 +99,7 @@ func testClaimLoad(t *testing.T, s store.Store) {
 	load := func(id string) store.OutpostLoad {
 		t.Helper()
 		var got store.OutpostLoad
-		_, err := s.ClaimSession(ctx(t), id, base, func(_ store.Session, _ store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+		_, err := s.ClaimSession(ctx(t), id, base, "", func(_ store.Session, _ store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 			got = l
 			return store.Mutation{}, nil
 		})
@@ -109,7 +109,7 @@ func testClaimLoad(t *testing.T, s store.Store) {
 	equal(t, "load seen claiming s3", load("s3"), store.OutpostLoad{MaxRunning: 2, Held: 1})
 	equal(t, "load seen renewing s0 (itself not counted)", load("s0"), store.OutpostLoad{MaxRunning: 2, Held: 0})
 	equal(t, "load on an outpost without a cap", load("x"), store.OutpostLoad{})
-	_, err := s.ClaimSession(ctx(t), "nope", base, func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
+	_, err := s.ClaimSession(ctx(t), "nope", base, "", func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error) {
 		return store.Mutation{}, nil
 	})
 	wantErr(t, "ClaimSession of a missing session", err, store.ErrNotFound)
@@ -130,7 +130,7 @@ func testConcurrentCapacity(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = s.ClaimSession(ctx(t), fmt.Sprintf("s%d", i), base, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+			_, errs[i] = s.ClaimSession(ctx(t), fmt.Sprintf("s%d", i), base, "", func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 				if e.Phase != api.PhasePending {
 					return store.Mutation{}, errTaken
 				}

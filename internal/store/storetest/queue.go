@@ -252,7 +252,7 @@ func testClaimsOfToken(t *testing.T, s store.Store) {
 	})
 	equal(t, "cleared claim token", got.ClaimTokenID, "")
 	// ClaimSession and ClaimNext write it too.
-	_, err := s.ClaimSession(ctx(t), "next", base, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	_, err := s.ClaimSession(ctx(t), "next", base, "", func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		byToken("tokA", at(time.Hour))(&e)
 		return store.Mutation{Entry: &e}, nil
 	})
@@ -289,7 +289,7 @@ func testClaimsOfToken(t *testing.T, s store.Store) {
 
 	// ClaimNext writes it as the claim's transaction says.
 	create(t, s, newSession("c1", "op2", "c1", 0))
-	_, err = s.ClaimNext(ctx(t), "op2", base, store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+	_, err = s.ClaimNext(ctx(t), "op2", base, "", store.NextFilter{}, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 		byToken("tokC", at(time.Hour))(&e)
 		return store.Mutation{Entry: &e}, nil
 	})

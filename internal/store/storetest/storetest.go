@@ -46,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneQueue", testPruneQueue},
 		{"LapsedClaims", testLapsedClaims},
 		{"ClaimsOfToken", testClaimsOfToken},
+		{"ClaimToken", testClaimToken},
+		{"ClaimTokenRevokeOrder", testClaimTokenRevokeOrder},
 		{"KeepAlive", testKeepAlive},
 		{"ActiveSessions", testActiveSessions},
 		{"ArtifactRetention", testArtifactRetention},

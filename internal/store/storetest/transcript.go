@@ -140,7 +140,7 @@ func testConnectTokens(t *testing.T, s store.Store) {
 	// takes epoch 2's token; a renewal at epoch 3 keeps the tokens it has.
 	claimAt := func(what string, epoch int64, hash string) {
 		t.Helper()
-		_, err := s.ClaimSession(ctx(t), "s1", base, func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+		_, err := s.ClaimSession(ctx(t), "s1", base, "", func(_ store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
 			e.Epoch = epoch
 			return store.Mutation{Entry: &e, ConnectTokens: []store.ConnectToken{{Hash: hash, Epoch: epoch, CreatedAt: base}}}, nil
 		})

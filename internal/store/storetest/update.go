@@ -116,7 +116,7 @@ func testClaimSessionWithoutEntry(t *testing.T, s store.Store) {
 	must(t, "insert a connect token", err)
 	var saw store.QueueEntry
 	var load store.OutpostLoad
-	m, err := s.ClaimSession(ctx(t), "s1", base, func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
+	m, err := s.ClaimSession(ctx(t), "s1", base, "", func(_ store.Session, e store.QueueEntry, l store.OutpostLoad) (store.Mutation, error) {
 		saw, load = e, l
 		e = *newEntry(sess)
 		e.Epoch = 2
