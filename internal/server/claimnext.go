@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -153,9 +154,15 @@ func checkClaimNext(req api.ClaimNextRequest) error {
 // claimNext claims for req.AcceptorID the first claimable pending session
 // of outpost outpostID; false when there is none.
 func (s *Server) claimNext(ctx context.Context, outpostID string, req api.ClaimNextRequest) (lifecycle.Grant, bool, error) {
-	return s.nextGate.ClaimNext(ctx, lifecycle.NextRequest{OutpostID: outpostID, Acceptor: req.AcceptorID, TokenID: principalFrom(ctx).tokenID,
+	tokenID := principalFrom(ctx).tokenID
+	g, ok, err := s.nextGate.ClaimNext(ctx, lifecycle.NextRequest{OutpostID: outpostID, Acceptor: req.AcceptorID, TokenID: tokenID,
 		Filter:  store.NextFilter{Platform: req.Platform, Exclude: req.Exclude, Restricted: req.NetworkPolicy, Placed: req.Provisions},
 		Machine: req.Machine})
+	if errors.Is(err, store.ErrTokenRevoked) {
+		// A parked request comes here after its handler returned.
+		s.claimTokens.forget(tokenID, "")
+	}
+	return g, ok, err
 }
 
 // newNextGate is the server's line of claim-next requests, counted.

@@ -31,6 +31,9 @@ const maxClaimTokens = 1024
 type claimTokens struct {
 	mu     sync.Mutex
 	tokens map[string]claimToken
+	// forgotten counts the calls of forget: a lookup that began before
+	// one may have read a token since revoked, and is not remembered.
+	forgotten uint64
 }
 
 type claimToken struct {
@@ -54,14 +57,25 @@ func (c *claimTokens) get(hash string, now time.Time) (store.Token, bool) {
 	return ct.t, true
 }
 
-// put remembers t, verified at now, if it is a machine's or an
-// orchestrator's token.
-func (c *claimTokens) put(t store.Token, now time.Time) {
+// epoch is what put needs to know that no token was forgotten since.
+func (c *claimTokens) epoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forgotten
+}
+
+// put remembers t, verified at now by a lookup that began at epoch, if
+// it is a machine's or an orchestrator's token and nothing was forgotten
+// since the lookup began.
+func (c *claimTokens) put(t store.Token, now time.Time, epoch uint64) {
 	if t.UserID != "" || t.SessionID != "" || t.RevokedAt != nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.forgotten != epoch {
+		return
+	}
 	if len(c.tokens) >= maxClaimTokens {
 		for h, ct := range c.tokens {
 			if now.Sub(ct.verified) >= claimTokenTTL {
@@ -80,6 +94,7 @@ func (c *claimTokens) put(t store.Token, now time.Time) {
 func (c *claimTokens) forget(id, hash string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgotten++
 	if hash != "" {
 		delete(c.tokens, hash)
 	}
@@ -105,10 +120,12 @@ func (s *Server) authenticateClaim(r *http.Request) (principal, error) {
 		s.metrics.claimTokenHits.Inc()
 		return tokenPrincipal(t), nil
 	}
-	verified := time.Now() // before the lookup: the entry is no younger than what it read
+	// Both before the lookup: the entry is no younger than what it
+	// read, and a revocation here while it runs keeps it out.
+	verified, epoch := time.Now(), s.claimTokens.epoch()
 	p, t, err := s.authenticateToken(r.Context(), hash)
 	if err == nil {
-		s.claimTokens.put(t, verified)
+		s.claimTokens.put(t, verified, epoch)
 	}
 	return p, err
 }

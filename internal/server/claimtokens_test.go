@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,11 +129,12 @@ func TestClaimTokenForgottenOnRevoke(t *testing.T) {
 func TestClaimTokensRemember(t *testing.T) {
 	c := newClaimTokens()
 	now := time.Now()
-	c.put(store.Token{ID: "m", Hash: "hm"}, now)
-	c.put(store.Token{ID: "u", Hash: "hu", UserID: "user"}, now)
-	c.put(store.Token{ID: "s", Hash: "hs", SessionID: "sess"}, now)
+	e := c.epoch()
+	c.put(store.Token{ID: "m", Hash: "hm"}, now, e)
+	c.put(store.Token{ID: "u", Hash: "hu", UserID: "user"}, now, e)
+	c.put(store.Token{ID: "s", Hash: "hs", SessionID: "sess"}, now, e)
 	revoked := now
-	c.put(store.Token{ID: "r", Hash: "hr", RevokedAt: &revoked}, now)
+	c.put(store.Token{ID: "r", Hash: "hr", RevokedAt: &revoked}, now, e)
 	for _, h := range []string{"hu", "hs", "hr"} {
 		if _, ok := c.get(h, now); ok {
 			t.Errorf("%s remembered", h)
@@ -147,10 +150,69 @@ func TestClaimTokensRemember(t *testing.T) {
 	if _, ok := c.get("hm", now); ok {
 		t.Error("a forgotten token was remembered")
 	}
+	// A lookup that began before a token was forgotten (it may have
+	// read that token before its revocation) is not remembered.
+	c.put(store.Token{ID: "m", Hash: "hm"}, now, e)
+	if _, ok := c.get("hm", now); ok {
+		t.Error("a lookup from before a forget was remembered")
+	}
+	e = c.epoch()
 	for i := range maxClaimTokens + 10 {
-		c.put(store.Token{ID: "x", Hash: strings.Repeat("h", i+1)}, now)
+		c.put(store.Token{ID: "x", Hash: strings.Repeat("h", i+1)}, now, e)
 	}
 	if n := len(c.tokens); n > maxClaimTokens {
 		t.Errorf("%d tokens remembered, at most %d", n, maxClaimTokens)
+	}
+}
+
+// A parked claim-next whose token was revoked while it waited (on another
+// replica: nothing told this server) is woken for a new session first,
+// refused by the claim's transaction, and passes the wake on: the next
+// claimer on the list gets the session at once, not when its wait ends.
+func TestClaimWaitRevokedPassesTheWake(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{TokenRecheckInterval: time.Hour})
+	ts.outpost("dev") // askNext's
+	revoked := ts.token([]string{api.ScopeMachine}, "dev")
+	other := ts.token([]string{api.ScopeMachine}, "dev")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	t.Cleanup(hc.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	answers := make([]chan claimWaitAnswer, 2)
+	for i, tok := range []string{revoked, other} {
+		answers[i] = make(chan claimWaitAnswer, 1)
+		before := ts.srv.claimWaits.idle("")
+		go func() {
+			answers[i] <- askNext(ctx, hc, ts.url, tok, api.ClaimNextRequest{AcceptorID: fmt.Sprint("w", i), WaitSeconds: 30})
+		}()
+		waitUntil(t, "the claimer parks", func() bool {
+			select {
+			case a := <-answers[i]:
+				t.Fatalf("claimer %d answered %d (%v) instead of parking", i, a.code, a.err)
+			default:
+			}
+			return ts.srv.claimWaits.idle("") == before+1
+		})
+	}
+	if err := ts.srv.store.RevokeToken(t.Context(), ts.tokenIDOf(revoked), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	id := ts.session("dev").Metadata.SessionID
+	if a := <-answers[0]; a.code != http.StatusUnauthorized {
+		t.Fatalf("the parked request of the revoked token: %d %+v, want 401", a.code, a.entry.Status)
+	}
+	select {
+	case a := <-answers[1]:
+		if a.code != 200 || a.entry.Metadata.SessionID != id {
+			t.Fatalf("the next claimer: %d %q, want 200 %s", a.code, a.entry.Metadata.SessionID, id)
+		}
+		t.Logf("took %s", a.took)
+		if a.took > 20*time.Second {
+			t.Fatalf("the next claimer got the session after %s: the wake was not passed on", a.took)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the next claimer did not get the session: the wake was not passed on")
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -354,9 +355,10 @@ func (s *Server) claimPick(ctx context.Context, outpostID string, req api.ClaimN
 	}
 	if err != nil || ok {
 		q.leave(w)
-		if ok && woke != nil && res.Entry.SessionID != woke.session {
-			// It took another (older, or of higher priority): the
-			// one it was woken for, or the look, goes on.
+		if woke != nil && (ok && res.Entry.SessionID != woke.session || errors.Is(err, store.ErrTokenRevoked)) {
+			// It took another (older, or of higher priority), or its
+			// token was revoked while it waited: the one it was woken
+			// for, or the look, goes on.
 			q.wake(outpostID, *woke)
 		}
 		return res, ok, err, true

@@ -111,7 +111,7 @@ func newMetrics(replica string) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.fleet = newFleetMetrics(m)
 	// Outcomes known in advance are exported from the start, as 0.
-	for _, o := range []string{"claimed", "renewed", "conflict", "at_capacity", "lapsed", "released", "error"} {
+	for _, o := range []string{"claimed", "renewed", "conflict", "at_capacity", "unauthorized", "lapsed", "released", "error"} {
 		m.claims.WithLabelValues(o)
 	}
 	for _, o := range []string{webhooks.OutcomeDelivered, webhooks.OutcomeFailed, webhooks.OutcomeGivenUp, webhooks.OutcomeDisabled} {

@@ -461,11 +461,15 @@ var dialect = sqlstore.Dialect{
 		// Not the token's row: a shared row lock writes the row (and,
 		// with many claimers of one token, a multixact) on every claim;
 		// an advisory lock lives in memory only.
-		Token: func(id string, shared bool) (string, []any) {
-			if shared {
-				return `SELECT pg_advisory_xact_lock_shared($1)`, []any{lockKey("token:" + id)}
+		Token: func(id string, mode sqlstore.TokenLock) (string, []any) {
+			args := []any{lockKey("token:" + id)}
+			switch mode {
+			case sqlstore.TokenTryShared:
+				return `SELECT pg_try_advisory_xact_lock_shared($1)`, args
+			case sqlstore.TokenShared:
+				return `SELECT pg_advisory_xact_lock_shared($1)`, args
 			}
-			return `SELECT pg_advisory_xact_lock($1)`, []any{lockKey("token:" + id)}
+			return `SELECT pg_advisory_xact_lock($1)`, args
 		},
 	},
 	IsForeignKeyViolation: func(err error) bool {

@@ -57,7 +57,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) error {
 	err := s.db.Write(ctx, nil, func(tx Tx) error {
 		if s.d.Lock.Token != nil {
-			q, args := s.d.Lock.Token(id, false)
+			q, args := s.d.Lock.Token(id, TokenExclusive)
 			if _, err := tx.Exec(ctx, q, args...); err != nil {
 				return err
 			}

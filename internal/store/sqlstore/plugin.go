@@ -173,10 +173,24 @@ type Lock struct {
 	// Workers, when set, returns the statement that orders the heartbeats
 	// of an outpost's workers until the transaction ends.
 	Workers func(outpostID string) (q string, args []any)
-	// Token, when set, returns the statement that a claim (shared) and a
-	// revocation (not shared) of token id take before they read or write
-	// its row, held until the transaction ends: a claim in flight when a
-	// revocation comes commits before it, and one that comes after reads
-	// the token revoked. Unset where the one writer orders them (SQLite).
-	Token func(id string, shared bool) (q string, args []any)
+	// Token, when set, returns the statement that takes token id's lock
+	// as mode says, held until the transaction ends: claims take it
+	// shared before they read the token, a revocation alone before it
+	// writes it, so a claim in flight when a revocation comes commits
+	// before it, and one that comes after reads the token revoked. Unset
+	// where the one writer orders them (SQLite).
+	Token func(id string, mode TokenLock) (q string, args []any)
 }
+
+// TokenLock is how a statement of Lock.Token takes a token's lock.
+type TokenLock int
+
+const (
+	// TokenTryShared takes it shared if no revocation holds or waits for
+	// it, without waiting, and reads whether it did (a boolean).
+	TokenTryShared TokenLock = iota
+	// TokenShared takes it shared, waiting for a revocation.
+	TokenShared
+	// TokenExclusive takes it alone (a revocation), waiting for claims.
+	TokenExclusive
+)

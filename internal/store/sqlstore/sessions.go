@@ -179,9 +179,12 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		load    store.OutpostLoad
 		limited bool
 		fnErr   error
-		sess    store.Session
-		e       store.QueueEntry
-		seq     int64
+		// tokenLocked: the claim holds its token's lock (or the dialect
+		// orders claims and revocations without one).
+		tokenLocked bool
+		sess        store.Session
+		e           store.QueueEntry
+		seq         int64
 		// seqRead: seq was read with the first batch (a claim's reads),
 		// not to be read on demand.
 		seqRead bool
@@ -197,11 +200,26 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 	// until commit.
 	first := func(b *Batch) {
 		u.id = *idp
+		u.fnErr = nil
+		if claim && tokenID != "" {
+			// First, so that a refused token is the answer for any
+			// session id, present or not, visible to the token or not.
+			u.tokenLocked = s.d.Lock.Token == nil
+			if !u.tokenLocked {
+				q, args := s.d.Lock.Token(tokenID, TokenTryShared)
+				b.QueryRow(func(row Scanner) error { return row.Scan(&u.tokenLocked) }, q, args...)
+			}
+			s.queueTokenRead(b, tokenID, now, func(bad error) {
+				if u.tokenLocked {
+					u.fnErr = bad
+				}
+			})
+		}
 		b.QueryRow(func(row Scanner) (err error) {
 			u.sess, err = ScanState(row)
 			return err
 		}, s.sql.getStateLocked, u.id)
-		u.seq, u.seqRead, u.noHooks, u.tokens, u.fnErr = 0, false, false, tokenEpochs{}, nil
+		u.seq, u.seqRead, u.noHooks, u.tokens = 0, false, false, tokenEpochs{}
 		if claim {
 			// A claim nearly always appends events: its entry comes with
 			// its seq, the outpost's limit and desktop and what decides
@@ -234,9 +252,6 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 				u.load.Desktop = d
 				return nil
 			}, ClaimEntrySQL, u.id)
-			if tokenID != "" {
-				s.queueTokenCheck(b, tokenID, now, &u.fnErr)
-			}
 			return
 		}
 		// Where the first reads go in one round trip, an update's seq
@@ -291,6 +306,25 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 		}
 		if u.fnErr != nil {
 			return u.fnErr // the claimer's token is no longer valid
+		}
+		if claim && tokenID != "" && !u.tokenLocked {
+			// A revocation of the token holds or waits for its lock, so
+			// the read above is not ordered with it: read it again under
+			// the lock, which a claim in a shared transaction must not
+			// wait for (the group holds other claims' locks meanwhile).
+			if g, ok := tx.(Grouped); ok && g.Grouped() {
+				return ErrRunAlone
+			}
+			b := &Batch{}
+			q, args := s.d.Lock.Token(tokenID, TokenShared)
+			b.Exec(q, args...)
+			s.queueTokenRead(b, tokenID, now, func(bad error) { u.fnErr = bad })
+			if err := tx.Send(ctx, b); err != nil {
+				return err
+			}
+			if u.fnErr != nil {
+				return u.fnErr
+			}
 		}
 		if u.limited {
 			if g, ok := tx.(Grouped); ok && g.Grouped() && g.Defers(u.e.OutpostID) {
@@ -359,26 +393,24 @@ func (s *Store) update(ctx context.Context, pick func(*Batch), idp *string, now 
 	return u.m, nil
 }
 
-// queueTokenCheck queues a claim's read of the token it was asked with,
-// under the dialect's shared Lock.Token, and sets *bad (store.
-// ErrTokenRevoked) when the token is revoked, expired at now or gone.
-func (s *Store) queueTokenCheck(b *Batch, tokenID string, now time.Time, bad *error) {
-	if s.d.Lock.Token != nil {
-		q, args := s.d.Lock.Token(tokenID, true)
-		b.Exec(q, args...)
-	}
+// queueTokenRead queues a claim's read of the token it was asked with;
+// bad gets store.ErrTokenRevoked (wrapped) when the token is revoked,
+// expired at now or gone, else nil.
+func (s *Store) queueTokenRead(b *Batch, tokenID string, now time.Time, bad func(error)) {
 	b.QueryRow(func(row Scanner) error {
 		var revoked, expires sql.NullInt64
 		err := row.Scan(&revoked, &expires)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			*bad = fmt.Errorf("%w: token %s does not exist", store.ErrTokenRevoked, tokenID)
+			bad(fmt.Errorf("%w: token %s does not exist", store.ErrTokenRevoked, tokenID))
 		case err != nil:
 			return fmt.Errorf("read the claimer's token: %w", err)
 		case revoked.Valid:
-			*bad = fmt.Errorf("%w: token %s was revoked", store.ErrTokenRevoked, tokenID)
+			bad(fmt.Errorf("%w: token %s was revoked", store.ErrTokenRevoked, tokenID))
 		case expires.Valid && now.UnixMilli() >= expires.Int64:
-			*bad = fmt.Errorf("%w: token %s has expired", store.ErrTokenRevoked, tokenID)
+			bad(fmt.Errorf("%w: token %s has expired", store.ErrTokenRevoked, tokenID))
+		default:
+			bad(nil)
 		}
 		return nil
 	}, ClaimTokenSQL, tokenID)

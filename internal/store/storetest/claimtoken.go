@@ -68,6 +68,11 @@ func testClaimToken(t *testing.T, s store.Store) {
 			equal(t, tc.name+" token: phase", e.Phase, api.PhasePending)
 		}
 	}
+	// A refused token is the answer for a session that is not there too:
+	// the token is read first.
+	if _, err := claimWith(t, s, "nope", "t-rev", false, base, nil); !errors.Is(err, store.ErrTokenRevoked) {
+		t.Fatalf("claim of a missing session with a revoked token: %v, want ErrTokenRevoked", err)
+	}
 	// Just before its expiry the token still claims.
 	m, err := claimWith(t, s, "s1", "t-exp", false, exp.Add(-time.Millisecond), nil)
 	must(t, "claim before expiry", err)
