@@ -297,7 +297,11 @@ func (c *combiner) try(ctx context.Context, g []*claimReq) (committing bool, err
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
+	// Read committed whatever the database's default: each statement
+	// of a transaction sees what committed before it began, which the
+	// locks taken by the statements before it order (a session's row,
+	// a token's lock).
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	var locked lockedStates
 	if len(ids) > 0 {
 		b.Queue(lockSessionsSQL, ids).Query(func(rows pgx.Rows) error {

@@ -295,7 +295,11 @@ func (s *Store) tryWrite(ctx context.Context, first func(b *pgx.Batch), fn func(
 	// reused; the deferred rollback (run first) ends one that failed.
 	defer c.Release()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
+	// Read committed whatever the database's default: each statement
+	// of a transaction sees what committed before it began, which the
+	// locks taken by the statements before it order (a session's row,
+	// a token's lock).
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if first != nil {
 		first(b)
 	}

@@ -42,8 +42,9 @@ func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 
 // statement counts statement q unless it begins or ends a transaction.
 func (r *roundTrips) statement(ctx context.Context, q string) {
-	switch strings.ToUpper(strings.TrimSpace(q)) {
-	case "BEGIN", "COMMIT", "ROLLBACK":
+	u := strings.ToUpper(strings.TrimSpace(q))
+	switch {
+	case u == "COMMIT", u == "ROLLBACK", u == "BEGIN", strings.HasPrefix(u, "BEGIN ISOLATION LEVEL "):
 		return
 	}
 	r.add(ctx, &r.stmts)

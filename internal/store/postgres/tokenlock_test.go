@@ -72,14 +72,21 @@ func revoking(t *testing.T, s *Store, id string) (commit func()) {
 	return commit
 }
 
-// claimAsync claims session id with token tok and reports its error.
+// claimAsync claims session id (the next of outpost op for "") with
+// token tok and reports its error.
 func claimAsync(s *Store, ctx context.Context, id, tok string, tokens *atomic.Int64) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		fn := claimFn("acc", tokens)
-		_, err := s.ClaimSession(ctx, id, time.Now(), tok, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
-			return fn(sess, e)
-		})
+		f := claimFn("acc", tokens)
+		fn := func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+			return f(sess, e)
+		}
+		var err error
+		if id == "" {
+			_, err = s.ClaimNext(ctx, "op", time.Now(), tok, store.NextFilter{}, fn)
+		} else {
+			_, err = s.ClaimSession(ctx, id, time.Now(), tok, fn)
+		}
 		done <- err
 	}()
 	return done
@@ -88,20 +95,25 @@ func claimAsync(s *Store, ctx context.Context, id, tok string, tokens *atomic.In
 // A claim that comes while a revocation of its token is under way waits
 // for it and then reads the token revoked: it claims nothing. Alone or
 // in a group, where the claim leaves the group (it must not wait holding
-// the group's locks) and the group's other claim commits meanwhile.
+// the group's locks) and the group's other claim commits meanwhile; by
+// id and by ClaimNext.
 func TestClaimWaitsForRevocation(t *testing.T) {
 	t.Parallel()
-	for _, group := range []int{0, 32} {
-		t.Run(fmt.Sprint("group-", group), func(t *testing.T) {
+	for _, tc := range []struct {
+		group int
+		id    string
+	}{{0, "s0"}, {32, "s0"}, {0, ""}, {32, ""}} {
+		group := tc.group
+		t.Run(fmt.Sprintf("group-%d-next-%v", group, tc.id == ""), func(t *testing.T) {
 			s := tokenStore(t, group, 2, "tok", "other")
 			ctx := t.Context()
 			var tokens atomic.Int64
 			commit := revoking(t, s, "tok")
 			var refused, other <-chan error
 			if group == 0 {
-				refused = claimAsync(s, ctx, "s0", "tok", &tokens)
+				refused = claimAsync(s, ctx, tc.id, "tok", &tokens)
 			} else {
-				queueInGroup(t, s, func() { refused = claimAsync(s, ctx, "s0", "tok", &tokens) },
+				queueInGroup(t, s, func() { refused = claimAsync(s, ctx, tc.id, "tok", &tokens) },
 					func() { other = claimAsync(s, ctx, "s1", "other", &tokens) })
 			}
 			if other != nil {
@@ -134,6 +146,12 @@ func TestClaimWaitsForRevocation(t *testing.T) {
 			}
 			if e.Phase != api.PhasePending {
 				t.Errorf("s0 after the refused claim: %s, want pending", e.Phase)
+			}
+			if tc.id == "" && other == nil {
+				// Alone, the pick could have taken either.
+				if e, err := s.GetQueueEntry(ctx, "s1"); err != nil || e.Phase != api.PhasePending {
+					t.Errorf("s1 after the refused claim-next: %s %v, want pending", e.Phase, err)
+				}
 			}
 		})
 	}

@@ -110,9 +110,9 @@ func (s *Store) UpdateSession(ctx context.Context, id string, fn func(store.Sess
 // lock of the outpost: they count nothing, and a limit set meanwhile
 // orders them before it.
 //
-// The claim reads tokenID's row after the entry's, under the dialect's
-// Lock.Token (shared; RevokeToken takes it exclusive), so a revocation and
-// a claim with its token are ordered: the claim either commits first, and
+// The claim reads tokenID's row first, under the dialect's Lock.Token
+// (tried shared; RevokeToken takes it exclusive), so a revocation and a
+// claim with its token are ordered: the claim either commits first, and
 // the revocation's release finds it, or reads the token revoked.
 func (s *Store) ClaimSession(ctx context.Context, id string, now time.Time, tokenID string, fn func(store.Session, store.QueueEntry, store.OutpostLoad) (store.Mutation, error)) (store.Mutation, error) {
 	return s.update(ctx, nil, &id, now, tokenID, true, fn)
