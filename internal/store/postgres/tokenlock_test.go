@@ -19,10 +19,10 @@ import (
 // share and a revocation takes alone.
 
 // tokenStore opens a store (grouped or not) with tokens ids and pending
-// sessions s0… of outpost op.
-func tokenStore(t *testing.T, group int, sessions int, tokens ...string) *Store {
+// sessions s0… of outpost op; params are added to the database's URL.
+func tokenStore(t *testing.T, group int, params string, sessions int, tokens ...string) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), pgtest.Shared(t).Database(t), WithClaimGroup(group))
+	s, err := Open(t.Context(), pgtest.Shared(t).Database(t)+params, WithClaimGroup(group))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,12 +100,18 @@ func claimAsync(s *Store, ctx context.Context, id, tok string, tokens *atomic.In
 func TestClaimWaitsForRevocation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		group int
-		id    string
-	}{{0, "s0"}, {32, "s0"}, {0, ""}, {32, ""}} {
+		group  int
+		id     string
+		params string
+	}{
+		{0, "s0", ""}, {32, "s0", ""}, {0, "", ""}, {32, "", ""},
+		// The store's transactions are read committed whatever the
+		// database's default.
+		{0, "s0", "&default_transaction_isolation=repeatable%20read"},
+	} {
 		group := tc.group
-		t.Run(fmt.Sprintf("group-%d-next-%v", group, tc.id == ""), func(t *testing.T) {
-			s := tokenStore(t, group, 2, "tok", "other")
+		t.Run(fmt.Sprintf("group-%d-next-%v-rr-%v", group, tc.id == "", tc.params != ""), func(t *testing.T) {
+			s := tokenStore(t, group, tc.params, 2, "tok", "other")
 			ctx := t.Context()
 			var tokens atomic.Int64
 			commit := revoking(t, s, "tok")
@@ -161,7 +167,7 @@ func TestClaimWaitsForRevocation(t *testing.T) {
 // not hold back another with the same token.
 func TestClaimsShareTokenLock(t *testing.T) {
 	t.Parallel()
-	s := tokenStore(t, 0, 2, "tok")
+	s := tokenStore(t, 0, "", 2, "tok")
 	ctx := t.Context()
 	var tokens atomic.Int64
 	second := make(chan error, 1)
