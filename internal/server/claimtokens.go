@@ -17,9 +17,10 @@ import (
 // PostgreSQL after the claim itself — for a token verified a moment ago.
 // Only machine and orchestrator tokens are remembered: a user's token
 // stands for what its user may do now, a session's ends with its session,
-// and both are read again. A claim-next that finds nothing to claim makes
-// no claim transaction: a token revoked on another replica gets 204
-// rather than 401 until its entry here is claimTokenTTL old.
+// and both are read again. A claim-next that makes no claim makes no
+// claim transaction: a token revoked on another replica gets what such a
+// request gets (204, or 409 outpost_at_capacity), not 401, until its
+// entry here is claimTokenTTL old — never a session.
 
 // claimTokenTTL is how long a verified token is taken on its word.
 const claimTokenTTL = 5 * time.Second
