@@ -27,3 +27,13 @@ func checkFiles(n int) error {
 	}
 	return nil
 }
+
+// processCPU is this process's CPU time (user and system) in seconds.
+func processCPU() (float64, bool) {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		return 0, false
+	}
+	sec := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return sec(u.Utime) + sec(u.Stime), true
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCheckFilesRefusesBeyondTheLimit: a fleet that needs more
@@ -33,5 +34,21 @@ func TestCheckFilesRefusesBeyondTheLimit(t *testing.T) {
 	}
 	if err := checkFiles((Options{Workers: 10, Sessions: 2}).openFiles()); err != nil {
 		t.Errorf("10 workers refused: %v", err)
+	}
+}
+
+// TestProcessCPU: the process's CPU time grows with work it does.
+func TestProcessCPU(t *testing.T) {
+	c0, ok := processCPU()
+	if !ok {
+		t.Fatal("the process's CPU time could not be read")
+	}
+	x := 0
+	for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
+		x++
+	}
+	c1, _ := processCPU()
+	if c1-c0 < 0.05 {
+		t.Errorf("CPU %.3f s → %.3f s after 200 ms of work (%d rounds), want at least 0.05 s more", c0, c1, x)
 	}
 }

@@ -304,3 +304,29 @@ func TestTimedKeepsTheWinningClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulatorFigures: the simulator's busy CPU and its share a call,
+// printed only when it could be read.
+func TestSimulatorFigures(t *testing.T) {
+	t.Parallel()
+	f := simulatorFigures(1.0, 3.5, true, 500)
+	if !f.Available || f.CPUBusyS != 2.5 || f.CPUPerCallMS != 5 {
+		t.Fatalf("figures %+v, want 2.5 s busy, 5 ms a call", f)
+	}
+	if f := simulatorFigures(1, 2, true, 0); f.CPUPerCallMS != 0 {
+		t.Errorf("no calls: %+v, want no share a call", f)
+	}
+	var r Report
+	r.Simulator = f
+	var b strings.Builder
+	r.Print(&b)
+	if want := "simulator: CPU 2.50s busy (5.000 ms per call)"; !strings.Contains(b.String(), want) {
+		t.Errorf("the report lacks %q:\n%s", want, b.String())
+	}
+	r.Simulator = simulatorFigures(1, 2, false, 10)
+	b.Reset()
+	r.Print(&b)
+	if strings.Contains(b.String(), "simulator:") {
+		t.Errorf("a simulator line without figures:\n%s", b.String())
+	}
+}

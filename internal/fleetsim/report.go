@@ -61,6 +61,9 @@ type Report struct {
 		First  []string         `json:"first"`
 	} `json:"errors"`
 	Server ServerFigures `json:"server"`
+	// Simulator is this process's own CPU while busy: on a machine it
+	// shares with the server, the cores it took from it.
+	Simulator SimulatorFigures `json:"simulator"`
 	// Cleanup is what the run removed from the server at its end.
 	Cleanup Cleanup `json:"cleanup"`
 }
@@ -435,6 +438,9 @@ func (r *Report) Print(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "server:    no CPU or memory figures (its /metrics could not be read)")
 	}
+	if m := r.Simulator; m.Available {
+		fmt.Fprintf(w, "simulator: CPU %.2fs busy (%.3f ms per call), taken from the server where they share cores\n", m.CPUBusyS, m.CPUPerCallMS)
+	}
 	if len(s.Replicas) > 1 {
 		for _, r := range s.Replicas {
 			name := r.Replica
@@ -465,3 +471,24 @@ func (r *Report) Print(w io.Writer) {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// SimulatorFigures is the simulator's CPU over the busy phase.
+type SimulatorFigures struct {
+	// Available is false where the process's CPU time cannot be read.
+	Available    bool    `json:"available"`
+	CPUBusyS     float64 `json:"cpu_busy_s"`
+	CPUPerCallMS float64 `json:"cpu_ms_per_call"`
+}
+
+// simulatorFigures is the simulator's CPU between busy0 and busy1
+// (seconds of this process's CPU time), spread over calls.
+func simulatorFigures(busy0, busy1 float64, ok bool, calls int64) SimulatorFigures {
+	if !ok {
+		return SimulatorFigures{}
+	}
+	f := SimulatorFigures{Available: true, CPUBusyS: busy1 - busy0}
+	if calls > 0 {
+		f.CPUPerCallMS = f.CPUBusyS * 1000 / float64(calls)
+	}
+	return f
+}

@@ -90,6 +90,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 		_ = waitCtx(ctx, o.Idle)
 	}
 	m2 := s.scrape(ctx)
+	sim0, simOK0 := processCPU()
 	rep.Workers.Watching = s.watching.Load()
 
 	// Busy: create sessions at the rate, drive and follow each.
@@ -100,6 +101,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	s.create(steady, &agents)
 	<-steady.Done()
 	m3 := s.scrape(ctx)
+	sim1, simOK1 := processCPU()
 	runningAtEnd := s.running.Load() - s.ended.Load()
 	busy := time.Since(busyStart)
 	agents.Wait()
@@ -115,6 +117,7 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	rep.Sessions.RunningAtEnd = runningAtEnd
 	rep.Server = serverFigures(m0.total, m1.total, m2.total, m3.total, o.Workers, runningAtEnd, rep.Calls.Answered, o.Idle)
 	rep.Server.Replicas = replicaFigures(m0, m2, m3)
+	rep.Simulator = simulatorFigures(sim0, sim1, simOK0 && simOK1, rep.Calls.Answered)
 	rep.WallS = time.Since(begin).Seconds()
 	if ctx.Err() != nil {
 		return rep, ctx.Err()
