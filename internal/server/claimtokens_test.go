@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,30 +14,6 @@ import (
 	"github.com/outpost-sh/outpost/internal/store"
 	"github.com/outpost-sh/outpost/internal/store/postgres/pgtest"
 )
-
-// postError sends a POST with token and returns the status and the error
-// message of the answer ("" for none).
-func postError(t *testing.T, url, token string, body any) (int, string) {
-	t.Helper()
-	raw, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest("POST", url, bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var e api.ErrorResponse
-	_ = json.NewDecoder(resp.Body).Decode(&e)
-	return resp.StatusCode, e.Error.Message
-}
 
 // A claim skips the token lookup for a machine token this server verified
 // a moment ago, and reads the token in its own transaction instead: a
@@ -64,7 +38,7 @@ func TestClaimTokenRevokedOnAnotherReplica(t *testing.T) {
 
 	a.mustDo(204, "DELETE", "/v1/tokens/"+a.tokenIDOf(machine), a.admin, nil, nil)
 	before := hits()
-	code, msg := postError(t, b.url+"/v1/queue/"+byID+"/claim", machine, api.ClaimRequest{AcceptorID: "m1"})
+	code, msg := b.errorWith("POST", "/v1/queue/"+byID+"/claim", machine, api.ClaimRequest{AcceptorID: "m1"})
 	if code != http.StatusUnauthorized || !strings.Contains(msg, "the claim was not made") {
 		t.Fatalf("claim by id after the revocation on another replica: %d %q, want 401 from the claim's transaction", code, msg)
 	}
@@ -77,7 +51,7 @@ func TestClaimTokenRevokedOnAnotherReplica(t *testing.T) {
 		t.Fatalf("%s after the refused claim: %+v, want pending", byID, e.Status)
 	}
 	// Forgotten: the next request looks the token up and is refused there.
-	code, msg = postError(t, b.url+"/v1/outposts/ct/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "m1"})
+	code, msg = b.errorWith("POST", "/v1/outposts/ct/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "m1"})
 	if code != http.StatusUnauthorized || msg != "The API token has been revoked." {
 		t.Fatalf("claim-next after the refused claim: %d %q, want 401 from the lookup", code, msg)
 	}
@@ -103,7 +77,7 @@ func TestClaimTokenForgottenOnRevoke(t *testing.T) {
 	if err := ts.srv.store.RevokeToken(t.Context(), ts.tokenIDOf(machine), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	code, msg := postError(t, ts.url+"/v1/outposts/cf/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "m1"})
+	code, msg := ts.errorWith("POST", "/v1/outposts/cf/queue:claim", machine, api.ClaimNextRequest{AcceptorID: "m1"})
 	if code != http.StatusUnauthorized || !strings.Contains(msg, "the claim was not made") {
 		t.Fatalf("claim-next with a remembered, revoked token: %d %q, want 401 from the claim's transaction", code, msg)
 	}
@@ -118,7 +92,7 @@ func TestClaimTokenForgottenOnRevoke(t *testing.T) {
 	third := ts.session("cf").Metadata.SessionID
 	ts.claimWith(other, next, "m2")
 	ts.mustDo(204, "DELETE", "/v1/tokens/"+ts.tokenIDOf(other), ts.admin, nil, nil)
-	code, msg = postError(t, ts.url+"/v1/queue/"+third+"/claim", other, api.ClaimRequest{AcceptorID: "m2"})
+	code, msg = ts.errorWith("POST", "/v1/queue/"+third+"/claim", other, api.ClaimRequest{AcceptorID: "m2"})
 	if code != http.StatusUnauthorized || msg != "The API token has been revoked." {
 		t.Fatalf("claim after DELETE: %d %q, want 401 from the lookup", code, msg)
 	}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,9 +14,26 @@ import (
 // errorOf sends a request and returns the status and the error message.
 func (ts *testServer) errorOf(method, path, token string) (int, string) {
 	ts.t.Helper()
-	req, err := http.NewRequest(method, ts.url+path, nil)
+	return ts.errorWith(method, path, token, nil)
+}
+
+// errorWith is errorOf for a request with a JSON body (nil for none).
+func (ts *testServer) errorWith(method, path, token string, body any) (int, string) {
+	ts.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			ts.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, ts.url+path, rd)
 	if err != nil {
 		ts.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
