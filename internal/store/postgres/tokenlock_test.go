@@ -190,3 +190,54 @@ func TestClaimsShareTokenLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A claim of a group whose token was revoked is refused (its reads find
+// the token revoked, before fn) and undone alone; the group's other
+// claims, with a valid token, commit in the group.
+func TestGroupRevokedToken(t *testing.T) {
+	t.Parallel()
+	s := tokenStore(t, 32, "", 4, "good", "bad")
+	ctx := t.Context()
+	now := time.Now()
+	if err := s.RevokeToken(ctx, "bad", now); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"s0", "s1", "s2", "s3"}
+	var tokens atomic.Int64
+	errs := make([]error, len(ids))
+	ran := make([]atomic.Bool, len(ids))
+	claims := make([]func(), len(ids))
+	for i, id := range ids {
+		tok := "good"
+		if i%2 == 1 {
+			tok = "bad"
+		}
+		claims[i] = func() {
+			fn := claimFn("acc", &tokens)
+			_, errs[i] = s.ClaimSession(ctx, id, now, tok, func(sess store.Session, e store.QueueEntry, _ store.OutpostLoad) (store.Mutation, error) {
+				ran[i].Store(true)
+				return fn(sess, e)
+			})
+		}
+	}
+	before, _ := s.ClaimGroups()
+	queueInGroup(t, s, claims...)
+	if after, _ := s.ClaimGroups(); after != before+1 {
+		t.Errorf("%d groups committed; want 1", after-before)
+	}
+	for i, id := range ids {
+		e, err := s.GetQueueEntry(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if !errors.Is(errs[i], store.ErrTokenRevoked) || ran[i].Load() || e.Phase != api.PhasePending {
+				t.Errorf("%s with the revoked token: %v, fn ran %v, %s; want refused before fn, pending", id, errs[i], ran[i].Load(), e.Phase)
+			}
+			continue
+		}
+		if errs[i] != nil || e.Phase != api.PhaseClaimed {
+			t.Errorf("%s with the valid token: %v, %s; want claimed", id, errs[i], e.Phase)
+		}
+	}
+}
