@@ -26,7 +26,11 @@ import (
 // rules refused it (a tool error with the reason, which the agent sees).
 func (r *runner) gate(ctx context.Context, seq int64, st step, next *step) (store.Call, bool, bool, error) {
 	var sess store.Session
-	if err := r.retry(ctx, "read session", func() (err error) {
+	recorded := r.recorded
+	r.recorded = nil
+	if recorded != nil && r.recordedSeq == seq {
+		sess = *recorded // read with the call's record, just now
+	} else if err := r.retry(ctx, "read session", func() (err error) {
 		sess, err = r.l.opts.Store.GetSession(ctx, r.sessionID)
 		return err
 	}); err != nil {
@@ -254,6 +258,7 @@ func (r *runner) refuse(ctx context.Context, seq int64, st step, next *step, a a
 	if msg, ok := r.early[seq]; ok {
 		// Whatever a remote sent for it is not its result: it was never sent.
 		delete(r.early, seq)
+		r.keepOutput(msg)
 		_ = msg.conn.Ack(ctx, seq)
 	}
 	f := api.Frame{Seq: seq, OK: false, Error: approval.ToolError(a)}

@@ -48,6 +48,19 @@ type ToolCallError struct {
 
 func (e *ToolCallError) Error() string { return e.Problem }
 
+// ExternalOutpost returns the outpost of the session when this loop runs
+// it for an outside agent and takes its calls: a caller may authorize a
+// call by it, and know the session's kind, without reading the session
+// (neither ever changes).
+func (l *Loop) ExternalOutpost(sessionID string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.runners[sessionID]; r != nil && r.externalOutpost != "" {
+		return r.externalOutpost, true
+	}
+	return "", false
+}
+
 // External runs one tool call of an outside agent through the session's
 // runner and waits for its result. The caller checks that the session is
 // an external one that has not ended.
@@ -82,6 +95,9 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, calls []st
 	if sess.Spec.Limits.IdleS > 0 {
 		idle = time.Duration(sess.Spec.Limits.IdleS) * time.Second
 	}
+	r.l.mu.Lock()
+	r.externalOutpost = sess.OutpostID
+	r.l.mu.Unlock()
 	var last int64
 	for seq := range done {
 		last = max(last, seq)
@@ -130,6 +146,9 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, calls []st
 			}
 			last++
 			res, err := r.runOne(ctx, last, step{tool: req.tool, args: req.args})
+			if errors.Is(err, errSessionEnded) {
+				err = ErrEnded // the session ended before the call was recorded
+			}
 			req.reply <- externalReply{result: res, err: err}
 			if err != nil {
 				r.fail(ctx, err)
@@ -153,12 +172,20 @@ func (r *runner) runOne(ctx context.Context, seq int64, st step) (api.ToolResult
 	}
 	conv.lastSeen = callEvent // collect the output and result that follow
 	conv.pending[seq] = "call"
+	// The result's transaction carries the call's output as the gateway
+	// last held it: conv takes its events there (committed), and the
+	// store is read only when they leave a gap (output written earlier,
+	// another writer's events) or the result is not among them.
+	r.conv = conv
 	call, _, err := r.execute(ctx, seq, st, nil)
+	r.conv = nil
 	if err != nil {
 		return api.ToolResult{}, err
 	}
-	if err := r.catchUp(ctx, conv); err != nil {
-		return api.ToolResult{}, err
+	if gap := conv.applyAhead(); gap || len(conv.pending) > 0 {
+		if err := r.catchUp(ctx, conv); err != nil {
+			return api.ToolResult{}, err
+		}
 	}
 	res := api.ToolResult{Seq: seq, OK: call.OK, Value: call.Value, Error: call.Error}
 	if n := len(conv.msgs); n > 0 {

@@ -154,10 +154,23 @@ func (h *harness) connect(id string) *fakeConn {
 // answer delivers the result of call seq on c and waits for its ack.
 func (h *harness) answer(c *fakeConn, seq int64, ok bool, value, errText string) {
 	h.t.Helper()
-	h.loop.Deliver(h.t.Context(), c.sessionID, c, api.Frame{Type: api.FrameResult, Seq: seq, OK: ok, Value: json.RawMessage(value), Error: errText})
+	h.loop.Deliver(h.t.Context(), c.sessionID, c, api.Frame{Type: api.FrameResult, Seq: seq, OK: ok, Value: json.RawMessage(value), Error: errText}, nil)
 	if got := c.expectAck(h.t); got != seq {
 		h.t.Fatalf("ack of %d, want %d", got, seq)
 	}
+}
+
+// answerWithOutput delivers the result of call seq on c with the output
+// events the gateway had not written yet, as the gateway does, and
+// reports whether the runner took them.
+func (h *harness) answerWithOutput(c *fakeConn, seq int64, ok bool, value string, output ...api.Event) bool {
+	h.t.Helper()
+	return h.loop.Deliver(h.t.Context(), c.sessionID, c, api.Frame{Type: api.FrameResult, Seq: seq, OK: ok, Value: json.RawMessage(value)}, output)
+}
+
+// outputEvent is an output event of call seq as the gateway makes one.
+func (h *harness) outputEvent(seq int64, text string) api.Event {
+	return api.Event{Type: api.EventOutput, Time: h.clock.Now().UnixMilli(), CallSeq: seq, Stream: "stdout", Text: text}
 }
 
 // output records output of call seq as the server's output flusher does.
@@ -227,6 +240,18 @@ type countingStore struct {
 	store.Store
 	listEvents, listCalls atomic.Int64
 	updates               atomic.Int64 // UpdateSession transactions
+	appends               atomic.Int64 // AppendEvents transactions
+	getSessions           atomic.Int64
+}
+
+func (s *countingStore) AppendEvents(ctx context.Context, sessionID string, events []api.Event) error {
+	s.appends.Add(1)
+	return s.Store.AppendEvents(ctx, sessionID, events)
+}
+
+func (s *countingStore) GetSession(ctx context.Context, id string) (store.Session, error) {
+	s.getSessions.Add(1)
+	return s.Store.GetSession(ctx, id)
 }
 
 func (s *countingStore) UpdateSession(ctx context.Context, id string, fn func(store.Session, store.QueueEntry) (store.Mutation, error)) (store.Mutation, error) {

@@ -226,6 +226,9 @@ func (l *Loop) ensure(sessionID string) *runner {
 		defer close(r.done)
 		defer cancel()
 		r.run(ctx)
+		for _, msg := range r.early {
+			r.keepOutput(msg) // results never awaited: their output stays
+		}
 		l.mu.Lock()
 		if l.runners[sessionID] == r {
 			delete(l.runners, sessionID)
@@ -285,34 +288,38 @@ func (l *Loop) StopSession(sessionID string) {
 	}
 }
 
-// Deliver hands a result frame of c to the session's runner, starting one
-// if none runs. The hand-over is unbuffered, so a result is either taken
-// by a running runner or not at all. A result is acknowledged only once it
-// is stored, or when the session is over and nobody will ever want it.
-func (l *Loop) Deliver(ctx context.Context, sessionID string, c Conn, f api.Frame) {
+// Deliver hands a result frame of c, with the output events before it
+// that are not on the transcript yet, to the session's runner, starting
+// one if none runs. The hand-over is unbuffered, so a result is either
+// taken by a running runner or not at all; it reports whether it was
+// taken. A taken result's output is recorded with it, or on its own when
+// the result is not. A result is acknowledged only once it is stored, or
+// when the session is over and nobody will ever want it.
+func (l *Loop) Deliver(ctx context.Context, sessionID string, c Conn, f api.Frame, output []api.Event) bool {
 	for range 3 {
 		r := l.running(sessionID)
 		if r == nil {
 			sess, err := l.opts.Store.GetSession(ctx, sessionID)
 			if err != nil {
-				return // the remote resends it after it reconnects
+				return false // the remote resends it after it reconnects
 			}
 			if api.IsFinal(sess.Status) {
 				_ = c.Ack(ctx, f.Seq)
-				return
+				return false
 			}
 			if r = l.ensure(sessionID); r == nil {
-				return // stopping
+				return false // stopping
 			}
 		}
 		select {
-		case r.results <- resultMsg{conn: c, frame: f}:
-			return
+		case r.results <- resultMsg{conn: c, frame: f, output: output}:
+			return true
 		case <-r.done:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // errSessionEnded stops a runner whose session ended under it.

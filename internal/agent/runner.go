@@ -26,6 +26,10 @@ type runner struct {
 	cancel    context.CancelFunc
 	results   chan resultMsg
 	external  chan externalReq // calls of an outside agent
+	// externalOutpost is the outpost of an external session once its
+	// runner takes calls ("" before, and for other kinds). Guarded by
+	// l.mu.
+	externalOutpost string
 	done      chan struct{}    // closed when run has returned
 	// early holds results that arrived before their call was awaited
 	// (a remote resending after a server restart). Owned by run.
@@ -50,6 +54,15 @@ type runner struct {
 	// model is an llm session's model ("": the server's default), which
 	// prices its calls. Set by run.
 	model string
+	// recorded is the session as record's transaction read it, locked,
+	// with spec, for the gate of the call it recorded (recordedSeq), which
+	// runs next: no other writer touches a call's approval before its gate
+	// holds it, so the gate need not read the session again. spec is the
+	// session's spec as run loaded it (a transaction's read leaves it out:
+	// it never changes). Owned by run.
+	recorded    *store.Session
+	recordedSeq int64
+	spec        api.SessionSpec
 }
 
 // resultMsg is a result frame and the connection it came on.
@@ -59,6 +72,11 @@ type resultMsg struct {
 	// events are written before the result in its transaction: a call the
 	// runner refused says why (an approval rule's refusal).
 	events []api.Event
+	// output are the output events the gateway had not written when the
+	// result came (the call's last, and any other call's since the last
+	// flush): the result's transaction writes them first. A result the
+	// runner does not record still has its output written (keepOutput).
+	output []api.Event
 }
 
 // step is one planned tool call.
@@ -146,6 +164,7 @@ func (r *runner) run(ctx context.Context) {
 		return
 	}
 	r.secrets = redact.NewSet(sess.Secrets)
+	r.spec = sess.Spec
 	if max := sess.Spec.Limits.MaxDurationS; max > 0 && sess.StartedAt != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = clockwork.WithDeadline(ctx, r.l.clock, sess.StartedAt.Add(time.Duration(max)*time.Second))
@@ -212,10 +231,13 @@ func (r *runner) fail(ctx context.Context, err error) {
 // again); the event shows them with secret values redacted.
 func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64, err error) {
 	now := r.l.clock.Now()
+	var read store.Session
 	m, err := r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 		if api.IsFinal(sess.Status) {
 			return store.Mutation{}, errSessionEnded
 		}
+		read = sess
+		read.Spec = r.spec
 		m := store.Mutation{
 			Calls:  []store.Call{{SessionID: r.sessionID, Seq: seq, Tool: st.tool, Args: st.args, CreatedAt: now}},
 			Events: []api.Event{{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq, Tool: st.tool, Args: r.secrets.JSON(st.args)}},
@@ -231,6 +253,7 @@ func (r *runner) record(ctx context.Context, seq int64, st step) (eventSeq int64
 		return 0, fmt.Errorf("record call %d: %w", seq, err)
 	}
 	steptrace.Mark("server.call_recorded", r.sessionID)
+	r.recorded, r.recordedSeq = &read, seq
 	r.committed(m)
 	return m.Events[0].Seq, nil
 }
@@ -343,7 +366,9 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 			}
 			sess.LastSeq = max(sess.LastSeq, seq)
 			sess.UpdatedAt = now
-			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: append(msg.events[:len(msg.events):len(msg.events)], ev)}
+			evs := make([]api.Event, 0, len(msg.output)+len(msg.events)+2)
+			evs = append(append(append(evs, msg.output...), msg.events...), ev)
+			m := store.Mutation{Session: &sess, Calls: []store.Call{call}, Events: evs}
 			if recordNext {
 				m.Calls = append(m.Calls, store.Call{SessionID: r.sessionID, Seq: seq + 1, Tool: next.tool, Args: next.args, CreatedAt: now})
 				m.Events = append(m.Events, api.Event{Type: api.EventCall, Time: now.UnixMilli(), CallSeq: seq + 1, Tool: next.tool, Args: r.secrets.JSON(next.args)})
@@ -357,10 +382,12 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 	})
 	if errors.Is(err, errSessionEnded) {
 		// Nobody needs the result any more; let the remote forget it.
+		r.keepOutput(msg)
 		_ = msg.conn.Ack(ctx, seq)
 		return store.Call{}, false, err
 	}
 	if err != nil {
+		r.keepOutput(msg)
 		return store.Call{}, false, fmt.Errorf("record result of call %d: %w", seq, err)
 	}
 	if hook := r.l.opts.OnToolCall; hook != nil {
@@ -456,6 +483,7 @@ func (r *runner) endAfter(out stepOutcome, st step, c store.Call, seq int64) (st
 func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 	calls, err := r.l.opts.Store.ListCalls(ctx, r.sessionID)
 	if err != nil {
+		r.keepOutput(msg)
 		return err
 	}
 	for _, c := range calls {
@@ -470,8 +498,30 @@ func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 		}
 		break
 	}
+	r.keepOutput(msg)
 	_ = msg.conn.Ack(ctx, msg.frame.Seq)
 	return nil
+}
+
+// keepOutputTimeout bounds keepOutput's write, which may run while the
+// runner stops.
+const keepOutputTimeout = 10 * time.Second
+
+// keepOutput writes the output that came with a result the runner does
+// not record (the session ended, the call was answered already, the
+// runner stops): it belongs on the transcript whatever becomes of the
+// result, and may hold other calls' output too.
+func (r *runner) keepOutput(msg resultMsg) {
+	if len(msg.output) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.l.base()), keepOutputTimeout)
+	defer cancel()
+	if err := r.l.opts.Store.AppendEvents(ctx, r.sessionID, msg.output); err != nil {
+		r.l.log.Warn("record output", "session", r.sessionID, "err", err)
+		return
+	}
+	r.committed(store.Mutation{Events: msg.output})
 }
 
 // FirstCall is the first call of sess's plan (a repository's clone or

@@ -80,9 +80,11 @@ type Handler interface {
 	// when the claim moved since Admit: the connection is closed. leave is
 	// called, either way, when the connection ends.
 	Attached(ctx context.Context, c *Conn, run bool) (leave func(), ok bool)
-	// Result delivers a call's result, redacted, once its output is on
-	// the transcript.
-	Result(ctx context.Context, c *Conn, f api.Frame)
+	// Result delivers a call's result, redacted, with the output events
+	// not yet on the transcript, for the result's transaction to record
+	// before it. It reports whether it took them: when not, the gateway
+	// records them itself.
+	Result(ctx context.Context, c *Conn, f api.Frame, output []api.Event) bool
 	// Artifacts receives the artifact uploads of c.
 	Artifacts(c *Conn) Artifacts
 	// Restored records how the remote restored the session's
@@ -360,9 +362,11 @@ func (g *Gateway) readLoop(ctx context.Context, c *Conn) {
 			case api.FrameResult:
 				c.Gate.Leave(f.Seq)
 				red.Flush(f.Seq, func(o api.OutputFrame) { out.Add(ctx, o) })
-				out.Finish(ctx, f.Seq)
+				evs := out.Finish(f.Seq)
 				red.Result(&f)
-				g.handler.Result(ctx, c, f)
+				if !g.handler.Result(ctx, c, f, evs) {
+					out.Record(ctx, evs)
+				}
 			case api.FrameArtifact:
 				out.Flush(ctx) // the call's output before its artifact event
 				arts.Frame(ctx, f)

@@ -46,7 +46,10 @@ func (h *refusingHandler) Attached(context.Context, *Conn, bool) (func(), bool) 
 	h.note("attached")
 	return func() {}, true
 }
-func (h *refusingHandler) Result(context.Context, *Conn, api.Frame)   { h.note("result") }
+func (h *refusingHandler) Result(context.Context, *Conn, api.Frame, []api.Event) bool {
+	h.note("result")
+	return false
+}
 func (h *refusingHandler) Artifacts(*Conn) Artifacts                  { h.note("artifacts"); return nil }
 func (h *refusingHandler) Restored(context.Context, *Conn, api.Frame) { h.note("restored") }
 func (h *refusingHandler) Suspended(*Conn, api.Frame)                 { h.note("suspended") }

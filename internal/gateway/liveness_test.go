@@ -57,12 +57,12 @@ func (h *welcomingHandler) Attached(_ context.Context, c *Conn, _ bool) (func(),
 	h.note("attached " + c.Instance)
 	return func() { h.note("left " + c.Instance) }, true
 }
-func (h *welcomingHandler) Result(context.Context, *Conn, api.Frame)   {}
-func (h *welcomingHandler) Artifacts(*Conn) Artifacts                  { return noArtifacts{} }
-func (h *welcomingHandler) Restored(context.Context, *Conn, api.Frame) {}
-func (h *welcomingHandler) Suspended(*Conn, api.Frame)                 {}
-func (h *welcomingHandler) Disconnected(*Conn)                         {}
-func (h *welcomingHandler) DesktopTiles(*Conn, []byte)                 {}
+func (h *welcomingHandler) Result(context.Context, *Conn, api.Frame, []api.Event) bool { return false }
+func (h *welcomingHandler) Artifacts(*Conn) Artifacts                                  { return noArtifacts{} }
+func (h *welcomingHandler) Restored(context.Context, *Conn, api.Frame)                 {}
+func (h *welcomingHandler) Suspended(*Conn, api.Frame)                                 {}
+func (h *welcomingHandler) Disconnected(*Conn)                                         {}
+func (h *welcomingHandler) DesktopTiles(*Conn, []byte)                                 {}
 
 type noArtifacts struct{}
 

@@ -341,10 +341,14 @@ func (o *SessionOutput) StoreSpills() {
 	}
 }
 
-// Finish flushes a call's output before its result is recorded, and notes
-// on the transcript where output past the cap went.
-func (o *SessionOutput) Finish(ctx context.Context, seq int64) {
+// Finish ends a call's output: it notes where output past the cap went
+// and returns the events not yet on the transcript (of this call, and of
+// others since the last flush), for the call's result to record in its
+// own transaction, one commit fewer a call. Whoever does not record them
+// with the result gives them to Record.
+func (o *SessionOutput) Finish(seq int64) []api.Event {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if c := o.calls[seq]; c != nil {
 		for stream, carry := range c.carry {
 			if len(carry) > 0 {
@@ -361,8 +365,20 @@ func (o *SessionOutput) Finish(ctx context.Context, seq int64) {
 		}
 		o.closeCallLocked(seq)
 	}
-	o.mu.Unlock()
-	o.Flush(ctx)
+	evs := o.pending
+	o.pending, o.bytes = nil, 0
+	return evs
+}
+
+// Record writes events Finish returned that no result's transaction
+// recorded, and hands them to the live followers.
+func (o *SessionOutput) Record(ctx context.Context, evs []api.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.recordLocked(ctx, evs)
 }
 
 // droppedNote is the transcript's note on the output of c that a cap
@@ -394,6 +410,10 @@ func (o *SessionOutput) Flush(ctx context.Context) {
 	o.pending, o.bytes = nil, 0
 	// Hold the lock while writing so batches reach the store in order.
 	defer o.mu.Unlock()
+	o.recordLocked(ctx, evs)
+}
+
+func (o *SessionOutput) recordLocked(ctx context.Context, evs []api.Event) {
 	if err := o.cfg.Store.AppendEvents(ctx, o.sessionID, evs); err != nil {
 		if ctx.Err() == nil {
 			o.cfg.Log.Warn("record output", "session", o.sessionID, "err", err)

@@ -28,6 +28,15 @@ const runnerStartWait = 5 * time.Second
 // callExternal runs one tool call of an outside agent through the
 // session's runner and waits for its result.
 func (s *Server) callExternal(ctx context.Context, sessionID, tool string, args json.RawMessage) (api.ToolResult, error) {
+	if outpostID, ok := s.agents.ExternalOutpost(sessionID); ok && principalFrom(ctx).allowsOutpost(outpostID) {
+		// The runner runs here: it knows the session's outpost, which
+		// authorizes the call, and checks in the call's own transaction
+		// that the session has not ended; no read of the session first.
+		res, err := s.agents.External(ctx, sessionID, tool, args)
+		if !errors.Is(err, agent.ErrNotRunning) {
+			return externalAnswer(sessionID, res, err)
+		}
+	}
 	sess, err := s.sessionFor(ctx, sessionID)
 	if err != nil {
 		return api.ToolResult{}, err
@@ -48,11 +57,17 @@ func (s *Server) callExternal(ctx context.Context, sessionID, tool string, args 
 		}
 		cancel()
 	}
-	var bad *agent.ToolCallError
-	switch {
-	case errors.Is(err, agent.ErrNotRunning):
+	if errors.Is(err, agent.ErrNotRunning) {
 		return api.ToolResult{}, &httpError{http.StatusServiceUnavailable, api.CodeUnavailable,
 			fmt.Sprintf("Session %s has no machine connected yet (status %s); try again when it is running.", sessionID, sess.Status)}
+	}
+	return externalAnswer(sessionID, res, err)
+}
+
+// externalAnswer words the runner's answer to an outside agent's call.
+func externalAnswer(sessionID string, res api.ToolResult, err error) (api.ToolResult, error) {
+	var bad *agent.ToolCallError
+	switch {
 	case errors.Is(err, agent.ErrEnded):
 		return api.ToolResult{}, errConflict("Session %s has ended.", sessionID)
 	case errors.Is(err, agent.ErrEndedDuringCall):

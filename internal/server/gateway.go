@@ -128,9 +128,9 @@ func (h gatewayHandler) Attached(ctx context.Context, c *gateway.Conn, run bool)
 	return leave, true
 }
 
-// Result hands a call's result to the session's runner.
-func (h gatewayHandler) Result(ctx context.Context, c *gateway.Conn, f api.Frame) {
-	h.s.deliverResult(ctx, c, f)
+// Result hands a call's result and its output to the session's runner.
+func (h gatewayHandler) Result(ctx context.Context, c *gateway.Conn, f api.Frame, output []api.Event) bool {
+	return h.s.deliverResult(ctx, c, f, output)
 }
 
 // Artifacts receives the connection's artifact uploads into the blob store.

@@ -101,7 +101,8 @@ func (s *Server) stopRunner(sessionID string) {
 	s.output.Drop(sessionID)
 }
 
-// deliverResult hands a result frame to the session's runner.
-func (s *Server) deliverResult(ctx context.Context, c *gateway.Conn, f api.Frame) {
-	s.agents.Deliver(ctx, c.SessionID, gateway.AgentConn(c), f)
+// deliverResult hands a result frame and the output before it to the
+// session's runner; false when no runner took them.
+func (s *Server) deliverResult(ctx context.Context, c *gateway.Conn, f api.Frame, output []api.Event) bool {
+	return s.agents.Deliver(ctx, c.SessionID, gateway.AgentConn(c), f, output)
 }

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/outpost-sh/outpost/api"
+)
+
+// externalCall runs one call of an outside agent in the background and
+// returns where its reply arrives.
+func externalCall(h *harness, sessionID, tool, args string) <-chan api.ToolResult {
+	replies := make(chan api.ToolResult, 1)
+	go func() {
+		res, err := h.loop.External(h.t.Context(), sessionID, tool, json.RawMessage(args))
+		if err != nil {
+			h.t.Errorf("call: %v", err)
+		}
+		replies <- res
+	}()
+	return replies
+}
+
+func expectReply(t *testing.T, replies <-chan api.ToolResult) api.ToolResult {
+	t.Helper()
+	select {
+	case r := <-replies:
+		return r
+	case <-time.After(waitTimeout):
+		t.Fatal("no result")
+		return api.ToolResult{}
+	}
+}
+
+// transcriptTypes lists the session's events as type:call seq, in order,
+// and fails unless their seqs run without a gap.
+func transcriptTypes(t *testing.T, h *harness, sessionID string) []api.Event {
+	t.Helper()
+	evs, err := h.store.Store.ListEvents(t.Context(), sessionID, 0, 1000)
+	if err != nil {
+		t.Fatalf("list events: %v", err)
+	}
+	for i, ev := range evs {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d: the transcript has a gap", i+1, ev.Seq)
+		}
+	}
+	return evs
+}
+
+// TestOutputComesWithItsResult: the output the gateway still held when a
+// call's result came is written in the result's transaction, before the
+// result, and the outside agent's reply is made from what that
+// transaction wrote: a call costs two transactions (the call's record and
+// its result) and no read of the transcript or of the session.
+func TestOutputComesWithItsResult(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.session("ses_out", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	// The first call settles the runner (its start reads the session).
+	first := externalCall(h, "ses_out", api.ToolExec, `{"command":"true"}`)
+	h.answer(c, c.expectCall(t).Seq, true, `{"exit_code":0}`, "")
+	expectReply(t, first)
+
+	updates, appends, lists, gets := h.store.updates.Load(), h.store.appends.Load(), h.store.listEvents.Load(), h.store.getSessions.Load()
+	replies := externalCall(h, "ses_out", api.ToolExec, `{"command":"make"}`)
+	call := c.expectCall(t)
+	if !h.answerWithOutput(c, call.Seq, true, `{"exit_code":2}`, h.outputEvent(call.Seq, "building\n"), h.outputEvent(call.Seq, "error: no rule\n")) {
+		t.Fatal("the runner did not take the result")
+	}
+	if seq := c.expectAck(t); seq != call.Seq {
+		t.Fatalf("ack of %d, want %d", seq, call.Seq)
+	}
+	res := expectReply(t, replies)
+	if want := "building\nerror: no rule\nexit status 2"; res.Output != want || !res.OK {
+		t.Fatalf("reply %+v, want output %q", res, want)
+	}
+	if n := h.store.updates.Load() - updates; n != 2 {
+		t.Errorf("%d transactions for the call, want 2 (its record, its result with the output)", n)
+	}
+	if n := h.store.appends.Load() - appends; n != 0 {
+		t.Errorf("the output took %d transactions of its own, want none", n)
+	}
+	if n := h.store.listEvents.Load() - lists; n != 0 {
+		t.Errorf("the reply read the transcript %d times, want none", n)
+	}
+	if n := h.store.getSessions.Load() - gets; n != 0 {
+		t.Errorf("the call read the session %d times, want none (its record read it)", n)
+	}
+	evs := transcriptTypes(t, h, "ses_out")
+	tail := evs[len(evs)-4:]
+	want := []string{api.EventCall, api.EventOutput, api.EventOutput, api.EventResult}
+	for i, ev := range tail {
+		if ev.Type != want[i] || ev.CallSeq != call.Seq {
+			t.Fatalf("transcript ends %+v, want the call, its two outputs and its result", tail)
+		}
+	}
+}
+
+// TestOutputBeforeAndWithResult: output the gateway flushed while the call
+// ran and output that came with the result both reach the reply, in order;
+// the events between the call and the result that the runner did not
+// write make it read the transcript once.
+func TestOutputBeforeAndWithResult(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.session("ses_gap", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	replies := externalCall(h, "ses_gap", api.ToolExec, `{"command":"make"}`)
+	call := c.expectCall(t)
+	h.output("ses_gap", call.Seq, "flushed\n")
+	lists := h.store.listEvents.Load()
+	if !h.answerWithOutput(c, call.Seq, true, `{"exit_code":0}`, h.outputEvent(call.Seq, "held\n")) {
+		t.Fatal("the runner did not take the result")
+	}
+	c.expectAck(t)
+	if res := expectReply(t, replies); res.Output != "flushed\nheld\nexit status 0" {
+		t.Fatalf("output %q", res.Output)
+	}
+	if n := h.store.listEvents.Load() - lists; n != 1 {
+		t.Errorf("%d reads of the transcript, want 1 (to fill the gap)", n)
+	}
+	transcriptTypes(t, h, "ses_gap")
+}
+
+// TestOutputOfUnrecordedResultKept: a result the runner does not record
+// (a resend of a call answered already) still has the output it came with
+// written, and a session that is over takes no result: Deliver says so,
+// for the gateway to write the output itself.
+func TestOutputOfUnrecordedResultKept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.session("ses_resend", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	replies := externalCall(h, "ses_resend", api.ToolExec, `{"command":"true"}`)
+	call := c.expectCall(t)
+	h.answer(c, call.Seq, true, `{"exit_code":0}`, "")
+	expectReply(t, replies)
+
+	if !h.answerWithOutput(c, call.Seq, true, `{"exit_code":0}`, h.outputEvent(call.Seq+1, "another call's output\n")) {
+		t.Fatal("the runner did not take the resent result")
+	}
+	if seq := c.expectAck(t); seq != call.Seq {
+		t.Fatalf("ack of %d, want %d", seq, call.Seq)
+	}
+	// The ack comes after the write: the output is on the transcript.
+	evs := transcriptTypes(t, h, "ses_resend")
+	last := evs[len(evs)-1]
+	if last.Type != api.EventOutput || last.Text != "another call's output\n" {
+		t.Fatalf("transcript ends with %+v, want the output of the resent result", last)
+	}
+	calls, err := h.store.ListCalls(t.Context(), "ses_resend")
+	if err != nil || len(calls) != 1 || !calls[0].Done {
+		t.Fatalf("calls %+v, %v: want the one call, done once", calls, err)
+	}
+
+	if res, err := h.loop.External(t.Context(), "ses_resend", ToolEndSession, nil); err != nil || !res.OK {
+		t.Fatalf("end_session: %+v, %v", res, err)
+	}
+	h.waitEnd("ses_resend")
+	if h.answerWithOutput(c, call.Seq, true, `{}`, h.outputEvent(call.Seq, "late\n")) {
+		t.Fatal("a session that is over took a result")
+	}
+}
