@@ -30,7 +30,7 @@ type runner struct {
 	// runner takes calls ("" before, and for other kinds). Guarded by
 	// l.mu.
 	externalOutpost string
-	done      chan struct{}    // closed when run has returned
+	done            chan struct{} // closed when run has returned
 	// early holds results that arrived before their call was awaited
 	// (a remote resending after a server restart). Owned by run.
 	early map[int64]resultMsg
