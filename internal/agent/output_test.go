@@ -161,3 +161,43 @@ func TestOutputOfUnrecordedResultKept(t *testing.T) {
 		t.Fatal("a session that is over took a result")
 	}
 }
+
+// TestScriptGateUsesTheRecordingRead: a script's next call is recorded in
+// the previous result's transaction, and its gate decides on the session
+// as that transaction read it, with the session's own rules: the steps
+// after the first read no session, and a deny rule of the session still
+// refuses its step without it reaching the remote.
+func TestScriptGateUsesTheRecordingRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	no := false
+	step := func(tool, args string) api.Step { return api.Step{Tool: tool, Args: json.RawMessage(args)} }
+	c := h.session("ses_gate", api.SessionSpec{
+		Agent: api.Agent{Kind: api.AgentScript, StopOnError: &no, Steps: []api.Step{
+			step(api.ToolExec, `{"command":"echo one"}`), step(api.ToolExec, `{"command":"echo two"}`), step(api.ToolListDir, `{}`)}},
+		ApprovalRules: []api.ApprovalRule{{Action: api.ApprovalDeny, Tool: api.ToolListDir, Reason: "No listing here."}}})
+	first := c.expectCall(t)
+	gets := h.store.getSessions.Load()
+	h.answer(c, first.Seq, true, `{"exit_code":0}`, "")
+	second := c.expectCall(t)
+	if second.Tool != api.ToolExec {
+		t.Fatalf("second call %+v", second)
+	}
+	h.answer(c, second.Seq, true, `{"exit_code":0}`, "")
+	sess := h.waitEnd("ses_gate")
+	select {
+	case f := <-c.calls:
+		t.Fatalf("the denied step reached the remote: %+v", f)
+	default:
+	}
+	if n := h.store.getSessions.Load() - gets; n != 1 {
+		t.Errorf("%d reads of the session after the first call, want 1 (waitEnd's own)", n)
+	}
+	calls, err := h.store.ListCalls(t.Context(), "ses_gate")
+	if err != nil || len(calls) != 3 || calls[2].OK || !calls[2].Done {
+		t.Fatalf("calls %+v, %v: want the third refused", calls, err)
+	}
+	if sess.Status == api.StatusRunning {
+		t.Fatalf("session still running: %+v", sess)
+	}
+}

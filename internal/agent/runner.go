@@ -54,10 +54,11 @@ type runner struct {
 	// model is an llm session's model ("": the server's default), which
 	// prices its calls. Set by run.
 	model string
-	// recorded is the session as record's transaction read it, locked,
-	// with spec, for the gate of the call it recorded (recordedSeq), which
-	// runs next: no other writer touches a call's approval before its gate
-	// holds it, so the gate need not read the session again. spec is the
+	// recorded is the session as the transaction that recorded a call
+	// (record's, or the previous result's) read it, locked, with spec, for
+	// the gate of that call (recordedSeq), which runs next: no other
+	// writer touches a call's approval before its gate holds it, so the
+	// gate need not read the session again. spec is the
 	// session's spec as run loaded it (a transaction's read leaves it out:
 	// it never changes). Owned by run.
 	recorded    *store.Session
@@ -359,11 +360,14 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 		endReason = r.secrets.String(endReason)
 	}
 	var m store.Mutation
+	var read store.Session
 	err := r.retry(ctx, "record result", func() (err error) {
 		m, err = r.l.opts.Store.UpdateSession(ctx, r.sessionID, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
 			if api.IsFinal(sess.Status) {
 				return store.Mutation{}, errSessionEnded
 			}
+			read = sess
+			read.Spec = r.spec
 			sess.LastSeq = max(sess.LastSeq, seq)
 			sess.UpdatedAt = now
 			evs := make([]api.Event, 0, len(msg.output)+len(msg.events)+2)
@@ -392,6 +396,9 @@ func (r *runner) complete(ctx context.Context, seq int64, st step, msg resultMsg
 	}
 	if hook := r.l.opts.OnToolCall; hook != nil {
 		hook(st.tool, f.OK)
+	}
+	if recordNext {
+		r.recorded, r.recordedSeq = &read, seq+1 // for the next call's gate
 	}
 	r.committed(m)
 	_ = msg.conn.Ack(ctx, seq)
