@@ -209,7 +209,7 @@ func (r *runner) waitApprovalChange(ctx context.Context, seq int64, sub *Subscri
 			r.dropFeed(r.conv)
 		case msg := <-r.results:
 			if msg.frame.Seq >= seq {
-				r.early[msg.frame.Seq] = msg
+				r.stash(msg)
 				continue
 			}
 			if err := r.lateResult(ctx, msg); err != nil {
@@ -258,7 +258,6 @@ func (r *runner) refuse(ctx context.Context, seq int64, st step, next *step, a a
 	if msg, ok := r.early[seq]; ok {
 		// Whatever a remote sent for it is not its result: it was never sent.
 		delete(r.early, seq)
-		r.keepOutput(msg)
 		_ = msg.conn.Ack(ctx, seq)
 	}
 	f := api.Frame{Seq: seq, OK: false, Error: approval.ToolError(a)}

@@ -146,9 +146,6 @@ func (r *runner) runExternal(ctx context.Context, sess store.Session, calls []st
 			}
 			last++
 			res, err := r.runOne(ctx, last, step{tool: req.tool, args: req.args})
-			if errors.Is(err, errSessionEnded) {
-				err = ErrEnded // the session ended before the call was recorded
-			}
 			req.reply <- externalReply{result: res, err: err}
 			if err != nil {
 				r.fail(ctx, err)
@@ -168,6 +165,10 @@ func (r *runner) runOne(ctx context.Context, seq int64, st step) (api.ToolResult
 		callEvent, err = r.record(ctx, seq, st)
 		return err
 	}); err != nil {
+		if errors.Is(err, errSessionEnded) {
+			// The caller hears ErrEnded; fail still sees errSessionEnded.
+			err = fmt.Errorf("%w: %w", ErrEnded, err)
+		}
 		return api.ToolResult{}, err
 	}
 	conv.lastSeen = callEvent // collect the output and result that follow
@@ -180,6 +181,9 @@ func (r *runner) runOne(ctx context.Context, seq int64, st step) (api.ToolResult
 	call, _, err := r.execute(ctx, seq, st, nil)
 	r.conv = nil
 	if err != nil {
+		if errors.Is(err, errSessionEnded) {
+			err = fmt.Errorf("%w: %w", ErrEndedDuringCall, err)
+		}
 		return api.ToolResult{}, err
 	}
 	if gap := conv.applyAhead(); gap || len(conv.pending) > 0 {

@@ -226,9 +226,6 @@ func (l *Loop) ensure(sessionID string) *runner {
 		defer close(r.done)
 		defer cancel()
 		r.run(ctx)
-		for _, msg := range r.early {
-			r.keepOutput(msg) // results never awaited: their output stays
-		}
 		l.mu.Lock()
 		if l.runners[sessionID] == r {
 			delete(l.runners, sessionID)

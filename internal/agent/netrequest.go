@@ -64,11 +64,7 @@ func (noConn) Done() <-chan struct{}                                      { retu
 // until the call has its result in the store. A call whose arguments are
 // not a valid request (a script step, checked again here) fails at once.
 func (r *runner) awaitAnswer(ctx context.Context, seq int64, st step) (store.Call, bool, error) {
-	if msg, ok := r.early[seq]; ok {
-		// A remote never ran it: whatever it sent is not the answer.
-		delete(r.early, seq)
-		r.keepOutput(msg)
-	}
+	delete(r.early, seq) // a remote never ran it: whatever it sent is not the answer (its output is written)
 	if _, err := netpolicy.ParseRequest(st.args); err != nil {
 		f := api.Frame{Seq: seq, OK: false, Error: fmt.Sprintf("The arguments of %s are not valid: %v.", st.tool, err)}
 		return r.complete(ctx, seq, st, resultMsg{conn: noConn{}, frame: f}, nil)
@@ -121,7 +117,7 @@ func (r *runner) awaitAnswer(ctx context.Context, seq int64, st step) (store.Cal
 					r.keepOutput(msg)
 					_ = msg.conn.Ack(ctx, seq) // not the remote's to answer
 				case msg.frame.Seq > seq:
-					r.early[msg.frame.Seq] = msg
+					r.stash(msg)
 				default:
 					if err := r.lateResult(ctx, msg); err != nil {
 						return store.Call{}, false, err

@@ -2,10 +2,14 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/outpost-sh/outpost/api"
+	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/waitfor"
 )
 
 // externalCall runs one call of an outside agent in the background and
@@ -199,5 +203,89 @@ func TestScriptGateUsesTheRecordingRead(t *testing.T) {
 	}
 	if sess.Status == api.StatusRunning {
 		t.Fatalf("session still running: %+v", sess)
+	}
+}
+
+// outputTexts is the text of the session's output events, in order.
+func outputTexts(t *testing.T, h *harness, sessionID string) []string {
+	t.Helper()
+	var texts []string
+	for _, ev := range transcriptTypes(t, h, sessionID) {
+		if ev.Type == api.EventOutput {
+			texts = append(texts, ev.Text)
+		}
+	}
+	return texts
+}
+
+// TestOutputOfStashedResultWrittenAtOnce: results that come before their
+// call is awaited (a remote resending after a restart) are kept for their
+// call, and the output they came with is written at once, in the order it
+// came: a second result of the same call replaces the first, not its
+// output.
+func TestOutputOfStashedResultWrittenAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	step := api.Step{Tool: api.ToolExec, Args: json.RawMessage(`{"command":"echo"}`)}
+	c := h.session("ses_stash", api.SessionSpec{Agent: api.Agent{Kind: api.AgentScript, Steps: []api.Step{step, step}}})
+	first := c.expectCall(t)
+	for _, text := range []string{"A\n", "B\n"} {
+		if !h.answerWithOutput(c, first.Seq+1, true, `{"exit_code":0}`, h.outputEvent(first.Seq+1, text)) {
+			t.Fatal("the runner did not take the early result")
+		}
+	}
+	waitfor.True(t, "the early results' output on the transcript", func() bool {
+		return strings.Join(outputTexts(t, h, "ses_stash"), "") == "A\nB\n"
+	})
+	h.answer(c, first.Seq, true, `{"exit_code":0}`, "")
+	if got := c.expectAck(t); got != first.Seq+1 {
+		t.Fatalf("ack of %d, want the early result's %d", got, first.Seq+1)
+	}
+	if sess := h.waitEnd("ses_stash"); sess.StatusDetail != api.DetailFinished {
+		t.Fatalf("session %s/%s: %s", sess.Status, sess.StatusDetail, sess.Reason)
+	}
+	if got := strings.Join(outputTexts(t, h, "ses_stash"), ""); got != "A\nB\n" {
+		t.Errorf("output on the transcript %q, want each early result's once", got)
+	}
+}
+
+// TestOutputKeptWhenSessionEndsDuringCall: a session that ends while a
+// call runs does not record the call's result, but the output that came
+// with it is written; the outside agent hears that the session ended
+// during the call, and a call after that that it has ended.
+func TestOutputKeptWhenSessionEndsDuringCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.session("ses_end", api.SessionSpec{Agent: api.Agent{Kind: api.AgentExternal}})
+	errs := make(chan error, 1)
+	go func() {
+		_, err := h.loop.External(t.Context(), "ses_end", api.ToolExec, json.RawMessage(`{"command":"make"}`))
+		errs <- err
+	}()
+	call := c.expectCall(t)
+	// Ended by another server: this runner learns it from its own write.
+	now := h.clock.Now()
+	if _, err := h.store.UpdateSession(t.Context(), "ses_end", func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+		sess.Status, sess.StatusDetail, sess.EndedAt = api.StatusExit, api.DetailUserRequest, &now
+		return store.Mutation{Session: &sess}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !h.answerWithOutput(c, call.Seq, true, `{"exit_code":0}`, h.outputEvent(call.Seq, "half done\n")) {
+		t.Fatal("the runner did not take the result")
+	}
+	if got := c.expectAck(t); got != call.Seq {
+		t.Fatalf("ack of %d, want %d", got, call.Seq)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, ErrEndedDuringCall) {
+			t.Fatalf("the call's error: %v, want ErrEndedDuringCall", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no answer")
+	}
+	if got := outputTexts(t, h, "ses_end"); len(got) != 1 || got[0] != "half done\n" {
+		t.Fatalf("output on the transcript %q, want the call's", got)
 	}
 }

@@ -305,7 +305,7 @@ func (r *runner) execute(ctx context.Context, seq int64, st step, next *step) (s
 				case msg.frame.Seq == seq:
 					return r.complete(ctx, seq, st, msg, next)
 				case msg.frame.Seq > seq:
-					r.early[msg.frame.Seq] = msg
+					r.stash(msg)
 				default:
 					if err := r.lateResult(ctx, msg); err != nil {
 						return store.Call{}, false, err
@@ -488,9 +488,12 @@ func (r *runner) endAfter(out stepOutcome, st step, c store.Call, seq int64) (st
 // remote resending after a restart): it is stored if the store lacks it,
 // then acknowledged.
 func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
+	// Its output is written first, in the order it came, whatever
+	// becomes of the result.
+	r.keepOutput(msg)
+	msg.output = nil
 	calls, err := r.l.opts.Store.ListCalls(ctx, r.sessionID)
 	if err != nil {
-		r.keepOutput(msg)
 		return err
 	}
 	for _, c := range calls {
@@ -505,9 +508,18 @@ func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 		}
 		break
 	}
-	r.keepOutput(msg)
 	_ = msg.conn.Ack(ctx, msg.frame.Seq)
 	return nil
+}
+
+// stash keeps a result that came before its call was awaited (a remote
+// resending after a restart). Its output is written now, in the order it
+// came, rather than when (or whether) the call is awaited: a later
+// result of the same seq replaces this one, not its output.
+func (r *runner) stash(msg resultMsg) {
+	r.keepOutput(msg)
+	msg.output = nil
+	r.early[msg.frame.Seq] = msg
 }
 
 // keepOutputTimeout bounds keepOutput's write, which may run while the
@@ -515,9 +527,10 @@ func (r *runner) lateResult(ctx context.Context, msg resultMsg) error {
 const keepOutputTimeout = 10 * time.Second
 
 // keepOutput writes the output that came with a result the runner does
-// not record (the session ended, the call was answered already, the
-// runner stops): it belongs on the transcript whatever becomes of the
-// result, and may hold other calls' output too.
+// not record in the result's transaction (the session ended, the call was
+// answered already, the result is stashed or late): it belongs on the
+// transcript whatever becomes of the result, and may hold other calls'
+// output too.
 func (r *runner) keepOutput(msg resultMsg) {
 	if len(msg.output) == 0 {
 		return

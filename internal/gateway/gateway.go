@@ -365,7 +365,9 @@ func (g *Gateway) readLoop(ctx context.Context, c *Conn) {
 				evs := out.Finish(f.Seq)
 				red.Result(&f)
 				if !g.handler.Result(ctx, c, f, evs) {
-					out.Record(ctx, evs)
+					// Also when the connection is ending: the output was
+					// held, not written, while the hand-over waited.
+					out.Record(context.WithoutCancel(ctx), evs)
 				}
 			case api.FrameArtifact:
 				out.Flush(ctx) // the call's output before its artifact event
