@@ -242,6 +242,39 @@ func endTime(ctx context.Context, c *cluster, id string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("session %s has no end event", id)
 }
 
+// counterSum reads a counter of the server at url from its /metrics, summed
+// over its labels.
+func counterSum(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			if v, err := strconv.ParseFloat(rest[i+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum, sc.Err()
+}
+
 // claimOutcomes reads the server's outpost_claims_total by outcome.
 func claimOutcomes(ctx context.Context, c *cluster) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"/metrics", nil)

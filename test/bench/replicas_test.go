@@ -64,6 +64,27 @@ func (rc *replicaCluster) cpu() clusterCPU {
 	return c
 }
 
+// claimCommits counts the claims committed in groups and those groups,
+// summed over a cluster's replicas.
+type claimCommits struct{ groups, grouped float64 }
+
+func (c claimCommits) minus(o claimCommits) claimCommits {
+	return claimCommits{c.groups - o.groups, c.grouped - o.grouped}
+}
+
+// claimGroups reads every replica's group-commit counters; a replica that
+// does not answer counts nothing.
+func (rc *replicaCluster) claimGroups(ctx context.Context) claimCommits {
+	var c claimCommits
+	for _, u := range rc.urls {
+		g, _ := counterSum(ctx, u, "outpost_store_claim_groups_total")
+		n, _ := counterSum(ctx, u, "outpost_store_grouped_claims_total")
+		c.groups += g
+		c.grouped += n
+	}
+	return c
+}
+
 // startReplicaCluster starts n replicas; the first alone (it migrates the
 // schema and creates the admin token), then the others.
 func startReplicaCluster(b *testing.B, n int) *replicaCluster {
@@ -293,12 +314,21 @@ func BenchmarkReplicaClaims(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				groups0 := rc.claimGroups(ctx)
 				cpu0 := rc.cpu()
 				all, elapsed, err := claimDistinct(ctx, func(g int) *client.Client { return cls[g%replicas] }, ids, claimers, k)
 				if err != nil {
 					b.Fatal(err)
 				}
 				cpu := rc.cpu().minus(cpu0)
+				groups := rc.claimGroups(ctx).minus(groups0)
+				// Claims commit in groups per server (group commit): spread
+				// over replicas, each sees a share of the claimers, and its
+				// groups are smaller, each with its own commit and flush.
+				commits := groups.groups + float64(len(all)) - groups.grouped
+				b.ReportMetric(commits/float64(len(all)), "commits/claim")
+				b.Logf("claim commits: %.0f for %d claims (%.2f a claim); %.0f groups of %.1f claims on average",
+					commits, len(all), commits/float64(len(all)), groups.groups, groups.grouped/max(groups.groups, 1))
 				d := summarize(all)
 				rate := float64(len(all)) / elapsed.Seconds()
 				b.ReportMetric(rate, "claims/s")
