@@ -21,7 +21,7 @@ type Store interface {
 	NextSkippedLocked(ctx context.Context, outpostID string, f store.NextFilter) (bool, error)
 
 	GetSession(ctx context.Context, id string) (store.Session, error)
-	ListActiveSessions(ctx context.Context) ([]store.Session, error)
+	ListStartedSessions(ctx context.Context) ([]store.Session, error)
 	LapsedClaims(ctx context.Context, now time.Time) ([]string, error)
 	ClaimsOfToken(ctx context.Context, tokenID string) ([]string, error)
 	KeepAlive(ctx context.Context, until time.Time, leases ...store.Lease) error

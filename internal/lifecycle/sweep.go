@@ -122,7 +122,7 @@ func (mc *Machine) lapseUnlessAttached(ctx context.Context, sessionID string) er
 // past its limits.max_duration_s (PastLimit) ends, with what follows an
 // end.
 func (mc *Machine) EnforceLimits(ctx context.Context) {
-	active, err := mc.opts.Store.ListActiveSessions(ctx)
+	active, err := mc.opts.Store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			mc.opts.Log.Warn("list active sessions", "err", err)

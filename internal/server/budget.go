@@ -168,7 +168,7 @@ func (s *Server) budgetSweep(ctx context.Context) {
 // sweep: its remote is connected there, so only there can it be suspended
 // (here the suspend would fail and the session be ended instead).
 func (s *Server) sweepBudgetsOnce(ctx context.Context) {
-	active, err := s.store.ListActiveSessions(ctx)
+	active, err := s.store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("budget sweep: list active sessions", "err", err)

@@ -569,10 +569,14 @@ type Store interface {
 	KeepAlive(ctx context.Context, until time.Time, leases ...Lease) error
 	// ActiveSessions returns ids of sessions whose status is not final.
 	ActiveSessions(ctx context.Context) ([]string, error)
-	// ListActiveSessions returns the sessions ActiveSessions lists, oldest
-	// first, in one read and without their secrets (Secrets nil): what
-	// the periodic sweeps decide from, rather than a read of each.
-	ListActiveSessions(ctx context.Context) ([]Session, error)
+	// ListStartedSessions returns the sessions ActiveSessions lists that
+	// have started (StartedAt set: a machine ran them, and they may wait
+	// in the queue again), oldest first, in one read and without their
+	// secrets (Secrets nil): what the periodic sweeps decide from, rather
+	// than a read of each. Sessions that never started are left out: no
+	// sweep acts on them, and a queue of thousands of them would be read
+	// every second by every replica.
+	ListStartedSessions(ctx context.Context) ([]Session, error)
 
 	// ListArtifactsExpired returns ids of up to limit sessions whose
 	// status is final, that ended strictly before endedBefore and whose

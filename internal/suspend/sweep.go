@@ -44,7 +44,7 @@ func (sw *Sweep) Run(ctx context.Context) {
 // autoSuspend starts, in wg, the suspend of every llm session that has
 // waited for its user past its limits.suspend_after_idle_s.
 func (sw *Sweep) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
-	active, err := sw.Store.ListActiveSessions(ctx)
+	active, err := sw.Store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			sw.Log.Warn("list active sessions", "err", err)

@@ -23,12 +23,14 @@ const (
 	// as literals: the planners prove a partial index usable from the
 	// query's text, not from the values bound to it.
 	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
-	// ListActiveSessionsSQL reads SessionCols of the sessions
-	// ActiveSessionsSQL lists, in its order, through the same index; the
-	// secrets are left out (an empty JSON object in their place).
-	ListActiveSessionsSQL = `SELECT id, outpost_id, spec_json, '{}', status, status_detail, reason, last_seq,
+	// ListStartedSessionsSQL reads SessionCols of the sessions
+	// ActiveSessionsSQL lists that have started, in its order, through
+	// the same index; the secrets are left out (an empty JSON object in
+	// their place).
+	ListStartedSessionsSQL = `SELECT id, outpost_id, spec_json, '{}', status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
-	network_policy_json, worker, approvals_json FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
+	network_policy_json, worker, approvals_json FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `')
+	AND started_at IS NOT NULL ORDER BY created_at, id`
 	// FindResealSQL lists id and secrets_json of the sessions whose
 	// secrets are not sealed under key $1, through the index of
 	// secrets_key (rows under any other key, or none).

@@ -81,14 +81,14 @@ func (s *Store) ActiveSessions(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ListActiveSessions returns the sessions ActiveSessions lists, in its
-// order, in one read, without their secrets (Secrets nil).
-func (s *Store) ListActiveSessions(ctx context.Context) ([]store.Session, error) {
+// ListStartedSessions returns the started sessions of those ActiveSessions
+// lists, in its order, in one read, without their secrets (Secrets nil).
+func (s *Store) ListStartedSessions(ctx context.Context) ([]store.Session, error) {
 	out, err := QueryAll(ctx, s.db, func(sc Scanner) (store.Session, error) {
 		sess, err := ScanSession(sc, nil) // the secrets' column is "{}", never sealed
 		sess.Secrets = nil
 		return sess, err
-	}, ListActiveSessionsSQL)
+	}, ListStartedSessionsSQL)
 	if err != nil {
 		return nil, s.errorf(err, "list active sessions")
 	}

@@ -134,22 +134,34 @@ func testActiveSessions(t *testing.T, s store.Store) {
 	equal(t, "active sessions", ids, []string{api.StatusClaimed, api.StatusNew, api.StatusResuming,
 		api.StatusRunning, api.StatusSuspended})
 
-	// The same sessions in one read, oldest first, without their secrets.
-	sess := newSession("with-secrets", "op", "s", time.Hour)
+	// The started ones in one read, oldest first, without their secrets:
+	// a session back in the queue after it ran (status new, started) is
+	// among them, one that never started is not.
+	started := at(time.Minute)
+	for _, id := range []string{api.StatusRunning, api.StatusSuspended} {
+		if _, err := s.UpdateSession(ctx(t), id, func(cur store.Session, _ store.QueueEntry) (store.Mutation, error) {
+			cur.StartedAt = &started
+			return store.Mutation{Session: &cur}, nil
+		}); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+	}
+	sess := newSession("requeued", "op", "s", time.Hour)
 	sess.Secrets = map[string]string{"TOKEN": "hush"}
 	sess.Spec.Limits.MaxDurationS = 60
+	sess.StartedAt = &started
 	create(t, s, sess)
-	list, err := s.ListActiveSessions(ctx(t))
-	must(t, "list active sessions", err)
+	list, err := s.ListStartedSessions(ctx(t))
+	must(t, "list started sessions", err)
 	var got []string
 	for _, l := range list {
 		got = append(got, l.ID)
 	}
-	equal(t, "listed active sessions", got, []string{api.StatusNew, api.StatusClaimed, api.StatusRunning,
-		api.StatusSuspended, api.StatusResuming, "with-secrets"})
+	equal(t, "listed started sessions", got, []string{api.StatusRunning, api.StatusSuspended, "requeued"})
 	last := list[len(list)-1]
-	if last.Secrets != nil || last.Spec.Limits.MaxDurationS != 60 || last.Status != api.StatusNew || !last.CreatedAt.Equal(sess.CreatedAt) {
-		t.Errorf("listed session: secrets %v, max_duration_s %d, status %s, created %v", last.Secrets, last.Spec.Limits.MaxDurationS, last.Status, last.CreatedAt)
+	if last.Secrets != nil || last.Spec.Limits.MaxDurationS != 60 || last.Status != api.StatusNew || !last.CreatedAt.Equal(sess.CreatedAt) ||
+		last.StartedAt == nil || !last.StartedAt.Equal(started) {
+		t.Errorf("listed session: secrets %v, max_duration_s %d, status %s, created %v, started %v", last.Secrets, last.Spec.Limits.MaxDurationS, last.Status, last.CreatedAt, last.StartedAt)
 	}
 }
 
