@@ -42,7 +42,7 @@ const (
 	// what is left waits for the next round.
 	maxEndedSweepBatches = 100
 	// limitsEvery is how many rounds of the lapse sweep pass between two
-	// checks of the sessions' limits, which read every active session.
+	// checks of the sessions' limits, which read every started session.
 	limitsEvery = 5
 )
 
@@ -118,14 +118,14 @@ func (mc *Machine) lapseUnlessAttached(ctx context.Context, sessionID string) er
 	return mc.Lapse(ctx, sessionID)
 }
 
-// EnforceLimits is one round of the limits sweep: every active session
+// EnforceLimits is one round of the limits sweep: every started session
 // past its limits.max_duration_s (PastLimit) ends, with what follows an
 // end.
 func (mc *Machine) EnforceLimits(ctx context.Context) {
 	active, err := mc.opts.Store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			mc.opts.Log.Warn("list active sessions", "err", err)
+			mc.opts.Log.Warn("list started sessions", "err", err)
 		}
 		return
 	}

@@ -171,7 +171,7 @@ func (s *Server) sweepBudgetsOnce(ctx context.Context) {
 	active, err := s.store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("budget sweep: list active sessions", "err", err)
+			s.log.Warn("budget sweep: list started sessions", "err", err)
 		}
 		return
 	}

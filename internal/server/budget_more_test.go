@@ -55,35 +55,55 @@ func TestForkRefusedOverOutpostBudget(t *testing.T) {
 // TestBudgetSweepLeavesAnotherReplicasSession: the budget sweep of a
 // replica that does not hold a session's remote leaves the session to its
 // owner, which can suspend it; it does not end it for want of a remote.
+// A running session of its own it does stop, and one still waiting for a
+// machine (never started) it leaves alone.
 func TestBudgetSweepLeavesAnotherReplicasSession(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, Options{})
 	ts.outpost("swept")
-	var s api.Session
-	ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"swept","agent":{"kind":"script"}}`, &s)
-	id := s.Metadata.SessionID
 	ctx := context.Background()
 	started := time.Now().Add(-time.Hour)
-	if _, err := ts.srv.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
-		sess.Status, sess.StartedAt = api.StatusRunning, &started
-		e.Owner = "another-replica"
-		return store.Mutation{Session: &sess, Entry: &e}, nil
-	}); err != nil {
-		t.Fatal(err)
+	running := func(owner string) string {
+		var s api.Session
+		ts.mustDo(201, "POST", "/v1/sessions", ts.admin, `{"outpost":"swept","agent":{"kind":"script"}}`, &s)
+		id := s.Metadata.SessionID
+		if _, err := ts.srv.store.UpdateSession(ctx, id, func(sess store.Session, e store.QueueEntry) (store.Mutation, error) {
+			sess.Status, sess.StartedAt = api.StatusRunning, &started
+			e.Owner = owner
+			return store.Mutation{Session: &sess, Entry: &e}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return id
 	}
+	id, mine := running("another-replica"), running(ts.srv.opts.ReplicaID)
+	pending := ts.session("swept").Metadata.SessionID
 	ts.mustDo(200, "PATCH", "/v1/outposts/swept", ts.admin, `{"budget":{"monthly_session_hours":0.5}}`, nil)
 	ts.srv.sweepBudgetsOnce(ctx)
 	// A stop the sweep began runs in the background until it is done.
-	waitfor.True(t, "the sweep's stops done", func() bool { _, busy := ts.srv.budgetStops.Load(id); return !busy })
-	got, err := ts.srv.store.GetSession(ctx, id)
-	if err != nil {
-		t.Fatal(err)
+	waitfor.True(t, "the sweep's stops done", func() bool {
+		_, busy := ts.srv.budgetStops.Load(id)
+		_, busyMine := ts.srv.budgetStops.Load(mine)
+		return !busy && !busyMine
+	})
+	status := func(id string) store.Session {
+		got, err := ts.srv.store.GetSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
 	}
-	if got.Status != api.StatusRunning {
+	if got := status(id); got.Status != api.StatusRunning {
 		t.Errorf("a session another replica owns was stopped by this one's sweep: %s %s %q", got.Status, got.StatusDetail, got.Reason)
 	}
-	if n := testutil.ToFloat64(ts.srv.metrics.budgetReached.WithLabelValues("swept", api.BudgetOutpostHours)); n != 0 {
-		t.Errorf("outpost_budget_reached_total{swept,outpost_hours} = %v, want 0", n)
+	if got := status(mine); got.Status == api.StatusRunning {
+		t.Errorf("this replica's running session over the outpost's budget was not stopped: %s %s %q", got.Status, got.StatusDetail, got.Reason)
+	}
+	if got := status(pending); got.Status != api.StatusNew {
+		t.Errorf("a session waiting for a machine was touched by the sweep: %s %s %q", got.Status, got.StatusDetail, got.Reason)
+	}
+	if n := testutil.ToFloat64(ts.srv.metrics.budgetReached.WithLabelValues("swept", api.BudgetOutpostHours)); n != 1 {
+		t.Errorf("outpost_budget_reached_total{swept,outpost_hours} = %v, want 1 (this replica's session)", n)
 	}
 }
 

@@ -47,7 +47,7 @@ func (sw *Sweep) autoSuspend(ctx context.Context, wg *sync.WaitGroup) {
 	active, err := sw.Store.ListStartedSessions(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			sw.Log.Warn("list active sessions", "err", err)
+			sw.Log.Warn("list started sessions", "err", err)
 		}
 		return
 	}

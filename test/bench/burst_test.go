@@ -243,7 +243,9 @@ func endTime(ctx context.Context, c *cluster, id string) (time.Time, error) {
 }
 
 // counterSum reads a counter of the server at url from its /metrics, summed
-// over its labels.
+// over its labels; a counter the server does not export is an error.
+// Lines are "name{labels} value", without the exposition format's
+// optional timestamp (the server does not write one).
 func counterSum(ctx context.Context, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
@@ -259,6 +261,7 @@ func counterSum(ctx context.Context, url, name string) (float64, error) {
 		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	var sum float64
+	found := false
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		l := sc.Text()
@@ -269,10 +272,17 @@ func counterSum(ctx context.Context, url, name string) (float64, error) {
 		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
 			if v, err := strconv.ParseFloat(rest[i+1:], 64); err == nil {
 				sum += v
+				found = true
 			}
 		}
 	}
-	return sum, sc.Err()
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("%s exports no %s", url, name)
+	}
+	return sum, nil
 }
 
 // claimOutcomes reads the server's outpost_claims_total by outcome.

@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"github.com/outpost-sh/outpost/internal/store"
+	"github.com/outpost-sh/outpost/internal/store/sqlstore"
 )
 
 // The pick of a claim-next and the sweep of ended entries can go through
-// the partial indexes of the entries they may take (0016_ended_entries):
-// with sequential scans off, as the planner chooses once the queue holds
-// more than a handful of rows, each plan names its index.
+// the partial indexes of the entries they may take (0016_ended_entries),
+// and the sweeps' list of started sessions through sessions_started: with
+// sequential scans off, as the planner chooses once the tables hold more
+// than a handful of rows, each plan names its index.
 func TestPlansUseEndedIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := openTemp(t)
@@ -23,6 +25,7 @@ func TestPlansUseEndedIndexes(t *testing.T) {
 	}{
 		{"claim next", claimNext, claimNextArgs, "queue_claimable"},
 		{"ended entries", endedEntriesSQL, []any{int64(5), 100}, "queue_ended"},
+		{"started sessions", sqlstore.ListStartedSessionsSQL, nil, "sessions_started"},
 	} {
 		tx, err := s.pool.Begin(t.Context())
 		if err != nil {
@@ -45,7 +48,8 @@ func TestPlansUseEndedIndexes(t *testing.T) {
 		}
 		rows.Close()
 		_ = tx.Rollback(t.Context())
-		if p := strings.Join(plan, "\n"); !strings.Contains(p, "using "+c.index+" ") {
+		// An index scan names it "using", a bitmap index scan "on".
+		if p := strings.Join(plan, "\n"); !strings.Contains(p, "using "+c.index+" ") && !strings.Contains(p, "Bitmap Index Scan on "+c.index+" ") {
 			t.Errorf("%s: plan does not use %s:\n%s", c.name, c.index, p)
 		}
 	}

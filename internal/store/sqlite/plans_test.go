@@ -36,7 +36,7 @@ func TestPlansSkipHistory(t *testing.T) {
 		{"re-list", relist.Page, relist.PageArgs, "queue_live_rev"},
 		{"held claims", heldClaimsSQL, []any{"op", api.PhaseClaimed, 5, "s"}, "queue_phase_expiry"},
 		{"active sessions", sqlstore.ActiveSessionsSQL, nil, "sessions_active"},
-		{"list active sessions", sqlstore.ListStartedSessionsSQL, nil, "sessions_active"},
+		{"list started sessions", sqlstore.ListStartedSessionsSQL, nil, "sessions_started"},
 		{"claim next", claimNext, claimNextArgs, "queue_claimable"},
 		{"ended entries", endedEntriesSQL, []any{5, 100}, "queue_ended"},
 	} {

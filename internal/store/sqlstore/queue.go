@@ -90,7 +90,7 @@ func (s *Store) ListStartedSessions(ctx context.Context) ([]store.Session, error
 		return sess, err
 	}, ListStartedSessionsSQL)
 	if err != nil {
-		return nil, s.errorf(err, "list active sessions")
+		return nil, s.errorf(err, "list started sessions")
 	}
 	return out, nil
 }

@@ -126,6 +126,10 @@ func testActiveSessions(t *testing.T, s store.Store) {
 		api.StatusError, api.StatusSuspended, api.StatusResuming} {
 		sess := newSession(st, "op", st, time.Duration(i)*time.Second)
 		sess.Status = st
+		if api.IsFinal(st) {
+			ran := at(time.Duration(i) * time.Second)
+			sess.StartedAt = &ran // they ran, and ended
+		}
 		create(t, s, sess)
 	}
 	ids, err = s.ActiveSessions(ctx(t))
@@ -134,9 +138,9 @@ func testActiveSessions(t *testing.T, s store.Store) {
 	equal(t, "active sessions", ids, []string{api.StatusClaimed, api.StatusNew, api.StatusResuming,
 		api.StatusRunning, api.StatusSuspended})
 
-	// The started ones in one read, oldest first, without their secrets:
-	// a session back in the queue after it ran (status new, started) is
-	// among them, one that never started is not.
+	// The started ones not ended in one read, oldest first, without their
+	// secrets: a session back in the queue after it ran (resuming,
+	// started) is among them; one that never started, or ended, is not.
 	started := at(time.Minute)
 	for _, id := range []string{api.StatusRunning, api.StatusSuspended} {
 		if _, err := s.UpdateSession(ctx(t), id, func(cur store.Session, _ store.QueueEntry) (store.Mutation, error) {
@@ -147,6 +151,7 @@ func testActiveSessions(t *testing.T, s store.Store) {
 		}
 	}
 	sess := newSession("requeued", "op", "s", time.Hour)
+	sess.Status = api.StatusResuming
 	sess.Secrets = map[string]string{"TOKEN": "hush"}
 	sess.Spec.Limits.MaxDurationS = 60
 	sess.StartedAt = &started
@@ -159,7 +164,7 @@ func testActiveSessions(t *testing.T, s store.Store) {
 	}
 	equal(t, "listed started sessions", got, []string{api.StatusRunning, api.StatusSuspended, "requeued"})
 	last := list[len(list)-1]
-	if last.Secrets != nil || last.Spec.Limits.MaxDurationS != 60 || last.Status != api.StatusNew || !last.CreatedAt.Equal(sess.CreatedAt) ||
+	if last.Secrets != nil || last.Spec.Limits.MaxDurationS != 60 || last.Status != api.StatusResuming || !last.CreatedAt.Equal(sess.CreatedAt) ||
 		last.StartedAt == nil || !last.StartedAt.Equal(started) {
 		t.Errorf("listed session: secrets %v, max_duration_s %d, status %s, created %v, started %v", last.Secrets, last.Spec.Limits.MaxDurationS, last.Status, last.CreatedAt, last.StartedAt)
 	}
