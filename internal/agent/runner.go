@@ -58,9 +58,9 @@ type runner struct {
 	// (record's, or the previous result's) read it, locked, with spec, for
 	// the gate of that call (recordedSeq), which runs next: no other
 	// writer touches a call's approval before its gate holds it, so the
-	// gate need not read the session again. spec is the
-	// session's spec as run loaded it (a transaction's read leaves it out:
-	// it never changes). Owned by run.
+	// gate need not read the session again. spec is the session's spec
+	// as run loaded it (a transaction's read leaves it out: it never
+	// changes). Owned by run.
 	recorded    *store.Session
 	recordedSeq int64
 	spec        api.SessionSpec
