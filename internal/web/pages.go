@@ -376,11 +376,11 @@ func (h *Handler) renderSession(w http.ResponseWriter, r *http.Request, status i
 func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, status int, errMsg, notice string, sent *policyEditor) {
 	id := r.PathValue("session")
 	base := "/v1/sessions/" + url.PathEscape(id)
-	var s api.Session
-	if err := h.call(r, "GET", base, nil, &s); err != nil {
-		h.failAPI(w, r, err)
-		return
-	}
+	// The events are read before the session: the page follows live from
+	// its last event, so a status that changed between the two reads must
+	// show in the session read (newer) rather than only among the events
+	// (the page's status would keep the older one, and the live feed
+	// would start after the change).
 	// Without ?after the page shows the newest events and follows live;
 	// with it, the 500 events after that sequence number.
 	var events []api.Event
@@ -400,6 +400,11 @@ func (h *Handler) renderSessionWith(w http.ResponseWriter, r *http.Request, stat
 			h.failAPI(w, r, err)
 			return
 		}
+	}
+	var s api.Session
+	if err := h.call(r, "GET", base, nil, &s); err != nil {
+		h.failAPI(w, r, err)
+		return
 	}
 	last, earlier := int64(0), ""
 	if n := len(events); n > 0 {
