@@ -25,8 +25,8 @@ const (
 	ActiveSessionsSQL = `SELECT id FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `') ORDER BY created_at, id`
 	// ListStartedSessionsSQL reads SessionCols of the sessions
 	// ActiveSessionsSQL lists that have started, in its order, through
-	// the same index; the secrets are left out (an empty JSON object in
-	// their place).
+	// sessions_started, whose WHERE it spells exactly; the secrets are
+	// left out (an empty JSON object in their place).
 	ListStartedSessionsSQL = `SELECT id, outpost_id, spec_json, '{}', status, status_detail, reason, last_seq,
 	capabilities_json, created_at, updated_at, started_at, ended_at, usage_json, artifacts_pruned_at,
 	network_policy_json, worker, approvals_json FROM sessions WHERE status NOT IN ('` + api.StatusExit + `', '` + api.StatusError + `')
