@@ -24,7 +24,19 @@ const (
 const (
 	WatchModified = "MODIFIED"
 	WatchDeleted  = "DELETED"
+	// WatchBookmark carries only a cursor, past changes the stream did
+	// not show: sent on streams narrowed to one acceptor's entries
+	// (QueryHeldBy), never on the contract's streams.
+	WatchBookmark = "BOOKMARK"
 )
+
+// QueryHeldBy narrows a queue watch (?watch=true) to the entries one
+// acceptor holds: the changes of the entries claimed by it, and the change
+// that ends each such claim it showed; bookmark events (WatchBookmark)
+// move the cursor past the rest. An Outpost extension: the contract's
+// acceptor_id does not apply to watches. A worker that claims through
+// waiting claim-next requests needs no other entries.
+const QueryHeldBy = "held_by"
 
 // HeaderWatchRelist is set to "true" on a queue watch stream that starts
 // with the current state of the queue (a re-list: one MODIFIED event per
@@ -166,7 +178,8 @@ type QueueList struct {
 
 // WatchEvent is one `data:` line of a queue watch stream.
 type WatchEvent struct {
-	// Type is WatchModified or WatchDeleted.
+	// Type is WatchModified or WatchDeleted; WatchBookmark (Cursor alone)
+	// on a stream with QueryHeldBy.
 	Type string `json:"type"`
 	// Object is the entry as it is after the change.
 	Object QueueEntry `json:"object"`

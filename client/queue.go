@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -184,12 +185,34 @@ func (s *QueueService) MachineEvent(ctx context.Context, sessionID string, req a
 // processed. It returns fn's error as is when fn fails, and ctx.Err() when
 // ctx ends. The connection is not retried here.
 func (s *QueueService) Watch(ctx context.Context, outpost, cursor string, fn func(api.WatchEvent) error) error {
+	return s.watch(ctx, outpost, cursor, "", fn)
+}
+
+// WatchHeld is Watch narrowed to the entries acceptor holds
+// (api.QueryHeldBy): the changes of the entries claimed by it, the change
+// ending each claim the stream showed, and bookmark events
+// (api.WatchBookmark, Cursor alone) past the rest, to resume from. A
+// claimer that takes sessions through waiting claim-next requests
+// (ClaimNextWaiting) needs nothing more, and a new session then costs the
+// server one write, not one for each idle claimer. A server older than
+// the parameter sends the whole stream.
+func (s *QueueService) WatchHeld(ctx context.Context, outpost, acceptor, cursor string, fn func(api.WatchEvent) error) error {
+	if acceptor == "" {
+		return errors.New("watch held: no acceptor")
+	}
+	return s.watch(ctx, outpost, cursor, acceptor, fn)
+}
+
+func (s *QueueService) watch(ctx context.Context, outpost, cursor, heldBy string, fn func(api.WatchEvent) error) error {
 	q := url.Values{"watch": {"true"}}
 	if outpost != "" {
 		q.Set("outpost", outpost)
 	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
+	}
+	if heldBy != "" {
+		q.Set(api.QueryHeldBy, heldBy)
 	}
 	resp, err := s.c.openStream(ctx, "/v1/queue", q, nil)
 	if err != nil {

@@ -52,6 +52,7 @@ func (c *Consumer) scheduleNext(ctx context.Context) (done bool, full time.Durat
 			if c.byIDUntil.Swap(c.clock.Now().Add(claimNextRetry).UnixNano()) == 0 {
 				c.log.Info("the server does not assign claims (an older version, or the outpost is gone); claiming sessions by id", "err", err)
 			}
+			c.watchAll()
 			return false, 0 // no claim was made: by id for a while
 		case err != nil:
 			if ctx.Err() == nil {

@@ -59,6 +59,11 @@ func (c *Consumer) waitNext(ctx context.Context) bool {
 		return false
 	}
 	_, post, ok := c.waitExcludes()
+	if !ok {
+		// Too many sessions to leave out for a waiting request: claims
+		// go by the entries the watch shows until they are fewer.
+		c.watchAll()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.waiting {
@@ -121,6 +126,7 @@ func (c *Consumer) waitLoop(ctx context.Context) {
 			if c.byIDUntil.Swap(c.clock.Now().Add(claimNextRetry).UnixNano()) == 0 {
 				c.log.Info("the server does not assign claims (an older version, or the outpost is gone); claiming sessions by id", "err", err)
 			}
+			c.watchAll()
 			return
 		case err != nil:
 			if ctx.Err() != nil {
@@ -138,6 +144,7 @@ func (c *Consumer) waitLoop(ctx context.Context) {
 			c.start(ctx, *claim, false)
 		case !waits:
 			c.waitOffUntil.Store(c.clock.Now().Add(waitRetry).UnixNano())
+			c.watchAll()
 			c.log.Info("the server answers claim-next at once (an older version); asking on each change of the queue")
 			return
 		case time.Since(sent) < time.Second && ctx.Err() == nil:

@@ -98,18 +98,7 @@ func TestConsumerOlderServerDoesNotSpin(t *testing.T) {
 	t.Parallel()
 	e := newFleetEnv(t, server.Options{})
 	ctx, cancel := testContext(t)
-	e.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.HasSuffix(r.URL.Path, "/queue:claim") {
-			return false
-		}
-		var req api.ClaimNextRequest
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		req.WaitSeconds = 0
-		body, _ := json.Marshal(req)
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		e.rp.ServeHTTP(olderServer{w}, r)
-		return true
-	})
+	e.setHook(func(w http.ResponseWriter, r *http.Request) bool { return e.asOlderServer(w, r) })
 	started := make(chan string, 1)
 	r := runnerFunc(func(ctx context.Context, s *Session) Outcome {
 		started <- s.ID
@@ -137,6 +126,21 @@ func TestConsumerOlderServerDoesNotSpin(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
+}
+
+// asOlderServer answers a claim-next request as a server without waiting
+// claims does (at once, no api.HeaderClaimWait); false for other requests.
+func (e *fleetEnv) asOlderServer(w http.ResponseWriter, r *http.Request) bool {
+	if !strings.HasSuffix(r.URL.Path, "/queue:claim") {
+		return false
+	}
+	var req api.ClaimNextRequest
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	req.WaitSeconds = 0
+	body, _ := json.Marshal(req)
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	e.rp.ServeHTTP(olderServer{w}, r)
+	return true
 }
 
 // olderServer answers as a server without waiting claims: no

@@ -307,6 +307,16 @@ type Consumer struct {
 	// DefaultClaimWait, negative asks without waiting, on each change of
 	// the queue; at most api.MaxClaimNextWait seconds.
 	ClaimWait time.Duration
+	// WatchHeld narrows the consumer's queue watch to the entries it
+	// holds (client.QueueService.WatchHeld) while it claims through
+	// waiting claim-next requests, which need no other entries: a new
+	// session then costs the server one write, not one for each idle
+	// consumer of the outpost. While it claims otherwise (a server that
+	// does not park requests or assign claims: by id, from the entries
+	// its watch shows) it lists and watches the whole queue: the held
+	// watch gives way at once, and the next watch, once the server ends
+	// that one, is chosen again.
+	WatchHeld bool
 	// CursorFile, when set, is where the last watch cursor is saved.
 	CursorFile string
 	// Cursor, when set, is given each new watch cursor (the Kubernetes
@@ -341,6 +351,9 @@ type Consumer struct {
 	// waitOffUntil (as byIDUntil) is when the consumer next tries a
 	// waiting claim-next after a server answered one at once.
 	waitOffUntil atomic.Int64
+	// rewatch, set while a held watch is open (WatchHeld), ends it so
+	// that the next one is chosen again; guarded by mu.
+	rewatch context.CancelFunc
 
 	mu      sync.Mutex // guards the following
 	entries map[string]api.QueueEntry

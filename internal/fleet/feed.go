@@ -16,6 +16,10 @@ import (
 // errWatchEndedAtOnce is a watch the server ended as soon as it started.
 var errWatchEndedAtOnce = errors.New("the queue watch ended as soon as it started")
 
+// errWatchAll ends a held watch when the consumer needs the whole queue's
+// (watchAll): the feed lists the queue, then watches it all.
+var errWatchAll = errors.New("the whole queue is to be watched")
+
 // feed keeps the known entries up to date until ctx ends: it lists the
 // queue, then watches it from the list's cursor, reconnecting from the last
 // event's cursor whenever a stream ends, so nothing is missed or replayed.
@@ -45,6 +49,9 @@ func (c *Consumer) feed(ctx context.Context) {
 			err := c.watch(ctx, &cursor)
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, errWatchAll) {
+				break // list, then watch
 			}
 			if err == nil {
 				failures = 0 // the server ended a healthy stream: reconnect
@@ -137,16 +144,44 @@ func (c *Consumer) list(ctx context.Context) (string, error) {
 // a second, is healthy (nil).
 func (c *Consumer) watch(ctx context.Context, cursor *string) error {
 	events, start := 0, c.clock.Now()
-	err := c.Client.Queue.Watch(ctx, c.outpostID(), *cursor, func(ev api.WatchEvent) error {
+	fn := func(ev api.WatchEvent) error {
 		events++
-		steptrace.Mark("worker.watch_event", ev.Object.Metadata.SessionID)
 		if ev.Cursor != "" {
 			*cursor = ev.Cursor
 			c.saveCursor(ev.Cursor)
 		}
+		if ev.Type == api.WatchBookmark {
+			return nil // the cursor alone
+		}
+		steptrace.Mark("worker.watch_event", ev.Object.Metadata.SessionID)
 		c.upsert(ev.Type, ev.Object)
 		return nil
-	})
+	}
+	var err error
+	if c.watchesHeld() {
+		wctx, cancel := context.WithCancel(ctx)
+		c.mu.Lock()
+		c.rewatch = cancel
+		c.mu.Unlock()
+		if !c.watchesHeld() {
+			// A watchAll between the check and rewatch found none to end.
+			cancel()
+		}
+		err = c.Client.Queue.WatchHeld(wctx, c.outpostID(), c.Identity.AcceptorID, *cursor, fn)
+		c.mu.Lock()
+		c.rewatch = nil
+		c.mu.Unlock()
+		cut := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if cut {
+			// The way of claiming changed: the whole queue is wanted,
+			// and its pending entries created meanwhile were passed
+			// over, so it is listed first.
+			return errWatchAll
+		}
+	} else {
+		err = c.Client.Queue.Watch(ctx, c.outpostID(), *cursor, fn)
+	}
 	switch {
 	case err != nil:
 		return err
@@ -155,6 +190,32 @@ func (c *Consumer) watch(ctx context.Context, cursor *string) error {
 		return errWatchEndedAtOnce
 	}
 	return nil
+}
+
+// watchesHeld reports whether the next watch is narrowed to the entries
+// the consumer holds: with WatchHeld, while it claims through waiting
+// claim-next requests.
+func (c *Consumer) watchesHeld() bool {
+	if !c.WatchHeld || c.waitSeconds() <= 0 || c.Identity == nil || c.Identity.AcceptorID == "" {
+		return false
+	}
+	now := c.clock.Now().UnixNano()
+	if c.waitOffUntil.Load() > now || c.byIDUntil.Load() > now {
+		return false
+	}
+	_, _, ok := c.waitExcludes()
+	return ok
+}
+
+// watchAll ends a held watch, if one is open, once the consumer claims
+// otherwise than through waiting requests: the next watch is the whole
+// queue's, whose pending entries it then claims from.
+func (c *Consumer) watchAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rewatch != nil {
+		c.rewatch()
+	}
 }
 
 // upsert records a watch event and pokes the scheduler; an event that

@@ -108,10 +108,12 @@ type outpostFeed struct {
 	rev int64
 }
 
-// frame is one encoded watch event ("data: …\n\n") and its rev.
+// frame is one encoded watch event ("data: …\n\n"), its rev, and its
+// entry's session and acceptor (for held streams).
 type frame struct {
-	rev  int64
-	data []byte
+	rev               int64
+	data              []byte
+	session, acceptor string
 }
 
 // sub is one stream's subscription to its outpost's feed. The frames
@@ -121,8 +123,13 @@ type frame struct {
 type sub struct {
 	// ready has a value while frames wait in pending (cap 1).
 	ready   chan struct{}
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards the following
 	pending []frame    // at most streamFrames
+	// held, once a held stream's replay is over, judges the frames
+	// handed over, passing over those above floor it does not want and
+	// every one at or below floor (the replay had them); nil: all go.
+	held  *held
+	floor int64
 	// dropped is closed when the feed dropped the subscription (it fell
 	// behind, or the feed could not read): the stream reads the store
 	// from its cursor and subscribes again.
@@ -264,7 +271,7 @@ func (q *Feed) read(ctx context.Context, f *outpostFeed) {
 			}
 			frames := make([]frame, len(rows))
 			for i, e := range rows {
-				frames[i] = frame{rev: e.Rev, data: q.encode(e)}
+				frames[i] = frame{rev: e.Rev, data: q.encode(e), session: e.SessionID, acceptor: e.AcceptorID}
 			}
 			f.rev = rows[len(rows)-1].Rev
 			f.push(frames)
@@ -308,6 +315,31 @@ func (f *outpostFeed) push(frames []frame) {
 // its length, so a later add copies.
 func (ws *sub) add(frames []frame) bool {
 	ws.mu.Lock()
+	if h := ws.held; h != nil {
+		h.mu.Lock()
+		skipped := h.skipped
+		// Filtering only shrinks the batch: without room for all of it,
+		// the judgement may have to be taken back.
+		h.logging = len(ws.pending)+len(frames) > streamFrames
+		frames = h.filterLocked(frames, ws.floor)
+		full := len(ws.pending)+len(frames) > streamFrames
+		if full {
+			// Not queued: the replay after the drop judges them again,
+			// so this judgement is taken back.
+			h.rollbackLocked(skipped)
+		}
+		clear(h.undo)
+		h.logging, h.undo = false, h.undo[:0]
+		h.mu.Unlock()
+		if full {
+			ws.mu.Unlock()
+			return false
+		}
+		if len(frames) == 0 {
+			ws.mu.Unlock()
+			return true // nothing for this stream: no wake
+		}
+	}
 	if len(ws.pending)+len(frames) > streamFrames {
 		ws.mu.Unlock()
 		return false

@@ -29,24 +29,41 @@ type testFeed struct {
 
 func newTestFeed(t *testing.T) *testFeed {
 	t.Helper()
+	return newTestFeedOn(t, openTestStore(t))
+}
+
+// openTestStore opens a SQLite store in a temporary dir, closed when the
+// test ends.
+func openTestStore(t *testing.T) store.Store {
+	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "outpost.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return newTestFeedOn(t, st)
+	return st
 }
 
 // newTestFeedOn is newTestFeed on st.
 func newTestFeedOn(t *testing.T, st store.Store) *testFeed {
+	t.Helper()
+	return newTestFeedWith(t, st, time.Hour)
+}
+
+// newTestFeedWith is newTestFeedOn with keepalive ticks every keepalive.
+func newTestFeedWith(t *testing.T, st store.Store, keepalive time.Duration) *testFeed {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	tf := &testFeed{t: t, st: st, clock: time.Now()}
 	tf.feed = New(Options{Store: st, Entry: func(e store.QueueEntry) api.QueueEntry {
-		return api.QueueEntry{Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID}}
-	}, Keepalive: time.Hour, Go: func(fn func(context.Context)) { wg.Go(func() { fn(ctx) }) },
+		ae := api.QueueEntry{Metadata: api.QueueMetadata{SessionID: e.SessionID, OutpostID: e.OutpostID}}
+		if e.AcceptorID != "" {
+			ae.Status.AcceptorID = &e.AcceptorID
+		}
+		return ae
+	}, Keepalive: keepalive, Go: func(fn func(context.Context)) { wg.Go(func() { fn(ctx) }) },
 		Now: func() time.Time { return tf.clock }, TombstoneAge: time.Hour})
 	for _, id := range []string{"w", "other"} {
 		if err := st.CreateOutpost(t.Context(), store.Outpost{ID: id, Name: id, Platform: api.PlatformLinux, CreatedAt: tf.clock}); err != nil {
@@ -134,13 +151,40 @@ func (s *eventSink) next(t *testing.T) api.WatchEvent {
 	}
 }
 
+// nextRising is next on a stream whose cursors only rise: the event's
+// cursor must be above *cursor, which it then becomes.
+func (s *eventSink) nextRising(t *testing.T, cursor *int64) api.WatchEvent {
+	t.Helper()
+	ev := s.next(t)
+	c, err := strconv.ParseInt(ev.Cursor, 10, 64)
+	if err != nil || c <= *cursor {
+		t.Fatalf("%+v after cursor %d: cursors must rise", ev, *cursor)
+	}
+	*cursor = c
+	return ev
+}
+
 // follow joins a stream of "w" from after and follows it until the test
 // ends.
 func (tf *testFeed) follow(after int64) *eventSink {
 	tf.t.Helper()
+	return tf.followFrom(From{After: after})
+}
+
+// followFrom joins a stream of "w" from from and follows it until the
+// test ends.
+func (tf *testFeed) followFrom(from From) *eventSink {
+	tf.t.Helper()
 	sink := newEventSink()
+	tf.followOn(from, sink)
+	return sink
+}
+
+// followOn is followFrom writing to sink.
+func (tf *testFeed) followOn(from From, sink Sink) {
+	tf.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st := tf.feed.Join(ctx, sink, "w", From{After: after})
+	st := tf.feed.Join(ctx, sink, "w", from)
 	if st == nil {
 		cancel()
 		tf.t.Fatal("the stream ended as it joined")
@@ -151,7 +195,6 @@ func (tf *testFeed) follow(after int64) *eventSink {
 		st.Follow(ctx, sink)
 	}()
 	tf.t.Cleanup(func() { cancel(); <-done })
-	return sink
 }
 
 // readCountingStore counts the queue reads of one outpost.
@@ -302,11 +345,11 @@ func TestJoinChecksHorizonOnce(t *testing.T) {
 	if st := tf.feed.Join(t.Context(), sink, "w", From{After: cursor}); st != nil || len(sink.events) != 0 {
 		t.Fatalf("a first join from below the horizon: %v, %d events; want it ended with nothing sent", st, len(sink.events))
 	}
-	ws, _, ok := tf.feed.join(t.Context(), sink, "w", cursor, false)
-	if !ok {
+	rejoin := &Stream{feed: tf.feed, outpostID: "w", after: cursor}
+	if !tf.feed.join(t.Context(), sink, rejoin, false) {
 		t.Fatal("a rejoin (no horizon check) ended")
 	}
-	tf.feed.unsubscribe("w", ws)
+	tf.feed.unsubscribe("w", rejoin.sub)
 	if ev := sink.next(t); ev.Object.Metadata.SessionID != keep {
 		t.Fatalf("rejoin replayed %+v, want %s", ev, keep)
 	}

@@ -79,15 +79,19 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	after, ok := parseCursor(q.Get("cursor"), maxRev)
 	if q.Get("watch") == "true" {
+		heldBy := q.Get(api.QueryHeldBy)
+		if q.Has(api.QueryHeldBy) && api.ValidateAcceptorID(heldBy) != nil {
+			return errBadRequest("%s must be the acceptor id whose entries to watch: use %s.", api.QueryHeldBy, api.AcceptorIDRule)
+		}
 		if q.Get("cursor") == "" {
 			// No cursor: the current state, then live changes. A replay
 			// from the first change would open with the DELETED events of
 			// sessions that ended before the watch, which a client that
 			// knew nothing of them has no use for.
-			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}, fresh: true})
+			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev, HeldBy: heldBy}, fresh: true})
 		}
 		if !ok {
-			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}})
+			return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev, HeldBy: heldBy}})
 		}
 		if after > 0 {
 			// Tombstones up to the horizon are pruned (queuefeed.Prune):
@@ -97,10 +101,13 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request) error {
 				return fmt.Errorf("queue horizon: %w", err)
 			}
 			if after < horizon {
-				return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev}, stale: true})
+				return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{Relist: true, MaxRev: maxRev, HeldBy: heldBy}, stale: true})
 			}
 		}
-		return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{After: after}})
+		return s.watchQueue(w, r, outpostID, watchFrom{From: queuefeed.From{After: after, HeldBy: heldBy}})
+	}
+	if q.Has(api.QueryHeldBy) {
+		return errBadRequest("%s narrows a watch (watch=true); to list the entries one acceptor holds, use acceptor_id.", api.QueryHeldBy)
 	}
 	if !ok {
 		return errForeignCursor(q.Get("cursor"))

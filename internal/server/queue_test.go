@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,5 +302,88 @@ func TestWatchWithoutCursorStartsFromNow(t *testing.T) {
 	<-done
 	if !deleted {
 		t.Errorf("no DELETED event for %s, terminated while the watch was open", live)
+	}
+}
+
+// TestHeldWatch: a watch with held_by carries the changes of the entries
+// that acceptor holds and the release of one it showed, nothing of the
+// others', and bookmarks that move its cursor past them; a bad held_by,
+// or held_by on a list, is refused.
+func TestHeldWatch(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, Options{WatchMaxDuration: time.Second, KeepaliveInterval: 50 * time.Millisecond})
+	ts.outpost("w")
+	machine := ts.token([]string{api.ScopeMachine}, "")
+	mine, theirs := ts.session("w").Metadata.SessionID, ts.session("w").Metadata.SessionID
+	ts.session("w") // pending throughout: never shown
+	ts.mustDo(200, "POST", "/v1/queue/"+mine+"/claim", machine, api.ClaimRequest{AcceptorID: "box-a"}, nil)
+	ts.mustDo(200, "POST", "/v1/queue/"+theirs+"/claim", machine, api.ClaimRequest{AcceptorID: "box-b"}, nil)
+	var list api.QueueList
+	ts.mustDo(200, "GET", "/v1/queue?outpost=w", machine, nil, &list)
+
+	ch := make(chan api.WatchEvent, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		watch(t, ts, machine, "outpost=w&held_by=box-a&cursor=0", ch)
+	}()
+	// The stream has shown the claim before the release: a replay of
+	// the released entry would pass it over (it is no longer box-a's).
+	first := <-ch
+	ts.mustDo(200, "POST", "/v1/queue/"+mine+"/release", machine, api.ClaimRequest{AcceptorID: "box-a"}, nil)
+	ts.mustDo(200, "POST", "/v1/queue/"+theirs+"/release", machine, api.ClaimRequest{AcceptorID: "box-b"}, nil)
+	var got []string
+	bookmarked := false
+	var cursor int64
+	rest := make(chan api.WatchEvent, 100)
+	rest <- first
+	go func() {
+		defer close(rest)
+		for ev := range ch {
+			rest <- ev
+		}
+	}()
+	for ev := range rest {
+		c, err := strconv.ParseInt(ev.Cursor, 10, 64)
+		if err != nil || c <= cursor {
+			t.Errorf("event %+v after cursor %d: cursors must rise", ev, cursor)
+		}
+		cursor = c
+		if ev.Type == api.WatchBookmark {
+			bookmarked = true
+			continue
+		}
+		id := ev.Object.Metadata.SessionID
+		if id != mine {
+			t.Errorf("the held watch sent %s of %s, not box-a's", ev.Type, id)
+		}
+		a := ""
+		if ev.Object.Status.AcceptorID != nil {
+			a = *ev.Object.Status.AcceptorID
+		}
+		got = append(got, ev.Object.Status.Phase+":"+a)
+	}
+	<-done
+	if want := []string{"claimed:box-a", "pending:"}; !slices.Equal(got, want) {
+		t.Errorf("the held watch showed %s as %v, want %v", mine, got, want)
+	}
+	if !bookmarked {
+		t.Error("no bookmark past the changes the held watch passed over")
+	}
+	var last api.QueueList
+	ts.mustDo(200, "GET", "/v1/queue?outpost=w", machine, nil, &last)
+	if want, _ := strconv.ParseInt(last.Cursor, 10, 64); cursor < want {
+		t.Errorf("the held watch ended at cursor %d; the queue's last change is %d", cursor, want)
+	}
+
+	for _, q := range []string{
+		"/v1/queue?outpost=w&watch=true&held_by=",
+		"/v1/queue?outpost=w&watch=true&held_by=" + url.QueryEscape("not an id"),
+		"/v1/queue?outpost=w&held_by=box-a",
+	} {
+		if msg := errorMessage(ts, "GET", q, ""); !strings.Contains(msg, "held_by") {
+			t.Errorf("GET %s: %q, want an error naming held_by", q, msg)
+		}
 	}
 }

@@ -291,9 +291,10 @@ func (w *worker) consumer() *fleet.Consumer {
 		// A worker's remotes end with it (bwrap dies with its parent, and a
 		// remote outside bwrap dies with the worker too): what its
 		// acceptor id holds as it starts, its dead predecessor held.
-		HandBack: true,
-		Presence: fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
-		Resolver: w.remotes,
+		HandBack:  true,
+		WatchHeld: true,
+		Presence:  fleet.NewPresence(w.c, w.outpost.Metadata.OutpostID, w.id.AcceptorID, info, w.opts.HeartbeatInterval, w.opts.Clock, w.log),
+		Resolver:  w.remotes,
 		// Restricted sessions only where the worker enforces them.
 		NetworkEnforcement: w.networkEnforcement,
 		// The sessions of an outpost whose desktop is enabled only where

@@ -49,13 +49,8 @@ func BenchmarkWatchers(b *testing.B) {
 		pid := c.server.cmd.Process.Pid
 		// Warm the server's paths (and let its heap settle) before the
 		// baselines.
-		for i := range 20 {
-			if _, err := c.scriptOn(ctx, "bench", fmt.Sprintf("warm %d", i)); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := c.scriptOn(ctx, "other", fmt.Sprintf("warm %d", i)); err != nil {
-				b.Fatal(err)
-			}
+		if err := warm(ctx, c, "bench", "other"); err != nil {
+			b.Fatal(err)
 		}
 		cpuIdle, err := otherCost(ctx, c, pid, k)
 		if err != nil {
@@ -136,6 +131,81 @@ func BenchmarkWatchers(b *testing.B) {
 	}
 }
 
+// BenchmarkHeldWatchers is BenchmarkWatchers's cost for workers' watches:
+// N streams (OUTPOST_BENCH_WATCHERS) on outpost "bench", each held by an
+// acceptor of its own (held_by), as `outpost worker start` watches while
+// it claims through waiting requests. It reports the server's CPU per
+// session created on "bench" without the watchers and with them (K
+// sessions each, OUTPOST_BENCH_WATCHER_OTHER), and their memory; the
+// streams carry none of those sessions' changes (they are nobody's).
+func BenchmarkHeldWatchers(b *testing.B) {
+	n := envInt("OUTPOST_BENCH_WATCHERS", 10000)
+	k := envInt("OUTPOST_BENCH_WATCHER_OTHER", 200)
+	raiseNoFile(b)
+	for range b.N {
+		c := startCluster(b, "", "--max-streams-per-token", "0")
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		pid := c.server.cmd.Process.Pid
+		if err := warm(ctx, c, "bench"); err != nil {
+			b.Fatal(err)
+		}
+		alone, err := sessionCost(ctx, c, pid, "bench", k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, rss0, err := procMem(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		list, err := c.admin.Queue.List(ctx, client.QueueFilter{Outpost: "bench", Order: "priority"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws := &watcherSet{n: n, held: true}
+		t0 := time.Now()
+		if err := ws.connect(ctx, c, "bench", list.Cursor); err != nil {
+			b.Fatal(err)
+		}
+		connected := time.Since(t0)
+		_, rss1, err := procMem(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		watched, err := sessionCost(ctx, c, pid, "bench", k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ws.check(); err != nil {
+			b.Fatal(err)
+		}
+		if got := ws.changes.Load(); got != 0 {
+			b.Fatalf("held watchers carried %d changes of sessions nobody of them holds", got)
+		}
+		perWatcher := float64(rss1-rss0) / float64(n)
+		b.Logf("held watchers=%d connected in %s; server RSS %d MiB before, %d MiB with them", n, rd(connected), rss0>>20, rss1>>20)
+		b.Logf("SUMMARY held-watchers=%d server-cpu=%.2fms/session (%.2f without watchers) rss-per-watcher=%.1fKiB",
+			n, watched, alone, perWatcher/1024)
+		b.ReportMetric(watched, "cpu-ms/session")
+		b.ReportMetric(watched-alone, "cpu-ms/session-over-alone")
+		b.ReportMetric(perWatcher/1024, "KiB/watcher")
+		ws.close()
+	}
+}
+
+// warm creates 20 sessions on each outpost, so that the server's paths
+// are warm and its heap settled before a baseline.
+func warm(ctx context.Context, c *cluster, outposts ...string) error {
+	for i := range 20 {
+		for _, o := range outposts {
+			if _, err := c.scriptOn(ctx, o, fmt.Sprintf("warm %d", i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // scriptOn creates a one-step script session on outpost.
 func (c *cluster) scriptOn(ctx context.Context, outpost, title string) (*api.Session, error) {
 	return c.admin.Sessions.Create(ctx, api.CreateSessionRequest{
@@ -146,12 +216,18 @@ func (c *cluster) scriptOn(ctx context.Context, outpost, title string) (*api.Ses
 // otherCost creates k sessions on outpost "other" one after another and
 // returns the server's CPU milliseconds per session.
 func otherCost(ctx context.Context, c *cluster, pid, k int) (float64, error) {
+	return sessionCost(ctx, c, pid, "other", k)
+}
+
+// sessionCost creates k sessions on outpost one after another and returns
+// the server's CPU milliseconds per session.
+func sessionCost(ctx context.Context, c *cluster, pid int, outpost string, k int) (float64, error) {
 	before, err := procCPU(pid)
 	if err != nil {
 		return 0, err
 	}
 	for i := range k {
-		if _, err := c.scriptOn(ctx, "other", fmt.Sprintf("other %d", i)); err != nil {
+		if _, err := c.scriptOn(ctx, outpost, fmt.Sprintf("%s %d", outpost, i)); err != nil {
 			return 0, err
 		}
 	}
@@ -181,8 +257,13 @@ func raiseNoFile(b *testing.B) {
 
 // watcherSet is n raw SSE watch connections.
 type watcherSet struct {
-	n     int
-	conns []net.Conn
+	n int
+	// held: each stream is held by an acceptor of its own (held_by), as
+	// a worker's is; changes counts the changes (not bookmarks) streams
+	// carried.
+	held    bool
+	changes atomic.Int64
+	conns   []net.Conn
 	// started frees a connecting slot (connect).
 	started func()
 	ready   sync.WaitGroup
@@ -206,8 +287,14 @@ type watchRound struct {
 
 func (ws *watcherSet) connect(ctx context.Context, c *cluster, outpost, cursor string) error {
 	host := strings.TrimPrefix(c.url, "http://")
-	req := []byte("GET /v1/queue?watch=true&outpost=" + outpost + "&cursor=" + cursor + " HTTP/1.1\r\nHost: " + host +
-		"\r\nAuthorization: Bearer " + adminToken + "\r\nAccept: text/event-stream\r\n\r\n")
+	request := func(i int) []byte {
+		held := ""
+		if ws.held {
+			held = fmt.Sprintf("&%s=watcher-%05d", api.QueryHeldBy, i)
+		}
+		return []byte("GET /v1/queue?watch=true&outpost=" + outpost + "&cursor=" + cursor + held + " HTTP/1.1\r\nHost: " + host +
+			"\r\nAuthorization: Bearer " + adminToken + "\r\nAccept: text/event-stream\r\n\r\n")
+	}
 	ws.conns = make([]net.Conn, ws.n)
 	ws.ready.Add(ws.n)
 	// At most 64 connecting at once: the server closes new connections
@@ -224,7 +311,7 @@ func (ws *watcherSet) connect(ctx context.Context, c *cluster, outpost, cursor s
 		go func() {
 			conn, err := d.DialContext(ctx, "tcp", host)
 			if err == nil {
-				_, err = conn.Write(req)
+				_, err = conn.Write(request(i))
 			}
 			if err != nil {
 				err = fmt.Errorf("watcher %d: %w", i, err)
@@ -285,6 +372,9 @@ func (ws *watcherSet) read(i int, conn net.Conn) {
 		// Nothing but the round's session changes outpost "bench" while
 		// a round is armed, so its first event is the session's; wait
 		// checks that it is.
+		if bytes.Contains(line, []byte(`"type":"MODIFIED"`)) || bytes.Contains(line, []byte(`"type":"DELETED"`)) {
+			ws.changes.Add(1)
+		}
 		r := ws.cur.Load()
 		if r == nil || !bytes.Contains(line, []byte(`"type":`)) {
 			continue
