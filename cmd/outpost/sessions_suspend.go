@@ -98,8 +98,12 @@ func runSessionsSuspend(ctx context.Context, opts *SessionsSuspendOptions) error
 		if opts.f.JSON() {
 			return printJSON(opts.f.IO.Out, p)
 		}
+		what := strings.TrimSuffix(suspendProgressLine(p, time.Now()), "…")
+		if what == "" {
+			what = strings.ReplaceAll(p.State, "_", " ")
+		}
 		fmt.Fprintf(opts.f.IO.Out, "Session %s is being suspended (%s). 'outpost sessions get %s' shows it suspended once its snapshot is stored.\n",
-			opts.ID, strings.ReplaceAll(p.State, "_", " "), opts.ID)
+			opts.ID, what, opts.ID)
 		return nil
 	}
 	poll := opts.poll
@@ -142,6 +146,10 @@ func runSessionsSuspend(ctx context.Context, opts *SessionsSuspendOptions) error
 // suspendProgressKey identifies what a suspend waits for, so that a
 // change is said at once.
 func suspendProgressKey(p *api.SuspendProgress) string {
+	if p.State == api.SuspendWaiting && len(p.Calls) == 0 {
+		// Nothing left to wait for: said as the snapshot it goes on to.
+		return api.SuspendSnapshotting
+	}
 	key := p.State
 	for _, c := range p.Calls {
 		key += fmt.Sprintf(" %d", c.Seq)
@@ -157,7 +165,9 @@ func suspendProgressLine(p *api.SuspendProgress, now time.Time) string {
 		return "taking the workspace snapshot…"
 	case api.SuspendWaiting:
 		if len(p.Calls) == 0 {
-			return ""
+			// No call runs (or the one interrupted has stopped): the
+			// snapshot is next.
+			return "taking the workspace snapshot…"
 		}
 		var parts []string
 		for _, c := range p.Calls {

@@ -27,7 +27,7 @@ func TestSuspendProgressLine(t *testing.T) {
 			"stopping the running call: exec `make test` (running 12 s)"},
 		{api.SuspendProgress{State: api.SuspendWaiting, Interrupt: true, Calls: []api.RunningCall{exec, list}},
 			"stopping the running calls: exec `make test` (running 12 s), list_dir (running 0 s)"},
-		{api.SuspendProgress{State: api.SuspendWaiting}, ""},
+		{api.SuspendProgress{State: api.SuspendWaiting}, "taking the workspace snapshot…"},
 		{api.SuspendProgress{State: api.SuspendSnapshotting}, "taking the workspace snapshot…"},
 		{api.SuspendProgress{State: api.SuspendDone}, ""},
 	} {
@@ -40,5 +40,10 @@ func TestSuspendProgressLine(t *testing.T) {
 	c := api.SuspendProgress{State: api.SuspendSnapshotting}
 	if suspendProgressKey(&a) == suspendProgressKey(&b) || suspendProgressKey(&a) == suspendProgressKey(&c) {
 		t.Errorf("progress keys do not tell changes apart: %q %q %q", suspendProgressKey(&a), suspendProgressKey(&b), suspendProgressKey(&c))
+	}
+	// A wait with no call left says the snapshot once, not again when the
+	// snapshot begins.
+	if idle := (api.SuspendProgress{State: api.SuspendWaiting}); suspendProgressKey(&idle) != suspendProgressKey(&c) {
+		t.Errorf("a wait with no calls (%q) and the snapshot (%q) are said twice", suspendProgressKey(&idle), suspendProgressKey(&c))
 	}
 }

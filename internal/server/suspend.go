@@ -78,13 +78,16 @@ func (s *Server) suspendHandler(w http.ResponseWriter, r *http.Request) error {
 	actx := s.audited(context.WithoutCancel(ctx), audit.SessionSuspend, audit.Object{Kind: audit.ObjectSession, ID: sess.ID}, nil, nil)
 	if async {
 		entry, _ := audit.Pending(actx)
+		// The answer tells of the calls as the suspend found them: read
+		// once the run has begun, an interrupted call may already be gone
+		// and the answer say nothing of it.
+		progress, perr := s.suspendProgress(ctx, sess.ID)
 		go func() {
 			defer s.wg.Done()
 			_ = run(audit.With(s.runCtx, entry))
 		}()
-		progress, err := s.suspendProgress(ctx, sess.ID)
-		if err != nil {
-			return err
+		if perr != nil {
+			return perr
 		}
 		w.Header().Set("Location", "/v1/sessions/"+sess.ID+"/suspend")
 		writeJSON(w, http.StatusAccepted, progress)

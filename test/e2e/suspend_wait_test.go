@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	token := setupOutpost(t, c, "longcalls")
-	startWorker(t, c, "longcalls", token)
+	_, workspace := startWorker(t, c, "longcalls", token)
 	id := createSession(t, c, api.CreateSessionRequest{Outpost: "longcalls", Title: "suspend while a call runs", Agent: api.Agent{Kind: api.AgentExternal}})
 	waitfor.Within(t, 60*time.Second, "the session to run", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	env := c.env(c.admin)
@@ -99,9 +100,9 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sessions suspend --interrupt: %v\n%s", err, stderr)
 	}
-	// On a slow machine the call may be stopped before the first progress
-	// line, which then tells of the snapshot instead.
-	if !strings.Contains(stderr, "stopping the running call: exec `sleep 60; echo slept`") && !strings.Contains(stderr, "taking the workspace snapshot") {
+	// The first answer tells of the call as the suspend found it, however
+	// soon the interrupt stops it.
+	if !strings.Contains(stderr, "stopping the running call: exec `sleep 60; echo slept`") {
 		t.Errorf("sessions suspend --interrupt did not say what it does:\n%s", stderr)
 	}
 	if s := c.session(id); s.Status.Status != api.StatusSuspended {
@@ -128,7 +129,13 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	// The API's asynchronous suspend: 202, then Location says suspended.
 	run(t, env, "sessions", "resume", id)
 	waitfor.Within(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
-	result = startLongCall(t, c, id, "sleep 45")
+	// The transcript records a call just before it is sent: the file
+	// says it runs, so the suspend finds it.
+	result = startLongCall(t, c, id, "touch async-started; sleep 45")
+	waitfor.Within(t, 30*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(filepath.Join(workspace, "async-started"))
+		return err == nil
+	})
 	req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+id+"/suspend", strings.NewReader(`{"interrupt": true}`))
 	req.Header.Set("Authorization", "Bearer "+c.admin)
 	req.Header.Set("Content-Type", "application/json")
@@ -142,7 +149,7 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	resp.Body.Close()
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusAccepted || loc != "/v1/sessions/"+id+"/suspend" || !accepted.Interrupt ||
-		(accepted.State != api.SuspendWaiting && accepted.State != api.SuspendSnapshotting) {
+		accepted.State != api.SuspendWaiting || len(accepted.Calls) != 1 || accepted.Calls[0].Target != "touch async-started; sleep 45" {
 		t.Fatalf("async suspend = %d, Location %q, %+v", resp.StatusCode, loc, accepted)
 	}
 	waitfor.Within(t, 60*time.Second, "the Location to say suspended", func() bool {
@@ -151,11 +158,12 @@ func TestSuspendWhileACallRuns(t *testing.T) {
 	})
 	<-result
 
-	// --no-wait returns once the suspend has begun.
+	// --no-wait returns once the suspend has begun; no call runs, so
+	// the snapshot is what comes.
 	run(t, env, "sessions", "resume", id)
 	waitfor.Within(t, 90*time.Second, "the session to run again", func() bool { return c.session(id).Status.Status == api.StatusRunning })
 	out := run(t, env, "sessions", "suspend", id, "--no-wait")
-	if !strings.Contains(out, "is being suspended") {
+	if !strings.Contains(out, "is being suspended (taking the workspace snapshot)") {
 		t.Errorf("sessions suspend --no-wait printed %q", out)
 	}
 	waitfor.Within(t, 60*time.Second, "the session to be suspended", func() bool { return c.session(id).Status.Status == api.StatusSuspended })
