@@ -36,36 +36,107 @@ type rejection struct{ msg string }
 
 func (r *rejection) Error() string { return "gateway refused the remote: " + r.msg }
 
-// connect runs one connection: dial, hello, resend results, welcome, then
-// calls until the connection fails or the session ends. welcomed reports
-// whether the gateway accepted the remote.
-func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
-	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
-	defer cancel()
-	steptrace.Mark("remote.dial", s.opts.SessionID)
-	hc, dialer, closeIdle := batchingClient(s.opts.HTTPClient)
-	defer closeIdle()
-	c, resp, err := websocket.Dial(dctx, s.opts.GatewayURL, &websocket.DialOptions{
+// gatewayConn is a connection to the gateway before its hello.
+type gatewayConn struct {
+	c *websocket.Conn
+	// bc is the connection under c, nil when the client's transport
+	// has dial hooks of its own (see batchingClient).
+	bc        *batchConn
+	closeIdle func()
+}
+
+// close closes the connection and the client's idle ones.
+func (g *gatewayConn) close() {
+	g.c.CloseNow()
+	g.closeIdle()
+}
+
+// dialGateway opens a WebSocket to the gateway for opts' session,
+// authenticated by its connect token. An HTTP refusal is a rejection.
+func dialGateway(ctx context.Context, opts Options) (*gatewayConn, error) {
+	steptrace.Mark("remote.dial", opts.SessionID)
+	hc, dialer, closeIdle := batchingClient(opts.HTTPClient)
+	c, resp, err := websocket.Dial(ctx, opts.GatewayURL, &websocket.DialOptions{
 		HTTPClient: hc,
 		HTTPHeader: http.Header{
-			"Authorization":     {"Bearer " + s.opts.ConnectToken},
-			api.HeaderSessionID: {s.opts.SessionID},
+			"Authorization":     {"Bearer " + opts.ConnectToken},
+			api.HeaderSessionID: {opts.SessionID},
 		},
 	})
 	if err != nil {
+		closeIdle()
 		if resp != nil {
 			switch resp.StatusCode {
 			case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
-				return false, &rejection{msg: httpMessage(resp)}
+				return nil, &rejection{msg: httpMessage(resp)}
 			}
 		}
 		if tlsconfig.IsUnknownAuthority(err) {
-			return false, fmt.Errorf("dial gateway: the gateway's TLS certificate is signed by an authority this machine does not trust; set %s to the PEM file of its CA (a worker or orchestrator started with --ca-file passes it on): %w", EnvCAFile, err)
+			return nil, fmt.Errorf("dial gateway: the gateway's TLS certificate is signed by an authority this machine does not trust; set %s to the PEM file of its CA (a worker or orchestrator started with --ca-file passes it on): %w", EnvCAFile, err)
 		}
-		return false, fmt.Errorf("dial gateway: %w", err)
+		return nil, fmt.Errorf("dial gateway: %w", err)
 	}
-	defer c.CloseNow()
 	c.SetReadLimit(maxFrameBytes)
+	return &gatewayConn{c: c, bc: dialer.last(), closeIdle: closeIdle}, nil
+}
+
+// earlyDial is the first dial of a remote, started before its session's
+// files are open: the two do not depend on each other, and the dial,
+// which waits on the server, is the longer.
+type earlyDial struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	gc     *gatewayConn
+	err    error
+}
+
+// startDial dials the gateway for opts' session in the background, within
+// handshakeTimeout.
+func startDial(ctx context.Context, opts Options) *earlyDial {
+	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	d := &earlyDial{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		defer cancel() // the handshake's only: the connection outlives it
+		d.gc, d.err = dialGateway(dctx, opts)
+	}()
+	return d
+}
+
+// wait returns the dial's connection once it is there. It is bounded as a
+// dial of connect's own would be: by handshakeTimeout, counted from
+// earlier, and by the same ctx.
+func (d *earlyDial) wait() (*gatewayConn, error) {
+	<-d.done
+	return d.gc, d.err
+}
+
+// discard stops the dial and closes its connection, if it made one.
+func (d *earlyDial) discard() {
+	d.cancel()
+	if gc, _ := d.wait(); gc != nil {
+		gc.close()
+	}
+}
+
+// connect runs one connection: dial (or take early's, when not nil),
+// hello, resend results, welcome, then calls until the connection fails or
+// the session ends. welcomed reports whether the gateway accepted the
+// remote.
+func (s *session) connect(ctx context.Context, early *earlyDial) (welcomed bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	var gc *gatewayConn
+	if early != nil {
+		gc, err = early.wait()
+	} else {
+		gc, err = dialGateway(dctx, s.opts)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer gc.close()
+	c := gc.c
 
 	steptrace.Mark("remote.dialed", s.opts.SessionID)
 	hello, resend := s.hello()
@@ -111,7 +182,7 @@ func (s *session) connect(ctx context.Context) (welcomed bool, err error) {
 		s.abortUploads()
 	}()
 	wg.Go(func() {
-		if err := s.writeLoop(connCtx, c, dialer.last()); err != nil && connCtx.Err() == nil {
+		if err := s.writeLoop(connCtx, c, gc.bc); err != nil && connCtx.Err() == nil {
 			s.log.Warn("gateway write failed", "err", err)
 		}
 		cancelConn()

@@ -48,8 +48,19 @@ func Serve(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The first dial goes on while the session's files are opened, when
+	// that is all newSession does: probing the machine (no capabilities
+	// given) can take seconds, which the gateway's wait for the hello
+	// would count.
+	var early *earlyDial
+	if opts.Capabilities != nil {
+		early = startDial(ctx, opts)
+	}
 	s, err := newSession(ctx, opts)
 	if err != nil {
+		if early != nil {
+			early.discard()
+		}
 		return err
 	}
 	steptrace.Mark("remote.session_open", opts.SessionID)
@@ -73,7 +84,8 @@ func Serve(ctx context.Context, opts Options) error {
 	attempt, rejections := 0, 0
 	lastUp := clk.Now()
 	for {
-		welcomed, err := s.connect(ctx)
+		welcomed, err := s.connect(ctx, early)
+		early = nil
 		switch {
 		case errors.Is(err, errEnd):
 			s.log.Info("session ended by the control plane")

@@ -638,7 +638,7 @@ func sessionGoroutines() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, fn := range []string{"(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).handleSuspend", "(*session).connect",
+		for _, fn := range []string{"remote.startDial", "(*session).writeLoop", "remote.pingLoop", "(*session).handleCall", "(*session).startRestore", "(*session).handleSuspend", "(*session).connect",
 			"(*shell).readLoop", "(*shell).waitLoop"} {
 			if strings.Contains(g, fn) {
 				out = append(out, g)
@@ -687,5 +687,92 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 	}
 	if left := sessionGoroutines(); len(left) > 0 {
 		t.Fatalf("Serve returned with %d of its goroutines running:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// TestEarlyDial: the dial a remote starts before its session's files are
+// open hands its connection to the first connect; discarded, it closes a
+// connection it made and gives up a dial still waiting on the gateway at
+// once, not at the handshake's timeout.
+func TestEarlyDial(t *testing.T) {
+	g := newTestGateway(t)
+	opts := func(url string) Options {
+		t.Helper()
+		o, err := Options{GatewayURL: url, ConnectToken: testToken, SessionID: testSession, StateDir: t.TempDir(), WorkDir: t.TempDir()}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	d := startDial(t.Context(), opts(g.url()))
+	gc := g.accept(t)
+	if _, err := d.wait(); err != nil {
+		t.Fatal(err)
+	}
+	d.discard()
+	select {
+	case <-gc.closed:
+	case <-time.After(waitTimeout):
+		t.Fatal("a discarded early dial left its connection open")
+	}
+
+	// A gateway that takes the request and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			held <- c
+		}
+	}()
+	d = startDial(t.Context(), opts("ws://"+ln.Addr().String()+api.GatewayPath))
+	select {
+	case c := <-held:
+		t.Cleanup(func() { c.Close() })
+	case <-time.After(waitTimeout):
+		t.Fatal("the early dial never reached the gateway")
+	}
+	start := time.Now()
+	d.discard()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("discarding a dial the gateway does not answer took %s", took)
+	}
+	if _, err := d.wait(); err == nil {
+		t.Fatal("a discarded dial the gateway never answered has no error")
+	}
+}
+
+// TestServeSessionCannotOpen: a remote whose session's files cannot be
+// opened fails with why, with none of its goroutines running, the early
+// dial's included (its connection, when it made one before the failure,
+// closed; TestEarlyDial checks that part without the race).
+func TestServeSessionCannotOpen(t *testing.T) {
+	g := newTestGateway(t)
+	notADir := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc, _ := startServe(t, g, notADir, t.TempDir())
+	if err := waitErr(t, errc); err == nil || !strings.Contains(err.Error(), "journal") {
+		t.Fatalf("Serve = %v, want the journal's error", err)
+	}
+	if left := sessionGoroutines(); len(left) > 0 {
+		t.Fatalf("Serve returned with %d of its goroutines running:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	// A connection the dial made before it was discarded is closed.
+	for {
+		select {
+		case gc := <-g.conns:
+			select {
+			case <-gc.closed:
+			case <-time.After(waitTimeout):
+				t.Fatal("the remote left its gateway connection open")
+			}
+		case <-time.After(200 * time.Millisecond):
+			return
+		}
 	}
 }
