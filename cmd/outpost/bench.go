@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +70,8 @@ session's remote is connected, an agent calls a tool through the server at
 --call-rate, each call streaming --output bytes; --followers follow the
 transcripts. After --duration every session is ended and the report shows
 the latencies (claim, dispatch: create → first call running, tool call round
-trip, follower lag), throughput, errors, whether every call ran exactly once
+trip, and the same for the calls sent while every session ran, follower
+lag), throughput, errors, whether every call ran exactly once
 (each call carries an id that the remotes count), and the server's CPU and
 memory per worker and per session from its /metrics.
 
@@ -110,7 +113,7 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.DurationVar(&s.ReconnectEvery, "reconnect-every", 0, "make each remote drop its gateway connection about this often and reconnect (0: never)")
 	fl.DurationVar(&s.Heartbeat, "heartbeat", 0, "worker heartbeat interval (0: as the server asks)")
 	fl.IntVar(&s.WorkersPerToken, "workers-per-token", 200, "workers sharing one machine token (the server bounds streams per token)")
-	fl.StringVar(&opts.metrics, "metrics-url", "", "where the server's metrics are read, comma-separated for several replicas, summed (default: each server's /metrics; give the address of --metrics-listen when it has one)")
+	fl.StringVar(&opts.metrics, "metrics-url", "", "where the server's metrics are read, comma-separated for several replicas, summed (default: each server's /metrics; a server with --metrics-listen serves them there only: give that address, /metrics added when the URL has no path)")
 	fl.StringVar(&s.Outpost, "outpost", "", "outpost to serve, created when missing (default: a new fleetsim-<random>)")
 	fl.DurationVar(&s.Drain, "drain", time.Minute, "how long ending the sessions and releasing the claims may take")
 	fl.DurationVar(&s.ProgressEvery, "progress", 5*time.Second, "interval of the progress line on standard error")
@@ -119,7 +122,7 @@ Exits 1 when a call was lost or ran twice.`,
 	fl.IntVar(&opts.replicas, "replicas", 1, "with --local: server replicas started on --database (PostgreSQL), each on its own loopback port")
 	fl.BoolVar(&s.Keep, "keep", false, "keep the outpost and the machine tokens the run created (default: removed at the end)")
 	fl.StringVar(&opts.pprof, "pprof-listen", "", "with --local: the address the server serves its runtime profiles on (its --pprof-listen), e.g. 127.0.0.1:6060")
-	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (as -o json)")
+	fl.BoolVar(&opts.json, "json", false, "print the report as JSON (this command's --output is the output size, so not -o json)")
 	return cmd
 }
 
@@ -142,6 +145,22 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 	if s.FrameBytes == 0 {
 		return usageErrorf("--frame must be at least 1 byte")
 	}
+	// What the simulator would refuse anyway, refused before a server is
+	// started for the run, as the usage errors they are.
+	switch {
+	case s.Workers < 1:
+		return usageErrorf("--workers %d: give at least 1", s.Workers)
+	case s.Sessions < 0 || s.Followers < 0:
+		return usageErrorf("--sessions and --followers must not be negative")
+	case s.Sessions > s.Workers:
+		return usageErrorf("--sessions %d is more than --workers %d: each running session needs a worker of its own", s.Sessions, s.Workers)
+	case s.Duration <= 0 || s.Drain <= 0 || s.ProgressEvery <= 0:
+		return usageErrorf("--duration, --drain and --progress must be positive durations, such as 60s")
+	case s.WorkersPerToken < 1:
+		return usageErrorf("--workers-per-token %d: give at least 1", s.WorkersPerToken)
+	case s.ReconnectEvery < 0 || s.Heartbeat < 0:
+		return usageErrorf("--reconnect-every and --heartbeat must not be negative (0: never, and as the server asks)")
+	}
 	if opts.database != "" && !opts.local {
 		return usageErrorf("--database needs --local: a server given with --server has its own database")
 	}
@@ -157,6 +176,12 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 	if opts.metrics != "" {
 		if s.MetricsURLs, err = splitURLs("--metrics-url", opts.metrics); err != nil {
 			return err
+		}
+		// The address of --metrics-listen, as the help says, is enough.
+		for i, u := range s.MetricsURLs {
+			if p, _ := url.Parse(u); p.Path == "" {
+				s.MetricsURLs[i] = u + "/metrics"
+			}
 		}
 	}
 	if opts.pprof != "" && !opts.local {
@@ -216,6 +241,12 @@ func runBenchFleet(ctx context.Context, opts *BenchFleetOptions) error {
 			rep.Print(f.IO.Out)
 		}
 	}
+	if ctx.Err() != nil {
+		// Stopped by a signal: the report covers the run up to then, and
+		// the exit says it is not a whole run (a cancellation would read
+		// as a clean end).
+		return codeError{exitFailed, errors.New("fleet simulation stopped by a signal before the run's end; the report covers the run until then")}
+	}
 	if err != nil {
 		return fmt.Errorf("fleet simulation: %w", err)
 	}
@@ -242,7 +273,11 @@ func splitURLs(flag, v string) ([]string, error) {
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return nil, usageErrorf("%s %q: want absolute http:// or https:// URLs, comma-separated", flag, u)
 		}
-		out = append(out, strings.TrimSuffix(u, "/"))
+		u = strings.TrimSuffix(u, "/")
+		if slices.Contains(out, u) {
+			return nil, usageErrorf("%s names %s twice: each server's figures would be counted twice", flag, u)
+		}
+		out = append(out, u)
 	}
 	if len(out) == 0 {
 		return nil, usageErrorf("%s is empty: want a URL, or several comma-separated", flag)
@@ -395,6 +430,7 @@ func launchLocalServer(i, n int, token string, env []string, database, pprof str
 	srv.cmd = exec.Command(exe, args...)
 	srv.cmd.Env = append(os.Environ(), env...)
 	srv.cmd.Stdout, srv.cmd.Stderr = logf, logf
+	srv.cmd.SysProcAttr = localServerAttr()
 	if err := srv.cmd.Start(); err != nil {
 		logf.Close()
 		os.RemoveAll(dir)

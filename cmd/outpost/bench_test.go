@@ -58,6 +58,17 @@ func TestBenchFleetRefusesBadFlags(t *testing.T) {
 		{[]string{"--server", " , ", "--token", "t"}, "--server is empty"},
 		{[]string{"--metrics-url", "nowhere", "--server", "http://127.0.0.1:1", "--token", "t"}, "--metrics-url"},
 		{[]string{"--local", "--ca-file", "ca.pem"}, "--ca-file is for an https --server"},
+		// Refused before --local starts a server.
+		{[]string{"--local", "--workers", "0"}, "--workers 0: give at least 1"},
+		{[]string{"--local", "--workers", "-5"}, "--workers -5"},
+		{[]string{"--local", "--followers", "-1"}, "must not be negative"},
+		{[]string{"--local", "--workers", "10", "--sessions", "100"}, "--sessions 100 is more than --workers 10"},
+		{[]string{"--local", "--duration", "0s"}, "must be positive durations"},
+		{[]string{"--local", "--drain", "-1s"}, "must be positive durations"},
+		{[]string{"--local", "--workers-per-token", "0"}, "--workers-per-token 0"},
+		{[]string{"--local", "--reconnect-every", "-1s"}, "must not be negative"},
+		{[]string{"--server", "http://127.0.0.1:1,http://127.0.0.1:1/", "--token", "t"}, "--server names http://127.0.0.1:1 twice"},
+		{[]string{"--metrics-url", "http://127.0.0.1:2,http://127.0.0.1:2", "--server", "http://127.0.0.1:1", "--token", "t"}, "--metrics-url names http://127.0.0.1:2 twice"},
 	} {
 		tf := newTestFactory(t, nil)
 		code := tf.run(t, append([]string{"bench", "fleet"}, tc.args...)...)

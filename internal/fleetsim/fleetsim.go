@@ -159,12 +159,19 @@ type sim struct {
 
 	lat struct {
 		claim, heartbeat, create, connect, dispatch, call, lag latencies
+		// callAllRunning are the calls sent while every session of the
+		// run was running: the fleet at full rate, its ramp left out.
+		callAllRunning latencies
 	}
 	errs errorLog
 
 	watching, heartbeats, claimAttempts, claims, conflicts atomic.Int64
 	connects, reconnects, resent, outputBytes              atomic.Int64
 	created, running, ended, answered, failed              atomic.Int64
+	// window is the full-rate window: windowRamp until every requested
+	// session was welcomed, windowOpen until the first one ends, then
+	// windowClosed for good.
+	window atomic.Int32
 
 	mu       sync.Mutex // guards the following
 	sessions map[string]*session
@@ -196,21 +203,29 @@ type session struct {
 	early bool
 }
 
-// welcomed is called once per session when its remote is first welcomed.
+// welcomed is called when a remote of session id is first welcomed; only
+// the session's first remote counts.
 func (s *sim) welcomed(id string) {
 	s.mu.Lock()
 	ss := s.sessionLocked(id)
+	select {
+	case <-ss.welcomed:
+		// A second remote of the session (claimed again by another
+		// worker): counted once, when the first was welcomed.
+		s.mu.Unlock()
+		return
+	default:
+	}
+	close(ss.welcomed) // under s.mu: a second remote sees it closed
 	if ss.created.IsZero() {
 		ss.early = true
 		s.mu.Unlock()
-		close(ss.welcomed)
 		return
 	}
 	created := ss.created
 	s.mu.Unlock()
 	s.lat.connect.add(time.Since(created))
-	s.running.Add(1)
-	close(ss.welcomed)
+	s.started()
 }
 
 // registerCreated notes session id, whose create request was sent at
@@ -274,7 +289,30 @@ func (s *sim) timeClaimLocked(ss *session) {
 	s.lat.claim.add(max(ss.claim.end.Sub(from), 0))
 }
 
-func (s *sim) remoteEnded(string) { s.ended.Add(1) }
+// The states of sim.window.
+const (
+	windowRamp int32 = iota
+	windowOpen
+	windowClosed
+)
+
+// started counts a session whose remote was welcomed; the last one opens
+// the full-rate window, unless a session ended before.
+func (s *sim) started() {
+	if s.running.Add(1) == int64(s.opts.Sessions) {
+		s.window.CompareAndSwap(windowRamp, windowOpen)
+	}
+}
+
+// remoteEnded counts a session whose remote ended, which closes the
+// full-rate window for good.
+func (s *sim) remoteEnded(string) {
+	s.ended.Add(1)
+	s.window.Store(windowClosed)
+}
+
+// allRunning reports whether the full-rate window is open.
+func (s *sim) allRunning() bool { return s.window.Load() == windowOpen }
 
 // executed counts a call run by a remote.
 func (s *sim) executed(id, callID string) {

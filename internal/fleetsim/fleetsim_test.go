@@ -100,6 +100,87 @@ func TestLatencyPercentiles(t *testing.T) {
 	}
 }
 
+// TestLatenciesSince: each interval's distribution has the durations
+// added since the last, and the count to ask from next.
+func TestLatenciesSince(t *testing.T) {
+	t.Parallel()
+	var l latencies
+	for i := 1; i <= 10; i++ {
+		l.add(time.Duration(i) * time.Millisecond)
+	}
+	d, n := l.since(0)
+	if d.N != 10 || d.Max != 10 || n != 10 {
+		t.Fatalf("since(0) = %+v, %d; want all 10", d, n)
+	}
+	if d, n := l.since(n); d != (Dist{}) || n != 10 {
+		t.Fatalf("since(10) with nothing new = %+v, %d", d, n)
+	}
+	l.add(500 * time.Millisecond)
+	l.add(700 * time.Millisecond)
+	if d, n := l.since(10); d.N != 2 || d.P50 != 500 || d.Max != 700 || n != 12 {
+		t.Fatalf("since(10) = %+v, %d; want the two added after", d, n)
+	}
+	if d, n := l.since(50); d != (Dist{}) || n != 12 {
+		t.Fatalf("since beyond the end = %+v, %d", d, n)
+	}
+}
+
+// TestAllRunning: the full-rate window opens when the last requested
+// session starts and closes for good when the first ends; a session that
+// ends during the ramp keeps it shut.
+func TestAllRunning(t *testing.T) {
+	t.Parallel()
+	s := &sim{opts: Options{Sessions: 2}}
+	s.started()
+	if s.allRunning() {
+		t.Fatal("all running with one of two sessions started")
+	}
+	s.started()
+	if !s.allRunning() {
+		t.Fatal("not all running with both sessions started")
+	}
+	s.remoteEnded("a")
+	if s.allRunning() {
+		t.Fatal("still all running after a session ended")
+	}
+	s.started() // a session started again after one ended
+	if s.allRunning() {
+		t.Fatal("the window reopened after a session ended")
+	}
+
+	ramp := &sim{opts: Options{Sessions: 2}}
+	ramp.started()
+	ramp.remoteEnded("a") // ended before the last one started
+	ramp.started()
+	if ramp.allRunning() {
+		t.Fatal("all running though a session ended before the last started")
+	}
+}
+
+// TestPrintShowsFullRateCalls: the report's latency table has the calls
+// of the full-rate window under the tool call row.
+func TestPrintShowsFullRateCalls(t *testing.T) {
+	t.Parallel()
+	var r Report
+	r.Latency.ToolCall = Dist{N: 100, P50: 5, P90: 9, P99: 480, Max: 1500}
+	r.Latency.ToolCallAllRunning = Dist{N: 90, P50: 4.5, P90: 8, P99: 29.25, Max: 60}
+	var b strings.Builder
+	r.Print(&b)
+	out := b.String()
+	i, j := strings.Index(out, "  tool call "), strings.Index(out, "   all running      90     4.50     8.00    29.25    60.00")
+	if i < 0 || j < i {
+		t.Fatalf("the report lacks the full-rate row under the tool call row:\n%s", out)
+	}
+
+	r.Latency.ToolCallAllRunning = Dist{}
+	r.Sessions.Started, r.Sessions.Requested = 7, 10
+	b.Reset()
+	r.Print(&b)
+	if !strings.Contains(b.String(), "   all running never: 7 of 10 sessions started, never all at once") {
+		t.Fatalf("a run whose sessions never all ran shows an empty row:\n%s", b.String())
+	}
+}
+
 func TestOptionsRefuseBadInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -170,6 +251,32 @@ func TestReplicaFigures(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("replicaFigures = %+v, want %+v", got, want)
+	}
+}
+
+// TestMixedReplicas: a metrics URL that answered from two replicas in
+// turn (a balancer's) is unreadable in every reading, with an error
+// naming it and the replicas; one that answered from one replica, or
+// from a server without replicas, is left as it was.
+func TestMixedReplicas(t *testing.T) {
+	t.Parallel()
+	urls := []string{"http://lb/metrics", "http://r2/metrics", "http://single/metrics"}
+	reading := func(first string) *samples {
+		return &samples{urls: urls, total: sample{ok: true},
+			each: []sample{{ok: true, replica: first}, {ok: true, replica: "r2"}, {ok: true}}}
+	}
+	all := []*samples{reading("r1"), reading("r1"), reading("r3"), reading("r1")}
+	err := mixedReplicas(all...)
+	if err == nil || !strings.Contains(err.Error(), "http://lb/metrics came from replicas r1, r3") || strings.Contains(err.Error(), "r2/metrics") {
+		t.Fatalf("mixedReplicas = %v, want the balancer's URL named with r1, r3 and nothing else", err)
+	}
+	for i, m := range all {
+		if m.each[0].ok || m.total.ok || !m.each[1].ok || !m.each[2].ok {
+			t.Errorf("reading %d after the check: %+v, total ok %v; want the first URL and the total unreadable, the others as they were", i, m.each, m.total.ok)
+		}
+	}
+	if err := mixedReplicas(reading("r1"), reading("r1")); err != nil {
+		t.Errorf("one replica each: %v", err)
 	}
 }
 
@@ -328,5 +435,22 @@ func TestSimulatorFigures(t *testing.T) {
 	r.Print(&b)
 	if strings.Contains(b.String(), "simulator:") {
 		t.Errorf("a simulator line without figures:\n%s", b.String())
+	}
+}
+
+// TestWelcomedTwice: a session claimed again by another worker has a
+// second remote welcomed; the session counts once and nothing panics.
+func TestWelcomedTwice(t *testing.T) {
+	t.Parallel()
+	s := &sim{opts: Options{Sessions: 1}, sessions: map[string]*session{}}
+	now := time.Now()
+	s.registerCreated("a", now, now)
+	s.welcomed("a")
+	s.welcomed("a")
+	if n := s.running.Load(); n != 1 {
+		t.Fatalf("%d sessions started, want 1", n)
+	}
+	if d := s.lat.connect.dist(); d.N != 1 {
+		t.Fatalf("%d connects timed, want 1", d.N)
 	}
 }

@@ -3,9 +3,11 @@ package fleetsim
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +126,10 @@ type Latencies struct {
 	// ToolCall is a tool call's round trip through the server: request
 	// sent → result received.
 	ToolCall Dist `json:"tool_call"`
+	// ToolCallAllRunning is ToolCall for the calls sent while every
+	// session of the run was running: the full rate, the ramp (sessions
+	// still being created and claimed) and the drain left out.
+	ToolCallAllRunning Dist `json:"tool_call_all_running"`
 	// FollowerLag is a result sent by the remote → seen by a follower.
 	FollowerLag Dist `json:"follower_lag"`
 	Heartbeat   Dist `json:"heartbeat"`
@@ -241,6 +247,31 @@ func (s *sim) scrape(ctx context.Context) samples {
 	return out
 }
 
+// mixedReplicas checks that each metrics URL answered from one replica
+// in every reading. A balancer's address answers from any of them, so a
+// difference between two readings would be two servers' counters, not a
+// cost: a URL that did is marked unreadable in every reading, and the
+// error says what to give instead.
+func mixedReplicas(all ...*samples) error {
+	var errs []error
+	for i, u := range all[0].urls {
+		var seen []string
+		for _, m := range all {
+			if r := m.each[i].replica; r != "" && !slices.Contains(seen, r) {
+				seen = append(seen, r)
+			}
+		}
+		if len(seen) < 2 {
+			continue
+		}
+		for _, m := range all {
+			m.each[i].ok, m.total.ok = false, false
+		}
+		errs = append(errs, fmt.Errorf("the metrics at %s came from replicas %s in turn (a balancer's address answers from any of them): give each replica's own metrics address in --metrics-url", u, strings.Join(seen, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
 // replicaFigures are each metrics URL's figures: before the workers, at
 // the end of the idle phase and of the busy phase.
 func replicaFigures(before, idle, busy samples) []ReplicaFigures {
@@ -286,11 +317,11 @@ func scrapeOnce(ctx context.Context, url, token string, hc *http.Client) (sample
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return sample{}, fmt.Errorf("read the server's metrics: %w", err)
+		return sample{}, fmt.Errorf("read the server's metrics at %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return sample{}, fmt.Errorf("read the server's metrics: %s", resp.Status)
+		return sample{}, fmt.Errorf("read the server's metrics at %s: %s", url, resp.Status)
 	}
 	s := sample{at: time.Now()}
 	var cpu, rss bool
@@ -419,8 +450,13 @@ func (r *Report) Print(w io.Writer) {
 		d    Dist
 	}{
 		{"claim", r.Latency.Claim}, {"dispatch", r.Latency.Dispatch}, {"connect", r.Latency.Connect},
-		{"tool call", r.Latency.ToolCall}, {"follower lag", r.Latency.FollowerLag}, {"heartbeat", r.Latency.Heartbeat}, {"create", r.Latency.Create},
+		{"tool call", r.Latency.ToolCall}, {" all running", r.Latency.ToolCallAllRunning}, {"follower lag", r.Latency.FollowerLag}, {"heartbeat", r.Latency.Heartbeat}, {"create", r.Latency.Create},
 	} {
+		if l.name == " all running" && l.d.N == 0 {
+			// An empty row would read as a measurement.
+			fmt.Fprintf(w, "  %-12s never: %d of %d sessions started, never all at once\n", l.name, r.Sessions.Started, r.Sessions.Requested)
+			continue
+		}
 		fmt.Fprintf(w, "  %-12s %7d %8.2f %8.2f %8.2f %8.2f\n", l.name, l.d.N, l.d.P50, l.d.P90, l.d.P99, l.d.Max)
 	}
 	s := r.Server

@@ -113,6 +113,9 @@ func (s *sim) simulate(ctx context.Context) (*Report, error) {
 	workers.Wait()
 	stopProgress()
 
+	if err := mixedReplicas(&m0, &m1, &m2, &m3); err != nil {
+		s.errs.add("metrics", err)
+	}
 	s.fill(rep, busy)
 	rep.Sessions.RunningAtEnd = runningAtEnd
 	rep.Server = serverFigures(m0.total, m1.total, m2.total, m3.total, o.Workers, runningAtEnd, rep.Calls.Answered, o.Idle)
@@ -216,7 +219,7 @@ func (s *sim) createOne(ctx context.Context, i int, agents *sync.WaitGroup) {
 	if early {
 		// Its remote was welcomed before this answer came.
 		s.lat.connect.add(0)
-		s.running.Add(1)
+		s.started()
 	}
 	agents.Go(func() { s.agent(ctx, ss, i) })
 	for f := i; f < s.opts.Followers; f += s.opts.Sessions {
@@ -251,6 +254,7 @@ func (s *sim) agent(ctx context.Context, ss *session, i int) {
 		s.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		start := time.Now()
+		allRunning := s.allRunning()
 		res, err := admin.Sessions.CallTool(cctx, ss.id, api.ToolExec, api.ExecArgs{Argv: []string{callProgram, callID}})
 		d := time.Since(start)
 		cancel()
@@ -264,6 +268,10 @@ func (s *sim) agent(ctx context.Context, ss *session, i int) {
 		default:
 			s.answered.Add(1)
 			s.lat.call.add(d)
+			if allRunning && s.allRunning() {
+				// Sent and answered inside the window.
+				s.lat.callAllRunning.add(d)
+			}
 			s.mu.Lock()
 			s.calls[callID] = true
 			s.mu.Unlock()
@@ -371,7 +379,7 @@ func (s *sim) fill(rep *Report, busy time.Duration) {
 
 	rep.Latency = Latencies{
 		Claim: s.lat.claim.dist(), Dispatch: s.lat.dispatch.dist(), Connect: s.lat.connect.dist(),
-		ToolCall: s.lat.call.dist(), FollowerLag: s.lat.lag.dist(), Heartbeat: s.lat.heartbeat.dist(), Create: s.lat.create.dist(),
+		ToolCall: s.lat.call.dist(), ToolCallAllRunning: s.lat.callAllRunning.dist(), FollowerLag: s.lat.lag.dist(), Heartbeat: s.lat.heartbeat.dist(), Create: s.lat.create.dist(),
 	}
 	if sec := busy.Seconds(); sec > 0 {
 		rep.Throughput.CallsPerS = float64(c.Answered) / sec
@@ -393,14 +401,23 @@ func (s *sim) progress(begin time.Time) func() {
 	wg.Go(func() {
 		t := time.NewTicker(s.opts.ProgressEvery)
 		defer t.Stop()
+		calls := 0 // the tool call latencies printed so far
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				fmt.Fprintf(s.opts.Progress, "fleetsim %4.0fs: %d/%d workers watching, %d sessions created, %d running, %d calls answered (%d failed), %d errors\n",
+				var d Dist
+				d, calls = s.lat.call.since(calls)
+				interval := ""
+				if d.N > 0 {
+					// The interval's own tail: the run's percentiles
+					// at the end mix the ramp with the full rate.
+					interval = fmt.Sprintf(", tool call p50 %.1f p99 %.1f ms", d.P50, d.P99)
+				}
+				fmt.Fprintf(s.opts.Progress, "fleetsim %4.0fs: %d/%d workers watching, %d sessions created, %d running, %d calls answered (%d failed)%s, %d errors\n",
 					time.Since(begin).Seconds(), s.watching.Load(), s.opts.Workers, s.created.Load(), s.running.Load()-s.ended.Load(),
-					s.answered.Load(), s.failed.Load(), s.errs.total.Load())
+					s.answered.Load(), s.failed.Load(), interval, s.errs.total.Load())
 			}
 		}
 	})

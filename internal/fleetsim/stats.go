@@ -38,9 +38,23 @@ type Dist struct {
 }
 
 func (l *latencies) dist() Dist {
+	d, _ := l.since(0)
+	return d
+}
+
+// since is the distribution of the durations added after the first from,
+// and how many there are in all: since(n) with the n it returned gives
+// the next interval's.
+func (l *latencies) since(from int) (Dist, int) {
 	l.mu.Lock()
-	s := slices.Clone(l.d)
+	n := len(l.d)
+	s := slices.Clone(l.d[min(from, n):])
 	l.mu.Unlock()
+	return distOf(s), n
+}
+
+// distOf sorts s and returns its distribution.
+func distOf(s []time.Duration) Dist {
 	if len(s) == 0 {
 		return Dist{}
 	}

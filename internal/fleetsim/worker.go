@@ -48,7 +48,9 @@ func newWorker(s *sim, i int, token string, open func()) (*worker, error) {
 		Capacity: 1,
 		Machine:  &api.ClaimMachine{Capabilities: caps},
 		Runner:   w,
-		Presence: fleet.NewPresence(c, s.outpost.Metadata.OutpostID, acceptor, info, s.opts.Heartbeat, nil, nil),
+		// As `outpost worker start` watches: the entries it holds.
+		WatchHeld: true,
+		Presence:  fleet.NewPresence(c, s.outpost.Metadata.OutpostID, acceptor, info, s.opts.Heartbeat, nil, nil),
 	}
 	return w, nil
 }

@@ -90,6 +90,11 @@ func checkFleetReport(t *testing.T, out string, workers int, sessions int64) *fl
 			t.Errorf("%s latency: %+v, want samples and positive, ordered percentiles", name, d)
 		}
 	}
+	// Every session ran for most of the run: most calls were sent while
+	// all of them ran, but not the first sessions' calls of the ramp.
+	if a := rep.Latency.ToolCallAllRunning; a.N == 0 || a.N >= rep.Latency.ToolCall.N || a.Max > rep.Latency.ToolCall.Max {
+		t.Errorf("calls while all sessions ran: %+v, of %+v", a, rep.Latency.ToolCall)
+	}
 	if int64(rep.Latency.Claim.N) != sessions || int64(rep.Latency.Dispatch.N) != sessions {
 		t.Errorf("%d claims and %d dispatches measured, want one per session", rep.Latency.Claim.N, rep.Latency.Dispatch.N)
 	}
@@ -303,5 +308,72 @@ func TestBenchFleetTLS(t *testing.T) {
 	}
 	if rep.Cleanup.OutpostDeleted != rep.Outpost {
 		t.Errorf("over TLS, cleanup %+v", rep.Cleanup)
+	}
+}
+
+// TestBenchFleetMetricsListen runs the simulator against a server that
+// serves its metrics on --metrics-listen only, as a deployment does: its
+// API address has no /metrics, and the report says where it looked;
+// --metrics-url with the metrics address, as the help gives it, brings
+// the server's figures.
+func TestBenchFleetMetricsListen(t *testing.T) {
+	t.Parallel()
+	metrics := freeAddr(t)
+	c := startCluster(t, "--metrics-listen", metrics)
+	env := c.env(c.admin)
+
+	rep := checkSmallFleet(t, run(t, env, benchFleetSmall...))
+	if rep.Server.Available || !strings.Contains(strings.Join(rep.Errors.First, "\n"), c.url+"/metrics") {
+		t.Errorf("without --metrics-url: server figures %+v, errors %v; want none, and an error naming %s/metrics", rep.Server, rep.Errors.First, c.url)
+	}
+	rep = checkSmallFleet(t, run(t, env, append(benchFleetSmall, "--metrics-url", "http://"+metrics)...))
+	if !rep.Server.Available || rep.Server.RSSBusy <= 0 {
+		t.Errorf("with --metrics-url http://%s: server figures %+v, errors %v", metrics, rep.Server, rep.Errors.First)
+	}
+}
+
+// TestBenchFleetLocalInterrupted presses Ctrl-C at a terminal running
+// `outpost bench fleet --local`: the interrupt reaches the whole
+// foreground process group, and the server the simulator started, in a
+// group of its own, keeps serving while the simulator ends its sessions;
+// then the server is stopped and its data removed, the report covers the
+// run so far, and the exit is not 0, saying why.
+func TestBenchFleetLocalInterrupted(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary, "bench", "fleet", "--local", "--workers", "6", "--sessions", "2", "--create-rate", "20/s",
+		"--call-rate", "2/s", "--output", "1KiB", "--duration", "60s", "--idle", "-1s", "--progress", "1s", "--json")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the terminal's foreground group
+	var stdout strings.Builder
+	stderr := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	waitfor.Within(t, 60*time.Second, "the sessions to be driven", func() bool { return strings.Contains(stderr.String(), " 2 running") })
+	line := stderr.String()
+	_, rest, _ := strings.Cut(line, "fleetsim: local server at ")
+	url, rest, _ := strings.Cut(rest, ", data in ")
+	dir, _, _ := strings.Cut(rest, "\n")
+	if url == "" || dir == "" {
+		t.Fatalf("no server line on stderr:\n%s", line)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(stderr.String(), "stopped by a signal") {
+		t.Errorf("interrupted: %v; want a failure saying it was stopped by a signal:\n%s", err, stderr.String())
+	}
+	rep := checkSmallFleet(t, stdout.String())
+	if rep.Errors.Total != 0 {
+		t.Errorf("the server went away under the simulator: %d errors, %v", rep.Errors.Total, rep.Errors.First)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the local server's data dir %s is still there: %v", dir, err)
+	}
+	if c, err := client.New(url, ""); err == nil && c.Ready(t.Context()) == nil {
+		t.Errorf("the local server at %s still answers", url)
 	}
 }

@@ -1,0 +1,10 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// localServerAttr puts a server the simulator starts in a process group of
+// its own, so that a Ctrl-C at the terminal reaches the simulator alone,
+// which then ends its sessions on the server and stops it.
+func localServerAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
