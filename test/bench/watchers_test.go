@@ -60,18 +60,8 @@ func BenchmarkWatchers(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		list, err := c.admin.Queue.List(ctx, client.QueueFilter{Outpost: "bench", Order: "priority"})
-		if err != nil {
-			b.Fatal(err)
-		}
-
 		ws := &watcherSet{n: n}
-		t0 := time.Now()
-		if err := ws.connect(ctx, c, "bench", list.Cursor); err != nil {
-			b.Fatal(err)
-		}
-		connected := time.Since(t0)
-		_, rss1, err := procMem(pid)
+		connected, rss1, err := connectWatchers(ctx, c, pid, ws)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -158,17 +148,8 @@ func BenchmarkHeldWatchers(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		list, err := c.admin.Queue.List(ctx, client.QueueFilter{Outpost: "bench", Order: "priority"})
-		if err != nil {
-			b.Fatal(err)
-		}
 		ws := &watcherSet{n: n, held: true}
-		t0 := time.Now()
-		if err := ws.connect(ctx, c, "bench", list.Cursor); err != nil {
-			b.Fatal(err)
-		}
-		connected := time.Since(t0)
-		_, rss1, err := procMem(pid)
+		connected, rss1, err := connectWatchers(ctx, c, pid, ws)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -191,6 +172,23 @@ func BenchmarkHeldWatchers(b *testing.B) {
 		b.ReportMetric(perWatcher/1024, "KiB/watcher")
 		ws.close()
 	}
+}
+
+// connectWatchers connects ws's streams to outpost "bench" from the
+// queue's current cursor, and returns how long that took and the server's
+// resident memory with them connected.
+func connectWatchers(ctx context.Context, c *cluster, pid int, ws *watcherSet) (time.Duration, int64, error) {
+	list, err := c.admin.Queue.List(ctx, client.QueueFilter{Outpost: "bench", Order: "priority"})
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	if err := ws.connect(ctx, c, "bench", list.Cursor); err != nil {
+		return 0, 0, err
+	}
+	connected := time.Since(t0)
+	_, rss, err := procMem(pid)
+	return connected, rss, err
 }
 
 // warm creates 20 sessions on each outpost, so that the server's paths
